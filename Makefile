@@ -1,0 +1,105 @@
+# kbox — see README.md.  `make` builds kbox, guest-init and the initramfs;
+# `make kernel` builds the guest kernels; `make check` runs every test.
+
+CC       ?= cc
+CLANG    ?= clang
+BUILD    ?= build
+CFLAGS   ?= -O2 -g
+KBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
+	-Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing -I. \
+	-MMD -MP
+PKGS     := yaml-0.1
+LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lpthread
+SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+# Every module source joins kbox and the unit tests; adding a file is enough.
+LIB_SRCS := $(sort $(filter-out vmm/main.c,$(wildcard vmm/*.c devices/*.c netstack/*.c)))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+SAN_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/%.o)
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_OBJS := $(UNIT_SRCS:%.c=$(BUILD)/san/%.o) $(BUILD)/san/tests/unit/main.o
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+
+DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc \
+	libelf-dev libssl-dev cpio busybox-static libyaml-dev check \
+	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 \
+	iproute2 curl git
+
+.PHONY: all kernel check unit kvm-tests e2e fuzz deps clean
+all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio
+
+deps:
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEB_PACKAGES)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(KBOX_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/san/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(KBOX_CFLAGS) -O1 -g $(SAN) -c -o $@ $<
+
+$(BUILD)/kbox: $(BUILD)/obj/vmm/main.o $(LIB_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# guest-init is PID 1 in the guest: static, no dependencies.
+$(BUILD)/guest-init: guest-init/init.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -static -o $@ $<
+
+$(BUILD)/initramfs.cpio: $(BUILD)/guest-init guest-init/mkinitramfs.sh
+	guest-init/mkinitramfs.sh $(BUILD)/guest-init $@
+
+kernel:
+	kernel-config/build.sh std $(BUILD)/kernel
+	kernel-config/build.sh pvm $(BUILD)/kernel
+
+# Unit tests: Check, always under ASan+UBSan (leaks included).
+$(BUILD)/san/tests/unit/suites.h: $(UNIT_SRCS) tests/unit/gen-suites.sh
+	@mkdir -p $(dir $@)
+	tests/unit/gen-suites.sh $(UNIT_SRCS) > $@
+
+$(BUILD)/san/tests/unit/main.o: tests/unit/main.c $(BUILD)/san/tests/unit/suites.h
+	@mkdir -p $(dir $@)
+	$(CC) $(KBOX_CFLAGS) -I$(BUILD)/san/tests/unit -O1 -g $(SAN) -c -o $@ $<
+
+$(BUILD)/unit-tests: $(UNIT_OBJS) $(SAN_OBJS)
+	$(CC) $(SAN) -o $@ $^ $(shell pkg-config --libs check) $(LDLIBS)
+
+unit: $(BUILD)/unit-tests
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/unit-tests
+
+# KVM-level tests: a freestanding guest that works in ring 3.
+kvm-tests: $(BUILD)/kbox $(BUILD)/test-guest.bin
+	tests/guest/run.sh $(BUILD)
+
+$(BUILD)/test-guest.bin: tests/guest/guest.S tests/guest/guest.ld
+	@mkdir -p $(dir $@)
+	$(CC) -nostdlib -static -Wl,-T,tests/guest/guest.ld -Wl,--build-id=none -o $(BUILD)/test-guest.elf tests/guest/guest.S
+	objcopy -O binary $(BUILD)/test-guest.elf $@
+
+# End to end: the real kernel and guest-init.
+e2e: all kernel
+	tests/e2e/run.sh $(BUILD)
+
+check: unit kvm-tests e2e
+
+# libFuzzer targets; FUZZ_SECONDS bounds each run.
+FUZZ_SECONDS ?= 30
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRCS) $(LDLIBS)
+
+fuzz: $(FUZZ_BINS)
+	@set -e; for f in $(FUZZ_BINS); do \
+		n=$$(basename $$f); mkdir -p tests/fuzz/corpus/$$n; \
+		echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 tests/fuzz/corpus/$$n; \
+	done
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,888 @@
+/* sandbox.yaml loader.  libyaml's event stream is turned into a small tree
+ * (bounded in size, depth and node count, with anchors, aliases and tags
+ * refused as the events arrive), then each top-level key is handed to its
+ * entry in cfg_sections[].  Everything is parsed into a scratch config that
+ * is moved into the caller's only when the whole file is good. */
+#include "vmm/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Bytes of a user's value shown in a message; the rest becomes "...". */
+#define CFG_SHOW_MAX 40
+#define CFG_SHOW_BUF (4 * CFG_SHOW_MAX + 4)
+#define CFG_NAME_MAX 256
+#define CFG_NAME_BUF (4 * CFG_NAME_MAX + 4)
+
+enum cfg_kind { CFG_SCALAR, CFG_SEQ, CFG_MAP };
+
+struct cfg_node {
+	enum cfg_kind kind;
+	unsigned line, col; /* 1-based */
+	bool plain;         /* scalar written without quotes */
+	char *str;          /* scalar text, NUL-terminated; may hold NULs */
+	size_t len;
+	struct cfg_node **kids; /* seq: items; map: key, value, key, value… */
+	size_t n, cap;
+};
+
+struct cfg_ctx {
+	char name[CFG_NAME_BUF]; /* printable form of the file name */
+	const char *dir;         /* directory part of the name, with its '/' */
+	size_t dirlen;           /* 0: relative paths stay as written */
+	char *err;
+	size_t errlen;
+	unsigned nodes;
+};
+
+/* Copies len bytes of s into out as printable ASCII (other bytes as \xNN) so
+ * a message stays one safe line; input beyond max bytes becomes "...". */
+static void cfg_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < len && i < max; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (o + 5 > outlen)
+			break;
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+			out[o++] = (char)ch;
+		else
+			o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", ch);
+	}
+	if (len > max && o + 4 <= outlen) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+static void cfg_show_node(char *out, const struct cfg_node *v)
+{
+	cfg_show(out, CFG_SHOW_BUF, v->str, v->len, CFG_SHOW_MAX);
+}
+
+__attribute__((format(printf, 4, 5))) static int
+cfg_err_at(struct cfg_ctx *x, unsigned line, unsigned col, const char *fmt, ...)
+{
+	if (!x->err || !x->errlen)
+		return -EINVAL;
+	int n = snprintf(x->err, x->errlen, "%s:%u:%u: ", x->name, line, col);
+	if (n >= 0 && (size_t)n < x->errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+#define cfg_err(x, node, ...) cfg_err_at((x), (node)->line, (node)->col, __VA_ARGS__)
+
+/* Errors about the file as a whole have no position. */
+__attribute__((format(printf, 4, 5))) static void
+cfg_file_err(const char *path, char *err, size_t errlen, const char *fmt, ...)
+{
+	char name[CFG_NAME_BUF];
+	if (!err || !errlen)
+		return;
+	cfg_show(name, sizeof name, path, strlen(path), CFG_NAME_MAX);
+	int n = snprintf(err, errlen, "%s: ", name);
+	if (n >= 0 && (size_t)n < errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+}
+
+static int cfg_nomem(struct cfg_ctx *x)
+{
+	if (x->err && x->errlen)
+		snprintf(x->err, x->errlen,
+			 "%s: out of memory while loading; expected to have memory", x->name);
+	return -ENOMEM;
+}
+
+/* ---- the tree ---------------------------------------------------------- */
+
+static void cfg_node_free(struct cfg_node *n)
+{
+	if (!n)
+		return;
+	/* Recursion depth is bounded by CONFIG_MAX_DEPTH. */
+	for (size_t i = 0; i < n->n; i++)
+		cfg_node_free(n->kids[i]);
+	free(n->kids);
+	free(n->str);
+	free(n);
+}
+
+static int cfg_attach(struct cfg_node *parent, struct cfg_node *kid)
+{
+	if (parent->n == parent->cap) {
+		size_t cap = parent->cap ? parent->cap * 2 : 4;
+		struct cfg_node **k = realloc(parent->kids, cap * sizeof *k);
+		if (!k)
+			return -ENOMEM;
+		parent->kids = k;
+		parent->cap = cap;
+	}
+	parent->kids[parent->n++] = kid;
+	return 0;
+}
+
+struct cfg_builder {
+	struct cfg_node *root;
+	struct cfg_node *open[CONFIG_MAX_DEPTH]; /* containers not yet ended */
+	unsigned depth;
+	unsigned docs;
+};
+
+static int cfg_refuse_decoration(struct cfg_ctx *x, const yaml_event_t *ev,
+				 const yaml_char_t *anchor, const yaml_char_t *tag)
+{
+	char show[CFG_SHOW_BUF];
+	unsigned line = (unsigned)ev->start_mark.line + 1;
+	unsigned col = (unsigned)ev->start_mark.column + 1;
+	if (anchor) {
+		cfg_show(show, sizeof show, (const char *)anchor, strlen((const char *)anchor),
+			 CFG_SHOW_MAX);
+		return cfg_err_at(x, line, col,
+				  "anchor '&%s' is not allowed; expected plain values "
+				  "(anchors and aliases are refused)",
+				  show);
+	}
+	if (tag) {
+		cfg_show(show, sizeof show, (const char *)tag, strlen((const char *)tag),
+			 CFG_SHOW_MAX);
+		return cfg_err_at(x, line, col,
+				  "tag '%s' is not allowed; expected an untagged value", show);
+	}
+	return 0;
+}
+
+static int cfg_event(struct cfg_ctx *x, struct cfg_builder *b, const yaml_event_t *ev)
+{
+	unsigned line = (unsigned)ev->start_mark.line + 1;
+	unsigned col = (unsigned)ev->start_mark.column + 1;
+	enum cfg_kind kind;
+	int rc;
+
+	switch (ev->type) {
+	case YAML_DOCUMENT_START_EVENT:
+		if (++b->docs > 1)
+			return cfg_err_at(x, line, col,
+					  "a second YAML document starts here; expected one "
+					  "document (remove the extra '---')");
+		return 0;
+	case YAML_ALIAS_EVENT: {
+		char show[CFG_SHOW_BUF];
+		const char *a = (const char *)ev->data.alias.anchor;
+		cfg_show(show, sizeof show, a, strlen(a), CFG_SHOW_MAX);
+		return cfg_err_at(x, line, col,
+				  "alias '*%s' is not allowed; expected plain values "
+				  "(anchors and aliases are refused)",
+				  show);
+	}
+	case YAML_SCALAR_EVENT:
+		rc = cfg_refuse_decoration(x, ev, ev->data.scalar.anchor, ev->data.scalar.tag);
+		kind = CFG_SCALAR;
+		break;
+	case YAML_SEQUENCE_START_EVENT:
+		rc = cfg_refuse_decoration(x, ev, ev->data.sequence_start.anchor,
+					   ev->data.sequence_start.tag);
+		kind = CFG_SEQ;
+		break;
+	case YAML_MAPPING_START_EVENT:
+		rc = cfg_refuse_decoration(x, ev, ev->data.mapping_start.anchor,
+					   ev->data.mapping_start.tag);
+		kind = CFG_MAP;
+		break;
+	case YAML_SEQUENCE_END_EVENT:
+	case YAML_MAPPING_END_EVENT:
+		if (b->depth)
+			b->depth--;
+		return 0;
+	default: /* stream start/end, document end */
+		return 0;
+	}
+	if (rc)
+		return rc;
+
+	if (x->nodes >= CONFIG_MAX_NODES)
+		return cfg_err_at(x, line, col,
+				  "more than %u values in the file; expected a smaller config",
+				  CONFIG_MAX_NODES);
+	if (kind != CFG_SCALAR && b->depth >= CONFIG_MAX_DEPTH)
+		return cfg_err_at(x, line, col,
+				  "nesting deeper than %u levels; expected a flatter structure",
+				  CONFIG_MAX_DEPTH);
+
+	struct cfg_node *n = calloc(1, sizeof *n);
+	if (!n)
+		return cfg_nomem(x);
+	n->kind = kind;
+	n->line = line;
+	n->col = col;
+	if (kind == CFG_SCALAR) {
+		n->len = ev->data.scalar.length;
+		n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+		n->str = malloc(n->len + 1);
+		if (!n->str) {
+			free(n);
+			return cfg_nomem(x);
+		}
+		if (n->len)
+			memcpy(n->str, ev->data.scalar.value, n->len);
+		n->str[n->len] = '\0';
+	}
+	if (b->depth == 0) {
+		b->root = n; /* one document, so one root */
+	} else if (cfg_attach(b->open[b->depth - 1], n)) {
+		cfg_node_free(n);
+		return cfg_nomem(x);
+	}
+	x->nodes++;
+	if (kind != CFG_SCALAR)
+		b->open[b->depth++] = n;
+	return 0;
+}
+
+/* Turns libyaml's error into our message.  Reader errors (bad UTF-8,
+ * control characters) carry only a byte offset, so the position is counted
+ * from the buffer. */
+static int cfg_syntax_err(struct cfg_ctx *x, const yaml_parser_t *p, const char *buf, size_t len)
+{
+	const char *problem = p->problem ? p->problem : "unknown error";
+
+	if (p->error == YAML_MEMORY_ERROR)
+		return cfg_nomem(x);
+	if (p->error == YAML_READER_ERROR) {
+		size_t off = p->problem_offset < len ? p->problem_offset : len;
+		unsigned line = 1, col = 1;
+		for (size_t i = 0; i < off; i++) {
+			if (buf[i] == '\n') {
+				line++;
+				col = 1;
+			} else {
+				col++;
+			}
+		}
+		if (p->problem_value >= 0)
+			return cfg_err_at(x, line, col,
+					  "invalid text: %s (0x%x); expected UTF-8 text without "
+					  "control characters",
+					  problem, (unsigned)p->problem_value);
+		return cfg_err_at(x, line, col,
+				  "invalid text: %s; expected UTF-8 text without control "
+				  "characters",
+				  problem);
+	}
+	unsigned line = (unsigned)p->problem_mark.line + 1;
+	unsigned col = (unsigned)p->problem_mark.column + 1;
+	if (p->context)
+		return cfg_err_at(x, line, col,
+				  "invalid YAML: %s (%s at line %u, column %u); expected valid "
+				  "YAML syntax",
+				  problem, p->context, (unsigned)p->context_mark.line + 1,
+				  (unsigned)p->context_mark.column + 1);
+	return cfg_err_at(x, line, col, "invalid YAML: %s; expected valid YAML syntax",
+			  problem);
+}
+
+static int cfg_build(struct cfg_ctx *x, const char *buf, size_t len, struct cfg_node **root)
+{
+	struct cfg_builder b = { 0 };
+	yaml_parser_t p;
+	int rc = 0;
+	bool done = false;
+
+	if (!yaml_parser_initialize(&p))
+		return cfg_nomem(x);
+	yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
+	yaml_parser_set_encoding(&p, YAML_UTF8_ENCODING);
+	while (!done && !rc) {
+		yaml_event_t ev;
+		if (!yaml_parser_parse(&p, &ev)) {
+			rc = cfg_syntax_err(x, &p, buf, len);
+			break;
+		}
+		rc = cfg_event(x, &b, &ev);
+		done = ev.type == YAML_STREAM_END_EVENT;
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&p);
+	if (rc) {
+		cfg_node_free(b.root);
+		return rc;
+	}
+	*root = b.root;
+	return 0;
+}
+
+/* ---- value helpers ----------------------------------------------------- */
+
+/* YAML's spellings of null, which only count when written unquoted. */
+static bool cfg_is_null(const struct cfg_node *v)
+{
+	static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
+	if (v->kind != CFG_SCALAR || !v->plain)
+		return false;
+	for (size_t i = 0; i < ARRAY_SIZE(nulls); i++)
+		if (strcmp(v->str, nulls[i]) == 0)
+			return true;
+	return false;
+}
+
+/* What the user wrote instead of a scalar, for "got …" messages. */
+static const char *cfg_kind_name(const struct cfg_node *v)
+{
+	if (v->kind == CFG_SEQ)
+		return "a list";
+	if (v->kind == CFG_MAP)
+		return "a mapping";
+	return "an empty value";
+}
+
+/* A non-null scalar without NUL bytes, or an error naming what. */
+static int cfg_text(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+		    const char *expected)
+{
+	if (v->kind != CFG_SCALAR || cfg_is_null(v))
+		return cfg_err(x, v, "%s: got %s; expected %s", what, cfg_kind_name(v), expected);
+	if (strlen(v->str) != v->len)
+		return cfg_err(x, v, "%s: contains a NUL byte; expected %s", what, expected);
+	return 0;
+}
+
+enum cfg_num { CFG_NUM_OK, CFG_NUM_BAD, CFG_NUM_RANGE };
+
+/* Unsigned decimal digits only.  No leading zeros, since YAML 1.1 reads
+ * those as octal and users would not get what they meant.  Values too big
+ * to matter saturate rather than wrap.  A minus sign is a range error. */
+static enum cfg_num cfg_decimal(const char *s, size_t len, uint64_t *out)
+{
+	bool neg = len > 1 && s[0] == '-';
+	if (neg) {
+		s++;
+		len--;
+	}
+	if (len == 0 || (s[0] == '0' && len > 1))
+		return CFG_NUM_BAD;
+	uint64_t v = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return CFG_NUM_BAD;
+		if (v < 1000000000000ull)
+			v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (neg)
+		return v ? CFG_NUM_RANGE : CFG_NUM_BAD;
+	*out = v;
+	return CFG_NUM_OK;
+}
+
+static int cfg_uint(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+		    uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char show[CFG_SHOW_BUF];
+	char expected[64];
+	snprintf(expected, sizeof expected, "an integer from %llu to %llu",
+		 (unsigned long long)lo, (unsigned long long)hi);
+	int rc = cfg_text(x, v, what, expected);
+	if (rc)
+		return rc;
+	cfg_show_node(show, v);
+	switch (cfg_decimal(v->str, v->len, out)) {
+	case CFG_NUM_BAD:
+		return cfg_err(x, v, "%s: '%s' is not an integer; expected %s", what, show,
+			       expected);
+	case CFG_NUM_RANGE:
+		return cfg_err(x, v, "%s: %s is out of range; expected %s", what, show, expected);
+	case CFG_NUM_OK:
+		break;
+	}
+	if (*out < lo || *out > hi)
+		return cfg_err(x, v, "%s: %s is out of range; expected %s", what, show, expected);
+	return 0;
+}
+
+static int cfg_bool(struct cfg_ctx *x, const struct cfg_node *v, const char *what, int *out)
+{
+	static const char *const yes[] = { "true", "yes", "on" };
+	static const char *const no[] = { "false", "no", "off" };
+	static const char expected[] = "true or false";
+	int rc = cfg_text(x, v, what, expected);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(v->str, yes[i]) == 0) {
+			*out = 1;
+			return 0;
+		}
+		if (strcasecmp(v->str, no[i]) == 0) {
+			*out = 0;
+			return 0;
+		}
+	}
+	char show[CFG_SHOW_BUF];
+	cfg_show_node(show, v);
+	return cfg_err(x, v, "%s: '%s' is not a boolean; expected %s", what, show, expected);
+}
+
+static char *cfg_strdup(const char *s, size_t len)
+{
+	char *d = malloc(len + 1);
+	if (d) {
+		memcpy(d, s, len);
+		d[len] = '\0';
+	}
+	return d;
+}
+
+static void cfg_free_argv(char **argv)
+{
+	if (!argv)
+		return;
+	for (char **a = argv; *a; a++)
+		free(*a);
+	free(argv);
+}
+
+/* ---- sections ---------------------------------------------------------- */
+
+static int cfg_cpus(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	uint64_t n;
+	int rc = cfg_uint(x, v, "cpus", CONFIG_CPUS_MIN, CONFIG_CPUS_MAX, &n);
+	if (!rc)
+		c->cpus = (unsigned)n;
+	return rc;
+}
+
+/* MiB as a bare number, or a number with a binary unit: M/MB/MiB or
+ * G/GB/GiB in any case, optionally after spaces.  "MB" means MiB here on
+ * purpose: nobody sizes a VM in powers of ten. */
+static int cfg_memory(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	static const struct {
+		const char *unit;
+		uint64_t mib;
+	} units[] = { { "", 1 },    { "m", 1 },	   { "mb", 1 },	  { "mib", 1 },
+		      { "g", 1024 }, { "gb", 1024 }, { "gib", 1024 } };
+	static const char expected[] = "MiB from 64 to 65536, or a size like 512M or 2G";
+	char show[CFG_SHOW_BUF];
+	int rc = cfg_text(x, v, "memory", expected);
+	if (rc)
+		return rc;
+	cfg_show_node(show, v);
+
+	bool neg = v->len > 1 && v->str[0] == '-';
+	size_t digits = neg;
+	while (digits < v->len && v->str[digits] >= '0' && v->str[digits] <= '9')
+		digits++;
+	size_t u = digits;
+	while (u < v->len && v->str[u] == ' ')
+		u++;
+	uint64_t n = 0, mul = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++)
+		if (strcasecmp(v->str + u, units[i].unit) == 0)
+			mul = units[i].mib;
+	if (!mul || cfg_decimal(v->str + neg, digits - neg, &n) != CFG_NUM_OK)
+		return cfg_err(x, v, "memory: '%s' is not a size; expected %s", show, expected);
+	/* n saturates near 10^12, so n * 1024 cannot wrap. */
+	if (neg || n * mul < CONFIG_MEMORY_MIN_MIB || n * mul > CONFIG_MEMORY_MAX_MIB)
+		return cfg_err(x, v, "memory: %s is out of range; expected %s", show, expected);
+	c->memory_mib = n * mul;
+	return 0;
+}
+
+/* A path from the file; relative ones are joined to the file's directory so
+ * the config means the same thing from any working directory. */
+static int cfg_path(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+		    const char *expected, char **out)
+{
+	int rc = cfg_text(x, v, what, expected);
+	if (rc)
+		return rc;
+	if (v->len == 0)
+		return cfg_err(x, v, "%s: empty path; expected %s", what, expected);
+	if (v->str[0] == '~')
+		return cfg_err(x, v,
+			       "%s: '~' is not expanded; expected an absolute path or one "
+			       "relative to the config file",
+			       what);
+	size_t pre = v->str[0] == '/' ? 0 : x->dirlen;
+	if (pre + v->len >= PATH_MAX)
+		return cfg_err(x, v, "%s: path is longer than %d bytes; expected %s", what,
+			       PATH_MAX - 1, expected);
+	char *p = malloc(pre + v->len + 1);
+	if (!p)
+		return cfg_nomem(x);
+	if (pre)
+		memcpy(p, x->dir, pre);
+	memcpy(p + pre, v->str, v->len + 1);
+	*out = p;
+	return 0;
+}
+
+static int cfg_kernel(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	return cfg_path(x, v, "kernel", "a path to a kernel image (vmlinux or bzImage)",
+			&c->kernel);
+}
+
+static int cfg_initrd(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	return cfg_path(x, v, "initrd", "a path to an initramfs (cpio) file", &c->initrd);
+}
+
+static int cfg_command_string(struct cfg_ctx *x, const struct cfg_node *v,
+			      struct kbox_config *c)
+{
+	static const char expected[] =
+		"a command line string or a list of strings (program and arguments)";
+	int rc = cfg_text(x, v, "command", expected);
+	if (rc)
+		return rc;
+	size_t i = 0;
+	while (i < v->len && (v->str[i] == ' ' || v->str[i] == '\t'))
+		i++;
+	if (i == v->len)
+		return cfg_err(x, v, "command: empty command; expected %s", expected);
+	char **argv = calloc(4, sizeof *argv);
+	if (!argv)
+		return cfg_nomem(x);
+	argv[0] = cfg_strdup("/bin/sh", 7);
+	argv[1] = cfg_strdup("-c", 2);
+	argv[2] = cfg_strdup(v->str, v->len);
+	if (!argv[0] || !argv[1] || !argv[2]) {
+		for (int k = 0; k < 3; k++)
+			free(argv[k]);
+		free(argv);
+		return cfg_nomem(x);
+	}
+	c->argv = argv;
+	return 0;
+}
+
+static int cfg_command(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	if (v->kind != CFG_SEQ)
+		return cfg_command_string(x, v, c);
+	if (v->n == 0)
+		return cfg_err(x, v,
+			       "command: empty command; expected a list with at least the "
+			       "program to run");
+	char **argv = calloc(v->n + 1, sizeof *argv);
+	if (!argv)
+		return cfg_nomem(x);
+	for (size_t i = 0; i < v->n; i++) {
+		const struct cfg_node *a = v->kids[i];
+		char what[32];
+		snprintf(what, sizeof what, "command[%zu]", i);
+		int rc = cfg_text(x, a, what, "a string (write \"\" for an empty argument)");
+		if (!rc && i == 0 && a->len == 0)
+			rc = cfg_err(x, a, "command[0]: empty program name; expected the "
+					   "program to run");
+		if (!rc && !(argv[i] = cfg_strdup(a->str, a->len)))
+			rc = cfg_nomem(x);
+		if (rc) {
+			cfg_free_argv(argv);
+			return rc;
+		}
+	}
+	c->argv = argv;
+	return 0;
+}
+
+static int cfg_verbose(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	return cfg_bool(x, v, "verbose", &c->verbose);
+}
+
+/* The top-level keys.  A later section adds its row here (and its fields to
+ * struct kbox_config, config_free and cfg_move); until then its name is
+ * listed with a NULL parser, so users are told it is not supported yet
+ * instead of being offered a typo fix. */
+static const struct cfg_section {
+	const char *key;
+	int (*parse)(struct cfg_ctx *x, const struct cfg_node *val, struct kbox_config *c);
+} cfg_sections[] = {
+	{ "cpus", cfg_cpus },
+	{ "memory", cfg_memory },
+	{ "kernel", cfg_kernel },
+	{ "initrd", cfg_initrd },
+	{ "command", cfg_command },
+	{ "verbose", cfg_verbose },
+	{ "image", NULL },
+	{ "workdir", NULL },
+	{ "env", NULL },
+	{ "mounts", NULL },
+	{ "network", NULL },
+	{ "ports", NULL },
+	{ "tls", NULL },
+	{ "secrets", NULL },
+};
+
+/* Edit distance with adjacent swaps (optimal string alignment), ignoring
+ * case; gives up past CFG_KEY_MAX bytes, where no key is a typo of ours. */
+#define CFG_KEY_MAX 32
+static unsigned cfg_distance(const char *a, size_t la, const char *b)
+{
+	size_t lb = strlen(b);
+	unsigned d[CFG_KEY_MAX + 1][CFG_KEY_MAX + 1];
+	if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX)
+		return UINT_MAX;
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = (unsigned)i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = (unsigned)j;
+	for (size_t i = 1; i <= la; i++) {
+		for (size_t j = 1; j <= lb; j++) {
+			int ca = tolower((unsigned char)a[i - 1]);
+			int cb = tolower((unsigned char)b[j - 1]);
+			unsigned best = d[i - 1][j - 1] + (ca != cb);
+			if (d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+			    tolower((unsigned char)a[i - 2]) == cb &&
+			    d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	}
+	return d[la][lb];
+}
+
+/* "cpus, memory, …": the keys this version parses, for messages. */
+static const char *cfg_supported_keys(char *list, size_t size)
+{
+	size_t o = 0;
+	list[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(cfg_sections); i++)
+		if (cfg_sections[i].parse && o < size)
+			o += (size_t)snprintf(list + o, size - o, "%s%s", o ? ", " : "",
+					      cfg_sections[i].key);
+	return list;
+}
+
+static int cfg_unknown_key(struct cfg_ctx *x, const struct cfg_node *k)
+{
+	char show[CFG_SHOW_BUF];
+	const char *near = NULL;
+	unsigned best = UINT_MAX;
+	cfg_show_node(show, k);
+	for (size_t i = 0; i < ARRAY_SIZE(cfg_sections); i++) {
+		unsigned d = cfg_distance(k->str, k->len, cfg_sections[i].key);
+		/* One slip in a short word, two in a longer one. */
+		unsigned allowed = strlen(cfg_sections[i].key) <= 4 ? 1 : 2;
+		if (d <= allowed && d < best) {
+			best = d;
+			near = cfg_sections[i].key;
+		}
+	}
+	if (near)
+		return cfg_err(x, k, "unknown key '%s'; did you mean '%s'?", show, near);
+	char list[256];
+	return cfg_err(x, k, "unknown key '%s'; expected one of: %s", show,
+		       cfg_supported_keys(list, sizeof list));
+}
+
+static int cfg_top(struct cfg_ctx *x, const struct cfg_node *root, struct kbox_config *c)
+{
+	unsigned seen[ARRAY_SIZE(cfg_sections)] = { 0 };
+	char show[CFG_SHOW_BUF], list[256];
+
+	if (!root || cfg_is_null(root))
+		return 0; /* an empty file sets nothing */
+	if (root->kind != CFG_MAP)
+		return cfg_err(x, root, "the top level is %s; expected a mapping of keys such as "
+					"'cpus: 2'",
+			       root->kind == CFG_SEQ ? "a list" : "a single value");
+	for (size_t i = 0; i + 1 < root->n; i += 2) {
+		const struct cfg_node *k = root->kids[i], *v = root->kids[i + 1];
+		if (k->kind != CFG_SCALAR)
+			return cfg_err(x, k, "a key is %s; expected a key name such as 'cpus'",
+				       cfg_kind_name(k));
+		size_t s = 0;
+		while (s < ARRAY_SIZE(cfg_sections) &&
+		       (strlen(cfg_sections[s].key) != k->len ||
+			memcmp(cfg_sections[s].key, k->str, k->len) != 0))
+			s++;
+		if (s == ARRAY_SIZE(cfg_sections))
+			return cfg_unknown_key(x, k);
+		cfg_show_node(show, k);
+		if (seen[s])
+			return cfg_err(x, k, "duplicate key '%s' (first at line %u); expected each "
+					     "key once",
+				       show, seen[s]);
+		seen[s] = k->line;
+		if (!cfg_sections[s].parse)
+			return cfg_err(x, k,
+				       "'%s' is not supported by this version of kbox yet; "
+				       "expected one of: %s",
+				       show, cfg_supported_keys(list, sizeof list));
+		int rc = cfg_sections[s].parse(x, v, c);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Moves every field src has set into dst, freeing what dst held there. */
+static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
+{
+	if (src->cpus)
+		dst->cpus = src->cpus;
+	if (src->memory_mib)
+		dst->memory_mib = src->memory_mib;
+	if (src->kernel) {
+		free(dst->kernel);
+		dst->kernel = src->kernel;
+		src->kernel = NULL;
+	}
+	if (src->initrd) {
+		free(dst->initrd);
+		dst->initrd = src->initrd;
+		src->initrd = NULL;
+	}
+	if (src->argv) {
+		cfg_free_argv(dst->argv);
+		dst->argv = src->argv;
+		src->argv = NULL;
+	}
+	if (src->verbose >= 0)
+		dst->verbose = src->verbose;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+void config_init(struct kbox_config *c)
+{
+	memset(c, 0, sizeof *c);
+	c->verbose = -1;
+}
+
+void config_free(struct kbox_config *c)
+{
+	free(c->kernel);
+	free(c->initrd);
+	cfg_free_argv(c->argv);
+	config_init(c);
+}
+
+int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_config *c,
+		    char *err, size_t errlen)
+{
+	struct cfg_ctx x = { .err = err, .errlen = errlen };
+	struct cfg_node *root = NULL;
+	struct kbox_config tmp;
+
+	if (err && errlen)
+		err[0] = '\0';
+	cfg_show(x.name, sizeof x.name, name, strlen(name), CFG_NAME_MAX);
+	if (len > CONFIG_MAX_BYTES) {
+		cfg_file_err(name, err, errlen,
+			     "file is larger than %u bytes; expected a smaller config",
+			     CONFIG_MAX_BYTES);
+		return -EFBIG;
+	}
+	const char *slash = strrchr(name, '/');
+	x.dir = name;
+	x.dirlen = slash ? (size_t)(slash - name) + 1 : 0;
+
+	int rc = cfg_build(&x, buf, len, &root);
+	if (rc)
+		return rc;
+	config_init(&tmp);
+	rc = cfg_top(&x, root, &tmp);
+	cfg_node_free(root);
+	if (!rc)
+		cfg_move(c, &tmp);
+	config_free(&tmp);
+	return rc;
+}
+
+int config_load(const char *path, struct kbox_config *c, char *err, size_t errlen)
+{
+	struct stat st;
+	int rc;
+
+	if (err && errlen)
+		err[0] = '\0';
+	/* O_NONBLOCK: a FIFO planted where the config should be must not hang
+	 * us before fstat refuses it. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		rc = -errno;
+		cfg_file_err(path, err, errlen, "cannot open: %s; expected a readable config file",
+			     strerror(-rc));
+		return rc;
+	}
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		cfg_file_err(path, err, errlen, "cannot stat: %s; expected a readable config file",
+			     strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		cfg_file_err(path, err, errlen, "%s; expected a regular YAML file",
+			     S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
+		close(fd);
+		return rc;
+	}
+	if (st.st_size > (off_t)CONFIG_MAX_BYTES) {
+		cfg_file_err(path, err, errlen,
+			     "file is larger than %u bytes; expected a smaller config",
+			     CONFIG_MAX_BYTES);
+		close(fd);
+		return -EFBIG;
+	}
+	/* One byte more than allowed, to notice a file that grew. */
+	char *buf = malloc(CONFIG_MAX_BYTES + 1);
+	if (!buf) {
+		close(fd);
+		cfg_file_err(path, err, errlen, "out of memory; expected to have memory");
+		return -ENOMEM;
+	}
+	size_t len = 0;
+	rc = 0;
+	while (len <= CONFIG_MAX_BYTES) {
+		ssize_t r = read(fd, buf + len, CONFIG_MAX_BYTES + 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = -errno;
+			cfg_file_err(path, err, errlen,
+				     "cannot read: %s; expected a readable config file",
+				     strerror(-rc));
+			break;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	close(fd);
+	if (!rc)
+		rc = config_load_buf(path, buf, len, c, err, errlen);
+	free(buf);
+	return rc;
+}

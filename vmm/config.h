@@ -1,0 +1,71 @@
+/* sandbox.yaml: the sandbox definition a user keeps next to a project.
+ *
+ * The file is one YAML mapping.  Supported keys today:
+ *   cpus:    integer 1..64
+ *   memory:  MiB as an integer 64..65536, or a size string "512M", "2G"
+ *            (M/MB/MiB and G/GB/GiB are all binary: 1G = 1024 MiB)
+ *   kernel:  path; relative paths are taken from the config file's directory
+ *   initrd:  path; same rule
+ *   command: a list of strings (argv), or one string run as /bin/sh -c STRING
+ *   verbose: true/false (also yes/no, on/off)
+ * Later sections (mounts, network, ports, tls, env, secrets, image, workdir)
+ * are recognised by name and refused as "not supported yet" until their
+ * parsers are added to the section table in config.c.
+ *
+ * Hostile files are expected: anchors/aliases, tags, more than one document,
+ * files over CONFIG_MAX_BYTES, nesting deeper than CONFIG_MAX_DEPTH and more
+ * than CONFIG_MAX_NODES nodes are refused with a message, never a crash. */
+#ifndef KBOX_CONFIG_H
+#define KBOX_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_MAX_BYTES (1u << 20)
+#define CONFIG_MAX_DEPTH 16
+#define CONFIG_MAX_NODES 65536
+
+#define CONFIG_CPUS_MIN 1u
+#define CONFIG_CPUS_MAX 64u
+#define CONFIG_MEMORY_MIN_MIB 64u
+#define CONFIG_MEMORY_MAX_MIB 65536u
+
+struct kbox_config {
+	unsigned cpus;       /* 0 = not set */
+	uint64_t memory_mib; /* 0 = not set */
+	char *kernel;        /* NULL = not set; malloc'd */
+	char *initrd;        /* NULL = not set; malloc'd */
+	char **argv;         /* NULL-terminated, malloc'd; NULL = not set */
+	int verbose;         /* -1 = not set, else 0/1 */
+};
+
+/* Mark every field of c "not set".  c need not be initialised before. */
+void config_init(struct kbox_config *c);
+
+/* Free what c owns and leave it "not set" again (config_init state).
+ * Safe to call twice. */
+void config_free(struct kbox_config *c);
+
+/* Load the file at path into c: only the keys present in the file are set,
+ * replacing (and freeing) earlier values of those fields; other fields keep
+ * their value.  On error c is left exactly as it was.
+ *
+ * Returns 0, or a negative errno: the open/read errno for an unreadable
+ * file, -EFBIG for a file over CONFIG_MAX_BYTES, -ENOMEM, or -EINVAL for any
+ * mistake in the content.  On error, err (if errlen > 0) receives one
+ * NUL-terminated line without a newline:
+ *   "FILE:LINE:COL: what is wrong; what was expected"
+ * LINE and COL are 1-based.  Errors about the file as a whole (cannot be
+ * read, too large) have no position: "FILE: what is wrong; what to do".
+ * Values quoted in messages are shortened and non-printable bytes escaped,
+ * so the line is always safe to print. */
+int config_load(const char *path, struct kbox_config *c, char *err, size_t errlen);
+
+/* As config_load, from the len bytes at buf (need not be NUL-terminated;
+ * NUL bytes inside are an error).  name stands for the file in messages,
+ * and relative kernel/initrd paths are resolved against name's directory
+ * part (kept relative to the current directory when name has no '/'). */
+int config_load_buf(const char *name, const char *buf, size_t len,
+		    struct kbox_config *c, char *err, size_t errlen);
+
+#endif

@@ -277,8 +277,8 @@ static int cfg_syntax_err(struct cfg_ctx *x, const yaml_parser_t *p, const char 
 			if (buf[i] == '\n') {
 				line++;
 				col = 1;
-			} else {
-				col++;
+			} else if (((unsigned char)buf[i] & 0xc0) != 0x80) {
+				col++; /* columns count characters, as libyaml's do */
 			}
 		}
 		if (p->problem_value >= 0)

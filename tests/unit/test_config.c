@@ -1,0 +1,657 @@
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "vmm/config.h"
+
+#define ERRLEN 512
+
+/* Loads text as "dir/t.yaml" into a fresh config that the caller frees. */
+static int load(const char *text, struct kbox_config *c, char *err)
+{
+	config_init(c);
+	return config_load_buf("dir/t.yaml", text, strlen(text), c, err, ERRLEN);
+}
+
+/* text must fail with -EINVAL and exactly msg, leaving nothing set. */
+static void expect_err(const char *text, const char *msg)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_int_eq(load(text, &c, err), -EINVAL);
+	ck_assert_str_eq(err, msg);
+	ck_assert_uint_eq(c.cpus, 0);
+	ck_assert_uint_eq(c.memory_mib, 0);
+	ck_assert_ptr_null(c.kernel);
+	ck_assert_ptr_null(c.initrd);
+	ck_assert_ptr_null(c.argv);
+	ck_assert_int_eq(c.verbose, -1);
+	config_free(&c);
+}
+
+static void expect_argv(char **argv, const char *const *want, size_t n)
+{
+	ck_assert_ptr_nonnull(argv);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_str_eq(argv[i], want[i]);
+	ck_assert_ptr_null(argv[n]);
+}
+
+/* ---- valid files ------------------------------------------------------- */
+
+START_TEST(full_block_file)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_int_eq(load("# a sandbox\n"
+			      "cpus: 2\n"
+			      "memory: 2G   # binary units\n"
+			      "kernel: build/vmlinux\n"
+			      "initrd: /boot/initramfs.cpio\n"
+			      "command:\n"
+			      "  - python3\n"
+			      "  - -c\n"
+			      "  - 'print(1)'\n"
+			      "verbose: true\n",
+			      &c, err),
+			 0);
+	ck_assert_str_eq(err, "");
+	ck_assert_uint_eq(c.cpus, 2);
+	ck_assert_uint_eq(c.memory_mib, 2048);
+	ck_assert_str_eq(c.kernel, "dir/build/vmlinux");
+	ck_assert_str_eq(c.initrd, "/boot/initramfs.cpio");
+	static const char *const want[] = { "python3", "-c", "print(1)" };
+	expect_argv(c.argv, want, 3);
+	ck_assert_int_eq(c.verbose, 1);
+	config_free(&c);
+	config_free(&c);
+	ck_assert_ptr_null(c.kernel);
+	ck_assert_int_eq(c.verbose, -1);
+}
+END_TEST
+
+START_TEST(flow_style_and_unset_keys)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_int_eq(load("{cpus: 64, command: [sleep, 5, \"\"]}", &c, err), 0);
+	ck_assert_uint_eq(c.cpus, 64);
+	static const char *const want[] = { "sleep", "5", "" };
+	expect_argv(c.argv, want, 3);
+	ck_assert_uint_eq(c.memory_mib, 0);
+	ck_assert_ptr_null(c.kernel);
+	ck_assert_ptr_null(c.initrd);
+	ck_assert_int_eq(c.verbose, -1);
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(empty_files_set_nothing)
+{
+	static const char *const texts[] = { "",	 "# only a comment\n", "---\n",
+					     "---\n...\n", "~\n",	       "\xef\xbb\xbf" };
+	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+		struct kbox_config c;
+		char err[ERRLEN];
+		ck_assert_int_eq(load(texts[i], &c, err), 0);
+		ck_assert_uint_eq(c.cpus, 0);
+		ck_assert_ptr_null(c.argv);
+		ck_assert_int_eq(c.verbose, -1);
+		config_free(&c);
+	}
+}
+END_TEST
+
+START_TEST(memory_forms)
+{
+	static const struct {
+		const char *text;
+		uint64_t mib;
+	} t[] = {
+		{ "memory: 64", 64 },	       { "memory: 65536", 65536 }, { "memory: '1024'", 1024 },
+		{ "memory: 512M", 512 },       { "memory: 512mb", 512 },   { "memory: 512MiB", 512 },
+		{ "memory: 2G", 2048 },	       { "memory: 2g", 2048 },	   { "memory: 2GB", 2048 },
+		{ "memory: 2GiB", 2048 },      { "memory: 2 GiB", 2048 },  { "memory: 64G", 65536 },
+		{ "memory: \"768 M\"", 768 },
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		struct kbox_config c;
+		char err[ERRLEN];
+		ck_assert_msg(load(t[i].text, &c, err) == 0, "%s: %s", t[i].text, err);
+		ck_assert_uint_eq(c.memory_mib, t[i].mib);
+		config_free(&c);
+	}
+}
+END_TEST
+
+START_TEST(bool_forms)
+{
+	static const struct {
+		const char *text;
+		int v;
+	} t[] = {
+		{ "verbose: true", 1 }, { "verbose: True", 1 },	  { "verbose: yes", 1 },
+		{ "verbose: on", 1 },	{ "verbose: 'true'", 1 }, { "verbose: false", 0 },
+		{ "verbose: FALSE", 0 }, { "verbose: no", 0 },	  { "verbose: off", 0 },
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		struct kbox_config c;
+		char err[ERRLEN];
+		ck_assert_msg(load(t[i].text, &c, err) == 0, "%s: %s", t[i].text, err);
+		ck_assert_int_eq(c.verbose, t[i].v);
+		config_free(&c);
+	}
+}
+END_TEST
+
+START_TEST(command_string_runs_through_sh)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_int_eq(load("command: echo hi | wc -c; exit 7\n", &c, err), 0);
+	static const char *const want[] = { "/bin/sh", "-c", "echo hi | wc -c; exit 7" };
+	expect_argv(c.argv, want, 3);
+	config_free(&c);
+	ck_assert_int_eq(load("command: >-\n  make\n  test\n", &c, err), 0);
+	static const char *const folded[] = { "/bin/sh", "-c", "make test" };
+	expect_argv(c.argv, folded, 3);
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(relative_paths_follow_the_file)
+{
+	static const struct {
+		const char *name, *path, *want;
+	} t[] = {
+		{ "sandbox.yaml", "vmlinux", "vmlinux" },
+		{ "proj/sandbox.yaml", "vmlinux", "proj/vmlinux" },
+		{ "/etc/kbox/s.yaml", "../k/bzImage", "/etc/kbox/../k/bzImage" },
+		{ "/s.yaml", "vmlinux", "/vmlinux" },
+		{ "proj/sandbox.yaml", "/abs/vmlinux", "/abs/vmlinux" },
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		char text[256], err[ERRLEN];
+		struct kbox_config c;
+		snprintf(text, sizeof text, "kernel: %s\ninitrd: %s\n", t[i].path, t[i].path);
+		config_init(&c);
+		ck_assert_int_eq(config_load_buf(t[i].name, text, strlen(text), &c, err, ERRLEN), 0);
+		ck_assert_str_eq(c.kernel, t[i].want);
+		ck_assert_str_eq(c.initrd, t[i].want);
+		config_free(&c);
+	}
+}
+END_TEST
+
+/* Loading overlays only what the file sets, and an error changes nothing. */
+START_TEST(load_overlays_and_errors_keep_config)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	const char *a = "cpus: 2\nkernel: /a\ncommand: [a]\nverbose: on\n";
+	const char *b = "kernel: /b\ncommand: b c\n";
+	const char *bad = "memory: 4G\nkernel: /c\ncpus: 0\n";
+	config_init(&c);
+	ck_assert_int_eq(config_load_buf("a.yaml", a, strlen(a), &c, err, ERRLEN), 0);
+	ck_assert_int_eq(config_load_buf("b.yaml", b, strlen(b), &c, err, ERRLEN), 0);
+	ck_assert_uint_eq(c.cpus, 2);
+	ck_assert_str_eq(c.kernel, "/b");
+	static const char *const want[] = { "/bin/sh", "-c", "b c" };
+	expect_argv(c.argv, want, 3);
+	ck_assert_int_eq(c.verbose, 1);
+	ck_assert_int_eq(config_load_buf("c.yaml", bad, strlen(bad), &c, err, ERRLEN), -EINVAL);
+	ck_assert_str_eq(err, "c.yaml:3:7: cpus: 0 is out of range; expected an integer from 1 to 64");
+	ck_assert_uint_eq(c.memory_mib, 0);
+	ck_assert_str_eq(c.kernel, "/b");
+	ck_assert_uint_eq(c.cpus, 2);
+	config_free(&c);
+}
+END_TEST
+
+/* ---- every error kind -------------------------------------------------- */
+
+START_TEST(wrong_types)
+{
+	expect_err("cpus: two", "dir/t.yaml:1:7: cpus: 'two' is not an integer; "
+				"expected an integer from 1 to 64");
+	expect_err("cpus: 2.0", "dir/t.yaml:1:7: cpus: '2.0' is not an integer; "
+				"expected an integer from 1 to 64");
+	expect_err("cpus: 0x2", "dir/t.yaml:1:7: cpus: '0x2' is not an integer; "
+				"expected an integer from 1 to 64");
+	expect_err("cpus: 010", "dir/t.yaml:1:7: cpus: '010' is not an integer; "
+				"expected an integer from 1 to 64");
+	expect_err("cpus:\n  - 1\n", "dir/t.yaml:2:3: cpus: got a list; "
+				     "expected an integer from 1 to 64");
+	expect_err("cpus:\n", "dir/t.yaml:1:6: cpus: got an empty value; "
+			      "expected an integer from 1 to 64");
+	expect_err("memory: lots", "dir/t.yaml:1:9: memory: 'lots' is not a size; "
+				   "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("memory: 1.5G", "dir/t.yaml:1:9: memory: '1.5G' is not a size; "
+				   "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("memory: 2T", "dir/t.yaml:1:9: memory: '2T' is not a size; "
+				 "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("memory: {a: 1}", "dir/t.yaml:1:9: memory: got a mapping; "
+				     "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("kernel: [a]", "dir/t.yaml:1:9: kernel: got a list; "
+				  "expected a path to a kernel image (vmlinux or bzImage)");
+	expect_err("kernel: ~", "dir/t.yaml:1:9: kernel: got an empty value; "
+				"expected a path to a kernel image (vmlinux or bzImage)");
+	expect_err("initrd: ''", "dir/t.yaml:1:9: initrd: empty path; "
+				 "expected a path to an initramfs (cpio) file");
+	expect_err("initrd: ~/x.cpio", "dir/t.yaml:1:9: initrd: '~' is not expanded; expected an "
+				       "absolute path or one relative to the config file");
+	expect_err("verbose: maybe", "dir/t.yaml:1:10: verbose: 'maybe' is not a boolean; "
+				     "expected true or false");
+	expect_err("verbose: 1", "dir/t.yaml:1:10: verbose: '1' is not a boolean; "
+				 "expected true or false");
+	expect_err("command: {a: b}", "dir/t.yaml:1:10: command: got a mapping; expected a "
+				      "command line string or a list of strings (program and "
+				      "arguments)");
+	expect_err("command: [ls, [a]]", "dir/t.yaml:1:15: command[1]: got a list; "
+					 "expected a string (write \"\" for an empty argument)");
+	expect_err("command: [ls, ~]", "dir/t.yaml:1:15: command[1]: got an empty value; "
+				       "expected a string (write \"\" for an empty argument)");
+}
+END_TEST
+
+START_TEST(out_of_range)
+{
+	expect_err("cpus: 0", "dir/t.yaml:1:7: cpus: 0 is out of range; "
+			      "expected an integer from 1 to 64");
+	expect_err("cpus: 65", "dir/t.yaml:1:7: cpus: 65 is out of range; "
+			       "expected an integer from 1 to 64");
+	expect_err("cpus: -1", "dir/t.yaml:1:7: cpus: -1 is out of range; "
+			       "expected an integer from 1 to 64");
+	expect_err("cpus: 18446744073709551617", "dir/t.yaml:1:7: cpus: 18446744073709551617 is "
+						 "out of range; expected an integer from 1 to 64");
+	expect_err("memory: 63", "dir/t.yaml:1:9: memory: 63 is out of range; "
+				 "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("memory: 65537", "dir/t.yaml:1:9: memory: 65537 is out of range; "
+				    "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("memory: 65G", "dir/t.yaml:1:9: memory: 65G is out of range; "
+				  "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("memory: 99999999999999999999999G",
+		   "dir/t.yaml:1:9: memory: 99999999999999999999999G is out of range; "
+		   "expected MiB from 64 to 65536, or a size like 512M or 2G");
+	expect_err("memory: -2G", "dir/t.yaml:1:9: memory: -2G is out of range; "
+				  "expected MiB from 64 to 65536, or a size like 512M or 2G");
+}
+END_TEST
+
+START_TEST(unknown_keys)
+{
+	expect_err("cpu: 2", "dir/t.yaml:1:1: unknown key 'cpu'; did you mean 'cpus'?");
+	expect_err("cpus: 1\nmemroy: 512\n",
+		   "dir/t.yaml:2:1: unknown key 'memroy'; did you mean 'memory'?");
+	expect_err("Kernel: x", "dir/t.yaml:1:1: unknown key 'Kernel'; did you mean 'kernel'?");
+	expect_err("verbos: true", "dir/t.yaml:1:1: unknown key 'verbos'; did you mean 'verbose'?");
+	expect_err("comand: ls", "dir/t.yaml:1:1: unknown key 'comand'; did you mean 'command'?");
+	expect_err("initdr: x", "dir/t.yaml:1:1: unknown key 'initdr'; did you mean 'initrd'?");
+	expect_err("colour: red", "dir/t.yaml:1:1: unknown key 'colour'; expected one of: cpus, "
+				  "memory, kernel, initrd, command, verbose");
+	expect_err("x: 1", "dir/t.yaml:1:1: unknown key 'x'; expected one of: cpus, memory, "
+			   "kernel, initrd, command, verbose");
+	expect_err("\"cp\\0us\": 1", "dir/t.yaml:1:1: unknown key 'cp\\x00us'; did you mean "
+				     "'cpus'?");
+}
+END_TEST
+
+/* Names of later sections are known, so they are not taken for typos. */
+START_TEST(later_sections_not_supported_yet)
+{
+	static const char *const keys[] = { "image", "workdir", "env",	"mounts",
+					    "network", "ports",	  "tls", "secrets" };
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		char text[64], msg[ERRLEN];
+		snprintf(text, sizeof text, "cpus: 1\n%s: {}\n", keys[i]);
+		snprintf(msg, sizeof msg,
+			 "dir/t.yaml:2:1: '%s' is not supported by this version of kbox yet; "
+			 "expected one of: cpus, memory, kernel, initrd, command, verbose",
+			 keys[i]);
+		expect_err(text, msg);
+	}
+}
+END_TEST
+
+START_TEST(structure_errors)
+{
+	expect_err("cpus: 1\ncpus: 2\n",
+		   "dir/t.yaml:2:1: duplicate key 'cpus' (first at line 1); expected each key once");
+	expect_err("- cpus: 1\n", "dir/t.yaml:1:1: the top level is a list; expected a mapping "
+				  "of keys such as 'cpus: 2'");
+	expect_err("hello\n", "dir/t.yaml:1:1: the top level is a single value; expected a "
+			      "mapping of keys such as 'cpus: 2'");
+	expect_err("[a]: 1\n", "dir/t.yaml:1:1: a key is a list; expected a key name such as "
+			       "'cpus'");
+	expect_err("cpus: 1\n---\ncpus: 2\n", "dir/t.yaml:2:1: a second YAML document starts "
+					      "here; expected one document (remove the extra "
+					      "'---')");
+	expect_err("cpus: !!int 2\n", "dir/t.yaml:1:7: tag 'tag:yaml.org,2002:int' is not "
+				      "allowed; expected an untagged value");
+}
+END_TEST
+
+START_TEST(empty_commands)
+{
+	expect_err("command: []", "dir/t.yaml:1:10: command: empty command; expected a list "
+				  "with at least the program to run");
+	expect_err("command: ''", "dir/t.yaml:1:10: command: empty command; expected a command "
+				  "line string or a list of strings (program and arguments)");
+	expect_err("command: \" \\t \"", "dir/t.yaml:1:10: command: empty command; expected a "
+					 "command line string or a list of strings (program "
+					 "and arguments)");
+	expect_err("command:", "dir/t.yaml:1:9: command: got an empty value; expected a command "
+			       "line string or a list of strings (program and arguments)");
+	expect_err("command: ['', x]", "dir/t.yaml:1:11: command[0]: empty program name; "
+				       "expected the program to run");
+}
+END_TEST
+
+START_TEST(syntax_errors)
+{
+	expect_err("cpus: 1\ncommand: [ls,\n", "dir/t.yaml:3:1: invalid YAML: did not find "
+					       "expected node content (while parsing a flow node "
+					       "at line 3, column 1); expected valid YAML syntax");
+	expect_err("cpus: 1\nmemory: a: b\n", "dir/t.yaml:2:10: invalid YAML: mapping values "
+					      "are not allowed in this context; expected valid "
+					      "YAML syntax");
+	expect_err("cpus: 1\n\tmemory: 2\n", "dir/t.yaml:2:1: invalid YAML: found a tab "
+					     "character that violates indentation (while "
+					     "scanning a plain scalar at line 1, column 7); "
+					     "expected valid YAML syntax");
+	expect_err("kernel: \"abc\n", "dir/t.yaml:2:1: invalid YAML: found unexpected end of "
+				      "stream (while scanning a quoted scalar at line 1, column "
+				      "9); expected valid YAML syntax");
+}
+END_TEST
+
+/* ---- hostile input ----------------------------------------------------- */
+
+START_TEST(anchors_and_aliases_refused)
+{
+	expect_err("cpus: &n 2\n", "dir/t.yaml:1:7: anchor '&n' is not allowed; expected plain "
+				   "values (anchors and aliases are refused)");
+	expect_err("command: *x\n", "dir/t.yaml:1:10: alias '*x' is not allowed; expected plain "
+				    "values (anchors and aliases are refused)");
+	/* Billion laughs: refused at the first anchor, before anything grows. */
+	expect_err("a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n"
+		   "b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+		   "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+		   "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
+		   "dir/t.yaml:1:4: anchor '&a' is not allowed; expected plain values (anchors "
+		   "and aliases are refused)");
+	expect_err("<<: *base\n", "dir/t.yaml:1:5: alias '*base' is not allowed; expected plain "
+				  "values (anchors and aliases are refused)");
+}
+END_TEST
+
+static char *repeat(const char *head, const char *unit, size_t n, const char *tail)
+{
+	size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+	char *s = malloc(hl + ul * n + tl + 1);
+	ck_assert_ptr_nonnull(s);
+	memcpy(s, head, hl);
+	for (size_t i = 0; i < n; i++)
+		memcpy(s + hl + i * ul, unit, ul);
+	memcpy(s + hl + ul * n, tail, tl + 1);
+	return s;
+}
+
+START_TEST(deep_nesting_refused)
+{
+	char *flow = repeat("", "[", CONFIG_MAX_BYTES - 1, "");
+	expect_err(flow, "dir/t.yaml:1:17: nesting deeper than 16 levels; expected a flatter "
+			 "structure");
+	free(flow);
+	char *maps = repeat("a: ", "{a: ", 100000, "");
+	expect_err(maps, "dir/t.yaml:1:64: nesting deeper than 16 levels; expected a flatter "
+			 "structure");
+	free(maps);
+	/* Sixteen levels are still fine for the parser, and only then the
+	 * schema objects. */
+	char *ok = repeat("cpus: ", "[", 15, "]]]]]]]]]]]]]]]");
+	expect_err(ok, "dir/t.yaml:1:7: cpus: got a list; expected an integer from 1 to 64");
+	free(ok);
+}
+END_TEST
+
+START_TEST(too_many_nodes_refused)
+{
+	char *wide = repeat("command: [", "a,", 70000, "]");
+	expect_err(wide, "dir/t.yaml:1:131077: more than 65536 values in the file; expected a "
+			 "smaller config");
+	free(wide);
+	/* Just under the cap: a big argv loads. */
+	char *big = repeat("command: [", "a,", 60000, "]");
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_int_eq(load(big, &c, err), 0);
+	ck_assert_str_eq(c.argv[59999], "a");
+	ck_assert_ptr_null(c.argv[60000]);
+	config_free(&c);
+	free(big);
+}
+END_TEST
+
+START_TEST(huge_scalars)
+{
+	/* A 1 MiB command line: the file limit is the bound. */
+	size_t n = CONFIG_MAX_BYTES - strlen("command: \"\"\n");
+	char *fits = repeat("command: \"", "x", n, "\"\n");
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_int_eq(strlen(fits), CONFIG_MAX_BYTES);
+	ck_assert_int_eq(load(fits, &c, err), 0);
+	ck_assert_uint_eq(strlen(c.argv[2]), n);
+	config_free(&c);
+	free(fits);
+
+	char *over = repeat("command: \"", "x", n + 1, "\"\n");
+	config_init(&c);
+	ck_assert_int_eq(config_load_buf("dir/t.yaml", over, strlen(over), &c, err, ERRLEN),
+			 -EFBIG);
+	ck_assert_str_eq(err, "dir/t.yaml: file is larger than 1048576 bytes; expected a "
+			      "smaller config");
+	config_free(&c);
+	free(over);
+
+	/* A huge value is shortened in the message. */
+	char *word = repeat("cpus: ", "9", 500000, "");
+	expect_err(word, "dir/t.yaml:1:7: cpus: 9999999999999999999999999999999999999999... is "
+			 "out of range; expected an integer from 1 to 64");
+	free(word);
+	char *key = repeat("", "k", 500000, ": 1\n");
+	expect_err(key, "dir/t.yaml:1:500001: invalid YAML: mapping values are not allowed in "
+			"this context; expected valid YAML syntax");
+	free(key);
+	char *qkey = repeat("? ", "k", 500000, "\n: 1\n");
+	expect_err(qkey, "dir/t.yaml:1:3: unknown key "
+			 "'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...'; expected one of: cpus, "
+			 "memory, kernel, initrd, command, verbose");
+	free(qkey);
+	char *path = repeat("kernel: ", "p", 5000, "\n");
+	expect_err(path, "dir/t.yaml:1:9: kernel: path is longer than 4095 bytes; expected a "
+			 "path to a kernel image (vmlinux or bzImage)");
+	free(path);
+}
+END_TEST
+
+START_TEST(nul_bytes_and_bad_utf8)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	static const char raw[] = "cpus: 2\nkernel: a\0b\n";
+	config_init(&c);
+	ck_assert_int_eq(config_load_buf("dir/t.yaml", raw, sizeof raw - 1, &c, err, ERRLEN),
+			 -EINVAL);
+	ck_assert_str_eq(err, "dir/t.yaml:2:10: invalid text: control characters are not "
+			      "allowed (0x0); expected UTF-8 text without control characters");
+	ck_assert_uint_eq(c.cpus, 0);
+	config_free(&c);
+
+	expect_err("kernel: \"a\\0b\"", "dir/t.yaml:1:9: kernel: contains a NUL byte; expected a "
+					"path to a kernel image (vmlinux or bzImage)");
+	expect_err("command: [ls, \"a\\0\"]", "dir/t.yaml:1:15: command[1]: contains a NUL "
+					      "byte; expected a string (write \"\" for an empty "
+					      "argument)");
+	expect_err("cpus: 2\ncommand: \xc3\x28\n", "dir/t.yaml:2:11: invalid text: invalid "
+						   "trailing UTF-8 octet (0x28); expected "
+						   "UTF-8 text without control characters");
+	expect_err("cpus: \xff\n", "dir/t.yaml:1:7: invalid text: invalid leading UTF-8 octet "
+				   "(0xff); expected UTF-8 text without control characters");
+	expect_err("cpus: \x1b[31m\n", "dir/t.yaml:1:7: invalid text: control characters are "
+				       "not allowed (0x1b); expected UTF-8 text without control "
+				       "characters");
+	/* Escapes decode to bytes that must not reach the terminal raw. */
+	expect_err("\"\\e[2J\\n\": 1", "dir/t.yaml:1:1: unknown key '\\x1b[2J\\x0a'; expected "
+				       "one of: cpus, memory, kernel, initrd, command, verbose");
+	expect_err("\"\\u00e9t\\u00e9\": 1", "dir/t.yaml:1:1: unknown key "
+					     "'\\xc3\\xa9t\\xc3\\xa9'; expected one of: cpus, "
+					     "memory, kernel, initrd, command, verbose");
+}
+END_TEST
+
+/* The error buffer is never overrun, and may be absent. */
+START_TEST(error_buffer_edges)
+{
+	struct kbox_config c;
+	char small[16];
+	config_init(&c);
+	ck_assert_int_eq(config_load_buf("dir/t.yaml", "cpus: x", 7, &c, NULL, 0), -EINVAL);
+	ck_assert_int_eq(config_load_buf("dir/t.yaml", "cpus: x", 7, &c, small, 1), -EINVAL);
+	ck_assert_str_eq(small, "");
+	ck_assert_int_eq(config_load_buf("dir/t.yaml", "cpus: x", 7, &c, small, sizeof small),
+			 -EINVAL);
+	ck_assert_str_eq(small, "dir/t.yaml:1:7:");
+	ck_assert_int_eq(config_load_buf("a\nb.yaml", "cpus: x", 7, &c, small, sizeof small),
+			 -EINVAL);
+	ck_assert_str_eq(small, "a\\x0ab.yaml:1:7");
+	config_free(&c);
+}
+END_TEST
+
+/* ---- files ------------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+	strcpy(tmpdir, "/tmp/kbox-config-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void write_file(const char *path, const char *text, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
+	close(fd);
+}
+
+START_TEST(files_load_and_fail_clearly)
+{
+	char path[128], path2[128], msg[ERRLEN], err[ERRLEN];
+	struct kbox_config c;
+	make_tmpdir();
+	config_init(&c);
+
+	snprintf(path, sizeof path, "%s/sandbox.yaml", tmpdir);
+	const char *text = "cpus: 3\nkernel: vmlinux\ncommand: [true]\n";
+	write_file(path, text, strlen(text));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), 0);
+	ck_assert_uint_eq(c.cpus, 3);
+	snprintf(path2, sizeof path2, "%s/vmlinux", tmpdir);
+	ck_assert_str_eq(c.kernel, path2);
+	config_free(&c);
+
+	const char *bad = "cpus: 3\nverbose: sometimes\n";
+	write_file(path, bad, strlen(bad));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:2:10: verbose: 'sometimes' is not a boolean; expected "
+				  "true or false", path);
+	ck_assert_str_eq(err, msg);
+
+	snprintf(path2, sizeof path2, "%s/missing.yaml", tmpdir);
+	ck_assert_int_eq(config_load(path2, &c, err, sizeof err), -ENOENT);
+	snprintf(msg, sizeof msg, "%s: cannot open: No such file or directory; expected a "
+				  "readable config file", path2);
+	ck_assert_str_eq(err, msg);
+
+	ck_assert_int_eq(config_load(tmpdir, &c, err, sizeof err), -EISDIR);
+	snprintf(msg, sizeof msg, "%s: is a directory; expected a regular YAML file", tmpdir);
+	ck_assert_str_eq(err, msg);
+
+	/* A FIFO must be refused, not waited on. */
+	snprintf(path2, sizeof path2, "%s/fifo.yaml", tmpdir);
+	ck_assert_int_eq(mkfifo(path2, 0600), 0);
+	ck_assert_int_eq(config_load(path2, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s: is not a regular file; expected a regular YAML file",
+		 path2);
+	ck_assert_str_eq(err, msg);
+	unlink(path2);
+
+	if (geteuid() != 0) {
+		ck_assert_int_eq(chmod(path, 0), 0);
+		ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EACCES);
+		snprintf(msg, sizeof msg, "%s: cannot open: Permission denied; expected a "
+					  "readable config file", path);
+		ck_assert_str_eq(err, msg);
+	}
+	unlink(path);
+
+	char *huge = repeat("", "#", CONFIG_MAX_BYTES + 1, "");
+	write_file(path, huge, CONFIG_MAX_BYTES + 1);
+	free(huge);
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EFBIG);
+	snprintf(msg, sizeof msg, "%s: file is larger than 1048576 bytes; expected a smaller "
+				  "config", path);
+	ck_assert_str_eq(err, msg);
+	unlink(path);
+
+	ck_assert_uint_eq(c.cpus, 0);
+	config_free(&c);
+	ck_assert_int_eq(rmdir(tmpdir), 0);
+}
+END_TEST
+
+Suite *config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *ok = tcase_create("valid");
+	tcase_add_test(ok, full_block_file);
+	tcase_add_test(ok, flow_style_and_unset_keys);
+	tcase_add_test(ok, empty_files_set_nothing);
+	tcase_add_test(ok, memory_forms);
+	tcase_add_test(ok, bool_forms);
+	tcase_add_test(ok, command_string_runs_through_sh);
+	tcase_add_test(ok, relative_paths_follow_the_file);
+	tcase_add_test(ok, load_overlays_and_errors_keep_config);
+	suite_add_tcase(s, ok);
+
+	TCase *bad = tcase_create("errors");
+	tcase_add_test(bad, wrong_types);
+	tcase_add_test(bad, out_of_range);
+	tcase_add_test(bad, unknown_keys);
+	tcase_add_test(bad, later_sections_not_supported_yet);
+	tcase_add_test(bad, structure_errors);
+	tcase_add_test(bad, empty_commands);
+	tcase_add_test(bad, syntax_errors);
+	tcase_add_test(bad, files_load_and_fail_clearly);
+	suite_add_tcase(s, bad);
+
+	TCase *hostile = tcase_create("hostile");
+	tcase_set_timeout(hostile, 30);
+	tcase_add_test(hostile, anchors_and_aliases_refused);
+	tcase_add_test(hostile, deep_nesting_refused);
+	tcase_add_test(hostile, too_many_nodes_refused);
+	tcase_add_test(hostile, huge_scalars);
+	tcase_add_test(hostile, nul_bytes_and_bad_utf8);
+	tcase_add_test(hostile, error_buffer_edges);
+	suite_add_tcase(s, hostile);
+	return s;
+}

@@ -1,0 +1,152 @@
+/* Split virtqueues (virtio 1.2 §2.7) and the transport-neutral view of a
+ * virtio device.  Every ring byte is guest-owned and may change under our
+ * feet: indices and descriptors are read once into locals and checked there,
+ * and nothing the guest writes can make us loop, overrun or crash — a broken
+ * ring only ever yields a negative errno and a device that needs a reset. */
+#ifndef KBOX_VIRTQUEUE_H
+#define KBOX_VIRTQUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vmm/guest_mem.h"
+
+/* Feature bits the ring code understands (virtio 1.2 §6). */
+#define VIRTIO_F_INDIRECT_DESC 28
+#define VIRTIO_F_EVENT_IDX 29
+#define VIRTIO_F_VERSION_1 32
+
+/* Largest queue any of our devices offers (the spec allows 32768). */
+#define VQ_MAX_SIZE 1024
+/* Segments one chain may yield; longer chains are an error rather than a
+ * reason to allocate. */
+#define VQ_MAX_SEGS 64
+/* Longest indirect table accepted (entries). */
+#define VQ_MAX_INDIRECT 256
+
+/* One guest buffer, already translated and bounds-checked. */
+struct vq_seg {
+	uint8_t *ptr;  /* host pointer to len bytes of guest RAM */
+	uint32_t len;  /* never 0 */
+	bool write;    /* device-writable (true) or device-readable */
+};
+
+/* A popped descriptor chain: nr_read readable segments first, then the
+ * writable ones, so a device can treat each side as one byte stream. */
+struct vq_chain {
+	uint16_t head;       /* give back to vq_push */
+	unsigned nr;         /* segments in seg[] */
+	unsigned nr_read;    /* seg[0..nr_read) are readable */
+	uint32_t read_len;   /* total readable bytes */
+	uint32_t write_len;  /* total writable bytes */
+	struct vq_seg seg[VQ_MAX_SEGS];
+};
+
+/* Queue state.  The transport fills size and the three ring addresses from
+ * the driver's registers and then calls vq_activate. */
+struct vq {
+	uint16_t max_size;       /* device limit, a power of two */
+	uint16_t size;           /* driver's choice, validated by vq_activate */
+	uint64_t desc_gpa, avail_gpa, used_gpa;
+	bool ready;              /* activated and not broken */
+	bool broken;             /* a guest error was seen; needs a reset */
+	bool event_idx;          /* VIRTIO_F_EVENT_IDX negotiated */
+	bool indirect;           /* VIRTIO_F_INDIRECT_DESC negotiated */
+	const struct guest_mem *gm;
+	uint8_t *desc, *avail, *used; /* host views, whole rings checked */
+	uint16_t last_avail;     /* next avail ring slot we will read */
+	uint16_t used_idx;       /* our copy of used.idx */
+	uint16_t signalled_used; /* used.idx when vq_needs_interrupt last ran */
+};
+
+/* Put vq in the reset state with the given limit (a power of two, at most
+ * VQ_MAX_SIZE; larger or non-powers are rounded down).  Ring addresses are
+ * cleared and size becomes max_size, as the transport reset requires. */
+void vq_init(struct vq *vq, uint16_t max_size);
+
+/* Reset the queue to its state after vq_init, keeping max_size. */
+void vq_reset(struct vq *vq);
+
+/* Validate size and the rings set in vq and start using them: size must be
+ * a power of two between 1 and max_size, the descriptor table 16-byte
+ * aligned, the available ring 2-byte and the used ring 4-byte aligned, each
+ * ring (event fields included) wholly inside one RAM region of gm.  features
+ * are the negotiated bits (event index and indirect descriptors are read from
+ * them).  Returns 0 or -EINVAL (the queue then stays not ready). */
+int vq_activate(struct vq *vq, const struct guest_mem *gm, uint64_t features);
+
+/* Take the next available chain.  Returns 1 and fills *c, 0 if the driver
+ * has nothing new, or a negative errno if the ring or chain is malformed
+ * (avail.idx too far ahead, head or next out of range, a loop, a buffer
+ * outside RAM, a readable after a writable segment, nested or misshapen
+ * indirect table, more than VQ_MAX_SEGS segments, total length over
+ * UINT32_MAX); after an error the queue is broken and keeps returning -EIO
+ * until vq_reset.  Publishes avail_event when event index is in use. */
+int vq_pop(struct vq *vq, struct vq_chain *c);
+
+/* Return chain head to the driver with written bytes put in its writable
+ * buffers.  Returns 0, -EINVAL for a head outside the queue or -EIO if the
+ * queue is not ready.  Does not interrupt: ask vq_needs_interrupt. */
+int vq_push(struct vq *vq, uint16_t head, uint32_t written);
+
+/* Whether the driver wants an interrupt for the buffers pushed since the
+ * previous call (used_event with event index, else the NO_INTERRUPT flag).
+ * Call once after a batch of vq_push. */
+bool vq_needs_interrupt(struct vq *vq);
+
+/* ---- A virtio device as any transport sees it. ---- */
+
+struct vq_dev;
+
+/* Why a device signals its transport. */
+enum vq_signal {
+	VQ_SIGNAL_USED,   /* buffers were used: used-buffer interrupt */
+	VQ_SIGNAL_CONFIG, /* config space changed: config interrupt */
+	VQ_SIGNAL_ERROR,  /* guest error: DEVICE_NEEDS_RESET + config irq */
+};
+
+/* What a device model implements.  All hooks are optional except notify.
+ * Offsets given to config hooks are already inside [0, config_size) and
+ * len is 1, 2, 4 or 8. */
+struct vq_dev_ops {
+	void (*config_read)(struct vq_dev *d, uint32_t off, void *data, uint32_t len);
+	void (*config_write)(struct vq_dev *d, uint32_t off, const void *data, uint32_t len);
+	/* The driver kicked queue q (q < nr_queues, queue ready).  A negative
+	 * return marks the device as needing a reset. */
+	int (*notify)(struct vq_dev *d, unsigned q);
+	/* The driver set DRIVER_OK: queues are live. */
+	void (*activate)(struct vq_dev *d);
+	/* The driver reset the device: drop all device state.  Queues are
+	 * reset by the transport afterwards. */
+	void (*reset)(struct vq_dev *d);
+};
+
+/* Embedded in each device model; the device fills the first block, the
+ * transport the second. */
+struct vq_dev {
+	const struct vq_dev_ops *ops;
+	uint32_t device_id;
+	uint64_t features;        /* offered (VERSION_1 is added by transport) */
+	uint32_t config_size;
+	unsigned nr_queues;
+	struct vq *vqs;           /* nr_queues queues, vq_init'ed by the device */
+
+	const struct guest_mem *gm;
+	uint64_t driver_features; /* valid once FEATURES_OK was accepted */
+	bool live;                /* DRIVER_OK set and no reset needed */
+	void (*signal)(struct vq_dev *d, enum vq_signal why);
+	void *transport;
+};
+
+/* Tell the transport that queue q has new used buffers; interrupts only if
+ * vq_needs_interrupt agrees. */
+void vq_dev_used(struct vq_dev *d, unsigned q);
+
+/* Report a guest error: the device stops (live = false) and the transport
+ * sets DEVICE_NEEDS_RESET.  Idempotent. */
+void vq_dev_fail(struct vq_dev *d);
+
+/* Tell the transport that config space changed. */
+void vq_dev_config_changed(struct vq_dev *d);
+
+#endif

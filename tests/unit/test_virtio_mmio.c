@@ -1,0 +1,364 @@
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices/virtio_mmio.h"
+
+#define RAM 0x10000u
+
+/* A dummy device: two queues, 12 bytes of config, counts its hooks. */
+struct dummy {
+	struct vq_dev dev;
+	struct vq vqs[2];
+	uint8_t cfg[12];
+	unsigned notifies[2], resets, activates;
+	int notify_ret;
+};
+
+struct counting_irq {
+	struct irq_sink sink;
+	int level;
+	unsigned raises;
+};
+
+static uint8_t *ram;
+static struct guest_mem gm;
+static struct dummy dm;
+static struct counting_irq irq;
+static struct vmmio t;
+
+static void d_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t len)
+{
+	memcpy(data, ((struct dummy *)d)->cfg + off, len);
+}
+
+static void d_config_write(struct vq_dev *d, uint32_t off, const void *data, uint32_t len)
+{
+	memcpy(((struct dummy *)d)->cfg + off, data, len);
+}
+
+static int d_notify(struct vq_dev *d, unsigned q)
+{
+	((struct dummy *)d)->notifies[q]++;
+	return ((struct dummy *)d)->notify_ret;
+}
+
+static void d_reset(struct vq_dev *d)
+{
+	((struct dummy *)d)->resets++;
+}
+
+static void d_activate(struct vq_dev *d)
+{
+	((struct dummy *)d)->activates++;
+}
+
+static const struct vq_dev_ops d_ops = {
+	.config_read = d_config_read,
+	.config_write = d_config_write,
+	.notify = d_notify,
+	.reset = d_reset,
+	.activate = d_activate,
+};
+
+static void set_level(struct irq_sink *s, int level)
+{
+	struct counting_irq *c = (struct counting_irq *)s;
+	c->level = level;
+	c->raises += level;
+}
+
+static void setup(void)
+{
+	ram = calloc(1, RAM);
+	memset(&gm, 0, sizeof gm);
+	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	memset(&dm, 0, sizeof dm);
+	memset(&irq, 0, sizeof irq);
+	irq.sink.set_level = set_level;
+	dm.dev.ops = &d_ops;
+	dm.dev.device_id = 42;
+	dm.dev.features = 1ull << 3 | 1ull << VIRTIO_F_EVENT_IDX;
+	dm.dev.config_size = sizeof dm.cfg;
+	dm.dev.nr_queues = 2;
+	dm.dev.vqs = dm.vqs;
+	vq_init(&dm.vqs[0], 64);
+	vq_init(&dm.vqs[1], 16);
+	for (unsigned i = 0; i < sizeof dm.cfg; i++)
+		dm.cfg[i] = (uint8_t)(0xa0 + i);
+	ck_assert_int_eq(vmmio_init(&t, &dm.dev, &gm, &irq.sink), 0);
+}
+
+static void teardown(void)
+{
+	free(ram);
+}
+
+static uint32_t rd(uint64_t off)
+{
+	uint32_t v = 0xdeadbeef;
+	vmmio_read(&t, off, &v, 4);
+	return v;
+}
+
+static void wr(uint64_t off, uint32_t v)
+{
+	vmmio_write(&t, off, &v, 4);
+}
+
+static void negotiate(uint64_t features)
+{
+	wr(0x70, 0);
+	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE);
+	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	wr(0x24, 0);
+	wr(0x20, (uint32_t)features);
+	wr(0x24, 1);
+	wr(0x20, (uint32_t)(features >> 32));
+	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
+}
+
+static void setup_queue(uint32_t q, uint32_t num, uint64_t base)
+{
+	wr(0x30, q);
+	wr(0x38, num);
+	wr(0x80, (uint32_t)base);
+	wr(0x84, 0);
+	wr(0x90, (uint32_t)base + 0x400);
+	wr(0x94, 0);
+	wr(0xa0, (uint32_t)base + 0x800);
+	wr(0xa4, 0);
+	wr(0x44, 1);
+}
+
+static const uint32_t ALL_OK = VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER |
+			       VIRTIO_STATUS_FEATURES_OK | VIRTIO_STATUS_DRIVER_OK;
+
+START_TEST(identity_registers)
+{
+	ck_assert_uint_eq(rd(0x0), 0x74726976);
+	ck_assert_uint_eq(rd(0x4), 2);
+	ck_assert_uint_eq(rd(0x8), 42);
+	ck_assert_uint_eq(rd(0xc), 0x786f626b);
+	wr(0x14, 0);
+	ck_assert_uint_eq(rd(0x10), 1u << 3 | 1u << VIRTIO_F_EVENT_IDX);
+	wr(0x14, 1);
+	ck_assert_uint_eq(rd(0x10), 1); /* VERSION_1 */
+	wr(0x14, 7);
+	ck_assert_uint_eq(rd(0x10), 0);
+	wr(0x30, 0);
+	ck_assert_uint_eq(rd(0x34), 64);
+	wr(0x30, 1);
+	ck_assert_uint_eq(rd(0x34), 16);
+	wr(0x30, 2);
+	ck_assert_uint_eq(rd(0x34), 0);
+	ck_assert_uint_eq(rd(0xb0), 0xffffffffu);
+}
+END_TEST
+
+START_TEST(features_ok_requires_version_1)
+{
+	negotiate(1ull << 3);
+	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_FEATURES_OK, 0);
+	negotiate(1ull << 3 | 1ull << 5 | 1ull << VIRTIO_F_VERSION_1); /* 5 not offered */
+	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_FEATURES_OK, 0);
+	negotiate(1ull << 3 | 1ull << VIRTIO_F_VERSION_1);
+	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_FEATURES_OK, VIRTIO_STATUS_FEATURES_OK);
+	ck_assert_uint_eq(dm.dev.driver_features, 1ull << 3 | 1ull << VIRTIO_F_VERSION_1);
+	/* features are frozen now */
+	wr(0x24, 0);
+	wr(0x20, 0);
+	wr(0x70, ALL_OK);
+	ck_assert_uint_eq(dm.dev.driver_features, 1ull << 3 | 1ull << VIRTIO_F_VERSION_1);
+	ck_assert(dm.dev.live);
+	ck_assert_uint_eq(dm.activates, 1);
+}
+END_TEST
+
+START_TEST(status_out_of_order)
+{
+	/* FEATURES_OK without DRIVER, DRIVER_OK without FEATURES_OK */
+	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_FEATURES_OK);
+	ck_assert_uint_eq(rd(0x70), VIRTIO_STATUS_ACKNOWLEDGE);
+	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_DRIVER_OK);
+	ck_assert_uint_eq(rd(0x70), VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	ck_assert(!dm.dev.live);
+	/* clearing a bit without reset is ignored */
+	wr(0x70, VIRTIO_STATUS_DRIVER);
+	ck_assert_uint_eq(rd(0x70), VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	/* a queue cannot go ready before FEATURES_OK */
+	setup_queue(0, 8, 0x1000);
+	ck_assert_uint_eq(rd(0x44), 0);
+	/* notify before DRIVER_OK is ignored */
+	wr(0x50, 0);
+	ck_assert_uint_eq(dm.notifies[0], 0);
+	/* the driver cannot set NEEDS_RESET itself */
+	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_NEEDS_RESET);
+	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, 0);
+}
+END_TEST
+
+START_TEST(queue_setup_and_notify)
+{
+	negotiate(1ull << VIRTIO_F_VERSION_1);
+	setup_queue(0, 8, 0x1000);
+	ck_assert_uint_eq(rd(0x44), 1);
+	ck_assert(dm.vqs[0].ready);
+	ck_assert_uint_eq(dm.vqs[0].desc_gpa, 0x1000);
+	ck_assert_uint_eq(dm.vqs[0].avail_gpa, 0x1400);
+	ck_assert_uint_eq(dm.vqs[0].used_gpa, 0x1800);
+	/* writes while ready are ignored */
+	wr(0x38, 4);
+	wr(0x80, 0x2000);
+	ck_assert_uint_eq(dm.vqs[0].size, 8);
+	ck_assert_uint_eq(dm.vqs[0].desc_gpa, 0x1000);
+	wr(0x70, ALL_OK);
+	wr(0x50, 0);
+	wr(0x50, 1); /* queue 1 not ready */
+	wr(0x50, 9); /* no such queue */
+	vmmio_notify(&t, 0);
+	ck_assert_uint_eq(dm.notifies[0], 2);
+	ck_assert_uint_eq(dm.notifies[1], 0);
+	/* QueueReady 0 stops the queue */
+	wr(0x30, 0);
+	wr(0x44, 0);
+	ck_assert_uint_eq(rd(0x44), 0);
+	wr(0x50, 0);
+	ck_assert_uint_eq(dm.notifies[0], 2);
+}
+END_TEST
+
+START_TEST(bad_queue_needs_reset)
+{
+	negotiate(1ull << VIRTIO_F_VERSION_1);
+	setup_queue(1, 12, 0x1000); /* not a power of two */
+	ck_assert_uint_eq(rd(0x44), 0);
+	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, VIRTIO_STATUS_NEEDS_RESET);
+	ck_assert_uint_eq(rd(0x60), VMMIO_INT_CONFIG);
+	ck_assert_int_eq(irq.level, 1);
+	/* a huge QueueNum must not truncate into a valid size */
+	negotiate(1ull << VIRTIO_F_VERSION_1);
+	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, 0);
+	setup_queue(0, 0x10008, 0x1000);
+	ck_assert_uint_eq(rd(0x44), 0);
+	negotiate(1ull << VIRTIO_F_VERSION_1);
+	setup_queue(0, 8, RAM - 0x400); /* used ring outside RAM */
+	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, VIRTIO_STATUS_NEEDS_RESET);
+}
+END_TEST
+
+START_TEST(notify_error_needs_reset)
+{
+	negotiate(1ull << VIRTIO_F_VERSION_1);
+	setup_queue(0, 8, 0x1000);
+	wr(0x70, ALL_OK);
+	dm.notify_ret = -EINVAL;
+	wr(0x50, 0);
+	ck_assert_uint_eq(rd(0x70), ALL_OK | VIRTIO_STATUS_NEEDS_RESET);
+	ck_assert(!dm.dev.live);
+	ck_assert_uint_eq(rd(0x60), VMMIO_INT_CONFIG);
+	wr(0x50, 0); /* no more notifies until reset */
+	ck_assert_uint_eq(dm.notifies[0], 1);
+	wr(0x70, 0);
+	ck_assert_uint_eq(rd(0x70), 0);
+	ck_assert_uint_eq(rd(0x60), 0);
+	ck_assert_int_eq(irq.level, 0);
+	ck_assert_uint_eq(dm.resets, 2); /* negotiate() reset too */
+	ck_assert(!dm.vqs[0].ready);
+	ck_assert_uint_eq(dm.vqs[0].desc_gpa, 0);
+}
+END_TEST
+
+START_TEST(interrupts_level)
+{
+	negotiate(1ull << VIRTIO_F_VERSION_1);
+	setup_queue(0, 8, 0x1000);
+	wr(0x70, ALL_OK);
+	ck_assert_int_eq(vq_push(&dm.vqs[0], 0, 0), 0);
+	vq_dev_used(&dm.dev, 0);
+	ck_assert_uint_eq(rd(0x60), VMMIO_INT_USED);
+	ck_assert_int_eq(irq.level, 1);
+	vq_dev_config_changed(&dm.dev);
+	ck_assert_uint_eq(rd(0x60), VMMIO_INT_USED | VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(rd(0xfc), 1);
+	wr(0x64, VMMIO_INT_USED);
+	ck_assert_int_eq(irq.level, 1);
+	wr(0x64, VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(rd(0x60), 0);
+	ck_assert_int_eq(irq.level, 0);
+}
+END_TEST
+
+START_TEST(odd_accesses_ignored)
+{
+	uint8_t b[8];
+	uint16_t h = 0xffff;
+	vmmio_read(&t, 0x2, &h, 2);
+	ck_assert_uint_eq(h, 0);
+	memset(b, 0xff, sizeof b);
+	vmmio_read(&t, 0x1, b, 4);
+	ck_assert_uint_eq(b[0] | b[1] | b[2] | b[3], 0);
+	vmmio_read(&t, 0x0, b, 8);
+	ck_assert_uint_eq(b[0], 0);
+	ck_assert_uint_eq(rd(0x1000), 0);
+	ck_assert_uint_eq(rd(UINT64_MAX - 1), 0);
+	vmmio_read(&t, 0x0, b, 9); /* too wide: untouched, no crash */
+	/* odd writes do nothing */
+	uint16_t v = 7;
+	vmmio_write(&t, 0x70, &v, 2);
+	vmmio_write(&t, 0x71, &v, 2);
+	vmmio_write(&t, 0x2000, &v, 2);
+	ck_assert_uint_eq(rd(0x70), 0);
+	/* config space: any width inside, nothing outside */
+	vmmio_read(&t, 0x100, &h, 2);
+	ck_assert_uint_eq(h, 0xa1a0);
+	vmmio_read(&t, 0x10b, b, 1);
+	ck_assert_uint_eq(b[0], 0xab);
+	uint32_t w = 0x12345678;
+	vmmio_read(&t, 0x10a, &w, 4); /* runs past the 12 bytes */
+	ck_assert_uint_eq(w, 0);
+	vmmio_read(&t, 0x104, b, 8);
+	ck_assert_uint_eq(b[7], 0xab);
+	vmmio_read(&t, 0x101, b, 3);
+	ck_assert_uint_eq(b[0], 0);
+	w = 0x11223344;
+	vmmio_write(&t, 0x108, &w, 4);
+	ck_assert_uint_eq(dm.cfg[8], 0x44);
+	vmmio_write(&t, 0x10a, &w, 4);
+	ck_assert_uint_eq(dm.cfg[11], 0x11);
+}
+END_TEST
+
+START_TEST(init_rejects_bad_devices)
+{
+	struct vmmio t2;
+	struct vq_dev d = { 0 };
+	ck_assert_int_eq(vmmio_init(&t2, &d, &gm, NULL), -EINVAL);
+	d = dm.dev;
+	d.config_size = 0x1000;
+	ck_assert_int_eq(vmmio_init(&t2, &d, &gm, NULL), -EINVAL);
+	d.config_size = 0;
+	d.nr_queues = 0;
+	ck_assert_int_eq(vmmio_init(&t2, &d, &gm, NULL), -EINVAL);
+}
+END_TEST
+
+Suite *virtio_mmio_suite(void)
+{
+	Suite *s = suite_create("virtio_mmio");
+	TCase *tc = tcase_create("core");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, identity_registers);
+	tcase_add_test(tc, features_ok_requires_version_1);
+	tcase_add_test(tc, status_out_of_order);
+	tcase_add_test(tc, queue_setup_and_notify);
+	tcase_add_test(tc, bad_queue_needs_reset);
+	tcase_add_test(tc, notify_error_needs_reset);
+	tcase_add_test(tc, interrupts_level);
+	tcase_add_test(tc, odd_accesses_ignored);
+	tcase_add_test(tc, init_rejects_bad_devices);
+	suite_add_tcase(s, tc);
+	return s;
+}

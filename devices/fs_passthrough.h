@@ -1,0 +1,59 @@
+/* Passthrough filesystem backend for the FUSE server: serves one host
+ * directory, confined on the host side.
+ *
+ * - Every inode the guest knows is an O_PATH|O_NOFOLLOW fd in a table keyed
+ *   by (st_dev, st_ino), with the guest's lookup count.
+ * - Every name is one component, resolved with openat2(RESOLVE_BENEATH |
+ *   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) relative to its parent's fd;
+ *   "", ".", ".." and names containing '/' are refused (EINVAL).
+ * - Only regular files and directories are ever opened; symlinks are read
+ *   with readlinkat, never followed.  MKNOD makes regular files only.
+ * - Setuid/setgid bits are stripped on create and chmod.
+ * - A read-only mount refuses every write with EROFS.
+ * - Hidden names do not exist: ENOENT on lookup, absent from readdir, EACCES
+ *   when the guest tries to create, link or rename onto one.
+ * - Open fds (inodes plus handles) are capped: EMFILE past the cap. */
+#ifndef KBOX_FS_PASSTHROUGH_H
+#define KBOX_FS_PASSTHROUGH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "devices/fuse_server.h"
+
+struct fsp_config {
+	const char *root; /* host directory to serve */
+	bool readonly;
+	/* Hidden glob patterns (fnmatch).  A pattern with no '/' matches an
+	 * entry's name anywhere in the mount; one with a '/' matches the path
+	 * relative to the mount root, e.g. "config/secret-*".  hidden_set false
+	 * means the defaults (FSP_DEFAULT_HIDDEN); true with n_hidden 0 means
+	 * nothing is hidden. */
+	const char *const *hidden;
+	size_t n_hidden;
+	bool hidden_set;
+	/* Cap on host fds held for the guest; 0 = RLIMIT_NOFILE minus 64. */
+	unsigned max_fds;
+};
+
+/* The default hidden list, NULL-terminated. */
+extern const char *const FSP_DEFAULT_HIDDEN[];
+
+struct fsp;
+
+/* The backend's ops table, for fuse_server_new(&fsp_ops, fsp, ...). */
+extern const struct fuse_fs_ops fsp_ops;
+
+/* Opens cfg->root (which must be a directory; the path itself may contain
+ * symlinks, it is the host user's choice) and prepares the tables.
+ * Returns 0 and *out, or a negative errno. */
+int fsp_new(const struct fsp_config *cfg, struct fsp **out);
+
+/* Closes every fd and frees the backend.  NULL is a no-op. */
+void fsp_free(struct fsp *p);
+
+/* Host fds currently held for the guest (inodes + open handles, root
+ * excluded); for tests and the fd cap. */
+unsigned fsp_open_fds(const struct fsp *p);
+
+#endif

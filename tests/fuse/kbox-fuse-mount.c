@@ -1,0 +1,162 @@
+/* /dev/fuse harness: serves a host directory through kbox's FUSE server at
+ * a mountpoint, with the host kernel playing the guest.  Real programs then
+ * run on the mount (tests/fuse/run.sh, bench/fs).
+ *
+ *   kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-m MAXFDS] SRC MNT
+ *     -r  read-only mount (the server refuses writes; the kernel mount is
+ *         left writable so that the server's refusal is what is tested)
+ *     -n  hide nothing (explicit empty hidden list)
+ *     -H  add a hidden pattern (replaces the default list)
+ *     -m  cap on host fds held for the guest
+ *
+ * Runs in the foreground until the mount goes away (umount), then exits 0.
+ * Needs root (mount(2)). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "devices/fs_passthrough.h"
+#include "devices/fuse_server.h"
+
+#define MAX_HIDDEN 64
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: kbox-fuse-mount [-r] [-n] [-H PATTERN]... "
+			"[-m MAXFDS] SRC MNT\n");
+	return 2;
+}
+
+/* The kernel only passes a read buffer at least max_write + headers long. */
+static int serve(int fd, struct fuse_server *srv)
+{
+	size_t in_size = fuse_server_max_request(srv);
+	size_t out_size = in_size;
+	char *in = malloc(in_size), *out = malloc(out_size);
+	int rc = 0;
+
+	if (!in || !out) {
+		fprintf(stderr, "kbox-fuse-mount: out of memory\n");
+		rc = 1;
+		goto done;
+	}
+	for (;;) {
+		ssize_t n = read(fd, in, in_size);
+		if (n < 0) {
+			/* ENOENT: the request was interrupted before we read it. */
+			if (errno == EINTR || errno == ENOENT || errno == EAGAIN)
+				continue;
+			if (errno != ENODEV) {
+				perror("kbox-fuse-mount: read /dev/fuse");
+				rc = 1;
+			}
+			break;
+		}
+		ssize_t r = fuse_server_handle_buf(srv, in, (size_t)n, out,
+						   out_size);
+		if (r < 0) {
+			fprintf(stderr, "kbox-fuse-mount: bad request (%s)\n",
+				strerror((int)-r));
+			continue;
+		}
+		/* ENOENT on write: the kernel gave up on the request. */
+		if (r > 0 && write(fd, out, (size_t)r) < 0 && errno != ENOENT) {
+			if (errno == ENODEV)
+				break;
+			perror("kbox-fuse-mount: write /dev/fuse");
+		}
+		if (fuse_server_destroyed(srv))
+			break;
+	}
+done:
+	free(in);
+	free(out);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	const char *hidden[MAX_HIDDEN];
+	struct fsp_config cfg = { 0 };
+	struct fuse_server_config scfg = { 0 };
+	struct rlimit rl;
+	int opt;
+
+	while ((opt = getopt(argc, argv, "rnH:m:")) != -1) {
+		switch (opt) {
+		case 'r':
+			cfg.readonly = true;
+			break;
+		case 'n':
+			cfg.hidden_set = true;
+			break;
+		case 'H':
+			if (cfg.n_hidden == MAX_HIDDEN)
+				return usage();
+			cfg.hidden_set = true;
+			hidden[cfg.n_hidden++] = optarg;
+			break;
+		case 'm':
+			cfg.max_fds = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		default:
+			return usage();
+		}
+	}
+	if (argc - optind != 2)
+		return usage();
+	cfg.root = argv[optind];
+	cfg.hidden = hidden;
+	const char *mnt = argv[optind + 1];
+
+	/* Every inode the guest remembers holds an fd: allow many. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	signal(SIGPIPE, SIG_IGN);
+
+	struct fsp *fs;
+	int rc = fsp_new(&cfg, &fs);
+	if (rc < 0) {
+		fprintf(stderr, "kbox-fuse-mount: cannot serve %s: %s\n",
+			cfg.root, strerror(-rc));
+		return 1;
+	}
+	scfg.entry_timeout = 1.0;
+	scfg.attr_timeout = 1.0;
+	scfg.posix_locks = true;
+	struct fuse_server *srv;
+	rc = fuse_server_new(&fsp_ops, fs, &scfg, &srv);
+	if (rc < 0) {
+		fprintf(stderr, "kbox-fuse-mount: %s\n", strerror(-rc));
+		fsp_free(fs);
+		return 1;
+	}
+	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		perror("kbox-fuse-mount: open /dev/fuse");
+		return 1;
+	}
+	char opts[256];
+	snprintf(opts, sizeof opts,
+		 "fd=%d,rootmode=40000,user_id=0,group_id=0,"
+		 "default_permissions,allow_other",
+		 fd);
+	if (mount("kbox", mnt, "fuse.kbox", MS_NOSUID | MS_NODEV, opts) < 0) {
+		fprintf(stderr, "kbox-fuse-mount: mount %s: %s\n", mnt,
+			strerror(errno));
+		return 1;
+	}
+	rc = serve(fd, srv);
+	close(fd);
+	fuse_server_free(srv);
+	fsp_free(fs);
+	return rc;
+}

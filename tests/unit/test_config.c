@@ -619,6 +619,25 @@ START_TEST(files_load_and_fail_clearly)
 }
 END_TEST
 
+/* The documented example must stay loadable (run from the repository root,
+ * as `make unit` does). */
+START_TEST(example_file_loads)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	config_init(&c);
+	ck_assert_msg(config_load("examples/sandbox.yaml", &c, err, sizeof err) == 0, "%s", err);
+	ck_assert_uint_eq(c.cpus, 2);
+	ck_assert_uint_eq(c.memory_mib, 2048);
+	ck_assert_str_eq(c.kernel, "examples/../build/kernel/vmlinux");
+	ck_assert_str_eq(c.initrd, "examples/../build/initramfs.cpio");
+	static const char *const want[] = { "/bin/sh", "-c", "echo hi from the guest; exit 7" };
+	expect_argv(c.argv, want, 3);
+	ck_assert_int_eq(c.verbose, 0);
+	config_free(&c);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -631,6 +650,7 @@ Suite *config_suite(void)
 	tcase_add_test(ok, command_string_runs_through_sh);
 	tcase_add_test(ok, relative_paths_follow_the_file);
 	tcase_add_test(ok, load_overlays_and_errors_keep_config);
+	tcase_add_test(ok, example_file_loads);
 	suite_add_tcase(s, ok);
 
 	TCase *bad = tcase_create("errors");

@@ -112,7 +112,7 @@ static int cfg_nomem(struct cfg_ctx *x)
 {
 	if (x->err && x->errlen)
 		snprintf(x->err, x->errlen,
-			 "%s: out of memory while loading; expected to have memory", x->name);
+			 "%s: out of memory while loading; free some memory and retry", x->name);
 	return -ENOMEM;
 }
 
@@ -860,7 +860,7 @@ int config_load(const char *path, struct kbox_config *c, char *err, size_t errle
 	char *buf = malloc(CONFIG_MAX_BYTES + 1);
 	if (!buf) {
 		close(fd);
-		cfg_file_err(path, err, errlen, "out of memory; expected to have memory");
+		cfg_file_err(path, err, errlen, "out of memory; free some memory and retry");
 		return -ENOMEM;
 	}
 	size_t len = 0;

@@ -8,6 +8,7 @@
  *     -n  hide nothing (explicit empty hidden list)
  *     -H  add a hidden pattern (replaces the default list)
  *     -m  cap on host fds held for the guest
+ *     -t  seconds the kernel may cache names and attributes (default 1)
  *
  * Runs in the foreground until the mount goes away (umount), then exits 0.
  * Needs root (mount(2)). */
@@ -29,7 +30,7 @@
 static int usage(void)
 {
 	fprintf(stderr, "usage: kbox-fuse-mount [-r] [-n] [-H PATTERN]... "
-			"[-m MAXFDS] SRC MNT\n");
+			"[-m MAXFDS] [-t SECONDS] SRC MNT\n");
 	return 2;
 }
 
@@ -86,9 +87,10 @@ int main(int argc, char **argv)
 	struct fsp_config cfg = { 0 };
 	struct fuse_server_config scfg = { 0 };
 	struct rlimit rl;
+	double timeout = 1.0;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "rnH:m:")) != -1) {
+	while ((opt = getopt(argc, argv, "rnH:m:t:")) != -1) {
 		switch (opt) {
 		case 'r':
 			cfg.readonly = true;
@@ -104,6 +106,9 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			cfg.max_fds = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 't':
+			timeout = strtod(optarg, NULL);
 			break;
 		default:
 			return usage();
@@ -129,8 +134,8 @@ int main(int argc, char **argv)
 			cfg.root, strerror(-rc));
 		return 1;
 	}
-	scfg.entry_timeout = 1.0;
-	scfg.attr_timeout = 1.0;
+	scfg.entry_timeout = timeout;
+	scfg.attr_timeout = timeout;
 	scfg.posix_locks = true;
 	struct fuse_server *srv;
 	rc = fuse_server_new(&fsp_ops, fs, &scfg, &srv);

@@ -1,0 +1,284 @@
+#!/bin/sh
+# /dev/fuse harness tests: kbox's FUSE server mounted on a temporary
+# mountpoint, with the host kernel as the guest.  Real programs (git, tar,
+# make, python3, sqlite3) work on the mount, then escape attempts must fail
+# and leave the host untouched.
+#
+#   tests/fuse/run.sh [BUILD_DIR]      (needs root and /dev/fuse)
+#
+# Prints one "ok N - ..." / "not ok N - ..." line per check, then a
+# summary; exits non-zero if any check failed.  Every command is bounded by
+# timeout(1), the whole run by the harness's own timeout.
+set -u
+BUILD=${1:-build}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOP=$(cd "$HERE/../.." && pwd)
+BIN=$BUILD/fuse/kbox-fuse-mount
+case $BIN in /*) ;; *) BIN=$TOP/$BIN ;; esac
+
+if [ "$(id -u)" != 0 ]; then echo "skip: tests/fuse/run.sh needs root (mount)"; exit 0; fi
+if [ ! -c /dev/fuse ]; then echo "skip: no /dev/fuse"; exit 0; fi
+if [ ! -x "$BIN" ]; then
+	echo "# $BIN missing; building it with cc"
+	mkdir -p "$(dirname "$BIN")"
+	(cd "$TOP" && cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
+		-Wno-unused-parameter -Wvla -I. -O2 -g -o "$BIN" \
+		tests/fuse/kbox-fuse-mount.c devices/fuse_server.c \
+		devices/fs_passthrough.c) || exit 1
+fi
+
+T=$(mktemp -d /tmp/kbox-fuse.XXXXXX)
+# The source sits two levels deeper than the mountpoint's parent, so that a
+# relative symlink that a host-side follower would resolve from the source
+# (../secret) names a different place when the "guest" resolves it.
+SRC=$T/host/src
+MNT=$T/guest/mnt
+RO_SRC=$T/host/rosrc
+RO=$T/guest/ro
+mkdir -p "$SRC" "$MNT" "$RO_SRC" "$RO"
+PIDS=""
+
+cleanup() {
+	for m in "$MNT" "$RO"; do
+		mountpoint -q "$m" 2>/dev/null && umount -l "$m" 2>/dev/null
+	done
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mount_kbox() { # mount_kbox SRC MNT [options]
+	s=$1; m=$2; shift 2
+	timeout 600 "$BIN" "$@" "$s" "$m" 2>>"$T/harness.log" &
+	PIDS="$PIDS $!"
+	i=0
+	while ! mountpoint -q "$m"; do
+		i=$((i + 1))
+		if [ $i -gt 50 ]; then echo "Bail out! mount of $m failed"; cat "$T/harness.log"; exit 1; fi
+		sleep 0.1
+	done
+}
+
+N=0; PASS=0; FAIL=0
+ok() { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - $1"; }
+notok() { N=$((N + 1)); FAIL=$((FAIL + 1)); echo "not ok $N - $1"; }
+# check DESC CMD...: CMD must succeed.
+check() {
+	d=$1; shift
+	if timeout 120 "$@" >"$T/out" 2>&1; then ok "$d"; else notok "$d"; sed 's/^/#   /' "$T/out" | head -20; fi
+}
+# refuse DESC ERRTEXT CMD...: CMD must fail and say ERRTEXT.
+refuse() {
+	d=$1; e=$2; shift 2
+	if timeout 60 "$@" >"$T/out" 2>&1; then
+		notok "$d (succeeded)"
+	elif grep -qi "$e" "$T/out"; then
+		ok "$d"
+	else
+		notok "$d (wrong error)"; sed 's/^/#   /' "$T/out" | head -5
+	fi
+}
+
+# --- host fixtures ---------------------------------------------------------
+echo "outside secret" >"$T/host/secret"
+echo "API_KEY=do-not-leak" >"$SRC/.env"
+echo "x" >"$SRC/.env.local"
+echo "x" >"$SRC/secrets.env"
+echo "x" >"$SRC/kbox.yaml"
+mkdir -p "$SRC/sub"
+echo "x" >"$SRC/sub/.env"
+echo "visible" >"$SRC/readme.txt"
+ln -s ../secret "$SRC/escape-link"
+ln -s "$T/host" "$SRC/escape-dir"
+echo "ro data" >"$RO_SRC/data.txt"
+mkdir "$RO_SRC/dir"
+
+mount_kbox "$SRC" "$MNT"
+mount_kbox "$RO_SRC" "$RO" -r
+echo "# mounted $SRC at $MNT and $RO_SRC read-only at $RO"
+
+# --- real programs ---------------------------------------------------------
+check "git init/add/commit/status/log" sh -c "
+	cd '$MNT' && mkdir repo && cd repo && git init -q &&
+	git config user.email t@example.invalid && git config user.name t &&
+	for i in 1 2 3 4 5; do echo line \$i >f\$i.txt; done &&
+	git add . && git commit -qm one && echo more >>f1.txt &&
+	git commit -qam two && test -z \"\$(git status --porcelain)\" &&
+	test \$(git log --oneline | wc -l) = 2 && git fsck --no-progress >/dev/null"
+
+mkdir -p "$T/tree"
+cp -a /usr/include/linux "$T/tree/" 2>/dev/null
+dd if=/dev/urandom of="$T/tree/big.bin" bs=1M count=8 status=none
+check "tar create outside, extract on the mount, identical" sh -c "
+	tar -C '$T/tree' -cf '$T/in.tar' . && mkdir '$MNT/x' &&
+	tar -C '$MNT/x' -xf '$T/in.tar' && diff -r '$T/tree' '$MNT/x'"
+check "tar create on the mount, extract outside, identical" sh -c "
+	tar -C '$MNT/x' -cf '$MNT/out.tar' . && mkdir '$T/back' &&
+	tar -C '$T/back' -xf '$MNT/out.tar' && diff -r '$T/tree' '$T/back'"
+check "cp -a and rm -rf of a tree" sh -c "
+	cp -a '$MNT/x' '$MNT/y' && diff -r '$MNT/x' '$MNT/y' &&
+	rm -rf '$MNT/y' && test ! -e '$SRC/y'"
+
+mkdir "$MNT/proj"
+cat >"$MNT/proj/hello.c" <<'EOF'
+#include <stdio.h>
+int main(void) { puts("hello from fuse"); return 0; }
+EOF
+printf 'hello: hello.c\n\tcc -o hello hello.c\n' >"$MNT/proj/Makefile"
+check "make builds and runs a C program" sh -c "
+	cd '$MNT/proj' && make -s && ./hello | grep -q 'hello from fuse' &&
+	make | grep -q 'up to date'"
+
+cat >"$T/ops.py" <<'EOF'
+import fcntl, mmap, os, sys
+d = sys.argv[1]
+os.chdir(d)
+with open("a", "w") as f:
+    f.write("abc" * 1000)
+assert open("a").read() == "abc" * 1000
+os.rename("a", "b")
+with open("c", "w") as f:
+    f.write("c")
+os.replace("c", "b")                   # rename over an existing file
+assert open("b").read() == "c"
+os.link("b", "hard")
+assert os.stat("b").st_nlink == 2 and os.stat("hard").st_ino == os.stat("b").st_ino
+os.symlink("b", "sym")
+assert os.readlink("sym") == "b" and open("sym").read() == "c"
+with open("sparse", "wb") as f:
+    f.truncate(1 << 30)
+    f.seek(512 << 20); f.write(b"x")
+st = os.stat("sparse")
+assert st.st_size == 1 << 30 and st.st_blocks * 512 < (1 << 20)
+fd = os.open("sparse", os.O_RDONLY)
+assert os.lseek(fd, 0, os.SEEK_DATA) >= (511 << 20)
+os.close(fd)
+with open("m", "wb") as f:
+    f.write(b"\0" * 8192)
+with open("m", "r+b") as f:
+    mm = mmap.mmap(f.fileno(), 8192)
+    mm[100:105] = b"mmap!"; mm.flush(); mm.close()
+assert open("m", "rb").read()[100:105] == b"mmap!"
+with open("lk", "w") as f:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.lockf(f, fcntl.LOCK_UN)
+os.setxattr("b", "user.kbox", b"v")
+assert os.getxattr("b", "user.kbox") == b"v" and "user.kbox" in os.listxattr("b")
+os.truncate("b", 0)
+assert os.path.getsize("b") == 0
+os.utime("b", (1000000000, 1000000000))
+assert os.stat("b").st_mtime == 1000000000
+os.makedirs("p/q/r"); os.removedirs("p/q/r")
+assert sorted(os.listdir(".")) == ["b", "hard", "lk", "m", "sparse", "sym"]
+EOF
+mkdir "$MNT/py"
+check "python3 file ops (rename-over, links, sparse, mmap, locks, xattrs)" python3 "$T/ops.py" "$MNT/py"
+check "python3 -m compileall" sh -c "
+	mkdir '$MNT/pkg' && echo 'X = 1' >'$MNT/pkg/m.py' &&
+	python3 -m compileall -q '$MNT/pkg' && ls '$MNT/pkg/__pycache__' | grep -q '^m\\.'"
+if command -v sqlite3 >/dev/null; then
+	check "sqlite3 with locking" sh -c "
+		cd '$MNT' && sqlite3 t.db 'create table t(x); insert into t values(1),(2);' &&
+		sqlite3 t.db 'begin exclusive; insert into t values(3); commit;' &&
+		test \$(sqlite3 t.db 'select count(*) from t') = 3"
+else
+	echo "# skip sqlite3: not installed"
+fi
+BIG_MB=${KBOX_FUSE_BIG_MB:-64}
+check "sequential write and read back of $BIG_MB MiB, checksummed" sh -c "
+	dd if=/dev/urandom of='$T/blob' bs=1M count=$BIG_MB status=none &&
+	dd if='$T/blob' of='$MNT/blob' bs=1M status=none &&
+	test \"\$(sha256sum <'$T/blob')\" = \"\$(sha256sum <'$MNT/blob')\" &&
+	cmp '$T/blob' '$SRC/blob'"
+check "a file written on the mount appears on the host" sh -c "
+	echo from-guest >'$MNT/note' && grep -q from-guest '$SRC/note'"
+
+# --- escapes ---------------------------------------------------------------
+refuse "relative symlink is resolved by the guest, not the host" "No such file" cat "$MNT/escape-link"
+check "readlink returns the target verbatim" sh -c "test \"\$(readlink '$MNT/escape-link')\" = ../secret"
+refuse "hidden .env: cat gives ENOENT" "No such file" cat "$MNT/.env"
+refuse "hidden .env.local: stat gives ENOENT" "No such file" stat "$MNT/.env.local"
+refuse "hidden secrets.env: ENOENT" "No such file" cat "$MNT/secrets.env"
+refuse "hidden kbox.yaml: ENOENT" "No such file" cat "$MNT/kbox.yaml"
+refuse "hidden sub/.env: ENOENT" "No such file" cat "$MNT/sub/.env"
+check "hidden names absent from readdir" sh -c "
+	! ls -a '$MNT' '$MNT/sub' | grep -E '^(\\.env.*|secrets\\.env|kbox\\.yaml)\$'"
+refuse "hidden .env cannot be created" "Permission denied" sh -c "echo pwned >'$MNT/.env'"
+refuse "hidden .env.prod cannot be created" "Permission denied" touch "$MNT/.env.prod"
+refuse "rename onto hidden .env refused" "Permission denied" mv "$MNT/readme.txt" "$MNT/.env"
+refuse "hard link onto hidden name refused" "Permission denied" ln "$MNT/readme.txt" "$MNT/kbox.yaml"
+refuse "symlink named .env refused" "Permission denied" ln -s readme.txt "$MNT/.env"
+refuse "mkdir of a hidden name refused" "Permission denied" mkdir "$MNT/sub/.env.d"
+refuse "rename from a hidden name: ENOENT" "No such file" mv "$MNT/.env" "$MNT/leak"
+refuse "unlink of a hidden name: ENOENT" "No such file" rm "$MNT/.env"
+check "host .env untouched" sh -c "grep -qx API_KEY=do-not-leak '$SRC/.env' && test ! -e '$SRC/.env.prod' && test ! -e '$SRC/leak'"
+refuse "character device cannot be made" "not permitted" mknod "$MNT/null" c 1 3
+refuse "block device cannot be made" "not permitted" mknod "$MNT/sda" b 8 0
+refuse "FIFO cannot be made" "not permitted" mkfifo "$MNT/fifo"
+refuse "unix socket cannot be bound" "not permitted" python3 -c "
+import socket; socket.socket(socket.AF_UNIX).bind('$MNT/sock')"
+check "setuid/setgid stripped on chmod" sh -c "
+	echo x >'$MNT/suid' && chmod 6755 '$MNT/suid' &&
+	test \"\$(stat -c %a '$SRC/suid')\" = 755"
+check "setuid/setgid stripped on create" python3 -c "
+import os; os.umask(0); os.close(os.open('$MNT/suid2', os.O_CREAT | os.O_WRONLY, 0o6755))
+assert os.stat('$SRC/suid2').st_mode & 0o7777 == 0o755"
+check "absolute symlink to a host dir is not followed by the server" sh -c "
+	test \"\$(readlink '$MNT/escape-dir')\" = '$T/host' && test -L '$MNT/escape-dir'"
+# A host process swaps "race" between a directory holding secret=inside and
+# a symlink to ".." (where, seen from the source, secret=outside lives) while
+# the guest keeps looking it up with caching off: the guest may see "inside"
+# or nothing, never the host's outside secret.
+RACE=$T/guest/race
+mkdir -p "$RACE"
+mount_kbox "$SRC" "$RACE" -t 0
+mkdir "$SRC/race"; echo inside >"$SRC/race/secret"; ln -s .. "$SRC/race.l"
+cat >"$T/swap.py" <<'PYEOF'
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+os.chdir(sys.argv[1])
+end = time.time() + 3
+while time.time() < end:
+    libc.renameat2(-100, b"race", -100, b"race.l", 2)  # RENAME_EXCHANGE
+PYEOF
+timeout 10 python3 "$T/swap.py" "$SRC" &
+SWAPPER=$!
+check "directory/symlink swap race never leaks the outside file" sh -c "
+	end=\$((\$(date +%s) + 3)); n=0
+	while [ \$(date +%s) -lt \$end ]; do
+		v=\$(cat '$RACE/race/secret' 2>/dev/null); n=\$((n + 1))
+		[ \"\$v\" = 'outside secret' ] && { echo leaked after \$n reads; exit 1; }
+	done; echo \$n reads"
+wait $SWAPPER
+umount "$RACE"
+rm -rf "$SRC/race" "$SRC/race.l"
+
+check "nothing appeared outside the source" sh -c "
+	test \"\$(ls -A '$T/host' | sort | tr '\n' ' ')\" = 'rosrc secret src ' &&
+	grep -qx 'outside secret' '$T/host/secret'"
+
+# --- read-only mount ---------------------------------------------------------
+refuse "ro: create refused" "Read-only" touch "$RO/new"
+refuse "ro: write refused" "Read-only" sh -c "echo x >>'$RO/data.txt'"
+refuse "ro: truncate refused" "Read-only" truncate -s 0 "$RO/data.txt"
+refuse "ro: mkdir refused" "Read-only" mkdir "$RO/d2"
+refuse "ro: rmdir refused" "Read-only" rmdir "$RO/dir"
+refuse "ro: unlink refused" "Read-only" rm -f "$RO/data.txt"
+refuse "ro: rename refused" "Read-only" mv "$RO/data.txt" "$RO/moved"
+refuse "ro: link refused" "Read-only" ln "$RO/data.txt" "$RO/l"
+refuse "ro: symlink refused" "Read-only" ln -s data.txt "$RO/s"
+refuse "ro: chmod refused" "Read-only" chmod 777 "$RO/data.txt"
+refuse "ro: chown refused" "Read-only" chown 1:1 "$RO/data.txt"
+refuse "ro: utime refused" "Read-only" touch -d 2001-01-01 "$RO/data.txt"
+refuse "ro: setxattr refused" "Read-only" python3 -c "import os; os.setxattr('$RO/data.txt', 'user.a', b'1')"
+refuse "ro: open for write refused" "Read-only" python3 -c "open('$RO/data.txt', 'r+')"
+refuse "ro: fallocate refused" "Read-only" fallocate -l 1M "$RO/data.txt"
+check "ro: reads work" grep -qx "ro data" "$RO/data.txt"
+check "ro: host unchanged" sh -c "
+	test \"\$(cat '$RO_SRC/data.txt')\" = 'ro data' && test \"\$(ls '$RO_SRC' | tr '\n' ' ')\" = 'data.txt dir ' &&
+	test \"\$(stat -c %a '$RO_SRC/data.txt')\" = 644"
+
+echo "1..$N"
+echo "# $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]

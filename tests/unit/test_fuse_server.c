@@ -1,0 +1,776 @@
+/* FUSE server + passthrough backend: good requests and hostile ones.  Each
+ * test serves a fresh temporary directory. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "devices/fs_passthrough.h"
+#include "devices/fuse_server.h"
+
+static char dir[64];
+static struct fsp *fs;
+static struct fuse_server *srv;
+static uint8_t req[256 * 1024];
+static uint8_t rep[256 * 1024];
+static uint64_t next_unique = 1;
+
+static void put_file(const char *name, const char *text)
+{
+	char p[128];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	FILE *f = fopen(p, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void serve(bool ro, const char *const *hidden, size_t n_hidden,
+		  bool hidden_set, unsigned max_fds)
+{
+	struct fsp_config c = { .root = dir, .readonly = ro, .hidden = hidden,
+				.n_hidden = n_hidden, .hidden_set = hidden_set,
+				.max_fds = max_fds };
+	struct fuse_server_config sc = { .entry_timeout = 1,
+					 .attr_timeout = 1,
+					 .posix_locks = true };
+	ck_assert_int_eq(fsp_new(&c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+}
+
+static void setup(void)
+{
+	char p[128];
+	strcpy(dir, "/tmp/kbox-fuse-unit.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	put_file("a", "hello");
+	put_file(".env", "SECRET=1");
+	snprintf(p, sizeof p, "%s/sub", dir);
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	put_file("sub/key.pem", "k");
+	snprintf(p, sizeof p, "%s/link", dir);
+	ck_assert_int_eq(symlink("/etc", p), 0);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+	fuse_server_free(srv);
+	fsp_free(fs);
+	srv = NULL;
+	fs = NULL;
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Builds a request: header, fixed argument, then up to two names. */
+static size_t build(uint32_t op, uint64_t nodeid, const void *arg,
+		    size_t arglen, const char *n1, const char *n2)
+{
+	struct fuse_in_header h = { 0 };
+	size_t len = sizeof h;
+
+	if (arglen)
+		memcpy(req + len, arg, arglen);
+	len += arglen;
+	for (const char *n = n1; n; n = n == n1 ? n2 : NULL) {
+		memcpy(req + len, n, strlen(n) + 1);
+		len += strlen(n) + 1;
+	}
+	h.len = (uint32_t)len;
+	h.opcode = op;
+	h.unique = next_unique++;
+	h.nodeid = nodeid;
+	memcpy(req, &h, sizeof h);
+	return len;
+}
+
+static ssize_t send_len(size_t len)
+{
+	return fuse_server_handle_buf(srv, req, len, rep, sizeof rep);
+}
+
+static int call(uint32_t op, uint64_t nodeid, const void *arg, size_t arglen,
+		const char *n1, const char *n2)
+{
+	ssize_t n = send_len(build(op, nodeid, arg, arglen, n1, n2));
+	struct fuse_out_header oh;
+	ck_assert_int_ge(n, (ssize_t)sizeof oh);
+	memcpy(&oh, rep, sizeof oh);
+	ck_assert_uint_eq(oh.len, (uint32_t)n);
+	return oh.error;
+}
+
+static const void *body(void)
+{
+	return rep + sizeof(struct fuse_out_header);
+}
+
+static void init_ok(void)
+{
+	struct fuse_init_in in = { .major = 7, .minor = 38,
+				   .max_readahead = 1 << 17,
+				   .flags = 0xffffffffu };
+	ck_assert_int_eq(call(FUSE_INIT, 0, &in, sizeof in, NULL, NULL), 0);
+}
+
+static void start(void)
+{
+	serve(false, NULL, 0, false, 0);
+	init_ok();
+}
+
+static uint64_t lookup(uint64_t parent, const char *name, int *err)
+{
+	struct fuse_entry_out e;
+	*err = call(FUSE_LOOKUP, parent, NULL, 0, name, NULL);
+	if (*err)
+		return 0;
+	memcpy(&e, body(), sizeof e);
+	return e.nodeid;
+}
+
+static uint64_t create(const char *name, uint32_t mode, int *err)
+{
+	struct fuse_create_in in = { .flags = O_RDWR, .mode = S_IFREG | mode };
+	struct fuse_entry_out e;
+	struct fuse_open_out o;
+	*err = call(FUSE_CREATE, FUSE_ROOT_ID, &in, sizeof in, name, NULL);
+	if (*err)
+		return 0;
+	memcpy(&e, body(), sizeof e);
+	memcpy(&o, (const uint8_t *)body() + sizeof e, sizeof o);
+	return o.fh;
+}
+
+START_TEST(init_negotiates)
+{
+	struct fuse_init_out o;
+	serve(false, NULL, 0, false, 0);
+	init_ok();
+	memcpy(&o, body(), sizeof o);
+	ck_assert_uint_eq(o.major, 7);
+	ck_assert_uint_eq(o.minor, 38);
+	ck_assert_uint_eq(o.max_write, 1u << 20);
+	ck_assert_uint_eq(o.max_pages, 256);
+	ck_assert(o.flags & FUSE_DO_READDIRPLUS);
+	ck_assert(o.flags & FUSE_PARALLEL_DIROPS);
+	ck_assert(o.flags & FUSE_ASYNC_READ);
+	ck_assert(o.flags & FUSE_POSIX_LOCKS);
+	ck_assert(!(o.flags & FUSE_WRITEBACK_CACHE));
+	ck_assert(!(o.flags & FUSE_HANDLE_KILLPRIV));
+	ck_assert_uint_eq(fuse_server_max_request(srv) >= (1u << 20) + 80, 1);
+}
+END_TEST
+
+START_TEST(init_versions)
+{
+	struct fuse_init_in in = { .major = 7, .minor = 26 };
+	struct fuse_init_out o;
+	serve(false, NULL, 0, false, 0);
+	ck_assert_int_eq(call(FUSE_INIT, 0, &in, sizeof in, NULL, NULL),
+			 -EPROTO);
+	in.major = 8;
+	ck_assert_int_eq(call(FUSE_INIT, 0, &in, sizeof in, NULL, NULL), 0);
+	memcpy(&o, body(), sizeof o);
+	ck_assert_uint_eq(o.major, 7);
+	/* The pre-7.36 16-byte form is accepted; 8 bytes is not. */
+	in.major = 7;
+	in.minor = 31;
+	ck_assert_int_eq(call(FUSE_INIT, 0, &in, 16, NULL, NULL), 0);
+	memcpy(&o, body(), sizeof o);
+	ck_assert_uint_eq(o.minor, 31);
+	ck_assert_int_eq(call(FUSE_INIT, 0, &in, 8, NULL, NULL), -EINVAL);
+}
+END_TEST
+
+START_TEST(requests_before_init_fail)
+{
+	int err;
+	serve(false, NULL, 0, false, 0);
+	lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, -EIO);
+}
+END_TEST
+
+START_TEST(truncated_and_mismatched_headers)
+{
+	start();
+	size_t len = build(FUSE_GETATTR, FUSE_ROOT_ID, NULL, 0, NULL, NULL);
+	for (size_t n = 0; n < sizeof(struct fuse_in_header); n++)
+		ck_assert_int_eq(fuse_server_handle_buf(srv, req, n, rep,
+							sizeof rep),
+				 -EINVAL);
+	/* len says more, or less, than was given. */
+	ck_assert_int_eq(send_len(len + 8), -EINVAL);
+	ck_assert_int_eq(fuse_server_handle_buf(srv, req, len, rep, 15),
+			 -EINVAL);
+	ck_assert_int_eq(fuse_server_handle(srv, NULL, 1, NULL, 0), -EINVAL);
+	/* A fixed argument that does not fit. */
+	ck_assert_int_eq(call(FUSE_GETATTR, FUSE_ROOT_ID, "xx", 2, NULL, NULL),
+			 -EINVAL);
+	struct fuse_read_in rd = { 0 };
+	ck_assert_int_eq(call(FUSE_READ, FUSE_ROOT_ID, &rd, sizeof rd - 1,
+			      NULL, NULL),
+			 -EINVAL);
+	/* Oversized non-WRITE request. */
+	struct fuse_in_header h = { .len = sizeof h + FUSE_SERVER_MAX_ARGS + 1,
+				    .opcode = FUSE_SETXATTR,
+				    .nodeid = FUSE_ROOT_ID };
+	memset(req, 'x', h.len);
+	memcpy(req, &h, sizeof h);
+	ck_assert_int_eq(send_len(h.len), (ssize_t)sizeof(struct fuse_out_header));
+	ck_assert_int_eq(((struct fuse_out_header *)rep)->error, -EINVAL);
+}
+END_TEST
+
+START_TEST(hostile_names)
+{
+	int err;
+	char longname[300];
+	start();
+	/* Not NUL-terminated within the request. */
+	size_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, "abc", 3, NULL, NULL);
+	ck_assert_int_eq(send_len(len), (ssize_t)sizeof(struct fuse_out_header));
+	ck_assert_int_eq(((struct fuse_out_header *)rep)->error, -EINVAL);
+	const char *bad[] = { "", ".", "..", "a/b", "/", "../a" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		lookup(FUSE_ROOT_ID, bad[i], &err);
+		ck_assert_int_eq(err, -EINVAL);
+		ck_assert_int_eq(call(FUSE_UNLINK, FUSE_ROOT_ID, NULL, 0,
+				      bad[i], NULL),
+				 -EINVAL);
+	}
+	memset(longname, 'n', sizeof longname - 1);
+	longname[sizeof longname - 1] = '\0';
+	lookup(FUSE_ROOT_ID, longname, &err);
+	ck_assert_int_eq(err, -ENAMETOOLONG);
+	/* RENAME missing its second name. */
+	struct fuse_rename_in rn = { .newdir = FUSE_ROOT_ID };
+	ck_assert_int_eq(call(FUSE_RENAME, FUSE_ROOT_ID, &rn, sizeof rn, "a",
+			      NULL),
+			 -EINVAL);
+	ck_assert_int_eq(call(FUSE_RENAME, FUSE_ROOT_ID, &rn, sizeof rn, "a",
+			      ".."),
+			 -EINVAL);
+	ck_assert_int_eq(fsp_open_fds(fs), 0);
+}
+END_TEST
+
+START_TEST(unknown_opcodes)
+{
+	start();
+	ck_assert_int_eq(call(9999, FUSE_ROOT_ID, NULL, 0, NULL, NULL),
+			 -ENOSYS);
+	ck_assert_int_eq(call(FUSE_IOCTL, FUSE_ROOT_ID, NULL, 0, NULL, NULL),
+			 -ENOSYS);
+	ck_assert_int_eq(call(0, FUSE_ROOT_ID, NULL, 0, NULL, NULL), -ENOSYS);
+	/* Requests that take no reply produce none. */
+	ck_assert_int_eq(send_len(build(FUSE_INTERRUPT, 0, "12345678", 8, NULL,
+					NULL)),
+			 0);
+}
+END_TEST
+
+START_TEST(bad_nodeids_and_handles)
+{
+	struct fuse_getattr_in ga = { 0 };
+	struct fuse_read_in rd = { .fh = 77, .size = 10 };
+	struct fuse_open_in op = { .flags = O_RDONLY };
+	const uint64_t ids[] = { 0, 2, 12345, UINT64_MAX };
+	start();
+	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+		ck_assert_int_eq(call(FUSE_GETATTR, ids[i], &ga, sizeof ga,
+				      NULL, NULL),
+				 -ESTALE);
+		ck_assert_int_eq(call(FUSE_OPEN, ids[i], &op, sizeof op, NULL,
+				      NULL),
+				 -ESTALE);
+		ck_assert_int_eq(call(FUSE_MKDIR, ids[i], &op, 8, "x", NULL),
+				 -ESTALE);
+	}
+	ck_assert_int_eq(call(FUSE_READ, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 -EBADF);
+	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 -EBADF);
+	struct fuse_release_in rl = { .fh = UINT64_MAX };
+	ck_assert_int_eq(call(FUSE_RELEASE, FUSE_ROOT_ID, &rl, sizeof rl, NULL,
+			      NULL),
+			 -EBADF);
+	/* A file handle is not a directory handle. */
+	int err;
+	rl.fh = create("f", 0644, &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_eq(call(FUSE_RELEASEDIR, FUSE_ROOT_ID, &rl, sizeof rl,
+			      NULL, NULL),
+			 -EBADF);
+	ck_assert_int_eq(call(FUSE_RELEASE, FUSE_ROOT_ID, &rl, sizeof rl, NULL,
+			      NULL),
+			 0);
+	/* A regular file is not a directory. */
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	lookup(a, "x", &err);
+	ck_assert_int_eq(err, -ENOTDIR);
+}
+END_TEST
+
+START_TEST(lookup_counts_and_forgets)
+{
+	int err;
+	struct fuse_forget_in fg = { .nlookup = 1 };
+	struct fuse_getattr_in ga = { 0 };
+	start();
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_uint_eq(lookup(FUSE_ROOT_ID, "a", &err), a);
+	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	ck_assert_int_eq(send_len(build(FUSE_FORGET, a, &fg, sizeof fg, NULL,
+					NULL)),
+			 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL), 0);
+	ck_assert_int_eq(send_len(build(FUSE_FORGET, a, &fg, sizeof fg, NULL,
+					NULL)),
+			 0);
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL),
+			 -ESTALE);
+	/* Forgets of unknown inodes, of the root, and batch counts that
+	 * overstate the bytes present are all ignored. */
+	fg.nlookup = UINT64_MAX;
+	ck_assert_int_eq(send_len(build(FUSE_FORGET, 999, &fg, sizeof fg, NULL,
+					NULL)),
+			 0);
+	ck_assert_int_eq(send_len(build(FUSE_FORGET, FUSE_ROOT_ID, &fg,
+					sizeof fg, NULL, NULL)),
+			 0);
+	struct {
+		struct fuse_batch_forget_in in;
+		struct fuse_forget_one one;
+	} bf = { { .count = 0xffffffffu }, { .nodeid = 5, .nlookup = 9 } };
+	ck_assert_int_eq(send_len(build(FUSE_BATCH_FORGET, 0, &bf, sizeof bf,
+					NULL, NULL)),
+			 0);
+	ck_assert_int_eq(send_len(build(FUSE_FORGET, 1, &fg, 4, NULL, NULL)),
+			 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL,
+			      NULL),
+			 0);
+}
+END_TEST
+
+/* Names in a READDIR(PLUS) reply, space-separated, with sanity checks on
+ * every record. */
+static void dir_names(const uint8_t *p, size_t n, bool plus, char *out,
+		      size_t outsz)
+{
+	out[0] = '\0';
+	while (n) {
+		size_t fixed = plus ? sizeof(struct fuse_direntplus) :
+				      sizeof(struct fuse_dirent);
+		struct fuse_dirent de;
+		ck_assert_uint_ge(n, fixed);
+		memcpy(&de, p + fixed - sizeof de, sizeof de);
+		size_t rec = FUSE_DIRENT_ALIGN(fixed + de.namelen);
+		ck_assert_uint_ge(n, rec);
+		ck_assert_uint_gt(de.namelen, 0);
+		strncat(out, (const char *)p + fixed, de.namelen);
+		strncat(out, " ", outsz - strlen(out) - 1);
+		p += rec;
+		n -= rec;
+	}
+}
+
+static uint64_t opendir_root(void)
+{
+	struct fuse_open_in op = { 0 };
+	struct fuse_open_out oo;
+	ck_assert_int_eq(call(FUSE_OPENDIR, FUSE_ROOT_ID, &op, sizeof op, NULL,
+			      NULL),
+			 0);
+	memcpy(&oo, body(), sizeof oo);
+	return oo.fh;
+}
+
+START_TEST(readdir_hides_and_bounds)
+{
+	char names[512];
+	start();
+	uint64_t fh = opendir_root();
+	struct fuse_read_in rd = { .fh = fh, .size = 4096 };
+	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
+			      NULL, NULL),
+			 0);
+	size_t n = ((struct fuse_out_header *)rep)->len -
+		   sizeof(struct fuse_out_header);
+	dir_names(body(), n, true, names, sizeof names);
+	ck_assert_ptr_null(strstr(names, ".env"));
+	ck_assert_ptr_nonnull(strstr(names, "a "));
+	ck_assert_ptr_nonnull(strstr(names, "sub "));
+	/* Every entry but . and .. was looked up: a, sub, link. */
+	ck_assert_uint_eq(fsp_open_fds(fs), 3 + 1);
+	/* Offsets past the end, and absurd ones, give an empty listing. */
+	const uint64_t offs[] = { UINT64_MAX, (uint64_t)INT64_MAX,
+				  1ull << 62 };
+	for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+		rd.offset = offs[i];
+		ssize_t r = send_len(build(FUSE_READDIR, FUSE_ROOT_ID, &rd,
+					   sizeof rd, NULL, NULL));
+		ck_assert_int_ge(r, (ssize_t)sizeof(struct fuse_out_header));
+		ck_assert_int_le(((struct fuse_out_header *)rep)->error, 0);
+	}
+	/* A reply too small for one entry is empty, not overrun. */
+	rd.offset = 0;
+	rd.size = 10;
+	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
+			      NULL, NULL),
+			 0);
+	ck_assert_uint_eq(((struct fuse_out_header *)rep)->len,
+			  sizeof(struct fuse_out_header));
+	ck_assert_uint_eq(fsp_open_fds(fs), 4);
+	/* Small steps walk the whole directory exactly once. */
+	rd.size = 40;
+	names[0] = '\0';
+	for (int i = 0; i < 20; i++) {
+		char one[300];
+		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
+				      sizeof rd, NULL, NULL),
+				 0);
+		n = ((struct fuse_out_header *)rep)->len -
+		    sizeof(struct fuse_out_header);
+		if (!n)
+			break;
+		dir_names(body(), n, false, one, sizeof one);
+		strcat(names, one);
+		struct fuse_dirent de;
+		memcpy(&de, body(), sizeof de);
+		rd.offset = de.off;
+	}
+	ck_assert_uint_eq(strlen(names), strlen(". .. a sub link "));
+	struct fuse_release_in rl = { .fh = fh };
+	ck_assert_int_eq(call(FUSE_RELEASEDIR, FUSE_ROOT_ID, &rl, sizeof rl,
+			      NULL, NULL),
+			 0);
+}
+END_TEST
+
+START_TEST(write_read_and_sizes)
+{
+	int err;
+	start();
+	uint64_t fh = create("f", 0644, &err);
+	ck_assert_int_eq(err, 0);
+	struct {
+		struct fuse_write_in w;
+		char data[5];
+	} wr = { { .fh = fh, .size = 5 }, "world" };
+	ck_assert_int_eq(call(FUSE_WRITE, FUSE_ROOT_ID, &wr, sizeof wr.w + 5, NULL,
+			      NULL),
+			 0);
+	ck_assert_uint_eq(((const struct fuse_write_out *)body())->size, 5);
+	/* size disagreeing with the payload, or past max_write. */
+	wr.w.size = 6;
+	ck_assert_int_eq(call(FUSE_WRITE, FUSE_ROOT_ID, &wr, sizeof wr.w + 5, NULL,
+			      NULL),
+			 -EINVAL);
+	wr.w.size = 5;
+	wr.w.offset = UINT64_MAX - 2;
+	ck_assert_int_eq(call(FUSE_WRITE, FUSE_ROOT_ID, &wr, sizeof wr.w + 5, NULL,
+			      NULL),
+			 -EINVAL);
+	struct fuse_read_in rd = { .fh = fh, .size = 100 };
+	ck_assert_int_eq(call(FUSE_READ, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 0);
+	ck_assert_uint_eq(((struct fuse_out_header *)rep)->len,
+			  sizeof(struct fuse_out_header) + 5);
+	ck_assert_mem_eq(body(), "world", 5);
+	rd.size = 2u << 20;
+	ck_assert_int_eq(call(FUSE_READ, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 -EINVAL);
+	/* A reply area smaller than the read asks for. */
+	rd.size = 100;
+	build(FUSE_READ, FUSE_ROOT_ID, &rd, sizeof rd, NULL, NULL);
+	ck_assert_int_eq(fuse_server_handle_buf(srv, req, sizeof rd + 40, rep,
+						50),
+			 16);
+	ck_assert_int_eq(((struct fuse_out_header *)rep)->error, -EINVAL);
+	/* Reply body larger than the reply area. */
+	struct fuse_getattr_in ga = { 0 };
+	build(FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL, NULL);
+	ck_assert_int_eq(fuse_server_handle_buf(srv, req, sizeof ga + 40, rep,
+						20),
+			 16);
+	ck_assert_int_eq(((struct fuse_out_header *)rep)->error, -EINVAL);
+	/* Xattr sizes. */
+	struct {
+		uint32_t size, flags;
+	} sx = { 0x80000000u, 0 };
+	ck_assert_int_eq(call(FUSE_SETXATTR, FUSE_ROOT_ID, &sx, sizeof sx,
+			      "user.a", NULL),
+			 -EINVAL);
+	struct fuse_getxattr_in gx = { .size = 0xffffffffu };
+	ck_assert_int_eq(call(FUSE_GETXATTR, FUSE_ROOT_ID, &gx, sizeof gx,
+			      "security.capability", NULL),
+			 -ENODATA);
+	sx.size = 1;
+	ck_assert_int_eq(call(FUSE_SETXATTR, FUSE_ROOT_ID, &sx, sizeof sx,
+			      "security.capability", NULL),
+			 -EINVAL);
+	struct fuse_release_in rl = { .fh = fh };
+	ck_assert_int_eq(call(FUSE_RELEASE, FUSE_ROOT_ID, &rl, sizeof rl, NULL,
+			      NULL),
+			 0);
+	ck_assert_int_eq(call(FUSE_RELEASE, FUSE_ROOT_ID, &rl, sizeof rl, NULL,
+			      NULL),
+			 -EBADF);
+}
+END_TEST
+
+START_TEST(hidden_names)
+{
+	int err;
+	const char *const pats[] = { "sub/*.pem" };
+	serve(false, pats, 1, true, 0);
+	init_ok();
+	/* Explicit list: .env is visible again, sub/key.pem is not. */
+	lookup(FUSE_ROOT_ID, ".env", &err);
+	ck_assert_int_eq(err, 0);
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	lookup(sub, "key.pem", &err);
+	ck_assert_int_eq(err, -ENOENT);
+	struct fuse_mkdir_in mk = { .mode = 0755 };
+	ck_assert_int_eq(call(FUSE_MKDIR, sub, &mk, sizeof mk, "x.pem", NULL),
+			 -EACCES);
+	ck_assert_int_eq(call(FUSE_MKDIR, FUSE_ROOT_ID, &mk, sizeof mk,
+			      "x.pem", NULL),
+			 0);
+}
+END_TEST
+
+START_TEST(default_hidden)
+{
+	int err;
+	start();
+	lookup(FUSE_ROOT_ID, ".env", &err);
+	ck_assert_int_eq(err, -ENOENT);
+	create(".env.local", 0600, &err);
+	ck_assert_int_eq(err, -EACCES);
+	create("kbox.yaml", 0600, &err);
+	ck_assert_int_eq(err, -EACCES);
+	struct fuse_rename2_in rn = { .newdir = FUSE_ROOT_ID };
+	ck_assert_int_eq(call(FUSE_RENAME2, FUSE_ROOT_ID, &rn, sizeof rn, "a",
+			      "secrets.env"),
+			 -EACCES);
+	ck_assert_int_eq(call(FUSE_RENAME2, FUSE_ROOT_ID, &rn, sizeof rn,
+			      ".env", "b"),
+			 -ENOENT);
+	rn.flags = 4; /* RENAME_WHITEOUT */
+	ck_assert_int_eq(call(FUSE_RENAME2, FUSE_ROOT_ID, &rn, sizeof rn, "a",
+			      "b"),
+			 -EINVAL);
+	ck_assert_int_eq(call(FUSE_UNLINK, FUSE_ROOT_ID, NULL, 0, ".env", NULL),
+			 -ENOENT);
+	char p[128];
+	snprintf(p, sizeof p, "%s/.env", dir);
+	ck_assert_int_eq(access(p, F_OK), 0);
+	snprintf(p, sizeof p, "%s/secrets.env", dir);
+	ck_assert_int_eq(access(p, F_OK), -1);
+}
+END_TEST
+
+START_TEST(readonly_refuses_writes)
+{
+	int err;
+	struct fuse_open_in op = { .flags = O_RDWR };
+	struct fuse_setattr_in sa = { .valid = FATTR_MODE, .mode = 0777 };
+	struct fuse_mknod_in mn = { .mode = S_IFREG | 0644 };
+	serve(true, NULL, 0, false, 0);
+	init_ok();
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL),
+			 -EROFS);
+	op.flags = O_RDONLY | O_TRUNC;
+	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL),
+			 -EROFS);
+	op.flags = O_RDONLY;
+	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), 0);
+	ck_assert_int_eq(call(FUSE_SETATTR, a, &sa, sizeof sa, NULL, NULL),
+			 -EROFS);
+	create("new", 0644, &err);
+	ck_assert_int_eq(err, -EROFS);
+	ck_assert_int_eq(call(FUSE_MKNOD, FUSE_ROOT_ID, &mn, sizeof mn, "n",
+			      NULL),
+			 -EROFS);
+	ck_assert_int_eq(call(FUSE_UNLINK, FUSE_ROOT_ID, NULL, 0, "a", NULL),
+			 -EROFS);
+	ck_assert_int_eq(call(FUSE_SYMLINK, FUSE_ROOT_ID, NULL, 0, "s", "a"),
+			 -EROFS);
+	struct fuse_link_in ln = { .oldnodeid = a };
+	ck_assert_int_eq(call(FUSE_LINK, FUSE_ROOT_ID, &ln, sizeof ln, "l",
+			      NULL),
+			 -EROFS);
+	struct fuse_access_in ac = { .mask = W_OK };
+	ck_assert_int_eq(call(FUSE_ACCESS, a, &ac, sizeof ac, NULL, NULL),
+			 -EROFS);
+}
+END_TEST
+
+START_TEST(confinement)
+{
+	int err;
+	struct fuse_getattr_in ga = { 0 };
+	struct fuse_open_in op = { .flags = O_RDONLY };
+	struct fuse_mknod_in mn = { .mode = S_IFIFO | 0644 };
+	start();
+	uint64_t l = lookup(FUSE_ROOT_ID, "link", &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, l, &ga, sizeof ga, NULL, NULL), 0);
+	ck_assert(S_ISLNK(((const struct fuse_attr_out *)body())->attr.mode));
+	/* The symlink to /etc is neither followed nor opened. */
+	lookup(l, "passwd", &err);
+	ck_assert_int_eq(err, -ENOTDIR);
+	ck_assert_int_eq(call(FUSE_OPEN, l, &op, sizeof op, NULL, NULL),
+			 -ELOOP);
+	ck_assert_int_eq(call(FUSE_READLINK, l, NULL, 0, NULL, NULL), 0);
+	ck_assert_mem_eq(body(), "/etc", 4);
+	/* Only regular files can be made. */
+	ck_assert_int_eq(call(FUSE_MKNOD, FUSE_ROOT_ID, &mn, sizeof mn, "p",
+			      NULL),
+			 -EPERM);
+	mn.mode = S_IFCHR | 0644;
+	mn.rdev = 0x103;
+	ck_assert_int_eq(call(FUSE_MKNOD, FUSE_ROOT_ID, &mn, sizeof mn, "c",
+			      NULL),
+			 -EPERM);
+	mn.mode = S_IFREG | 06755;
+	ck_assert_int_eq(call(FUSE_MKNOD, FUSE_ROOT_ID, &mn, sizeof mn, "r",
+			      NULL),
+			 0);
+	ck_assert_uint_eq(((const struct fuse_entry_out *)body())->attr.mode &
+				  07777,
+			  0755);
+	/* chmod strips setuid/setgid. */
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	struct fuse_setattr_in sa = { .valid = FATTR_MODE, .mode = 04777 };
+	ck_assert_int_eq(call(FUSE_SETATTR, a, &sa, sizeof sa, NULL, NULL), 0);
+	ck_assert_uint_eq(((const struct fuse_attr_out *)body())->attr.mode &
+				  07777,
+			  0777);
+	/* Creating over an existing symlink is refused. */
+	create("link", 0644, &err);
+	ck_assert_int_eq(err, -ELOOP);
+	/* Hard links to directories are refused. */
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	struct fuse_link_in ln = { .oldnodeid = sub };
+	ck_assert_int_eq(call(FUSE_LINK, FUSE_ROOT_ID, &ln, sizeof ln, "s2",
+			      NULL),
+			 -EPERM);
+	/* The listing of xattrs crosses only user.*. */
+	struct fuse_getxattr_in gx = { 0 };
+	ck_assert_int_eq(call(FUSE_LISTXATTR, a, &gx, sizeof gx, NULL, NULL),
+			 0);
+}
+END_TEST
+
+START_TEST(fd_cap)
+{
+	int err;
+	serve(false, NULL, 0, false, 2);
+	init_ok();
+	lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	ck_assert_int_eq(err, 0);
+	lookup(FUSE_ROOT_ID, "link", &err);
+	ck_assert_int_eq(err, -EMFILE);
+	struct fuse_open_in op = { 0 };
+	ck_assert_int_eq(call(FUSE_OPENDIR, sub, &op, sizeof op, NULL, NULL),
+			 -EMFILE);
+	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+}
+END_TEST
+
+START_TEST(posix_locks_never_block)
+{
+	int err;
+	start();
+	uint64_t fh1 = create("lk", 0644, &err);
+	uint64_t node = lookup(FUSE_ROOT_ID, "lk", &err);
+	struct fuse_open_in op = { .flags = O_RDWR };
+	struct fuse_open_out oo;
+	ck_assert_int_eq(call(FUSE_OPEN, node, &op, sizeof op, NULL, NULL), 0);
+	memcpy(&oo, body(), sizeof oo);
+	struct fuse_lk_in lk = { .fh = fh1,
+				 .lk = { .start = 0, .end = 99,
+					 .type = F_WRLCK } };
+	ck_assert_int_eq(call(FUSE_SETLK, node, &lk, sizeof lk, NULL, NULL), 0);
+	lk.fh = oo.fh;
+	ck_assert_int_eq(call(FUSE_SETLKW, node, &lk, sizeof lk, NULL, NULL),
+			 -EAGAIN);
+	ck_assert_int_eq(call(FUSE_GETLK, node, &lk, sizeof lk, NULL, NULL), 0);
+	const struct fuse_lk_out *lo = body();
+	ck_assert_uint_eq(lo->lk.type, F_WRLCK);
+	ck_assert_uint_eq(lo->lk.end, 99);
+	lk.lk.start = 100;
+	lk.lk.end = UINT64_MAX;
+	ck_assert_int_eq(call(FUSE_SETLK, node, &lk, sizeof lk, NULL, NULL), 0);
+	lk.lk.type = 77;
+	ck_assert_int_eq(call(FUSE_SETLK, node, &lk, sizeof lk, NULL, NULL),
+			 -EINVAL);
+	lk.lk.type = F_RDLCK;
+	lk.lk.start = 10;
+	lk.lk.end = 5;
+	ck_assert_int_eq(call(FUSE_SETLK, node, &lk, sizeof lk, NULL, NULL),
+			 -EINVAL);
+}
+END_TEST
+
+START_TEST(destroy_resets)
+{
+	int err;
+	start();
+	lookup(FUSE_ROOT_ID, "a", &err);
+	create("f", 0644, &err);
+	ck_assert_uint_eq(fsp_open_fds(fs), 3);
+	ck_assert_int_eq(call(FUSE_DESTROY, FUSE_ROOT_ID, NULL, 0, NULL, NULL),
+			 0);
+	ck_assert(fuse_server_destroyed(srv));
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, -EIO);
+}
+END_TEST
+
+Suite *fuse_server_suite(void)
+{
+	Suite *s = suite_create("fuse_server");
+	TCase *tc = tcase_create("core");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, init_negotiates);
+	tcase_add_test(tc, init_versions);
+	tcase_add_test(tc, requests_before_init_fail);
+	tcase_add_test(tc, truncated_and_mismatched_headers);
+	tcase_add_test(tc, hostile_names);
+	tcase_add_test(tc, unknown_opcodes);
+	tcase_add_test(tc, bad_nodeids_and_handles);
+	tcase_add_test(tc, lookup_counts_and_forgets);
+	tcase_add_test(tc, readdir_hides_and_bounds);
+	tcase_add_test(tc, write_read_and_sizes);
+	tcase_add_test(tc, hidden_names);
+	tcase_add_test(tc, default_hidden);
+	tcase_add_test(tc, readonly_refuses_writes);
+	tcase_add_test(tc, confinement);
+	tcase_add_test(tc, fd_cap);
+	tcase_add_test(tc, posix_locks_never_block);
+	tcase_add_test(tc, destroy_resets);
+	suite_add_tcase(s, tc);
+	return s;
+}

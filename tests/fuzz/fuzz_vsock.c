@@ -1,0 +1,230 @@
+/* Input: a script for a guest driver and a host backend talking through a
+ * vsock device on virtio-mmio.  Each step is an opcode byte and its
+ * arguments: tx packets with fuzzed headers and payloads, rx buffer
+ * refills, host connect/send/recv/shutdown/close, raw register writes.
+ * The device must never crash, leak or loop. */
+#include <endian.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices/virtio_mmio.h"
+#include "devices/virtio_vsock.h"
+
+#define RAM 0x100000u
+#define QSIZE 64u
+#define QBASE(q) (0x10000u * ((q) + 1))
+#define RXBUF 0x80000u
+#define RXSLOT 0x1100u
+#define TXBUF 0x40000u
+#define CID 3u
+
+struct input {
+	const uint8_t *p;
+	size_t left;
+};
+
+static uint8_t *ram;
+static struct vsock vs;
+static struct vmmio t;
+static uint16_t avail_idx[3];
+
+static unsigned take(struct input *in, void *out, size_t n)
+{
+	size_t k = n < in->left ? n : in->left;
+	memset(out, 0, n);
+	memcpy(out, in->p, k);
+	in->p += k;
+	in->left -= k;
+	return (unsigned)k;
+}
+
+static int b_request(void *ctx, struct vsock_conn *c, uint32_t port)
+{
+	return port & 1 ? -ECONNREFUSED : 0;
+}
+
+static void b_shutdown(void *ctx, struct vsock_conn *c, uint32_t flags)
+{
+	if (flags == (VSOCK_SHUT_RCV | VSOCK_SHUT_SEND))
+		vsock_host_close(&vs, c);
+}
+
+static void b_readable(void *ctx, struct vsock_conn *c)
+{
+	uint8_t buf[512];
+	if (c->peer_port & 2)
+		vsock_host_recv(&vs, c, buf, sizeof buf);
+}
+
+static const struct vsock_backend backend = {
+	.connect_request = b_request,
+	.shutdown = b_shutdown,
+	.readable = b_readable,
+};
+
+static void wr(uint64_t off, uint32_t v)
+{
+	vmmio_write(&t, off, &v, 4);
+}
+
+static void desc(unsigned q, unsigned i, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next)
+{
+	uint8_t *d = ram + QBASE(q) + 16 * i;
+	addr = htole64(addr);
+	len = htole32(len);
+	flags = htole16(flags);
+	next = htole16(next);
+	memcpy(d, &addr, 8);
+	memcpy(d + 8, &len, 4);
+	memcpy(d + 12, &flags, 2);
+	memcpy(d + 14, &next, 2);
+}
+
+static void offer(unsigned q, uint16_t head)
+{
+	uint16_t v = htole16(head);
+	memcpy(ram + QBASE(q) + 0x1000 + 4 + 2 * (avail_idx[q] % QSIZE), &v, 2);
+	avail_idx[q]++;
+	v = htole16(avail_idx[q]);
+	memcpy(ram + QBASE(q) + 0x1000 + 2, &v, 2);
+}
+
+static void rx_fill(unsigned n, uint32_t len)
+{
+	for (unsigned i = 0; i < n; i++) {
+		unsigned s = avail_idx[0] % QSIZE;
+		desc(0, s, RXBUF + RXSLOT * s, len, 2, 0);
+		offer(0, s);
+	}
+	wr(0x50, 0);
+}
+
+static void start(void)
+{
+	memset(ram, 0, RAM);
+	memset(avail_idx, 0, sizeof avail_idx);
+	wr(0x70, 0);
+	wr(0x70, 3);
+	wr(0x24, 1);
+	wr(0x20, 1);
+	wr(0x24, 0);
+	wr(0x20, 1u << VIRTIO_F_EVENT_IDX);
+	wr(0x70, 11);
+	for (unsigned q = 0; q < 3; q++) {
+		wr(0x30, q);
+		wr(0x38, QSIZE);
+		wr(0x80, QBASE(q));
+		wr(0x90, QBASE(q) + 0x1000);
+		wr(0xa0, QBASE(q) + 0x2000);
+		wr(0x44, 1);
+	}
+	wr(0x70, 15);
+	rx_fill(QSIZE, VSOCK_HDR_SIZE + 4096);
+}
+
+static void tx_packet(struct input *in, uint8_t op)
+{
+	uint8_t raw[VSOCK_HDR_SIZE];
+	uint16_t plen;
+	struct vsock_hdr h;
+
+	take(in, raw, sizeof raw);
+	take(in, &plen, 2);
+	plen = le16toh(plen) % 8192;
+	vsock_hdr_decode(&h, raw);
+	if (op & 0x10) { /* mostly-valid header to get deeper */
+		h.src_cid = CID;
+		h.dst_cid = VSOCK_HOST_CID;
+		h.type = VSOCK_TYPE_STREAM;
+		h.op = 1 + h.op % 7;
+		h.dst_port %= 4;
+		h.src_port %= 8;
+		h.len = h.op == VSOCK_OP_RW ? plen : 0;
+	}
+	vsock_hdr_encode(ram + TXBUF, &h);
+	take(in, ram + TXBUF + 0x100, plen);
+	unsigned s = (avail_idx[1] % (QSIZE / 2)) * 2;
+	uint32_t hlen = op & 0x20 ? VSOCK_HDR_SIZE - (op & 7) : VSOCK_HDR_SIZE;
+	desc(1, s, TXBUF, hlen, plen ? 1 : 0, s + 1);
+	desc(1, s + 1, TXBUF + 0x100, plen, 0, 0);
+	offer(1, s);
+	wr(0x50, 1);
+}
+
+static struct vsock_conn *pick(uint8_t k)
+{
+	struct vsock_conn *c = &vs.conns[k % VSOCK_MAX_CONNS];
+	return c->state == VSOCK_FREE ? NULL : c;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct guest_mem gm;
+	static uint8_t buf[8192];
+
+	if (!ram) {
+		ram = calloc(1, RAM);
+		if (!ram || gm_add_region(&gm, 0, RAM, ram) < 0)
+			abort();
+	}
+	if (vsock_init(&vs, CID, &backend, NULL) < 0 || vmmio_init(&t, &vs.dev, &gm, NULL) < 0)
+		abort();
+	start();
+
+	struct input in = { data, size };
+	uint8_t op, k;
+	uint16_t n;
+	uint32_t v;
+	struct vsock_conn *c;
+	while (in.left) {
+		take(&in, &op, 1);
+		switch (op % 8) {
+		case 0:
+		case 1:
+			tx_packet(&in, op);
+			break;
+		case 2:
+			take(&in, &k, 1);
+			rx_fill(1 + k % 16, k & 0x80 ? VSOCK_HDR_SIZE + k % 64 : VSOCK_HDR_SIZE + 4096);
+			break;
+		case 3:
+			take(&in, &n, 2);
+			vsock_host_connect(&vs, n % 8, NULL, &c);
+			break;
+		case 4:
+			take(&in, &k, 1);
+			take(&in, &n, 2);
+			if ((c = pick(k)))
+				vsock_host_send(&vs, c, buf, n % sizeof buf);
+			break;
+		case 5:
+			take(&in, &k, 1);
+			if ((c = pick(k)))
+				vsock_host_recv(&vs, c, buf, sizeof buf);
+			break;
+		case 6:
+			take(&in, &k, 1);
+			if ((c = pick(k))) {
+				if (op & 0x80)
+					vsock_host_close(&vs, c);
+				else
+					vsock_host_shutdown(&vs, c, op >> 4);
+			}
+			break;
+		case 7:
+			take(&in, &n, 2);
+			take(&in, &v, 4);
+			if (op & 0x80) {
+				wr(n % 0x200, v);
+			} else {
+				uint64_t r;
+				vmmio_read(&t, n % 0x200, &r, 1 + (op >> 4) % 8);
+			}
+			break;
+		}
+	}
+	vsock_destroy(&vs);
+	return 0;
+}

@@ -34,7 +34,8 @@ dest="$cache/kernel/$variant-$key"
 
 if [ ! -f "$dest/vmlinux" ]; then
 	work="$cache/build/$variant-$key"
-	rm -rf "$work"
+	# A build of an older input set (or one that failed) is of no use.
+	rm -rf "$cache/build/$variant"-*
 	mkdir -p "$work"
 	echo "kernel: building $variant ($key) in $work"
 	tar -C "$work" -xf "$tarball"

@@ -1,0 +1,44 @@
+/* kbox: run a command, or a coding agent, in a microVM it cannot talk its
+ * way out of. */
+#include <stdio.h>
+#include <string.h>
+
+#include "vmm/run.h"
+
+#ifndef KBOX_VERSION
+#define KBOX_VERSION "0.1.0-dev"
+#endif
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kbox COMMAND [ARGS...]\n"
+		"\n"
+		"Commands:\n"
+		"  run [OPTIONS] -- CMD [ARG...]   boot a microVM and run CMD inside it\n"
+		"  version                         print kbox's version\n"
+		"  help                            this help\n"
+		"\n"
+		"'kbox run --help' lists run's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return KBOX_EXIT_FAILURE;
+	}
+	const char *cmd = argv[1];
+	if (strcmp(cmd, "run") == 0)
+		return run_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+		printf("kbox %s\n", KBOX_VERSION);
+		return 0;
+	}
+	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "kbox: unknown command '%s' (see 'kbox --help')\n", cmd);
+	return KBOX_EXIT_FAILURE;
+}

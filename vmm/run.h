@@ -1,0 +1,18 @@
+/* `kbox run`: boot a guest, run one command in it, pass its exit code on. */
+#ifndef KBOX_RUN_H
+#define KBOX_RUN_H
+
+#include <stdio.h>
+
+/* Exit status for failures of kbox itself (as docker and podman do). */
+#define KBOX_EXIT_FAILURE 125
+
+/* Entry point for `kbox run ARGS…` (argv[0] is "run").  Returns the
+ * process exit status: the command's own, 128+N for a signal, or
+ * KBOX_EXIT_FAILURE with one line on stderr saying what to do. */
+int run_main(int argc, char **argv);
+
+/* Help text for `kbox run --help`. */
+void run_usage(FILE *f);
+
+#endif

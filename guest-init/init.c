@@ -27,6 +27,7 @@
 #define MAX_ARGS 4096
 #define MAX_FILE (1 << 20)
 
+__attribute__((format(printf, 1, 2)))
 static void say(const char *fmt, ...)
 {
 	char msg[512];
@@ -55,6 +56,7 @@ static void power_off(const char *why)
 		pause();
 }
 
+__attribute__((format(printf, 1, 2), noreturn))
 static void die(const char *fmt, ...)
 {
 	char msg[400];

@@ -15,6 +15,7 @@
 #define E820_RAM        1u
 #define E820_RESERVED   2u
 
+__attribute__((format(printf, 4, 5)))
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
 	if (err && errlen) {

@@ -70,6 +70,7 @@ void run_usage(FILE *f)
 		VM_MAX_CPUS);
 }
 
+__attribute__((format(printf, 1, 2)))
 static int die(const char *fmt, ...)
 {
 	va_list ap;

@@ -18,6 +18,7 @@
 #define KICK_SIGNAL SIGUSR1
 #define TSS_ADDR    0xfffbd000ull
 
+__attribute__((format(printf, 4, 5)))
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
 	if (err && errlen) {
@@ -329,6 +330,7 @@ void vm_stop(struct vm *vm, enum vm_end why)
 	}
 }
 
+__attribute__((format(printf, 2, 3)))
 static void vm_fail(struct vm *vm, const char *fmt, ...)
 {
 	int none = VM_END_NONE;

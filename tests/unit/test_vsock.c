@@ -5,8 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <poll.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_vsock.h"
+#include "devices/vsock_unix.h"
 
 /* A fake guest driver over 1 MiB of RAM: queue q has its rings at
  * QBASE(q), rx buffers (44 + 4096 bytes each) from RXBUF, and one tx
@@ -676,6 +683,167 @@ START_TEST(broken_tx_ring_needs_reset)
 }
 END_TEST
 
+
+/* ---- the Unix-socket backend, over real sockets ---- */
+
+static struct vsock_unix vu;
+static char dir[64];
+
+static void pump(void)
+{
+	for (unsigned k = 0; k < 4; k++) {
+		struct pollfd pfds[VU_MAX + 1];
+		unsigned n = vsock_unix_pollfds(&vu, pfds, VU_MAX + 1);
+		ck_assert_int_ge(poll(pfds, n, 0), 0);
+		vsock_unix_handle(&vu, pfds, n);
+	}
+}
+
+static void set_sun(struct sockaddr_un *sa, const char *path)
+{
+	ck_assert_uint_lt(strlen(path), sizeof sa->sun_path);
+	memcpy(sa->sun_path, path, strlen(path) + 1);
+}
+
+static int listen_at(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	set_sun(&sa, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert_int_eq(listen(fd, 4), 0);
+	return fd;
+}
+
+static void unix_setup(void)
+{
+	setup();
+	snprintf(dir, sizeof dir, "/tmp/kbox-vsock-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char base[96];
+	snprintf(base, sizeof base, "%s/v.sock", dir);
+	ck_assert_int_eq(vsock_unix_init(&vu, &vs, base, true), 0);
+}
+
+static void unix_teardown(void)
+{
+	char p[128];
+	vsock_unix_destroy(&vu);
+	snprintf(p, sizeof p, "%s/v.sock_1234", dir);
+	unlink(p);
+	rmdir(dir);
+	teardown();
+}
+
+START_TEST(unix_host_initiated)
+{
+	int sv[2];
+	char buf[64] = { 0 };
+	struct vsock_hdr h, r;
+	uint8_t payload[64];
+
+	rx_fill(8);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ck_assert_int_eq(vsock_unix_adopt(&vu, sv[0]), 0);
+	ck_assert_int_eq(write(sv[1], "CONNECT 52\n", 11), 11);
+	pump();
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_REQUEST);
+	ck_assert_uint_eq(r.dst_port, 52);
+	h = hdr(VSOCK_OP_RESPONSE, 52, r.src_port);
+	tx(&h, NULL);
+	ssize_t n = read(sv[1], buf, sizeof buf - 1);
+	char want[32];
+	snprintf(want, sizeof want, "OK %u\n", r.src_port);
+	ck_assert_int_eq(n, (ssize_t)strlen(want));
+	ck_assert_str_eq(buf, want);
+	ck_assert_int_eq(write(sv[1], "ping", 4), 4);
+	pump();
+	ck_assert(rx_get(&r, payload));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.len, 4);
+	ck_assert_mem_eq(payload, "ping", 4);
+	h = hdr(VSOCK_OP_RW, 52, r.src_port);
+	h.len = 4;
+	tx(&h, "pong");
+	ck_assert_int_eq(read(sv[1], buf, sizeof buf), 4);
+	ck_assert_mem_eq(buf, "pong", 4);
+	/* host closes: the guest hears SHUTDOWN */
+	close(sv[1]);
+	pump();
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_SHUTDOWN);
+	ck_assert_uint_eq(r.flags, VSOCK_SHUT_SEND);
+}
+END_TEST
+
+START_TEST(unix_guest_initiated)
+{
+	char path[128], buf[16];
+	struct vsock_hdr h, r;
+	uint8_t payload[64];
+
+	rx_fill(8);
+	snprintf(path, sizeof path, "%s/v.sock_1234", dir);
+	int l = listen_at(path);
+	h = hdr(VSOCK_OP_REQUEST, 7000, 1234);
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
+	int a = accept(l, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	h = hdr(VSOCK_OP_RW, 7000, 1234);
+	h.len = 2;
+	tx(&h, "hi");
+	ck_assert_int_eq(read(a, buf, sizeof buf), 2);
+	ck_assert_mem_eq(buf, "hi", 2);
+	ck_assert_int_eq(write(a, "yo", 2), 2);
+	pump();
+	ck_assert(rx_get(&r, payload));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_mem_eq(payload, "yo", 2);
+	/* guest closes both ways: fd closed, RST to the guest */
+	h = hdr(VSOCK_OP_SHUTDOWN, 7000, 1234);
+	h.flags = 3;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_int_eq(read(a, buf, sizeof buf), 0);
+	/* nobody listens on 999 */
+	h = hdr(VSOCK_OP_REQUEST, 7001, 999);
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	close(a);
+	close(l);
+}
+END_TEST
+
+START_TEST(unix_control_socket)
+{
+	char path[128], buf[8];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(path, sizeof path, "%s/v.sock", dir);
+	set_sun(&sa, path);
+	/* a second backend cannot take over a live control socket */
+	struct vsock_unix other;
+	ck_assert_int_eq(vsock_unix_init(&other, &vs, path, true), -EADDRINUSE);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert_int_eq(write(fd, "HELLO\n", 6), 6);
+	pump();
+	ck_assert_int_eq(read(fd, buf, sizeof buf), 0); /* dropped */
+	close(fd);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert_int_eq(write(fd, "CONNECT 99999999999\n", 20), 20);
+	pump();
+	ck_assert_int_eq(read(fd, buf, sizeof buf), 0);
+	close(fd);
+}
+END_TEST
+
 Suite *vsock_suite(void)
 {
 	Suite *s = suite_create("vsock");
@@ -700,5 +868,11 @@ Suite *vsock_suite(void)
 	tcase_add_test(tc, tiny_rx_buffer_needs_reset);
 	tcase_add_test(tc, broken_tx_ring_needs_reset);
 	suite_add_tcase(s, tc);
+	TCase *tu = tcase_create("unix");
+	tcase_add_checked_fixture(tu, unix_setup, unix_teardown);
+	tcase_add_test(tu, unix_host_initiated);
+	tcase_add_test(tu, unix_guest_initiated);
+	tcase_add_test(tu, unix_control_socket);
+	suite_add_tcase(s, tu);
 	return s;
 }

@@ -1,0 +1,69 @@
+/* Unix-socket backend for the vsock device, compatible with Firecracker's
+ * hybrid vsock: a guest connection to host port P becomes a connection to
+ * the Unix socket "<path>_P"; a host program connects to the control
+ * socket <path> (or hands a connected fd to vsock_unix_adopt), writes
+ * "CONNECT <port>\n", receives "OK <local port>\n" once the guest accepts,
+ * and the stream is then spliced to the guest.
+ *
+ * Every fd is non-blocking; nothing here blocks or owns a thread: the VMM's
+ * event loop polls the fds from vsock_unix_pollfds and passes the result to
+ * vsock_unix_handle, under the same serialization as the device. */
+#ifndef KBOX_VSOCK_UNIX_H
+#define KBOX_VSOCK_UNIX_H
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "devices/virtio_vsock.h"
+
+#define VU_MAX (VSOCK_MAX_CONNS + 8)
+#define VU_OUTBUF 16384
+#define VU_LINE 32
+
+struct vu_entry {
+	int fd;                  /* -1 when the slot is free */
+	struct vsock_conn *conn; /* NULL while a control line is awaited */
+	bool ctrl;               /* came in on the control socket */
+	bool closing;            /* guest shut down both ways */
+	bool fd_wr_shut;         /* shutdown(SHUT_WR) done */
+	bool rd_eof;             /* fd gave EOF: stop polling for input */
+	bool hup;                /* fd hung up: stop polling it at all */
+	char line[VU_LINE];
+	unsigned line_len;
+	uint8_t out[VU_OUTBUF];  /* guest data not yet written to fd */
+	unsigned out_off, out_len;
+};
+
+struct vsock_unix {
+	struct vsock *vs;
+	char path[100];
+	int listen_fd;           /* -1 if there is no control socket */
+	struct vu_entry e[VU_MAX];
+};
+
+/* Become the backend of vs (sets vs->backend and backend_ctx; call after
+ * vsock_init).  path is the base name for "<path>_<port>" and, when listen
+ * is true, the control socket bound there (mode 0600; a stale socket left
+ * by a dead process is replaced, a live one gives -EADDRINUSE).  Returns 0
+ * or a negative errno. */
+int vsock_unix_init(struct vsock_unix *u, struct vsock *vs, const char *path, bool listen);
+
+/* Take ownership of a connected stream fd that will speak the CONNECT
+ * protocol (e.g. handed over by the VMM's own control socket).  Returns 0
+ * or -ENOSPC (fd is then closed). */
+int vsock_unix_adopt(struct vsock_unix *u, int fd);
+
+/* Fill pfds (at most max) with the fds and events to wait for.  Returns
+ * the count. */
+unsigned vsock_unix_pollfds(struct vsock_unix *u, struct pollfd *pfds, unsigned max);
+
+/* Act on the readiness poll() reported for pfds[0..n) as filled by
+ * vsock_unix_pollfds.  Never blocks. */
+void vsock_unix_handle(struct vsock_unix *u, const struct pollfd *pfds, unsigned n);
+
+/* Close every fd and remove the control socket.  Call before
+ * vsock_destroy, or after it (connections are then already gone). */
+void vsock_unix_destroy(struct vsock_unix *u);
+
+#endif

@@ -68,6 +68,11 @@ static void fresh_tree(void)
 	symlink("../outside", p);
 }
 
+static void cleanup(void)
+{
+	nftw(base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
@@ -76,6 +81,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (!mkdtemp(base))
 		abort();
 	snprintf(tree, sizeof tree, "%s/root", base);
+	atexit(cleanup);
 	ops = fsp_ops;
 	ops.fallocate = capped_fallocate;
 	reply = malloc(REPLY_SIZE);

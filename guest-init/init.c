@@ -9,7 +9,6 @@
  * as little as it can. */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/reboot.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +21,12 @@
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
+
+/* reboot(2) ABI values, spelled out so that guest-init builds against any
+ * libc's headers (musl does not ship <linux/reboot.h>). */
+#define REBOOT_MAGIC1 0xfee1deadu
+#define REBOOT_MAGIC2 672274793u
+#define REBOOT_CMD_RESTART2 0xa1b2c3d4u
 
 #define CHANNEL "/dev/ttyS1"
 #define MAX_ARGS 4096
@@ -46,11 +51,11 @@ static void say(const char *fmt, ...)
 	}
 }
 
+__attribute__((noreturn))
 static void power_off(const char *why)
 {
 	sync();
-	syscall(SYS_reboot, LINUX_REBOOT_MAGIC1, LINUX_REBOOT_MAGIC2,
-		LINUX_REBOOT_CMD_RESTART2, why);
+	syscall(SYS_reboot, REBOOT_MAGIC1, REBOOT_MAGIC2, REBOOT_CMD_RESTART2, why);
 	/* Only reached if the kernel refused: stay alive, PID 1 must not exit. */
 	for (;;)
 		pause();

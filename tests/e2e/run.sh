@@ -1,0 +1,88 @@
+#!/bin/sh
+# End-to-end tests: the real kbox binary, the real guest kernel and
+# guest-init.  Boots are slow on PVM hosts (docs/pvm.md), so each boot
+# checks several things and the CLI's own failures are tested without one.
+#   tests/e2e/run.sh BUILD_DIR
+set -u
+build=${1:-build}
+kbox="$build/kbox"
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# A PVM boot takes up to ~2 minutes; anything beyond this is a hang.
+boot_timeout=${KBOX_E2E_TIMEOUT:-600}
+
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
+
+# check NAME EXPECTED_RC EXPECTED_STDOUT_FILE STDERR_PATTERN -- kbox args...
+check() {
+	name=$1 want_rc=$2 want_out=$3 err_pat=$4
+	shift 5
+	start=$(date +%s)
+	timeout "$boot_timeout" "$kbox" "$@" > "$tmp/out" 2> "$tmp/err" < "${STDIN_FILE:-/dev/null}"
+	rc=$?
+	took=$(( $(date +%s) - start ))
+	if [ "$rc" -ne "$want_rc" ]; then
+		not_ok "$name (exit $rc, want $want_rc, ${took}s)" "$(tail -5 "$tmp/err")"
+		return
+	fi
+	if [ -n "$want_out" ] && ! cmp -s "$tmp/out" "$want_out"; then
+		not_ok "$name (stdout differs, ${took}s)" "$(diff "$want_out" "$tmp/out" | head -10)"
+		return
+	fi
+	if [ -n "$err_pat" ] && ! grep -q -- "$err_pat" "$tmp/err"; then
+		not_ok "$name (stderr lacks '$err_pat')" "$(head -5 "$tmp/err")"
+		return
+	fi
+	ok "$name (${took}s)"
+}
+
+if [ ! -x "$kbox" ]; then
+	echo "e2e: $kbox is missing; run make first" >&2
+	exit 1
+fi
+
+# --- kbox's own failures: exit 125 and one line that says what to do ---
+check "unknown option" 125 "" "unknown option '--frobnicate'" -- run --frobnicate -- true
+check "no command" 125 "" "no command given" -- run
+check "bad --cpus" 125 "" "--cpus takes a number" -- run --cpus 0 -- true
+check "bad --memory" 125 "" "--memory takes MiB" -- run --memory lots -- true
+check "missing kernel" 125 "" "make kernel" -- run --kernel "$tmp/nope" -- true
+printf 'not a kernel at all\n' > "$tmp/junk"
+check "junk kernel" 125 "" "not a Linux kernel image" -- run --kernel "$tmp/junk" -- true
+printf 'cpus: two\n' > "$tmp/bad.yaml"
+check "bad config" 125 "" "bad.yaml:1:" -- run --conf "$tmp/bad.yaml" -- true
+check "unknown subcommand" 125 "" "unknown command 'frob'" -- frob
+"$kbox" --help | grep -q "run \[OPTIONS\]" && ok "kbox --help" || not_ok "kbox --help"
+"$kbox" version | grep -q "^kbox " && ok "kbox version" || not_ok "kbox version"
+
+if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
+	echo "# skipped the boots: /dev/kvm is not usable here"
+	echo "$pass passed, $fail failed"
+	[ "$fail" -eq 0 ]
+	exit
+fi
+
+# --- boots of the real kernel ---
+printf 'hi\n' > "$tmp/want-hi"
+check "echo hi; exit 7" 7 "$tmp/want-hi" "" -- run -- /bin/sh -c 'echo hi; exit 7'
+
+printf '2\ngot line one\n' > "$tmp/want-smp"
+printf 'line one\n' > "$tmp/stdin"
+STDIN_FILE="$tmp/stdin" check "2 CPUs, stdin, death by SIGTERM is 143" 143 "$tmp/want-smp" "" \
+	-- run --cpus 2 -- /bin/sh -c 'grep -c ^processor /proc/cpuinfo; read x; echo "got $x"; kill -TERM $$'
+
+cat > "$tmp/sandbox.yaml" <<'YAML'
+cpus: 1
+memory: 192M
+command: ["/bin/sh", "-c", "echo from config; awk '/MemTotal/ { exit !($2 > 150000 && $2 < 196608) }' /proc/meminfo"]
+YAML
+printf 'from config\n' > "$tmp/want-conf"
+check "--conf sandbox.yaml (command, memory)" 0 "$tmp/want-conf" "" -- run --conf "$tmp/sandbox.yaml"
+
+check "command not found is 127" 127 "" "" -- run -- /no/such/program
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -8,8 +8,9 @@
 #include <string.h>
 
 /* Kernel's own limits when an image does not say (x86 COMMAND_LINE_SIZE
- * and the 32-bit ramdisk_image field). */
-#define ELF_CMDLINE_MAX 2048u
+ * less its NUL, as a bzImage's cmdline_size counts it, and the 32-bit
+ * ramdisk_image field). */
+#define ELF_CMDLINE_MAX 2047u
 #define ELF_INITRD_MAX  0x7fffffffu
 #define MAX_PHDRS       64u
 #define E820_RAM        1u
@@ -123,6 +124,7 @@ static int load_elf(const struct guest_mem *gm, const uint8_t *img, size_t len,
 /* Offsets into a bzImage, from the boot protocol's setup header table. */
 enum {
 	BZ_SETUP_SECTS = 0x1f1,
+	BZ_SYSSIZE = 0x1f4,
 	BZ_BOOT_FLAG = 0x1fe,
 	BZ_JUMP = 0x200,
 	BZ_HEADER = 0x202,
@@ -153,13 +155,24 @@ static int load_bzimage(const struct guest_mem *gm, const uint8_t *img, size_t l
 	size_t setup_len = (size_t)(sects + 1) * 512;
 	if (setup_len >= len)
 		return fail(err, errlen, -EINVAL, "bzImage truncated inside its setup code");
+	uint64_t payload = len - setup_len;
+	/* syssize counts the protected-mode kernel in 16-byte units: a file
+	 * cut short is refused here instead of crashing the guest later. */
+	uint64_t sys = (uint64_t)rd32(img + BZ_SYSSIZE) * 16;
+	if (payload < sys)
+		return fail(err, errlen, -EINVAL,
+			    "bzImage truncated: %llu bytes of kernel after the setup code, "
+			    "its header says %llu", (unsigned long long)payload,
+			    (unsigned long long)sys);
+	if (payload <= 0x200)
+		return fail(err, errlen, -EINVAL,
+			    "bzImage truncated before its 64-bit entry point");
 	uint64_t load = BOOT_HIMEM_START;
 	if (img[BZ_RELOCATABLE]) {
 		uint64_t pref = rd64(img + BZ_PREF_ADDRESS);
 		if (pref >= BOOT_HIMEM_START)
 			load = pref;
 	}
-	uint64_t payload = len - setup_len;
 	uint64_t need = rd32(img + BZ_INIT_SIZE);
 	if (need < payload)
 		need = payload;
@@ -188,8 +201,9 @@ static int load_bzimage(const struct guest_mem *gm, const uint8_t *img, size_t l
 		hdr_len = sizeof out->setup_hdr;
 	memcpy(out->setup_hdr, img + BZ_SETUP_SECTS, hdr_len);
 	out->setup_hdr_len = hdr_len;
+	/* Protocols before 2.06 had no field and a limit of 255 bytes. */
 	if (out->cmdline_max == 0)
-		out->cmdline_max = 256;
+		out->cmdline_max = 255;
 	return 0;
 }
 
@@ -249,11 +263,14 @@ unsigned boot_e820_map(uint64_t low_ram, uint64_t high_ram, struct boot_e820 *e,
 int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 		      const struct boot_setup *s, char *err, size_t errlen)
 {
+	/* cmdline_max excludes the NUL; the area at BOOT_CMDLINE_ADDR holds it. */
 	size_t cl = strlen(s->cmdline);
-	if (cl >= k->cmdline_max || cl >= BOOT_CMDLINE_MAX)
+	uint64_t max = k->cmdline_max < BOOT_CMDLINE_MAX - 1 ? k->cmdline_max
+							     : BOOT_CMDLINE_MAX - 1;
+	if (cl > max)
 		return fail(err, errlen, -E2BIG,
-			    "kernel command line is %zu bytes; this kernel accepts at most %u",
-			    cl, k->cmdline_max ? k->cmdline_max - 1 : 0);
+			    "kernel command line is %zu bytes; this kernel accepts at most %llu",
+			    cl, (unsigned long long)max);
 	if (gm_write(gm, BOOT_CMDLINE_ADDR, s->cmdline, cl + 1))
 		return fail(err, errlen, -EFAULT, "no guest RAM for the command line");
 

@@ -42,8 +42,13 @@ static void parse_line(struct klog *k, const char *line)
 	static const char exit_marker[] = "Restarting system with command 'kbox-exit=";
 	const char *p = strstr(line, exit_marker);
 	if (p) {
+		/* Digits only: strtol alone would take "'" as 0 (success)
+		 * and accept signs and spaces. */
+		const char *num = p + sizeof exit_marker - 1;
 		char *end;
-		long v = strtol(p + sizeof exit_marker - 1, &end, 10);
+		if (*num < '0' || *num > '9')
+			return;
+		long v = strtol(num, &end, 10);
 		if (*end == '\'' && v >= 0 && v <= 255)
 			k->exit_code = (int)v;
 		return;

@@ -1,0 +1,56 @@
+/* A running sandbox's footprint on the host: a private directory under the
+ * runtime dir holding its control socket and what `kbox ps` shows. */
+#ifndef KBOX_SANDBOX_H
+#define KBOX_SANDBOX_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SANDBOX_NAME_MAX 64
+
+struct sandbox {
+	char name[SANDBOX_NAME_MAX + 1];
+	char dir[PATH_MAX - 64];  /* <runtime>/<name> */
+	char sock[PATH_MAX];      /* <dir>/vsock.sock: hybrid vsock control socket */
+	char klog[PATH_MAX];      /* <dir>/kernel.log */
+};
+
+struct sandbox_info {
+	char name[SANDBOX_NAME_MAX + 1];
+	pid_t pid;
+	long long started;   /* unix time */
+	unsigned cpus;
+	unsigned long long memory_mib;
+	char command[256];   /* argv joined by spaces, truncated */
+	int alive;           /* the owning kbox process still exists */
+};
+
+/* The runtime directory: $XDG_RUNTIME_DIR/kbox, /run/kbox for root, else
+ * /tmp/kbox-UID.  Created mode 0700 if missing.  Returns 0 or -errno. */
+int sandbox_runtime_dir(char *buf, size_t len);
+
+/* 1 if name is 1..64 characters of [A-Za-z0-9_.-] not starting with '.'. */
+int sandbox_name_ok(const char *name);
+
+/* Create the directory for a new sandbox called name.  A directory left by
+ * a kbox process that no longer exists is cleaned first; a live sandbox of
+ * that name gives -EEXIST.  err gets a line for the user. */
+int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen);
+
+/* Record what `kbox ps` shows.  Returns 0 or -errno. */
+int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
+		       char *const argv[]);
+
+/* Remove the sandbox's files and directory. */
+void sandbox_release(const struct sandbox *sb);
+
+/* Read one sandbox's info by name: 0, -ENOENT, or -errno. */
+int sandbox_lookup(const char *name, struct sandbox *sb, struct sandbox_info *info);
+
+/* Call fn for every sandbox directory (stale ones included, alive = 0).
+ * Returns the number visited or -errno. */
+int sandbox_each(void (*fn)(const struct sandbox_info *info, void *ctx), void *ctx);
+
+#endif

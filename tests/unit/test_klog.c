@@ -1,0 +1,221 @@
+/* Kernel console watcher: bytes arrive in whatever pieces the UART hands
+ * over; lines go to the log file exactly and the markers kbox acts on are
+ * recognised only when well formed. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vmm/klog.h"
+
+static void feed_str(struct klog *k, const char *s)
+{
+	klog_write(k, (const uint8_t *)s, strlen(s));
+}
+
+/* Same text one byte per call, as the UART delivers it. */
+static void feed_bytewise(struct klog *k, const char *s)
+{
+	for (; *s; s++)
+		klog_write(k, (const uint8_t *)s, 1);
+}
+
+static int exit_code_of(const char *text)
+{
+	struct klog k;
+	klog_init(&k);
+	feed_str(&k, text);
+	klog_flush(&k);
+	return k.exit_code;
+}
+
+START_TEST(exit_marker_bytewise_crlf)
+{
+	struct klog k;
+	klog_init(&k);
+	ck_assert_int_eq(k.exit_code, -1);
+	feed_bytewise(&k, "[    1.234] reboot: Restarting system with command 'kbox-exit=7'\r\n");
+	ck_assert_int_eq(k.exit_code, 7);
+	ck_assert_int_eq(k.panic, 0);
+	ck_assert_int_eq(k.init_failed, 0);
+}
+END_TEST
+
+START_TEST(exit_marker_odd_chunks)
+{
+	static const char text[] = "noise\r\nreboot: Restarting system with command "
+				   "'kbox-exit=255'\r\nafter\r\n";
+	/* Every split point between two chunks. */
+	for (size_t cut = 0; cut <= sizeof text - 1; cut++) {
+		struct klog k;
+		klog_init(&k);
+		klog_write(&k, (const uint8_t *)text, cut);
+		klog_write(&k, (const uint8_t *)text + cut, sizeof text - 1 - cut);
+		ck_assert_int_eq(k.exit_code, 255);
+	}
+}
+END_TEST
+
+START_TEST(exit_marker_values)
+{
+	const char *pre = "reboot: Restarting system with command 'kbox-exit=";
+	char line[128];
+	const struct {
+		const char *tail;
+		int want;
+	} cases[] = {
+		{ "0'", 0 },      { "1'", 1 },    { "255'", 255 }, { "007'", 7 },
+		{ "300'", -1 },   { "256'", -1 }, { "7x'", -1 },   { "7", -1 },
+		{ "7\"", -1 },    { "'", -1 },    { "-1'", -1 },   { "-0'", -1 },
+		{ "+7'", -1 },    { " 7'", -1 },  { "x'", -1 },
+		{ "99999999999999999999999'", -1 },
+	};
+	for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(line, sizeof line, "%s%s\n", pre, cases[i].tail);
+		ck_assert_msg(exit_code_of(line) == cases[i].want, "%s: got %d, want %d", line,
+			      exit_code_of(line), cases[i].want);
+	}
+	/* Without the kernel's wording it is just text. */
+	ck_assert_int_eq(exit_code_of("kbox-exit=7'\n"), -1);
+	ck_assert_int_eq(exit_code_of("Restarting system with command 'kbox-exit=7\n'\n"), -1);
+}
+END_TEST
+
+START_TEST(malformed_marker_keeps_earlier_code)
+{
+	struct klog k;
+	klog_init(&k);
+	feed_str(&k, "reboot: Restarting system with command 'kbox-exit=3'\n");
+	feed_str(&k, "reboot: Restarting system with command 'kbox-exit=3000'\n");
+	ck_assert_int_eq(k.exit_code, 3);
+}
+END_TEST
+
+START_TEST(panic_captured_once)
+{
+	struct klog k;
+	klog_init(&k);
+	feed_bytewise(&k, "[    2.0] Kernel panic - not syncing: VFS: Unable to mount root fs\r\n");
+	ck_assert_int_eq(k.panic, 1);
+	ck_assert_str_eq(k.panic_msg, "VFS: Unable to mount root fs");
+	/* The first panic is the cause; later ones are echoes. */
+	feed_str(&k, "Kernel panic - not syncing: second\n");
+	ck_assert_str_eq(k.panic_msg, "VFS: Unable to mount root fs");
+	ck_assert_int_eq(k.exit_code, -1);
+}
+END_TEST
+
+START_TEST(init_failure_markers)
+{
+	struct klog k;
+	klog_init(&k);
+	feed_str(&k, "kbox-init: cannot mount /proc: No such device\r\n");
+	ck_assert_str_eq(k.init_msg, "cannot mount /proc: No such device");
+	ck_assert_int_eq(k.init_failed, 0);
+	feed_str(&k, "reboot: Restarting system with command 'kbox-init-failed'\r\n");
+	ck_assert_int_eq(k.init_failed, 1);
+	ck_assert_int_eq(k.exit_code, -1);
+	ck_assert_int_eq(k.panic, 0);
+}
+END_TEST
+
+START_TEST(partial_line_needs_flush)
+{
+	struct klog k;
+	klog_init(&k);
+	feed_str(&k, "reboot: Restarting system with command 'kbox-exit=9'");
+	ck_assert_int_eq(k.exit_code, -1);
+	klog_flush(&k);
+	ck_assert_int_eq(k.exit_code, 9);
+	klog_flush(&k);
+	ck_assert_int_eq(k.exit_code, 9);
+}
+END_TEST
+
+START_TEST(long_lines_split)
+{
+	struct klog k;
+	klog_init(&k);
+	size_t n = 5 * KLOG_LINE + 17;
+	uint8_t *b = malloc(n);
+	ck_assert_ptr_nonnull(b);
+	memset(b, 'L', n);
+	klog_write(&k, b, n);
+	ck_assert_uint_lt(k.len, KLOG_LINE);
+	/* A panic marker beyond the first chunk of a long line is seen in
+	 * the piece it lands in; the buffer never overflows. */
+	memcpy(b + 2 * KLOG_LINE, "Kernel panic - not syncing: deep", 32);
+	klog_write(&k, b, n);
+	klog_flush(&k);
+	ck_assert_uint_eq(k.len, 0);
+	ck_assert_int_eq(k.panic, 1);
+	ck_assert_mem_eq(k.panic_msg, "deepLLL", 7);
+	ck_assert_uint_lt(strlen(k.panic_msg), KLOG_LINE);
+	free(b);
+}
+END_TEST
+
+START_TEST(nul_bytes_dropped)
+{
+	struct klog k;
+	klog_init(&k);
+	static const uint8_t b[] = "reboot: Restarting system\0 with command 'kbox-exit=4'\n";
+	klog_write(&k, b, sizeof b - 1);
+	ck_assert_int_eq(k.exit_code, 4);
+}
+END_TEST
+
+/* The log file receives each line once, CR stripped, in order. */
+START_TEST(log_file_exact)
+{
+	char path[] = "/tmp/kbox-klog-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	struct klog k;
+	klog_init(&k);
+	k.fd = fd;
+	feed_bytewise(&k, "Linux version 6.1\r\n");
+	feed_str(&k, "a\r\n\r\nb");
+	feed_str(&k, "c\n");
+	char *longl = malloc(KLOG_LINE + 10);
+	ck_assert_ptr_nonnull(longl);
+	memset(longl, 'x', KLOG_LINE + 9);
+	longl[KLOG_LINE + 9] = '\0';
+	feed_str(&k, longl);
+	feed_str(&k, "\ntail");
+	klog_flush(&k);
+
+	char expect[2048];
+	int el = snprintf(expect, sizeof expect, "Linux version 6.1\na\n\nbc\n%.*s\n%s\ntail\n",
+			  KLOG_LINE - 1, longl, longl + KLOG_LINE - 1);
+	ck_assert_int_lt(el, (int)sizeof expect);
+	char got[2048];
+	ck_assert_int_eq(lseek(fd, 0, SEEK_SET), 0);
+	ssize_t gl = read(fd, got, sizeof got);
+	ck_assert_int_eq(gl, el);
+	ck_assert_mem_eq(got, expect, (size_t)el);
+	close(fd);
+	free(longl);
+}
+END_TEST
+
+Suite *klog_suite(void)
+{
+	Suite *s = suite_create("klog");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, exit_marker_bytewise_crlf);
+	tcase_add_test(tc, exit_marker_odd_chunks);
+	tcase_add_test(tc, exit_marker_values);
+	tcase_add_test(tc, malformed_marker_keeps_earlier_code);
+	tcase_add_test(tc, panic_captured_once);
+	tcase_add_test(tc, init_failure_markers);
+	tcase_add_test(tc, partial_line_needs_flush);
+	tcase_add_test(tc, long_lines_split);
+	tcase_add_test(tc, nul_bytes_dropped);
+	tcase_add_test(tc, log_file_exact);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,32 @@
+/* Exec agent: runs commands inside the guest for the host, one per
+ * connection, speaking the frames of vmm/exec_proto.h
+ * (docs/exec-protocol.md).  Built into guest-init, and natively into the
+ * loopback test, so the transport is injectable: the listener and the
+ * per-connection handler take plain fds. */
+#ifndef KBOX_AGENT_H
+#define KBOX_AGENT_H
+
+/* Listen on AF_VSOCK port (any CID) and serve connections forever, as
+ * agent_serve_listener does.  Call it in a process of its own (it changes
+ * signal dispositions and never returns while the listener works).
+ * Returns a negative errno if the socket cannot be set up or accept fails
+ * for good; the caller then leaves with _exit. */
+int agent_serve(unsigned port);
+
+/* Accept connections on the listening stream socket lfd, each handled by
+ * agent_serve_fd in a forked child, so that many commands run at once.
+ * Handlers are reaped automatically (SIGCHLD is ignored in this process).
+ * Returns only on a persistent accept error, as a negative errno. */
+int agent_serve_listener(int lfd);
+
+/* Serve one connection on the connected stream fd: read the EXEC frame,
+ * run the command with pipes or a pty, shuttle its I/O, signals and
+ * window size until it exits and its output is drained, send EXIT and
+ * close fd.  Blocks the caller for the command's lifetime; ignores
+ * SIGPIPE and resets SIGCHLD to default in the calling process.  Returns
+ * 0 once EXIT was sent, or a negative errno (-EPROTO for a malformed
+ * stream, -ECONNRESET if the host went away: the command's process group
+ * then gets SIGHUP). */
+int agent_serve_fd(int fd);
+
+#endif

@@ -22,7 +22,8 @@
  *
  * Protocol (mirrored in harness.c; keep the two in step):
  *   port  TG_PORT + 16*cpu: +0 out8 hello(cpu), +4 out32 x(cpu,k),
- *                           +8 in32 y(cpu,k), +14 out8 the IOPL probe
+ *                           +8 in32 y(cpu,k), +12 in8 string s(cpu,n),
+ *                           +13 out8 its echo, +14 out8 the IOPL probe
  *   mmio  TG_MMIO + 4K*cpu: +0 w32 hello(cpu), +8 w64 X(cpu,k),
  *                           +0x10 r32 Y(cpu,k), +0x18 w8 guest-side errors,
  *                           +0x20 w64 address of the instruction that will
@@ -181,8 +182,9 @@ cpu_common:
 	mov %r12d, %esi
 	iretq
 
-/* x(cpu,k) out, y(cpu,k) in and checked, for k < cfg_rounds; mismatches
- * counted in %r12d. */
+/* x(cpu,k) out, y(cpu,k) in and checked, for k < cfg_rounds, then 64
+ * bytes s(cpu,n) = 7n + 31cpu + 1 in by rep insb, checked and echoed by
+ * rep outsb; mismatches counted in %r12d. */
 port_rounds:
 	xor %ebx, %ebx
 1:	cmp cfg_rounds(%rip), %ebx
@@ -199,7 +201,31 @@ port_rounds:
 	inc %r12d
 3:	inc %ebx
 	jmp 1b
-2:	mov %r15d, %ebx
+
+	/* String input: KVM may carry a whole rep ins in one exit, so this
+	 * checks that every byte of such an exit comes back in order. */
+2:	mov %r15d, %eax
+	shl $6, %eax
+	lea kbuf(%rip), %rdi
+	add %rax, %rdi
+	mov %rdi, %rsi
+	lea 12(%r14), %edx
+	mov $64, %ecx
+	rep insb
+	imul $31, %r15d, %r8d
+	xor %ecx, %ecx
+4:	imul $7, %ecx, %eax
+	lea 1(%rax,%r8), %eax
+	cmp %al, (%rsi,%rcx)
+	je 5f
+	inc %r12d
+5:	inc %ecx
+	cmp $64, %ecx
+	jb 4b
+	lea 13(%r14), %edx
+	mov $64, %ecx
+	rep outsb                               /* and echo it back */
+	mov %r15d, %ebx
 	ret
 
 /* The CPUs share the ports 0..0xffff out between them (this runs in
@@ -501,6 +527,9 @@ null_idt_ptr:
 	.balign 16
 idt:
 	.fill 256 * 2, 8, 0
+	.balign 64
+kbuf:
+	.fill TG_MAX_CPUS * 64, 1, 0
 	.balign 128
 tss_area:
 	.fill TG_MAX_CPUS * 128, 1, 0

@@ -65,7 +65,7 @@ struct cpu_log {
 	struct ev ev[LOG_MAX];
 	unsigned n;
 	int overflow;
-	unsigned pio_k, mmio_k;  /* answers handed out so far */
+	unsigned pio_k, mmio_k, str_n; /* answers handed out so far */
 	unsigned wrong_thread;   /* accesses to this window from another vCPU */
 	int done;                /* garbage run finished (TG_DONE_MAGIC seen) */
 };
@@ -139,6 +139,9 @@ static uint64_t mmio_xval(unsigned cpu, unsigned k)
 
 static uint32_t mmio_yval(unsigned cpu, unsigned k) { return yval(cpu, k) ^ 0x55555555u; }
 
+#define STR_LEN 64u
+static uint8_t str_val(unsigned cpu, unsigned n) { return (uint8_t)(7 * n + 31 * cpu + 1); }
+
 /* ---- devices ---- */
 
 static void log_ev(struct harness *h, unsigned cpu, struct ev e)
@@ -175,6 +178,8 @@ static uint8_t test_pio_in(void *ctx, unsigned off)
 		v = (uint8_t)(yval(cpu, l->pio_k) >> (8 * (reg - 8)));
 		if (reg == 11)
 			l->pio_k++;
+	} else if (reg == 12) {
+		v = str_val(cpu, l->str_n++);
 	}
 	log_ev(h, window_cpu(h, cpu), (struct ev){ EV_PIO_IN, 1, off, v });
 	pthread_mutex_unlock(&h->lock);
@@ -278,14 +283,28 @@ static void line_irq_set(struct irq_sink *s, int level)
 
 /* ---- watchdog: no run may hang the suite ---- */
 
+#define STOP_GRACE_S 5
+
 struct watchdog {
 	struct vm *vm;
+	const char *name;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int done, fired;
 	double seconds;
 };
 
+/* Wait until done or the deadline; 1 if the deadline came first. */
+static int wait_done(struct watchdog *w, const struct timespec *until)
+{
+	while (!w->done)
+		if (pthread_cond_timedwait(&w->cond, &w->lock, until) == ETIMEDOUT)
+			return !w->done;
+	return 0;
+}
+
+/* Stop the VM at the deadline; if even vm_stop cannot end it (a vCPU that
+ * is never kicked out of KVM_RUN), fail the suite here rather than hang. */
 static void *watchdog_thread(void *arg)
 {
 	struct watchdog *w = arg;
@@ -293,13 +312,15 @@ static void *watchdog_thread(void *arg)
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += (time_t)w->seconds;
 	pthread_mutex_lock(&w->lock);
-	while (!w->done) {
-		if (pthread_cond_timedwait(&w->cond, &w->lock, &until) == ETIMEDOUT) {
-			if (!w->done) {
-				w->fired = 1;
-				vm_stop(w->vm, VM_END_STOPPED);
-			}
-			break;
+	if (wait_done(w, &until)) {
+		w->fired = 1;
+		vm_stop(w->vm, VM_END_STOPPED);
+		until.tv_sec += STOP_GRACE_S;
+		if (wait_done(w, &until)) {
+			check(0, "%s: VM still running %d s after vm_stop", w->name, STOP_GRACE_S);
+			printf("%u passed, %u failed\n", passed, failed);
+			fflush(stdout);
+			_exit(1);
 		}
 	}
 	pthread_mutex_unlock(&w->lock);
@@ -374,6 +395,10 @@ static unsigned expected_exits(unsigned cpu, unsigned rounds, struct ev *out, un
 		for (unsigned b = 0; b < 4; b++)
 			PUT(EV_PIO_IN, 1, p + 8 + b, (uint8_t)(yval(cpu, k) >> (8 * b)));
 	}
+	for (unsigned i = 0; i < STR_LEN; i++)
+		PUT(EV_PIO_IN, 1, p + 12, str_val(cpu, i));
+	for (unsigned i = 0; i < STR_LEN; i++)
+		PUT(EV_PIO_OUT, 1, p + 13, str_val(cpu, i));
 	PUT(EV_MMIO_W, 4, m, cpu);
 	for (unsigned k = 0; k < rounds; k++) {
 		PUT(EV_MMIO_W, 8, m + 8, mmio_xval(cpu, k));
@@ -491,7 +516,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		return;
 	}
 
-	struct watchdog w = { .vm = &vm, .seconds = t->limit_s };
+	struct watchdog w = { .vm = &vm, .name = t->name, .seconds = t->limit_s };
 	pthread_mutex_init(&w.lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);

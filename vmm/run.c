@@ -421,10 +421,16 @@ int run_main(int argc, char **argv)
 		die("cannot write the MP table");
 		goto out;
 	}
+	/* Without kvmclock (the PVM variant) the kernel would calibrate the
+	 * TSC against the PIT, which fails under emulation. */
+	char tsc[40] = "";
+	unsigned khz = pvm ? vm_tsc_khz(&vm) : 0;
+	if (khz)
+		snprintf(tsc, sizeof tsc, " tsc_early_khz=%u", khz);
 	char cmdline[4096];
 	snprintf(cmdline, sizeof cmdline,
-		 "console=ttyS0 reboot=k panic=-1 8250.nr_uarts=2 mitigations=off%s%s%s%s",
-		 o.verbose ? "" : " quiet", pvm ? PVM_CMDLINE : "", o.append ? " " : "",
+		 "console=ttyS0 reboot=k panic=-1 8250.nr_uarts=2 mitigations=off%s%s%s%s%s",
+		 o.verbose ? "" : " quiet", pvm ? PVM_CMDLINE : "", tsc, o.append ? " " : "",
 		 o.append ? o.append : "");
 	if (strlen(cmdline) >= sizeof cmdline - 1) {
 		die("--append is too long");

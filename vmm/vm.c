@@ -40,6 +40,14 @@ int vm_is_pvm(void)
 	return access("/sys/module/kvm_pvm", F_OK) == 0;
 }
 
+unsigned vm_tsc_khz(struct vm *vm)
+{
+	if (vm->ncpus == 0 || vm->cpu[0].fd < 0)
+		return 0;
+	int khz = ioctl(vm->cpu[0].fd, KVM_GET_TSC_KHZ, 0);
+	return khz > 0 ? (unsigned)khz : 0;
+}
+
 static void kick_handler(int sig) { (void)sig; }
 
 int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t errlen)

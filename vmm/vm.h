@@ -96,6 +96,10 @@ void vm_stop(struct vm *vm, enum vm_end why);
 
 void vm_destroy(struct vm *vm);
 
+/* The guest TSC frequency in kHz (KVM_GET_TSC_KHZ on vCPU 0), or 0 if KVM
+ * cannot say.  A kernel told this skips calibrating against the PIT. */
+unsigned vm_tsc_khz(struct vm *vm);
+
 /* 1 if /dev/kvm is PVM (the kvm_pvm module), not hardware virtualization.
  * KBOX_KVM_MODE=pvm|hw overrides the probe. */
 int vm_is_pvm(void);

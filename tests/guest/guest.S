@@ -36,7 +36,7 @@
 #define TG_MAX_CPUS     8
 #define TG_PORT         0x600
 #define TG_EXC_PORT     0x6e0
-#define TG_MMIO         0xd0000000
+#define TG_MMIO         0xcf000000 /* below kbox's virtio-mmio bus at 0xd0000000 */
 #define TG_EXC_MAGIC    0x45584350
 #define TG_DONE_MAGIC   0x454e4f4420424b47
 #define TG_CFG_MAGIC    0x3147544b
@@ -547,9 +547,11 @@ cfg_mode:       .long MODE_GARBAGE
 cfg_finish:     .long FINISH_RESET
 cfg_rounds:     .long 64
 cfg_seed:       .long 0x2545f491
-cfg_mmio_pages: .long 4096
+cfg_mmio_pages: .long 8192                  /* through the virtio-mmio bus */
 cfg_exit_digit: .long 7
 cfg_mmio_base:  .quad TG_MMIO
+cfg_virtio_base: .quad 0xd0000000                /* VBUS_BASE: kbox's first device */
+cfg_virtio_hits: .long 4096
 	.balign 64
 done_count:     .long 0
 /* What Linux prints when guest-init reboots with kbox's exit command. */
@@ -706,7 +708,39 @@ mmio_garbage:
 	mov (%rdi), %edx
 5:	inc %ebx
 	jmp 1b
-6:	movabs $TG_DONE_MAGIC, %rax
+
+	/* A virtio-mmio register file gets far more: aligned dwords anywhere
+	 * in its registers, values biased towards the small numbers its
+	 * registers take (status bits, queue indexes, "ready"), a read after
+	 * every write. */
+6:	mov cfg_virtio_base(%rip), %rsi
+	mov cfg_virtio_hits(%rip), %ebp
+	xor %ebx, %ebx
+1:	cmp %ebp, %ebx
+	jae 7f
+	call rnd
+	mov %eax, %ecx
+	and $0x1fc, %ecx
+	lea (%rsi,%rcx), %rdi
+	mov %rax, %rdx
+	shr $32, %rdx
+	mov %eax, %ecx
+	shr $10, %ecx
+	and $3, %ecx
+	jz 3f
+	cmp $1, %ecx
+	je 2f
+	and $0xf, %edx
+	cmp $2, %ecx
+	je 3f
+	and $1, %edx
+	jmp 3f
+2:	and $0xff, %edx
+3:	mov %edx, (%rdi)
+	mov (%rdi), %edx
+	inc %ebx
+	jmp 1b
+7:	movabs $TG_DONE_MAGIC, %rax
 	mov %rax, 0x28(%r13)
 
 /* The last CPU to arrive ends the VM through the #UD at finish_gate: a

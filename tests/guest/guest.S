@@ -13,8 +13,8 @@
  * probes exactly that).  Ring 3 comes back to ring 0 through one `ud2` at
  * finish_gate, which the #UD handler recognises by its address.
  *
- * The harness writes the configuration block at TG_CFG (0x200000) before the
- * first instruction runs.  Its defaults (garbage mode, one CPU, exit digit
+ * The harness overwrites the configuration block `cfg` at TG_CFG (0x200000,
+ * struct tg_cfg in harness.c) before the first instruction runs.  Its defaults (garbage mode, one CPU, exit digit
  * 7) make the image useful on its own: `kbox run --kernel test-guest.elf`
  * feeds garbage to every port of the real kbox and then prints the line
  * Linux prints for "reboot kbox-exit=7" on COM1, which kbox takes as the
@@ -94,7 +94,8 @@ _start:
 	jmp cpu_common
 
 /* Every CPU, in long mode on our GDT and page tables: find out who we are,
- * take our own stacks and TSS, and go to ring 3. */
+ * take our own stacks and TSS, do the port I/O part of the run, and go to
+ * ring 3 with the CPU index and the mismatches seen so far. */
 cpu_common:
 	mov $SEL_KDATA, %eax
 	mov %eax, %ds

@@ -36,7 +36,7 @@ if [ -z "$CASE" ] && [ -x "$B/kbox" ]; then
 	timeout 60 "$B/kbox" run --kernel "$GUEST" --cpus 1 --memory 64 -- garbage \
 		>/dev/null 2>"$out.kbox" || krc=$?
 	t1=$(date +%s.%N)
-	secs=$(echo "$t1 - $t0" | bc)
+	secs=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
 	if [ "$krc" = 7 ]; then
 		echo "ok   - kbox run of the garbage guest exits 7 as the guest said (${secs} s)"
 		p=1

@@ -125,6 +125,10 @@ int main(int argc, char **argv)
 			return 255;
 		}
 		if (agent == 0) {
+			/* Out of the client's process group, like an agent in
+			 * a VM: a Ctrl-C or a group kill reaches the client
+			 * only, which must forward it. */
+			setpgid(0, 0);
 			close(sv[0]);
 			_exit(agent_serve_fd(sv[1]) < 0 ? 1 : 0);
 		}

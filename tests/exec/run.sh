@@ -94,6 +94,30 @@ out=$(printf 'hello\n' | $L -t -- sh -c 'read x; echo "got:$x"' | tr -d '\r' | g
 check "tty: stdin reaches the command" "got:hello" "$out"
 printf 'a\nno newline' | $L -t -- cat >/dev/null; check "tty: stdin EOF ends cat" 0 $?
 
+# The client on a real terminal (script(1) gives it one): the size comes
+# from the terminal, raw mode is undone afterwards, SIGWINCH resizes.
+if command -v script >/dev/null; then
+	cat >"$T/tty.sh" <<'EOF2'
+L=$1 T=$2
+stty rows 20 cols 70
+before=$(stty -g)
+$L -t -- stty size >"$T/tty1"
+[ "$before" = "$(stty -g)" ] && echo restored >"$T/tty2"
+$L -t -- sh -c 'sleep 1; stty size' </dev/tty >"$T/tty3" &
+sleep 0.4
+stty rows 41 cols 91
+wait
+EOF2
+	# script's stdin stays open (an EOF there would be typed into the
+	# terminal as input).
+	timeout 30 script -qec "bash $T/tty.sh $B/loopback-san $T" /dev/null < <(sleep 30) >/dev/null 2>&1
+	check "terminal: size taken from the local terminal" "20 70" "$(tr -d '\r' <"$T/tty1" 2>/dev/null)"
+	check "terminal: raw mode restored on return" "restored" "$(cat "$T/tty2" 2>/dev/null)"
+	check "terminal: SIGWINCH sends the new size" "41 91" "$(tr -d '\r' <"$T/tty3" 2>/dev/null)"
+else
+	echo "skip terminal checks: script(1) not installed"
+fi
+
 # Signals: wait until the command runs, then signal the client.
 signal_test() { # NAME SIGNAL EXPECTED [stdin source]
 	local src=${4:-/dev/null}

@@ -1,12 +1,11 @@
 /* guest-init: PID 1 of a kbox guest.
  *
- * Mounts the basic filesystems, runs the command kbox put in /kbox (argv,
- * env, workdir, one NUL-terminated string per entry) with the command
- * channel (/dev/ttyS1) as its stdin/stdout/stderr, reaps every process,
- * and powers off, handing the exit status to kbox in the restart command
- * string the kernel prints as it goes down ("kbox-exit=N").  Everything
- * here is a system call that the slow PVM path has to emulate, so it does
- * as little as it can. */
+ * Mounts the basic filesystems, starts the exec agent on vsock (through
+ * which kbox runs every command, the main one included) and reaps orphans
+ * until kbox stops the VM.  When it cannot go on it says why in the kernel
+ * log and reboots with the command "kbox-init-failed", which kbox reports.
+ * Every system call here is emulated on PVM hosts, so it does as little as
+ * it can. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -14,13 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <termios.h>
 #include <unistd.h>
+
+#include "guest-init/agent.h"
 
 /* reboot(2) ABI values, spelled out so that guest-init builds against any
  * libc's headers (musl does not ship <linux/reboot.h>). */
@@ -28,9 +27,8 @@
 #define REBOOT_MAGIC2 672274793u
 #define REBOOT_CMD_RESTART2 0xa1b2c3d4u
 
-#define CHANNEL "/dev/ttyS1"
-#define MAX_ARGS 4096
-#define MAX_FILE (1 << 20)
+/* The exec agent's vsock port; vmm/run.c connects to it. */
+#define AGENT_PORT 1024
 
 __attribute__((format(printf, 1, 2)))
 static void say(const char *fmt, ...)
@@ -81,74 +79,6 @@ static void mount_fs(const char *src, const char *dst, const char *type, unsigne
 		die("mount %s on %s: %s", type, dst, strerror(errno));
 }
 
-/* Read a file of NUL-terminated strings into a NULL-terminated vector.
- * Missing file gives an empty vector when optional. */
-static char **read_strings(const char *path, int optional)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		if (optional && errno == ENOENT) {
-			char **v = calloc(1, sizeof *v);
-			if (!v)
-				die("out of memory");
-			return v;
-		}
-		die("cannot open %s: %s", path, strerror(errno));
-	}
-	char *buf = malloc(MAX_FILE + 1);
-	if (!buf)
-		die("out of memory");
-	size_t len = 0;
-	for (;;) {
-		ssize_t r = read(fd, buf + len, MAX_FILE - len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			die("read %s: %s", path, strerror(errno));
-		if (r == 0)
-			break;
-		len += (size_t)r;
-		if (len == MAX_FILE)
-			die("%s is larger than %d bytes", path, MAX_FILE);
-	}
-	close(fd);
-	if (len && buf[len - 1] != '\0')
-		die("%s is not a list of NUL-terminated strings", path);
-	size_t n = 0;
-	for (size_t i = 0; i < len; i++)
-		n += buf[i] == '\0';
-	if (n > MAX_ARGS)
-		die("%s has more than %d entries", path, MAX_ARGS);
-	char **v = calloc(n + 1, sizeof *v);
-	if (!v)
-		die("out of memory");
-	size_t k = 0;
-	for (size_t i = 0; i < len; i += strlen(buf + i) + 1)
-		v[k++] = buf + i;
-	return v;
-}
-
-static int open_channel(void)
-{
-	int fd = open(CHANNEL, O_RDWR | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0)
-		die("cannot open the command channel %s: %s", CHANNEL, strerror(errno));
-	struct termios t;
-	if (tcgetattr(fd, &t) == 0) {
-		/* Bytes pass untouched both ways; canonical input only so that
-		 * kbox can signal end of input with VEOF. */
-		t.c_iflag = 0;
-		t.c_oflag = 0;
-		t.c_lflag = ICANON;
-		t.c_cflag = CS8 | CREAD | CLOCAL;
-		t.c_cc[VEOF] = 4;
-		cfsetispeed(&t, B115200);
-		cfsetospeed(&t, B115200);
-		tcsetattr(fd, TCSANOW, &t);
-	}
-	return fd;
-}
-
 int main(void)
 {
 	if (getpid() != 1)
@@ -161,50 +91,23 @@ int main(void)
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 
-	char **argv = read_strings("/kbox/argv", 0);
-	char **envp = read_strings("/kbox/env", 1);
-	char **wd = read_strings("/kbox/workdir", 1);
-	if (!argv[0])
-		die("no command to run");
-
-	int ch = open_channel();
-	pid_t child = fork();
-	if (child < 0)
+	pid_t agent = fork();
+	if (agent < 0)
 		die("fork: %s", strerror(errno));
-	if (child == 0) {
-		setsid();
-		ioctl(ch, TIOCSCTTY, 0);
-		dup2(ch, 0);
-		dup2(ch, 1);
-		dup2(ch, 2);
-		const char *dir = wd[0] ? wd[0] : "/";
-		if (chdir(dir) < 0) {
-			dprintf(2, "kbox: cannot enter %s: %s\n", dir, strerror(errno));
-			_exit(126);
-		}
-		execvpe(argv[0], argv, envp);
-		int e = errno;
-		dprintf(2, "kbox: %s: %s\n", argv[0], strerror(e));
-		_exit(e == ENOENT ? 127 : 126);
+	if (agent == 0) {
+		int rc = agent_serve(AGENT_PORT);
+		say("exec agent stopped: %s", strerror(-rc));
+		_exit(1);
 	}
 
-	int code = 0;
+	/* From here guest-init only reaps orphans: kbox runs every command
+	 * through the agent and stops the VM itself. */
 	for (;;) {
 		int st;
 		pid_t p = waitpid(-1, &st, 0);
-		if (p < 0 && errno == EINTR)
-			continue;
-		if (p < 0)
-			die("waitpid: %s", strerror(errno));
-		if (p != child)
-			continue;
-		code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		break;
+		if (p == agent)
+			die("the exec agent exited (status %d)", st);
+		if (p < 0 && errno == ECHILD)
+			pause();
 	}
-	/* The command's last bytes may still sit in the tty's buffer. */
-	tcdrain(ch);
-	kill(-1, SIGKILL);
-	char why[32];
-	snprintf(why, sizeof why, "kbox-exit=%d", code);
-	power_off(why);
 }

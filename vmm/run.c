@@ -10,22 +10,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "devices/virtio_vsock.h"
+#include "devices/vsock_unix.h"
+#include "vmm/agent_conn.h"
 #include "vmm/boot.h"
 #include "vmm/config.h"
-#include "vmm/cpio.h"
 #include "vmm/klog.h"
 #include "vmm/mptable.h"
 #include "vmm/paths.h"
+#include "vmm/sandbox.h"
 #include "vmm/serial.h"
+#include "vmm/exec_client.h"
+#include "vmm/virtio_bus.h"
 #include "vmm/vm.h"
 
 #define COM1_BASE 0x3f8
 #define COM1_IRQ  4
-#define COM2_BASE 0x2f8
-#define COM2_IRQ  3
+#define GUEST_CID 3
+#define MAX_ENV   256
 #define MAX_IMAGE (512ull << 20)
 
 /* Switches for a guest kernel that is not PVM-aware running on a PVM host
@@ -36,9 +43,11 @@ static const char PVM_CMDLINE[] =
 struct run_opts {
 	unsigned cpus;
 	uint64_t memory_mib;
-	const char *kernel, *initrd, *conf, *klog_path, *append;
-	int verbose;
+	const char *kernel, *initrd, *conf, *klog_path, *append, *name, *workdir;
+	int verbose, detach, tty;
 	char **argv;
+	const char *env[MAX_ENV];
+	unsigned nenv;
 };
 
 void run_usage(FILE *f)
@@ -52,6 +61,12 @@ void run_usage(FILE *f)
 		"Options:\n"
 		"  -c, --cpus N          virtual CPUs (1-%u; default 1)\n"
 		"  -m, --memory MIB      guest RAM in MiB (default 512; 256 on PVM hosts)\n"
+		"  -n, --name NAME       sandbox name for 'kbox exec/ps/stop/logs'\n"
+		"                        (default kbox-PID)\n"
+		"  -d, --detach          start in the background; print the name and return\n"
+		"  -t, --tty             give COMMAND a terminal (interactive programs)\n"
+		"  -e, --env K=V         set an environment variable for COMMAND (repeatable)\n"
+		"  -w, --workdir DIR     directory COMMAND starts in (default /)\n"
 		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
 		"                        (default: the one built by 'make kernel' for this host)\n"
 		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
@@ -63,8 +78,8 @@ void run_usage(FILE *f)
 		"  -h, --help            this help\n"
 		"\n"
 		"Options on the command line override the same settings in --conf.\n"
-		"Standard input reaches COMMAND line by line; its end is passed on as\n"
-		"end of file.\n",
+		"A detached sandbox stops when COMMAND exits or on 'kbox stop NAME';\n"
+		"'kbox logs NAME' shows COMMAND's output.\n",
 		VM_MAX_CPUS);
 }
 
@@ -137,101 +152,6 @@ static int read_file(const char *path, uint8_t **data, size_t *len, char *err, s
 	return 0;
 }
 
-/* The archive that tells guest-init what to run. */
-static int command_archive(char **argv, struct cpio *c)
-{
-	size_t alen = 0;
-	for (char **a = argv; *a; a++)
-		alen += strlen(*a) + 1;
-	char *abuf = malloc(alen ? alen : 1);
-	if (!abuf)
-		return -ENOMEM;
-	size_t off = 0;
-	for (char **a = argv; *a; a++) {
-		size_t n = strlen(*a) + 1;
-		memcpy(abuf + off, *a, n);
-		off += n;
-	}
-	static const char env[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\0"
-				  "HOME=/root\0TERM=dumb\0";
-	cpio_init(c);
-	cpio_add_dir(c, "kbox");
-	cpio_add_file(c, "kbox/argv", 0644, abuf, alen);
-	cpio_add_file(c, "kbox/env", 0644, env, sizeof env - 1);
-	free(abuf);
-	return cpio_finish(c);
-}
-
-static void out_stdout(void *ctx, const uint8_t *b, size_t n)
-{
-	(void)ctx;
-	while (n) {
-		ssize_t w = write(STDOUT_FILENO, b, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return; /* stdout gone: the command's output is dropped */
-		b += w;
-		n -= (size_t)w;
-	}
-}
-
-struct line_irq {
-	struct irq_sink sink;
-	struct vm *vm;
-	unsigned irq;
-};
-
-static void line_irq_set(struct irq_sink *s, int level)
-{
-	struct line_irq *l = (struct line_irq *)s;
-	vm_irq_line(l->vm, l->irq, level);
-}
-
-static uint8_t uart_in(void *ctx, unsigned off) { return serial_in(ctx, off); }
-static void uart_out(void *ctx, unsigned off, uint8_t v) { serial_out(ctx, off, v); }
-
-struct stdin_pump {
-	struct serial *uart;
-	struct vm *vm;
-};
-
-/* Host stdin → the command channel, at the pace the guest drains the
- * UART.  End of input becomes VEOF (twice after a partial line, as a
- * terminal user would type it). */
-static void *stdin_thread(void *arg)
-{
-	struct stdin_pump *p = arg;
-	uint8_t buf[4096];
-	int at_line_start = 1;
-	for (;;) {
-		ssize_t r = read(STDIN_FILENO, buf, sizeof buf);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		at_line_start = buf[r - 1] == '\n';
-		size_t off = 0;
-		while (off < (size_t)r) {
-			if (atomic_load(&p->vm->end) != VM_END_NONE)
-				return NULL;
-			size_t took = serial_feed(p->uart, buf + off, (size_t)r - off);
-			off += took;
-			if (!took)
-				nanosleep(&(struct timespec){ .tv_nsec = 2000000 }, NULL);
-		}
-	}
-	static const uint8_t eof[2] = { 4, 4 };
-	size_t want = at_line_start ? 1 : 2, off = 0;
-	while (off < want && atomic_load(&p->vm->end) == VM_END_NONE) {
-		size_t took = serial_feed(p->uart, eof + off, want - off);
-		off += took;
-		if (!took)
-			nanosleep(&(struct timespec){ .tv_nsec = 2000000 }, NULL);
-	}
-	return NULL;
-}
-
 static int open_klog(const char *path, char *used, size_t usedlen)
 {
 	char def[PATH_MAX];
@@ -264,6 +184,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	static const struct option opts[] = {
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "memory", required_argument, NULL, 'm' },
+		{ "name", required_argument, NULL, 'n' },
+		{ "detach", no_argument, NULL, 'd' },
+		{ "tty", no_argument, NULL, 't' },
+		{ "env", required_argument, NULL, 'e' },
+		{ "workdir", required_argument, NULL, 'w' },
 		{ "kernel", required_argument, NULL, 'K' },
 		{ "initrd", required_argument, NULL, 'I' },
 		{ "conf", required_argument, NULL, 'C' },
@@ -277,7 +202,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	int c;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+c:m:vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:c:m:n:dte:w:vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (parse_uint(optarg, VM_MAX_CPUS, &v) || v == 0)
@@ -291,6 +216,22 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 					   optarg);
 			o->memory_mib = v;
 			break;
+		case 'n':
+			if (!sandbox_name_ok(optarg))
+				return die("--name takes 1-64 letters, digits, '_', '.' or '-', "
+					   "not '%s'", optarg);
+			o->name = optarg;
+			break;
+		case 'd': o->detach = 1; break;
+		case 't': o->tty = 1; break;
+		case 'e':
+			if (!strchr(optarg, '=') || optarg[0] == '=')
+				return die("--env takes KEY=VALUE, not '%s'", optarg);
+			if (o->nenv >= MAX_ENV - 4)
+				return die("too many --env options (at most %d)", MAX_ENV - 4);
+			o->env[o->nenv++] = optarg;
+			break;
+		case 'w': o->workdir = optarg; break;
 		case 'K': o->kernel = optarg; break;
 		case 'I': o->initrd = optarg; break;
 		case 'C': o->conf = optarg; break;
@@ -328,7 +269,101 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		o->argv = cfg->argv;
 	else
 		return die("no command given: kbox run [OPTIONS] -- COMMAND [ARG...]");
+	if (o->tty && o->detach)
+		return die("--tty and --detach do not go together; use 'kbox exec -t' later");
 	return 0;
+}
+
+struct line_irq {
+	struct irq_sink sink;
+	struct vm *vm;
+	unsigned irq;
+};
+
+static void line_irq_set(struct irq_sink *s, int level)
+{
+	struct line_irq *l = (struct line_irq *)s;
+	vm_irq_line(l->vm, l->irq, level);
+}
+
+static uint8_t uart_in(void *ctx, unsigned off) { return serial_in(ctx, off); }
+static void uart_out(void *ctx, unsigned off, uint8_t v) { serial_out(ctx, off, v); }
+
+static unsigned vsock_fds(void *ctx, struct pollfd *p, unsigned max)
+{
+	return vsock_unix_pollfds(ctx, p, max);
+}
+
+static void vsock_handle(void *ctx, const struct pollfd *p, unsigned n)
+{
+	vsock_unix_handle(ctx, p, n);
+}
+
+/* Everything the VM thread and the main thread share. */
+struct session {
+	struct vm vm;
+	struct vbus bus;
+	struct vsock vs;
+	struct vsock_unix vu;
+	struct serial com1;
+	struct line_irq irq1;
+	struct klog kl;
+	atomic_int agent_fd;  /* the main command's connection, -1 if none */
+	atomic_int vm_done;
+	enum vm_end end;
+};
+
+static void *vm_thread(void *arg)
+{
+	struct session *s = arg;
+	s->end = vm_run(&s->vm);
+	atomic_store(&s->vm_done, 1);
+	/* Wake the main thread if it is still talking to a guest that is
+	 * gone. */
+	int fd = atomic_load(&s->agent_fd);
+	if (fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+	return NULL;
+}
+
+/* -d: the parent waits for the child to report that the sandbox is up
+ * (one byte: 0 ok, else failure), prints its name and returns. */
+static int detach(int *ready_fd)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return die("cannot create a pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0)
+		return die("cannot fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(p[0]);
+		*ready_fd = p[1];
+		setsid();
+		return 0;
+	}
+	close(p[1]);
+	unsigned char b = 1;
+	ssize_t r;
+	do
+		r = read(p[0], &b, 1);
+	while (r < 0 && errno == EINTR);
+	close(p[0]);
+	if (r == 1 && b == 0)
+		return -1; /* the child is up; the parent's job is done */
+	int st;
+	waitpid(pid, &st, 0);
+	return KBOX_EXIT_FAILURE;
+}
+
+static void report_ready(int *ready_fd, unsigned char v)
+{
+	if (*ready_fd < 0)
+		return;
+	ssize_t w = write(*ready_fd, &v, 1);
+	(void)w;
+	close(*ready_fd);
+	*ready_fd = -1;
 }
 
 int run_main(int argc, char **argv)
@@ -347,7 +382,7 @@ int run_main(int argc, char **argv)
 		o.cpus = 1;
 	if (!o.memory_mib)
 		o.memory_mib = pvm ? 256 : 512;
-	char kpath[PATH_MAX], ipath[PATH_MAX];
+	char kpath[PATH_MAX], ipath[PATH_MAX], defname[32];
 	if (!o.kernel) {
 		paths_default(pvm ? "kernel/vmlinux-pvm" : "kernel/vmlinux-std", kpath, sizeof kpath);
 		o.kernel = kpath;
@@ -356,26 +391,59 @@ int run_main(int argc, char **argv)
 		paths_default("initramfs.cpio", ipath, sizeof ipath);
 		o.initrd = ipath;
 	}
+	int ready_fd = -1;
+	if (o.detach) {
+		rc = detach(&ready_fd);
+		if (rc) {
+			config_free(&cfg);
+			return rc < 0 ? 0 : rc;
+		}
+	}
+	if (!o.name) {
+		snprintf(defname, sizeof defname, "kbox-%d", (int)getpid());
+		o.name = defname;
+	}
 	if (o.verbose)
 		fprintf(stderr, "kbox: /dev/kvm is %s; kernel %s, %u vCPU(s), %llu MiB\n",
 			pvm ? "PVM (no hardware virtualization: PVM-compat kernel and switches)"
 			    : "hardware KVM",
 			o.kernel, o.cpus, (unsigned long long)o.memory_mib);
 
+	/* static: the VM thread may still be unwinding when this returns. */
+	static struct session s;
+	memset(&s, 0, sizeof s);
+	atomic_store(&s.agent_fd, -1);
+	klog_init(&s.kl);
+	serial_init(&s.com1, NULL, NULL, NULL);
 	char err[512];
-	uint8_t *kimg = NULL, *initrd = NULL, *all = NULL;
+	uint8_t *kimg = NULL, *initrd = NULL;
 	size_t klen = 0, ilen = 0;
-	struct cpio cmd;
-	cpio_init(&cmd);
-	static struct vm vm; /* static: the stdin thread may outlive this frame */
-	int vm_made = 0;
-	static struct klog kl;
-	klog_init(&kl);
-	static struct serial com1, com2;
-	serial_init(&com1, NULL, NULL, NULL);
-	serial_init(&com2, NULL, NULL, NULL);
+	int vm_made = 0, bus_made = 0, vs_made = 0, vu_made = 0, claimed = 0, klog_fd = -1;
+	pthread_t vmt;
+	int vmt_started = 0;
+	struct sandbox sb;
 	rc = KBOX_EXIT_FAILURE;
 
+	if (sandbox_claim(&sb, o.name, err, sizeof err) < 0) {
+		die("%s", err);
+		goto out;
+	}
+	claimed = 1;
+	if (o.detach) {
+		char out_path[sizeof sb.dir + 16];
+		snprintf(out_path, sizeof out_path, "%s/output.log", sb.dir);
+		int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (fd < 0 || nul < 0) {
+			die("cannot create %s: %s", out_path, strerror(errno));
+			goto out;
+		}
+		dup2(nul, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		close(fd);
+		close(nul);
+	}
 	if (read_file(o.kernel, &kimg, &klen, err, sizeof err) < 0) {
 		die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
 		goto out;
@@ -384,122 +452,186 @@ int run_main(int argc, char **argv)
 		die("%s (build it with 'make', or pass --initrd PATH)", err);
 		goto out;
 	}
-	if (command_archive(o.argv, &cmd) < 0) {
-		die("the command is too large to hand to the guest");
-		goto out;
-	}
-	/* The kernel unpacks concatenated archives; each starts 4-aligned. */
-	size_t base = (ilen + 3) & ~(size_t)3;
-	all = calloc(1, base + cmd.len);
-	if (!all) {
-		die("out of memory");
-		goto out;
-	}
-	memcpy(all, initrd, ilen);
-	memcpy(all + base, cmd.buf, cmd.len);
-
-	if (vm_create(&vm, o.cpus, o.memory_mib, err, sizeof err) < 0) {
-		vm_made = 1;
+	vm_made = 1;
+	if (vm_create(&s.vm, o.cpus, o.memory_mib, err, sizeof err) < 0) {
 		die("%s", err);
 		goto out;
 	}
-	vm_made = 1;
 	struct boot_image k;
-	if (boot_load_kernel(&vm.mem, kimg, klen, &k, err, sizeof err) < 0) {
+	if (boot_load_kernel(&s.vm.mem, kimg, klen, &k, err, sizeof err) < 0) {
 		die("%s: %s", o.kernel, err);
 		goto out;
 	}
 	uint64_t initrd_addr;
-	if (boot_place_initrd(&vm.mem, &k, all, base + cmd.len, &initrd_addr, err,
-			      sizeof err) < 0) {
+	if (boot_place_initrd(&s.vm.mem, &k, initrd, ilen, &initrd_addr, err, sizeof err) < 0) {
 		die("%s", err);
 		goto out;
 	}
-	if (mptable_write(&vm.mem, o.cpus) < 0) {
+	if (mptable_write(&s.vm.mem, o.cpus) < 0) {
 		die("cannot write the MP table");
 		goto out;
 	}
 	/* Without kvmclock (the PVM variant) the kernel would calibrate the
 	 * TSC against the PIT, which fails under emulation. */
 	char tsc[40] = "";
-	unsigned khz = pvm ? vm_tsc_khz(&vm) : 0;
+	unsigned khz = pvm ? vm_tsc_khz(&s.vm) : 0;
 	if (khz)
 		snprintf(tsc, sizeof tsc, " tsc_early_khz=%u", khz);
 	char cmdline[4096];
 	snprintf(cmdline, sizeof cmdline,
-		 "console=ttyS0 reboot=k panic=-1 8250.nr_uarts=2 mitigations=off%s%s%s%s%s",
-		 o.verbose ? "" : " quiet", pvm ? PVM_CMDLINE : "", tsc, o.append ? " " : "",
-		 o.append ? o.append : "");
-	if (strlen(cmdline) >= sizeof cmdline - 1) {
-		die("--append is too long");
+		 "console=ttyS0 reboot=k panic=-1 8250.nr_uarts=1 mitigations=off%s%s%s",
+		 o.verbose ? "" : " quiet", pvm ? PVM_CMDLINE : "", tsc);
+
+	if (vbus_init(&s.bus, &s.vm) < 0) {
+		die("cannot set up the device thread: %s", strerror(errno));
 		goto out;
 	}
-	struct boot_setup bs = {
-		.low_ram = vm.low_ram, .high_ram = vm.high_ram, .cmdline = cmdline,
-		.initrd_addr = initrd_addr, .initrd_len = base + cmd.len,
-	};
-	if (boot_write_params(&vm.mem, &k, &bs, err, sizeof err) < 0) {
+	bus_made = 1;
+	if ((rc = vsock_init(&s.vs, GUEST_CID, NULL, NULL)) < 0) {
+		rc = KBOX_EXIT_FAILURE;
+		die("cannot create the vsock device: %s", strerror(-rc));
+		goto out;
+	}
+	vs_made = 1;
+	if ((rc = vsock_unix_init(&s.vu, &s.vs, sb.sock, true)) < 0) {
+		rc = KBOX_EXIT_FAILURE;
+		die("cannot listen on %s: %s", sb.sock, strerror(-rc));
+		goto out;
+	}
+	rc = KBOX_EXIT_FAILURE;
+	vu_made = 1;
+	struct vbus_poller vp = { vsock_fds, vsock_handle, &s.vu };
+	if (vbus_add(&s.bus, &s.vs.dev, &vp, cmdline, sizeof cmdline, err, sizeof err) < 0) {
 		die("%s", err);
 		goto out;
 	}
+	if (o.append) {
+		size_t used = strlen(cmdline);
+		if (snprintf(cmdline + used, sizeof cmdline - used, " %s", o.append) >=
+		    (int)(sizeof cmdline - used)) {
+			die("--append is too long");
+			goto out;
+		}
+	}
+	struct boot_setup bs = {
+		.low_ram = s.vm.low_ram, .high_ram = s.vm.high_ram, .cmdline = cmdline,
+		.initrd_addr = initrd_addr, .initrd_len = ilen,
+	};
+	if (boot_write_params(&s.vm.mem, &k, &bs, err, sizeof err) < 0) {
+		die("%s", err);
+		goto out;
+	}
+	free(kimg);
+	free(initrd);
+	kimg = initrd = NULL;
 	if (o.verbose)
-		fprintf(stderr, "kbox: kernel entry 0x%llx, command line: %s\n",
-			(unsigned long long)k.entry, cmdline);
+		fprintf(stderr, "kbox: sandbox %s, kernel entry 0x%llx, command line: %s\n",
+			sb.name, (unsigned long long)k.entry, cmdline);
 
 	char klog_used[PATH_MAX];
-	int klog_fd = open_klog(o.klog_path, klog_used, sizeof klog_used);
+	klog_fd = open_klog(o.klog_path, klog_used, sizeof klog_used);
 	if (klog_fd < 0) {
 		die("cannot write the kernel log %s: %s", klog_used, strerror(errno));
 		goto out;
 	}
-	kl.fd = klog_fd;
-	kl.echo = o.verbose;
+	s.kl.fd = klog_fd;
+	s.kl.echo = o.verbose;
+	s.irq1 = (struct line_irq){ { line_irq_set }, &s.vm, COM1_IRQ };
+	serial_destroy(&s.com1);
+	serial_init(&s.com1, &s.irq1.sink, klog_write, &s.kl);
+	vm_add_pio(&s.vm, &(struct vm_pio){ COM1_BASE, 8, uart_in, uart_out, &s.com1 });
 
-	struct line_irq irq1 = { { line_irq_set }, &vm, COM1_IRQ };
-	struct line_irq irq2 = { { line_irq_set }, &vm, COM2_IRQ };
-	serial_destroy(&com1);
-	serial_destroy(&com2);
-	serial_init(&com1, &irq1.sink, klog_write, &kl);
-	serial_init(&com2, &irq2.sink, out_stdout, NULL);
-	vm_add_pio(&vm, &(struct vm_pio){ COM1_BASE, 8, uart_in, uart_out, &com1 });
-	vm_add_pio(&vm, &(struct vm_pio){ COM2_BASE, 8, uart_in, uart_out, &com2 });
-
-	if (vm_setup_cpus(&vm, k.entry, err, sizeof err) < 0) {
+	if (vm_setup_cpus(&s.vm, k.entry, err, sizeof err) < 0) {
 		die("%s", err);
 		goto out;
 	}
+	sandbox_write_info(&sb, o.cpus, o.memory_mib, o.argv);
 	signal(SIGPIPE, SIG_IGN);
-	static struct stdin_pump pump;
-	pump = (struct stdin_pump){ &com2, &vm };
-	pthread_t pump_thread;
-	if (pthread_create(&pump_thread, NULL, stdin_thread, &pump) == 0)
-		pthread_detach(pump_thread);
+	if (vbus_start(&s.bus) < 0 || pthread_create(&vmt, NULL, vm_thread, &s) != 0) {
+		die("cannot start the VM threads");
+		goto out;
+	}
+	vmt_started = 1;
 
-	enum vm_end end = vm_run(&vm);
-	klog_flush(&kl);
-	if (end == VM_END_ERROR) {
-		die("%s%s; kernel log: %s", vm.error,
+	/* The main command goes through the exec agent, like 'kbox exec'. */
+	int fd = agent_connect(sb.sock, AGENT_PORT, -1, &s.vm_done);
+	int code = -1;
+	if (fd >= 0) {
+		atomic_store(&s.agent_fd, fd);
+		if (atomic_load(&s.vm_done))
+			shutdown(fd, SHUT_RDWR);
+		report_ready(&ready_fd, 0);
+		const char *envp[MAX_ENV];
+		unsigned ne = 0;
+		const char *term = o.tty ? getenv("TERM") : NULL;
+		static char termvar[128];
+		snprintf(termvar, sizeof termvar, "TERM=%s", term && *term ? term : "dumb");
+		envp[ne++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+		envp[ne++] = "HOME=/root";
+		envp[ne++] = termvar;
+		for (unsigned i = 0; i < o.nenv; i++)
+			envp[ne++] = o.env[i];
+		envp[ne] = NULL;
+		unsigned argc_ = 0;
+		while (o.argv[argc_])
+			argc_++;
+		struct ep_exec req = {
+			.flags = o.tty ? EP_FLAG_TTY : 0,
+			.argc = argc_,
+			.argv = o.argv,
+			.envc = ne,
+			.envp = (char **)envp,
+			.cwd = o.workdir ? o.workdir : "",
+		};
+		code = exec_run(fd, &req);
+		atomic_store(&s.agent_fd, -1);
+		close(fd);
+	}
+	vm_stop(&s.vm, VM_END_STOPPED);
+	pthread_join(vmt, NULL);
+	vmt_started = 0;
+	vbus_stop(&s.bus);
+	klog_flush(&s.kl);
+
+	if (code >= 0) {
+		rc = code;
+	} else if (s.end == VM_END_ERROR) {
+		die("%s%s; kernel log: %s", s.vm.error,
 		    pvm ? " (PVM host: the guest ran an instruction its emulator lacks)" : "",
 		    klog_used);
-	} else if (kl.exit_code >= 0) {
-		rc = kl.exit_code;
-	} else if (kl.panic) {
-		die("the guest kernel panicked: %s; kernel log: %s", kl.panic_msg, klog_used);
-	} else if (kl.init_failed) {
-		die("guest-init failed: %s; kernel log: %s", kl.init_msg, klog_used);
+	} else if (s.kl.exit_code >= 0) {
+		rc = s.kl.exit_code;
+	} else if (s.kl.panic) {
+		die("the guest kernel panicked: %s; kernel log: %s", s.kl.panic_msg, klog_used);
+	} else if (s.kl.init_failed) {
+		die("guest-init failed: %s; kernel log: %s", s.kl.init_msg, klog_used);
+	} else if (s.end == VM_END_STOPPED) {
+		die("lost the connection to the guest's exec agent (%s); kernel log: %s",
+		    strerror(fd < 0 ? -fd : -code), klog_used);
 	} else {
 		die("the guest stopped (%s) before the command finished; kernel log: %s",
-		    end == VM_END_TRIPLE_FAULT ? "triple fault" :
-		    end == VM_END_RESET ? "reset" : "power off", klog_used);
+		    s.end == VM_END_TRIPLE_FAULT ? "triple fault" :
+		    s.end == VM_END_RESET ? "reset" : "power off", klog_used);
 	}
-	close(klog_fd);
 out:
+	report_ready(&ready_fd, 1);
+	if (vmt_started) {
+		vm_stop(&s.vm, VM_END_STOPPED);
+		pthread_join(vmt, NULL);
+	}
+	if (bus_made)
+		vbus_destroy(&s.bus);
+	if (vu_made)
+		vsock_unix_destroy(&s.vu);
+	if (vs_made)
+		vsock_destroy(&s.vs);
 	if (vm_made)
-		vm_destroy(&vm);
-	serial_destroy(&com1);
-	serial_destroy(&com2);
-	cpio_free(&cmd);
-	free(all);
+		vm_destroy(&s.vm);
+	if (klog_fd >= 0)
+		close(klog_fd);
+	serial_destroy(&s.com1);
+	if (claimed)
+		sandbox_release(&sb);
 	free(initrd);
 	free(kimg);
 	config_free(&cfg);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "vmm/lifecycle.h"
 #include "vmm/run.h"
 
 #ifndef KBOX_VERSION
@@ -16,10 +17,14 @@ static void usage(FILE *f)
 		"\n"
 		"Commands:\n"
 		"  run [OPTIONS] -- CMD [ARG...]   boot a microVM and run CMD inside it\n"
+		"  exec [OPTIONS] NAME -- CMD      run CMD inside the running sandbox NAME\n"
+		"  ps                              list sandboxes\n"
+		"  stop [-t SECONDS] NAME...       stop sandboxes\n"
+		"  logs [-f] NAME                  output of a detached sandbox's command\n"
 		"  version                         print kbox's version\n"
 		"  help                            this help\n"
 		"\n"
-		"'kbox run --help' lists run's options.\n");
+		"'kbox COMMAND --help' lists a command's options.\n");
 }
 
 int main(int argc, char **argv)
@@ -31,6 +36,14 @@ int main(int argc, char **argv)
 	const char *cmd = argv[1];
 	if (strcmp(cmd, "run") == 0)
 		return run_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "exec") == 0)
+		return exec_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "ps") == 0)
+		return ps_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "stop") == 0)
+		return stop_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "logs") == 0)
+		return logs_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("kbox %s\n", KBOX_VERSION);
 		return 0;

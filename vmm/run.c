@@ -313,6 +313,18 @@ struct session {
 	enum vm_end end;
 };
 
+/* SIGTERM/SIGINT/SIGHUP before the main command runs (exec_run forwards
+ * them to the command while it does): give up waiting for the agent. */
+static atomic_int *stop_flag;
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+	if (stop_flag)
+		atomic_store(stop_flag, 1);
+}
+
 static void *vm_thread(void *arg)
 {
 	struct session *s = arg;
@@ -547,6 +559,12 @@ int run_main(int argc, char **argv)
 	}
 	sandbox_write_info(&sb, o.cpus, o.memory_mib, o.argv);
 	signal(SIGPIPE, SIG_IGN);
+	stop_flag = &s.vm_done;
+	struct sigaction sa = { .sa_handler = on_stop_signal };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	if (vbus_start(&s.bus) < 0 || pthread_create(&vmt, NULL, vm_thread, &s) != 0) {
 		die("cannot start the VM threads");
 		goto out;
@@ -595,6 +613,8 @@ int run_main(int argc, char **argv)
 
 	if (code >= 0) {
 		rc = code;
+	} else if (stop_signal) {
+		rc = 128 + stop_signal;
 	} else if (s.end == VM_END_ERROR) {
 		die("%s%s; kernel log: %s", s.vm.error,
 		    pvm ? " (PVM host: the guest ran an instruction its emulator lacks)" : "",

@@ -340,7 +340,7 @@ static void *vm_thread(void *arg)
 
 /* -d: the parent waits for the child to report that the sandbox is up
  * (one byte: 0 ok, else failure), prints its name and returns. */
-static int detach(int *ready_fd)
+static int detach(int *ready_fd, const char *name)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
@@ -361,8 +361,14 @@ static int detach(int *ready_fd)
 		r = read(p[0], &b, 1);
 	while (r < 0 && errno == EINTR);
 	close(p[0]);
-	if (r == 1 && b == 0)
-		return -1; /* the child is up; the parent's job is done */
+	if (r == 1 && b == 0) {
+		/* The child is up; the parent's job is done. */
+		if (name)
+			printf("%s\n", name);
+		else
+			printf("kbox-%d\n", (int)pid);
+		return -1;
+	}
 	int st;
 	waitpid(pid, &st, 0);
 	return KBOX_EXIT_FAILURE;
@@ -405,7 +411,7 @@ int run_main(int argc, char **argv)
 	}
 	int ready_fd = -1;
 	if (o.detach) {
-		rc = detach(&ready_fd);
+		rc = detach(&ready_fd, o.name);
 		if (rc) {
 			config_free(&cfg);
 			return rc < 0 ? 0 : rc;

@@ -20,6 +20,9 @@
 
 #define EP_FLAG_TTY 1u
 
+/* The guest vsock port the agent listens on. */
+#define EP_VSOCK_PORT 1024u
+
 enum ep_type {
 	/* host → guest */
 	EP_EXEC = 0x01,

@@ -5,6 +5,11 @@
  *   loopback [OPTS] -- CMD [ARG...]          agent in a forked child
  *   loopback -l PATH                         agent listening on PATH
  *   loopback -s PATH [OPTS] -- CMD [ARG...]  client of that agent
+ *   loopback -H PATH -p PORT                 the same behind a fake hybrid
+ *                                            vsock socket: "CONNECT PORT\n"
+ *                                            gets "OK 1073741824\n", any
+ *                                            other port is refused
+ *   loopback -s PATH -p PORT [OPTS] -- ...   client through exec_connect
  * OPTS: -t (tty), -r ROWS, -c COLS, -e K=V (repeatable), -w DIR.
  * Exits with the command's status, or 255 with a message if the session
  * failed. */
@@ -49,6 +54,46 @@ static int serve(const char *path)
 	return 255;
 }
 
+/* One hybrid-vsock connection: the CONNECT line, then the agent. */
+static int hybrid_conn(int fd, unsigned port)
+{
+	char line[32], want[32];
+	size_t n = 0;
+	snprintf(want, sizeof want, "CONNECT %u\n", port);
+	while (n < sizeof line - 1 && read(fd, line + n, 1) == 1)
+		if (line[n++] == '\n')
+			break;
+	line[n] = 0;
+	if (strcmp(line, want) != 0)
+		return 1;
+	static const char ok[] = "OK 1073741824\n";
+	if (write(fd, ok, sizeof ok - 1) != (ssize_t)sizeof ok - 1)
+		return 1;
+	return agent_serve_fd(fd) < 0;
+}
+
+static int serve_hybrid(const char *path, unsigned port)
+{
+	struct sockaddr_un a;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || unix_addr(path, &a) < 0)
+		return 255;
+	unlink(path);
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0) {
+		perror("loopback: listen");
+		return 255;
+	}
+	signal(SIGCHLD, SIG_IGN);
+	for (;;) {
+		int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0)
+			continue;
+		if (fork() == 0)
+			_exit(hybrid_conn(c, port));
+		close(c);
+	}
+}
+
 static int connect_to(const char *path)
 {
 	struct sockaddr_un a;
@@ -66,9 +111,10 @@ int main(int argc, char **argv)
 {
 	struct ep_exec req = { .cwd = "" };
 	char *env[MAX_ENV + 1] = { 0 };
-	const char *sock_path = NULL;
+	const char *sock_path = NULL, *hybrid_path = NULL;
+	int port = -1;
 	int opt;
-	while ((opt = getopt(argc, argv, "tr:c:e:w:l:s:")) != -1) {
+	while ((opt = getopt(argc, argv, "tr:c:e:w:l:s:H:p:")) != -1) {
 		switch (opt) {
 		case 't':
 			req.flags |= EP_FLAG_TTY;
@@ -92,11 +138,19 @@ int main(int argc, char **argv)
 		case 's':
 			sock_path = optarg;
 			break;
+		case 'H':
+			hybrid_path = optarg;
+			break;
+		case 'p':
+			port = atoi(optarg);
+			break;
 		default:
 			fprintf(stderr, "usage: see tests/exec/loopback.c\n");
 			return 255;
 		}
 	}
+	if (hybrid_path)
+		return port < 0 ? 255 : serve_hybrid(hybrid_path, (unsigned)port);
 	if (optind >= argc) {
 		fprintf(stderr, "loopback: no command\n");
 		return 255;
@@ -107,7 +161,13 @@ int main(int argc, char **argv)
 
 	int fd;
 	pid_t agent = -1;
-	if (sock_path) {
+	if (sock_path && port >= 0) {
+		fd = exec_connect(sock_path, (unsigned)port, 5000);
+		if (fd < 0) {
+			fprintf(stderr, "loopback: connect: %s\n", strerror(-fd));
+			return 255;
+		}
+	} else if (sock_path) {
 		fd = connect_to(sock_path);
 		if (fd < 0) {
 			perror("loopback: connect");

@@ -10,9 +10,10 @@ cd "$(dirname "$0")/../.."
 B=${1:-build}/exec
 mkdir -p "$B"
 T=$(mktemp -d)
-SERVER=
+SERVER= HYB=
 cleanup() {
 	[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null
+	[ -n "$HYB" ] && kill "$HYB" 2>/dev/null
 	rm -rf "$T"
 }
 trap cleanup EXIT
@@ -110,7 +111,11 @@ wait
 EOF2
 	# script's stdin stays open (an EOF there would be typed into the
 	# terminal as input).
-	timeout 30 script -qec "bash $T/tty.sh $B/loopback-san $T" /dev/null < <(sleep 30) >/dev/null 2>&1
+	exec 3< <(exec sleep 30 2>/dev/null)
+	keep=$!
+	timeout 30 script -qec "bash $T/tty.sh $B/loopback-san $T" /dev/null <&3 >/dev/null 2>&1
+	exec 3<&-
+	kill $keep 2>/dev/null
 	check "terminal: size taken from the local terminal" "20 70" "$(tr -d '\r' <"$T/tty1" 2>/dev/null)"
 	check "terminal: raw mode restored on return" "restored" "$(cat "$T/tty2" 2>/dev/null)"
 	check "terminal: SIGWINCH sends the new size" "41 91" "$(tr -d '\r' <"$T/tty3" 2>/dev/null)"
@@ -174,6 +179,21 @@ end=$(date +%s%N)
 check "20 concurrent execs: output and exit code each" 0 $cbad
 [ $(((end - start) / 1000000)) -lt 10000 ] && ok "... and they ran in parallel" ||
 	bad "... and they ran in parallel" "$(((end - start) / 1000000)) ms for 20 x 1 s"
+
+# Through a fake hybrid vsock socket, as kbox exec connects.
+"$B/loopback-san" -H "$T/hyb" -p 1024 &
+HYB=$!
+i=0
+while [ ! -S "$T/hyb" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+out=$($L -s "$T/hyb" -p 1024 -- echo via-connect </dev/null)
+check "hybrid vsock CONNECT handshake, then the session" "via-connect" "$out"
+$L -s "$T/hyb" -p 1025 -- true </dev/null 2>"$T/err"
+grep -q "refused" "$T/err" && ok "a refused CONNECT is reported" || bad "a refused CONNECT is reported" "$(cat "$T/err")"
+kill $HYB 2>/dev/null
+
+$L -- sh -c 'kill -KILL $PPID; sleep 5' </dev/null 2>"$T/err"; rc=$?
+[ $rc = 255 ] && grep -q "reset" "$T/err" && ok "agent dying mid-session gives an error, not a hang" ||
+	bad "agent dying mid-session gives an error, not a hang" "rc $rc, $(cat "$T/err")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -204,6 +204,7 @@ static void drop_stdin(struct sess *s)
 	s->owed += (uint32_t)(s->in_len - s->in_off);
 	s->in_off = s->in_len = 0;
 	s->veof_left = 0;
+	s->eof_pending = false; /* or a tty master would poll writable forever */
 	close_fd(s, &s->in_fd);
 }
 

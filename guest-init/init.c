@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "guest-init/agent.h"
+#include "vmm/exec_proto.h"
 
 /* reboot(2) ABI values, spelled out so that guest-init builds against any
  * libc's headers (musl does not ship <linux/reboot.h>). */
@@ -27,8 +28,6 @@
 #define REBOOT_MAGIC2 672274793u
 #define REBOOT_CMD_RESTART2 0xa1b2c3d4u
 
-/* The exec agent's vsock port; vmm/run.c connects to it. */
-#define AGENT_PORT 1024
 
 __attribute__((format(printf, 1, 2)))
 static void say(const char *fmt, ...)
@@ -95,7 +94,7 @@ int main(void)
 	if (agent < 0)
 		die("fork: %s", strerror(errno));
 	if (agent == 0) {
-		int rc = agent_serve(AGENT_PORT);
+		int rc = agent_serve(EP_VSOCK_PORT);
 		say("exec agent stopped: %s", strerror(-rc));
 		_exit(1);
 	}

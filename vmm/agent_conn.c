@@ -61,7 +61,10 @@ int agent_connect_once(const char *sock, unsigned port, int timeout_ms)
 		}
 		if (line[len] == '\n') {
 			line[len] = '\0';
-			if (strncmp(line, "OK ", 3) == 0)
+			size_t d = 3;
+			while (line[d] >= '0' && line[d] <= '9')
+				d++;
+			if (strncmp(line, "OK ", 3) == 0 && d > 3 && line[d] == '\0')
 				return fd;
 			close(fd);
 			return -ECONNREFUSED;

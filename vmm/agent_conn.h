@@ -4,8 +4,10 @@
 
 #include <stdatomic.h>
 
-/* The agent's vsock port inside the guest (guest-init/init.c). */
-#define AGENT_PORT 1024
+#include "vmm/exec_proto.h"
+
+/* The agent's vsock port inside the guest. */
+#define AGENT_PORT EP_VSOCK_PORT
 
 /* One attempt: connect to the sandbox's control socket, ask for guest
  * port `port` ("CONNECT port\n") and wait up to timeout_ms for "OK …\n".

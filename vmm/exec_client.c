@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <termios.h>
 #include <unistd.h>
@@ -342,75 +341,3 @@ int exec_run(int fd, const struct ep_exec *req)
 	return rc;
 }
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Read the handshake answer without reading past its newline. */
-static int read_ok_line(int fd, int timeout_ms)
-{
-	char line[32];
-	size_t n = 0;
-	long long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-	while (n < sizeof line) {
-		int wait = -1;
-		if (deadline >= 0) {
-			long long left = deadline - now_ms();
-			if (left <= 0)
-				return -ETIMEDOUT;
-			wait = (int)left;
-		}
-		struct pollfd p = { fd, POLLIN, 0 };
-		int r = poll(&p, 1, wait);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ETIMEDOUT;
-		ssize_t k = read(fd, line + n, 1);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -ECONNREFUSED;
-		if (line[n++] != '\n')
-			continue;
-		line[n - 1] = 0;
-		size_t i = 3;
-		if (strncmp(line, "OK ", 3) != 0 || !line[i])
-			return -EPROTO;
-		for (; line[i]; i++)
-			if (line[i] < '0' || line[i] > '9')
-				return -EPROTO;
-		return 0;
-	}
-	return -EPROTO;
-}
-
-int exec_connect(const char *path, unsigned port, int timeout_ms)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof a.sun_path)
-		return -ENAMETOOLONG;
-	memcpy(a.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	char req[32];
-	int len = snprintf(req, sizeof req, "CONNECT %u\n", port);
-	int rc = 0;
-	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0)
-		rc = -errno;
-	else if (send(fd, req, (size_t)len, MSG_NOSIGNAL) != len)
-		rc = -ECONNREFUSED;
-	else
-		rc = read_ok_line(fd, timeout_ms);
-	if (rc < 0) {
-		close(fd);
-		return rc;
-	}
-	return fd;
-}

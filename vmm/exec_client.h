@@ -6,15 +6,6 @@
 
 #include "vmm/exec_proto.h"
 
-/* Connect to the vsock Unix socket at path (Firecracker's hybrid model,
- * devices/vsock_unix.h) and open a stream to guest port: sends
- * "CONNECT <port>\n" and reads "OK <hostport>\n" byte by byte, so that
- * nothing of the stream behind it is consumed.  Waits at most timeout_ms
- * for the answer (-1: no limit).  Returns a connected blocking fd, or
- * -ECONNREFUSED (the guest refused: nothing listens on port, or the
- * socket closed), -ETIMEDOUT, -EPROTO (an answer that is not "OK <n>"),
- * -ENAMETOOLONG or the errno of socket/connect. */
-int exec_connect(const char *path, unsigned port, int timeout_ms);
 
 /* Run req over fd (a connected stream to the agent, already past any
  * CONNECT handshake; made non-blocking; not closed).  Streams fd 0 to the

@@ -108,11 +108,12 @@ int exec_main(int argc, char **argv)
 	static char termvar[128];
 	const char *term = tty ? getenv("TERM") : NULL;
 	snprintf(termvar, sizeof termvar, "TERM=%s", term && *term ? term : "dumb");
+	/* The user's entries first: the first of a name wins. */
+	for (unsigned i = 0; i < ne; i++)
+		envp[n++] = env[i];
 	envp[n++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 	envp[n++] = "HOME=/root";
 	envp[n++] = termvar;
-	for (unsigned i = 0; i < ne; i++)
-		envp[n++] = env[i];
 	envp[n] = NULL;
 	struct ep_exec req = {
 		.flags = tty ? EP_FLAG_TTY : 0,

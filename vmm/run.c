@@ -590,11 +590,12 @@ int run_main(int argc, char **argv)
 		const char *term = o.tty ? getenv("TERM") : NULL;
 		static char termvar[128];
 		snprintf(termvar, sizeof termvar, "TERM=%s", term && *term ? term : "dumb");
+		/* The user's entries first: the first of a name wins. */
+		for (unsigned i = 0; i < o.nenv; i++)
+			envp[ne++] = o.env[i];
 		envp[ne++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 		envp[ne++] = "HOME=/root";
 		envp[ne++] = termvar;
-		for (unsigned i = 0; i < o.nenv; i++)
-			envp[ne++] = o.env[i];
 		envp[ne] = NULL;
 		unsigned argc_ = 0;
 		while (o.argv[argc_])

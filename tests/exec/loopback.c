@@ -9,7 +9,7 @@
  *                                            vsock socket: "CONNECT PORT\n"
  *                                            gets "OK 1073741824\n", any
  *                                            other port is refused
- *   loopback -s PATH -p PORT [OPTS] -- ...   client through exec_connect
+ *   loopback -s PATH -p PORT [OPTS] -- ...   client through agent_connect_once
  * OPTS: -t (tty), -r ROWS, -c COLS, -e K=V (repeatable), -w DIR.
  * Exits with the command's status, or 255 with a message if the session
  * failed. */
@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "guest-init/agent.h"
+#include "vmm/agent_conn.h"
 #include "vmm/exec_client.h"
 
 #define MAX_ENV 64
@@ -162,7 +163,7 @@ int main(int argc, char **argv)
 	int fd;
 	pid_t agent = -1;
 	if (sock_path && port >= 0) {
-		fd = exec_connect(sock_path, (unsigned)port, 5000);
+		fd = agent_connect_once(sock_path, (unsigned)port, 5000);
 		if (fd < 0) {
 			fprintf(stderr, "loopback: connect: %s\n", strerror(-fd));
 			return 255;

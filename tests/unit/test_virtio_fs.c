@@ -1,0 +1,532 @@
+/* virtio-fs device: a fake guest driver over 1 MiB of RAM puts FUSE
+ * requests in real descriptor chains (direct and indirect, split at odd
+ * places) and reads the replies back from its own buffers; a temporary
+ * directory is served.  Hostile chains must stop the device, never crash
+ * it. */
+#include <check.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "devices/fs_passthrough.h"
+#include "devices/virtio_fs.h"
+#include "devices/virtio_mmio.h"
+
+#define RAM 0x100000u
+#define QSIZE 64u
+#define QBASE(q) (0x10000u * ((q) + 1))
+#define IND 0x30000u   /* indirect table */
+#define REQ 0x40000u   /* request bytes */
+#define REP 0x80000u   /* reply area */
+#define DESC_F_NEXT 1u
+#define DESC_F_WRITE 2u
+#define DESC_F_INDIRECT 4u
+
+enum { HIPRIO, REQUEST };
+
+struct seg {
+	uint64_t gpa;
+	uint32_t len;
+	bool write;
+};
+
+static uint8_t *ram;
+static struct guest_mem gm;
+static struct virtio_fs vfs;
+static struct vmmio t;
+static struct fsp *fs;
+static struct fuse_server *srv;
+static char dir[64];
+static uint16_t avail_idx[2], used_seen[2];
+static uint64_t unique = 1;
+
+static void wr(uint64_t off, uint32_t v)
+{
+	vmmio_write(&t, off, &v, 4);
+}
+
+static uint32_t rd(uint64_t off)
+{
+	uint32_t v;
+	vmmio_read(&t, off, &v, 4);
+	return v;
+}
+
+static void w16(uint64_t gpa, uint16_t v)
+{
+	v = htole16(v);
+	memcpy(ram + gpa, &v, 2);
+}
+
+static uint16_t r16(uint64_t gpa)
+{
+	uint16_t v;
+	memcpy(&v, ram + gpa, 2);
+	return le16toh(v);
+}
+
+static uint32_t r32(uint64_t gpa)
+{
+	uint32_t v;
+	memcpy(&v, ram + gpa, 4);
+	return le32toh(v);
+}
+
+static void put_desc(uint64_t table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
+		     uint16_t next)
+{
+	uint8_t *d = ram + table + 16 * i;
+	addr = htole64(addr);
+	len = htole32(len);
+	flags = htole16(flags);
+	next = htole16(next);
+	memcpy(d, &addr, 8);
+	memcpy(d + 8, &len, 4);
+	memcpy(d + 12, &flags, 2);
+	memcpy(d + 14, &next, 2);
+}
+
+static void driver_up(void)
+{
+	wr(0x70, 0);
+	wr(0x70, 1);
+	wr(0x70, 3);
+	wr(0x24, 1);
+	wr(0x20, 1); /* VERSION_1 */
+	wr(0x24, 0);
+	wr(0x20, 1u << VIRTIO_F_INDIRECT_DESC | 1u << VIRTIO_F_EVENT_IDX);
+	wr(0x70, 3 | 8);
+	ck_assert_uint_eq(rd(0x70), 11);
+	for (unsigned q = 0; q < 2; q++) {
+		memset(ram + QBASE(q), 0, 0x3000); /* fresh rings */
+		wr(0x30, q);
+		wr(0x38, QSIZE);
+		wr(0x80, QBASE(q));
+		wr(0x90, QBASE(q) + 0x1000);
+		wr(0xa0, QBASE(q) + 0x2000);
+		wr(0x44, 1);
+		ck_assert_uint_eq(rd(0x44), 1);
+	}
+	wr(0x70, 15);
+	memset(avail_idx, 0, sizeof avail_idx);
+	memset(used_seen, 0, sizeof used_seen);
+	ck_assert(vfs.dev.live);
+}
+
+static void put_file(const char *name, const char *text)
+{
+	char p[128];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	FILE *f = fopen(p, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/kbox-vfs-unit.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	put_file("a", "hello");
+	put_file(".env", "SECRET=1");
+	struct fsp_config fc = { .root = dir };
+	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE,
+					 .entry_timeout = 1, .attr_timeout = 1 };
+	ck_assert_int_eq(fsp_new(&fc, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	ram = calloc(1, RAM);
+	memset(&gm, 0, sizeof gm);
+	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	ck_assert_int_eq(virtio_fs_init(&vfs, srv, "workspace"), 0);
+	ck_assert_int_eq(vmmio_init(&t, &vfs.dev, &gm, NULL), 0);
+	driver_up();
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+	fuse_server_free(srv);
+	fsp_free(fs);
+	free(ram);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static bool needs_reset(void)
+{
+	return rd(0x70) & VIRTIO_STATUS_NEEDS_RESET;
+}
+
+/* Offer one chain on queue q (in descriptors 0..n-1, or through an
+ * indirect table) and kick.  Returns true and *used if the device gave it
+ * back. */
+static bool submit(unsigned q, const struct seg *s, unsigned n, bool indirect, uint32_t *used)
+{
+	uint64_t table = indirect ? IND : QBASE(q);
+	for (unsigned i = 0; i < n; i++)
+		put_desc(table, i, s[i].gpa, s[i].len,
+			 (uint16_t)((s[i].write ? DESC_F_WRITE : 0) | (i + 1 < n ? DESC_F_NEXT : 0)),
+			 (uint16_t)(i + 1));
+	if (indirect)
+		put_desc(QBASE(q), 0, IND, 16 * n, DESC_F_INDIRECT, 0);
+	w16(QBASE(q) + 0x1000 + 4 + 2 * (avail_idx[q] % QSIZE), 0);
+	avail_idx[q]++;
+	w16(QBASE(q) + 0x1000 + 2, avail_idx[q]);
+	wr(0x50, q);
+	uint64_t u = QBASE(q) + 0x2000;
+	if (r16(u + 2) == used_seen[q])
+		return false;
+	unsigned slot = used_seen[q] % QSIZE;
+	ck_assert_uint_eq(r32(u + 4 + 8 * slot), 0);
+	*used = r32(u + 8 + 8 * slot);
+	used_seen[q]++;
+	ck_assert_uint_eq(r16(u + 2), used_seen[q]);
+	return true;
+}
+
+/* Write a request (header + arg + optional name) at REQ; returns its
+ * length. */
+static uint32_t build(uint32_t op, uint64_t nodeid, const void *arg, uint32_t arglen,
+		      const char *name)
+{
+	struct fuse_in_header h = { .opcode = op, .unique = unique++, .nodeid = nodeid };
+	uint32_t len = sizeof h;
+	if (arglen)
+		memcpy(ram + REQ + len, arg, arglen);
+	len += arglen;
+	if (name) {
+		memcpy(ram + REQ + len, name, strlen(name) + 1);
+		len += (uint32_t)strlen(name) + 1;
+	}
+	h.len = len;
+	memcpy(ram + REQ, &h, sizeof h);
+	return len;
+}
+
+/* Send a request split after `split` bytes into two readable segments,
+ * with a reply area of rep_len bytes in one writable segment. */
+static struct fuse_out_header call(uint32_t op, uint64_t nodeid, const void *arg,
+				   uint32_t arglen, const char *name, uint32_t rep_len,
+				   bool indirect)
+{
+	uint32_t len = build(op, nodeid, arg, arglen, name), used;
+	uint32_t split = len > 7 ? 7 : 1;
+	struct seg s[] = {
+		{ REQ, split, false },
+		{ REQ + split, len - split, false },
+		{ REP, rep_len, true },
+	};
+	memset(ram + REP, 0xee, rep_len);
+	ck_assert(submit(REQUEST, s, 3, indirect, &used));
+	struct fuse_out_header oh;
+	memcpy(&oh, ram + REP, sizeof oh);
+	ck_assert_uint_eq(oh.len, used);
+	return oh;
+}
+
+static void init_ok(void)
+{
+	struct fuse_init_in in = { .major = 7, .minor = 37, .max_readahead = 1 << 17,
+				   .flags = FUSE_MAX_PAGES | FUSE_ASYNC_READ };
+	struct fuse_out_header oh = call(FUSE_INIT, 0, &in, sizeof in, NULL, 4096, false);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_init_out o;
+	memcpy(&o, ram + REP + sizeof oh, sizeof o);
+	ck_assert_uint_eq(o.major, 7);
+	ck_assert_uint_eq(o.max_write, VIRTIO_FS_MAX_WRITE);
+	ck_assert_uint_eq(o.max_pages, VIRTIO_FS_MAX_WRITE / 4096);
+}
+
+START_TEST(config_space)
+{
+	ck_assert_uint_eq(rd(0x008), VIRTIO_FS_DEVICE_ID);
+	char tag[VIRTIO_FS_TAG_LEN];
+	for (unsigned i = 0; i < VIRTIO_FS_TAG_LEN; i += 4) {
+		uint32_t v = rd(0x100 + i);
+		memcpy(tag + i, &v, 4);
+	}
+	ck_assert_mem_eq(tag, "workspace\0\0\0", 12);
+	for (unsigned i = 9; i < VIRTIO_FS_TAG_LEN; i++)
+		ck_assert_uint_eq((uint8_t)tag[i], 0);
+	ck_assert_uint_eq(le32toh(rd(0x100 + 36)), 1);
+	uint8_t b;
+	vmmio_read(&t, 0x100 + 1, &b, 1);
+	ck_assert_uint_eq(b, 'o');
+	/* Past the end of config space reads as zeros. */
+	ck_assert_uint_eq(rd(0x100 + 40), 0);
+}
+END_TEST
+
+START_TEST(init_lookup_getattr_read)
+{
+	init_ok();
+	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, true);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_entry_out e;
+	memcpy(&e, ram + REP + sizeof oh, sizeof e);
+	ck_assert_uint_eq(e.attr.size, 5);
+
+	struct fuse_getattr_in ga = { 0 };
+	oh = call(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, 4096, false);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_attr_out ao;
+	memcpy(&ao, ram + REP + sizeof oh, sizeof ao);
+	ck_assert_uint_eq(ao.attr.size, 5);
+	ck_assert(S_ISREG(ao.attr.mode));
+
+	struct fuse_open_in oi = { .flags = O_RDONLY };
+	oh = call(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, 4096, false);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_open_out oo;
+	memcpy(&oo, ram + REP + sizeof oh, sizeof oo);
+
+	/* READ into a reply split as the Linux driver does: the header in
+	 * one buffer, data in pieces. */
+	struct fuse_read_in ri = { .fh = oo.fh, .offset = 1, .size = 4 };
+	uint32_t len = build(FUSE_READ, e.nodeid, &ri, sizeof ri, NULL), used;
+	struct seg s[] = {
+		{ REQ, sizeof(struct fuse_in_header), false },
+		{ REQ + sizeof(struct fuse_in_header), len - sizeof(struct fuse_in_header), false },
+		{ REP, sizeof(struct fuse_out_header), true },
+		{ REP + 0x1000, 1, true },
+		{ REP + 0x2000, 4096, true },
+	};
+	ck_assert(submit(REQUEST, s, 5, false, &used));
+	ck_assert_uint_eq(used, sizeof(struct fuse_out_header) + 4);
+	memcpy(&oh, ram + REP, sizeof oh);
+	ck_assert_int_eq(oh.error, 0);
+	ck_assert_uint_eq(ram[REP + 0x1000], 'e');
+	ck_assert_mem_eq(ram + REP + 0x2000, "llo", 3);
+
+	/* Hidden names do not exist through the device either. */
+	oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, ".env", 4096, false);
+	ck_assert_int_eq(oh.error, -ENOENT);
+	ck_assert(!needs_reset());
+	ck_assert_uint_eq(vfs.stats.requests, 6);
+}
+END_TEST
+
+START_TEST(write_reaches_host)
+{
+	init_ok();
+	struct fuse_create_in ci = { .flags = O_WRONLY | O_CREAT, .mode = 0644 };
+	struct fuse_out_header oh = call(FUSE_CREATE, FUSE_ROOT_ID, &ci, sizeof ci, "new",
+					 4096, false);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_entry_out e;
+	struct fuse_open_out oo;
+	memcpy(&e, ram + REP + sizeof oh, sizeof e);
+	memcpy(&oo, ram + REP + sizeof oh + sizeof e, sizeof oo);
+
+	struct fuse_write_in wi = { .fh = oo.fh, .size = 6 };
+	uint32_t len = build(FUSE_WRITE, e.nodeid, &wi, sizeof wi, NULL), used;
+	memcpy(ram + 0x60000, "from g", 6);
+	struct fuse_in_header h;
+	memcpy(&h, ram + REQ, sizeof h);
+	h.len = len + 6;
+	memcpy(ram + REQ, &h, sizeof h);
+	struct seg s[] = {
+		{ REQ, len, false },
+		{ 0x60000, 6, false },
+		{ REP, 64, true },
+	};
+	ck_assert(submit(REQUEST, s, 3, true, &used));
+	memcpy(&oh, ram + REP, sizeof oh);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_write_out wo;
+	memcpy(&wo, ram + REP + sizeof oh, sizeof wo);
+	ck_assert_uint_eq(wo.size, 6);
+
+	char p[128], buf[16] = { 0 };
+	snprintf(p, sizeof p, "%s/new", dir);
+	FILE *f = fopen(p, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fread(buf, 1, sizeof buf, f), 6);
+	fclose(f);
+	ck_assert_str_eq(buf, "from g");
+}
+END_TEST
+
+START_TEST(forget_on_hiprio)
+{
+	init_ok();
+	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, false);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_entry_out e;
+	memcpy(&e, ram + REP + sizeof oh, sizeof e);
+	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+
+	struct fuse_forget_in fi = { .nlookup = 1 };
+	uint32_t len = build(FUSE_FORGET, e.nodeid, &fi, sizeof fi, NULL), used = 99;
+	struct seg s[] = { { REQ, len, false } };
+	ck_assert(submit(HIPRIO, s, 1, false, &used));
+	ck_assert_uint_eq(used, 0);
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert(!needs_reset());
+}
+END_TEST
+
+/* A request that wants a reply but has no reply area: the device stops
+ * before doing anything. */
+START_TEST(reply_needed_but_no_area)
+{
+	init_ok();
+	struct fuse_mkdir_in mi = { .mode = 0755 };
+	uint32_t len = build(FUSE_MKDIR, FUSE_ROOT_ID, &mi, sizeof mi, "d"), used;
+	struct seg s[] = { { REQ, len, false } };
+	ck_assert(!submit(HIPRIO, s, 1, false, &used));
+	ck_assert(needs_reset());
+	ck_assert(!vfs.dev.live);
+	char p[128];
+	struct stat st;
+	snprintf(p, sizeof p, "%s/d", dir);
+	ck_assert_int_ne(stat(p, &st), 0);
+	ck_assert_uint_eq(vfs.stats.bad_chains, 1);
+	/* The driver resets the device and starts over. */
+	driver_up();
+	init_ok();
+}
+END_TEST
+
+START_TEST(bad_framing_stops)
+{
+	init_ok();
+	/* len says more than the chain holds */
+	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
+	struct seg s[] = { { REQ, len - 1, false }, { REP, 4096, true } };
+	ck_assert(!submit(REQUEST, s, 2, false, &used));
+	ck_assert(needs_reset());
+}
+END_TEST
+
+START_TEST(short_header_stops)
+{
+	init_ok();
+	struct seg s[] = { { REQ, 8, false }, { REP, 4096, true } };
+	uint32_t used;
+	ck_assert(!submit(REQUEST, s, 2, false, &used));
+	ck_assert(needs_reset());
+	/* A short request on hiprio (no reply area) is no better. */
+	driver_up();
+	ck_assert(!submit(HIPRIO, s, 1, false, &used));
+	ck_assert(needs_reset());
+}
+END_TEST
+
+START_TEST(tiny_reply_area_stops)
+{
+	init_ok();
+	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
+	struct seg s[] = { { REQ, len, false }, { REP, 8, true } };
+	ck_assert(!submit(REQUEST, s, 2, false, &used));
+	ck_assert(needs_reset());
+}
+END_TEST
+
+START_TEST(hostile_chains)
+{
+	init_ok();
+	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
+	/* A buffer outside guest RAM. */
+	struct seg out_of_ram[] = { { REQ, len, false }, { RAM - 16, 4096, true } };
+	ck_assert(!submit(REQUEST, out_of_ram, 2, false, &used));
+	ck_assert(needs_reset());
+
+	/* Readable after writable. */
+	driver_up();
+	struct seg order[] = { { REP, 4096, true }, { REQ, len, false } };
+	ck_assert(!submit(REQUEST, order, 2, false, &used));
+	ck_assert(needs_reset());
+
+	/* A loop: the last descriptor points back at the first. */
+	driver_up();
+	put_desc(QBASE(REQUEST), 0, REQ, len, DESC_F_NEXT, 1);
+	put_desc(QBASE(REQUEST), 1, REP, 4096, DESC_F_WRITE | DESC_F_NEXT, 0);
+	w16(QBASE(REQUEST) + 0x1000 + 4, 0);
+	w16(QBASE(REQUEST) + 0x1000 + 2, 1);
+	wr(0x50, REQUEST);
+	ck_assert(needs_reset());
+
+	/* More segments than a chain may have. */
+	driver_up();
+	struct seg many[VQ_MAX_SEGS + 1];
+	many[0] = (struct seg){ REQ, len, false };
+	for (unsigned i = 1; i <= VQ_MAX_SEGS; i++)
+		many[i] = (struct seg){ REP + 16 * i, 16, true };
+	ck_assert(!submit(REQUEST, many, VQ_MAX_SEGS + 1, true, &used));
+	ck_assert(needs_reset());
+
+	/* avail.idx far ahead of what the queue can hold. */
+	driver_up();
+	w16(QBASE(REQUEST) + 0x1000 + 2, QSIZE + 5);
+	wr(0x50, REQUEST);
+	ck_assert(needs_reset());
+	ck_assert_uint_ge(vfs.stats.bad_chains, 5);
+}
+END_TEST
+
+/* Well-framed requests with bad fields get errno replies and the device
+ * goes on. */
+START_TEST(bad_fields_answered)
+{
+	init_ok();
+	struct fuse_out_header oh = call(FUSE_LOOKUP, 12345, NULL, 0, "a", 4096, false);
+	ck_assert_int_ne(oh.error, 0);
+	oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "..", 4096, false);
+	ck_assert_int_eq(oh.error, -EINVAL);
+	oh = call(9999, FUSE_ROOT_ID, NULL, 0, NULL, 4096, false);
+	ck_assert_int_eq(oh.error, -ENOSYS);
+	struct fuse_read_in ri = { .fh = 77, .size = 1u << 30 };
+	oh = call(FUSE_READ, FUSE_ROOT_ID, &ri, sizeof ri, NULL, 4096, false);
+	ck_assert_int_ne(oh.error, 0);
+	ck_assert(!needs_reset());
+}
+END_TEST
+
+START_TEST(init_rejects)
+{
+	struct virtio_fs f;
+	char long_tag[VIRTIO_FS_TAG_LEN + 2];
+	memset(long_tag, 'x', sizeof long_tag - 1);
+	long_tag[sizeof long_tag - 1] = '\0';
+	ck_assert_int_eq(virtio_fs_init(&f, srv, ""), -EINVAL);
+	ck_assert_int_eq(virtio_fs_init(&f, srv, NULL), -EINVAL);
+	ck_assert_int_eq(virtio_fs_init(&f, srv, long_tag), -EINVAL);
+	ck_assert_int_eq(virtio_fs_init(&f, NULL, "t"), -EINVAL);
+	long_tag[VIRTIO_FS_TAG_LEN] = '\0';
+	ck_assert_int_eq(virtio_fs_init(&f, srv, long_tag), 0);
+
+	/* A server whose max_write needs longer chains than a queue takes. */
+	struct fuse_server *big;
+	struct fuse_server_config sc = { .max_write = 1u << 20 };
+	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &big), 0);
+	ck_assert_int_eq(virtio_fs_init(&f, big, "t"), -EINVAL);
+	fuse_server_free(big);
+}
+END_TEST
+
+Suite *virtio_fs_suite(void)
+{
+	Suite *s = suite_create("virtio_fs");
+	TCase *tc = tcase_create("device");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, config_space);
+	tcase_add_test(tc, init_lookup_getattr_read);
+	tcase_add_test(tc, write_reaches_host);
+	tcase_add_test(tc, forget_on_hiprio);
+	tcase_add_test(tc, reply_needed_but_no_area);
+	tcase_add_test(tc, bad_framing_stops);
+	tcase_add_test(tc, short_header_stops);
+	tcase_add_test(tc, tiny_reply_area_stops);
+	tcase_add_test(tc, hostile_chains);
+	tcase_add_test(tc, bad_fields_answered);
+	tcase_add_test(tc, init_rejects);
+	suite_add_tcase(s, tc);
+	return s;
+}

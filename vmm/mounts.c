@@ -1,0 +1,208 @@
+#include "vmm/mounts.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+/* The kernel's own limit on its command line (x86 COMMAND_LINE_SIZE - 1). */
+#define KERNEL_CMDLINE_MAX 2047u
+
+static bool guest_char_ok(char c)
+{
+	return c > ' ' && c < 0x7f && c != ',' && c != ':' && c != '"';
+}
+
+/* Whether path equals dir or lies below it. */
+static bool under(const char *path, const char *dir)
+{
+	size_t l = strlen(dir);
+	return strncmp(path, dir, l) == 0 && (path[l] == '\0' || path[l] == '/');
+}
+
+/* Check and normalise (trailing slashes dropped) a guest path into out. */
+static int guest_path(const char *g, size_t len, char *out, char *err, size_t errlen)
+{
+	while (len > 1 && g[len - 1] == '/')
+		len--;
+	if (len == 0 || g[0] != '/') {
+		snprintf(err, errlen, "-v: the guest path must be absolute, not '%.*s'", (int)len, g);
+		return -EINVAL;
+	}
+	if (len > MOUNTS_GUEST_MAX) {
+		snprintf(err, errlen, "-v: the guest path is longer than %d bytes",
+			 MOUNTS_GUEST_MAX);
+		return -ENAMETOOLONG;
+	}
+	memcpy(out, g, len);
+	out[len] = '\0';
+	for (size_t i = 0; i < len; i++) {
+		if (!guest_char_ok(out[i])) {
+			snprintf(err, errlen,
+				 "-v: the guest path '%s' may not contain ',', ':', '\"', spaces "
+				 "or control characters", out);
+			return -EINVAL;
+		}
+	}
+	if (strcmp(out, "/") == 0) {
+		snprintf(err, errlen, "-v: cannot mount over the guest's root '/'");
+		return -EINVAL;
+	}
+	for (const char *c = out + 1;; ) {
+		const char *e = strchr(c, '/');
+		size_t cl = e ? (size_t)(e - c) : strlen(c);
+		if (cl == 0 || (cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.')) {
+			snprintf(err, errlen,
+				 "-v: the guest path '%s' has an empty, '.' or '..' component", out);
+			return -EINVAL;
+		}
+		if (!e)
+			break;
+		c = e + 1;
+	}
+	static const char *const reserved[] = { "/proc", "/sys", "/dev" };
+	for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+		if (under(out, reserved[i])) {
+			snprintf(err, errlen, "-v: %s belongs to the guest kernel; pick another "
+				 "guest path than '%s'", reserved[i], out);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen)
+{
+	if (ms->n >= MOUNTS_MAX) {
+		snprintf(err, errlen, "too many -v mounts (at most %d)", MOUNTS_MAX);
+		return -E2BIG;
+	}
+	struct mount *m = &ms->m[ms->n];
+	size_t end = strlen(arg);
+	bool ro = false;
+	const char *colon = strrchr(arg, ':');
+	if (colon && (strcmp(colon, ":ro") == 0 || strcmp(colon, ":rw") == 0)) {
+		ro = colon[2] == 'o';
+		end = (size_t)(colon - arg);
+	}
+	colon = NULL;
+	for (size_t i = end; i-- > 0;) {
+		if (arg[i] == ':') {
+			colon = arg + i;
+			break;
+		}
+	}
+	if (!colon || colon == arg) {
+		snprintf(err, errlen, "-v takes HOST:GUEST or HOST:GUEST:ro, not '%s'", arg);
+		return -EINVAL;
+	}
+	size_t hl = (size_t)(colon - arg);
+	if (hl >= sizeof m->host) {
+		snprintf(err, errlen, "-v: the host path is too long");
+		return -ENAMETOOLONG;
+	}
+	memcpy(m->host, arg, hl);
+	m->host[hl] = '\0';
+	int rc = guest_path(colon + 1, end - hl - 1, m->guest, err, errlen);
+	if (rc < 0)
+		return rc;
+	struct stat st;
+	if (stat(m->host, &st) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "-v: cannot use %s: %s", m->host, strerror(errno));
+		return rc;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "-v: %s is not a directory (only folders can be shared)",
+			 m->host);
+		return -ENOTDIR;
+	}
+	for (unsigned i = 0; i < ms->n; i++) {
+		if (strcmp(ms->m[i].guest, m->guest) == 0) {
+			snprintf(err, errlen, "-v: two mounts on %s", m->guest);
+			return -EEXIST;
+		}
+	}
+	m->readonly = ro;
+	m->fs = NULL;
+	m->srv = NULL;
+	ms->n++;
+	return 0;
+}
+
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdlen,
+		  char *err, size_t errlen)
+{
+	if (ms->n == 0)
+		return 0;
+	raise_fd_limit();
+	struct rlimit rl = { 1024, 1024 };
+	getrlimit(RLIMIT_NOFILE, &rl);
+	/* Share the fd budget between mounts, leaving room for kbox itself. */
+	rlim_t cap = (rl.rlim_cur > 256 ? rl.rlim_cur - 192 : 64) / ms->n;
+	if (cap > 1u << 20)
+		cap = 1u << 20;
+	if (cap < 64)
+		cap = 64;
+	const struct fuse_server_config sc = {
+		.max_write = VIRTIO_FS_MAX_WRITE,
+		.entry_timeout = 1.0,
+		.attr_timeout = 1.0,
+		.posix_locks = true,
+	};
+	for (unsigned i = 0; i < ms->n; i++) {
+		struct mount *m = &ms->m[i];
+		char tag[16];
+		snprintf(tag, sizeof tag, "kbox%u", i);
+		struct fsp_config fc = { .root = m->host, .readonly = m->readonly,
+					 .max_fds = (unsigned)cap };
+		int rc = fsp_new(&fc, &m->fs);
+		if (rc < 0) {
+			snprintf(err, errlen, "-v: cannot serve %s: %s", m->host, strerror(-rc));
+			return rc;
+		}
+		if ((rc = fuse_server_new(&fsp_ops, m->fs, &sc, &m->srv)) < 0 ||
+		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0) {
+			snprintf(err, errlen, "-v: cannot set up the file server: %s",
+				 strerror(-rc));
+			return rc;
+		}
+		if ((rc = vbus_add(b, &m->vfs.dev, NULL, cmdline, cmdlen, err, errlen)) < 0)
+			return rc;
+	}
+	for (unsigned i = 0; i < ms->n; i++) {
+		char tag[16];
+		snprintf(tag, sizeof tag, "kbox%u", i);
+		size_t used = strlen(cmdline);
+		int n = snprintf(cmdline + used, cmdlen - used, "%s%s:%s:%s",
+				 i ? "," : " kbox.mounts=", tag, ms->m[i].guest,
+				 ms->m[i].readonly ? "ro" : "rw");
+		if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > KERNEL_CMDLINE_MAX) {
+			snprintf(err, errlen, "-v: the mounts do not fit on the kernel command "
+				 "line (%u bytes at most); use shorter guest paths",
+				 KERNEL_CMDLINE_MAX);
+			return -E2BIG;
+		}
+	}
+	return 0;
+}
+
+void mounts_free(struct mounts *ms)
+{
+	for (unsigned i = 0; i < ms->n; i++) {
+		fuse_server_free(ms->m[i].srv);
+		fsp_free(ms->m[i].fs);
+		ms->m[i].srv = NULL;
+		ms->m[i].fs = NULL;
+	}
+}

@@ -21,6 +21,7 @@
 #include "vmm/boot.h"
 #include "vmm/config.h"
 #include "vmm/klog.h"
+#include "vmm/mounts.h"
 #include "vmm/mptable.h"
 #include "vmm/paths.h"
 #include "vmm/sandbox.h"
@@ -60,6 +61,7 @@ struct run_opts {
 	char **argv;
 	const char *env[MAX_ENV];
 	unsigned nenv;
+	struct mounts *mounts;
 };
 
 void run_usage(FILE *f)
@@ -79,6 +81,10 @@ void run_usage(FILE *f)
 		"  -t, --tty             give COMMAND a terminal (interactive programs)\n"
 		"  -e, --env K=V         set an environment variable for COMMAND (repeatable)\n"
 		"  -w, --workdir DIR     directory COMMAND starts in (default /)\n"
+		"  -v, --volume HOST:GUEST[:ro]\n"
+		"                        share the host folder HOST at GUEST in the guest,\n"
+		"                        read-only with :ro (repeatable, at most %u); .env,\n"
+		"                        .env.*, secrets.env and kbox.yaml stay hidden\n"
 		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
 		"                        (default: the one built by 'make kernel' for this host)\n"
 		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
@@ -86,13 +92,14 @@ void run_usage(FILE *f)
 		"      --kernel-log FILE where the guest kernel's log goes\n"
 		"                        (default: $XDG_STATE_HOME/kbox/kernel.log)\n"
 		"      --append ARGS     extra kernel command-line arguments\n"
-		"  -v, --verbose         kernel log and kbox's decisions on stderr\n"
+		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"  -h, --help            this help\n"
 		"\n"
 		"Options on the command line override the same settings in --conf.\n"
 		"A detached sandbox stops when COMMAND exits or on 'kbox stop NAME';\n"
-		"'kbox logs NAME' shows COMMAND's output.\n",
-		VM_MAX_CPUS);
+		"'kbox logs NAME' shows COMMAND's output.  Without -v the guest sees no\n"
+		"host files.\n",
+		VM_MAX_CPUS, MOUNTS_MAX);
 }
 
 __attribute__((format(printf, 1, 2)))
@@ -206,7 +213,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "conf", required_argument, NULL, 'C' },
 		{ "kernel-log", required_argument, NULL, 'L' },
 		{ "append", required_argument, NULL, 'A' },
-		{ "verbose", no_argument, NULL, 'v' },
+		{ "volume", required_argument, NULL, 'v' },
+		{ "verbose", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -214,7 +222,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	int c;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:c:m:n:dte:w:vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:c:m:n:dte:w:v:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (parse_uint(optarg, VM_MAX_CPUS, &v) || v == 0)
@@ -249,7 +257,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		case 'C': o->conf = optarg; break;
 		case 'L': o->klog_path = optarg; break;
 		case 'A': o->append = optarg; break;
-		case 'v': o->verbose = 1; break;
+		case 'v': {
+			char err[512];
+			if (mounts_parse(o->mounts, optarg, err, sizeof err) < 0)
+				return die("%s", err);
+			break;
+		}
+		case 'V': o->verbose = 1; break;
 		case 'h':
 			run_usage(stdout);
 			return -1;
@@ -398,7 +412,10 @@ static void report_ready(int *ready_fd, unsigned char v)
 
 int run_main(int argc, char **argv)
 {
-	struct run_opts o = { 0 };
+	/* static, like the session below: the devices live on the bus. */
+	static struct mounts mnt;
+	memset(&mnt, 0, sizeof mnt);
+	struct run_opts o = { .mounts = &mnt };
 	struct kbox_config cfg;
 	config_init(&cfg);
 	int rc = parse_args(argc, argv, &o, &cfg);
@@ -535,6 +552,10 @@ int run_main(int argc, char **argv)
 		die("%s", err);
 		goto out;
 	}
+	if (mounts_attach(&mnt, &s.bus, cmdline, sizeof cmdline, err, sizeof err) < 0) {
+		die("%s", err);
+		goto out;
+	}
 	if (o.append) {
 		size_t used = strlen(cmdline);
 		if (snprintf(cmdline + used, sizeof cmdline - used, " %s", o.append) >=
@@ -660,6 +681,7 @@ out:
 	}
 	if (bus_made)
 		vbus_destroy(&s.bus);
+	mounts_free(&mnt);
 	if (vu_made)
 		vsock_unix_destroy(&s.vu);
 	if (vs_made)

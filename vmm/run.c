@@ -39,7 +39,7 @@
 /* Switches for a guest kernel that is not PVM-aware running on a PVM host
  * (docs/pvm.md says which instruction each one avoids). */
 static const char PVM_CMDLINE[] =
-	" noxsave clearcpuid=smap,popcnt,cx16,fsgsbase,rdrand,rdseed,invpcid,rdpid";
+	" noxsave clearcpuid=smap,popcnt,cx16";
 
 /* KBOX_PVM_CMDLINE replaces the PVM switches: for finding out which ones a
  * new kernel or host still needs (docs/pvm.md). */

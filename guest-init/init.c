@@ -1,6 +1,8 @@
 /* guest-init: PID 1 of a kbox guest.
  *
- * Mounts the basic filesystems, starts the exec agent on vsock (through
+ * Mounts the basic filesystems and the host folders kbox shares (virtio-fs
+ * tags listed in kbox.mounts= on the kernel command line), starts the exec
+ * agent on vsock (through
  * which kbox runs every command, the main one included) and reaps orphans
  * until kbox stops the VM.  When it cannot go on it says why in the kernel
  * log and reboots with the command "kbox-init-failed", which kbox reports.
@@ -78,6 +80,58 @@ static void mount_fs(const char *src, const char *dst, const char *type, unsigne
 		die("mount %s on %s: %s", type, dst, strerror(errno));
 }
 
+/* mkdir -p of an absolute path; errors surface in the mount that follows. */
+static void make_dirs(char *path)
+{
+	for (char *s = path + 1; *s; s++) {
+		if (*s == '/') {
+			*s = '\0';
+			mkdir(path, 0755);
+			*s = '/';
+		}
+	}
+	mkdir(path, 0755);
+}
+
+/* kbox.mounts=TAG:PATH:rw|ro[,...] (vmm/mounts.c writes it; paths hold no
+ * ',', ':' or spaces).  Every share must be mounted before the agent runs
+ * a command, so any failure stops the guest. */
+static void mount_shares(void)
+{
+	static char line[4096];
+	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die("open /proc/cmdline: %s", strerror(errno));
+	ssize_t n = read(fd, line, sizeof line - 1);
+	close(fd);
+	if (n < 0)
+		die("read /proc/cmdline: %s", strerror(errno));
+	line[n] = '\0';
+
+	char *save, *list = NULL;
+	for (char *w = strtok_r(line, " \n", &save); w; w = strtok_r(NULL, " \n", &save))
+		if (strncmp(w, "kbox.mounts=", 12) == 0)
+			list = w + 12;
+	if (!list)
+		return;
+	for (char *e = strtok_r(list, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+		char *path = strchr(e, ':');
+		char *mode = path ? strchr(path + 1, ':') : NULL;
+		if (!mode || path[1] != '/')
+			die("bad kbox.mounts entry '%s'", e);
+		*path++ = '\0';
+		*mode++ = '\0';
+		unsigned long fl = MS_NOSUID | MS_NODEV;
+		if (strcmp(mode, "ro") == 0)
+			fl |= MS_RDONLY;
+		else if (strcmp(mode, "rw") != 0)
+			die("bad kbox.mounts mode '%s' for %s", mode, path);
+		make_dirs(path);
+		if (mount(e, path, "virtiofs", fl, NULL) < 0)
+			die("mount the host folder %s on %s: %s", e, path, strerror(errno));
+	}
+}
+
 int main(void)
 {
 	if (getpid() != 1)
@@ -89,6 +143,7 @@ int main(void)
 	mount_fs("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	mount_shares();
 
 	pid_t agent = fork();
 	if (agent < 0)

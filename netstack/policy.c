@@ -1,0 +1,767 @@
+/* Egress policy: address classes, rule parsing and decisions.  See
+ * policy.h for the order of a decision and docs/network.md for the user's
+ * view of it. */
+#include "netstack/policy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A blocked range.  host_only ranges reach the host itself (loopback,
+ * "this network"), so a domain exception opens them only for
+ * POL_HOST_NAME: otherwise a name that resolves to 127.0.0.1 would be a
+ * way into the host's loopback. */
+struct pol_class {
+	uint8_t family, plen;
+	uint8_t b[16];
+	const char *label; /* "class:NAME", as the audit log shows it */
+	bool host_only;
+};
+
+/* Specific ranges come before the ranges that contain them, so that the
+ * audit log names the most precise class. */
+static const struct pol_class classes[] = {
+	{ 4, 8, { 0 }, "class:this-network", true },
+	{ 4, 8, { 10 }, "class:private", false },
+	{ 4, 10, { 100, 64 }, "class:cgnat", false },
+	{ 4, 8, { 127 }, "class:loopback", true },
+	{ 4, 32, { 169, 254, 169, 254 }, "class:metadata", false },
+	{ 4, 16, { 169, 254 }, "class:link-local", false },
+	{ 4, 12, { 172, 16 }, "class:private", false },
+	{ 4, 24, { 192, 0, 0 }, "class:ietf-protocol", false },
+	{ 4, 24, { 192, 0, 2 }, "class:documentation", false },
+	{ 4, 24, { 192, 88, 99 }, "class:6to4-relay", false },
+	{ 4, 16, { 192, 168 }, "class:private", false },
+	{ 4, 15, { 198, 18 }, "class:benchmark", false },
+	{ 4, 24, { 198, 51, 100 }, "class:documentation", false },
+	{ 4, 24, { 203, 0, 113 }, "class:documentation", false },
+	{ 4, 4, { 224 }, "class:multicast", false },
+	{ 4, 32, { 255, 255, 255, 255 }, "class:broadcast", false },
+	{ 4, 4, { 240 }, "class:reserved", false },
+	{ 6, 128, { 0 }, "class:unspecified", true },
+	{ 6, 128, { [15] = 1 }, "class:loopback", true },
+	{ 6, 48, { 0, 0x64, 0xff, 0x9b, 0, 1 }, "class:nat64-local", false },
+	{ 6, 64, { 1, 0 }, "class:discard", false },
+	{ 6, 32, { 0x20, 0x01, 0x0d, 0xb8 }, "class:documentation", false },
+	{ 6, 23, { 0x20, 0x01 }, "class:ietf-protocol", false },
+	{ 6, 20, { 0x3f, 0xff }, "class:documentation", false },
+	{ 6, 7, { 0xfc }, "class:ula", false },
+	{ 6, 10, { 0xfe, 0x80 }, "class:link-local", false },
+	{ 6, 10, { 0xfe, 0xc0 }, "class:site-local", false },
+	{ 6, 8, { 0xff }, "class:multicast", false },
+};
+
+/* Everything outside 2000::/3 (global unicast) is unassigned or special;
+ * the embedded-IPv4 forms inside ::/8 are handled before this. */
+static const char reserved6[] = "class:reserved";
+
+static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
+static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+
+static void __attribute__((format(printf, 3, 4))) seterr(char *err, size_t len, const char *fmt, ...)
+{
+	if (!err || len == 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+}
+
+static bool prefix_eq(const uint8_t *a, const uint8_t *b, unsigned plen)
+{
+	unsigned full = plen / 8, rest = plen % 8;
+	if (memcmp(a, b, full) != 0)
+		return false;
+	if (rest == 0)
+		return true;
+	uint8_t mask = (uint8_t)(0xff << (8 - rest));
+	return (a[full] & mask) == (b[full] & mask);
+}
+
+/* ::ffff:a.b.c.d is the IPv4 address itself on a dual-stack socket:
+ * judge it as such everywhere. */
+static struct pol_addr canon(const struct pol_addr *a)
+{
+	struct pol_addr c = *a;
+	if (a->family == 6 && memcmp(a->b, v4mapped, 12) == 0) {
+		memset(&c, 0, sizeof c);
+		c.family = 4;
+		memcpy(c.b, a->b + 12, 4);
+	}
+	return c;
+}
+
+/* The IPv4 address a NAT64 (64:ff9b::/96) or 6to4 (2002::/16) address
+ * leads to; false if a has none. */
+static bool embedded_v4(const struct pol_addr *a, struct pol_addr *v4)
+{
+	if (a->family != 6)
+		return false;
+	memset(v4, 0, sizeof *v4);
+	v4->family = 4;
+	if (memcmp(a->b, nat64, 12) == 0) {
+		memcpy(v4->b, a->b + 12, 4);
+		return true;
+	}
+	if (a->b[0] == 0x20 && a->b[1] == 0x02) {
+		memcpy(v4->b, a->b + 2, 4);
+		return true;
+	}
+	return false;
+}
+
+static const struct pol_class *class_of_plain(const struct pol_addr *a)
+{
+	for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+		const struct pol_class *c = &classes[i];
+		if (c->family == a->family && prefix_eq(a->b, c->b, c->plen))
+			return c;
+	}
+	return NULL;
+}
+
+/* Label of the class of a canonical address: the table, then embedded IPv4, then the
+ * catch-all for IPv6 outside global unicast.  *host_only tells whether
+ * the class reaches the host itself. */
+static const char *classify(const struct pol_addr *a, bool *host_only)
+{
+	*host_only = false;
+	const struct pol_class *c = class_of_plain(a);
+	if (c) {
+		*host_only = c->host_only;
+		return c->label;
+	}
+	if (a->family != 6)
+		return NULL;
+	struct pol_addr v4;
+	if (embedded_v4(a, &v4)) {
+		c = class_of_plain(&v4);
+		if (c) {
+			*host_only = c->host_only;
+			return c->label;
+		}
+		return NULL;
+	}
+	if ((a->b[0] & 0xe0) != 0x20)
+		return reserved6;
+	return NULL;
+}
+
+const char *pol_addr_class(const struct pol_addr *a)
+{
+	struct pol_addr c = canon(a);
+	bool host_only;
+	const char *label = classify(&c, &host_only);
+	return label ? label + strlen("class:") : NULL;
+}
+
+void pol_init(struct pol *p, enum pol_mode m)
+{
+	memset(p, 0, sizeof *p);
+	p->mode = m;
+}
+
+void pol_free(struct pol *p)
+{
+	for (size_t i = 0; i < p->nrules; i++)
+		free(p->rules[i].text);
+	free(p->rules);
+	free(p->host);
+	memset(p, 0, sizeof *p);
+}
+
+int pol_parse_mode(const char *s, enum pol_mode *m)
+{
+	if (strcmp(s, "none") == 0)
+		*m = POL_MODE_NONE;
+	else if (strcmp(s, "public") == 0)
+		*m = POL_MODE_PUBLIC;
+	else if (strcmp(s, "allowlist") == 0)
+		*m = POL_MODE_ALLOWLIST;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int pol_addr_parse(const char *s, struct pol_addr *a)
+{
+	memset(a, 0, sizeof *a);
+	/* glibc's inet_pton takes exactly four decimal parts without leading
+	 * zeros for IPv4 and refuses zone suffixes for IPv6: the strict forms
+	 * we want.  The explicit character check keeps it so elsewhere. */
+	if (strchr(s, ':')) {
+		if (strspn(s, "0123456789abcdefABCDEF:.") != strlen(s))
+			return -EINVAL;
+		if (inet_pton(AF_INET6, s, a->b) != 1)
+			return -EINVAL;
+		a->family = 6;
+		return 0;
+	}
+	if (strspn(s, "0123456789.") != strlen(s))
+		return -EINVAL;
+	if (inet_pton(AF_INET, s, a->b) != 1)
+		return -EINVAL;
+	a->family = 4;
+	return 0;
+}
+
+int pol_addr_format(const struct pol_addr *a, char *buf, size_t len)
+{
+	if (a->family != 4 && a->family != 6)
+		return -EINVAL;
+	if (!inet_ntop(a->family == 4 ? AF_INET : AF_INET6, a->b, buf, (socklen_t)(len > 1024 ? 1024 : len)))
+		return -ENOSPC;
+	return 0;
+}
+
+int pol_name_normalize(const char *name, char *out)
+{
+	size_t n = strlen(name);
+	if (n > 0 && name[n - 1] == '.')
+		n--;
+	if (n == 0 || n > POL_NAME_MAX)
+		return -EINVAL;
+	size_t label = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (c == '.') {
+			if (label == 0)
+				return -EINVAL;
+			label = 0;
+		} else if (++label > 63) {
+			return -EINVAL;
+		}
+		out[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+	}
+	if (label == 0)
+		return -EINVAL;
+	out[n] = '\0';
+	return 0;
+}
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static bool is_hex(char c)
+{
+	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* inet_aton reads the last part as a number, so a name whose last label
+ * is decimal or 0x-hex is an address to libc; and ':' makes an IPv6
+ * literal.  No real top-level domain looks like either. */
+static bool numeric_normalized(const char *n)
+{
+	if (strchr(n, ':'))
+		return true;
+	const char *last = strrchr(n, '.');
+	last = last ? last + 1 : n;
+	if (last[0] == '0' && (last[1] == 'x' || last[1] == 'X')) {
+		for (const char *c = last + 2; *c; c++)
+			if (!is_hex(*c))
+				return false;
+		return true;
+	}
+	for (const char *c = last; *c; c++)
+		if (!is_digit(*c))
+			return false;
+	return true;
+}
+
+bool pol_name_is_numeric(const char *name)
+{
+	char n[POL_NAME_MAX + 1];
+	if (strchr(name, ':'))
+		return true;
+	if (pol_name_normalize(name, n) < 0)
+		return false;
+	return numeric_normalized(n);
+}
+
+/* Letters, digits, '-' and '_' (service labels), labels not starting or
+ * ending with '-'.  n is normalised. */
+static bool ldh_name(const char *n)
+{
+	const char *label = n;
+	for (const char *c = n;; c++) {
+		if (*c == '.' || *c == '\0') {
+			if (label[0] == '-' || c[-1] == '-')
+				return false;
+			if (*c == '\0')
+				return true;
+			label = c + 1;
+			continue;
+		}
+		if (!(is_digit(*c) || (*c >= 'a' && *c <= 'z') || *c == '-' || *c == '_'))
+			return false;
+	}
+}
+
+/* Unsigned decimal without sign or leading zero, at most max. */
+static int parse_num(const char *s, size_t len, unsigned max, unsigned *v)
+{
+	if (len == 0 || len > 5 || (len > 1 && s[0] == '0'))
+		return -EINVAL;
+	unsigned x = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (!is_digit(s[i]))
+			return -EINVAL;
+		x = x * 10 + (unsigned)(s[i] - '0');
+	}
+	if (x > max)
+		return -EINVAL;
+	*v = x;
+	return 0;
+}
+
+static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_len, struct pol_rule *r,
+		     char *err, size_t errlen)
+{
+	char buf[64];
+	if (len >= sizeof buf) {
+		seterr(err, errlen, "address too long");
+		return -EINVAL;
+	}
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (strchr(buf, '%')) {
+		seterr(err, errlen, "\"%s\": zone indexes (%%eth0) have no meaning in a rule; drop them", buf);
+		return -EINVAL;
+	}
+	if (pol_addr_parse(buf, &r->net) < 0) {
+		if (strchr(buf, ':'))
+			seterr(err, errlen, "\"%s\" is not a valid IPv6 address", buf);
+		else
+			seterr(err, errlen, "\"%s\" is not a valid IPv4 address (write four decimal numbers, a.b.c.d)",
+			       buf);
+		return -EINVAL;
+	}
+	unsigned full = r->net.family == 4 ? 32 : 128, plen = full;
+	if (plen_s && parse_num(plen_s, plen_len, full, &plen) < 0) {
+		seterr(err, errlen, "bad prefix length \"/%.*s\" for %s (0 to %u)", (int)plen_len, plen_s, buf, full);
+		return -EINVAL;
+	}
+	r->plen = (uint8_t)plen;
+	struct pol_addr masked = r->net;
+	for (unsigned i = plen; i < full; i++)
+		masked.b[i / 8] &= (uint8_t)~(0x80 >> (i % 8));
+	if (memcmp(masked.b, r->net.b, sizeof masked.b) != 0) {
+		char m[64];
+		pol_addr_format(&masked, m, sizeof m);
+		seterr(err, errlen, "host bits set in %s/%u: did you mean %s/%u?", buf, plen, m, plen);
+		return -EINVAL;
+	}
+	if (r->net.family == 6 && plen >= 96 && memcmp(r->net.b, v4mapped, 12) == 0) {
+		r->net = canon(&r->net);
+		r->plen = (uint8_t)(plen - 96);
+	}
+	r->kind = POL_RULE_NET;
+	return 0;
+}
+
+static int parse_domain(const char *s, size_t len, struct pol_rule *r, char *err, size_t errlen)
+{
+	char buf[POL_NAME_MAX + 2];
+	bool wild = len >= 2 && s[0] == '*' && s[1] == '.';
+	if (wild) {
+		s += 2;
+		len -= 2;
+	}
+	if (len > POL_NAME_MAX + 1) {
+		seterr(err, errlen, "name longer than %d characters", POL_NAME_MAX);
+		return -EINVAL;
+	}
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	for (size_t i = 0; i < len; i++) {
+		if ((unsigned char)buf[i] >= 0x80) {
+			seterr(err, errlen, "\"%s\" is not ASCII: write an internationalised name in its xn-- form",
+			       buf);
+			return -EINVAL;
+		}
+		if (buf[i] == '*') {
+			seterr(err, errlen, "a wildcard is allowed only as a whole first label, as in *.example.com");
+			return -EINVAL;
+		}
+	}
+	if (pol_name_normalize(buf, r->name) < 0 || !ldh_name(r->name)) {
+		seterr(err, errlen, "\"%s\" is not a valid domain name", buf);
+		return -EINVAL;
+	}
+	if (numeric_normalized(r->name)) {
+		seterr(err, errlen, "\"%s\" looks like a numeric address: write it as a.b.c.d", buf);
+		return -EINVAL;
+	}
+	r->kind = wild ? POL_RULE_SUFFIX : POL_RULE_DOMAIN;
+	return 0;
+}
+
+/* Does the rule's network lie entirely inside one blocked class? */
+static const struct pol_class *net_inside_class(const struct pol_rule *r)
+{
+	for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+		const struct pol_class *c = &classes[i];
+		if (c->family == r->net.family && c->plen <= r->plen && prefix_eq(r->net.b, c->b, c->plen))
+			return c;
+	}
+	return NULL;
+}
+
+int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
+{
+	const char *orig = s;
+	memset(r, 0, sizeof *r);
+	if (strncmp(s, "deny:", 5) == 0) {
+		r->deny = true;
+		s += 5;
+	} else if (strncmp(s, "allow:", 6) == 0) {
+		s += 6;
+	}
+	if (*s == '\0') {
+		seterr(err, errlen, "empty rule \"%s\"", orig);
+		return -EINVAL;
+	}
+	const char *port_s = NULL;
+	size_t port_len = 0;
+	int rc;
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+		if (!close) {
+			seterr(err, errlen, "\"%s\": missing ']'", orig);
+			return -EINVAL;
+		}
+		const char *in = s + 1, *slash = memchr(in, '/', (size_t)(close - in));
+		const char *after = close + 1, *plen_s = NULL;
+		size_t plen_len = 0;
+		if (*after == '/') {
+			if (slash) {
+				seterr(err, errlen, "\"%s\": two prefix lengths", orig);
+				return -EINVAL;
+			}
+			plen_s = after + 1;
+			plen_len = strcspn(plen_s, ":");
+			after = plen_s + plen_len;
+		} else if (slash) {
+			plen_s = slash + 1;
+			plen_len = (size_t)(close - plen_s);
+		}
+		if (*after == ':') {
+			port_s = after + 1;
+			port_len = strlen(port_s);
+		} else if (*after) {
+			seterr(err, errlen, "\"%s\": unexpected \"%s\" after ']'", orig, after);
+			return -EINVAL;
+		}
+		size_t alen = (size_t)((slash ? slash : close) - in);
+		if (!memchr(in, ':', alen)) {
+			seterr(err, errlen, "\"%s\": brackets are for IPv6 addresses only", orig);
+			return -EINVAL;
+		}
+		rc = parse_net(in, alen, plen_s, plen_len, r, err, errlen);
+	} else {
+		const char *colon = strchr(s, ':');
+		size_t tlen = strlen(s);
+		if (colon && !strchr(colon + 1, ':')) {
+			tlen = (size_t)(colon - s);
+			port_s = colon + 1;
+			port_len = strlen(port_s);
+		}
+		const char *slash = memchr(s, '/', tlen);
+		if (tlen == 1 && s[0] == '*') {
+			r->kind = POL_RULE_ANY;
+			rc = 0;
+		} else if (memchr(s, ':', tlen) || slash || strspn(s, "0123456789.") >= tlen) {
+			size_t alen = slash ? (size_t)(slash - s) : tlen;
+			rc = parse_net(s, alen, slash ? slash + 1 : NULL, slash ? tlen - alen - 1 : 0, r, err, errlen);
+		} else {
+			rc = parse_domain(s, tlen, r, err, errlen);
+		}
+	}
+	if (rc < 0)
+		return rc;
+	if (port_s) {
+		unsigned port;
+		if (parse_num(port_s, port_len, 65535, &port) < 0 || port == 0) {
+			seterr(err, errlen, "\"%s\": bad port \"%s\" (1 to 65535)", orig, port_s);
+			return -EINVAL;
+		}
+		r->port = (uint16_t)port;
+	}
+	if (r->kind == POL_RULE_ANY && r->port == 0) {
+		seterr(err, errlen, "\"%s\": '*' needs a port (*:443); for every destination use --network public",
+		       orig);
+		return -EINVAL;
+	}
+	if (r->kind == POL_RULE_NET && !r->deny) {
+		const struct pol_class *c = net_inside_class(r);
+		unsigned full = r->net.family == 4 ? 32 : 128;
+		if (c && r->port == 0) {
+			seterr(err, errlen,
+			       "\"%s\" lies in a blocked range (%s): an exception must name a port, as in %s:PORT",
+			       orig, c->label + strlen("class:"), s);
+			return -EINVAL;
+		}
+		r->exception = r->port != 0 && (c || r->plen == full);
+	}
+	if (r->kind == POL_RULE_DOMAIN && !r->deny)
+		r->exception = r->port != 0;
+	return 0;
+}
+
+int pol_add_rule(struct pol *p, const char *s, char *err, size_t errlen)
+{
+	struct pol_rule r;
+	int rc = pol_parse_rule(s, &r, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (p->nrules == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 8;
+		struct pol_rule *n = realloc(p->rules, cap * sizeof *n);
+		if (!n)
+			return -ENOMEM;
+		p->rules = n;
+		p->cap = cap;
+	}
+	r.text = strdup(s);
+	if (!r.text)
+		return -ENOMEM;
+	p->rules[p->nrules++] = r;
+	return 0;
+}
+
+int pol_set_host_addrs(struct pol *p, const struct pol_addr *a, size_t n)
+{
+	struct pol_addr *h = NULL;
+	if (n) {
+		h = calloc(n, sizeof *h);
+		if (!h)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			h[i] = canon(&a[i]);
+	}
+	free(p->host);
+	p->host = h;
+	p->nhost = n;
+	return 0;
+}
+
+/* What a decision looks at, computed once. */
+struct dest {
+	const char *name; /* normalised, or NULL */
+	struct pol_addr addr;
+	struct pol_addr emb;
+	bool has_emb;
+	uint16_t port;
+	bool any_port; /* DNS time: no port yet, a rule for any port matches */
+};
+
+static bool net_match(const struct pol_rule *r, const struct pol_addr *a)
+{
+	return r->net.family == a->family && prefix_eq(a->b, r->net.b, r->plen);
+}
+
+/* use_emb: match the embedded IPv4 address too (deny rules: what the
+ * connection really reaches must not escape a deny). */
+static bool rule_match(const struct pol_rule *r, const struct dest *d, bool use_emb)
+{
+	if (!d->any_port && r->port != 0 && r->port != d->port)
+		return false;
+	switch (r->kind) {
+	case POL_RULE_ANY:
+		return true;
+	case POL_RULE_DOMAIN:
+		return d->name && strcmp(d->name, r->name) == 0;
+	case POL_RULE_SUFFIX: {
+		if (!d->name)
+			return false;
+		size_t nl = strlen(d->name), sl = strlen(r->name);
+		return nl > sl + 1 && d->name[nl - sl - 1] == '.' && strcmp(d->name + nl - sl, r->name) == 0;
+	}
+	case POL_RULE_NET:
+		return net_match(r, &d->addr) || (use_emb && d->has_emb && net_match(r, &d->emb));
+	}
+	return false;
+}
+
+static bool is_host_addr(const struct pol *p, const struct pol_addr *a)
+{
+	for (size_t i = 0; i < p->nhost; i++)
+		if (p->host[i].family == a->family && memcmp(p->host[i].b, a->b, a->family == 4 ? 4 : 16) == 0)
+			return true;
+	return false;
+}
+
+static void decide(struct pol_decision *d, bool allow, enum pol_why why, const char *rule)
+{
+	d->allow = allow;
+	d->why = why;
+	d->rule = rule;
+}
+
+static const struct pol_rule *find_deny(const struct pol *p, const struct dest *d)
+{
+	for (size_t i = 0; i < p->nrules; i++) {
+		const struct pol_rule *r = &p->rules[i];
+		if (r->deny && rule_match(r, d, true))
+			return r;
+	}
+	return NULL;
+}
+
+static const struct pol_rule *find_allow(const struct pol *p, const struct dest *d, bool exceptions_only,
+					 bool host_only)
+{
+	for (size_t i = 0; i < p->nrules; i++) {
+		const struct pol_rule *r = &p->rules[i];
+		if (r->deny || (exceptions_only && !r->exception))
+			continue;
+		if (exceptions_only && host_only && r->kind == POL_RULE_DOMAIN && strcmp(r->name, POL_HOST_NAME) != 0)
+			continue;
+		if (rule_match(r, d, false))
+			return r;
+	}
+	return NULL;
+}
+
+/* Steps 3-5 of policy.h, shared by connections and DNS answers. */
+static void judge_addr(const struct pol *p, const struct dest *d, struct pol_decision *out)
+{
+	bool host_only = false;
+	const char *cls = classify(&d->addr, &host_only);
+	bool host = !cls && (is_host_addr(p, &d->addr) || (d->has_emb && is_host_addr(p, &d->emb)));
+	if (cls || host) {
+		const struct pol_rule *r = find_allow(p, d, true, host_only || host);
+		if (r) {
+			decide(out, true, POL_WHY_EXCEPTION, r->text);
+			return;
+		}
+		if (host) {
+			decide(out, false, POL_WHY_HOST, "host");
+			return;
+		}
+		decide(out, false, POL_WHY_CLASS, cls);
+		return;
+	}
+	if (p->mode == POL_MODE_PUBLIC) {
+		decide(out, true, POL_WHY_PUBLIC, "mode:public");
+		return;
+	}
+	const struct pol_rule *r = find_allow(p, d, false, false);
+	if (r)
+		decide(out, true, POL_WHY_ALLOW_RULE, r->text);
+	else
+		decide(out, false, POL_WHY_NO_MATCH, "allowlist");
+}
+
+static void fill_dest(struct dest *d, const char *name, char *buf, const struct pol_addr *a, uint16_t port)
+{
+	memset(d, 0, sizeof *d);
+	if (name && pol_name_normalize(name, buf) == 0)
+		d->name = buf;
+	if (a) {
+		d->addr = canon(a);
+		d->has_emb = embedded_v4(&d->addr, &d->emb);
+	}
+	d->port = port;
+}
+
+void pol_check(const struct pol *p, const char *name, const struct pol_addr *dst, uint16_t port,
+	       struct pol_decision *out)
+{
+	char buf[POL_NAME_MAX + 1];
+	struct dest d;
+	if (p->mode == POL_MODE_NONE) {
+		decide(out, false, POL_WHY_MODE_NONE, "mode:none");
+		return;
+	}
+	if (dst->family != 4 && dst->family != 6) {
+		decide(out, false, POL_WHY_CLASS, "class:reserved");
+		return;
+	}
+	fill_dest(&d, name, buf, dst, port);
+	const struct pol_rule *r = find_deny(p, &d);
+	if (r) {
+		decide(out, false, POL_WHY_DENY_RULE, r->text);
+		return;
+	}
+	judge_addr(p, &d, out);
+}
+
+/* A name that is no plain DNS name, or that libc would read as an
+ * address, is refused before it reaches the host's resolver. */
+static bool name_ok(const char *name, char *buf)
+{
+	return pol_name_normalize(name, buf) == 0 && ldh_name(buf) && !numeric_normalized(buf);
+}
+
+void pol_check_name(const struct pol *p, const char *name, struct pol_decision *out)
+{
+	char buf[POL_NAME_MAX + 1];
+	if (p->mode == POL_MODE_NONE) {
+		decide(out, false, POL_WHY_MODE_NONE, "mode:none");
+		return;
+	}
+	if (!name_ok(name, buf)) {
+		decide(out, false, POL_WHY_BAD_NAME, "name:invalid");
+		return;
+	}
+	struct dest d = { .name = buf, .any_port = true };
+	for (size_t i = 0; i < p->nrules; i++) {
+		const struct pol_rule *r = &p->rules[i];
+		if (r->deny && r->port == 0 && (r->kind == POL_RULE_DOMAIN || r->kind == POL_RULE_SUFFIX) &&
+		    rule_match(r, &d, false)) {
+			decide(out, false, POL_WHY_DENY_RULE, r->text);
+			return;
+		}
+	}
+	if (p->mode == POL_MODE_PUBLIC) {
+		decide(out, true, POL_WHY_PUBLIC, "mode:public");
+		return;
+	}
+	bool by_address = false;
+	for (size_t i = 0; i < p->nrules; i++) {
+		const struct pol_rule *r = &p->rules[i];
+		if (r->deny)
+			continue;
+		if ((r->kind == POL_RULE_DOMAIN || r->kind == POL_RULE_SUFFIX) && rule_match(r, &d, false)) {
+			decide(out, true, POL_WHY_ALLOW_RULE, r->text);
+			return;
+		}
+		if (r->kind == POL_RULE_ANY || r->kind == POL_RULE_NET)
+			by_address = true;
+	}
+	if (by_address)
+		decide(out, true, POL_WHY_ALLOW_RULE, "allowlist:by-address");
+	else
+		decide(out, false, POL_WHY_NO_MATCH, "allowlist");
+}
+
+void pol_check_answer(const struct pol *p, const char *name, const struct pol_addr *a, struct pol_decision *out)
+{
+	char buf[POL_NAME_MAX + 1];
+	if (p->mode == POL_MODE_NONE) {
+		decide(out, false, POL_WHY_MODE_NONE, "mode:none");
+		return;
+	}
+	if (!name_ok(name, buf) || (a->family != 4 && a->family != 6)) {
+		decide(out, false, POL_WHY_BAD_NAME, "name:invalid");
+		return;
+	}
+	struct dest d;
+	fill_dest(&d, buf, buf, a, 0);
+	d.any_port = true;
+	for (size_t i = 0; i < p->nrules; i++) {
+		const struct pol_rule *r = &p->rules[i];
+		if (r->deny && r->port == 0 && rule_match(r, &d, true)) {
+			decide(out, false, POL_WHY_DENY_RULE, r->text);
+			return;
+		}
+	}
+	judge_addr(p, &d, out);
+}

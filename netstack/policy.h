@@ -1,0 +1,148 @@
+/* Egress policy (docs/network.md): decides whether the guest may open a
+ * connection to an address and port, given the name our own DNS answered
+ * for that address (if any).  Pure: no I/O, no clock, no global state, so
+ * every decision is reproducible in a table-driven test.
+ *
+ * Order of a decision (the first step that decides wins):
+ *   1. mode none denies everything;
+ *   2. a deny rule that matches the name, the address or the IPv4 address
+ *      embedded in it (NAT64, 6to4) denies;
+ *   3. an address in a blocked class (loopback, RFC 1918, link-local,
+ *      multicast, ..., or one of the host's own addresses) is denied unless
+ *      an exception (an allow rule naming one host and a port) matches;
+ *   4. mode public allows;
+ *   5. mode allowlist allows only what an allow rule matches. */
+#ifndef KBOX_NETSTACK_POLICY_H
+#define KBOX_NETSTACK_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The name under which the guest reaches the host's loopback (kbox maps
+ * it to 127.0.0.1).  Only exceptions that name it, or a loopback address
+ * literally, open a loopback port. */
+#define POL_HOST_NAME "host.kbox.internal"
+
+/* Longest DNS name in text form, without the trailing dot. */
+#define POL_NAME_MAX 253
+
+/* An IP address in network byte order; IPv4 uses b[0..3]. */
+struct pol_addr {
+	uint8_t family; /* 4 or 6 */
+	uint8_t b[16];
+};
+
+enum pol_mode { POL_MODE_NONE, POL_MODE_PUBLIC, POL_MODE_ALLOWLIST };
+
+enum pol_rule_kind {
+	POL_RULE_ANY,    /* "*:PORT": every destination on a port */
+	POL_RULE_DOMAIN, /* exact name */
+	POL_RULE_SUFFIX, /* "*.suffix": any name below suffix, not suffix itself */
+	POL_RULE_NET,    /* address or CIDR */
+};
+
+struct pol_rule {
+	enum pol_rule_kind kind;
+	bool deny;
+	bool exception; /* allow rule that also opens a blocked class */
+	uint16_t port;  /* 0: every port */
+	uint8_t plen;   /* POL_RULE_NET: prefix length */
+	struct pol_addr net;
+	char name[POL_NAME_MAX + 1]; /* DOMAIN/SUFFIX: lower case, no dots at the ends */
+	char *text;     /* the rule as the user wrote it, for the audit log */
+};
+
+struct pol {
+	enum pol_mode mode;
+	struct pol_rule *rules;
+	size_t nrules, cap;
+	struct pol_addr *host; /* the host's own addresses */
+	size_t nhost;
+};
+
+/* Which step decided, for the audit log and for --learn. */
+enum pol_why {
+	POL_WHY_MODE_NONE,
+	POL_WHY_DENY_RULE,
+	POL_WHY_CLASS,     /* blocked address class (rule = "class:NAME") */
+	POL_WHY_HOST,      /* one of the host's own addresses */
+	POL_WHY_EXCEPTION, /* exception rule opened a blocked class */
+	POL_WHY_PUBLIC,
+	POL_WHY_ALLOW_RULE,
+	POL_WHY_NO_MATCH,  /* allowlist and nothing matched */
+	POL_WHY_BAD_NAME,  /* name that is no DNS name (numeric, too long) */
+};
+
+struct pol_decision {
+	bool allow;
+	enum pol_why why;
+	/* The rule text, or a fixed label ("mode:none", "class:loopback",
+	 * "host", "mode:public", "allowlist"); valid while the policy lives. */
+	const char *rule;
+};
+
+/* Start an empty policy in mode m.  Never fails. */
+void pol_init(struct pol *p, enum pol_mode m);
+
+/* Release everything pol_init/pol_add_rule/pol_set_host_addrs took. */
+void pol_free(struct pol *p);
+
+/* Parse "none", "public" or "allowlist" into *m: 0 or -EINVAL. */
+int pol_parse_mode(const char *s, enum pol_mode *m);
+
+/* Parse one rule string without adding it: `[allow:|deny:]TARGET[:PORT]`
+ * where TARGET is `*` (port required), `name`, `*.suffix`, `a.b.c.d[/len]`,
+ * `[v6][/len]` or a bare `v6[/len]` (no port then).  On error returns
+ * -EINVAL and writes a message for the user to err (if errlen > 0).
+ * r->text is left NULL. */
+int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen);
+
+/* Parse s (see pol_parse_rule) and append it to p.  --deny RULE is
+ * "deny:RULE".  Returns 0, -EINVAL (message in err) or -ENOMEM. */
+int pol_add_rule(struct pol *p, const char *s, char *err, size_t errlen);
+
+/* Replace the list of the host's own addresses (copied); these are
+ * blocked like a class.  0 or -ENOMEM. */
+int pol_set_host_addrs(struct pol *p, const struct pol_addr *a, size_t n);
+
+/* Strict address parser: dotted-quad IPv4 (no octal, hex or short forms)
+ * or IPv6 without zone; 0 or -EINVAL. */
+int pol_addr_parse(const char *s, struct pol_addr *a);
+
+/* Write a in the usual text form to buf: 0 or -ENOSPC. */
+int pol_addr_format(const struct pol_addr *a, char *buf, size_t len);
+
+/* The blocked class a falls in ("loopback", "private", ...; IPv6 forms
+ * that embed an IPv4 address are judged by that address), or NULL when a
+ * is public.  The host's own addresses are not considered. */
+const char *pol_addr_class(const struct pol_addr *a);
+
+/* True if name, once normalised, is one libc would read as an IPv4
+ * address ("127.1", "0x7f.1", "2130706433") rather than look it up. */
+bool pol_name_is_numeric(const char *name);
+
+/* Normalise a DNS name into out (size POL_NAME_MAX + 1): lower case, one
+ * trailing dot removed.  -EINVAL if empty, too long or with an empty
+ * label. */
+int pol_name_normalize(const char *name, char *out);
+
+/* Decide a connection to dst:port (port 0 is never allowed to match a
+ * port rule); name is what our DNS answered for dst, or NULL. */
+void pol_check(const struct pol *p, const char *name, const struct pol_addr *dst, uint16_t port,
+	       struct pol_decision *d);
+
+/* Decide a DNS question for name before it is resolved: denied names get
+ * NXDOMAIN/REFUSED at once.  In allowlist mode a name no domain rule
+ * matches is still allowed when an address rule could let its answers
+ * through (those are then judged by pol_check_answer). */
+void pol_check_name(const struct pol *p, const char *name, struct pol_decision *d);
+
+/* Decide whether one resolved address may be given to the guest as an
+ * answer for name: refuses blocked classes unless an exception names it
+ * (DNS rebinding), addresses a port-less deny rule covers, and, in
+ * allowlist mode, addresses no rule for name or for the address allows. */
+void pol_check_answer(const struct pol *p, const char *name, const struct pol_addr *a,
+		      struct pol_decision *d);
+
+#endif

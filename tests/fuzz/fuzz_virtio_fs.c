@@ -1,0 +1,255 @@
+/* Input: a script for a guest driver of a virtio-fs device on virtio-mmio
+ * serving a small temporary tree.  Each step is an opcode byte and its
+ * arguments: raw bytes into guest RAM, a well-framed FUSE request in a
+ * chain of fuzzed shape, a chain of fuzzed descriptors, a raw register
+ * write, or a device reset.  The device must never crash, leak or loop,
+ * and must never touch memory outside guest RAM. */
+#include <endian.h>
+#include <ftw.h>
+#include <linux/fuse.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "devices/fs_passthrough.h"
+#include "devices/virtio_fs.h"
+#include "devices/virtio_mmio.h"
+
+#define RAM 0x100000u
+#define QSIZE 16u
+#define QBASE(q) (0x10000u * ((q) + 1))
+#define IND 0x30000u
+#define DATA 0x40000u   /* free-form area the script fills */
+#define DATA_SIZE 0xc0000u
+
+struct input {
+	const uint8_t *p;
+	size_t left;
+};
+
+static uint8_t *ram;
+static struct guest_mem gm;
+static struct vmmio t;
+static struct virtio_fs vfs;
+static uint16_t avail_idx[2];
+static char tree[64];
+
+static void take(struct input *in, void *out, size_t n)
+{
+	size_t k = n < in->left ? n : in->left;
+	memset(out, 0, n);
+	memcpy(out, in->p, k);
+	in->p += k;
+	in->left -= k;
+}
+
+static void wr(uint64_t off, uint32_t v)
+{
+	vmmio_write(&t, off, &v, 4);
+}
+
+static void put_desc(uint64_t table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
+		     uint16_t next)
+{
+	uint8_t *d = ram + table + 16 * i;
+	addr = htole64(addr);
+	len = htole32(len);
+	flags = htole16(flags);
+	next = htole16(next);
+	memcpy(d, &addr, 8);
+	memcpy(d + 8, &len, 4);
+	memcpy(d + 12, &flags, 2);
+	memcpy(d + 14, &next, 2);
+}
+
+static void driver_up(void)
+{
+	wr(0x70, 0);
+	wr(0x70, 1);
+	wr(0x70, 3);
+	wr(0x24, 1);
+	wr(0x20, 1);
+	wr(0x24, 0);
+	wr(0x20, 1u << VIRTIO_F_INDIRECT_DESC | 1u << VIRTIO_F_EVENT_IDX);
+	wr(0x70, 11);
+	for (unsigned q = 0; q < 2; q++) {
+		memset(ram + QBASE(q), 0, 0x3000);
+		wr(0x30, q);
+		wr(0x38, QSIZE);
+		wr(0x80, QBASE(q));
+		wr(0x90, QBASE(q) + 0x1000);
+		wr(0xa0, QBASE(q) + 0x2000);
+		wr(0x44, 1);
+	}
+	wr(0x70, 15);
+	avail_idx[0] = avail_idx[1] = 0;
+}
+
+static void offer(unsigned q)
+{
+	uint64_t a = QBASE(q) + 0x1000;
+	uint16_t head = 0, idx;
+	memcpy(ram + a + 4 + 2 * (avail_idx[q] % QSIZE), &head, 2);
+	avail_idx[q]++;
+	idx = htole16(avail_idx[q]);
+	memcpy(ram + a + 2, &idx, 2);
+	wr(0x50, q);
+}
+
+/* A chain of n segments over [DATA + off, ...), the first nr readable;
+ * indirect or direct. */
+static void chain(unsigned q, const uint32_t *off, const uint32_t *len, unsigned n, unsigned nr,
+		  bool indirect)
+{
+	uint64_t table = indirect ? IND : QBASE(q);
+	for (unsigned i = 0; i < n; i++)
+		put_desc(table, i, DATA + off[i], len[i],
+			 (uint16_t)((i >= nr ? 2 : 0) | (i + 1 < n ? 1 : 0)), (uint16_t)(i + 1));
+	if (indirect)
+		put_desc(QBASE(q), 0, IND, 16 * n, 4, 0);
+	offer(q);
+}
+
+/* A well-framed request: header (opcode, nodeid from the script) and
+ * arglen argument bytes at DATA, split into pieces, then a reply area. */
+static void request(struct input *in)
+{
+	struct {
+		uint8_t q, opcode, nodeid, pieces, indirect, out_pieces;
+		uint16_t arglen, replen;
+	} a;
+	take(in, &a, sizeof a);
+	unsigned arglen = a.arglen % 2048, replen = a.replen % 0x9000;
+	struct fuse_in_header h = {
+		.len = (uint32_t)(sizeof h + arglen),
+		.opcode = a.opcode % 52,
+		.unique = 1,
+		.nodeid = a.nodeid % 8,
+	};
+	memcpy(ram + DATA, &h, sizeof h);
+	take(in, ram + DATA + sizeof h, arglen);
+	uint32_t off[12], len[12];
+	unsigned n = 0, total = h.len, pieces = 1 + a.pieces % 4, done = 0;
+	for (unsigned i = 0; i < pieces && done < total; i++) {
+		unsigned l = i + 1 == pieces ? total - done : (total - done) / 2 + 1;
+		off[n] = done;
+		len[n++] = l;
+		done += l;
+	}
+	unsigned nr = n, outp = a.out_pieces % 5;
+	for (unsigned i = 0; i < outp && replen; i++) {
+		off[n] = 0x10000 + 0x10000 * i;
+		len[n++] = i + 1 == outp ? replen : 16 + i;
+	}
+	chain(a.q & 1, off, len, n, nr, a.indirect & 1);
+}
+
+static void raw_chain(struct input *in)
+{
+	uint8_t q, n, nr, ind;
+	take(in, &q, 1);
+	take(in, &n, 1);
+	take(in, &nr, 1);
+	take(in, &ind, 1);
+	n = (uint8_t)(1 + n % 8);
+	uint32_t off[8], len[8];
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t o, l;
+		take(in, &o, 4);
+		take(in, &l, 4);
+		/* Mostly inside the data area, sometimes anywhere. */
+		off[i] = o & 0x80000000u ? o : o % DATA_SIZE;
+		len[i] = l & 0x80000000u ? l : l % 0x8000;
+	}
+	chain(q & 1, off, len, n, nr % (n + 1), ind & 1);
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static void fresh_tree(void)
+{
+	char p[128];
+	if (!tree[0]) {
+		strcpy(tree, "/tmp/kbox-fuzz-vfs.XXXXXX");
+		if (!mkdtemp(tree))
+			abort();
+	}
+	nftw(tree, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	mkdir(tree, 0755);
+	snprintf(p, sizeof p, "%s/a", tree);
+	FILE *f = fopen(p, "w");
+	if (f) {
+		fputs("hello", f);
+		fclose(f);
+	}
+	snprintf(p, sizeof p, "%s/d", tree);
+	mkdir(p, 0755);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct input in = { data, size };
+	struct fsp *fs;
+	struct fuse_server *srv;
+
+	fresh_tree();
+	if (!ram)
+		ram = malloc(RAM);
+	memset(ram, 0, RAM);
+	memset(&gm, 0, sizeof gm);
+	gm_add_region(&gm, 0, RAM, ram);
+	struct fsp_config fc = { .root = tree, .max_fds = 64 };
+	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE };
+	if (fsp_new(&fc, &fs) < 0)
+		abort();
+	if (fuse_server_new(&fsp_ops, fs, &sc, &srv) < 0 || virtio_fs_init(&vfs, srv, "fuzz") < 0 ||
+	    vmmio_init(&t, &vfs.dev, &gm, NULL) < 0)
+		abort();
+	driver_up();
+	for (unsigned steps = 0; in.left && steps < 64; steps++) {
+		uint8_t op;
+		take(&in, &op, 1);
+		switch (op % 5) {
+		case 0: {
+			uint32_t off;
+			uint8_t len;
+			take(&in, &off, 4);
+			take(&in, &len, 1);
+			take(&in, ram + DATA + off % (DATA_SIZE - 256), len);
+			break;
+		}
+		case 1:
+			request(&in);
+			break;
+		case 2:
+			raw_chain(&in);
+			break;
+		case 3: {
+			uint16_t off;
+			uint32_t v;
+			take(&in, &off, 2);
+			take(&in, &v, 4);
+			/* Keep the queue addresses off: only the registers. */
+			if ((off & 0xffc) < 0x80 || (off & 0xffc) >= 0x100)
+				wr(off & 0xffc, v);
+			break;
+		}
+		default:
+			driver_up();
+			break;
+		}
+	}
+	fuse_server_free(srv);
+	fsp_free(fs);
+	return 0;
+}

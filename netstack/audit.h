@@ -1,0 +1,49 @@
+/* The audit log: one JSON object per line for every policy decision, so
+ * that `jq` and --learn can read it.  Strings that come from the guest
+ * (names) or the user (rules) are escaped and cut to a bounded length, so
+ * that no input can break a line or forge another entry. */
+#ifndef KBOX_NETSTACK_AUDIT_H
+#define KBOX_NETSTACK_AUDIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "netstack/policy.h"
+
+#define AUDIT_NAME_MAX 256u /* bytes of a name kept before escaping */
+#define AUDIT_RULE_MAX 512u /* bytes of a rule kept before escaping */
+#define AUDIT_LINE_MAX 8192u /* no line is longer than this */
+
+struct audit_event {
+	uint64_t time_ms;           /* wall clock, milliseconds since the epoch */
+	const char *proto;          /* "tcp", "udp" or "dns" */
+	const struct pol_addr *dst; /* NULL for a DNS question */
+	uint16_t port;
+	const char *name;           /* DNS name, or NULL */
+	bool allow;
+	const char *rule;           /* pol_decision.rule */
+};
+
+/* Format e as one line ending in '\n' into buf: {"time":"ISO-8601 UTC",
+ * "proto":...,"dst":"ip:port" (IPv6 in brackets, absent without dst),
+ * "name":... (absent without name),"decision":"allow"|"deny","rule":...}.
+ * *n gets the length.  0 or -ENOSPC. */
+int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n);
+
+struct audit {
+	int fd; /* -1: logging off */
+};
+
+/* Open path for appending (created 0600).  0 or a negative errno. */
+int audit_open(struct audit *a, const char *path);
+
+/* Append e as one line with a single write(), so that concurrent
+ * writers never interleave within a line.  A no-op when logging is off.
+ * 0 or a negative errno. */
+int audit_write(struct audit *a, const struct audit_event *e);
+
+/* Close the log; a stays usable as "logging off". */
+void audit_close(struct audit *a);
+
+#endif

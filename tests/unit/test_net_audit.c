@@ -1,0 +1,112 @@
+/* Audit log lines: exact format, escaping of hostile names (quotes,
+ * newlines, control and non-ASCII bytes), bounds, and appending to a
+ * real file with mode 0600. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "netstack/audit.h"
+
+START_TEST(format_lines)
+{
+	char buf[AUDIT_LINE_MAX];
+	size_t n;
+	struct pol_addr v4, v6;
+	ck_assert_int_eq(pol_addr_parse("93.184.216.34", &v4), 0);
+	ck_assert_int_eq(pol_addr_parse("2001:db8::1", &v6), 0);
+	struct audit_event e = { .time_ms = 1700000000123ull, .proto = "tcp", .dst = &v4, .port = 443,
+				 .name = "example.com", .allow = true, .rule = "mode:public" };
+	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
+	ck_assert_str_eq(buf, "{\"time\":\"2023-11-14T22:13:20.123Z\",\"proto\":\"tcp\",\"dst\":\"93.184.216.34:443\","
+			      "\"name\":\"example.com\",\"decision\":\"allow\",\"rule\":\"mode:public\"}\n");
+	ck_assert_uint_eq(n, strlen(buf));
+	e.dst = &v6;
+	e.name = NULL;
+	e.allow = false;
+	e.rule = "class:documentation";
+	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
+	ck_assert_ptr_nonnull(strstr(buf, "\"dst\":\"[2001:db8::1]:443\",\"decision\":\"deny\""));
+	ck_assert_ptr_null(strstr(buf, "name"));
+	e.dst = NULL;
+	e.proto = "dns";
+	e.name = "x.evil.com";
+	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
+	ck_assert_ptr_null(strstr(buf, "dst"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"proto\":\"dns\",\"name\":\"x.evil.com\""));
+}
+END_TEST
+
+START_TEST(escaping_and_bounds)
+{
+	char buf[AUDIT_LINE_MAX];
+	size_t n;
+	struct audit_event e = { .time_ms = 0, .proto = "dns",
+				 .name = "a\"b\\c\nd\x01\x7f\xff\",\"decision\":\"allow",
+				 .rule = "deny:x" };
+	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
+	ck_assert_str_eq(buf, "{\"time\":\"1970-01-01T00:00:00.000Z\",\"proto\":\"dns\","
+			      "\"name\":\"a\\\"b\\\\c\\u000ad\\u0001\\u007f\\u00ff\\\",\\\"decision\\\":\\\"allow\","
+			      "\"decision\":\"deny\",\"rule\":\"deny:x\"}\n");
+	ck_assert_ptr_eq(strchr(buf, '\n'), buf + n - 1);
+	/* the worst case still fits one line, cut to the bound */
+	static char huge[AUDIT_RULE_MAX * 4];
+	memset(huge, 0x01, sizeof huge - 1);
+	e.name = huge;
+	e.rule = huge;
+	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
+	ck_assert_uint_lt(n, AUDIT_LINE_MAX);
+	ck_assert_ptr_eq(strchr(buf, '\n'), buf + n - 1);
+	/* too small a buffer is an error, never an overflow */
+	for (size_t len = 0; len < 60; len++)
+		ck_assert_int_eq(audit_format(&e, buf, len, &n), -ENOSPC);
+}
+END_TEST
+
+START_TEST(file_append)
+{
+	char dir[] = "/tmp/kbox-audit-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char path[64];
+	snprintf(path, sizeof path, "%s/audit.jsonl", dir);
+	struct audit a;
+	ck_assert_int_eq(audit_open(&a, path), 0);
+	struct pol_addr v4;
+	ck_assert_int_eq(pol_addr_parse("10.0.0.1", &v4), 0);
+	struct audit_event e = { .time_ms = 1, .proto = "tcp", .dst = &v4, .port = 22, .rule = "class:private" };
+	ck_assert_int_eq(audit_write(&a, &e), 0);
+	e.allow = true;
+	ck_assert_int_eq(audit_write(&a, &e), 0);
+	audit_close(&a);
+	ck_assert_int_eq(audit_write(&a, &e), 0); /* off: a no-op */
+	struct stat st;
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	char line[512];
+	int lines = 0;
+	while (fgets(line, sizeof line, f))
+		lines++;
+	fclose(f);
+	ck_assert_int_eq(lines, 2);
+	ck_assert_int_eq(audit_open(&a, "/nonexistent-dir/x"), -ENOENT);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+Suite *net_audit_suite(void)
+{
+	Suite *s = suite_create("net_audit");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, format_lines);
+	tcase_add_test(tc, escaping_and_bounds);
+	tcase_add_test(tc, file_append);
+	suite_add_tcase(s, tc);
+	return s;
+}

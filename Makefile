@@ -104,16 +104,23 @@ check: unit fuzz-smoke kvm-tests fuse-tests exec-tests e2e
 
 # libFuzzer targets; FUZZ_SECONDS bounds each run.
 FUZZ_SECONDS ?= 30
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
+FUZZ_OBJS := $(LIB_SRCS:%.c=$(BUILD)/fuzzobj/%.o)
+$(BUILD)/fuzzobj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRCS) $(LDLIBS)
+	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJS) $(LDLIBS)
 
 fuzz: $(FUZZ_BINS)
 	@set -e; for f in $(FUZZ_BINS); do \
 		n=$$(basename $$f); mkdir -p tests/fuzz/corpus/$$n $(BUILD)/fuzz/new-$$n; \
 		echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
-		$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -artifact_prefix=$(BUILD)/fuzz/$$n- \
-			$(BUILD)/fuzz/new-$$n tests/fuzz/corpus/$$n; \
+		if ! $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -artifact_prefix=$(BUILD)/fuzz/$$n- \
+			$(BUILD)/fuzz/new-$$n tests/fuzz/corpus/$$n > $(BUILD)/fuzz/$$n.log 2>&1; then \
+			tail -40 $(BUILD)/fuzz/$$n.log; echo "fuzz: $$n FAILED"; exit 1; fi; \
+		grep -E "^Done [0-9]+ runs" $(BUILD)/fuzz/$$n.log || true; \
 	done
 
 # CI's short pass: every target, a few seconds each, from the kept corpus.

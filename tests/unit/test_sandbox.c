@@ -1,0 +1,154 @@
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "vmm/sandbox.h"
+
+static char rt[64];
+
+/* Each test gets its own runtime directory through XDG_RUNTIME_DIR. */
+static void setup(void)
+{
+	snprintf(rt, sizeof rt, "/tmp/kbox-sbtest-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(rt));
+	setenv("XDG_RUNTIME_DIR", rt, 1);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", rt);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(names)
+{
+	ck_assert(sandbox_name_ok("dev"));
+	ck_assert(sandbox_name_ok("a.b_c-9"));
+	ck_assert(!sandbox_name_ok(""));
+	ck_assert(!sandbox_name_ok(".hidden"));
+	ck_assert(!sandbox_name_ok("-rf"));
+	ck_assert(!sandbox_name_ok("a/b"));
+	ck_assert(!sandbox_name_ok(".."));
+	ck_assert(!sandbox_name_ok("sp ace"));
+	char longname[70];
+	memset(longname, 'x', 65);
+	longname[65] = '\0';
+	ck_assert(!sandbox_name_ok(longname));
+	longname[64] = '\0';
+	ck_assert(sandbox_name_ok(longname));
+}
+END_TEST
+
+START_TEST(claim_info_lookup_release)
+{
+	struct sandbox sb, sb2;
+	struct sandbox_info info;
+	char err[256];
+	ck_assert_int_eq(sandbox_claim(&sb, "one", err, sizeof err), 0);
+	struct stat st;
+	ck_assert_int_eq(stat(sb.dir, &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0700);
+	char *argv[] = { "sh", "-c", "echo\nnewline", NULL };
+	ck_assert_int_eq(sandbox_write_info(&sb, 2, 300, argv), 0);
+	ck_assert_int_eq(sandbox_lookup("one", &sb2, &info), 0);
+	ck_assert_int_eq(info.pid, getpid());
+	ck_assert(info.alive);
+	ck_assert_uint_eq(info.cpus, 2);
+	ck_assert_uint_eq(info.memory_mib, 300);
+	/* A control character in argv cannot break the one-line format. */
+	ck_assert_str_eq(info.command, "sh -c echo?newline");
+	/* This process is alive, so the name is taken. */
+	ck_assert_int_eq(sandbox_claim(&sb2, "one", err, sizeof err), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(err, "already running"));
+	sandbox_release(&sb);
+	ck_assert_int_eq(stat(sb.dir, &st), -1);
+	ck_assert_int_eq(sandbox_lookup("one", &sb2, &info), -ENOENT);
+}
+END_TEST
+
+START_TEST(stale_directory_is_reclaimed)
+{
+	struct sandbox sb;
+	char err[256], path[4200];
+	ck_assert_int_eq(sandbox_claim(&sb, "old", err, sizeof err), 0);
+	/* A pid that cannot exist stands for a kbox that crashed. */
+	snprintf(path, sizeof path, "%s/info", sb.dir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "pid=2147483646\nstarted=0\ncpus=1\nmemory=64\ncommand=x\n");
+	fclose(f);
+	snprintf(path, sizeof path, "%s/vsock.sock_1234", sb.dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	struct sandbox_info info;
+	ck_assert_int_eq(sandbox_lookup("old", &sb, &info), 0);
+	ck_assert(!info.alive);
+	ck_assert_int_eq(sandbox_claim(&sb, "old", err, sizeof err), 0);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	sandbox_release(&sb);
+}
+END_TEST
+
+static int seen;
+static void count(const struct sandbox_info *i, void *ctx)
+{
+	(void)ctx;
+	seen += strcmp(i->name, "a") == 0 || strcmp(i->name, "b") == 0;
+}
+
+START_TEST(each_lists_all)
+{
+	struct sandbox a, b;
+	char err[256];
+	char *argv[] = { "true", NULL };
+	ck_assert_int_eq(sandbox_claim(&a, "a", err, sizeof err), 0);
+	ck_assert_int_eq(sandbox_claim(&b, "b", err, sizeof err), 0);
+	ck_assert_int_eq(sandbox_write_info(&a, 1, 64, argv), 0);
+	ck_assert_int_eq(sandbox_write_info(&b, 1, 64, argv), 0);
+	seen = 0;
+	ck_assert_int_eq(sandbox_each(count, NULL), 2);
+	ck_assert_int_eq(seen, 2);
+	sandbox_release(&a);
+	sandbox_release(&b);
+}
+END_TEST
+
+START_TEST(bad_names_and_long_paths_refused)
+{
+	struct sandbox sb;
+	char err[256];
+	ck_assert_int_eq(sandbox_claim(&sb, "../etc", err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "invalid sandbox name"));
+	/* A runtime dir deep enough that the socket path would not fit. */
+	char deep[200];
+	snprintf(deep, sizeof deep, "%s/%s", rt,
+		 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+	ck_assert_int_eq(mkdir(deep, 0700), 0);
+	setenv("XDG_RUNTIME_DIR", deep, 1);
+	char name[65];
+	memset(name, 'n', 64);
+	name[64] = '\0';
+	ck_assert_int_eq(sandbox_claim(&sb, name, err, sizeof err), -ENAMETOOLONG);
+	ck_assert_ptr_nonnull(strstr(err, "shorter --name"));
+}
+END_TEST
+
+Suite *sandbox_suite(void)
+{
+	Suite *s = suite_create("sandbox");
+	TCase *tc = tcase_create("core");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, names);
+	tcase_add_test(tc, claim_info_lookup_release);
+	tcase_add_test(tc, stale_directory_is_reclaimed);
+	tcase_add_test(tc, each_lists_all);
+	tcase_add_test(tc, bad_names_and_long_paths_refused);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,162 @@
+#!/bin/sh
+# End-to-end test of `kbox run -v`: host folders shared over virtio-fs with
+# the real kernel and guest-init.  One boot (they are slow on PVM hosts)
+# runs a script in the guest that prints "ok NAME" or "not ok NAME" for
+# each check and facts for the host ("md5 ..."); the host then checks what
+# landed in its folders.  The CLI's own refusals are tested without a boot.
+#   tests/e2e/fs.sh BUILD_DIR
+set -u
+build=${1:-build}
+kbox="$build/kbox"
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+boot_timeout=${KBOX_E2E_TIMEOUT:-600}
+
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
+# host_check NAME COMMAND...: ok if COMMAND succeeds.
+host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
+
+if [ ! -x "$kbox" ]; then
+	echo "e2e: $kbox is missing; run make first" >&2
+	exit 1
+fi
+
+proj="$tmp/proj"
+cfg="$tmp/cfg"
+outside="$tmp/outside"
+mkdir -p "$proj/sub" "$cfg" "$outside"
+printf 'hello\n' > "$proj/readme"
+printf 'SECRET=1\n' > "$proj/.env"
+printf 'SECRET=2\n' > "$proj/.env.local"
+printf 'SECRET=3\n' > "$proj/sub/secrets.env"
+printf 'cpus: 1\n' > "$proj/kbox.yaml"
+printf 'bye\n' > "$proj/gone"
+printf 'setting=1\n' > "$cfg/conf"
+chmod 644 "$cfg/conf"
+printf 'not for the guest\n' > "$outside/kbox-e2e-marker"
+
+# --- refusals, no boot ---
+refuse() {
+	name=$1 pat=$2
+	shift 2
+	"$kbox" run "$@" -- true > /dev/null 2> "$tmp/err"
+	rc=$?
+	if [ "$rc" -eq 125 ] && grep -q -- "$pat" "$tmp/err"; then
+		ok "refused: $name"
+	else
+		not_ok "refused: $name (exit $rc)" "$(head -3 "$tmp/err")"
+	fi
+}
+refuse "missing host folder" "No such file" -v "$tmp/nope:/w"
+refuse "host file, not folder" "not a directory" -v "$proj/readme:/w"
+refuse "relative guest path" "must be absolute" -v "$proj:w"
+refuse "guest path with .." "'..' component" -v "$proj:/a/../b"
+refuse "guest path with a comma" "may not contain" -v "$proj:/a,b"
+refuse "guest root" "root '/'" -v "$proj:/"
+refuse "guest /proc" "belongs to the guest kernel" -v "$proj:/proc/x"
+refuse "same guest path twice" "two mounts" -v "$proj:/w" -v "$cfg:/w/"
+refuse "no GUEST" "HOST:GUEST" -v "$proj"
+refuse "eighth mount" "too many -v" -v "$proj:/1" -v "$proj:/2" -v "$proj:/3" \
+	-v "$proj:/4" -v "$proj:/5" -v "$proj:/6" -v "$proj:/7" -v "$proj:/8"
+
+if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
+	echo "# skipped the boot: /dev/kvm is not usable here"
+	echo "$pass passed, $fail failed"
+	[ "$fail" -eq 0 ]
+	exit
+fi
+
+# --- one boot, many checks ---
+cat > "$proj/checks.sh" <<'EOF'
+t() { name=$1; shift; if "$@" > /tmp/out 2>&1; then echo "ok $name"; else echo "not ok $name: $(head -c 200 /tmp/out)"; fi; }
+f() { name=$1; shift; if "$@" > /tmp/out 2>&1; then echo "not ok $name (succeeded)"; else echo "ok $name"; fi; }
+# f_err NAME PATTERN CMD...: must fail with PATTERN in its message.
+f_err() { name=$1 pat=$2; shift 2; if "$@" > /tmp/out 2>&1; then echo "not ok $name (succeeded)"; elif grep -q "$pat" /tmp/out; then echo "ok $name"; else echo "not ok $name: $(head -c 200 /tmp/out)"; fi; }
+w=/workspace
+t "mounted rw" grep -q " $w virtiofs rw," /proc/mounts
+t "mounted ro" grep -q " /cfg virtiofs ro," /proc/mounts
+t "started in the workdir" [ "$(pwd)" = $w ]
+t "read a host file" [ "$(cat $w/readme)" = hello ]
+t "listing" [ "$(ls $w | tr '\n' ' ')" = "checks.sh gone readme sub " ]
+t "no hidden names in ls -a" sh -c "! ls -a $w $w/sub | grep -q -e env -e kbox.yaml"
+f ".env hidden" cat $w/.env
+f ".env.local hidden" cat $w/.env.local
+f "secrets.env hidden below" cat $w/sub/secrets.env
+f "kbox.yaml hidden" stat $w/kbox.yaml
+f "cannot create .env" sh -c "echo x > $w/.env"
+f "cannot rename onto .env" sh -c "echo y > $w/tmpf && mv $w/tmpf $w/.env"
+rm -f $w/tmpf
+t "write a new file" sh -c "echo hi > $w/new"
+t "read it back" [ "$(cat $w/new)" = hi ]
+t "append" sh -c "echo again >> $w/new"
+t "mkdir, write, rename" sh -c "mkdir $w/dir && echo x > $w/dir/f && mv $w/dir/f $w/dir/g"
+t "symlink" sh -c "ln -s g $w/dir/link && [ \"\$(cat $w/dir/link)\" = x ]"
+t "hard link" sh -c "ln $w/dir/g $w/dir/h && [ \"\$(stat -c %h $w/dir/g)\" = 2 ]"
+t "unlink a host file" rm $w/gone
+t "rmdir" sh -c "mkdir $w/empty && rmdir $w/empty"
+t "chmod" sh -c "chmod 600 $w/new && [ \"\$(stat -c %a $w/new)\" = 600 ]"
+t "truncate" sh -c "echo 123456 > $w/trunc && : > $w/trunc && [ ! -s $w/trunc ]"
+rm -f $w/trunc
+f "no FIFOs on the host" mkfifo $w/fifo
+f "no device nodes on the host" mknod $w/null c 1 3
+t "a symlink out lands in the guest's own /etc" sh -c "ln -s /etc $w/esc && [ \"\$(wc -l < $w/esc/passwd)\" = 1 ]"
+t "4 MiB write" dd if=/dev/urandom of=$w/big bs=64k count=64
+echo "md5 $(md5sum < $w/big | cut -d' ' -f1)"
+t "drop caches" sh -c "sync && echo 3 > /proc/sys/vm/drop_caches"
+echo "md5-reread $(md5sum < $w/big | cut -d' ' -f1)"
+t "read with odd offsets" sh -c "[ \"\$(dd if=$w/big bs=1000 skip=1001 count=3 2>/dev/null | wc -c)\" = 3000 ]"
+t "read the ro mount" [ "$(cat /cfg/conf)" = setting=1 ]
+f_err "ro: create" "Read-only" touch /cfg/x
+f_err "ro: write" "Read-only" sh -c "echo x >> /cfg/conf"
+f_err "ro: mkdir" "Read-only" mkdir /cfg/d
+f_err "ro: rm" "Read-only" rm /cfg/conf
+f_err "ro: rename" "Read-only" mv /cfg/conf /cfg/conf2
+f_err "ro: chmod" "Read-only" chmod 777 /cfg/conf
+f_err "ro: symlink" "Read-only" ln -s x /cfg/l
+t "host folders outside the mounts are invisible" sh -c "[ -z \"\$(find / -path /proc -prune -o -path /sys -prune -o -name kbox-e2e-marker -print)\" ]"
+t "guest /root is the initramfs one" [ -z "$(ls -A /root)" ]
+echo done
+EOF
+
+start=$(date +%s)
+timeout "$boot_timeout" "$kbox" run -v "$proj:/workspace" -v "$cfg:/cfg:ro" -w /workspace \
+	-- sh /workspace/checks.sh > "$tmp/out" 2> "$tmp/err"
+rc=$?
+took=$(( $(date +%s) - start ))
+echo "# boot with two mounts and the checks: ${took}s"
+if [ "$rc" -ne 0 ] || ! grep -q '^done$' "$tmp/out"; then
+	not_ok "guest script ran to the end (exit $rc)" "$(tail -5 "$tmp/err"; tail -5 "$tmp/out")"
+fi
+while IFS= read -r line; do
+	case $line in
+	"ok "*) ok "guest: ${line#ok }" ;;
+	"not ok "*) not_ok "guest: ${line#not ok }" ;;
+	esac
+done < "$tmp/out"
+
+# --- what the host sees afterwards ---
+host_check "host: new file has the guest's data" [ "$(cat "$proj/new" 2>/dev/null)" = "$(printf 'hi\nagain')" ]
+host_check "host: renamed file" [ "$(cat "$proj/dir/g" 2>/dev/null)" = x ]
+host_check "host: rename source gone" [ ! -e "$proj/dir/f" ]
+host_check "host: symlink kept as a link" [ "$(readlink "$proj/dir/link")" = g ]
+host_check "host: hard link" [ "$(stat -c %h "$proj/dir/g" 2>/dev/null)" = 2 ]
+host_check "host: unlinked file gone" [ ! -e "$proj/gone" ]
+host_check "host: mode set" [ "$(stat -c %a "$proj/new" 2>/dev/null)" = 600 ]
+host_check "host: escape link points where the guest said, unfollowed" [ "$(readlink "$proj/esc")" = /etc ]
+host_check "host: no FIFO" [ ! -e "$proj/fifo" ]
+host_check "host: no device node" [ ! -e "$proj/null" ]
+host_check "host: .env untouched" [ "$(cat "$proj/.env")" = SECRET=1 ]
+host_check "host: nothing landed on hidden names" [ "$(ls -A "$proj" | grep -c env)" = 2 ]
+host_md5=$(md5sum < "$proj/big" 2>/dev/null | cut -d' ' -f1)
+host_check "host: 4 MiB file matches the guest's checksum" grep -qx "md5 $host_md5" "$tmp/out"
+host_check "host: reread after drop_caches matches" grep -qx "md5-reread $host_md5" "$tmp/out"
+host_check "host: 4 MiB exactly" [ "$(stat -c %s "$proj/big" 2>/dev/null)" = 4194304 ]
+host_check "host: ro folder unchanged" [ "$(ls -A "$cfg")" = conf ]
+host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
+host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

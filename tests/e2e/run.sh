@@ -18,25 +18,25 @@ not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n'
 
 # check NAME EXPECTED_RC EXPECTED_STDOUT_FILE STDERR_PATTERN -- kbox args...
 check() {
-	name=$1 want_rc=$2 want_out=$3 err_pat=$4
+	what=$1 want_rc=$2 want_out=$3 err_pat=$4
 	shift 5
 	start=$(date +%s)
 	timeout "$boot_timeout" "$kbox" "$@" > "$tmp/out" 2> "$tmp/err" < "${STDIN_FILE:-/dev/null}"
 	rc=$?
 	took=$(( $(date +%s) - start ))
 	if [ "$rc" -ne "$want_rc" ]; then
-		not_ok "$name (exit $rc, want $want_rc, ${took}s)" "$(tail -5 "$tmp/err")"
+		not_ok "$what (exit $rc, want $want_rc, ${took}s)" "$(tail -5 "$tmp/err")"
 		return
 	fi
 	if [ -n "$want_out" ] && ! cmp -s "$tmp/out" "$want_out"; then
-		not_ok "$name (stdout differs, ${took}s)" "$(diff "$want_out" "$tmp/out" | head -10)"
+		not_ok "$what (stdout differs, ${took}s)" "$(diff "$want_out" "$tmp/out" | head -10)"
 		return
 	fi
 	if [ -n "$err_pat" ] && ! grep -q -- "$err_pat" "$tmp/err"; then
-		not_ok "$name (stderr lacks '$err_pat')" "$(head -5 "$tmp/err")"
+		not_ok "$what (stderr lacks '$err_pat')" "$(head -5 "$tmp/err")"
 		return
 	fi
-	ok "$name (${took}s)"
+	ok "$what (${took}s)"
 }
 
 if [ ! -x "$kbox" ]; then
@@ -85,52 +85,52 @@ check "--conf sandbox.yaml (command, memory)" 0 "$tmp/want-conf" "" -- run --con
 check "command not found is 127" 127 "" "" -- run -- /no/such/program
 
 # --- a detached sandbox: kbox exec, ps, logs, stop ---
-name="e2e-$$"
-if out=$(timeout "$boot_timeout" "$kbox" run -d --name "$name" -- /bin/sh -c 'echo main started; exec sleep 100000' 2>"$tmp/err") &&
-	[ "$out" = "$name" ]; then
+sbx="e2e-$$"
+if out=$(timeout "$boot_timeout" "$kbox" run -d --name "$sbx" -- /bin/sh -c 'echo main started; exec sleep 100000' 2>"$tmp/err") &&
+	[ "$out" = "$sbx" ]; then
 	ok "run -d prints the name"
 else
 	not_ok "run -d prints the name (got '$out')" "$(cat "$tmp/err")"
 fi
-trap '"$kbox" stop -t 2 "$name" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+trap '"$kbox" stop -t 2 "$sbx" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 
 "$kbox" ps > "$tmp/ps"
-grep -q "^$name  *running .*sleep 100000" "$tmp/ps" && ok "ps lists it as running" ||
+grep -q "^$sbx  *running .*sleep 100000" "$tmp/ps" && ok "ps lists it as running" ||
 	not_ok "ps lists it as running" "$(cat "$tmp/ps")"
 
 printf 'out\n' > "$tmp/want-out"
-check "exec: exit code and stdout" 7 "$tmp/want-out" "" -- exec "$name" -- /bin/sh -c 'echo out; echo err >&2; exit 7'
+check "exec: exit code and stdout" 7 "$tmp/want-out" "" -- exec "$sbx" -- /bin/sh -c 'echo out; echo err >&2; exit 7'
 grep -qx err "$tmp/err" && ok "exec: stderr arrives apart from stdout" || not_ok "exec: stderr apart" "$(cat "$tmp/err")"
 printf 'v=42 /tmp\n' > "$tmp/want-env"
-check "exec: -e and -w" 0 "$tmp/want-env" "" -- exec -e V=42 -w /tmp "$name" -- /bin/sh -c 'echo "v=$V $(pwd)"'
-check "exec: SIGINT death is 130" 130 "" "" -- exec "$name" -- /bin/sh -c 'kill -INT $$'
-check "exec: missing program is 127" 127 "" "" -- exec "$name" -- /no/such/program
+check "exec: -e and -w" 0 "$tmp/want-env" "" -- exec -e V=42 -w /tmp "$sbx" -- /bin/sh -c 'echo "v=$V $(pwd)"'
+check "exec: SIGINT death is 130" 130 "" "" -- exec "$sbx" -- /bin/sh -c 'kill -INT $$'
+check "exec: missing program is 127" 127 "" "" -- exec "$sbx" -- /no/such/program
 
 # Bytes in through stdin and back through stdout, compared.  Throughput
 # under PVM is well under 1 MB/s (docs/pvm.md), so the size depends on the
 # host.
 if [ -e /sys/module/kvm_pvm ]; then size=$((4 * 1024 * 1024)); else size=$((100 * 1024 * 1024)); fi
 head -c "$size" /dev/urandom > "$tmp/blob"
-STDIN_FILE="$tmp/blob" check "exec: $size bytes in through stdin" 0 "" "" -- exec "$name" -- /bin/sh -c 'cat > /tmp/blob'
-timeout "$boot_timeout" "$kbox" exec "$name" -- cat /tmp/blob > "$tmp/back" 2> "$tmp/err"
+STDIN_FILE="$tmp/blob" check "exec: $size bytes in through stdin" 0 "" "" -- exec "$sbx" -- /bin/sh -c 'cat > /tmp/blob'
+timeout "$boot_timeout" "$kbox" exec "$sbx" -- cat /tmp/blob > "$tmp/back" 2> "$tmp/err"
 if cmp -s "$tmp/blob" "$tmp/back"; then ok "exec: $size bytes back through stdout, byte-exact"
 else not_ok "exec: $size bytes back through stdout" "$(wc -c < "$tmp/back") bytes; $(head -3 "$tmp/err")"; fi
 
 # A terminal: script(1) gives kbox a pty of a known size.
 if command -v script >/dev/null 2>&1; then
-	TERM=xterm script -qec "stty rows 33 cols 101; $kbox exec -t $name -- /bin/sh -c 'tty; stty size'" /dev/null > "$tmp/tty" 2>&1
+	TERM=xterm script -qec "stty rows 33 cols 101; $kbox exec -t $sbx -- /bin/sh -c 'tty; stty size'" /dev/null > "$tmp/tty" 2>&1
 	if grep -q "^/dev/pts/" "$tmp/tty" && grep -q "33 101" "$tmp/tty"; then ok "exec -t: a tty of the caller's size"
 	else not_ok "exec -t: a tty of the caller's size" "$(cat -v "$tmp/tty" | head -5)"; fi
 else
 	echo "# skipped exec -t: script(1) is not installed"
 fi
 
-"$kbox" logs "$name" > "$tmp/logs"
+"$kbox" logs "$sbx" > "$tmp/logs"
 grep -qx "main started" "$tmp/logs" && ok "logs shows the main command's output" ||
 	not_ok "logs shows the main command's output" "$(cat "$tmp/logs")"
-if "$kbox" stop -t 5 "$name" && ! "$kbox" ps | grep -q "^$name "; then ok "stop ends it and ps forgets it"
+if "$kbox" stop -t 5 "$sbx" && ! "$kbox" ps | grep -q "^$sbx "; then ok "stop ends it and ps forgets it"
 else not_ok "stop ends it and ps forgets it"; fi
-check "exec into a stopped sandbox fails clearly" 125 "" "no sandbox named" -- exec "$name" -- true
+check "exec into a stopped sandbox fails clearly" 125 "" "no sandbox named" -- exec "$sbx" -- true
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

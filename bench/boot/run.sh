@@ -10,7 +10,8 @@
 # guests have no network device and QEMU's monitor is off.
 #
 # Environment: BUILD (default build), MEM (MiB, default 256), QEMU_CPU
-# (default host), TIMEOUT (seconds per boot; default 240 on PVM, 20 otherwise).
+# (default host), TIMEOUT (seconds per boot; default 240 on PVM, 20 otherwise),
+# BZ=0 skips kbox on the bzImage (two slow boots on PVM hosts).
 #
 # Measures, per run (medians over the iterations):
 #  first  start of the process to the first byte on the serial console, with
@@ -22,7 +23,11 @@
 #         when the console shows "Run /init".
 #  exit   start to exit: `kbox run -- true` as a user runs it (quiet) against
 #         QEMU booting the same kernel and initramfs into busybox
-#         `reboot -f` (reboot=k, -no-reboot).
+#         `reboot -f` (rdinit=/sbin/reboot -- -f). QEMU's end is the
+#         console's "reboot: Restarting system" line, after which it is
+#         stopped: microvm has no i8042 for reboot=k, the kernel then falls
+#         back to a real-mode restart that PVM cannot emulate, and the kernel
+#         has neither ACPI nor /dev/port for another way out.
 # QEMU cannot load a vmlinux without a PVH note (ours has none), so it boots
 # the bzImage of the same build; kbox is measured on both.
 set -eu
@@ -30,6 +35,7 @@ cd "$(dirname "$0")/../.."
 B=${BUILD:-build}
 MEM=${MEM:-256}
 QEMU_CPU=${QEMU_CPU:-host}
+BZ=${BZ:-1}
 CC=${CC:-cc}
 
 pvm=0
@@ -68,23 +74,29 @@ RES=$B/bench/boot.txt
 : >"$RES"
 
 # One boot; appends "NAME first vmm exit status" to $RES and echoes it.
-# $1 name, $2 marker for the RSS sample, rest: command (console to $tmp/con).
+# $1 name, $2 marker for the RSS sample, rest: command (console to $tmp/con);
+# $END, if set, is the console line that ends the run (benchtool boot).
+END=
+INIT_MARK=" as init process"
 measure() {
 	name=$1 marker=$2
 	shift 2
-	m_first_ms=-1 m_exit_ms=-1 m_status=error m_rss_kib=-1 m_guest_kib=0
-	line=$("$TOOL" boot "$tmp/con" "$marker" "$TIMEOUT" -- "$@" 2>>"$tmp/$name.err")
+	m_first_ms=-1 m_end_ms=-1 m_exit_ms=-1 m_status=error m_rss_kib=-1 m_guest_kib=0
+	line=$("$TOOL" boot "$tmp/con" "$marker" "$TIMEOUT" ${END:+"$END"} -- "$@" 2>>"$tmp/$name.err")
 	eval "$(echo "$line" | tr ' ' '\n' | sed -n 's/^\([a-z_]*\)=\(.*\)$/m_\1=\2/p')"
 	vmm=-1
 	[ "$m_rss_kib" -ge 0 ] && vmm=$((m_rss_kib - m_guest_kib))
-	echo "$name $m_first_ms $vmm $m_exit_ms $m_status" | tee -a "$RES"
+	# Where the VMM cannot end the guest itself, the reset request is the end.
+	ex=$m_exit_ms
+	[ -n "$END" ] && ex=$m_end_ms
+	echo "$name $m_first_ms $vmm $ex $m_status" | tee -a "$RES"
 }
 
 # kbox's own command line on this host (PVM switches, tsc_early_khz): QEMU
 # gets the same, minus kbox's vsock device.
 CMDLINE=
 kbox_first() {
-	measure "$1" "Run /init" "$B/kbox" run --verbose --memory "$MEM" --kernel "$2" \
+	measure "$1" "$INIT_MARK" "$B/kbox" run --verbose --memory "$MEM" --kernel "$2" \
 		--initrd "$INITRD" --kernel-log "$tmp/con" --append earlyprintk=serial -- true
 	if [ -z "$CMDLINE" ]; then
 		CMDLINE=$(sed -n 's/^kbox: sandbox .*command line: //p' "$tmp/$1.err" | head -n 1 |
@@ -92,16 +104,18 @@ kbox_first() {
 	fi
 }
 kbox_exit() {
-	measure "$1" "Run /init" "$B/kbox" run --memory "$MEM" --kernel "$2" \
+	measure "$1" "$INIT_MARK" "$B/kbox" run --memory "$MEM" --kernel "$2" \
 		--initrd "$INITRD" --kernel-log "$tmp/con" -- true
 }
 qemu() {
 	name=$1 append=$2
-	measure "$name" "Run /init" "$QEMU" -M microvm,x-option-roms=off,rtc=off \
+	END="reboot: Restarting system"
+	measure "$name" "$INIT_MARK" "$QEMU" -M microvm,x-option-roms=off,rtc=off \
 		-enable-kvm -cpu "$QEMU_CPU" -m "$MEM" -smp 1 -nodefaults -no-user-config \
 		-display none -monitor none -serial "file:$tmp/con" -no-reboot \
 		-kernel "$BZIMAGE" -initrd "$INITRD" \
 		-append "$CMDLINE $append rdinit=/sbin/reboot -- -f"
+	END=
 }
 
 echo "# host: $([ $pvm = 1 ] && echo PVM || echo KVM), $ITER iteration(s), ${MEM} MiB, timeout ${TIMEOUT}s"
@@ -111,9 +125,11 @@ while [ $i -lt "$ITER" ]; do
 	i=$((i + 1))
 	kbox_first kbox-first "$VMLINUX"
 	kbox_exit kbox-exit "$VMLINUX"
-	if [ -n "$QEMU" ]; then
+	if [ -n "$QEMU" ] && [ "$BZ" = 1 ]; then
 		kbox_first kbox-bz-first "$BZIMAGE"
 		kbox_exit kbox-bz-exit "$BZIMAGE"
+	fi
+	if [ -n "$QEMU" ]; then
 		# kbox's verbose mode drops "quiet": the same for QEMU.
 		qemu qemu-first "earlyprintk=serial"
 		qemu qemu-exit "quiet"

@@ -4,14 +4,16 @@
  *
  *   benchtool now
  *       CLOCK_MONOTONIC in nanoseconds.
- *   benchtool boot FIFO MARKER TIMEOUT_S -- CMD [ARG...]
+ *   benchtool boot FIFO MARKER TIMEOUT_S [END] -- CMD [ARG...]
  *       Runs CMD, whose serial console goes to the FIFO, and prints one line:
- *       "first_ms=F marker_ms=M exit_ms=E status=S rss_kib=R guest_kib=G"
+ *       "first_ms=F marker_ms=M end_ms=D exit_ms=E status=S rss_kib=R guest_kib=G"
  *       F: first console byte; M: first line containing MARKER, where the
  *       smaps of CMD are sampled (R: total Rss, G: Rss of the largest
- *       anonymous mapping, i.e. guest RAM); E: CMD's exit. Times are from
- *       just before the fork; -1 if it did not happen. CMD is killed after
- *       TIMEOUT_S (status=timeout).
+ *       anonymous mapping, i.e. guest RAM); D: first line containing END,
+ *       after which CMD gets SIGTERM (for a VMM that cannot end the guest by
+ *       itself); E: CMD's exit. Times are from just before the fork; -1 if
+ *       it did not happen. CMD gets SIGTERM, then SIGKILL, after TIMEOUT_S
+ *       (status=timeout).
  *   benchtool waitfor FILE OFFSET NEEDLE COUNT TIMEOUT_S
  *       Waits until FILE, read from byte OFFSET on, holds COUNT occurrences of
  *       NEEDLE, and prints the monotonic time (ns) at which it saw them; exit
@@ -81,8 +83,14 @@ static int smaps_sample(pid_t pid, long *total, long *guest)
 
 static int cmd_boot(int argc, char **argv)
 {
+	const char *end = NULL;
+	if (argc >= 6 && strcmp(argv[4], "--") != 0) {
+		end = argv[4];
+		argc--;
+		memmove(argv + 4, argv + 5, (size_t)argc * sizeof *argv);
+	}
 	if (argc < 6 || strcmp(argv[4], "--") != 0) {
-		fprintf(stderr, "usage: benchtool boot FIFO MARKER TIMEOUT_S -- CMD [ARG...]\n");
+		fprintf(stderr, "usage: benchtool boot FIFO MARKER TIMEOUT_S [END] -- CMD [ARG...]\n");
 		return 2;
 	}
 	const char *marker = argv[2];
@@ -111,7 +119,7 @@ static int cmd_boot(int argc, char **argv)
 		waitpid(pid, NULL, 0);
 		return 2;
 	}
-	int64_t t_first = -1, t_marker = -1, t_exit = -1;
+	int64_t t_first = -1, t_marker = -1, t_end = -1, t_exit = -1;
 	long rss = -1, guest = -1;
 	char line[4096];
 	size_t llen = 0;
@@ -152,6 +160,10 @@ static int cmd_boot(int argc, char **argv)
 					t_marker = t;
 					smaps_sample(pid, &rss, &guest);
 				}
+				if (end && t_end < 0 && strstr(line, end)) {
+					t_end = t;
+					kill(pid, SIGTERM);
+				}
 			}
 			continue;
 		}
@@ -168,9 +180,10 @@ static int cmd_boot(int argc, char **argv)
 		snprintf(st, sizeof st, "%d", WEXITSTATUS(status));
 	else
 		snprintf(st, sizeof st, "sig%d", WTERMSIG(status));
-	printf("first_ms=%.1f marker_ms=%.1f exit_ms=%.1f status=%s rss_kib=%ld guest_kib=%ld\n",
-	       ms_since(t0, t_first), ms_since(t0, t_marker), ms_since(t0, t_exit), st, rss,
-	       guest);
+	printf("first_ms=%.1f marker_ms=%.1f end_ms=%.1f exit_ms=%.1f status=%s rss_kib=%ld "
+	       "guest_kib=%ld\n",
+	       ms_since(t0, t_first), ms_since(t0, t_marker), ms_since(t0, t_end),
+	       ms_since(t0, t_exit), st, rss, guest);
 	return 0;
 }
 

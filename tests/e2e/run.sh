@@ -118,8 +118,15 @@ else not_ok "exec: $size bytes back through stdout" "$(wc -c < "$tmp/back") byte
 
 # A terminal: script(1) gives kbox a pty of a known size.
 if command -v script >/dev/null 2>&1; then
-	TERM=xterm script -qec "stty rows 33 cols 101; $kbox exec -t $sbx -- /bin/sh -c 'tty; stty size'" /dev/null > "$tmp/tty" 2>&1
-	if grep -q "^/dev/pts/" "$tmp/tty" && grep -q "33 101" "$tmp/tty"; then ok "exec -t: a tty of the caller's size"
+	# script's stdin stays open: an end of file there would be typed
+	# into the terminal.
+	mkfifo "$tmp/hold"
+	sleep 60 > "$tmp/hold" &
+	holder=$!
+	TERM=xterm timeout 60 script -qec "stty rows 33 cols 101; $kbox exec -t $sbx -- /bin/sh -c 'tty; stty size'" /dev/null < "$tmp/hold" > "$tmp/tty" 2>&1
+	kill "$holder" 2>/dev/null
+	tr -d '\r\000' < "$tmp/tty" > "$tmp/tty.txt"
+	if grep -q "^/dev/pts/[0-9]*$" "$tmp/tty.txt" && grep -qx "33 101" "$tmp/tty.txt"; then ok "exec -t: a tty of the caller's size"
 	else not_ok "exec -t: a tty of the caller's size" "$(cat -v "$tmp/tty" | head -5)"; fi
 else
 	echo "# skipped exec -t: script(1) is not installed"

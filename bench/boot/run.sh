@@ -154,7 +154,7 @@ printf '%-26s %12s %12s %12s %10s %10s\n' metric kbox kbox-bz qemu kbox/qemu kbo
 row() {
 	k=$(med "kbox-$2" "$3") kb=$(med "kbox-bz-$2" "$3") q=$(med "qemu-$2" "$3")
 	printf '%-26s %12s %12s %12s %10s %10s\n' "$1" "$k" "$kb" "$q" "$(ratio "$k" "$q")" "$(ratio "$kb" "$q")"
-	echo "$1 $k $kb $q" | tr ' ' '\t' | sed 's/\t-/\t0/g' >>"$tmp/plot.dat"
+	printf '%s\t%s\t%s\t%s\n' "$1" "$k" "$kb" "$q" | sed 's/\t-/\t0/g' >>"$tmp/plot.dat"
 }
 row "first console byte (ms)" first 2
 row "VMM RSS - guest RAM (KiB)" first 3

@@ -9,7 +9,7 @@ KBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 	-Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing -I. \
 	-MMD -MP
 PKGS     := yaml-0.1
-LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lpthread
+LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # Every module source joins kbox and the unit tests; adding a file is enough.

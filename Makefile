@@ -76,7 +76,7 @@ unit: $(BUILD)/unit-tests
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/unit-tests
 
 # KVM-level tests: a freestanding guest that works in ring 3.
-kvm-tests: $(BUILD)/kbox $(BUILD)/test-guest.bin tests/guest/harness.c tests/guest/run.sh
+kvm-tests: all $(BUILD)/test-guest.bin tests/guest/harness.c tests/guest/run.sh
 	tests/guest/run.sh $(BUILD)
 
 $(BUILD)/test-guest.bin: tests/guest/guest.S tests/guest/guest.ld

@@ -8,7 +8,8 @@ CFLAGS   ?= -O2 -g
 KBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 	-Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing -I. \
 	-MMD -MP
-PKGS     := yaml-0.1
+PKGS     := yaml-0.1 lwip
+KBOX_CFLAGS += $(shell pkg-config --cflags $(PKGS))
 LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 

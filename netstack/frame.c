@@ -1,0 +1,311 @@
+#include "netstack/frame.h"
+
+#include <errno.h>
+#include <string.h>
+
+static uint16_t get16(const uint8_t *b)
+{
+	return (uint16_t)(b[0] << 8 | b[1]);
+}
+
+static uint32_t get32(const uint8_t *b)
+{
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+static void put16(uint8_t *b, uint16_t v)
+{
+	b[0] = (uint8_t)(v >> 8);
+	b[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *b, uint32_t v)
+{
+	put16(b, (uint16_t)(v >> 16));
+	put16(b + 2, (uint16_t)v);
+}
+
+static uint32_t sum_bytes(const uint8_t *b, size_t len, uint32_t sum)
+{
+	/* 64-bit accumulator: no fold needed inside the loop even for a
+	 * whole frame. */
+	uint64_t s = sum;
+	size_t i;
+
+	for (i = 0; i + 1 < len; i += 2)
+		s += (uint32_t)(b[i] << 8 | b[i + 1]);
+	if (i < len)
+		s += (uint32_t)b[i] << 8;
+	while (s >> 16)
+		s = (s & 0xffff) + (s >> 16);
+	return (uint32_t)s;
+}
+
+uint16_t fr_csum(const void *buf, size_t len, uint32_t sum)
+{
+	return (uint16_t)~sum_bytes(buf, len, sum);
+}
+
+/* The running sum of the IPv4 pseudo-header for a transport segment. */
+static uint32_t pseudo_sum(const uint8_t src[4], const uint8_t dst[4], uint8_t proto, size_t len)
+{
+	uint8_t ph[12];
+
+	memcpy(ph, src, 4);
+	memcpy(ph + 4, dst, 4);
+	ph[8] = 0;
+	ph[9] = proto;
+	put16(ph + 10, (uint16_t)len);
+	return sum_bytes(ph, sizeof ph, 0);
+}
+
+static int parse_arp(const uint8_t *a, size_t len, struct fr_pkt *p)
+{
+	if (len < 28)
+		return -EPROTO;
+	/* Ethernet hardware, IPv4 protocol, 6- and 4-byte addresses. */
+	if (get16(a) != 1 || get16(a + 2) != FR_ETH_IPV4 || a[4] != 6 || a[5] != 4)
+		return -ENOTSUP;
+	p->arp_op = get16(a + 6);
+	memcpy(p->arp_sha, a + 8, 6);
+	memcpy(p->arp_spa, a + 14, 4);
+	memcpy(p->arp_tha, a + 18, 6);
+	memcpy(p->arp_tpa, a + 24, 4);
+	return 0;
+}
+
+static int parse_tcp(struct fr_pkt *p, const uint8_t *t, size_t len)
+{
+	size_t hlen;
+
+	if (len < 20)
+		return -EPROTO;
+	hlen = (size_t)(t[12] >> 4) * 4;
+	if (hlen < 20 || hlen > len)
+		return -EPROTO;
+	if (fr_csum(t, len, pseudo_sum(p->src, p->dst, FR_IP_TCP, len)) != 0)
+		return -EPROTO;
+	p->sport = get16(t);
+	p->dport = get16(t + 2);
+	p->seq = get32(t + 4);
+	p->ack = get32(t + 8);
+	p->tcp_flags = t[13];
+	p->data = t + hlen;
+	p->data_len = len - hlen;
+	return 0;
+}
+
+static int parse_udp(struct fr_pkt *p, const uint8_t *u, size_t len)
+{
+	size_t ulen;
+
+	if (len < 8)
+		return -EPROTO;
+	ulen = get16(u + 4);
+	/* The UDP length must fill the IP payload exactly: a shorter one
+	 * would hide bytes another parser might read. */
+	if (ulen != len)
+		return -EPROTO;
+	if (get16(u + 6) != 0 && fr_csum(u, len, pseudo_sum(p->src, p->dst, FR_IP_UDP, len)) != 0)
+		return -EPROTO;
+	p->sport = get16(u);
+	p->dport = get16(u + 2);
+	p->data = u + 8;
+	p->data_len = len - 8;
+	return 0;
+}
+
+static int parse_icmp(struct fr_pkt *p, const uint8_t *c, size_t len)
+{
+	if (len < 8)
+		return -EPROTO;
+	if (fr_csum(c, len, 0) != 0)
+		return -EPROTO;
+	p->icmp_type = c[0];
+	p->icmp_code = c[1];
+	p->data = c + 4; /* identifier and sequence onwards, echoed as they are */
+	p->data_len = len - 4;
+	return 0;
+}
+
+static int parse_ipv4(const uint8_t *ip, size_t avail, struct fr_pkt *p)
+{
+	size_t hlen, tot;
+	uint16_t frag;
+
+	if (avail < 20 || ip[0] >> 4 != 4)
+		return -EPROTO;
+	hlen = (size_t)(ip[0] & 0xf) * 4;
+	tot = get16(ip + 2);
+	/* Frames may be padded past the packet (60-byte minimum), never
+	 * shorter than it. */
+	if (hlen < 20 || tot < hlen || tot > avail)
+		return -EPROTO;
+	if (fr_csum(ip, hlen, 0) != 0)
+		return -EPROTO;
+	frag = get16(ip + 6);
+	if (frag & 0x8000)
+		return -EPROTO; /* reserved bit */
+	if (frag & 0x3fff)
+		return -ENOTSUP; /* MF or an offset: fragments are not reassembled */
+	p->ip = ip;
+	p->ip_hlen = hlen;
+	p->ip_len = tot;
+	p->proto = ip[9];
+	memcpy(p->src, ip + 12, 4);
+	memcpy(p->dst, ip + 16, 4);
+	switch (p->proto) {
+	case FR_IP_TCP:
+		return parse_tcp(p, ip + hlen, tot - hlen);
+	case FR_IP_UDP:
+		return parse_udp(p, ip + hlen, tot - hlen);
+	case FR_IP_ICMP:
+		return parse_icmp(p, ip + hlen, tot - hlen);
+	default:
+		return -ENOTSUP;
+	}
+}
+
+int fr_parse(const uint8_t *f, size_t len, struct fr_pkt *p)
+{
+	memset(p, 0, sizeof *p);
+	if (len > FR_FRAME_MAX)
+		return -EMSGSIZE;
+	if (len < FR_ETH_HLEN)
+		return -EPROTO;
+	memcpy(p->eth_dst, f, 6);
+	memcpy(p->eth_src, f + 6, 6);
+	p->ethertype = get16(f + 12);
+	switch (p->ethertype) {
+	case FR_ETH_ARP:
+		return parse_arp(f + FR_ETH_HLEN, len - FR_ETH_HLEN, p);
+	case FR_ETH_IPV4:
+		return parse_ipv4(f + FR_ETH_HLEN, len - FR_ETH_HLEN, p);
+	default:
+		return -ENOTSUP;
+	}
+}
+
+static void put_eth(uint8_t *out, const uint8_t dmac[6], const uint8_t smac[6], uint16_t type)
+{
+	memcpy(out, dmac, 6);
+	memcpy(out + 6, smac, 6);
+	put16(out + 12, type);
+}
+
+/* A 20-byte IPv4 header without options, DF set, TTL 64. */
+static void put_ipv4(uint8_t *ip, const uint8_t src[4], const uint8_t dst[4], uint8_t proto, size_t total)
+{
+	memset(ip, 0, 20);
+	ip[0] = 0x45;
+	put16(ip + 2, (uint16_t)total);
+	put16(ip + 6, 0x4000);
+	ip[8] = 64;
+	ip[9] = proto;
+	memcpy(ip + 12, src, 4);
+	memcpy(ip + 16, dst, 4);
+	put16(ip + 10, fr_csum(ip, 20, 0));
+}
+
+int fr_build_arp_reply(const struct fr_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n)
+{
+	uint8_t *a = out + FR_ETH_HLEN;
+
+	if (req->ethertype != FR_ETH_ARP || req->arp_op != FR_ARP_REQUEST)
+		return -EINVAL;
+	if (cap < FR_ETH_HLEN + 28)
+		return -ENOSPC;
+	put_eth(out, req->arp_sha, mac, FR_ETH_ARP);
+	put16(a, 1);
+	put16(a + 2, FR_ETH_IPV4);
+	a[4] = 6;
+	a[5] = 4;
+	put16(a + 6, FR_ARP_REPLY);
+	memcpy(a + 8, mac, 6);
+	memcpy(a + 14, req->arp_tpa, 4);
+	memcpy(a + 18, req->arp_sha, 6);
+	memcpy(a + 24, req->arp_spa, 4);
+	*n = FR_ETH_HLEN + 28;
+	return 0;
+}
+
+int fr_build_echo_reply(const struct fr_pkt *req, uint8_t *out, size_t cap, size_t *n)
+{
+	size_t icmp_len, total;
+	uint8_t *c;
+
+	if (req->ethertype != FR_ETH_IPV4 || req->proto != FR_IP_ICMP || req->icmp_type != FR_ICMP_ECHO)
+		return -EINVAL;
+	icmp_len = 4 + req->data_len;
+	total = 20 + icmp_len;
+	if (total > FR_MTU || cap < FR_ETH_HLEN + total)
+		return -ENOSPC;
+	put_eth(out, req->eth_src, req->eth_dst, FR_ETH_IPV4);
+	put_ipv4(out + FR_ETH_HLEN, req->dst, req->src, FR_IP_ICMP, total);
+	c = out + FR_ETH_HLEN + 20;
+	c[0] = FR_ICMP_ECHO_REPLY;
+	c[1] = 0;
+	c[2] = c[3] = 0;
+	memmove(c + 4, req->data, req->data_len);
+	put16(c + 2, fr_csum(c, icmp_len, 0));
+	*n = FR_ETH_HLEN + total;
+	return 0;
+}
+
+int fr_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src[4], uint16_t sport,
+		 const uint8_t dst[4], uint16_t dport, const uint8_t *data, size_t len, uint8_t *out, size_t cap,
+		 size_t *n)
+{
+	size_t total = 20 + 8 + len;
+	uint8_t *u = out + FR_ETH_HLEN + 20;
+	uint16_t ck;
+
+	if (len > FR_MTU || total > FR_MTU || cap < FR_ETH_HLEN + total)
+		return -ENOSPC;
+	put_eth(out, dmac, smac, FR_ETH_IPV4);
+	put_ipv4(out + FR_ETH_HLEN, src, dst, FR_IP_UDP, total);
+	put16(u, sport);
+	put16(u + 2, dport);
+	put16(u + 4, (uint16_t)(8 + len));
+	put16(u + 6, 0);
+	memmove(u + 8, data, len);
+	ck = fr_csum(u, 8 + len, pseudo_sum(src, dst, FR_IP_UDP, 8 + len));
+	put16(u + 6, ck ? ck : 0xffff); /* 0 means "no checksum" in UDP */
+	*n = FR_ETH_HLEN + total;
+	return 0;
+}
+
+int fr_build_tcp_rst(const struct fr_pkt *seg, uint8_t *out, size_t cap, size_t *n)
+{
+	const size_t total = 20 + 20;
+	uint8_t *t = out + FR_ETH_HLEN + 20;
+	uint32_t seq, ack, seglen;
+	uint8_t flags;
+
+	if (seg->ethertype != FR_ETH_IPV4 || seg->proto != FR_IP_TCP || (seg->tcp_flags & FR_TCP_RST))
+		return -EINVAL;
+	if (cap < FR_ETH_HLEN + total)
+		return -ENOSPC;
+	if (seg->tcp_flags & FR_TCP_ACK) {
+		seq = seg->ack;
+		ack = 0;
+		flags = FR_TCP_RST;
+	} else {
+		seglen = (uint32_t)seg->data_len + !!(seg->tcp_flags & FR_TCP_SYN) + !!(seg->tcp_flags & FR_TCP_FIN);
+		seq = 0;
+		ack = seg->seq + seglen;
+		flags = FR_TCP_RST | FR_TCP_ACK;
+	}
+	put_eth(out, seg->eth_src, seg->eth_dst, FR_ETH_IPV4);
+	put_ipv4(out + FR_ETH_HLEN, seg->dst, seg->src, FR_IP_TCP, total);
+	memset(t, 0, 20);
+	put16(t, seg->dport);
+	put16(t + 2, seg->sport);
+	put32(t + 4, seq);
+	put32(t + 8, ack);
+	t[12] = 5 << 4;
+	t[13] = flags;
+	put16(t + 16, fr_csum(t, 20, pseudo_sum(seg->dst, seg->src, FR_IP_TCP, 20)));
+	*n = FR_ETH_HLEN + total;
+	return 0;
+}

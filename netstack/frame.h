@@ -1,0 +1,89 @@
+/* Ethernet frames between the guest and kbox's stack: parsing what the
+ * guest sends (Ethernet II, ARP for IPv4, IPv4 carrying TCP, UDP or ICMP)
+ * and building the few replies kbox writes itself (ARP replies, ICMP echo
+ * replies, UDP datagrams for DNS, TCP resets).  Pure: no I/O, no state.
+ * Every frame is hostile: each length field is checked against the bytes
+ * received and checksums are verified before anything acts on a frame. */
+#ifndef KBOX_NETSTACK_FRAME_H
+#define KBOX_NETSTACK_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FR_ETH_HLEN 14u
+#define FR_MTU 1500u                            /* largest IPv4 packet either side sends */
+#define FR_FRAME_MAX (FR_ETH_HLEN + FR_MTU)     /* no VLAN tags, no FCS */
+#define FR_ETH_IPV4 0x0800u
+#define FR_ETH_ARP 0x0806u
+#define FR_ETH_IPV6 0x86ddu
+#define FR_IP_ICMP 1u
+#define FR_IP_TCP 6u
+#define FR_IP_UDP 17u
+#define FR_TCP_FIN 0x01u
+#define FR_TCP_SYN 0x02u
+#define FR_TCP_RST 0x04u
+#define FR_TCP_PSH 0x08u
+#define FR_TCP_ACK 0x10u
+#define FR_ARP_REQUEST 1u
+#define FR_ARP_REPLY 2u
+#define FR_ICMP_ECHO_REPLY 0u
+#define FR_ICMP_ECHO 8u
+
+/* One parsed frame.  Pointers point into the frame given to fr_parse. */
+struct fr_pkt {
+	uint8_t eth_dst[6], eth_src[6];
+	uint16_t ethertype;
+	/* ARP (ethertype FR_ETH_ARP): Ethernet/IPv4 only. */
+	uint16_t arp_op;
+	uint8_t arp_sha[6], arp_spa[4], arp_tha[6], arp_tpa[4];
+	/* IPv4: the packet is ip[0, ip_len), its header ip[0, ip_hlen). */
+	const uint8_t *ip;
+	size_t ip_hlen, ip_len;
+	uint8_t proto;
+	uint8_t src[4], dst[4];
+	/* TCP and UDP ports; ICMP type and code. */
+	uint16_t sport, dport;
+	uint32_t seq, ack; /* TCP */
+	uint8_t tcp_flags;
+	uint8_t icmp_type, icmp_code;
+	/* Payload after the TCP, UDP or ICMP header. */
+	const uint8_t *data;
+	size_t data_len;
+};
+
+/* Parse frame f of len bytes into *p.  Returns 0 for an ARP packet
+ * (Ethernet/IPv4, 28 bytes) or an unfragmented IPv4 packet carrying TCP,
+ * UDP or ICMP whose lengths and checksums (IP header, TCP, ICMP, UDP
+ * unless zero) are right; -EMSGSIZE for a frame longer than FR_FRAME_MAX;
+ * -ENOTSUP for what kbox does not handle (IPv6, other protocols, IP
+ * options are fine, fragments are not); -EPROTO for anything malformed. */
+int fr_parse(const uint8_t *f, size_t len, struct fr_pkt *p);
+
+/* The Internet checksum over buf[0, len) continuing from the 32-bit
+ * running sum sum (0 to start); returns the folded, complemented value. */
+uint16_t fr_csum(const void *buf, size_t len, uint32_t sum);
+
+/* Reply to ARP request req (as parsed) for an address kbox owns: "tpa is
+ * at mac".  Writes the frame to out and its length to *n.  0, -EINVAL (req
+ * is no ARP request) or -ENOSPC. */
+int fr_build_arp_reply(const struct fr_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n);
+
+/* Answer ICMP echo request req: same identifier, sequence and data,
+ * addresses and MACs swapped (our MAC is req->eth_dst).  0, -EINVAL or
+ * -ENOSPC. */
+int fr_build_echo_reply(const struct fr_pkt *req, uint8_t *out, size_t cap, size_t *n);
+
+/* Build an IPv4/UDP frame from src:sport (MAC smac) to dst:dport (MAC
+ * dmac) carrying data[0, len), with its checksum.  0 or -ENOSPC (also
+ * when the packet would exceed FR_MTU). */
+int fr_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src[4], uint16_t sport,
+		 const uint8_t dst[4], uint16_t dport, const uint8_t *data, size_t len, uint8_t *out, size_t cap,
+		 size_t *n);
+
+/* Build the reset answering TCP segment seg (RFC 9293 3.10.7.1): with ACK
+ * set in seg, seq = seg.ack and flags RST; otherwise seq 0, ack = seg.seq +
+ * the segment's length (SYN and FIN count one) and flags RST|ACK.  No
+ * reset answers a reset (-EINVAL). 0, -EINVAL or -ENOSPC. */
+int fr_build_tcp_rst(const struct fr_pkt *seg, uint8_t *out, size_t cap, size_t *n);
+
+#endif

@@ -1,0 +1,1063 @@
+/* The lwIP glue and the TCP proxy (see stack.h and docs/network.md).
+ *
+ * Debian's lwIP has no hook to accept any destination, so kbox parses
+ * the guest's frames itself (netstack/frame.c) and hands TCP segments
+ * straight to tcp_input with lwIP's ip_data filled in as ip4_input would.
+ * Listening pcbs bound to IP_ANY, one per destination port, turn a SYN
+ * into a pcb whose local address is the one the guest dialled.  A SYN
+ * that opens a new connection is not given to lwIP until the policy
+ * allowed it and the host's connect() succeeded, so the guest's SYN-ACK
+ * means "connected".  ARP, ICMP echo and DNS never reach lwIP.
+ *
+ * Locking: every entry point takes lwIP's core lock; lwIP's own thread
+ * holds it when its timers call back into us.  So all of struct ns is
+ * guarded by that lock.  epoll data holds flow handles, not pointers: a
+ * flow may be freed by lwIP's thread between epoll_wait and the lock. */
+#include "netstack/stack.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lwip/ip.h"
+#include "lwip/netif.h"
+#include "lwip/pbuf.h"
+#include "lwip/priv/tcp_priv.h"
+#include "lwip/tcp.h"
+#include "lwip/tcpip.h"
+
+#include "netstack/flowtab.h"
+#include "netstack/frame.h"
+
+#define UP_CAP (2u * TCP_WND) /* guest bytes the host socket has not taken yet */
+#define HOST_READ_MAX 0xffffu /* tcp_write takes a u16 length */
+#define MEMO_CAP 4096u
+
+static const uint8_t gw_ip[4] = NS_GATEWAY_IP;
+static const uint8_t guest_ip[4] = NS_GUEST_IP;
+static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
+
+enum flow_state { FL_CONNECTING, FL_OPEN };
+
+struct flow {
+	struct ft_entry ft;
+	struct ns *s;
+	enum flow_state state;
+	int fd;               /* host socket */
+	struct tcp_pcb *pcb;  /* NULL until the SYN went to lwIP, and once lwIP freed it */
+	uint32_t ev;          /* epoll events registered; 0: not registered */
+	uint64_t deadline_ms; /* FL_CONNECTING */
+	uint8_t *syn;         /* the guest's SYN (IPv4 packet) while connecting */
+	size_t syn_len;
+	struct fr_pkt syn_pkt; /* its parsed fields, pointers cleared, to answer with a reset */
+	/* guest -> host */
+	uint8_t *up;
+	size_t up_off, up_len;
+	bool guest_fin, host_shut;
+	/* host -> guest */
+	uint8_t *down; /* read from the host, refused by tcp_write */
+	size_t down_len;
+	bool reading, host_eof, fin_sent;
+};
+
+struct ns {
+	struct ns_config cfg;
+	struct netif netif;
+	bool netif_added;
+	struct ft ft;
+	int epfd, tfd;
+	uint8_t guest_mac[6];
+	bool have_mac;
+	struct dns_memo memo;
+	struct ns_stats st;
+	struct tcp_pcb **listen; /* by destination port */
+	uint8_t tx[FR_FRAME_MAX];
+	uint8_t rx[HOST_READ_MAX];
+};
+
+static pthread_once_t lwip_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t ns_single = PTHREAD_MUTEX_INITIALIZER;
+static bool ns_exists;
+
+static void lwip_start(void)
+{
+	tcpip_init(NULL, NULL);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void audit(struct ns *s, const char *proto, const struct pol_addr *dst, uint16_t port, const char *name,
+		  const struct pol_decision *d)
+{
+	struct audit_event e = {
+		.time_ms = wall_ms(),
+		.proto = proto,
+		.dst = dst,
+		.port = port,
+		.name = name,
+		.allow = d->allow,
+		.rule = d->rule,
+	};
+
+	audit_write(s->cfg.audit, &e);
+}
+
+static void send_frame(struct ns *s, size_t n)
+{
+	s->cfg.output(s->cfg.output_ctx, s->tx, n);
+}
+
+static void send_rst(struct ns *s, const struct fr_pkt *seg)
+{
+	size_t n;
+
+	if (fr_build_tcp_rst(seg, s->tx, sizeof s->tx, &n) == 0)
+		send_frame(s, n);
+}
+
+/* ---- lwIP's side of the link ---- */
+
+static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *dst)
+{
+	struct ns *s = netif->state;
+
+	/* Everything lwIP sends goes to the guest, whatever the next hop. */
+	if (!s->have_mac || p->tot_len > FR_MTU)
+		return ERR_OK;
+	memcpy(s->tx, s->guest_mac, 6);
+	memcpy(s->tx + 6, gw_mac, 6);
+	s->tx[12] = FR_ETH_IPV4 >> 8;
+	s->tx[13] = FR_ETH_IPV4 & 0xff;
+	if (pbuf_copy_partial(p, s->tx + FR_ETH_HLEN, p->tot_len, 0) != p->tot_len)
+		return ERR_OK;
+	send_frame(s, FR_ETH_HLEN + p->tot_len);
+	return ERR_OK;
+}
+
+static err_t netif_out6(struct netif *netif, struct pbuf *p, const ip6_addr_t *dst)
+{
+	return ERR_OK; /* IPv6 is not offered to the guest yet */
+}
+
+static err_t netif_link_out(struct netif *netif, struct pbuf *p)
+{
+	return ERR_OK; /* netif_out4 writes frames itself; nothing uses this */
+}
+
+static err_t netif_in(struct pbuf *p, struct netif *netif)
+{
+	pbuf_free(p); /* frames come through ns_input, never through lwIP's input */
+	return ERR_OK;
+}
+
+static err_t netif_setup(struct netif *netif)
+{
+	netif->name[0] = 'k';
+	netif->name[1] = 'b';
+	netif->output = netif_out4;
+	netif->output_ip6 = netif_out6;
+	netif->linkoutput = netif_link_out;
+	netif->mtu = FR_MTU;
+	netif->hwaddr_len = 6;
+	memcpy(netif->hwaddr, gw_mac, 6);
+	netif->flags = NETIF_FLAG_LINK_UP;
+	return ERR_OK;
+}
+
+/* Give the IPv4 packet ip[0, len) (already validated, carrying TCP) to
+ * lwIP's TCP input as ip4_input would after accepting it. */
+static void feed_tcp(struct ns *s, const uint8_t *ip, size_t len)
+{
+	size_t hlen = (size_t)(ip[0] & 0xf) * 4;
+	struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
+	ip4_addr_t a;
+
+	if (!p)
+		return;
+	memcpy(p->payload, ip, len);
+	ip_data.current_netif = &s->netif;
+	ip_data.current_input_netif = &s->netif;
+	ip_data.current_ip4_header = p->payload;
+	ip_data.current_ip6_header = NULL;
+	ip_data.current_ip_header_tot_len = (u16_t)hlen;
+	memcpy(&a.addr, ip + 12, 4);
+	ip_addr_copy_from_ip4(ip_data.current_iphdr_src, a);
+	memcpy(&a.addr, ip + 16, 4);
+	ip_addr_copy_from_ip4(ip_data.current_iphdr_dest, a);
+	if (pbuf_remove_header(p, hlen) == 0)
+		tcp_input(p, &s->netif);
+	else
+		pbuf_free(p);
+	ip_data.current_netif = NULL;
+	ip_data.current_input_netif = NULL;
+	ip_data.current_ip4_header = NULL;
+	ip_data.current_ip_header_tot_len = 0;
+	ip_addr_set_zero(&ip_data.current_iphdr_src);
+	ip_addr_set_zero(&ip_data.current_iphdr_dest);
+}
+
+/* ---- flows ---- */
+
+static void flow_events(struct flow *f)
+{
+	uint32_t want = 0;
+	struct epoll_event ev;
+	int op;
+
+	if (f->fd < 0)
+		return;
+	if (f->state == FL_CONNECTING || f->up_len > 0)
+		want |= EPOLLOUT;
+	if (f->state == FL_OPEN && f->reading)
+		want |= EPOLLIN;
+	if (want == f->ev)
+		return;
+	/* With no interest the socket leaves the set altogether: epoll
+	 * reports EPOLLHUP regardless, which would spin a paused flow. */
+	if (want == 0) {
+		epoll_ctl(f->s->epfd, EPOLL_CTL_DEL, f->fd, NULL);
+		f->ev = 0;
+		return;
+	}
+	op = f->ev ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+	ev.events = want;
+	ev.data.u64 = ft_handle(&f->ft);
+	if (epoll_ctl(f->s->epfd, op, f->fd, &ev) == 0)
+		f->ev = want;
+}
+
+static void flow_detach_pcb(struct flow *f)
+{
+	if (!f->pcb)
+		return;
+	tcp_arg(f->pcb, NULL);
+	tcp_recv(f->pcb, NULL);
+	tcp_sent(f->pcb, NULL);
+	tcp_err(f->pcb, NULL);
+}
+
+/* Free f; its pcb must be detached or gone.  reset: make the host side
+ * see a reset rather than an orderly close. */
+static void flow_free(struct flow *f, bool reset)
+{
+	struct ns *s = f->s;
+
+	ft_remove(&s->ft, &f->ft);
+	if (f->fd >= 0) {
+		if (reset) {
+			struct linger lg = {.l_onoff = 1, .l_linger = 0};
+
+			setsockopt(f->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+		}
+		close(f->fd); /* also leaves the epoll set */
+	}
+	free(f->syn);
+	free(f->up);
+	free(f->down);
+	free(f);
+	s->st.flows = s->ft.n;
+}
+
+/* Reset both sides and free f.  Safe inside f's own lwIP callbacks as
+ * long as they then return ERR_ABRT. */
+static void flow_abort(struct flow *f)
+{
+	if (f->pcb) {
+		flow_detach_pcb(f);
+		tcp_abort(f->pcb);
+		f->pcb = NULL;
+	}
+	flow_free(f, true);
+}
+
+/* Close f if both directions are finished. */
+static void flow_maybe_done(struct flow *f)
+{
+	if (!(f->guest_fin && f->host_shut && f->host_eof && f->fin_sent))
+		return;
+	if (f->pcb) {
+		flow_detach_pcb(f);
+		if (tcp_close(f->pcb) != ERR_OK)
+			tcp_abort(f->pcb);
+		f->pcb = NULL;
+	}
+	flow_free(f, false);
+}
+
+static void recved(struct flow *f, size_t n)
+{
+	f->s->st.bytes_to_host += n;
+	while (f->pcb && n > 0) {
+		u16_t k = n > 0xffff ? 0xffff : (u16_t)n;
+
+		tcp_recved(f->pcb, k);
+		n -= k;
+	}
+}
+
+/* Send the buffered guest bytes to the host.  0, or -1 after the flow was
+ * aborted (f is gone). */
+static int flush_up(struct flow *f)
+{
+	size_t done = 0;
+
+	while (f->up_len > 0) {
+		ssize_t r = send(f->fd, f->up + f->up_off, f->up_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (r < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				break;
+			flow_abort(f);
+			return -1;
+		}
+		f->up_off += (size_t)r;
+		f->up_len -= (size_t)r;
+		done += (size_t)r;
+	}
+	if (f->up_len == 0)
+		f->up_off = 0;
+	recved(f, done);
+	if (f->up_len == 0 && f->guest_fin && !f->host_shut) {
+		shutdown(f->fd, SHUT_WR);
+		f->host_shut = true;
+	}
+	flow_events(f);
+	return 0;
+}
+
+static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
+{
+	struct flow *f = arg;
+	size_t total, sent = 0;
+	struct pbuf *q;
+
+	if (!f) {
+		if (p)
+			pbuf_free(p);
+		return ERR_OK;
+	}
+	if (!p) {
+		f->guest_fin = true;
+		if (flush_up(f) == 0)
+			flow_maybe_done(f);
+		return ERR_OK;
+	}
+	total = p->tot_len;
+	if (f->up_len > 0) {
+		if (f->up_off + f->up_len + total > UP_CAP) {
+			if (f->up_len + total > UP_CAP)
+				return ERR_MEM; /* lwIP keeps p and offers it again */
+			memmove(f->up, f->up + f->up_off, f->up_len);
+			f->up_off = 0;
+		}
+		pbuf_copy_partial(p, f->up + f->up_off + f->up_len, (u16_t)total, 0);
+		f->up_len += total;
+		pbuf_free(p);
+		return ERR_OK;
+	}
+	/* Nothing queued: straight from lwIP's buffers to the socket. */
+	for (q = p; q; q = q->next) {
+		ssize_t r = send(f->fd, q->payload, q->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (r < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				break;
+			pbuf_free(p);
+			flow_abort(f);
+			return ERR_ABRT;
+		}
+		sent += (size_t)r;
+		if ((size_t)r < q->len)
+			break;
+	}
+	if (sent < total) {
+		if (!f->up && !(f->up = malloc(UP_CAP))) {
+			pbuf_free(p);
+			flow_abort(f);
+			return ERR_ABRT;
+		}
+		pbuf_copy_partial(p, f->up, (u16_t)(total - sent), (u16_t)sent);
+		f->up_off = 0;
+		f->up_len = total - sent;
+	}
+	pbuf_free(p);
+	recved(f, sent);
+	flow_events(f);
+	return ERR_OK;
+}
+
+/* Send FIN once the host said EOF and everything it sent is queued. */
+static void maybe_fin(struct flow *f)
+{
+	if (f->host_eof && f->down_len == 0 && !f->fin_sent && f->pcb) {
+		if (tcp_shutdown(f->pcb, 0, 1) == ERR_OK)
+			f->fin_sent = true;
+	}
+}
+
+/* Queue host bytes for the guest; on ERR_MEM keep them and stop reading
+ * until lwIP's send buffer drains.  0, or -1 when f was aborted. */
+static int to_guest(struct flow *f, const uint8_t *b, size_t n)
+{
+	err_t e = tcp_write(f->pcb, b, (u16_t)n, TCP_WRITE_FLAG_COPY);
+
+	if (e == ERR_MEM) {
+		if (f->down != b) {
+			if (!(f->down = malloc(n))) {
+				flow_abort(f);
+				return -1;
+			}
+			memcpy(f->down, b, n);
+		}
+		f->down_len = n;
+		f->reading = false;
+		return 0;
+	}
+	if (e != ERR_OK) {
+		flow_abort(f);
+		return -1;
+	}
+	f->s->st.bytes_to_guest += n;
+	if (f->down == b) {
+		free(f->down);
+		f->down = NULL;
+		f->down_len = 0;
+	}
+	return 0;
+}
+
+static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
+{
+	struct flow *f = arg;
+
+	if (!f)
+		return ERR_OK;
+	if (f->down_len > 0 && to_guest(f, f->down, f->down_len) < 0)
+		return ERR_ABRT;
+	if (f->down_len == 0 && !f->host_eof)
+		f->reading = true;
+	maybe_fin(f);
+	tcp_output(pcb);
+	flow_events(f);
+	flow_maybe_done(f);
+	return ERR_OK;
+}
+
+static void on_err(void *arg, err_t err)
+{
+	struct flow *f = arg;
+
+	if (!f)
+		return;
+	f->pcb = NULL; /* lwIP has freed it already */
+	flow_free(f, true);
+}
+
+static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
+{
+	/* The flow was attached when the SYN went in (see flow_connected). */
+	if (!arg) {
+		tcp_abort(pcb);
+		return ERR_ABRT;
+	}
+	return ERR_OK;
+}
+
+static void read_host(struct flow *f)
+{
+	size_t max;
+	ssize_t r;
+
+	if (!f->pcb || f->down_len > 0 || f->host_eof)
+		return;
+	max = tcp_sndbuf(f->pcb);
+	if (max > HOST_READ_MAX)
+		max = HOST_READ_MAX;
+	/* Each write takes about len/MSS queue entries; stop early rather
+	 * than meet ERR_MEM with bytes already read. */
+	if (max == 0 || tcp_sndqueuelen(f->pcb) + max / TCP_MSS + 2 > TCP_SND_QUEUELEN) {
+		f->reading = false;
+		flow_events(f);
+		return;
+	}
+	r = recv(f->fd, f->s->rx, max, MSG_DONTWAIT);
+	if (r < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+			return;
+		flow_abort(f);
+		return;
+	}
+	if (r == 0) {
+		f->host_eof = true;
+		f->reading = false;
+		maybe_fin(f);
+	} else if (to_guest(f, f->s->rx, (size_t)r) < 0) {
+		return;
+	}
+	if (f->pcb)
+		tcp_output(f->pcb);
+	flow_events(f);
+	flow_maybe_done(f);
+}
+
+static struct tcp_pcb *listener(struct ns *s, uint16_t port)
+{
+	struct tcp_pcb *pcb, *l;
+
+	if (s->listen[port])
+		return s->listen[port];
+	pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
+	if (!pcb)
+		return NULL;
+	ip_set_option(pcb, SOF_REUSEADDR);
+	if (tcp_bind(pcb, IP4_ADDR_ANY, port) != ERR_OK) {
+		tcp_abort(pcb);
+		return NULL;
+	}
+	l = tcp_listen_with_backlog(pcb, TCP_DEFAULT_LISTEN_BACKLOG);
+	if (!l) {
+		tcp_abort(pcb);
+		return NULL;
+	}
+	tcp_arg(l, NULL);
+	tcp_accept(l, on_accept);
+	s->listen[port] = l;
+	return l;
+}
+
+static struct tcp_pcb *find_syn_rcvd(const struct flow *f)
+{
+	struct tcp_pcb *pcb;
+	ip4_addr_t l, r;
+
+	memcpy(&l.addr, f->ft.key.dip, 4);
+	memcpy(&r.addr, f->ft.key.gip, 4);
+	for (pcb = tcp_active_pcbs; pcb; pcb = pcb->next) {
+		if (pcb->state == SYN_RCVD && pcb->local_port == f->ft.key.dport &&
+		    pcb->remote_port == f->ft.key.gport && IP_IS_V4_VAL(pcb->local_ip) &&
+		    ip4_addr_cmp(ip_2_ip4(&pcb->local_ip), &l) && ip4_addr_cmp(ip_2_ip4(&pcb->remote_ip), &r))
+			return pcb;
+	}
+	return NULL;
+}
+
+static void wake(void *arg)
+{
+}
+
+/* The host connect() succeeded: let lwIP answer the held SYN. */
+static void flow_connected(struct flow *f)
+{
+	struct ns *s = f->s;
+
+	if (!listener(s, f->ft.key.dport))
+		goto fail;
+	feed_tcp(s, f->syn, f->syn_len);
+	/* The new pcb started lwIP's TCP timer; wake its thread so that it
+	 * sees the timer now rather than at its next one-second tick. */
+	tcpip_try_callback(wake, NULL);
+	free(f->syn);
+	f->syn = NULL;
+	f->pcb = find_syn_rcvd(f);
+	if (!f->pcb)
+		goto fail;
+	tcp_arg(f->pcb, f);
+	tcp_recv(f->pcb, on_recv);
+	tcp_sent(f->pcb, on_sent);
+	tcp_err(f->pcb, on_err);
+	tcp_nagle_disable(f->pcb);
+	f->state = FL_OPEN;
+	f->reading = true;
+	flow_events(f);
+	return;
+fail:
+	s->st.tcp_failed++;
+	send_rst(s, &f->syn_pkt);
+	flow_free(f, true);
+}
+
+static void connect_done(struct flow *f)
+{
+	int e = 0;
+	socklen_t el = sizeof e;
+
+	if (getsockopt(f->fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+		e = errno;
+	if (e == EINPROGRESS || e == EALREADY)
+		return;
+	if (e != 0) {
+		f->s->st.tcp_failed++;
+		send_rst(f->s, &f->syn_pkt);
+		flow_free(f, false);
+		return;
+	}
+	flow_connected(f);
+}
+
+/* Decide a new connection, in the name our DNS gave the address (or the
+ * host alias), and what to dial. */
+static void decide(struct ns *s, const struct pol_addr *dst, uint16_t port, struct pol_addr *dial,
+		   const char **name, struct pol_decision *d)
+{
+	const char *names[DNS_MEMO_MAX_NAMES];
+	size_t n, i;
+
+	*dial = *dst;
+	*name = NULL;
+	if (memcmp(dst->b, gw_ip, 4) == 0) {
+		static const uint8_t lo[4] = {127, 0, 0, 1};
+
+		memcpy(dial->b, lo, 4);
+		*name = POL_HOST_NAME;
+		pol_check(s->cfg.policy, *name, dial, port, d);
+		return;
+	}
+	n = dns_memo_names(&s->memo, dst, now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
+	if (n == 0) {
+		pol_check(s->cfg.policy, NULL, dial, port, d);
+		return;
+	}
+	/* Several names may share an address (CDNs): any that is allowed
+	 * lets the connection through; otherwise the most recent one's
+	 * denial is reported. */
+	for (i = n; i-- > 0;) {
+		pol_check(s->cfg.policy, names[i], dial, port, d);
+		*name = names[i];
+		if (d->allow)
+			return;
+	}
+}
+
+static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
+{
+	struct pol_addr dst = {.family = 4}, dial;
+	struct pol_decision d;
+	struct sockaddr_in sin;
+	const char *name;
+	struct flow *f;
+	int r;
+
+	memcpy(dst.b, p->dst, 4);
+	decide(s, &dst, p->dport, &dial, &name, &d);
+	audit(s, "tcp", &dial, p->dport, name, &d);
+	if (!d.allow) {
+		s->st.tcp_denied++;
+		send_rst(s, p);
+		return;
+	}
+	s->st.tcp_allowed++;
+	f = calloc(1, sizeof *f);
+	if (!f || !(f->syn = malloc(p->ip_len))) {
+		free(f);
+		send_rst(s, p);
+		return;
+	}
+	f->s = s;
+	f->fd = -1;
+	memcpy(f->syn, p->ip, p->ip_len);
+	f->syn_len = p->ip_len;
+	f->syn_pkt = *p;
+	f->syn_pkt.ip = NULL;
+	f->syn_pkt.data = NULL;
+	memcpy(f->ft.key.gip, p->src, 4);
+	memcpy(f->ft.key.dip, p->dst, 4);
+	f->ft.key.gport = p->sport;
+	f->ft.key.dport = p->dport;
+	if (ft_insert(&s->ft, &f->ft) < 0) {
+		free(f->syn);
+		free(f);
+		s->st.tcp_failed++;
+		send_rst(s, p);
+		return;
+	}
+	s->st.flows = s->ft.n;
+	f->deadline_ms = now_ms() + s->cfg.connect_timeout_ms;
+	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (f->fd < 0)
+		goto fail;
+	memset(&sin, 0, sizeof sin);
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons(p->dport);
+	memcpy(&sin.sin_addr, dial.b, 4);
+	r = connect(f->fd, (struct sockaddr *)&sin, sizeof sin);
+	if (r == 0) {
+		flow_connected(f);
+		return;
+	}
+	if (errno != EINPROGRESS)
+		goto fail;
+	flow_events(f);
+	if (f->ev == 0)
+		goto fail;
+	return;
+fail:
+	s->st.tcp_failed++;
+	send_rst(s, p);
+	flow_free(f, false);
+}
+
+static void handle_tcp(struct ns *s, const struct fr_pkt *p)
+{
+	struct ft_key k;
+	struct ft_entry *e;
+	struct flow *f;
+
+	memcpy(k.gip, p->src, 4);
+	memcpy(k.dip, p->dst, 4);
+	k.gport = p->sport;
+	k.dport = p->dport;
+	e = ft_find(&s->ft, &k);
+	f = e ? (struct flow *)((char *)e - offsetof(struct flow, ft)) : NULL;
+	if (f && f->state == FL_CONNECTING) {
+		/* The guest gave up before the host answered; anything else
+		 * (a repeated SYN) waits for the decision already under way. */
+		if (p->tcp_flags & FR_TCP_RST)
+			flow_free(f, false);
+		return;
+	}
+	if (!f && (p->tcp_flags & (FR_TCP_SYN | FR_TCP_ACK | FR_TCP_RST | FR_TCP_FIN)) == FR_TCP_SYN) {
+		tcp_new_conn(s, p);
+		return;
+	}
+	/* Open flows, and strays lwIP answers with a reset. */
+	feed_tcp(s, p->ip, p->ip_len);
+}
+
+/* ---- DNS, ARP, ICMP ---- */
+
+static void dns_reply(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, int rcode,
+		      const struct pol_addr *a, size_t n, uint32_t ttl)
+{
+	uint8_t msg[DNS_MAX_MSG];
+	size_t len, fl;
+
+	if (dns_build_reply(q, p->data, rcode, a, n, ttl, msg, sizeof msg, &len) < 0)
+		return;
+	if (fr_build_udp(p->eth_src, gw_mac, gw_ip, NS_DNS_PORT, p->src, p->sport, msg, len, s->tx, sizeof s->tx,
+			 &fl) == 0)
+		send_frame(s, fl);
+}
+
+static void handle_dns(struct ns *s, const struct fr_pkt *p)
+{
+	struct dns_query q;
+	struct pol_decision d;
+	struct dns_rr rr[DNS_MAX_ANSWERS];
+	struct pol_addr a[DNS_MAX_ANSWERS];
+	char norm[POL_NAME_MAX + 1];
+	size_t n = 0, kept, i;
+	uint32_t ttl = DNS_MEMO_MAX_TTL;
+	int r;
+
+	r = dns_parse_query(p->data, p->data_len, &q);
+	if (r == -EBADMSG)
+		return;
+	s->st.dns_queries++;
+	if (r < 0) {
+		dns_reply(s, p, &q, r == -ENOTSUP ? DNS_RCODE_NOTIMP : DNS_RCODE_FORMERR, NULL, 0, 0);
+		return;
+	}
+	pol_check_name(s->cfg.policy, q.name, &d);
+	if (d.allow && pol_name_normalize(q.name, norm) < 0)
+		d.allow = false;
+	audit(s, "dns", NULL, 0, q.name, &d);
+	if (!d.allow) {
+		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
+		return;
+	}
+	if (q.qtype != DNS_TYPE_A && q.qtype != DNS_TYPE_AAAA) {
+		dns_reply(s, p, &q, DNS_RCODE_NOERROR, NULL, 0, 0);
+		return;
+	}
+	if (strcmp(norm, POL_HOST_NAME) == 0) {
+		/* Ours: the gateway stands for the host (see decide). */
+		if (q.qtype == DNS_TYPE_A) {
+			a[0].family = 4;
+			memcpy(a[0].b, gw_ip, 4);
+			n = 1;
+		}
+		dns_reply(s, p, &q, DNS_RCODE_NOERROR, a, n, DNS_MEMO_MIN_TTL);
+		return;
+	}
+	if (!s->cfg.resolve) {
+		dns_reply(s, p, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
+		return;
+	}
+	r = s->cfg.resolve(s->cfg.resolve_ctx, norm, q.qtype, rr, DNS_MAX_ANSWERS, &n);
+	if (r < 0 || r > 15) {
+		dns_reply(s, p, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
+		return;
+	}
+	if (n > DNS_MAX_ANSWERS)
+		n = DNS_MAX_ANSWERS;
+	kept = dns_filter_answers(s->cfg.policy, norm, rr, n, &d);
+	if (n > 0 && kept == 0) {
+		/* Every answer was refused (rebinding or allowlist). */
+		audit(s, "dns", NULL, 0, q.name, &d);
+		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
+		return;
+	}
+	for (i = 0; i < kept; i++) {
+		a[i] = rr[i].addr;
+		if (rr[i].ttl < ttl)
+			ttl = rr[i].ttl;
+		dns_memo_put(&s->memo, norm, &rr[i].addr, rr[i].ttl, now_ms() / 1000);
+	}
+	dns_reply(s, p, &q, r, a, kept, ttl);
+}
+
+static void handle_arp(struct ns *s, const struct fr_pkt *p)
+{
+	size_t n;
+
+	if (p->arp_op != FR_ARP_REQUEST || memcmp(p->arp_spa, guest_ip, 4) != 0)
+		return;
+	memcpy(s->guest_mac, p->arp_sha, 6);
+	s->have_mac = true;
+	/* Every other address of the subnet is "on the link" as far as the
+	 * guest knows; answering makes a connection to one fail fast with a
+	 * reset instead of an ARP timeout. */
+	if (memcmp(p->arp_tpa, gw_ip, 3) != 0 || memcmp(p->arp_tpa, guest_ip, 4) == 0)
+		return;
+	if (fr_build_arp_reply(p, gw_mac, s->tx, sizeof s->tx, &n) == 0)
+		send_frame(s, n);
+}
+
+void ns_input(struct ns *s, const uint8_t *frame, size_t len)
+{
+	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+	struct fr_pkt p;
+	size_t n;
+
+	LOCK_TCPIP_CORE();
+	s->st.frames_in++;
+	if (fr_parse(frame, len, &p) < 0)
+		goto drop;
+	if (p.ethertype == FR_ETH_ARP) {
+		handle_arp(s, &p);
+		goto out;
+	}
+	/* IPv4 only from the guest's address, only to the gateway's MAC. */
+	if (memcmp(p.src, guest_ip, 4) != 0 || (memcmp(p.eth_dst, gw_mac, 6) != 0 && memcmp(p.eth_dst, bcast, 6) != 0))
+		goto drop;
+	if (p.eth_src[0] & 1)
+		goto drop;
+	memcpy(s->guest_mac, p.eth_src, 6);
+	s->have_mac = true;
+	switch (p.proto) {
+	case FR_IP_TCP:
+		handle_tcp(s, &p);
+		goto out;
+	case FR_IP_UDP:
+		if (memcmp(p.dst, gw_ip, 4) == 0 && p.dport == NS_DNS_PORT) {
+			handle_dns(s, &p);
+			goto out;
+		}
+		goto drop;
+	case FR_IP_ICMP:
+		if (memcmp(p.dst, gw_ip, 4) == 0 && p.icmp_type == FR_ICMP_ECHO &&
+		    fr_build_echo_reply(&p, s->tx, sizeof s->tx, &n) == 0) {
+			send_frame(s, n);
+			goto out;
+		}
+		goto drop;
+	default:
+		goto drop;
+	}
+drop:
+	s->st.frames_dropped++;
+out:
+	UNLOCK_TCPIP_CORE();
+}
+
+/* ---- host side ---- */
+
+static void check_timeouts(struct ns *s)
+{
+	uint64_t now = now_ms();
+	size_t i;
+
+	for (i = 0; i < s->ft.cap; i++) {
+		struct ft_entry *e = s->ft.slots[i];
+		struct flow *f = e ? (struct flow *)((char *)e - offsetof(struct flow, ft)) : NULL;
+
+		if (f && f->state == FL_CONNECTING && now >= f->deadline_ms) {
+			s->st.tcp_failed++;
+			send_rst(s, &f->syn_pkt);
+			flow_free(f, false);
+		}
+	}
+}
+
+static void flow_event(struct flow *f, uint32_t ev)
+{
+	if (f->state == FL_CONNECTING) {
+		connect_done(f);
+		return;
+	}
+	if ((ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && f->up_len > 0 && flush_up(f) < 0)
+		return;
+	if ((ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) && f->reading)
+		read_host(f);
+}
+
+void ns_dispatch(struct ns *s)
+{
+	struct epoll_event ev[64];
+	int n, i;
+
+	n = epoll_wait(s->epfd, ev, 64, 0);
+	if (n <= 0)
+		return;
+	LOCK_TCPIP_CORE();
+	for (i = 0; i < n; i++) {
+		struct ft_entry *e;
+
+		if (ev[i].data.u64 == 0) {
+			uint64_t ticks;
+
+			if (read(s->tfd, &ticks, sizeof ticks) < 0) {
+				/* spurious: nothing to do */
+			}
+			check_timeouts(s);
+			continue;
+		}
+		e = ft_from_handle(&s->ft, ev[i].data.u64);
+		if (e)
+			flow_event((struct flow *)((char *)e - offsetof(struct flow, ft)), ev[i].events);
+	}
+	UNLOCK_TCPIP_CORE();
+}
+
+int ns_fd(const struct ns *s)
+{
+	return s->epfd;
+}
+
+void ns_get_stats(struct ns *s, struct ns_stats *st)
+{
+	LOCK_TCPIP_CORE();
+	*st = s->st;
+	st->flows = s->ft.n;
+	UNLOCK_TCPIP_CORE();
+}
+
+int ns_create(const struct ns_config *cfg, struct ns **out)
+{
+	struct itimerspec its = {.it_interval = {.tv_sec = 1}, .it_value = {.tv_sec = 1}};
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+	ip4_addr_t ip, mask, gw;
+	uint64_t seed;
+	struct ns *s;
+	int r;
+
+	if (!cfg || !cfg->policy || !cfg->audit || !cfg->output)
+		return -EINVAL;
+	pthread_mutex_lock(&ns_single);
+	if (ns_exists) {
+		pthread_mutex_unlock(&ns_single);
+		return -EBUSY;
+	}
+	s = calloc(1, sizeof *s);
+	if (!s) {
+		pthread_mutex_unlock(&ns_single);
+		return -ENOMEM;
+	}
+	s->cfg = *cfg;
+	if (!s->cfg.connect_timeout_ms)
+		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
+	s->epfd = s->tfd = -1;
+	seed = now_ms() ^ (uint64_t)(uintptr_t)s;
+	r = -ENOMEM;
+	s->listen = calloc(65536, sizeof *s->listen);
+	if (!s->listen || ft_init(&s->ft, NS_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
+		goto fail;
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (s->epfd < 0 || s->tfd < 0 || timerfd_settime(s->tfd, 0, &its, NULL) < 0 ||
+	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->tfd, &ev) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	pthread_once(&lwip_once, lwip_start);
+	memcpy(&ip.addr, gw_ip, 4);
+	ip4_addr_set_u32(&mask, PP_HTONL(0xffffffffu << (32 - NS_PREFIX_LEN)));
+	ip4_addr_set_zero(&gw);
+	LOCK_TCPIP_CORE();
+	if (!netif_add(&s->netif, &ip, &mask, &gw, s, netif_setup, netif_in)) {
+		UNLOCK_TCPIP_CORE();
+		r = -EIO;
+		goto fail;
+	}
+	s->netif_added = true;
+	netif_set_default(&s->netif);
+	netif_set_up(&s->netif);
+	UNLOCK_TCPIP_CORE();
+	ns_exists = true;
+	pthread_mutex_unlock(&ns_single);
+	*out = s;
+	return 0;
+fail:
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->tfd >= 0)
+		close(s->tfd);
+	dns_memo_free(&s->memo);
+	ft_free(&s->ft);
+	free(s->listen);
+	free(s);
+	pthread_mutex_unlock(&ns_single);
+	return r;
+}
+
+void ns_destroy(struct ns *s)
+{
+	size_t i;
+
+	if (!s)
+		return;
+	LOCK_TCPIP_CORE();
+	for (i = 0; i < s->ft.cap; i++) {
+		struct ft_entry *e = s->ft.slots[i];
+
+		if (e)
+			flow_abort((struct flow *)((char *)e - offsetof(struct flow, ft)));
+	}
+	for (i = 0; i < 65536; i++)
+		if (s->listen[i])
+			tcp_close(s->listen[i]); /* never fails for a listener */
+	if (s->netif_added)
+		netif_remove(&s->netif);
+	UNLOCK_TCPIP_CORE();
+	close(s->epfd);
+	close(s->tfd);
+	dns_memo_free(&s->memo);
+	ft_free(&s->ft);
+	free(s->listen);
+	free(s);
+	pthread_mutex_lock(&ns_single);
+	ns_exists = false;
+	pthread_mutex_unlock(&ns_single);
+}

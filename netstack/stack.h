@@ -1,0 +1,101 @@
+/* kbox's network stack for the guest (docs/network.md): the guest's only
+ * peer.  It takes the guest's Ethernet frames (ns_input) and sends frames
+ * back through a callback, so any link works: a TAP device in tests,
+ * virtio-net in the VM.
+ *
+ * Fixed addressing (the guest configures itself to match):
+ *   gateway   10.0.2.2/24, MAC 52:55:0a:00:02:02; answers ARP for every
+ *             address of 10.0.2.0/24 except the guest's, ICMP echo, and
+ *             DNS on UDP port 53;
+ *   guest     10.0.2.15 (frames from any other source are dropped);
+ *   host      the gateway address is also POL_HOST_NAME: a connection to
+ *             10.0.2.2:PORT is dialled to the host's 127.0.0.1:PORT and
+ *             judged under that name.
+ *
+ * TCP to any address and port is terminated here: the guest's SYN is
+ * held, the policy decides (with the name our DNS gave for the address),
+ * the host socket connects, and only then does the guest get its SYN-ACK
+ * (lwIP's); a denial or a failed connect is answered at once with a
+ * reset.  Every decision goes to the audit log.  Bytes are then copied
+ * both ways with backpressure.  UDP other than DNS to the gateway, IPv6
+ * and IP fragments are dropped.
+ *
+ * lwIP (Debian's, NO_SYS=0) is process-wide: one stack at a time.  Its
+ * own thread runs the TCP timers; all stack state is guarded by lwIP's
+ * core lock, so the output callback may run on that thread too. */
+#ifndef KBOX_NETSTACK_STACK_H
+#define KBOX_NETSTACK_STACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "netstack/audit.h"
+#include "netstack/dns.h"
+#include "netstack/policy.h"
+
+#define NS_GATEWAY_IP {10, 0, 2, 2}
+#define NS_GUEST_IP {10, 0, 2, 15}
+#define NS_PREFIX_LEN 24
+#define NS_GATEWAY_MAC {0x52, 0x55, 0x0a, 0x00, 0x02, 0x02}
+#define NS_DNS_PORT 53
+#define NS_MAX_FLOWS 4096u           /* TCP connections at once */
+#define NS_CONNECT_TIMEOUT_MS 10000u /* host connect() before the guest gets a reset */
+
+/* Send one frame of len bytes (at most 1514) to the guest.  Called with
+ * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
+typedef void (*ns_output_fn)(void *ctx, const uint8_t *frame, size_t len);
+
+/* Resolve name (allowed by the policy) for qtype (DNS_TYPE_A or
+ * DNS_TYPE_AAAA): store at most max addresses with their TTLs in out and
+ * the count in *n, and return a DNS rcode (DNS_RCODE_NOERROR with *n == 0
+ * for "no such records"), or a negative errno for SERVFAIL.  Called with
+ * the stack's lock held: it must not block for long. */
+typedef int (*ns_resolve_fn)(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
+			     size_t *n);
+
+struct ns_config {
+	const struct pol *policy; /* must outlive the stack */
+	struct audit *audit;      /* may be "logging off" (fd -1), not NULL */
+	ns_output_fn output;
+	void *output_ctx;
+	ns_resolve_fn resolve;
+	void *resolve_ctx;
+	unsigned connect_timeout_ms; /* 0: NS_CONNECT_TIMEOUT_MS */
+};
+
+struct ns;
+
+/* Counters for tests and `kbox ps`. */
+struct ns_stats {
+	uint64_t frames_in, frames_dropped;
+	uint64_t tcp_allowed, tcp_denied, tcp_failed; /* connect decisions and failed connects */
+	uint64_t dns_queries;
+	uint64_t bytes_to_host, bytes_to_guest;
+	size_t flows; /* open now */
+};
+
+/* Start lwIP (first call only) and a stack with cfg (copied).  0,
+ * -EBUSY (a stack exists), -EINVAL (no policy, audit or output) or a
+ * negative errno. */
+int ns_create(const struct ns_config *cfg, struct ns **out);
+
+/* Tear down every connection (hosts and guest get resets) and free the
+ * stack; lwIP itself stays initialised for the next ns_create. */
+void ns_destroy(struct ns *s);
+
+/* Handle one frame from the guest.  Never fails: bad frames are counted
+ * and dropped. */
+void ns_input(struct ns *s, const uint8_t *frame, size_t len);
+
+/* A descriptor that becomes readable when host sockets need service; the
+ * caller polls it and then calls ns_dispatch. */
+int ns_fd(const struct ns *s);
+
+/* Service the host sockets that are ready and the connect timeouts;
+ * never blocks. */
+void ns_dispatch(struct ns *s);
+
+/* Copy the counters into *st. */
+void ns_get_stats(struct ns *s, struct ns_stats *st);
+
+#endif

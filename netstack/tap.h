@@ -1,0 +1,14 @@
+/* A TAP device as the guest's link: the test harness attaches the stack
+ * to one whose other end lives in a network namespace the test made. */
+#ifndef KBOX_NETSTACK_TAP_H
+#define KBOX_NETSTACK_TAP_H
+
+#include <stddef.h>
+
+/* Create (or attach to) TAP device name (IFNAMSIZ - 1 bytes at most; ""
+ * lets the kernel choose) with plain Ethernet frames, no packet-info
+ * header.  Returns a non-blocking, close-on-exec descriptor and writes
+ * the device's name to out (outlen >= 16), or a negative errno. */
+int tap_open(const char *name, char *out, size_t outlen);
+
+#endif

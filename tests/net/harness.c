@@ -1,0 +1,221 @@
+/* The netstack on a TAP device, for tests/net/run.sh: the other end of
+ * the TAP is a network namespace where real programs play the guest.
+ *
+ *   harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...
+ *           [--resolve NAME=A.B.C.D]... [--lifetime SECONDS]
+ *
+ * Prints "ready" once the TAP exists, then serves until SIGTERM/SIGINT or
+ * the lifetime (default 150 s) ends, and prints its counters to stdout.
+ * The resolver is a fixed table (names not in it get NXDOMAIN): the test
+ * never asks a real DNS server. */
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "netstack/audit.h"
+#include "netstack/dns.h"
+#include "netstack/policy.h"
+#include "netstack/stack.h"
+#include "netstack/tap.h"
+
+#define MAX_TABLE 64
+
+struct entry {
+	char name[POL_NAME_MAX + 1];
+	struct pol_addr addr;
+};
+
+static struct entry table[MAX_TABLE];
+static size_t ntable;
+static volatile sig_atomic_t stop;
+static int tap_fd = -1;
+static unsigned long tap_drops;
+
+static void on_signal(int sig)
+{
+	stop = 1;
+}
+
+static void tap_out(void *ctx, const uint8_t *frame, size_t len)
+{
+	/* The kernel queues the frame or drops it; TCP recovers from drops. */
+	if (write(tap_fd, frame, len) != (ssize_t)len)
+		tap_drops++;
+}
+
+static int resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max, size_t *n)
+{
+	size_t i;
+	int found = 0;
+
+	*n = 0;
+	for (i = 0; i < ntable; i++) {
+		if (strcmp(table[i].name, name) != 0)
+			continue;
+		found = 1;
+		if ((qtype == DNS_TYPE_A) != (table[i].addr.family == 4) || *n == max)
+			continue;
+		out[*n].addr = table[i].addr;
+		out[*n].ttl = 60;
+		(*n)++;
+	}
+	return found ? DNS_RCODE_NOERROR : DNS_RCODE_NXDOMAIN;
+}
+
+/* The host's own addresses, blocked like a class (policy.h). */
+static int host_addrs(struct pol *p)
+{
+	struct pol_addr a[64];
+	struct ifaddrs *ifa, *i;
+	size_t n = 0;
+	int r;
+
+	if (getifaddrs(&ifa) < 0)
+		return -errno;
+	for (i = ifa; i && n < 64; i = i->ifa_next) {
+		if (!i->ifa_addr)
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET) {
+			a[n].family = 4;
+			memcpy(a[n].b, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+			n++;
+		} else if (i->ifa_addr->sa_family == AF_INET6) {
+			a[n].family = 6;
+			memcpy(a[n].b, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+			n++;
+		}
+	}
+	freeifaddrs(ifa);
+	r = pol_set_host_addrs(p, a, n);
+	return r;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...\n"
+			"               [--resolve NAME=ADDR]... [--lifetime SECONDS]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *tap = NULL, *audit_path = NULL;
+	char err[256], ifname[16];
+	struct ns_config cfg;
+	struct ns_stats st;
+	struct audit au;
+	struct pol pol;
+	struct ns *s;
+	enum pol_mode mode = POL_MODE_PUBLIC;
+	long lifetime = 150;
+	time_t end;
+	static uint8_t buf[65536];
+	int i, r;
+
+	pol_init(&pol, POL_MODE_PUBLIC);
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!v)
+			usage();
+		i++;
+		if (strcmp(a, "--tap") == 0) {
+			tap = v;
+		} else if (strcmp(a, "--audit") == 0) {
+			audit_path = v;
+		} else if (strcmp(a, "--mode") == 0) {
+			if (pol_parse_mode(v, &mode) < 0)
+				usage();
+		} else if (strcmp(a, "--allow") == 0 || strcmp(a, "--deny") == 0) {
+			char rule[512];
+
+			snprintf(rule, sizeof rule, "%s:%s", a + 2, v);
+			if (pol_add_rule(&pol, rule, err, sizeof err) < 0) {
+				fprintf(stderr, "harness: %s: %s\n", v, err);
+				return 2;
+			}
+		} else if (strcmp(a, "--resolve") == 0) {
+			const char *eq = strchr(v, '=');
+
+			if (!eq || ntable == MAX_TABLE || (size_t)(eq - v) > POL_NAME_MAX)
+				usage();
+			memcpy(table[ntable].name, v, (size_t)(eq - v));
+			table[ntable].name[eq - v] = '\0';
+			if (pol_addr_parse(eq + 1, &table[ntable].addr) < 0)
+				usage();
+			ntable++;
+		} else if (strcmp(a, "--lifetime") == 0) {
+			lifetime = atol(v);
+		} else {
+			usage();
+		}
+	}
+	if (!tap || !audit_path)
+		usage();
+	pol.mode = mode;
+	if ((r = host_addrs(&pol)) < 0 || (r = audit_open(&au, audit_path)) < 0) {
+		fprintf(stderr, "harness: setup: %s\n", strerror(-r));
+		return 1;
+	}
+	tap_fd = tap_open(tap, ifname, sizeof ifname);
+	if (tap_fd < 0) {
+		fprintf(stderr, "harness: tap %s: %s\n", tap, strerror(-tap_fd));
+		return 1;
+	}
+	memset(&cfg, 0, sizeof cfg);
+	cfg.policy = &pol;
+	cfg.audit = &au;
+	cfg.output = tap_out;
+	cfg.resolve = resolve;
+	cfg.connect_timeout_ms = 3000;
+	r = ns_create(&cfg, &s);
+	if (r < 0) {
+		fprintf(stderr, "harness: ns_create: %s\n", strerror(-r));
+		return 1;
+	}
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	printf("ready %s\n", ifname);
+	fflush(stdout);
+	end = time(NULL) + lifetime;
+	while (!stop && time(NULL) < end) {
+		struct pollfd pfd[2] = {{.fd = tap_fd, .events = POLLIN}, {.fd = ns_fd(s), .events = POLLIN}};
+		int k;
+
+		if (poll(pfd, 2, 200) < 0)
+			continue;
+		/* Bounded batches, so neither side starves the other. */
+		for (k = 0; k < 256; k++) {
+			ssize_t n = read(tap_fd, buf, sizeof buf);
+
+			if (n < 0 && errno != EAGAIN && errno != EINTR) {
+				fprintf(stderr, "harness: tap read: %s\n", strerror(errno));
+				stop = 1; /* the device is gone */
+			}
+			if (n <= 0)
+				break;
+			ns_input(s, buf, (size_t)n);
+		}
+		ns_dispatch(s);
+	}
+	ns_get_stats(s, &st);
+	printf("stats frames_in=%llu dropped=%llu tcp_allowed=%llu tcp_denied=%llu tcp_failed=%llu dns=%llu "
+	       "to_host=%llu to_guest=%llu flows=%zu tap_drops=%lu\n",
+	       (unsigned long long)st.frames_in, (unsigned long long)st.frames_dropped,
+	       (unsigned long long)st.tcp_allowed, (unsigned long long)st.tcp_denied,
+	       (unsigned long long)st.tcp_failed, (unsigned long long)st.dns_queries,
+	       (unsigned long long)st.bytes_to_host, (unsigned long long)st.bytes_to_guest, st.flows, tap_drops);
+	fflush(stdout);
+	ns_destroy(s);
+	close(tap_fd);
+	audit_close(&au);
+	pol_free(&pol);
+	return 0;
+}

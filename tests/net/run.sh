@@ -1,0 +1,222 @@
+#!/bin/bash
+# The netstack through a TAP device, with the host kernel as the guest
+# (TESTING.md, layer 2).  Two namespaces made here:
+#   kbox-nh-PID   the "host": tests/net/harness (the stack) and HTTP
+#                 servers on its loopback; it has no other interface, so
+#                 nothing the stack dials can leave the machine;
+#   kbox-net-PID  the "guest": the TAP device (10.0.2.15/24, default route
+#                 via 10.0.2.2, resolv.conf -> 10.0.2.2) and real curl, git,
+#                 python3, node.
+# Checks: allowed connections work byte-exact both ways (10 MiB each way
+# with sha256), keep-alive, git clone over dumb HTTP, 100 requests 25 at a
+# time; denied ones are reset within 1 s; DNS denials and rebinding; one
+# audit line per decision.  Needs root and /dev/net/tun.  One line per
+# check, then "N passed, N failed"; non-zero exit on failure.  Every
+# command runs under a timeout; the harness ends itself after 150 s.
+# Usage: tests/net/run.sh [BUILD_DIR]   (NET_SAN=0: build without sanitizers)
+set -u
+cd "$(dirname "$0")/../.."
+B=${1:-build}/net
+mkdir -p "$B"
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
+
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1${2:+: $2}"; fail=$((fail + 1)); }
+check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "expected '$2', got '$3'"; fi; }
+finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; exit; }
+
+if [ "$(id -u)" != 0 ] || [ ! -c /dev/net/tun ] || ! command -v ip >/dev/null; then
+	echo "SKIP: needs root, /dev/net/tun and iproute2"
+	finish
+fi
+
+CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. $(pkg-config --cflags lwip)"
+if [ "${NET_SAN:-1}" = 1 ]; then
+	OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+else
+	OPT="-O2 -g"
+fi
+# shellcheck disable=SC2086
+if ! ${CC:-cc} $CF $OPT -o "$B/harness" tests/net/harness.c netstack/*.c $(pkg-config --libs lwip) -lpthread; then
+	bad "harness builds"
+	finish
+fi
+
+ID=$$
+HNS=kbox-nh-$ID GNS=kbox-net-$ID TAP=kbtap$ID
+T=$(mktemp -d)
+PIDS=
+cleanup() {
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	for _ in $(seq 20); do
+		alive=
+		for p in $PIDS; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ -z "$alive" ] && break
+		sleep 0.1
+	done
+	for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
+	ip netns del "$HNS" 2>/dev/null
+	ip netns del "$GNS" 2>/dev/null
+	rm -rf "/etc/netns/$GNS" "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+ip netns add "$HNS" && ip netns add "$GNS" || { bad "namespaces"; finish; }
+ip -n "$HNS" link set lo up
+ip -n "$GNS" link set lo up
+# `ip netns exec` binds these over /etc in the guest namespace only.
+mkdir -p "/etc/netns/$GNS"
+echo "nameserver 10.0.2.2" >"/etc/netns/$GNS/resolv.conf"
+printf '127.0.0.1 localhost\n::1 localhost\n' >"/etc/netns/$GNS/hosts"
+
+# Content: a small file, 10 MiB of random bytes, a bare repository.
+mkdir -p "$T/www"
+echo "hello from the host" >"$T/www/small.txt"
+head -c 10485760 /dev/urandom >"$T/www/big.bin"
+BIGSUM=$(sha256sum <"$T/www/big.bin" | cut -d' ' -f1)
+(
+	set -e
+	git init -q "$T/src"
+	cd "$T/src"
+	for i in 1 2 3; do
+		head -c 100000 /dev/urandom | base64 >"file$i"
+		git add "file$i"
+		git -c user.name=t -c user.email=t@t commit -qm "commit $i"
+	done
+	git clone -q --bare "$T/src" "$T/www/repo.git"
+	cd "$T/www/repo.git" && git update-server-info
+) || bad "test repository"
+
+H() { ip netns exec "$HNS" "$@"; }
+G() { ip netns exec "$GNS" timeout "${TMO:-30}" "$@"; }
+
+# Started without a shell function in between, so that $! is the
+# process itself (`ip netns exec` execs it).
+ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8000 "$T/www" &
+PIDS="$PIDS $!"
+ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8001 "$T/www" &
+PIDS="$PIDS $!"
+ip netns exec "$HNS" "$B/harness" --tap "$TAP" --audit "$T/audit.log" --lifetime 150 \
+	--allow host.kbox.internal:8000 --allow host.kbox.internal:8002 --deny deny.test \
+	--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --deny named.test:80 >"$T/harness.out" 2>"$T/harness.err" &
+HARNESS=$!
+PIDS="$PIDS $HARNESS"
+for _ in $(seq 50); do grep -q '^ready' "$T/harness.out" 2>/dev/null && break; sleep 0.1; done
+if ! grep -q '^ready' "$T/harness.out"; then
+	bad "harness starts" "$(cat "$T/harness.err")"
+	finish
+fi
+ip -n "$HNS" link set "$TAP" netns "$GNS" &&
+	ip -n "$GNS" addr add 10.0.2.15/24 dev "$TAP" &&
+	ip -n "$GNS" link set "$TAP" up &&
+	ip -n "$GNS" route add default via 10.0.2.2 || { bad "guest namespace set-up"; finish; }
+for _ in $(seq 50); do
+	H curl -s -o /dev/null --max-time 1 http://127.0.0.1:8001/small.txt && break
+	sleep 0.1
+done
+ok "set-up: stack on $TAP, guest namespace $GNS"
+
+# --- gateway services ---
+out=$(G python3 - <<'EOF' 2>&1
+import socket, struct
+def ck(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+req = struct.pack("!BBHHH", 8, 0, 0, 0x4b42, 1) + b"kbox-ping"
+req = req[:2] + struct.pack("!H", ck(req + b"\0")) + req[4:]
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+s.settimeout(2)
+s.sendto(req, ("10.0.2.2", 0))
+r = s.recv(200)[20:]
+print("reply" if r[0] == 0 and r[4:6] == b"KB" and r[8:] == b"kbox-ping" else "bad")
+EOF
+)
+check "ICMP echo to the gateway" "reply" "$out"
+check "DNS: host.kbox.internal is the gateway" "10.0.2.2" "$(G getent ahostsv4 host.kbox.internal | awk 'NR==1{print $1}')"
+t0=$(date +%s%N)
+G getent hosts deny.test >/dev/null
+rc=$?
+t1=$(date +%s%N)
+[ $rc != 0 ] && [ $(((t1 - t0) / 1000000)) -lt 1000 ] && ok "DNS: denied name fails fast" ||
+	bad "DNS: denied name fails fast" "rc $rc, $(((t1 - t0) / 1000000)) ms"
+G getent hosts meta.test >/dev/null && bad "DNS: rebinding answer (169.254.169.254) dropped" ||
+	ok "DNS: rebinding answer (169.254.169.254) dropped"
+G getent hosts nosuch.test >/dev/null && bad "DNS: unknown name is NXDOMAIN" || ok "DNS: unknown name is NXDOMAIN"
+
+# --- allowed traffic ---
+check "curl: small file" "hello from the host" "$(G curl -sS --max-time 10 http://host.kbox.internal:8000/small.txt)"
+speed=$(G curl -sS --max-time 60 -o "$T/dl.bin" -w '%{speed_download}' http://host.kbox.internal:8000/big.bin)
+check "curl: 10 MiB download, sha256" "$BIGSUM" "$(sha256sum <"$T/dl.bin" | cut -d' ' -f1)"
+echo "     download: $(awk -v s="${speed:-0}" 'BEGIN{printf "%.1f MiB/s", s/1048576}')"
+up=$(G curl -sS --max-time 60 -w '%{speed_upload}' --data-binary @"$T/www/big.bin" http://host.kbox.internal:8000/sha | tr '\n' ' ')
+check "curl: 10 MiB upload, sha256" "$BIGSUM" "${up%% *}"
+echo "     upload: $(awk -v s="${up##* }" 'BEGIN{printf "%.1f MiB/s", s/1048576}')"
+check "curl: keep-alive (3 requests, 1 connection)" "100" \
+	"$(G curl -sS --max-time 10 -o /dev/null -o /dev/null -o /dev/null -w '%{num_connects}' http://host.kbox.internal:8000/small.txt \
+		http://host.kbox.internal:8000/small.txt http://host.kbox.internal:8000/small.txt)"
+G git clone -q http://host.kbox.internal:8000/repo.git "$T/clone" 2>"$T/git.err"
+check "git clone over HTTP" "$(git -C "$T/src" rev-parse HEAD) ok" \
+	"$(git -C "$T/clone" rev-parse HEAD 2>/dev/null) $(cmp -s "$T/src/file3" "$T/clone/file3" && echo ok)"
+check "python3 urllib" "hello from the host" \
+	"$(G python3 -c 'import urllib.request as u; print(u.urlopen("http://host.kbox.internal:8000/small.txt", timeout=10).read().decode(), end="")')"
+if command -v node >/dev/null; then
+	check "node fetch" "hello from the host" \
+		"$(G node -e 'fetch("http://host.kbox.internal:8000/small.txt").then(r => r.text()).then(t => process.stdout.write(t))')"
+else
+	echo "skip node fetch: node not installed"
+fi
+n200=$(seq 100 | G xargs -P 25 -I{} curl -s -o /dev/null --max-time 20 -w '%{http_code}\n' \
+	http://host.kbox.internal:8000/small.txt | grep -c '^200$')
+check "100 requests, 25 at a time" "100" "$n200"
+
+# --- denied traffic: reset at once, never dialled ---
+# denied NAME URL: curl must fail to connect (exit 7) within 1 s.
+denied() {
+	local t0 t1 rc
+	t0=$(date +%s%N)
+	G curl -sS --max-time 5 -o /dev/null "$2" 2>/dev/null
+	rc=$?
+	t1=$(date +%s%N)
+	if [ $rc = 7 ] && [ $(((t1 - t0) / 1000000)) -lt 1000 ]; then ok "$1"; else
+		bad "$1" "curl exit $rc after $(((t1 - t0) / 1000000)) ms"; fi
+}
+denied "refused: metadata 169.254.169.254" http://169.254.169.254/latest/meta-data/
+denied "refused: private 10.1.2.3" http://10.1.2.3/
+denied "refused: on-link 10.0.2.3" http://10.0.2.3/
+denied "refused: host port without exception (8001, listening)" http://host.kbox.internal:8001/small.txt
+denied "refused: allowed port, nothing listening (8002)" http://host.kbox.internal:8002/
+denied "refused: by name (deny named.test:80; its address comes from our DNS)" http://named.test/
+
+# --- the audit log, and the stack's own counters ---
+sleep 0.5
+kill -TERM "$HARNESS" 2>/dev/null
+for _ in $(seq 50); do kill -0 "$HARNESS" 2>/dev/null || break; sleep 0.1; done
+stats=$(grep '^stats' "$T/harness.out")
+echo "     $stats"
+A="$T/audit.log"
+check "audit: metadata denied once" "1" \
+	"$(grep -c '"proto":"tcp","dst":"169.254.169.254:80",.*"decision":"deny","rule":"class:metadata"' "$A")"
+check "audit: 10.1.2.3 denied (private)" "1" "$(grep -c '"dst":"10.1.2.3:[0-9]*",.*"decision":"deny","rule":"class:private"' "$A")"
+check "audit: port 8001 denied under the host name" "1" \
+	"$(grep -c '"dst":"127.0.0.1:8001","name":"host.kbox.internal","decision":"deny"' "$A")"
+check "audit: port 8002 allowed (then failed)" "1" \
+	"$(grep -c '"dst":"127.0.0.1:8002","name":"host.kbox.internal","decision":"allow"' "$A")"
+check "audit: by name, at the address dialled" "1" \
+	"$(grep -c '"dst":"1.2.3.4:80","name":"named.test","decision":"deny","rule":"deny:named.test:80"' "$A")"
+# glibc asks for A and AAAA, and may repeat: every question is a decision.
+n=$(grep -c '"proto":"dns","name":"deny.test","decision":"deny"' "$A")
+[ "$n" -ge 1 ] && ok "audit: DNS denial logged ($n questions)" || bad "audit: DNS denial logged"
+tcp_lines=$(grep -c '"proto":"tcp"' "$A")
+allowed=$(echo "$stats" | sed -n 's/.*tcp_allowed=\([0-9]*\).*/\1/p')
+denied_n=$(echo "$stats" | sed -n 's/.*tcp_denied=\([0-9]*\).*/\1/p')
+check "audit: one line per TCP decision" "$((${allowed:-0} + ${denied_n:-0}))" "$tcp_lines"
+check "every flow closed" "flows=0" "$(echo "$stats" | grep -o 'flows=[0-9]*')"
+if grep -q "ERROR: AddressSanitizer\|runtime error\|LeakSanitizer" "$T/harness.err"; then
+	bad "harness clean under sanitizers" "$(head -20 "$T/harness.err")"
+else
+	ok "harness clean under sanitizers"
+fi
+finish

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""HTTP server for tests/net/run.sh, run on the loopback of a test-made
+namespace: GET serves files from DIR (HTTP/1.1, keep-alive), POST /sha
+answers the sha256 of the request body.  Usage: server.py ADDR PORT DIR"""
+import hashlib
+import http.server
+import sys
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        h = hashlib.sha256()
+        while n > 0:
+            b = self.rfile.read(min(n, 65536))
+            if not b:
+                break
+            h.update(b)
+            n -= len(b)
+        body = (h.hexdigest() + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+addr, port, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+srv = http.server.ThreadingHTTPServer(
+    (addr, port), lambda *a, **k: Handler(*a, directory=root, **k))
+srv.serve_forever()

@@ -27,7 +27,7 @@ DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc 
 	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
 	iproute2 curl git
 
-.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests e2e fuzz fuzz-smoke deps clean
+.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests e2e fuzz fuzz-smoke deps clean
 all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio
 
 deps:
@@ -97,11 +97,16 @@ fuse-tests: $(BUILD)/fuse/kbox-fuse-mount
 exec-tests:
 	tests/exec/run.sh $(BUILD)
 
+# The network stack on a TAP device in namespaces of its own, with real
+# clients (curl, git, python3, node) on the "guest" side.
+net-tests:
+	tests/net/run.sh $(BUILD)
+
 # End to end: the real kernel and guest-init.
 e2e: all kernel
 	tests/e2e/run.sh $(BUILD)
 
-check: unit fuzz-smoke kvm-tests fuse-tests exec-tests e2e
+check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests e2e
 
 # libFuzzer targets; FUZZ_SECONDS bounds each run.
 FUZZ_SECONDS ?= 30

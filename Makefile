@@ -105,6 +105,7 @@ net-tests:
 # End to end: the real kernel and guest-init.
 e2e: all kernel
 	tests/e2e/run.sh $(BUILD)
+	tests/e2e/fs.sh $(BUILD)
 
 check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests e2e
 

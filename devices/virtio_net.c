@@ -1,0 +1,283 @@
+#include "devices/virtio_net.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+enum { Q_RX, Q_TX };
+
+#define GSO_NONE 0
+#define HDR_GSO_TYPE 1
+#define HDR_NUM_BUFFERS 10
+
+static struct vnet *to_net(struct vq_dev *d)
+{
+	return (struct vnet *)((char *)d - offsetof(struct vnet, dev));
+}
+
+/* Gather the readable side of c from byte off into buf (at most max
+ * bytes); returns the count. */
+static uint32_t gather(const struct vq_chain *c, uint32_t off, uint8_t *buf, uint32_t max)
+{
+	uint32_t got = 0;
+
+	for (unsigned i = 0; i < c->nr_read && got < max; i++) {
+		uint32_t l = c->seg[i].len;
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		uint32_t n = l - off < max - got ? l - off : max - got;
+		memcpy(buf + got, c->seg[i].ptr + off, n);
+		got += n;
+		off = 0;
+	}
+	return got;
+}
+
+/* Scatter len bytes of buf into the writable side of c from byte off. */
+static void scatter(const struct vq_chain *c, uint32_t off, const uint8_t *buf, uint32_t len)
+{
+	uint32_t put = 0;
+
+	for (unsigned i = c->nr_read; i < c->nr && put < len; i++) {
+		uint32_t l = c->seg[i].len;
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		uint32_t n = l - off < len - put ? l - off : len - put;
+		memcpy(c->seg[i].ptr + off, buf + put, n);
+		put += n;
+		off = 0;
+	}
+}
+
+static int do_tx(struct vnet *v)
+{
+	struct vq *vq = &v->vqs[Q_TX];
+	struct vq_chain c;
+	bool pushed = false;
+	int err = 0;
+
+	while (v->dev.live) {
+		int r = vq_pop(vq, &c);
+		if (r <= 0) {
+			err = r;
+			break;
+		}
+		uint8_t hdr[VNET_HDR_SIZE];
+		if (gather(&c, 0, hdr, VNET_HDR_SIZE) < VNET_HDR_SIZE) {
+			err = -EINVAL;
+			break;
+		}
+		uint32_t flen = c.read_len - VNET_HDR_SIZE;
+		if (hdr[HDR_GSO_TYPE] != GSO_NONE || flen < VNET_ETH_HLEN || flen > VNET_MAX_FRAME) {
+			v->stats.tx_dropped++;
+		} else {
+			gather(&c, VNET_HDR_SIZE, v->txbuf, flen);
+			v->stats.tx_frames++;
+			if (v->be.tx)
+				v->be.tx(v->be.ctx, v->txbuf, flen);
+		}
+		vq_push(vq, c.head, 0);
+		pushed = true;
+	}
+	if (pushed)
+		vq_dev_used(&v->dev, Q_TX);
+	if (err < 0) {
+		v->stats.bad_chains++;
+		vq_dev_fail(&v->dev);
+	}
+	return err;
+}
+
+void vnet_rx_flush(struct vnet *v)
+{
+	struct vq *vq = &v->vqs[Q_RX];
+	struct vq_chain c;
+	bool pushed = false;
+	uint64_t cnt;
+
+	/* Clear the wake-up first, so a frame enqueued during the flush
+	 * wakes the device thread again; EAGAIN just means none was due. */
+	ssize_t rd = read(v->wake_fd, &cnt, sizeof cnt);
+	(void)rd;
+	while (v->dev.live && vq->ready) {
+		pthread_mutex_lock(&v->rxq_lock);
+		unsigned n = v->rxq_n;
+		pthread_mutex_unlock(&v->rxq_lock);
+		if (n == 0)
+			break;
+		int r = vq_pop(vq, &c);
+		if (r == 0)
+			break;
+		/* Only this function takes frames off the queue, so the
+		 * head counted above is still there. */
+		pthread_mutex_lock(&v->rxq_lock);
+		unsigned h = v->rxq_head;
+		uint32_t flen = v->rxq_len[h];
+		if (r < 0 || c.nr_read > 0 || c.write_len < VNET_HDR_SIZE + flen) {
+			pthread_mutex_unlock(&v->rxq_lock);
+			v->stats.bad_chains++;
+			vq_dev_fail(&v->dev);
+			break;
+		}
+		uint8_t hdr[VNET_HDR_SIZE] = { 0 };
+		uint16_t one = htole16(1);
+		memcpy(hdr + HDR_NUM_BUFFERS, &one, 2);
+		scatter(&c, 0, hdr, VNET_HDR_SIZE);
+		scatter(&c, VNET_HDR_SIZE, v->rxq[h], flen);
+		v->rxq_head = (h + 1) % VNET_RXQ_FRAMES;
+		v->rxq_n--;
+		pthread_mutex_unlock(&v->rxq_lock);
+		vq_push(vq, c.head, VNET_HDR_SIZE + flen);
+		v->stats.rx_frames++;
+		pushed = true;
+	}
+	if (pushed)
+		vq_dev_used(&v->dev, Q_RX);
+}
+
+int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&v->rxq_lock);
+	if (len < VNET_ETH_HLEN || len > VNET_MAX_FRAME) {
+		rc = -EMSGSIZE;
+	} else if (v->rxq_n >= VNET_RXQ_FRAMES) {
+		rc = -ENOBUFS;
+	} else {
+		unsigned t = (v->rxq_head + v->rxq_n) % VNET_RXQ_FRAMES;
+		memcpy(v->rxq[t], frame, len);
+		v->rxq_len[t] = (uint16_t)len;
+		v->rxq_n++;
+	}
+	if (rc < 0)
+		v->rx_dropped++;
+	pthread_mutex_unlock(&v->rxq_lock);
+	if (rc == 0) {
+		uint64_t one = 1;
+		ssize_t w = write(v->wake_fd, &one, sizeof one);
+		(void)w; /* a saturated eventfd is still readable */
+	}
+	return rc;
+}
+
+static int net_notify(struct vq_dev *d, unsigned q)
+{
+	struct vnet *v = to_net(d);
+	int err = 0;
+
+	if (q == Q_TX)
+		err = do_tx(v);
+	/* Posted receive buffers, or replies the backend produced while
+	 * transmitting, can now meet. */
+	if (err == 0)
+		vnet_rx_flush(v);
+	return err;
+}
+
+static void net_activate(struct vq_dev *d)
+{
+	vnet_rx_flush(to_net(d));
+}
+
+/* Frames queued for a driver that reset are stale for the next one. */
+static void net_reset(struct vq_dev *d)
+{
+	struct vnet *v = to_net(d);
+
+	pthread_mutex_lock(&v->rxq_lock);
+	v->rxq_head = 0;
+	v->rxq_n = 0;
+	pthread_mutex_unlock(&v->rxq_lock);
+}
+
+static void net_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t len)
+{
+	struct vnet *v = to_net(d);
+	uint8_t cfg[VNET_CONFIG_SIZE];
+	uint16_t status = htole16(VIRTIO_NET_S_LINK_UP), pairs = htole16(1),
+		 mtu = htole16(VNET_MTU);
+
+	memcpy(cfg, v->mac, 6);
+	memcpy(cfg + 6, &status, 2);
+	memcpy(cfg + 8, &pairs, 2);
+	memcpy(cfg + 10, &mtu, 2);
+	memcpy(data, cfg + off, len); /* the transport bounded off + len */
+}
+
+static const struct vq_dev_ops net_ops = {
+	.config_read = net_config_read,
+	.notify = net_notify,
+	.activate = net_activate,
+	.reset = net_reset,
+};
+
+int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be)
+{
+	if (!mac || (mac[0] & 1))
+		return -EINVAL; /* a multicast address cannot name a NIC */
+	memset(v, 0, sizeof *v);
+	v->wake_fd = -1;
+	v->rxq = calloc(VNET_RXQ_FRAMES, sizeof *v->rxq);
+	v->rxq_len = calloc(VNET_RXQ_FRAMES, sizeof *v->rxq_len);
+	if (!v->rxq || !v->rxq_len) {
+		free(v->rxq);
+		free(v->rxq_len);
+		return -ENOMEM;
+	}
+	v->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (v->wake_fd < 0) {
+		int e = -errno;
+		free(v->rxq);
+		free(v->rxq_len);
+		return e;
+	}
+	pthread_mutex_init(&v->rxq_lock, NULL);
+	memcpy(v->mac, mac, 6);
+	if (be)
+		v->be = *be;
+	vq_init(&v->vqs[Q_RX], VNET_QUEUE_SIZE);
+	vq_init(&v->vqs[Q_TX], VNET_QUEUE_SIZE);
+	v->dev.ops = &net_ops;
+	v->dev.device_id = VIRTIO_NET_DEVICE_ID;
+	v->dev.features = (1ull << VIRTIO_NET_F_MAC) | (1ull << VIRTIO_NET_F_MTU) |
+			  (1ull << VIRTIO_NET_F_STATUS) | (1ull << VIRTIO_F_EVENT_IDX) |
+			  (1ull << VIRTIO_F_INDIRECT_DESC);
+	v->dev.config_size = VNET_CONFIG_SIZE;
+	v->dev.nr_queues = 2;
+	v->dev.vqs = v->vqs;
+	return 0;
+}
+
+void vnet_destroy(struct vnet *v)
+{
+	if (v->wake_fd >= 0)
+		close(v->wake_fd);
+	v->wake_fd = -1;
+	pthread_mutex_destroy(&v->rxq_lock);
+	free(v->rxq);
+	free(v->rxq_len);
+	v->rxq = NULL;
+	v->rxq_len = NULL;
+}
+
+int vnet_wake_fd(const struct vnet *v)
+{
+	return v->wake_fd;
+}
+
+void vnet_get_stats(struct vnet *v, struct vnet_stats *st)
+{
+	*st = v->stats;
+	pthread_mutex_lock(&v->rxq_lock);
+	st->rx_dropped = v->rx_dropped;
+	pthread_mutex_unlock(&v->rxq_lock);
+}

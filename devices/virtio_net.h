@@ -1,0 +1,108 @@
+/* virtio-net device (virtio 1.2 §5.1): one receive and one transmit
+ * queue, no control queue, no offloads.  Features offered: MAC, MTU (1500)
+ * and STATUS (link always up), plus the ring features; VERSION_1 is added
+ * by the transport, so every buffer starts with the 12-byte
+ * virtio_net_hdr (num_buffers included).
+ *
+ * TX: each chain is one frame; the header is checked (no GSO) and
+ * stripped, and the Ethernet frame goes to the backend's tx callback.
+ * RX: the backend hands frames to vnet_rx_enqueue from any thread; they
+ * wait in a bounded queue (full: dropped and counted) until the guest has
+ * posted receive buffers, and vnet_rx_flush copies them in behind a zeroed
+ * header with num_buffers = 1.
+ *
+ * Locking: everything except vnet_rx_enqueue must be serialised by the
+ * caller (the bus lock in the VMM).  The receive queue has its own leaf
+ * lock, taken with no other lock acquired inside it, so that a backend
+ * running on a thread of its own (lwIP's) can enqueue frames without the
+ * bus lock; vnet_wake_fd then tells the device thread to flush.
+ *
+ * Guest errors: a malformed ring, a TX chain shorter than the header, or
+ * an RX chain that is not device-writable or cannot hold the header and
+ * the frame stops the device (DEVICE_NEEDS_RESET).  A TX frame that is too
+ * short, too long or asks for GSO is dropped and counted. */
+#ifndef KBOX_VIRTIO_NET_H
+#define KBOX_VIRTIO_NET_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "devices/virtqueue.h"
+
+#define VIRTIO_NET_DEVICE_ID 1
+#define VIRTIO_NET_F_MTU 3
+#define VIRTIO_NET_F_MAC 5
+#define VIRTIO_NET_F_STATUS 16
+#define VIRTIO_NET_S_LINK_UP 1
+
+#define VNET_HDR_SIZE 12
+#define VNET_MTU 1500
+#define VNET_ETH_HLEN 14
+#define VNET_MAX_FRAME (VNET_ETH_HLEN + VNET_MTU) /* no FCS, no VLAN tag */
+#define VNET_QUEUE_SIZE 256
+#define VNET_RXQ_FRAMES 256 /* frames waiting for guest receive buffers */
+#define VNET_CONFIG_SIZE 12 /* mac, status, max_virtqueue_pairs, mtu */
+
+/* The guest's MAC address, fixed for every VM (one NIC, private link). */
+#define VNET_GUEST_MAC {0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
+
+/* Where transmitted frames go.  tx is called with the device serialised
+ * (bus lock held), with one Ethernet frame of VNET_ETH_HLEN to
+ * VNET_MAX_FRAME bytes that is only valid during the call; it may call
+ * vnet_rx_enqueue. */
+struct net_backend {
+	void (*tx)(void *ctx, const uint8_t *frame, size_t len);
+	void *ctx;
+};
+
+struct vnet_stats {
+	uint64_t tx_frames;   /* given to the backend */
+	uint64_t tx_dropped;  /* bad length or GSO */
+	uint64_t rx_frames;   /* delivered to the guest */
+	uint64_t rx_dropped;  /* queue full or bad length at enqueue */
+	uint64_t bad_chains;  /* guest errors that stopped the device */
+};
+
+struct vnet {
+	struct vq_dev dev;    /* give &dev to a transport */
+	struct vq vqs[2];
+	uint8_t mac[6];
+	struct net_backend be;
+	int wake_fd;          /* eventfd written when a frame is enqueued */
+	/* The receive queue: a ring of VNET_RXQ_FRAMES slots. */
+	pthread_mutex_t rxq_lock;
+	uint8_t (*rxq)[VNET_MAX_FRAME];
+	uint16_t *rxq_len;
+	unsigned rxq_head, rxq_n;
+	uint64_t rx_dropped;  /* under rxq_lock */
+	uint8_t txbuf[VNET_MAX_FRAME];
+	struct vnet_stats stats;
+};
+
+/* Initialise v with the guest MAC mac and backend be (copied; tx may be
+ * NULL to discard).  Then attach &v->dev to a transport.  Returns 0,
+ * -EINVAL or a negative errno (memory, eventfd). */
+int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be);
+
+/* Free what vnet_init took; v is unusable afterwards. */
+void vnet_destroy(struct vnet *v);
+
+/* Queue one frame (VNET_ETH_HLEN to VNET_MAX_FRAME bytes, copied) for the
+ * guest.  Safe from any thread and with any lock held except rxq_lock.
+ * Returns 0, -EMSGSIZE for a bad length or -ENOBUFS when the queue is
+ * full (both counted as rx_dropped). */
+int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len);
+
+/* An eventfd that becomes readable when frames were enqueued; poll it on
+ * the device thread and then call vnet_rx_flush. */
+int vnet_wake_fd(const struct vnet *v);
+
+/* Move queued frames into the guest's receive buffers while both exist
+ * and interrupt if the driver wants it; clears the wake fd.  Serialised. */
+void vnet_rx_flush(struct vnet *v);
+
+/* Copy the counters into *st.  Serialised. */
+void vnet_get_stats(struct vnet *v, struct vnet_stats *st);
+
+#endif

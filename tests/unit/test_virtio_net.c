@@ -1,0 +1,460 @@
+/* virtio-net device: a fake guest driver over 1 MiB of RAM posts real
+ * descriptor chains on the rx and tx queues through the virtio-mmio
+ * transport; a fake backend records transmitted frames and may answer.
+ * Hostile chains and frames must be dropped or stop the device, never
+ * crash it. */
+#include <check.h>
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "devices/virtio_mmio.h"
+#include "devices/virtio_net.h"
+
+#define RAM 0x100000u
+#define QSIZE 64u
+#define QBASE(q) (0x10000u * ((q) + 1))
+#define BUF 0x40000u
+#define DESC_F_NEXT 1u
+#define DESC_F_WRITE 2u
+
+enum { RX, TX };
+
+struct seg {
+	uint64_t gpa;
+	uint32_t len;
+	bool write;
+};
+
+static uint8_t *ram;
+static struct guest_mem gm;
+static struct vnet net;
+static struct vmmio t;
+static uint16_t avail_idx[2], used_seen[2], next_desc[2];
+
+/* What the backend saw. */
+static uint8_t last_tx[2048];
+static size_t last_tx_len;
+static unsigned ntx;
+static bool echo;
+
+static void be_tx(void *ctx, const uint8_t *frame, size_t len)
+{
+	(void)ctx;
+	ck_assert_uint_le(len, sizeof last_tx);
+	memcpy(last_tx, frame, len);
+	last_tx_len = len;
+	ntx++;
+	if (echo)
+		ck_assert_int_eq(vnet_rx_enqueue(&net, frame, len), 0);
+}
+
+static void wr(uint64_t off, uint32_t v)
+{
+	vmmio_write(&t, off, &v, 4);
+}
+
+static uint32_t rd(uint64_t off)
+{
+	uint32_t v;
+	vmmio_read(&t, off, &v, 4);
+	return v;
+}
+
+static void w16(uint64_t gpa, uint16_t v)
+{
+	v = htole16(v);
+	memcpy(ram + gpa, &v, 2);
+}
+
+static uint16_t r16(uint64_t gpa)
+{
+	uint16_t v;
+	memcpy(&v, ram + gpa, 2);
+	return le16toh(v);
+}
+
+static uint32_t r32(uint64_t gpa)
+{
+	uint32_t v;
+	memcpy(&v, ram + gpa, 4);
+	return le32toh(v);
+}
+
+static void put_desc(uint64_t table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
+		     uint16_t next)
+{
+	uint8_t *d = ram + table + 16 * i;
+	addr = htole64(addr);
+	len = htole32(len);
+	flags = htole16(flags);
+	next = htole16(next);
+	memcpy(d, &addr, 8);
+	memcpy(d + 8, &len, 4);
+	memcpy(d + 12, &flags, 2);
+	memcpy(d + 14, &next, 2);
+}
+
+static void driver_up(void)
+{
+	wr(0x70, 0);
+	wr(0x70, 1);
+	wr(0x70, 3);
+	wr(0x10 + 0x4, 0); /* DeviceFeaturesSel */
+	uint32_t f = rd(0x10);
+	ck_assert(f & (1u << VIRTIO_NET_F_MAC));
+	ck_assert(f & (1u << VIRTIO_NET_F_MTU));
+	wr(0x24, 1);
+	wr(0x20, 1); /* VERSION_1 */
+	wr(0x24, 0);
+	wr(0x20, 1u << VIRTIO_NET_F_MAC | 1u << VIRTIO_NET_F_MTU | 1u << VIRTIO_NET_F_STATUS);
+	wr(0x70, 3 | 8);
+	ck_assert_uint_eq(rd(0x70), 11);
+	for (unsigned q = 0; q < 2; q++) {
+		memset(ram + QBASE(q), 0, 0x3000);
+		wr(0x30, q);
+		wr(0x38, QSIZE);
+		wr(0x80, QBASE(q));
+		wr(0x90, QBASE(q) + 0x1000);
+		wr(0xa0, QBASE(q) + 0x2000);
+		wr(0x44, 1);
+	}
+	wr(0x70, 15);
+	memset(avail_idx, 0, sizeof avail_idx);
+	memset(used_seen, 0, sizeof used_seen);
+	memset(next_desc, 0, sizeof next_desc);
+	ck_assert(net.dev.live);
+}
+
+static void setup(void)
+{
+	ram = calloc(1, RAM);
+	memset(&gm, 0, sizeof gm);
+	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	const uint8_t mac[6] = VNET_GUEST_MAC;
+	struct net_backend be = { be_tx, NULL };
+	ck_assert_int_eq(vnet_init(&net, mac, &be), 0);
+	ck_assert_int_eq(vmmio_init(&t, &net.dev, &gm, NULL), 0);
+	ntx = 0;
+	last_tx_len = 0;
+	echo = false;
+	driver_up();
+}
+
+static void teardown(void)
+{
+	vnet_destroy(&net);
+	free(ram);
+}
+
+static bool needs_reset(void)
+{
+	return rd(0x70) & VIRTIO_STATUS_NEEDS_RESET;
+}
+
+/* Offer one chain on queue q and kick. */
+static void post(unsigned q, const struct seg *s, unsigned n)
+{
+	uint16_t head = next_desc[q];
+	for (unsigned i = 0; i < n; i++) {
+		uint16_t d = (uint16_t)((head + i) % QSIZE);
+		put_desc(QBASE(q), d, s[i].gpa, s[i].len,
+			 (uint16_t)((s[i].write ? DESC_F_WRITE : 0) | (i + 1 < n ? DESC_F_NEXT : 0)),
+			 (uint16_t)((d + 1) % QSIZE));
+	}
+	next_desc[q] = (uint16_t)((head + n) % QSIZE);
+	w16(QBASE(q) + 0x1000 + 4 + 2 * (avail_idx[q] % QSIZE), head);
+	avail_idx[q]++;
+	w16(QBASE(q) + 0x1000 + 2, avail_idx[q]);
+	wr(0x50, q);
+}
+
+/* Take the next used element of q: true and its length if there is one. */
+static bool used(unsigned q, uint32_t *len)
+{
+	uint64_t u = QBASE(q) + 0x2000;
+	if (r16(u + 2) == used_seen[q])
+		return false;
+	*len = r32(u + 8 + 8 * (used_seen[q] % QSIZE));
+	used_seen[q]++;
+	return true;
+}
+
+static void frame(uint8_t *f, size_t len, uint8_t seed)
+{
+	for (size_t i = 0; i < len; i++)
+		f[i] = (uint8_t)(seed + i * 7);
+}
+
+/* Transmit a header (gso byte g) and len frame bytes, split after split
+ * bytes into two descriptors. */
+static void tx(size_t len, uint8_t g, uint32_t split)
+{
+	memset(ram + BUF, 0, VNET_HDR_SIZE);
+	ram[BUF + 1] = g;
+	frame(ram + BUF + VNET_HDR_SIZE, len, 3);
+	uint32_t total = (uint32_t)(VNET_HDR_SIZE + len);
+	if (split == 0 || split >= total) {
+		struct seg s = { BUF, total, false };
+		post(TX, &s, 1);
+	} else {
+		struct seg s[2] = { { BUF, split, false }, { BUF + split, total - split, false } };
+		post(TX, s, 2);
+	}
+}
+
+START_TEST(config_space)
+{
+	uint8_t b[VNET_CONFIG_SIZE];
+	const uint8_t mac[6] = VNET_GUEST_MAC;
+	for (unsigned i = 0; i < VNET_CONFIG_SIZE; i++)
+		vmmio_read(&t, VMMIO_CONFIG + i, &b[i], 1);
+	ck_assert_mem_eq(b, mac, 6);
+	ck_assert_uint_eq(b[6] | b[7] << 8, VIRTIO_NET_S_LINK_UP);
+	ck_assert_uint_eq(b[10] | b[11] << 8, VNET_MTU);
+	ck_assert_uint_eq(rd(0x08), VIRTIO_NET_DEVICE_ID);
+}
+END_TEST
+
+START_TEST(tx_frames)
+{
+	uint32_t n;
+	uint8_t want[VNET_MAX_FRAME];
+	static const uint32_t splits[] = { 0, 1, 11, 12, 13, 40 };
+	for (unsigned i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+		tx(60, 0, splits[i]);
+		ck_assert(used(TX, &n));
+		ck_assert_uint_eq(n, 0);
+		ck_assert_uint_eq(last_tx_len, 60);
+		frame(want, 60, 3);
+		ck_assert_mem_eq(last_tx, want, 60);
+	}
+	tx(VNET_MAX_FRAME, 0, 700);
+	ck_assert(used(TX, &n));
+	ck_assert_uint_eq(last_tx_len, VNET_MAX_FRAME);
+	frame(want, VNET_MAX_FRAME, 3);
+	ck_assert_mem_eq(last_tx, want, VNET_MAX_FRAME);
+	tx(VNET_ETH_HLEN, 0, 0);
+	ck_assert(used(TX, &n));
+	ck_assert_uint_eq(last_tx_len, VNET_ETH_HLEN);
+	ck_assert_uint_eq(ntx, 8);
+	ck_assert(!needs_reset());
+}
+END_TEST
+
+START_TEST(tx_bad_frames_dropped)
+{
+	uint32_t n;
+	tx(VNET_ETH_HLEN - 1, 0, 0);
+	ck_assert(used(TX, &n));
+	tx(0, 0, 0);
+	ck_assert(used(TX, &n));
+	tx(VNET_MAX_FRAME + 1, 0, 0);
+	ck_assert(used(TX, &n));
+	tx(9000, 0, 0);
+	ck_assert(used(TX, &n));
+	tx(100, 1 /* TCPv4 GSO */, 0);
+	ck_assert(used(TX, &n));
+	ck_assert_uint_eq(ntx, 0);
+	struct vnet_stats st;
+	vnet_get_stats(&net, &st);
+	ck_assert_uint_eq(st.tx_dropped, 5);
+	ck_assert(!needs_reset());
+	tx(60, 0, 0);
+	ck_assert(used(TX, &n));
+	ck_assert_uint_eq(ntx, 1);
+}
+END_TEST
+
+START_TEST(tx_short_header_stops)
+{
+	struct seg s = { BUF, VNET_HDR_SIZE - 1, false };
+	post(TX, &s, 1);
+	ck_assert(needs_reset());
+	ck_assert_uint_eq(ntx, 0);
+	/* The driver resets the device and starts over. */
+	driver_up();
+	ck_assert(!needs_reset());
+	uint32_t n;
+	tx(60, 0, 0);
+	ck_assert(used(TX, &n));
+	ck_assert_uint_eq(ntx, 1);
+}
+END_TEST
+
+START_TEST(tx_ring_garbage_stops)
+{
+	/* A descriptor outside RAM. */
+	struct seg s = { RAM - 4, 64, false };
+	post(TX, &s, 1);
+	ck_assert(needs_reset());
+	ck_assert_uint_eq(ntx, 0);
+}
+END_TEST
+
+/* Post one receive buffer of len bytes at gpa, split in two after split
+ * bytes (0: one descriptor). */
+static void rx_buf(uint64_t gpa, uint32_t len, uint32_t split)
+{
+	if (split == 0 || split >= len) {
+		struct seg s = { gpa, len, true };
+		post(RX, &s, 1);
+	} else {
+		struct seg s[2] = { { gpa, split, true }, { gpa + split, len - split, true } };
+		post(RX, s, 2);
+	}
+}
+
+static void check_rx(uint64_t gpa, uint32_t n, size_t len, uint8_t seed)
+{
+	uint8_t want[VNET_MAX_FRAME];
+	ck_assert_uint_eq(n, VNET_HDR_SIZE + len);
+	for (unsigned i = 0; i < VNET_HDR_SIZE; i++)
+		ck_assert_uint_eq(ram[gpa + i], i == 10 ? 1 : 0);
+	frame(want, len, seed);
+	ck_assert_mem_eq(ram + gpa + VNET_HDR_SIZE, want, len);
+}
+
+START_TEST(rx_waits_for_buffers)
+{
+	uint8_t f[VNET_MAX_FRAME];
+	uint32_t n;
+	frame(f, 60, 1);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, 60), 0);
+	frame(f, VNET_MAX_FRAME, 2);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_MAX_FRAME), 0);
+	vnet_rx_flush(&net); /* no buffers yet: nothing moves */
+	ck_assert(!used(RX, &n));
+	memset(ram + BUF, 0xee, 0x1000);
+	rx_buf(BUF, VNET_HDR_SIZE + VNET_MAX_FRAME, 0);
+	ck_assert(used(RX, &n));
+	check_rx(BUF, n, 60, 1);
+	ck_assert(!used(RX, &n));
+	memset(ram + BUF + 0x1000, 0xee, 0x1000);
+	rx_buf(BUF + 0x1000, VNET_HDR_SIZE + VNET_MAX_FRAME, 5); /* header split */
+	ck_assert(used(RX, &n));
+	check_rx(BUF + 0x1000, n, VNET_MAX_FRAME, 2);
+	/* Buffers first, frame later. */
+	rx_buf(BUF + 0x2000, 2048, 700);
+	ck_assert(!used(RX, &n));
+	frame(f, 100, 9);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, 100), 0);
+	uint64_t cnt;
+	ck_assert_int_eq(read(vnet_wake_fd(&net), &cnt, sizeof cnt), (ssize_t)sizeof cnt);
+	vnet_rx_flush(&net);
+	ck_assert(used(RX, &n));
+	check_rx(BUF + 0x2000, n, 100, 9);
+	struct vnet_stats st;
+	vnet_get_stats(&net, &st);
+	ck_assert_uint_eq(st.rx_frames, 3);
+	ck_assert_uint_eq(st.rx_dropped, 0);
+}
+END_TEST
+
+START_TEST(rx_queue_bounded)
+{
+	uint8_t f[64] = { 0 };
+	for (unsigned i = 0; i < VNET_RXQ_FRAMES; i++)
+		ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), -ENOBUFS);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_ETH_HLEN - 1), -EMSGSIZE);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_MAX_FRAME + 1), -EMSGSIZE);
+	struct vnet_stats st;
+	vnet_get_stats(&net, &st);
+	ck_assert_uint_eq(st.rx_dropped, 3);
+	/* Draining one makes room for one. */
+	uint32_t n;
+	rx_buf(BUF, 2048, 0);
+	ck_assert(used(RX, &n));
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), -ENOBUFS);
+}
+END_TEST
+
+START_TEST(rx_small_buffer_stops)
+{
+	uint8_t f[200] = { 0 };
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
+	rx_buf(BUF, VNET_HDR_SIZE + sizeof f - 1, 0);
+	ck_assert(needs_reset());
+	uint32_t n;
+	ck_assert(!used(RX, &n));
+	/* A reset drops the queue: the new driver sees no stale frame. */
+	driver_up();
+	rx_buf(BUF, 2048, 0);
+	ck_assert(!used(RX, &n));
+}
+END_TEST
+
+START_TEST(rx_readable_buffer_stops)
+{
+	uint8_t f[60] = { 0 };
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
+	struct seg s[2] = { { BUF, 16, false }, { BUF + 16, 2048, true } };
+	post(RX, s, 2);
+	ck_assert(needs_reset());
+}
+END_TEST
+
+START_TEST(tx_reply_reaches_rx)
+{
+	uint32_t n;
+	echo = true;
+	rx_buf(BUF + 0x4000, 2048, 0);
+	tx(80, 0, 0);
+	ck_assert(used(TX, &n));
+	ck_assert(used(RX, &n));
+	check_rx(BUF + 0x4000, n, 80, 3);
+}
+END_TEST
+
+START_TEST(many_frames_through)
+{
+	uint8_t f[300];
+	uint32_t n;
+	for (unsigned round = 0; round < 3 * QSIZE; round++) {
+		frame(f, sizeof f, (uint8_t)round);
+		ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
+		uint64_t gpa = BUF + 0x1000 * (round % 8);
+		rx_buf(gpa, 2048, round % 2 ? 0 : 100);
+		ck_assert(used(RX, &n));
+		check_rx(gpa, n, sizeof f, (uint8_t)round);
+		tx(64 + round, 0, round % 40);
+		ck_assert(used(TX, &n));
+		ck_assert_uint_eq(last_tx_len, 64 + round);
+	}
+	ck_assert(!needs_reset());
+}
+END_TEST
+
+START_TEST(init_rejects)
+{
+	struct vnet v;
+	const uint8_t mcast[6] = { 1, 0, 0x5e, 0, 0, 1 };
+	ck_assert_int_eq(vnet_init(&v, mcast, NULL), -EINVAL);
+	ck_assert_int_eq(vnet_init(&v, NULL, NULL), -EINVAL);
+}
+END_TEST
+
+Suite *virtio_net_suite(void)
+{
+	Suite *s = suite_create("virtio_net");
+	TCase *tc = tcase_create("core");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, config_space);
+	tcase_add_test(tc, tx_frames);
+	tcase_add_test(tc, tx_bad_frames_dropped);
+	tcase_add_test(tc, tx_short_header_stops);
+	tcase_add_test(tc, tx_ring_garbage_stops);
+	tcase_add_test(tc, rx_waits_for_buffers);
+	tcase_add_test(tc, rx_queue_bounded);
+	tcase_add_test(tc, rx_small_buffer_stops);
+	tcase_add_test(tc, rx_readable_buffer_stops);
+	tcase_add_test(tc, tx_reply_reaches_rx);
+	tcase_add_test(tc, many_frames_through);
+	tcase_add_test(tc, init_rejects);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,155 @@
+#include "vmm/netdev.h"
+
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "netstack/resolver.h"
+
+#define MAX_HOST_ADDRS 64
+
+void netdev_init(struct netdev *n)
+{
+	memset(n, 0, sizeof *n);
+	pol_init(&n->pol, POL_MODE_PUBLIC);
+	n->audit.fd = -1;
+}
+
+int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen)
+{
+	if (pol_parse_mode(mode, &n->pol.mode) < 0) {
+		snprintf(err, errlen, "--network takes none, public or allowlist, not '%s'", mode);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, size_t errlen)
+{
+	char buf[POL_NAME_MAX + 64];
+	char msg[256];
+	if (snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", rule) >= (int)sizeof buf) {
+		snprintf(err, errlen, "rule too long: '%.64s...'", rule);
+		return -EINVAL;
+	}
+	int r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
+	if (r < 0)
+		snprintf(err, errlen, "%s '%s': %s", deny ? "--deny" : "--allow", rule,
+			 r == -ENOMEM ? "out of memory" : msg);
+	return r;
+}
+
+bool netdev_enabled(const struct netdev *n)
+{
+	return n->pol.mode != POL_MODE_NONE;
+}
+
+/* The host's own addresses are blocked like a class (policy.h). */
+static int host_addrs(struct pol *p)
+{
+	struct pol_addr a[MAX_HOST_ADDRS];
+	struct ifaddrs *ifa;
+	size_t k = 0;
+
+	if (getifaddrs(&ifa) < 0)
+		return -errno;
+	for (struct ifaddrs *i = ifa; i && k < MAX_HOST_ADDRS; i = i->ifa_next) {
+		if (!i->ifa_addr)
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET) {
+			a[k].family = 4;
+			memcpy(a[k].b, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+			k++;
+		} else if (i->ifa_addr->sa_family == AF_INET6) {
+			a[k].family = 6;
+			memcpy(a[k].b, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+			k++;
+		}
+	}
+	freeifaddrs(ifa);
+	return pol_set_host_addrs(p, a, k);
+}
+
+/* Stack → guest: only queue (see the locking note in netdev.h). */
+static void to_guest(void *ctx, const uint8_t *frame, size_t len)
+{
+	struct netdev *n = ctx;
+	vnet_rx_enqueue(&n->nic, frame, len); /* a full queue drops, like a wire */
+}
+
+/* Guest → stack, on the device thread or a vCPU under the bus lock. */
+static void to_stack(void *ctx, const uint8_t *frame, size_t len)
+{
+	struct netdev *n = ctx;
+	ns_input(n->stack, frame, len);
+}
+
+static unsigned poll_fds(void *ctx, struct pollfd *p, unsigned max)
+{
+	struct netdev *n = ctx;
+	if (max < 2)
+		return 0;
+	p[0] = (struct pollfd){ .fd = vnet_wake_fd(&n->nic), .events = POLLIN };
+	p[1] = (struct pollfd){ .fd = ns_fd(n->stack), .events = POLLIN };
+	return 2;
+}
+
+static void poll_handle(void *ctx, const struct pollfd *p, unsigned k)
+{
+	struct netdev *n = ctx;
+	if (k >= 2 && p[1].revents)
+		ns_dispatch(n->stack);
+	vnet_rx_flush(&n->nic);
+}
+
+int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
+		  size_t errlen)
+{
+	int r;
+
+	if (!netdev_enabled(n))
+		return 0;
+	if (n->audit_path && (r = audit_open(&n->audit, n->audit_path)) < 0) {
+		snprintf(err, errlen, "cannot open the audit log %s: %s", n->audit_path,
+			 strerror(-r));
+		return r;
+	}
+	if ((r = host_addrs(&n->pol)) < 0) {
+		snprintf(err, errlen, "cannot list the host's addresses: %s", strerror(-r));
+		return r;
+	}
+	const uint8_t mac[6] = VNET_GUEST_MAC;
+	struct net_backend be = { to_stack, n };
+	if ((r = vnet_init(&n->nic, mac, &be)) < 0) {
+		snprintf(err, errlen, "cannot create the network device: %s", strerror(-r));
+		return r;
+	}
+	n->nic_made = true;
+	struct ns_config cfg = {
+		.policy = &n->pol,
+		.audit = &n->audit,
+		.output = to_guest,
+		.output_ctx = n,
+		.resolve = nres_resolve,
+	};
+	if ((r = ns_create(&cfg, &n->stack)) < 0) {
+		snprintf(err, errlen, "cannot start the network stack: %s", strerror(-r));
+		return r;
+	}
+	struct vbus_poller vp = { poll_fds, poll_handle, n };
+	return vbus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);
+}
+
+void netdev_destroy(struct netdev *n)
+{
+	if (n->stack)
+		ns_destroy(n->stack);
+	n->stack = NULL;
+	if (n->nic_made)
+		vnet_destroy(&n->nic);
+	n->nic_made = false;
+	audit_close(&n->audit);
+	pol_free(&n->pol);
+}

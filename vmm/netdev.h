@@ -1,0 +1,64 @@
+/* The guest's NIC in `kbox run`: the egress policy and audit log from the
+ * command line, kbox's network stack (netstack/stack.h) and a virtio-net
+ * device (devices/virtio_net.h) wired to each other and to the bus.
+ *
+ * Locking (why it cannot deadlock).  Three locks are involved: the bus
+ * lock (every device call), lwIP's core lock (every stack call) and the
+ * device's receive-queue lock.  They are only ever taken in that order:
+ *   - device thread and vCPU MMIO exits: bus lock → (guest TX) ns_input or
+ *     (host fd ready) ns_dispatch → core lock → output → rxq lock;
+ *   - lwIP's own thread (TCP timers): core lock → output → rxq lock; it
+ *     never takes the bus lock, because the output callback only queues
+ *     the frame (vnet_rx_enqueue) and wakes the device thread through an
+ *     eventfd, which then moves it into guest buffers under the bus lock;
+ *   - the rxq lock is a leaf: nothing is acquired while it is held.
+ * No thread holds a later lock while waiting for an earlier one, so no
+ * cycle exists.  The DNS resolver (netstack/resolver.h) runs under the
+ * core lock but takes none of these locks, and waits at most
+ * NRES_TIMEOUT_MS. */
+#ifndef KBOX_VMM_NETDEV_H
+#define KBOX_VMM_NETDEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "devices/virtio_net.h"
+#include "netstack/audit.h"
+#include "netstack/policy.h"
+#include "netstack/stack.h"
+#include "vmm/virtio_bus.h"
+
+struct netdev {
+	struct pol pol;
+	struct audit audit;
+	const char *audit_path; /* NULL: no audit log */
+	struct vnet nic;
+	struct ns *stack;
+	bool nic_made;
+};
+
+/* Start with mode public, no rules and no audit log.  Never fails. */
+void netdev_init(struct netdev *n);
+
+/* --network MODE: 0 or -EINVAL with a message in err. */
+int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen);
+
+/* --allow RULE (deny false) or --deny RULE (deny true): 0, -EINVAL
+ * (message in err) or -ENOMEM. */
+int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, size_t errlen);
+
+/* Whether the guest gets a NIC at all (mode is not none). */
+bool netdev_enabled(const struct netdev *n);
+
+/* Open the audit log (if set), learn the host's own addresses, create the
+ * stack and the device, and add the device to bus with its poller (the
+ * stack's fd and the device's wake fd on the device thread).  Does
+ * nothing in mode none.  0 or a negative errno with err set; call
+ * netdev_destroy in every case. */
+int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
+		  size_t errlen);
+
+/* Tear down, once no thread calls the device any more (bus stopped). */
+void netdev_destroy(struct netdev *n);
+
+#endif

@@ -23,6 +23,7 @@
 #include "vmm/klog.h"
 #include "vmm/mounts.h"
 #include "vmm/mptable.h"
+#include "vmm/netdev.h"
 #include "vmm/paths.h"
 #include "vmm/sandbox.h"
 #include "vmm/serial.h"
@@ -62,6 +63,7 @@ struct run_opts {
 	const char *env[MAX_ENV];
 	unsigned nenv;
 	struct mounts *mounts;
+	struct netdev *net;
 };
 
 void run_usage(FILE *f)
@@ -92,6 +94,14 @@ void run_usage(FILE *f)
 		"      --kernel-log FILE where the guest kernel's log goes\n"
 		"                        (default: $XDG_STATE_HOME/kbox/kernel.log)\n"
 		"      --append ARGS     extra kernel command-line arguments\n"
+		"      --network MODE    none (no NIC), public (default: the internet but no\n"
+		"                        private, loopback, link-local or host addresses) or\n"
+		"                        allowlist (only what --allow names)\n"
+		"      --allow RULE      allow a destination: name, *.suffix, address or CIDR,\n"
+		"                        with :PORT; host.kbox.internal:PORT reaches the\n"
+		"                        host's 127.0.0.1:PORT (repeatable)\n"
+		"      --deny RULE       deny a destination; beats every allow (repeatable)\n"
+		"      --audit-log FILE  append every network decision to FILE (JSON lines)\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"  -h, --help            this help\n"
 		"\n"
@@ -198,6 +208,8 @@ static int open_klog(const char *path, char *used, size_t usedlen)
 	return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 }
 
+enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG };
+
 static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_config *cfg)
 {
 	static const struct option opts[] = {
@@ -215,6 +227,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "append", required_argument, NULL, 'A' },
 		{ "volume", required_argument, NULL, 'v' },
 		{ "verbose", no_argument, NULL, 'V' },
+		{ "network", required_argument, NULL, OPT_NETWORK },
+		{ "allow", required_argument, NULL, OPT_ALLOW },
+		{ "deny", required_argument, NULL, OPT_DENY },
+		{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -264,6 +280,17 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			break;
 		}
 		case 'V': o->verbose = 1; break;
+		case OPT_NETWORK:
+		case OPT_ALLOW:
+		case OPT_DENY: {
+			char err[512];
+			if ((c == OPT_NETWORK ? netdev_set_mode(o->net, optarg, err, sizeof err)
+					      : netdev_add_rule(o->net, optarg, c == OPT_DENY, err,
+								sizeof err)) < 0)
+				return die("%s", err);
+			break;
+		}
+		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
 		case 'h':
 			run_usage(stdout);
 			return -1;
@@ -414,12 +441,15 @@ int run_main(int argc, char **argv)
 {
 	/* static, like the session below: the devices live on the bus. */
 	static struct mounts mnt;
+	static struct netdev net;
 	memset(&mnt, 0, sizeof mnt);
-	struct run_opts o = { .mounts = &mnt };
+	netdev_init(&net);
+	struct run_opts o = { .mounts = &mnt, .net = &net };
 	struct kbox_config cfg;
 	config_init(&cfg);
 	int rc = parse_args(argc, argv, &o, &cfg);
 	if (rc) {
+		netdev_destroy(&net);
 		config_free(&cfg);
 		return rc < 0 ? 0 : rc;
 	}
@@ -556,6 +586,10 @@ int run_main(int argc, char **argv)
 		die("%s", err);
 		goto out;
 	}
+	if (netdev_attach(&net, &s.bus, cmdline, sizeof cmdline, err, sizeof err) < 0) {
+		die("%s", err);
+		goto out;
+	}
 	if (o.append) {
 		size_t used = strlen(cmdline);
 		if (snprintf(cmdline + used, sizeof cmdline - used, " %s", o.append) >=
@@ -681,6 +715,7 @@ out:
 	}
 	if (bus_made)
 		vbus_destroy(&s.bus);
+	netdev_destroy(&net); /* after the bus: no thread calls the NIC now */
 	mounts_free(&mnt);
 	if (vu_made)
 		vsock_unix_destroy(&s.vu);

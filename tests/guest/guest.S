@@ -30,6 +30,14 @@
  *                           fault, +0x28 w64 TG_DONE_MAGIC when garbage is
  *                           done, +0x30 w64 RFLAGS as seen in ring 3
  *   port  TG_EXC_PORT: ring-0 exception report, committed by TG_EXC_MAGIC.
+ *   mmio  TG_MMIO + 0x38: w64 one report of a ring-3 script (MODE_SCRIPT)
+ *
+ * MODE_SCRIPT makes ring 3 a virtio-mmio driver for the device at
+ * cfg_virtio_base, following a script of 32-byte ops the harness writes to
+ * guest RAM (cfg_script): every register access, ring and packet store is
+ * done here, in ring 3, so it takes the real MMIO exit and ioeventfd path.
+ * Ring 0 routes the device's IRQ (cfg_virtio_irq) through the IO-APIC to
+ * IRQ_VEC and only counts those interrupts (irq_count), which ring 3 reports.
  */
 
 #define TG_CFG          0x200000
@@ -47,6 +55,9 @@
 #define MODE_GARBAGE    1
 #define MODE_FAULT      2
 #define MODE_IOPL       3
+#define MODE_SCRIPT     4
+#define IRQ_VEC         0x40 /* the virtio slot's IRQ, routed by the IO-APIC */
+#define IOAPIC          0xfec00000
 #define FINISH_RESET    0
 #define FINISH_TRIPLE   1
 
@@ -165,7 +176,10 @@ cpu_common:
 4:	mov %r14d, %edx
 	mov %r15d, %eax
 	out %al, (%dx)                          /* hello */
-	cmpl $MODE_EXITS, cfg_mode(%rip)
+	cmpl $MODE_SCRIPT, cfg_mode(%rip)
+	jne 6f
+	call irq_route
+6:	cmpl $MODE_EXITS, cfg_mode(%rip)
 	jne 5f
 	call port_rounds
 5:
@@ -175,13 +189,40 @@ cpu_common:
 	add %rcx, %rax
 	pushq $SEL_UDATA
 	push %rax
+	cmpl $MODE_SCRIPT, cfg_mode(%rip)
+	je 7f
 	pushq $0x3002                           /* IOPL 3, interrupts off */
+	jmp 8f
+7:	pushq $0x202                            /* interrupts on, to count them */
+8:
 	pushq $SEL_UCODE
 	lea user_main(%rip), %rax
 	push %rax
 	mov %ebx, %edi
 	mov %r12d, %esi
 	iretq
+
+/* Only the virtio slot's IRQ may interrupt: the PIC and LINT0 masked, the
+ * LAPIC on, the IO-APIC pin cfg_virtio_irq edge-triggered to IRQ_VEC on
+ * APIC 0. */
+irq_route:
+	mov $0xff, %al
+	out %al, $0x21
+	out %al, $0xa1
+	mov $LAPIC, %esi
+	movl $0x1ff, 0xf0(%rsi)
+	movl $0x10000, 0x350(%rsi)
+	mov $IOAPIC, %esi
+	mov cfg_virtio_irq(%rip), %eax
+	cmp $24, %eax                           /* the IO-APIC has 24 pins */
+	jae 1f
+	lea 0x11(,%rax,2), %eax
+	mov %eax, (%rsi)
+	movl $0, 0x10(%rsi)                     /* destination APIC 0 */
+	dec %eax
+	mov %eax, (%rsi)
+	movl $IRQ_VEC, 0x10(%rsi)               /* fixed, edge, unmasked */
+1:	ret
 
 /* x(cpu,k) out, y(cpu,k) in and checked, for k < cfg_rounds, then 64
  * bytes s(cpu,n) = 7n + 31cpu + 1 in by rep insb, checked and echoed by
@@ -386,7 +427,16 @@ exc_stubs:
  * on COM1 for kbox, then reset.  Anything else is reported to the harness
  * -- vector, error code, RIP, CS|cpu<<16 -- before the reset. */
 exc_common:
-	cmpq $6, (%rsp)
+	cmpq $IRQ_VEC, (%rsp)
+	jne 0f
+	lock incq irq_count(%rip)
+	push %rsi
+	mov $LAPIC, %esi
+	movl $0, 0xb0(%rsi)                     /* EOI */
+	pop %rsi
+	add $16, %rsp
+	iretq
+0:	cmpq $6, (%rsp)
 	jne 1f
 	cmpq $SEL_UCODE, 24(%rsp)
 	jne 1f
@@ -553,8 +603,12 @@ cfg_exit_digit: .long 7
 cfg_mmio_base:  .quad TG_MMIO
 cfg_virtio_base: .quad 0xd0000000                /* VBUS_BASE: kbox's first device */
 cfg_virtio_hits: .long 4096
+cfg_virtio_irq: .long 5                     /* VBUS_FIRST_IRQ */
+cfg_script:     .quad 0
 	.balign 64
 done_count:     .long 0
+	.balign 8
+irq_count:      .quad 0
 /* What Linux prints when guest-init reboots with kbox's exit command. */
 exit_msg:       .ascii "\nreboot: Restarting system with command 'kbox-exit="
 exit_digit:     .ascii "0'\n"
@@ -585,6 +639,8 @@ user_main:
 	je fault
 	cmp $MODE_IOPL, %eax
 	je iopl
+	cmp $MODE_SCRIPT, %eax
+	je script
 
 exits:
 	mov %r15d, (%r13)
@@ -645,6 +701,91 @@ iopl:
 iopl_insn:
 	out %al, (%dx)
 	jmp finish
+
+/* The script interpreter: ops of four qwords {op | mask << 32, a, b, c}
+ * from cfg_script until SOP_END (or an unknown op).  Reports go to
+ * 0x38(%r13) one qword each; a poll reports the value it last saw, with
+ * bit 32 set if it gave up after c tries.  %rbp = the device window. */
+#define SOP_END   0
+#define SOP_MW    1 /* write32 b to register a */
+#define SOP_MR    2 /* read32 register a, report it */
+#define SOP_ST    3 /* store the c low bytes (1, 2, 4, 8) of b at address a */
+#define SOP_WAIT  4 /* poll the u16 at a until it is b, at most c times */
+#define SOP_MWAIT 5 /* poll register a until (value & mask) == b, c times */
+#define SOP_REP   6 /* report c qwords from address a */
+#define SOP_IRQS  7 /* report irq_count */
+script:
+	mov cfg_script(%rip), %rsi
+	mov cfg_virtio_base(%rip), %rbp
+1:	mov (%rsi), %rax
+	mov 8(%rsi), %rdi
+	mov 16(%rsi), %rdx
+	mov 24(%rsi), %rcx
+	add $32, %rsi
+	mov %rax, %r9
+	shr $32, %r9                            /* mask */
+	cmp $SOP_MW, %eax
+	je 10f
+	cmp $SOP_MR, %eax
+	je 20f
+	cmp $SOP_ST, %eax
+	je 30f
+	cmp $SOP_WAIT, %eax
+	je 40f
+	cmp $SOP_MWAIT, %eax
+	je 50f
+	cmp $SOP_REP, %eax
+	je 60f
+	cmp $SOP_IRQS, %eax
+	je 70f
+	jmp finish
+10:	mov %edx, (%rbp,%rdi)
+	jmp 1b
+20:	mov (%rbp,%rdi), %eax
+	mov %rax, 0x38(%r13)
+	jmp 1b
+30:	cmp $1, %ecx
+	jne 31f
+	mov %dl, (%rdi)
+	jmp 1b
+31:	cmp $2, %ecx
+	jne 32f
+	mov %dx, (%rdi)
+	jmp 1b
+32:	cmp $4, %ecx
+	jne 33f
+	mov %edx, (%rdi)
+	jmp 1b
+33:	mov %rdx, (%rdi)
+	jmp 1b
+40:	movzwl (%rdi), %eax
+	cmp %dx, %ax
+	je 41f
+	pause
+	dec %rcx
+	jnz 40b
+	bts $32, %rax
+41:	mov %rax, 0x38(%r13)
+	jmp 1b
+50:	mov (%rbp,%rdi), %eax
+	mov %eax, %r8d
+	and %r9d, %r8d
+	cmp %edx, %r8d
+	je 41b
+	dec %rcx
+	jnz 50b
+	bts $32, %rax
+	jmp 41b
+60:	test %rcx, %rcx
+	jz 1b
+	mov (%rdi), %rax
+	mov %rax, 0x38(%r13)
+	add $8, %rdi
+	dec %rcx
+	jmp 60b
+70:	mov irq_count(%rip), %rax
+	mov %rax, 0x38(%r13)
+	jmp 1b
 
 /* xorshift64 state in %r10, seeded from cfg_seed and the CPU index. */
 rnd_seed:

@@ -9,17 +9,23 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "devices/irq_sink.h"
+#include "devices/virtio_vsock.h"
+#include "devices/vsock_unix.h"
 #include "vmm/boot.h"
 #include "vmm/mptable.h"
 #include "vmm/serial.h"
@@ -44,16 +50,18 @@
 #define EXIT_LINE     "\nreboot: Restarting system with command 'kbox-exit=5'\n"
 #define COM1_IRQ      4u
 
-enum tg_mode { MODE_EXITS = 0, MODE_GARBAGE = 1, MODE_FAULT = 2, MODE_IOPL = 3 };
+enum tg_mode { MODE_EXITS = 0, MODE_GARBAGE = 1, MODE_FAULT = 2, MODE_IOPL = 3,
+	       MODE_SCRIPT = 4 };
 enum tg_finish { FINISH_RESET = 0, FINISH_TRIPLE = 1 };
 
 struct tg_cfg {
 	uint32_t magic, ncpus, mode, finish, rounds, seed, mmio_pages, exit_digit;
 	uint64_t mmio_base;
 	uint64_t virtio_base;
-	uint32_t virtio_hits;
+	uint32_t virtio_hits, virtio_irq;
+	uint64_t script;
 };
-_Static_assert(offsetof(struct tg_cfg, virtio_hits) == 0x30 && sizeof(struct tg_cfg) <= 0x40,
+_Static_assert(offsetof(struct tg_cfg, script) == 0x38 && sizeof(struct tg_cfg) <= 0x40,
 	       "struct tg_cfg must match cfg in guest.S");
 
 /* One access as the device callbacks saw it: ports byte by byte (that is
@@ -66,6 +74,7 @@ struct ev {
 };
 
 #define LOG_MAX 4096u
+#define REP_MAX 2048u
 
 struct cpu_log {
 	struct ev ev[LOG_MAX];
@@ -100,6 +109,8 @@ struct harness {
 	struct line_irq uart_irq;
 	char uart_tail[128];
 	uint64_t uart_bytes;
+	uint64_t rep[REP_MAX]; /* MODE_SCRIPT reports, in order */
+	unsigned nrep;
 };
 
 static unsigned passed, failed;
@@ -231,6 +242,8 @@ static void test_mmio_write(void *ctx, uint64_t off, const uint8_t *data, unsign
 	pthread_mutex_lock(&h->lock);
 	if (reg == 0x28 && len == 8 && v == TG_DONE_MAGIC)
 		h->log[window_cpu(h, cpu)].done = 1;
+	if (reg == 0x38 && len == 8 && cpu == 0 && h->nrep < REP_MAX)
+		h->rep[h->nrep++] = v;
 	log_ev(h, window_cpu(h, cpu), (struct ev){ EV_MMIO_W, (uint8_t)len, (uint32_t)off, v });
 	pthread_mutex_unlock(&h->lock);
 }
@@ -317,6 +330,521 @@ static int echo_notify(struct vq_dev *d, unsigned qi)
 }
 
 static const struct vq_dev_ops echo_ops = { .notify = echo_notify };
+
+/* ---- MODE_SCRIPT: ring 3 drives the real vsock device ----
+ *
+ * The harness writes the driver's every step as a script of ops (guest.S,
+ * `script`) into guest RAM; ring 3 executes it, so each register access,
+ * descriptor, ring index and packet byte comes from guest stores and real
+ * MMIO exits, and each QueueNotify reaches the device thread through its
+ * ioeventfd.  What ring 3 saw comes back as reports, checked below. */
+
+enum sop { SOP_END, SOP_MW, SOP_MR, SOP_ST, SOP_WAIT, SOP_MWAIT, SOP_REP, SOP_IRQS };
+
+#define SCRIPT_ADDR 0x400000ull
+#define SCRIPT_MAX  8192u
+#define RING_ADDR   0x600000ull /* queue q at +q*0x4000: desc, avail +0x1000, used +0x2000 */
+#define RXBUF_ADDR  0x800000ull
+#define TXBUF_ADDR  0x900000ull
+#define BUF_SIZE    0x1000u
+#define DQ_SIZE     16u
+#define RX_BUFS     8u
+#define GUEST_CID   3u
+#define PORT_OPEN   1234u
+#define PORT_CLOSED 1235u
+#define MEM_POLLS   100000000ull /* pause loops: seconds, not forever */
+#define REG_POLLS   1000000ull
+#define G2H_LEN     64u
+#define H2G_LEN     48u
+#define OUTSIDE_RAM 0x4000000000ull
+#define POLL_GAVE_UP (1ull << 32)
+#define VRING_F_NEXT 1u
+#define VRING_F_WRITE 2u
+
+struct script {
+	uint64_t op[SCRIPT_MAX][4];
+	unsigned n, nrep;
+	int overflow;
+};
+
+/* Append one op that makes reps reports; returns the first one's index. */
+static unsigned sop(struct script *s, uint64_t op, uint64_t a, uint64_t b, uint64_t c,
+		    unsigned reps)
+{
+	unsigned first = s->nrep;
+	if (s->n + 1 >= SCRIPT_MAX) { /* keep room for SOP_END */
+		s->overflow = 1;
+		return REP_MAX;
+	}
+	s->op[s->n][0] = op;
+	s->op[s->n][1] = a;
+	s->op[s->n][2] = b;
+	s->op[s->n][3] = c;
+	s->n++;
+	s->nrep += reps;
+	return first;
+}
+
+static void mw(struct script *s, uint32_t reg, uint32_t v) { sop(s, SOP_MW, reg, v, 0, 0); }
+static unsigned mr(struct script *s, uint32_t reg) { return sop(s, SOP_MR, reg, 0, 0, 1); }
+static void st(struct script *s, uint64_t gpa, uint64_t v, unsigned len)
+{
+	sop(s, SOP_ST, gpa, v, len, 0);
+}
+
+static uint64_t q_desc(unsigned q) { return RING_ADDR + q * 0x4000ull; }
+static uint64_t q_avail(unsigned q) { return q_desc(q) + 0x1000; }
+static uint64_t q_used(unsigned q) { return q_desc(q) + 0x2000; }
+
+static void st_desc(struct script *s, unsigned q, unsigned i, uint64_t addr, uint32_t len,
+		    uint16_t flags, uint16_t next)
+{
+	st(s, q_desc(q) + 16 * i, addr, 8);
+	st(s, q_desc(q) + 16 * i + 8, len | (uint64_t)flags << 32 | (uint64_t)next << 48, 8);
+}
+
+/* What one handshake reported (indexes into harness.rep). */
+struct hs_rep { unsigned magic, version, devid, feat_hi, fok, qmax[3], live, cid; };
+/* One received packet: the used-index poll, the used element, the buffer. */
+struct rx_rep { unsigned wait, elem, buf, qwords; };
+
+struct drv {
+	struct script *s;
+	uint16_t avail[3], used[3];
+	unsigned rx_next;
+};
+
+/* Reset, features, three queues, DRIVER_OK, then RX_BUFS rx buffers. */
+static void drv_handshake(struct drv *d, struct hs_rep *r)
+{
+	struct script *s = d->s;
+	r->magic = mr(s, 0x000);
+	r->version = mr(s, 0x004);
+	r->devid = mr(s, 0x008);
+	mw(s, 0x070, 0);
+	mw(s, 0x070, VIRTIO_STATUS_ACKNOWLEDGE);
+	mw(s, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	mw(s, 0x014, 1);
+	r->feat_hi = mr(s, 0x010);
+	mw(s, 0x024, 0);
+	mw(s, 0x020, 0);
+	mw(s, 0x024, 1);
+	mw(s, 0x020, 1); /* VIRTIO_F_VERSION_1 only */
+	mw(s, 0x070, 0xb);
+	r->fok = mr(s, 0x070);
+	for (unsigned q = 0; q < 3; q++) {
+		/* Stale indexes from an earlier round must not look like work. */
+		st(s, q_avail(q), 0, 4);
+		st(s, q_used(q), 0, 4);
+		mw(s, 0x030, q);
+		r->qmax[q] = mr(s, 0x034);
+		mw(s, 0x038, DQ_SIZE);
+		mw(s, 0x080, (uint32_t)q_desc(q));
+		mw(s, 0x084, 0);
+		mw(s, 0x090, (uint32_t)q_avail(q));
+		mw(s, 0x094, 0);
+		mw(s, 0x0a0, (uint32_t)q_used(q));
+		mw(s, 0x0a4, 0);
+		mw(s, 0x044, 1);
+		d->avail[q] = d->used[q] = 0;
+	}
+	mw(s, 0x070, 0xf);
+	r->live = mr(s, 0x070);
+	r->cid = mr(s, 0x100);
+	for (unsigned j = 0; j < RX_BUFS; j++) {
+		st_desc(s, 0, j, RXBUF_ADDR + j * BUF_SIZE, BUF_SIZE, VRING_F_WRITE, 0);
+		st(s, q_avail(0) + 4 + 2 * j, j, 2);
+	}
+	d->avail[0] = RX_BUFS;
+	st(s, q_avail(0) + 2, RX_BUFS, 2);
+	mw(s, VMMIO_QUEUE_NOTIFY, 0);
+	d->rx_next = 0;
+}
+
+/* Make tx descriptor slot (already filled) available and kick the queue. */
+static void drv_kick_tx(struct drv *d, unsigned slot)
+{
+	struct script *s = d->s;
+	st(s, q_avail(1) + 4 + 2 * (d->avail[1] % DQ_SIZE), slot, 2);
+	d->avail[1]++;
+	st(s, q_avail(1) + 2, d->avail[1], 2);
+	mw(s, VMMIO_QUEUE_NOTIFY, 1);
+}
+
+/* Send one packet; returns the report of the poll for its used entry. */
+static unsigned drv_send(struct drv *d, uint16_t op, uint32_t sport, uint32_t dport,
+			 const uint8_t *payload, uint32_t len)
+{
+	struct script *s = d->s;
+	unsigned slot = d->avail[1] % DQ_SIZE;
+	uint64_t buf = TXBUF_ADDR + slot * BUF_SIZE;
+	st(s, buf, GUEST_CID, 8);
+	st(s, buf + 8, VSOCK_HOST_CID, 8);
+	st(s, buf + 16, sport | (uint64_t)dport << 32, 8);
+	st(s, buf + 24, len | (uint64_t)VSOCK_TYPE_STREAM << 32 | (uint64_t)op << 48, 8);
+	st(s, buf + 32, (uint64_t)VSOCK_MAX_PKT << 32, 8); /* flags 0, buf_alloc */
+	st(s, buf + 40, 0, 4);                            /* fwd_cnt */
+	for (uint32_t i = 0; i < len; i += 8) {
+		uint64_t q = 0;
+		for (uint32_t b = 0; b < 8 && i + b < len; b++)
+			q |= (uint64_t)payload[i + b] << (8 * b);
+		st(s, buf + VSOCK_HDR_SIZE + i, q, len - i < 8 ? len - i : 8);
+	}
+	st_desc(s, 1, slot, buf, VSOCK_HDR_SIZE + len, 0, 0);
+	drv_kick_tx(d, slot);
+	d->used[1]++;
+	return sop(s, SOP_WAIT, q_used(1) + 2, d->used[1], MEM_POLLS, 1);
+}
+
+/* Wait for the next rx packet and report it with up to len payload bytes;
+ * then acknowledge the interrupt as a driver must. */
+static struct rx_rep drv_recv(struct drv *d, uint32_t len)
+{
+	struct script *s = d->s;
+	struct rx_rep r;
+	unsigned j = d->rx_next++;
+	d->used[0]++;
+	r.wait = sop(s, SOP_WAIT, q_used(0) + 2, d->used[0], MEM_POLLS, 1);
+	r.elem = sop(s, SOP_REP, q_used(0) + 4 + 8 * ((d->used[0] - 1u) % DQ_SIZE), 0, 1, 1);
+	r.qwords = (VSOCK_HDR_SIZE + len + 7) / 8;
+	r.buf = sop(s, SOP_REP, RXBUF_ADDR + j * BUF_SIZE, 0, r.qwords, r.qwords);
+	mr(s, 0x060);
+	mw(s, 0x064, VMMIO_INT_USED | VMMIO_INT_CONFIG);
+	return r;
+}
+
+/* A tx chain the device must refuse (a buffer outside RAM, or a loop);
+ * returns the report of the wait for DEVICE_NEEDS_RESET. */
+static unsigned drv_hostile(struct drv *d, int loop)
+{
+	struct script *s = d->s;
+	unsigned slot = d->avail[1] % DQ_SIZE, other = (slot + 1) % DQ_SIZE;
+	if (loop) {
+		st_desc(s, 1, slot, TXBUF_ADDR, VSOCK_HDR_SIZE, VRING_F_NEXT, (uint16_t)other);
+		st_desc(s, 1, other, TXBUF_ADDR, VSOCK_HDR_SIZE, VRING_F_NEXT, (uint16_t)slot);
+	} else {
+		st_desc(s, 1, slot, OUTSIDE_RAM, VSOCK_HDR_SIZE, 0, 0);
+	}
+	drv_kick_tx(d, slot);
+	return sop(s, SOP_MWAIT | (uint64_t)VIRTIO_STATUS_NEEDS_RESET << 32, 0x070,
+		   VIRTIO_STATUS_NEEDS_RESET, REG_POLLS, 1);
+}
+
+static uint8_t g2h_byte(unsigned i) { return (uint8_t)(i * 37 + 11); }
+static uint8_t h2g_byte(unsigned i) { return (uint8_t)((i * 53 + 7) ^ 0x5a); }
+
+#define HOSTILE_ROUNDS 2
+struct plan {
+	struct hs_rep hs[1 + HOSTILE_ROUNDS];
+	struct rx_rep rst[1 + HOSTILE_ROUNDS], resp, h2g;
+	unsigned rst_tx[1 + HOSTILE_ROUNDS], req_tx, rw_tx;
+	unsigned bad[HOSTILE_ROUNDS], reset_status[HOSTILE_ROUNDS];
+	unsigned irqs;
+};
+
+/* A connection to a closed port gives RST (request and reply both checked
+ * later from the reports). */
+static void drv_closed_port(struct drv *d, struct plan *p, unsigned round)
+{
+	p->rst_tx[round] = drv_send(d, VSOCK_OP_REQUEST, 5001 + round, PORT_CLOSED, NULL, 0);
+	p->rst[round] = drv_recv(d, 0);
+}
+
+static void build_script(struct script *s, struct plan *p)
+{
+	struct drv d = { .s = s };
+	uint8_t g2h[G2H_LEN];
+	for (unsigned i = 0; i < G2H_LEN; i++)
+		g2h[i] = g2h_byte(i);
+	memset(s, 0, sizeof *s);
+	drv_handshake(&d, &p->hs[0]);
+	drv_closed_port(&d, p, 0);
+	p->req_tx = drv_send(&d, VSOCK_OP_REQUEST, 5000, PORT_OPEN, NULL, 0);
+	p->resp = drv_recv(&d, 0);
+	p->rw_tx = drv_send(&d, VSOCK_OP_RW, 5000, PORT_OPEN, g2h, G2H_LEN);
+	p->h2g = drv_recv(&d, H2G_LEN);
+	for (unsigned k = 0; k < HOSTILE_ROUNDS; k++) {
+		p->bad[k] = drv_hostile(&d, k == 1);
+		mw(s, 0x070, 0);
+		p->reset_status[k] = mr(s, 0x070);
+		drv_handshake(&d, &p->hs[1 + k]);
+		drv_closed_port(&d, p, 1 + k);
+	}
+	p->irqs = sop(s, SOP_IRQS, 0, 0, 0, 1);
+	s->op[s->n][0] = SOP_END;
+}
+
+/* The host end of port PORT_OPEN: takes G2H_LEN bytes, answers H2G_LEN. */
+struct peer {
+	int listen_fd, stop_fd, conn_fd;
+	pthread_t thread;
+	int started;
+	uint8_t got[G2H_LEN];
+	size_t got_n;
+	ssize_t sent;
+};
+
+/* Wait for fd to be ready for events, or the stop eventfd: 1 if ready. */
+static int peer_wait(struct peer *p, int fd, short events)
+{
+	struct pollfd pf[2] = { { .fd = fd, .events = events }, { .fd = p->stop_fd, .events = POLLIN } };
+	int r = poll(pf, 2, 30000);
+	return r > 0 && !pf[1].revents && pf[0].revents;
+}
+
+static void *peer_thread(void *arg)
+{
+	struct peer *p = arg;
+	if (!peer_wait(p, p->listen_fd, POLLIN))
+		return NULL;
+	p->conn_fd = accept4(p->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (p->conn_fd < 0)
+		return NULL;
+	while (p->got_n < G2H_LEN && peer_wait(p, p->conn_fd, POLLIN)) {
+		ssize_t r = read(p->conn_fd, p->got + p->got_n, G2H_LEN - p->got_n);
+		if (r <= 0)
+			return NULL;
+		p->got_n += (size_t)r;
+	}
+	if (p->got_n < G2H_LEN)
+		return NULL;
+	uint8_t out[H2G_LEN];
+	for (unsigned i = 0; i < H2G_LEN; i++)
+		out[i] = h2g_byte(i);
+	p->sent = write(p->conn_fd, out, sizeof out);
+	return NULL;
+}
+
+struct vs_rig {
+	struct vsock vs;
+	struct vsock_unix vu;
+	struct peer peer;
+	struct script script;
+	struct plan plan;
+	char dir[32], base[48], lpath[64];
+	int vs_made, vu_made;
+};
+
+static unsigned rig_fds(void *ctx, struct pollfd *p, unsigned max)
+{
+	return vsock_unix_pollfds(ctx, p, max);
+}
+
+static void rig_handle(void *ctx, const struct pollfd *p, unsigned n)
+{
+	vsock_unix_handle(ctx, p, n);
+}
+
+/* The vsock device and its Unix backend on bus, a listener on the open
+ * port, and the script in guest RAM. */
+static int rig_setup(struct vs_rig *r, struct vm *vm, struct vbus *bus, char *err, size_t errlen)
+{
+	memset(r, 0, sizeof *r);
+	r->peer = (struct peer){ .listen_fd = -1, .stop_fd = -1, .conn_fd = -1 };
+	snprintf(r->dir, sizeof r->dir, "/tmp/kbox-kvm-XXXXXX");
+	if (!mkdtemp(r->dir)) {
+		r->dir[0] = 0;
+		snprintf(err, errlen, "mkdtemp: %s", strerror(errno));
+		return -1;
+	}
+	snprintf(r->base, sizeof r->base, "%s/v", r->dir);
+	snprintf(r->lpath, sizeof r->lpath, "%s_%u", r->base, PORT_OPEN);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r->lpath);
+	r->peer.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	r->peer.stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (r->peer.listen_fd < 0 || r->peer.stop_fd < 0 ||
+	    bind(r->peer.listen_fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    listen(r->peer.listen_fd, 4) < 0) {
+		snprintf(err, errlen, "listener %s: %s", r->lpath, strerror(errno));
+		return -1;
+	}
+	if (vsock_init(&r->vs, GUEST_CID, NULL, NULL) < 0) {
+		snprintf(err, errlen, "vsock_init failed");
+		return -1;
+	}
+	r->vs_made = 1;
+	int rc = vsock_unix_init(&r->vu, &r->vs, r->base, false);
+	if (rc < 0) {
+		snprintf(err, errlen, "vsock_unix_init: %s", strerror(-rc));
+		return -1;
+	}
+	r->vu_made = 1;
+	struct vbus_poller pl = { rig_fds, rig_handle, &r->vu };
+	char cmdline[128] = "";
+	if (vbus_add(bus, &r->vs.dev, &pl, cmdline, sizeof cmdline, err, errlen) < 0)
+		return -1;
+	build_script(&r->script, &r->plan);
+	if (r->script.overflow) {
+		snprintf(err, errlen, "script longer than %u ops", SCRIPT_MAX);
+		return -1;
+	}
+	if (gm_write(&vm->mem, SCRIPT_ADDR, r->script.op, sizeof r->script.op) < 0) {
+		snprintf(err, errlen, "cannot write the script to guest RAM");
+		return -1;
+	}
+	if (pthread_create(&r->peer.thread, NULL, peer_thread, &r->peer) != 0) {
+		snprintf(err, errlen, "cannot start the host peer");
+		return -1;
+	}
+	r->peer.started = 1;
+	return 0;
+}
+
+/* After vbus_stop: stop the peer, drop the backend and device, clean up. */
+static void rig_teardown(struct vs_rig *r)
+{
+	if (r->peer.started) {
+		uint64_t one = 1;
+		ssize_t w = write(r->peer.stop_fd, &one, sizeof one);
+		(void)w;
+		pthread_join(r->peer.thread, NULL);
+	}
+	if (r->vu_made)
+		vsock_unix_destroy(&r->vu);
+	if (r->vs_made)
+		vsock_destroy(&r->vs);
+	if (r->peer.conn_fd >= 0)
+		close(r->peer.conn_fd);
+	if (r->peer.listen_fd >= 0)
+		close(r->peer.listen_fd);
+	if (r->peer.stop_fd >= 0)
+		close(r->peer.stop_fd);
+	if (r->lpath[0])
+		unlink(r->lpath);
+	if (r->dir[0])
+		rmdir(r->dir);
+}
+
+static int rep_get(const struct harness *h, unsigned i, uint64_t *v)
+{
+	if (i >= h->nrep)
+		return 0;
+	*v = h->rep[i];
+	return 1;
+}
+
+static int hs_ok(const struct harness *h, const struct hs_rep *r, char *why, size_t n)
+{
+	uint64_t m = 0, ver = 0, id = 0, fh = 0, fok = 0, live = 0, cid = 0, q[3] = { 0 };
+	int got = rep_get(h, r->magic, &m) && rep_get(h, r->version, &ver) &&
+		  rep_get(h, r->devid, &id) && rep_get(h, r->feat_hi, &fh) &&
+		  rep_get(h, r->fok, &fok) && rep_get(h, r->live, &live) &&
+		  rep_get(h, r->cid, &cid) && rep_get(h, r->qmax[0], &q[0]) &&
+		  rep_get(h, r->qmax[1], &q[1]) && rep_get(h, r->qmax[2], &q[2]);
+	snprintf(why, n, "magic 0x%" PRIx64 " version %" PRIu64 " device %" PRIu64
+		 " features[63:32] 0x%" PRIx64 " status after FEATURES_OK 0x%" PRIx64
+		 ", after DRIVER_OK 0x%" PRIx64 ", QueueNumMax %" PRIu64 "/%" PRIu64 "/%" PRIu64
+		 ", guest_cid %" PRIu64, m, ver, id, fh, fok, live, q[0], q[1], q[2], cid);
+	return got && m == 0x74726976 && ver == 2 && id == VSOCK_DEVICE_ID && (fh & 1) &&
+	       fok == 0xb && live == 0xf && cid == GUEST_CID && q[0] >= DQ_SIZE &&
+	       q[1] >= DQ_SIZE && q[2] >= DQ_SIZE;
+}
+
+/* Decode a received packet: 1 if it arrived (poll did not give up). */
+static int rx_get(const struct harness *h, const struct rx_rep *r, struct vsock_hdr *hdr,
+		  uint64_t *elem, uint8_t *payload, size_t plen)
+{
+	uint64_t w = 0;
+	uint8_t raw[8 * 16] = { 0 };
+	if (!rep_get(h, r->wait, &w) || (w & POLL_GAVE_UP) || !rep_get(h, r->elem, elem) ||
+	    r->qwords > 16)
+		return 0;
+	for (unsigned i = 0; i < r->qwords; i++) {
+		uint64_t q;
+		if (!rep_get(h, r->buf + i, &q))
+			return 0;
+		for (unsigned b = 0; b < 8; b++)
+			raw[8 * i + b] = (uint8_t)(q >> (8 * b));
+	}
+	vsock_hdr_decode(hdr, raw);
+	if (plen)
+		memcpy(payload, raw + VSOCK_HDR_SIZE, plen);
+	return 1;
+}
+
+static int is_pkt(const struct vsock_hdr *x, uint16_t op, uint32_t sport, uint32_t dport,
+		  uint32_t len)
+{
+	return x->src_cid == VSOCK_HOST_CID && x->dst_cid == GUEST_CID && x->src_port == sport &&
+	       x->dst_port == dport && x->type == VSOCK_TYPE_STREAM && x->op == op && x->len == len;
+}
+
+static int tx_done(const struct harness *h, unsigned i)
+{
+	uint64_t v;
+	return rep_get(h, i, &v) && !(v & POLL_GAVE_UP);
+}
+
+static void rst_check(const char *name, const struct harness *h, const struct plan *p,
+		      unsigned round)
+{
+	struct vsock_hdr x = { 0 };
+	uint64_t elem = 0;
+	int got = rx_get(h, &p->rst[round], &x, &elem, NULL, 0);
+	check(got && tx_done(h, p->rst_tx[round]) &&
+		      is_pkt(&x, VSOCK_OP_RST, PORT_CLOSED, 5001 + round, 0) &&
+		      (elem >> 32) == VSOCK_HDR_SIZE,
+	      "%s: round %u: REQUEST to closed port %u answered by RST in the rx ring "
+	      "(op %u %" PRIu64 ":%u -> %" PRIu64 ":%u len %u, used len %" PRIu64 ")%s",
+	      name, round, PORT_CLOSED, x.op, x.src_cid, x.src_port, x.dst_cid, x.dst_port,
+	      x.len, elem >> 32, got ? "" : ": nothing arrived");
+}
+
+static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
+{
+	const struct plan *p = &r->plan;
+	char why[320];
+	check(h->nrep == r->script.nrep, "%s: ring 3 ran the whole %u-op driver script "
+					 "(%u of %u reports)", name, r->script.n, h->nrep,
+	      r->script.nrep);
+	for (unsigned k = 0; k <= HOSTILE_ROUNDS; k++) {
+		int ok = hs_ok(h, &p->hs[k], why, sizeof why);
+		check(ok, "%s: round %u: virtio-mmio handshake from ring 3: %s", name, k, why);
+	}
+	rst_check(name, h, p, 0);
+
+	struct vsock_hdr x = { 0 };
+	uint64_t elem = 0;
+	int got = rx_get(h, &p->resp, &x, &elem, NULL, 0);
+	check(got && tx_done(h, p->req_tx) && is_pkt(&x, VSOCK_OP_RESPONSE, PORT_OPEN, 5000, 0),
+	      "%s: REQUEST to listening port %u answered by RESPONSE (op %u, ports %u -> %u)",
+	      name, PORT_OPEN, x.op, x.src_port, x.dst_port);
+	int same = r->peer.got_n == G2H_LEN;
+	for (unsigned i = 0; same && i < G2H_LEN; i++)
+		same = r->peer.got[i] == g2h_byte(i);
+	check(tx_done(h, p->rw_tx) && same,
+	      "%s: guest RW of %u bytes reached the Unix socket %s_%u byte-exact (%zu bytes "
+	      "read)", name, G2H_LEN, "<dir>/v", PORT_OPEN, r->peer.got_n);
+	uint8_t pl[H2G_LEN] = { 0 };
+	got = rx_get(h, &p->h2g, &x, &elem, pl, sizeof pl);
+	same = got && r->peer.sent == H2G_LEN;
+	for (unsigned i = 0; same && i < H2G_LEN; i++)
+		same = pl[i] == h2g_byte(i);
+	check(same && is_pkt(&x, VSOCK_OP_RW, PORT_OPEN, 5000, H2G_LEN) &&
+		      (elem >> 32) == VSOCK_HDR_SIZE + H2G_LEN,
+	      "%s: host write of %u bytes came to ring 3 as RW, read from rx and reported "
+	      "byte-exact (op %u len %u, used len %" PRIu64 ")",
+	      name, H2G_LEN, x.op, x.len, elem >> 32);
+	for (unsigned k = 0; k < HOSTILE_ROUNDS; k++) {
+		uint64_t st = 0, after = 1;
+		int seen = rep_get(h, p->bad[k], &st) && !(st & POLL_GAVE_UP) &&
+			   (st & VIRTIO_STATUS_NEEDS_RESET);
+		int reset = rep_get(h, p->reset_status[k], &after) && after == 0;
+		check(seen && reset,
+		      "%s: round %u: tx chain %s -> Status 0x%" PRIx64 " (DEVICE_NEEDS_RESET), "
+		      "Status reads 0x%" PRIx64 " after the driver's reset", name, k + 1,
+		      k == 1 ? "that loops" : "pointing outside RAM", st & 0xffffffffu, after);
+		rst_check(name, h, p, k + 1);
+	}
+	uint64_t irqs = 0;
+	int have = rep_get(h, p->irqs, &irqs);
+	check(have && irqs > 0,
+	      "%s: the device's irqfd interrupts reached the guest through the IO-APIC "
+	      "(%" PRIu64 " counted in ring 0)", name, irqs);
+	printf("# %s: vsock stats: %" PRIu64 " bad packets, %" PRIu64 " RSTs sent\n", name,
+	       r->vs.stats.bad_packets, r->vs.stats.resets_sent);
+}
 
 /* ---- watchdog: no run may hang the suite ---- */
 
@@ -491,7 +1019,8 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	static struct harness h;
 	static struct vbus bus;
 	static struct echo_dev echo;
-	int bus_made = 0;
+	static struct vs_rig rig;
+	int bus_made = 0, rig_made = 0;
 	char err[512] = "";
 	size_t img_len = 0;
 	uint8_t *img = read_all(guest_path, &img_len);
@@ -531,6 +1060,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 			.finish = t->finish, .rounds = t->rounds, .seed = 0x2545f491u,
 			.mmio_pages = t->mmio_pages, .exit_digit = 5, .mmio_base = TG_MMIO,
 			.virtio_base = VBUS_BASE, .virtio_hits = t->mode == MODE_GARBAGE ? 4096 : 0,
+			.virtio_irq = VBUS_FIRST_IRQ, .script = SCRIPT_ADDR,
 		};
 		ok = gm_write(&vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg) == 0;
 	}
@@ -560,10 +1090,25 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		if (!ok && !err[0])
 			snprintf(err, sizeof err, "cannot start the virtio-mmio bus");
 	}
+	if (ok && t->mode == MODE_SCRIPT) {
+		ok = vbus_init(&bus, &vm) == 0;
+		bus_made = ok;
+		if (ok) {
+			rig_made = 1;
+			ok = rig_setup(&rig, &vm, &bus, err, sizeof err) == 0 &&
+			     vbus_start(&bus) == 0;
+		}
+		if (!ok && !err[0])
+			snprintf(err, sizeof err, "cannot start the virtio-mmio bus");
+	}
 	if (ok)
 		ok = vm_setup_cpus(&vm, k.entry, err, sizeof err) == 0;
 	if (!check(ok, "%s: set up a %u-vCPU VM%s%s", t->name, t->ncpus, ok ? "" : ": ",
 		   err)) {
+		if (bus_made)
+			vbus_stop(&bus);
+		if (rig_made)
+			rig_teardown(&rig);
 		if (bus_made)
 			vbus_destroy(&bus);
 		vm_destroy(&vm);
@@ -645,6 +1190,8 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		      "%s: ring-3 port I/O obeys the IOPL ring 3 really has (IOPL %u: %s)",
 		      t->name, iopl, got_out ? "exit" : got_gp ? "#GP" : "neither");
 	} else {
+		if (t->mode == MODE_SCRIPT)
+			script_checks(t->name, &h, &rig);
 		check(h.exc_count == 0, "%s: no exception in the guest%s", t->name,
 		      h.exc_count ? " (one was reported)" : "");
 		if (h.exc_count)
@@ -686,9 +1233,12 @@ static void run_case(const struct tcase *t, const char *guest_path)
 
 	if (bus_made) {
 		vbus_stop(&bus);
-		printf("# %s: virtio-mmio echo device: status 0x%x, %u notifies, %u chains, "
-		       "%d ring errors\n", t->name, bus.slot[0].t.status, echo.notifies,
-		       echo.chains, echo.errors);
+		if (t->mode == MODE_GARBAGE)
+			printf("# %s: virtio-mmio echo device: status 0x%x, %u notifies, %u "
+			       "chains, %d ring errors\n", t->name, bus.slot[0].t.status,
+			       echo.notifies, echo.chains, echo.errors);
+		if (rig_made)
+			rig_teardown(&rig);
 		vbus_destroy(&bus);
 	}
 	vm_destroy(&vm);
@@ -707,6 +1257,7 @@ static const struct tcase cases[] = {
 	{ "triple-2cpu", 2, MODE_EXITS, FINISH_TRIPLE, 8, 0, VM_END_TRIPLE_FAULT, 20 },
 	{ "fault-1cpu", 1, MODE_FAULT, FINISH_RESET, 0, 0, VM_END_RESET, 20 },
 	{ "iopl-1cpu", 1, MODE_IOPL, FINISH_RESET, 0, 0, VM_END_RESET, 20 },
+	{ "vsock-1cpu", 1, MODE_SCRIPT, FINISH_RESET, 0, 0, VM_END_RESET, 30 },
 	{ "garbage-1cpu", 1, MODE_GARBAGE, FINISH_RESET, 0, 4096, VM_END_RESET, 30 },
 	{ "garbage-2cpu", 2, MODE_GARBAGE, FINISH_RESET, 0, 4096, VM_END_RESET, 30 },
 	/* The VMM that took the garbage runs a clean guest again. */

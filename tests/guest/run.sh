@@ -20,7 +20,8 @@ GUEST=$B/test-guest.elf
 $CC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla \
 	-O2 -g -I. -o "$B/kvm-harness" tests/guest/harness.c \
 	vmm/vm.c vmm/guest_mem.c vmm/boot.c vmm/mptable.c vmm/serial.c \
-	vmm/virtio_bus.c devices/virtio_mmio.c devices/virtqueue.c -lpthread
+	vmm/virtio_bus.c devices/virtio_mmio.c devices/virtqueue.c \
+	devices/virtio_vsock.c devices/vsock_unix.c -lpthread
 
 out=$(mktemp)
 trap 'rm -f "$out" "$out.rc" "$out.kbox"' EXIT

@@ -9,13 +9,19 @@
  * Every system call here is emulated on PVM hosts, so it does as little as
  * it can. */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -132,6 +138,73 @@ static void mount_shares(void)
 	}
 }
 
+/* Put an IPv4 address (dotted quad) into sa. */
+static void sin_set(struct sockaddr *sa, const char *ip)
+{
+	struct sockaddr_in *in = (struct sockaddr_in *)sa;
+	memset(in, 0, sizeof *in);
+	in->sin_family = AF_INET;
+	inet_pton(AF_INET, ip, &in->sin_addr);
+}
+
+static int if_up(int s, const char *name)
+{
+	struct ifreq r;
+	memset(&r, 0, sizeof r);
+	snprintf(r.ifr_name, sizeof r.ifr_name, "%s", name);
+	if (ioctl(s, SIOCGIFFLAGS, &r) < 0)
+		return -errno;
+	r.ifr_flags |= IFF_UP | IFF_RUNNING;
+	return ioctl(s, SIOCSIFFLAGS, &r) < 0 ? -errno : 0;
+}
+
+/* The fixed addressing of kbox's network (docs/network.md): lo, and eth0
+ * when kbox gave the guest a NIC (not with --network none).  Failures are
+ * logged, not fatal: commands that need no network still run. */
+static void net_up(void)
+{
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		say("no IPv4 socket: %s", strerror(errno));
+		return;
+	}
+	int e = if_up(s, "lo");
+	if (e < 0)
+		say("bring lo up: %s", strerror(-e));
+	struct ifreq r;
+	memset(&r, 0, sizeof r);
+	snprintf(r.ifr_name, sizeof r.ifr_name, "eth0");
+	if (ioctl(s, SIOCGIFFLAGS, &r) < 0) {
+		close(s); /* no NIC: --network none */
+		return;
+	}
+	sin_set(&r.ifr_addr, "10.0.2.15");
+	if (ioctl(s, SIOCSIFADDR, &r) < 0)
+		say("eth0 address: %s", strerror(errno));
+	sin_set(&r.ifr_netmask, "255.255.255.0");
+	if (ioctl(s, SIOCSIFNETMASK, &r) < 0)
+		say("eth0 netmask: %s", strerror(errno));
+	if ((e = if_up(s, "eth0")) < 0)
+		say("bring eth0 up: %s", strerror(-e));
+	struct rtentry rt;
+	memset(&rt, 0, sizeof rt);
+	sin_set(&rt.rt_dst, "0.0.0.0");
+	sin_set(&rt.rt_genmask, "0.0.0.0");
+	sin_set(&rt.rt_gateway, "10.0.2.2");
+	rt.rt_flags = RTF_UP | RTF_GATEWAY;
+	static char eth0[] = "eth0";
+	rt.rt_dev = eth0;
+	if (ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST)
+		say("default route: %s", strerror(errno));
+	close(s);
+	mkdir("/etc", 0755);
+	int fd = open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || dprintf(fd, "nameserver 10.0.2.2\n") < 0)
+		say("write /etc/resolv.conf: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
 int main(void)
 {
 	if (getpid() != 1)
@@ -144,6 +217,7 @@ int main(void)
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 	mount_shares();
+	net_up();
 
 	pid_t agent = fork();
 	if (agent < 0)

@@ -385,6 +385,14 @@ static unsigned sop(struct script *s, uint64_t op, uint64_t a, uint64_t b, uint6
 	return first;
 }
 
+static unsigned notifies_in(const struct script *s)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < s->n; i++)
+		n += s->op[i][0] == SOP_MW && s->op[i][1] == VMMIO_QUEUE_NOTIFY;
+	return n;
+}
+
 static void mw(struct script *s, uint32_t reg, uint32_t v) { sop(s, SOP_MW, reg, v, 0, 0); }
 static unsigned mr(struct script *s, uint32_t reg) { return sop(s, SOP_MR, reg, 0, 0, 1); }
 static void st(struct script *s, uint64_t gpa, uint64_t v, unsigned len)
@@ -623,7 +631,27 @@ struct vs_rig {
 	struct plan plan;
 	char dir[32], base[48], lpath[64];
 	int vs_made, vu_made;
+	/* The bus's own MMIO handler, wrapped to count what reaches it. */
+	struct vm_mmio bus_mmio;
+	unsigned notify_writes, reg_writes; /* from the script / seen by the VMM */
+	unsigned notify_exits;
 };
+
+static void rig_mmio_read(void *ctx, uint64_t off, uint8_t *data, unsigned len)
+{
+	struct vs_rig *r = ctx;
+	r->bus_mmio.read(r->bus_mmio.ctx, off, data, len);
+}
+
+/* vCPU threads call this concurrently only with more than one vCPU. */
+static void rig_mmio_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
+{
+	struct vs_rig *r = ctx;
+	r->reg_writes++;
+	if (off == VMMIO_QUEUE_NOTIFY)
+		r->notify_exits++;
+	r->bus_mmio.write(r->bus_mmio.ctx, off, data, len);
+}
 
 static unsigned rig_fds(void *ctx, struct pollfd *p, unsigned max)
 {
@@ -674,6 +702,20 @@ static int rig_setup(struct vs_rig *r, struct vm *vm, struct vbus *bus, char *er
 	char cmdline[128] = "";
 	if (vbus_add(bus, &r->vs.dev, &pl, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
+	/* A QueueNotify the ioeventfd takes never exits to the VMM: count the
+	 * ones that do, which should be none. */
+	struct vm_mmio *m = NULL;
+	for (unsigned i = 0; i < vm->nmmio; i++)
+		if (vm->mmio[i].base == VBUS_BASE)
+			m = &vm->mmio[i];
+	if (!m) {
+		snprintf(err, errlen, "the bus registered no MMIO window at 0x%llx", VBUS_BASE);
+		return -1;
+	}
+	r->bus_mmio = *m;
+	m->read = rig_mmio_read;
+	m->write = rig_mmio_write;
+	m->ctx = r;
 	build_script(&r->script, &r->plan);
 	if (r->script.overflow) {
 		snprintf(err, errlen, "script longer than %u ops", SCRIPT_MAX);
@@ -817,6 +859,7 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 	      "%s: guest RW of %u bytes reached the Unix socket %s_%u byte-exact (%zu bytes "
 	      "read)", name, G2H_LEN, "<dir>/v", PORT_OPEN, r->peer.got_n);
 	uint8_t pl[H2G_LEN] = { 0 };
+	x = (struct vsock_hdr){ 0 };
 	got = rx_get(h, &p->h2g, &x, &elem, pl, sizeof pl);
 	same = got && r->peer.sent == H2G_LEN;
 	for (unsigned i = 0; same && i < H2G_LEN; i++)
@@ -824,8 +867,8 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 	check(same && is_pkt(&x, VSOCK_OP_RW, PORT_OPEN, 5000, H2G_LEN) &&
 		      (elem >> 32) == VSOCK_HDR_SIZE + H2G_LEN,
 	      "%s: host write of %u bytes came to ring 3 as RW, read from rx and reported "
-	      "byte-exact (op %u len %u, used len %" PRIu64 ")",
-	      name, H2G_LEN, x.op, x.len, elem >> 32);
+	      "byte-exact (op %u len %u, used len %" PRIu64 ")%s",
+	      name, H2G_LEN, x.op, x.len, elem >> 32, got ? "" : ": nothing arrived");
 	for (unsigned k = 0; k < HOSTILE_ROUNDS; k++) {
 		uint64_t st = 0, after = 1;
 		int seen = rep_get(h, p->bad[k], &st) && !(st & POLL_GAVE_UP) &&
@@ -842,6 +885,11 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 	check(have && irqs > 0,
 	      "%s: the device's irqfd interrupts reached the guest through the IO-APIC "
 	      "(%" PRIu64 " counted in ring 0)", name, irqs);
+	unsigned kicks = notifies_in(&r->script);
+	check(kicks > 0 && r->notify_exits == 0 && r->reg_writes > 0,
+	      "%s: all %u QueueNotify writes went through the ioeventfds to the device thread "
+	      "(%u reached the VMM's MMIO handler, which saw %u register writes)",
+	      name, kicks, r->notify_exits, r->reg_writes);
 	printf("# %s: vsock stats: %" PRIu64 " bad packets, %" PRIu64 " RSTs sent\n", name,
 	       r->vs.stats.bad_packets, r->vs.stats.resets_sent);
 }

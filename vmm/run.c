@@ -21,6 +21,7 @@
 #include "vmm/boot.h"
 #include "vmm/config.h"
 #include "vmm/klog.h"
+#include "vmm/lockdown.h"
 #include "vmm/mounts.h"
 #include "vmm/mptable.h"
 #include "vmm/netdev.h"
@@ -58,7 +59,7 @@ struct run_opts {
 	unsigned cpus;
 	uint64_t memory_mib;
 	const char *kernel, *initrd, *conf, *klog_path, *append, *name, *workdir;
-	int verbose, detach, tty;
+	int verbose, detach, tty, no_lockdown;
 	char **argv;
 	const char *env[MAX_ENV];
 	unsigned nenv;
@@ -103,6 +104,7 @@ void run_usage(FILE *f)
 		"      --deny RULE       deny a destination; beats every allow (repeatable)\n"
 		"      --audit-log FILE  append every network decision to FILE (JSON lines)\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
+		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
 		"  -h, --help            this help\n"
 		"\n"
 		"Options on the command line override the same settings in --conf.\n"
@@ -227,6 +229,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "append", required_argument, NULL, 'A' },
 		{ "volume", required_argument, NULL, 'v' },
 		{ "verbose", no_argument, NULL, 'V' },
+		{ "no-lockdown", no_argument, NULL, 'N' },
 		{ "network", required_argument, NULL, OPT_NETWORK },
 		{ "allow", required_argument, NULL, OPT_ALLOW },
 		{ "deny", required_argument, NULL, OPT_DENY },
@@ -280,6 +283,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			break;
 		}
 		case 'V': o->verbose = 1; break;
+		case 'N': o->no_lockdown = 1; break;
 		case OPT_NETWORK:
 		case OPT_ALLOW:
 		case OPT_DENY: {
@@ -439,6 +443,9 @@ static void report_ready(int *ready_fd, unsigned char v)
 
 int run_main(int argc, char **argv)
 {
+	char perr[256];
+	if (lockdown_prepare(perr, sizeof perr) < 0)
+		return die("%s", perr);
 	/* static, like the session below: the devices live on the bus. */
 	static struct mounts mnt;
 	static struct netdev net;
@@ -638,6 +645,15 @@ int run_main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	/* Everything the guest needs exists; no VM thread runs yet. */
+	struct lockdown_cfg lc = {
+		.mounts = &mnt, .sandbox_dir = sb.dir, .klog_path = klog_used,
+		.network = netdev_enabled(&net), .verbose = o.verbose, .off = o.no_lockdown,
+	};
+	if (lockdown_apply(&lc, err, sizeof err) < 0) {
+		die("%s", err);
+		goto out;
+	}
 	if (vbus_start(&s.bus) < 0 || pthread_create(&vmt, NULL, vm_thread, &s) != 0) {
 		die("cannot start the VM threads");
 		goto out;

@@ -139,7 +139,11 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		return r;
 	}
 	struct vbus_poller vp = { poll_fds, poll_handle, n };
-	return vbus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);
+	r = vbus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);
+	if (r == -ENOSPC)
+		snprintf(err, errlen, "no room for the network device: at most %u -v mounts "
+			 "with a network (or use --network none)", VBUS_MAX_DEVS - 2);
+	return r;
 }
 
 void netdev_destroy(struct netdev *n)

@@ -346,6 +346,13 @@ static const unsigned long ld_tty_ioctls[] = {
 /* fcntl commands: non-blocking mode and virtio-fs byte-range locks. */
 static const int ld_fcntls[] = { F_GETFL, F_SETFL, F_GETFD, F_SETFD, F_OFD_GETLK, F_OFD_SETLK };
 
+/* SCMP_An leaves datum_b to the compiler's zeroing, which clang's
+ * -Wmissing-field-initializers refuses. */
+static struct scmp_arg_cmp arg(unsigned n, enum scmp_compare op, scmp_datum_t a, scmp_datum_t b)
+{
+	return (struct scmp_arg_cmp){ .arg = n, .op = op, .datum_a = a, .datum_b = b };
+}
+
 static int seccomp_build(bool net, scmp_filter_ctx *out, unsigned *count)
 {
 	/* TRAP rather than KILL_PROCESS so that kbox can say what happened;
@@ -374,45 +381,45 @@ static int seccomp_build(bool net, scmp_filter_ctx *out, unsigned *count)
 		ADD(SCMP_ACT_ALLOW, ld_plain[i], 0);
 	for (size_t i = 0; i < sizeof ld_kvm_ioctls / sizeof ld_kvm_ioctls[0]; i++)
 		ADD(SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-		    SCMP_A1(SCMP_CMP_EQ, ld_kvm_ioctls[i]));
+		    arg(1, SCMP_CMP_EQ, ld_kvm_ioctls[i], 0));
 	for (size_t i = 0; i < sizeof ld_tty_ioctls / sizeof ld_tty_ioctls[0]; i++)
-		ADD(SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 2, SCMP_A0(SCMP_CMP_LE, 2),
-		    SCMP_A1(SCMP_CMP_EQ, ld_tty_ioctls[i]));
+		ADD(SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 2, arg(0, SCMP_CMP_LE, 2, 0),
+		    arg(1, SCMP_CMP_EQ, ld_tty_ioctls[i], 0));
 	for (size_t i = 0; i < sizeof ld_fcntls / sizeof ld_fcntls[0]; i++)
 		ADD(SCMP_ACT_ALLOW, SCMP_SYS(fcntl), 1,
-		    SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)ld_fcntls[i]));
+		    arg(1, SCMP_CMP_EQ, (scmp_datum_t)ld_fcntls[i], 0));
 	/* Malloc, thread stacks: never new executable memory. */
-	ADD(SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
-	ADD(SCMP_ACT_ALLOW, SCMP_SYS(mprotect), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+	ADD(SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1, arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+	ADD(SCMP_ACT_ALLOW, SCMP_SYS(mprotect), 1, arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
 	/* pthread_create: threads only, never a new process. */
 	ADD(SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
-	    SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
+	    arg(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
 	/* clone3's flags sit in memory a filter cannot read: glibc falls
 	 * back to clone on ENOSYS. */
 	ADD(SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
 	/* Only Unix sockets, as the vsock bridge makes. */
-	ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
+	ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, arg(0, SCMP_CMP_EQ, AF_UNIX, 0));
 	/* Exec client and stop signals; not SIGSYS, whose handler reports a
 	 * refusal. */
-	ADD(SCMP_ACT_ALLOW, SCMP_SYS(rt_sigaction), 1, SCMP_A0(SCMP_CMP_NE, SIGSYS));
+	ADD(SCMP_ACT_ALLOW, SCMP_SYS(rt_sigaction), 1, arg(0, SCMP_CMP_NE, SIGSYS, 0));
 	/* vm_stop kicks vCPU threads: only threads of this process. */
-	ADD(SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid()));
+	ADD(SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1, arg(0, SCMP_CMP_EQ, (scmp_datum_t)getpid(), 0));
 	/* getrlimit (glibc uses prlimit64): reading only, own process. */
-	ADD(SCMP_ACT_ALLOW, SCMP_SYS(prlimit64), 2, SCMP_A0(SCMP_CMP_EQ, 0),
-	    SCMP_A2(SCMP_CMP_EQ, 0));
+	ADD(SCMP_ACT_ALLOW, SCMP_SYS(prlimit64), 2, arg(0, SCMP_CMP_EQ, 0, 0),
+	    arg(2, SCMP_CMP_EQ, 0, 0));
 	if (net) {
 		/* netstack: host TCP for the guest's flows (policy-checked
 		 * in netstack/policy.c); getaddrinfo: UDP to the name
 		 * servers, UDP connects to order the answers, and a
 		 * NETLINK_ROUTE socket for the host's addresses. */
-		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_INET));
-		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_INET6));
-		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
-		    SCMP_A2(SCMP_CMP_EQ, NETLINK_ROUTE));
+		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, arg(0, SCMP_CMP_EQ, AF_INET, 0));
+		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, arg(0, SCMP_CMP_EQ, AF_INET6, 0));
+		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 2, arg(0, SCMP_CMP_EQ, AF_NETLINK, 0),
+		    arg(2, SCMP_CMP_EQ, NETLINK_ROUTE, 0));
 		for (size_t i = 0; i < sizeof ld_net / sizeof ld_net[0]; i++)
 			ADD(SCMP_ACT_ALLOW, ld_net[i], 0);
 		/* glibc's resolver sizes a UDP reply before reading it. */
-		ADD(SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_EQ, FIONREAD));
+		ADD(SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, arg(1, SCMP_CMP_EQ, FIONREAD, 0));
 	}
 #undef ADD
 	if (rc < 0) {

@@ -56,8 +56,17 @@ fi
 mkdir -p "$tmp/www"
 head -c 300000 /dev/urandom > "$tmp/www/file"
 cat > "$tmp/srv.py" <<'EOF'
-import functools, http.server, sys
-h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+import functools, http.server, os, sys
+class H(http.server.SimpleHTTPRequestHandler):
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(n) if 0 <= n <= (1 << 24) else b""
+        with open(os.path.join(sys.argv[1], "upload"), "wb") as f:
+            f.write(body)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+h = functools.partial(H, directory=sys.argv[1])
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
 with open(sys.argv[2], "w") as f:
     f.write(str(s.server_address[1]))
@@ -101,6 +110,10 @@ t "host.kbox.internal resolves to the gateway" sh -c "nslookup host.kbox.interna
 fast_fail "metadata address refused" http://169.254.169.254/
 fast_fail "private address refused" http://10.9.9.9/
 fast_fail "host port without exception refused" http://host.kbox.internal:$closed/
+# Text: busybox wget posts the file as a C string (up to its first NUL).
+head -c 150000 /dev/urandom | base64 > /tmp/up
+echo "md5-up \$(md5sum < /tmp/up | cut -d' ' -f1) \$(wc -c < /tmp/up)"
+t "upload 200 kB to the host" wget -qO /dev/null --post-file /tmp/up http://host.kbox.internal:$port/up
 echo done
 } >&2
 wget -qO- http://host.kbox.internal:$port/file
@@ -120,6 +133,10 @@ while IFS= read -r line; do
 	esac
 done < "$tmp/err"
 host_check "wget from host.kbox.internal returns the file byte-exact" cmp -s "$tmp/out" "$tmp/www/file"
+up_md5=$(md5sum < "$tmp/www/upload" 2>/dev/null | cut -d' ' -f1)
+up_len=$(stat -c %s "$tmp/www/upload" 2>/dev/null)
+host_check "the upload arrived byte-exact ($up_len bytes)" grep -qx "md5-up $up_md5 *$up_len" "$tmp/err"
+host_check "the upload is over 200 kB" [ "${up_len:-0}" -gt 200000 ]
 audit_has() { grep "\"dst\":\"$1\"" "$tmp/audit" 2>/dev/null | grep -q "\"decision\":\"$2\""; }
 host_check "audit: host.kbox.internal:$port allowed" audit_has "127.0.0.1:$port" allow
 host_check "audit: metadata denied" audit_has "169.254.169.254:80" deny

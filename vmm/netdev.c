@@ -146,6 +146,27 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	return r;
 }
 
+void netdev_report(struct netdev *n, FILE *f)
+{
+	struct vnet_stats v;
+	struct ns_stats st;
+
+	if (!n->stack)
+		return;
+	vnet_get_stats(&n->nic, &v);
+	ns_get_stats(n->stack, &st);
+	fprintf(f,
+		"kbox: network: frames %llu out (%llu dropped), %llu in (%llu dropped), "
+		"%llu bad chains; tcp %llu allowed, %llu denied, %llu failed; %llu DNS queries; "
+		"%llu bytes to the host, %llu to the guest\n",
+		(unsigned long long)v.tx_frames, (unsigned long long)v.tx_dropped,
+		(unsigned long long)v.rx_frames, (unsigned long long)v.rx_dropped,
+		(unsigned long long)v.bad_chains, (unsigned long long)st.tcp_allowed,
+		(unsigned long long)st.tcp_denied, (unsigned long long)st.tcp_failed,
+		(unsigned long long)st.dns_queries, (unsigned long long)st.bytes_to_host,
+		(unsigned long long)st.bytes_to_guest);
+}
+
 void netdev_destroy(struct netdev *n)
 {
 	if (n->stack)

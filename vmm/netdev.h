@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "devices/virtio_net.h"
 #include "netstack/audit.h"
@@ -57,6 +58,10 @@ bool netdev_enabled(const struct netdev *n);
  * netdev_destroy in every case. */
 int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
 		  size_t errlen);
+
+/* One line of counters (frames, drops, connections, DNS, bytes) on f
+ * for --verbose; nothing in mode none.  Call once the bus is stopped. */
+void netdev_report(struct netdev *n, FILE *f);
 
 /* Tear down, once no thread calls the device any more (bus stopped). */
 void netdev_destroy(struct netdev *n);

@@ -700,6 +700,8 @@ int run_main(int argc, char **argv)
 	vmt_started = 0;
 	vbus_stop(&s.bus);
 	klog_flush(&s.kl);
+	if (o.verbose)
+		netdev_report(&net, stderr);
 
 	if (code >= 0) {
 		rc = code;

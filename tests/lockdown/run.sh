@@ -45,6 +45,10 @@ ln -sfn ../kernel "$build/lockdown/kernel"
 ln -sf ../initramfs.cpio "$build/lockdown/initramfs.cpio"
 
 mkdir -p "$T/home/.ssh" "$T/work" "$T/www"
+# Sandbox dirs (a refusal leaves its dir stale; -d keeps its output) stay
+# in $T.
+mkdir -m 700 "$T/rt"
+export XDG_RUNTIME_DIR="$T/rt"
 echo "PRIVATE KEY" > "$T/home/.ssh/id_ed25519"
 echo "input" > "$T/work/in.txt"
 secret="$T/home/.ssh/id_ed25519"

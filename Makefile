@@ -27,7 +27,7 @@ DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc 
 	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
 	iproute2 curl git sqlite3 bsdutils
 
-.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests e2e fuzz fuzz-smoke deps clean
+.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests lockdown-tests e2e fuzz fuzz-smoke deps clean
 all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio
 
 deps:
@@ -102,12 +102,17 @@ exec-tests:
 net-tests:
 	tests/net/run.sh $(BUILD)
 
+# The lock-down: a test-hook build refuses what it must, and real boots
+# still work with it on.
+lockdown-tests: all kernel
+	tests/lockdown/run.sh $(BUILD)
+
 # End to end: the real kernel and guest-init.
 e2e: all kernel
 	tests/e2e/run.sh $(BUILD)
 	tests/e2e/fs.sh $(BUILD)
 
-check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests e2e
+check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests lockdown-tests e2e
 
 # libFuzzer targets; FUZZ_SECONDS bounds each run.
 FUZZ_SECONDS ?= 30

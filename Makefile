@@ -111,6 +111,7 @@ lockdown-tests: all kernel
 e2e: all kernel
 	tests/e2e/run.sh $(BUILD)
 	tests/e2e/fs.sh $(BUILD)
+	tests/e2e/net.sh $(BUILD)
 
 check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests lockdown-tests e2e
 

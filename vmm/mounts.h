@@ -18,7 +18,7 @@
 #include "vmm/virtio_bus.h"
 
 /* One bus slot stays for the vsock device. */
-#define MOUNTS_MAX (VBUS_MAX_DEVS - 1)
+#define MOUNTS_MAX (VBUS_MAX_DEVS - 2)
 /* Longest guest path: seven of them must fit in the kernel's 2047-byte
  * command line next to everything else. */
 #define MOUNTS_GUEST_MAX 160

@@ -141,8 +141,8 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	struct vbus_poller vp = { poll_fds, poll_handle, n };
 	r = vbus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);
 	if (r == -ENOSPC)
-		snprintf(err, errlen, "no room for the network device: at most %u -v mounts "
-			 "with a network (or use --network none)", VBUS_MAX_DEVS - 2);
+		snprintf(err, errlen, "no room for the network device on the virtio bus "
+			 "(%u devices at most)", VBUS_MAX_DEVS);
 	return r;
 }
 

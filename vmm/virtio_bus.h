@@ -13,7 +13,7 @@
 
 #define VBUS_BASE     0xd0000000ull
 #define VBUS_FIRST_IRQ 5u
-#define VBUS_MAX_DEVS 9u /* vsock and up to 8 virtio-fs mounts */
+#define VBUS_MAX_DEVS 10u /* vsock, virtio-net and up to 8 virtio-fs mounts */
 #define VBUS_MAX_QUEUES 4u
 #define VBUS_MAX_POLL 160u
 

@@ -120,10 +120,23 @@ int main(int argc, char **argv)
 	cfg.hidden = hidden;
 	const char *mnt = argv[optind + 1];
 
-	/* Every inode the guest remembers holds an fd: allow many. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+	/* Every inode the guest remembers holds an fd, and the kernel forgets
+	 * inodes only under memory pressure: a walk of a tree larger than the
+	 * fd limit gets EMFILE.  As root, raise the hard limit to the system's
+	 * ceiling (fs.nr_open) first; else take what the hard limit allows. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+		unsigned long ceiling = 0;
+		if (f) {
+			if (fscanf(f, "%lu", &ceiling) != 1)
+				ceiling = 0;
+			fclose(f);
+		}
+		struct rlimit want = { ceiling, ceiling };
+		if (ceiling <= rl.rlim_max || setrlimit(RLIMIT_NOFILE, &want) < 0) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
 	}
 	signal(SIGPIPE, SIG_IGN);
 

@@ -62,8 +62,8 @@ refuse "guest root" "root '/'" -v "$proj:/"
 refuse "guest /proc" "belongs to the guest kernel" -v "$proj:/proc/x"
 refuse "same guest path twice" "two mounts" -v "$proj:/w" -v "$cfg:/w/"
 refuse "no GUEST" "HOST:GUEST" -v "$proj"
-refuse "eighth mount" "too many -v" -v "$proj:/1" -v "$proj:/2" -v "$proj:/3" \
-	-v "$proj:/4" -v "$proj:/5" -v "$proj:/6" -v "$proj:/7" -v "$proj:/8"
+refuse "ninth mount" "too many -v" -v "$proj:/1" -v "$proj:/2" -v "$proj:/3" \
+	-v "$proj:/4" -v "$proj:/5" -v "$proj:/6" -v "$proj:/7" -v "$proj:/8" -v "$proj:/9"
 
 if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
 	echo "# skipped the boot: /dev/kvm is not usable here"

@@ -159,7 +159,11 @@ for fs in $FSES; do
 		timed "$fs" extract tar -xf "$W/tree.tar" -C "$d"
 		r=$((r + 1))
 	done
-	(cd "$W/src.$fs/$TOPDIR" && git init -q && git add -A &&
+	# Debian's top-level .gitignore ignores everything but debian/ ("/*"):
+	# drop that rule so that git sees the tree as a kernel clone would.
+	(cd "$W/src.$fs/$TOPDIR" &&
+		{ [ ! -f .gitignore ] || sed -i '\|^/\*$|d; \|^!/debian/$|d' .gitignore; } &&
+		git init -q && git add -A &&
 		git -c gc.auto=0 -c user.name=bench -c user.email=bench@example.invalid \
 			commit -qm tree && git gc -q) || exit 1
 	r=0

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "vmm/doctor.h"
 #include "vmm/lifecycle.h"
 #include "vmm/run.h"
 
@@ -21,6 +22,7 @@ static void usage(FILE *f)
 		"  ps                              list sandboxes\n"
 		"  stop [-t SECONDS] NAME...       stop sandboxes\n"
 		"  logs [-f] NAME                  output of a detached sandbox's command\n"
+		"  doctor                          check that kbox can run here\n"
 		"  version                         print kbox's version\n"
 		"  help                            this help\n"
 		"\n"
@@ -44,6 +46,8 @@ int main(int argc, char **argv)
 		return stop_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "logs") == 0)
 		return logs_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "doctor") == 0)
+		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("kbox %s\n", KBOX_VERSION);
 		return 0;

@@ -65,6 +65,9 @@ if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
 	exit
 fi
 
+if "$kbox" doctor > "$tmp/doctor" 2>&1 && grep -q "^ok   /dev/kvm is usable" "$tmp/doctor"; then ok "doctor"
+else not_ok "doctor" "$(cat "$tmp/doctor")"; fi
+
 # --- boots of the real kernel ---
 printf 'hi\n' > "$tmp/want-hi"
 check "echo hi; exit 7" 7 "$tmp/want-hi" "" -- run -- /bin/sh -c 'echo hi; exit 7'

@@ -1,0 +1,110 @@
+#include "vmm/doctor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/kvm.h>
+#include <linux/landlock.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "vmm/paths.h"
+#include "vmm/sandbox.h"
+#include "vmm/vm.h"
+
+static int failures;
+
+__attribute__((format(printf, 2, 3)))
+static void line(int ok, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	printf("%s ", ok ? "ok  " : "FAIL");
+	vprintf(fmt, ap);
+	putchar('\n');
+	va_end(ap);
+	if (!ok)
+		failures++;
+}
+
+static void check_kvm(int pvm)
+{
+	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			line(0, "/dev/kvm does not exist: enable virtualization in the firmware "
+				"and load kvm_intel or kvm_amd");
+		else if (errno == EACCES || errno == EPERM)
+			line(0, "/dev/kvm is not accessible: sudo usermod -aG kvm $USER, then log "
+				"in again");
+		else
+			line(0, "/dev/kvm: %s", strerror(errno));
+		return;
+	}
+	int api = ioctl(fd, KVM_GET_API_VERSION, 0);
+	close(fd);
+	if (api != KVM_API_VERSION) {
+		line(0, "/dev/kvm speaks API %d, kbox needs %d", api, KVM_API_VERSION);
+		return;
+	}
+	line(1, "/dev/kvm is usable: %s", pvm ? "PVM (no hardware virtualization: guests "
+						"boot in tens of seconds; docs/pvm.md)"
+					      : "hardware KVM");
+}
+
+static void check_file(const char *what, const char *name, const char *fix)
+{
+	char path[PATH_MAX];
+	paths_default(name, path, sizeof path);
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, R_OK) == 0)
+		line(1, "%s: %s", what, path);
+	else
+		line(0, "%s missing (%s): %s", what, path, fix);
+}
+
+int doctor_main(int argc, char **argv)
+{
+	(void)argv;
+	if (argc > 1) {
+		printf("Usage: kbox doctor\n\nCheck that kbox can run here and say how to fix "
+		       "what is missing.\n");
+		return argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
+			       ? 0
+			       : 125;
+	}
+	failures = 0;
+	int pvm = vm_is_pvm();
+	check_kvm(pvm);
+	check_file("guest kernel", pvm ? "kernel/vmlinux-pvm" : "kernel/vmlinux-std",
+		   "run 'make kernel'");
+	check_file("initramfs", "initramfs.cpio", "run 'make'");
+
+	char rt[PATH_MAX - 128];
+	int rc = sandbox_runtime_dir(rt, sizeof rt);
+	if (rc == 0 && access(rt, W_OK) == 0)
+		line(1, "runtime directory: %s", rt);
+	else
+		line(0, "runtime directory %s is not usable (%s): set XDG_RUNTIME_DIR to a "
+			"private directory", rt, strerror(rc ? -rc : errno));
+
+	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	if (abi > 0)
+		line(1, "Landlock ABI %ld: kbox confines its own file access", abi);
+	else
+		line(1, "no Landlock in this kernel (%s): kbox runs with seccomp only; a 5.13+ "
+			"kernel with lsm=landlock adds file confinement", strerror(errno));
+	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0)
+		line(1, "seccomp filters available");
+	else
+		line(0, "seccomp is not available: kbox's lock-down needs CONFIG_SECCOMP_FILTER");
+	if (getuid() == 0)
+		printf("note root is not needed: a user in the 'kvm' group can run kbox\n");
+	return failures ? 1 : 0;
+}

@@ -21,17 +21,20 @@ static bool under(const char *path, const char *dir)
 	return strncmp(path, dir, l) == 0 && (path[l] == '\0' || path[l] == '/');
 }
 
-/* Check and normalise (trailing slashes dropped) a guest path into out. */
-static int guest_path(const char *g, size_t len, char *out, char *err, size_t errlen)
+/* Check and normalise (trailing slashes dropped) a guest path into out.
+ * who prefixes messages ("-v: " or ""). */
+static int guest_path(const char *g, size_t len, char *out, const char *who, char *err,
+		      size_t errlen)
 {
 	while (len > 1 && g[len - 1] == '/')
 		len--;
 	if (len == 0 || g[0] != '/') {
-		snprintf(err, errlen, "-v: the guest path must be absolute, not '%.*s'", (int)len, g);
+		snprintf(err, errlen, "%sthe guest path must be absolute, not '%.*s'", who,
+			 (int)len, g);
 		return -EINVAL;
 	}
 	if (len > MOUNTS_GUEST_MAX) {
-		snprintf(err, errlen, "-v: the guest path is longer than %d bytes",
+		snprintf(err, errlen, "%sthe guest path is longer than %d bytes", who,
 			 MOUNTS_GUEST_MAX);
 		return -ENAMETOOLONG;
 	}
@@ -40,13 +43,13 @@ static int guest_path(const char *g, size_t len, char *out, char *err, size_t er
 	for (size_t i = 0; i < len; i++) {
 		if (!guest_char_ok(out[i])) {
 			snprintf(err, errlen,
-				 "-v: the guest path '%s' may not contain ',', ':', '\"', spaces "
-				 "or control characters", out);
+				 "%sthe guest path '%s' may not contain ',', ':', '\"', spaces "
+				 "or control characters", who, out);
 			return -EINVAL;
 		}
 	}
 	if (strcmp(out, "/") == 0) {
-		snprintf(err, errlen, "-v: cannot mount over the guest's root '/'");
+		snprintf(err, errlen, "%scannot mount over the guest's root '/'", who);
 		return -EINVAL;
 	}
 	for (const char *c = out + 1;; ) {
@@ -54,7 +57,8 @@ static int guest_path(const char *g, size_t len, char *out, char *err, size_t er
 		size_t cl = e ? (size_t)(e - c) : strlen(c);
 		if (cl == 0 || (cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.')) {
 			snprintf(err, errlen,
-				 "-v: the guest path '%s' has an empty, '.' or '..' component", out);
+				 "%sthe guest path '%s' has an empty, '.' or '..' component", who,
+				 out);
 			return -EINVAL;
 		}
 		if (!e)
@@ -64,21 +68,89 @@ static int guest_path(const char *g, size_t len, char *out, char *err, size_t er
 	static const char *const reserved[] = { "/proc", "/sys", "/dev" };
 	for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
 		if (under(out, reserved[i])) {
-			snprintf(err, errlen, "-v: %s belongs to the guest kernel; pick another "
-				 "guest path than '%s'", reserved[i], out);
+			snprintf(err, errlen, "%s%s belongs to the guest kernel; pick another "
+				 "guest path than '%s'", who, reserved[i], out);
 			return -EINVAL;
 		}
 	}
 	return 0;
 }
 
-int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen)
+/* The checks shared by -v and mounts_add; fills the next slot and counts
+ * it only when everything is right. */
+static int add(struct mounts *ms, const char *host, size_t hl, const char *guest, size_t gl,
+	       bool ro, const char *who, char *err, size_t errlen, struct mount **out)
 {
 	if (ms->n >= MOUNTS_MAX) {
-		snprintf(err, errlen, "too many -v mounts (at most %d)", MOUNTS_MAX);
+		snprintf(err, errlen, "%stoo many mounts (at most %d)", who, MOUNTS_MAX);
 		return -E2BIG;
 	}
 	struct mount *m = &ms->m[ms->n];
+	if (hl == 0) {
+		snprintf(err, errlen, "%sthe host path is empty", who);
+		return -EINVAL;
+	}
+	if (hl >= sizeof m->host) {
+		snprintf(err, errlen, "%sthe host path is too long", who);
+		return -ENAMETOOLONG;
+	}
+	memcpy(m->host, host, hl);
+	m->host[hl] = '\0';
+	int rc = guest_path(guest, gl, m->guest, who, err, errlen);
+	if (rc < 0)
+		return rc;
+	struct stat st;
+	if (stat(m->host, &st) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%scannot use %s: %s", who, m->host, strerror(errno));
+		return rc;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s%s is not a directory (only folders can be shared)",
+			 who, m->host);
+		return -ENOTDIR;
+	}
+	for (unsigned i = 0; i < ms->n; i++) {
+		if (strcmp(ms->m[i].guest, m->guest) == 0) {
+			snprintf(err, errlen, "%stwo mounts on %s", who, m->guest);
+			return -EEXIST;
+		}
+	}
+	m->readonly = ro;
+	m->hidden = NULL;
+	m->n_hidden = 0;
+	m->hidden_set = false;
+	m->fs = NULL;
+	m->srv = NULL;
+	ms->n++;
+	*out = m;
+	return 0;
+}
+
+int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t errlen)
+{
+	struct mount *m;
+	if (s->hidden_set && s->n_hidden && !s->hidden) {
+		snprintf(err, errlen, "no hidden patterns given");
+		return -EINVAL;
+	}
+	int rc = add(ms, s->host, strlen(s->host), s->guest, strlen(s->guest), s->readonly, "",
+		     err, errlen, &m);
+	if (rc < 0)
+		return rc;
+	m->hidden = s->hidden;
+	m->n_hidden = s->n_hidden;
+	m->hidden_set = s->hidden_set;
+	return 0;
+}
+
+int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen)
+{
+	if (ms->n >= MOUNTS_MAX) {
+		snprintf(err, errlen, "too many -v mounts (at most %d, with those of --conf)",
+			 MOUNTS_MAX);
+		return -E2BIG;
+	}
 	size_t end = strlen(arg);
 	bool ro = false;
 	const char *colon = strrchr(arg, ':');
@@ -98,37 +170,15 @@ int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	size_t hl = (size_t)(colon - arg);
-	if (hl >= sizeof m->host) {
-		snprintf(err, errlen, "-v: the host path is too long");
-		return -ENAMETOOLONG;
-	}
-	memcpy(m->host, arg, hl);
-	m->host[hl] = '\0';
-	int rc = guest_path(colon + 1, end - hl - 1, m->guest, err, errlen);
-	if (rc < 0)
-		return rc;
-	struct stat st;
-	if (stat(m->host, &st) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "-v: cannot use %s: %s", m->host, strerror(errno));
-		return rc;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "-v: %s is not a directory (only folders can be shared)",
-			 m->host);
-		return -ENOTDIR;
-	}
-	for (unsigned i = 0; i < ms->n; i++) {
-		if (strcmp(ms->m[i].guest, m->guest) == 0) {
-			snprintf(err, errlen, "-v: two mounts on %s", m->guest);
-			return -EEXIST;
-		}
-	}
-	m->readonly = ro;
-	m->fs = NULL;
-	m->srv = NULL;
-	ms->n++;
-	return 0;
+	struct mount *m;
+	return add(ms, arg, hl, colon + 1, end - hl - 1, ro, "-v: ", err, errlen, &m);
+}
+
+void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc)
+{
+	*fc = (struct fsp_config){ .root = m->host, .readonly = m->readonly,
+				   .hidden = m->hidden, .n_hidden = m->n_hidden,
+				   .hidden_set = m->hidden_set, .max_fds = max_fds };
 }
 
 static void raise_fd_limit(void)
@@ -164,16 +214,16 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 		struct mount *m = &ms->m[i];
 		char tag[16];
 		snprintf(tag, sizeof tag, "kbox%u", i);
-		struct fsp_config fc = { .root = m->host, .readonly = m->readonly,
-					 .max_fds = (unsigned)cap };
+		struct fsp_config fc;
+		mounts_fsp_config(m, (unsigned)cap, &fc);
 		int rc = fsp_new(&fc, &m->fs);
 		if (rc < 0) {
-			snprintf(err, errlen, "-v: cannot serve %s: %s", m->host, strerror(-rc));
+			snprintf(err, errlen, "cannot serve %s: %s", m->host, strerror(-rc));
 			return rc;
 		}
 		if ((rc = fuse_server_new(&fsp_ops, m->fs, &sc, &m->srv)) < 0 ||
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0) {
-			snprintf(err, errlen, "-v: cannot set up the file server: %s",
+			snprintf(err, errlen, "cannot set up the file server: %s",
 				 strerror(-rc));
 			return rc;
 		}
@@ -188,7 +238,7 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 				 i ? "," : " kbox.mounts=", tag, ms->m[i].guest,
 				 ms->m[i].readonly ? "ro" : "rw");
 		if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > KERNEL_CMDLINE_MAX) {
-			snprintf(err, errlen, "-v: the mounts do not fit on the kernel command "
+			snprintf(err, errlen, "the mounts do not fit on the kernel command "
 				 "line (%u bytes at most); use shorter guest paths",
 				 KERNEL_CMDLINE_MAX);
 			return -E2BIG;

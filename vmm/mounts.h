@@ -1,4 +1,5 @@
-/* Host folders shared with the guest (`kbox run -v HOST:GUEST[:ro]`).
+/* Host folders shared with the guest (`kbox run -v HOST:GUEST[:ro]` and
+ * the `mounts:` section of sandbox.yaml).
  *
  * Each mount is one passthrough backend, one FUSE server and one virtio-fs
  * device on the virtio-mmio bus, with tag "kboxN".  The guest learns what
@@ -27,6 +28,11 @@ struct mount {
 	char host[PATH_MAX];
 	char guest[MOUNTS_GUEST_MAX + 1];
 	bool readonly;
+	/* Borrowed from the caller of mounts_add; hidden_set false means
+	 * the backend's default list. */
+	const char *const *hidden;
+	size_t n_hidden;
+	bool hidden_set;
 	struct fsp *fs;
 	struct fuse_server *srv;
 	struct virtio_fs vfs;
@@ -36,6 +42,29 @@ struct mounts {
 	unsigned n;
 	struct mount m[MOUNTS_MAX];
 };
+
+/* One mount as a caller other than `-v` describes it. */
+struct mount_spec {
+	const char *host;
+	const char *guest;
+	bool readonly;
+	/* As in struct fsp_config: hidden_set false = the default list, true
+	 * with n_hidden 0 = nothing hidden.  The array and its strings are
+	 * borrowed and must stay valid until mounts_attach has returned. */
+	const char *const *hidden;
+	size_t n_hidden;
+	bool hidden_set;
+};
+
+/* Add one mount with the same checks as mounts_parse (HOST an existing
+ * directory, GUEST valid and unused, at most MOUNTS_MAX mounts).  Returns
+ * 0, or a negative errno with a message for the user in err that names no
+ * option, so the caller can prefix where the mount came from. */
+int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t errlen);
+
+/* The backend configuration mount m is served with (root, read-only,
+ * hidden list, the given fd cap).  fc borrows m's strings. */
+void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc);
 
 /* Add one `-v` argument, HOST:GUEST[:ro|:rw].  HOST must be an existing
  * directory (it may contain ':'; the split is at the last ones); GUEST an

@@ -1,4 +1,5 @@
-/* `-v HOST:GUEST[:ro]` parsing: what is refused and why. */
+/* `-v HOST:GUEST[:ro]` parsing and mounts_add: what is refused and why,
+ * and which hidden list each mount's backend gets. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +9,7 @@
 
 #include "vmm/mounts.h"
 
-static char dir[64], file[96];
+static char dir[64], file[96], envf[96], pem[96];
 static struct mounts ms;
 static char err[512];
 
@@ -20,6 +21,12 @@ static void setup(void)
 	FILE *f = fopen(file, "w");
 	ck_assert_ptr_nonnull(f);
 	fclose(f);
+	snprintf(envf, sizeof envf, "%s/.env", dir);
+	snprintf(pem, sizeof pem, "%s/k.pem", dir);
+	ck_assert_ptr_nonnull(f = fopen(envf, "w"));
+	fclose(f);
+	ck_assert_ptr_nonnull(f = fopen(pem, "w"));
+	fclose(f);
 	memset(&ms, 0, sizeof ms);
 	err[0] = '\0';
 }
@@ -27,6 +34,8 @@ static void setup(void)
 static void teardown(void)
 {
 	unlink(file);
+	unlink(envf);
+	unlink(pem);
 	rmdir(dir);
 }
 
@@ -111,6 +120,118 @@ START_TEST(limits)
 }
 END_TEST
 
+/* Serves mount m as mounts_attach would and looks name up in its root. */
+static int lookup_in(const struct mount *m, const char *name)
+{
+	struct fsp_config fc;
+	struct fsp *p;
+	struct fuse_fs_entry e;
+	mounts_fsp_config(m, 64, &fc);
+	ck_assert_int_eq(fsp_new(&fc, &p), 0);
+	int rc = fsp_ops.lookup(p, 1, name, &e);
+	fsp_free(p);
+	return rc;
+}
+
+START_TEST(add_with_hidden)
+{
+	static const char *const pats[] = { "*.pem", "secrets" };
+	struct mount_spec sp = { .host = dir, .guest = "/workspace/", .readonly = true,
+				 .hidden = pats, .n_hidden = 2, .hidden_set = true };
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
+	ck_assert_uint_eq(ms.n, 1);
+	ck_assert_str_eq(ms.m[0].guest, "/workspace");
+	ck_assert(ms.m[0].readonly);
+
+	struct fsp_config fc;
+	mounts_fsp_config(&ms.m[0], 99, &fc);
+	ck_assert_str_eq(fc.root, dir);
+	ck_assert(fc.readonly);
+	ck_assert_ptr_eq(fc.hidden, pats);
+	ck_assert_uint_eq(fc.n_hidden, 2);
+	ck_assert(fc.hidden_set);
+	ck_assert_uint_eq(fc.max_fds, 99);
+	/* The list replaces the defaults: .env shows, *.pem does not. */
+	ck_assert_int_eq(lookup_in(&ms.m[0], "k.pem"), -ENOENT);
+	ck_assert_int_eq(lookup_in(&ms.m[0], ".env"), 0);
+	ck_assert_int_eq(lookup_in(&ms.m[0], "f"), 0);
+	mounts_free(&ms);
+}
+END_TEST
+
+START_TEST(add_with_empty_hidden_list)
+{
+	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden_set = true };
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
+	struct fsp_config fc;
+	mounts_fsp_config(&ms.m[0], 0, &fc);
+	ck_assert(fc.hidden_set);
+	ck_assert_uint_eq(fc.n_hidden, 0);
+	ck_assert_int_eq(lookup_in(&ms.m[0], ".env"), 0);
+	ck_assert_int_eq(lookup_in(&ms.m[0], "k.pem"), 0);
+	mounts_free(&ms);
+}
+END_TEST
+
+/* -v mounts and specs without a list keep the backend's defaults. */
+START_TEST(default_hidden_list)
+{
+	ck_assert_int_eq(parse(dir, ":/v"), 0);
+	struct mount_spec sp = { .host = dir, .guest = "/s" };
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		struct fsp_config fc;
+		mounts_fsp_config(&ms.m[i], 0, &fc);
+		ck_assert(!fc.hidden_set);
+		ck_assert_uint_eq(fc.n_hidden, 0);
+		ck_assert_int_eq(lookup_in(&ms.m[i], ".env"), -ENOENT);
+		ck_assert_int_eq(lookup_in(&ms.m[i], "k.pem"), 0);
+	}
+	mounts_free(&ms);
+}
+END_TEST
+
+/* mounts_add shares -v's checks, with messages that name no option. */
+START_TEST(add_refused)
+{
+	struct mount_spec sp = { .host = dir, .guest = "relative" };
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EINVAL);
+	ck_assert_str_eq(err, "the guest path must be absolute, not 'relative'");
+	sp.guest = "/proc/x";
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EINVAL);
+	ck_assert_str_eq(err, "/proc belongs to the guest kernel; pick another guest path "
+			      "than '/proc/x'");
+	sp.guest = "/w";
+	sp.host = "";
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EINVAL);
+	ck_assert_str_eq(err, "the host path is empty");
+	sp.host = file;
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -ENOTDIR);
+	sp.host = dir;
+	sp.hidden_set = true;
+	sp.n_hidden = 1;
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EINVAL);
+	ck_assert_uint_eq(ms.n, 0);
+	sp.n_hidden = 0;
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
+	ck_assert_int_eq(parse(dir, ":/w"), -EEXIST);
+	ck_assert_str_eq(err, "-v: two mounts on /w");
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EEXIST);
+	ck_assert_str_eq(err, "two mounts on /w");
+	for (unsigned i = 1; i < MOUNTS_MAX; i++) {
+		char g[16];
+		snprintf(g, sizeof g, "/m%u", i);
+		sp.guest = g;
+		ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
+	}
+	sp.guest = "/more";
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -E2BIG);
+	ck_assert_str_eq(err, "too many mounts (at most 8)");
+	ck_assert_uint_eq(ms.n, MOUNTS_MAX);
+	mounts_free(&ms);
+}
+END_TEST
+
 Suite *mounts_suite(void)
 {
 	Suite *s = suite_create("mounts");
@@ -120,6 +241,10 @@ Suite *mounts_suite(void)
 	tcase_add_test(tc, host_with_colon);
 	tcase_add_test(tc, refused);
 	tcase_add_test(tc, limits);
+	tcase_add_test(tc, add_with_hidden);
+	tcase_add_test(tc, add_with_empty_hidden_list);
+	tcase_add_test(tc, default_hidden_list);
+	tcase_add_test(tc, add_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }

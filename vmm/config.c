@@ -19,6 +19,8 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "vmm/mounts.h"
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Bytes of a user's value shown in a message; the rest becomes "...". */
@@ -614,6 +616,164 @@ static int cfg_verbose(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_
 	return cfg_bool(x, v, "verbose", &c->verbose);
 }
 
+/* "'value'" for a scalar, else what kind of node it is, for "got …". */
+static const char *cfg_got(const struct cfg_node *v, char *buf, size_t size)
+{
+	if (v->kind != CFG_SCALAR || cfg_is_null(v))
+		return cfg_kind_name(v);
+	char show[CFG_SHOW_BUF];
+	cfg_show_node(show, v);
+	snprintf(buf, size, "'%s'", show);
+	return buf;
+}
+
+static void cfg_free_mounts(struct config_mount *m, unsigned n)
+{
+	if (!m)
+		return;
+	for (unsigned i = 0; i < n; i++) {
+		free(m[i].source);
+		free(m[i].target);
+		for (size_t j = 0; j < m[i].n_hidden; j++)
+			free(m[i].hidden[j]);
+		free(m[i].hidden);
+	}
+	free(m);
+}
+
+/* hidden: a list of non-empty fnmatch patterns.  A trailing '/' (as in
+ * .gitignore's "secrets/") is dropped: the backend hides a matching name
+ * whatever it is, and a hidden directory hides all below it. */
+static int cfg_hidden(struct cfg_ctx *x, const struct cfg_node *v, unsigned idx,
+		      struct config_mount *m)
+{
+	static const char expected[] = "a glob pattern such as \".env\" or \"*.pem\"";
+	char what[48], got[CFG_SHOW_BUF + 2];
+	snprintf(what, sizeof what, "mounts[%u].hidden", idx);
+	if (v->kind != CFG_SEQ)
+		return cfg_err(x, v, "%s: got %s; expected a list of patterns such as "
+				     "[\".env\", \"*.pem\"] ([] hides nothing)",
+			       what, cfg_got(v, got, sizeof got));
+	if (v->n > CONFIG_HIDDEN_MAX)
+		return cfg_err(x, v->kids[CONFIG_HIDDEN_MAX],
+			       "%s: more than %u patterns; expected at most %u", what,
+			       CONFIG_HIDDEN_MAX, CONFIG_HIDDEN_MAX);
+	m->hidden = calloc(v->n ? v->n : 1, sizeof *m->hidden);
+	if (!m->hidden)
+		return cfg_nomem(x);
+	m->hidden_set = true;
+	for (size_t i = 0; i < v->n; i++) {
+		const struct cfg_node *p = v->kids[i];
+		snprintf(what, sizeof what, "mounts[%u].hidden[%zu]", idx, i);
+		int rc = cfg_text(x, p, what, expected);
+		if (rc)
+			return rc;
+		size_t len = p->len;
+		while (len > 0 && p->str[len - 1] == '/')
+			len--;
+		if (p->len == 0)
+			return cfg_err(x, p, "%s: empty pattern; expected %s", what, expected);
+		if (len == 0)
+			return cfg_err(x, p, "%s: '/' alone would hide the whole mount; "
+					     "expected %s", what, expected);
+		if (len > CONFIG_HIDDEN_LEN_MAX)
+			return cfg_err(x, p, "%s: pattern is longer than %u bytes; expected %s",
+				       what, CONFIG_HIDDEN_LEN_MAX, expected);
+		if (!(m->hidden[i] = cfg_strdup(p->str, len)))
+			return cfg_nomem(x);
+		m->n_hidden = i + 1;
+	}
+	return 0;
+}
+
+static int cfg_mount(struct cfg_ctx *x, const struct cfg_node *v, unsigned idx,
+		     struct config_mount *m)
+{
+	static const char *const keys[] = { "source", "target", "readonly", "hidden" };
+	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
+	char what[48], got[CFG_SHOW_BUF + 2], show[CFG_SHOW_BUF];
+	int rc;
+	m->line = v->line;
+	m->col = v->col;
+	if (v->kind != CFG_MAP)
+		return cfg_err(x, v, "mounts[%u]: got %s; expected a mapping with source and "
+				     "target", idx, cfg_got(v, got, sizeof got));
+	for (size_t i = 0; i + 1 < v->n; i += 2) {
+		const struct cfg_node *k = v->kids[i], *val = v->kids[i + 1];
+		if (k->kind != CFG_SCALAR)
+			return cfg_err(x, k, "mounts[%u]: a key is %s; expected source, target, "
+					     "readonly or hidden", idx, cfg_kind_name(k));
+		size_t s = 0;
+		while (s < ARRAY_SIZE(keys) &&
+		       (strlen(keys[s]) != k->len || memcmp(keys[s], k->str, k->len) != 0))
+			s++;
+		cfg_show_node(show, k);
+		if (s == ARRAY_SIZE(keys))
+			return cfg_err(x, k, "mounts[%u]: unknown key '%s'; expected source, "
+					     "target, readonly or hidden", idx, show);
+		if (seen[s])
+			return cfg_err(x, k, "mounts[%u]: duplicate key '%s' (first at line %u); "
+					     "expected each key once", idx, show, seen[s]);
+		seen[s] = k->line;
+		snprintf(what, sizeof what, "mounts[%u].%s", idx, keys[s]);
+		switch (s) {
+		case 0:
+			rc = cfg_path(x, val, what, "the host directory to share", &m->source);
+			break;
+		case 1:
+			rc = cfg_text(x, val, what, "an absolute guest path such as /workspace");
+			if (!rc && val->len == 0)
+				rc = cfg_err(x, val, "%s: empty path; expected an absolute guest "
+						     "path such as /workspace", what);
+			if (!rc && !(m->target = cfg_strdup(val->str, val->len)))
+				rc = cfg_nomem(x);
+			break;
+		case 2: {
+			int ro = 0;
+			rc = cfg_bool(x, val, what, &ro);
+			m->readonly = ro == 1;
+			break;
+		}
+		default:
+			rc = cfg_hidden(x, val, idx, m);
+			break;
+		}
+		if (rc)
+			return rc;
+	}
+	if (!m->source)
+		return cfg_err(x, v, "mounts[%u]: no source; expected the host directory to "
+				     "share (source: ./)", idx);
+	if (!m->target)
+		return cfg_err(x, v, "mounts[%u]: no target; expected the guest path (target: "
+				     "/workspace)", idx);
+	return 0;
+}
+
+static int cfg_mounts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	char got[CFG_SHOW_BUF + 2];
+	if (v->kind != CFG_SEQ)
+		return cfg_err(x, v, "mounts: got %s; expected a list of mappings with source "
+				     "and target", cfg_got(v, got, sizeof got));
+	if (v->n > MOUNTS_MAX)
+		return cfg_err(x, v->kids[MOUNTS_MAX], "mounts: more than %d mounts; expected "
+						       "at most %d", MOUNTS_MAX, MOUNTS_MAX);
+	struct config_mount *m = calloc(v->n ? v->n : 1, sizeof *m);
+	if (!m)
+		return cfg_nomem(x);
+	for (size_t i = 0; i < v->n; i++) {
+		int rc = cfg_mount(x, v->kids[i], (unsigned)i, &m[i]);
+		if (rc) {
+			cfg_free_mounts(m, (unsigned)v->n);
+			return rc;
+		}
+	}
+	c->mounts = m;
+	c->n_mounts = (unsigned)v->n;
+	return 0;
+}
+
 /* The top-level keys.  A later section adds its row here (and its fields to
  * struct kbox_config, config_free and cfg_move); until then its name is
  * listed with a NULL parser, so users are told it is not supported yet
@@ -628,10 +788,10 @@ static const struct cfg_section {
 	{ "initrd", cfg_initrd },
 	{ "command", cfg_command },
 	{ "verbose", cfg_verbose },
+	{ "mounts", cfg_mounts },
 	{ "image", NULL },
 	{ "workdir", NULL },
 	{ "env", NULL },
-	{ "mounts", NULL },
 	{ "network", NULL },
 	{ "ports", NULL },
 	{ "tls", NULL },
@@ -769,6 +929,13 @@ static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
 	}
 	if (src->verbose >= 0)
 		dst->verbose = src->verbose;
+	if (src->mounts) {
+		cfg_free_mounts(dst->mounts, dst->n_mounts);
+		dst->mounts = src->mounts;
+		dst->n_mounts = src->n_mounts;
+		src->mounts = NULL;
+		src->n_mounts = 0;
+	}
 }
 
 /* ---- public ------------------------------------------------------------ */
@@ -784,6 +951,7 @@ void config_free(struct kbox_config *c)
 	free(c->kernel);
 	free(c->initrd);
 	cfg_free_argv(c->argv);
+	cfg_free_mounts(c->mounts, c->n_mounts);
 	config_init(c);
 }
 

@@ -8,7 +8,14 @@
  *   initrd:  path; same rule
  *   command: a list of strings (argv), or one string run as /bin/sh -c STRING
  *   verbose: true/false (also yes/no, on/off)
- * Later sections (mounts, network, ports, tls, env, secrets, image, workdir)
+ *   mounts:  a list (at most MOUNTS_MAX) of mappings with
+ *              source:   host directory; relative to the file's directory
+ *              target:   guest path (checked when the mount is added)
+ *              readonly: true/false, default false
+ *              hidden:   list of glob patterns (1..CONFIG_HIDDEN_LEN_MAX
+ *                        bytes, at most CONFIG_HIDDEN_MAX); a trailing '/'
+ *                        is dropped; [] hides nothing; absent = defaults
+ * Later sections (network, ports, tls, env, secrets, image, workdir)
  * are recognised by name and refused as "not supported yet" until their
  * parsers are added to the section table in config.c.
  *
@@ -18,6 +25,7 @@
 #ifndef KBOX_CONFIG_H
 #define KBOX_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +37,18 @@
 #define CONFIG_CPUS_MAX 64u
 #define CONFIG_MEMORY_MIN_MIB 64u
 #define CONFIG_MEMORY_MAX_MIB 65536u
+#define CONFIG_HIDDEN_MAX 64u
+#define CONFIG_HIDDEN_LEN_MAX 255u
+
+struct config_mount {
+	char *source;   /* malloc'd, joined to the file's directory if relative */
+	char *target;   /* malloc'd, as written */
+	bool readonly;
+	char **hidden;  /* malloc'd patterns; NULL when hidden_set is false */
+	size_t n_hidden;
+	bool hidden_set; /* false: the default hidden list */
+	unsigned line, col; /* where the entry starts, for later messages */
+};
 
 struct kbox_config {
 	unsigned cpus;       /* 0 = not set */
@@ -37,6 +57,8 @@ struct kbox_config {
 	char *initrd;        /* NULL = not set; malloc'd */
 	char **argv;         /* NULL-terminated, malloc'd; NULL = not set */
 	int verbose;         /* -1 = not set, else 0/1 */
+	struct config_mount *mounts; /* malloc'd; NULL = not set */
+	unsigned n_mounts;
 };
 
 /* Mark every field of c "not set".  c need not be initialised before. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "vmm/config.h"
+#include "vmm/mounts.h"
 
 #define ERRLEN 512
 
@@ -31,6 +32,8 @@ static void expect_err(const char *text, const char *msg)
 	ck_assert_ptr_null(c.initrd);
 	ck_assert_ptr_null(c.argv);
 	ck_assert_int_eq(c.verbose, -1);
+	ck_assert_ptr_null(c.mounts);
+	ck_assert_uint_eq(c.n_mounts, 0);
 	config_free(&c);
 }
 
@@ -293,9 +296,9 @@ START_TEST(unknown_keys)
 	expect_err("comand: ls", "dir/t.yaml:1:1: unknown key 'comand'; did you mean 'command'?");
 	expect_err("initdr: x", "dir/t.yaml:1:1: unknown key 'initdr'; did you mean 'initrd'?");
 	expect_err("colour: red", "dir/t.yaml:1:1: unknown key 'colour'; expected one of: cpus, "
-				  "memory, kernel, initrd, command, verbose");
+				  "memory, kernel, initrd, command, verbose, mounts");
 	expect_err("x: 1", "dir/t.yaml:1:1: unknown key 'x'; expected one of: cpus, memory, "
-			   "kernel, initrd, command, verbose");
+			   "kernel, initrd, command, verbose, mounts");
 	expect_err("\"cp\\0us\": 1", "dir/t.yaml:1:1: unknown key 'cp\\x00us'; did you mean "
 				     "'cpus'?");
 }
@@ -304,14 +307,15 @@ END_TEST
 /* Names of later sections are known, so they are not taken for typos. */
 START_TEST(later_sections_not_supported_yet)
 {
-	static const char *const keys[] = { "image", "workdir", "env",	"mounts",
-					    "network", "ports",	  "tls", "secrets" };
+	static const char *const keys[] = { "image", "workdir", "env",	  "network",
+					    "ports", "tls",	    "secrets" };
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
 		char text[64], msg[ERRLEN];
 		snprintf(text, sizeof text, "cpus: 1\n%s: {}\n", keys[i]);
 		snprintf(msg, sizeof msg,
 			 "dir/t.yaml:2:1: '%s' is not supported by this version of kbox yet; "
-			 "expected one of: cpus, memory, kernel, initrd, command, verbose",
+			 "expected one of: cpus, memory, kernel, initrd, command, verbose, "
+			 "mounts",
 			 keys[i]);
 		expect_err(text, msg);
 	}
@@ -472,7 +476,7 @@ START_TEST(huge_scalars)
 	char *qkey = repeat("? ", "k", 500000, "\n: 1\n");
 	expect_err(qkey, "dir/t.yaml:1:3: unknown key "
 			 "'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...'; expected one of: cpus, "
-			 "memory, kernel, initrd, command, verbose");
+			 "memory, kernel, initrd, command, verbose, mounts");
 	free(qkey);
 	char *path = repeat("kernel: ", "p", 5000, "\n");
 	expect_err(path, "dir/t.yaml:1:9: kernel: path is longer than 4095 bytes; expected a "
@@ -509,10 +513,11 @@ START_TEST(nul_bytes_and_bad_utf8)
 				       "characters");
 	/* Escapes decode to bytes that must not reach the terminal raw. */
 	expect_err("\"\\e[2J\\n\": 1", "dir/t.yaml:1:1: unknown key '\\x1b[2J\\x0a'; expected "
-				       "one of: cpus, memory, kernel, initrd, command, verbose");
+				       "one of: cpus, memory, kernel, initrd, command, verbose, "
+				       "mounts");
 	expect_err("\"\\u00e9t\\u00e9\": 1", "dir/t.yaml:1:1: unknown key "
 					     "'\\xc3\\xa9t\\xc3\\xa9'; expected one of: cpus, "
-					     "memory, kernel, initrd, command, verbose");
+					     "memory, kernel, initrd, command, verbose, mounts");
 }
 END_TEST
 
@@ -619,6 +624,183 @@ START_TEST(files_load_and_fail_clearly)
 }
 END_TEST
 
+/* ---- mounts ------------------------------------------------------------ */
+
+START_TEST(mounts_section)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_msg(load("mounts:\n"
+			   "  - source: ./\n"
+			   "    target: /workspace\n"
+			   "    readonly: false\n"
+			   "    hidden: [\".env\", \"*.pem\", \"secrets/\", \"/cfg/key\"]\n"
+			   "  - {source: /srv/data, target: /data, readonly: yes, hidden: []}\n"
+			   "  - target: /x\n"
+			   "    source: x\n",
+			   &c, err) == 0, "%s", err);
+	ck_assert_uint_eq(c.n_mounts, 3);
+	const struct config_mount *m = c.mounts;
+	ck_assert_str_eq(m[0].source, "dir/./");
+	ck_assert_str_eq(m[0].target, "/workspace");
+	ck_assert(!m[0].readonly);
+	ck_assert(m[0].hidden_set);
+	ck_assert_uint_eq(m[0].n_hidden, 4);
+	ck_assert_str_eq(m[0].hidden[0], ".env");
+	ck_assert_str_eq(m[0].hidden[1], "*.pem");
+	ck_assert_str_eq(m[0].hidden[2], "secrets");
+	ck_assert_str_eq(m[0].hidden[3], "/cfg/key");
+	ck_assert_uint_eq(m[0].line, 2);
+	ck_assert_uint_eq(m[0].col, 5);
+	ck_assert_str_eq(m[1].source, "/srv/data");
+	ck_assert(m[1].readonly);
+	ck_assert(m[1].hidden_set);
+	ck_assert_uint_eq(m[1].n_hidden, 0);
+	ck_assert_uint_eq(m[1].line, 6);
+	ck_assert_str_eq(m[2].source, "dir/x");
+	ck_assert_str_eq(m[2].target, "/x");
+	ck_assert(!m[2].readonly);
+	ck_assert(!m[2].hidden_set);
+	ck_assert_ptr_null(m[2].hidden);
+	config_free(&c);
+	ck_assert_ptr_null(c.mounts);
+
+	/* An empty list is set (and replaces an earlier file's mounts). */
+	ck_assert_int_eq(load("mounts: [{source: /a, target: /a}]", &c, err), 0);
+	const char *none = "mounts: []";
+	ck_assert_int_eq(config_load_buf("b.yaml", none, strlen(none), &c, err, ERRLEN), 0);
+	ck_assert_ptr_nonnull(c.mounts);
+	ck_assert_uint_eq(c.n_mounts, 0);
+	config_free(&c);
+
+	/* The most mounts and patterns allowed. */
+	char text[8192];
+	size_t o = (size_t)snprintf(text, sizeof text, "mounts:\n");
+	for (unsigned i = 0; i < MOUNTS_MAX; i++)
+		o += (size_t)snprintf(text + o, sizeof text - o,
+				      "  - {source: /s, target: /t%u}\n", i);
+	ck_assert_int_eq(load(text, &c, err), 0);
+	ck_assert_uint_eq(c.n_mounts, MOUNTS_MAX);
+	config_free(&c);
+	o = (size_t)snprintf(text, sizeof text, "mounts:\n  - source: /s\n    target: /t\n"
+						"    hidden:\n");
+	for (unsigned i = 0; i < CONFIG_HIDDEN_MAX; i++)
+		o += (size_t)snprintf(text + o, sizeof text - o, "      - p%u\n", i);
+	ck_assert_int_eq(load(text, &c, err), 0);
+	ck_assert_uint_eq(c.mounts[0].n_hidden, CONFIG_HIDDEN_MAX);
+	ck_assert_str_eq(c.mounts[0].hidden[CONFIG_HIDDEN_MAX - 1], "p63");
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(mounts_errors)
+{
+	expect_err("mounts: /w", "dir/t.yaml:1:9: mounts: got '/w'; expected a list of "
+				 "mappings with source and target");
+	expect_err("mounts:\n", "dir/t.yaml:1:8: mounts: got an empty value; expected a list "
+				"of mappings with source and target");
+	expect_err("mounts: {source: a}", "dir/t.yaml:1:9: mounts: got a mapping; expected a "
+					  "list of mappings with source and target");
+	expect_err("mounts:\n  - ./:/w\n", "dir/t.yaml:2:5: mounts[0]: got './:/w'; expected "
+					   "a mapping with source and target");
+	expect_err("mounts:\n  - [a]\n", "dir/t.yaml:2:5: mounts[0]: got a list; expected a "
+					 "mapping with source and target");
+	/* Missing keys point at the entry. */
+	expect_err("mounts:\n  - target: /w\n", "dir/t.yaml:2:5: mounts[0]: no source; expected "
+						"the host directory to share (source: ./)");
+	expect_err("mounts:\n  - {source: a, target: /a}\n  - source: ./\n    readonly: true\n",
+		   "dir/t.yaml:3:5: mounts[1]: no target; expected the guest path (target: "
+		   "/workspace)");
+	/* Unknown and repeated keys. */
+	expect_err("mounts:\n  - source: a\n    targte: /w\n",
+		   "dir/t.yaml:3:5: mounts[0]: unknown key 'targte'; expected source, target, "
+		   "readonly or hidden");
+	expect_err("mounts:\n  - source: a\n    source: b\n",
+		   "dir/t.yaml:3:5: mounts[0]: duplicate key 'source' (first at line 2); "
+		   "expected each key once");
+	expect_err("mounts:\n  - {[a]: b}\n", "dir/t.yaml:2:6: mounts[0]: a key is a list; "
+					      "expected source, target, readonly or hidden");
+	/* Wrong types. */
+	expect_err("mounts:\n  - {source: [a], target: /w}\n",
+		   "dir/t.yaml:2:14: mounts[0].source: got a list; expected the host directory "
+		   "to share");
+	expect_err("mounts:\n  - {source: '', target: /w}\n",
+		   "dir/t.yaml:2:14: mounts[0].source: empty path; expected the host directory "
+		   "to share");
+	expect_err("mounts:\n  - {source: ~/p, target: /w}\n",
+		   "dir/t.yaml:2:14: mounts[0].source: '~' is not expanded; expected an absolute "
+		   "path or one relative to the config file");
+	expect_err("mounts:\n  - {source: a, target: {x: 1}}\n",
+		   "dir/t.yaml:2:25: mounts[0].target: got a mapping; expected an absolute guest "
+		   "path such as /workspace");
+	expect_err("mounts:\n  - {source: a, target: \"\"}\n",
+		   "dir/t.yaml:2:25: mounts[0].target: empty path; expected an absolute guest "
+		   "path such as /workspace");
+	expect_err("mounts:\n  - {source: a, target: /w, readonly: ro}\n",
+		   "dir/t.yaml:2:39: mounts[0].readonly: 'ro' is not a boolean; expected true "
+		   "or false");
+	expect_err("mounts:\n  - {source: a, target: /w, hidden: .env}\n",
+		   "dir/t.yaml:2:37: mounts[0].hidden: got '.env'; expected a list of patterns "
+		   "such as [\".env\", \"*.pem\"] ([] hides nothing)");
+	expect_err("mounts:\n  - {source: a, target: /w, hidden: [a, [b]]}\n",
+		   "dir/t.yaml:2:41: mounts[0].hidden[1]: got a list; expected a glob pattern "
+		   "such as \".env\" or \"*.pem\"");
+	expect_err("mounts:\n  - {source: a, target: /w, hidden: [a, ~]}\n",
+		   "dir/t.yaml:2:41: mounts[0].hidden[1]: got an empty value; expected a glob "
+		   "pattern such as \".env\" or \"*.pem\"");
+}
+END_TEST
+
+START_TEST(mounts_limits)
+{
+	/* Bad patterns. */
+	expect_err("mounts:\n  - source: a\n    target: /w\n    hidden: ['']\n",
+		   "dir/t.yaml:4:14: mounts[0].hidden[0]: empty pattern; expected a glob "
+		   "pattern such as \".env\" or \"*.pem\"");
+	expect_err("mounts:\n  - source: a\n    target: /w\n    hidden: [x, //]\n",
+		   "dir/t.yaml:4:17: mounts[0].hidden[1]: '/' alone would hide the whole mount; "
+		   "expected a glob pattern such as \".env\" or \"*.pem\"");
+	char text[8192], msg[ERRLEN];
+	char pat[CONFIG_HIDDEN_LEN_MAX + 2];
+	memset(pat, 'p', sizeof pat - 1);
+	pat[sizeof pat - 1] = '\0';
+	snprintf(text, sizeof text, "mounts:\n  - source: a\n    target: /w\n    hidden: [%s]\n",
+		 pat);
+	expect_err(text, "dir/t.yaml:4:14: mounts[0].hidden[0]: pattern is longer than 255 "
+			 "bytes; expected a glob pattern such as \".env\" or \"*.pem\"");
+	/* 255 bytes plus a trailing '/' is fine. */
+	pat[sizeof pat - 2] = '/';
+	snprintf(text, sizeof text, "mounts:\n  - source: a\n    target: /w\n    hidden: [%s]\n",
+		 pat);
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_msg(load(text, &c, err) == 0, "%s", err);
+	ck_assert_uint_eq(strlen(c.mounts[0].hidden[0]), CONFIG_HIDDEN_LEN_MAX);
+	config_free(&c);
+	/* Too many patterns: the first one over is named. */
+	size_t o = (size_t)snprintf(text, sizeof text, "mounts:\n  - source: /s\n    target: "
+						       "/t\n    hidden:\n");
+	for (unsigned i = 0; i <= CONFIG_HIDDEN_MAX; i++)
+		o += (size_t)snprintf(text + o, sizeof text - o, "      - p%u\n", i);
+	snprintf(msg, sizeof msg, "dir/t.yaml:%u:9: mounts[0].hidden: more than %u patterns; "
+				  "expected at most %u", 5 + CONFIG_HIDDEN_MAX, CONFIG_HIDDEN_MAX,
+		 CONFIG_HIDDEN_MAX);
+	expect_err(text, msg);
+	/* Too many mounts: the first one over is named. */
+	o = (size_t)snprintf(text, sizeof text, "mounts:\n");
+	for (unsigned i = 0; i <= MOUNTS_MAX; i++)
+		o += (size_t)snprintf(text + o, sizeof text - o,
+				      "  - {source: /s, target: /t%u}\n", i);
+	snprintf(msg, sizeof msg, "dir/t.yaml:%u:5: mounts: more than %d mounts; expected at "
+				  "most %d", 2 + MOUNTS_MAX, MOUNTS_MAX, MOUNTS_MAX);
+	expect_err(text, msg);
+	/* A NUL inside a pattern. */
+	expect_err("mounts: [{source: a, target: /w, hidden: [\"a\\0b\"]}]",
+		   "dir/t.yaml:1:43: mounts[0].hidden[0]: contains a NUL byte; expected a glob "
+		   "pattern such as \".env\" or \"*.pem\"");
+}
+END_TEST
+
 /* The documented example must stay loadable (run from the repository root,
  * as `make unit` does). */
 START_TEST(example_file_loads)
@@ -651,6 +833,7 @@ Suite *config_suite(void)
 	tcase_add_test(ok, relative_paths_follow_the_file);
 	tcase_add_test(ok, load_overlays_and_errors_keep_config);
 	tcase_add_test(ok, example_file_loads);
+	tcase_add_test(ok, mounts_section);
 	suite_add_tcase(s, ok);
 
 	TCase *bad = tcase_create("errors");
@@ -662,6 +845,8 @@ Suite *config_suite(void)
 	tcase_add_test(bad, empty_commands);
 	tcase_add_test(bad, syntax_errors);
 	tcase_add_test(bad, files_load_and_fail_clearly);
+	tcase_add_test(bad, mounts_errors);
+	tcase_add_test(bad, mounts_limits);
 	suite_add_tcase(s, bad);
 
 	TCase *hostile = tcase_create("hostile");

@@ -91,7 +91,8 @@ void run_usage(FILE *f)
 		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
 		"                        (default: the one built by 'make kernel' for this host)\n"
 		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
-		"      --conf FILE       sandbox.yaml with cpus, memory, kernel, initrd, command\n"
+		"      --conf FILE       sandbox.yaml with cpus, memory, kernel, initrd, command,\n"
+		"                        mounts (added before the -v ones)\n"
 		"      --kernel-log FILE where the guest kernel's log goes\n"
 		"                        (default: $XDG_STATE_HOME/kbox/kernel.log)\n"
 		"      --append ARGS     extra kernel command-line arguments\n"
@@ -237,6 +238,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	const char *vols[MOUNTS_MAX];
+	unsigned nvols = 0;
 	uint64_t v;
 	int c;
 	optind = 1;
@@ -276,12 +279,12 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		case 'C': o->conf = optarg; break;
 		case 'L': o->klog_path = optarg; break;
 		case 'A': o->append = optarg; break;
-		case 'v': {
-			char err[512];
-			if (mounts_parse(o->mounts, optarg, err, sizeof err) < 0)
-				return die("%s", err);
+		case 'v':
+			/* Added after --conf's mounts, which come first. */
+			if (nvols >= MOUNTS_MAX)
+				return die("too many -v mounts (at most %d)", MOUNTS_MAX);
+			vols[nvols++] = optarg;
 			break;
-		}
 		case 'V': o->verbose = 1; break;
 		case 'N': o->no_lockdown = 1; break;
 		case OPT_NETWORK:
@@ -319,6 +322,22 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			o->initrd = cfg->initrd;
 		if (!o->verbose && cfg->verbose == 1)
 			o->verbose = 1;
+		for (unsigned i = 0; i < cfg->n_mounts; i++) {
+			const struct config_mount *cm = &cfg->mounts[i];
+			const struct mount_spec sp = {
+				.host = cm->source, .guest = cm->target, .readonly = cm->readonly,
+				.hidden = (const char *const *)cm->hidden,
+				.n_hidden = cm->n_hidden, .hidden_set = cm->hidden_set,
+			};
+			if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
+				return die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,
+					   err);
+		}
+	}
+	for (unsigned i = 0; i < nvols; i++) {
+		char err[512];
+		if (mounts_parse(o->mounts, vols[i], err, sizeof err) < 0)
+			return die("%s", err);
 	}
 	if (optind < argc)
 		o->argv = argv + optind;

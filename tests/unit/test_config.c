@@ -816,6 +816,13 @@ START_TEST(example_file_loads)
 	static const char *const want[] = { "/bin/sh", "-c", "echo hi from the guest; exit 7" };
 	expect_argv(c.argv, want, 3);
 	ck_assert_int_eq(c.verbose, 0);
+	ck_assert_uint_eq(c.n_mounts, 1);
+	ck_assert_str_eq(c.mounts[0].source, "examples/../");
+	ck_assert_str_eq(c.mounts[0].target, "/workspace");
+	ck_assert(!c.mounts[0].readonly);
+	ck_assert(c.mounts[0].hidden_set);
+	ck_assert_uint_eq(c.mounts[0].n_hidden, 4);
+	ck_assert_str_eq(c.mounts[0].hidden[3], "secrets");
 	config_free(&c);
 }
 END_TEST

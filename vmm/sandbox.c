@@ -108,7 +108,7 @@ static int read_info(const struct sandbox *sb, struct sandbox_info *info)
 
 void sandbox_release(const struct sandbox *sb)
 {
-	static const char *const files[] = { "info", "vsock.sock", "kernel.log" };
+	static const char *const files[] = { "info", "vsock.sock", "kernel.log", "output.log" };
 	char path[sizeof sb->dir + 300];
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
 		snprintf(path, sizeof path, "%s/%s", sb->dir, files[i]);

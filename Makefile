@@ -10,7 +10,7 @@ KBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 	-MMD -MP
 PKGS     := yaml-0.1 lwip
 KBOX_CFLAGS += $(shell pkg-config --cflags $(PKGS))
-LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lseccomp -lpthread
+LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # Every module source joins kbox and the unit tests; adding a file is enough.

@@ -1,0 +1,144 @@
+/* The kbox certificate authority and the leaf certificates it mints for
+ * TLS interception.  The CA is an EC P-256 key with a self-signed X.509
+ * v3 certificate, made once per user and kept on disk (PEM); leaf
+ * certificates are minted per server name on first use, signed with
+ * ecdsa-with-SHA256, and cached.  Everything here is built with our own
+ * bounds-checked DER writer and BearSSL's EC primitives; names come from
+ * the network (SNI) and are checked before they reach a certificate. */
+#ifndef KBOX_NETSTACK_TLS_CERT_H
+#define KBOX_NETSTACK_TLS_CERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <bearssl.h>
+
+#define TC_CACHE_MAX 256u          /* names in the lookup cache (LRU) */
+#define TC_MINT_MAX 4096u          /* leaves minted per CA, in all */
+#define TC_NAME_MAX 253u           /* longest DNS name we mint for */
+#define TC_LEAF_LIFETIME (7 * 86400) /* leaf notAfter = now + 7 days */
+#define TC_LEAF_BACKDATE 3600      /* leaf notBefore = now - 1 hour (clock skew) */
+#define TC_CA_LIFETIME (3650LL * 86400) /* CA validity: 10 years */
+
+struct tc_ca; /* the CA: P-256 key + self-signed cert, plus the leaf cache */
+
+/* Load DIR/ca.pem and DIR/ca.key, or create both (DIR 0700, key 0600,
+ * cert 0644; missing parent directories are created 0700) when neither
+ * exists.  The key must not be readable by group or others, and must
+ * match the certificate.  Returns 0 and sets *out, or a negative errno;
+ * on failure ERR (if non-NULL) gets one line saying what is wrong and
+ * what to do. */
+int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen);
+
+/* Make a fresh CA in memory only (new key, self-signed certificate with
+ * subject CN=CN, valid from NOW-1h for ten years).  For tests and for
+ * tc_ca_open's create path.  0, -EINVAL (CN empty or > 64 bytes),
+ * -ENOMEM, or -EIO if the random source fails. */
+int tc_ca_generate(const char *cn, time_t now, struct tc_ca **out);
+
+/* A CA from a caller-given DER certificate and the raw P-256 private
+ * scalar (32 bytes, big-endian).  The certificate must parse, carry a
+ * P-256 key equal to the scalar's public key and a subjectKeyIdentifier.
+ * Copies both.  0, -EINVAL (unparsable, wrong curve, key mismatch),
+ * -ENOMEM. */
+int tc_ca_from_parts(const unsigned char *cert_der, size_t cert_len,
+                     const unsigned char *priv, size_t priv_len,
+                     struct tc_ca **out);
+
+/* Free the CA and every leaf it minted (all pointers from tc_leaf die). */
+void tc_ca_free(struct tc_ca *ca);
+
+/* The CA certificate in PEM, NUL-terminated, owned by CA. */
+const char *tc_ca_pem(const struct tc_ca *ca);
+
+/* The CA certificate in DER, owned by CA; *LEN gets its length. */
+const unsigned char *tc_ca_der(const struct tc_ca *ca, size_t *len);
+
+/* The CA's private key (for tests and for writing ca.key). */
+const br_ec_private_key *tc_ca_key(const struct tc_ca *ca);
+
+/* The chain [leaf, CA] for NAME, a DNS name (case-insensitive, cached
+ * in lower case, a trailing dot dropped) or an IPv4/IPv6 literal, minted
+ * on first use and cached, plus the leaf private key (one key per CA,
+ * shared by all its leaves).  The pointers stay valid until tc_ca_free
+ * (the TLS engine holds them for a whole connection): the lookup cache
+ * holds the TC_CACHE_MAX most recently used names, and a name pushed out
+ * of it is kept alive (not looked up again, re-minted if asked for),
+ * so memory is bounded by TC_MINT_MAX leaves (~1 KiB each) in all; past
+ * that, names not in the cache get -ENOSPC.  Thread-safe (one mutex).
+ * 0, -EINVAL (empty, > 253 bytes, a character outside [A-Za-z0-9-._*],
+ * an empty or > 63-byte label, a malformed IP literal), -ENOMEM, -EIO
+ * (random source), -ENOSPC. */
+int tc_leaf(struct tc_ca *ca, const char *name,
+            const br_x509_certificate **chain, size_t *chain_len,
+            const br_ec_private_key **key);
+
+/* How many names the cache holds now (tests). */
+size_t tc_cache_count(struct tc_ca *ca);
+
+/* The default CA directory: $KBOX_CA_DIR, else $XDG_DATA_HOME/kbox/ca,
+ * else $HOME/.local/share/kbox/ca (only absolute values count).  Writes
+ * a NUL-terminated path into BUF.  0, -ENAMETOOLONG, -ENOENT (no usable
+ * variable). */
+int tc_ca_default_dir(char *buf, size_t len);
+
+/* ---- DER writer (exposed for tests and the fuzz target) ----
+ * Writes into a fixed buffer; the first overflow makes the writer sticky
+ * failed (every later call is a no-op) so that callers check once at the
+ * end. */
+struct tc_der {
+    unsigned char *buf;
+    size_t cap;
+    size_t len;
+    int err; /* 0 or -ENOSPC */
+};
+
+/* Start writing into BUF (CAP bytes). */
+void tc_der_init(struct tc_der *d, unsigned char *buf, size_t cap);
+
+/* Append a tag-length header for a content of LEN bytes (definite form,
+ * minimal length octets). */
+void tc_der_hdr(struct tc_der *d, unsigned tag, size_t len);
+
+/* Append raw bytes. */
+void tc_der_raw(struct tc_der *d, const void *p, size_t n);
+
+/* Append a primitive TLV. */
+void tc_der_tlv(struct tc_der *d, unsigned tag, const void *p, size_t n);
+
+/* Append an INTEGER from an unsigned big-endian magnitude: leading zero
+ * bytes are stripped and one 0x00 is added when the top bit is set. */
+void tc_der_uint(struct tc_der *d, const unsigned char *p, size_t n);
+
+/* Append an OBJECT IDENTIFIER from dotted text ("1.2.840.10045.2.1").
+ * A malformed OID sets -EINVAL. */
+void tc_der_oid(struct tc_der *d, const char *dotted);
+
+/* Open a constructed value (SEQUENCE, SET, [n]); returns a mark for
+ * tc_der_close.  Content is written after a reserved 4-byte-length
+ * header and moved down once its size is known. */
+size_t tc_der_open(struct tc_der *d, unsigned tag);
+
+/* Close the value opened at MARK, fixing its length. */
+void tc_der_close(struct tc_der *d, size_t mark);
+
+/* Append a UTCTime (1950..2049) or GeneralizedTime (otherwise) for T,
+ * as RFC 5280 4.1.2.5 requires. */
+void tc_der_time(struct tc_der *d, time_t t);
+
+/* ---- PEM ---- */
+
+/* Encode DER as PEM with the label LABEL (64-column lines, trailing
+ * newline) into a malloc'd NUL-terminated string in *OUT.  0, -ENOMEM. */
+int tc_pem_encode(const char *label, const unsigned char *der, size_t len,
+                  char **out);
+
+/* Find the first PEM block labelled LABEL in TEXT (LEN bytes, need not be
+ * NUL-terminated) and decode it into a malloc'd buffer.  Whitespace
+ * inside the base64 is ignored; anything else invalid fails.  0, -EINVAL
+ * (no such block, bad base64, empty), -ENOMEM. */
+int tc_pem_decode(const char *text, size_t len, const char *label,
+                  unsigned char **der, size_t *der_len);
+
+#endif

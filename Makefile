@@ -8,7 +8,7 @@ CFLAGS   ?= -O2 -g
 KBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 	-Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing -I. \
 	-MMD -MP
-PKGS     := yaml-0.1 lwip
+PKGS     := yaml-0.1 lwip libarchive
 KBOX_CFLAGS += $(shell pkg-config --cflags $(PKGS))
 LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -25,7 +25,7 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc \
 	libelf-dev libssl-dev cpio busybox-static libyaml-dev check \
 	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
-	iproute2 curl git sqlite3 bsdutils
+	iproute2 curl git sqlite3 bsdutils libarchive-dev
 
 .PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests lockdown-tests e2e fuzz fuzz-smoke deps clean
 all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio

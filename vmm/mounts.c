@@ -1,6 +1,7 @@
 #include "vmm/mounts.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -120,6 +121,7 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 	m->hidden = NULL;
 	m->n_hidden = 0;
 	m->hidden_set = false;
+	m->root = false;
 	m->fs = NULL;
 	m->srv = NULL;
 	ms->n++;
@@ -174,11 +176,70 @@ int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen)
 	return add(ms, arg, hl, colon + 1, end - hl - 1, ro, "-v: ", err, errlen, &m);
 }
 
+int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < ms->n; i++) {
+		if (ms->m[i].root) {
+			snprintf(err, errlen, "--image: only one root image");
+			return -EEXIST;
+		}
+	}
+	if (ms->n >= MOUNTS_MAX) {
+		snprintf(err, errlen, "--image: too many mounts (at most %d with the image)",
+			 MOUNTS_MAX);
+		return -E2BIG;
+	}
+	struct mount *m = &ms->m[ms->n];
+	size_t hl = strlen(dir);
+	if (hl == 0 || hl >= sizeof m->host) {
+		snprintf(err, errlen, "--image: the path is %s", hl ? "too long" : "empty");
+		return hl ? -ENAMETOOLONG : -EINVAL;
+	}
+	struct stat st;
+	if (stat(dir, &st) < 0) {
+		int rc = -errno;
+		snprintf(err, errlen, "--image: cannot use %s: %s", dir, strerror(errno));
+		return rc;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "--image: %s is not a directory (a root filesystem "
+			 "folder, e.g. made with debootstrap)", dir);
+		return -ENOTDIR;
+	}
+	/* The image is the system, not the user's files: nothing hidden, and
+	 * the host refuses every write to it. */
+	*m = (struct mount){ .readonly = true, .hidden_set = true, .root = true };
+	memcpy(m->host, dir, hl + 1);
+	strcpy(m->guest, "/");
+	ms->n++;
+	return 0;
+}
+
 void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc)
 {
 	*fc = (struct fsp_config){ .root = m->host, .readonly = m->readonly,
 				   .hidden = m->hidden, .n_hidden = m->n_hidden,
 				   .hidden_set = m->hidden_set, .max_fds = max_fds };
+}
+
+/* Append to the kernel command line within the kernel's own limit. */
+__attribute__((format(printf, 5, 6)))
+static int cmd_append(char *cmdline, size_t cmdlen, char *err, size_t errlen,
+		      const char *fmt, ...)
+{
+	size_t used = strlen(cmdline);
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(cmdline + used, cmdlen - used, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > KERNEL_CMDLINE_MAX) {
+		cmdline[used] = '\0';
+		snprintf(err, errlen, "the mounts do not fit on the kernel command "
+			 "line (%u bytes at most); use shorter guest paths",
+			 KERNEL_CMDLINE_MAX);
+		return -E2BIG;
+	}
+	return 0;
 }
 
 static void raise_fd_limit(void)
@@ -210,6 +271,15 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 		.attr_timeout = 1.0,
 		.posix_locks = true,
 	};
+	/* Nothing in the guest changes an image, so its names and attributes
+	 * may be cached far longer: a toolchain's many stat calls stay in the
+	 * guest. */
+	const struct fuse_server_config image_sc = {
+		.max_write = VIRTIO_FS_MAX_WRITE,
+		.entry_timeout = 60.0,
+		.attr_timeout = 60.0,
+		.posix_locks = true,
+	};
 	for (unsigned i = 0; i < ms->n; i++) {
 		struct mount *m = &ms->m[i];
 		char tag[16];
@@ -221,7 +291,8 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 			snprintf(err, errlen, "cannot serve %s: %s", m->host, strerror(-rc));
 			return rc;
 		}
-		if ((rc = fuse_server_new(&fsp_ops, m->fs, &sc, &m->srv)) < 0 ||
+		if ((rc = fuse_server_new(&fsp_ops, m->fs, m->root ? &image_sc : &sc,
+					  &m->srv)) < 0 ||
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0) {
 			snprintf(err, errlen, "cannot set up the file server: %s",
 				 strerror(-rc));
@@ -230,21 +301,21 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 		if ((rc = vbus_add(b, &m->vfs.dev, NULL, cmdline, cmdlen, err, errlen)) < 0)
 			return rc;
 	}
-	for (unsigned i = 0; i < ms->n; i++) {
-		char tag[16];
-		snprintf(tag, sizeof tag, "kbox%u", i);
-		size_t used = strlen(cmdline);
-		int n = snprintf(cmdline + used, cmdlen - used, "%s%s:%s:%s",
-				 i ? "," : " kbox.mounts=", tag, ms->m[i].guest,
-				 ms->m[i].readonly ? "ro" : "rw");
-		if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > KERNEL_CMDLINE_MAX) {
-			snprintf(err, errlen, "the mounts do not fit on the kernel command "
-				 "line (%u bytes at most); use shorter guest paths",
-				 KERNEL_CMDLINE_MAX);
-			return -E2BIG;
-		}
+	/* The list first, then the root: kbox.root= must not split it. */
+	bool first = true;
+	int rc = 0;
+	for (unsigned i = 0; i < ms->n && !rc; i++) {
+		if (ms->m[i].root)
+			continue;
+		rc = cmd_append(cmdline, cmdlen, err, errlen, "%skbox%u:%s:%s",
+				first ? " kbox.mounts=" : ",", i, ms->m[i].guest,
+				ms->m[i].readonly ? "ro" : "rw");
+		first = false;
 	}
-	return 0;
+	for (unsigned i = 0; i < ms->n && !rc; i++)
+		if (ms->m[i].root)
+			rc = cmd_append(cmdline, cmdlen, err, errlen, " kbox.root=kbox%u", i);
+	return rc;
 }
 
 void mounts_free(struct mounts *ms)

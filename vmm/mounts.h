@@ -6,7 +6,11 @@
  * to mount from the kernel command line:
  *     kbox.mounts=kbox0:/workspace:rw,kbox1:/cfg:ro
  * which guest-init reads from /proc/cmdline.  Guest paths therefore never
- * contain ',', ':' or whitespace; nothing is escaped. */
+ * contain ',', ':' or whitespace; nothing is escaped.
+ *
+ * A root image (`--image DIR`) is one more mount, read-only, with nothing
+ * hidden, named on the command line as kbox.root=kboxN instead of in the
+ * list: guest-init puts a tmpfs overlay over it and makes that the root. */
 #ifndef KBOX_MOUNTS_H
 #define KBOX_MOUNTS_H
 
@@ -33,6 +37,7 @@ struct mount {
 	const char *const *hidden;
 	size_t n_hidden;
 	bool hidden_set;
+	bool root;  /* the --image root, not a user folder */
 	struct fsp *fs;
 	struct fuse_server *srv;
 	struct virtio_fs vfs;
@@ -62,6 +67,11 @@ struct mount_spec {
  * option, so the caller can prefix where the mount came from. */
 int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t errlen);
 
+/* Serve host directory dir as the guest's read-only root image.  It takes
+ * one of the MOUNTS_MAX slots; there is at most one.  Returns 0, or a
+ * negative errno with a message for the user in err. */
+int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errlen);
+
 /* The backend configuration mount m is served with (root, read-only,
  * hidden list, the given fd cap).  fc borrows m's strings. */
 void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc);
@@ -76,7 +86,7 @@ int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen);
 
 /* Serve every mount: open the host folders, attach one virtio-fs device
  * each to bus b (which appends them to cmdline) and append the
- * kbox.mounts= list.  Also raises the soft fd limit to the hard one, since
+ * kbox.mounts= list (and kbox.root= for an image).  Also raises the soft fd limit to the hard one, since
  * every file the guest has looked up holds a host fd.  On failure some
  * mounts may be attached: mounts_free after vbus_destroy still frees
  * everything.  Returns 0 or a negative errno with err set. */

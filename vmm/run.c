@@ -58,7 +58,7 @@ static const char *pvm_cmdline(void)
 struct run_opts {
 	unsigned cpus;
 	uint64_t memory_mib;
-	const char *kernel, *initrd, *conf, *klog_path, *append, *name, *workdir;
+	const char *kernel, *initrd, *conf, *klog_path, *append, *name, *workdir, *image;
 	int verbose, detach, tty, no_lockdown;
 	char **argv;
 	const char *env[MAX_ENV];
@@ -91,6 +91,9 @@ void run_usage(FILE *f)
 		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
 		"                        (default: the one built by 'make kernel' for this host)\n"
 		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
+		"      --image DIR       root filesystem folder (e.g. made with debootstrap),\n"
+		"                        shared read-only under a writable layer in guest RAM\n"
+		"                        that vanishes with the sandbox (default: the initramfs)\n"
 		"      --conf FILE       sandbox.yaml with cpus, memory, kernel, initrd, command,\n"
 		"                        mounts (added before the -v ones)\n"
 		"      --kernel-log FILE where the guest kernel's log goes\n"
@@ -211,7 +214,7 @@ static int open_klog(const char *path, char *used, size_t usedlen)
 	return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 }
 
-enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG };
+enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG, OPT_IMAGE };
 
 static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_config *cfg)
 {
@@ -235,6 +238,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "allow", required_argument, NULL, OPT_ALLOW },
 		{ "deny", required_argument, NULL, OPT_DENY },
 		{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
+		{ "image", required_argument, NULL, OPT_IMAGE },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -298,6 +302,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			break;
 		}
 		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
+		case OPT_IMAGE: o->image = optarg; break;
 		case 'h':
 			run_usage(stdout);
 			return -1;
@@ -337,6 +342,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	for (unsigned i = 0; i < nvols; i++) {
 		char err[512];
 		if (mounts_parse(o->mounts, vols[i], err, sizeof err) < 0)
+			return die("%s", err);
+	}
+	if (!o->image)
+		o->image = cfg->image;
+	if (o->image) {
+		char err[512];
+		if (mounts_set_image(o->mounts, o->image, err, sizeof err) < 0)
 			return die("%s", err);
 	}
 	if (optind < argc)

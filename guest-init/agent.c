@@ -6,6 +6,7 @@
  * credit the agent grants (EP_CREDIT), so the socket is always read and a
  * SIGNAL is never stuck behind stdin the command does not consume. */
 #include "guest-init/agent.h"
+#include "guest-init/senv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -481,19 +482,19 @@ static void child_exec(const struct ep_exec *req, char **envp, const char *slave
 	child_fail(errfd, STAGE_EXEC, errno);
 }
 
-/* The request's environment, with a default PATH if it has none. */
+/* The sandbox-wide environment overridden by the request's, with a
+ * default PATH if neither has one. */
 static char **make_env(const struct ep_exec *req)
 {
-	char **e = calloc((size_t)req->envc + 2, sizeof *e);
+	char **e = senv_merge(req->envp, req->envc, 1);
 	if (!e)
 		return NULL;
+	size_t n = 0;
 	bool has_path = false;
-	for (uint32_t i = 0; i < req->envc; i++) {
-		e[i] = req->envp[i];
-		has_path |= strncmp(e[i], "PATH=", 5) == 0;
-	}
+	for (; e[n]; n++)
+		has_path |= strncmp(e[n], "PATH=", 5) == 0;
 	if (!has_path)
-		e[req->envc] = (char *)DEFAULT_PATH; /* execve does not write it */
+		e[n] = (char *)DEFAULT_PATH; /* execve does not write it */
 	return e;
 }
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "guest-init/agent.h"
+#include "guest-init/senv.h"
 #include "vmm/exec_proto.h"
 
 /* reboot(2) ABI values, spelled out so that guest-init builds against any
@@ -209,6 +210,8 @@ int main(void)
 {
 	if (getpid() != 1)
 		die("must run as PID 1");
+	/* Before anything can replace the root: an image root lacks them. */
+	senv_load();
 	mount_fs("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
@@ -218,6 +221,10 @@ int main(void)
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 	mount_shares();
 	net_up();
+
+	int ca = senv_install_ca();
+	if (ca < 0)
+		say("installing kbox's CA: %s", strerror(-ca));
 
 	pid_t agent = fork();
 	if (agent < 0)

@@ -1,0 +1,33 @@
+/* The sandbox-wide environment and kbox's CA, handed to the guest by kbox
+ * in a small cpio archive appended to the initramfs:
+ *   /kbox/env     NUL-separated NAME=VALUE entries every command gets
+ *                 (secret placeholders, the CA variables, the config's env);
+ *                 a request's own variables override them by name;
+ *   /kbox/ca.pem  kbox's CA certificate, when TLS interception is possible.
+ * Both are read before the root switch (an image root does not have
+ * them) and kept in guest-init's memory, which the agent inherits. */
+#ifndef KBOX_GUEST_SENV_H
+#define KBOX_GUEST_SENV_H
+
+#include <stddef.h>
+
+#define SENV_CA_DIR "/etc/kbox"
+#define SENV_BUNDLE_DIR "/etc/ssl/certs"
+#define SENV_BUNDLE SENV_BUNDLE_DIR "/ca-certificates.crt"
+
+/* Read /kbox/env and /kbox/ca.pem if present (bounded; malformed entries
+ * are skipped).  Call once, early, in PID 1. */
+void senv_load(void);
+
+/* With a CA loaded: write it to /etc/kbox/ca.pem and append it to the
+ * system bundle (created if the root has none).  Call once the final
+ * root is in place.  0 or a negative errno. */
+int senv_install_ca(void);
+
+/* A NULL-terminated array: the base entries not overridden by name in
+ * req[0..n), then req's; extra spare NULL slots at the end for the
+ * caller.  The strings are borrowed; free only the array.  NULL on
+ * ENOMEM. */
+char **senv_merge(char *const *req, size_t n, size_t extra);
+
+#endif

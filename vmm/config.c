@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "netstack/policy.h"
 #include "vmm/mounts.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -774,10 +775,564 @@ static int cfg_mounts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_c
 	return 0;
 }
 
-/* The top-level keys.  A later section adds its row here (and its fields to
- * struct kbox_config, config_free and cfg_move); until then its name is
- * listed with a NULL parser, so users are told it is not supported yet
- * instead of being offered a typo fix. */
+/* ---- image, workdir, env ----------------------------------------------- */
+
+/* "./rootfs", "/srv/rootfs" or "rootfs/": a directory, joined to the file's
+ * directory like every path; a word without '/' is an image name, kept as
+ * written for the image store. */
+static int cfg_image(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	static const char expected[] =
+		"a rootfs directory such as ./rootfs, or an image name";
+	int rc = cfg_text(x, v, "image", expected);
+	if (rc)
+		return rc;
+	if (v->len == 0)
+		return cfg_err(x, v, "image: empty value; expected %s", expected);
+	if (memchr(v->str, '/', v->len))
+		return cfg_path(x, v, "image", expected, &c->image);
+	for (size_t i = 0; i < v->len; i++) {
+		char ch = v->str[i];
+		if (!isalnum((unsigned char)ch) && !strchr("._-:@+", ch)) {
+			char show[CFG_SHOW_BUF];
+			cfg_show_node(show, v);
+			return cfg_err(x, v, "image: '%s' is not an image name; expected letters, "
+					     "digits and . _ - : @ +, or a directory written "
+					     "with a '/' (./%s)", show, show);
+		}
+	}
+	return (c->image = cfg_strdup(v->str, v->len)) ? 0 : cfg_nomem(x);
+}
+
+/* An absolute guest path without "." or ".." components: the agent starts
+ * there, so it must mean one place. */
+static int cfg_guest_path(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+			  char **out)
+{
+	static const char expected[] = "an absolute guest path such as /workspace";
+	char show[CFG_SHOW_BUF];
+	int rc = cfg_text(x, v, what, expected);
+	if (rc)
+		return rc;
+	cfg_show_node(show, v);
+	if (v->str[0] != '/')
+		return cfg_err(x, v, "%s: '%s' is not absolute; expected %s", what, show,
+			       expected);
+	if (v->len >= PATH_MAX)
+		return cfg_err(x, v, "%s: longer than %d bytes; expected %s", what, PATH_MAX - 1,
+			       expected);
+	for (const char *p = v->str; *p;) {
+		while (*p == '/')
+			p++;
+		size_t n = strcspn(p, "/");
+		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return cfg_err(x, v, "%s: '%s' has a '.' or '..' component; expected %s",
+				       what, show, expected);
+		p += n;
+	}
+	return (*out = cfg_strdup(v->str, v->len)) ? 0 : cfg_nomem(x);
+}
+
+static int cfg_workdir(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	return cfg_guest_path(x, v, "workdir", &c->workdir);
+}
+
+/* Environment names as shells accept them. */
+static bool cfg_env_name_ok(const char *s, size_t len)
+{
+	if (len == 0 || isdigit((unsigned char)s[0]))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_')
+			return false;
+	return true;
+}
+
+static void cfg_free_strv(char **v, size_t n)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* Appends "NAME=VALUE" to c->env unless NAME is already there. */
+static int cfg_env_add(struct cfg_ctx *x, const struct cfg_node *at, struct kbox_config *c,
+		       const char *name, size_t nlen, const char *val, size_t vlen)
+{
+	char show[CFG_SHOW_BUF];
+	cfg_show(show, sizeof show, name, nlen, CFG_SHOW_MAX);
+	if (!cfg_env_name_ok(name, nlen))
+		return cfg_err(x, at, "env: '%s' is not a variable name; expected letters, "
+				      "digits and '_', not starting with a digit", show);
+	for (size_t i = 0; i < c->n_env; i++)
+		if (strncmp(c->env[i], name, nlen) == 0 && c->env[i][nlen] == '=')
+			return cfg_err(x, at, "env: %s is set twice; expected each name once",
+				       show);
+	if (c->n_env >= CONFIG_ENV_MAX)
+		return cfg_err(x, at, "env: more than %u variables; expected at most %u",
+			       CONFIG_ENV_MAX, CONFIG_ENV_MAX);
+	char *e = malloc(nlen + 1 + vlen + 1);
+	if (!e)
+		return cfg_nomem(x);
+	memcpy(e, name, nlen);
+	e[nlen] = '=';
+	memcpy(e + nlen + 1, val, vlen);
+	e[nlen + 1 + vlen] = '\0';
+	c->env[c->n_env++] = e;
+	return 0;
+}
+
+/* env: {NAME: VALUE} or ["NAME=VALUE"].  Scalars of any YAML type count as
+ * their text (PORT: 8080 is "8080"); a null value is refused rather than
+ * guessed at, since the host's value might be a secret. */
+static int cfg_env(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	char got[CFG_SHOW_BUF + 2];
+	if (v->kind == CFG_SCALAR && !cfg_is_null(v))
+		return cfg_err(x, v, "env: got %s; expected a mapping NAME: VALUE or a list of "
+				     "\"NAME=VALUE\"", cfg_got(v, got, sizeof got));
+	size_t n = v->kind == CFG_MAP ? v->n / 2 : v->n;
+	c->env = calloc(n ? n : 1, sizeof *c->env);
+	if (!c->env)
+		return cfg_nomem(x);
+	for (size_t i = 0; i < v->n; i++) {
+		const struct cfg_node *k = v->kids[i];
+		char what[CFG_SHOW_BUF + 8];
+		int rc;
+		if (v->kind == CFG_MAP) {
+			const struct cfg_node *val = v->kids[++i];
+			rc = cfg_text(x, k, "env", "a variable name");
+			cfg_show_node(got, k);
+			snprintf(what, sizeof what, "env.%s", got);
+			if (!rc)
+				rc = cfg_text(x, val, what, "a value (write \"\" for an empty one)");
+			if (!rc)
+				rc = cfg_env_add(x, k, c, k->str, k->len, val->str, val->len);
+		} else {
+			snprintf(what, sizeof what, "env[%zu]", i);
+			rc = cfg_text(x, k, what, "\"NAME=VALUE\"");
+			const char *eq = rc ? NULL : memchr(k->str, '=', k->len);
+			if (!rc && !eq) {
+				cfg_show_node(got, k);
+				rc = cfg_err(x, k, "%s: '%s' has no '='; expected \"NAME=VALUE\"",
+					     what, got);
+			}
+			if (!rc)
+				rc = cfg_env_add(x, k, c, k->str, (size_t)(eq - k->str), eq + 1,
+						 k->len - (size_t)(eq - k->str) - 1);
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int cfg_secrets(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	return cfg_path(x, v, "secrets", "a path to a secrets.yaml file", &c->secrets);
+}
+
+/* ---- lists of checked strings ------------------------------------------ */
+
+static void cfg_free_strs(struct config_str *s, size_t n)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(s[i].s);
+	free(s);
+}
+
+/* Checks one entry; fills msg with what is wrong (rest of the sentence
+ * after "WHAT: ") and returns false if it is bad. */
+typedef bool (*cfg_check_fn)(const char *s, char *msg, size_t msglen);
+
+/* A list of scalars, each passed through check; stored as written. */
+static int cfg_str_list(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+			const char *expected, size_t max, cfg_check_fn check,
+			struct config_str **out, size_t *n_out)
+{
+	char got[CFG_SHOW_BUF + 2], w[64], msg[512];
+	if (v->kind != CFG_SEQ)
+		return cfg_err(x, v, "%s: got %s; expected a list of %s", what,
+			       cfg_got(v, got, sizeof got), expected);
+	if (v->n > max)
+		return cfg_err(x, v->kids[max], "%s: more than %zu entries; expected at most %zu",
+			       what, max, max);
+	struct config_str *s = calloc(v->n ? v->n : 1, sizeof *s);
+	if (!s)
+		return cfg_nomem(x);
+	for (size_t i = 0; i < v->n; i++) {
+		const struct cfg_node *e = v->kids[i];
+		snprintf(w, sizeof w, "%s[%zu]", what, i);
+		int rc = cfg_text(x, e, w, expected);
+		if (!rc && !check(e->str, msg, sizeof msg)) {
+			char safe[CFG_SHOW_BUF];
+			cfg_show(safe, sizeof safe, msg, strlen(msg), sizeof msg);
+			rc = cfg_err(x, e, "%s: %s", w, safe);
+		}
+		if (!rc && !(s[i].s = cfg_strdup(e->str, e->len)))
+			rc = cfg_nomem(x);
+		if (rc) {
+			cfg_free_strs(s, v->n);
+			return rc;
+		}
+		s[i].line = e->line;
+		s[i].col = e->col;
+	}
+	*out = s;
+	*n_out = v->n;
+	return 0;
+}
+
+static bool cfg_check_rule(const char *s, bool deny, char *msg, size_t msglen)
+{
+	struct pol_rule r;
+	char buf[POL_NAME_MAX * 2 + 16];
+	int n = snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", s);
+	if (n < 0 || (size_t)n >= sizeof buf) {
+		snprintf(msg, msglen, "rule is too long; expected a name, *.suffix, address or "
+				      "CIDR, with an optional :PORT");
+		return false;
+	}
+	char perr[384];
+	if (pol_parse_rule(buf, &r, perr, sizeof perr) == 0)
+		return true;
+	snprintf(msg, msglen, "%s; expected a name, *.suffix, address or CIDR, with an "
+			      "optional :PORT (example.com, *.github.com:443, 10.0.0.0/8)", perr);
+	return false;
+}
+
+static bool cfg_check_allow(const char *s, char *msg, size_t msglen)
+{
+	return cfg_check_rule(s, false, msg, msglen);
+}
+
+static bool cfg_check_deny(const char *s, char *msg, size_t msglen)
+{
+	return cfg_check_rule(s, true, msg, msglen);
+}
+
+/* A DNS name in the usual characters, not one libc would read as an IPv4
+ * address. */
+static bool cfg_name_ok(const char *s)
+{
+	char norm[POL_NAME_MAX + 1];
+	if (pol_name_normalize(s, norm) < 0 || pol_name_is_numeric(norm))
+		return false;
+	for (const char *p = norm; *p; p++)
+		if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.' && *p != '_')
+			return false;
+	return true;
+}
+
+static bool cfg_check_bypass(const char *s, char *msg, size_t msglen)
+{
+	const char *name = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
+	if (cfg_name_ok(name))
+		return true;
+	snprintf(msg, msglen, "'%s' is not a host name; expected a name such as "
+			      "example.com or *.example.com", s);
+	return false;
+}
+
+static bool cfg_port_num(const char *s, size_t len, unsigned *out)
+{
+	uint64_t v;
+	if (cfg_decimal(s, len, &v) != CFG_NUM_OK || v < 1 || v > 65535)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
+
+/* "[IP:]HOSTPORT:GUESTPORT"; IP is a loopback address (IPv6 in brackets),
+ * since a port published on another address would be reachable from the
+ * network. */
+static bool cfg_check_port(const char *s, char *msg, size_t msglen)
+{
+	static const char expected[] =
+		"expected \"HOSTPORT:GUESTPORT\" or \"127.0.0.1:HOSTPORT:GUESTPORT\" with "
+		"ports from 1 to 65535";
+	const char *guest = strrchr(s, ':');
+	unsigned hp, gp;
+	if (!guest) {
+		snprintf(msg, msglen, "'%s' has no ':'; %s", s, expected);
+		return false;
+	}
+	const char *host = guest;
+	while (host > s && host[-1] != ':' && host[-1] != ']')
+		host--;
+	if (!cfg_port_num(guest + 1, strlen(guest + 1), &gp) ||
+	    !cfg_port_num(host, (size_t)(guest - host), &hp)) {
+		snprintf(msg, msglen, "'%s': bad port number; %s", s, expected);
+		return false;
+	}
+	if (host == s)
+		return true;
+	if (host[-1] != ':') {
+		snprintf(msg, msglen, "'%s': expected ':' after ']'; %s", s, expected);
+		return false;
+	}
+	char ip[64];
+	size_t iplen = (size_t)(host - 1 - s);
+	const char *ips = s;
+	if (iplen >= 2 && s[0] == '[' && s[iplen - 1] == ']') {
+		ips++;
+		iplen -= 2;
+	} else if (memchr(s, ':', iplen)) {
+		snprintf(msg, msglen, "'%s': write an IPv6 address in brackets ([::1]:%u:%u)", s,
+			 hp, gp);
+		return false;
+	}
+	struct pol_addr a;
+	const char *cls = NULL;
+	if (iplen < sizeof ip) {
+		memcpy(ip, ips, iplen);
+		ip[iplen] = '\0';
+		if (pol_addr_parse(ip, &a) == 0)
+			cls = pol_addr_class(&a);
+		else
+			iplen = sizeof ip;
+	}
+	if (iplen >= sizeof ip) {
+		snprintf(msg, msglen, "'%s': bad IP address; %s", s, expected);
+		return false;
+	}
+	if (!cls || strcmp(cls, "loopback") != 0) {
+		snprintf(msg, msglen, "'%s': %s is not a loopback address; expected 127.0.0.1 "
+				      "or [::1] (ports are only published on the host's loopback)",
+			 s, ip);
+		return false;
+	}
+	return true;
+}
+
+static bool cfg_check_port_or_num(const char *s, char *msg, size_t msglen)
+{
+	unsigned p;
+	if (!strchr(s, ':') && cfg_port_num(s, strlen(s), &p))
+		return true;
+	return cfg_check_port(s, msg, msglen);
+}
+
+/* ports: strings as above, or a bare integer N meaning "N:N". */
+static int cfg_ports(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	static const char expected[] = "\"[IP:]HOSTPORT:GUESTPORT\" entries";
+	int rc = cfg_str_list(x, v, "ports", expected, CONFIG_LIST_MAX,
+			      cfg_check_port_or_num, &c->ports, &c->n_ports);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->n_ports; i++) {
+		if (strchr(c->ports[i].s, ':'))
+			continue;
+		size_t len = strlen(c->ports[i].s);
+		char *p = malloc(2 * len + 2);
+		if (!p)
+			return cfg_nomem(x);
+		snprintf(p, 2 * len + 2, "%s:%s", c->ports[i].s, c->ports[i].s);
+		free(c->ports[i].s);
+		c->ports[i].s = p;
+	}
+	return 0;
+}
+
+/* ---- network, tls ------------------------------------------------------ */
+
+static unsigned cfg_distance(const char *a, size_t la, const char *b);
+
+/* Finds key k of section among keys[] (n of them), refusing unknown keys
+ * with a suggestion and repeated ones; seen[] holds the line of each key
+ * already met.  Returns the index, or a negative errno. */
+static int cfg_sub_key(struct cfg_ctx *x, const struct cfg_node *k, const char *section,
+		       const char *const *keys, size_t n, unsigned *seen)
+{
+	char show[CFG_SHOW_BUF], list[256];
+	size_t o = 0;
+	list[0] = '\0';
+	for (size_t i = 0; i < n; i++)
+		o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", keys[i]);
+	if (k->kind != CFG_SCALAR)
+		return cfg_err(x, k, "%s: a key is %s; expected one of: %s", section,
+			       cfg_kind_name(k), list);
+	cfg_show_node(show, k);
+	const char *near = NULL;
+	unsigned best = UINT_MAX;
+	for (size_t i = 0; i < n; i++) {
+		if (strlen(keys[i]) == k->len && memcmp(keys[i], k->str, k->len) == 0) {
+			if (seen[i])
+				return cfg_err(x, k, "%s: duplicate key '%s' (first at line %u); "
+						     "expected each key once", section, show, seen[i]);
+			seen[i] = k->line;
+			return (int)i;
+		}
+		unsigned d = cfg_distance(k->str, k->len, keys[i]);
+		if (d <= (strlen(keys[i]) <= 4 ? 1u : 2u) && d < best) {
+			best = d;
+			near = keys[i];
+		}
+	}
+	if (near)
+		return cfg_err(x, k, "%s: unknown key '%s'; did you mean '%s'?", section, show,
+			       near);
+	return cfg_err(x, k, "%s: unknown key '%s'; expected one of: %s", section, show, list);
+}
+
+/* One word out of words[], as policy and intercept take. */
+static int cfg_word(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+		    const char *const *words, size_t n, char **out)
+{
+	char expected[128], show[CFG_SHOW_BUF];
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++)
+		o += (size_t)snprintf(expected + o, sizeof expected - o, "%s%s",
+				      i == 0 ? "" : i + 1 == n ? " or " : ", ", words[i]);
+	int rc = cfg_text(x, v, what, expected);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v->str, words[i]) == 0)
+			return (*out = cfg_strdup(v->str, v->len)) ? 0 : cfg_nomem(x);
+	cfg_show_node(show, v);
+	return cfg_err(x, v, "%s: '%s' is not valid; expected %s", what, show, expected);
+}
+
+/* hosts: {NAME: ADDRESS}, stored as "NAME:ADDRESS". */
+static int cfg_hosts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	char got[CFG_SHOW_BUF + 2], show[CFG_SHOW_BUF];
+	if (v->kind != CFG_MAP)
+		return cfg_err(x, v, "network.hosts: got %s; expected a mapping NAME: ADDRESS "
+				     "such as 'db.local: 10.0.2.5'", cfg_got(v, got, sizeof got));
+	size_t n = v->n / 2;
+	if (n > CONFIG_LIST_MAX)
+		return cfg_err(x, v->kids[2 * CONFIG_LIST_MAX], "network.hosts: more than %u "
+				"entries; expected at most %u", CONFIG_LIST_MAX, CONFIG_LIST_MAX);
+	c->hosts = calloc(n ? n : 1, sizeof *c->hosts);
+	if (!c->hosts)
+		return cfg_nomem(x);
+	for (size_t i = 0; i < n; i++) {
+		const struct cfg_node *k = v->kids[2 * i], *a = v->kids[2 * i + 1];
+		struct pol_addr addr;
+		int rc = cfg_text(x, k, "network.hosts", "a host name");
+		if (rc)
+			return rc;
+		cfg_show_node(show, k);
+		if (!cfg_name_ok(k->str))
+			return cfg_err(x, k, "network.hosts: '%s' is not a host name; expected a "
+					     "name such as db.local", show);
+		for (size_t j = 0; j < i; j++)
+			if (strncasecmp(c->hosts[j].s, k->str, k->len) == 0 &&
+			    c->hosts[j].s[k->len] == ':')
+				return cfg_err(x, k, "network.hosts: '%s' is listed twice; "
+						     "expected each name once", show);
+		char what[CFG_SHOW_BUF + 16];
+		snprintf(what, sizeof what, "network.hosts.%s", show);
+		rc = cfg_text(x, a, what, "an IP address such as 10.0.2.5");
+		if (rc)
+			return rc;
+		if (pol_addr_parse(a->str, &addr) < 0) {
+			cfg_show_node(got, a);
+			return cfg_err(x, a, "%s: '%s' is not an IP address; expected an IPv4 "
+					     "address such as 10.0.2.5 or an IPv6 one", what, got);
+		}
+		size_t len = k->len + 1 + a->len + 1;
+		if (!(c->hosts[i].s = malloc(len)))
+			return cfg_nomem(x);
+		snprintf(c->hosts[i].s, len, "%s:%s", k->str, a->str);
+		c->hosts[i].line = k->line;
+		c->hosts[i].col = k->col;
+		c->n_hosts = i + 1;
+	}
+	return 0;
+}
+
+static int cfg_network(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	static const char *const keys[] = { "policy", "allow", "deny", "hosts", "audit_log" };
+	static const char *const policies[] = { "none", "public", "allowlist" };
+	static const char rule[] = "rules (example.com, *.github.com:443, 10.0.0.0/8)";
+	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
+	char got[CFG_SHOW_BUF + 2];
+	if (v->kind != CFG_MAP)
+		return cfg_err(x, v, "network: got %s; expected a mapping with policy, allow, "
+				     "deny, hosts or audit_log", cfg_got(v, got, sizeof got));
+	for (size_t i = 0; i + 1 < v->n; i += 2) {
+		const struct cfg_node *val = v->kids[i + 1];
+		int s = cfg_sub_key(x, v->kids[i], "network", keys, ARRAY_SIZE(keys), seen);
+		int rc;
+		switch (s) {
+		case 0:
+			rc = cfg_word(x, val, "network.policy", policies, ARRAY_SIZE(policies),
+				      &c->network_policy);
+			break;
+		case 1:
+			rc = cfg_str_list(x, val, "network.allow", rule, CONFIG_LIST_MAX,
+					  cfg_check_allow, &c->allow, &c->n_allow);
+			break;
+		case 2:
+			rc = cfg_str_list(x, val, "network.deny", rule, CONFIG_LIST_MAX,
+					  cfg_check_deny, &c->deny, &c->n_deny);
+			break;
+		case 3:
+			rc = cfg_hosts(x, val, c);
+			break;
+		case 4:
+			rc = cfg_path(x, val, "network.audit_log",
+				      "a file to append network decisions to", &c->audit_log);
+			break;
+		default:
+			rc = s;
+			break;
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int cfg_tls(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	static const char *const keys[] = { "intercept", "bypass", "extra_ca" };
+	static const char *const scopes[] = { "all", "secrets" };
+	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
+	char got[CFG_SHOW_BUF + 2];
+	if (v->kind != CFG_MAP)
+		return cfg_err(x, v, "tls: got %s; expected a mapping with intercept, bypass or "
+				     "extra_ca", cfg_got(v, got, sizeof got));
+	for (size_t i = 0; i + 1 < v->n; i += 2) {
+		const struct cfg_node *val = v->kids[i + 1];
+		int s = cfg_sub_key(x, v->kids[i], "tls", keys, ARRAY_SIZE(keys), seen);
+		int rc;
+		switch (s) {
+		case 0:
+			rc = cfg_word(x, val, "tls.intercept", scopes, ARRAY_SIZE(scopes),
+				      &c->tls_intercept);
+			break;
+		case 1:
+			rc = cfg_str_list(x, val, "tls.bypass", "host names (example.com, "
+				"*.example.com)", CONFIG_LIST_MAX, cfg_check_bypass,
+				&c->tls_bypass, &c->n_tls_bypass);
+			break;
+		case 2:
+			rc = cfg_path(x, val, "tls.extra_ca", "a PEM file of CA certificates",
+				      &c->tls_extra_ca);
+			break;
+		default:
+			rc = s;
+			break;
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* The top-level keys.  A new section adds its row here and its fields to
+ * struct kbox_config, config_free and cfg_move. */
 static const struct cfg_section {
 	const char *key;
 	int (*parse)(struct cfg_ctx *x, const struct cfg_node *val, struct kbox_config *c);
@@ -789,13 +1344,13 @@ static const struct cfg_section {
 	{ "command", cfg_command },
 	{ "verbose", cfg_verbose },
 	{ "mounts", cfg_mounts },
-	{ "image", NULL },
-	{ "workdir", NULL },
-	{ "env", NULL },
-	{ "network", NULL },
-	{ "ports", NULL },
-	{ "tls", NULL },
-	{ "secrets", NULL },
+	{ "image", cfg_image },
+	{ "workdir", cfg_workdir },
+	{ "env", cfg_env },
+	{ "network", cfg_network },
+	{ "ports", cfg_ports },
+	{ "tls", cfg_tls },
+	{ "secrets", cfg_secrets },
 };
 
 /* Edit distance with adjacent swaps (optimal string alignment), ignoring
@@ -830,13 +1385,13 @@ static unsigned cfg_distance(const char *a, size_t la, const char *b)
 	return d[la][lb];
 }
 
-/* "cpus, memory, …": the keys this version parses, for messages. */
+/* "cpus, memory, …": every top-level key, for messages. */
 static const char *cfg_supported_keys(char *list, size_t size)
 {
 	size_t o = 0;
 	list[0] = '\0';
 	for (size_t i = 0; i < ARRAY_SIZE(cfg_sections); i++)
-		if (cfg_sections[i].parse && o < size)
+		if (o < size)
 			o += (size_t)snprintf(list + o, size - o, "%s%s", o ? ", " : "",
 					      cfg_sections[i].key);
 	return list;
@@ -867,7 +1422,7 @@ static int cfg_unknown_key(struct cfg_ctx *x, const struct cfg_node *k)
 static int cfg_top(struct cfg_ctx *x, const struct cfg_node *root, struct kbox_config *c)
 {
 	unsigned seen[ARRAY_SIZE(cfg_sections)] = { 0 };
-	char show[CFG_SHOW_BUF], list[256];
+	char show[CFG_SHOW_BUF];
 
 	if (!root || cfg_is_null(root))
 		return 0; /* an empty file sets nothing */
@@ -893,17 +1448,35 @@ static int cfg_top(struct cfg_ctx *x, const struct cfg_node *root, struct kbox_c
 					     "key once",
 				       show, seen[s]);
 		seen[s] = k->line;
-		if (!cfg_sections[s].parse)
-			return cfg_err(x, k,
-				       "'%s' is not supported by this version of kbox yet; "
-				       "expected one of: %s",
-				       show, cfg_supported_keys(list, sizeof list));
 		int rc = cfg_sections[s].parse(x, v, c);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
+
+#define CFG_MOVE_PTR(dst, src, f)          \
+	do {                               \
+		if ((src)->f) {            \
+			free((dst)->f);    \
+			(dst)->f = (src)->f; \
+			(src)->f = NULL;   \
+		}                          \
+	} while (0)
+#define CFG_MOVE_LIST(dst, src, f, n)  \
+	do {                           \
+		(dst)->f = (src)->f;   \
+		(dst)->n = (src)->n;   \
+		(src)->f = NULL;       \
+		(src)->n = 0;          \
+	} while (0)
+#define CFG_MOVE_STRS(dst, src, f, n)                  \
+	do {                                           \
+		if ((src)->f) {                        \
+			cfg_free_strs((dst)->f, (dst)->n); \
+			CFG_MOVE_LIST(dst, src, f, n); \
+		}                                      \
+	} while (0)
 
 /* Moves every field src has set into dst, freeing what dst held there. */
 static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
@@ -936,6 +1509,22 @@ static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
 		src->mounts = NULL;
 		src->n_mounts = 0;
 	}
+	CFG_MOVE_PTR(dst, src, image);
+	CFG_MOVE_PTR(dst, src, workdir);
+	if (src->env) {
+		cfg_free_strv(dst->env, dst->n_env);
+		CFG_MOVE_LIST(dst, src, env, n_env);
+	}
+	CFG_MOVE_PTR(dst, src, network_policy);
+	CFG_MOVE_STRS(dst, src, allow, n_allow);
+	CFG_MOVE_STRS(dst, src, deny, n_deny);
+	CFG_MOVE_STRS(dst, src, hosts, n_hosts);
+	CFG_MOVE_STRS(dst, src, ports, n_ports);
+	CFG_MOVE_PTR(dst, src, audit_log);
+	CFG_MOVE_PTR(dst, src, tls_intercept);
+	CFG_MOVE_STRS(dst, src, tls_bypass, n_tls_bypass);
+	CFG_MOVE_PTR(dst, src, tls_extra_ca);
+	CFG_MOVE_PTR(dst, src, secrets);
 }
 
 /* ---- public ------------------------------------------------------------ */
@@ -952,6 +1541,19 @@ void config_free(struct kbox_config *c)
 	free(c->initrd);
 	cfg_free_argv(c->argv);
 	cfg_free_mounts(c->mounts, c->n_mounts);
+	free(c->image);
+	free(c->workdir);
+	cfg_free_strv(c->env, c->n_env);
+	free(c->network_policy);
+	cfg_free_strs(c->allow, c->n_allow);
+	cfg_free_strs(c->deny, c->n_deny);
+	cfg_free_strs(c->hosts, c->n_hosts);
+	cfg_free_strs(c->ports, c->n_ports);
+	free(c->audit_log);
+	free(c->tls_intercept);
+	cfg_free_strs(c->tls_bypass, c->n_tls_bypass);
+	free(c->tls_extra_ca);
+	free(c->secrets);
 	config_init(c);
 }
 

@@ -15,9 +15,24 @@
  *              hidden:   list of glob patterns (1..CONFIG_HIDDEN_LEN_MAX
  *                        bytes, at most CONFIG_HIDDEN_MAX); a trailing '/'
  *                        is dropped; [] hides nothing; absent = defaults
- * Later sections (network, ports, tls, env, secrets, image, workdir)
- * are recognised by name and refused as "not supported yet" until their
- * parsers are added to the section table in config.c.
+ *   image:   a rootfs directory (relative to the file's directory), later
+ *            also an image name
+ *   workdir: absolute guest path COMMAND starts in
+ *   env:     mapping NAME: VALUE, or list of "NAME=VALUE"
+ *   network: mapping with
+ *              policy:    none | public | allowlist
+ *              allow:     list of rules (netstack/policy.h syntax)
+ *              deny:      list of rules
+ *              hosts:     mapping NAME: ADDRESS
+ *              audit_log: path; relative to the file's directory
+ *   ports:   list of "[IP:]HOSTPORT:GUESTPORT" (IP a loopback address)
+ *   tls:     mapping with
+ *              intercept: all | secrets
+ *              bypass:    list of host names
+ *              extra_ca:  path; relative to the file's directory
+ *   secrets: path to a secrets.yaml; relative to the file's directory
+ * String values may use ${VAR}: from the host environment, else from
+ * secrets.env (KEY=VALUE lines) next to the file; "$$" is a '$'.
  *
  * Hostile files are expected: anchors/aliases, tags, more than one document,
  * files over CONFIG_MAX_BYTES, nesting deeper than CONFIG_MAX_DEPTH and more
@@ -39,6 +54,8 @@
 #define CONFIG_MEMORY_MAX_MIB 65536u
 #define CONFIG_HIDDEN_MAX 64u
 #define CONFIG_HIDDEN_LEN_MAX 255u
+#define CONFIG_ENV_MAX 128u  /* env: entries */
+#define CONFIG_LIST_MAX 256u /* network.allow/deny/hosts, ports, tls.bypass */
 
 struct config_mount {
 	char *source;   /* malloc'd, joined to the file's directory if relative */
@@ -50,6 +67,12 @@ struct config_mount {
 	unsigned line, col; /* where the entry starts, for later messages */
 };
 
+/* A string as written in the file (after ${VAR} expansion), and where. */
+struct config_str {
+	char *s;            /* malloc'd */
+	unsigned line, col; /* 1-based */
+};
+
 struct kbox_config {
 	unsigned cpus;       /* 0 = not set */
 	uint64_t memory_mib; /* 0 = not set */
@@ -59,6 +82,22 @@ struct kbox_config {
 	int verbose;         /* -1 = not set, else 0/1 */
 	struct config_mount *mounts; /* malloc'd; NULL = not set */
 	unsigned n_mounts;
+	char *image;         /* NULL = not set; rootfs dir joined to the file's dir */
+	char *workdir;       /* NULL = not set; absolute guest path */
+	char **env;          /* "NAME=VALUE" strings; NULL = not set */
+	size_t n_env;
+	char *network_policy; /* NULL = not set; "none", "public" or "allowlist" */
+	/* network.allow/deny: rules as written, each checked by
+	 * pol_parse_rule; hosts: "NAME:ADDR"; ports: "[IP:]HOSTPORT:GUESTPORT"
+	 * (an integer N is stored as "N:N").  NULL = not set. */
+	struct config_str *allow, *deny, *hosts, *ports;
+	size_t n_allow, n_deny, n_hosts, n_ports;
+	char *audit_log;     /* NULL = not set; joined to the file's dir */
+	char *tls_intercept; /* NULL = not set; "all" or "secrets" */
+	struct config_str *tls_bypass; /* host names; NULL = not set */
+	size_t n_tls_bypass;
+	char *tls_extra_ca;  /* NULL = not set; joined to the file's dir */
+	char *secrets;       /* NULL = not set; joined to the file's dir */
 };
 
 /* Mark every field of c "not set".  c need not be initialised before. */

@@ -29,6 +29,7 @@
 #include "vmm/sandbox.h"
 #include "vmm/serial.h"
 #include "vmm/exec_client.h"
+#include "vmm/guestfiles.h"
 #include "vmm/virtio_bus.h"
 #include "vmm/vm.h"
 
@@ -63,6 +64,11 @@ struct run_opts {
 	char **argv;
 	const char *env[MAX_ENV];
 	unsigned nenv;
+	/* The sandbox-wide environment (every command, kbox exec's too) and
+	 * kbox's CA: handed to guest-init with the initramfs (guestfiles.h). */
+	const char *senv[MAX_ENV];
+	unsigned nsenv;
+	const char *ca_pem;
 	struct mounts *mounts;
 	struct netdev *net;
 };
@@ -565,6 +571,11 @@ int run_main(int argc, char **argv)
 	}
 	if (read_file(o.initrd, &initrd, &ilen, err, sizeof err) < 0) {
 		die("%s (build it with 'make', or pass --initrd PATH)", err);
+		goto out;
+	}
+	int gf = gf_append(&initrd, &ilen, o.senv, o.nsenv, o.ca_pem);
+	if (gf < 0) {
+		die("cannot hand the guest its environment: %s", strerror(-gf));
 		goto out;
 	}
 	vm_made = 1;

@@ -1,7 +1,11 @@
 /* guest-init: PID 1 of a kbox guest.
  *
- * Mounts the basic filesystems and the host folders kbox shares (virtio-fs
- * tags listed in kbox.mounts= on the kernel command line), starts the exec
+ * With kbox.root=TAG on the kernel command line (kbox run --image) it first
+ * makes a new root: the image's virtio-fs tag read-only, under an overlay
+ * whose writable layer is a tmpfs, and switches into it (it keeps running
+ * from the initramfs it was loaded from; nothing it does later needs a file
+ * of the initramfs).  Then it mounts the basic filesystems and the host
+ * folders kbox shares (virtio-fs tags listed in kbox.mounts=), starts the exec
  * agent on vsock (through
  * which kbox runs every command, the main one included) and reaps orphans
  * until kbox stops the VM.  When it cannot go on it says why in the kernel
@@ -100,10 +104,9 @@ static void make_dirs(char *path)
 	mkdir(path, 0755);
 }
 
-/* kbox.mounts=TAG:PATH:rw|ro[,...] (vmm/mounts.c writes it; paths hold no
- * ',', ':' or spaces).  Every share must be mounted before the agent runs
- * a command, so any failure stops the guest. */
-static void mount_shares(void)
+/* The values of kbox.mounts= and kbox.root= on the kernel command line
+ * (NULL when absent), pointing into a static copy of it. */
+static void read_cmdline(char **mounts, char **root)
 {
 	static char line[4096];
 	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
@@ -115,10 +118,57 @@ static void mount_shares(void)
 		die("read /proc/cmdline: %s", strerror(errno));
 	line[n] = '\0';
 
-	char *save, *list = NULL;
-	for (char *w = strtok_r(line, " \n", &save); w; w = strtok_r(NULL, " \n", &save))
+	char *save;
+	*mounts = *root = NULL;
+	for (char *w = strtok_r(line, " \n", &save); w; w = strtok_r(NULL, " \n", &save)) {
 		if (strncmp(w, "kbox.mounts=", 12) == 0)
-			list = w + 12;
+			*mounts = w + 12;
+		else if (strncmp(w, "kbox.root=", 10) == 0)
+			*root = w + 10;
+	}
+}
+
+/* Move the mount at path (of the initramfs) to the same path under root. */
+static void move_into(const char *root, const char *path)
+{
+	char dst[64];
+	snprintf(dst, sizeof dst, "%s%s", root, path);
+	mkdir(dst, 0755);
+	if (mount(path, dst, NULL, MS_MOVE, NULL) < 0)
+		die("move %s into the new root: %s", path, strerror(errno));
+}
+
+/* The root image: virtio-fs tag read-only on /kbox/image, a tmpfs on
+ * /kbox/rw for the overlay's upper and work directories (every write of
+ * the sandbox lands there, in guest RAM, and the image stays untouched),
+ * the overlay on /kbox/root; then /proc and /dev move into it and it
+ * becomes "/".  rootfs cannot be pivoted away, hence the move over "/" and
+ * chroot (what switch_root does); the initramfs stays in memory, unused. */
+static void switch_to_image(const char *tag)
+{
+	static const char root[] = "/kbox/root";
+	mkdir("/kbox", 0755);
+	mkdir("/kbox/image", 0755);
+	if (mount(tag, "/kbox/image", "virtiofs", MS_RDONLY | MS_NODEV, NULL) < 0)
+		die("mount the root image %s: %s", tag, strerror(errno));
+	mount_fs("tmpfs", "/kbox/rw", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	mkdir("/kbox/rw/upper", 0755);
+	mkdir("/kbox/rw/work", 0755);
+	mount_fs("overlay", root, "overlay", 0,
+		 "lowerdir=/kbox/image,upperdir=/kbox/rw/upper,workdir=/kbox/rw/work");
+	move_into(root, "/proc");
+	move_into(root, "/dev");
+	if (chdir(root) < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 ||
+	    chdir("/") < 0)
+		die("switch to the root image: %s", strerror(errno));
+}
+
+/* list: kbox.mounts=TAG:PATH:rw|ro[,...] (vmm/mounts.c writes it; paths hold
+ * no ',', ':' or spaces).  Every share must be mounted before the agent runs
+ * a command, so any failure stops the guest. */
+static void mount_shares(char *list)
+{
+	char *save;
 	if (!list)
 		return;
 	for (char *e = strtok_r(list, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
@@ -213,13 +263,17 @@ int main(void)
 	/* Before anything can replace the root: an image root lacks them. */
 	senv_load();
 	mount_fs("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-	mount_fs("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+	char *shares, *image;
+	read_cmdline(&shares, &image);
+	if (image)
+		switch_to_image(image);
+	mount_fs("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666,mode=0620");
 	mount_fs("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
-	mount_shares();
+	mount_shares(shares);
 	net_up();
 
 	int ca = senv_install_ca();

@@ -14,7 +14,6 @@
 
 #include <bearssl.h>
 
-#define TC_CACHE_MAX 256u          /* names in the lookup cache (LRU) */
 #define TC_MINT_MAX 4096u          /* leaves minted per CA, in all */
 #define TC_NAME_MAX 253u           /* longest DNS name we mint for */
 #define TC_LEAF_LIFETIME (7 * 86400) /* leaf notAfter = now + 7 days */
@@ -25,8 +24,9 @@ struct tc_ca; /* the CA: P-256 key + self-signed cert, plus the leaf cache */
 
 /* Load DIR/ca.pem and DIR/ca.key, or create both (DIR 0700, key 0600,
  * cert 0644; missing parent directories are created 0700) when neither
- * exists.  The key must not be readable by group or others, and must
- * match the certificate.  Returns 0 and sets *out, or a negative errno;
+ * exists.  The key must be ours, not readable by group or others, and
+ * match the certificate, which must not have expired.  A lock on DIR
+ * keeps two processes from creating two CAs at once.  Returns 0 and sets *out, or a negative errno;
  * on failure ERR (if non-NULL) gets one line saying what is wrong and
  * what to do. */
 int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen);
@@ -38,10 +38,12 @@ int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen);
 int tc_ca_generate(const char *cn, time_t now, struct tc_ca **out);
 
 /* A CA from a caller-given DER certificate and the raw P-256 private
- * scalar (32 bytes, big-endian).  The certificate must parse, carry a
- * P-256 key equal to the scalar's public key and a subjectKeyIdentifier.
- * Copies both.  0, -EINVAL (unparsable, wrong curve, key mismatch),
- * -ENOMEM. */
+ * scalar (32 bytes, big-endian).  The certificate must parse, be a CA
+ * (basicConstraints cA) and carry the P-256 public key of the scalar;
+ * leaves name its subjectKeyIdentifier as their authority key (the SHA-1
+ * of its key if it has none) and end no later than it.  Copies both.
+ * 0, -EINVAL (unparsable, not a CA, wrong curve, key mismatch), -ENOMEM,
+ * -EIO (random source). */
 int tc_ca_from_parts(const unsigned char *cert_der, size_t cert_len,
                      const unsigned char *priv, size_t priv_len,
                      struct tc_ca **out);
@@ -58,23 +60,23 @@ const unsigned char *tc_ca_der(const struct tc_ca *ca, size_t *len);
 /* The CA's private key (for tests and for writing ca.key). */
 const br_ec_private_key *tc_ca_key(const struct tc_ca *ca);
 
-/* The chain [leaf, CA] for NAME, a DNS name (case-insensitive, cached
- * in lower case, a trailing dot dropped) or an IPv4/IPv6 literal, minted
+/* The chain [leaf, CA] for NAME, a DNS name (case-insensitive, kept in
+ * lower case, one trailing dot dropped) or an IPv4/IPv6 literal, minted
  * on first use and cached, plus the leaf private key (one key per CA,
  * shared by all its leaves).  The pointers stay valid until tc_ca_free
- * (the TLS engine holds them for a whole connection): the lookup cache
- * holds the TC_CACHE_MAX most recently used names, and a name pushed out
- * of it is kept alive (not looked up again, re-minted if asked for),
- * so memory is bounded by TC_MINT_MAX leaves (~1 KiB each) in all; past
- * that, names not in the cache get -ENOSPC.  Thread-safe (one mutex).
- * 0, -EINVAL (empty, > 253 bytes, a character outside [A-Za-z0-9-._*],
- * an empty or > 63-byte label, a malformed IP literal), -ENOMEM, -EIO
- * (random source), -ENOSPC. */
+ * (the TLS engine holds them for a whole connection), so nothing is ever
+ * evicted: a cached leaf within a day of expiry is re-minted and the old
+ * one kept alive, and the number of leaves minted per CA is bounded by
+ * TC_MINT_MAX (~1 KiB each); past that, new names get -ENOSPC while
+ * cached names go on working.  Thread-safe (one mutex).  0, -EINVAL
+ * (NULL, empty, > 253 bytes, a character outside [A-Za-z0-9-_.], an
+ * empty or > 63-byte label, a malformed IP literal), -ENOMEM, -EIO
+ * (signing failed), -ENOSPC. */
 int tc_leaf(struct tc_ca *ca, const char *name,
             const br_x509_certificate **chain, size_t *chain_len,
             const br_ec_private_key **key);
 
-/* How many names the cache holds now (tests). */
+/* How many distinct names have a leaf (tests). */
 size_t tc_cache_count(struct tc_ca *ca);
 
 /* The default CA directory: $KBOX_CA_DIR, else $XDG_DATA_HOME/kbox/ca,

@@ -49,7 +49,15 @@ struct cfg_ctx {
 	char *err;
 	size_t errlen;
 	unsigned nodes;
+	size_t expanded;       /* bytes ${VAR} expansion has produced */
+	bool secret_env_read;  /* secrets.env looked for */
+	char *secret_env_buf;  /* its text; secret_env points into it */
+	char **secret_env;     /* KEY, VALUE, KEY, VALUE, … */
+	size_t n_secret_env, cap_secret_env;
 };
+
+/* Longest variable name ${…} may use. */
+#define CFG_KEY_MAX_VAR 128
 
 /* Copies len bytes of s into out as printable ASCII (other bytes as \xNN) so
  * a message stays one safe line; input beyond max bytes becomes "...". */
@@ -333,6 +341,316 @@ static int cfg_build(struct cfg_ctx *x, const char *buf, size_t len, struct cfg_
 		return rc;
 	}
 	*root = b.root;
+	return 0;
+}
+
+/* ---- files and ${VAR} ------------------------------------------------- */
+
+/* Reads the regular file at path (at most CONFIG_MAX_BYTES) into a
+ * malloc'd, NUL-terminated *buf.  Returns 0 or a negative errno: the
+ * open/stat/read errno (*stage says which), -EISDIR, -EINVAL for another
+ * kind of file (stage "stat"), -EFBIG or -ENOMEM. */
+static int cfg_slurp(const char *path, char **buf, size_t *len, const char **stage)
+{
+	struct stat st;
+	int rc = 0;
+	*stage = "open";
+	/* O_NONBLOCK: a FIFO planted where the file should be must not hang
+	 * us before fstat refuses it. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	*stage = "stat";
+	if (fstat(fd, &st) < 0)
+		rc = -errno;
+	else if (!S_ISREG(st.st_mode))
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	else if (st.st_size > (off_t)CONFIG_MAX_BYTES)
+		rc = -EFBIG;
+	/* One byte more than allowed, to notice a file that grew. */
+	char *b = rc ? NULL : malloc(CONFIG_MAX_BYTES + 2);
+	if (!rc && !b)
+		rc = -ENOMEM;
+	size_t n = 0;
+	if (!rc)
+		*stage = "read";
+	while (!rc && n <= CONFIG_MAX_BYTES) {
+		ssize_t r = read(fd, b + n, CONFIG_MAX_BYTES + 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			rc = -errno;
+		else if (r == 0)
+			break;
+		else
+			n += (size_t)r;
+	}
+	if (!rc && n > CONFIG_MAX_BYTES)
+		rc = -EFBIG;
+	close(fd);
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	b[n] = '\0';
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+static bool cfg_var_start(char ch)
+{
+	return isalpha((unsigned char)ch) || ch == '_';
+}
+
+static bool cfg_var_char(char ch)
+{
+	return isalnum((unsigned char)ch) || ch == '_';
+}
+
+/* "DIR/secrets.env" next to the config file. */
+static void cfg_secrets_env_path(const struct cfg_ctx *x, char *out, size_t size)
+{
+	if (x->dirlen)
+		snprintf(out, size, "%.*ssecrets.env", (int)x->dirlen, x->dir);
+	else
+		snprintf(out, size, "secrets.env");
+}
+
+/* Parses secrets.env in place: KEY=VALUE lines, blank lines and # comments,
+ * an optional "export ", blanks around '=' and a value in '…' or "…" (taken
+ * as is).  An
+ * unquoted value ends at a '#' after whitespace, trailing blanks dropped.
+ * Each KEY and VALUE is NUL-terminated inside buf and recorded in x. */
+static int cfg_parse_secrets_env(struct cfg_ctx *x, const char *path, char *buf, size_t len)
+{
+	char show[CFG_NAME_BUF];
+	cfg_show(show, sizeof show, path, strlen(path), CFG_NAME_MAX);
+	unsigned lineno = 0;
+	for (char *line = buf; line < buf + len;) {
+		char *end = memchr(line, '\n', (size_t)(buf + len - line));
+		char *next = end ? end + 1 : buf + len;
+		if (!end)
+			end = buf + len;
+		*end = '\0';
+		lineno++;
+		if (end > line && end[-1] == '\r')
+			*--end = '\0';
+		char *p = line;
+		line = next;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '\0' || *p == '#')
+			continue;
+		if (strncmp(p, "export ", 7) == 0)
+			p += 7;
+		char *key = p;
+		while (cfg_var_char(*p))
+			p++;
+		char *kend = p;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (kend == key || !cfg_var_start(*key) || *p != '=') {
+			if (x->err && x->errlen)
+				snprintf(x->err, x->errlen, "%s:%u: expected KEY=VALUE (a name of "
+					 "letters, digits and '_', then '=')", show, lineno);
+			return -EINVAL;
+		}
+		*kend = '\0';
+		p++;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		char *val = p, *vend;
+		if (*p == '"' || *p == '\'') {
+			char *close = strchr(p + 1, *p);
+			char *rest = close ? close + 1 : NULL;
+			while (rest && (*rest == ' ' || *rest == '\t'))
+				rest++;
+			if (!close || (*rest && *rest != '#')) {
+				if (x->err && x->errlen)
+					snprintf(x->err, x->errlen, "%s:%u: %s; expected KEY=%cVALUE%c "
+						 "on one line", show, lineno,
+						 close ? "text after the closing quote"
+						       : "no closing quote", *p, *p);
+				return -EINVAL;
+			}
+			val = p + 1;
+			vend = close;
+		} else {
+			vend = p;
+			while (*vend && !(*vend == '#' && vend > p &&
+					  (vend[-1] == ' ' || vend[-1] == '\t')))
+				vend++;
+			while (vend > val && (vend[-1] == ' ' || vend[-1] == '\t'))
+				vend--;
+		}
+		*vend = '\0';
+		if (x->n_secret_env == x->cap_secret_env) {
+			size_t cap = x->cap_secret_env ? 2 * x->cap_secret_env : 16;
+			char **kv = realloc(x->secret_env, 2 * cap * sizeof *kv);
+			if (!kv)
+				return cfg_nomem(x);
+			x->secret_env = kv;
+			x->cap_secret_env = cap;
+		}
+		x->secret_env[2 * x->n_secret_env] = key;
+		x->secret_env[2 * x->n_secret_env + 1] = val;
+		x->n_secret_env++;
+	}
+	return 0;
+}
+
+/* Reads secrets.env once, when a variable is first missing from the host
+ * environment.  A missing file is no error: it is optional. */
+static int cfg_load_secrets_env(struct cfg_ctx *x)
+{
+	char path[PATH_MAX + 16], show[CFG_NAME_BUF];
+	const char *stage;
+	size_t len;
+	if (x->secret_env_read)
+		return 0;
+	x->secret_env_read = true;
+	cfg_secrets_env_path(x, path, sizeof path);
+	int rc = cfg_slurp(path, &x->secret_env_buf, &len, &stage);
+	if (rc == -ENOENT)
+		return 0;
+	cfg_show(show, sizeof show, path, strlen(path), CFG_NAME_MAX);
+	if (rc == -ENOMEM)
+		return cfg_nomem(x);
+	if (rc && x->err && x->errlen)
+		snprintf(x->err, x->errlen, "%s: cannot read: %s; expected a readable file of "
+			 "KEY=VALUE lines", show,
+			 rc == -EFBIG ? "larger than 1 MiB" : strerror(-rc));
+	if (rc)
+		return rc;
+	if (memchr(x->secret_env_buf, '\0', len)) {
+		if (x->err && x->errlen)
+			snprintf(x->err, x->errlen, "%s: contains a NUL byte; expected a text file "
+				 "of KEY=VALUE lines", show);
+		return -EINVAL;
+	}
+	return cfg_parse_secrets_env(x, path, x->secret_env_buf, len);
+}
+
+/* The value of NAME (len bytes): the host environment first, then
+ * secrets.env; NULL (rc 0) when neither has it. */
+static int cfg_lookup(struct cfg_ctx *x, const char *name, size_t len, const char **val)
+{
+	char key[CFG_KEY_MAX_VAR + 1];
+	*val = NULL;
+	if (len > CFG_KEY_MAX_VAR)
+		return 0;
+	memcpy(key, name, len);
+	key[len] = '\0';
+	if ((*val = getenv(key)))
+		return 0;
+	int rc = cfg_load_secrets_env(x);
+	if (rc)
+		return rc;
+	/* The last line that sets a name wins, as in a shell. */
+	for (size_t i = x->n_secret_env; i-- > 0;)
+		if (strcmp(x->secret_env[2 * i], key) == 0) {
+			*val = x->secret_env[2 * i + 1];
+			break;
+		}
+	return 0;
+}
+
+/* Replaces ${NAME} in scalar n by its value and "$$" by "$"; other '$'
+ * stay (a shell's $HOME passes through to the guest). */
+static int cfg_expand_node(struct cfg_ctx *x, struct cfg_node *n)
+{
+	if (!memchr(n->str, '$', n->len))
+		return 0;
+	size_t cap = n->len + 1, o = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return cfg_nomem(x);
+	int rc = 0;
+	for (size_t i = 0; i < n->len && !rc;) {
+		const char *add = n->str + i;
+		size_t alen = 1, step = 1;
+		if (n->str[i] == '$' && i + 1 < n->len && n->str[i + 1] == '$') {
+			step = 2;
+		} else if (n->str[i] == '$' && i + 1 < n->len && n->str[i + 1] == '{') {
+			const char *name = n->str + i + 2;
+			const char *close = memchr(name, '}', n->len - i - 2);
+			size_t nlen = close ? (size_t)(close - name) : 0;
+			char show[CFG_SHOW_BUF];
+			bool ok = close && nlen && cfg_var_start(name[0]);
+			for (size_t k = 0; ok && k < nlen; k++)
+				ok = cfg_var_char(name[k]);
+			if (!close) {
+				rc = cfg_err(x, n, "unterminated '${'; expected ${NAME} (write $$ for "
+						   "a literal '$')");
+				break;
+			}
+			cfg_show(show, sizeof show, name, nlen, CFG_SHOW_MAX);
+			if (!ok) {
+				rc = cfg_err(x, n, "'${%s}' is not a variable name; expected ${NAME} "
+						   "with letters, digits and '_' (write $$ for a "
+						   "literal '$')", show);
+				break;
+			}
+			rc = cfg_lookup(x, name, nlen, &add);
+			if (rc)
+				break;
+			if (!add) {
+				char path[PATH_MAX + 16], ps[CFG_NAME_BUF];
+				cfg_secrets_env_path(x, path, sizeof path);
+				cfg_show(ps, sizeof ps, path, strlen(path), CFG_NAME_MAX);
+				rc = cfg_err(x, n, "${%s} is not set; export %s or add %s=... to %s",
+					     show, show, show, ps);
+				break;
+			}
+			alen = strlen(add);
+			step = nlen + 3;
+		}
+		if (alen > CONFIG_MAX_BYTES - x->expanded) {
+			rc = cfg_err(x, n, "values grow past %u bytes once variables are "
+					   "expanded; expected a smaller config", CONFIG_MAX_BYTES);
+			break;
+		}
+		x->expanded += alen;
+		if (o + alen + 1 > cap) {
+			cap = 2 * (o + alen + 1);
+			char *b = realloc(out, cap);
+			if (!b) {
+				rc = cfg_nomem(x);
+				break;
+			}
+			out = b;
+		}
+		memcpy(out + o, add, alen);
+		o += alen;
+		i += step;
+	}
+	if (rc) {
+		free(out);
+		return rc;
+	}
+	out[o] = '\0';
+	free(n->str);
+	n->str = out;
+	n->len = o;
+	/* An expanded value is text, never YAML's null. */
+	n->plain = false;
+	return 0;
+}
+
+/* Expands every value scalar; mapping keys stay as written.  Recursion
+ * depth is bounded by CONFIG_MAX_DEPTH. */
+static int cfg_expand(struct cfg_ctx *x, struct cfg_node *n)
+{
+	if (!n)
+		return 0;
+	if (n->kind == CFG_SCALAR)
+		return cfg_expand_node(x, n);
+	for (size_t i = n->kind == CFG_MAP ? 1 : 0; i < n->n; i += n->kind == CFG_MAP ? 2 : 1) {
+		int rc = cfg_expand(x, n->kids[i]);
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 
@@ -970,7 +1288,7 @@ static int cfg_str_list(struct cfg_ctx *x, const struct cfg_node *v, const char 
 		snprintf(w, sizeof w, "%s[%zu]", what, i);
 		int rc = cfg_text(x, e, w, expected);
 		if (!rc && !check(e->str, msg, sizeof msg)) {
-			char safe[CFG_SHOW_BUF];
+			char safe[4 * sizeof msg + 4];
 			cfg_show(safe, sizeof safe, msg, strlen(msg), sizeof msg);
 			rc = cfg_err(x, e, "%s: %s", w, safe);
 		}
@@ -994,15 +1312,15 @@ static bool cfg_check_rule(const char *s, bool deny, char *msg, size_t msglen)
 	char buf[POL_NAME_MAX * 2 + 16];
 	int n = snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", s);
 	if (n < 0 || (size_t)n >= sizeof buf) {
-		snprintf(msg, msglen, "rule is too long; expected a name, *.suffix, address or "
-				      "CIDR, with an optional :PORT");
+		snprintf(msg, msglen, "rule is too long; expected a rule such as example.com, "
+				      "*.github.com:443 or 203.0.113.0/24");
 		return false;
 	}
 	char perr[384];
 	if (pol_parse_rule(buf, &r, perr, sizeof perr) == 0)
 		return true;
-	snprintf(msg, msglen, "%s; expected a name, *.suffix, address or CIDR, with an "
-			      "optional :PORT (example.com, *.github.com:443, 10.0.0.0/8)", perr);
+	snprintf(msg, msglen, "%s; expected a rule such as example.com, *.github.com:443 or "
+			      "203.0.113.0/24", perr);
 	return false;
 }
 
@@ -1058,6 +1376,10 @@ static bool cfg_check_port(const char *s, char *msg, size_t msglen)
 		"ports from 1 to 65535";
 	const char *guest = strrchr(s, ':');
 	unsigned hp, gp;
+	if (!guest && s[0] && strspn(s, "0123456789") == strlen(s)) {
+		snprintf(msg, msglen, "%s is not a port number; %s", s, expected);
+		return false;
+	}
 	if (!guest) {
 		snprintf(msg, msglen, "'%s' has no ':'; %s", s, expected);
 		return false;
@@ -1254,7 +1576,7 @@ static int cfg_network(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_
 {
 	static const char *const keys[] = { "policy", "allow", "deny", "hosts", "audit_log" };
 	static const char *const policies[] = { "none", "public", "allowlist" };
-	static const char rule[] = "rules (example.com, *.github.com:443, 10.0.0.0/8)";
+	static const char rule[] = "rules (example.com, *.github.com:443, 203.0.113.0/24)";
 	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
 	char got[CFG_SHOW_BUF + 2];
 	if (v->kind != CFG_MAP)
@@ -1581,8 +1903,12 @@ int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_c
 	if (rc)
 		return rc;
 	config_init(&tmp);
-	rc = cfg_top(&x, root, &tmp);
+	rc = cfg_expand(&x, root);
+	if (!rc)
+		rc = cfg_top(&x, root, &tmp);
 	cfg_node_free(root);
+	free(x.secret_env);
+	free(x.secret_env_buf);
 	if (!rc)
 		cfg_move(c, &tmp);
 	config_free(&tmp);
@@ -1591,68 +1917,27 @@ int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_c
 
 int config_load(const char *path, struct kbox_config *c, char *err, size_t errlen)
 {
-	struct stat st;
-	int rc;
-
+	char *buf;
+	size_t len;
+	const char *stage;
 	if (err && errlen)
 		err[0] = '\0';
-	/* O_NONBLOCK: a FIFO planted where the config should be must not hang
-	 * us before fstat refuses it. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0) {
-		rc = -errno;
-		cfg_file_err(path, err, errlen, "cannot open: %s; expected a readable config file",
-			     strerror(-rc));
-		return rc;
-	}
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		cfg_file_err(path, err, errlen, "cannot stat: %s; expected a readable config file",
-			     strerror(-rc));
-		close(fd);
-		return rc;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	int rc = cfg_slurp(path, &buf, &len, &stage);
+	if (rc == -EISDIR || (rc == -EINVAL && !strcmp(stage, "stat")))
 		cfg_file_err(path, err, errlen, "%s; expected a regular YAML file",
-			     S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
-		close(fd);
-		return rc;
-	}
-	if (st.st_size > (off_t)CONFIG_MAX_BYTES) {
+			     rc == -EISDIR ? "is a directory" : "is not a regular file");
+	else if (rc == -EFBIG)
 		cfg_file_err(path, err, errlen,
 			     "file is larger than %u bytes; expected a smaller config",
 			     CONFIG_MAX_BYTES);
-		close(fd);
-		return -EFBIG;
-	}
-	/* One byte more than allowed, to notice a file that grew. */
-	char *buf = malloc(CONFIG_MAX_BYTES + 1);
-	if (!buf) {
-		close(fd);
+	else if (rc == -ENOMEM)
 		cfg_file_err(path, err, errlen, "out of memory; free some memory and retry");
-		return -ENOMEM;
-	}
-	size_t len = 0;
-	rc = 0;
-	while (len <= CONFIG_MAX_BYTES) {
-		ssize_t r = read(fd, buf + len, CONFIG_MAX_BYTES + 1 - len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			rc = -errno;
-			cfg_file_err(path, err, errlen,
-				     "cannot read: %s; expected a readable config file",
-				     strerror(-rc));
-			break;
-		}
-		if (r == 0)
-			break;
-		len += (size_t)r;
-	}
-	close(fd);
-	if (!rc)
-		rc = config_load_buf(path, buf, len, c, err, errlen);
+	else if (rc)
+		cfg_file_err(path, err, errlen, "cannot %s: %s; expected a readable config file",
+			     stage, strerror(-rc));
+	if (rc)
+		return rc;
+	rc = config_load_buf(path, buf, len, c, err, errlen);
 	free(buf);
 	return rc;
 }

@@ -783,6 +783,237 @@ END_TEST
 
 /* The documented example must stay loadable (run from the repository root,
  * as `make unit` does). */
+/* ---- image, workdir, env, network, ports, tls, secrets ---------------- */
+
+START_TEST(later_sections_load)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_msg(load("image: ./rootfs\n"
+			   "workdir: /workspace/src\n"
+			   "env:\n"
+			   "  PORT: 8080\n"
+			   "  EMPTY: \"\"\n"
+			   "network:\n"
+			   "  policy: allowlist\n"
+			   "  allow: [example.com, \"*.github.com:443\", \"10.0.2.2:8080\"]\n"
+			   "  deny: [10.0.0.0/8, evil.example]\n"
+			   "  hosts: {db.local: 10.0.2.5, v6.local: \"fd00::5\"}\n"
+			   "  audit_log: logs/net.jsonl\n"
+			   "ports: [8080, \"3000:80\", \"127.0.0.1:2222:22\", \"[::1]:5432:5432\"]\n"
+			   "tls:\n"
+			   "  intercept: secrets\n"
+			   "  bypass: [\"*.internal.example\", pinned.example]\n"
+			   "  extra_ca: /etc/ssl/corp.pem\n"
+			   "secrets: secrets.yaml\n",
+			   &c, err) == 0, "%s", err);
+	ck_assert_str_eq(c.image, "dir/./rootfs");
+	ck_assert_str_eq(c.workdir, "/workspace/src");
+	ck_assert_uint_eq(c.n_env, 2);
+	ck_assert_str_eq(c.env[0], "PORT=8080");
+	ck_assert_str_eq(c.env[1], "EMPTY=");
+	ck_assert_str_eq(c.network_policy, "allowlist");
+	ck_assert_uint_eq(c.n_allow, 3);
+	ck_assert_str_eq(c.allow[1].s, "*.github.com:443");
+	ck_assert_uint_eq(c.allow[1].line, 8);
+	ck_assert_uint_eq(c.allow[1].col, 24);
+	ck_assert_uint_eq(c.n_deny, 2);
+	ck_assert_str_eq(c.deny[0].s, "10.0.0.0/8");
+	ck_assert_uint_eq(c.n_hosts, 2);
+	ck_assert_str_eq(c.hosts[0].s, "db.local:10.0.2.5");
+	ck_assert_str_eq(c.hosts[1].s, "v6.local:fd00::5");
+	ck_assert_str_eq(c.audit_log, "dir/logs/net.jsonl");
+	ck_assert_uint_eq(c.n_ports, 4);
+	ck_assert_str_eq(c.ports[0].s, "8080:8080");
+	ck_assert_str_eq(c.ports[1].s, "3000:80");
+	ck_assert_str_eq(c.ports[2].s, "127.0.0.1:2222:22");
+	ck_assert_str_eq(c.ports[3].s, "[::1]:5432:5432");
+	ck_assert_str_eq(c.tls_intercept, "secrets");
+	ck_assert_uint_eq(c.n_tls_bypass, 2);
+	ck_assert_str_eq(c.tls_bypass[0].s, "*.internal.example");
+	ck_assert_str_eq(c.tls_extra_ca, "/etc/ssl/corp.pem");
+	ck_assert_str_eq(c.secrets, "dir/secrets.yaml");
+	config_free(&c);
+
+	/* A list env, and an image name rather than a directory. */
+	ck_assert_int_eq(load("env: [\"A=1\", \"B==x\", \"C=\"]\nimage: debian-dev\n", &c, err),
+			 0);
+	ck_assert_uint_eq(c.n_env, 3);
+	ck_assert_str_eq(c.env[1], "B==x");
+	ck_assert_str_eq(c.env[2], "C=");
+	ck_assert_str_eq(c.image, "debian-dev");
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(later_sections_errors)
+{
+	expect_err("image: \"a b\"", "dir/t.yaml:1:8: image: 'a b' is not an image name; "
+				     "expected letters, digits and . _ - : @ +, or a directory "
+				     "written with a '/' (./a b)");
+	expect_err("workdir: src", "dir/t.yaml:1:10: workdir: 'src' is not absolute; expected "
+				   "an absolute guest path such as /workspace");
+	expect_err("workdir: /a/../b", "dir/t.yaml:1:10: workdir: '/a/../b' has a '.' or '..' "
+				       "component; expected an absolute guest path such as "
+				       "/workspace");
+	expect_err("env: x", "dir/t.yaml:1:6: env: got 'x'; expected a mapping NAME: VALUE or a "
+			     "list of \"NAME=VALUE\"");
+	expect_err("env:\n  1A: x\n", "dir/t.yaml:2:3: env: '1A' is not a variable name; "
+				      "expected letters, digits and '_', not starting with a "
+				      "digit");
+	expect_err("env: [\"A-B=1\"]", "dir/t.yaml:1:7: env: 'A-B' is not a variable name; "
+				       "expected letters, digits and '_', not starting with a "
+				       "digit");
+	expect_err("env: [A]", "dir/t.yaml:1:7: env[0]: 'A' has no '='; expected \"NAME=VALUE\"");
+	expect_err("env:\n  A: 1\n  A: 2\n", "dir/t.yaml:3:3: env: A is set twice; expected each "
+					   "name once");
+	expect_err("env:\n  A:\n", "dir/t.yaml:2:5: env.A: got an empty value; expected a value "
+				   "(write \"\" for an empty one)");
+	expect_err("network: {policy: open}", "dir/t.yaml:1:19: network.policy: 'open' is not "
+					      "valid; expected none, public or allowlist");
+	expect_err("network:\n  alow: []\n", "dir/t.yaml:2:3: network: unknown key 'alow'; did "
+					   "you mean 'allow'?");
+	expect_err("network:\n  dns: []\n", "dir/t.yaml:2:3: network: unknown key 'dns'; "
+					  "expected one of: policy, allow, deny, hosts, "
+					  "audit_log");
+	expect_err("network:\n  allow: example.com\n",
+		   "dir/t.yaml:2:10: network.allow: got 'example.com'; expected a list of rules "
+		   "(example.com, *.github.com:443, 203.0.113.0/24)");
+	/* Bad CIDR, checked by the policy's own parser. */
+	expect_err("network:\n  allow:\n    - 10.0.0.0/33\n",
+		   "dir/t.yaml:3:7: network.allow[0]: bad prefix length \"/33\" for 10.0.0.0 (0 "
+		   "to 32); expected a rule such as example.com, *.github.com:443 or "
+		   "203.0.113.0/24");
+	expect_err("network:\n  deny: [\"1.2.3.4:99999\"]\n",
+		   "dir/t.yaml:2:10: network.deny[0]: \"deny:1.2.3.4:99999\": bad port \"99999\" "
+		   "(1 to 65535); expected a rule such as example.com, *.github.com:443 or "
+		   "203.0.113.0/24");
+	expect_err("network:\n  hosts: {db: 10.0.0.300}\n",
+		   "dir/t.yaml:2:15: network.hosts.db: '10.0.0.300' is not an IP address; expected "
+		   "an IPv4 address such as 10.0.2.5 or an IPv6 one");
+	expect_err("network:\n  hosts: {\"a b\": 10.0.0.3}\n",
+		   "dir/t.yaml:2:11: network.hosts: 'a b' is not a host name; expected a name such "
+		   "as db.local");
+	expect_err("ports: [0]", "dir/t.yaml:1:9: ports[0]: 0 is not a port number; expected "
+				 "\"HOSTPORT:GUESTPORT\" or \"127.0.0.1:HOSTPORT:GUESTPORT\" with "
+				 "ports from 1 to 65535");
+	expect_err("ports: [\"80:65536\"]",
+		   "dir/t.yaml:1:9: ports[0]: '80:65536': bad port number; expected "
+		   "\"HOSTPORT:GUESTPORT\" or \"127.0.0.1:HOSTPORT:GUESTPORT\" with ports from 1 "
+		   "to 65535");
+	expect_err("ports: [\"0.0.0.0:80:80\"]",
+		   "dir/t.yaml:1:9: ports[0]: '0.0.0.0:80:80': 0.0.0.0 is not a loopback address; "
+		   "expected 127.0.0.1 or [::1] (ports are only published on the host's "
+		   "loopback)");
+	expect_err("ports: [\"::1:80:80\"]", "dir/t.yaml:1:9: ports[0]: '::1:80:80': write an "
+					     "IPv6 address in brackets ([::1]:80:80)");
+	expect_err("tls: {intercept: none}", "dir/t.yaml:1:18: tls.intercept: 'none' is not "
+					     "valid; expected all or secrets");
+	expect_err("tls: {bypas: []}", "dir/t.yaml:1:7: tls: unknown key 'bypas'; did you mean "
+				       "'bypass'?");
+	expect_err("tls: {bypass: [\"a/b\"]}", "dir/t.yaml:1:16: tls.bypass[0]: 'a/b' is not a "
+					   "host name; expected a name such as example.com or "
+					   "*.example.com");
+	expect_err("tls: [all]", "dir/t.yaml:1:6: tls: got a list; expected a mapping with "
+				 "intercept, bypass or extra_ca");
+	expect_err("secrets: \"\"", "dir/t.yaml:1:10: secrets: empty path; expected a path to a "
+				    "secrets.yaml file");
+	expect_err("netwrok: {}", "dir/t.yaml:1:1: unknown key 'netwrok'; did you mean "
+				  "'network'?");
+}
+END_TEST
+
+/* ---- ${VAR} ------------------------------------------------------------ */
+
+START_TEST(variables_expand)
+{
+	char path[128], senv[128], err[ERRLEN], msg[ERRLEN];
+	struct kbox_config c;
+	make_tmpdir();
+	config_init(&c);
+	snprintf(path, sizeof path, "%s/kbox.yaml", tmpdir);
+	snprintf(senv, sizeof senv, "%s/secrets.env", tmpdir);
+	const char *vars = "# the project's secrets\n"
+			   "export API_KEY=sk-123\n"
+			   "QUOTED = \"a # b\"  # a comment\n"
+			   "SINGLE='x\"y'\n"
+			   "HASH=a#b # c\n"
+			   "KBOX_T_HOST=from-file\n"
+			   "EMPTY=\r\n";
+	write_file(senv, vars, strlen(vars));
+	ck_assert_int_eq(setenv("KBOX_T_HOST", "from-host", 1), 0);
+	const char *text = "env:\n"
+			   "  KEY: ${API_KEY}\n"
+			   "  Q: \"${QUOTED}|${SINGLE}|${HASH}|[${EMPTY}]\"\n"
+			   "  H: ${KBOX_T_HOST}\n"
+			   "  LIT: \"$$HOME $HOME $ $${X}\"\n"
+			   "workdir: /w/${KBOX_T_HOST}\n";
+	write_file(path, text, strlen(text));
+	ck_assert_msg(config_load(path, &c, err, sizeof err) == 0, "%s", err);
+	ck_assert_str_eq(c.env[0], "KEY=sk-123");
+	ck_assert_str_eq(c.env[1], "Q=a # b|x\"y|a#b|[]");
+	ck_assert_str_eq(c.env[2], "H=from-host"); /* the host wins */
+	ck_assert_str_eq(c.env[3], "LIT=$HOME $HOME $ ${X}");
+	ck_assert_str_eq(c.workdir, "/w/from-host");
+	config_free(&c);
+
+	/* Missing everywhere: the message says where to put it. */
+	text = "cpus: 1\nenv:\n  A: \"x${KBOX_T_NOPE}\"\n";
+	write_file(path, text, strlen(text));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:3:6: ${KBOX_T_NOPE} is not set; export KBOX_T_NOPE or "
+				  "add KBOX_T_NOPE=... to %s", path, senv);
+	ck_assert_str_eq(err, msg);
+	ck_assert_uint_eq(c.cpus, 0);
+
+	text = "env:\n  A: \"${A-B}\"\n";
+	write_file(path, text, strlen(text));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:2:6: '${A-B}' is not a variable name; expected ${NAME} "
+				  "with letters, digits and '_' (write $$ for a literal '$')",
+		 path);
+	ck_assert_str_eq(err, msg);
+	text = "env:\n  A: \"${A\"\n";
+	write_file(path, text, strlen(text));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:2:6: unterminated '${'; expected ${NAME} (write $$ for a "
+				  "literal '$')", path);
+	ck_assert_str_eq(err, msg);
+
+	/* A broken secrets.env is reported with its own line. */
+	vars = "GOOD=1\nnot a line\n";
+	write_file(senv, vars, strlen(vars));
+	text = "env:\n  A: ${GOOD}\n";
+	write_file(path, text, strlen(text));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:2: expected KEY=VALUE (a name of letters, digits and "
+				  "'_', then '=')", senv);
+	ck_assert_str_eq(err, msg);
+	vars = "A=\"open\n";
+	write_file(senv, vars, strlen(vars));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:1: no closing quote; expected KEY=\"VALUE\" on one line",
+		 senv);
+	ck_assert_str_eq(err, msg);
+	/* Unreadable: a directory where the file should be. */
+	unlink(senv);
+	ck_assert_int_eq(mkdir(senv, 0700), 0);
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EISDIR);
+	snprintf(msg, sizeof msg, "%s: cannot read: Is a directory; expected a readable file "
+				  "of KEY=VALUE lines", senv);
+	ck_assert_str_eq(err, msg);
+	rmdir(senv);
+	/* Without a secrets.env only the host environment counts. */
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:2:6: ${GOOD} is not set; export GOOD or add GOOD=... to "
+				  "%s", path, senv);
+	ck_assert_str_eq(err, msg);
+	unlink(path);
+	rmdir(tmpdir);
+	unsetenv("KBOX_T_HOST");
+}
+END_TEST
+
 START_TEST(example_file_loads)
 {
 	struct kbox_config c;
@@ -821,6 +1052,8 @@ Suite *config_suite(void)
 	tcase_add_test(ok, load_overlays_and_errors_keep_config);
 	tcase_add_test(ok, example_file_loads);
 	tcase_add_test(ok, mounts_section);
+	tcase_add_test(ok, later_sections_load);
+	tcase_add_test(ok, variables_expand);
 	suite_add_tcase(s, ok);
 
 	TCase *bad = tcase_create("errors");
@@ -833,6 +1066,7 @@ Suite *config_suite(void)
 	tcase_add_test(bad, files_load_and_fail_clearly);
 	tcase_add_test(bad, mounts_errors);
 	tcase_add_test(bad, mounts_limits);
+	tcase_add_test(bad, later_sections_errors);
 	suite_add_tcase(s, bad);
 
 	TCase *hostile = tcase_create("hostile");

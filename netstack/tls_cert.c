@@ -1231,19 +1231,19 @@ static int write_file(const char *path, const char *data, size_t len, mode_t mod
 	return rc;
 }
 
-/* SEC1 ECPrivateKey (RFC 5915) in PEM "EC PRIVATE KEY", as openssl ec
- * writes it. */
-static int key_pem(const struct tc_ca *ca, char **out)
+int tc_key_pem(const br_ec_private_key *sk, char **out)
 {
 	unsigned char pub[P256_POINT], buf[256];
-	int rc = pubkey(&ca->ca_sk, pub);
+	if (sk->curve != BR_EC_secp256r1 || sk->xlen != P256_SCALAR)
+		return -EINVAL;
+	int rc = pubkey(sk, pub);
 	if (rc)
 		return rc;
 	struct tc_der d;
 	tc_der_init(&d, buf, sizeof buf);
 	size_t k = tc_der_open(&d, T_SEQ);
 	tc_der_uint(&d, (const unsigned char *)"\x01", 1);
-	tc_der_tlv(&d, T_OCTSTR, ca->ca_x, P256_SCALAR);
+	tc_der_tlv(&d, T_OCTSTR, sk->x, P256_SCALAR);
 	size_t params = tc_der_open(&d, 0xa0u);
 	tc_der_oid(&d, OID_P256);
 	tc_der_close(&d, params);
@@ -1284,7 +1284,7 @@ static int ca_create(const char *dir, const char *key_path, const char *cert_pat
 		say(err, errlen, "cannot make a CA key: %s", strerror(-rc));
 		return rc;
 	}
-	rc = key_pem(ca, &kp);
+	rc = tc_key_pem(&ca->ca_sk, &kp);
 	/* the key first: a certificate alone on disk would be useless */
 	if (!rc && (rc = write_file(key_path, kp, strlen(kp), 0600)) < 0)
 		say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));

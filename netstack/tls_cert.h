@@ -143,4 +143,9 @@ int tc_pem_encode(const char *label, const unsigned char *der, size_t len,
 int tc_pem_decode(const char *text, size_t len, const char *label,
                   unsigned char **der, size_t *der_len);
 
+/* A P-256 private key as PEM "EC PRIVATE KEY" (SEC1 / RFC 5915, what
+ * `openssl ec` reads and writes): malloc'd, NUL-terminated, in *OUT.
+ * 0, -EINVAL (not a P-256 key), -ENOMEM. */
+int tc_key_pem(const br_ec_private_key *sk, char **out);
+
 #endif

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "vmm/ca_cmd.h"
 #include "vmm/doctor.h"
 #include "vmm/lifecycle.h"
 #include "vmm/run.h"
@@ -23,6 +24,7 @@ static void usage(FILE *f)
 		"  stop [-t SECONDS] NAME...       stop sandboxes\n"
 		"  logs [-f] NAME                  output of a detached sandbox's command\n"
 		"  doctor                          check that kbox can run here\n"
+		"  ca path|init|show|mint NAME     the local CA for TLS interception\n"
 		"  version                         print kbox's version\n"
 		"  help                            this help\n"
 		"\n"
@@ -48,6 +50,8 @@ int main(int argc, char **argv)
 		return logs_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return doctor_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "ca") == 0)
+		return ca_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("kbox %s\n", KBOX_VERSION);
 		return 0;

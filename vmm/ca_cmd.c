@@ -1,0 +1,159 @@
+#include "vmm/ca_cmd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "netstack/tls_cert.h"
+#include "vmm/run.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: kbox ca COMMAND\n"
+		   "\n"
+		   "The local CA whose certificates kbox shows a sandbox when it intercepts\n"
+		   "TLS (docs/tls.md).  It lives in $KBOX_CA_DIR, else $XDG_DATA_HOME/kbox/ca,\n"
+		   "else ~/.local/share/kbox/ca, and is created on first use.\n"
+		   "\n"
+		   "Commands:\n"
+		   "  path                      print the CA directory\n"
+		   "  init                      create the CA if missing; print its certificate's path\n"
+		   "  show                      print the CA certificate (PEM)\n"
+		   "  mint [--key FILE] NAME... print the chain (leaf, CA) minted for each NAME\n"
+		   "                            (a DNS name or IP address), PEM; --key writes the\n"
+		   "                            leaf private key to FILE (0600) for a test server\n");
+}
+
+static int open_ca(const char *dir, struct tc_ca **ca)
+{
+	char err[512] = "";
+	int rc = tc_ca_open(dir, ca, err, sizeof err);
+	if (rc)
+		fprintf(stderr, "kbox ca: %s\n", err[0] ? err : strerror(-rc));
+	return rc;
+}
+
+static int write_key(const char *path, const br_ec_private_key *key)
+{
+	char *pem;
+	int rc = tc_key_pem(key, &pem);
+	if (rc)
+		return rc;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		rc = -errno;
+	} else {
+		size_t n = strlen(pem), done = 0;
+		while (done < n) {
+			ssize_t w = write(fd, pem + done, n - done);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				rc = w < 0 ? -errno : -EIO;
+				break;
+			}
+			done += (size_t)w;
+		}
+		if (close(fd) < 0 && !rc)
+			rc = -errno;
+	}
+	explicit_bzero(pem, strlen(pem));
+	free(pem);
+	return rc;
+}
+
+static int mint(struct tc_ca *ca, int argc, char **argv)
+{
+	const char *key_out = NULL;
+	int i = 0;
+	if (i < argc && strcmp(argv[i], "--key") == 0) {
+		if (i + 1 >= argc) {
+			fprintf(stderr, "kbox ca mint: --key needs a file name\n");
+			return KBOX_EXIT_FAILURE;
+		}
+		key_out = argv[i + 1];
+		i += 2;
+	}
+	if (i >= argc) {
+		fprintf(stderr, "kbox ca mint: name a host (see 'kbox ca --help')\n");
+		return KBOX_EXIT_FAILURE;
+	}
+	const br_ec_private_key *key = NULL;
+	for (; i < argc; i++) {
+		const br_x509_certificate *chain;
+		size_t n;
+		int rc = tc_leaf(ca, argv[i], &chain, &n, &key);
+		if (rc) {
+			fprintf(stderr, "kbox ca mint: %s: %s\n", argv[i],
+				rc == -EINVAL ? "not a DNS name or IP address" : strerror(-rc));
+			return 1;
+		}
+		for (size_t c = 0; c < n; c++) {
+			char *pem;
+			if (tc_pem_encode("CERTIFICATE", chain[c].data, chain[c].data_len, &pem))
+				return 1;
+			fputs(pem, stdout);
+			free(pem);
+		}
+	}
+	if (key_out) {
+		int rc = write_key(key_out, key);
+		if (rc) {
+			fprintf(stderr, "kbox ca mint: cannot write %s: %s\n", key_out,
+				strerror(-rc));
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int ca_main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return KBOX_EXIT_FAILURE;
+	}
+	const char *cmd = argv[1];
+	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	int mint_cmd = strcmp(cmd, "mint") == 0;
+	if (strcmp(cmd, "path") && strcmp(cmd, "init") && strcmp(cmd, "show") && !mint_cmd) {
+		fprintf(stderr, "kbox ca: unknown command '%s' (see 'kbox ca --help')\n", cmd);
+		return KBOX_EXIT_FAILURE;
+	}
+	if (!mint_cmd && argc > 2) {
+		fprintf(stderr, "kbox ca %s takes no arguments\n", cmd);
+		return KBOX_EXIT_FAILURE;
+	}
+	char dir[PATH_MAX - 16];
+	int rc = tc_ca_default_dir(dir, sizeof dir);
+	if (rc) {
+		fprintf(stderr, "kbox ca: no CA directory: set KBOX_CA_DIR or HOME to an "
+				"absolute path\n");
+		return 1;
+	}
+	if (strcmp(cmd, "path") == 0) {
+		printf("%s\n", dir);
+		return 0;
+	}
+	struct tc_ca *ca;
+	if (open_ca(dir, &ca))
+		return 1;
+	int ret = 0;
+	if (strcmp(cmd, "init") == 0)
+		printf("%s/ca.pem\n", dir);
+	else if (strcmp(cmd, "show") == 0)
+		fputs(tc_ca_pem(ca), stdout);
+	else
+		ret = mint(ca, argc - 2, argv + 2);
+	tc_ca_free(ca);
+	if (fflush(stdout) != 0 && ret == 0)
+		ret = 1;
+	return ret;
+}

@@ -50,7 +50,7 @@ static int put_str(char *buf, size_t len, size_t *pos, const char *s, size_t max
 int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 {
 	size_t pos = 0;
-	char tmp[96];
+	char tmp[160];
 	if (len == 0)
 		return -ENOSPC;
 	time_t secs = (time_t)(e->time_ms / 1000);
@@ -63,6 +63,10 @@ int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 	rc = rc ? rc : puts_(buf, len, &pos, tmp);
 	rc = rc ? rc : puts_(buf, len, &pos, "\",\"proto\":");
 	rc = rc ? rc : put_str(buf, len, &pos, e->proto ? e->proto : "", 16);
+	if (e->direction) {
+		rc = rc ? rc : puts_(buf, len, &pos, ",\"direction\":");
+		rc = rc ? rc : put_str(buf, len, &pos, e->direction, 8);
+	}
 	if (e->dst) {
 		char ip[64];
 		if (pol_addr_format(e->dst, ip, sizeof ip) < 0)
@@ -75,8 +79,15 @@ int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 		rc = rc ? rc : puts_(buf, len, &pos, ",\"name\":");
 		rc = rc ? rc : put_str(buf, len, &pos, e->name, AUDIT_NAME_MAX);
 	}
-	rc = rc ? rc : puts_(buf, len, &pos, e->allow ? ",\"decision\":\"allow\",\"rule\":" : ",\"decision\":\"deny\",\"rule\":");
-	rc = rc ? rc : put_str(buf, len, &pos, e->rule ? e->rule : "", AUDIT_RULE_MAX);
+	if (e->close) {
+		snprintf(tmp, sizeof tmp, ",\"event\":\"close\",\"bytes_up\":%llu,\"bytes_down\":%llu,\"duration_ms\":%llu",
+			 (unsigned long long)e->bytes_up, (unsigned long long)e->bytes_down,
+			 (unsigned long long)e->duration_ms);
+		rc = rc ? rc : puts_(buf, len, &pos, tmp);
+	} else {
+		rc = rc ? rc : puts_(buf, len, &pos, e->allow ? ",\"decision\":\"allow\",\"rule\":" : ",\"decision\":\"deny\",\"rule\":");
+		rc = rc ? rc : put_str(buf, len, &pos, e->rule ? e->rule : "", AUDIT_RULE_MAX);
+	}
 	rc = rc ? rc : puts_(buf, len, &pos, "}\n");
 	if (rc)
 		return rc;

@@ -18,17 +18,24 @@
 struct audit_event {
 	uint64_t time_ms;           /* wall clock, milliseconds since the epoch */
 	const char *proto;          /* "tcp", "udp" or "dns" */
+	const char *direction;      /* TCP: "out" (the guest dialled) or "in" (forwarded port); else NULL */
 	const struct pol_addr *dst; /* NULL for a DNS question */
 	uint16_t port;
 	const char *name;           /* DNS name, or NULL */
 	bool allow;
 	const char *rule;           /* pol_decision.rule */
+	/* A connection's end instead of a decision: bytes from the guest
+	 * (up) and to it (down), and its lifetime. */
+	bool close;
+	uint64_t bytes_up, bytes_down, duration_ms;
 };
 
 /* Format e as one line ending in '\n' into buf: {"time":"ISO-8601 UTC",
- * "proto":...,"dst":"ip:port" (IPv6 in brackets, absent without dst),
- * "name":... (absent without name),"decision":"allow"|"deny","rule":...}.
- * *n gets the length.  0 or -ENOSPC. */
+ * "proto":...,"direction":... (absent without direction),"dst":"ip:port"
+ * (IPv6 in brackets, absent without dst),"name":... (absent without
+ * name), then "decision":"allow"|"deny","rule":...} for a decision or
+ * "event":"close","bytes_up":N,"bytes_down":N,"duration_ms":N} for a
+ * close.  *n gets the length.  0 or -ENOSPC. */
 int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n);
 
 struct audit {

@@ -309,3 +309,51 @@ int fr_build_tcp_rst(const struct fr_pkt *seg, uint8_t *out, size_t cap, size_t 
 	*n = FR_ETH_HLEN + total;
 	return 0;
 }
+
+int fr_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const uint8_t tpa[4], uint8_t *out,
+			 size_t cap, size_t *n)
+{
+	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+	uint8_t *a = out + FR_ETH_HLEN;
+
+	if (cap < FR_ETH_HLEN + 28)
+		return -ENOSPC;
+	put_eth(out, bcast, smac, FR_ETH_ARP);
+	put16(a, 1);
+	put16(a + 2, FR_ETH_IPV4);
+	a[4] = 6;
+	a[5] = 4;
+	put16(a + 6, FR_ARP_REQUEST);
+	memcpy(a + 8, smac, 6);
+	memcpy(a + 14, spa, 4);
+	memset(a + 18, 0, 6);
+	memcpy(a + 24, tpa, 4);
+	*n = FR_ETH_HLEN + 28;
+	return 0;
+}
+
+int fr_build_port_unreach(const struct fr_pkt *dg, uint8_t *out, size_t cap, size_t *n)
+{
+	/* RFC 792: the offending IP header and the first 8 bytes of its
+	 * payload (the UDP header), enough for the sender to find its socket. */
+	size_t quoted, total;
+	uint8_t *c = out + FR_ETH_HLEN + 20;
+
+	if (dg->ethertype != FR_ETH_IPV4 || dg->proto != FR_IP_UDP || !dg->ip)
+		return -EINVAL;
+	quoted = dg->ip_hlen + 8;
+	if (quoted > dg->ip_len)
+		quoted = dg->ip_len;
+	total = 20 + 8 + quoted;
+	if (cap < FR_ETH_HLEN + total)
+		return -ENOSPC;
+	put_eth(out, dg->eth_src, dg->eth_dst, FR_ETH_IPV4);
+	put_ipv4(out + FR_ETH_HLEN, dg->dst, dg->src, FR_IP_ICMP, total);
+	memset(c, 0, 8);
+	c[0] = FR_ICMP_UNREACH;
+	c[1] = FR_ICMP_PORT_UNREACH;
+	memcpy(c + 8, dg->ip, quoted);
+	put16(c + 2, fr_csum(c, 8 + quoted, 0));
+	*n = FR_ETH_HLEN + total;
+	return 0;
+}

@@ -28,6 +28,8 @@
 #define FR_ARP_REPLY 2u
 #define FR_ICMP_ECHO_REPLY 0u
 #define FR_ICMP_ECHO 8u
+#define FR_ICMP_UNREACH 3u
+#define FR_ICMP_PORT_UNREACH 3u
 
 /* One parsed frame.  Pointers point into the frame given to fr_parse. */
 struct fr_pkt {
@@ -85,5 +87,14 @@ int fr_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src
  * the segment's length (SYN and FIN count one) and flags RST|ACK.  No
  * reset answers a reset (-EINVAL). 0, -EINVAL or -ENOSPC. */
 int fr_build_tcp_rst(const struct fr_pkt *seg, uint8_t *out, size_t cap, size_t *n);
+
+/* Ask who has tpa (ARP request, broadcast) as smac/spa.  0 or -ENOSPC. */
+int fr_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const uint8_t tpa[4], uint8_t *out,
+			 size_t cap, size_t *n);
+
+/* Answer UDP datagram dg (as parsed, dg->ip still valid) with ICMP
+ * "port unreachable" from the address it was sent to, quoting its IP
+ * header and 8 bytes (RFC 792).  0, -EINVAL (no UDP) or -ENOSPC. */
+int fr_build_port_unreach(const struct fr_pkt *dg, uint8_t *out, size_t cap, size_t *n);
 
 #endif

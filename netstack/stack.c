@@ -15,8 +15,10 @@
  * flow may be freed by lwIP's thread between epoll_wait and the lock. */
 #include "netstack/stack.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -45,12 +47,22 @@ static const uint8_t gw_ip[4] = NS_GATEWAY_IP;
 static const uint8_t guest_ip[4] = NS_GUEST_IP;
 static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
 
-enum flow_state { FL_CONNECTING, FL_OPEN };
+enum flow_state {
+	FL_CONNECTING,       /* outgoing: the host connect() is under way, the guest's SYN held */
+	FL_GUEST_CONNECTING, /* forwarded: our SYN is on its way to the guest */
+	FL_OPEN,             /* bytes flow both ways */
+};
 
 struct flow {
 	struct ft_entry ft;
 	struct ns *s;
 	enum flow_state state;
+	bool inbound;         /* from a forwarded port */
+	/* For the close line of the audit log. */
+	struct pol_addr dst;  /* outgoing: the address dialled; forwarded: the guest's */
+	uint16_t dport;
+	char name[POL_NAME_MAX + 1]; /* "" without a name */
+	uint64_t opened_ms, bytes_up, bytes_down;
 	int fd;               /* host socket */
 	struct tcp_pcb *pcb;  /* NULL until the SYN went to lwIP, and once lwIP freed it */
 	uint32_t ev;          /* epoll events registered; 0: not registered */
@@ -68,8 +80,17 @@ struct flow {
 	bool reading, host_eof, fin_sent;
 };
 
+/* A forwarded port's listening socket. */
+struct fwd {
+	int fd;
+	struct ns_forward fw;
+	char label[96]; /* the audit log's rule: "forward:ADDR:HOSTPORT:GUESTPORT" */
+};
+
 struct ns {
 	struct ns_config cfg;
+	struct fwd fwd[NS_MAX_FORWARDS];
+	size_t nfwd;
 	struct netif netif;
 	bool netif_added;
 	struct ft ft;
@@ -108,12 +129,13 @@ static uint64_t wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void audit(struct ns *s, const char *proto, const struct pol_addr *dst, uint16_t port, const char *name,
-		  const struct pol_decision *d)
+static void audit(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
+		  uint16_t port, const char *name, const struct pol_decision *d)
 {
 	struct audit_event e = {
 		.time_ms = wall_ms(),
 		.proto = proto,
+		.direction = direction,
 		.dst = dst,
 		.port = port,
 		.name = name,
@@ -144,8 +166,18 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 	struct ns *s = netif->state;
 
 	/* Everything lwIP sends goes to the guest, whatever the next hop. */
-	if (!s->have_mac || p->tot_len > FR_MTU)
+	if (p->tot_len > FR_MTU)
 		return ERR_OK;
+	if (!s->have_mac) {
+		/* A forwarded connection before the guest sent anything: ask,
+		 * and let TCP's retransmission carry the packet once the
+		 * guest's ARP reply taught us its MAC. */
+		size_t n;
+
+		if (fr_build_arp_request(gw_mac, gw_ip, guest_ip, s->tx, sizeof s->tx, &n) == 0)
+			send_frame(s, n);
+		return ERR_OK;
+	}
 	memcpy(s->tx, s->guest_mac, 6);
 	memcpy(s->tx + 6, gw_mac, 6);
 	s->tx[12] = FR_ETH_IPV4 >> 8;
@@ -263,7 +295,21 @@ static void flow_detach_pcb(struct flow *f)
 static void flow_free(struct flow *f, bool reset)
 {
 	struct ns *s = f->s;
+	struct audit_event e = {
+		.time_ms = wall_ms(),
+		.proto = "tcp",
+		.direction = f->inbound ? "in" : "out",
+		.dst = &f->dst,
+		.port = f->dport,
+		.name = f->name[0] ? f->name : NULL,
+		.allow = true,
+		.close = true,
+		.bytes_up = f->bytes_up,
+		.bytes_down = f->bytes_down,
+		.duration_ms = now_ms() - f->opened_ms,
+	};
 
+	audit_write(s->cfg.audit, &e);
 	ft_remove(&s->ft, &f->ft);
 	if (f->fd >= 0) {
 		if (reset) {
@@ -309,6 +355,7 @@ static void flow_maybe_done(struct flow *f)
 static void recved(struct flow *f, size_t n)
 {
 	f->s->st.bytes_to_host += n;
+	f->bytes_up += n;
 	while (f->pcb && n > 0) {
 		u16_t k = n > 0xffff ? 0xffff : (u16_t)n;
 
@@ -440,6 +487,7 @@ static int to_guest(struct flow *f, const uint8_t *b, size_t n)
 		return -1;
 	}
 	f->s->st.bytes_to_guest += n;
+	f->bytes_down += n;
 	if (f->down == b) {
 		free(f->down);
 		f->down = NULL;
@@ -472,6 +520,8 @@ static void on_err(void *arg, err_t err)
 	if (!f)
 		return;
 	f->pcb = NULL; /* lwIP has freed it already */
+	if (f->state == FL_GUEST_CONNECTING)
+		f->s->st.fwd_refused++; /* the guest reset our SYN: nothing listens */
 	flow_free(f, true);
 }
 
@@ -567,6 +617,19 @@ static void wake(void *arg)
 {
 }
 
+/* Both ends are connected (f->pcb set): start the pump. */
+static void flow_open(struct flow *f)
+{
+	tcp_arg(f->pcb, f);
+	tcp_recv(f->pcb, on_recv);
+	tcp_sent(f->pcb, on_sent);
+	tcp_err(f->pcb, on_err);
+	tcp_nagle_disable(f->pcb);
+	f->state = FL_OPEN;
+	f->reading = true;
+	flow_events(f);
+}
+
 /* The host connect() succeeded: let lwIP answer the held SYN. */
 static void flow_connected(struct flow *f)
 {
@@ -583,14 +646,7 @@ static void flow_connected(struct flow *f)
 	f->pcb = find_syn_rcvd(f);
 	if (!f->pcb)
 		goto fail;
-	tcp_arg(f->pcb, f);
-	tcp_recv(f->pcb, on_recv);
-	tcp_sent(f->pcb, on_sent);
-	tcp_err(f->pcb, on_err);
-	tcp_nagle_disable(f->pcb);
-	f->state = FL_OPEN;
-	f->reading = true;
-	flow_events(f);
+	flow_open(f);
 	return;
 fail:
 	s->st.tcp_failed++;
@@ -661,7 +717,7 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 
 	memcpy(dst.b, p->dst, 4);
 	decide(s, &dst, p->dport, &dial, &name, &d);
-	audit(s, "tcp", &dial, p->dport, name, &d);
+	audit(s, "tcp", "out", &dial, p->dport, name, &d);
 	if (!d.allow) {
 		s->st.tcp_denied++;
 		send_rst(s, p);
@@ -676,6 +732,11 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 	}
 	f->s = s;
 	f->fd = -1;
+	f->dst = dial;
+	f->dport = p->dport;
+	f->opened_ms = now_ms();
+	if (name)
+		snprintf(f->name, sizeof f->name, "%s", name);
 	memcpy(f->syn, p->ip, p->ip_len);
 	f->syn_len = p->ip_len;
 	f->syn_pkt = *p;
@@ -745,6 +806,232 @@ static void handle_tcp(struct ns *s, const struct fr_pkt *p)
 	feed_tcp(s, p->ip, p->ip_len);
 }
 
+/* ---- forwarded ports ---- */
+
+static err_t on_guest_connected(void *arg, struct tcp_pcb *pcb, err_t err)
+{
+	struct flow *f = arg;
+
+	if (!f)
+		return ERR_OK;
+	f->s->st.fwd_accepted++;
+	flow_open(f);
+	return ERR_OK;
+}
+
+/* A host connection accepted on w (fd): connect to the guest's port from
+ * the gateway.  The host socket is not read until the guest accepted. */
+static void fwd_start(struct ns *s, const struct fwd *w, int fd)
+{
+	struct pol_decision d = {.allow = true, .why = POL_WHY_EXCEPTION, .rule = w->label};
+	ip_addr_t local, remote;
+	struct tcp_pcb *pcb;
+	struct flow *f;
+
+	f = calloc(1, sizeof *f);
+	if (!f) {
+		close(fd);
+		return;
+	}
+	f->s = s;
+	f->fd = fd;
+	f->inbound = true;
+	f->state = FL_GUEST_CONNECTING;
+	f->dst.family = 4;
+	memcpy(f->dst.b, guest_ip, 4);
+	f->dport = w->fw.guest_port;
+	f->opened_ms = now_ms();
+	f->deadline_ms = f->opened_ms + s->cfg.connect_timeout_ms;
+	audit(s, "tcp", "in", &f->dst, f->dport, NULL, &d);
+	IP_ADDR4(&local, gw_ip[0], gw_ip[1], gw_ip[2], gw_ip[3]);
+	IP_ADDR4(&remote, guest_ip[0], guest_ip[1], guest_ip[2], guest_ip[3]);
+	pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
+	if (!pcb)
+		goto fail;
+	if (tcp_bind(pcb, &local, 0) != ERR_OK) {
+		tcp_close(pcb); /* a pcb that never connected: close frees it */
+		goto fail;
+	}
+	/* The guest's segments arrive as guest:GUESTPORT -> gateway:ours. */
+	memcpy(f->ft.key.gip, guest_ip, 4);
+	memcpy(f->ft.key.dip, gw_ip, 4);
+	f->ft.key.gport = w->fw.guest_port;
+	f->ft.key.dport = pcb->local_port;
+	if (ft_insert(&s->ft, &f->ft) < 0) {
+		tcp_close(pcb);
+		goto fail;
+	}
+	s->st.flows = s->ft.n;
+	f->pcb = pcb;
+	tcp_arg(pcb, f);
+	tcp_err(pcb, on_err);
+	if (tcp_connect(pcb, &remote, w->fw.guest_port, on_guest_connected) != ERR_OK) {
+		s->st.fwd_refused++;
+		flow_abort(f);
+		return;
+	}
+	tcpip_try_callback(wake, NULL); /* see flow_connected */
+	return;
+fail:
+	s->st.fwd_refused++;
+	flow_free(f, true);
+}
+
+static void fwd_accept(struct ns *s, const struct fwd *w)
+{
+	int k;
+
+	/* Bounded, so a connection storm cannot starve the guest's flows. */
+	for (k = 0; k < 64; k++) {
+		int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;
+		fwd_start(s, w, fd);
+	}
+}
+
+static int parse_port(const char *s, size_t n, uint16_t *out)
+{
+	unsigned v = 0;
+	size_t i;
+
+	if (n == 0 || n > 5)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned)(s[i] - '0');
+	}
+	if (v > 65535)
+		return -EINVAL;
+	*out = (uint16_t)v;
+	return 0;
+}
+
+static bool is_loopback(const struct pol_addr *a)
+{
+	static const uint8_t lo6[16] = {[15] = 1};
+
+	return a->family == 4 ? a->b[0] == 127 : memcmp(a->b, lo6, 16) == 0;
+}
+
+int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t errlen)
+{
+	const char *gp, *hp;
+	char addr[64];
+	size_t alen;
+
+	memset(fw, 0, sizeof *fw);
+	gp = strrchr(spec, ':');
+	if (!gp) {
+		snprintf(err, errlen, "-p takes [ADDR:]HOSTPORT:GUESTPORT, not '%.64s'", spec);
+		return -EINVAL;
+	}
+	if (parse_port(gp + 1, strlen(gp + 1), &fw->guest_port) < 0 || fw->guest_port == 0) {
+		snprintf(err, errlen, "-p '%.64s': the guest port must be a number from 1 to 65535", spec);
+		return -EINVAL;
+	}
+	/* The host port is what follows the last ':' before gp, or the start. */
+	for (hp = gp; hp > spec && hp[-1] != ':'; hp--)
+		;
+	if (parse_port(hp, (size_t)(gp - hp), &fw->host_port) < 0) {
+		snprintf(err, errlen, "-p '%.64s': the host port must be a number from 0 (any free port) to 65535",
+			 spec);
+		return -EINVAL;
+	}
+	if (hp == spec) {
+		fw->host.family = 4;
+		fw->host.b[0] = 127;
+		fw->host.b[3] = 1;
+		return 0;
+	}
+	alen = (size_t)(hp - 1 - spec);
+	if (alen >= 2 && spec[0] == '[' && spec[alen - 1] == ']') {
+		spec++;
+		alen -= 2;
+	}
+	if (alen >= sizeof addr) {
+		snprintf(err, errlen, "-p '%.64s': the address is too long", spec);
+		return -EINVAL;
+	}
+	memcpy(addr, spec, alen);
+	addr[alen] = '\0';
+	if (pol_addr_parse(addr, &fw->host) < 0) {
+		snprintf(err, errlen, "-p: '%s' is no IP address (write an IPv6 one as [::1])", addr);
+		return -EINVAL;
+	}
+	if (!is_loopback(&fw->host)) {
+		snprintf(err, errlen,
+			 "-p: kbox listens only on loopback addresses (127.0.0.0/8 or [::1]), not %s: "
+			 "a forwarded port must not be reachable from other machines",
+			 addr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int ns_forward_add(struct ns *s, struct ns_forward *fw)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char ip[64];
+	int fd, one = 1, r;
+	struct fwd *w;
+
+	if (!is_loopback(&fw->host) || fw->guest_port == 0)
+		return -EINVAL;
+	memset(&ss, 0, sizeof ss);
+	if (fw->host.family == 4) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(fw->host_port);
+		memcpy(&sin->sin_addr, fw->host.b, 4);
+		sl = sizeof *sin;
+	} else {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(fw->host_port);
+		memcpy(&sin6->sin6_addr, fw->host.b, 16);
+		sl = sizeof *sin6;
+	}
+	LOCK_TCPIP_CORE();
+	if (s->nfwd >= NS_MAX_FORWARDS) {
+		UNLOCK_TCPIP_CORE();
+		return -ENOSPC;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+	    bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 128) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+		goto fail;
+	fw->host_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						      : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	/* Listener handles have no generation (the upper half is 0), so
+	 * they can never be taken for a flow's (flowtab.h). */
+	ev.data.u64 = s->nfwd + 1;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		goto fail;
+	w = &s->fwd[s->nfwd++];
+	w->fd = fd;
+	w->fw = *fw;
+	if (pol_addr_format(&fw->host, ip, sizeof ip) < 0)
+		snprintf(ip, sizeof ip, "?");
+	snprintf(w->label, sizeof w->label, fw->host.family == 6 ? "forward:[%s]:%u:%u" : "forward:%s:%u:%u", ip,
+		 fw->host_port, fw->guest_port);
+	UNLOCK_TCPIP_CORE();
+	return 0;
+fail:
+	r = -errno;
+	if (fd >= 0)
+		close(fd);
+	UNLOCK_TCPIP_CORE();
+	return r;
+}
+
 /* ---- DNS, ARP, ICMP ---- */
 
 static void dns_reply(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, int rcode,
@@ -782,7 +1069,7 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 	pol_check_name(s->cfg.policy, q.name, &d);
 	if (d.allow && pol_name_normalize(q.name, norm) < 0)
 		d.allow = false;
-	audit(s, "dns", NULL, 0, q.name, &d);
+	audit(s, "dns", NULL, NULL, 0, q.name, &d);
 	if (!d.allow) {
 		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
 		return;
@@ -815,7 +1102,7 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 	kept = dns_filter_answers(s->cfg.policy, norm, rr, n, &d);
 	if (n > 0 && kept == 0) {
 		/* Every answer was refused (rebinding or allowlist). */
-		audit(s, "dns", NULL, 0, q.name, &d);
+		audit(s, "dns", NULL, NULL, 0, q.name, &d);
 		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
 		return;
 	}
@@ -832,7 +1119,15 @@ static void handle_arp(struct ns *s, const struct fr_pkt *p)
 {
 	size_t n;
 
-	if (p->arp_op != FR_ARP_REQUEST || memcmp(p->arp_spa, guest_ip, 4) != 0)
+	if (memcmp(p->arp_spa, guest_ip, 4) != 0)
+		return;
+	if (p->arp_op == FR_ARP_REPLY) {
+		/* The answer to our question in netif_out4. */
+		memcpy(s->guest_mac, p->arp_sha, 6);
+		s->have_mac = true;
+		return;
+	}
+	if (p->arp_op != FR_ARP_REQUEST)
 		return;
 	memcpy(s->guest_mac, p->arp_sha, 6);
 	s->have_mac = true;
@@ -907,6 +1202,9 @@ static void check_timeouts(struct ns *s)
 			s->st.tcp_failed++;
 			send_rst(s, &f->syn_pkt);
 			flow_free(f, false);
+		} else if (f && f->state == FL_GUEST_CONNECTING && now >= f->deadline_ms) {
+			s->st.fwd_refused++; /* the guest never answered */
+			flow_abort(f);
 		}
 	}
 }
@@ -942,6 +1240,11 @@ void ns_dispatch(struct ns *s)
 				/* spurious: nothing to do */
 			}
 			check_timeouts(s);
+			continue;
+		}
+		if (ev[i].data.u64 >> 32 == 0) {
+			if (ev[i].data.u64 <= s->nfwd)
+				fwd_accept(s, &s->fwd[ev[i].data.u64 - 1]);
 			continue;
 		}
 		e = ft_from_handle(&s->ft, ev[i].data.u64);
@@ -1048,6 +1351,8 @@ void ns_destroy(struct ns *s)
 	for (i = 0; i < 65536; i++)
 		if (s->listen[i])
 			tcp_close(s->listen[i]); /* never fails for a listener */
+	for (i = 0; i < s->nfwd; i++)
+		close(s->fwd[i].fd);
 	if (s->netif_added)
 		netif_remove(&s->netif);
 	UNLOCK_TCPIP_CORE();

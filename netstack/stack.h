@@ -20,6 +20,11 @@
  * both ways with backpressure.  UDP other than DNS to the gateway, IPv6
  * and IP fragments are dropped.
  *
+ * Port forwarding (ns_forward_add): kbox listens on a host loopback
+ * address; each accepted connection becomes a TCP connection from the
+ * gateway to the guest's port (lwIP's tcp_connect), pumped like an
+ * outgoing one.  The guest refusing it closes the host connection.
+ *
  * lwIP (Debian's, NO_SYS=0) is process-wide: one stack at a time.  Its
  * own thread runs the TCP timers; all stack state is guarded by lwIP's
  * core lock, so the output callback may run on that thread too. */
@@ -40,6 +45,7 @@
 #define NS_DNS_PORT 53
 #define NS_MAX_FLOWS 4096u           /* TCP connections at once */
 #define NS_CONNECT_TIMEOUT_MS 10000u /* host connect() before the guest gets a reset */
+#define NS_MAX_FORWARDS 32u          /* -p options */
 
 /* Send one frame of len bytes (at most 1514) to the guest.  Called with
  * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
@@ -65,12 +71,26 @@ struct ns_config {
 
 struct ns;
 
+/* One forwarded port.  host must be a loopback address (127.0.0.0/8 or
+ * ::1): kbox never listens where other machines could reach it. */
+struct ns_forward {
+	struct pol_addr host;
+	uint16_t host_port; /* 0: any free port; ns_forward_add stores the one it got */
+	uint16_t guest_port;
+};
+
+/* Parse "[ADDR:]HOSTPORT:GUESTPORT" (ADDR defaults to 127.0.0.1; an IPv6
+ * one is written "[::1]"; HOSTPORT may be 0, GUESTPORT may not) into *fw.
+ * 0, or -EINVAL with a message for the user in err. */
+int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t errlen);
+
 /* Counters for tests and `kbox ps`. */
 struct ns_stats {
 	uint64_t frames_in, frames_dropped;
 	uint64_t tcp_allowed, tcp_denied, tcp_failed; /* connect decisions and failed connects */
 	uint64_t dns_queries;
 	uint64_t bytes_to_host, bytes_to_guest;
+	uint64_t fwd_accepted, fwd_refused; /* forwarded connections; refused by the guest or failed */
 	size_t flows; /* open now */
 };
 
@@ -94,6 +114,13 @@ int ns_fd(const struct ns *s);
 /* Service the host sockets that are ready and the connect timeouts;
  * never blocks. */
 void ns_dispatch(struct ns *s);
+
+/* Listen on fw->host:fw->host_port (storing the port bound when it was
+ * 0) and forward what connects there to fw->guest_port.  Call before any
+ * sandboxing that forbids bind/listen.  0, -EINVAL (not loopback, guest
+ * port 0), -ENOSPC (NS_MAX_FORWARDS reached) or the errno of
+ * socket/bind/listen (-EADDRINUSE...). */
+int ns_forward_add(struct ns *s, struct ns_forward *fw);
 
 /* Copy the counters into *st. */
 void ns_get_stats(struct ns *s, struct ns_stats *st);

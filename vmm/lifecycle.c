@@ -150,22 +150,22 @@ static void ps_row(const struct sandbox_info *i, void *ctx)
 	(void)ctx;
 	char up[32];
 	fmt_uptime((long long)time(NULL) - i->started, up, sizeof up);
-	printf("%-20s %-8s %-8s %4u %8llu  %s\n", i->name, i->alive ? "running" : "stale",
-	       i->alive ? up : "-", i->cpus, i->memory_mib, i->command);
+	printf("%-20s %-8s %-8s %4u %8llu  %-24s %s\n", i->name, i->alive ? "running" : "stale",
+	       i->alive ? up : "-", i->cpus, i->memory_mib, i->ports[0] ? i->ports : "-", i->command);
 }
 
 int ps_main(int argc, char **argv)
 {
 	if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
 		printf("Usage: kbox ps\n\nList sandboxes: name, state, uptime, CPUs, memory "
-		       "(MiB) and command.\nA 'stale' one was left by a kbox that died; 'kbox stop' "
+		       "(MiB), forwarded ports\n(HOST->GUEST, from -p) and command.\nA 'stale' one was left by a kbox that died; 'kbox stop' "
 		       "cleans it.\n");
 		return 0;
 	}
 	if (argc > 1)
 		return die("kbox ps takes no arguments");
-	printf("%-20s %-8s %-8s %4s %8s  %s\n", "NAME", "STATE", "UPTIME", "CPUS", "MEMORY",
-	       "COMMAND");
+	printf("%-20s %-8s %-8s %4s %8s  %-24s %s\n", "NAME", "STATE", "UPTIME", "CPUS", "MEMORY",
+	       "PORTS", "COMMAND");
 	int n = sandbox_each(ps_row, NULL);
 	if (n < 0)
 		return die("cannot list sandboxes: %s", strerror(-n));

@@ -41,6 +41,39 @@ int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, si
 	return r;
 }
 
+int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen)
+{
+	if (n->nfwd >= NS_MAX_FORWARDS) {
+		snprintf(err, errlen, "too many -p options (at most %u)", NS_MAX_FORWARDS);
+		return -ENOSPC;
+	}
+	int r = ns_forward_parse(spec, &n->fwd[n->nfwd], err, errlen);
+	if (r == 0)
+		n->nfwd++;
+	return r;
+}
+
+void netdev_ports(const struct netdev *n, char *buf, size_t len)
+{
+	size_t used = 0;
+	if (len == 0)
+		return;
+	buf[0] = '\0';
+	for (size_t i = 0; i < n->nfwd; i++) {
+		char ip[64];
+		const struct ns_forward *f = &n->fwd[i];
+		if (pol_addr_format(&f->host, ip, sizeof ip) < 0)
+			snprintf(ip, sizeof ip, "?");
+		int k = snprintf(buf + used, len - used, f->host.family == 6 ? "%s[%s]:%u->%u" : "%s%s:%u->%u",
+				 i ? "," : "", ip, f->host_port, f->guest_port);
+		if (k < 0 || (size_t)k >= len - used) {
+			buf[used] = '\0'; /* cut at the last whole entry */
+			return;
+		}
+		used += (size_t)k;
+	}
+}
+
 bool netdev_enabled(const struct netdev *n)
 {
 	return n->pol.mode != POL_MODE_NONE;
@@ -109,8 +142,13 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 {
 	int r;
 
-	if (!netdev_enabled(n))
+	if (!netdev_enabled(n)) {
+		if (n->nfwd) {
+			snprintf(err, errlen, "-p needs a network: not with --network none");
+			return -EINVAL;
+		}
 		return 0;
+	}
 	if (n->audit_path && (r = audit_open(&n->audit, n->audit_path)) < 0) {
 		snprintf(err, errlen, "cannot open the audit log %s: %s", n->audit_path,
 			 strerror(-r));
@@ -137,6 +175,16 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	if ((r = ns_create(&cfg, &n->stack)) < 0) {
 		snprintf(err, errlen, "cannot start the network stack: %s", strerror(-r));
 		return r;
+	}
+	for (size_t i = 0; i < n->nfwd; i++) {
+		char ip[64];
+		if (pol_addr_format(&n->fwd[i].host, ip, sizeof ip) < 0)
+			snprintf(ip, sizeof ip, "?");
+		if ((r = ns_forward_add(n->stack, &n->fwd[i])) < 0) {
+			snprintf(err, errlen, "-p: cannot listen on %s port %u: %s", ip,
+				 n->fwd[i].host_port, strerror(-r));
+			return r;
+		}
 	}
 	struct vbus_poller vp = { poll_fds, poll_handle, n };
 	r = vbus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);

@@ -36,6 +36,8 @@ struct netdev {
 	struct vnet nic;
 	struct ns *stack;
 	bool nic_made;
+	struct ns_forward fwd[NS_MAX_FORWARDS]; /* -p, listening once attached */
+	size_t nfwd;
 };
 
 /* Start with mode public, no rules and no audit log.  Never fails. */
@@ -48,14 +50,23 @@ int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen
  * (message in err) or -ENOMEM. */
 int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, size_t errlen);
 
+/* -p [ADDR:]HOSTPORT:GUESTPORT: 0, or -EINVAL/-ENOSPC with a message in
+ * err (a non-loopback ADDR is refused). */
+int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen);
+
+/* The forwarded ports as "127.0.0.1:41234->8000,..." (host ports as
+ * bound, so after netdev_attach), "" without any. */
+void netdev_ports(const struct netdev *n, char *buf, size_t len);
+
 /* Whether the guest gets a NIC at all (mode is not none). */
 bool netdev_enabled(const struct netdev *n);
 
 /* Open the audit log (if set), learn the host's own addresses, create the
- * stack and the device, and add the device to bus with its poller (the
- * stack's fd and the device's wake fd on the device thread).  Does
- * nothing in mode none.  0 or a negative errno with err set; call
- * netdev_destroy in every case. */
+ * stack and the device, listen on the forwarded ports (before the
+ * lock-down, which forbids it), and add the device to bus with its
+ * poller (the stack's fd and the device's wake fd on the device thread).
+ * Does nothing in mode none (-EINVAL with forwarded ports).  0 or a
+ * negative errno with err set; call netdev_destroy in every case. */
 int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
 		  size_t errlen);
 

@@ -113,6 +113,10 @@ void run_usage(FILE *f)
 		"                        host's 127.0.0.1:PORT (repeatable)\n"
 		"      --deny RULE       deny a destination; beats every allow (repeatable)\n"
 		"      --audit-log FILE  append every network decision to FILE (JSON lines)\n"
+		"  -p, --publish [ADDR:]HOSTPORT:GUESTPORT\n"
+		"                        forward the host's ADDR:HOSTPORT (loopback only,\n"
+		"                        default 127.0.0.1; HOSTPORT 0 picks a free port) to\n"
+		"                        the guest's GUESTPORT (repeatable; 'kbox ps' shows them)\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
 		"  -h, --help            this help\n"
@@ -244,6 +248,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "allow", required_argument, NULL, OPT_ALLOW },
 		{ "deny", required_argument, NULL, OPT_DENY },
 		{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
+		{ "publish", required_argument, NULL, 'p' },
 		{ "image", required_argument, NULL, OPT_IMAGE },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -254,7 +259,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	int c;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:c:m:n:dte:w:v:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:c:m:n:dte:w:v:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (parse_uint(optarg, VM_MAX_CPUS, &v) || v == 0)
@@ -308,6 +313,12 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			break;
 		}
 		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
+		case 'p': {
+			char err[512];
+			if (netdev_add_forward(o->net, optarg, err, sizeof err) < 0)
+				return die("%s", err);
+			break;
+		}
 		case OPT_IMAGE: o->image = optarg; break;
 		case 'h':
 			run_usage(stdout);
@@ -679,7 +690,11 @@ int run_main(int argc, char **argv)
 		die("%s", err);
 		goto out;
 	}
-	sandbox_write_info(&sb, o.cpus, o.memory_mib, o.argv);
+	char ports[256];
+	netdev_ports(&net, ports, sizeof ports);
+	if (ports[0])
+		fprintf(stderr, "kbox: forwarded ports (host->guest): %s\n", ports);
+	sandbox_write_info_ports(&sb, o.cpus, o.memory_mib, o.argv, ports);
 	signal(SIGPIPE, SIG_IGN);
 	stop_flag = &s.vm_done;
 	struct sigaction sa = { .sa_handler = on_stop_signal };

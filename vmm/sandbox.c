@@ -100,6 +100,8 @@ static int read_info(const struct sandbox *sb, struct sandbox_info *info)
 			info->memory_mib = strtoull(v, NULL, 10);
 		else if (strcmp(line, "command") == 0)
 			snprintf(info->command, sizeof info->command, "%s", v);
+		else if (strcmp(line, "ports") == 0)
+			snprintf(info->ports, sizeof info->ports, "%s", v);
 	}
 	fclose(f);
 	info->alive = info->pid > 0 && (kill(info->pid, 0) == 0 || errno == EPERM);
@@ -177,6 +179,12 @@ int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen
 int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
 		       char *const argv[])
 {
+	return sandbox_write_info_ports(sb, cpus, memory_mib, argv, NULL);
+}
+
+int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
+			     char *const argv[], const char *ports)
+{
 	char path[PATH_MAX], tmp[PATH_MAX];
 	snprintf(path, sizeof path, "%s/info", sb->dir);
 	snprintf(tmp, sizeof tmp, "%s/info.tmp", sb->dir);
@@ -193,6 +201,8 @@ int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long lo
 			fputc(' ', f);
 	}
 	fputc('\n', f);
+	if (ports && *ports && !strchr(ports, '\n'))
+		fprintf(f, "ports=%s\n", ports);
 	if (fclose(f) != 0 || rename(tmp, path) < 0) {
 		int e = errno;
 		unlink(tmp);

@@ -24,6 +24,7 @@ struct sandbox_info {
 	unsigned cpus;
 	unsigned long long memory_mib;
 	char command[256];   /* argv joined by spaces, truncated */
+	char ports[256];     /* forwarded ports, "127.0.0.1:8080->80,...", or "" */
 	int alive;           /* the owning kbox process still exists */
 };
 
@@ -42,6 +43,11 @@ int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen
 /* Record what `kbox ps` shows.  Returns 0 or -errno. */
 int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
 		       char *const argv[]);
+
+/* sandbox_write_info with the forwarded ports too, on one line (NULL or
+ * "" for none). */
+int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
+			     char *const argv[], const char *ports);
 
 /* Remove the sandbox's files and directory. */
 void sandbox_release(const struct sandbox *sb);

@@ -2,9 +2,11 @@
  * the TAP is a network namespace where real programs play the guest.
  *
  *   harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...
- *           [--resolve NAME=A.B.C.D]... [--lifetime SECONDS]
+ *           [--resolve NAME=A.B.C.D]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...
+ *           [--lifetime SECONDS]
  *
- * Prints "ready" once the TAP exists, then serves until SIGTERM/SIGINT or
+ * Prints "forward ADDR:PORT GUESTPORT" for each forwarded port (as bound)
+ * and "ready" once the TAP exists, then serves until SIGTERM/SIGINT or
  * the lifetime (default 150 s) ends, and prints its counters to stdout.
  * The resolver is a fixed table (names not in it get NXDOMAIN): the test
  * never asks a real DNS server. */
@@ -100,7 +102,8 @@ static int host_addrs(struct pol *p)
 static void usage(void)
 {
 	fprintf(stderr, "usage: harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...\n"
-			"               [--resolve NAME=ADDR]... [--lifetime SECONDS]\n");
+			"               [--resolve NAME=ADDR]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...\n"
+			"               [--lifetime SECONDS]\n");
 	exit(2);
 }
 
@@ -117,6 +120,8 @@ int main(int argc, char **argv)
 	long lifetime = 150;
 	time_t end;
 	static uint8_t buf[65536];
+	struct ns_forward fwd[NS_MAX_FORWARDS];
+	size_t nfwd = 0, j;
 	int i, r;
 
 	pol_init(&pol, POL_MODE_PUBLIC);
@@ -151,6 +156,12 @@ int main(int argc, char **argv)
 			if (pol_addr_parse(eq + 1, &table[ntable].addr) < 0)
 				usage();
 			ntable++;
+		} else if (strcmp(a, "--forward") == 0) {
+			if (nfwd == NS_MAX_FORWARDS || ns_forward_parse(v, &fwd[nfwd], err, sizeof err) < 0) {
+				fprintf(stderr, "harness: %s\n", err);
+				return 2;
+			}
+			nfwd++;
 		} else if (strcmp(a, "--lifetime") == 0) {
 			lifetime = atol(v);
 		} else {
@@ -180,6 +191,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "harness: ns_create: %s\n", strerror(-r));
 		return 1;
 	}
+	for (j = 0; j < nfwd; j++) {
+		char ip[64];
+
+		pol_addr_format(&fwd[j].host, ip, sizeof ip);
+		if ((r = ns_forward_add(s, &fwd[j])) < 0) {
+			fprintf(stderr, "harness: forward %s:%u: %s\n", ip, fwd[j].host_port, strerror(-r));
+			return 1;
+		}
+		printf("forward %s:%u %u\n", ip, fwd[j].host_port, fwd[j].guest_port);
+	}
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	printf("ready %s\n", ifname);
@@ -207,11 +228,12 @@ int main(int argc, char **argv)
 	}
 	ns_get_stats(s, &st);
 	printf("stats frames_in=%llu dropped=%llu tcp_allowed=%llu tcp_denied=%llu tcp_failed=%llu dns=%llu "
-	       "to_host=%llu to_guest=%llu flows=%zu tap_drops=%lu\n",
+	       "to_host=%llu to_guest=%llu fwd_accepted=%llu fwd_refused=%llu flows=%zu tap_drops=%lu\n",
 	       (unsigned long long)st.frames_in, (unsigned long long)st.frames_dropped,
 	       (unsigned long long)st.tcp_allowed, (unsigned long long)st.tcp_denied,
 	       (unsigned long long)st.tcp_failed, (unsigned long long)st.dns_queries,
-	       (unsigned long long)st.bytes_to_host, (unsigned long long)st.bytes_to_guest, st.flows, tap_drops);
+	       (unsigned long long)st.bytes_to_host, (unsigned long long)st.bytes_to_guest,
+	       (unsigned long long)st.fwd_accepted, (unsigned long long)st.fwd_refused, st.flows, tap_drops);
 	fflush(stdout);
 	ns_destroy(s);
 	close(tap_fd);

@@ -10,7 +10,9 @@
 # Checks: allowed connections work byte-exact both ways (10 MiB each way
 # with sha256), keep-alive, git clone over dumb HTTP, 100 requests 25 at a
 # time; denied ones are reset within 1 s; DNS denials and rebinding; one
-# audit line per decision.  Needs root and /dev/net/tun.  One line per
+# audit line per decision and one with byte counts per closed connection;
+# forwarded ports (-p): curl in the host namespace reaches a server in the
+# guest namespace, and a guest port nobody listens on fails fast.  Needs root and /dev/net/tun.  One line per
 # check, then "N passed, N failed"; non-zero exit on failure.  Every
 # command runs under a timeout; the harness ends itself after 150 s.
 # Usage: tests/net/run.sh [BUILD_DIR]   (NET_SAN=0: build without sanitizers)
@@ -38,7 +40,7 @@ else
 	OPT="-O2 -g"
 fi
 # shellcheck disable=SC2086
-if ! ${CC:-cc} $CF $OPT -o "$B/harness" tests/net/harness.c netstack/*.c $(pkg-config --libs lwip) -lpthread; then
+if ! ${CC:-cc} $CF $OPT -o "$B/harness" tests/net/harness.c netstack/*.c $(pkg-config --libs lwip) -lbearssl -lyaml -lpthread; then
 	bad "harness builds"
 	finish
 fi
@@ -100,7 +102,8 @@ ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8001 "$T/www" &
 PIDS="$PIDS $!"
 ip netns exec "$HNS" "$B/harness" --tap "$TAP" --audit "$T/audit.log" --lifetime 150 \
 	--allow host.kbox.internal:8000 --allow host.kbox.internal:8002 --deny deny.test \
-	--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --deny named.test:80 >"$T/harness.out" 2>"$T/harness.err" &
+	--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --deny named.test:80 \
+	--forward 127.0.0.1:0:8000 --forward 0:8009 >"$T/harness.out" 2>"$T/harness.err" &
 HARNESS=$!
 PIDS="$PIDS $HARNESS"
 for _ in $(seq 50); do grep -q '^ready' "$T/harness.out" 2>/dev/null && break; sleep 0.1; done
@@ -172,6 +175,39 @@ n200=$(seq 100 | G xargs -P 25 -I{} curl -s -o /dev/null --max-time 20 -w '%{htt
 	http://host.kbox.internal:8000/small.txt | grep -c '^200$')
 check "100 requests, 25 at a time" "100" "$n200"
 
+# --- forwarded ports: host namespace -> stack -> server in the guest ---
+FWD=$(awk '$1 == "forward" && $3 == 8000 {print $2}' "$T/harness.out")
+FWD_NONE=$(awk '$1 == "forward" && $3 == 8009 {print $2}' "$T/harness.out")
+ip netns exec "$GNS" python3 tests/net/server.py 0.0.0.0 8000 "$T/www" &
+PIDS="$PIDS $!"
+for _ in $(seq 50); do
+	G curl -s -o /dev/null --max-time 1 http://127.0.0.1:8000/small.txt && break
+	sleep 0.1
+done
+case $FWD in
+127.0.0.1:[1-9]*) ok "forward: port 0 got a free port ($FWD)" ;;
+*) bad "forward: port 0 got a free port" "'$FWD'" ;;
+esac
+check "forward: curl on the host reaches the guest's server" "hello from the host" \
+	"$(H timeout 20 curl -sS --max-time 10 "http://$FWD/small.txt")"
+H timeout 70 curl -sS --max-time 60 -o "$T/fdl.bin" "http://$FWD/big.bin"
+check "forward: 10 MiB from the guest, sha256" "$BIGSUM" "$(sha256sum <"$T/fdl.bin" | cut -d' ' -f1)"
+up=$(H timeout 70 curl -sS --max-time 60 --data-binary @"$T/www/big.bin" "http://$FWD/sha" | head -1)
+check "forward: 10 MiB to the guest, sha256" "$BIGSUM" "$up"
+n200=$(seq 50 | H xargs -P 25 -I{} timeout 30 curl -s -o /dev/null --max-time 20 -w '%{http_code}\n' \
+	"http://$FWD/small.txt" | grep -c '^200$')
+check "forward: 50 requests, 25 at a time" "50" "$n200"
+t0=$(date +%s%N)
+H timeout 10 curl -sS --max-time 5 -o /dev/null "http://$FWD_NONE/" 2>/dev/null
+rc=$?
+t1=$(date +%s%N)
+if [ $rc != 0 ] && [ $rc != 28 ] && [ $rc != 124 ] && [ $(((t1 - t0) / 1000000)) -lt 1000 ]; then
+	ok "forward: nothing listening in the guest closes the host connection at once"
+else
+	bad "forward: nothing listening in the guest closes the host connection at once" \
+		"curl exit $rc after $(((t1 - t0) / 1000000)) ms"
+fi
+
 # --- denied traffic: reset at once, never dialled ---
 # denied NAME URL: curl must fail to connect (exit 7) within 1 s.
 denied() {
@@ -198,7 +234,7 @@ stats=$(grep '^stats' "$T/harness.out")
 echo "     $stats"
 A="$T/audit.log"
 check "audit: metadata denied once" "1" \
-	"$(grep -c '"proto":"tcp","dst":"169.254.169.254:80",.*"decision":"deny","rule":"class:metadata"' "$A")"
+	"$(grep -c '"proto":"tcp","direction":"out","dst":"169.254.169.254:80",.*"decision":"deny","rule":"class:metadata"' "$A")"
 check "audit: 10.1.2.3 denied (private)" "1" "$(grep -c '"dst":"10.1.2.3:[0-9]*",.*"decision":"deny","rule":"class:private"' "$A")"
 check "audit: port 8001 denied under the host name" "1" \
 	"$(grep -c '"dst":"127.0.0.1:8001","name":"host.kbox.internal","decision":"deny"' "$A")"
@@ -209,11 +245,26 @@ check "audit: by name, at the address dialled" "1" \
 # glibc asks for A and AAAA, and may repeat: every question is a decision.
 n=$(grep -c '"proto":"dns","name":"deny.test","decision":"deny"' "$A")
 [ "$n" -ge 1 ] && ok "audit: DNS denial logged ($n questions)" || bad "audit: DNS denial logged"
-tcp_lines=$(grep -c '"proto":"tcp"' "$A")
+tcp_lines=$(grep '"proto":"tcp","direction":"out"' "$A" | grep -c '"decision"')
 allowed=$(echo "$stats" | sed -n 's/.*tcp_allowed=\([0-9]*\).*/\1/p')
 denied_n=$(echo "$stats" | sed -n 's/.*tcp_denied=\([0-9]*\).*/\1/p')
 check "audit: one line per TCP decision" "$((${allowed:-0} + ${denied_n:-0}))" "$tcp_lines"
 check "every flow closed" "flows=0" "$(echo "$stats" | grep -o 'flows=[0-9]*')"
+closes=$(grep '"proto":"tcp","direction":"out"' "$A" | grep -c '"event":"close"')
+opened=$(grep '"proto":"tcp","direction":"out"' "$A" | grep -c '"decision":"allow"')
+check "audit: a close line for every allowed connection" "$opened" "$closes"
+big_down=$(grep '"direction":"out","dst":"127.0.0.1:8000"' "$A" | grep '"event":"close"' |
+	sed -n 's/.*"bytes_down":\([0-9]*\).*/\1/p' | sort -n | tail -1)
+[ "${big_down:-0}" -ge 10485760 ] && ok "audit: close line counts the 10 MiB download ($big_down bytes down)" ||
+	bad "audit: close line counts the 10 MiB download" "max bytes_down ${big_down:-none}"
+check "audit: forwarded connection logged as incoming" "yes" \
+	"$(grep -q '"proto":"tcp","direction":"in","dst":"10.0.2.15:8000","decision":"allow","rule":"forward:127.0.0.1:' "$A" && echo yes)"
+big_up=$(grep '"direction":"in","dst":"10.0.2.15:8000"' "$A" | grep '"event":"close"' |
+	sed -n 's/.*"bytes_up":\([0-9]*\).*/\1/p' | sort -n | tail -1)
+[ "${big_up:-0}" -ge 10485760 ] && ok "audit: forwarded close line counts the guest's 10 MiB ($big_up bytes up)" ||
+	bad "audit: forwarded close line counts the guest's 10 MiB" "max bytes_up ${big_up:-none}"
+refused=$(echo "$stats" | sed -n 's/.*fwd_refused=\([0-9]*\).*/\1/p')
+[ "${refused:-0}" -ge 1 ] && ok "forward: the refused one is counted ($refused)" || bad "forward: the refused one is counted" "$stats"
 if grep -q "ERROR: AddressSanitizer\|runtime error\|LeakSanitizer" "$T/harness.err"; then
 	bad "harness clean under sanitizers" "$(head -20 "$T/harness.err")"
 else

@@ -38,6 +38,22 @@ START_TEST(format_lines)
 	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
 	ck_assert_ptr_null(strstr(buf, "dst"));
 	ck_assert_ptr_nonnull(strstr(buf, "\"proto\":\"dns\",\"name\":\"x.evil.com\""));
+	/* A forwarded connection's decision, then its close with counts. */
+	struct pol_addr g;
+	ck_assert_int_eq(pol_addr_parse("10.0.2.15", &g), 0);
+	struct audit_event in = { .time_ms = 0, .proto = "tcp", .direction = "in", .dst = &g, .port = 8000,
+				  .allow = true, .rule = "forward:127.0.0.1:41000:8000" };
+	ck_assert_int_eq(audit_format(&in, buf, sizeof buf, &n), 0);
+	ck_assert_str_eq(buf, "{\"time\":\"1970-01-01T00:00:00.000Z\",\"proto\":\"tcp\",\"direction\":\"in\","
+			      "\"dst\":\"10.0.2.15:8000\",\"decision\":\"allow\",\"rule\":\"forward:127.0.0.1:41000:8000\"}\n");
+	in.close = true;
+	in.bytes_up = 18446744073709551615ull;
+	in.bytes_down = 7;
+	in.duration_ms = 1500;
+	ck_assert_int_eq(audit_format(&in, buf, sizeof buf, &n), 0);
+	ck_assert_str_eq(buf, "{\"time\":\"1970-01-01T00:00:00.000Z\",\"proto\":\"tcp\",\"direction\":\"in\","
+			      "\"dst\":\"10.0.2.15:8000\",\"event\":\"close\",\"bytes_up\":18446744073709551615,"
+			      "\"bytes_down\":7,\"duration_ms\":1500}\n");
 }
 END_TEST
 

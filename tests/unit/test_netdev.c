@@ -42,6 +42,61 @@ START_TEST(options)
 }
 END_TEST
 
+START_TEST(forwards)
+{
+	struct netdev n;
+	struct ns_forward fw;
+	char err[256], ports[256];
+	netdev_init(&n);
+	ck_assert_int_eq(ns_forward_parse("8080:80", &fw, err, sizeof err), 0);
+	ck_assert_uint_eq(fw.host.family, 4);
+	ck_assert_uint_eq(fw.host.b[0], 127);
+	ck_assert_uint_eq(fw.host.b[3], 1);
+	ck_assert_uint_eq(fw.host_port, 8080);
+	ck_assert_uint_eq(fw.guest_port, 80);
+	ck_assert_int_eq(ns_forward_parse("127.0.0.2:0:8000", &fw, err, sizeof err), 0);
+	ck_assert_uint_eq(fw.host.b[3], 2);
+	ck_assert_uint_eq(fw.host_port, 0);
+	ck_assert_int_eq(ns_forward_parse("[::1]:9000:22", &fw, err, sizeof err), 0);
+	ck_assert_uint_eq(fw.host.family, 6);
+	ck_assert_uint_eq(fw.host.b[15], 1);
+	ck_assert_int_eq(ns_forward_parse("::1:9000:22", &fw, err, sizeof err), 0);
+	ck_assert_uint_eq(fw.host.family, 6);
+	/* Anything other machines could reach is refused, with the reason. */
+	static const char *const outside[] = {
+		"0.0.0.0:8080:80", "192.168.1.2:8080:80", "[::]:8080:80", "[fe80::1]:1:2",
+		"10.0.2.15:1:2", "[::ffff:127.0.0.1]:1:2",
+	};
+	for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
+		ck_assert_int_eq(ns_forward_parse(outside[i], &fw, err, sizeof err), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err, "loopback"));
+	}
+	static const char *const bad[] = {
+		"", "80", "8080:0", "8080:65536", "x:80", "8080:8x", "-1:80", ":80", "8080:",
+		"localhost:8080:80", "127.1:8080:80", "[127.0.0.1:1:2", "123456:80", "1:2:3:4:5:6:7:8:9:10:1:2",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(ns_forward_parse(bad[i], &fw, err, sizeof err) == -EINVAL, "%s", bad[i]);
+	netdev_ports(&n, ports, sizeof ports);
+	ck_assert_str_eq(ports, "");
+	ck_assert_int_eq(netdev_add_forward(&n, "8080:80", err, sizeof err), 0);
+	ck_assert_int_eq(netdev_add_forward(&n, "[::1]:0:22", err, sizeof err), 0);
+	netdev_ports(&n, ports, sizeof ports);
+	ck_assert_str_eq(ports, "127.0.0.1:8080->80,[::1]:0->22");
+	netdev_ports(&n, ports, 20);
+	ck_assert_str_eq(ports, "127.0.0.1:8080->80");
+	while (n.nfwd < NS_MAX_FORWARDS)
+		ck_assert_int_eq(netdev_add_forward(&n, "1:1", err, sizeof err), 0);
+	ck_assert_int_eq(netdev_add_forward(&n, "1:1", err, sizeof err), -ENOSPC);
+	/* Forwarding needs a NIC. */
+	ck_assert_int_eq(netdev_set_mode(&n, "none", err, sizeof err), 0);
+	char cmd[64] = "";
+	ck_assert_int_eq(netdev_attach(&n, NULL, cmd, sizeof cmd, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "--network none"));
+	netdev_destroy(&n);
+}
+END_TEST
+
 START_TEST(resolver)
 {
 	struct dns_rr rr[8];
@@ -69,6 +124,7 @@ Suite *netdev_suite(void)
 	Suite *s = suite_create("netdev");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, options);
+	tcase_add_test(tc, forwards);
 	tcase_add_test(tc, resolver);
 	suite_add_tcase(s, tc);
 	return s;

@@ -970,6 +970,11 @@ const unsigned char *tc_ca_der(const struct tc_ca *ca, size_t *len)
 	return ca->der;
 }
 
+time_t tc_ca_not_after(const struct tc_ca *ca)
+{
+	return ca->not_after;
+}
+
 const br_ec_private_key *tc_ca_key(const struct tc_ca *ca)
 {
 	return &ca->ca_sk;

@@ -57,6 +57,9 @@ const char *tc_ca_pem(const struct tc_ca *ca);
 /* The CA certificate in DER, owned by CA; *LEN gets its length. */
 const unsigned char *tc_ca_der(const struct tc_ca *ca, size_t *len);
 
+/* When the CA certificate expires (its notAfter). */
+time_t tc_ca_not_after(const struct tc_ca *ca);
+
 /* The CA's private key (for tests and for writing ca.key). */
 const br_ec_private_key *tc_ca_key(const struct tc_ca *ca);
 

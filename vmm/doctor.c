@@ -12,8 +12,10 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "netstack/tls_cert.h"
 #include "vmm/paths.h"
 #include "vmm/sandbox.h"
 #include "vmm/vm.h"
@@ -69,6 +71,40 @@ static void check_file(const char *what, const char *name, const char *fix)
 		line(0, "%s missing (%s): %s", what, path, fix);
 }
 
+/* The CA is made on first TLS use, so its absence is fine; a broken one
+ * (half missing, key readable by others, expired) stops interception. */
+static void check_ca(void)
+{
+	char dir[PATH_MAX - 16], key[PATH_MAX], cert[PATH_MAX], err[512] = "";
+	if (tc_ca_default_dir(dir, sizeof dir) < 0) {
+		line(0, "TLS CA: no directory for it: set KBOX_CA_DIR or HOME to an absolute path");
+		return;
+	}
+	snprintf(key, sizeof key, "%s/ca.key", dir);
+	snprintf(cert, sizeof cert, "%s/ca.pem", dir);
+	if (access(key, F_OK) < 0 && access(cert, F_OK) < 0) {
+		line(1, "TLS CA: none yet in %s; made on first TLS use, or now by 'kbox ca init'",
+		     dir);
+		return;
+	}
+	struct tc_ca *ca;
+	if (tc_ca_open(dir, &ca, err, sizeof err) < 0) {
+		line(0, "TLS CA: %s", err);
+		return;
+	}
+	time_t end = tc_ca_not_after(ca);
+	tc_ca_free(ca);
+	struct tm tm;
+	char day[32] = "?";
+	if (gmtime_r(&end, &tm))
+		strftime(day, sizeof day, "%Y-%m-%d", &tm);
+	if (end - time(NULL) < 30 * 86400)
+		line(0, "TLS CA %s expires on %s: remove ca.key and ca.pem to make a new one", cert,
+		     day);
+	else
+		line(1, "TLS CA: %s (key private to you), valid until %s", cert, day);
+}
+
 int doctor_main(int argc, char **argv)
 {
 	(void)argv;
@@ -100,6 +136,7 @@ int doctor_main(int argc, char **argv)
 	else
 		line(1, "no Landlock in this kernel (%s): kbox runs with seccomp only; a 5.13+ "
 			"kernel with lsm=landlock adds file confinement", strerror(errno));
+	check_ca();
 	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0)
 		line(1, "seccomp filters available");
 	else

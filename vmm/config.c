@@ -1849,6 +1849,139 @@ static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
 	CFG_MOVE_PTR(dst, src, secrets);
 }
 
+/* ---- hiding the sandbox's own files ------------------------------------ */
+
+char *config_literal_pattern(const char *name)
+{
+	size_t len = strlen(name);
+	char *p = malloc(2 * len + 1), *o = p;
+	if (!p)
+		return NULL;
+	for (const char *s = name; *s; s++) {
+		if (strchr("*?[\\", *s))
+			*o++ = '\\';
+		*o++ = *s;
+	}
+	*o = '\0';
+	return p;
+}
+
+/* The real path of path, or of its folder plus its last component when
+ * path does not exist yet (a secrets file the user will create, an audit
+ * log kbox will).  NULL when neither resolves. */
+static char *cfg_real(const char *path)
+{
+	char *r = realpath(path, NULL);
+	if (r || errno != ENOENT)
+		return r;
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return NULL;
+	char *dir = slash ? cfg_strdup(path, (size_t)(slash - path) + 1) : cfg_strdup(".", 1);
+	char *rdir = dir ? realpath(dir, NULL) : NULL;
+	free(dir);
+	if (!rdir)
+		return NULL;
+	size_t len = strlen(rdir) + 1 + strlen(base) + 1;
+	r = malloc(len);
+	if (r)
+		snprintf(r, len, "%s%s%s", rdir, strcmp(rdir, "/") ? "/" : "", base);
+	free(rdir);
+	return r;
+}
+
+static void cfg_free_list(char **l)
+{
+	if (!l)
+		return;
+	for (char **p = l; *p; p++)
+		free(*p);
+	free(l);
+}
+
+/* The hidden list for mount m: its own (or the default) patterns plus the
+ * name of each protected file under its root.  A bare name rather than the
+ * path: the guest could rename a folder on the path, but it cannot look up,
+ * create or rename anything by a hidden name.  *out stays NULL when no
+ * file is under the root. */
+static int cfg_protect_one(struct mount *m, char *const *files, size_t nfiles, char ***out)
+{
+	*out = NULL;
+	char *root = realpath(m->host, NULL);
+	if (!root)
+		return errno == ENOMEM ? -ENOMEM : 0; /* mounts_attach reports it */
+	size_t rlen = strcmp(root, "/") ? strlen(root) : 0;
+	const char *const *base = m->hidden_set ? m->hidden : FSP_DEFAULT_HIDDEN;
+	size_t nbase = 0;
+	if (m->hidden_set)
+		nbase = m->n_hidden;
+	else
+		while (base[nbase])
+			nbase++;
+	char **l = calloc(nbase + nfiles + 1, sizeof *l);
+	size_t n = 0;
+	int rc = l ? 0 : -ENOMEM;
+	for (size_t i = 0; !rc && i < nfiles; i++) {
+		if (!files[i] || strncmp(files[i], root, rlen) != 0 || files[i][rlen] != '/' ||
+		    !files[i][rlen + 1])
+			continue;
+		if (!(l[n++] = config_literal_pattern(strrchr(files[i], '/') + 1)))
+			rc = -ENOMEM;
+	}
+	free(root);
+	if (!rc && n == 0) {
+		free(l);
+		return 0;
+	}
+	for (size_t i = 0; !rc && i < nbase; i++)
+		if (!(l[n++] = cfg_strdup(base[i], strlen(base[i]))))
+			rc = -ENOMEM;
+	if (rc) {
+		cfg_free_list(l);
+		return rc;
+	}
+	*out = l;
+	m->hidden = (const char *const *)l;
+	m->n_hidden = n;
+	m->hidden_set = true;
+	return 0;
+}
+
+int config_protect_mounts(struct kbox_config *c, const char *conf, struct mounts *ms)
+{
+	char *files[4] = { 0 };
+	int rc = 0;
+	if (conf) {
+		const char *slash = strrchr(conf, '/');
+		size_t dl = slash ? (size_t)(slash - conf) + 1 : 0;
+		char senv[PATH_MAX + 16];
+		snprintf(senv, sizeof senv, "%.*ssecrets.env", (int)dl, conf);
+		files[0] = cfg_real(conf);
+		files[1] = cfg_real(senv);
+	}
+	if (c->secrets)
+		files[2] = cfg_real(c->secrets);
+	if (c->audit_log)
+		files[3] = cfg_real(c->audit_log);
+	char ***lists = realloc(c->protect, (c->n_protect + ms->n + 1) * sizeof *lists);
+	if (!lists)
+		rc = -ENOMEM;
+	else
+		c->protect = lists;
+	for (unsigned i = 0; !rc && i < ms->n; i++) {
+		char **l;
+		if (ms->m[i].root)
+			continue;
+		rc = cfg_protect_one(&ms->m[i], files, ARRAY_SIZE(files), &l);
+		if (!rc && l)
+			c->protect[c->n_protect++] = l;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++)
+		free(files[i]);
+	return rc;
+}
+
 /* ---- public ------------------------------------------------------------ */
 
 void config_init(struct kbox_config *c)
@@ -1876,6 +2009,9 @@ void config_free(struct kbox_config *c)
 	cfg_free_strs(c->tls_bypass, c->n_tls_bypass);
 	free(c->tls_extra_ca);
 	free(c->secrets);
+	for (size_t i = 0; i < c->n_protect; i++)
+		cfg_free_list(c->protect[i]);
+	free(c->protect);
 	config_init(c);
 }
 

@@ -98,7 +98,13 @@ struct kbox_config {
 	size_t n_tls_bypass;
 	char *tls_extra_ca;  /* NULL = not set; joined to the file's dir */
 	char *secrets;       /* NULL = not set; joined to the file's dir */
+	/* Hidden lists made by config_protect_mounts, one per mount that
+	 * needed one (each NULL-terminated, with its strings). */
+	char ***protect;
+	size_t n_protect;
 };
+
+struct mounts;
 
 /* Mark every field of c "not set".  c need not be initialised before. */
 void config_init(struct kbox_config *c);
@@ -128,5 +134,22 @@ int config_load(const char *path, struct kbox_config *c, char *err, size_t errle
  * part (kept relative to the current directory when name has no '/'). */
 int config_load_buf(const char *name, const char *buf, size_t len,
 		    struct kbox_config *c, char *err, size_t errlen);
+
+/* Hide the files that define this sandbox from the guest: the config file
+ * at conf (may be NULL), secrets.env next to it, c->secrets and
+ * c->audit_log.  Every user mount of ms (not the image root) whose host
+ * folder holds one of them (at any depth) gets, besides its own hidden
+ * list (or the default one), the file's name as a pattern, so neither
+ * "hidden: []" nor a -v of a parent folder shows them, and the guest can
+ * neither read nor rewrite its own cage.  A name hides every file so
+ * named in that mount: a path could be dodged by renaming a folder on it.
+ * Files that do not exist yet are found by their folder's real path.
+ * The new lists are owned by c (freed by config_free), so c must outlive
+ * the mounts' use of them.  0, or -ENOMEM. */
+int config_protect_mounts(struct kbox_config *c, const char *conf, struct mounts *ms);
+
+/* The fnmatch pattern that matches exactly name: '*', '?', '[' and '\\'
+ * escaped.  malloc'd; NULL when out of memory. */
+char *config_literal_pattern(const char *name);
 
 #endif

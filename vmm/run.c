@@ -100,8 +100,9 @@ void run_usage(FILE *f)
 		"      --image DIR       root filesystem folder (e.g. made with debootstrap),\n"
 		"                        shared read-only under a writable layer in guest RAM\n"
 		"                        that vanishes with the sandbox (default: the initramfs)\n"
-		"      --conf FILE       sandbox.yaml with cpus, memory, kernel, initrd, command,\n"
-		"                        mounts (added before the -v ones)\n"
+		"      --conf FILE       sandbox.yaml (docs/config.md; its mounts come before\n"
+		"                        the -v ones)\n"
+		"      --no-project      do not look for ./kbox.yaml (see below)\n"
 		"      --kernel-log FILE where the guest kernel's log goes\n"
 		"                        (default: $XDG_STATE_HOME/kbox/kernel.log)\n"
 		"      --append ARGS     extra kernel command-line arguments\n"
@@ -113,6 +114,10 @@ void run_usage(FILE *f)
 		"                        host's 127.0.0.1:PORT (repeatable)\n"
 		"      --deny RULE       deny a destination; beats every allow (repeatable)\n"
 		"      --audit-log FILE  append every network decision to FILE (JSON lines)\n"
+		"      --add-host NAME:ADDR\n"
+		"                        our DNS answers NAME with ADDR and never asks the\n"
+		"                        host's resolver; connections are still judged by the\n"
+		"                        policy under NAME (repeatable)\n"
 		"  -p, --publish [ADDR:]HOSTPORT:GUESTPORT\n"
 		"                        forward the host's ADDR:HOSTPORT (loopback only,\n"
 		"                        default 127.0.0.1; HOSTPORT 0 picks a free port) to\n"
@@ -122,6 +127,10 @@ void run_usage(FILE *f)
 		"  -h, --help            this help\n"
 		"\n"
 		"Options on the command line override the same settings in --conf.\n"
+		"Without --conf, a kbox.yaml in the current directory is the config and\n"
+		"that directory the project: shared read-write at /workspace (unless the\n"
+		"file mounts something there), where COMMAND starts.  kbox.yaml,\n"
+		"secrets.env and the file's secrets file are hidden from the guest.\n"
 		"A detached sandbox stops when COMMAND exits or on 'kbox stop NAME';\n"
 		"'kbox logs NAME' shows COMMAND's output.  Without -v the guest sees no\n"
 		"host files.\n",
@@ -224,7 +233,29 @@ static int open_klog(const char *path, char *used, size_t usedlen)
 	return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 }
 
-enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG, OPT_IMAGE };
+/* The project folder (the current directory) at /workspace, unless a mount
+ * is there already; COMMAND starts in /workspace unless told otherwise. */
+static int project_mount(struct run_opts *o)
+{
+	static char cwd[PATH_MAX];
+	char err[512];
+	if (!o->workdir)
+		o->workdir = "/workspace";
+	for (unsigned i = 0; i < o->mounts->n; i++)
+		if (strcmp(o->mounts->m[i].guest, "/workspace") == 0)
+			return 0;
+	if (!getcwd(cwd, sizeof cwd))
+		return die("cannot find the current directory: %s", strerror(errno));
+	const struct mount_spec sp = { .host = cwd, .guest = "/workspace" };
+	if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
+		return die("project folder %s: %s", cwd, err);
+	return 0;
+}
+
+enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG, OPT_IMAGE, OPT_NO_PROJECT };
+
+/* The network options beyond the ones above. */
+enum { OPT_ADD_HOST = 0x200, OPT_LEARN };
 
 static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_config *cfg)
 {
@@ -249,12 +280,15 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "deny", required_argument, NULL, OPT_DENY },
 		{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
 		{ "publish", required_argument, NULL, 'p' },
+		{ "add-host", required_argument, NULL, OPT_ADD_HOST },
 		{ "image", required_argument, NULL, OPT_IMAGE },
+		{ "no-project", no_argument, NULL, OPT_NO_PROJECT },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *vols[MOUNTS_MAX];
 	unsigned nvols = 0;
+	int no_project = 0, project = 0;
 	uint64_t v;
 	int c;
 	optind = 1;
@@ -313,13 +347,16 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			break;
 		}
 		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
-		case 'p': {
+		case 'p':
+		case OPT_ADD_HOST: {
 			char err[512];
-			if (netdev_add_forward(o->net, optarg, err, sizeof err) < 0)
+			if ((c == 'p' ? netdev_add_forward(o->net, optarg, err, sizeof err)
+				      : netdev_add_host(o->net, optarg, err, sizeof err)) < 0)
 				return die("%s", err);
 			break;
 		}
 		case OPT_IMAGE: o->image = optarg; break;
+		case OPT_NO_PROJECT: no_project = 1; break;
 		case 'h':
 			run_usage(stdout);
 			return -1;
@@ -330,10 +367,26 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			return die("unknown option '%s' (see 'kbox run --help')", argv[optind - 1]);
 		}
 	}
+	/* A dangling kbox.yaml symlink counts, so its error is shown. */
+	if (!o->conf && !no_project &&
+	    faccessat(AT_FDCWD, "kbox.yaml", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		o->conf = "kbox.yaml";
+		project = 1;
+	}
 	if (o->conf) {
 		char err[512];
 		if (config_load(o->conf, cfg, err, sizeof err) < 0)
 			return die("%s", err);
+		if (!o->workdir)
+			o->workdir = cfg->workdir;
+		/* Sandbox-wide, so kbox exec's commands get it too; -e still
+		 * wins for COMMAND. */
+		for (size_t i = 0; i < cfg->n_env; i++) {
+			if (o->nsenv >= MAX_ENV)
+				return die("%s: too many environment variables (at most %d)",
+					   o->conf, MAX_ENV);
+			o->senv[o->nsenv++] = cfg->env[i];
+		}
 		if (!o->cpus)
 			o->cpus = cfg->cpus;
 		if (!o->memory_mib)
@@ -361,6 +414,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		if (mounts_parse(o->mounts, vols[i], err, sizeof err) < 0)
 			return die("%s", err);
 	}
+	if (project) {
+		int rc = project_mount(o);
+		if (rc)
+			return rc;
+	}
+	if (config_protect_mounts(cfg, o->conf, o->mounts) < 0)
+		return die("out of memory");
 	if (!o->image)
 		o->image = cfg->image;
 	if (o->image) {

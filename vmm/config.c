@@ -1373,9 +1373,9 @@ static bool cfg_check_port(const char *s, char *msg, size_t msglen)
 {
 	static const char expected[] =
 		"expected \"HOSTPORT:GUESTPORT\" or \"127.0.0.1:HOSTPORT:GUESTPORT\" with "
-		"ports from 1 to 65535";
+		"ports from 1 to 65535 (HOSTPORT 0: any free port)";
 	const char *guest = strrchr(s, ':');
-	unsigned hp, gp;
+	unsigned hp = 0, gp;
 	if (!guest && s[0] && strspn(s, "0123456789") == strlen(s)) {
 		snprintf(msg, msglen, "%s is not a port number; %s", s, expected);
 		return false;
@@ -1387,8 +1387,10 @@ static bool cfg_check_port(const char *s, char *msg, size_t msglen)
 	const char *host = guest;
 	while (host > s && host[-1] != ':' && host[-1] != ']')
 		host--;
+	/* Host port 0: the host picks a free one, as with -p. */
+	bool any = guest - host == 1 && host[0] == '0';
 	if (!cfg_port_num(guest + 1, strlen(guest + 1), &gp) ||
-	    !cfg_port_num(host, (size_t)(guest - host), &hp)) {
+	    (!any && !cfg_port_num(host, (size_t)(guest - host), &hp))) {
 		snprintf(msg, msglen, "'%s': bad port number; %s", s, expected);
 		return false;
 	}
@@ -1507,7 +1509,7 @@ static int cfg_sub_key(struct cfg_ctx *x, const struct cfg_node *k, const char *
 static int cfg_word(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
 		    const char *const *words, size_t n, char **out)
 {
-	char expected[128], show[CFG_SHOW_BUF];
+	char expected[128] = "", show[CFG_SHOW_BUF];
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++)
 		o += (size_t)snprintf(expected + o, sizeof expected - o, "%s%s",

@@ -1,4 +1,5 @@
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -800,7 +801,7 @@ START_TEST(later_sections_load)
 			   "  deny: [10.0.0.0/8, evil.example]\n"
 			   "  hosts: {db.local: 10.0.2.5, v6.local: \"fd00::5\"}\n"
 			   "  audit_log: logs/net.jsonl\n"
-			   "ports: [8080, \"3000:80\", \"127.0.0.1:2222:22\", \"[::1]:5432:5432\"]\n"
+			   "ports: [8080, \"3000:80\", \"127.0.0.1:2222:22\", \"[::1]:5432:5432\", \"0:9\"]\n"
 			   "tls:\n"
 			   "  intercept: secrets\n"
 			   "  bypass: [\"*.internal.example\", pinned.example]\n"
@@ -823,7 +824,8 @@ START_TEST(later_sections_load)
 	ck_assert_str_eq(c.hosts[0].s, "db.local:10.0.2.5");
 	ck_assert_str_eq(c.hosts[1].s, "v6.local:fd00::5");
 	ck_assert_str_eq(c.audit_log, "dir/logs/net.jsonl");
-	ck_assert_uint_eq(c.n_ports, 4);
+	ck_assert_uint_eq(c.n_ports, 5);
+	ck_assert_str_eq(c.ports[4].s, "0:9");
 	ck_assert_str_eq(c.ports[0].s, "8080:8080");
 	ck_assert_str_eq(c.ports[1].s, "3000:80");
 	ck_assert_str_eq(c.ports[2].s, "127.0.0.1:2222:22");
@@ -896,11 +898,11 @@ START_TEST(later_sections_errors)
 		   "as db.local");
 	expect_err("ports: [0]", "dir/t.yaml:1:9: ports[0]: 0 is not a port number; expected "
 				 "\"HOSTPORT:GUESTPORT\" or \"127.0.0.1:HOSTPORT:GUESTPORT\" with "
-				 "ports from 1 to 65535");
+				 "ports from 1 to 65535 (HOSTPORT 0: any free port)");
 	expect_err("ports: [\"80:65536\"]",
 		   "dir/t.yaml:1:9: ports[0]: '80:65536': bad port number; expected "
 		   "\"HOSTPORT:GUESTPORT\" or \"127.0.0.1:HOSTPORT:GUESTPORT\" with ports from 1 "
-		   "to 65535");
+		   "to 65535 (HOSTPORT 0: any free port)");
 	expect_err("ports: [\"0.0.0.0:80:80\"]",
 		   "dir/t.yaml:1:9: ports[0]: '0.0.0.0:80:80': 0.0.0.0 is not a loopback address; "
 		   "expected 127.0.0.1 or [::1] (ports are only published on the host's "
@@ -1014,17 +1016,124 @@ START_TEST(variables_expand)
 }
 END_TEST
 
+/* ---- hiding the sandbox's own files ------------------------------------ */
+
+static bool has_pattern(const struct mount *m, const char *pat)
+{
+	for (size_t i = 0; i < m->n_hidden; i++)
+		if (strcmp(m->hidden[i], pat) == 0)
+			return true;
+	return false;
+}
+
+START_TEST(protect_mounts_hides_config_files)
+{
+	char proj[128], sub[160], other[160], conf[192], err[ERRLEN];
+	struct kbox_config c;
+	struct mounts ms = { 0 };
+	make_tmpdir();
+	snprintf(proj, sizeof proj, "%s/proj", tmpdir);
+	snprintf(sub, sizeof sub, "%s/proj/cfg", tmpdir);
+	snprintf(other, sizeof other, "%s/other", tmpdir);
+	ck_assert_int_eq(mkdir(proj, 0700), 0);
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	ck_assert_int_eq(mkdir(other, 0700), 0);
+	snprintf(conf, sizeof conf, "%s/kbox.yaml", proj);
+	const char *text = "secrets: cfg/keys[1].yaml\nnetwork:\n  audit_log: cfg/net.log\n";
+	write_file(conf, text, strlen(text));
+	config_init(&c);
+	ck_assert_msg(config_load(conf, &c, err, sizeof err) == 0, "%s", err);
+
+	/* hidden: [] on the project, a -v of its parent with the default
+	 * list, the cfg folder itself, and an unrelated folder. */
+	const struct mount_spec none = { .host = proj, .guest = "/workspace", .hidden_set = true };
+	const struct mount_spec parent = { .host = tmpdir, .guest = "/all" };
+	const struct mount_spec cfgdir = { .host = sub, .guest = "/cfg" };
+	const struct mount_spec unrelated = { .host = other, .guest = "/other" };
+	ck_assert_int_eq(mounts_add(&ms, &none, err, sizeof err), 0);
+	ck_assert_int_eq(mounts_add(&ms, &parent, err, sizeof err), 0);
+	ck_assert_int_eq(mounts_add(&ms, &cfgdir, err, sizeof err), 0);
+	ck_assert_int_eq(mounts_add(&ms, &unrelated, err, sizeof err), 0);
+	ck_assert_int_eq(config_protect_mounts(&c, conf, &ms), 0);
+
+	ck_assert(ms.m[0].hidden_set);
+	ck_assert_uint_eq(ms.m[0].n_hidden, 4);
+	ck_assert(has_pattern(&ms.m[0], "kbox.yaml"));
+	ck_assert(has_pattern(&ms.m[0], "secrets.env")); /* absent, still covered */
+	ck_assert(has_pattern(&ms.m[0], "keys\\[1].yaml"));
+	ck_assert(has_pattern(&ms.m[0], "net.log"));
+	/* The parent keeps the default list and gains the files' names. */
+	ck_assert(ms.m[1].hidden_set);
+	ck_assert(has_pattern(&ms.m[1], ".env.*"));
+	ck_assert(has_pattern(&ms.m[1], "keys\\[1].yaml"));
+	ck_assert_uint_eq(ms.m[1].n_hidden, 8);
+	/* Only what lies below a mount's root counts. */
+	ck_assert_uint_eq(ms.m[2].n_hidden, 6);
+	ck_assert(has_pattern(&ms.m[2], "net.log"));
+	ck_assert(!ms.m[3].hidden_set);
+	ck_assert_uint_eq(c.n_protect, 3);
+
+	mounts_free(&ms);
+	config_free(&c);
+	ck_assert_ptr_null(c.protect);
+	unlink(conf);
+	rmdir(sub);
+	rmdir(proj);
+	rmdir(other);
+	rmdir(tmpdir);
+}
+END_TEST
+
+START_TEST(literal_patterns)
+{
+	char *p = config_literal_pattern("a*b?c[d]\\e.yaml");
+	ck_assert_str_eq(p, "a\\*b\\?c\\[d]\\\\e.yaml");
+	free(p);
+}
+END_TEST
+
+/* Every example file loads, so the documented set stays valid.  secrets.yaml
+ * is the secrets file's own format, not a sandbox config. */
+START_TEST(every_example_loads)
+{
+	DIR *d = opendir("examples");
+	struct dirent *e;
+	unsigned n = 0;
+	ck_assert_ptr_nonnull(d);
+	ck_assert_int_eq(setenv("KBOX_EXAMPLE_TOKEN", "t0k3n", 1), 0);
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len < 5 || strcmp(e->d_name + len - 5, ".yaml") != 0 ||
+		    strcmp(e->d_name, "secrets.yaml") == 0)
+			continue;
+		char path[300], err[ERRLEN];
+		struct kbox_config c;
+		snprintf(path, sizeof path, "examples/%s", e->d_name);
+		config_init(&c);
+		ck_assert_msg(config_load(path, &c, err, sizeof err) == 0, "%s", err);
+		config_free(&c);
+		n++;
+	}
+	closedir(d);
+	unsetenv("KBOX_EXAMPLE_TOKEN");
+	ck_assert_uint_ge(n, 2);
+}
+END_TEST
+
 START_TEST(example_file_loads)
 {
 	struct kbox_config c;
 	char err[ERRLEN];
 	config_init(&c);
+	ck_assert_int_eq(setenv("KBOX_EXAMPLE_TOKEN", "t0k3n", 1), 0);
 	ck_assert_msg(config_load("examples/sandbox.yaml", &c, err, sizeof err) == 0, "%s", err);
+	unsetenv("KBOX_EXAMPLE_TOKEN");
 	ck_assert_uint_eq(c.cpus, 2);
 	ck_assert_uint_eq(c.memory_mib, 2048);
 	ck_assert_str_eq(c.kernel, "examples/../build/kernel/vmlinux");
 	ck_assert_str_eq(c.initrd, "examples/../build/initramfs.cpio");
-	static const char *const want[] = { "/bin/sh", "-c", "echo hi from the guest; exit 7" };
+	static const char *const want[] = { "/bin/sh", "-c",
+					    "echo hi from the guest in $PWD; exit 7" };
 	expect_argv(c.argv, want, 3);
 	ck_assert_int_eq(c.verbose, 0);
 	ck_assert_uint_eq(c.n_mounts, 1);
@@ -1034,6 +1143,17 @@ START_TEST(example_file_loads)
 	ck_assert(c.mounts[0].hidden_set);
 	ck_assert_uint_eq(c.mounts[0].n_hidden, 4);
 	ck_assert_str_eq(c.mounts[0].hidden[3], "secrets");
+	ck_assert_str_eq(c.workdir, "/workspace");
+	ck_assert_uint_eq(c.n_env, 3);
+	ck_assert_str_eq(c.env[2], "EXAMPLE_TOKEN=t0k3n");
+	ck_assert_str_eq(c.network_policy, "allowlist");
+	ck_assert_uint_eq(c.n_allow, 4);
+	ck_assert_uint_eq(c.n_deny, 1);
+	ck_assert_str_eq(c.hosts[0].s, "db.internal:10.0.2.50");
+	ck_assert_str_eq(c.audit_log, "examples/kbox-audit.jsonl");
+	ck_assert_str_eq(c.ports[0].s, "3000:3000");
+	ck_assert_str_eq(c.tls_intercept, "secrets");
+	ck_assert_str_eq(c.secrets, "examples/secrets.yaml");
 	config_free(&c);
 }
 END_TEST
@@ -1054,6 +1174,9 @@ Suite *config_suite(void)
 	tcase_add_test(ok, mounts_section);
 	tcase_add_test(ok, later_sections_load);
 	tcase_add_test(ok, variables_expand);
+	tcase_add_test(ok, protect_mounts_hides_config_files);
+	tcase_add_test(ok, literal_patterns);
+	tcase_add_test(ok, every_example_loads);
 	suite_add_tcase(s, ok);
 
 	TCase *bad = tcase_create("errors");

@@ -837,6 +837,9 @@ static int ca_init(struct tc_ca *ca, const unsigned char *cert, size_t cert_len,
 {
 	if (xlen != P256_SCALAR || cert_len == 0 || cert_len > CERT_MAX)
 		return -EINVAL;
+	struct cert_info ci;
+	if (cert_scan(cert, cert_len, &ci) || ci.dn_len > DN_MAX)
+		return -EINVAL;
 	memcpy(ca->ca_x, x, P256_SCALAR);
 	ca->ca_sk = (br_ec_private_key){.curve = BR_EC_secp256r1, .x = ca->ca_x,
 					.xlen = P256_SCALAR};
@@ -857,12 +860,10 @@ static int ca_init(struct tc_ca *ca, const unsigned char *cert, size_t cert_len,
 	br_x509_decoder_init(&xd, NULL, NULL);
 	br_x509_decoder_push(&xd, cert, cert_len);
 	const br_x509_pkey *pk = br_x509_decoder_get_pkey(&xd);
-	if (!pk || pk->key_type != BR_KEYTYPE_EC || pk->key.ec.curve != BR_EC_secp256r1 ||
+	if (br_x509_decoder_last_error(&xd) != 0 || !pk || pk->key_type != BR_KEYTYPE_EC ||
+	    pk->key.ec.curve != BR_EC_secp256r1 ||
 	    pk->key.ec.qlen != P256_POINT || memcmp(pk->key.ec.q, pub, P256_POINT) != 0 ||
 	    !br_x509_decoder_isCA(&xd))
-		return -EINVAL;
-	struct cert_info ci;
-	if (cert_scan(cert, cert_len, &ci) || ci.dn_len > DN_MAX)
 		return -EINVAL;
 	memcpy(ca->dn, ci.dn, ci.dn_len);
 	ca->dn_len = ci.dn_len;

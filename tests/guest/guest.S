@@ -31,6 +31,8 @@
  *                           done, +0x30 w64 RFLAGS as seen in ring 3
  *   port  TG_EXC_PORT: ring-0 exception report, committed by TG_EXC_MAGIC.
  *   mmio  TG_MMIO + 0x38: w64 one report of a ring-3 script (MODE_SCRIPT)
+ *   mmio  TG_MMIO + 0x40: w64 end of one script pass (SOP_NEXT): the
+ *                         harness writes the next script before it returns
  *
  * MODE_SCRIPT makes ring 3 a virtio-mmio driver for the device at
  * cfg_virtio_base, following a script of 32-byte ops the harness writes to
@@ -202,9 +204,10 @@ cpu_common:
 	mov %r12d, %esi
 	iretq
 
-/* Only the virtio slot's IRQ may interrupt: the PIC and LINT0 masked, the
- * LAPIC on, the IO-APIC pin cfg_virtio_irq edge-triggered to IRQ_VEC on
- * APIC 0. */
+/* Only the virtio slots' IRQs may interrupt: the PIC and LINT0 masked,
+ * the LAPIC on, the IO-APIC pins cfg_virtio_irq .. +VIRTIO_PINS-1 (one per
+ * device on the bus) edge-triggered to IRQ_VEC on APIC 0. */
+#define VIRTIO_PINS 4
 irq_route:
 	mov $0xff, %al
 	out %al, $0x21
@@ -214,14 +217,19 @@ irq_route:
 	movl $0x10000, 0x350(%rsi)
 	mov $IOAPIC, %esi
 	mov cfg_virtio_irq(%rip), %eax
-	cmp $24, %eax                           /* the IO-APIC has 24 pins */
+	lea VIRTIO_PINS(%rax), %ecx
+2:	cmp $24, %eax                           /* the IO-APIC has 24 pins */
 	jae 1f
-	lea 0x11(,%rax,2), %eax
-	mov %eax, (%rsi)
+	cmp %ecx, %eax
+	jae 1f
+	lea 0x11(,%rax,2), %edx
+	mov %edx, (%rsi)
 	movl $0, 0x10(%rsi)                     /* destination APIC 0 */
-	dec %eax
-	mov %eax, (%rsi)
+	dec %edx
+	mov %edx, (%rsi)
 	movl $IRQ_VEC, 0x10(%rsi)               /* fixed, edge, unmasked */
+	inc %eax
+	jmp 2b
 1:	ret
 
 /* x(cpu,k) out, y(cpu,k) in and checked, for k < cfg_rounds, then 64
@@ -714,6 +722,10 @@ iopl_insn:
 #define SOP_MWAIT 5 /* poll register a until (value & mask) == b, c times */
 #define SOP_REP   6 /* report c qwords from address a */
 #define SOP_IRQS  7 /* report irq_count */
+#define SOP_NEXT  8 /* write b to TG_MMIO+0x40 (the harness rewrites the
+		       script meanwhile), then start the script again */
+#define SOP_MWX   9 /* write the c low bytes (1, 2, 4, 8) of b to register a */
+#define SOP_MRX  10 /* read c bytes (1, 2, 4, 8) of register a, report them */
 script:
 	mov cfg_script(%rip), %rsi
 	mov cfg_virtio_base(%rip), %rbp
@@ -738,6 +750,12 @@ script:
 	je 60f
 	cmp $SOP_IRQS, %eax
 	je 70f
+	cmp $SOP_NEXT, %eax
+	je 80f
+	cmp $SOP_MWX, %eax
+	je 90f
+	cmp $SOP_MRX, %eax
+	je 95f
 	jmp finish
 10:	mov %edx, (%rbp,%rdi)
 	jmp 1b
@@ -786,6 +804,39 @@ script:
 70:	mov irq_count(%rip), %rax
 	mov %rax, 0x38(%r13)
 	jmp 1b
+80:	mov %rdx, 0x40(%r13)
+	jmp script
+90:	lea (%rbp,%rdi), %rdi
+	cmp $1, %ecx
+	jne 91f
+	mov %dl, (%rdi)
+	jmp 1b
+91:	cmp $2, %ecx
+	jne 92f
+	mov %dx, (%rdi)
+	jmp 1b
+92:	cmp $4, %ecx
+	jne 93f
+	mov %edx, (%rdi)
+	jmp 1b
+93:	mov %rdx, (%rdi)
+	jmp 1b
+95:	lea (%rbp,%rdi), %rdi
+	xor %eax, %eax
+	cmp $1, %ecx
+	jne 96f
+	mov (%rdi), %al
+	jmp 41b
+96:	cmp $2, %ecx
+	jne 97f
+	mov (%rdi), %ax
+	jmp 41b
+97:	cmp $4, %ecx
+	jne 98f
+	mov (%rdi), %eax
+	jmp 41b
+98:	mov (%rdi), %rax
+	jmp 41b
 
 /* xorshift64 state in %r10, seeded from cfg_seed and the CPU index. */
 rnd_seed:

@@ -441,6 +441,89 @@ START_TEST(from_parts)
 }
 END_TEST
 
+/* Move what one engine has to send into the other, as far as it takes. */
+static int pump(br_ssl_engine_context *from, br_ssl_engine_context *to)
+{
+	size_t out, in;
+	if (!(br_ssl_engine_current_state(from) & BR_SSL_SENDREC) ||
+	    !(br_ssl_engine_current_state(to) & BR_SSL_RECVREC))
+		return 0;
+	unsigned char *src = br_ssl_engine_sendrec_buf(from, &out);
+	unsigned char *dst = br_ssl_engine_recvrec_buf(to, &in);
+	size_t n = out < in ? out : in;
+	memcpy(dst, src, n);
+	br_ssl_engine_sendrec_ack(from, n);
+	br_ssl_engine_recvrec_ack(to, n);
+	return n > 0;
+}
+
+/* A BearSSL server with tc_leaf's chain and key, a BearSSL client that
+ * trusts only our CA, TLS 1.2, in memory: the handshake completes and
+ * application data flows, as it will in the interception engine.  For
+ * another name the client refuses. */
+static unsigned handshake(struct tc_ca *ca, struct anchor *a, const char *mint_for,
+			  const char *client_name)
+{
+	static br_ssl_server_context sc;
+	static br_ssl_client_context cc;
+	static br_x509_minimal_context xc;
+	static unsigned char sbuf[BR_SSL_BUFSIZE_BIDI], cbuf[BR_SSL_BUFSIZE_BIDI];
+	const br_x509_certificate *chain;
+	size_t n;
+	const br_ec_private_key *key;
+	ck_assert_int_eq(tc_leaf(ca, mint_for, &chain, &n, &key), 0);
+	br_ssl_server_init_full_ec(&sc, chain, n, BR_KEYTYPE_EC, key);
+	br_ssl_engine_set_versions(&sc.eng, BR_TLS12, BR_TLS12);
+	br_ssl_engine_set_buffer(&sc.eng, sbuf, sizeof sbuf, 1);
+	ck_assert_int_eq(br_ssl_server_reset(&sc), 1);
+	br_ssl_client_init_full(&cc, &xc, &a->ta, 1);
+	br_ssl_engine_set_buffer(&cc.eng, cbuf, sizeof cbuf, 1);
+	ck_assert_int_eq(br_ssl_client_reset(&cc, client_name, 0), 1);
+	int sent = 0;
+	for (int round = 0; round < 200; round++) {
+		unsigned cs = br_ssl_engine_current_state(&cc.eng);
+		unsigned ss = br_ssl_engine_current_state(&sc.eng);
+		if (cs == BR_SSL_CLOSED)
+			return br_ssl_engine_last_error(&cc.eng);
+		if (ss == BR_SSL_CLOSED)
+			return 1000 + br_ssl_engine_last_error(&sc.eng);
+		if (!sent && (cs & BR_SSL_SENDAPP)) {
+			size_t room;
+			unsigned char *p = br_ssl_engine_sendapp_buf(&cc.eng, &room);
+			ck_assert_uint_ge(room, 4);
+			memcpy(p, "ping", 4);
+			br_ssl_engine_sendapp_ack(&cc.eng, 4);
+			br_ssl_engine_flush(&cc.eng, 0);
+			sent = 1;
+		}
+		if (ss & BR_SSL_RECVAPP) {
+			size_t got;
+			unsigned char *p = br_ssl_engine_recvapp_buf(&sc.eng, &got);
+			ck_assert_uint_eq(got, 4);
+			ck_assert(memcmp(p, "ping", 4) == 0);
+			ck_assert_uint_eq(br_ssl_engine_get_version(&sc.eng), BR_TLS12);
+			return 0;
+		}
+		pump(&cc.eng, &sc.eng);
+		pump(&sc.eng, &cc.eng);
+	}
+	return 9999;
+}
+
+START_TEST(bearssl_handshake)
+{
+	struct tc_ca *ca;
+	ck_assert_int_eq(tc_ca_generate("kbox test CA", time(NULL), &ca), 0);
+	static struct anchor a;
+	anchor_of(ca, &a);
+	ck_assert_uint_eq(handshake(ca, &a, "api.example.com", "api.example.com"), 0);
+	ck_assert_uint_eq(handshake(ca, &a, "API.Example.com.", "api.example.com"), 0);
+	ck_assert_uint_eq(handshake(ca, &a, "api.example.com", "evil.example"),
+			  BR_ERR_X509_BAD_SERVER_NAME);
+	tc_ca_free(ca);
+}
+END_TEST
+
 static char tmpdir[64];
 
 static void mk_tmp(void)
@@ -578,6 +661,7 @@ Suite *tls_cert_suite(void)
 	tcase_add_test(tc, leaf_names);
 	tcase_add_test(tc, leaf_threads);
 	tcase_add_test(tc, from_parts);
+	tcase_add_test(tc, bearssl_handshake);
 	tcase_add_test(tc, open_create_reload);
 	tcase_add_test(tc, default_dir);
 	suite_add_tcase(s, tc);

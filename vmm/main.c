@@ -5,6 +5,7 @@
 
 #include "vmm/ca_cmd.h"
 #include "vmm/doctor.h"
+#include "vmm/image.h"
 #include "vmm/lifecycle.h"
 #include "vmm/run.h"
 
@@ -23,6 +24,7 @@ static void usage(FILE *f)
 		"  ps                              list sandboxes\n"
 		"  stop [-t SECONDS] NAME...       stop sandboxes\n"
 		"  logs [-f] NAME                  output of a detached sandbox's command\n"
+		"  image load|import|ls|rm|path    root file system images for run --image\n"
 		"  doctor                          check that kbox can run here\n"
 		"  ca path|init|show|mint NAME     the local CA for TLS interception\n"
 		"  version                         print kbox's version\n"
@@ -48,6 +50,8 @@ int main(int argc, char **argv)
 		return stop_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "logs") == 0)
 		return logs_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "image") == 0)
+		return image_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "ca") == 0)

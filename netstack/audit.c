@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,4 +125,196 @@ void audit_close(struct audit *a)
 	if (a->fd >= 0)
 		close(a->fd);
 	a->fd = -1;
+}
+
+void audit_learn_init(struct audit_learn *l)
+{
+	memset(l, 0, sizeof *l);
+}
+
+void audit_learn_free(struct audit_learn *l)
+{
+	free(l->e);
+	audit_learn_init(l);
+}
+
+int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_addr *dst, uint16_t port,
+		    const struct pol_decision *d)
+{
+	char target[POL_NAME_MAX + 3];
+	struct audit_learn_entry *e = NULL;
+	bool widen = d->allow || d->why == POL_WHY_NO_MATCH;
+	size_t i;
+
+	if (d->allow)
+		l->allowed++;
+	else
+		l->denied++;
+	if (name) {
+		/* Names come from the guest: keep only what a rule can say. */
+		if (pol_name_normalize(name, target) < 0 || pol_name_is_numeric(target))
+			return 0;
+		for (i = 0; target[i]; i++)
+			if (!(target[i] == '-' || target[i] == '.' || target[i] == '_' ||
+			      (target[i] >= 'a' && target[i] <= 'z') || (target[i] >= '0' && target[i] <= '9')))
+				return 0;
+	} else if (dst) {
+		char ip[64];
+
+		if (pol_addr_format(dst, ip, sizeof ip) < 0)
+			return 0;
+		snprintf(target, sizeof target, dst->family == 6 ? "[%s]" : "%s", ip);
+	} else {
+		return 0;
+	}
+	for (i = 0; i < l->n; i++)
+		if (l->e[i].port == port && strcmp(l->e[i].target, target) == 0) {
+			e = &l->e[i];
+			break;
+		}
+	if (!e) {
+		if (l->n == AUDIT_LEARN_MAX) {
+			l->lost++;
+			return 0;
+		}
+		if (l->n == l->cap) {
+			size_t cap = l->cap ? l->cap * 2 : 64;
+			struct audit_learn_entry *ne = realloc(l->e, cap * sizeof *ne);
+
+			if (!ne) {
+				l->lost++;
+				return -ENOMEM;
+			}
+			l->e = ne;
+			l->cap = cap;
+		}
+		e = &l->e[l->n++];
+		memset(e, 0, sizeof *e);
+		snprintf(e->target, sizeof e->target, "%s", target);
+		e->port = port;
+		e->widen = true;
+	}
+	e->count++;
+	if (d->allow)
+		e->allowed = true;
+	/* One denial by a deny rule, class or the host keeps it out. */
+	if (!widen && e->widen) {
+		e->widen = false;
+		snprintf(e->why, sizeof e->why, "%s", d->rule ? d->rule : "denied");
+		for (i = 0; e->why[i]; i++) /* it goes into a YAML comment: one line */
+			if ((unsigned char)e->why[i] < 0x20 || e->why[i] == 0x7f)
+				e->why[i] = '?';
+	}
+	return 0;
+}
+
+static int learn_cmp(const void *a, const void *b)
+{
+	const struct audit_learn_entry *x = a, *y = b;
+	int c = strcmp(x->target, y->target);
+
+	return c ? c : (int)x->port - (int)y->port;
+}
+
+/* Whether target has a connection on some port, making its DNS-only
+ * (port 0) entry redundant. */
+static bool has_port(const struct audit_learn_entry *e, size_t n, const char *target)
+{
+	for (size_t i = 0; i < n; i++)
+		if (e[i].port != 0 && strcmp(e[i].target, target) == 0)
+			return true;
+	return false;
+}
+
+int audit_learn_format(const struct audit_learn *l, const char *mode, uint64_t now, char **out)
+{
+	struct audit_learn_entry *e = NULL;
+	size_t cap, pos = 0, i, active = 0;
+	char *buf;
+	time_t t = (time_t)now;
+	struct tm tm;
+	char when[32];
+	int k;
+
+	if (l->n) {
+		if (!(e = malloc(l->n * sizeof *e)))
+			return -ENOMEM;
+		memcpy(e, l->e, l->n * sizeof *e);
+		qsort(e, l->n, sizeof *e, learn_cmp);
+	}
+	cap = 2048 + l->n * (sizeof e->target + sizeof e->why + 64);
+	buf = malloc(cap);
+	if (!buf) {
+		free(e);
+		return -ENOMEM;
+	}
+	for (i = 0; i < l->n; i++)
+		active += e[i].widen && !(e[i].port == 0 && has_port(e, l->n, e[i].target));
+	if (!gmtime_r(&t, &tm))
+		memset(&tm, 0, sizeof tm);
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	/* Every write below fits: cap allows for the longest entry. */
+	k = snprintf(buf, cap,
+		     "# A suggested network allowlist, written by kbox run --learn at %s.\n"
+		     "# It lists every destination the guest tried under policy '%s'\n"
+		     "# (%llu decisions: %llu allowed, %llu denied%s).  --learn never widens the\n"
+		     "# policy: what was denied stayed denied and is listed so you can decide.\n"
+		     "# Names are used wherever the guest's DNS gave one; an address appears only\n"
+		     "# when no name was seen.  A name without a port was refused at DNS, so no\n"
+		     "# connection (and no port) was ever seen.  Entries a deny rule, a blocked\n"
+		     "# address class or the host itself refused are commented out: uncommenting\n"
+		     "# one opens it.  Review before use.\n"
+		     "network:\n"
+		     "  policy: allowlist\n"
+		     "  allow:%s\n",
+		     when, mode ? mode : "?", (unsigned long long)(l->allowed + l->denied),
+		     (unsigned long long)l->allowed, (unsigned long long)l->denied,
+		     l->lost ? "; some destinations were not recorded: too many" : "", active ? "" : " []");
+	pos = k > 0 ? (size_t)k : 0;
+	for (i = 0; i < l->n; i++) {
+		char rule[sizeof e->target + 8];
+
+		if (e[i].port == 0 && has_port(e, l->n, e[i].target))
+			continue;
+		if (e[i].port)
+			snprintf(rule, sizeof rule, "%s:%u", e[i].target, e[i].port);
+		else
+			snprintf(rule, sizeof rule, "%s", e[i].target);
+		if (e[i].widen)
+			k = snprintf(buf + pos, cap - pos, "    - \"%s\"%s\n", rule,
+				     e[i].port ? "" : "  # refused at DNS: no port seen");
+		else
+			k = snprintf(buf + pos, cap - pos, "    # - \"%s\"  # denied by %s\n", rule, e[i].why);
+		if (k > 0 && (size_t)k < cap - pos)
+			pos += (size_t)k;
+	}
+	free(e);
+	*out = buf;
+	return 0;
+}
+
+int audit_learn_write(const struct audit_learn *l, const char *mode, int fd)
+{
+	struct timespec ts;
+	char *text;
+	size_t len, done = 0;
+	int r;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if ((r = audit_learn_format(l, mode, (uint64_t)ts.tv_sec, &text)) < 0)
+		return r;
+	len = strlen(text);
+	while (done < len) {
+		ssize_t w = write(fd, text + done, len - done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			r = w < 0 ? -errno : -EIO;
+			break;
+		}
+		done += (size_t)w;
+	}
+	free(text);
+	return r;
 }

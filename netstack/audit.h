@@ -53,4 +53,49 @@ int audit_write(struct audit *a, const struct audit_event *e);
 /* Close the log; a stays usable as "logging off". */
 void audit_close(struct audit *a);
 
+/* --learn: every destination the guest tried, deduplicated, to suggest an
+ * allowlist at exit.  Learning never changes a decision. */
+#define AUDIT_LEARN_MAX 4096u /* distinct destinations kept; later ones are counted only */
+
+struct audit_learn_entry {
+	char target[POL_NAME_MAX + 3]; /* name, or address ("[v6]" in brackets) when no name was seen */
+	uint16_t port;                 /* 0: a name refused at DNS, no connection seen */
+	bool allowed;                  /* allowed at least once */
+	bool widen;                    /* an allowlist would let it through: allowed, or denied only for
+					* matching no rule (not a deny rule, class or the host) */
+	char why[64];                  /* the first denial's rule, for the comment */
+	uint64_t count;
+};
+
+struct audit_learn {
+	struct audit_learn_entry *e;
+	size_t n, cap;
+	uint64_t allowed, denied, lost; /* decisions seen; lost: table full */
+};
+
+/* Start empty.  Never fails. */
+void audit_learn_init(struct audit_learn *l);
+
+/* Release the entries. */
+void audit_learn_free(struct audit_learn *l);
+
+/* Record one decision: a TCP connection to dst:port judged under name
+ * (NULL if none), or a DNS question for name (dst NULL, port 0; only
+ * denials are worth recording, allowed names show up as connections).
+ * 0 or -ENOMEM (counted in lost). */
+int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_addr *dst, uint16_t port,
+		    const struct pol_decision *d);
+
+/* The suggested network: section as YAML (sorted by target and port)
+ * after a comment header naming mode, the decision counts and the time
+ * (unix seconds) it was made: malloc'd NUL-terminated text in *out.
+ * Destinations only an allow rule kept out are suggested as allow
+ * entries; those a deny rule, a blocked class or the host refused are
+ * listed commented out, with the reason.  0 or -ENOMEM. */
+int audit_learn_format(const struct audit_learn *l, const char *mode, uint64_t now, char **out);
+
+/* audit_learn_format, made now, written to fd (opened beforehand, e.g.
+ * before a sandbox forbids opening files).  0 or a negative errno. */
+int audit_learn_write(const struct audit_learn *l, const char *mode, int fd);
+
 #endif

@@ -144,6 +144,10 @@ static void audit(struct ns *s, const char *proto, const char *direction, const 
 	};
 
 	audit_write(s->cfg.audit, &e);
+	/* --learn wants what the guest tried: its connections, and the
+	 * names refused before it could connect. */
+	if (s->cfg.learn && (direction ? strcmp(direction, "out") == 0 : !d->allow && !dst))
+		audit_learn_add(s->cfg.learn, name, dst, port, d);
 }
 
 static void send_frame(struct ns *s, size_t n)
@@ -1047,6 +1051,72 @@ static void dns_reply(struct ns *s, const struct fr_pkt *p, const struct dns_que
 		send_frame(s, fl);
 }
 
+/* Whether name is pinned (--add-host); if so, its addresses that fit
+ * qtype go to out[0, *n) (at most DNS_MAX_ANSWERS).  The user's own
+ * mapping skips the rebinding filter: a private address is what they
+ * asked for, and connections to it are still judged by the policy. */
+static bool pinned_answer(const struct ns *s, const char *name, uint16_t qtype, struct pol_addr *out, size_t *n)
+{
+	bool found = false;
+	size_t i;
+
+	*n = 0;
+	for (i = 0; i < s->cfg.nhosts; i++) {
+		const struct ns_host *h = &s->cfg.hosts[i];
+
+		if (strcmp(h->name, name) != 0)
+			continue;
+		found = true;
+		if ((h->addr.family == 4) == (qtype == DNS_TYPE_A) && *n < DNS_MAX_ANSWERS)
+			out[(*n)++] = h->addr;
+	}
+	return found;
+}
+
+int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
+{
+	const char *colon = strchr(spec, ':');
+	char name[POL_NAME_MAX + 2], addr[64];
+	size_t nlen, alen;
+	const char *a;
+
+	memset(h, 0, sizeof *h);
+	if (!colon || colon == spec || !colon[1]) {
+		snprintf(err, errlen, "--add-host takes NAME:ADDR, not '%.64s'", spec);
+		return -EINVAL;
+	}
+	nlen = (size_t)(colon - spec);
+	if (nlen >= sizeof name) {
+		snprintf(err, errlen, "--add-host '%.64s...': the name is too long", spec);
+		return -EINVAL;
+	}
+	memcpy(name, spec, nlen);
+	name[nlen] = '\0';
+	if (pol_name_normalize(name, h->name) < 0 || pol_name_is_numeric(h->name) || strchr(h->name, '*')) {
+		snprintf(err, errlen, "--add-host '%.64s': '%s' is no DNS name", spec, name);
+		return -EINVAL;
+	}
+	if (strcmp(h->name, POL_HOST_NAME) == 0) {
+		snprintf(err, errlen, "--add-host: %s is kbox's own name for the host and cannot be remapped",
+			 POL_HOST_NAME);
+		return -EINVAL;
+	}
+	a = colon + 1;
+	alen = strlen(a);
+	if (alen >= 2 && a[0] == '[' && a[alen - 1] == ']') {
+		a++;
+		alen -= 2;
+	}
+	if (alen < sizeof addr) {
+		memcpy(addr, a, alen);
+		addr[alen] = '\0';
+		if (pol_addr_parse(addr, &h->addr) == 0)
+			return 0;
+	}
+	snprintf(err, errlen, "--add-host '%.64s': '%.64s' is no IP address", spec, colon + 1);
+	return -EINVAL;
+}
+
 static void handle_dns(struct ns *s, const struct fr_pkt *p)
 {
 	struct dns_query q;
@@ -1085,6 +1155,12 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 			memcpy(a[0].b, gw_ip, 4);
 			n = 1;
 		}
+		dns_reply(s, p, &q, DNS_RCODE_NOERROR, a, n, DNS_MEMO_MIN_TTL);
+		return;
+	}
+	if (pinned_answer(s, norm, q.qtype, a, &n)) {
+		for (i = 0; i < n; i++)
+			dns_memo_put(&s->memo, norm, &a[i], DNS_MEMO_MIN_TTL, now_ms() / 1000);
 		dns_reply(s, p, &q, DNS_RCODE_NOERROR, a, n, DNS_MEMO_MIN_TTL);
 		return;
 	}

@@ -46,6 +46,7 @@
 #define NS_MAX_FLOWS 4096u           /* TCP connections at once */
 #define NS_CONNECT_TIMEOUT_MS 10000u /* host connect() before the guest gets a reset */
 #define NS_MAX_FORWARDS 32u          /* -p options */
+#define NS_MAX_HOSTS 256u            /* --add-host entries */
 
 /* Send one frame of len bytes (at most 1514) to the guest.  Called with
  * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
@@ -59,9 +60,25 @@ typedef void (*ns_output_fn)(void *ctx, const uint8_t *frame, size_t len);
 typedef int (*ns_resolve_fn)(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
 			     size_t *n);
 
+/* A name pinned to an address (--add-host): our DNS answers it from here
+ * and never asks the resolver; connections are still judged by the
+ * policy, under the name. */
+struct ns_host {
+	char name[POL_NAME_MAX + 1]; /* normalised */
+	struct pol_addr addr;
+};
+
+/* Parse "NAME:ADDR" (ADDR IPv4, or IPv6 bare or in brackets) into *h.
+ * NAME must be a DNS name, neither numeric nor POL_HOST_NAME.  0, or
+ * -EINVAL with a message for the user in err. */
+int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen);
+
 struct ns_config {
 	const struct pol *policy; /* must outlive the stack */
+	const struct ns_host *hosts; /* pinned names, nhosts of them; must outlive the stack */
+	size_t nhosts;
 	struct audit *audit;      /* may be "logging off" (fd -1), not NULL */
+	struct audit_learn *learn; /* --learn: every decision recorded too; NULL: off */
 	ns_output_fn output;
 	void *output_ctx;
 	ns_resolve_fn resolve;

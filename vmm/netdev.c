@@ -1,10 +1,13 @@
 #include "vmm/netdev.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "netstack/resolver.h"
 
@@ -15,6 +18,8 @@ void netdev_init(struct netdev *n)
 	memset(n, 0, sizeof *n);
 	pol_init(&n->pol, POL_MODE_PUBLIC);
 	n->audit.fd = -1;
+	n->learn_fd = -1;
+	audit_learn_init(&n->learn);
 }
 
 int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen)
@@ -51,6 +56,26 @@ int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t err
 	if (r == 0)
 		n->nfwd++;
 	return r;
+}
+
+int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen)
+{
+	struct ns_host h;
+	int r = ns_host_parse(spec, &h, err, errlen);
+	if (r < 0)
+		return r;
+	if (n->nhosts >= NS_MAX_HOSTS) {
+		snprintf(err, errlen, "too many --add-host options (at most %u)", NS_MAX_HOSTS);
+		return -ENOSPC;
+	}
+	struct ns_host *p = realloc(n->hosts, (n->nhosts + 1) * sizeof *p);
+	if (!p) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	n->hosts = p;
+	n->hosts[n->nhosts++] = h;
+	return 0;
 }
 
 void netdev_ports(const struct netdev *n, char *buf, size_t len)
@@ -143,8 +168,9 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	int r;
 
 	if (!netdev_enabled(n)) {
-		if (n->nfwd) {
-			snprintf(err, errlen, "-p needs a network: not with --network none");
+		if (n->nfwd || n->learn_path) {
+			snprintf(err, errlen, "%s needs a network: not with --network none",
+				 n->nfwd ? "-p" : "--learn");
 			return -EINVAL;
 		}
 		return 0;
@@ -153,6 +179,14 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		snprintf(err, errlen, "cannot open the audit log %s: %s", n->audit_path,
 			 strerror(-r));
 		return r;
+	}
+	if (n->learn_path) {
+		n->learn_fd = open(n->learn_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (n->learn_fd < 0) {
+			r = -errno;
+			snprintf(err, errlen, "--learn: cannot write %s: %s", n->learn_path, strerror(-r));
+			return r;
+		}
 	}
 	if ((r = host_addrs(&n->pol)) < 0) {
 		snprintf(err, errlen, "cannot list the host's addresses: %s", strerror(-r));
@@ -167,7 +201,10 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	n->nic_made = true;
 	struct ns_config cfg = {
 		.policy = &n->pol,
+		.hosts = n->hosts,
+		.nhosts = n->nhosts,
 		.audit = &n->audit,
+		.learn = n->learn_path ? &n->learn : NULL,
 		.output = to_guest,
 		.output_ctx = n,
 		.resolve = nres_resolve,
@@ -191,6 +228,17 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	if (r == -ENOSPC)
 		snprintf(err, errlen, "no room for the network device on the virtio bus "
 			 "(%u devices at most)", VBUS_MAX_DEVS);
+	return r;
+}
+
+int netdev_write_learned(struct netdev *n, char *err, size_t errlen)
+{
+	static const char *const modes[] = { "none", "public", "allowlist" };
+	if (n->learn_fd < 0)
+		return 0;
+	int r = audit_learn_write(&n->learn, modes[n->pol.mode], n->learn_fd);
+	if (r < 0)
+		snprintf(err, errlen, "--learn: cannot write %s: %s", n->learn_path, strerror(-r));
 	return r;
 }
 
@@ -225,4 +273,11 @@ void netdev_destroy(struct netdev *n)
 	n->nic_made = false;
 	audit_close(&n->audit);
 	pol_free(&n->pol);
+	free(n->hosts);
+	n->hosts = NULL;
+	n->nhosts = 0;
+	if (n->learn_fd >= 0)
+		close(n->learn_fd);
+	n->learn_fd = -1;
+	audit_learn_free(&n->learn);
 }

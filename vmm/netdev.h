@@ -38,6 +38,11 @@ struct netdev {
 	bool nic_made;
 	struct ns_forward fwd[NS_MAX_FORWARDS]; /* -p, listening once attached */
 	size_t nfwd;
+	struct ns_host *hosts; /* --add-host, malloc'd */
+	size_t nhosts;
+	const char *learn_path; /* --learn FILE; NULL: off */
+	int learn_fd;           /* opened by netdev_attach, written by netdev_write_learned */
+	struct audit_learn learn;
 };
 
 /* Start with mode public, no rules and no audit log.  Never fails. */
@@ -54,6 +59,10 @@ int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, si
  * err (a non-loopback ADDR is refused). */
 int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen);
 
+/* --add-host NAME:ADDR: 0, -EINVAL (message in err), -ENOSPC (more
+ * than NS_MAX_HOSTS) or -ENOMEM. */
+int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen);
+
 /* The forwarded ports as "127.0.0.1:41234->8000,..." (host ports as
  * bound, so after netdev_attach), "" without any. */
 void netdev_ports(const struct netdev *n, char *buf, size_t len);
@@ -65,10 +74,16 @@ bool netdev_enabled(const struct netdev *n);
  * stack and the device, listen on the forwarded ports (before the
  * lock-down, which forbids it), and add the device to bus with its
  * poller (the stack's fd and the device's wake fd on the device thread).
- * Does nothing in mode none (-EINVAL with forwarded ports).  0 or a
+ * Opens the --learn file now, for the same reason.  Does nothing in mode
+ * none (-EINVAL with forwarded ports or --learn).  0 or a
  * negative errno with err set; call netdev_destroy in every case. */
 int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
 		  size_t errlen);
+
+/* --learn: write the suggested allowlist (audit.h) to learn_path, once
+ * the bus is stopped.  0 (also without --learn) or a negative errno with
+ * err set. */
+int netdev_write_learned(struct netdev *n, char *err, size_t errlen);
 
 /* One line of counters (frames, drops, connections, DNS, bytes) on f
  * for --verbose; nothing in mode none.  Call once the bus is stopped. */

@@ -118,6 +118,8 @@ void run_usage(FILE *f)
 		"                        our DNS answers NAME with ADDR and never asks the\n"
 		"                        host's resolver; connections are still judged by the\n"
 		"                        policy under NAME (repeatable)\n"
+		"      --learn FILE      record every destination the guest tries (the policy\n"
+		"                        still applies) and write a suggested allowlist to FILE\n"
 		"  -p, --publish [ADDR:]HOSTPORT:GUESTPORT\n"
 		"                        forward the host's ADDR:HOSTPORT (loopback only,\n"
 		"                        default 127.0.0.1; HOSTPORT 0 picks a free port) to\n"
@@ -281,6 +283,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
 		{ "publish", required_argument, NULL, 'p' },
 		{ "add-host", required_argument, NULL, OPT_ADD_HOST },
+		{ "learn", required_argument, NULL, OPT_LEARN },
 		{ "image", required_argument, NULL, OPT_IMAGE },
 		{ "no-project", no_argument, NULL, OPT_NO_PROJECT },
 		{ "help", no_argument, NULL, 'h' },
@@ -347,6 +350,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			break;
 		}
 		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
+		case OPT_LEARN: o->net->learn_path = optarg; break;
 		case 'p':
 		case OPT_ADD_HOST: {
 			char err[512];
@@ -850,6 +854,8 @@ out:
 	}
 	if (bus_made)
 		vbus_destroy(&s.bus);
+	if (netdev_write_learned(&net, err, sizeof err) < 0)
+		fprintf(stderr, "kbox: %s\n", err);
 	netdev_destroy(&net); /* after the bus: no thread calls the NIC now */
 	mounts_free(&mnt);
 	if (vu_made)

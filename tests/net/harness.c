@@ -3,6 +3,7 @@
  *
  *   harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...
  *           [--resolve NAME=A.B.C.D]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...
+ *           [--add-host NAME:ADDR]... [--learn FILE]
  *           [--lifetime SECONDS]
  *
  * Prints "forward ADDR:PORT GUESTPORT" for each forwarded port (as bound)
@@ -11,6 +12,7 @@
  * The resolver is a fixed table (names not in it get NXDOMAIN): the test
  * never asks a real DNS server. */
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -103,13 +105,16 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...\n"
 			"               [--resolve NAME=ADDR]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...\n"
+			"               [--add-host NAME:ADDR]... [--learn FILE]\n"
 			"               [--lifetime SECONDS]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
-	const char *tap = NULL, *audit_path = NULL;
+	const char *tap = NULL, *audit_path = NULL, *learn_path = NULL;
+	static const char *const modes[] = {"none", "public", "allowlist"};
+	struct audit_learn learn;
 	char err[256], ifname[16];
 	struct ns_config cfg;
 	struct ns_stats st;
@@ -121,6 +126,8 @@ int main(int argc, char **argv)
 	time_t end;
 	static uint8_t buf[65536];
 	struct ns_forward fwd[NS_MAX_FORWARDS];
+	static struct ns_host hosts[NS_MAX_HOSTS];
+	size_t nhosts = 0;
 	size_t nfwd = 0, j;
 	int i, r;
 
@@ -162,6 +169,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			nfwd++;
+		} else if (strcmp(a, "--add-host") == 0) {
+			if (nhosts == NS_MAX_HOSTS || ns_host_parse(v, &hosts[nhosts], err, sizeof err) < 0) {
+				fprintf(stderr, "harness: %s\n", err);
+				return 2;
+			}
+			nhosts++;
+		} else if (strcmp(a, "--learn") == 0) {
+			learn_path = v;
 		} else if (strcmp(a, "--lifetime") == 0) {
 			lifetime = atol(v);
 		} else {
@@ -185,6 +200,10 @@ int main(int argc, char **argv)
 	cfg.audit = &au;
 	cfg.output = tap_out;
 	cfg.resolve = resolve;
+	cfg.hosts = hosts;
+	cfg.nhosts = nhosts;
+	audit_learn_init(&learn);
+	cfg.learn = learn_path ? &learn : NULL;
 	cfg.connect_timeout_ms = 3000;
 	r = ns_create(&cfg, &s);
 	if (r < 0) {
@@ -236,6 +255,15 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.fwd_accepted, (unsigned long long)st.fwd_refused, st.flows, tap_drops);
 	fflush(stdout);
 	ns_destroy(s);
+	if (learn_path) {
+		int fd = open(learn_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		if (fd < 0 || audit_learn_write(&learn, modes[mode], fd) < 0)
+			fprintf(stderr, "harness: cannot write %s\n", learn_path);
+		if (fd >= 0)
+			close(fd);
+	}
+	audit_learn_free(&learn);
 	close(tap_fd);
 	audit_close(&au);
 	pol_free(&pol);

@@ -100,21 +100,34 @@ ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8000 "$T/www" &
 PIDS="$PIDS $!"
 ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8001 "$T/www" &
 PIDS="$PIDS $!"
-ip netns exec "$HNS" "$B/harness" --tap "$TAP" --audit "$T/audit.log" --lifetime 150 \
-	--allow host.kbox.internal:8000 --allow host.kbox.internal:8002 --deny deny.test \
-	--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --deny named.test:80 \
-	--forward 127.0.0.1:0:8000 --forward 0:8009 >"$T/harness.out" 2>"$T/harness.err" &
-HARNESS=$!
-PIDS="$PIDS $HARNESS"
-for _ in $(seq 50); do grep -q '^ready' "$T/harness.out" 2>/dev/null && break; sleep 0.1; done
-if ! grep -q '^ready' "$T/harness.out"; then
-	bad "harness starts" "$(cat "$T/harness.err")"
-	finish
-fi
-ip -n "$HNS" link set "$TAP" netns "$GNS" &&
-	ip -n "$GNS" addr add 10.0.2.15/24 dev "$TAP" &&
-	ip -n "$GNS" link set "$TAP" up &&
-	ip -n "$GNS" route add default via 10.0.2.2 || { bad "guest namespace set-up"; finish; }
+# start_harness OUT ERR ARGS...: the stack on a new $TAP, moved into the
+# guest namespace and configured there; sets HARNESS.
+start_harness() {
+	local out=$1 err=$2
+	shift 2
+	ip netns exec "$HNS" "$B/harness" --tap "$TAP" --lifetime 150 "$@" >"$out" 2>"$err" &
+	HARNESS=$!
+	PIDS="$PIDS $HARNESS"
+	for _ in $(seq 50); do grep -q '^ready' "$out" 2>/dev/null && break; sleep 0.1; done
+	if ! grep -q '^ready' "$out"; then
+		bad "harness starts" "$(cat "$err")"
+		finish
+	fi
+	ip -n "$HNS" link set "$TAP" netns "$GNS" &&
+		ip -n "$GNS" addr add 10.0.2.15/24 dev "$TAP" &&
+		ip -n "$GNS" link set "$TAP" up &&
+		ip -n "$GNS" route add default via 10.0.2.2 || { bad "guest namespace set-up"; finish; }
+}
+stop_harness() {
+	kill -TERM "$HARNESS" 2>/dev/null
+	for _ in $(seq 50); do kill -0 "$HARNESS" 2>/dev/null || break; sleep 0.1; done
+}
+RESOLVE="--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --resolve pinned.test=1.2.3.4"
+# shellcheck disable=SC2086
+start_harness "$T/harness.out" "$T/harness.err" --audit "$T/audit.log" --learn "$T/learned.yaml" $RESOLVE \
+	--allow host.kbox.internal:8000 --allow host.kbox.internal:8002 --deny deny.test --deny named.test:80 \
+	--forward 127.0.0.1:0:8000 --forward 0:8009 \
+	--add-host pinned.test:192.0.2.7 --add-host Pinned6.test:2001:db8::7 --deny pinned.test:81
 for _ in $(seq 50); do
 	H curl -s -o /dev/null --max-time 1 http://127.0.0.1:8001/small.txt && break
 	sleep 0.1
@@ -148,6 +161,9 @@ t1=$(date +%s%N)
 G getent hosts meta.test >/dev/null && bad "DNS: rebinding answer (169.254.169.254) dropped" ||
 	ok "DNS: rebinding answer (169.254.169.254) dropped"
 G getent hosts nosuch.test >/dev/null && bad "DNS: unknown name is NXDOMAIN" || ok "DNS: unknown name is NXDOMAIN"
+check "DNS: --add-host pins a name (the resolver's answer is never used)" "192.0.2.7" \
+	"$(G getent ahostsv4 pinned.test | awk 'NR==1{print $1}')"
+check "DNS: --add-host IPv6 pin, any case" "2001:db8::7" "$(G getent ahostsv6 pinned6.test | awk 'NR==1{print $1}')"
 
 # --- allowed traffic ---
 check "curl: small file" "hello from the host" "$(G curl -sS --max-time 10 http://host.kbox.internal:8000/small.txt)"
@@ -225,11 +241,11 @@ denied "refused: on-link 10.0.2.3" http://10.0.2.3/
 denied "refused: host port without exception (8001, listening)" http://host.kbox.internal:8001/small.txt
 denied "refused: allowed port, nothing listening (8002)" http://host.kbox.internal:8002/
 denied "refused: by name (deny named.test:80; its address comes from our DNS)" http://named.test/
+denied "refused: a pinned name is still judged (deny pinned.test:81)" http://pinned.test:81/
 
 # --- the audit log, and the stack's own counters ---
 sleep 0.5
-kill -TERM "$HARNESS" 2>/dev/null
-for _ in $(seq 50); do kill -0 "$HARNESS" 2>/dev/null || break; sleep 0.1; done
+stop_harness
 stats=$(grep '^stats' "$T/harness.out")
 echo "     $stats"
 A="$T/audit.log"
@@ -242,6 +258,8 @@ check "audit: port 8002 allowed (then failed)" "1" \
 	"$(grep -c '"dst":"127.0.0.1:8002","name":"host.kbox.internal","decision":"allow"' "$A")"
 check "audit: by name, at the address dialled" "1" \
 	"$(grep -c '"dst":"1.2.3.4:80","name":"named.test","decision":"deny","rule":"deny:named.test:80"' "$A")"
+check "audit: pinned name judged under its name at the pinned address" "1" \
+	"$(grep -c '"dst":"192.0.2.7:81","name":"pinned.test","decision":"deny","rule":"deny:pinned.test:81"' "$A")"
 # glibc asks for A and AAAA, and may repeat: every question is a decision.
 n=$(grep -c '"proto":"dns","name":"deny.test","decision":"deny"' "$A")
 [ "$n" -ge 1 ] && ok "audit: DNS denial logged ($n questions)" || bad "audit: DNS denial logged"
@@ -265,8 +283,35 @@ big_up=$(grep '"direction":"in","dst":"10.0.2.15:8000"' "$A" | grep '"event":"cl
 	bad "audit: forwarded close line counts the guest's 10 MiB" "max bytes_up ${big_up:-none}"
 refused=$(echo "$stats" | sed -n 's/.*fwd_refused=\([0-9]*\).*/\1/p')
 [ "${refused:-0}" -ge 1 ] && ok "forward: the refused one is counted ($refused)" || bad "forward: the refused one is counted" "$stats"
-if grep -q "ERROR: AddressSanitizer\|runtime error\|LeakSanitizer" "$T/harness.err"; then
-	bad "harness clean under sanitizers" "$(head -20 "$T/harness.err")"
+
+# --- --learn: the suggested allowlist lets the same session through ---
+L="$T/learned.yaml"
+check "learn: allowed host port suggested" "1" "$(grep -cx '    - "host.kbox.internal:8000"' "$L")"
+check "learn: the metadata address only commented out" "1" \
+	"$(grep -cx '    # - "169.254.169.254:80"  # denied by class:metadata' "$L")"
+check "learn: deny rule kept, commented out" "1" "$(grep -cx '    # - "named.test:80"  # denied by deny:named.test:80' "$L")"
+check "learn: name refused at DNS listed" "1" "$(grep -c '"deny.test"  # denied by deny:deny.test' "$L")"
+check "learn: a forwarded (incoming) connection is not a destination" "0" "$(grep -c '10.0.2.15' "$L")"
+python3 -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); assert d["network"]["policy"] == "allowlist"' "$L" \
+	2>/dev/null && ok "learn: the file is YAML with network.policy allowlist" ||
+	{ command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null &&
+		bad "learn: the file is YAML with network.policy allowlist" "$(head -30 "$L")"; }
+ALLOW=
+for r in $(sed -n 's/^    - "\(.*\)".*/\1/p' "$L"); do ALLOW="$ALLOW --allow $r"; done
+echo "     learned:$ALLOW"
+# shellcheck disable=SC2086
+start_harness "$T/harness2.out" "$T/harness2.err" --audit "$T/audit2.log" --mode allowlist $RESOLVE $ALLOW
+check "learn: allowlist run, curl" "hello from the host" "$(G curl -sS --max-time 10 http://host.kbox.internal:8000/small.txt)"
+rm -rf "$T/clone2"
+G git clone -q http://host.kbox.internal:8000/repo.git "$T/clone2" 2>"$T/git2.err"
+check "learn: allowlist run, git clone" "$(git -C "$T/src" rev-parse HEAD)" "$(git -C "$T/clone2" rev-parse HEAD 2>/dev/null)"
+denied "learn: allowlist run, metadata still refused" http://169.254.169.254/latest/meta-data/
+denied "learn: allowlist run, a port never tried is refused" http://host.kbox.internal:8001/small.txt
+stop_harness
+check "learn: allowlist run, no denial of what was learned" "0" \
+	"$(grep '"decision":"deny"' "$T/audit2.log" | grep -vc '169.254.169.254\|127.0.0.1:8001')"
+if grep -q "ERROR: AddressSanitizer\|runtime error\|LeakSanitizer" "$T/harness.err" "$T/harness2.err"; then
+	bad "harness clean under sanitizers" "$(head -20 "$T/harness.err" "$T/harness2.err")"
 else
 	ok "harness clean under sanitizers"
 fi

@@ -83,6 +83,77 @@ START_TEST(escaping_and_bounds)
 }
 END_TEST
 
+START_TEST(learn)
+{
+	struct audit_learn l;
+	struct pol_addr a1, a6, meta;
+	struct pol_decision ok = { .allow = true, .why = POL_WHY_PUBLIC, .rule = "mode:public" };
+	struct pol_decision nomatch = { .allow = false, .why = POL_WHY_NO_MATCH, .rule = "allowlist" };
+	struct pol_decision cls = { .allow = false, .why = POL_WHY_CLASS, .rule = "class:metadata" };
+	struct pol_decision rule = { .allow = false, .why = POL_WHY_DENY_RULE, .rule = "deny:evil.test\nx" };
+	char *text;
+	ck_assert_int_eq(pol_addr_parse("93.184.216.34", &a1), 0);
+	ck_assert_int_eq(pol_addr_parse("2001:db8::1", &a6), 0);
+	ck_assert_int_eq(pol_addr_parse("169.254.169.254", &meta), 0);
+	audit_learn_init(&l);
+	/* Connections by name (deduplicated, case and trailing dot folded),
+	 * by address without a name, DNS-only refusals. */
+	ck_assert_int_eq(audit_learn_add(&l, "Example.COM.", &a1, 443, &ok), 0);
+	ck_assert_int_eq(audit_learn_add(&l, "example.com", &a1, 443, &ok), 0);
+	ck_assert_int_eq(audit_learn_add(&l, "example.com", &a1, 80, &nomatch), 0);
+	ck_assert_int_eq(audit_learn_add(&l, NULL, &a6, 8443, &nomatch), 0);
+	ck_assert_int_eq(audit_learn_add(&l, NULL, &meta, 80, &cls), 0);
+	ck_assert_int_eq(audit_learn_add(&l, "evil.test", NULL, 0, &rule), 0);
+	ck_assert_int_eq(audit_learn_add(&l, "api.test", NULL, 0, &nomatch), 0);
+	ck_assert_int_eq(audit_learn_add(&l, "example.com", NULL, 0, &nomatch), 0);
+	/* Names no rule could hold are not suggested. */
+	ck_assert_int_eq(audit_learn_add(&l, "a\"b.test", NULL, 0, &nomatch), 0);
+	ck_assert_int_eq(audit_learn_add(&l, "127.1", NULL, 0, &nomatch), 0);
+	ck_assert_uint_eq(l.n, 7);
+	ck_assert_uint_eq(l.allowed, 2);
+	ck_assert_uint_eq(l.denied, 8);
+	ck_assert_int_eq(audit_learn_format(&l, "public", 0, &text), 0);
+	ck_assert_ptr_nonnull(strstr(text, "at 1970-01-01T00:00:00Z"));
+	ck_assert_ptr_nonnull(strstr(text, "under policy 'public'\n# (10 decisions: 2 allowed, 8 denied)"));
+	ck_assert_str_eq(strstr(text, "network:"), "network:\n"
+						  "  policy: allowlist\n"
+						  "  allow:\n"
+						  "    # - \"169.254.169.254:80\"  # denied by class:metadata\n"
+						  "    - \"[2001:db8::1]:8443\"\n"
+						  "    - \"api.test\"  # refused at DNS: no port seen\n"
+						  "    # - \"evil.test\"  # denied by deny:evil.test?x\n"
+						  "    - \"example.com:80\"\n"
+						  "    - \"example.com:443\"\n");
+	free(text);
+	audit_learn_free(&l);
+	/* Nothing to allow: still a valid list. */
+	audit_learn_init(&l);
+	ck_assert_int_eq(audit_learn_add(&l, NULL, &meta, 80, &cls), 0);
+	ck_assert_int_eq(audit_learn_format(&l, "public", 0, &text), 0);
+	ck_assert_str_eq(strstr(text, "network:"), "network:\n"
+						  "  policy: allowlist\n"
+						  "  allow: []\n"
+						  "    # - \"169.254.169.254:80\"  # denied by class:metadata\n");
+	free(text);
+	audit_learn_free(&l);
+	/* Bounded: beyond AUDIT_LEARN_MAX destinations only counts grow. */
+	audit_learn_init(&l);
+	for (unsigned i = 0; i < AUDIT_LEARN_MAX + 10; i++)
+		ck_assert_int_eq(audit_learn_add(&l, NULL, &a1, (uint16_t)(i + 1), &ok), 0);
+	ck_assert_uint_eq(l.n, AUDIT_LEARN_MAX);
+	ck_assert_uint_eq(l.lost, 10);
+	ck_assert_int_eq(audit_learn_format(&l, "allowlist", 0, &text), 0);
+	ck_assert_ptr_nonnull(strstr(text, "not recorded"));
+	free(text);
+	audit_learn_free(&l);
+	/* Empty: a valid file with an empty list. */
+	audit_learn_init(&l);
+	ck_assert_int_eq(audit_learn_format(&l, "public", 0, &text), 0);
+	ck_assert_ptr_nonnull(strstr(text, "  allow: []\n"));
+	free(text);
+}
+END_TEST
+
 START_TEST(file_append)
 {
 	char dir[] = "/tmp/kbox-audit-XXXXXX";
@@ -123,6 +194,7 @@ Suite *net_audit_suite(void)
 	tcase_add_test(tc, format_lines);
 	tcase_add_test(tc, escaping_and_bounds);
 	tcase_add_test(tc, file_append);
+	tcase_add_test(tc, learn);
 	suite_add_tcase(s, tc);
 	return s;
 }

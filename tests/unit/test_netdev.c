@@ -97,6 +97,39 @@ START_TEST(forwards)
 }
 END_TEST
 
+START_TEST(hosts)
+{
+	struct netdev n;
+	struct ns_host h;
+	char err[256];
+	netdev_init(&n);
+	ck_assert_int_eq(ns_host_parse("DB.Example.:192.168.1.5", &h, err, sizeof err), 0);
+	ck_assert_str_eq(h.name, "db.example");
+	ck_assert_uint_eq(h.addr.family, 4);
+	ck_assert_uint_eq(h.addr.b[3], 5);
+	ck_assert_int_eq(ns_host_parse("v6.test:2001:db8::1", &h, err, sizeof err), 0);
+	ck_assert_uint_eq(h.addr.family, 6);
+	ck_assert_int_eq(ns_host_parse("v6.test:[::1]", &h, err, sizeof err), 0);
+	ck_assert_uint_eq(h.addr.b[15], 1);
+	ck_assert_int_eq(ns_host_parse("host.kbox.internal:1.2.3.4", &h, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "host.kbox.internal"));
+	static const char *const bad[] = {
+		"", "name", "name:", ":1.2.3.4", "127.1:1.2.3.4", "2130706433:1.2.3.4", "a..b:1.2.3.4",
+		"*.x:1.2.3.4", "x:127.1", "x:0x7f.0.0.1", "x:fe80::1%eth0", "x:[1.2.3.4", "x:1.2.3.4:80",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(ns_host_parse(bad[i], &h, err, sizeof err) == -EINVAL, "%s", bad[i]);
+	ck_assert_int_eq(netdev_add_host(&n, "a.test:10.1.1.1", err, sizeof err), 0);
+	ck_assert_int_eq(netdev_add_host(&n, "a.test:fd00::1", err, sizeof err), 0);
+	ck_assert_int_eq(netdev_add_host(&n, "bad", err, sizeof err), -EINVAL);
+	ck_assert_uint_eq(n.nhosts, 2);
+	while (n.nhosts < NS_MAX_HOSTS)
+		ck_assert_int_eq(netdev_add_host(&n, "b.test:1.1.1.1", err, sizeof err), 0);
+	ck_assert_int_eq(netdev_add_host(&n, "b.test:1.1.1.1", err, sizeof err), -ENOSPC);
+	netdev_destroy(&n);
+}
+END_TEST
+
 START_TEST(resolver)
 {
 	struct dns_rr rr[8];
@@ -125,6 +158,7 @@ Suite *netdev_suite(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, options);
 	tcase_add_test(tc, forwards);
+	tcase_add_test(tc, hosts);
 	tcase_add_test(tc, resolver);
 	suite_add_tcase(s, tc);
 	return s;

@@ -1016,7 +1016,8 @@ static int fix_cmp(const void *a, const void *b)
  * that appeared more than once. */
 static void fix_apply(struct writer *w)
 {
-	qsort(w->fix, w->nfix, sizeof *w->fix, fix_cmp);
+	if (w->nfix)
+		qsort(w->fix, w->nfix, sizeof *w->fix, fix_cmp);
 	for (size_t i = w->nfix; i-- > 0;) {
 		if (i + 1 < w->nfix && strcmp(w->fix[i].path, w->fix[i + 1].path) == 0)
 			continue;

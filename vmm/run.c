@@ -30,6 +30,7 @@
 #include "vmm/serial.h"
 #include "vmm/exec_client.h"
 #include "vmm/guestfiles.h"
+#include "vmm/image.h"
 #include "vmm/virtio_bus.h"
 #include "vmm/vm.h"
 
@@ -97,7 +98,8 @@ void run_usage(FILE *f)
 		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
 		"                        (default: the one built by 'make kernel' for this host)\n"
 		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
-		"      --image DIR       root filesystem folder (e.g. made with debootstrap),\n"
+		"      --image NAME|DIR  an image from 'kbox image ls', or a root filesystem\n"
+		"                        folder (a path with '/', e.g. made with debootstrap),\n"
 		"                        shared read-only under a writable layer in guest RAM\n"
 		"                        that vanishes with the sandbox (default: the initramfs)\n"
 		"      --conf FILE       sandbox.yaml (docs/config.md; its mounts come before\n"
@@ -428,8 +430,15 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	if (!o->image)
 		o->image = cfg->image;
 	if (o->image) {
-		char err[512];
-		if (mounts_set_image(o->mounts, o->image, err, sizeof err) < 0)
+		char err[512], dir[PATH_MAX];
+		int rc = image_resolve(o->image, dir, sizeof dir);
+		if (rc == -ENOTUNIQ)
+			return die("--image %s: matches several image ids; give more digits",
+				   o->image);
+		if (rc < 0)
+			return die("--image %s: no such image (see 'kbox image ls'; a folder "
+				   "needs a '/', e.g. ./%s)", o->image, o->image);
+		if (mounts_set_image(o->mounts, dir, err, sizeof err) < 0)
 			return die("%s", err);
 	}
 	if (optind < argc)

@@ -1353,7 +1353,7 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 	br_skey_decoder_init(&sd);
 	br_skey_decoder_push(&sd, kder, kdl);
 	const br_ec_private_key *sk = br_skey_decoder_get_ec(&sd);
-	if (!sk || sk->curve != BR_EC_secp256r1) {
+	if (!sk || sk->curve != BR_EC_secp256r1 || sk->xlen == 0 || sk->xlen > P256_SCALAR) {
 		say(err, errlen, "%s is not a P-256 EC private key: remove ca.key and ca.pem to "
 				 "make a new CA", key_path);
 		rc = -EINVAL;
@@ -1364,7 +1364,12 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 				 "ca.pem to make a new CA", cert_path);
 		goto wipe;
 	}
-	rc = tc_ca_from_parts(cder, cdl, sk->x, sk->xlen, out);
+	/* RFC 5915 wants the scalar at full width, but some writers drop
+	 * leading zero bytes */
+	unsigned char x[P256_SCALAR] = {0};
+	memcpy(x + P256_SCALAR - sk->xlen, sk->x, sk->xlen);
+	rc = tc_ca_from_parts(cder, cdl, x, sizeof x, out);
+	explicit_bzero(x, sizeof x);
 	if (rc == -EINVAL)
 		say(err, errlen, "%s is not a CA certificate for %s: restore the pair, or remove "
 				 "both to make a new CA", cert_path, key_path);

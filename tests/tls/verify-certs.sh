@@ -198,6 +198,18 @@ fi
 check "a second kbox process signs under the same CA" \
 	openssl verify -x509_strict -purpose sslserver -CAfile "$CA" "$T/again.pem"
 
+# A CA made by openssl (same file names, SEC1 key) is used as it is.
+mkdir -m 700 "$T/ossl"
+openssl ecparam -name prime256v1 -genkey -noout -out "$T/ossl/ca.key" 2>/dev/null
+chmod 600 "$T/ossl/ca.key"
+openssl req -x509 -new -key "$T/ossl/ca.key" -subj "/O=Example/CN=openssl-made CA" -days 30 \
+	-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
+	-out "$T/ossl/ca.pem" 2>/dev/null
+KBOX_CA_DIR="$T/ossl" "$KBOX" ca mint example.net >"$T/ossl-leaf.pem"
+check "a CA made by openssl signs leaves that verify under it" \
+	openssl verify -x509_strict -purpose sslserver -verify_hostname example.net \
+	-CAfile "$T/ossl/ca.pem" "$T/ossl-leaf.pem"
+
 if [ $fails -ne 0 ]; then
 	echo "verify-certs: $fails FAILED"
 	exit 1

@@ -4,7 +4,7 @@
 # Usage: tests/guest/fuzz.sh [BUILD_DIR] [SECONDS]   (SEED=N replays a run)
 set -eu
 B=${1:-build}
-SECS=${2:-${SECONDS_FUZZ:-30}}
+SECS=${2:-30}
 CC=${CC:-cc}
 cd "$(dirname "$0")/../.."
 
@@ -22,7 +22,7 @@ objs=$(for s in $srcs; do printf '%s ' "$B/san/${s%.c}.o"; done)
 # Same objects as `make unit` builds (the Makefile's sanitizer rule).
 make -s BUILD="$B" "$B/test-guest.bin" $objs
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-$CC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla \
+$CC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing \
 	-O1 -g $SAN -I. $(pkg-config --cflags yaml-0.1 lwip) -o "$B/guest-fuzz" \
 	tests/guest/fuzz.c $objs $(pkg-config --libs yaml-0.1 lwip) -lbearssl -lseccomp -lpthread
 

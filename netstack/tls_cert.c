@@ -485,8 +485,7 @@ int tc_pem_encode(const char *label, const unsigned char *der, size_t len, char 
 	}
 	if (col)
 		s[o++] = '\n';
-	o += (size_t)snprintf(s + o, cap - o, "-----END %s-----\n", label);
-	(void)o;
+	snprintf(s + o, cap - o, "-----END %s-----\n", label);
 	*out = s;
 	return 0;
 }

@@ -360,6 +360,63 @@ START_TEST(leaf_names)
 }
 END_TEST
 
+/* The bound on leaves: past TC_MINT_MAX new names are refused, known
+ * names keep their (still valid) certificates. */
+START_TEST(leaf_bound)
+{
+	struct tc_ca *ca;
+	ck_assert_int_eq(tc_ca_generate("kbox test CA", time(NULL), &ca), 0);
+	const br_x509_certificate *first = NULL, *c;
+	size_t n;
+	const br_ec_private_key *k;
+	for (unsigned i = 0; i < TC_MINT_MAX; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "h%u.example", i);
+		ck_assert_int_eq(tc_leaf(ca, name, &c, &n, &k), 0);
+		if (i == 0)
+			first = c;
+	}
+	ck_assert_uint_eq(tc_cache_count(ca), TC_MINT_MAX);
+	ck_assert_int_eq(tc_leaf(ca, "one-too-many.example", &c, &n, &k), -ENOSPC);
+	ck_assert_int_eq(tc_leaf(ca, "h0.example", &c, &n, &k), 0);
+	ck_assert_ptr_eq(c, first);
+	static struct anchor a;
+	anchor_of(ca, &a);
+	ck_assert_uint_eq(validate(&a, c, n, "h0.example"), 0);
+	tc_ca_free(ca);
+}
+END_TEST
+
+/* A CA near its end: leaves end with it (never after), and such a leaf is
+ * not re-minted on every use. */
+START_TEST(leaf_clamped_to_ca)
+{
+	struct tc_ca *ca;
+	time_t now = time(NULL);
+	ck_assert_int_eq(tc_ca_generate("kbox test CA", now - (time_t)TC_CA_LIFETIME + 7200, &ca),
+			 0);
+	const br_x509_certificate *c1, *c2;
+	size_t n;
+	const br_ec_private_key *k;
+	ck_assert_int_eq(tc_leaf(ca, "late.example", &c1, &n, &k), 0);
+	ck_assert_int_eq(tc_leaf(ca, "late.example", &c2, &n, &k), 0);
+	ck_assert_ptr_eq(c1, c2);
+	static struct anchor a;
+	anchor_of(ca, &a);
+	ck_assert_uint_eq(validate(&a, c1, n, "late.example"), 0);
+	/* the leaf's notAfter equals the CA's: same 13 bytes in both */
+	size_t cl;
+	const unsigned char *cd = tc_ca_der(ca, &cl);
+	const unsigned char *p = NULL;
+	for (size_t i = 0; i + 2 + 13 <= cl && !p; i++)
+		if (cd[i] == 0x17 && cd[i + 1] == 13 && i + 17 + 13 <= cl && cd[i + 15] == 0x17)
+			p = cd + i + 15; /* notAfter follows notBefore */
+	ck_assert_ptr_nonnull(p);
+	ck_assert_ptr_nonnull(memmem(c1[0].data, c1[0].data_len, p, 15));
+	tc_ca_free(ca);
+}
+END_TEST
+
 struct worker {
 	struct tc_ca *ca;
 	const br_x509_certificate *got[16];
@@ -660,6 +717,8 @@ Suite *tls_cert_suite(void)
 	tcase_add_test(tc, leaf_validates);
 	tcase_add_test(tc, leaf_names);
 	tcase_add_test(tc, leaf_threads);
+	tcase_add_test(tc, leaf_bound);
+	tcase_add_test(tc, leaf_clamped_to_ca);
 	tcase_add_test(tc, from_parts);
 	tcase_add_test(tc, bearssl_handshake);
 	tcase_add_test(tc, open_create_reload);

@@ -3,6 +3,7 @@
  * the version and extension cases, HTTP/2 prior knowledge, and names. */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -294,6 +295,41 @@ START_TEST(not_tls)
 }
 END_TEST
 
+/* ClientHellos captured from real clients (curl, node, openssl s_client;
+ * the fuzz seeds) against a listener on 127.0.0.1. */
+static size_t load(const char *name, uint8_t *buf, size_t cap)
+{
+	char path[256];
+	snprintf(path, sizeof path, "tests/fuzz/corpus/fuzz_tls_sni/%s", name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "%s", path);
+	size_t n = fread(buf, 1, cap, f);
+	fclose(f);
+	return n;
+}
+
+START_TEST(captured_hellos)
+{
+	static uint8_t buf[TLS_HELLO_STREAM_MAX];
+	struct tls_hello h;
+	static const char *const tls[] = { "curl.bin", "node.bin", "openssl.bin", "openssl12.bin", "openssl13only.bin" };
+	for (size_t i = 0; i < sizeof tls / sizeof tls[0]; i++) {
+		size_t n = load(tls[i], buf, sizeof buf);
+		ck_assert_int_eq(tls_sni_parse(buf, n, &h), TLS_SNI_OK);
+		ck_assert_str_eq(h.sni, "api.example.test");
+		ck_assert_uint_eq(h.consumed, n);
+		ck_assert_msg(h.tls13_only == (i == 4), "%s", tls[i]);
+		ck_assert_msg(h.offers_tls12 == (i != 4), "%s", tls[i]);
+	}
+	size_t n = load("curl.bin", buf, sizeof buf);
+	ck_assert_int_eq(tls_sni_parse(buf, n, &h), TLS_SNI_OK);
+	ck_assert(h.alpn_h2 && h.alpn_http11);
+	n = load("h2prior.bin", buf, sizeof buf);
+	ck_assert_int_eq(tls_sni_parse(buf, n, &h), TLS_SNI_NOT_TLS);
+	ck_assert(h.h2_preface);
+}
+END_TEST
+
 Suite *tls_sni_suite(void)
 {
 	Suite *s = suite_create("tls_sni");
@@ -303,6 +339,7 @@ Suite *tls_sni_suite(void)
 	tcase_add_test(tc, server_names);
 	tcase_add_test(tc, alpn_and_bounds);
 	tcase_add_test(tc, not_tls);
+	tcase_add_test(tc, captured_hellos);
 	suite_add_tcase(s, tc);
 	return s;
 }

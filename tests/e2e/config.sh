@@ -1,0 +1,159 @@
+#!/bin/sh
+# End-to-end test of the project-local config: `kbox run` started in a
+# folder with a kbox.yaml uses it, shares the folder at /workspace, starts
+# there, applies env: (with ${VAR} from secrets.env) and workdir, and the
+# guest can neither see nor change kbox.yaml or secrets.env, even through a
+# second mount of the folder that says `hidden: []`.  Config mistakes are
+# checked without a boot; one boot runs a script in the guest that prints
+# "ok NAME" / "not ok NAME", and the host then checks its files.
+#   tests/e2e/config.sh BUILD_DIR
+set -u
+build=${1:-build}
+kbox=$(cd "$(dirname "$build/kbox")" && pwd)/kbox
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+boot_timeout=${KBOX_E2E_TIMEOUT:-600}
+
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
+host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
+
+if [ ! -x "$kbox" ]; then
+	echo "e2e: $kbox is missing; run make first" >&2
+	exit 1
+fi
+unset KBOX_E2E_SECRET KBOX_E2E_UNSET
+
+# --- mistakes, no boot: each names kbox.yaml, line, column and the fix ---
+bad="$tmp/bad"
+mkdir -p "$bad"
+# refuse NAME PATTERN YAML [ARGS...]: kbox run in $bad with that kbox.yaml
+# must exit 125 with PATTERN in its message.
+refuse() {
+	name=$1 pat=$2 yaml=$3
+	shift 3
+	printf '%s' "$yaml" > "$bad/kbox.yaml"
+	(cd "$bad" && "$kbox" run "$@" -- true) > /dev/null 2> "$tmp/err"
+	rc=$?
+	if [ "$rc" -eq 125 ] && grep -qF -- "$pat" "$tmp/err"; then
+		ok "refused: $name"
+	else
+		not_ok "refused: $name (exit $rc)" "$(head -3 "$tmp/err")"
+	fi
+}
+refuse "unknown key" "kbox.yaml:2:1: unknown key 'netwrok'; did you mean 'network'?" \
+	"cpus: 1
+netwrok: {}
+"
+refuse "bad type" "kbox.yaml:1:6: env: got 'x'; expected a mapping" "env: x
+"
+refuse "bad CIDR" "kbox.yaml:3:7: network.allow[0]: bad prefix length" "network:
+  allow:
+    - 10.1.0.0/40
+"
+refuse "bad port" "kbox.yaml:1:9: ports[0]: 70000 is not a port number" "ports: [70000]
+"
+refuse "missing secret value" \
+	"kbox.yaml:2:8: \${KBOX_E2E_UNSET} is not set; export KBOX_E2E_UNSET or add KBOX_E2E_UNSET=... to secrets.env" \
+	"env:
+  TOK: \${KBOX_E2E_UNSET}
+"
+ln -s nowhere "$bad/kbox.yaml.tmp" && mv -f "$bad/kbox.yaml.tmp" "$bad/kbox.yaml"
+(cd "$bad" && "$kbox" run -- true) > /dev/null 2> "$tmp/err"
+rc=$?
+if [ "$rc" -eq 125 ] && grep -qF "kbox.yaml: cannot open: No such file or directory" "$tmp/err"; then
+	ok "refused: unreadable kbox.yaml"
+else
+	not_ok "refused: unreadable kbox.yaml (exit $rc)" "$(head -3 "$tmp/err")"
+fi
+# --no-project ignores the broken file: the next error is the -v one.
+(cd "$bad" && "$kbox" run --no-project -v "$tmp/nope:/w" -- true) > /dev/null 2> "$tmp/err"
+if grep -q "nope" "$tmp/err" && ! grep -q "kbox.yaml" "$tmp/err"; then
+	ok "--no-project skips kbox.yaml"
+else
+	not_ok "--no-project skips kbox.yaml" "$(head -3 "$tmp/err")"
+fi
+
+if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
+	echo "# skipped the boot: /dev/kvm is not usable here"
+	echo "$pass passed, $fail failed"
+	[ "$fail" -eq 0 ]
+	exit
+fi
+
+# --- one boot in a project folder ---
+proj="$tmp/proj"
+mkdir -p "$proj"
+printf 'data\n' > "$proj/data.txt"
+printf 'SECRET=env\n' > "$proj/.env"
+cat > "$proj/kbox.yaml" <<'EOF'
+# The project's sandbox.
+env:
+  FROM_FILE: hello
+  FROM_SECRETS: ${KBOX_E2E_SECRET}
+  OVERRIDDEN: file
+  DOLLAR: "$$x"
+mounts:
+  # The same folder again, hiding nothing: kbox.yaml and secrets.env must
+  # stay hidden all the same.
+  - source: .
+    target: /all
+    hidden: []
+EOF
+printf '# not for the guest\nKBOX_E2E_SECRET="s3cret value"\n' > "$proj/secrets.env"
+yaml_sum=$(md5sum < "$proj/kbox.yaml")
+senv_sum=$(md5sum < "$proj/secrets.env")
+
+cat > "$proj/checks.sh" <<'EOF'
+t() { name=$1; shift; if "$@" > /tmp/out 2>&1; then echo "ok $name"; else echo "not ok $name: $(head -c 200 /tmp/out)"; fi; }
+f() { name=$1; shift; if "$@" > /tmp/out 2>&1; then echo "not ok $name (succeeded)"; else echo "ok $name"; fi; }
+t "started in /workspace" [ "$(pwd)" = /workspace ]
+t "ls -a /workspace shows the project, not its config" \
+	[ "$(ls -a /workspace | tr '\n' ' ')" = ". .. checks.sh data.txt " ]
+t "read a project file" [ "$(cat /workspace/data.txt)" = data ]
+f "kbox.yaml: no stat" stat /workspace/kbox.yaml
+f "kbox.yaml: no read" cat /workspace/kbox.yaml
+f "kbox.yaml: no overwrite" sh -c "echo 'cpus: 64' > /workspace/kbox.yaml"
+f "kbox.yaml: no append" sh -c "echo 'x: 1' >> /workspace/kbox.yaml"
+f "kbox.yaml: no rename onto" sh -c "echo 'cpus: 64' > /workspace/n && mv /workspace/n /workspace/kbox.yaml"
+rm -f /workspace/n
+f "kbox.yaml: no delete" rm /workspace/kbox.yaml
+f "secrets.env: no read" cat /workspace/secrets.env
+f "secrets.env: no overwrite" sh -c "echo X=1 > /workspace/secrets.env"
+t "hidden: [] is honoured for other names" [ "$(cat /all/.env)" = SECRET=env ]
+t "ls -a /all has no config either" \
+	[ "$(ls -a /all | tr '\n' ' ')" = ". .. .env checks.sh data.txt " ]
+f "/all/kbox.yaml: no read" cat /all/kbox.yaml
+f "/all/kbox.yaml: no overwrite" sh -c "echo 'cpus: 64' > /all/kbox.yaml"
+f "/all/secrets.env: no read" cat /all/secrets.env
+t "env from the file" [ "$FROM_FILE" = hello ]
+t "env from secrets.env" [ "$FROM_SECRETS" = "s3cret value" ]
+t "-e beats the file" [ "$OVERRIDDEN" = cli ]
+t "\$\$ is a dollar" [ "$DOLLAR" = '$x' ]
+echo done
+EOF
+
+start=$(date +%s)
+(cd "$proj" && timeout "$boot_timeout" "$kbox" run -e OVERRIDDEN=cli -- sh checks.sh) \
+	> "$tmp/out" 2> "$tmp/err"
+rc=$?
+echo "# boot in the project and the checks: $(( $(date +%s) - start ))s"
+if [ "$rc" -ne 0 ] || ! grep -q '^done$' "$tmp/out"; then
+	not_ok "guest script ran to the end (exit $rc)" "$(tail -5 "$tmp/err"; tail -5 "$tmp/out")"
+fi
+while IFS= read -r line; do
+	case $line in
+	"ok "*) ok "guest: ${line#ok }" ;;
+	"not ok "*) not_ok "guest: ${line#not ok }" ;;
+	esac
+done < "$tmp/out"
+
+host_check "host: kbox.yaml unchanged" [ "$(md5sum < "$proj/kbox.yaml")" = "$yaml_sum" ]
+host_check "host: secrets.env unchanged" [ "$(md5sum < "$proj/secrets.env")" = "$senv_sum" ]
+host_check "host: nothing new in the project" \
+	[ "$(ls -A "$proj" | tr '\n' ' ')" = ".env checks.sh data.txt kbox.yaml secrets.env " ]
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

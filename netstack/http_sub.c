@@ -1,0 +1,1429 @@
+/* HTTP/1.1 request filter with secret substitution (see http_sub.h).
+ *
+ * The stream goes through phases: a request head is collected whole (it is
+ * bounded), checked and rewritten at once; a body is decoded (Content-Length
+ * or chunked) into a small scan window; the window is rewritten as far as
+ * it can be decided and the rest (a possible placeholder cut by the end of
+ * the data seen so far) waits for more bytes.  So a placeholder split across
+ * slices is found exactly like a whole one, and at most one encoded
+ * placeholder's worth of bytes is ever held back. */
+#include "netstack/http_sub.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define HS_STEP (16u * 1024) /* body bytes handled per step */
+#define HS_LEAD_MAX 64u      /* empty lines tolerated before a request line */
+#define HS_MSG_MAX 2048u
+
+enum hs_phase {
+	PH_HEAD,
+	PH_BODY_CL,
+	PH_CHUNK_LINE,
+	PH_CHUNK_DATA,
+	PH_CHUNK_CRLF,
+	PH_TRAILER,
+	PH_OPAQUE,
+	PH_DONE,
+};
+
+/* A byte buffer whose live data is p[off, len).  Buffers may hold real
+ * values, so old blocks are wiped before they are freed. */
+struct hs_buf {
+	uint8_t *p;
+	size_t off, len, cap;
+};
+
+struct hs {
+	const struct secrets *set;
+	char sni[HS_SNI_MAX + 1];
+	hs_audit_fn cb;
+	void *ctx;
+	enum hs_state state;
+	enum hs_phase phase;
+
+	struct hs_buf head;  /* head, trailer section or chunk-size line being collected */
+	size_t scan;         /* bytes of head already searched for the end */
+	size_t lead;         /* empty lines (CRLF pairs) before the request line */
+	bool lead_done;
+
+	struct hs_buf out;   /* for upstream */
+	struct hs_buf reply; /* for the guest */
+	struct hs_buf win;   /* body bytes not yet decided */
+	struct hs_buf held;  /* rewritten body held until its length is known */
+	struct hs_buf held_head;
+	struct hs_buf tmp;
+
+	uint64_t remaining;  /* Content-Length or chunk bytes left */
+	unsigned crlf_got;   /* bytes of a chunk's trailing CRLF seen */
+	bool chunked, buffering, upgrade;
+	unsigned n_subst;
+	uint64_t forwarded;
+
+	/* base64 of "$KBOX_" at the three byte alignments, standard and URL
+	 * alphabets: the characters fully determined by the prefix. */
+	char b64pat[6][8];
+	unsigned b64len[6];
+	unsigned b64bit[6]; /* placeholder bit where the pattern's first char starts */
+	bool b64first[256];
+};
+
+/* ---- buffers ----------------------------------------------------------- */
+
+static size_t hb_size(const struct hs_buf *b)
+{
+	return b->len - b->off;
+}
+
+static uint8_t *hb_data(const struct hs_buf *b)
+{
+	return b->p + b->off;
+}
+
+static int hb_reserve(struct hs_buf *b, size_t more)
+{
+	if (b->off && b->len + more > b->cap) {
+		memmove(b->p, b->p + b->off, b->len - b->off);
+		explicit_bzero(b->p + (b->len - b->off), b->off);
+		b->len -= b->off;
+		b->off = 0;
+	}
+	if (b->len + more <= b->cap)
+		return 0;
+	if (more > SIZE_MAX / 4 - b->len)
+		return -ENOMEM;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + more)
+		cap *= 2;
+	uint8_t *p = malloc(cap);
+	if (!p)
+		return -ENOMEM;
+	if (b->len)
+		memcpy(p, b->p, b->len);
+	if (b->p) {
+		explicit_bzero(b->p, b->cap);
+		free(b->p);
+	}
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+static int hb_put(struct hs_buf *b, const void *d, size_t n)
+{
+	if (!n)
+		return 0;
+	int rc = hb_reserve(b, n);
+	if (rc)
+		return rc;
+	memcpy(b->p + b->len, d, n);
+	b->len += n;
+	return 0;
+}
+
+static int hb_puts(struct hs_buf *b, const char *s)
+{
+	return hb_put(b, s, strlen(s));
+}
+
+static void hb_drop(struct hs_buf *b, size_t n)
+{
+	b->off += n;
+	if (b->off >= b->len)
+		b->off = b->len = 0;
+}
+
+static void hb_reset(struct hs_buf *b)
+{
+	if (b->p)
+		explicit_bzero(b->p, b->len);
+	b->off = b->len = 0;
+}
+
+static void hb_free(struct hs_buf *b)
+{
+	if (b->p) {
+		explicit_bzero(b->p, b->cap);
+		free(b->p);
+	}
+	memset(b, 0, sizeof *b);
+}
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static bool hs_tchar(uint8_t c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static int hs_hexval(uint8_t c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static const char hs_b64std[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static const char hs_b64url[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+static int hs_b64val(uint8_t c, bool url)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == (url ? '-' : '+'))
+		return 62;
+	if (c == (url ? '_' : '/'))
+		return 63;
+	return -1;
+}
+
+static bool hs_eq_ci(const uint8_t *a, size_t n, const char *b)
+{
+	return strlen(b) == n && strncasecmp((const char *)a, b, n) == 0;
+}
+
+/* ---- replies and audit ------------------------------------------------- */
+
+static void hs_audit_emit(struct hs *h, const char *secret, const char *where,
+			  const char *encoding, enum hs_decision d, int status, const char *reason)
+{
+	if (!h->cb)
+		return;
+	struct hs_audit ev = {
+		.secret = secret,
+		.host = h->sni,
+		.where = where,
+		.encoding = encoding,
+		.decision = d,
+		.status = status,
+		.reason = reason,
+	};
+	h->cb(h->ctx, &ev);
+}
+
+static const char *hs_status_text(int status)
+{
+	switch (status) {
+	case 400:
+		return "Bad Request";
+	case 403:
+		return "Forbidden";
+	case 413:
+		return "Content Too Large";
+	case 414:
+		return "URI Too Long";
+	case 421:
+		return "Misdirected Request";
+	case 431:
+		return "Request Header Fields Too Large";
+	default:
+		return "Not Implemented";
+	}
+}
+
+/* Stop the connection: nothing more goes upstream, the guest gets STATUS
+ * with MSG as the body.  Returns 1 ("stopped") for the callers to pass up. */
+static int hs_stop(struct hs *h, int status, const char *msg, const char *secret,
+		   const char *where, const char *encoding)
+{
+	char head[256];
+	size_t mlen = strlen(msg);
+	int n = snprintf(head, sizeof head,
+			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+			 "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+			 status, hs_status_text(status), mlen + 1);
+	hb_reset(&h->reply);
+	if (hb_put(&h->reply, head, (size_t)n) || hb_put(&h->reply, msg, mlen) ||
+	    hb_put(&h->reply, "\n", 1)) {
+		h->state = HS_ERROR;
+	} else {
+		h->state = HS_CLOSE_AFTER_REPLY;
+	}
+	h->phase = PH_DONE;
+	hb_reset(&h->win);
+	hb_reset(&h->held);
+	hb_reset(&h->held_head);
+	hb_reset(&h->head);
+	hs_audit_emit(h, secret, where, encoding, HS_BLOCKED, status, msg);
+	return 1;
+}
+
+/* A request refused for its form rather than for a secret. */
+__attribute__((format(printf, 3, 4))) static int hs_fail(struct hs *h, int status,
+							  const char *fmt, ...)
+{
+	char msg[HS_MSG_MAX];
+	int n = snprintf(msg, sizeof msg, "kbox: ");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+	va_end(ap);
+	return hs_stop(h, status, msg, NULL, "request", NULL);
+}
+
+/* ---- finding placeholders ---------------------------------------------- */
+
+enum hs_form { F_PLAIN = 0, F_PCT = 1, F_JSON = 2, F_MIXED = 3, F_B64 = 4, F_BASIC = 8 };
+enum { M_NO, M_YES, M_MORE };
+
+struct hs_match {
+	const struct secret *s;
+	size_t start, end;
+	unsigned form;
+};
+
+/* One character, decoded from %XX or \uXXXX if written so.  M_MORE when
+ * the data ends inside what may be an escape and more may follow. */
+static int hs_lchar(const uint8_t *s, size_t n, size_t i, bool final, int *c, size_t *adv,
+		    unsigned *forms)
+{
+	*c = s[i];
+	*adv = 1;
+	if (s[i] == '%') {
+		for (size_t k = 1; k <= 2; k++) {
+			if (i + k >= n)
+				return final ? M_YES : M_MORE;
+			if (hs_hexval(s[i + k]) < 0)
+				return M_YES;
+		}
+		*c = hs_hexval(s[i + 1]) * 16 + hs_hexval(s[i + 2]);
+		*adv = 3;
+		*forms |= F_PCT;
+	} else if (s[i] == '\\') {
+		int v = 0;
+		for (size_t k = 1; k <= 5; k++) {
+			if (i + k >= n)
+				return final ? M_YES : M_MORE;
+			if (k == 1) {
+				if (s[i + 1] != 'u' && s[i + 1] != 'U')
+					return M_YES;
+				continue;
+			}
+			int d = hs_hexval(s[i + k]);
+			if (d < 0)
+				return M_YES;
+			v = v * 16 + d;
+		}
+		if (v >= 0x80)
+			return M_YES;
+		*c = v;
+		*adv = 6;
+		*forms |= F_JSON;
+	}
+	return M_YES;
+}
+
+static bool hs_namechar(int c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* "$KBOX_NAME" at s[i], in plain, %-encoded or \u-escaped characters (mixed
+ * freely).  NAME is the longest secret name that the run of name
+ * characters starts with: "$KBOX_FOOBAR" is FOO's placeholder followed by
+ * "BAR" when only FOO exists, as a shell would have built it. */
+static int hs_find_text(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
+			struct hs_match *m)
+{
+	if (s[i] != '$' && s[i] != '%' && s[i] != '\\')
+		return M_NO;
+	size_t p = i, adv;
+	unsigned forms = 0;
+	int c;
+	for (size_t k = 0; k < SECRETS_PLACEHOLDER_PREFIX_LEN; k++) {
+		if (p >= n)
+			return final ? M_NO : M_MORE;
+		if (hs_lchar(s, n, p, final, &c, &adv, &forms) == M_MORE)
+			return M_MORE;
+		if (c != SECRETS_PLACEHOLDER_PREFIX[k])
+			return M_NO;
+		p += adv;
+	}
+	char name[SECRETS_NAME_MAX];
+	size_t ends[SECRETS_NAME_MAX];
+	unsigned fat[SECRETS_NAME_MAX];
+	size_t len = 0;
+	while (len < SECRETS_NAME_MAX) {
+		if (p >= n) {
+			if (!final)
+				return M_MORE;
+			break;
+		}
+		unsigned f = forms;
+		if (hs_lchar(s, n, p, final, &c, &adv, &f) == M_MORE)
+			return M_MORE;
+		if (!hs_namechar(c))
+			break;
+		forms = f;
+		name[len] = (char)c;
+		p += adv;
+		ends[len] = p;
+		fat[len++] = forms;
+	}
+	for (size_t l = len; l > 0; l--) {
+		const struct secret *sec = secrets_find(h->set, name, l);
+		if (sec) {
+			m->s = sec;
+			m->start = i;
+			m->end = ends[l - 1];
+			m->form = fat[l - 1];
+			return M_YES;
+		}
+	}
+	return M_NO;
+}
+
+/* A placeholder inside base64 text starting at s[i], in any of the three
+ * byte alignments.  Found by the prefix's fixed characters, then decoded
+ * far enough to read the name. */
+static int hs_find_b64(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
+		       struct hs_match *m)
+{
+	if (!h->b64first[s[i]])
+		return M_NO;
+	bool more = false;
+	for (size_t t = 0; t < 6; t++) {
+		size_t k = 0, plen = h->b64len[t];
+		while (k < plen && i + k < n && s[i + k] == (uint8_t)h->b64pat[t][k])
+			k++;
+		if (k < plen) {
+			if (i + k == n)
+				more = true;
+			continue;
+		}
+		bool url = t >= 3;
+		uint8_t dec[SECRETS_PLACEHOLDER_PREFIX_LEN + SECRETS_NAME_MAX + 1];
+		size_t dn = 0, q = i;
+		unsigned o = h->b64bit[t];
+		unsigned acc = o ? (unsigned)'$' >> (8 - o) : 0, nb = o;
+		bool cut = false;
+		while (dn < sizeof dec) {
+			if (q >= n) {
+				cut = !final;
+				break;
+			}
+			int v = hs_b64val(s[q], url);
+			if (v < 0)
+				break;
+			acc = ((acc << 6) | (unsigned)v) & 0x3fff;
+			nb += 6;
+			q++;
+			if (nb >= 8) {
+				dec[dn++] = (uint8_t)(acc >> (nb - 8));
+				nb -= 8;
+			}
+		}
+		struct hs_match dm;
+		int r = hs_find_text(h, dec, dn, 0, !cut, &dm);
+		if (r == M_MORE)
+			return M_MORE;
+		if (r == M_YES) {
+			m->s = dm.s;
+			m->start = i;
+			m->end = q;
+			m->form = F_B64;
+			return M_YES;
+		}
+	}
+	return more && !final ? M_MORE : M_NO;
+}
+
+static int hs_find(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
+		   struct hs_match *m)
+{
+	int r = hs_find_text(h, s, n, i, final, m);
+	if (r != M_NO)
+		return r;
+	return hs_find_b64(h, s, n, i, final, m);
+}
+
+static void hs_b64_patterns(struct hs *h)
+{
+	const char *pre = SECRETS_PLACEHOLDER_PREFIX;
+	for (unsigned t = 0; t < 6; t++) {
+		unsigned shift = t % 3;
+		const char *alpha = t < 3 ? hs_b64std : hs_b64url;
+		/* Bits of (shift filler bytes + prefix); characters k with
+		 * 6k >= 8*shift and 6k+6 <= 8*(shift+6) depend on the prefix only. */
+		unsigned first = (8 * shift + 5) / 6;
+		unsigned last = (8 * (shift + SECRETS_PLACEHOLDER_PREFIX_LEN)) / 6;
+		h->b64len[t] = last - first;
+		h->b64bit[t] = 6 * first - 8 * shift;
+		for (unsigned k = first; k < last; k++) {
+			unsigned v = 0;
+			for (unsigned b = 0; b < 6; b++) {
+				unsigned bit = 6 * k + b;
+				unsigned byte = bit / 8;
+				unsigned x = byte < shift ? 0 : (unsigned char)pre[byte - shift];
+				v = (v << 1) | ((x >> (7 - bit % 8)) & 1);
+			}
+			h->b64pat[t][k - first] = alpha[v];
+		}
+		h->b64first[(uint8_t)h->b64pat[t][0]] = true;
+	}
+}
+
+/* ---- deciding and substituting ------------------------------------------ */
+
+enum hs_place_kind { PL_LINE, PL_QUERY, PL_HEADER, PL_HEADER_NAME, PL_TRAILER, PL_BODY, PL_STREAM };
+
+struct hs_place {
+	enum hs_place_kind kind;
+	const char *field; /* lower-case field name for PL_HEADER / PL_TRAILER */
+	bool basic;        /* inside decoded Basic credentials */
+};
+
+static bool hs_field_enabled(const struct secret *s, const char *field)
+{
+	if (!s->sub_headers)
+		return false;
+	if (s->n_fields == 0)
+		return true;
+	for (size_t i = 0; i < s->n_fields; i++)
+		if (strcmp(s->fields[i], field) == 0)
+			return true;
+	return false;
+}
+
+static void hs_where(const struct hs_place *pl, char *buf, size_t len)
+{
+	switch (pl->kind) {
+	case PL_LINE:
+		snprintf(buf, len, "request line");
+		break;
+	case PL_QUERY:
+		snprintf(buf, len, "query");
+		break;
+	case PL_HEADER:
+		snprintf(buf, len, "header %s", pl->field);
+		break;
+	case PL_HEADER_NAME:
+		snprintf(buf, len, "header field name");
+		break;
+	case PL_TRAILER:
+		snprintf(buf, len, "trailer %s", pl->field);
+		break;
+	case PL_BODY:
+		snprintf(buf, len, "body");
+		break;
+	case PL_STREAM:
+		snprintf(buf, len, "upgraded stream");
+		break;
+	}
+}
+
+static void hs_where_words(const struct hs_place *pl, char *buf, size_t len)
+{
+	switch (pl->kind) {
+	case PL_LINE:
+		snprintf(buf, len, "the method or path");
+		break;
+	case PL_QUERY:
+		snprintf(buf, len, "the query string");
+		break;
+	case PL_HEADER:
+	case PL_TRAILER:
+		snprintf(buf, len, "%s%s field '%s'", pl->basic ? "Basic credentials in the " : "the ",
+			 pl->kind == PL_HEADER ? "header" : "trailer", pl->field);
+		break;
+	case PL_HEADER_NAME:
+		snprintf(buf, len, "a header field name");
+		break;
+	case PL_BODY:
+		snprintf(buf, len, "the body");
+		break;
+	case PL_STREAM:
+		snprintf(buf, len, "the data after a protocol upgrade");
+		break;
+	}
+}
+
+static const char *hs_form_name(unsigned form, bool basic)
+{
+	if (form & F_B64)
+		return "base64";
+	if (basic)
+		return "Basic credentials";
+	switch (form) {
+	case F_PCT:
+		return "percent-encoded";
+	case F_JSON:
+		return "JSON-escaped";
+	case F_MIXED:
+		return "mixed escapes";
+	default:
+		return "plain";
+	}
+}
+
+/* Where S may go, as "header fields: a, b; query; body". */
+static void hs_places_of(const struct secret *s, char *buf, size_t len)
+{
+	char fields[256];
+	secrets_describe_fields(s, fields, sizeof fields);
+	int n = snprintf(buf, len, "%s%s", s->sub_headers ? "header fields: " : "",
+			 s->sub_headers ? fields : "");
+	if (n < 0 || (size_t)n >= len)
+		return;
+	if (s->sub_query)
+		n += snprintf(buf + n, len - (size_t)n, "%squery string", n ? "; " : "");
+	if ((size_t)n < len && s->sub_body)
+		n += snprintf(buf + n, len - (size_t)n, "%sbody", n ? "; " : "");
+	if (n == 0)
+		snprintf(buf, len, "nowhere (all substitution is off)");
+}
+
+/* 0: substitute M here.  1: the request was blocked. */
+static int hs_decide(struct hs *h, const struct hs_place *pl, const struct hs_match *m)
+{
+	const struct secret *s = m->s;
+	bool allowed = secrets_hosts_match(s, h->sni);
+	bool here = false;
+	char where[128], words[160], msg[HS_MSG_MAX];
+
+	switch (pl->kind) {
+	case PL_HEADER:
+	case PL_TRAILER:
+		here = hs_field_enabled(s, pl->field);
+		break;
+	case PL_QUERY:
+		here = s->sub_query;
+		break;
+	case PL_BODY:
+		here = s->sub_body;
+		break;
+	default:
+		break;
+	}
+	hs_where(pl, where, sizeof where);
+	const char *enc = hs_form_name(m->form, pl->basic);
+	if (allowed && here && m->form <= F_JSON) {
+		if (++h->n_subst > HS_SUBST_MAX)
+			return hs_fail(h, 400,
+				       "more than %u secret placeholders in one request; this "
+				       "request to %s was blocked",
+				       HS_SUBST_MAX, h->sni);
+		hs_audit_emit(h, s->name, where, enc, HS_SUBSTITUTED, 0, NULL);
+		return 0;
+	}
+	hs_where_words(pl, words, sizeof words);
+	if (!allowed) {
+		char allow[512], places[384];
+		secrets_describe_allow(s, allow, sizeof allow);
+		hs_places_of(s, places, sizeof places);
+		snprintf(msg, sizeof msg,
+			 "kbox: the secret %s may only be sent to %s (%s); this request to %s was "
+			 "blocked",
+			 s->name, allow, places, h->sni);
+	} else if (here) {
+		snprintf(msg, sizeof msg,
+			 "kbox: the secret %s was found %s in %s of this request to %s; kbox "
+			 "substitutes it only when written plainly, percent-encoded or "
+			 "JSON-escaped (or plainly inside Basic credentials), so the request was "
+			 "blocked",
+			 s->name, m->form & F_B64 ? "hidden in base64" : "written with mixed escapes",
+			 words, h->sni);
+	} else {
+		char places[384];
+		hs_places_of(s, places, sizeof places);
+		snprintf(msg, sizeof msg,
+			 "kbox: the secret %s may be sent to %s only in %s; it was found in %s "
+			 "(%s), so this request was blocked",
+			 s->name, h->sni, places, words, enc);
+	}
+	return hs_stop(h, 403, msg, s->name, where, enc);
+}
+
+static int hs_pct_value(struct hs_buf *dst, const struct secret *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	for (size_t i = 0; i < s->value_len; i++) {
+		uint8_t c = (uint8_t)s->value[i];
+		if (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+			if (hb_put(dst, &c, 1))
+				return -ENOMEM;
+		} else {
+			uint8_t e[3] = { '%', (uint8_t)hex[c >> 4], (uint8_t)hex[c & 15] };
+			if (hb_put(dst, e, 3))
+				return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* The value, in the same dress as the placeholder it replaces. */
+static int hs_put_value(struct hs_buf *dst, const struct hs_place *pl, const struct secret *s,
+			unsigned form)
+{
+	if (pl->kind == PL_QUERY || form == F_PCT)
+		return hs_pct_value(dst, s);
+	if (form == F_JSON) {
+		for (size_t i = 0; i < s->value_len; i++) {
+			char c = s->value[i];
+			if ((c == '"' || c == '\\') && hb_put(dst, "\\", 1))
+				return -ENOMEM;
+			if (hb_put(dst, &c, 1))
+				return -ENOMEM;
+		}
+		return 0;
+	}
+	return hb_put(dst, s->value, s->value_len);
+}
+
+/* Rewrite S[0, N) found in place PL into DST.  Unless FINAL, stops before a
+ * possible placeholder that the end of the data cuts; *DONE gets how many
+ * bytes were dealt with.  0, 1 (blocked) or -ENOMEM. */
+static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s, size_t n,
+		      bool final, struct hs_buf *dst, size_t *done)
+{
+	size_t i = 0, emit = 0;
+	int rc = 0;
+	while (i < n) {
+		struct hs_match m;
+		int r = hs_find(h, s, n, i, final, &m);
+		if (r == M_MORE)
+			break;
+		if (r == M_NO) {
+			i++;
+			continue;
+		}
+		rc = hs_decide(h, pl, &m);
+		if (rc)
+			return rc;
+		if (hb_put(dst, s + emit, i - emit) || hs_put_value(dst, pl, m.s, m.form))
+			return -ENOMEM;
+		emit = i = m.end;
+	}
+	if (hb_put(dst, s + emit, i - emit))
+		return -ENOMEM;
+	if (done)
+		*done = i;
+	return 0;
+}
+
+/* ---- Basic credentials -------------------------------------------------- */
+
+/* Strict base64 (standard alphabet, padding optional) into OUT. */
+static bool hs_b64_decode(const uint8_t *s, size_t n, struct hs_buf *out)
+{
+	while (n && s[n - 1] == '=')
+		n--;
+	if (n % 4 == 1)
+		return false;
+	unsigned acc = 0, nb = 0;
+	for (size_t i = 0; i < n; i++) {
+		int v = hs_b64val(s[i], false);
+		if (v < 0)
+			return false;
+		acc = ((acc << 6) | (unsigned)v) & 0x3fff;
+		nb += 6;
+		if (nb >= 8) {
+			uint8_t b = (uint8_t)(acc >> (nb - 8));
+			nb -= 8;
+			if (hb_put(out, &b, 1))
+				return false;
+		}
+	}
+	return true;
+}
+
+static int hs_b64_encode(const uint8_t *s, size_t n, struct hs_buf *out)
+{
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = (unsigned)s[i] << 16;
+		if (i + 1 < n)
+			v |= (unsigned)s[i + 1] << 8;
+		if (i + 2 < n)
+			v |= s[i + 2];
+		char e[4] = { hs_b64std[v >> 18], hs_b64std[(v >> 12) & 63],
+			      i + 1 < n ? hs_b64std[(v >> 6) & 63] : '=',
+			      i + 2 < n ? hs_b64std[v & 63] : '=' };
+		if (hb_put(out, e, 4))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* "Basic TOKEN" in an authorization field: the placeholder is looked for
+ * in the decoded credentials, and they are re-encoded after substitution.
+ * 0 (handled, written to DST), 1 (blocked), 2 (not Basic credentials),
+ * -ENOMEM. */
+static int hs_basic(struct hs *h, const char *field, const uint8_t *v, size_t n,
+		    struct hs_buf *dst)
+{
+	if (strcmp(field, "authorization") != 0 && strcmp(field, "proxy-authorization") != 0)
+		return 2;
+	if (n < 7 || strncasecmp((const char *)v, "basic ", 6) != 0)
+		return 2;
+	size_t t = 6;
+	while (t < n && v[t] == ' ')
+		t++;
+	struct hs_buf dec = { 0 }, rew = { 0 };
+	int rc = 2;
+	if (t < n && hs_b64_decode(v + t, n - t, &dec)) {
+		struct hs_place pl = { .kind = PL_HEADER, .field = field, .basic = true };
+		unsigned before = h->n_subst;
+		rc = hs_rewrite(h, &pl, hb_data(&dec), hb_size(&dec), true, &rew, NULL);
+		if (rc == 0 && h->n_subst == before)
+			rc = hb_put(dst, v, n);
+		else if (rc == 0 && (hb_put(dst, v, t) || hs_b64_encode(hb_data(&rew), hb_size(&rew), dst)))
+			rc = -ENOMEM;
+	}
+	hb_free(&dec);
+	hb_free(&rew);
+	return rc;
+}
+
+/* ---- heads and trailers ------------------------------------------------- */
+
+struct hs_field {
+	const uint8_t *name, *val;
+	size_t nlen, vlen;
+	char lname[SECRETS_FIELD_MAX + 1]; /* lower case, cut */
+};
+
+/* Split B (field lines, each ending in CRLF, then the final CRLF) into
+ * fields.  0, or 1 when refused. */
+static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *f, size_t *nf,
+		     const char *what)
+{
+	size_t i = 0;
+	*nf = 0;
+	while (i + 2 <= n && !(b[i] == '\r' && b[i + 1] == '\n')) {
+		const uint8_t *line = b + i;
+		const uint8_t *eol = memmem(line, n - i, "\r\n", 2);
+		size_t len = (size_t)(eol - line);
+		i += len + 2;
+		if (len > HS_LINE_MAX)
+			return hs_fail(h, 431, "a %s field line is longer than %u bytes; this request to %s was refused",
+				       what, HS_LINE_MAX, h->sni);
+		if (*nf == HS_FIELDS_MAX)
+			return hs_fail(h, 431, "more than %u %s fields; this request to %s was refused",
+				       HS_FIELDS_MAX, what, h->sni);
+		if (line[0] == ' ' || line[0] == '\t')
+			return hs_fail(h, 400,
+				       "a %s field is folded over several lines (obs-fold); this "
+				       "request to %s was refused",
+				       what, h->sni);
+		size_t c = 0;
+		while (c < len && hs_tchar(line[c]))
+			c++;
+		if (c == 0 || c == len || line[c] != ':')
+			return hs_fail(h, 400,
+				       "malformed %s field line (expected 'name: value'); this "
+				       "request to %s was refused",
+				       what, h->sni);
+		struct hs_field *fl = &f[(*nf)++];
+		fl->name = line;
+		fl->nlen = c;
+		size_t k;
+		for (k = 0; k < c && k < SECRETS_FIELD_MAX; k++)
+			fl->lname[k] = (char)tolower(line[k]);
+		fl->lname[k] = '\0';
+		size_t vs = c + 1, ve = len;
+		while (vs < ve && (line[vs] == ' ' || line[vs] == '\t'))
+			vs++;
+		while (ve > vs && (line[ve - 1] == ' ' || line[ve - 1] == '\t'))
+			ve--;
+		for (size_t j = vs; j < ve; j++)
+			if ((line[j] < 0x20 && line[j] != '\t') || line[j] == 0x7f)
+				return hs_fail(h, 400,
+					       "a control character in the %s field '%s'; this "
+					       "request to %s was refused",
+					       what, fl->lname, h->sni);
+		fl->val = line + vs;
+		fl->vlen = ve - vs;
+	}
+	return 0;
+}
+
+/* Rewrite one field into DST as "Name: value\r\n".  0, 1, -ENOMEM. */
+static int hs_put_field(struct hs *h, const struct hs_field *f, enum hs_place_kind kind,
+			struct hs_buf *dst)
+{
+	struct hs_place npl = { .kind = PL_HEADER_NAME };
+	int rc = hs_rewrite(h, &npl, f->name, f->nlen, true, dst, NULL);
+	if (rc)
+		return rc;
+	if (hb_put(dst, ": ", 2))
+		return -ENOMEM;
+	rc = hs_basic(h, f->lname, f->val, f->vlen, dst);
+	if (rc == 2) {
+		struct hs_place pl = { .kind = kind, .field = f->lname };
+		rc = hs_rewrite(h, &pl, f->val, f->vlen, true, dst, NULL);
+	}
+	if (rc)
+		return rc;
+	return hb_put(dst, "\r\n", 2) ? -ENOMEM : 0;
+}
+
+/* Host must name the connection's server (port allowed). */
+static bool hs_host_ok(const struct hs *h, const uint8_t *v, size_t n)
+{
+	size_t hn = n;
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == ':') {
+			hn = i;
+			break;
+		}
+	if (hn < n) {
+		size_t pl = n - hn - 1;
+		if (pl == 0 || pl > 5)
+			return false;
+		unsigned port = 0;
+		for (size_t i = hn + 1; i < n; i++) {
+			if (v[i] < '0' || v[i] > '9')
+				return false;
+			port = port * 10 + (unsigned)(v[i] - '0');
+		}
+		if (port == 0 || port > 65535)
+			return false;
+	}
+	if (hn && v[hn - 1] == '.')
+		hn--;
+	return hn == strlen(h->sni) && hn && strncasecmp((const char *)v, h->sni, hn) == 0;
+}
+
+static bool hs_body_enabled(const struct hs *h)
+{
+	for (size_t i = 0; i < secrets_count(h->set); i++) {
+		const struct secret *s = secrets_at(h->set, i);
+		if (s->sub_body && secrets_hosts_match(s, h->sni))
+			return true;
+	}
+	return false;
+}
+
+static int hs_request_done(struct hs *h)
+{
+	h->forwarded++;
+	h->n_subst = 0;
+	h->phase = h->upgrade ? PH_OPAQUE : PH_HEAD;
+	return 0;
+}
+
+/* A complete head B[0, N) (request line to the empty line).  0, 1, -ENOMEM. */
+static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
+{
+	const uint8_t *eol = memmem(b, n, "\r\n", 2);
+	size_t ll = (size_t)(eol - b);
+	if (ll > HS_LINE_MAX)
+		return hs_fail(h, 414, "the request line is longer than %u bytes; this request to %s was refused",
+			       HS_LINE_MAX, h->sni);
+	if (ll >= 3 && memcmp(b, "PRI", 3) == 0)
+		return hs_fail(h, 400,
+			       "HTTP/2 is not available through kbox's secret substitution; use "
+			       "HTTP/1.1 (ALPN http/1.1); this connection to %s was closed",
+			       h->sni);
+	/* method SP target SP version */
+	size_t m = 0;
+	while (m < ll && hs_tchar(b[m]))
+		m++;
+	size_t t0 = m + 1, t1 = t0;
+	while (t1 < ll && b[t1] > 0x20 && b[t1] < 0x7f)
+		t1++;
+	if (m == 0 || m >= ll || b[m] != ' ' || t1 == t0 || t1 >= ll || b[t1] != ' ')
+		return hs_fail(h, 400, "malformed request line (expected 'METHOD /path HTTP/1.1'); this request to %s was refused",
+			       h->sni);
+	const uint8_t *ver = b + t1 + 1;
+	size_t vl = ll - t1 - 1;
+	bool v11 = hs_eq_ci(ver, vl, "HTTP/1.1") && memcmp(ver, "HTTP", 4) == 0;
+	bool v10 = hs_eq_ci(ver, vl, "HTTP/1.0") && memcmp(ver, "HTTP", 4) == 0;
+	if (!v11 && !v10)
+		return hs_fail(h, 400, "only HTTP/1.1 and HTTP/1.0 requests pass kbox's secret substitution; this request to %s was refused",
+			       h->sni);
+	if (hs_eq_ci(b, m, "CONNECT") && memcmp(b, "CONNECT", 7) == 0)
+		return hs_fail(h, 400, "CONNECT is not available inside an intercepted connection; this request to %s was refused",
+			       h->sni);
+	if (b[t0] != '/' && !(t1 - t0 == 1 && b[t0] == '*' && m == 7 && memcmp(b, "OPTIONS", 7) == 0))
+		return hs_fail(h, 400,
+			       "the request target must be a path starting with '/' (absolute URLs are not accepted); this request to %s was refused",
+			       h->sni);
+
+	struct hs_field f[HS_FIELDS_MAX];
+	size_t nf;
+	int rc = hs_fields(h, eol + 2, n - ll - 2, f, &nf, "header");
+	if (rc)
+		return rc;
+	int hosts = 0, cls = 0, tes = 0;
+	bool host_ok = false, te_ok = true, expect = false;
+	uint64_t cl = 0;
+	h->upgrade = false;
+	for (size_t i = 0; i < nf; i++) {
+		const char *ln = f[i].lname;
+		if (f[i].nlen > SECRETS_FIELD_MAX)
+			continue;
+		if (!strcmp(ln, "host")) {
+			hosts++;
+			host_ok = hs_host_ok(h, f[i].val, f[i].vlen);
+		} else if (!strcmp(ln, "content-length")) {
+			cls++;
+			if (f[i].vlen == 0 || f[i].vlen > 15)
+				return hs_fail(h, 400, "invalid Content-Length; this request to %s was refused", h->sni);
+			cl = 0;
+			for (size_t j = 0; j < f[i].vlen; j++) {
+				if (f[i].val[j] < '0' || f[i].val[j] > '9')
+					return hs_fail(h, 400, "invalid Content-Length; this request to %s was refused", h->sni);
+				cl = cl * 10 + (uint64_t)(f[i].val[j] - '0');
+			}
+		} else if (!strcmp(ln, "transfer-encoding")) {
+			tes++;
+			te_ok = hs_eq_ci(f[i].val, f[i].vlen, "chunked");
+		} else if (!strcmp(ln, "expect")) {
+			expect = true;
+		} else if (!strcmp(ln, "upgrade")) {
+			h->upgrade = true;
+		}
+	}
+	if (hosts != 1)
+		return hs_fail(h, 400, "a request needs exactly one Host field (this one has %d); this request to %s was refused",
+			       hosts, h->sni);
+	if (!host_ok)
+		return hs_stop(h, 421,
+			       "kbox: the Host field does not name the server this connection "
+			       "was opened to (TLS server name); the request was refused",
+			       NULL, "header host", NULL);
+	if (cls > 1 || tes > 1 || (cls && tes))
+		return hs_fail(h, 400,
+			       "ambiguous body length (several Content-Length or "
+			       "Transfer-Encoding fields, or both); this request to %s was refused",
+			       h->sni);
+	if (tes && (!te_ok || v10))
+		return hs_fail(h, 400,
+			       "only 'Transfer-Encoding: chunked' (HTTP/1.1) is accepted; this "
+			       "request to %s was refused",
+			       h->sni);
+
+	h->chunked = tes == 1;
+	h->buffering = false;
+	if (cls && cl > 0 && hs_body_enabled(h)) {
+		if (cl > HS_BODY_BUFFER_MAX)
+			return hs_fail(h, 413,
+				       "a request body in which secrets may be substituted is "
+				       "limited to %u bytes (this one has %llu); this request to %s "
+				       "was refused",
+				       HS_BODY_BUFFER_MAX, (unsigned long long)cl, h->sni);
+		h->buffering = true;
+	}
+
+	/* The rewritten head. */
+	struct hs_buf *dst = h->buffering ? &h->held_head : &h->out;
+	struct hs_buf *hd = &h->tmp;
+	hb_reset(hd);
+	const uint8_t *q = memchr(b + t0, '?', t1 - t0);
+	size_t pathlen = q ? (size_t)(q - (b + t0)) : t1 - t0;
+	struct hs_place line = { .kind = PL_LINE };
+	rc = hs_rewrite(h, &line, b, t0 + pathlen, true, hd, NULL);
+	if (!rc && q) {
+		struct hs_place query = { .kind = PL_QUERY };
+		rc = hs_rewrite(h, &query, q, (size_t)(b + t1 - q), true, hd, NULL);
+	}
+	if (rc)
+		return rc;
+	if (hb_put(hd, b + t1, ll - t1 + 2))
+		return -ENOMEM;
+	for (size_t i = 0; i < nf; i++) {
+		/* A held body gets its Content-Length when its size is known; and
+		 * the client would wait for a 100 that its Expect cannot get
+		 * before the body is complete, so it is dropped. */
+		if (h->buffering && (!strcmp(f[i].lname, "content-length") ||
+				     (expect && !strcmp(f[i].lname, "expect"))))
+			continue;
+		rc = hs_put_field(h, &f[i], PL_HEADER, hd);
+		if (rc)
+			return rc;
+	}
+	if (!h->buffering && hb_put(hd, "\r\n", 2))
+		return -ENOMEM;
+	if (hb_put(dst, hb_data(hd), hb_size(hd)))
+		return -ENOMEM;
+	hb_reset(hd);
+
+	hb_reset(&h->win);
+	if (h->chunked) {
+		h->phase = PH_CHUNK_LINE;
+	} else if (cl > 0) {
+		h->remaining = cl;
+		h->phase = PH_BODY_CL;
+	} else {
+		return hs_request_done(h);
+	}
+	return 0;
+}
+
+/* The trailer section B[0, N) (fields, then the empty line) ends a chunked
+ * body.  0, 1, -ENOMEM. */
+static int hs_trailer_done(struct hs *h, const uint8_t *b, size_t n)
+{
+	struct hs_field f[HS_FIELDS_MAX];
+	size_t nf;
+	int rc = hs_fields(h, b, n, f, &nf, "trailer");
+	if (rc)
+		return rc;
+	struct hs_buf *hd = &h->tmp;
+	hb_reset(hd);
+	if (hb_puts(hd, "0\r\n"))
+		return -ENOMEM;
+	for (size_t i = 0; i < nf; i++) {
+		rc = hs_put_field(h, &f[i], PL_TRAILER, hd);
+		if (rc)
+			return rc;
+	}
+	if (hb_put(hd, "\r\n", 2) || hb_put(&h->out, hb_data(hd), hb_size(hd)))
+		return -ENOMEM;
+	hb_reset(hd);
+	return hs_request_done(h);
+}
+
+/* ---- bodies ------------------------------------------------------------ */
+
+/* Body bytes D[0, N) join the window; whatever can be decided is rewritten
+ * and sent on (or held).  FINAL at the body's end.  0, 1, -ENOMEM. */
+static int hs_payload(struct hs *h, const uint8_t *d, size_t n, bool final)
+{
+	if (hb_put(&h->win, d, n))
+		return -ENOMEM;
+	struct hs_place pl = { .kind = h->phase == PH_OPAQUE ? PL_STREAM : PL_BODY };
+	struct hs_buf *dst = h->buffering ? &h->held : h->chunked ? &h->tmp : &h->out;
+	size_t done = 0;
+	if (h->chunked)
+		hb_reset(&h->tmp);
+	int rc = hs_rewrite(h, &pl, hb_data(&h->win), hb_size(&h->win), final, dst, &done);
+	if (rc)
+		return rc;
+	hb_drop(&h->win, done);
+	if (h->chunked && hb_size(&h->tmp)) {
+		char sz[24];
+		int k = snprintf(sz, sizeof sz, "%zx\r\n", hb_size(&h->tmp));
+		if (hb_put(&h->out, sz, (size_t)k) ||
+		    hb_put(&h->out, hb_data(&h->tmp), hb_size(&h->tmp)) ||
+		    hb_put(&h->out, "\r\n", 2))
+			return -ENOMEM;
+		hb_reset(&h->tmp);
+	}
+	return 0;
+}
+
+static int hs_cl_done(struct hs *h)
+{
+	if (h->buffering) {
+		char cl[48];
+		int k = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n\r\n", hb_size(&h->held));
+		if (hb_put(&h->out, hb_data(&h->held_head), hb_size(&h->held_head)) ||
+		    hb_put(&h->out, cl, (size_t)k) ||
+		    hb_put(&h->out, hb_data(&h->held), hb_size(&h->held)))
+			return -ENOMEM;
+		hb_reset(&h->held_head);
+		hb_reset(&h->held);
+	}
+	return hs_request_done(h);
+}
+
+/* ---- collecting heads, trailers and chunk lines -------------------------- */
+
+/* Append up to N bytes to h->head until the block ends: a CRLF for a chunk
+ * line, an empty line for a head or trailer section.  Sets *USED and
+ * *END (length of the block in h->head, 0 while incomplete).  0 or 1. */
+static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size_t *used,
+		      size_t *end)
+{
+	size_t old = hb_size(&h->head);
+	/* Room for the block and its terminator; what lies beyond is given
+	 * back below.  The checks after each append keep old <= max + lead. */
+	size_t room = max + 4 + (h->phase == PH_HEAD ? h->lead : 0) - old;
+	size_t k = n < room ? n : room;
+	*end = 0;
+	if (hb_put(&h->head, p, k))
+		return -ENOMEM;
+	const uint8_t *b = hb_data(&h->head);
+	size_t len = hb_size(&h->head);
+	bool head = h->phase == PH_HEAD;
+	bool chunkline = h->phase == PH_CHUNK_LINE;
+
+	if (head && !h->lead_done) {
+		while (h->lead + 1 < len && b[h->lead] == '\r' && b[h->lead + 1] == '\n')
+			h->lead += 2;
+		if (h->lead > HS_LEAD_MAX)
+			return hs_fail(h, 400, "too many empty lines before a request; this connection to %s was closed", h->sni);
+		if (h->lead < len && !(b[h->lead] == '\r' && h->lead + 1 == len))
+			h->lead_done = true;
+	}
+	size_t e = 0;
+	if (chunkline) {
+		const uint8_t *x = memmem(b, len, "\r\n", 2);
+		if (x)
+			e = (size_t)(x - b) + 2;
+	} else if (!head && len >= 2 && b[0] == '\r' && b[1] == '\n') {
+		e = 2; /* no trailer fields */
+	} else {
+		size_t from = h->scan > 3 ? h->scan - 3 : 0;
+		if (head && from < h->lead)
+			from = h->lead;
+		if (head && !h->lead_done)
+			from = len;
+		const uint8_t *x = from < len ? memmem(b + from, len - from, "\r\n\r\n", 4) : NULL;
+		if (x)
+			e = (size_t)(x - b) + 4;
+	}
+	/* Only the block itself: what follows it is body or the next request. */
+	for (size_t i = old; i < (e ? e : len); i++) {
+		uint8_t c = b[i];
+		if (c == '\n' && (i == 0 || b[i - 1] != '\r'))
+			return hs_fail(h, 400, "a line ends in a bare LF (expected CRLF); this request to %s was refused", h->sni);
+		if (i > 0 && b[i - 1] == '\r' && c != '\n')
+			return hs_fail(h, 400, "a bare CR in the request; this request to %s was refused", h->sni);
+		if ((c < 0x20 && c != '\r' && c != '\n' && c != '\t') || c == 0x7f)
+			return hs_fail(h, 400,
+				       "not an HTTP/1.1 request (control bytes in the %s); this "
+				       "connection to %s was closed",
+				       head ? "head" : "framing", h->sni);
+	}
+	if (e) {
+		size_t excess = len - e;
+		h->head.len -= excess;
+		*used = k - excess;
+		*end = e;
+		h->scan = 0;
+		return 0;
+	}
+	*used = k;
+	h->scan = len;
+	if (chunkline) {
+		if (len > max)
+			return hs_fail(h, 400, "a chunk-size line is longer than %u bytes; this request to %s was refused",
+				       HS_CHUNK_LINE_MAX, h->sni);
+		return 0;
+	}
+	if (len - (head ? h->lead : 0) > max)
+		return hs_fail(h, 431, "the %s is larger than %zu bytes; this request to %s was refused",
+			       head ? "request head" : "trailer section", max, h->sni);
+	const uint8_t *nl = memrchr(b, '\n', len);
+	size_t cur = nl ? len - (size_t)(nl - b) - 1 : len - (head ? h->lead : 0);
+	if (cur > HS_LINE_MAX) {
+		bool first = head && !memchr(b + h->lead, '\n', len - h->lead);
+		return hs_fail(h, first ? 414 : 431,
+			       "a %s is longer than %u bytes; this request to %s was refused",
+			       first ? "request line" : "field line", HS_LINE_MAX, h->sni);
+	}
+	return 0;
+}
+
+static int hs_chunk_line(struct hs *h, const uint8_t *b, size_t n)
+{
+	size_t i = 0;
+	uint64_t size = 0;
+	while (i < n && hs_hexval(b[i]) >= 0) {
+		if (i == 16)
+			return hs_fail(h, 400, "a chunk size has more than 16 hex digits; this request to %s was refused",
+				       h->sni);
+		size = size * 16 + (uint64_t)hs_hexval(b[i]);
+		i++;
+	}
+	if (i == 0)
+		return hs_fail(h, 400, "malformed chunk size; this request to %s was refused", h->sni);
+	size_t j = i;
+	while (j < n - 2 && (b[j] == ' ' || b[j] == '\t'))
+		j++;
+	if (j < n - 2 && b[j] != ';')
+		return hs_fail(h, 400, "malformed chunk size; this request to %s was refused", h->sni);
+	/* Extensions are dropped: the body is re-chunked anyway. */
+	if (size == 0) {
+		h->phase = PH_TRAILER;
+	} else {
+		h->remaining = size;
+		h->phase = PH_CHUNK_DATA;
+	}
+	return 0;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+int hs_new(const struct secrets *set, const char *sni, hs_audit_fn cb, void *ctx,
+	   struct hs **out)
+{
+	size_t n = strlen(sni);
+	*out = NULL;
+	if (n && sni[n - 1] == '.')
+		n--;
+	if (n == 0 || n > HS_SNI_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		char c = sni[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_' || c == '.'))
+			return -EINVAL;
+	}
+	struct hs *h = calloc(1, sizeof *h);
+	if (!h)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		h->sni[i] = (char)tolower((unsigned char)sni[i]);
+	h->set = set;
+	h->cb = cb;
+	h->ctx = ctx;
+	h->state = HS_OPEN;
+	h->phase = PH_HEAD;
+	hs_b64_patterns(h);
+	*out = h;
+	return 0;
+}
+
+static int hs_step(struct hs *h, const uint8_t *p, size_t n, size_t *used)
+{
+	size_t end = 0, k;
+	int rc;
+	*used = 0;
+	switch (h->phase) {
+	case PH_HEAD:
+		rc = hs_collect(h, p, n, HS_HEAD_MAX, used, &end);
+		if (rc || !end)
+			return rc;
+		rc = hs_head_done(h, hb_data(&h->head) + h->lead, end - h->lead);
+		hb_reset(&h->head);
+		h->lead = 0;
+		h->lead_done = false;
+		return rc;
+	case PH_TRAILER:
+		rc = hs_collect(h, p, n, HS_HEAD_MAX, used, &end);
+		if (rc || !end)
+			return rc;
+		rc = hs_payload(h, NULL, 0, true);
+		if (!rc)
+			rc = hs_trailer_done(h, hb_data(&h->head), end);
+		hb_reset(&h->head);
+		return rc;
+	case PH_CHUNK_LINE:
+		rc = hs_collect(h, p, n, HS_CHUNK_LINE_MAX, used, &end);
+		if (rc || !end)
+			return rc;
+		rc = hs_chunk_line(h, hb_data(&h->head), end);
+		hb_reset(&h->head);
+		return rc;
+	case PH_BODY_CL:
+	case PH_CHUNK_DATA:
+		k = n < HS_STEP ? n : HS_STEP;
+		if (k > h->remaining)
+			k = (size_t)h->remaining;
+		*used = k;
+		h->remaining -= k;
+		rc = hs_payload(h, p, k, h->phase == PH_BODY_CL && h->remaining == 0);
+		if (rc || h->remaining)
+			return rc;
+		if (h->phase == PH_BODY_CL)
+			return hs_cl_done(h);
+		h->phase = PH_CHUNK_CRLF;
+		h->crlf_got = 0;
+		return 0;
+	case PH_CHUNK_CRLF:
+		*used = 1;
+		if (p[0] != (h->crlf_got ? '\n' : '\r'))
+			return hs_fail(h, 400, "a chunk is not followed by CRLF (wrong chunk size?); this request to %s was refused",
+				       h->sni);
+		if (++h->crlf_got == 2)
+			h->phase = PH_CHUNK_LINE;
+		return 0;
+	case PH_OPAQUE:
+		/* Nothing is substituted after an upgrade, so nothing needs to be
+		 * held back either: an interactive protocol must not stall. */
+		k = n < HS_STEP ? n : HS_STEP;
+		*used = k;
+		return hs_payload(h, p, k, true);
+	case PH_DONE:
+		break;
+	}
+	return 0;
+}
+
+int hs_feed(struct hs *h, const void *in, size_t n, size_t *taken)
+{
+	const uint8_t *p = in;
+	size_t t = 0;
+	int rc = 0;
+	while (t < n && h->state == HS_OPEN && h->phase != PH_DONE &&
+	       hb_size(&h->out) < HS_OUT_HIGH) {
+		size_t used;
+		rc = hs_step(h, p + t, n - t, &used);
+		t += used;
+		if (rc < 0) {
+			h->state = HS_ERROR;
+			h->phase = PH_DONE;
+			break;
+		}
+	}
+	*taken = t;
+	return rc < 0 ? rc : 0;
+}
+
+int hs_finish(struct hs *h)
+{
+	hb_reset(&h->win);
+	hb_reset(&h->held);
+	hb_reset(&h->held_head);
+	hb_reset(&h->head);
+	if (h->state == HS_OPEN)
+		h->phase = PH_DONE;
+	return 0;
+}
+
+void hs_output(struct hs *h, const uint8_t **p, size_t *len)
+{
+	*p = hb_data(&h->out);
+	*len = hb_size(&h->out);
+}
+
+void hs_consume(struct hs *h, size_t n)
+{
+	size_t have = hb_size(&h->out);
+	hb_drop(&h->out, n < have ? n : have);
+}
+
+void hs_reply(struct hs *h, const uint8_t **p, size_t *len)
+{
+	if (h->state != HS_CLOSE_AFTER_REPLY) {
+		*p = NULL;
+		*len = 0;
+		return;
+	}
+	*p = hb_data(&h->reply);
+	*len = hb_size(&h->reply);
+}
+
+enum hs_state hs_state(const struct hs *h)
+{
+	return h->state;
+}
+
+uint64_t hs_requests_forwarded(const struct hs *h)
+{
+	return h->forwarded;
+}
+
+void hs_free(struct hs *h)
+{
+	if (!h)
+		return;
+	hb_free(&h->head);
+	hb_free(&h->out);
+	hb_free(&h->reply);
+	hb_free(&h->win);
+	hb_free(&h->held);
+	hb_free(&h->held_head);
+	hb_free(&h->tmp);
+	free(h);
+}

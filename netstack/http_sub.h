@@ -1,0 +1,111 @@
+/* The HTTP/1.1 request filter that puts real secret values into the
+ * guest's intercepted requests.  One instance per TLS connection sees the
+ * decrypted guest -> upstream byte stream in slices of any size, parses it
+ * (request line, header fields, Content-Length and chunked bodies,
+ * trailers, keep-alive and pipelining) and produces the bytes to send
+ * upstream.  Responses are not seen: they pass through unchanged.
+ *
+ * For every placeholder "$KBOX_<NAME>" of a known secret it finds, in plain
+ * form or hidden by percent-encoding (%24KBOX_...), JSON escapes
+ * (\u0024KBOX_...), base64 (Basic credentials and base64 text anywhere) or
+ * split across slices, it either substitutes the real value (the
+ * connection's SNI name is in the secret's allow list and the place is
+ * enabled: the named header fields, the query, the body) or blocks the
+ * request: nothing more goes upstream, the guest gets a "403 Forbidden"
+ * whose body says why, and the connection is to be closed.  Anything that
+ * cannot be parsed with certainty (smuggling-prone framing, obs-fold, bare
+ * CR or LF, HTTP/2 prior knowledge, oversized parts) is answered 4xx and
+ * closed: the filter fails closed.
+ *
+ * Memory per connection is bounded by the limits below. */
+#ifndef KBOX_NETSTACK_HTTP_SUB_H
+#define KBOX_NETSTACK_HTTP_SUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "netstack/secrets.h"
+
+#define HS_LINE_MAX (16u * 1024)      /* request line or one field line; 414/431 */
+#define HS_HEAD_MAX (64u * 1024)      /* request head (or trailer section); 431 */
+#define HS_FIELDS_MAX 100u            /* fields in a head or trailer section; 431 */
+#define HS_CHUNK_LINE_MAX 4096u       /* chunk-size line with extensions; 400 */
+#define HS_BODY_BUFFER_MAX (8u << 20) /* Content-Length body held for substitution; 413 */
+#define HS_SUBST_MAX 64u              /* substitutions in one request; 400 */
+#define HS_OUT_HIGH (256u * 1024)     /* pending output before hs_feed stops taking */
+#define HS_SNI_MAX 253u               /* longest server name */
+#define HS_REPLY_MAX 4096u            /* the answer to the guest */
+
+enum hs_state {
+	HS_OPEN,              /* keep feeding */
+	HS_CLOSE_AFTER_REPLY, /* send hs_output upstream, then hs_reply to the guest; close */
+	HS_ERROR,             /* out of memory: close both sides without a reply */
+};
+
+enum hs_decision { HS_SUBSTITUTED, HS_BLOCKED };
+
+/* What the audit callback is told.  Never a real value. */
+struct hs_audit {
+	const char *secret;   /* secret name, or NULL for a request refused for
+			       * another reason (Host != SNI, malformed...) */
+	const char *host;     /* the connection's SNI name */
+	const char *where;    /* "header authorization", "query", "body",
+			       * "request line", "trailer x-y", ... */
+	const char *encoding; /* "plain", "percent-encoded", "JSON-escaped",
+			       * "base64", "Basic credentials", or NULL */
+	enum hs_decision decision;
+	int status;           /* HTTP status answered when blocked, else 0 */
+	const char *reason;   /* the message given to the guest when blocked */
+};
+
+typedef void (*hs_audit_fn)(void *ctx, const struct hs_audit *ev);
+
+struct hs;
+
+/* A filter for one connection to SNI (a DNS name, at most HS_SNI_MAX
+ * bytes; a trailing dot is dropped).  SET may be NULL (no secrets: every
+ * request is only parsed and checked) and must outlive the filter; it may
+ * be changed by secrets_reload between hs_feed calls.  CB (may be NULL)
+ * gets one event per substitution or block.  0, -EINVAL (SNI not a DNS
+ * name) or -ENOMEM. */
+int hs_new(const struct secrets *set, const char *sni, hs_audit_fn cb, void *ctx,
+	   struct hs **out);
+
+/* Feed N request bytes.  *TAKEN gets how many were consumed: fewer than N
+ * when pending output reached HS_OUT_HIGH (drain it with hs_output /
+ * hs_consume and feed the rest again) or when the state is no longer
+ * HS_OPEN (the rest must be dropped).  0, or -ENOMEM (state HS_ERROR). */
+int hs_feed(struct hs *h, const void *in, size_t n, size_t *taken);
+
+/* The end of the guest's request stream (its TLS close_notify or FIN).  A
+ * request cut off in the middle is not completed; whatever of it is held
+ * back is dropped.  0. */
+int hs_finish(struct hs *h);
+
+/* Bytes ready for upstream: *P and *LEN (0 when none).  Valid until the
+ * next call on H. */
+void hs_output(struct hs *h, const uint8_t **p, size_t *len);
+
+/* Mark N bytes of hs_output as sent (N <= *LEN). */
+void hs_consume(struct hs *h, size_t n);
+
+/* The answer for the guest once the state is HS_CLOSE_AFTER_REPLY (a
+ * complete HTTP/1.1 response with "Connection: close"), else *LEN = 0.
+ * Requests before the refused one were forwarded whole: the caller should
+ * stop writing upstream, relay upstream's responses to those
+ * (hs_requests_forwarded of them) until upstream closes or a timeout, then
+ * send this and close. */
+void hs_reply(struct hs *h, const uint8_t **p, size_t *len);
+
+/* The connection's state. */
+enum hs_state hs_state(const struct hs *h);
+
+/* Requests forwarded upstream in full so far. */
+uint64_t hs_requests_forwarded(const struct hs *h);
+
+/* Free H (NULL is fine); buffered bytes are wiped first, since they may
+ * hold substituted values. */
+void hs_free(struct hs *h);
+
+#endif

@@ -14,10 +14,10 @@
 
 #include <bearssl.h>
 
-#define TC_MINT_MAX 4096u          /* leaves minted per CA, in all */
-#define TC_NAME_MAX 253u           /* longest DNS name we mint for */
-#define TC_LEAF_LIFETIME (7 * 86400) /* leaf notAfter = now + 7 days */
-#define TC_LEAF_BACKDATE 3600      /* leaf notBefore = now - 1 hour (clock skew) */
+#define TC_MINT_MAX 4096u               /* leaves minted per CA, in all */
+#define TC_NAME_MAX 253u                /* longest DNS name we mint for */
+#define TC_LEAF_LIFETIME (7 * 86400)    /* leaf notAfter = now + 7 days */
+#define TC_LEAF_BACKDATE 3600           /* notBefore = now - 1 hour (clock skew) */
 #define TC_CA_LIFETIME (3650LL * 86400) /* CA validity: 10 years */
 
 struct tc_ca; /* the CA: P-256 key + self-signed cert, plus the leaf cache */
@@ -26,9 +26,9 @@ struct tc_ca; /* the CA: P-256 key + self-signed cert, plus the leaf cache */
  * cert 0644; missing parent directories are created 0700) when neither
  * exists.  The key must be ours, not readable by group or others, and
  * match the certificate, which must not have expired.  A lock on DIR
- * keeps two processes from creating two CAs at once.  Returns 0 and sets *out, or a negative errno;
- * on failure ERR (if non-NULL) gets one line saying what is wrong and
- * what to do. */
+ * keeps two processes from creating two CAs at once.  Returns 0 and sets
+ * *OUT, or a negative errno; on failure ERR (if non-NULL) gets one line
+ * saying what is wrong and what to do. */
 int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen);
 
 /* Make a fresh CA in memory only (new key, self-signed certificate with
@@ -44,9 +44,8 @@ int tc_ca_generate(const char *cn, time_t now, struct tc_ca **out);
  * of its key if it has none) and end no later than it.  Copies both.
  * 0, -EINVAL (unparsable, not a CA, wrong curve, key mismatch), -ENOMEM,
  * -EIO (random source). */
-int tc_ca_from_parts(const unsigned char *cert_der, size_t cert_len,
-                     const unsigned char *priv, size_t priv_len,
-                     struct tc_ca **out);
+int tc_ca_from_parts(const unsigned char *cert_der, size_t cert_len, const unsigned char *priv,
+		     size_t priv_len, struct tc_ca **out);
 
 /* Free the CA and every leaf it minted (all pointers from tc_leaf die). */
 void tc_ca_free(struct tc_ca *ca);
@@ -75,9 +74,8 @@ const br_ec_private_key *tc_ca_key(const struct tc_ca *ca);
  * (NULL, empty, > 253 bytes, a character outside [A-Za-z0-9-_.], an
  * empty or > 63-byte label, a malformed IP literal), -ENOMEM, -EIO
  * (signing failed), -ENOSPC. */
-int tc_leaf(struct tc_ca *ca, const char *name,
-            const br_x509_certificate **chain, size_t *chain_len,
-            const br_ec_private_key **key);
+int tc_leaf(struct tc_ca *ca, const char *name, const br_x509_certificate **chain,
+	    size_t *chain_len, const br_ec_private_key **key);
 
 /* How many distinct names have a leaf (tests). */
 size_t tc_cache_count(struct tc_ca *ca);
@@ -93,10 +91,11 @@ int tc_ca_default_dir(char *buf, size_t len);
  * failed (every later call is a no-op) so that callers check once at the
  * end. */
 struct tc_der {
-    unsigned char *buf;
-    size_t cap;
-    size_t len;
-    int err; /* 0 or -ENOSPC */
+	unsigned char *buf;
+	size_t cap;
+	size_t len;
+	int err; /* 0, or the first error: -ENOSPC (full), -EINVAL (tag over
+		  * 0xff, malformed OID, bad mark), -ERANGE (year past 9999) */
 };
 
 /* Start writing into BUF (CAP bytes). */
@@ -121,30 +120,29 @@ void tc_der_uint(struct tc_der *d, const unsigned char *p, size_t n);
 void tc_der_oid(struct tc_der *d, const char *dotted);
 
 /* Open a constructed value (SEQUENCE, SET, [n]); returns a mark for
- * tc_der_close.  Content is written after a reserved 4-byte-length
- * header and moved down once its size is known. */
+ * tc_der_close.  Content is written after a reserved 6-byte header
+ * (lengths up to 2^32-1) and moved down once its size is known. */
 size_t tc_der_open(struct tc_der *d, unsigned tag);
 
 /* Close the value opened at MARK, fixing its length. */
 void tc_der_close(struct tc_der *d, size_t mark);
 
-/* Append a UTCTime (1950..2049) or GeneralizedTime (otherwise) for T,
- * as RFC 5280 4.1.2.5 requires. */
+/* Append a UTCTime (years 1950..2049) or GeneralizedTime (otherwise,
+ * up to 9999) for T, in UTC with seconds, as RFC 5280 4.1.2.5 requires. */
 void tc_der_time(struct tc_der *d, time_t t);
 
 /* ---- PEM ---- */
 
 /* Encode DER as PEM with the label LABEL (64-column lines, trailing
  * newline) into a malloc'd NUL-terminated string in *OUT.  0, -ENOMEM. */
-int tc_pem_encode(const char *label, const unsigned char *der, size_t len,
-                  char **out);
+int tc_pem_encode(const char *label, const unsigned char *der, size_t len, char **out);
 
 /* Find the first PEM block labelled LABEL in TEXT (LEN bytes, need not be
  * NUL-terminated) and decode it into a malloc'd buffer.  Whitespace
  * inside the base64 is ignored; anything else invalid fails.  0, -EINVAL
  * (no such block, bad base64, empty), -ENOMEM. */
-int tc_pem_decode(const char *text, size_t len, const char *label,
-                  unsigned char **der, size_t *der_len);
+int tc_pem_decode(const char *text, size_t len, const char *label, unsigned char **der,
+		  size_t *der_len);
 
 /* A P-256 private key as PEM "EC PRIVATE KEY" (SEC1 / RFC 5915, what
  * `openssl ec` reads and writes): malloc'd, NUL-terminated, in *OUT.

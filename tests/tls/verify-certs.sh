@@ -145,7 +145,9 @@ else
 		check "python ssl (VERIFY_X509_STRICT) handshake with $(printf %.40s "$name")" \
 			timeout 20 "$PYC" "$T/client.py" "$PORT" "$name" "$CA"
 	done
-	if command -v node >/dev/null; then
+	if ! command -v node >/dev/null; then
+		echo "SKIP node tls.connect: node is not installed"
+	else
 		check "node tls.connect (ca option) with registry.npmjs.org" timeout 20 node -e '
 			const tls = require("tls"), fs = require("fs");
 			const s = tls.connect({host: "127.0.0.1", port: +process.argv[1],
@@ -186,7 +188,9 @@ with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
 PY
 check "python ssl (strict) TLS 1.2 handshake with openssl s_server, SNI api.github.com" \
 	timeout 20 "$PYC" "$T/client12.py" "$PORT" api.github.com "$CA"
-if command -v curl >/dev/null; then
+if ! command -v curl >/dev/null; then
+	echo "SKIP curl --cacert: curl is not installed"
+else
 	# --resolve: the name goes to 127.0.0.1 without any lookup
 	check "curl --cacert (HTTPS GET from openssl s_server) for api.github.com" \
 		timeout 20 curl -sS -o /dev/null --cacert "$CA" \

@@ -1095,9 +1095,9 @@ static int cfg_mounts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_c
 
 /* ---- image, workdir, env ----------------------------------------------- */
 
-/* "./rootfs", "/srv/rootfs" or "rootfs/": a directory, joined to the file's
- * directory like every path; a word without '/' is an image name, kept as
- * written for the image store. */
+/* "./rootfs", "/srv/rootfs", "rootfs/" or ".rootfs": a directory, joined to
+ * the file's directory like every path; other words are image names or id
+ * prefixes, kept as written for the store (image_resolve's rule). */
 static int cfg_image(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
 {
 	static const char expected[] =
@@ -1107,7 +1107,7 @@ static int cfg_image(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_co
 		return rc;
 	if (v->len == 0)
 		return cfg_err(x, v, "image: empty value; expected %s", expected);
-	if (memchr(v->str, '/', v->len))
+	if (memchr(v->str, '/', v->len) || v->str[0] == '.')
 		return cfg_path(x, v, "image", expected, &c->image);
 	for (size_t i = 0; i < v->len; i++) {
 		char ch = v->str[i];

@@ -845,6 +845,9 @@ START_TEST(later_sections_load)
 	ck_assert_str_eq(c.env[2], "C=");
 	ck_assert_str_eq(c.image, "debian-dev");
 	config_free(&c);
+	ck_assert_int_eq(load("image: .rootfs\n", &c, err), 0);
+	ck_assert_str_eq(c.image, "dir/.rootfs");
+	config_free(&c);
 }
 END_TEST
 

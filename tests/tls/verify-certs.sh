@@ -1,10 +1,11 @@
 #!/bin/sh
-# The kbox CA and its leaf certificates, judged by real strict verifiers:
-# `openssl verify -x509_strict -purpose sslserver`, and Python's ssl with
-# VERIFY_X509_STRICT (Python 3.13's default) doing real TLS handshakes on
-# 127.0.0.1 against a Python server and `openssl s_server` serving minted
-# leaves.  Nothing leaves loopback and no name is resolved: clients dial
-# 127.0.0.1 and give the name as SNI only.
+# The kbox CA and its leaf certificates, judged by real verifiers:
+# `openssl verify -x509_strict -purpose sslserver`; Python's ssl with
+# VERIFY_X509_STRICT (Python 3.13's default), Node, curl and git (libcurl
+# over GnuTLS) in real TLS handshakes on 127.0.0.1 against a Python server
+# and `openssl s_server` serving minted leaves; wrong names and a foreign
+# CA must be refused.  Nothing leaves loopback and no name is resolved:
+# clients dial 127.0.0.1 and give the name as SNI only.
 # Usage: tests/tls/verify-certs.sh [path/to/kbox]   (exit 0 = all PASS)
 set -u
 KBOX=$(realpath "${1:-build/kbox}")
@@ -196,6 +197,25 @@ else
 		timeout 20 curl -sS -o /dev/null --cacert "$CA" \
 		--resolve "api.github.com:$PORT:127.0.0.1" "https://api.github.com:$PORT/"
 fi
+
+# git's HTTPS is libcurl over GnuTLS here: another verifier.  The server
+# is no git server, so success is git complaining about the content.
+git_remote() { # git_remote CAFILE
+	GIT_SSL_CAINFO=$1 GIT_TERMINAL_PROMPT=0 timeout 20 git \
+		-c http.curloptResolve="api.github.com:$PORT:127.0.0.1" \
+		ls-remote "https://api.github.com:$PORT/x.git"
+}
+if ! command -v git >/dev/null; then
+	echo "SKIP git: git is not installed"
+else
+	refuse "git (libcurl, GnuTLS) accepts the leaf: TLS done, the server is no git server" \
+		"is this a git repository" git_remote "$CA"
+	refuse "git (libcurl, GnuTLS) refuses the leaf when trusting another CA" \
+		"certificate verification failed" git_remote "$T/other.pem"
+fi
+kill "$SERVER_PID" 2>/dev/null
+wait "$SERVER_PID" 2>/dev/null
+SERVER_PID=
 
 # A reload keeps the same CA, and its leaves still verify.
 "$KBOX" ca mint --key "$T/again.key" example.com >"$T/again.pem"

@@ -24,6 +24,7 @@ enum { PH_HELLO, PH_UPSTREAM, PH_GUEST, PH_RUN };
 #define ALERT_HANDSHAKE_FAILURE 40
 #define ALERT_DECODE_ERROR 50
 #define ALERT_PROTOCOL_VERSION 70
+#define ALERT_NO_APPLICATION_PROTOCOL 120
 
 /* BearSSL keeps the pointer (its prototype is not const-clean). */
 static const char *alpn_names[] = { "http/1.1" };
@@ -203,6 +204,13 @@ static void check_hello(struct mitm *m)
 		fail(m, ALERT_PROTOCOL_VERSION, "%s",
 		     h.tls13_only ? "client offers only TLS 1.3; interception needs TLS 1.2"
 				  : "client offers no TLS 1.2 (too old); interception needs TLS 1.2");
+		return;
+	}
+	/* A client that names protocols but not HTTP/1.1 (h2 only) would
+	 * speak something the filter cannot read. */
+	if (h.alpn_total > 0 && !h.alpn_http11) {
+		fail(m, ALERT_NO_APPLICATION_PROTOCOL, "client offers ALPN %s but not http/1.1",
+		     h.alpn_n ? h.alpn[0] : "(unprintable)");
 		return;
 	}
 	if (start_upstream(m) < 0)
@@ -439,7 +447,8 @@ int mitm_new(const struct mitm_config *cfg, const char *sni, void *filter_ctx, s
 	br_ssl_engine_set_versions(S(m), BR_TLS12, BR_TLS12);
 	br_ssl_engine_set_protocol_names(S(m), alpn_names, 1);
 	br_ssl_engine_set_buffer(S(m), m->sbuf, sizeof m->sbuf, 1);
-	br_ssl_engine_add_flags(S(m), BR_OPT_NO_RENEGOTIATION | BR_OPT_ENFORCE_SERVER_PREFERENCES);
+	br_ssl_engine_add_flags(S(m), BR_OPT_NO_RENEGOTIATION | BR_OPT_ENFORCE_SERVER_PREFERENCES |
+					      BR_OPT_FAIL_ON_ALPN_MISMATCH);
 
 	/* Upstream side: verified against the anchors for the SNI name. */
 	size_t nta;
@@ -448,7 +457,7 @@ int mitm_new(const struct mitm_config *cfg, const char *sni, void *filter_ctx, s
 	br_ssl_engine_set_versions(C(m), BR_TLS12, BR_TLS12);
 	br_ssl_engine_set_protocol_names(C(m), alpn_names, 1);
 	br_ssl_engine_set_buffer(C(m), m->cbuf, sizeof m->cbuf, 1);
-	br_ssl_engine_add_flags(C(m), BR_OPT_NO_RENEGOTIATION);
+	br_ssl_engine_add_flags(C(m), BR_OPT_NO_RENEGOTIATION | BR_OPT_FAIL_ON_ALPN_MISMATCH);
 	*out = m;
 	return 0;
 }

@@ -23,7 +23,9 @@
  *
  * What the engine enforces:
  *   - it re-reads the guest's ClientHello itself and fails unless it is
- *     well formed, names the same SNI and offers TLS 1.2;
+ *     well formed, names the same SNI, offers TLS 1.2 and, if it offers
+ *     ALPN at all, offers http/1.1 (an h2-only client gets
+ *     no_application_protocol);
  *   - the upstream handshake runs first, while the guest's hello is held;
  *     only when the upstream's certificate verified for the SNI does the
  *     guest's handshake start.  Otherwise the guest gets a fatal

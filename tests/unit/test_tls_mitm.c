@@ -553,6 +553,24 @@ START_TEST(sni_mismatch_and_garbage)
 }
 END_TEST
 
+/* A client that offers h2 only is refused before anything goes upstream. */
+START_TEST(h2_only_client)
+{
+	struct rig *r = malloc(sizeof *r);
+	rig_init(r, NULL, NULL, up_ca, NAME);
+	br_ssl_engine_set_protocol_names(&r->cc.eng, alpn_both, 1);
+	ck_assert(br_ssl_client_reset(&r->cc, NAME, 0));
+	exchange(r);
+	ck_assert_ptr_nonnull(mitm_error(r->m));
+	ck_assert_ptr_nonnull(strstr(mitm_error(r->m), "ALPN h2 but not http/1.1"));
+	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_RECV_FATAL_ALERT + 120);
+	ck_assert_uint_eq(r->up_sent, 0);
+	ck_assert_uint_eq(r->server.rxlen, 0);
+	rig_free(r);
+	free(r);
+}
+END_TEST
+
 /* Garbage once the guest's handshake is under way. */
 START_TEST(garbage_after_hello)
 {
@@ -697,6 +715,7 @@ Suite *tls_mitm_suite(void)
 	tcase_add_test(tc, tls13_only_client);
 	tcase_add_test(tc, sni_mismatch_and_garbage);
 	tcase_add_test(tc, garbage_after_hello);
+	tcase_add_test(tc, h2_only_client);
 	tcase_add_test(tc, filter_reply);
 	tcase_add_test(tc, upstream_eof_is_not_a_close_notify);
 	tcase_add_test(tc, trust_files);

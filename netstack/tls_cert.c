@@ -1276,6 +1276,10 @@ static void ca_common_name(char cn[CN_MAX + 1])
 	host[sizeof host - 1] = 0;
 	/* "kbox local CA (" + ")" leave 48 characters for user@host */
 	snprintf(cn, CN_MAX + 1, "kbox local CA (%.20s@%.27s)", user, host);
+	/* the CN is a UTF8String: keep it plain printable ASCII */
+	for (char *p = cn; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
 }
 
 static int ca_create(const char *dir, const char *key_path, const char *cert_path,

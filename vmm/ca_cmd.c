@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "netstack/tls_cert.h"
@@ -44,8 +45,10 @@ static int write_key(const char *path, const br_ec_private_key *key)
 	if (rc)
 		return rc;
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0) {
+	if (fd < 0 || fchmod(fd, 0600) < 0) {
 		rc = -errno;
+		if (fd >= 0)
+			close(fd);
 	} else {
 		size_t n = strlen(pem), done = 0;
 		while (done < n) {
@@ -66,33 +69,21 @@ static int write_key(const char *path, const br_ec_private_key *key)
 	return rc;
 }
 
-static int mint(struct tc_ca *ca, int argc, char **argv)
+/* Print the chain for each of NAMES (N of them); then write the leaf key
+ * to KEY_OUT if asked. */
+static int mint(struct tc_ca *ca, char **names, int n, const char *key_out)
 {
-	const char *key_out = NULL;
-	int i = 0;
-	if (i < argc && strcmp(argv[i], "--key") == 0) {
-		if (i + 1 >= argc) {
-			fprintf(stderr, "kbox ca mint: --key needs a file name\n");
-			return KBOX_EXIT_FAILURE;
-		}
-		key_out = argv[i + 1];
-		i += 2;
-	}
-	if (i >= argc) {
-		fprintf(stderr, "kbox ca mint: name a host (see 'kbox ca --help')\n");
-		return KBOX_EXIT_FAILURE;
-	}
 	const br_ec_private_key *key = NULL;
-	for (; i < argc; i++) {
+	for (int i = 0; i < n; i++) {
 		const br_x509_certificate *chain;
-		size_t n;
-		int rc = tc_leaf(ca, argv[i], &chain, &n, &key);
+		size_t len;
+		int rc = tc_leaf(ca, names[i], &chain, &len, &key);
 		if (rc) {
-			fprintf(stderr, "kbox ca mint: %s: %s\n", argv[i],
+			fprintf(stderr, "kbox ca mint: %s: %s\n", names[i],
 				rc == -EINVAL ? "not a DNS name or IP address" : strerror(-rc));
 			return 1;
 		}
-		for (size_t c = 0; c < n; c++) {
+		for (size_t c = 0; c < len; c++) {
 			char *pem;
 			if (tc_pem_encode("CERTIFICATE", chain[c].data, chain[c].data_len, &pem))
 				return 1;
@@ -131,6 +122,20 @@ int ca_main(int argc, char **argv)
 		fprintf(stderr, "kbox ca %s takes no arguments\n", cmd);
 		return KBOX_EXIT_FAILURE;
 	}
+	const char *key_out = NULL;
+	int first = 2;
+	if (mint_cmd && argc > 2 && strcmp(argv[2], "--key") == 0) {
+		if (argc < 4) {
+			fprintf(stderr, "kbox ca mint: --key needs a file name\n");
+			return KBOX_EXIT_FAILURE;
+		}
+		key_out = argv[3];
+		first = 4;
+	}
+	if (mint_cmd && first >= argc) {
+		fprintf(stderr, "kbox ca mint: name a host (see 'kbox ca --help')\n");
+		return KBOX_EXIT_FAILURE;
+	}
 	char dir[PATH_MAX - 16];
 	int rc = tc_ca_default_dir(dir, sizeof dir);
 	if (rc) {
@@ -151,7 +156,7 @@ int ca_main(int argc, char **argv)
 	else if (strcmp(cmd, "show") == 0)
 		fputs(tc_ca_pem(ca), stdout);
 	else
-		ret = mint(ca, argc - 2, argv + 2);
+		ret = mint(ca, argv + first, argc - first, key_out);
 	tc_ca_free(ca);
 	if (fflush(stdout) != 0 && ret == 0)
 		ret = 1;

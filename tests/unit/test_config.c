@@ -1131,8 +1131,8 @@ START_TEST(example_file_loads)
 	ck_assert_msg(config_load("examples/sandbox.yaml", &c, err, sizeof err) == 0, "%s", err);
 	ck_assert_uint_eq(c.cpus, 2);
 	ck_assert_uint_eq(c.memory_mib, 2048);
-	ck_assert_str_eq(c.kernel, "examples/../build/kernel/vmlinux");
-	ck_assert_str_eq(c.initrd, "examples/../build/initramfs.cpio");
+	ck_assert_ptr_null(c.kernel);
+	ck_assert_ptr_null(c.initrd);
 	static const char *const want[] = { "/bin/sh", "-c",
 					    "echo hi from the guest in $PWD; exit 7" };
 	expect_argv(c.argv, want, 3);

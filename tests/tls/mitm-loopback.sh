@@ -9,9 +9,10 @@
 # Checks: curl GET (ALPN http/1.1 although it offers h2), a header rewritten
 # by a filter, 1 MiB up and 1 MiB down with sha256, python3 urllib GET and
 # POST, node https, `openssl s_server -www` as the upstream; refusals: a
-# TLS-1.3-only curl (protocol_version alert, reason logged), an upstream
-# certificate for another name and one from an unknown CA (the client's
-# handshake fails, the upstream sees no request), HTTP/2 prior knowledge.
+# TLS-1.3-only curl (protocol_version alert, reason logged), upstream
+# certificates for another name, from an unknown CA and expired (the
+# client's handshake fails, the upstream sees no request), HTTP/2 prior
+# knowledge.
 # One line per check, then "N passed, N failed"; non-zero exit on failure.
 # Usage: tests/tls/mitm-loopback.sh [BUILD_DIR]
 set -u
@@ -59,6 +60,14 @@ leaf() { # name ca out
 leaf $NAME up-ca good
 leaf other.example.test up-ca wrongname
 leaf $NAME rogue-ca rogue
+# an expired leaf (openssl ca takes explicit dates)
+touch "$T/index.txt"
+echo 01 > "$T/serial"
+printf '[ca]\ndefault_ca=d\n[d]\ndatabase=%s/index.txt\nnew_certs_dir=%s\nserial=%s/serial\ndefault_md=sha256\npolicy=p\nx509_extensions=e\n[p]\ncommonName=supplied\n[e]\nsubjectAltName=DNS:%s\nbasicConstraints=CA:FALSE\n' \
+	"$T" "$T" "$T" "$NAME" > "$T/ca.cnf"
+cp "$T/good.key" "$T/expired.key"
+ossl ca -batch -config "$T/ca.cnf" -cert "$T/up-ca.pem" -keyfile "$T/up-ca.key" -in "$T/good.csr" \
+	-out "$T/expired.pem" -startdate 20200101000000Z -enddate 20200102000000Z -notext
 
 # --- upstream servers: python3 (echo) and openssl s_server -www ---
 cat > "$T/server.py" <<'EOF'
@@ -113,7 +122,8 @@ start_proxy() { # tag upstream-port [args] -> prints port
 UP=$(start_server good)
 UPW=$(start_server wrongname)
 UPR=$(start_server rogue)
-[ -n "$UP" ] && [ -n "$UPW" ] && [ -n "$UPR" ] || { echo "servers did not start: $(cat "$T"/*.err)"; exit 1; }
+UPE=$(start_server expired)
+[ -n "$UP" ] && [ -n "$UPW" ] && [ -n "$UPR" ] && [ -n "$UPE" ] || { echo "servers did not start: $(cat "$T"/*.err)"; exit 1; }
 PX=$(start_proxy good "$UP" --filter upper-secret)
 [ -n "$PX" ] || { echo "proxy did not start: $(cat "$T/proxy-good.log")"; exit 1; }
 KCA=$T/kbox/ca.pem
@@ -196,6 +206,14 @@ case $out in *HANDSHAKE_FAILURE*|*"handshake failure"*) ok "upstream from an unk
 sleep 0.3
 has "upstream from an unknown CA: reason logged" "$T/proxy-rogue.log" "not trusted"
 check "upstream from an unknown CA: upstream saw no request" "" "$(cat "$T/rogue.log")"
+
+PXE=$(start_proxy expired "$UPE")
+out=$(curl -sS --max-time 20 --cacert "$KCA" --resolve "$NAME:$PXE:127.0.0.1" "https://$NAME:$PXE/secret" 2>&1)
+case $out in *"handshake failure"*) ok "expired upstream cert: client handshake fails" ;;
+*) bad "expired upstream cert: client handshake fails" "$out" ;; esac
+sleep 0.3
+has "expired upstream cert: reason logged" "$T/proxy-expired.log" "expired"
+check "expired upstream cert: upstream saw no request" "" "$(cat "$T/expired.log")"
 
 out=$(curl -sS --max-time 10 --http2-prior-knowledge "http://127.0.0.1:$PX/" 2>&1)
 sleep 0.3

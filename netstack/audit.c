@@ -89,6 +89,10 @@ int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 		rc = rc ? rc : puts_(buf, len, &pos, e->allow ? ",\"decision\":\"allow\",\"rule\":" : ",\"decision\":\"deny\",\"rule\":");
 		rc = rc ? rc : put_str(buf, len, &pos, e->rule ? e->rule : "", AUDIT_RULE_MAX);
 	}
+	if (e->suppressed) {
+		snprintf(tmp, sizeof tmp, ",\"suppressed\":%llu", (unsigned long long)e->suppressed);
+		rc = rc ? rc : puts_(buf, len, &pos, tmp);
+	}
 	rc = rc ? rc : puts_(buf, len, &pos, "}\n");
 	if (rc)
 		return rc;

@@ -28,6 +28,9 @@ struct audit_event {
 	 * (up) and to it (down), and its lifetime. */
 	bool close;
 	uint64_t bytes_up, bytes_down, duration_ms;
+	/* Like decisions not logged since the last line (rate limit); 0:
+	 * the field is left out. */
+	uint64_t suppressed;
 };
 
 /* Format e as one line ending in '\n' into buf: {"time":"ISO-8601 UTC",
@@ -35,7 +38,8 @@ struct audit_event {
  * (IPv6 in brackets, absent without dst),"name":... (absent without
  * name), then "decision":"allow"|"deny","rule":...} for a decision or
  * "event":"close","bytes_up":N,"bytes_down":N,"duration_ms":N} for a
- * close.  *n gets the length.  0 or -ENOSPC. */
+ * close; ,"suppressed":N before the "}" when set.  *n gets the length.
+ * 0 or -ENOSPC. */
 int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n);
 
 struct audit {

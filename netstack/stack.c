@@ -100,6 +100,9 @@ struct ns {
 	struct dns_memo memo;
 	struct ns_stats st;
 	struct tcp_pcb **listen; /* by destination port */
+	/* Token bucket for refused-UDP audit lines (NS_UDP_LOG_*). */
+	uint64_t udp_tokens_ms; /* tokens in units of 1/NS_UDP_LOG_PER_SEC s, as milliseconds */
+	uint64_t udp_last_ms, udp_unlogged;
 	uint8_t tx[FR_FRAME_MAX];
 	uint8_t rx[HOST_READ_MAX];
 };
@@ -1191,6 +1194,61 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 	dns_reply(s, p, &q, r, a, kept, ttl);
 }
 
+/* Whether an audit line for refused UDP may be written now. */
+static bool udp_log_token(struct ns *s)
+{
+	const uint64_t cost = 1000, cap = NS_UDP_LOG_BURST * cost;
+	uint64_t now = now_ms();
+
+	s->udp_tokens_ms += (now - s->udp_last_ms) * NS_UDP_LOG_PER_SEC;
+	if (s->udp_tokens_ms > cap)
+		s->udp_tokens_ms = cap;
+	s->udp_last_ms = now;
+	if (s->udp_tokens_ms < cost)
+		return false;
+	s->udp_tokens_ms -= cost;
+	return true;
+}
+
+/* Whether dst is a broadcast or multicast address. */
+static bool ip_group(const uint8_t dst[4])
+{
+	static const uint8_t all[4] = {255, 255, 255, 255};
+
+	return dst[0] >= 224 || memcmp(dst, all, 4) == 0 || (memcmp(dst, gw_ip, 3) == 0 && dst[3] == 255);
+}
+
+/* UDP other than DNS to the gateway: port unreachable, so the sender
+ * (QUIC above all) gives up at once instead of timing out. */
+static void refuse_udp(struct ns *s, const struct fr_pkt *p)
+{
+	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+	struct pol_addr dst = {.family = 4};
+	struct audit_event e = {
+		.proto = "udp",
+		.dst = &dst,
+		.port = p->dport,
+		.allow = false,
+		.rule = "udp:only-dns",
+	};
+	size_t n;
+
+	s->st.udp_refused++;
+	/* No ICMP errors about broadcast or multicast (RFC 1122 3.2.2). */
+	if (memcmp(p->eth_dst, bcast, 6) != 0 && !ip_group(p->dst) &&
+	    fr_build_port_unreach(p, s->tx, sizeof s->tx, &n) == 0)
+		send_frame(s, n);
+	if (!udp_log_token(s)) {
+		s->udp_unlogged++;
+		return;
+	}
+	memcpy(dst.b, p->dst, 4);
+	e.time_ms = wall_ms();
+	e.suppressed = s->udp_unlogged;
+	audit_write(s->cfg.audit, &e);
+	s->udp_unlogged = 0;
+}
+
 static void handle_arp(struct ns *s, const struct fr_pkt *p)
 {
 	size_t n;
@@ -1246,7 +1304,8 @@ void ns_input(struct ns *s, const uint8_t *frame, size_t len)
 			handle_dns(s, &p);
 			goto out;
 		}
-		goto drop;
+		refuse_udp(s, &p);
+		goto out;
 	case FR_IP_ICMP:
 		if (memcmp(p.dst, gw_ip, 4) == 0 && p.icmp_type == FR_ICMP_ECHO &&
 		    fr_build_echo_reply(&p, s->tx, sizeof s->tx, &n) == 0) {
@@ -1365,9 +1424,16 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 		return -ENOMEM;
 	}
 	s->cfg = *cfg;
+	if (cfg->guest_mac) {
+		memcpy(s->guest_mac, cfg->guest_mac, 6);
+		s->have_mac = true;
+	}
+	s->cfg.guest_mac = NULL; /* copied: the caller's buffer need not live on */
 	if (!s->cfg.connect_timeout_ms)
 		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
 	s->epfd = s->tfd = -1;
+	s->udp_last_ms = now_ms();
+	s->udp_tokens_ms = NS_UDP_LOG_BURST * 1000ull;
 	seed = now_ms() ^ (uint64_t)(uintptr_t)s;
 	r = -ENOMEM;
 	s->listen = calloc(65536, sizeof *s->listen);

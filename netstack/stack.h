@@ -17,8 +17,11 @@
  * the host socket connects, and only then does the guest get its SYN-ACK
  * (lwIP's); a denial or a failed connect is answered at once with a
  * reset.  Every decision goes to the audit log.  Bytes are then copied
- * both ways with backpressure.  UDP other than DNS to the gateway, IPv6
- * and IP fragments are dropped.
+ * both ways with backpressure.  UDP other than DNS to the gateway is
+ * refused loudly: an ICMP port unreachable at once (so QUIC falls back to
+ * TCP without waiting) and an audit line, at most NS_UDP_LOG_BURST at
+ * once and NS_UDP_LOG_PER_SEC a second after that, so a flood cannot fill
+ * the disk.  IPv6 and IP fragments are dropped.
  *
  * Port forwarding (ns_forward_add): kbox listens on a host loopback
  * address; each accepted connection becomes a TCP connection from the
@@ -47,6 +50,8 @@
 #define NS_CONNECT_TIMEOUT_MS 10000u /* host connect() before the guest gets a reset */
 #define NS_MAX_FORWARDS 32u          /* -p options */
 #define NS_MAX_HOSTS 256u            /* --add-host entries */
+#define NS_UDP_LOG_BURST 20u         /* audit lines for refused UDP, at once ... */
+#define NS_UDP_LOG_PER_SEC 5u        /* ... and then per second */
 
 /* Send one frame of len bytes (at most 1514) to the guest.  Called with
  * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
@@ -81,6 +86,11 @@ struct ns_config {
 	struct audit_learn *learn; /* --learn: every decision recorded too; NULL: off */
 	ns_output_fn output;
 	void *output_ctx;
+	/* The guest's MAC when known in advance (a NIC we made), so that a
+	 * forwarded connection reaches a guest that has sent nothing yet
+	 * without an ARP round trip and a SYN retransmission; NULL: learnt
+	 * from the guest's frames. */
+	const uint8_t *guest_mac;
 	ns_resolve_fn resolve;
 	void *resolve_ctx;
 	unsigned connect_timeout_ms; /* 0: NS_CONNECT_TIMEOUT_MS */
@@ -108,6 +118,7 @@ struct ns_stats {
 	uint64_t dns_queries;
 	uint64_t bytes_to_host, bytes_to_guest;
 	uint64_t fwd_accepted, fwd_refused; /* forwarded connections; refused by the guest or failed */
+	uint64_t udp_refused;               /* datagrams other than DNS */
 	size_t flows; /* open now */
 };
 

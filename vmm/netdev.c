@@ -207,6 +207,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		.learn = n->learn_path ? &n->learn : NULL,
 		.output = to_guest,
 		.output_ctx = n,
+		.guest_mac = mac,
 		.resolve = nres_resolve,
 	};
 	if ((r = ns_create(&cfg, &n->stack)) < 0) {

@@ -243,6 +243,29 @@ denied "refused: allowed port, nothing listening (8002)" http://host.kbox.intern
 denied "refused: by name (deny named.test:80; its address comes from our DNS)" http://named.test/
 denied "refused: a pinned name is still judged (deny pinned.test:81)" http://pinned.test:81/
 
+# --- UDP other than DNS: refused at once (port unreachable), logged, bounded ---
+out=$(G python3 - <<'EOF' 2>&1
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect(("1.2.3.4", 443))
+s.settimeout(2)
+t = time.monotonic()
+s.send(b"quic initial")
+try:
+    s.recv(100)
+    print("answered")
+except ConnectionRefusedError:
+    print("refused %d" % ((time.monotonic() - t) * 1000 < 500))
+except socket.timeout:
+    print("timeout")
+f = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(2000):
+    f.sendto(b"x", ("5.6.7.8", 1000 + i % 50))
+EOF
+)
+check "UDP (QUIC) to 1.2.3.4:443 refused at once (ICMP port unreachable)" "refused 1" "$out"
+sleep 0.3
+
 # --- the audit log, and the stack's own counters ---
 sleep 0.5
 stop_harness
@@ -268,6 +291,12 @@ allowed=$(echo "$stats" | sed -n 's/.*tcp_allowed=\([0-9]*\).*/\1/p')
 denied_n=$(echo "$stats" | sed -n 's/.*tcp_denied=\([0-9]*\).*/\1/p')
 check "audit: one line per TCP decision" "$((${allowed:-0} + ${denied_n:-0}))" "$tcp_lines"
 check "every flow closed" "flows=0" "$(echo "$stats" | grep -o 'flows=[0-9]*')"
+check "audit: refused UDP logged" "1" "$(grep -c '"proto":"udp","dst":"1.2.3.4:443","decision":"deny","rule":"udp:only-dns"' "$A")"
+udp_lines=$(grep -c '"proto":"udp"' "$A")
+udp_n=$(echo "$stats" | sed -n 's/.*udp_refused=\([0-9]*\).*/\1/p')
+[ "${udp_n:-0}" -ge 2001 ] && [ "$udp_lines" -le 40 ] &&
+	ok "audit: a UDP flood is rate-limited ($udp_n datagrams, $udp_lines lines)" ||
+	bad "audit: a UDP flood is rate-limited" "$udp_n datagrams, $udp_lines lines"
 closes=$(grep '"proto":"tcp","direction":"out"' "$A" | grep -c '"event":"close"')
 opened=$(grep '"proto":"tcp","direction":"out"' "$A" | grep -c '"decision":"allow"')
 check "audit: a close line for every allowed connection" "$opened" "$closes"

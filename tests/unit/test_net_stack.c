@@ -251,6 +251,46 @@ START_TEST(udp_and_icmp)
 }
 END_TEST
 
+START_TEST(port_unreach_and_arp_request)
+{
+	uint8_t f[FR_FRAME_MAX], out[FR_FRAME_MAX];
+	struct fr_pkt p, q;
+	size_t n, m;
+
+	/* A QUIC datagram to far:443 is answered from far with type 3 code 3,
+	 * quoting its IP header and UDP header. */
+	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 40000, far, 443, (const uint8_t *)"quic-initial", 12, f,
+				      sizeof f, &n), 0);
+	ck_assert_int_eq(fr_parse(f, n, &p), 0);
+	ck_assert_int_eq(fr_build_port_unreach(&p, out, sizeof out, &m), 0);
+	ck_assert_uint_eq(m, FR_ETH_HLEN + 20 + 8 + 20 + 8);
+	ck_assert_int_eq(fr_parse(out, m, &q), 0);
+	ck_assert_uint_eq(q.proto, FR_IP_ICMP);
+	ck_assert_uint_eq(q.icmp_type, FR_ICMP_UNREACH);
+	ck_assert_uint_eq(q.icmp_code, FR_ICMP_PORT_UNREACH);
+	ck_assert_mem_eq(q.src, far, 4);
+	ck_assert_mem_eq(q.dst, gip, 4);
+	ck_assert_mem_eq(q.eth_dst, gmac, 6);
+	ck_assert_mem_eq(q.eth_src, wmac, 6);
+	ck_assert_uint_eq(q.data_len, 4 + 28); /* the unused word, then the quote */
+	ck_assert_mem_eq(q.data + 4, f + FR_ETH_HLEN, 28);
+	ck_assert_int_eq(fr_build_port_unreach(&p, out, m - 1, &m), -ENOSPC);
+	/* Only UDP is answered this way. */
+	n = tcp_frame(f, FR_TCP_SYN, 0);
+	ck_assert_int_eq(fr_parse(f, n, &p), 0);
+	ck_assert_int_eq(fr_build_port_unreach(&p, out, sizeof out, &m), -EINVAL);
+
+	/* "Who has the guest's address", from the gateway, parses back. */
+	ck_assert_int_eq(fr_build_arp_request(wmac, wip, gip, out, sizeof out, &m), 0);
+	ck_assert_int_eq(fr_parse(out, m, &q), 0);
+	ck_assert_uint_eq(q.arp_op, FR_ARP_REQUEST);
+	ck_assert_mem_eq(q.arp_sha, wmac, 6);
+	ck_assert_mem_eq(q.arp_spa, wip, 4);
+	ck_assert_mem_eq(q.arp_tpa, gip, 4);
+	ck_assert_int_eq(fr_build_arp_request(wmac, wip, gip, out, 41, &m), -ENOSPC);
+}
+END_TEST
+
 START_TEST(resets)
 {
 	uint8_t f[FR_FRAME_MAX], out[FR_FRAME_MAX];
@@ -447,6 +487,7 @@ Suite *net_stack_suite(void)
 	tcase_add_test(tc, bad_fields);
 	tcase_add_test(tc, udp_and_icmp);
 	tcase_add_test(tc, resets);
+	tcase_add_test(tc, port_unreach_and_arp_request);
 	tcase_add_test(tc, arp);
 	tcase_add_test(tc, random_frames);
 	tcase_add_test(tc, flowtab);

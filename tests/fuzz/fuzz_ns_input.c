@@ -1,0 +1,186 @@
+/* Input: a sequence of Ethernet frames from a hostile guest, each as a
+ * control byte, a 16-bit length and that many bytes, fed to a fresh stack
+ * (ns_input) per input.  Control bit 0 makes the frame plausible first
+ * (our MACs, the guest's source address, right lengths and checksums) so
+ * that the fuzzer gets past parsing into ARP, DNS, UDP refusals and TCP;
+ * bit 1 runs ns_dispatch after the frame.  Nothing may crash, leak, hang
+ * or write a frame longer than FR_FRAME_MAX.
+ *
+ * No traffic leaves the process except to loopback (TESTING.md): the
+ * policy is an allowlist whose only rule opens one port of
+ * host.kbox.internal, served by a listener of our own on 127.0.0.1; every
+ * other address is denied before any connect().  The resolver answers
+ * from a table and never touches the network. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "netstack/frame.h"
+#include "netstack/stack.h"
+
+static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
+static const uint8_t guest_mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+static const uint8_t guest_ip[4] = NS_GUEST_IP;
+
+static struct pol pol;
+static struct audit au = {.fd = -1};
+static struct ns_host hosts[1];
+static int lfd = -1; /* host.kbox.internal's allowed port */
+static uint64_t out_frames;
+
+static void output(void *ctx, const uint8_t *frame, size_t len)
+{
+	if (len > FR_FRAME_MAX || (len > 0 && !frame))
+		abort();
+	out_frames++;
+}
+
+/* Documentation addresses only: blocked as a class, never dialled. */
+static int resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max, size_t *n)
+{
+	*n = 0;
+	if (strcmp(name, "a.fuzz.test") != 0)
+		return DNS_RCODE_NXDOMAIN;
+	if (max == 0)
+		return DNS_RCODE_NOERROR;
+	out[0].ttl = 60;
+	if (qtype == DNS_TYPE_A) {
+		out[0].addr.family = 4;
+		memcpy(out[0].addr.b, (const uint8_t[]){192, 0, 2, 1}, 4);
+	} else {
+		out[0].addr.family = 6;
+		memset(out[0].addr.b, 0, 16);
+		memcpy(out[0].addr.b, (const uint8_t[]){0x20, 0x01, 0x0d, 0xb8}, 4);
+		out[0].addr.b[15] = 1;
+	}
+	*n = 1;
+	return DNS_RCODE_NOERROR;
+}
+
+static void setup(void)
+{
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof sin;
+	char rule[64], err[128];
+
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof sin) < 0 || listen(lfd, 64) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&sin, &sl) < 0)
+		abort();
+	pol_init(&pol, POL_MODE_ALLOWLIST);
+	snprintf(rule, sizeof rule, "%s:%u", POL_HOST_NAME, ntohs(sin.sin_port));
+	if (pol_add_rule(&pol, rule, err, sizeof err) < 0 || pol_add_rule(&pol, "*.fuzz.test:443", err, sizeof err) < 0 ||
+	    pol_add_rule(&pol, "deny:evil.fuzz.test", err, sizeof err) < 0)
+		abort();
+	if (ns_host_parse("pinned.fuzz.test:198.51.100.7", &hosts[0], err, sizeof err) < 0)
+		abort();
+}
+
+static void put16(uint8_t *b, unsigned v)
+{
+	b[0] = (uint8_t)(v >> 8);
+	b[1] = (uint8_t)v;
+}
+
+/* Make f[0, len) look like the guest's: addresses, lengths, checksums. */
+static void plausible(uint8_t *f, size_t len)
+{
+	uint8_t *ip = f + FR_ETH_HLEN, ph[12];
+	size_t hl, tot, l4len;
+	uint32_t sum = 0;
+	uint8_t *l4;
+	size_t i;
+
+	if (len < FR_ETH_HLEN)
+		return;
+	memcpy(f, gw_mac, 6);
+	memcpy(f + 6, guest_mac, 6);
+	if (f[12] == (FR_ETH_ARP >> 8) && f[13] == (FR_ETH_ARP & 0xff))
+		return;
+	put16(f + 12, FR_ETH_IPV4);
+	if (len < FR_ETH_HLEN + 20)
+		return;
+	ip[0] = (ip[0] & 0xf) < 5 ? 0x45 : (uint8_t)(0x40 | (ip[0] & 0xf));
+	hl = (size_t)(ip[0] & 0xf) * 4;
+	tot = len - FR_ETH_HLEN;
+	if (hl > tot) {
+		ip[0] = 0x45;
+		hl = 20;
+	}
+	put16(ip + 2, (unsigned)tot);
+	ip[6] &= 0x40; /* no fragments */
+	ip[7] = 0;
+	memcpy(ip + 12, guest_ip, 4);
+	put16(ip + 10, 0);
+	put16(ip + 10, fr_csum(ip, hl, 0));
+	l4 = ip + hl;
+	l4len = tot - hl;
+	memcpy(ph, ip + 12, 8);
+	ph[8] = 0;
+	ph[9] = ip[9];
+	put16(ph + 10, (unsigned)l4len);
+	for (i = 0; i < 12; i += 2)
+		sum += (uint32_t)(ph[i] << 8 | ph[i + 1]);
+	if (ip[9] == FR_IP_TCP && l4len >= 20) {
+		put16(l4 + 16, 0);
+		put16(l4 + 16, fr_csum(l4, l4len, sum));
+	} else if (ip[9] == FR_IP_UDP && l4len >= 8) {
+		put16(l4 + 4, (unsigned)l4len);
+		put16(l4 + 6, 0);
+		put16(l4 + 6, fr_csum(l4, l4len, sum));
+	} else if (ip[9] == FR_IP_ICMP && l4len >= 8) {
+		put16(l4 + 2, 0);
+		put16(l4 + 2, fr_csum(l4, l4len, 0));
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static uint8_t frame[FR_FRAME_MAX + 64];
+	struct ns_config cfg = {
+		.policy = &pol,
+		.audit = &au,
+		.output = output,
+		.resolve = resolve,
+		.hosts = hosts,
+		.nhosts = 1,
+		.connect_timeout_ms = 100,
+	};
+	struct ns *s;
+	int fd;
+
+	if (lfd < 0)
+		setup();
+	if (ns_create(&cfg, &s) < 0)
+		abort();
+	while (size >= 3) {
+		uint8_t ctl = data[0];
+		size_t len = (size_t)(data[1] << 8 | data[2]) % sizeof frame;
+
+		data += 3;
+		size -= 3;
+		if (len > size)
+			len = size;
+		memcpy(frame, data, len);
+		data += len;
+		size -= len;
+		if (ctl & 1)
+			plausible(frame, len);
+		ns_input(s, frame, len);
+		if (ctl & 2)
+			ns_dispatch(s);
+		/* Take what connected to our listener, so its queue never fills. */
+		while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+			close(fd);
+	}
+	ns_dispatch(s);
+	ns_destroy(s);
+	while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+		close(fd);
+	return 0;
+}

@@ -7,7 +7,9 @@
 # the stack judges every connection before any host connect(), the only
 # destinations it is allowed to dial are on the host's loopback, and the
 # only name resolved is host.kbox.internal, which kbox answers itself
-# (TESTING.md).  Two boots: one with the NIC, one with --network none.
+# (TESTING.md).  Three boots: one with the NIC, one detached serving HTTP
+# on a forwarded port (-p, curl on the host's loopback), one with
+# --network none.
 #   tests/e2e/net.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -44,6 +46,9 @@ refuse() {
 refuse "unknown mode" "none, public or allowlist" --network open
 refuse "numeric short form" "--allow '127.1'" --allow 127.1
 refuse "bare * deny" "--deny" --deny '*'
+refuse "-p on a non-loopback address" "loopback" -p 0.0.0.0:8080:80
+refuse "-p without a guest port" "guest port" -p 8080:0
+refuse "-p with --network none" "network none" --network none -p 8080:80
 
 if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
 	echo "# skipped the boots: /dev/kvm is not usable here"
@@ -146,6 +151,35 @@ host_check "audit: DNS question for host.kbox.internal" grep -q '"proto":"dns".*
 if [ $fail -ne 0 ]; then
 	echo "# audit log:"; sed 's/^/#   /' "$tmp/audit" 2>/dev/null | head -20
 fi
+
+# --- a forwarded port: busybox httpd in a detached guest, curl on the host ---
+sbx="kbox-e2e-net-$$"  # not $name: host_check sets that
+start=$(date +%s)
+timeout "$boot_timeout" "$kbox" run -d -n "$sbx" -p 127.0.0.1:0:8000 --audit-log "$tmp/audit-fwd" \
+	-- sh -c 'mkdir -p /www && echo "hello from the guest" > /www/index.html && exec httpd -f -p 8000 -h /www' \
+	> "$tmp/fwd-out" 2> "$tmp/fwd-err"
+rc=$?
+host_check "-d with -p starts (exit $rc)" [ "$rc" -eq 0 ]
+fwd=$("$kbox" ps | awk -v n="$sbx" '$1 == n {print $6}')
+fwd=${fwd%%->*}
+case $fwd in
+127.0.0.1:[1-9]*) ok "kbox ps shows the forwarded port ($fwd)" ;;
+*) not_ok "kbox ps shows the forwarded port" "$("$kbox" ps)" ;;
+esac
+# httpd may start a moment after the agent: retry for a while.
+got=
+i=0
+while [ $i -lt 30 ] && [ -n "$fwd" ]; do
+	got=$(curl -sS --max-time 5 "http://$fwd/index.html" 2>/dev/null) && [ -n "$got" ] && break
+	sleep 1
+	i=$((i + 1))
+done
+echo "# forwarded port answered after $(( $(date +%s) - start ))s"
+host_check "curl on the host reaches httpd in the guest through -p" [ "$got" = "hello from the guest" ]
+host_check "audit: the forwarded connection, incoming" \
+	grep -q '"proto":"tcp","direction":"in","dst":"10.0.2.15:8000","decision":"allow"' "$tmp/audit-fwd"
+"$kbox" stop -t 5 "$sbx" > /dev/null 2>&1
+host_check "audit: its close line with byte counts" grep -q '"direction":"in".*"event":"close","bytes_up":[1-9]' "$tmp/audit-fwd"
 
 start=$(date +%s)
 timeout "$boot_timeout" "$kbox" run --network none \

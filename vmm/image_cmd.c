@@ -127,10 +127,12 @@ static void notes(const struct image_ctx *ctx)
 {
 	if (ctx->devices_skipped)
 		fprintf(stderr, "kbox image: note: %u device node(s) skipped\n", ctx->devices_skipped);
-	if (ctx->owners_skipped)
-		fprintf(stderr, "kbox image: note: %u file owner(s) not kept (%s)\n",
-			ctx->owners_skipped,
-			geteuid() ? "only root can give files away" : "chown failed");
+	if (ctx->owners_skipped && geteuid())
+		fprintf(stderr, "kbox image: note: not root, so %u entries belong to you rather "
+			"than to their owners in the image\n", ctx->owners_skipped);
+	else if (ctx->owners_skipped)
+		fprintf(stderr, "kbox image: note: %u owner(s) could not be set\n",
+			ctx->owners_skipped);
 	if (ctx->xattrs_skipped)
 		fprintf(stderr, "kbox image: note: %u extended attribute(s) not kept (not permitted "
 			"or not supported here)\n", ctx->xattrs_skipped);

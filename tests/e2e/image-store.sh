@@ -204,6 +204,23 @@ host_check "import keeps hard links" [ "$(stat -c %i "$troot/etc/file")" = "$(st
 "$kbox" image rm tree:1 tree:2 > /dev/null 2>&1
 host_check "rm of every name removes the tree" [ ! -e "$troot" ]
 
+# --- unprivileged: owners are not kept (with a note), the rest is ---
+if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null 2>&1; then
+	ustore="$tmp/ustore"
+	mkdir -p "$ustore"
+	chown 65534:65534 "$ustore"
+	chmod 755 "$tmp" "$arch"
+	chmod 644 "$arch/docker-good.tar"
+	asnobody() { setpriv --reuid=65534 --regid=65534 --clear-groups env KBOX_IMAGE_DIR="$ustore/s" "$kbox" image "$@"; }
+	asnobody load "$arch/docker-good.tar" > /dev/null 2> "$tmp/err"
+	rc=$?
+	check "a load without root works" '[ $rc -eq 0 ] && grep -q "not root" "$tmp/err"'
+	uroot=$(asnobody path kboxtest:1)
+	check "without root, modes are still kept" '[ "$(stat -c %a "$uroot/ro")" = 555 ] && [ "$(stat -c %U "$uroot/home/user/owned")" = nobody ]'
+	asnobody rm kboxtest:1 kboxtest:latest > /dev/null 2>&1
+	check "and rm removes read-only folders too" '[ ! -e "$uroot" ]'
+fi
+
 # --- the image in a sandbox ---
 if [ -n "$bbopt" ] && [ -c /dev/kvm ] && [ -r /dev/kvm ]; then
 	start=$(date +%s)

@@ -111,18 +111,49 @@ static const char *br_err_text(int e)
 	}
 }
 
-/* "TLS error 62 (certificate not trusted ...)" or "alert 42 received". */
+static const char *alert_name(int a)
+{
+	switch (a) {
+	case 0: return "close_notify";
+	case 10: return "unexpected_message";
+	case 20: return "bad_record_mac";
+	case 22: return "record_overflow";
+	case 40: return "handshake_failure";
+	case 42: return "bad_certificate";
+	case 43: return "unsupported_certificate";
+	case 45: return "certificate_expired";
+	case 46: return "certificate_unknown";
+	case 47: return "illegal_parameter";
+	case 48: return "unknown_ca";
+	case 50: return "decode_error";
+	case 51: return "decrypt_error";
+	case 70: return "protocol_version";
+	case 71: return "insufficient_security";
+	case 80: return "internal_error";
+	case 90: return "user_canceled";
+	case 100: return "no_renegotiation";
+	case 112: return "unrecognized_name";
+	case 120: return "no_application_protocol";
+	default: return "alert";
+	}
+}
+
+/* One phrase for a BearSSL error code; GUEST says which side it is from,
+ * for the hint that a guest rejecting our certificate does not trust the
+ * kbox CA. */
 static void describe(int e, bool guest, char *buf, size_t len)
 {
-	if (e >= BR_ERR_SEND_FATAL_ALERT)
-		snprintf(buf, len, "fatal alert %d sent", e - BR_ERR_SEND_FATAL_ALERT);
-	else if (e >= BR_ERR_RECV_FATAL_ALERT)
-		snprintf(buf, len, "fatal alert %d received%s", e - BR_ERR_RECV_FATAL_ALERT,
-			 guest && (e - BR_ERR_RECV_FATAL_ALERT == 42 || e - BR_ERR_RECV_FATAL_ALERT == 48)
-				 ? " (the client does not trust the kbox CA)"
-				 : "");
-	else
+	if (e >= BR_ERR_SEND_FATAL_ALERT) {
+		int a = e - BR_ERR_SEND_FATAL_ALERT;
+		snprintf(buf, len, "sent fatal alert %s (%d)", alert_name(a), a);
+	} else if (e >= BR_ERR_RECV_FATAL_ALERT) {
+		int a = e - BR_ERR_RECV_FATAL_ALERT;
+		bool trust = guest && (a == 42 || a == 46 || a == 48);
+		snprintf(buf, len, "received fatal alert %s (%d)%s", alert_name(a), a,
+			 trust ? ": the client does not trust the kbox CA" : "");
+	} else {
 		snprintf(buf, len, "%s (BearSSL error %d)", br_err_text(e), e);
+	}
 }
 
 /* The first failure wins; ALERT (if non-zero and the guest's engine has
@@ -277,7 +308,8 @@ static bool step_guest_hs(struct mitm *m)
 		return true;
 	}
 	if (m->guest_eof && !m->hello) {
-		fail(m, 0, "guest closed the connection during the TLS handshake for %s", m->sni);
+		fail(m, 0, "guest closed the connection during the TLS handshake for %s (does it trust the kbox CA?)",
+		     m->sni);
 		return true;
 	}
 	return false;

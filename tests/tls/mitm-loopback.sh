@@ -9,7 +9,8 @@
 # Checks: curl GET (ALPN http/1.1 although it offers h2), a header rewritten
 # by a filter, 1 MiB up and 1 MiB down with sha256, python3 urllib GET and
 # POST, node https, `openssl s_server -www` as the upstream; refusals: a
-# TLS-1.3-only curl (protocol_version alert, reason logged), upstream
+# TLS-1.3-only curl (protocol_version alert, reason logged), a curl that
+# does not trust the kbox CA (reason logged), upstream
 # certificates for another name, from an unknown CA and expired (the
 # client's handshake fails, the upstream sees no request), HTTP/2 prior
 # knowledge.
@@ -190,6 +191,12 @@ case $out in *"alert protocol version"* | *"protocol version"*) ok "TLS-1.3-only
 *) bad "TLS-1.3-only curl gets protocol_version" "$out" ;; esac
 sleep 0.3
 has "TLS-1.3-only: reason logged" "$T/proxy-good.log" "only TLS 1.3"
+
+out=$(curl -sS --max-time 20 --cacert "$T/up-ca.pem" --resolve "$NAME:$PX:127.0.0.1" "https://$NAME:$PX/x" 2>&1)
+case $out in *"certificate"*) ok "client without the kbox CA refuses the connection" ;;
+*) bad "client without the kbox CA refuses the connection" "$out" ;; esac
+sleep 0.3
+has "client without the kbox CA: reason logged" "$T/proxy-good.log" "does not trust the kbox CA"
 
 PXW=$(start_proxy wrongname "$UPW")
 out=$(curl -sS --max-time 20 --cacert "$KCA" --resolve "$NAME:$PXW:127.0.0.1" "https://$NAME:$PXW/secret" 2>&1)

@@ -571,6 +571,49 @@ START_TEST(h2_only_client)
 }
 END_TEST
 
+/* A client whose suites BearSSL's server cannot serve with an EC leaf. */
+START_TEST(no_common_suite)
+{
+	static const uint16_t rsa_only[] = { BR_TLS_RSA_WITH_AES_128_GCM_SHA256 };
+	struct rig *r = malloc(sizeof *r);
+	rig_init(r, NULL, NULL, up_ca, NAME);
+	br_ssl_engine_set_suites(&r->cc.eng, rsa_only, 1);
+	ck_assert(br_ssl_client_reset(&r->cc, NAME, 0));
+	exchange(r);
+	ck_assert_ptr_nonnull(mitm_error(r->m));
+	ck_assert_ptr_nonnull(strstr(mitm_error(r->m), "sent fatal alert handshake_failure"));
+	/* BearSSL's own alert reached the client */
+	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_RECV_FATAL_ALERT + 40);
+	ck_assert_uint_eq(r->server.rxlen, 0);
+	rig_free(r);
+	free(r);
+}
+END_TEST
+
+/* A guest that does not trust the kbox CA: the reason says so. */
+START_TEST(guest_distrusts_kbox)
+{
+	struct rig *r = malloc(sizeof *r);
+	rig_init(r, NULL, NULL, up_ca, NAME);
+	size_t nta;
+	const br_x509_trust_anchor *ta = tls_trust_anchors(up_trust, &nta);
+	br_ssl_client_init_full(&r->cc, &r->xc, ta, nta);
+	br_ssl_engine_set_buffer(&r->cc.eng, r->cbuf, sizeof r->cbuf, 1);
+	ck_assert(br_ssl_client_reset(&r->cc, NAME, 0));
+	exchange(r);
+	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_X509_NOT_TRUSTED);
+	/* BearSSL's client just closes (curl and python send an alert first) */
+	ck_assert_ptr_null(mitm_error(r->m));
+	mitm_close_guest(r->m);
+	ck_assert_ptr_nonnull(mitm_error(r->m));
+	ck_assert_msg(strstr(mitm_error(r->m), "trust the kbox CA"), "%s", mitm_error(r->m));
+	ck_assert_uint_eq(r->server.rxlen, 0);
+	ck_assert(mitm_want(r->m) & MITM_DONE);
+	rig_free(r);
+	free(r);
+}
+END_TEST
+
 /* Garbage once the guest's handshake is under way. */
 START_TEST(garbage_after_hello)
 {
@@ -716,6 +759,8 @@ Suite *tls_mitm_suite(void)
 	tcase_add_test(tc, sni_mismatch_and_garbage);
 	tcase_add_test(tc, garbage_after_hello);
 	tcase_add_test(tc, h2_only_client);
+	tcase_add_test(tc, no_common_suite);
+	tcase_add_test(tc, guest_distrusts_kbox);
 	tcase_add_test(tc, filter_reply);
 	tcase_add_test(tc, upstream_eof_is_not_a_close_notify);
 	tcase_add_test(tc, trust_files);

@@ -374,6 +374,29 @@ START_TEST(layers_refused)
 }
 END_TEST
 
+START_TEST(layers_capped)
+{
+	char l[PATH_MAX];
+	snprintf(l, sizeof l, "%s/big.tar", tmp);
+	const struct ent e[] = { { 'f', "a", "0123456789" }, { 'f', "b", "0123456789" },
+				 { 'f', "c", "0123456789" } };
+	mk_layer(l, e, 3);
+	int root = mk_root("entries");
+	struct image_ctx ctx;
+	memset(&ctx, 0, sizeof ctx);
+	ctx.max_entries = 2;
+	ck_assert_int_eq(image_apply_layer(&ctx, root, l), -EFBIG);
+	ck_assert_ptr_nonnull(strstr(ctx.err, "more than 2 entries"));
+	close(root);
+	root = mk_root("bytes");
+	memset(&ctx, 0, sizeof ctx);
+	ctx.max_bytes = 25;
+	ck_assert_int_eq(image_apply_layer(&ctx, root, l), -EFBIG);
+	ck_assert_ptr_nonnull(strstr(ctx.err, "more than 25 bytes"));
+	close(root);
+}
+END_TEST
+
 static void count(void *arg, const struct image_info *in)
 {
 	(void)in;
@@ -446,6 +469,7 @@ Suite *image_suite(void)
 	tcase_add_test(tc, whiteouts);
 	tcase_add_test(tc, layers_whiteouts);
 	tcase_add_test(tc, layers_refused);
+	tcase_add_test(tc, layers_capped);
 	tcase_add_test(tc, store_ops);
 	suite_add_tcase(s, tc);
 	return s;

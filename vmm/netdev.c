@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "netstack/resolver.h"
+#include "vmm/config.h"
 
 #define MAX_HOST_ADDRS 64
 
@@ -27,6 +28,54 @@ int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen
 	if (pol_parse_mode(mode, &n->pol.mode) < 0) {
 		snprintf(err, errlen, "--network takes none, public or allowlist, not '%s'", mode);
 		return -EINVAL;
+	}
+	n->mode_set = true;
+	return 0;
+}
+
+int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const char *file, char *err,
+			size_t errlen)
+{
+	char msg[256], buf[POL_NAME_MAX + 64];
+	int r;
+	if (c->network_policy && !n->mode_set && pol_parse_mode(c->network_policy, &n->pol.mode) < 0) {
+		snprintf(err, errlen, "%s: network.policy: '%s' is not none, public or allowlist", file,
+			 c->network_policy);
+		return -EINVAL;
+	}
+	if (c->audit_log && !n->audit_path)
+		n->audit_path = c->audit_log;
+	for (size_t k = 0; k < 2; k++) {
+		const struct config_str *list = k ? c->deny : c->allow;
+		size_t cnt = k ? c->n_deny : c->n_allow;
+		for (size_t i = 0; i < cnt; i++) {
+			const struct config_str *e = &list[i];
+			if (snprintf(buf, sizeof buf, "%s%s", k ? "deny:" : "", e->s) >= (int)sizeof buf) {
+				snprintf(msg, sizeof msg, "rule too long");
+				r = -EINVAL;
+			} else {
+				r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
+			}
+			if (r < 0) {
+				snprintf(err, errlen, "%s:%u:%u: network.%s: '%.64s': %s", file, e->line, e->col,
+					 k ? "deny" : "allow", e->s, r == -ENOMEM ? "out of memory" : msg);
+				return r;
+			}
+		}
+	}
+	for (size_t i = 0; i < c->n_hosts; i++) {
+		const struct config_str *e = &c->hosts[i];
+		if ((r = netdev_add_host(n, e->s, msg, sizeof msg)) < 0) {
+			snprintf(err, errlen, "%s:%u:%u: network.hosts: %s", file, e->line, e->col, msg);
+			return r;
+		}
+	}
+	for (size_t i = 0; i < c->n_ports; i++) {
+		const struct config_str *e = &c->ports[i];
+		if ((r = netdev_add_forward(n, e->s, msg, sizeof msg)) < 0) {
+			snprintf(err, errlen, "%s:%u:%u: ports: %s", file, e->line, e->col, msg);
+			return r;
+		}
 	}
 	return 0;
 }

@@ -29,8 +29,11 @@
 #include "netstack/stack.h"
 #include "vmm/virtio_bus.h"
 
+struct kbox_config;
+
 struct netdev {
 	struct pol pol;
+	bool mode_set; /* --network given: the config file's policy does not apply */
 	struct audit audit;
 	const char *audit_path; /* NULL: no audit log */
 	struct vnet nic;
@@ -66,6 +69,13 @@ int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen
 /* The forwarded ports as "127.0.0.1:41234->8000,..." (host ports as
  * bound, so after netdev_attach), "" without any. */
 void netdev_ports(const struct netdev *n, char *buf, size_t len);
+
+/* Add the config file's network section and ports (loaded from file) to
+ * what the command line set: the command line's --network and
+ * --audit-log win, rules, hosts and ports add up.  0, or a negative errno
+ * with "FILE:LINE:COL: ..." in err. */
+int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const char *file, char *err,
+			size_t errlen);
 
 /* Whether the guest gets a NIC at all (mode is not none). */
 bool netdev_enabled(const struct netdev *n);

@@ -414,6 +414,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 				return die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,
 					   err);
 		}
+		if (netdev_apply_config(o->net, cfg, o->conf, err, sizeof err) < 0)
+			return die("%s", err);
 	}
 	for (unsigned i = 0; i < nvols; i++) {
 		char err[512];

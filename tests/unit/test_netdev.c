@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "netstack/resolver.h"
+#include "vmm/config.h"
 #include "vmm/netdev.h"
 
 START_TEST(options)
@@ -130,6 +131,64 @@ START_TEST(hosts)
 }
 END_TEST
 
+START_TEST(from_config)
+{
+	struct netdev n;
+	struct kbox_config c;
+	char err[256];
+	struct config_str allow[] = { { "example.com:443", 3, 5 }, { "*.npmjs.org", 4, 5 } };
+	struct config_str deny[] = { { "evil.test", 6, 5 } };
+	struct config_str pins[] = { { "db.test:10.1.2.3", 8, 5 } };
+	struct config_str ports[] = { { "127.0.0.1:0:8000", 10, 3 }, { "9000:9000", 11, 3 } };
+	struct config_str bad_rule[] = { { "127.1", 7, 9 } };
+	struct config_str bad_port[] = { { "0.0.0.0:80:80", 12, 3 } };
+
+	memset(&c, 0, sizeof c);
+	c.network_policy = "allowlist";
+	c.allow = allow, c.n_allow = 2;
+	c.deny = deny, c.n_deny = 1;
+	c.hosts = pins, c.n_hosts = 1;
+	c.ports = ports, c.n_ports = 2;
+	c.audit_log = "/tmp/from-config.jsonl";
+	netdev_init(&n);
+	ck_assert_int_eq(netdev_apply_config(&n, &c, "k.yaml", err, sizeof err), 0);
+	ck_assert_int_eq(n.pol.mode, POL_MODE_ALLOWLIST);
+	ck_assert_uint_eq(n.pol.nrules, 3);
+	ck_assert(n.pol.rules[2].deny);
+	ck_assert_uint_eq(n.nhosts, 1);
+	ck_assert_str_eq(n.hosts[0].name, "db.test");
+	ck_assert_uint_eq(n.nfwd, 2);
+	ck_assert_uint_eq(n.fwd[1].host_port, 9000);
+	ck_assert_str_eq(n.audit_path, "/tmp/from-config.jsonl");
+	netdev_destroy(&n);
+
+	/* The command line wins for the mode and the audit log; rules add up. */
+	netdev_init(&n);
+	ck_assert_int_eq(netdev_set_mode(&n, "public", err, sizeof err), 0);
+	ck_assert_int_eq(netdev_add_rule(&n, "deny.test", true, err, sizeof err), 0);
+	n.audit_path = "cli.jsonl";
+	ck_assert_int_eq(netdev_apply_config(&n, &c, "k.yaml", err, sizeof err), 0);
+	ck_assert_int_eq(n.pol.mode, POL_MODE_PUBLIC);
+	ck_assert_uint_eq(n.pol.nrules, 4);
+	ck_assert_str_eq(n.audit_path, "cli.jsonl");
+	netdev_destroy(&n);
+
+	/* Bad entries point at their place in the file. */
+	netdev_init(&n);
+	c.allow = bad_rule, c.n_allow = 1;
+	ck_assert_int_eq(netdev_apply_config(&n, &c, "k.yaml", err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "k.yaml:7:9: network.allow: '127.1'"));
+	netdev_destroy(&n);
+	netdev_init(&n);
+	c.allow = allow, c.n_allow = 2;
+	c.ports = bad_port, c.n_ports = 1;
+	ck_assert_int_eq(netdev_apply_config(&n, &c, "k.yaml", err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "k.yaml:12:3: ports: "));
+	ck_assert_ptr_nonnull(strstr(err, "loopback"));
+	netdev_destroy(&n);
+}
+END_TEST
+
 START_TEST(resolver)
 {
 	struct dns_rr rr[8];
@@ -159,6 +218,7 @@ Suite *netdev_suite(void)
 	tcase_add_test(tc, options);
 	tcase_add_test(tc, forwards);
 	tcase_add_test(tc, hosts);
+	tcase_add_test(tc, from_config);
 	tcase_add_test(tc, resolver);
 	suite_add_tcase(s, tc);
 	return s;

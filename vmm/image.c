@@ -923,14 +923,15 @@ static int wr_file(struct writer *w, const char *path, const struct wmeta *m,
 	if (pfd < 0)
 		return path_error(w, pfd, path);
 	int r = clear_leaf(pfd, leaf, 0);
-	int fd = r < 0 ? r : openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-				    0600);
-	if (fd < 0) {
-		r = fd == -1 ? -errno : fd;
-		close(pfd);
-		return path_error(w, r, path);
+	int fd = -1;
+	if (r == 0) {
+		fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0)
+			r = -errno;
 	}
 	close(pfd);
+	if (r < 0)
+		return path_error(w, r, path);
 	static char buf[1 << 16];
 	for (;;) {
 		ssize_t n = rd(arg, buf, sizeof buf);
@@ -991,10 +992,12 @@ static int wr_dir(struct writer *w, const char *path, const struct wmeta *m,
 	int r = clear_leaf(pfd, leaf, 1);
 	if (r == 0 && mkdirat(pfd, leaf, 0700) < 0)
 		r = -errno;
-	int fd = r < 0 ? r : openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = -1;
+	if (r >= 0 && (fd = openat(pfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		r = -errno;
 	close(pfd);
-	if (fd < 0)
-		return path_error(w, fd == -1 ? -errno : fd, path);
+	if (r < 0)
+		return path_error(w, r, path);
 	/* Mode and time wait for fix_apply: a read-only directory must still
 	 * take its children, and every child changes the time. */
 	struct wmeta own = *m;

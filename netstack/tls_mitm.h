@@ -83,7 +83,8 @@ struct mitm_io {
 	size_t made;       /* set by the filter */
 	const uint8_t *reply; /* MITM_FILTER_REPLY: bytes for the guest, */
 	size_t reply_len;     /* valid until mitm_free */
-	char reason[MITM_REASON_MAX]; /* MITM_FILTER_REPLY or < 0: why, for mitm_error */
+	char reason[MITM_REASON_MAX]; /* with a negative return: why, for mitm_error (a REPLY is
+				       * not a failure: mitm_error stays NULL, the filter logs it) */
 };
 
 enum {

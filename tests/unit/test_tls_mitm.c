@@ -614,6 +614,38 @@ START_TEST(guest_distrusts_kbox)
 }
 END_TEST
 
+/* The upstream answers with garbage: the guest gets handshake_failure. */
+START_TEST(upstream_garbage)
+{
+	uint8_t hello[600], junk[2000];
+	size_t n = craft_hello(hello, 0x0303, NULL, 0), taken, k;
+	struct mitm *m;
+	struct mitm_config cfg = { .ca = kbox_ca, .trust = up_trust };
+	for (int i = 0; i < 50; i++) {
+		ck_assert_int_eq(mitm_new(&cfg, NAME, NULL, &m), 0);
+		ck_assert_int_eq(mitm_guest_in(m, hello, n, &taken), 0);
+		ck_assert_uint_eq(taken, n);
+		while (mitm_upstream_out(m, &k) && k)
+			mitm_upstream_out_done(m, k);
+		ck_assert_int_eq(getrandom(junk, sizeof junk, 0), (ssize_t)sizeof junk);
+		junk[0] = (uint8_t)(i & 1 ? 22 : junk[0]);
+		size_t off = 0;
+		while (off < sizeof junk && mitm_upstream_in(m, junk + off, sizeof junk - off, &taken) == 0 && taken)
+			off += taken;
+		if (!mitm_error(m))
+			mitm_close_upstream(m);
+		ck_assert_ptr_nonnull(mitm_error(m));
+		ck_assert_ptr_nonnull(strstr(mitm_error(m), "upstream"));
+		const uint8_t *out = mitm_guest_out(m, &k);
+		ck_assert_uint_eq(k, 7);
+		ck_assert_uint_eq(out[6], 40);
+		mitm_guest_out_done(m, k);
+		ck_assert_uint_eq(mitm_want(m), MITM_DONE);
+		mitm_free(m);
+	}
+}
+END_TEST
+
 /* Garbage once the guest's handshake is under way. */
 START_TEST(garbage_after_hello)
 {
@@ -761,6 +793,7 @@ Suite *tls_mitm_suite(void)
 	tcase_add_test(tc, h2_only_client);
 	tcase_add_test(tc, no_common_suite);
 	tcase_add_test(tc, guest_distrusts_kbox);
+	tcase_add_test(tc, upstream_garbage);
 	tcase_add_test(tc, filter_reply);
 	tcase_add_test(tc, upstream_eof_is_not_a_close_notify);
 	tcase_add_test(tc, trust_files);

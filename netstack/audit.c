@@ -85,6 +85,26 @@ int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 			 (unsigned long long)e->bytes_up, (unsigned long long)e->bytes_down,
 			 (unsigned long long)e->duration_ms);
 		rc = rc ? rc : puts_(buf, len, &pos, tmp);
+	} else if (e->event) {
+		rc = rc ? rc : puts_(buf, len, &pos, ",\"event\":");
+		rc = rc ? rc : put_str(buf, len, &pos, e->event, 32);
+		if (e->secret) {
+			rc = rc ? rc : puts_(buf, len, &pos, ",\"secret\":");
+			rc = rc ? rc : put_str(buf, len, &pos, e->secret, 64);
+		}
+		if (e->where) {
+			rc = rc ? rc : puts_(buf, len, &pos, ",\"where\":");
+			rc = rc ? rc : put_str(buf, len, &pos, e->where, 160);
+		}
+		if (e->status) {
+			snprintf(tmp, sizeof tmp, ",\"status\":%d", e->status);
+			rc = rc ? rc : puts_(buf, len, &pos, tmp);
+		}
+		rc = rc ? rc : puts_(buf, len, &pos, e->allow ? ",\"decision\":\"allow\"" : ",\"decision\":\"deny\"");
+		if (e->reason) {
+			rc = rc ? rc : puts_(buf, len, &pos, ",\"reason\":");
+			rc = rc ? rc : put_str(buf, len, &pos, e->reason, AUDIT_RULE_MAX);
+		}
 	} else {
 		rc = rc ? rc : puts_(buf, len, &pos, e->allow ? ",\"decision\":\"allow\",\"rule\":" : ",\"decision\":\"deny\",\"rule\":");
 		rc = rc ? rc : put_str(buf, len, &pos, e->rule ? e->rule : "", AUDIT_RULE_MAX);

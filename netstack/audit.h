@@ -31,6 +31,12 @@ struct audit_event {
 	/* Like decisions not logged since the last line (rate limit); 0:
 	 * the field is left out. */
 	uint64_t suppressed;
+	/* A TLS interception or secret event instead (netstack/intercept.h):
+	 * "event" names it; secret, where, reason and status are optional.
+	 * Never a secret's value. */
+	const char *event;
+	const char *secret, *where, *reason;
+	int status;
 };
 
 /* Format e as one line ending in '\n' into buf: {"time":"ISO-8601 UTC",
@@ -38,7 +44,9 @@ struct audit_event {
  * (IPv6 in brackets, absent without dst),"name":... (absent without
  * name), then "decision":"allow"|"deny","rule":...} for a decision or
  * "event":"close","bytes_up":N,"bytes_down":N,"duration_ms":N} for a
- * close; ,"suppressed":N before the "}" when set.  *n gets the length.
+ * close; for an event: "event":EV then "secret", "where", "status" when
+ * set, "decision" and "reason" (when set) instead of "rule";
+ * ,"suppressed":N before the "}" when set.  *n gets the length.
  * 0 or -ENOSPC. */
 int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n);
 

@@ -38,6 +38,7 @@
 
 #include "netstack/flowtab.h"
 #include "netstack/frame.h"
+#include "netstack/intercept.h"
 
 #define UP_CAP (2u * TCP_WND) /* guest bytes the host socket has not taken yet */
 #define HOST_READ_MAX 0xffffu /* tcp_write takes a u16 length */
@@ -78,7 +79,14 @@ struct flow {
 	uint8_t *down; /* read from the host, refused by tcp_write */
 	size_t down_len;
 	bool reading, host_eof, fin_sent;
+	/* TLS interception (netstack/intercept.h), outgoing flows only, until
+	 * it splices: then f->up holds guest ciphertext it has not taken
+	 * and f->down (IC_DOWN_CAP) upstream ciphertext it has not taken. */
+	struct icpt *ic;
+	bool ic_guest_told, ic_host_told;
 };
+
+#define IC_DOWN_CAP 16384u
 
 /* A forwarded port's listening socket. */
 struct fwd {
@@ -267,10 +275,17 @@ static void flow_events(struct flow *f)
 
 	if (f->fd < 0)
 		return;
-	if (f->state == FL_CONNECTING || f->up_len > 0)
-		want |= EPOLLOUT;
-	if (f->state == FL_OPEN && f->reading)
-		want |= EPOLLIN;
+	if (f->ic && f->state == FL_OPEN) {
+		if (icpt_want(f->ic) & MITM_WANT_UP_OUT)
+			want |= EPOLLOUT;
+		if (icpt_upstream_direct(f->ic) ? f->reading : !f->host_eof && f->down_len < IC_DOWN_CAP)
+			want |= EPOLLIN;
+	} else {
+		if (f->state == FL_CONNECTING || f->up_len > 0)
+			want |= EPOLLOUT;
+		if (f->state == FL_OPEN && f->reading)
+			want |= EPOLLIN;
+	}
 	if (want == f->ev)
 		return;
 	/* With no interest the socket leaves the set altogether: epoll
@@ -326,6 +341,7 @@ static void flow_free(struct flow *f, bool reset)
 		}
 		close(f->fd); /* also leaves the epoll set */
 	}
+	icpt_free(f->ic);
 	free(f->syn);
 	free(f->up);
 	free(f->down);
@@ -401,6 +417,233 @@ static int flush_up(struct flow *f)
 	return 0;
 }
 
+
+/* ---- intercepted flows (netstack/intercept.h) ---- */
+
+static void maybe_fin(struct flow *f);
+
+enum { IC_OK = 0, IC_FREED = -1, IC_ABORTED = -2 };
+
+static void ic_event(void *ctx, const struct icpt_event *ev)
+{
+	struct flow *f = ctx;
+	struct audit_event e = {
+		.time_ms = wall_ms(),
+		.proto = "tls",
+		.direction = "out",
+		.dst = &f->dst,
+		.port = f->dport,
+		.name = ev->sni ? ev->sni : (f->name[0] ? f->name : NULL),
+		.allow = ev->allow,
+		.event = ev->event,
+		.secret = ev->secret,
+		.where = ev->where,
+		.reason = ev->reason,
+		.status = ev->status,
+	};
+
+	audit_write(f->s->cfg.audit, &e);
+	if (strcmp(ev->event, "tls-intercept") == 0)
+		f->s->st.tls_intercepted++;
+	else if (!ev->allow)
+		f->s->st.tls_refused++;
+}
+
+/* A pump for f when interception is configured; the names our DNS gave
+ * dst (or the host alias) are what the guest's SNI must be. */
+static int ic_attach(struct ns *s, struct flow *f, const struct pol_addr *dst)
+{
+	const char *names[DNS_MEMO_MAX_NAMES];
+	size_t n;
+
+	if (memcmp(dst->b, gw_ip, 4) == 0) {
+		names[0] = POL_HOST_NAME;
+		n = 1;
+	} else {
+		n = dns_memo_names(&s->memo, dst, now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
+	}
+	return icpt_new(s->cfg.icpt, names, n, ic_event, f, &f->ic);
+}
+
+/* Move bytes through an intercepted flow until nothing moves.  IC_OK,
+ * or IC_FREED / IC_ABORTED when f is gone (its pcb closed or aborted). */
+static int ic_pump(struct flow *f)
+{
+	for (int round = 0; round < 256; round++) {
+		bool prog = false;
+		const uint8_t *b;
+		size_t n, t;
+
+		if (f->up_len > 0) {
+			if (icpt_guest_in(f->ic, f->up + f->up_off, f->up_len, &t) < 0)
+				t = f->up_len; /* the engine is closing: drop */
+			if (t) {
+				f->up_off += t;
+				f->up_len -= t;
+				if (f->up_len == 0)
+					f->up_off = 0;
+				recved(f, t);
+				prog = true;
+			}
+		}
+		if (f->guest_fin && f->up_len == 0 && !f->ic_guest_told) {
+			f->ic_guest_told = true;
+			icpt_close_guest(f->ic);
+			prog = true;
+		}
+		if (!icpt_upstream_direct(f->ic)) {
+			if (f->down_len > 0) {
+				if (icpt_upstream_in(f->ic, f->down, f->down_len, &t) < 0)
+					t = f->down_len;
+				if (t) {
+					memmove(f->down, f->down + t, f->down_len - t);
+					f->down_len -= t;
+					prog = true;
+				}
+			}
+			if (f->host_eof && f->down_len == 0 && !f->ic_host_told) {
+				f->ic_host_told = true;
+				icpt_close_upstream(f->ic);
+				prog = true;
+			}
+		}
+		b = icpt_upstream_out(f->ic, &n);
+		if (b && n > 0 && !f->host_shut) {
+			ssize_t r = send(f->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+			if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+				flow_abort(f);
+				return IC_ABORTED;
+			}
+			if (r > 0) {
+				icpt_upstream_out_done(f->ic, (size_t)r);
+				prog = true;
+			}
+		}
+		b = icpt_guest_out(f->ic, &n);
+		if (b && n > 0 && f->pcb) {
+			size_t room = tcp_sndbuf(f->pcb);
+
+			if (room > 0xffff)
+				room = 0xffff;
+			if (tcp_sndqueuelen(f->pcb) + room / TCP_MSS + 2 > TCP_SND_QUEUELEN)
+				room = 0;
+			if (n > room)
+				n = room;
+			if (n > 0) {
+				err_t e = tcp_write(f->pcb, b, (u16_t)n, TCP_WRITE_FLAG_COPY);
+
+				if (e == ERR_OK) {
+					icpt_guest_out_done(f->ic, n);
+					f->s->st.bytes_to_guest += n;
+					f->bytes_down += n;
+					prog = true;
+				} else if (e != ERR_MEM) {
+					flow_abort(f);
+					return IC_ABORTED;
+				}
+			}
+		}
+
+		unsigned w = icpt_want(f->ic);
+
+		if (w & ICPT_REFUSE) {
+			flow_abort(f);
+			return IC_ABORTED;
+		}
+		if (w & ICPT_SPLICE) {
+			/* A plain flow from here: f->up holds guest bytes for
+			 * the host, f->down is empty (the upstream went straight
+			 * to the guest while the first bytes were judged). */
+			icpt_free(f->ic);
+			f->ic = NULL;
+			if (f->pcb)
+				tcp_output(f->pcb);
+			if (flush_up(f) < 0)
+				return IC_ABORTED;
+			if (f->down_len == 0 && !f->host_eof)
+				f->reading = true;
+			maybe_fin(f);
+			flow_events(f);
+			if (f->guest_fin && f->host_shut && f->host_eof && f->fin_sent) {
+				flow_maybe_done(f);
+				return IC_FREED;
+			}
+			return IC_OK;
+		}
+		if ((w & MITM_DONE) && !(w & (MITM_WANT_GUEST_OUT | MITM_WANT_UP_OUT))) {
+			if (f->pcb) {
+				tcp_output(f->pcb);
+				flow_detach_pcb(f);
+				if (tcp_close(f->pcb) != ERR_OK) {
+					tcp_abort(f->pcb);
+					f->pcb = NULL;
+					flow_free(f, true);
+					return IC_ABORTED;
+				}
+				f->pcb = NULL;
+			}
+			flow_free(f, false);
+			return IC_FREED;
+		}
+		if (!prog)
+			break;
+	}
+	if (f->pcb)
+		tcp_output(f->pcb);
+	flow_events(f);
+	return IC_OK;
+}
+
+/* Guest bytes (or its FIN) on an intercepted flow. */
+static err_t ic_recv(struct flow *f, struct pbuf *p)
+{
+	if (!p) {
+		f->guest_fin = true;
+	} else {
+		size_t total = p->tot_len;
+
+		if (!f->up && !(f->up = malloc(UP_CAP))) {
+			pbuf_free(p);
+			flow_abort(f);
+			return ERR_ABRT;
+		}
+		if (f->up_off + f->up_len + total > UP_CAP) {
+			if (f->up_len + total > UP_CAP)
+				return ERR_MEM; /* lwIP keeps p and offers it again */
+			memmove(f->up, f->up + f->up_off, f->up_len);
+			f->up_off = 0;
+		}
+		pbuf_copy_partial(p, f->up + f->up_off + f->up_len, (u16_t)total, 0);
+		f->up_len += total;
+		pbuf_free(p);
+	}
+	return ic_pump(f) == IC_ABORTED ? ERR_ABRT : ERR_OK;
+}
+
+/* Upstream bytes for an intercepted flow. */
+static void ic_read_host(struct flow *f)
+{
+	if (!f->host_eof && f->down_len < IC_DOWN_CAP) {
+		ssize_t r;
+
+		if (!f->down && !(f->down = malloc(IC_DOWN_CAP))) {
+			flow_abort(f);
+			return;
+		}
+		r = recv(f->fd, f->down + f->down_len, IC_DOWN_CAP - f->down_len, MSG_DONTWAIT);
+		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			flow_abort(f);
+			return;
+		}
+		if (r == 0)
+			f->host_eof = true;
+		else if (r > 0)
+			f->down_len += (size_t)r;
+	}
+	ic_pump(f);
+}
+
 static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 {
 	struct flow *f = arg;
@@ -412,6 +655,8 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 			pbuf_free(p);
 		return ERR_OK;
 	}
+	if (f->ic)
+		return ic_recv(f, p);
 	if (!p) {
 		f->guest_fin = true;
 		if (flush_up(f) == 0)
@@ -509,6 +754,8 @@ static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
 
 	if (!f)
 		return ERR_OK;
+	if (f->ic && !icpt_upstream_direct(f->ic))
+		return ic_pump(f) == IC_ABORTED ? ERR_ABRT : ERR_OK;
 	if (f->down_len > 0 && to_guest(f, f->down, f->down_len) < 0)
 		return ERR_ABRT;
 	if (f->down_len == 0 && !f->host_eof)
@@ -547,6 +794,10 @@ static void read_host(struct flow *f)
 	size_t max;
 	ssize_t r;
 
+	if (f->ic && !icpt_upstream_direct(f->ic)) {
+		ic_read_host(f);
+		return;
+	}
 	if (!f->pcb || f->down_len > 0 || f->host_eof)
 		return;
 	max = tcp_sndbuf(f->pcb);
@@ -575,6 +826,14 @@ static void read_host(struct flow *f)
 	}
 	if (f->pcb)
 		tcp_output(f->pcb);
+	if (f->ic) {
+		/* The server spoke before the guest's first bytes were
+		 * judged: not TLS from a client, so never intercepted. */
+		if (r > 0)
+			icpt_server_spoke(f->ic);
+		ic_pump(f);
+		return;
+	}
 	flow_events(f);
 	flow_maybe_done(f);
 }
@@ -744,6 +1003,13 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 	f->opened_ms = now_ms();
 	if (name)
 		snprintf(f->name, sizeof f->name, "%s", name);
+	if (s->cfg.icpt && ic_attach(s, f, &dst) < 0) {
+		free(f->syn);
+		free(f);
+		s->st.tcp_failed++;
+		send_rst(s, p);
+		return;
+	}
 	memcpy(f->syn, p->ip, p->ip_len);
 	f->syn_len = p->ip_len;
 	f->syn_pkt = *p;
@@ -1348,6 +1614,13 @@ static void flow_event(struct flow *f, uint32_t ev)
 {
 	if (f->state == FL_CONNECTING) {
 		connect_done(f);
+		return;
+	}
+	if (f->ic && f->state == FL_OPEN) {
+		if ((ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && ic_pump(f) != IC_OK)
+			return;
+		if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
+			read_host(f);
 		return;
 	}
 	if ((ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && f->up_len > 0 && flush_up(f) < 0)

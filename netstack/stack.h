@@ -39,6 +39,7 @@
 
 #include "netstack/audit.h"
 #include "netstack/dns.h"
+#include "netstack/intercept.h"
 #include "netstack/policy.h"
 
 #define NS_GATEWAY_IP {10, 0, 2, 2}
@@ -94,6 +95,9 @@ struct ns_config {
 	ns_resolve_fn resolve;
 	void *resolve_ctx;
 	unsigned connect_timeout_ms; /* 0: NS_CONNECT_TIMEOUT_MS */
+	/* TLS interception and secret substitution for outgoing TCP, or
+	 * NULL for none; must outlive the stack. */
+	const struct icpt_config *icpt;
 };
 
 struct ns;
@@ -117,6 +121,7 @@ struct ns_stats {
 	uint64_t tcp_allowed, tcp_denied, tcp_failed; /* connect decisions and failed connects */
 	uint64_t dns_queries;
 	uint64_t bytes_to_host, bytes_to_guest;
+	uint64_t tls_intercepted, tls_refused; /* TLS connections intercepted; refused or failed */
 	uint64_t fwd_accepted, fwd_refused; /* forwarded connections; refused by the guest or failed */
 	uint64_t udp_refused;               /* datagrams other than DNS */
 	size_t flows; /* open now */

@@ -298,6 +298,9 @@ int icpt_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken)
 		note_failure(c);
 		return rc;
 	}
+	case M_DRAIN:
+	case M_SPLICED:
+		return 0; /* the caller sends these itself once spliced */
 	default:
 		return -EPIPE;
 	}

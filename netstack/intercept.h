@@ -82,7 +82,10 @@ bool icpt_bypassed(const struct icpt_config *cfg, const char *name);
 int icpt_new(const struct icpt_config *cfg, const char *const *names, size_t n, icpt_event_fn cb, void *ctx,
 	     struct icpt **out);
 
-/* Same contracts as tls_mitm's functions of the same shape.  The
+/* Same contracts as tls_mitm's functions of the same shape; once the
+ * held bytes are draining or spliced, icpt_guest_in takes nothing (the
+ * caller keeps the bytes and sends them itself after ICPT_SPLICE); after
+ * a refusal it returns -EPIPE.  The
  * upstream_in/guest_out pair is only for an intercepted connection:
  * while icpt_upstream_direct is true the caller copies upstream bytes to
  * the guest itself, after calling icpt_server_spoke (a server that

@@ -1571,6 +1571,10 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		snprintf(err, errlen, "vnet_init: %s", strerror(-rc));
 		return -1;
 	}
+	/* /dev/kvm and the share are open; lwIP's thread, started next, and
+	 * every later one inherit the confinement (and LeakSanitizer, in it
+	 * too, may then stop them all at exit). */
+	printf("# %s\n", confine(tmp));
 	struct ns_config nc = { .policy = &R.pol, .audit = &R.audit, .output = to_guest,
 				.output_ctx = &R.nic, .resolve = no_resolve };
 	if ((rc = ns_create(&nc, &R.stack)) < 0) {
@@ -1656,8 +1660,6 @@ int main(int argc, char **argv)
 		printf("%u passed, %u failed\n", passed, failed);
 		return 1;
 	}
-	/* Every fd the VM needs is open: from here on only the temp dir. */
-	printf("# %s\n", confine(argv[4]));
 	if (vbus_start(&R.bus) < 0) {
 		check(0, "start the device thread");
 		return 1;

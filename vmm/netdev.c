@@ -258,6 +258,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		.output_ctx = n,
 		.guest_mac = mac,
 		.resolve = nres_resolve,
+		.icpt = n->icpt,
 	};
 	if ((r = ns_create(&cfg, &n->stack)) < 0) {
 		snprintf(err, errlen, "cannot start the network stack: %s", strerror(-r));

@@ -46,6 +46,9 @@ struct netdev {
 	const char *learn_path; /* --learn FILE; NULL: off */
 	int learn_fd;           /* opened by netdev_attach, written by netdev_write_learned */
 	struct audit_learn learn;
+	/* TLS interception (vmm/tlsconf.h), set before netdev_attach; NULL:
+	 * none.  Must outlive the device. */
+	const struct icpt_config *icpt;
 };
 
 /* Start with mode public, no rules and no audit log.  Never fails. */

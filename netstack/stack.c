@@ -88,6 +88,38 @@ struct flow {
 
 #define IC_DOWN_CAP 16384u
 
+/* A token bucket: rate tokens a second, at most burst saved up.  Kept
+ * in milli-tokens so that integer arithmetic is exact enough. */
+struct bucket {
+	uint64_t mtokens, last_ms;
+	unsigned rate, burst;
+};
+
+static void bucket_init(struct bucket *b, unsigned rate, unsigned burst, uint64_t now)
+{
+	b->rate = rate;
+	b->burst = burst;
+	b->mtokens = (uint64_t)burst * 1000;
+	b->last_ms = now;
+}
+
+/* Take one token if there is one. */
+static bool bucket_take(struct bucket *b, uint64_t now)
+{
+	uint64_t cap = (uint64_t)b->burst * 1000;
+
+	if (now > b->last_ms) {
+		uint64_t add = (now - b->last_ms) * b->rate;
+
+		b->mtokens = add >= cap - b->mtokens ? cap : b->mtokens + add;
+		b->last_ms = now;
+	}
+	if (b->mtokens < 1000)
+		return false;
+	b->mtokens -= 1000;
+	return true;
+}
+
 /* A forwarded port's listening socket. */
 struct fwd {
 	int fd;
@@ -108,9 +140,10 @@ struct ns {
 	struct dns_memo memo;
 	struct ns_stats st;
 	struct tcp_pcb **listen; /* by destination port */
-	/* Token bucket for refused-UDP audit lines (NS_UDP_LOG_*). */
-	uint64_t udp_tokens_ms; /* tokens in units of 1/NS_UDP_LOG_PER_SEC s, as milliseconds */
-	uint64_t udp_last_ms, udp_unlogged;
+	struct bucket udp_log;      /* audit lines for refused UDP */
+	struct bucket dns_rate;     /* questions that need the resolver */
+	struct bucket dns_rate_log; /* audit lines for questions refused by dns_rate */
+	uint64_t udp_unlogged, dns_unlogged;
 	uint8_t tx[FR_FRAME_MAX];
 	uint8_t rx[HOST_READ_MAX];
 };
@@ -1437,6 +1470,29 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 		dns_reply(s, p, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
 		return;
 	}
+	/* Each question costs the host a resolver thread: a guest asking
+	 * too fast is refused at once, and told so in the log (itself
+	 * rate-limited). */
+	if (!bucket_take(&s->dns_rate, now_ms())) {
+		s->st.dns_rate_refused++;
+		if (bucket_take(&s->dns_rate_log, now_ms())) {
+			struct audit_event e = {
+				.time_ms = wall_ms(),
+				.proto = "dns",
+				.name = q.name,
+				.allow = false,
+				.rule = "dns:rate",
+				.suppressed = s->dns_unlogged,
+			};
+
+			audit_write(s->cfg.audit, &e);
+			s->dns_unlogged = 0;
+		} else {
+			s->dns_unlogged++;
+		}
+		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
+		return;
+	}
 	r = s->cfg.resolve(s->cfg.resolve_ctx, norm, q.qtype, rr, DNS_MAX_ANSWERS, &n);
 	if (r < 0 || r > 15) {
 		dns_reply(s, p, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
@@ -1458,22 +1514,6 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 		dns_memo_put(&s->memo, norm, &rr[i].addr, rr[i].ttl, now_ms() / 1000);
 	}
 	dns_reply(s, p, &q, r, a, kept, ttl);
-}
-
-/* Whether an audit line for refused UDP may be written now. */
-static bool udp_log_token(struct ns *s)
-{
-	const uint64_t cost = 1000, cap = NS_UDP_LOG_BURST * cost;
-	uint64_t now = now_ms();
-
-	s->udp_tokens_ms += (now - s->udp_last_ms) * NS_UDP_LOG_PER_SEC;
-	if (s->udp_tokens_ms > cap)
-		s->udp_tokens_ms = cap;
-	s->udp_last_ms = now;
-	if (s->udp_tokens_ms < cost)
-		return false;
-	s->udp_tokens_ms -= cost;
-	return true;
 }
 
 /* Whether dst is a broadcast or multicast address. */
@@ -1504,7 +1544,7 @@ static void refuse_udp(struct ns *s, const struct fr_pkt *p)
 	if (memcmp(p->eth_dst, bcast, 6) != 0 && !ip_group(p->dst) &&
 	    fr_build_port_unreach(p, s->tx, sizeof s->tx, &n) == 0)
 		send_frame(s, n);
-	if (!udp_log_token(s)) {
+	if (!bucket_take(&s->udp_log, now_ms())) {
 		s->udp_unlogged++;
 		return;
 	}
@@ -1705,8 +1745,9 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	if (!s->cfg.connect_timeout_ms)
 		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
 	s->epfd = s->tfd = -1;
-	s->udp_last_ms = now_ms();
-	s->udp_tokens_ms = NS_UDP_LOG_BURST * 1000ull;
+	bucket_init(&s->udp_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, now_ms());
+	bucket_init(&s->dns_rate, NS_DNS_PER_SEC, NS_DNS_BURST, now_ms());
+	bucket_init(&s->dns_rate_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, now_ms());
 	seed = now_ms() ^ (uint64_t)(uintptr_t)s;
 	r = -ENOMEM;
 	s->listen = calloc(65536, sizeof *s->listen);

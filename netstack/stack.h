@@ -6,7 +6,8 @@
  * Fixed addressing (the guest configures itself to match):
  *   gateway   10.0.2.2/24, MAC 52:55:0a:00:02:02; answers ARP for every
  *             address of 10.0.2.0/24 except the guest's, ICMP echo, and
- *             DNS on UDP port 53;
+ *             DNS on UDP port 53 (questions for the host resolver capped
+ *             at NS_DNS_PER_SEC, NS_DNS_BURST at once: REFUSED beyond);
  *   guest     10.0.2.15 (frames from any other source are dropped);
  *   host      the gateway address is also POL_HOST_NAME: a connection to
  *             10.0.2.2:PORT is dialled to the host's 127.0.0.1:PORT and
@@ -53,6 +54,8 @@
 #define NS_MAX_HOSTS 256u            /* --add-host entries */
 #define NS_UDP_LOG_BURST 20u         /* audit lines for refused UDP, at once ... */
 #define NS_UDP_LOG_PER_SEC 5u        /* ... and then per second */
+#define NS_DNS_BURST 200u            /* questions for the resolver at once ... */
+#define NS_DNS_PER_SEC 50u           /* ... and then per second; beyond: REFUSED */
 
 /* Send one frame of len bytes (at most 1514) to the guest.  Called with
  * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
@@ -119,7 +122,7 @@ int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t 
 struct ns_stats {
 	uint64_t frames_in, frames_dropped;
 	uint64_t tcp_allowed, tcp_denied, tcp_failed; /* connect decisions and failed connects */
-	uint64_t dns_queries;
+	uint64_t dns_queries, dns_rate_refused; /* questions; refused for asking too fast */
 	uint64_t bytes_to_host, bytes_to_guest;
 	uint64_t tls_intercepted, tls_refused; /* TLS connections intercepted; refused or failed */
 	uint64_t fwd_accepted, fwd_refused; /* forwarded connections; refused by the guest or failed */

@@ -264,6 +264,28 @@ for i in range(2000):
 EOF
 )
 check "UDP (QUIC) to 1.2.3.4:443 refused at once (ICMP port unreachable)" "refused 1" "$out"
+
+# --- DNS questions for the resolver are rate-capped: REFUSED beyond ---
+out=$(G python3 - <<'EOF' 2>&1
+import socket, struct, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+s.connect(("10.0.2.2", 53))
+q = b"".join(bytes([len(l)]) + l for l in b"named.test".split(b".")) + b"\0" + struct.pack("!HH", 1, 1)
+for i in range(600):
+    s.send(struct.pack("!HHHHHH", i, 0x0100, 1, 0, 0, 0) + q)
+s.settimeout(1)
+rc = {}
+try:
+    while True:
+        r = s.recv(600)
+        rc[r[3] & 15] = rc.get(r[3] & 15, 0) + 1
+except socket.timeout:
+    pass
+print("ok" if rc.get(0, 0) >= 150 and rc.get(5, 0) >= 300 else "bad %r" % rc)
+EOF
+)
+check "DNS: 600 questions at once, the excess REFUSED" "ok" "$out"
 sleep 0.3
 
 # --- the audit log, and the stack's own counters ---
@@ -291,6 +313,9 @@ allowed=$(echo "$stats" | sed -n 's/.*tcp_allowed=\([0-9]*\).*/\1/p')
 denied_n=$(echo "$stats" | sed -n 's/.*tcp_denied=\([0-9]*\).*/\1/p')
 check "audit: one line per TCP decision" "$((${allowed:-0} + ${denied_n:-0}))" "$tcp_lines"
 check "every flow closed" "flows=0" "$(echo "$stats" | grep -o 'flows=[0-9]*')"
+rate_lines=$(grep -c '"proto":"dns".*"rule":"dns:rate"' "$A")
+[ "$rate_lines" -ge 1 ] && [ "$rate_lines" -le 40 ] && ok "audit: DNS rate refusals logged, bounded ($rate_lines lines)" ||
+	bad "audit: DNS rate refusals logged, bounded" "$rate_lines lines"
 check "audit: refused UDP logged" "1" "$(grep -c '"proto":"udp","dst":"1.2.3.4:443","decision":"deny","rule":"udp:only-dns"' "$A")"
 udp_lines=$(grep -c '"proto":"udp"' "$A")
 udp_n=$(echo "$stats" | sed -n 's/.*udp_refused=\([0-9]*\).*/\1/p')

@@ -82,7 +82,7 @@ static size_t hb_size(const struct hs_buf *b)
 
 static uint8_t *hb_data(const struct hs_buf *b)
 {
-	return b->p + b->off;
+	return b->p ? b->p + b->off : NULL;
 }
 
 static int hb_reserve(struct hs_buf *b, size_t more)
@@ -694,6 +694,11 @@ static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s,
 {
 	size_t i = 0, emit = 0;
 	int rc = 0;
+	if (n == 0) {
+		if (done)
+			*done = 0;
+		return 0;
+	}
 	while (i < n) {
 		struct hs_match m;
 		int r = hs_find(h, s, n, i, final, &m);
@@ -832,10 +837,15 @@ static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *
 		struct hs_field *fl = &f[(*nf)++];
 		fl->name = line;
 		fl->nlen = c;
-		size_t k;
-		for (k = 0; k < c && k < SECRETS_FIELD_MAX; k++)
-			fl->lname[k] = (char)tolower(line[k]);
-		fl->lname[k] = '\0';
+		/* A name too long to be any configured field gets a marker that
+		 * is not a token, so it can never match one. */
+		if (c > SECRETS_FIELD_MAX) {
+			snprintf(fl->lname, sizeof fl->lname, "(long name)");
+		} else {
+			for (size_t k = 0; k < c; k++)
+				fl->lname[k] = (char)tolower(line[k]);
+			fl->lname[c] = '\0';
+		}
 		size_t vs = c + 1, ve = len;
 		while (vs < ve && (line[vs] == ' ' || line[vs] == '\t'))
 			vs++;
@@ -914,6 +924,7 @@ static int hs_request_done(struct hs *h)
 {
 	h->forwarded++;
 	h->n_subst = 0;
+	h->chunked = h->buffering = false;
 	h->phase = h->upgrade ? PH_OPAQUE : PH_HEAD;
 	return 0;
 }

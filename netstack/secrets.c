@@ -582,12 +582,9 @@ static int sec_expand(struct sec_ctx *x, const struct sec_node *v, struct secret
 				addlen = strlen(add);
 				i = e + 1;
 			} else {
-				rc = sec_err(x, v,
-					     "secret %s: a '$' at byte %zu of the value is not "
-					     "followed by {NAME}; expected ${NAME}, or $$ for a "
-					     "literal $",
-					     s->name, i + 1);
-				break;
+				/* As in sandbox.yaml: a '$' before anything else is
+				 * itself, so tokens containing '$' need no escaping. */
+				i++;
 			}
 		} else {
 			i++;

@@ -69,7 +69,7 @@ START_TEST(loads_the_documented_shape)
 			      "    header_fields: [\"Authorization\", \"x-api-key\"]\n"
 			      "    query: false\n"
 			      "    body: true\n"
-			      "GH: {value: lit$$eral, allow: [github.com]}\n",
+			      "GH: {value: lit$$eral$x$, allow: [github.com]}\n",
 			      &set, err),
 			 0);
 	ck_assert_uint_eq(secrets_count(set), 2);
@@ -85,7 +85,7 @@ START_TEST(loads_the_documented_shape)
 	ck_assert_str_eq(s->fields[0], "authorization");
 	const struct secret *g = secrets_find(set, "GH", 2);
 	ck_assert_ptr_eq(g, secrets_at(set, 1));
-	ck_assert_str_eq(g->value, "lit$eral");
+	ck_assert_str_eq(g->value, "lit$eral$x$");
 	/* Defaults: headers on, every field, query and body off. */
 	ck_assert(g->sub_headers && !g->sub_query && !g->sub_body && g->n_fields == 0);
 	ck_assert_ptr_null(secrets_at(set, 2));
@@ -180,7 +180,7 @@ START_TEST(values_never_appear_in_errors)
 	struct secrets *set;
 	char err[ERRLEN];
 	static const char *const bad[] = {
-		"A: {value: \"sk-SECRETVALUE $x\", allow: [x.example]}\n",
+		"A: {value: \"sk-SECRETVALUE ${x-y}\", allow: [x.example]}\n",
 		"A: {value: \"sk-SECRETVALUE ${\", allow: [x.example]}\n",
 		"A: {value: \"sk-SECRETVALUE\\n\", allow: [x.example]}\n",
 		"A: {value: \"sk-SECRETVALUE\", allow: []}\n",
@@ -378,6 +378,23 @@ START_TEST(reload_replaces_values_or_nothing)
 }
 END_TEST
 
+START_TEST(example_file_loads)
+{
+	struct secrets *set;
+	char err[ERRLEN];
+	setenv("OPENCODE_API_KEY", "sk-example", 1);
+	setenv("GITHUB_TOKEN", "ghp-example", 1);
+	ck_assert_msg(secrets_load("examples/secrets.yaml", &set, err, ERRLEN) == 0, "%s", err);
+	ck_assert_uint_eq(secrets_count(set), 2);
+	const struct secret *o = secrets_find(set, "OPENCODE_API_KEY", 16);
+	ck_assert_str_eq(o->value, "sk-example");
+	ck_assert(secrets_hosts_match(o, "api.anthropic.com"));
+	const struct secret *g = secrets_find(set, "GITHUB_TOKEN", 12);
+	ck_assert(g->sub_headers && g->n_fields == 1 && !g->sub_query && !g->sub_body);
+	secrets_free(set);
+}
+END_TEST
+
 Suite *secrets_suite(void)
 {
 	Suite *s = suite_create("secrets");
@@ -393,6 +410,7 @@ Suite *secrets_suite(void)
 	tcase_add_test(tc, hostile_yaml_is_bounded);
 	tcase_add_test(tc, hosts_match);
 	tcase_add_test(tc, reload_replaces_values_or_nothing);
+	tcase_add_test(tc, example_file_loads);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,175 @@
+/* libFuzzer target for the HTTP/1.1 substitution filter.  The first input
+ * byte picks the server name and how the rest is sliced; the rest is the
+ * guest's request stream.  Invariants:
+ *  - a real value never reaches upstream more often than the guest wrote it
+ *    literally, plus the substitutions the audit callback reported for it
+ *    (and never at all beyond the literal copies for a server outside every
+ *    allow list);
+ *  - the reply to the guest never holds a value, and exists exactly when
+ *    the state says so;
+ *  - whole and sliced feeding end in the same state with the same reply,
+ *    except after a protocol upgrade (nothing is held back there). */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "netstack/http_sub.h"
+#include "netstack/secrets.h"
+
+static void check(int ok)
+{
+	if (!ok)
+		abort();
+}
+
+/* Values of unreserved characters only, so that every dress (percent,
+ * JSON, query) of a value is the value itself and can be counted. */
+static const char yaml[] =
+	"KEY: {value: Vk3y-REAL-alpha, allow: [api.example.com, \"*.svc.example\"],\n"
+	"      substitution: {header_fields: [authorization, x-api-key]}}\n"
+	"QK: {value: Vq-REAL-beta, allow: [api.example.com],\n"
+	"     substitution: {headers: false, query: true}}\n"
+	"BK: {value: Vb-REAL-gamma, allow: [api.example.com, a.svc.example],\n"
+	"     substitution: {body: true}}\n"
+	"FOO: {value: Vf-REAL-delta, allow: [\"*.svc.example\"]}\n";
+static const char *const names[] = { "KEY", "QK", "BK", "FOO" };
+static const char *const vals[] = { "Vk3y-REAL-alpha", "Vq-REAL-beta", "Vb-REAL-gamma",
+				    "Vf-REAL-delta" };
+static const char *const snis[] = { "api.example.com", "a.svc.example", "svc.example",
+				    "evil.example" };
+#define NSEC 4
+
+static struct secrets *set;
+
+struct run {
+	uint8_t *out;
+	size_t n, cap;
+	size_t subs[NSEC];
+	enum hs_state state;
+	uint8_t reply[8192];
+	size_t reply_len;
+};
+
+static void on_audit(void *ctx, const struct hs_audit *ev)
+{
+	struct run *r = ctx;
+	for (int i = 0; i < NSEC; i++) {
+		check(!ev->reason || !strstr(ev->reason, vals[i]));
+		if (ev->secret && ev->decision == HS_SUBSTITUTED && !strcmp(ev->secret, names[i]))
+			r->subs[i]++;
+	}
+}
+
+static void take(struct hs *h, struct run *r)
+{
+	const uint8_t *p;
+	size_t n;
+	hs_output(h, &p, &n);
+	if (r->n + n > r->cap) {
+		r->cap = (r->n + n) * 2 + 64;
+		r->out = realloc(r->out, r->cap);
+		check(r->out != NULL);
+	}
+	if (n)
+		memcpy(r->out + r->n, p, n);
+	r->n += n;
+	hs_consume(h, n);
+}
+
+static size_t count(const uint8_t *hay, size_t n, const char *needle)
+{
+	size_t k = strlen(needle), c = 0;
+	for (size_t i = 0; i + k <= n; i++)
+		if (!memcmp(hay + i, needle, k))
+			c++;
+	return c;
+}
+
+static void run(const char *sni, const uint8_t *d, size_t n, unsigned seed, struct run *r)
+{
+	struct hs *h;
+	memset(r, 0, sizeof *r);
+	check(hs_new(set, sni, on_audit, r, &h) == 0);
+	size_t off = 0;
+	while (off < n && hs_state(h) == HS_OPEN) {
+		size_t k = n - off;
+		if (seed) {
+			seed = seed * 1103515245u + 12345u;
+			size_t s = 1 + (seed >> 16) % 64;
+			if (k > s)
+				k = s;
+		}
+		size_t taken;
+		int rc = hs_feed(h, d + off, k, &taken);
+		check(rc == 0 && taken <= k);
+		const uint8_t *p;
+		size_t pending;
+		hs_output(h, &p, &pending);
+		check(pending <= HS_OUT_HIGH + HS_HEAD_MAX + 64 * 1024 + (1u << 20));
+		take(h, r);
+		off += taken;
+		if (!taken && hs_state(h) == HS_OPEN)
+			check(0); /* no progress with the output drained */
+	}
+	hs_finish(h);
+	take(h, r);
+	r->state = hs_state(h);
+	const uint8_t *p;
+	size_t rn;
+	hs_reply(h, &p, &rn);
+	check((rn > 0) == (r->state == HS_CLOSE_AFTER_REPLY));
+	check(rn <= sizeof r->reply);
+	if (rn)
+		memcpy(r->reply, p, rn);
+	r->reply_len = rn;
+	if (rn)
+		check(rn > 9 && !memcmp(p, "HTTP/1.1 ", 9));
+	hs_free(h);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!set) {
+		char err[256];
+		check(secrets_load_buf("fuzz/secrets.yaml", yaml, sizeof yaml - 1, &set, err,
+				       sizeof err) == 0);
+	}
+	if (size < 1 || size > 64 * 1024)
+		return 0;
+	const char *sni = snis[data[0] & 3];
+	unsigned seed = data[0] >> 2;
+	const uint8_t *d = data + 1;
+	size_t n = size - 1;
+
+	static struct run whole, sliced;
+	run(sni, d, n, 0, &whole);
+	run(sni, d, n, seed | 1u, &sliced);
+
+	struct run *rs[2] = { &whole, &sliced };
+	for (int w = 0; w < 2; w++) {
+		struct run *r = rs[w];
+		for (int i = 0; i < NSEC; i++) {
+			size_t lit = count(d, n, vals[i]);
+			check(count(r->out, r->n, vals[i]) <= lit + r->subs[i]);
+			const struct secret *s = secrets_find(set, names[i], strlen(names[i]));
+			if (!secrets_hosts_match(s, sni))
+				check(r->subs[i] == 0);
+			check(count(r->reply, r->reply_len, vals[i]) == 0);
+		}
+	}
+	bool upgrade = false;
+	for (size_t i = 0; i + 7 <= n && !upgrade; i++)
+		upgrade = !strncasecmp((const char *)d + i, "upgrade", 7);
+	if (!upgrade) {
+		check(whole.state == sliced.state);
+		check(whole.reply_len == sliced.reply_len &&
+		      !memcmp(whole.reply, sliced.reply, whole.reply_len));
+	}
+	free(whole.out);
+	free(sliced.out);
+	return 0;
+}

@@ -5,6 +5,8 @@
  *           [--resolve NAME=A.B.C.D]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...
  *           [--add-host NAME:ADDR]... [--learn FILE]
  *           [--lifetime SECONDS]
+ *           [--secret-conf FILE] [--tls-intercept all|secrets] [--tls-bypass NAME]...
+ *           [--tls-extra-ca FILE] [--ca-dir DIR]
  *
  * Prints "forward ADDR:PORT GUESTPORT" for each forwarded port (as bound)
  * and "ready" once the TAP exists, then serves until SIGTERM/SIGINT or
@@ -25,6 +27,7 @@
 
 #include "netstack/audit.h"
 #include "netstack/dns.h"
+#include "netstack/intercept.h"
 #include "netstack/policy.h"
 #include "netstack/stack.h"
 #include "netstack/tap.h"
@@ -130,6 +133,15 @@ int main(int argc, char **argv)
 	size_t nhosts = 0;
 	size_t nfwd = 0, j;
 	int i, r;
+	/* TLS interception, as kbox run sets it up (vmm/tlsconf.c). */
+	const char *secret_conf = NULL, *extra_ca = NULL, *ca_dir = NULL;
+	static const char *bypass[ICPT_BYPASS_MAX];
+	static struct icpt_config icfg;
+	struct secrets *secs = NULL;
+	struct tc_ca *ca = NULL;
+	struct tls_trust *trust = NULL;
+	size_t nbypass = 0;
+	int scope = -1;
 
 	pol_init(&pol, POL_MODE_PUBLIC);
 	for (i = 1; i < argc; i++) {
@@ -177,6 +189,18 @@ int main(int argc, char **argv)
 			nhosts++;
 		} else if (strcmp(a, "--learn") == 0) {
 			learn_path = v;
+		} else if (strcmp(a, "--secret-conf") == 0) {
+			secret_conf = v;
+		} else if (strcmp(a, "--tls-extra-ca") == 0) {
+			extra_ca = v;
+		} else if (strcmp(a, "--ca-dir") == 0) {
+			ca_dir = v;
+		} else if (strcmp(a, "--tls-intercept") == 0) {
+			scope = strcmp(v, "all") == 0 ? ICPT_SCOPE_ALL : ICPT_SCOPE_SECRETS;
+		} else if (strcmp(a, "--tls-bypass") == 0) {
+			if (nbypass == ICPT_BYPASS_MAX)
+				usage();
+			bypass[nbypass++] = v;
 		} else if (strcmp(a, "--lifetime") == 0) {
 			lifetime = atol(v);
 		} else {
@@ -205,6 +229,27 @@ int main(int argc, char **argv)
 	audit_learn_init(&learn);
 	cfg.learn = learn_path ? &learn : NULL;
 	cfg.connect_timeout_ms = 3000;
+	if (secret_conf || scope == ICPT_SCOPE_ALL) {
+		char msg[512];
+
+		if (!ca_dir) {
+			fprintf(stderr, "harness: interception needs --ca-dir\n");
+			return 2;
+		}
+		if ((secret_conf && secrets_load(secret_conf, &secs, msg, sizeof msg) < 0) ||
+		    tc_ca_open(ca_dir, &ca, msg, sizeof msg) < 0 ||
+		    tls_trust_load(NULL, extra_ca, &trust, msg, sizeof msg) < 0) {
+			fprintf(stderr, "harness: interception: %s\n", msg);
+			return 2;
+		}
+		icfg.ca = ca;
+		icfg.trust = trust;
+		icfg.secrets = secs;
+		icfg.scope = scope < 0 ? ICPT_SCOPE_SECRETS : (enum icpt_scope)scope;
+		icfg.bypass = bypass;
+		icfg.n_bypass = nbypass;
+		cfg.icpt = &icfg;
+	}
 	r = ns_create(&cfg, &s);
 	if (r < 0) {
 		fprintf(stderr, "harness: ns_create: %s\n", strerror(-r));
@@ -254,8 +299,13 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.bytes_to_host, (unsigned long long)st.bytes_to_guest,
 	       (unsigned long long)st.fwd_accepted, (unsigned long long)st.fwd_refused,
 	       (unsigned long long)st.udp_refused, (unsigned long long)st.dns_rate_refused, st.flows, tap_drops);
+	printf("stats tls_intercepted=%llu tls_refused=%llu\n", (unsigned long long)st.tls_intercepted,
+	       (unsigned long long)st.tls_refused);
 	fflush(stdout);
 	ns_destroy(s);
+	secrets_free(secs);
+	tls_trust_free(trust);
+	tc_ca_free(ca);
 	if (learn_path) {
 		int fd = open(learn_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 

@@ -29,6 +29,7 @@
 #include "vmm/sandbox.h"
 #include "vmm/serial.h"
 #include "vmm/exec_client.h"
+#include "vmm/tlsconf.h"
 #include "vmm/guestfiles.h"
 #include "vmm/image.h"
 #include "vmm/virtio_bus.h"
@@ -72,6 +73,8 @@ struct run_opts {
 	const char *ca_pem;
 	struct mounts *mounts;
 	struct netdev *net;
+	struct tlsconf *tls;
+	const char *secret_conf; /* --secret-conf */
 };
 
 void run_usage(FILE *f)
@@ -126,6 +129,17 @@ void run_usage(FILE *f)
 		"                        forward the host's ADDR:HOSTPORT (loopback only,\n"
 		"                        default 127.0.0.1; HOSTPORT 0 picks a free port) to\n"
 		"                        the guest's GUESTPORT (repeatable; 'kbox ps' shows them)\n"
+		"      --secret-conf FILE\n"
+		"                        secrets.yaml (docs/secrets.md): the guest sees only\n"
+		"                        placeholders ($KBOX_NAME); kbox puts the real values\n"
+		"                        into HTTPS requests to the hosts each secret allows\n"
+		"      --tls-intercept all|secrets\n"
+		"                        which TLS connections kbox opens: only those to hosts\n"
+		"                        a secret may go to (default), or all with a server name\n"
+		"      --tls-bypass HOST never intercept HOST (or *.suffix) (repeatable)\n"
+		"      --tls-extra-ca FILE\n"
+		"                        PEM CA certificates trusted for upstream servers\n"
+		"                        besides the host's bundle\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
 		"  -h, --help            this help\n"
@@ -261,6 +275,9 @@ enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG, OPT_IMAGE, OPT_N
 /* The network options beyond the ones above. */
 enum { OPT_ADD_HOST = 0x200, OPT_LEARN };
 
+/* Secrets and TLS interception. */
+enum { OPT_SECRET_CONF = 0x300, OPT_TLS_INTERCEPT, OPT_TLS_BYPASS, OPT_TLS_EXTRA_CA };
+
 static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_config *cfg)
 {
 	static const struct option opts[] = {
@@ -288,6 +305,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "learn", required_argument, NULL, OPT_LEARN },
 		{ "image", required_argument, NULL, OPT_IMAGE },
 		{ "no-project", no_argument, NULL, OPT_NO_PROJECT },
+		{ "secret-conf", required_argument, NULL, OPT_SECRET_CONF },
+		{ "tls-intercept", required_argument, NULL, OPT_TLS_INTERCEPT },
+		{ "tls-bypass", required_argument, NULL, OPT_TLS_BYPASS },
+		{ "tls-extra-ca", required_argument, NULL, OPT_TLS_EXTRA_CA },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -363,6 +384,16 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		}
 		case OPT_IMAGE: o->image = optarg; break;
 		case OPT_NO_PROJECT: no_project = 1; break;
+		case OPT_SECRET_CONF: o->secret_conf = optarg; break;
+		case OPT_TLS_EXTRA_CA: o->tls->extra_ca = optarg; break;
+		case OPT_TLS_INTERCEPT:
+		case OPT_TLS_BYPASS: {
+			char err[512];
+			if ((c == OPT_TLS_INTERCEPT ? tlsconf_set_scope(o->tls, optarg, err, sizeof err)
+						    : tlsconf_add_bypass(o->tls, optarg, err, sizeof err)) < 0)
+				return die("%s", err);
+			break;
+		}
 		case 'h':
 			run_usage(stdout);
 			return -1;
@@ -416,7 +447,25 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		}
 		if (netdev_apply_config(o->net, cfg, o->conf, err, sizeof err) < 0)
 			return die("%s", err);
+		if (o->tls->scope < 0 && cfg->tls_intercept &&
+		    tlsconf_set_scope(o->tls, cfg->tls_intercept, err, sizeof err) < 0)
+			return die("%s: tls.intercept: %s", o->conf, err);
+		for (size_t i = 0; i < cfg->n_tls_bypass; i++)
+			if (tlsconf_add_bypass(o->tls, cfg->tls_bypass[i].s, err, sizeof err) < 0)
+				return die("%s:%u:%u: %s", o->conf, cfg->tls_bypass[i].line,
+					   cfg->tls_bypass[i].col, err);
+		if (!o->tls->extra_ca)
+			o->tls->extra_ca = cfg->tls_extra_ca;
 	}
+	/* --secret-conf wins over the file's, and is hidden like it. */
+	if (o->secret_conf) {
+		char *dup = strdup(o->secret_conf);
+		if (!dup)
+			return die("out of memory");
+		free(cfg->secrets);
+		cfg->secrets = dup;
+	}
+	o->tls->secrets_path = cfg->secrets;
 	for (unsigned i = 0; i < nvols; i++) {
 		char err[512];
 		if (mounts_parse(o->mounts, vols[i], err, sizeof err) < 0)
@@ -574,14 +623,38 @@ int run_main(int argc, char **argv)
 	static struct netdev net;
 	memset(&mnt, 0, sizeof mnt);
 	netdev_init(&net);
-	struct run_opts o = { .mounts = &mnt, .net = &net };
+	static struct tlsconf tls;
+	tlsconf_init(&tls);
+	struct run_opts o = { .mounts = &mnt, .net = &net, .tls = &tls };
 	struct kbox_config cfg;
 	config_init(&cfg);
 	int rc = parse_args(argc, argv, &o, &cfg);
+	if (!rc) {
+		char terr[512];
+		if (tlsconf_load(&tls, terr, sizeof terr) < 0)
+			rc = die("%s", terr);
+	}
 	if (rc) {
 		netdev_destroy(&net);
+		tlsconf_free(&tls);
 		config_free(&cfg);
 		return rc < 0 ? 0 : rc;
+	}
+	if (tlsconf_active(&tls)) {
+		/* Placeholders and the CA variables join the sandbox-wide
+		 * environment, unless the config sets the same names. */
+		const char *tenv[MAX_ENV];
+		size_t tn = tlsconf_guest_env(&tls, tenv, MAX_ENV);
+		for (size_t i = 0; i < tn && o.nsenv < MAX_ENV; i++) {
+			size_t nl = strcspn(tenv[i], "=");
+			bool dup = false;
+			for (unsigned j = 0; j < o.nsenv && !dup; j++)
+				dup = strncmp(o.senv[j], tenv[i], nl + 1) == 0;
+			if (!dup)
+				o.senv[o.nsenv++] = tenv[i];
+		}
+		o.ca_pem = tlsconf_ca_pem(&tls);
+		net.icpt = tlsconf_icpt(&tls);
 	}
 
 	int pvm = vm_is_pvm();
@@ -882,6 +955,7 @@ out:
 		sandbox_release(&sb);
 	free(initrd);
 	free(kimg);
+	tlsconf_free(&tls);
 	config_free(&cfg);
 	return rc;
 }

@@ -26,6 +26,18 @@ enum { PH_HELLO, PH_UPSTREAM, PH_GUEST, PH_RUN };
 #define ALERT_PROTOCOL_VERSION 70
 #define ALERT_NO_APPLICATION_PROTOCOL 120
 
+/* Forward-secret suites only, AEAD first; no 3DES, no static RSA.  The
+ * guest side can only use the ECDSA ones (our leaf is EC). */
+static const uint16_t suites[] = {
+	BR_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,       BR_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	BR_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,       BR_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	BR_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, BR_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+	BR_TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256,       BR_TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256,
+	BR_TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA384,       BR_TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA384,
+	BR_TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA,          BR_TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA,
+	BR_TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA,          BR_TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA,
+};
+
 /* BearSSL keeps the pointer (its prototype is not const-clean). */
 static const char *alpn_names[] = { "http/1.1" };
 
@@ -477,6 +489,7 @@ int mitm_new(const struct mitm_config *cfg, const char *sni, void *filter_ctx, s
 	br_ssl_server_set_single_ec(&m->sc, chain, chain_len, key, BR_KEYTYPE_SIGN, BR_KEYTYPE_EC, br_ec_get_default(),
 				    br_ecdsa_sign_asn1_get_default());
 	br_ssl_engine_set_versions(S(m), BR_TLS12, BR_TLS12);
+	br_ssl_engine_set_suites(S(m), suites, sizeof suites / sizeof suites[0]);
 	br_ssl_engine_set_protocol_names(S(m), alpn_names, 1);
 	br_ssl_engine_set_buffer(S(m), m->sbuf, sizeof m->sbuf, 1);
 	br_ssl_engine_add_flags(S(m), BR_OPT_NO_RENEGOTIATION | BR_OPT_ENFORCE_SERVER_PREFERENCES |
@@ -487,6 +500,7 @@ int mitm_new(const struct mitm_config *cfg, const char *sni, void *filter_ctx, s
 	const br_x509_trust_anchor *ta = tls_trust_anchors(cfg->trust, &nta);
 	br_ssl_client_init_full(&m->cc, &m->xc, ta, nta);
 	br_ssl_engine_set_versions(C(m), BR_TLS12, BR_TLS12);
+	br_ssl_engine_set_suites(C(m), suites, sizeof suites / sizeof suites[0]);
 	br_ssl_engine_set_protocol_names(C(m), alpn_names, 1);
 	br_ssl_engine_set_buffer(C(m), m->cbuf, sizeof m->cbuf, 1);
 	br_ssl_engine_add_flags(C(m), BR_OPT_NO_RENEGOTIATION | BR_OPT_FAIL_ON_ALPN_MISMATCH);

@@ -44,7 +44,9 @@
  *     how many were sent with the matching *_out_done;
  *   - after every call, ask mitm_want what to do next; when it says
  *     MITM_DONE, close both sockets (after sending any output it still
- *     shows).  mitm_error is non-NULL once the connection failed.
+ *     shows).  mitm_error is non-NULL once the connection failed;
+ *   - the engine has no clock: the caller bounds every wait (the hello,
+ *     the upstream's handshake, idle connections).
  *   Memory per engine: two BR_SSL_BUFSIZE_BIDI buffers plus the two
  *   BearSSL contexts (~80 KiB) and, until the guest's handshake starts,
  *   TLS_HELLO_STREAM_MAX for the held hello.  Nothing grows.

@@ -664,5 +664,8 @@ void mitm_free(struct mitm *m)
 	if (!m)
 		return;
 	free(m->hello);
+	/* The buffers held plaintext after substitution (real secrets) and
+	 * the session keys. */
+	explicit_bzero(m, sizeof *m);
 	free(m);
 }

@@ -160,7 +160,8 @@ bool mitm_established(const struct mitm *m);
 /* Plaintext bytes delivered to the upstream and to the guest. */
 void mitm_counts(const struct mitm *m, uint64_t *up, uint64_t *down);
 
-/* Free the engine (NULL is fine).  Sends nothing. */
+/* Free the engine (NULL is fine), wiping its buffers and keys first.
+ * Sends nothing. */
 void mitm_free(struct mitm *m);
 
 #endif

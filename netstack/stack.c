@@ -1384,22 +1384,22 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 
 	memset(h, 0, sizeof *h);
 	if (!colon || colon == spec || !colon[1]) {
-		snprintf(err, errlen, "--add-host takes NAME:ADDR, not '%.64s'", spec);
+		snprintf(err, errlen, "'%.64s' is not NAME:ADDR", spec);
 		return -EINVAL;
 	}
 	nlen = (size_t)(colon - spec);
 	if (nlen >= sizeof name) {
-		snprintf(err, errlen, "--add-host '%.64s...': the name is too long", spec);
+		snprintf(err, errlen, "'%.64s...': the name is too long", spec);
 		return -EINVAL;
 	}
 	memcpy(name, spec, nlen);
 	name[nlen] = '\0';
 	if (pol_name_normalize(name, h->name) < 0 || pol_name_is_numeric(h->name) || strchr(h->name, '*')) {
-		snprintf(err, errlen, "--add-host '%.64s': '%s' is no DNS name", spec, name);
+		snprintf(err, errlen, "'%.64s': '%s' is no DNS name", spec, name);
 		return -EINVAL;
 	}
 	if (strcmp(h->name, POL_HOST_NAME) == 0) {
-		snprintf(err, errlen, "--add-host: %s is kbox's own name for the host and cannot be remapped",
+		snprintf(err, errlen, "%s is kbox's own name for the host and cannot be pinned",
 			 POL_HOST_NAME);
 		return -EINVAL;
 	}
@@ -1415,7 +1415,7 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 		if (pol_addr_parse(addr, &h->addr) == 0)
 			return 0;
 	}
-	snprintf(err, errlen, "--add-host '%.64s': '%.64s' is no IP address", spec, colon + 1);
+	snprintf(err, errlen, "'%.64s': '%.64s' is no IP address", spec, colon + 1);
 	return -EINVAL;
 }
 

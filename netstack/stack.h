@@ -79,7 +79,8 @@ struct ns_host {
 
 /* Parse "NAME:ADDR" (ADDR IPv4, or IPv6 bare or in brackets) into *h.
  * NAME must be a DNS name, neither numeric nor POL_HOST_NAME.  0, or
- * -EINVAL with a message for the user in err. */
+ * -EINVAL with a message for the user in err (without the option's or
+ * the setting's name: the caller adds it). */
 int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen);
 
 struct ns_config {

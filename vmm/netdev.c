@@ -33,6 +33,83 @@ int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen
 	return 0;
 }
 
+int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, size_t errlen)
+{
+	char buf[POL_NAME_MAX + 64];
+	char msg[256];
+	if (snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", rule) >= (int)sizeof buf) {
+		snprintf(err, errlen, "rule too long: '%.64s...'", rule);
+		return -EINVAL;
+	}
+	int r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
+	if (r < 0)
+		snprintf(err, errlen, "%s '%s': %s", deny ? "--deny" : "--allow", rule,
+			 r == -ENOMEM ? "out of memory" : msg);
+	return r;
+}
+
+int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen)
+{
+	if (n->nfwd >= NS_MAX_FORWARDS) {
+		snprintf(err, errlen, "too many -p options (at most %u)", NS_MAX_FORWARDS);
+		return -ENOSPC;
+	}
+	int r = ns_forward_parse(spec, &n->fwd[n->nfwd], err, errlen);
+	if (r == 0)
+		n->nfwd++;
+	return r;
+}
+
+/* Append the pin spec; what names its origin in messages. */
+static int add_host(struct netdev *n, const char *spec, const char *what, char *err, size_t errlen)
+{
+	struct ns_host h;
+	char msg[256];
+	int r = ns_host_parse(spec, &h, msg, sizeof msg);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: %s", what, msg);
+		return r;
+	}
+	if (n->nhosts >= NS_MAX_HOSTS) {
+		snprintf(err, errlen, "%s: too many pinned names (at most %u)", what, NS_MAX_HOSTS);
+		return -ENOSPC;
+	}
+	struct ns_host *p = realloc(n->hosts, (n->nhosts + 1) * sizeof *p);
+	if (!p) {
+		snprintf(err, errlen, "%s: out of memory", what);
+		return -ENOMEM;
+	}
+	n->hosts = p;
+	n->hosts[n->nhosts++] = h;
+	return 0;
+}
+
+int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen)
+{
+	return add_host(n, spec, "--add-host", err, errlen);
+}
+
+void netdev_ports(const struct netdev *n, char *buf, size_t len)
+{
+	size_t used = 0;
+	if (len == 0)
+		return;
+	buf[0] = '\0';
+	for (size_t i = 0; i < n->nfwd; i++) {
+		char ip[64];
+		const struct ns_forward *f = &n->fwd[i];
+		if (pol_addr_format(&f->host, ip, sizeof ip) < 0)
+			snprintf(ip, sizeof ip, "?");
+		int k = snprintf(buf + used, len - used, f->host.family == 6 ? "%s[%s]:%u->%u" : "%s%s:%u->%u",
+				 i ? "," : "", ip, f->host_port, f->guest_port);
+		if (k < 0 || (size_t)k >= len - used) {
+			buf[used] = '\0'; /* cut at the last whole entry */
+			return;
+		}
+		used += (size_t)k;
+	}
+}
+
 int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const char *file, char *err,
 			size_t errlen)
 {
@@ -65,8 +142,8 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 	}
 	for (size_t i = 0; i < c->n_hosts; i++) {
 		const struct config_str *e = &c->hosts[i];
-		if ((r = netdev_add_host(n, e->s, msg, sizeof msg)) < 0) {
-			snprintf(err, errlen, "%s:%u:%u: network.hosts: %s", file, e->line, e->col, msg);
+		if ((r = add_host(n, e->s, "network.hosts", msg, sizeof msg)) < 0) {
+			snprintf(err, errlen, "%s:%u:%u: %s", file, e->line, e->col, msg);
 			return r;
 		}
 	}
@@ -78,74 +155,6 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 		}
 	}
 	return 0;
-}
-
-int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, size_t errlen)
-{
-	char buf[POL_NAME_MAX + 64];
-	char msg[256];
-	if (snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", rule) >= (int)sizeof buf) {
-		snprintf(err, errlen, "rule too long: '%.64s...'", rule);
-		return -EINVAL;
-	}
-	int r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
-	if (r < 0)
-		snprintf(err, errlen, "%s '%s': %s", deny ? "--deny" : "--allow", rule,
-			 r == -ENOMEM ? "out of memory" : msg);
-	return r;
-}
-
-int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen)
-{
-	if (n->nfwd >= NS_MAX_FORWARDS) {
-		snprintf(err, errlen, "too many -p options (at most %u)", NS_MAX_FORWARDS);
-		return -ENOSPC;
-	}
-	int r = ns_forward_parse(spec, &n->fwd[n->nfwd], err, errlen);
-	if (r == 0)
-		n->nfwd++;
-	return r;
-}
-
-int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen)
-{
-	struct ns_host h;
-	int r = ns_host_parse(spec, &h, err, errlen);
-	if (r < 0)
-		return r;
-	if (n->nhosts >= NS_MAX_HOSTS) {
-		snprintf(err, errlen, "too many --add-host options (at most %u)", NS_MAX_HOSTS);
-		return -ENOSPC;
-	}
-	struct ns_host *p = realloc(n->hosts, (n->nhosts + 1) * sizeof *p);
-	if (!p) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	n->hosts = p;
-	n->hosts[n->nhosts++] = h;
-	return 0;
-}
-
-void netdev_ports(const struct netdev *n, char *buf, size_t len)
-{
-	size_t used = 0;
-	if (len == 0)
-		return;
-	buf[0] = '\0';
-	for (size_t i = 0; i < n->nfwd; i++) {
-		char ip[64];
-		const struct ns_forward *f = &n->fwd[i];
-		if (pol_addr_format(&f->host, ip, sizeof ip) < 0)
-			snprintf(ip, sizeof ip, "?");
-		int k = snprintf(buf + used, len - used, f->host.family == 6 ? "%s[%s]:%u->%u" : "%s%s:%u->%u",
-				 i ? "," : "", ip, f->host_port, f->guest_port);
-		if (k < 0 || (size_t)k >= len - used) {
-			buf[used] = '\0'; /* cut at the last whole entry */
-			return;
-		}
-		used += (size_t)k;
-	}
 }
 
 bool netdev_enabled(const struct netdev *n)

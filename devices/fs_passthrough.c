@@ -33,19 +33,43 @@ const char *const FSP_DEFAULT_HIDDEN[] = { ".env", ".env.*", "secrets.env",
 
 #define FSP_NONE UINT32_MAX
 #define FSP_XATTR_LIST_MAX 65536
+/* Longest chain of parents reopened for one node: deeper trees get ESTALE
+ * rather than an unbounded walk. */
+#define FSP_MAX_DEPTH 4096
 
+/* An inode the guest knows.  It is remembered by (dev, ino) and by the name
+ * it was last seen under in its parent; the O_PATH fd is opened only when an
+ * operation needs it and may be closed again (least recently used first)
+ * when the fd cap is reached.  Reopening goes through the parent's fd with
+ * the same openat2 rules as a lookup, and the result must be the same inode
+ * of the same type, else the guest gets ESTALE: a reopen never reaches
+ * anything a fresh lookup could not.  The LRU holds the nodes whose fd is
+ * open and not pinned, the root excepted. */
 struct fsp_node {
-	int fd; /* O_PATH|O_NOFOLLOW; -1 when the slot is free */
+	int fd; /* O_PATH|O_NOFOLLOW, -1 while closed */
+	bool used; /* the slot holds an inode */
+	bool hashed; /* findable by (dev, ino); false once superseded */
 	mode_t type;
 	dev_t dev;
 	ino_t ino;
 	uint64_t nlookup;
+	uint64_t gen; /* the operation that last used fd */
+	uint32_t refs; /* child nodes and handles naming it */
+	/* Open handles, plus one once it lost the name it is known by
+	 * (unlink, rename over it): while pinned the fd stays open, outside
+	 * the LRU, since it could not be reopened by name. */
+	uint32_t pins;
+	bool nameless;
+	uint32_t parent; /* index, FSP_NONE for the root */
+	char *name; /* in parent; NULL for the root */
 	uint32_t hnext; /* hash chain, or the free list when unused */
+	uint32_t lru_prev, lru_next; /* nodes holding an fd, root excluded */
 };
 
 struct fsp_handle {
 	int fd; /* -1 when free */
 	bool dir;
+	uint32_t node; /* its node (one ref and one pin) */
 	uint32_t next_free;
 };
 
@@ -53,14 +77,16 @@ struct fsp {
 	int proc_fd;
 	bool ro;
 	char **hidden;
+	bool *anchored; /* hidden[i] had a leading '/' */
 	size_t n_hidden;
-	bool path_patterns;
 	char *root_path;
 	size_t root_len;
 	struct fsp_node *nodes; /* nodeid = index + 1; index 0 is the root */
 	uint32_t n_nodes, cap_nodes, free_node;
 	uint32_t *hash; /* bucket heads, FSP_NONE terminated */
 	uint32_t hash_size, n_live;
+	uint32_t lru_head, lru_tail; /* most and least recently used */
+	uint64_t gen; /* bumped by every operation that uses node fds */
 	struct fsp_handle *fhs; /* fh = index */
 	uint32_t n_fhs, cap_fhs, free_fh;
 	unsigned fds, max_fds;
@@ -73,12 +99,27 @@ static uint32_t fsp_hash(const struct fsp *p, dev_t dev, ino_t ino)
 	return (uint32_t)(h & (p->hash_size - 1));
 }
 
+/* Starts an operation: the node fds it uses are safe from eviction until
+ * the next one starts. */
+static struct fsp *fsp_begin(void *be)
+{
+	struct fsp *p = be;
+	p->gen++;
+	return p;
+}
+
+/* The node the guest names, or NULL if it is not one it holds. */
 static struct fsp_node *fsp_node(struct fsp *p, uint64_t nodeid)
 {
 	if (nodeid == 0 || nodeid > p->n_nodes)
 		return NULL;
 	struct fsp_node *n = &p->nodes[nodeid - 1];
-	return n->fd >= 0 ? n : NULL;
+	return n->used && (n->nlookup > 0 || nodeid == 1) ? n : NULL;
+}
+
+static uint32_t fsp_index(const struct fsp *p, const struct fsp_node *n)
+{
+	return (uint32_t)(n - p->nodes);
 }
 
 static int fsp_rehash(struct fsp *p, uint32_t size)
@@ -94,7 +135,7 @@ static int fsp_rehash(struct fsp *p, uint32_t size)
 		h[i] = FSP_NONE;
 	for (uint32_t i = 0; i < p->n_nodes; i++) {
 		struct fsp_node *n = &p->nodes[i];
-		if (n->fd < 0)
+		if (!n->used || !n->hashed)
 			continue;
 		uint32_t b = fsp_hash(p, n->dev, n->ino);
 		n->hnext = h[b];
@@ -112,11 +153,100 @@ static struct fsp_node *fsp_find(struct fsp *p, dev_t dev, ino_t ino)
 	return NULL;
 }
 
-/* Takes ownership of fd.  Returns the slot index or a negative errno. */
-static int64_t fsp_insert(struct fsp *p, int fd, const struct stat *st)
+static void fsp_unhash(struct fsp *p, uint32_t i)
+{
+	struct fsp_node *n = &p->nodes[i];
+	if (!n->hashed)
+		return;
+	uint32_t *link = &p->hash[fsp_hash(p, n->dev, n->ino)];
+	while (*link != i)
+		link = &p->nodes[*link].hnext;
+	*link = n->hnext;
+	n->hashed = false;
+}
+
+static void fsp_lru_unlink(struct fsp *p, uint32_t i)
+{
+	struct fsp_node *n = &p->nodes[i];
+	if (n->lru_prev != FSP_NONE)
+		p->nodes[n->lru_prev].lru_next = n->lru_next;
+	else
+		p->lru_head = n->lru_next;
+	if (n->lru_next != FSP_NONE)
+		p->nodes[n->lru_next].lru_prev = n->lru_prev;
+	else
+		p->lru_tail = n->lru_prev;
+	n->lru_prev = n->lru_next = FSP_NONE;
+}
+
+static void fsp_lru_front(struct fsp *p, uint32_t i)
+{
+	struct fsp_node *n = &p->nodes[i];
+	n->lru_prev = FSP_NONE;
+	n->lru_next = p->lru_head;
+	if (p->lru_head != FSP_NONE)
+		p->nodes[p->lru_head].lru_prev = i;
+	else
+		p->lru_tail = i;
+	p->lru_head = i;
+}
+
+static bool fsp_in_lru(const struct fsp *p, uint32_t i)
+{
+	const struct fsp_node *n = &p->nodes[i];
+	return i != 0 && n->fd >= 0 && n->pins == 0;
+}
+
+static void fsp_close_node_fd(struct fsp *p, uint32_t i)
+{
+	struct fsp_node *n = &p->nodes[i];
+	if (n->fd < 0 || i == 0)
+		return;
+	if (fsp_in_lru(p, i))
+		fsp_lru_unlink(p, i);
+	close(n->fd);
+	n->fd = -1;
+	p->fds--;
+}
+
+static void fsp_pin(struct fsp *p, uint32_t i)
+{
+	if (fsp_in_lru(p, i))
+		fsp_lru_unlink(p, i);
+	p->nodes[i].pins++;
+}
+
+static void fsp_unpin(struct fsp *p, uint32_t i)
+{
+	p->nodes[i].pins--;
+	if (fsp_in_lru(p, i))
+		fsp_lru_front(p, i);
+}
+
+/* Room for one more fd under the cap: closes the least recently used node
+ * fd unless the current operation uses it (its fd may be in hand).
+ * Handles are never closed for room. */
+static int fsp_make_room(struct fsp *p)
+{
+	while (p->fds >= p->max_fds) {
+		uint32_t t = p->lru_tail;
+		if (t == FSP_NONE || p->nodes[t].gen == p->gen)
+			return -EMFILE;
+		fsp_close_node_fd(p, t);
+	}
+	return 0;
+}
+
+/* A fresh node for st, named name in parent (FSP_NONE for the root), with
+ * no fd and no lookups yet.  Returns the index or a negative errno. */
+static int64_t fsp_insert(struct fsp *p, const struct stat *st, uint32_t parent,
+			  const char *name)
 {
 	uint32_t i;
+	char *nm = NULL;
 
+	if (name && !(nm = strdup(name)))
+		return -ENOMEM;
 	if (p->free_node != FSP_NONE) {
 		i = p->free_node;
 		p->free_node = p->nodes[i].hnext;
@@ -125,19 +255,24 @@ static int64_t fsp_insert(struct fsp *p, int fd, const struct stat *st)
 			uint32_t cap = p->cap_nodes ? p->cap_nodes * 2 : 64;
 			struct fsp_node *nn =
 				realloc(p->nodes, sizeof *nn * cap);
-			if (!nn)
+			if (!nn) {
+				free(nm);
 				return -ENOMEM;
+			}
 			p->nodes = nn;
 			p->cap_nodes = cap;
 		}
 		i = p->n_nodes++;
 	}
 	struct fsp_node *n = &p->nodes[i];
-	n->fd = fd;
-	n->type = st->st_mode & S_IFMT;
-	n->dev = st->st_dev;
-	n->ino = st->st_ino;
-	n->nlookup = 0;
+	*n = (struct fsp_node){
+		.fd = -1, .used = true, .hashed = true,
+		.type = st->st_mode & S_IFMT, .dev = st->st_dev,
+		.ino = st->st_ino, .parent = parent, .name = nm,
+		.lru_prev = FSP_NONE, .lru_next = FSP_NONE,
+	};
+	if (parent != FSP_NONE)
+		p->nodes[parent].refs++;
 	uint32_t b = fsp_hash(p, n->dev, n->ino);
 	n->hnext = p->hash[b];
 	p->hash[b] = i;
@@ -147,20 +282,143 @@ static int64_t fsp_insert(struct fsp *p, int fd, const struct stat *st)
 	return i;
 }
 
-static void fsp_remove(struct fsp *p, uint32_t i)
+/* Frees node i if nothing holds it any more, then its parent likewise. */
+static void fsp_release_node(struct fsp *p, uint32_t i)
+{
+	while (i != 0 && i != FSP_NONE) {
+		struct fsp_node *n = &p->nodes[i];
+		if (!n->used || n->nlookup > 0 || n->refs > 0)
+			return;
+		uint32_t parent = n->parent;
+		fsp_unhash(p, i);
+		fsp_close_node_fd(p, i);
+		free(n->name);
+		n->name = NULL;
+		n->used = false;
+		n->pins = 0;
+		n->nameless = false;
+		n->hnext = p->free_node;
+		p->free_node = i;
+		p->n_live--;
+		if (parent == FSP_NONE)
+			return;
+		p->nodes[parent].refs--;
+		i = parent;
+	}
+}
+
+/* Whether a is b or one of b's ancestors. */
+static bool fsp_is_ancestor(const struct fsp *p, uint32_t a, uint32_t b)
+{
+	for (unsigned d = 0; b != FSP_NONE; d++) {
+		if (a == b || d > FSP_MAX_DEPTH)
+			return true; /* too deep to tell: treat as a loop */
+		b = p->nodes[b].parent;
+	}
+	return false;
+}
+
+/* Records that node i is now called name in parent.  A directory is never
+ * made its own ancestor (stale names after host renames could otherwise
+ * make a loop); it then keeps its old name. */
+static void fsp_rename_node(struct fsp *p, uint32_t i, uint32_t parent, const char *name)
 {
 	struct fsp_node *n = &p->nodes[i];
-	uint32_t *link = &p->hash[fsp_hash(p, n->dev, n->ino)];
+	if (i == 0 || (n->parent == parent && strcmp(n->name, name) == 0))
+		return;
+	if (fsp_is_ancestor(p, i, parent))
+		return;
+	char *nm = strdup(name);
+	if (!nm)
+		return; /* the old name is still a name to try */
+	free(n->name);
+	n->name = nm;
+	if (n->parent == parent)
+		return;
+	uint32_t old = n->parent;
+	n->parent = parent;
+	p->nodes[parent].refs++;
+	p->nodes[old].refs--;
+	fsp_release_node(p, old);
+}
 
-	while (*link != i)
-		link = &p->nodes[*link].hnext;
-	*link = n->hnext;
-	close(n->fd);
-	p->fds--;
-	n->fd = -1;
-	n->hnext = p->free_node;
-	p->free_node = i;
-	p->n_live--;
+static int fsp_open_beneath(int dirfd, const char *name, uint64_t flags,
+			    uint64_t mode)
+{
+	struct open_how how;
+
+	memset(&how, 0, sizeof how);
+	how.flags = flags | O_NOFOLLOW | O_CLOEXEC;
+	how.mode = mode;
+	how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+		      RESOLVE_NO_MAGICLINKS;
+	long fd = syscall(SYS_openat2, dirfd, name, &how, sizeof how);
+	return fd < 0 ? -errno : (int)fd;
+}
+
+/* Marks node i's fd as used by this operation. */
+static int fsp_touch(struct fsp *p, uint32_t i)
+{
+	struct fsp_node *n = &p->nodes[i];
+	n->gen = p->gen;
+	if (fsp_in_lru(p, i) && p->lru_head != i) {
+		fsp_lru_unlink(p, i);
+		fsp_lru_front(p, i);
+	}
+	return n->fd;
+}
+
+/* Opens node i from its parent's open fd, checking it is still the same
+ * inode. */
+static int fsp_reopen_one(struct fsp *p, uint32_t i)
+{
+	struct fsp_node *n = &p->nodes[i];
+	struct stat st;
+	int pfd = fsp_touch(p, n->parent);
+	int rc = fsp_make_room(p);
+
+	if (rc < 0)
+		return rc;
+	int fd = fsp_open_beneath(pfd, n->name, O_PATH, 0);
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ELOOP || fd == -EXDEV ? -ESTALE : fd;
+	if (fstat(fd, &st) < 0 || st.st_dev != n->dev || st.st_ino != n->ino ||
+	    (st.st_mode & S_IFMT) != n->type) {
+		close(fd);
+		return -ESTALE;
+	}
+	n->fd = fd;
+	p->fds++;
+	if (fsp_in_lru(p, i))
+		fsp_lru_front(p, i);
+	n->gen = p->gen;
+	return 0;
+}
+
+/* Node n's O_PATH fd, reopened (parents first) if it was closed.  The fd
+ * stays open at least until the next operation starts. */
+static int fsp_node_fd(struct fsp *p, struct fsp_node *n)
+{
+	uint32_t want = fsp_index(p, n);
+
+	if (n->fd >= 0)
+		return fsp_touch(p, want);
+	for (unsigned round = 0; round <= FSP_MAX_DEPTH; round++) {
+		/* The closed node nearest the root on the way to want. */
+		uint32_t c = want;
+		unsigned d = 0;
+		while (p->nodes[p->nodes[c].parent].fd < 0) {
+			c = p->nodes[c].parent;
+			if (++d > FSP_MAX_DEPTH)
+				return -ESTALE;
+		}
+		int rc = fsp_reopen_one(p, c);
+		if (rc < 0)
+			return rc;
+		if (c == want)
+			return p->nodes[want].fd;
+	}
+	return -ESTALE;
 }
 
 static int fsp_check_name(const char *name)
@@ -204,7 +462,9 @@ static int fsp_rel_path(struct fsp *p, int dirfd, char *buf, size_t size)
 }
 
 /* 1 if name in directory dirfd is hidden, 0 if not, <0 if unknown (the
- * caller treats unknown as hidden). */
+ * caller treats unknown as hidden).  A pattern with a '/' in it, or one that
+ * had a leading '/', is matched against the path from the mount root; any
+ * other against the name alone, at every depth. */
 static int fsp_hidden(struct fsp *p, int dirfd, const char *name)
 {
 	char path[PATH_MAX + NAME_MAX + 2];
@@ -212,7 +472,7 @@ static int fsp_hidden(struct fsp *p, int dirfd, const char *name)
 
 	for (size_t i = 0; i < p->n_hidden; i++) {
 		const char *pat = p->hidden[i];
-		if (!strchr(pat, '/')) {
+		if (!p->anchored[i] && !strchr(pat, '/')) {
 			if (fnmatch(pat, name, 0) == 0)
 				return 1;
 			continue;
@@ -232,25 +492,11 @@ static int fsp_hidden(struct fsp *p, int dirfd, const char *name)
 	return 0;
 }
 
-static int fsp_open_beneath(int dirfd, const char *name, uint64_t flags,
-			    uint64_t mode)
-{
-	struct open_how how;
-
-	memset(&how, 0, sizeof how);
-	how.flags = flags | O_NOFOLLOW | O_CLOEXEC;
-	how.mode = mode;
-	how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-		      RESOLVE_NO_MAGICLINKS;
-	long fd = syscall(SYS_openat2, dirfd, name, &how, sizeof how);
-	return fd < 0 ? -errno : (int)fd;
-}
-
-/* The parent directory for a name operation, after the name checks.
- * hidden_err is what a hidden name gives (ENOENT to read, EACCES to
- * create). */
+/* The parent directory for a name operation, after the name checks: its
+ * index in *di and its fd in *dfd.  hidden_err is what a hidden name gives
+ * (ENOENT to read, EACCES to create). */
 static int fsp_dir_for(struct fsp *p, uint64_t parent, const char *name,
-		       int hidden_err, struct fsp_node **out)
+		       int hidden_err, uint32_t *di, int *dfd)
 {
 	struct fsp_node *d = fsp_node(p, parent);
 
@@ -261,54 +507,65 @@ static int fsp_dir_for(struct fsp *p, uint64_t parent, const char *name,
 	int rc = fsp_check_name(name);
 	if (rc < 0)
 		return rc;
-	if (fsp_hidden(p, d->fd, name) != 0)
+	int fd = fsp_node_fd(p, d);
+	if (fd < 0)
+		return fd;
+	if (fsp_hidden(p, fd, name) != 0)
 		return hidden_err;
-	*out = d;
+	*di = fsp_index(p, d);
+	*dfd = fd;
 	return 0;
 }
 
-/* One counted lookup of name in d. */
-static int fsp_lookup_in(struct fsp *p, struct fsp_node *d, const char *name,
-			 struct fuse_fs_entry *e)
+/* Counts one lookup of the inode st, found as name in directory node
+ * parent: the known node, or a new one without an fd. */
+static int fsp_remember(struct fsp *p, uint32_t parent, const char *name,
+			const struct stat *st, struct fuse_fs_entry *e)
+{
+	uint32_t i;
+	struct fsp_node *n = fsp_find(p, st->st_dev, st->st_ino);
+
+	if (n && n->type == (st->st_mode & S_IFMT)) {
+		i = fsp_index(p, n);
+		fsp_rename_node(p, i, parent, name);
+	} else {
+		/* A known (dev, ino) of another type: the inode number was
+		 * reused after the old file went away. */
+		if (n)
+			fsp_unhash(p, fsp_index(p, n));
+		int64_t r = fsp_insert(p, st, parent, name);
+		if (r < 0)
+			return (int)r;
+		i = (uint32_t)r;
+	}
+	p->nodes[i].nlookup++;
+	e->nodeid = (uint64_t)i + 1;
+	e->st = *st;
+	return 0;
+}
+
+/* One counted lookup of name in directory node parent, whose open fd is
+ * dirfd (the node's own or a handle's).  One fstatat, which follows
+ * nothing: the node's fd is opened only when an operation needs it. */
+static int fsp_lookup_in(struct fsp *p, uint32_t parent, int dirfd,
+			 const char *name, struct fuse_fs_entry *e)
 {
 	struct stat st;
 
-	if (p->fds >= p->max_fds)
-		return -EMFILE;
-	int fd = fsp_open_beneath(d->fd, name, O_PATH, 0);
-	if (fd < 0)
-		return fd;
-	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-		int err = -errno;
-		close(fd);
-		return err;
-	}
-	struct fsp_node *n = fsp_find(p, st.st_dev, st.st_ino);
-	if (n) {
-		close(fd);
-	} else {
-		int64_t i = fsp_insert(p, fd, &st);
-		if (i < 0) {
-			close(fd);
-			return (int)i;
-		}
-		p->fds++;
-		n = &p->nodes[i];
-	}
-	n->nlookup++;
-	e->nodeid = (uint64_t)(n - p->nodes) + 1;
-	e->st = st;
-	return 0;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return fsp_remember(p, parent, name, &st, e);
 }
 
 static int fsp_lookup(void *be, uint64_t parent, const char *name,
 		      struct fuse_fs_entry *e)
 {
-	struct fsp *p = be;
-	struct fsp_node *d;
-	int rc = fsp_dir_for(p, parent, name, -ENOENT, &d);
+	struct fsp *p = fsp_begin(be);
+	uint32_t di;
+	int dfd;
+	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
 
-	return rc < 0 ? rc : fsp_lookup_in(p, d, name, e);
+	return rc < 0 ? rc : fsp_lookup_in(p, di, dfd, name, e);
 }
 
 static void fsp_forget(void *be, uint64_t nodeid, uint64_t nlookup)
@@ -320,7 +577,7 @@ static void fsp_forget(void *be, uint64_t nodeid, uint64_t nlookup)
 		return;
 	n->nlookup = nlookup >= n->nlookup ? 0 : n->nlookup - nlookup;
 	if (n->nlookup == 0)
-		fsp_remove(p, (uint32_t)(nodeid - 1));
+		fsp_release_node(p, (uint32_t)(nodeid - 1));
 }
 
 static struct fsp_handle *fsp_fh(struct fsp *p, uint64_t fh, bool dir)
@@ -330,8 +587,10 @@ static struct fsp_handle *fsp_fh(struct fsp *p, uint64_t fh, bool dir)
 	return &p->fhs[fh];
 }
 
-/* Takes ownership of fd. */
-static int fsp_fh_new(struct fsp *p, int fd, bool dir, uint64_t *fh)
+/* Takes ownership of fd.  The handle keeps its node and the node's fd
+ * (open, see fsp_node_fd) until it is closed: a file unlinked while open
+ * still answers GETATTR. */
+static int fsp_fh_new(struct fsp *p, int fd, bool dir, uint32_t node, uint64_t *fh)
 {
 	uint32_t i;
 
@@ -354,6 +613,9 @@ static int fsp_fh_new(struct fsp *p, int fd, bool dir, uint64_t *fh)
 	}
 	p->fhs[i].fd = fd;
 	p->fhs[i].dir = dir;
+	p->fhs[i].node = node;
+	p->nodes[node].refs++;
+	fsp_pin(p, node);
 	p->fds++;
 	*fh = i;
 	return 0;
@@ -370,6 +632,9 @@ static int fsp_fh_close(struct fsp *p, uint64_t fh, bool dir)
 	h->fd = -1;
 	h->next_free = p->free_fh;
 	p->free_fh = (uint32_t)fh;
+	fsp_unpin(p, h->node);
+	p->nodes[h->node].refs--;
+	fsp_release_node(p, h->node);
 	return 0;
 }
 
@@ -384,51 +649,56 @@ static void fsp_proc_path(int fd, char *buf, size_t size)
 	snprintf(buf, size, "/proc/self/fd/%d", fd);
 }
 
-static int fsp_getattr(void *be, uint64_t nodeid, uint64_t fh, struct stat *st)
+/* The guest's node nodeid and its open fd. */
+static int fsp_node_get(struct fsp *p, uint64_t nodeid, struct fsp_node **out)
 {
-	struct fsp *p = be;
 	struct fsp_node *n = fsp_node(p, nodeid);
 
 	if (!n)
 		return -ESTALE;
-	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
-	int rc = h ? fstat(h->fd, st) :
-		     fstatat(n->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
-	return rc < 0 ? -errno : 0;
+	*out = n;
+	return fsp_node_fd(p, n);
 }
 
-static int fsp_setattr(void *be, uint64_t nodeid, uint64_t fh,
-		       const struct fuse_fs_setattr *sa, struct stat *st)
+static int fsp_getattr(void *be, uint64_t nodeid, uint64_t fh, struct stat *st)
 {
-	struct fsp *p = be;
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fsp *p = fsp_begin(be);
+	struct fsp_node *n;
+	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
+
+	if (h && fsp_node(p, nodeid))
+		return fstat(h->fd, st) < 0 ? -errno : 0;
+	int fd = fsp_node_get(p, nodeid, &n);
+	if (fd < 0)
+		return fd;
+	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+/* SETATTR on fd: an open handle's (then fchmod and friends) or else the
+ * node's O_PATH fd (then the *at and /proc forms). */
+static int fsp_setattr_fd(const struct fsp_node *n, int fd, bool handle,
+			  const struct fuse_fs_setattr *sa, struct stat *st)
+{
 	char path[40];
 
-	if (!n)
-		return -ESTALE;
-	if (p->ro)
-		return -EROFS;
-	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
-	fsp_proc_path(n->fd, path, sizeof path);
+	fsp_proc_path(fd, path, sizeof path);
 	if (sa->valid & FUSE_FS_SET_MODE) {
+		mode_t m = sa->mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID);
 		if (n->type != S_IFREG && n->type != S_IFDIR)
 			return -EOPNOTSUPP;
-		if (chmod(path, sa->mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID)) <
-		    0)
+		if ((handle ? fchmod(fd, m) : chmod(path, m)) < 0)
 			return -errno;
 	}
 	if (sa->valid & (FUSE_FS_SET_UID | FUSE_FS_SET_GID)) {
 		uid_t u = sa->valid & FUSE_FS_SET_UID ? sa->uid : (uid_t)-1;
 		gid_t g = sa->valid & FUSE_FS_SET_GID ? sa->gid : (gid_t)-1;
-		if (fchownat(n->fd, "", u, g,
-			     AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 			return -errno;
 	}
 	if (sa->valid & FUSE_FS_SET_SIZE) {
 		if (n->type != S_IFREG)
 			return n->type == S_IFDIR ? -EISDIR : -EINVAL;
-		if ((h ? ftruncate(h->fd, sa->size) :
-			 truncate(path, sa->size)) < 0)
+		if ((handle ? ftruncate(fd, sa->size) : truncate(path, sa->size)) < 0)
 			return -errno;
 	}
 	if (sa->valid & (FUSE_FS_SET_ATIME | FUSE_FS_SET_MTIME)) {
@@ -441,22 +711,46 @@ static int fsp_setattr(void *be, uint64_t nodeid, uint64_t fh,
 			ts[1].tv_nsec = UTIME_NOW;
 		else if (sa->valid & FUSE_FS_SET_MTIME)
 			ts[1] = sa->mtime;
-		if (utimensat(n->fd, "", ts,
-			      AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		if (utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
 			return -errno;
 	}
-	return fsp_getattr(be, nodeid, FUSE_FS_NO_FH, st);
+	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+static int fsp_setattr(void *be, uint64_t nodeid, uint64_t fh,
+		       const struct fuse_fs_setattr *sa, struct stat *st)
+{
+	struct fsp *p = fsp_begin(be);
+	struct fsp_node *n = fsp_node(p, nodeid);
+
+	if (!n)
+		return -ESTALE;
+	if (p->ro)
+		return -EROFS;
+	/* A handle of this very inode spares opening the node's fd (tar
+	 * sets times and modes through the file it wrote). */
+	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
+	if (h && h->node == fsp_index(p, n))
+		return fsp_setattr_fd(n, h->fd, true, sa, st);
+	int fd = fsp_node_fd(p, n);
+	if (fd < 0)
+		return fd;
+	return fsp_setattr_fd(n, fd, false, sa, st);
 }
 
 static int fsp_readlink(void *be, uint64_t nodeid, char *buf, size_t size)
 {
-	struct fsp_node *n = fsp_node(be, nodeid);
+	struct fsp *p = fsp_begin(be);
+	struct fsp_node *n = fsp_node(p, nodeid);
 
 	if (!n)
 		return -ESTALE;
 	if (n->type != S_IFLNK)
 		return -EINVAL;
-	ssize_t len = readlinkat(n->fd, "", buf, size);
+	int fd = fsp_node_fd(p, n);
+	if (fd < 0)
+		return fd;
+	ssize_t len = readlinkat(fd, "", buf, size);
 	if (len < 0)
 		return -errno;
 	return (int)len;
@@ -464,25 +758,26 @@ static int fsp_readlink(void *be, uint64_t nodeid, char *buf, size_t size)
 
 /* Checks shared by everything that creates a name. */
 static int fsp_new_name(struct fsp *p, uint64_t parent, const char *name,
-			struct fsp_node **d)
+			uint32_t *di, int *dfd)
 {
 	if (p->ro)
 		return -EROFS;
-	return fsp_dir_for(p, parent, name, -EACCES, d);
+	return fsp_dir_for(p, parent, name, -EACCES, di, dfd);
 }
 
 static int fsp_symlink(void *be, uint64_t parent, const char *name,
 		       const char *target, struct fuse_fs_entry *e)
 {
-	struct fsp *p = be;
-	struct fsp_node *d;
-	int rc = fsp_new_name(p, parent, name, &d);
+	struct fsp *p = fsp_begin(be);
+	uint32_t di;
+	int dfd;
+	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
 	if (rc < 0)
 		return rc;
-	if (symlinkat(target, d->fd, name) < 0)
+	if (symlinkat(target, dfd, name) < 0)
 		return -errno;
-	return fsp_lookup_in(p, d, name, e);
+	return fsp_lookup_in(p, di, dfd, name, e);
 }
 
 static mode_t fsp_perm(mode_t mode)
@@ -493,46 +788,79 @@ static mode_t fsp_perm(mode_t mode)
 static int fsp_mknod(void *be, uint64_t parent, const char *name, mode_t mode,
 		     dev_t rdev, struct fuse_fs_entry *e)
 {
-	struct fsp *p = be;
-	struct fsp_node *d;
-	int rc = fsp_new_name(p, parent, name, &d);
+	struct fsp *p = fsp_begin(be);
+	uint32_t di;
+	int dfd;
+	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
 	if (rc < 0)
 		return rc;
 	/* Device nodes, FIFOs and sockets would be traps for host programs. */
 	if ((mode & S_IFMT) != S_IFREG && (mode & S_IFMT) != 0)
 		return -EPERM;
-	if (mknodat(d->fd, name, S_IFREG | fsp_perm(mode), 0) < 0)
+	if (mknodat(dfd, name, S_IFREG | fsp_perm(mode), 0) < 0)
 		return -errno;
-	return fsp_lookup_in(p, d, name, e);
+	return fsp_lookup_in(p, di, dfd, name, e);
 }
 
 static int fsp_mkdir(void *be, uint64_t parent, const char *name, mode_t mode,
 		     struct fuse_fs_entry *e)
 {
-	struct fsp *p = be;
-	struct fsp_node *d;
-	int rc = fsp_new_name(p, parent, name, &d);
+	struct fsp *p = fsp_begin(be);
+	uint32_t di;
+	int dfd;
+	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
 	if (rc < 0)
 		return rc;
-	if (mkdirat(d->fd, name, fsp_perm(mode)) < 0)
+	if (mkdirat(dfd, name, fsp_perm(mode)) < 0)
 		return -errno;
-	return fsp_lookup_in(p, d, name, e);
+	return fsp_lookup_in(p, di, dfd, name, e);
+}
+
+/* The known node that name in dirfd is, or FSP_NONE. */
+static uint32_t fsp_node_at(struct fsp *p, int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return FSP_NONE;
+	struct fsp_node *n = fsp_find(p, st.st_dev, st.st_ino);
+	return n && n->type == (st.st_mode & S_IFMT) ? fsp_index(p, n) : FSP_NONE;
+}
+
+/* name in directory node dir is about to go (unlink, rmdir, rename over
+ * it).  If a node is known by that name, open its fd now and keep it: the
+ * guest may still use the inode (an open file, another hard link) and it
+ * could not be reopened by name any more. */
+static void fsp_losing_name(struct fsp *p, uint32_t dir, int dirfd, const char *name)
+{
+	uint32_t i = fsp_node_at(p, dirfd, name);
+	if (i == FSP_NONE || i == 0)
+		return;
+	struct fsp_node *n = &p->nodes[i];
+	if (n->nameless || n->parent != dir || strcmp(n->name, name) != 0)
+		return;
+	if (fsp_node_fd(p, n) < 0)
+		return; /* then it goes stale, as if the host had removed it */
+	n->nameless = true;
+	fsp_pin(p, i);
 }
 
 static int fsp_remove_name(void *be, uint64_t parent, const char *name,
 			   int flags)
 {
-	struct fsp *p = be;
-	struct fsp_node *d;
+	struct fsp *p = fsp_begin(be);
+	uint32_t di;
+	int dfd;
 
 	if (p->ro)
 		return -EROFS;
-	int rc = fsp_dir_for(p, parent, name, -ENOENT, &d);
+	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
 	if (rc < 0)
 		return rc;
-	return unlinkat(d->fd, name, flags) < 0 ? -errno : 0;
+	fsp_losing_name(p, di, dfd, name);
+	return unlinkat(dfd, name, flags) < 0 ? -errno : 0;
 }
 
 static int fsp_unlink(void *be, uint64_t parent, const char *name)
@@ -548,45 +876,63 @@ static int fsp_rmdir(void *be, uint64_t parent, const char *name)
 static int fsp_rename(void *be, uint64_t parent, const char *name,
 		      uint64_t newparent, const char *newname, unsigned flags)
 {
-	struct fsp *p = be;
-	struct fsp_node *d, *nd;
+	struct fsp *p = fsp_begin(be);
+	uint32_t di, ndi;
+	int dfd, ndfd;
 
 	if (p->ro)
 		return -EROFS;
 	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
 		return -EINVAL;
-	int rc = fsp_dir_for(p, parent, name, -ENOENT, &d);
+	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
 	if (rc < 0)
 		return rc;
-	rc = fsp_dir_for(p, newparent, newname, -EACCES, &nd);
+	rc = fsp_dir_for(p, newparent, newname, -EACCES, &ndi, &ndfd);
 	if (rc < 0)
 		return rc;
-	return renameat2(d->fd, name, nd->fd, newname, flags) < 0 ? -errno : 0;
+	/* The nodes keep the names they are reopened by. */
+	uint32_t moved = fsp_node_at(p, dfd, name);
+	uint32_t other = FSP_NONE;
+	if (flags & RENAME_EXCHANGE)
+		other = fsp_node_at(p, ndfd, newname);
+	else if (!(flags & RENAME_NOREPLACE))
+		fsp_losing_name(p, ndi, ndfd, newname);
+	if (renameat2(dfd, name, ndfd, newname, flags) < 0)
+		return -errno;
+	if (moved != FSP_NONE)
+		fsp_rename_node(p, moved, ndi, newname);
+	if (other != FSP_NONE)
+		fsp_rename_node(p, other, di, name);
+	return 0;
 }
 
 static int fsp_link(void *be, uint64_t nodeid, uint64_t newparent,
 		    const char *newname, struct fuse_fs_entry *e)
 {
-	struct fsp *p = be;
-	struct fsp_node *d, *n = fsp_node(p, nodeid);
+	struct fsp *p = fsp_begin(be);
+	struct fsp_node *n = fsp_node(p, nodeid);
+	uint32_t di;
+	int dfd;
 	char name[32];
 
 	if (!n)
 		return -ESTALE;
-	int rc = fsp_new_name(p, newparent, newname, &d);
+	int rc = fsp_new_name(p, newparent, newname, &di, &dfd);
 	if (rc < 0)
 		return rc;
 	if (n->type == S_IFDIR)
 		return -EPERM;
-	if (linkat(n->fd, "", d->fd, newname, AT_EMPTY_PATH) < 0) {
+	int fd = fsp_node_fd(p, n);
+	if (fd < 0)
+		return fd;
+	if (linkat(fd, "", dfd, newname, AT_EMPTY_PATH) < 0) {
 		if (errno != ENOENT)
 			return -errno;
-		fsp_proc_name(n->fd, name, sizeof name);
-		if (linkat(p->proc_fd, name, d->fd, newname,
-			   AT_SYMLINK_FOLLOW) < 0)
+		fsp_proc_name(fd, name, sizeof name);
+		if (linkat(p->proc_fd, name, dfd, newname, AT_SYMLINK_FOLLOW) < 0)
 			return -errno;
 	}
-	return fsp_lookup_in(p, d, newname, e);
+	return fsp_lookup_in(p, di, dfd, newname, e);
 }
 
 /* Open flags the host honours; everything else the guest sends is
@@ -616,14 +962,20 @@ static int fsp_reopen(struct fsp *p, struct fsp_node *n, int flags)
 		return -ELOOP;
 	if (n->type != S_IFREG)
 		return -EACCES;
-	fsp_proc_name(n->fd, name, sizeof name);
+	int pfd = fsp_node_fd(p, n);
+	if (pfd < 0)
+		return pfd;
+	int rc = fsp_make_room(p);
+	if (rc < 0)
+		return rc;
+	fsp_proc_name(pfd, name, sizeof name);
 	int fd = openat(p->proc_fd, name, flags);
 	return fd < 0 ? -errno : fd;
 }
 
 static int fsp_open(void *be, uint64_t nodeid, int flags, uint64_t *fh)
 {
-	struct fsp *p = be;
+	struct fsp *p = fsp_begin(be);
 	struct fsp_node *n = fsp_node(p, nodeid);
 	int hf;
 
@@ -632,38 +984,35 @@ static int fsp_open(void *be, uint64_t nodeid, int flags, uint64_t *fh)
 	int rc = fsp_open_flags(p, flags, &hf);
 	if (rc < 0)
 		return rc;
-	if (p->fds >= p->max_fds)
-		return -EMFILE;
 	int fd = fsp_reopen(p, n, hf);
 	if (fd < 0)
 		return fd;
-	return fsp_fh_new(p, fd, false, fh);
+	return fsp_fh_new(p, fd, false, fsp_index(p, n), fh);
 }
 
 static int fsp_create(void *be, uint64_t parent, const char *name, mode_t mode,
 		      int flags, struct fuse_fs_entry *e, uint64_t *fh)
 {
-	struct fsp *p = be;
-	struct fsp_node *d;
-	int hf, fd;
-	int rc = fsp_new_name(p, parent, name, &d);
+	struct fsp *p = fsp_begin(be);
+	uint32_t di;
+	int dfd, hf, fd;
+	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
 	if (rc < 0)
 		return rc;
 	rc = fsp_open_flags(p, flags, &hf);
 	if (rc < 0)
 		return rc;
-	/* One fd for the handle and one for the inode. */
-	if (p->fds + 2 > p->max_fds)
-		return -EMFILE;
-	fd = fsp_open_beneath(d->fd, name, (uint64_t)(hf | O_CREAT | O_EXCL),
+	if ((rc = fsp_make_room(p)) < 0)
+		return rc;
+	fd = fsp_open_beneath(dfd, name, (uint64_t)(hf | O_CREAT | O_EXCL),
 			      fsp_perm(mode));
 	if (fd == -EEXIST && !(flags & O_EXCL)) {
 		/* An existing name is opened only if it is a regular file. */
-		rc = fsp_lookup_in(p, d, name, e);
+		rc = fsp_lookup_in(p, di, dfd, name, e);
 		if (rc < 0)
 			return rc;
-		fd = fsp_reopen(p, fsp_node(p, e->nodeid), hf);
+		fd = fsp_reopen(p, &p->nodes[e->nodeid - 1], hf);
 		if (fd < 0) {
 			fsp_forget(p, e->nodeid, 1);
 			return fd;
@@ -671,20 +1020,16 @@ static int fsp_create(void *be, uint64_t parent, const char *name, mode_t mode,
 	} else if (fd < 0) {
 		return fd;
 	} else {
+		/* The node is the file just made; should the host swap the
+		 * name, a reopen by name will see it and give ESTALE. */
 		struct stat st;
-		rc = fsp_lookup_in(p, d, name, e);
-		if (rc == 0 && (fstat(fd, &st) < 0 || st.st_ino != e->st.st_ino ||
-				st.st_dev != e->st.st_dev)) {
-			/* The name was swapped on the host in between. */
-			fsp_forget(p, e->nodeid, 1);
-			rc = -EIO;
-		}
+		rc = fstat(fd, &st) < 0 ? -errno : fsp_remember(p, di, name, &st, e);
 		if (rc < 0) {
 			close(fd);
 			return rc;
 		}
 	}
-	rc = fsp_fh_new(p, fd, false, fh);
+	rc = fsp_fh_new(p, fd, false, (uint32_t)(e->nodeid - 1), fh);
 	if (rc < 0)
 		fsp_forget(p, e->nodeid, 1);
 	return rc;
@@ -739,19 +1084,23 @@ static int fsp_fsync(void *be, uint64_t fh, bool datasync)
 
 static int fsp_opendir(void *be, uint64_t nodeid, uint64_t *fh)
 {
-	struct fsp *p = be;
+	struct fsp *p = fsp_begin(be);
 	struct fsp_node *n = fsp_node(p, nodeid);
 
 	if (!n)
 		return -ESTALE;
 	if (n->type != S_IFDIR)
 		return -ENOTDIR;
-	if (p->fds >= p->max_fds)
-		return -EMFILE;
-	int fd = openat(n->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int nfd = fsp_node_fd(p, n);
+	if (nfd < 0)
+		return nfd;
+	int rc = fsp_make_room(p);
+	if (rc < 0)
+		return rc;
+	int fd = openat(nfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	return fsp_fh_new(p, fd, true, fh);
+	return fsp_fh_new(p, fd, true, fsp_index(p, n), fh);
 }
 
 struct fsp_dirent64 {
@@ -763,7 +1112,7 @@ struct fsp_dirent64 {
 };
 
 /* Emits one host entry; returns 1 to go on, 0 when the reply is full. */
-static int fsp_emit(struct fsp *p, int dirfd, const struct fsp_dirent64 *de,
+static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dirent64 *de,
 		    const char *name, bool plus, fuse_fs_fill_fn fill,
 		    fuse_fs_fits_fn fits, void *ctx)
 {
@@ -777,10 +1126,9 @@ static int fsp_emit(struct fsp *p, int dirfd, const struct fsp_dirent64 *de,
 			    (uint64_t)de->d_off, NULL);
 	if (!fits(ctx, strlen(name)))
 		return 0;
-	/* The lookup goes through the same confined path as LOOKUP; the
-	 * handle's fd stands in for the directory node. */
-	struct fsp_node tmp = { .fd = dirfd, .type = S_IFDIR };
-	if (fsp_lookup_in(p, &tmp, name, &e) < 0)
+	/* The same counted lookup as LOOKUP's, through the handle's fd: an
+	 * fstatat, and a known inode is found by (dev, ino). */
+	if (fsp_lookup_in(p, dir, dirfd, name, &e) < 0)
 		return fill(ctx, name, de->d_ino, de->d_type,
 			    (uint64_t)de->d_off, NULL);
 	if (!fill(ctx, name, de->d_ino, de->d_type, (uint64_t)de->d_off, &e)) {
@@ -793,7 +1141,7 @@ static int fsp_emit(struct fsp *p, int dirfd, const struct fsp_dirent64 *de,
 static int fsp_readdir(void *be, uint64_t fh, uint64_t off, bool plus,
 		       fuse_fs_fill_fn fill, fuse_fs_fits_fn fits, void *ctx)
 {
-	struct fsp *p = be;
+	struct fsp *p = fsp_begin(be);
 	struct fsp_handle *h = fsp_fh(p, fh, true);
 	char buf[8192] __attribute__((aligned(8)));
 	char name[NAME_MAX + 1];
@@ -824,7 +1172,7 @@ static int fsp_readdir(void *be, uint64_t fh, uint64_t off, bool plus,
 				return -EIO;
 			memcpy(name, de->d_name, nl);
 			name[nl] = '\0';
-			if (!fsp_emit(p, h->fd, de, name, plus, fill, fits, ctx))
+			if (!fsp_emit(p, h->node, h->fd, de, name, plus, fill, fits, ctx))
 				return 0;
 			pos += (long)rl;
 		}
@@ -843,23 +1191,27 @@ static int fsp_fsyncdir(void *be, uint64_t fh, bool datasync)
 
 static int fsp_statfs(void *be, uint64_t nodeid, struct statvfs *out)
 {
-	struct fsp_node *n = fsp_node(be, nodeid);
+	struct fsp_node *n;
+	int fd = fsp_node_get(fsp_begin(be), nodeid, &n);
 
-	if (!n)
-		return -ESTALE;
-	return fstatvfs(n->fd, out) < 0 ? -errno : 0;
+	if (fd < 0)
+		return fd;
+	return fstatvfs(fd, out) < 0 ? -errno : 0;
 }
 
 static int fsp_access(void *be, uint64_t nodeid, int mask)
 {
-	struct fsp *p = be;
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fsp *p = fsp_begin(be);
+	struct fsp_node *n;
 
-	if (!n)
+	if (!fsp_node(p, nodeid))
 		return -ESTALE;
 	if (p->ro && (mask & W_OK))
 		return -EROFS;
-	return faccessat(n->fd, "", mask, AT_EMPTY_PATH) < 0 ? -errno : 0;
+	int fd = fsp_node_get(p, nodeid, &n);
+	if (fd < 0)
+		return fd;
+	return faccessat(fd, "", mask, AT_EMPTY_PATH) < 0 ? -errno : 0;
 }
 
 /* Only the user.* namespace crosses: security.* (file capabilities!),
@@ -872,13 +1224,16 @@ static bool fsp_xattr_ok(const char *name)
 static int fsp_xattr_node(struct fsp *p, uint64_t nodeid, char *path,
 			  size_t size)
 {
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fsp_node *n = fsp_node(fsp_begin(p), nodeid);
 
 	if (!n)
 		return -ESTALE;
 	if (n->type != S_IFREG && n->type != S_IFDIR)
 		return -EPERM;
-	fsp_proc_path(n->fd, path, size);
+	int fd = fsp_node_fd(p, n);
+	if (fd < 0)
+		return fd;
+	fsp_proc_path(fd, path, size);
 	return 0;
 }
 
@@ -1031,9 +1386,21 @@ static void fsp_reset(void *be)
 	for (uint32_t i = 0; i < p->n_fhs; i++)
 		if (p->fhs[i].fd >= 0)
 			fsp_fh_close(p, i, p->fhs[i].dir);
-	for (uint32_t i = 1; i < p->n_nodes; i++)
-		if (p->nodes[i].fd >= 0)
-			fsp_remove(p, i);
+	for (uint32_t i = 1; i < p->n_nodes; i++) {
+		if (!p->nodes[i].used)
+			continue;
+		fsp_close_node_fd(p, i);
+		free(p->nodes[i].name);
+		p->nodes[i].used = false;
+	}
+	p->n_nodes = 1;
+	p->n_live = 1;
+	p->free_node = FSP_NONE;
+	p->nodes[0].refs = 0;
+	for (uint32_t b = 0; b < p->hash_size; b++)
+		p->hash[b] = FSP_NONE;
+	p->nodes[0].hnext = FSP_NONE;
+	p->hash[fsp_hash(p, p->nodes[0].dev, p->nodes[0].ino)] = 0;
 }
 
 const struct fuse_fs_ops fsp_ops = {
@@ -1087,18 +1454,21 @@ static int fsp_init_hidden(struct fsp *p, const struct fsp_config *cfg)
 	if (n && !list)
 		return -EINVAL;
 	p->hidden = calloc(n ? n : 1, sizeof *p->hidden);
-	if (!p->hidden)
+	p->anchored = calloc(n ? n : 1, sizeof *p->anchored);
+	if (!p->hidden || !p->anchored)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		if (!list[i] || !list[i][0])
 			return -EINVAL;
-		/* A leading "/" anchors at the root, same as none. */
-		const char *pat = list[i][0] == '/' ? list[i] + 1 : list[i];
+		/* A leading "/" anchors the pattern at the mount root. */
+		p->anchored[i] = list[i][0] == '/';
+		const char *pat = list[i] + p->anchored[i];
+		if (!pat[0])
+			return -EINVAL;
 		p->hidden[i] = strdup(pat);
 		if (!p->hidden[i])
 			return -ENOMEM;
 		p->n_hidden = i + 1;
-		p->path_patterns |= strchr(pat, '/') != NULL;
 	}
 	return 0;
 }
@@ -1120,6 +1490,7 @@ int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 	p->proc_fd = -1;
 	p->free_node = FSP_NONE;
 	p->free_fh = FSP_NONE;
+	p->lru_head = p->lru_tail = FSP_NONE;
 	p->ro = cfg->readonly;
 	rc = fsp_init_hidden(p, cfg);
 	if (rc < 0)
@@ -1136,12 +1507,15 @@ int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 		goto fail;
 	}
 	if (fstat(root, &st) < 0 || fsp_rehash(p, 256) < 0 ||
-	    fsp_insert(p, root, &st) != 0) {
+	    fsp_insert(p, &st, FSP_NONE, NULL) != 0) {
 		close(root);
 		rc = -ENOMEM;
 		goto fail;
 	}
+	/* The root keeps its fd for good, outside the cap and the LRU. */
+	p->nodes[0].fd = root;
 	p->nodes[0].nlookup = 1;
+	p->lru_head = p->lru_tail = FSP_NONE;
 	fsp_proc_name(root, name, sizeof name);
 	ssize_t n = readlinkat(p->proc_fd, name, path, sizeof path - 1);
 	if (n <= 0 || (size_t)n >= sizeof path - 1) {
@@ -1177,14 +1551,19 @@ void fsp_free(struct fsp *p)
 	for (uint32_t i = 0; i < p->n_fhs; i++)
 		if (p->fhs[i].fd >= 0)
 			close(p->fhs[i].fd);
-	for (uint32_t i = 0; i < p->n_nodes; i++)
+	for (uint32_t i = 0; i < p->n_nodes; i++) {
+		if (!p->nodes[i].used)
+			continue;
 		if (p->nodes[i].fd >= 0)
 			close(p->nodes[i].fd);
+		free(p->nodes[i].name);
+	}
 	if (p->proc_fd >= 0)
 		close(p->proc_fd);
 	for (size_t i = 0; i < p->n_hidden; i++)
 		free(p->hidden[i]);
 	free(p->hidden);
+	free(p->anchored);
 	free(p->root_path);
 	free(p->nodes);
 	free(p->hash);
@@ -1195,4 +1574,9 @@ void fsp_free(struct fsp *p)
 unsigned fsp_open_fds(const struct fsp *p)
 {
 	return p->fds;
+}
+
+unsigned fsp_inodes(const struct fsp *p)
+{
+	return p->n_live - 1;
 }

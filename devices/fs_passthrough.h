@@ -1,8 +1,12 @@
 /* Passthrough filesystem backend for the FUSE server: serves one host
  * directory, confined on the host side.
  *
- * - Every inode the guest knows is an O_PATH|O_NOFOLLOW fd in a table keyed
- *   by (st_dev, st_ino), with the guest's lookup count.
+ * - Every inode the guest knows is an entry in a table keyed by (st_dev,
+ *   st_ino), with the guest's lookup count and the name it was last seen
+ *   under in its parent.  A lookup is one fstatat (following nothing); the
+ *   inode's O_PATH|O_NOFOLLOW fd is opened when an operation needs it, by
+ *   that name from the parent's fd under the rules below, and must be the
+ *   same inode of the same type, else ESTALE.
  * - Every name is one component, resolved with openat2(RESOLVE_BENEATH |
  *   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) relative to its parent's fd;
  *   "", ".", ".." and names containing '/' are refused (EINVAL).
@@ -12,7 +16,9 @@
  * - A read-only mount refuses every write with EROFS.
  * - Hidden names do not exist: ENOENT on lookup, absent from readdir, EACCES
  *   when the guest tries to create, link or rename onto one.
- * - Open fds (inodes plus handles) are capped: EMFILE past the cap. */
+ * - Open fds (inodes plus handles) are capped: at the cap the least
+ *   recently used inode fd is closed (it is reopened on demand); when only
+ *   handles are left, EMFILE. */
 #ifndef KBOX_FS_PASSTHROUGH_H
 #define KBOX_FS_PASSTHROUGH_H
 
@@ -26,7 +32,8 @@ struct fsp_config {
 	bool readonly;
 	/* Hidden glob patterns (fnmatch).  A pattern with no '/' matches an
 	 * entry's name anywhere in the mount; one with a '/' matches the path
-	 * relative to the mount root, e.g. "config/secret-*".  hidden_set false
+	 * relative to the mount root, e.g. "config/secret-*", and a leading
+	 * '/' anchors a name at the root ("/.env" hides the root's .env only).  hidden_set false
 	 * means the defaults (FSP_DEFAULT_HIDDEN); true with n_hidden 0 means
 	 * nothing is hidden. */
 	const char *const *hidden;
@@ -55,5 +62,8 @@ void fsp_free(struct fsp *p);
 /* Host fds currently held for the guest (inodes + open handles, root
  * excluded); for tests and the fd cap. */
 unsigned fsp_open_fds(const struct fsp *p);
+
+/* Inodes the backend remembers for the guest, root excluded; for tests. */
+unsigned fsp_inodes(const struct fsp *p);
 
 #endif

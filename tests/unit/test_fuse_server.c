@@ -330,7 +330,9 @@ START_TEST(lookup_counts_and_forgets)
 	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
 	ck_assert_int_eq(err, 0);
 	ck_assert_uint_eq(lookup(FUSE_ROOT_ID, "a", &err), a);
-	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	/* A lookup remembers the inode but opens nothing. */
+	ck_assert_uint_eq(fsp_inodes(fs), 1);
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
 	ck_assert_int_eq(send_len(build(FUSE_FORGET, a, &fg, sizeof fg, NULL,
 					NULL)),
 			 0);
@@ -339,6 +341,7 @@ START_TEST(lookup_counts_and_forgets)
 					NULL)),
 			 0);
 	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
 	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL),
 			 -ESTALE);
 	/* Forgets of unknown inodes, of the root, and batch counts that
@@ -413,8 +416,10 @@ START_TEST(readdir_hides_and_bounds)
 	ck_assert_ptr_null(strstr(names, ".env"));
 	ck_assert_ptr_nonnull(strstr(names, "a "));
 	ck_assert_ptr_nonnull(strstr(names, "sub "));
-	/* Every entry but . and .. was looked up: a, sub, link. */
-	ck_assert_uint_eq(fsp_open_fds(fs), 3 + 1);
+	/* Every entry but . and .. was looked up: a, sub, link; only the
+	 * directory handle holds an fd. */
+	ck_assert_uint_eq(fsp_inodes(fs), 3);
+	ck_assert_uint_eq(fsp_open_fds(fs), 1);
 	/* Offsets past the end, and absurd ones, give an empty listing. */
 	const uint64_t offs[] = { UINT64_MAX, (uint64_t)INT64_MAX,
 				  1ull << 62 };
@@ -433,7 +438,8 @@ START_TEST(readdir_hides_and_bounds)
 			 0);
 	ck_assert_uint_eq(((struct fuse_out_header *)rep)->len,
 			  sizeof(struct fuse_out_header));
-	ck_assert_uint_eq(fsp_open_fds(fs), 4);
+	ck_assert_uint_eq(fsp_inodes(fs), 3);
+	ck_assert_uint_eq(fsp_open_fds(fs), 1);
 	/* Small steps walk the whole directory exactly once. */
 	rd.size = 40;
 	names[0] = '\0';
@@ -683,18 +689,141 @@ END_TEST
 START_TEST(fd_cap)
 {
 	int err;
+	struct fuse_getattr_in ga = { 0 };
+	struct fuse_open_in op = { .flags = O_RDONLY };
 	serve(false, NULL, 0, false, 2);
 	init_ok();
-	lookup(FUSE_ROOT_ID, "a", &err);
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
 	ck_assert_int_eq(err, 0);
 	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
 	ck_assert_int_eq(err, 0);
-	lookup(FUSE_ROOT_ID, "link", &err);
-	ck_assert_int_eq(err, -EMFILE);
-	struct fuse_open_in op = { 0 };
-	ck_assert_int_eq(call(FUSE_OPENDIR, sub, &op, sizeof op, NULL, NULL),
-			 -EMFILE);
+	uint64_t link = lookup(FUSE_ROOT_ID, "link", &err);
+	ck_assert_int_eq(err, 0);
+	uint64_t pem = lookup(sub, "key.pem", &err);
+	ck_assert_int_eq(err, 0);
+	/* Inode fds come and go under the cap, least recently used first. */
+	for (int round = 0; round < 3; round++) {
+		const uint64_t ids[] = { a, sub, link, pem };
+		for (size_t i = 0; i < 4; i++) {
+			ck_assert_int_eq(call(FUSE_GETATTR, ids[i], &ga, sizeof ga, NULL,
+					      NULL),
+					 0);
+			ck_assert_uint_le(fsp_open_fds(fs), 2);
+		}
+	}
+	/* key.pem needs sub's fd too: reopened parent first. */
+	ck_assert_int_eq(call(FUSE_OPEN, pem, &op, sizeof op, NULL, NULL), 0);
+	struct fuse_open_out o1;
+	memcpy(&o1, body(), sizeof o1);
+	/* Handles and the inodes they pin are not closed for room. */
+	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), -EMFILE);
+	ck_assert_int_eq(call(FUSE_OPENDIR, sub, &op, sizeof op, NULL, NULL), -EMFILE);
 	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	struct fuse_release_in rl = { .fh = o1.fh };
+	ck_assert_int_eq(call(FUSE_RELEASE, pem, &rl, sizeof rl, NULL, NULL), 0);
+	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), 0);
+}
+END_TEST
+
+/* A closed inode fd is reopened by name from its parent, and only if the
+ * name still leads to the same inode: never a symlink, never another
+ * file. */
+START_TEST(reopen_checks_identity)
+{
+	int err;
+	char p1[160], p2[160];
+	struct fuse_getattr_in ga = { 0 };
+	serve(false, NULL, 0, false, 1);
+	init_ok();
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	uint64_t pem = lookup(sub, "key.pem", &err);
+	ck_assert_int_eq(err, 0);
+	/* The host swaps a for another file: a stale inode, not the new one. */
+	put_file("b", "other");
+	snprintf(p1, sizeof p1, "%s/b", dir);
+	snprintf(p2, sizeof p2, "%s/a", dir);
+	ck_assert_int_eq(rename(p1, p2), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL), -ESTALE);
+	/* A fresh lookup finds the new file. */
+	uint64_t a2 = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_uint_ne(a2, a);
+	ck_assert_int_eq(call(FUSE_GETATTR, a2, &ga, sizeof ga, NULL, NULL), 0);
+	/* The host swaps the directory for a symlink to it: the link is not
+	 * followed, key.pem is stale. */
+	snprintf(p1, sizeof p1, "%s/sub", dir);
+	snprintf(p2, sizeof p2, "%s/sub2", dir);
+	ck_assert_int_eq(rename(p1, p2), 0);
+	ck_assert_int_eq(symlink("sub2", p1), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL, NULL), -ESTALE);
+	ck_assert_int_eq(call(FUSE_GETATTR, pem, &ga, sizeof ga, NULL, NULL), -ESTALE);
+	ck_assert_uint_le(fsp_open_fds(fs), 1);
+}
+END_TEST
+
+/* The guest's own renames and unlinks keep its inodes reachable: moved
+ * nodes follow their new names, a file unlinked while open still answers
+ * GETATTR. */
+START_TEST(renames_and_unlinks_tracked)
+{
+	int err;
+	struct fuse_getattr_in ga = { 0 };
+	struct fuse_open_in op = { .flags = O_RDONLY };
+	/* An open handle takes two fds (its own and its inode's), a replaced
+	 * inode one: room for one more. */
+	serve(false, NULL, 0, false, 4);
+	init_ok();
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	uint64_t pem = lookup(sub, "key.pem", &err);
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	struct fuse_rename_in rn = { .newdir = FUSE_ROOT_ID };
+	ck_assert_int_eq(call(FUSE_RENAME, sub, &rn, sizeof rn, "key.pem", "moved"), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL, NULL), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, pem, &ga, sizeof ga, NULL, NULL), 0);
+	ck_assert_uint_eq(lookup(FUSE_ROOT_ID, "moved", &err), pem);
+	/* Open a, then unlink it. */
+	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), 0);
+	ck_assert_int_eq(call(FUSE_UNLINK, FUSE_ROOT_ID, NULL, 0, "a", NULL), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL, NULL), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL), 0);
+	const struct fuse_attr_out *ao = body();
+	ck_assert_uint_eq(ao->attr.nlink, 0);
+	/* Renamed over: the replaced inode stays reachable too. */
+	uint64_t moved = lookup(FUSE_ROOT_ID, "moved", &err);
+	put_file("c", "c");
+	ck_assert_int_eq(call(FUSE_RENAME, FUSE_ROOT_ID, &rn, sizeof rn, "c", "moved"), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL, NULL), 0);
+	ck_assert_int_eq(call(FUSE_GETATTR, moved, &ga, sizeof ga, NULL, NULL), 0);
+	ck_assert_uint_eq(((const struct fuse_attr_out *)body())->attr.size, 1);
+}
+END_TEST
+
+/* A leading '/' anchors a hidden name at the mount root. */
+START_TEST(anchored_hidden)
+{
+	int err;
+	char p[160];
+	const char *const pats[] = { "/a", "/sub/*.pem" };
+	snprintf(p, sizeof p, "%s/sub/a", dir);
+	FILE *f = fopen(p, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	serve(false, pats, 2, true, 0);
+	init_ok();
+	lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, -ENOENT);
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	ck_assert_int_eq(err, 0);
+	lookup(sub, "a", &err);
+	ck_assert_int_eq(err, 0);
+	lookup(sub, "key.pem", &err);
+	ck_assert_int_eq(err, -ENOENT);
+	const char *const bad[] = { "/" };
+	struct fsp *p2;
+	struct fsp_config c = { .root = dir, .hidden = bad, .n_hidden = 1, .hidden_set = true };
+	ck_assert_int_eq(fsp_new(&c, &p2), -EINVAL);
 }
 END_TEST
 
@@ -739,11 +868,13 @@ START_TEST(destroy_resets)
 	start();
 	lookup(FUSE_ROOT_ID, "a", &err);
 	create("f", 0644, &err);
-	ck_assert_uint_eq(fsp_open_fds(fs), 3);
+	ck_assert_uint_eq(fsp_inodes(fs), 2);
+	ck_assert_uint_eq(fsp_open_fds(fs), 1);
 	ck_assert_int_eq(call(FUSE_DESTROY, FUSE_ROOT_ID, NULL, 0, NULL, NULL),
 			 0);
 	ck_assert(fuse_server_destroyed(srv));
 	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
 	lookup(FUSE_ROOT_ID, "a", &err);
 	ck_assert_int_eq(err, -EIO);
 }
@@ -769,6 +900,9 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, readonly_refuses_writes);
 	tcase_add_test(tc, confinement);
 	tcase_add_test(tc, fd_cap);
+	tcase_add_test(tc, reopen_checks_identity);
+	tcase_add_test(tc, renames_and_unlinks_tracked);
+	tcase_add_test(tc, anchored_hidden);
 	tcase_add_test(tc, posix_locks_never_block);
 	tcase_add_test(tc, destroy_resets);
 	suite_add_tcase(s, tc);

@@ -232,6 +232,47 @@ START_TEST(add_refused)
 }
 END_TEST
 
+/* The root image: read-only, nothing hidden, one only, and it takes a
+ * slot. */
+START_TEST(image)
+{
+	ck_assert_int_eq(mounts_set_image(&ms, "/nonexistent-kbox-image", err, sizeof err),
+			 -ENOENT);
+	ck_assert_int_eq(mounts_set_image(&ms, file, err, sizeof err), -ENOTDIR);
+	ck_assert_int_eq(mounts_set_image(&ms, "", err, sizeof err), -EINVAL);
+	ck_assert_uint_eq(ms.n, 0);
+	ck_assert_int_eq(parse(dir, ":/w"), 0);
+	ck_assert_int_eq(mounts_set_image(&ms, dir, err, sizeof err), 0);
+	ck_assert_int_eq(mounts_set_image(&ms, dir, err, sizeof err), -EEXIST);
+	ck_assert_uint_eq(ms.n, 2);
+	const struct mount *m = &ms.m[1];
+	ck_assert(m->root && !ms.m[0].root);
+	ck_assert_str_eq(m->guest, "/");
+	ck_assert_str_eq(m->host, dir);
+	struct fsp_config fc;
+	mounts_fsp_config(m, 0, &fc);
+	ck_assert(fc.readonly);
+	ck_assert(fc.hidden_set);
+	ck_assert_uint_eq(fc.n_hidden, 0);
+	ck_assert_int_eq(lookup_in(&ms.m[1], ".env"), 0);
+	for (unsigned i = 2; i < MOUNTS_MAX; i++) {
+		char g[16];
+		snprintf(g, sizeof g, ":/m%u", i);
+		ck_assert_int_eq(parse(dir, g), 0);
+	}
+	ck_assert_int_eq(parse(dir, ":/more"), -E2BIG);
+	memset(&ms, 0, sizeof ms);
+	for (unsigned i = 0; i < MOUNTS_MAX; i++) {
+		char g[16];
+		snprintf(g, sizeof g, ":/m%u", i);
+		ck_assert_int_eq(parse(dir, g), 0);
+	}
+	ck_assert_int_eq(mounts_set_image(&ms, dir, err, sizeof err), -E2BIG);
+	ck_assert_str_eq(err, "--image: too many mounts (at most 8 with the image)");
+	mounts_free(&ms);
+}
+END_TEST
+
 Suite *mounts_suite(void)
 {
 	Suite *s = suite_create("mounts");
@@ -245,6 +286,7 @@ Suite *mounts_suite(void)
 	tcase_add_test(tc, add_with_empty_hidden_list);
 	tcase_add_test(tc, default_hidden_list);
 	tcase_add_test(tc, add_refused);
+	tcase_add_test(tc, image);
 	suite_add_tcase(s, tc);
 	return s;
 }

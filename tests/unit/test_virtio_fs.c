@@ -360,14 +360,14 @@ START_TEST(forget_on_hiprio)
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_entry_out e;
 	memcpy(&e, ram + REP + sizeof oh, sizeof e);
-	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	ck_assert_uint_eq(fsp_inodes(fs), 1);
 
 	struct fuse_forget_in fi = { .nlookup = 1 };
 	uint32_t len = build(FUSE_FORGET, e.nodeid, &fi, sizeof fi, NULL), used = 99;
 	struct seg s[] = { { REQ, len, false } };
 	ck_assert(submit(HIPRIO, s, 1, false, &used));
 	ck_assert_uint_eq(used, 0);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
 	ck_assert(!needs_reset());
 }
 END_TEST

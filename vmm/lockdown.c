@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <lwip/tcpip.h>
+#include <pthread.h>
 #include <linux/kvm.h>
 #include <linux/landlock.h>
 #include <linux/netlink.h>
@@ -481,6 +483,67 @@ static int thread_count(void)
 	return n;
 }
 
+/* lwIP's thread exists before lock-down (netdev_attach starts it) and
+ * Landlock binds only the calling thread and its later children: that
+ * thread joins the same domain from inside, through a callback lwIP runs
+ * on it, and the caller waits for its answer. */
+#define LD_LWIP_WAIT_S 5
+
+struct ld_remote {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int ruleset; /* -1: just report back (a test hook's probe) */
+	int rc;
+	bool done;
+	void (*probe)(void);
+};
+
+static struct ld_remote ld_lwip = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+				    -1, 0, false, NULL };
+static bool ld_lwip_running; /* lwIP's thread exists: a callback may be posted */
+
+static void ld_on_lwip(void *arg)
+{
+	struct ld_remote *r = arg;
+	int rc = 0;
+	if (r->ruleset >= 0 &&
+	    (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	     syscall(SYS_landlock_restrict_self, r->ruleset, 0) < 0))
+		rc = -errno;
+	if (r->probe)
+		r->probe();
+	pthread_mutex_lock(&r->lock);
+	r->rc = rc;
+	r->done = true;
+	pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Run ld_on_lwip on lwIP's thread with ruleset (or -1) and probe; 0, the
+ * callback's error, or -ETIMEDOUT if lwIP did not run it in time. */
+static int ld_on_lwip_thread(int ruleset, void (*probe)(void))
+{
+	struct ld_remote *r = &ld_lwip;
+	pthread_mutex_lock(&r->lock);
+	r->ruleset = ruleset;
+	r->probe = probe;
+	r->done = false;
+	r->rc = 0;
+	pthread_mutex_unlock(&r->lock);
+	if (tcpip_callback(ld_on_lwip, r) != ERR_OK)
+		return -EAGAIN;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += LD_LWIP_WAIT_S;
+	pthread_mutex_lock(&r->lock);
+	int e = 0;
+	while (!r->done && e != ETIMEDOUT)
+		e = pthread_cond_timedwait(&r->cond, &r->lock, &until);
+	int rc = r->done ? r->rc : -ETIMEDOUT;
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}
+
 static int landlock_apply(const struct lockdown_cfg *c, int abi, char *summary, size_t slen,
 			  char *err, size_t errlen)
 {
@@ -536,6 +599,10 @@ static int landlock_apply(const struct lockdown_cfg *c, int abi, char *summary, 
 		rc = -errno;
 		snprintf(err, errlen, "lock-down: Landlock refused to apply: %s", strerror(-rc));
 	}
+	ld_lwip_running = c->network;
+	if (!rc && c->network && (rc = ld_on_lwip_thread(rs, NULL)) < 0)
+		snprintf(err, errlen, "lock-down: cannot apply Landlock on lwIP's thread: %s",
+			 strerror(-rc));
 	close(rs);
 	if (rc)
 		return rc;
@@ -551,10 +618,22 @@ static int landlock_apply(const struct lockdown_cfg *c, int abi, char *summary, 
 /* ---- test hooks ------------------------------------------------------ */
 
 #ifdef KBOX_TEST_HOOKS
+static const char *hook_path;
+
+static void hook_open(void)
+{
+	int fd = open(hook_path, O_RDONLY | O_CLOEXEC);
+	fprintf(stderr, "kbox: test hook: lwip open %s: %s\n", hook_path,
+		fd >= 0 ? "ok" : strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
 /* KBOX_TEST_LOCKDOWN="act;act;...", run right after lock-down:
- *   open:PATH  try to open PATH for reading, print the outcome
- *   fd:N       print what fd N refers to (or that it is closed)
- *   execve     try to run /bin/sh: the allowlist must stop kbox */
+ *   open:PATH       try to open PATH for reading, print the outcome
+ *   lwip-open:PATH  the same from lwIP's thread (needs a network)
+ *   fd:N            print what fd N refers to (or that it is closed)
+ *   execve          try to run /bin/sh: the allowlist must stop kbox */
 static void test_hooks(void)
 {
 	const char *env = getenv("KBOX_TEST_LOCKDOWN");
@@ -570,6 +649,11 @@ static void test_hooks(void)
 				fd >= 0 ? "ok" : strerror(errno));
 			if (fd >= 0)
 				close(fd);
+		} else if (strncmp(a, "lwip-open:", 10) == 0) {
+			hook_path = a + 10;
+			int rc = ld_lwip_running ? ld_on_lwip_thread(-1, hook_open) : -ESRCH;
+			if (rc < 0)
+				fprintf(stderr, "kbox: test hook: lwip open: %s\n", strerror(-rc));
 		} else if (strncmp(a, "fd:", 3) == 0) {
 			char link[64], target[PATH_MAX];
 			snprintf(link, sizeof link, "/proc/self/fd/%s", a + 3);
@@ -585,6 +669,196 @@ static void test_hooks(void)
 	}
 }
 #endif
+
+/* ---- the client commands ---------------------------------------------- */
+
+/* System calls every client command still makes, each with its reason. */
+static const int ld_client_plain[] = {
+	SCMP_SYS(read),            /* the agent socket, stdin, the log, info files */
+	SCMP_SYS(write),           /* stdout/stderr, the agent socket, signal pipe */
+	SCMP_SYS(close),           /* sockets, files */
+	SCMP_SYS(poll),            /* exec's event loop, the agent handshake */
+	SCMP_SYS(lseek),           /* stdio on exit */
+	SCMP_SYS(brk),             /* malloc */
+	SCMP_SYS(munmap),          /* free of large blocks */
+	SCMP_SYS(mremap),          /* realloc of large blocks */
+	SCMP_SYS(madvise),         /* malloc trimming */
+	SCMP_SYS(futex),           /* glibc's internal locks */
+	SCMP_SYS(exit),            /* the thread ends */
+	SCMP_SYS(exit_group),      /* the command ends */
+	SCMP_SYS(rt_sigprocmask),  /* glibc around signal handlers */
+	SCMP_SYS(rt_sigreturn),    /* return from exec's forwarding handlers */
+	SCMP_SYS(restart_syscall), /* a call interrupted by a stop signal */
+	SCMP_SYS(getpid),          /* glibc */
+	SCMP_SYS(gettid),          /* glibc */
+	SCMP_SYS(clock_gettime),   /* timeouts, uptime; vDSO fallback */
+	SCMP_SYS(clock_nanosleep), /* agent connect retries, stop and logs -f waits */
+	SCMP_SYS(fstat),           /* stdio sizing its buffers */
+};
+
+/* What each command needs on top, files only in the directory given. */
+static const int ld_client_exec[] = {
+	SCMP_SYS(connect),  /* the sandbox's control socket */
+	SCMP_SYS(pipe2),    /* the signal self-pipe */
+	SCMP_SYS(sendto),   /* send() on the agent socket */
+	SCMP_SYS(recvfrom), /* recv() on the agent socket */
+};
+static const int ld_client_dir[] = {
+	SCMP_SYS(openat),     /* info files, the log, listing the runtime dir */
+	SCMP_SYS(getdents64), /* listing the runtime dir */
+	SCMP_SYS(newfstatat), /* lstat of the runtime dir */
+	SCMP_SYS(fcntl),      /* opendir's FD_CLOEXEC */
+	SCMP_SYS(mkdirat),    /* the runtime dir exists already: EEXIST */
+	SCMP_SYS(mkdir),      /* the same, older glibc */
+	SCMP_SYS(geteuid),    /* whose runtime dir, and is it theirs */
+};
+static const int ld_client_stop[] = {
+	SCMP_SYS(unlink),   /* a stopped sandbox's sockets and info file */
+	SCMP_SYS(unlinkat), /* the same */
+	SCMP_SYS(rmdir),    /* its directory */
+};
+
+static int client_seccomp(enum lockdown_client kind, scmp_filter_ctx *out)
+{
+	scmp_filter_ctx f = seccomp_init(SCMP_ACT_TRAP);
+	if (!f)
+		return -ENOMEM;
+	int rc = seccomp_attr_set(f, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_TRAP) < 0 ? -EINVAL : 0;
+#define ADDC(nr, ...)                                                          \
+	do {                                                                   \
+		if (!rc)                                                       \
+			rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, nr, __VA_ARGS__);  \
+	} while (0)
+#define ADDALL(list)                                                           \
+	for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)               \
+		ADDC(list[i], 0)
+	ADDALL(ld_client_plain);
+	ADDC(SCMP_SYS(mmap), 1, arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+	ADDC(SCMP_SYS(mprotect), 1, arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+	ADDC(SCMP_SYS(rt_sigaction), 1, arg(0, SCMP_CMP_NE, SIGSYS, 0));
+	/* stdio's fstat, as glibc makes it: on an fd, no path. */
+	ADDC(SCMP_SYS(newfstatat), 1, arg(3, SCMP_CMP_MASKED_EQ, AT_EMPTY_PATH, AT_EMPTY_PATH));
+	/* Whether a sandbox's kbox is alive: signal 0 only. */
+	ADDC(SCMP_SYS(kill), 1, arg(1, SCMP_CMP_EQ, 0, 0));
+	switch (kind) {
+	case LD_CLIENT_EXEC:
+		ADDALL(ld_client_exec);
+		ADDC(SCMP_SYS(socket), 1, arg(0, SCMP_CMP_EQ, AF_UNIX, 0));
+		ADDC(SCMP_SYS(fcntl), 1, arg(1, SCMP_CMP_EQ, F_GETFL, 0));
+		ADDC(SCMP_SYS(fcntl), 1, arg(1, SCMP_CMP_EQ, F_SETFL, 0));
+		/* -t: the terminal on fds 0-2 only. */
+		for (size_t i = 0; i < sizeof ld_tty_ioctls / sizeof ld_tty_ioctls[0]; i++)
+			ADDC(SCMP_SYS(ioctl), 2, arg(0, SCMP_CMP_LE, 2, 0),
+			     arg(1, SCMP_CMP_EQ, ld_tty_ioctls[i], 0));
+		break;
+	case LD_CLIENT_STOP:
+		ADDALL(ld_client_stop);
+		ADDC(SCMP_SYS(kill), 1, arg(1, SCMP_CMP_EQ, SIGTERM, 0));
+		ADDC(SCMP_SYS(kill), 1, arg(1, SCMP_CMP_EQ, SIGKILL, 0));
+		ADDALL(ld_client_dir);
+		break;
+	case LD_CLIENT_PS:
+		ADDALL(ld_client_dir);
+		break;
+	case LD_CLIENT_LOGS: /* its log is open already */
+		break;
+	}
+	/* isatty() on stdout, by stdio. */
+	ADDC(SCMP_SYS(ioctl), 2, arg(0, SCMP_CMP_LE, 2, 0), arg(1, SCMP_CMP_EQ, TCGETS, 0));
+#undef ADDALL
+#undef ADDC
+	if (rc < 0) {
+		seccomp_release(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
+/* Landlock for a client: every filesystem right handled, dir (if any)
+ * granted access; no TCP at all; signals to other processes only if
+ * may_signal (stop's job).  0, or -EOPNOTSUPP without Landlock. */
+static int client_landlock(const char *dir, uint64_t access, bool may_signal, char *err,
+			   size_t errlen)
+{
+	int abi = ll_abi();
+	if (abi < 1)
+		return -EOPNOTSUPP;
+	struct ld_ruleset_attr attr = { .handled_access_fs = lockdown_ll_handled(abi) };
+	if (abi >= 4)
+		attr.handled_access_net =
+			LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
+	if (abi >= 6)
+		attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET |
+			      (may_signal ? 0 : LANDLOCK_SCOPE_SIGNAL);
+	int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+	if (rs < 0) {
+		int e = errno;
+		snprintf(err, errlen, "lock-down: cannot create a Landlock ruleset: %s",
+			 strerror(e));
+		return -e;
+	}
+	int rc = dir ? ll_add(rs, dir, access & lockdown_ll_handled(abi), err, errlen) : 0;
+	if (!rc && syscall(SYS_landlock_restrict_self, rs, 0) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "lock-down: Landlock refused to apply: %s", strerror(-rc));
+	}
+	close(rs);
+	return rc;
+}
+
+int lockdown_client(enum lockdown_client kind, const char *dir, char *err, size_t errlen)
+{
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "lock-down: cannot set no_new_privs: %s", strerror(e));
+		return -e;
+	}
+	uint64_t access = 0;
+	switch (kind) {
+	case LD_CLIENT_EXEC: /* the control socket: connect is no filesystem right */
+	case LD_CLIENT_LOGS: /* its log is open already */
+		dir = NULL;
+		break;
+	case LD_CLIENT_PS:
+		access = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
+		break;
+	case LD_CLIENT_STOP:
+		access = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR |
+			 LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR;
+		break;
+	}
+	/* Without Landlock the allowlist still holds: kbox run already
+	 * warned about that kernel, a client says nothing. */
+	int rc = client_landlock(dir, access, kind == LD_CLIENT_STOP, err, errlen);
+	if (rc < 0 && rc != -EOPNOTSUPP)
+		return rc;
+	resolve_names();
+	struct sigaction sa = { .sa_sigaction = on_sigsys, .sa_flags = SA_SIGINFO };
+	sigfillset(&sa.sa_mask);
+	if (sigaction(SIGSYS, &sa, NULL) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "lock-down: cannot catch SIGSYS: %s", strerror(e));
+		return -e;
+	}
+	scmp_filter_ctx f;
+	if ((rc = client_seccomp(kind, &f)) < 0) {
+		snprintf(err, errlen, "lock-down: cannot build the system-call allowlist: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	rc = seccomp_load(f);
+	seccomp_release(f);
+	if (rc < 0) {
+		snprintf(err, errlen, "lock-down: cannot install the system-call allowlist: %s",
+			 strerror(-rc));
+		return rc;
+	}
+#ifdef KBOX_TEST_HOOKS
+	test_hooks();
+#endif
+	return 0;
+}
 
 /* ---- lockdown_apply ----------------------------------------------------- */
 
@@ -621,10 +895,15 @@ int lockdown_apply(const struct lockdown_cfg *c, char *err, size_t errlen)
 		int rc = landlock_apply(c, abi, ll, sizeof ll, err, errlen);
 		if (rc < 0)
 			return rc;
-		if (c->verbose && threads > 1) {
+		/* Any thread but this one and lwIP's would escape it. */
+		int left = threads - 1 - (c->network ? 1 : 0);
+		if (c->verbose && left > 0) {
 			size_t l = strlen(ll);
 			snprintf(ll + l, sizeof ll - l,
-				 " on all threads but %d started before it (lwIP's)", threads - 1);
+				 " on all threads but %d started before it", left);
+		} else if (c->verbose && c->network) {
+			size_t l = strlen(ll);
+			snprintf(ll + l, sizeof ll - l, " on every thread, lwIP's included");
 		}
 	} else {
 		fprintf(stderr,

@@ -29,7 +29,9 @@ struct lockdown_cfg {
 	const char *sandbox_dir;     /* <runtime>/<name>: listed and emptied at exit */
 	const char *klog_path;       /* kernel log: write only */
 	bool network;                /* the guest has a NIC: kbox dials TCP and
-				      * resolves names for it */
+				      * resolves names for it; netdev_attach has
+				      * started lwIP's thread, which gets the
+				      * same Landlock domain */
 	bool verbose;                /* one line listing what is active */
 	bool off;                    /* --no-lockdown: nothing but that line */
 };
@@ -40,12 +42,30 @@ struct lockdown_cfg {
  * errno with a line for the user in err. */
 int lockdown_prepare(char *err, size_t errlen);
 
-/* Lock the process down as described above.  Landlock missing from the
+/* Lock the process down as described above.  Landlock binds only the
+ * calling thread and its later children, so the one thread that exists
+ * before (lwIP's, with a network) is made to join the domain from inside
+ * and the call waits (at most 5 s) for it.  Landlock missing from the
  * kernel gives one warning line on stderr and the rest still applies;
  * any other failure returns a negative errno with err set, and the caller
  * must not run the guest.  From then on a system call outside the
  * allowlist, from any thread, prints one line and exits 125. */
 int lockdown_apply(const struct lockdown_cfg *c, char *err, size_t errlen);
+
+/* The client commands, which read bytes a compromised sandbox may have
+ * written (exec: the agent's frames; ps, stop, logs: the runtime dir). */
+enum lockdown_client { LD_CLIENT_EXEC, LD_CLIENT_PS, LD_CLIENT_STOP, LD_CLIENT_LOGS };
+
+/* Lock a client command down before it reads such bytes: no_new_privs;
+ * Landlock with no file reachable but, for ps, reading under dir (the
+ * runtime dir) and, for stop, reading and removing under it (exec's socket
+ * connect needs no file right; logs has its log open already, dir is
+ * ignored for both); no TCP; no signals outside the process but stop's;
+ * and a seccomp allowlist
+ * for that command whose default action prints one line and exits 125.
+ * Without Landlock the allowlist alone applies, silently.  Returns 0 or a
+ * negative errno with err set. */
+int lockdown_client(enum lockdown_client kind, const char *dir, char *err, size_t errlen);
 
 /* 1 if real and effective ids differ (a setuid or setgid start). */
 int lockdown_ids_differ(unsigned uid, unsigned euid, unsigned gid, unsigned egid);

@@ -14,6 +14,7 @@
 
 #include "vmm/agent_conn.h"
 #include "vmm/exec_client.h"
+#include "vmm/lockdown.h"
 #include "vmm/run.h"
 #include "vmm/sandbox.h"
 
@@ -43,6 +44,16 @@ static int find_running(const char *name, struct sandbox *sb, struct sandbox_inf
 	if (!info->alive)
 		return die("sandbox '%s' is not running any more (its kbox process %d is gone)",
 			   name, (int)info->pid);
+	return 0;
+}
+
+/* Before the command reads bytes a compromised sandbox may have written
+ * (docs/security.md). */
+static int lock_client(enum lockdown_client kind, const char *dir)
+{
+	char err[256];
+	if (lockdown_client(kind, dir, err, sizeof err) < 0)
+		return die("%s", err);
 	return 0;
 }
 
@@ -96,7 +107,7 @@ int exec_main(int argc, char **argv)
 		return die("no command given: kbox exec NAME -- COMMAND");
 	struct sandbox sb;
 	struct sandbox_info info;
-	if (find_running(name, &sb, &info))
+	if (find_running(name, &sb, &info) || lock_client(LD_CLIENT_EXEC, NULL))
 		return KBOX_EXIT_FAILURE;
 	int fd = agent_connect(sb.sock, AGENT_PORT, 30000, NULL);
 	if (fd < 0)
@@ -164,6 +175,12 @@ int ps_main(int argc, char **argv)
 	}
 	if (argc > 1)
 		return die("kbox ps takes no arguments");
+	char rt[4096];
+	int r = sandbox_runtime_dir(rt, sizeof rt);
+	if (r < 0)
+		return die("cannot use the runtime directory: %s", strerror(-r));
+	if (lock_client(LD_CLIENT_PS, rt))
+		return KBOX_EXIT_FAILURE;
 	printf("%-20s %-8s %-8s %4s %8s  %-24s %s\n", "NAME", "STATE", "UPTIME", "CPUS", "MEMORY",
 	       "PORTS", "COMMAND");
 	int n = sandbox_each(ps_row, NULL);
@@ -207,7 +224,12 @@ int stop_main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return die("which sandbox? kbox stop NAME");
-	int rc = 0;
+	char rt[4096];
+	int rc = sandbox_runtime_dir(rt, sizeof rt);
+	if (rc < 0)
+		return die("cannot use the runtime directory: %s", strerror(-rc));
+	if (lock_client(LD_CLIENT_STOP, rt))
+		return KBOX_EXIT_FAILURE;
 	for (int i = optind; i < argc; i++) {
 		struct sandbox sb;
 		struct sandbox_info info;
@@ -257,6 +279,10 @@ int logs_main(int argc, char **argv)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return die("sandbox '%s' has no log (only detached sandboxes keep one)", argv[i]);
+	if (lock_client(LD_CLIENT_LOGS, NULL)) {
+		close(fd);
+		return KBOX_EXIT_FAILURE;
+	}
 	char buf[65536];
 	for (;;) {
 		ssize_t r = read(fd, buf, sizeof buf);

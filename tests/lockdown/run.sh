@@ -61,10 +61,14 @@ expect "kbox names the refused call (execve, 59)" \
 	'grep -q "kbox: lock-down: system call 59 (execve) is not allowed" "$T/err"'
 expect "the refused call did not run" '! grep -q escaped "$T/out" "$T/err"'
 
-KBOX_TEST_LOCKDOWN="open:$secret;open:/etc/shadow;open:$T/work/in.txt;fd:40;execve" \
+KBOX_TEST_LOCKDOWN="open:$secret;open:/etc/shadow;open:$T/work/in.txt;fd:40;lwip-open:$secret;lwip-open:$T/work/in.txt;execve" \
 	timeout 60 "$hooked" run -v "$T/work:/w" -- true >"$T/out" 2>"$T/err" 40<"$secret"
 expect "after lock-down a host file outside the allowed set cannot be opened" \
 	'grep -q "open $secret: Permission denied" "$T/err"'
+expect "nor from lwIP's thread, started before the lock-down" \
+	'grep -q "lwip open $secret: Permission denied" "$T/err"'
+expect "lwIP's thread is in the same domain, not shut out (a -v folder opens)" \
+	'grep -q "lwip open $T/work/in.txt: ok" "$T/err"'
 expect "nor a system file (/etc/shadow)" \
 	'grep -q "open /etc/shadow: Permission denied" "$T/err"'
 expect "a file in a -v folder can" 'grep -q "open $T/work/in.txt: ok" "$T/err"'
@@ -141,17 +145,44 @@ expect "boot 3: a :ro folder stays read-only (exit $rc)" '[ $rc -ne 0 ] && [ ! -
 timeout 60 "$kbox" exec "$name" -- sh -c 'exit 3' >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "boot 3: exec exit codes come back (3)" '[ $rc -eq 3 ]'
+# The client commands read what the sandbox sends: they are locked down
+# before they do (vmm/lockdown.c, lockdown_client).
+timeout 60 "$hooked" exec "$name" -- cat /w/in.txt >"$T/out" 2>"$T/err" </dev/null
+rc=$?
+expect "client: kbox exec works locked down (exit $rc)" '[ $rc -eq 0 ] && grep -qx input "$T/out"'
+# exec and logs open no file at all once locked down: openat itself stops them.
+KBOX_TEST_LOCKDOWN="open:$secret" timeout 60 "$hooked" exec "$name" -- true \
+	>"$T/out" 2>"$T/err" </dev/null
+rc=$?
+expect "client: kbox exec cannot open a host file (openat refused, exit $rc)" \
+	'[ $rc -eq 125 ] && grep -q "system call 257 (openat) is not allowed" "$T/err" &&
+	 ! grep -q "open $secret: ok" "$T/err"'
+KBOX_TEST_LOCKDOWN="execve" timeout 60 "$hooked" exec "$name" -- true >"$T/out" 2>"$T/err" </dev/null
+rc=$?
+expect "client: a call outside kbox exec's allowlist stops it (exit $rc, execve named)" \
+	'[ $rc -eq 125 ] && grep -q "system call 59 (execve) is not allowed" "$T/err"'
+KBOX_TEST_LOCKDOWN="open:$secret" timeout 60 "$hooked" ps >"$T/out" 2>"$T/err" </dev/null
+rc=$?
+expect "client: kbox ps works locked down and cannot open a host file" \
+	'[ $rc -eq 0 ] && grep -q "^$name .*running" "$T/out" &&
+	 grep -q "open $secret: Permission denied" "$T/err"'
 # The sandbox's output is gone with it, so look before stopping: a
 # refused call would have printed its line there.
-"$kbox" logs "$name" >"$T/log" 2>"$T/err"
+"$hooked" logs "$name" >"$T/log" 2>"$T/err"
 rc=$?
-expect "boot 3: kbox logs answers while it runs (exit $rc)" '[ $rc -eq 0 ]'
+expect "boot 3: kbox logs answers while it runs, locked down (exit $rc)" '[ $rc -eq 0 ]'
 expect "boot 3: nothing was refused" '! grep -q "is not allowed" "$T/log"'
-timeout 60 "$kbox" stop "$name" >"$T/out" 2>"$T/err" </dev/null
+KBOX_TEST_LOCKDOWN="open:$secret" "$hooked" logs "$name" >"$T/out" 2>"$T/err"
 rc=$?
-expect "boot 3: kbox stop ends it" '[ $rc -eq 0 ]'
+expect "client: kbox logs cannot open a host file (openat refused, exit $rc)" \
+	'[ $rc -eq 125 ] && grep -q "system call 257 (openat) is not allowed" "$T/err"'
+KBOX_TEST_LOCKDOWN="open:$secret" timeout 60 "$hooked" stop "$name" >"$T/out" 2>"$T/err" </dev/null
+rc=$?
+expect "boot 3: kbox stop ends it, locked down (exit $rc)" \
+	'[ $rc -eq 0 ] && grep -q "open $secret: Permission denied" "$T/err"'
 sleep 1
 expect "boot 3: gone from kbox ps" '! "$kbox" ps | grep -q "^$name .*running"'
+expect "boot 3: its runtime directory was removed" '[ ! -e "$T/rt/kbox/$name" ]'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

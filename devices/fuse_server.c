@@ -1076,3 +1076,10 @@ bool fuse_server_destroyed(const struct fuse_server *s)
 {
 	return s->destroyed;
 }
+
+void fuse_server_reset(struct fuse_server *s)
+{
+	if (s->inited && s->ops->reset)
+		s->ops->reset(s->be);
+	s->inited = false;
+}

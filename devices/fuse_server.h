@@ -173,4 +173,8 @@ ssize_t fuse_server_handle_buf(struct fuse_server *s, const void *req,
 /* True once the guest has sent DESTROY (the /dev/fuse harness then exits). */
 bool fuse_server_destroyed(const struct fuse_server *s);
 
+/* The transport was reset under the guest: drop every lookup and handle
+ * (closing their host fds) but the root, and wait for a new INIT. */
+void fuse_server_reset(struct fuse_server *s);
+
 #endif

@@ -106,9 +106,17 @@ static void fs_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t 
 	memcpy(data, cfg + off, len); /* the transport bounded off + len */
 }
 
+/* The driver forgets every inode and handle with a reset; so does the
+ * server, or their host fds would stay open until the next INIT. */
+static void fs_reset(struct vq_dev *d)
+{
+	fuse_server_reset(to_fs(d)->srv);
+}
+
 static const struct vq_dev_ops fs_ops = {
 	.config_read = fs_config_read,
 	.notify = fs_notify,
+	.reset = fs_reset,
 };
 
 int virtio_fs_init(struct virtio_fs *f, struct fuse_server *srv, const char *tag)

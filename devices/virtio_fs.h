@@ -11,7 +11,8 @@
  * Guest errors (a malformed ring or chain, a request whose framing the
  * server rejects, a request that needs a reply but brings no reply area)
  * stop the device (DEVICE_NEEDS_RESET); a well-framed request with bad
- * fields gets an errno reply from the server.
+ * fields gets an errno reply from the server.  A device reset resets the
+ * server too (every host fd but the root's is closed).
  *
  * Like the transport, not thread-safe: the VMM serialises every call. */
 #ifndef KBOX_VIRTIO_FS_H

@@ -394,6 +394,34 @@ START_TEST(reply_needed_but_no_area)
 }
 END_TEST
 
+/* A device reset drops the server's inodes and handles with their host
+ * fds; requests before the next INIT fail. */
+START_TEST(reset_closes_host_fds)
+{
+	init_ok();
+	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, false);
+	ck_assert_int_eq(oh.error, 0);
+	struct fuse_entry_out e;
+	memcpy(&e, ram + REP + sizeof oh, sizeof e);
+	struct fuse_open_in oi = { .flags = O_RDONLY };
+	ck_assert_int_eq(call(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, 4096, false).error, 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 1);
+	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	wr(0x70, 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	driver_up();
+	struct fuse_getattr_in ga = { 0 };
+	ck_assert_int_eq(call(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, 4096, false).error,
+			 -EIO);
+	init_ok();
+	ck_assert_int_eq(call(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, 4096, false).error,
+			 -ESTALE);
+	ck_assert_int_eq(call(FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL, 4096, false).error,
+			 0);
+}
+END_TEST
+
 START_TEST(bad_framing_stops)
 {
 	init_ok();
@@ -521,6 +549,7 @@ Suite *virtio_fs_suite(void)
 	tcase_add_test(tc, write_reaches_host);
 	tcase_add_test(tc, forget_on_hiprio);
 	tcase_add_test(tc, reply_needed_but_no_area);
+	tcase_add_test(tc, reset_closes_host_fds);
 	tcase_add_test(tc, bad_framing_stops);
 	tcase_add_test(tc, short_header_stops);
 	tcase_add_test(tc, tiny_reply_area_stops);

@@ -352,9 +352,11 @@ static bool move(struct mitm *m, bool up)
 	if (!in && !eof && !*more)
 		return false;
 	if (!(ts & BR_SSL_SENDAPP)) {
-		/* The destination is gone: nothing can be delivered. */
+		/* The destination is gone: nothing more can go this way.  The
+		 * other direction sees its source closed and ends the
+		 * connection once what it holds was delivered. */
 		if (ts & BR_SSL_CLOSED) {
-			end_from(m, from, up ? &m->guest_drop : &m->up_drop, true);
+			*(up ? &m->up_fin : &m->down_fin) = true;
 			return true;
 		}
 		return false; /* backpressure: wait until its records are sent */

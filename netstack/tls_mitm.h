@@ -74,7 +74,8 @@
 /* One filter call.  The engine fills the inputs; the filter consumes
  * from IN (sets TAKEN <= IN_LEN) and writes at most OUT_CAP bytes to OUT
  * (sets MADE).  It may keep consumed bytes to itself (e.g. a header not
- * yet complete) and produce them in a later call. */
+ * yet complete) and produce them in a later call.  IN is NULL when IN_LEN
+ * is 0. */
 struct mitm_io {
 	const uint8_t *in;
 	size_t in_len;

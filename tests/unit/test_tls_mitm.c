@@ -703,6 +703,63 @@ START_TEST(filter_reply)
 }
 END_TEST
 
+/* A down filter that holds the whole response until the upstream ends. */
+struct hold {
+	uint8_t buf[65536];
+	size_t len, off;
+};
+
+static int hold_down(void *ctx, struct mitm_io *io)
+{
+	struct hold *h = ctx;
+	if (io->in_len > sizeof h->buf - h->len)
+		return -ENOSPC;
+	if (io->in_len)
+		memcpy(h->buf + h->len, io->in, io->in_len);
+	h->len += io->in_len;
+	io->taken = io->in_len;
+	io->made = 0;
+	if (!io->eof)
+		return MITM_FILTER_OK;
+	size_t k = h->len - h->off < io->out_cap ? h->len - h->off : io->out_cap;
+	memcpy(io->out, h->buf + h->off, k);
+	h->off += k;
+	io->made = k;
+	return h->off < h->len ? MITM_FILTER_MORE : MITM_FILTER_OK;
+}
+
+static const struct mitm_filter_ops hold_ops = { .down = hold_down };
+
+/* The upstream answers and closes while the guest is still uploading:
+ * what the down filter held is delivered before the guest's close. */
+START_TEST(close_while_both_busy)
+{
+	const size_t big = 200000;
+	uint8_t *up = pattern(big, 3), *down = pattern(40000, 4);
+	struct hold *h = calloc(1, sizeof *h);
+	struct rig *r = malloc(sizeof *r);
+	rig_init(r, &hold_ops, h, up_ca, NAME);
+	r->chunk = 3000;
+	r->client.tx = up;
+	r->client.txlen = big;
+	r->server.tx = down;
+	r->server.txlen = 40000;
+	r->server.close_when_sent = true;
+	rig_run(r);
+	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_uint_eq(r->client.rxlen, 40000);
+	ck_assert_mem_eq(r->client.rx, down, 40000);
+	ck_assert(br_ssl_engine_current_state(&r->cc.eng) & BR_SSL_CLOSED);
+	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_OK);
+	ck_assert(mitm_want(r->m) & MITM_DONE);
+	rig_free(r);
+	free(r);
+	free(h);
+	free(up);
+	free(down);
+}
+END_TEST
+
 /* The upstream ends with a bare TCP EOF: the guest sees a bare EOF too
  * (no close_notify), so a truncated response stays visible. */
 START_TEST(upstream_eof_is_not_a_close_notify)
@@ -796,6 +853,7 @@ Suite *tls_mitm_suite(void)
 	tcase_add_test(tc, upstream_garbage);
 	tcase_add_test(tc, filter_reply);
 	tcase_add_test(tc, upstream_eof_is_not_a_close_notify);
+	tcase_add_test(tc, close_while_both_busy);
 	tcase_add_test(tc, trust_files);
 	suite_add_tcase(s, tc);
 	return s;

@@ -123,6 +123,7 @@ static bool bucket_take(struct bucket *b, uint64_t now)
 /* A forwarded port's listening socket. */
 struct fwd {
 	int fd;
+	bool paused; /* out of the epoll set after running out of descriptors */
 	struct ns_forward fw;
 	char label[96]; /* the audit log's rule: "forward:ADDR:HOSTPORT:GUESTPORT" */
 };
@@ -1183,7 +1184,7 @@ fail:
 	flow_free(f, true);
 }
 
-static void fwd_accept(struct ns *s, const struct fwd *w)
+static void fwd_accept(struct ns *s, struct fwd *w)
 {
 	int k;
 
@@ -1191,9 +1192,18 @@ static void fwd_accept(struct ns *s, const struct fwd *w)
 	for (k = 0; k < 64; k++) {
 		int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-		if (fd < 0)
-			return;
-		fwd_start(s, w, fd);
+		if (fd >= 0) {
+			fwd_start(s, w, fd);
+			continue;
+		}
+		/* The pending connection stays queued and the listener
+		 * readable: without a pause the caller's loop would spin.
+		 * The timer tick (check_timeouts) resumes it. */
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+			w->paused = true;
+		}
+		return;
 	}
 }
 
@@ -1634,6 +1644,13 @@ static void check_timeouts(struct ns *s)
 {
 	uint64_t now = now_ms();
 	size_t i;
+
+	for (i = 0; i < s->nfwd; i++) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = i + 1};
+
+		if (s->fwd[i].paused && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->fwd[i].fd, &ev) == 0)
+			s->fwd[i].paused = false;
+	}
 
 	for (i = 0; i < s->ft.cap; i++) {
 		struct ft_entry *e = s->ft.slots[i];

@@ -2,14 +2,25 @@
  * hostile frames (every truncation, oversized frames, bad header and
  * length fields, bad checksums, fragments, padding, random bytes), the
  * replies kbox builds (parsed back), and the connection table (limits,
- * stale handles). */
+ * stale handles).  And a forwarded port on loopback with no guest behind
+ * it: the SYN the stack sends, the timeout, and the pause when the
+ * process runs out of descriptors. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "netstack/flowtab.h"
 #include "netstack/frame.h"
+#include "netstack/stack.h"
 
 static const uint8_t gmac[6] = {0x02, 0, 0, 0, 0, 0x15};
 static const uint8_t wmac[6] = {0x52, 0x55, 0x0a, 0x00, 0x02, 0x02};
@@ -479,6 +490,125 @@ START_TEST(flowtab_many)
 }
 END_TEST
 
+static unsigned syns;
+static uint8_t syn_dst[4];
+static uint16_t syn_dport;
+
+static void count_syns(void *ctx, const uint8_t *frame, size_t len)
+{
+	struct fr_pkt p;
+
+	if (fr_parse(frame, len, &p) == 0 && p.proto == FR_IP_TCP && p.tcp_flags == FR_TCP_SYN &&
+	    memcmp(p.src, wip, 4) == 0 && memcmp(p.eth_dst, gmac, 6) == 0) {
+		memcpy(syn_dst, p.dst, 4);
+		syn_dport = p.dport;
+		syns++;
+	}
+}
+
+/* Dispatch for up to ms milliseconds or until done() holds. */
+static void pump(struct ns *s, unsigned ms, int (*done)(struct ns *))
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct pollfd pfd = {.fd = ns_fd(s), .events = POLLIN};
+
+		poll(&pfd, 1, 20);
+		ns_dispatch(s);
+		if (done && done(s))
+			return;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= ms)
+			return;
+	}
+}
+
+static int one_flow(struct ns *s)
+{
+	struct ns_stats st;
+
+	ns_get_stats(s, &st);
+	return st.flows == 1;
+}
+
+static int refused(struct ns *s)
+{
+	struct ns_stats st;
+
+	ns_get_stats(s, &st);
+	return st.fwd_refused == 1 && st.flows == 0;
+}
+
+START_TEST(forward_without_guest)
+{
+	struct pol pol;
+	struct audit au = {.fd = -1};
+	struct ns_forward fw;
+	struct ns_config cfg = {
+		.policy = &pol,
+		.audit = &au,
+		.output = count_syns,
+		.guest_mac = gmac,
+		.connect_timeout_ms = 300,
+	};
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct epoll_event ev;
+	struct ns_stats st;
+	struct rlimit rl = {.rlim_cur = 128, .rlim_max = 128};
+	char err[256], b;
+	int fds[128], nfds = 0, c, c2, i;
+	struct ns *s;
+
+	pol_init(&pol, POL_MODE_PUBLIC);
+	ck_assert_int_eq(ns_create(&cfg, &s), 0);
+	/* Refused before any socket exists. */
+	ck_assert_int_eq(ns_forward_parse("0:8000", &fw, err, sizeof err), 0);
+	fw.host.b[0] = 10;
+	ck_assert_int_eq(ns_forward_add(s, &fw), -EINVAL);
+	ck_assert_int_eq(ns_forward_parse("127.0.0.1:0:8000", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(ns_forward_add(s, &fw), 0);
+	ck_assert_uint_ne(fw.host_port, 0);
+	sin.sin_port = htons(fw.host_port);
+
+	/* Out of descriptors: the pending connection waits, the listener
+	 * leaves the epoll set, nothing spins. */
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(c, 0);
+	ck_assert_int_eq(connect(c, (struct sockaddr *)&sin, sizeof sin), 0);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	while (nfds < 128 && (fds[nfds] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		nfds++;
+	ck_assert_int_eq(errno, EMFILE);
+	ns_dispatch(s);
+	/* Only the timer (data 0) may be ready now, never the listener. */
+	c2 = epoll_wait(ns_fd(s), &ev, 1, 0);
+	ck_assert(c2 == 0 || (c2 == 1 && ev.data.u64 == 0));
+	ns_get_stats(s, &st);
+	ck_assert_uint_eq(st.flows, 0);
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+
+	/* Resumed on the next tick: the stack dials the guest's port from
+	 * the gateway, and with nobody answering, gives up after the connect
+	 * timeout and resets the host's connection. */
+	pump(s, 3000, one_flow);
+	ck_assert(one_flow(s));
+	pump(s, 300, NULL);
+	ck_assert_uint_ge(syns, 1);
+	ck_assert_mem_eq(syn_dst, gip, 4);
+	ck_assert_uint_eq(syn_dport, 8000);
+	pump(s, 3000, refused);
+	ck_assert(refused(s));
+	ck_assert_int_eq(recv(c, &b, 1, 0), -1);
+	ck_assert_int_eq(errno, ECONNRESET);
+	close(c);
+	ns_destroy(s);
+	pol_free(&pol);
+}
+END_TEST
+
 Suite *net_stack_suite(void)
 {
 	Suite *s = suite_create("net_stack");
@@ -492,6 +622,10 @@ Suite *net_stack_suite(void)
 	tcase_add_test(tc, random_frames);
 	tcase_add_test(tc, flowtab);
 	tcase_add_test(tc, flowtab_many);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("forward");
+	tcase_set_timeout(tc, 20);
+	tcase_add_test(tc, forward_without_guest);
 	suite_add_tcase(s, tc);
 	return s;
 }

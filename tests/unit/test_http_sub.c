@@ -1,9 +1,18 @@
+#include <arpa/inet.h>
 #include <check.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "netstack/http_sub.h"
 #include "netstack/secrets.h"
@@ -677,6 +686,198 @@ START_TEST(finish_mid_body)
 }
 END_TEST
 
+/* ---- real clients ------------------------------------------------------- */
+
+/* Runs the shell command CMD (with $PORT set) as a client of a loopback
+ * listener made here; what it sends goes through a filter for
+ * api.example.com, each forwarded request is answered "200 ok", and a
+ * refusal is answered with the filter's reply.  R gets the upstream bytes;
+ * CLIENT_OUT what the client printed.  Loopback only, bounded in time. */
+static void capture(const char *cmd, uint64_t nreq, struct result *r, char *client_out,
+		    size_t outlen)
+{
+	memset(r, 0, sizeof *r);
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(ls, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	ck_assert_int_eq(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(ls, 1), 0);
+	ck_assert_int_eq(getsockname(ls, (struct sockaddr *)&a, &al), 0);
+	int pfd[2];
+	ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char port[16];
+		snprintf(port, sizeof port, "%u", ntohs(a.sin_port));
+		setenv("PORT", port, 1);
+		dup2(pfd[1], 1);
+		int dn = open("/dev/null", O_WRONLY);
+		dup2(dn, 2);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+
+	struct pollfd p = { .fd = ls, .events = POLLIN };
+	ck_assert_msg(poll(&p, 1, 10000) == 1, "client did not connect: %s", cmd);
+	int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+	ck_assert_int_ge(c, 0);
+	struct hs *h;
+	ck_assert_int_eq(hs_new(set, API, on_audit, &r->ev, &h), 0);
+	uint64_t answered = 0;
+	time_t start = time(NULL);
+	while (answered < nreq && hs_state(h) == HS_OPEN && time(NULL) - start < 10) {
+		p = (struct pollfd){ .fd = c, .events = POLLIN };
+		if (poll(&p, 1, 1000) != 1)
+			continue;
+		char buf[4096];
+		ssize_t n = read(c, buf, sizeof buf);
+		if (n <= 0)
+			break;
+		size_t off = 0;
+		while (off < (size_t)n && hs_state(h) == HS_OPEN) {
+			size_t taken;
+			ck_assert_int_eq(hs_feed(h, buf + off, (size_t)n - off, &taken), 0);
+			drain(h, r);
+			off += taken;
+		}
+		for (; answered < hs_requests_forwarded(h); answered++) {
+			static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+			ck_assert_int_eq(write(c, ok, sizeof ok - 1), (ssize_t)sizeof ok - 1);
+		}
+	}
+	r->state = hs_state(h);
+	r->forwarded = hs_requests_forwarded(h);
+	const uint8_t *rp;
+	size_t rn;
+	hs_reply(h, &rp, &rn);
+	str_put(&r->reply, rp, rn);
+	if (rn)
+		ck_assert_int_eq(write(c, rp, rn), (ssize_t)rn);
+	hs_free(h);
+	close(c);
+	close(ls);
+
+	size_t got = 0;
+	for (;;) {
+		p = (struct pollfd){ .fd = pfd[0], .events = POLLIN };
+		if (poll(&p, 1, 10000) != 1)
+			break;
+		ssize_t n = read(pfd[0], client_out + got, outlen - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	client_out[got] = '\0';
+	close(pfd[0]);
+	int st;
+	for (int i = 0; i < 100 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(100000);
+	if (waitpid(pid, &st, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+}
+
+START_TEST(real_curl)
+{
+	struct result r;
+	char out[4096];
+	/* A body with Content-Length, header fields, a query, and a second
+	 * request on the same connection. */
+	capture("curl -sS --max-time 8 -H 'Host: api.example.com' "
+		"-H 'Authorization: Bearer $KBOX_KEY' --data-binary '{\"a\":\"$KBOX_BK\"}' "
+		"\"http://127.0.0.1:$PORT/v1?q=\\$KBOX_QK\" "
+		"-H 'Host: api.example.com' \"http://127.0.0.1:$PORT/two\"",
+		2, &r, out, sizeof out);
+	ck_assert_msg(r.state == HS_OPEN && r.forwarded == 2, "state %d, %llu requests: %s",
+		      r.state, (unsigned long long)r.forwarded, r.reply.p);
+	ck_assert_str_eq(out, "okok");
+	ck_assert(str_has(&r.out, "POST /v1?q=q%20v%26%3D%2F%2B HTTP/1.1\r\n"));
+	ck_assert(str_has(&r.out, "\r\nAuthorization: Bearer sk-REAL-key\r\n"));
+	ck_assert(str_has(&r.out, "\r\nContent-Length: 12\r\n\r\n{\"a\":\"b\"v\\\"}"));
+	ck_assert(str_has(&r.out, "POST /two HTTP/1.1\r\n"));
+	ck_assert(!str_has(&r.out, "$KBOX_"));
+	result_free(&r);
+
+	/* A chunked upload. */
+	capture("curl -sS --max-time 8 -H 'Host: api.example.com' -H 'Transfer-Encoding: chunked' "
+		"--data-binary 'x=$KBOX_BK&y=1' \"http://127.0.0.1:$PORT/c\"",
+		1, &r, out, sizeof out);
+	ck_assert_int_eq(r.state, HS_OPEN);
+	struct str norm = normalize(&r.out);
+	ck_assert_msg(str_has(&norm, "\r\n\r\na\r\nx=b\"v\\&y=1\r\n0\r\n\r\n"),
+		      "%s", norm.p);
+	free(norm.p);
+	result_free(&r);
+
+	/* A refusal reaches the client as a readable answer. */
+	capture("curl -sS --max-time 8 -H 'Host: api.example.com' -H 'Cookie: s=$KBOX_KEY' "
+		"\"http://127.0.0.1:$PORT/\"",
+		1, &r, out, sizeof out);
+	ck_assert_int_eq(r.state, HS_CLOSE_AFTER_REPLY);
+	ck_assert_uint_eq(r.out.n, 0);
+	ck_assert_msg(strstr(out, "kbox: the secret KEY may be sent to api.example.com only in "
+				  "header fields: authorization, x-api-key; it was found in the "
+				  "header field 'cookie'") != NULL,
+		      "%s", out);
+	result_free(&r);
+}
+END_TEST
+
+START_TEST(real_python)
+{
+	struct result r;
+	char out[4096];
+	/* http.client sends each piece of an iterable body as one chunk, so
+	 * the placeholder is split across chunks (and segments). */
+	capture("python3 -c '\n"
+		"import http.client, os, base64\n"
+		"c = http.client.HTTPConnection(\"127.0.0.1\", int(os.environ[\"PORT\"]), timeout=8)\n"
+		"auth = \"Basic \" + base64.b64encode(b\"u:$KBOX_KEY\").decode()\n"
+		"c.request(\"POST\", \"/py\", body=iter([b\"{\\\"k\\\":\\\"$KB\", b\"OX_BK\\\"}\"]),\n"
+		"          headers={\"Host\": \"api.example.com\", \"Authorization\": auth},\n"
+		"          encode_chunked=True)\n"
+		"print(c.getresponse().status)\n'",
+		1, &r, out, sizeof out);
+	ck_assert_msg(r.state == HS_OPEN && r.forwarded == 1, "state %d: %s", r.state, r.reply.p);
+	ck_assert_str_eq(out, "200\n");
+	ck_assert(str_has(&r.out, "\r\nAuthorization: Basic dTpzay1SRUFMLWtleQ==\r\n"));
+	struct str norm = normalize(&r.out);
+	ck_assert_msg(str_has(&norm, "{\"k\":\"b\"v\\\"}"), "%s", norm.p);
+	free(norm.p);
+	result_free(&r);
+}
+END_TEST
+
+START_TEST(real_node)
+{
+	if (access("/usr/bin/node", X_OK) != 0) {
+		fprintf(stderr, "http_sub real_node: skipped, no /usr/bin/node\n");
+		return;
+	}
+	struct result r;
+	char out[4096];
+	capture("node -e '\n"
+		"const http = require(\"http\");\n"
+		"const req = http.request({host: \"127.0.0.1\", port: +process.env.PORT, method: \"PUT\",\n"
+		"  path: \"/n\", headers: {Host: \"api.example.com\", \"X-Api-Key\": \"$KBOX_KEY\"}},\n"
+		"  res => { console.log(res.statusCode); res.resume(); });\n"
+		"req.write(\"[\\\"\\\\u0024KBO\"); setTimeout(() => { req.end(\"X_BK\\\"]\"); }, 50);\n'",
+		1, &r, out, sizeof out);
+	ck_assert_msg(r.state == HS_OPEN && r.forwarded == 1, "state %d: %s", r.state, r.reply.p);
+	ck_assert_str_eq(out, "200\n");
+	ck_assert(str_has(&r.out, "\r\nX-Api-Key: sk-REAL-key\r\n"));
+	struct str norm = normalize(&r.out);
+	/* The JSON-escaped placeholder gets the JSON-escaped value. */
+	ck_assert_msg(str_has(&norm, "[\"b\\\"v\\\\\"]"), "%s", norm.p);
+	free(norm.p);
+	result_free(&r);
+}
+END_TEST
+
 Suite *http_sub_suite(void)
 {
 	Suite *s = suite_create("http_sub");
@@ -694,5 +895,12 @@ Suite *http_sub_suite(void)
 	tcase_add_test(tc, no_secrets_and_bad_sni);
 	tcase_add_test(tc, finish_mid_body);
 	suite_add_tcase(s, tc);
+	TCase *rc = tcase_create("real clients");
+	tcase_add_checked_fixture(rc, setup, teardown);
+	tcase_set_timeout(rc, 60);
+	tcase_add_test(rc, real_curl);
+	tcase_add_test(rc, real_python);
+	tcase_add_test(rc, real_node);
+	suite_add_tcase(s, rc);
 	return s;
 }

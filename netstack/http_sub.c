@@ -71,6 +71,7 @@ struct hs {
 	unsigned b64len[6];
 	unsigned b64bit[6]; /* placeholder bit where the pattern's first char starts */
 	bool b64first[256];
+	bool start[256]; /* bytes that may begin a placeholder in some form */
 };
 
 /* ---- buffers ----------------------------------------------------------- */
@@ -476,7 +477,9 @@ static void hs_b64_patterns(struct hs *h)
 			h->b64pat[t][k - first] = alpha[v];
 		}
 		h->b64first[(uint8_t)h->b64pat[t][0]] = true;
+		h->start[(uint8_t)h->b64pat[t][0]] = true;
 	}
+	h->start['$'] = h->start['%'] = h->start['\\'] = true;
 }
 
 /* ---- deciding and substituting ------------------------------------------ */
@@ -700,6 +703,10 @@ static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s,
 		return 0;
 	}
 	while (i < n) {
+		if (!h->start[s[i]]) {
+			i++;
+			continue;
+		}
 		struct hs_match m;
 		int r = hs_find(h, s, n, i, final, &m);
 		if (r == M_MORE)

@@ -301,7 +301,8 @@ static int sec_build(struct sec_ctx *x, const char *buf, size_t len, struct sec_
 		done = ev.type == YAML_STREAM_END_EVENT;
 		yaml_event_delete(&ev);
 	}
-	/* libyaml's buffers held the file's text, literal values included. */
+	/* libyaml frees its own copies of scalars without wiping them (it has
+	 * no allocator hooks); values written as ${VAR} never pass through it. */
 	yaml_parser_delete(&p);
 	if (rc) {
 		sec_node_free(b.root);

@@ -38,6 +38,7 @@ fi
 T=$(mktemp -d /tmp/kbox-mitm-XXXXXX)
 PIDS=()
 cleanup() {
+	# timeout(1) passes the TERM on to the command it runs
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	wait 2>/dev/null
 	rm -rf "$T"
@@ -103,29 +104,31 @@ print(s.server_address[1], flush=True)
 threading.Timer(120, s.shutdown).start()
 s.serve_forever()
 EOF
-start_server() { # cert-basename -> prints port
+# Both start a process in this shell (not in a $(...) subshell, so that
+# cleanup knows its PID), wait for its port and leave it in $PORT.
+start_server() { # cert-basename
 	timeout 130 python3 "$T/server.py" "$T/$1.pem" "$T/$1.key" "$T/$1.log" > "$T/$1.port" 2>"$T/$1.err" &
 	PIDS+=($!)
 	for _ in $(seq 50); do [ -s "$T/$1.port" ] && break; sleep 0.1; done
 	touch "$T/$1.log"
-	cat "$T/$1.port"
+	PORT=$(cat "$T/$1.port")
 }
-start_proxy() { # tag upstream-port [args] -> prints port
+start_proxy() { # tag upstream-port [args]
 	local tag=$1 up=$2
 	shift 2
 	timeout 130 "$P" --port 0 --upstream-port "$up" --ca-dir "$T/kbox" --bundle "" \
 		--extra-ca "$T/up-ca.pem" --max 50 "$@" > "$T/proxy-$tag.log" 2>&1 &
 	PIDS+=($!)
 	for _ in $(seq 50); do grep -q '^port ' "$T/proxy-$tag.log" 2>/dev/null && break; sleep 0.1; done
-	sed -n 's/^port //p' "$T/proxy-$tag.log"
+	PORT=$(sed -n 's/^port //p' "$T/proxy-$tag.log")
 }
 
-UP=$(start_server good)
-UPW=$(start_server wrongname)
-UPR=$(start_server rogue)
-UPE=$(start_server expired)
+start_server good; UP=$PORT
+start_server wrongname; UPW=$PORT
+start_server rogue; UPR=$PORT
+start_server expired; UPE=$PORT
 [ -n "$UP" ] && [ -n "$UPW" ] && [ -n "$UPR" ] && [ -n "$UPE" ] || { echo "servers did not start: $(cat "$T"/*.err)"; exit 1; }
-PX=$(start_proxy good "$UP" --filter upper-secret)
+start_proxy good "$UP" --filter upper-secret; PX=$PORT
 [ -n "$PX" ] || { echo "proxy did not start: $(cat "$T/proxy-good.log")"; exit 1; }
 KCA=$T/kbox/ca.pem
 C=(curl -sS --max-time 20 --cacert "$KCA" --resolve "$NAME:$PX:127.0.0.1")
@@ -181,7 +184,7 @@ timeout 60 openssl s_server -accept "127.0.0.1:$OSP" -cert "$T/good.pem" -key "$
 	> "$T/s_server.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$OSP") 2>/dev/null && break; sleep 0.1; done
-PXO=$(start_proxy s_server "$OSP")
+start_proxy s_server "$OSP"; PXO=$PORT
 out=$(curl -sS --max-time 20 --cacert "$KCA" --resolve "$NAME:$PXO:127.0.0.1" "https://$NAME:$PXO/" 2>&1 | head -c 2000)
 case $out in *"s_server -accept"*) ok "openssl s_server -www upstream" ;; *) bad "openssl s_server -www upstream" "$out" ;; esac
 
@@ -198,7 +201,7 @@ case $out in *"certificate"*) ok "client without the kbox CA refuses the connect
 sleep 0.3
 has "client without the kbox CA: reason logged" "$T/proxy-good.log" "does not trust the kbox CA"
 
-PXW=$(start_proxy wrongname "$UPW")
+start_proxy wrongname "$UPW"; PXW=$PORT
 out=$(curl -sS --max-time 20 --cacert "$KCA" --resolve "$NAME:$PXW:127.0.0.1" "https://$NAME:$PXW/secret" 2>&1)
 case $out in *"handshake failure"*) ok "upstream cert for another name: client handshake fails" ;;
 *) bad "upstream cert for another name: client handshake fails" "$out" ;; esac
@@ -206,7 +209,7 @@ sleep 0.3
 has "upstream cert for another name: reason logged" "$T/proxy-wrongname.log" "not valid for this name"
 check "upstream cert for another name: upstream saw no request" "" "$(cat "$T/wrongname.log")"
 
-PXR=$(start_proxy rogue "$UPR")
+start_proxy rogue "$UPR"; PXR=$PORT
 out=$(timeout 30 python3 "$T/client.py" "$PXR" "$KCA" "$NAME" 2>&1)
 case $out in *HANDSHAKE_FAILURE*|*"handshake failure"*) ok "upstream from an unknown CA: python3's handshake fails" ;;
 *) bad "upstream from an unknown CA: python3's handshake fails" "$out" ;; esac
@@ -214,7 +217,7 @@ sleep 0.3
 has "upstream from an unknown CA: reason logged" "$T/proxy-rogue.log" "not trusted"
 check "upstream from an unknown CA: upstream saw no request" "" "$(cat "$T/rogue.log")"
 
-PXE=$(start_proxy expired "$UPE")
+start_proxy expired "$UPE"; PXE=$PORT
 out=$(curl -sS --max-time 20 --cacert "$KCA" --resolve "$NAME:$PXE:127.0.0.1" "https://$NAME:$PXE/secret" 2>&1)
 case $out in *"handshake failure"*) ok "expired upstream cert: client handshake fails" ;;
 *) bad "expired upstream cert: client handshake fails" "$out" ;; esac

@@ -272,6 +272,9 @@ int main(int argc, char **argv)
 		perror("mitm_proxy: listen");
 		return 1;
 	}
+	/* Children are reaped by the kernel: none is left a zombie when
+	 * this process is killed (PID 1 here may not reap orphans). */
+	signal(SIGCHLD, SIG_IGN);
 	printf("port %d\n", ntohs(a.sin_port));
 	fflush(stdout);
 	for (int n = 0; n < max; n++) {

@@ -217,7 +217,8 @@ static int start_upstream(struct mitm *m)
 	return 0;
 }
 
-/* The held bytes are complete enough to judge: check the hello. */
+/* Judge the held bytes once they hold a whole hello (called after each
+ * piece; until then it only asks for more). */
 static void check_hello(struct mitm *m)
 {
 	struct tls_hello h;

@@ -273,8 +273,11 @@ __attribute__((format(printf, 3, 4))) static int hs_fail(struct hs *h, int statu
 	int n = snprintf(msg, sizeof msg, "kbox: ");
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+	n += vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
 	va_end(ap);
+	if (n > 0 && (size_t)n < sizeof msg)
+		snprintf(msg + n, sizeof msg - (size_t)n,
+			 "; this request to %s was refused and the connection closed", h->sni);
 	return hs_stop(h, status, msg, NULL, "request", NULL);
 }
 
@@ -619,9 +622,8 @@ static int hs_decide(struct hs *h, const struct hs_place *pl, const struct hs_ma
 	if (allowed && here && m->form <= F_JSON) {
 		if (++h->n_subst > HS_SUBST_MAX)
 			return hs_fail(h, 400,
-				       "more than %u secret placeholders in one request; this "
-				       "request to %s was blocked",
-				       HS_SUBST_MAX, h->sni);
+				       "more than %u secret placeholders in one request",
+				       HS_SUBST_MAX);
 		hs_audit_emit(h, s->name, where, enc, HS_SUBSTITUTED, 0, NULL);
 		return 0;
 	}
@@ -823,24 +825,20 @@ static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *
 		size_t len = (size_t)(eol - line);
 		i += len + 2;
 		if (len > HS_LINE_MAX)
-			return hs_fail(h, 431, "a %s field line is longer than %u bytes; this request to %s was refused",
-				       what, HS_LINE_MAX, h->sni);
+			return hs_fail(h, 431, "a %s field line is longer than %u bytes",
+				       what, HS_LINE_MAX);
 		if (*nf == HS_FIELDS_MAX)
-			return hs_fail(h, 431, "more than %u %s fields; this request to %s was refused",
-				       HS_FIELDS_MAX, what, h->sni);
+			return hs_fail(h, 431, "more than %u %s fields",
+				       HS_FIELDS_MAX, what);
 		if (line[0] == ' ' || line[0] == '\t')
 			return hs_fail(h, 400,
-				       "a %s field is folded over several lines (obs-fold); this "
-				       "request to %s was refused",
-				       what, h->sni);
+				       "a %s field is folded over several lines (obs-fold)", what);
 		size_t c = 0;
 		while (c < len && hs_tchar(line[c]))
 			c++;
 		if (c == 0 || c == len || line[c] != ':')
 			return hs_fail(h, 400,
-				       "malformed %s field line (expected 'name: value'); this "
-				       "request to %s was refused",
-				       what, h->sni);
+				       "malformed %s field line (expected 'name: value')", what);
 		struct hs_field *fl = &f[(*nf)++];
 		fl->name = line;
 		fl->nlen = c;
@@ -861,9 +859,8 @@ static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *
 		for (size_t j = vs; j < ve; j++)
 			if ((line[j] < 0x20 && line[j] != '\t') || line[j] == 0x7f)
 				return hs_fail(h, 400,
-					       "a control character in the %s field '%s'; this "
-					       "request to %s was refused",
-					       what, fl->lname, h->sni);
+					       "a control character in the %s field '%s'", what,
+					       fl->lname);
 		fl->val = line + vs;
 		fl->vlen = ve - vs;
 	}
@@ -942,13 +939,12 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 	const uint8_t *eol = memmem(b, n, "\r\n", 2);
 	size_t ll = (size_t)(eol - b);
 	if (ll > HS_LINE_MAX)
-		return hs_fail(h, 414, "the request line is longer than %u bytes; this request to %s was refused",
-			       HS_LINE_MAX, h->sni);
+		return hs_fail(h, 414, "the request line is longer than %u bytes",
+			       HS_LINE_MAX);
 	if (ll >= 3 && memcmp(b, "PRI", 3) == 0)
 		return hs_fail(h, 400,
 			       "HTTP/2 is not available through kbox's secret substitution; use "
-			       "HTTP/1.1 (ALPN http/1.1); this connection to %s was closed",
-			       h->sni);
+			       "HTTP/1.1 (ALPN http/1.1)");
 	/* method SP target SP version */
 	size_t m = 0;
 	while (m < ll && hs_tchar(b[m]))
@@ -957,22 +953,18 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 	while (t1 < ll && b[t1] > 0x20 && b[t1] < 0x7f)
 		t1++;
 	if (m == 0 || m >= ll || b[m] != ' ' || t1 == t0 || t1 >= ll || b[t1] != ' ')
-		return hs_fail(h, 400, "malformed request line (expected 'METHOD /path HTTP/1.1'); this request to %s was refused",
-			       h->sni);
+		return hs_fail(h, 400, "malformed request line (expected 'METHOD /path HTTP/1.1')");
 	const uint8_t *ver = b + t1 + 1;
 	size_t vl = ll - t1 - 1;
 	bool v11 = hs_eq_ci(ver, vl, "HTTP/1.1") && memcmp(ver, "HTTP", 4) == 0;
 	bool v10 = hs_eq_ci(ver, vl, "HTTP/1.0") && memcmp(ver, "HTTP", 4) == 0;
 	if (!v11 && !v10)
-		return hs_fail(h, 400, "only HTTP/1.1 and HTTP/1.0 requests pass kbox's secret substitution; this request to %s was refused",
-			       h->sni);
+		return hs_fail(h, 400, "only HTTP/1.1 and HTTP/1.0 requests pass kbox's secret substitution");
 	if (hs_eq_ci(b, m, "CONNECT") && memcmp(b, "CONNECT", 7) == 0)
-		return hs_fail(h, 400, "CONNECT is not available inside an intercepted connection; this request to %s was refused",
-			       h->sni);
+		return hs_fail(h, 400, "CONNECT is not available inside an intercepted connection");
 	if (b[t0] != '/' && !(t1 - t0 == 1 && b[t0] == '*' && m == 7 && memcmp(b, "OPTIONS", 7) == 0))
 		return hs_fail(h, 400,
-			       "the request target must be a path starting with '/' (absolute URLs are not accepted); this request to %s was refused",
-			       h->sni);
+			       "the request target must be a path starting with '/' (absolute URLs are not accepted)");
 
 	struct hs_field f[HS_FIELDS_MAX];
 	size_t nf;
@@ -993,11 +985,11 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		} else if (!strcmp(ln, "content-length")) {
 			cls++;
 			if (f[i].vlen == 0 || f[i].vlen > 15)
-				return hs_fail(h, 400, "invalid Content-Length; this request to %s was refused", h->sni);
+				return hs_fail(h, 400, "invalid Content-Length");
 			cl = 0;
 			for (size_t j = 0; j < f[i].vlen; j++) {
 				if (f[i].val[j] < '0' || f[i].val[j] > '9')
-					return hs_fail(h, 400, "invalid Content-Length; this request to %s was refused", h->sni);
+					return hs_fail(h, 400, "invalid Content-Length");
 				cl = cl * 10 + (uint64_t)(f[i].val[j] - '0');
 			}
 		} else if (!strcmp(ln, "transfer-encoding")) {
@@ -1010,8 +1002,8 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		}
 	}
 	if (hosts != 1)
-		return hs_fail(h, 400, "a request needs exactly one Host field (this one has %d); this request to %s was refused",
-			       hosts, h->sni);
+		return hs_fail(h, 400, "a request needs exactly one Host field (this one has %d)",
+			       hosts);
 	if (!host_ok)
 		return hs_stop(h, 421,
 			       "kbox: the Host field does not name the server this connection "
@@ -1020,13 +1012,10 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 	if (cls > 1 || tes > 1 || (cls && tes))
 		return hs_fail(h, 400,
 			       "ambiguous body length (several Content-Length or "
-			       "Transfer-Encoding fields, or both); this request to %s was refused",
-			       h->sni);
+			       "Transfer-Encoding fields, or both)");
 	if (tes && (!te_ok || v10))
 		return hs_fail(h, 400,
-			       "only 'Transfer-Encoding: chunked' (HTTP/1.1) is accepted; this "
-			       "request to %s was refused",
-			       h->sni);
+			       "only 'Transfer-Encoding: chunked' (HTTP/1.1) is accepted");
 
 	h->chunked = tes == 1;
 	h->buffering = false;
@@ -1034,9 +1023,8 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		if (cl > HS_BODY_BUFFER_MAX)
 			return hs_fail(h, 413,
 				       "a request body in which secrets may be substituted is "
-				       "limited to %u bytes (this one has %llu); this request to %s "
-				       "was refused",
-				       HS_BODY_BUFFER_MAX, (unsigned long long)cl, h->sni);
+				       "limited to %u bytes (this one has %llu)",
+				       HS_BODY_BUFFER_MAX, (unsigned long long)cl);
 		h->buffering = true;
 	}
 
@@ -1178,7 +1166,7 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 		while (h->lead + 1 < len && b[h->lead] == '\r' && b[h->lead + 1] == '\n')
 			h->lead += 2;
 		if (h->lead > HS_LEAD_MAX)
-			return hs_fail(h, 400, "too many empty lines before a request; this connection to %s was closed", h->sni);
+			return hs_fail(h, 400, "too many empty lines before a request");
 		if (h->lead < len && !(b[h->lead] == '\r' && h->lead + 1 == len))
 			h->lead_done = true;
 	}
@@ -1203,14 +1191,13 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 	for (size_t i = old; i < (e ? e : len); i++) {
 		uint8_t c = b[i];
 		if (c == '\n' && (i == 0 || b[i - 1] != '\r'))
-			return hs_fail(h, 400, "a line ends in a bare LF (expected CRLF); this request to %s was refused", h->sni);
+			return hs_fail(h, 400, "a line ends in a bare LF (expected CRLF)");
 		if (i > 0 && b[i - 1] == '\r' && c != '\n')
-			return hs_fail(h, 400, "a bare CR in the request; this request to %s was refused", h->sni);
+			return hs_fail(h, 400, "a bare CR in the request");
 		if ((c < 0x20 && c != '\r' && c != '\n' && c != '\t') || c == 0x7f)
 			return hs_fail(h, 400,
-				       "not an HTTP/1.1 request (control bytes in the %s); this "
-				       "connection to %s was closed",
-				       head ? "head" : "framing", h->sni);
+				       "not an HTTP/1.1 request (control bytes in the %s)",
+				       head ? "head" : "framing");
 	}
 	if (e) {
 		size_t excess = len - e;
@@ -1224,20 +1211,20 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 	h->scan = len;
 	if (chunkline) {
 		if (len > max)
-			return hs_fail(h, 400, "a chunk-size line is longer than %u bytes; this request to %s was refused",
-				       HS_CHUNK_LINE_MAX, h->sni);
+			return hs_fail(h, 400, "a chunk-size line is longer than %u bytes",
+				       HS_CHUNK_LINE_MAX);
 		return 0;
 	}
 	if (len - (head ? h->lead : 0) > max)
-		return hs_fail(h, 431, "the %s is larger than %zu bytes; this request to %s was refused",
-			       head ? "request head" : "trailer section", max, h->sni);
+		return hs_fail(h, 431, "the %s is larger than %zu bytes",
+			       head ? "request head" : "trailer section", max);
 	const uint8_t *nl = memrchr(b, '\n', len);
 	size_t cur = nl ? len - (size_t)(nl - b) - 1 : len - (head ? h->lead : 0);
 	if (cur > HS_LINE_MAX) {
 		bool first = head && !memchr(b + h->lead, '\n', len - h->lead);
 		return hs_fail(h, first ? 414 : 431,
-			       "a %s is longer than %u bytes; this request to %s was refused",
-			       first ? "request line" : "field line", HS_LINE_MAX, h->sni);
+			       "a %s is longer than %u bytes",
+			       first ? "request line" : "field line", HS_LINE_MAX);
 	}
 	return 0;
 }
@@ -1248,18 +1235,17 @@ static int hs_chunk_line(struct hs *h, const uint8_t *b, size_t n)
 	uint64_t size = 0;
 	while (i < n && hs_hexval(b[i]) >= 0) {
 		if (i == 16)
-			return hs_fail(h, 400, "a chunk size has more than 16 hex digits; this request to %s was refused",
-				       h->sni);
+			return hs_fail(h, 400, "a chunk size has more than 16 hex digits");
 		size = size * 16 + (uint64_t)hs_hexval(b[i]);
 		i++;
 	}
 	if (i == 0)
-		return hs_fail(h, 400, "malformed chunk size; this request to %s was refused", h->sni);
+		return hs_fail(h, 400, "malformed chunk size");
 	size_t j = i;
 	while (j < n - 2 && (b[j] == ' ' || b[j] == '\t'))
 		j++;
 	if (j < n - 2 && b[j] != ';')
-		return hs_fail(h, 400, "malformed chunk size; this request to %s was refused", h->sni);
+		return hs_fail(h, 400, "malformed chunk size");
 	/* Extensions are dropped: the body is re-chunked anyway. */
 	if (size == 0) {
 		h->phase = PH_TRAILER;
@@ -1351,8 +1337,7 @@ static int hs_step(struct hs *h, const uint8_t *p, size_t n, size_t *used)
 	case PH_CHUNK_CRLF:
 		*used = 1;
 		if (p[0] != (h->crlf_got ? '\n' : '\r'))
-			return hs_fail(h, 400, "a chunk is not followed by CRLF (wrong chunk size?); this request to %s was refused",
-				       h->sni);
+			return hs_fail(h, 400, "a chunk is not followed by CRLF (wrong chunk size?)");
 		if (++h->crlf_got == 2)
 			h->phase = PH_CHUNK_LINE;
 		return 0;

@@ -258,6 +258,7 @@ static void set_addr(unsigned d, unsigned reg, uint64_t a)
 }
 
 static void post_rx(unsigned d, unsigned q, unsigned n);
+static void fuse_init(unsigned d);
 
 /* Reset and bring the device up; hostile: lie somewhere on the way. */
 static void handshake(unsigned d, int hostile)
@@ -311,6 +312,8 @@ static void handshake(unsigned d, int hostile)
 	for (unsigned q = 0; q < f->nq; q++)
 		if (f->rxq_mask & (1u << q))
 			post_rx(d, q, qs(d, q) / 2 < 32 ? qs(d, q) / 2 : 32);
+	if (d == D_FS && pct(90))
+		fuse_init(d);
 }
 
 /* ---- descriptor chains ---- */
@@ -576,13 +579,21 @@ static uint64_t fh(void) { return pct(80) ? rn(32) : interesting(); }
 
 /* virtio-fs: one FUSE request (header and arguments); *reply gets the
  * size of the writable part to offer. */
-static size_t fuse_req(unsigned d, uint8_t *p, size_t cap, uint32_t *reply, int hiprio)
+static size_t fuse_req(unsigned d, uint8_t *p, size_t cap, uint32_t *reply, int hiprio,
+		       int init)
 {
 	static const uint32_t ops[] = { 1, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
 					18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
 					34, 35, 36, 38, 39, 40, 43, 44, 45, 46, 47, 50, 51, 52 };
+	/* What a real guest does most: look up, create, open, read, write,
+	 * list, release. */
+	static const uint32_t common[] = { 1, 1, 1, 3, 9, 14, 15, 16, 18, 27, 28, 29, 35, 44 };
 	uint32_t op = hiprio ? (pct(50) ? 2 : pct(50) ? 42 : 36)
-			     : pct(95) ? ops[rn(sizeof ops / sizeof ops[0])] : (uint32_t)rnd();
+		      : pct(50)  ? common[rn(sizeof common / sizeof common[0])]
+		      : pct(95)  ? ops[rn(sizeof ops / sizeof ops[0])]
+				 : (uint32_t)rnd();
+	if (init)
+		op = 26;
 	uint8_t *a = p + 40;
 	size_t n = 0; /* argument bytes */
 	memset(p, 0, cap < 512 ? cap : 512);
@@ -736,7 +747,8 @@ static size_t fuse_req(unsigned d, uint8_t *p, size_t cap, uint32_t *reply, int 
 	put32(p + 24, pct(90) ? 1000 : (uint32_t)rnd());
 	put32(p + 28, pct(90) ? 1000 : (uint32_t)rnd());
 	put32(p + 32, 1);
-	mutate(p, 40 + n);
+	if (!init || pct(20))
+		mutate(p, 40 + n);
 	return 40 + n;
 }
 
@@ -867,7 +879,7 @@ static void send_one(unsigned d)
 		len = vsock_pkt(buf, sizeof buf);
 	} else if (d == D_FS) {
 		q = pct(85) ? 1 : 0;
-		len = fuse_req(d, buf, sizeof buf, &reply, q == 0);
+		len = fuse_req(d, buf, sizeof buf, &reply, q == 0, 0);
 		if (q == 0)
 			reply = 0;
 	} else {
@@ -882,6 +894,18 @@ static void send_one(unsigned d)
 	/* A broken chain stops a device until its next reset: FUSE requests
 	 * get fewer of them so that more reach the server. */
 	post_chain(d, q, s, n, pct(d == D_FS ? 7 : 15));
+}
+
+/* A reset server answers nothing but FUSE_INIT: a driver sends it first. */
+static void fuse_init(unsigned d)
+{
+	static uint8_t buf[512];
+	struct seg s[MAX_SEGS];
+	uint32_t reply = 0;
+	size_t len = fuse_req(d, buf, sizeof buf, &reply, 0, 1);
+	unsigned n = payload_segs(d, buf, len, s);
+	n = write_segs(d, 16 + 64 + rn(64), s, n);
+	post_chain(d, 1, s, n, 0);
 }
 
 /* Random register traffic: any offset, any size, config space included. */
@@ -1611,6 +1635,31 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	return 0;
 }
 
+/* Entries under dir, recursively: what the guest's FUSE requests made. */
+static unsigned count_tree(int fd0, unsigned depth)
+{
+	DIR *d = fdopendir(fd0);
+	if (!d) {
+		close(fd0);
+		return 0;
+	}
+	unsigned n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		n++;
+		if (e->d_type == DT_DIR && depth < 32) {
+			int fd = openat(dirfd(d), e->d_name,
+					O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (fd >= 0)
+				n += count_tree(fd, depth + 1);
+		}
+	}
+	closedir(d);
+	return n;
+}
+
 static void stats_line(const char *when)
 {
 	struct vnet_stats v;
@@ -1624,6 +1673,9 @@ static void stats_line(const char *when)
 	       fs->requests, fs->bad_chains, v.tx_frames, v.rx_frames, v.bad_chains,
 	       R.echo.accepted, R.echo.bytes);
 	pthread_mutex_unlock(&R.bus.lock);
+	int root = open(R.share, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	printf("# the share holds %u entries (3 at the start)\n",
+	       root >= 0 ? count_tree(root, 0) : 0);
 	printf("# hostile chains by kind:");
 	for (unsigned k = 0; k < 12; k++)
 		printf(" %u", stat_hostile[k]);

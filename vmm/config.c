@@ -20,6 +20,7 @@
 #include <yaml.h>
 
 #include "netstack/policy.h"
+#include "netstack/secrets.h"
 #include "vmm/mounts.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -52,6 +53,7 @@ struct cfg_ctx {
 	size_t expanded;       /* bytes ${VAR} expansion has produced */
 	bool secret_env_read;  /* secrets.env looked for */
 	char *secret_env_buf;  /* its text; secret_env points into it */
+	size_t secret_env_len;
 	char **secret_env;     /* KEY, VALUE, KEY, VALUE, … */
 	size_t n_secret_env, cap_secret_env;
 };
@@ -346,11 +348,11 @@ static int cfg_build(struct cfg_ctx *x, const char *buf, size_t len, struct cfg_
 
 /* ---- files and ${VAR} ------------------------------------------------- */
 
-/* Reads the regular file at path (at most CONFIG_MAX_BYTES) into a
- * malloc'd, NUL-terminated *buf.  Returns 0 or a negative errno: the
+/* Reads the regular file at path (at most max bytes) into a malloc'd,
+ * NUL-terminated *buf.  Returns 0 or a negative errno: the
  * open/stat/read errno (*stage says which), -EISDIR, -EINVAL for another
  * kind of file (stage "stat"), -EFBIG or -ENOMEM. */
-static int cfg_slurp(const char *path, char **buf, size_t *len, const char **stage)
+static int cfg_slurp(const char *path, size_t max, char **buf, size_t *len, const char **stage)
 {
 	struct stat st;
 	int rc = 0;
@@ -365,17 +367,17 @@ static int cfg_slurp(const char *path, char **buf, size_t *len, const char **sta
 		rc = -errno;
 	else if (!S_ISREG(st.st_mode))
 		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-	else if (st.st_size > (off_t)CONFIG_MAX_BYTES)
+	else if (st.st_size > (off_t)max)
 		rc = -EFBIG;
 	/* One byte more than allowed, to notice a file that grew. */
-	char *b = rc ? NULL : malloc(CONFIG_MAX_BYTES + 2);
+	char *b = rc ? NULL : malloc(max + 2);
 	if (!rc && !b)
 		rc = -ENOMEM;
 	size_t n = 0;
 	if (!rc)
 		*stage = "read";
-	while (!rc && n <= CONFIG_MAX_BYTES) {
-		ssize_t r = read(fd, b + n, CONFIG_MAX_BYTES + 1 - n);
+	while (!rc && n <= max) {
+		ssize_t r = read(fd, b + n, max + 1 - n);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
@@ -385,10 +387,12 @@ static int cfg_slurp(const char *path, char **buf, size_t *len, const char **sta
 		else
 			n += (size_t)r;
 	}
-	if (!rc && n > CONFIG_MAX_BYTES)
+	if (!rc && n > max)
 		rc = -EFBIG;
 	close(fd);
 	if (rc) {
+		if (b)
+			explicit_bzero(b, max + 2);
 		free(b);
 		return rc;
 	}
@@ -417,85 +421,113 @@ static void cfg_secrets_env_path(const struct cfg_ctx *x, char *out, size_t size
 		snprintf(out, size, "secrets.env");
 }
 
-/* Parses secrets.env in place: KEY=VALUE lines, blank lines and # comments,
- * an optional "export ", blanks around '=' and a value in '…' or "…" (taken
- * as is).  An
- * unquoted value ends at a '#' after whitespace, trailing blanks dropped.
- * Each KEY and VALUE is NUL-terminated inside buf and recorded in x. */
-static int cfg_parse_secrets_env(struct cfg_ctx *x, const char *path, char *buf, size_t len)
+__attribute__((format(printf, 5, 6))) static int
+cfg_senv_err(struct cfg_ctx *x, const char *path, unsigned line, unsigned col, const char *fmt, ...)
 {
 	char show[CFG_NAME_BUF];
+	if (!x->err || !x->errlen)
+		return -EINVAL;
 	cfg_show(show, sizeof show, path, strlen(path), CFG_NAME_MAX);
-	unsigned lineno = 0;
-	for (char *line = buf; line < buf + len;) {
-		char *end = memchr(line, '\n', (size_t)(buf + len - line));
-		char *next = end ? end + 1 : buf + len;
-		if (!end)
-			end = buf + len;
-		*end = '\0';
-		lineno++;
-		if (end > line && end[-1] == '\r')
-			*--end = '\0';
-		char *p = line;
-		line = next;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == '\0' || *p == '#')
-			continue;
-		if (strncmp(p, "export ", 7) == 0)
-			p += 7;
-		char *key = p;
-		while (cfg_var_char(*p))
-			p++;
-		char *kend = p;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (kend == key || !cfg_var_start(*key) || *p != '=') {
-			if (x->err && x->errlen)
-				snprintf(x->err, x->errlen, "%s:%u: expected KEY=VALUE (a name of "
-					 "letters, digits and '_', then '=')", show, lineno);
-			return -EINVAL;
-		}
-		*kend = '\0';
-		p++;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		char *val = p, *vend;
-		if (*p == '"' || *p == '\'') {
-			char *close = strchr(p + 1, *p);
-			char *rest = close ? close + 1 : NULL;
-			while (rest && (*rest == ' ' || *rest == '\t'))
-				rest++;
-			if (!close || (*rest && *rest != '#')) {
-				if (x->err && x->errlen)
-					snprintf(x->err, x->errlen, "%s:%u: %s; expected KEY=%cVALUE%c "
-						 "on one line", show, lineno,
-						 close ? "text after the closing quote"
-						       : "no closing quote", *p, *p);
-				return -EINVAL;
-			}
-			val = p + 1;
-			vend = close;
-		} else {
-			vend = p;
-			while (*vend && !(*vend == '#' && vend > p &&
-					  (vend[-1] == ' ' || vend[-1] == '\t')))
-				vend++;
-			while (vend > val && (vend[-1] == ' ' || vend[-1] == '\t'))
-				vend--;
-		}
-		*vend = '\0';
-		if (x->n_secret_env == x->cap_secret_env) {
-			size_t cap = x->cap_secret_env ? 2 * x->cap_secret_env : 16;
-			char **kv = realloc(x->secret_env, 2 * cap * sizeof *kv);
-			if (!kv)
-				return cfg_nomem(x);
-			x->secret_env = kv;
-			x->cap_secret_env = cap;
-		}
-		x->secret_env[2 * x->n_secret_env] = key;
-		x->secret_env[2 * x->n_secret_env + 1] = val;
-		x->n_secret_env++;
+	int n = snprintf(x->err, x->errlen, "%s:%u:%u: ", show, line, col);
+	if (n >= 0 && (size_t)n < x->errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* One line of secrets.env (s, n bytes, no newline), parsed in place: the
+ * same rules as the secrets file's reader (netstack/secrets.c), so one
+ * secrets.env serves both.  KEY=VALUE with nothing around '=', an optional
+ * "export ", a value in '…' or "…" taken as is, or unquoted up to a '#'
+ * after a blank, trailing blanks dropped; no control characters.  Messages
+ * name positions, never values. */
+static int cfg_senv_line(struct cfg_ctx *x, const char *path, char *s, size_t n, unsigned line)
+{
+	size_t i = 0;
+	while (i < n && (s[i] == ' ' || s[i] == '\t'))
+		i++;
+	if (i == n || s[i] == '#')
+		return 0;
+	if (n - i > 7 && memcmp(s + i, "export", 6) == 0 && (s[i + 6] == ' ' || s[i + 6] == '\t')) {
+		i += 7;
+		while (i < n && (s[i] == ' ' || s[i] == '\t'))
+			i++;
+	}
+	size_t k = i;
+	if (i == n || !cfg_var_start(s[i]))
+		return cfg_senv_err(x, path, line, (unsigned)i + 1,
+				    "expected a line KEY=VALUE, a comment (#) or nothing");
+	while (i < n && cfg_var_char(s[i]))
+		i++;
+	size_t klen = i - k;
+	if (i == n || s[i] != '=')
+		return cfg_senv_err(x, path, line, (unsigned)i + 1,
+				    "expected '=' after the name; write KEY=VALUE");
+	i++;
+	size_t v, vlen;
+	if (i < n && (s[i] == '"' || s[i] == '\'')) {
+		char q = s[i++];
+		v = i;
+		while (i < n && s[i] != q)
+			i++;
+		if (i == n)
+			return cfg_senv_err(x, path, line, (unsigned)v,
+					    "the quoted value does not end on this line; expected "
+					    "a closing %c", q);
+		vlen = i - v;
+		i++;
+		while (i < n && (s[i] == ' ' || s[i] == '\t'))
+			i++;
+		if (i < n && s[i] != '#')
+			return cfg_senv_err(x, path, line, (unsigned)i + 1,
+					    "text after the closing quote; expected the end of the "
+					    "line or a # comment");
+	} else {
+		v = i;
+		while (i < n && !(s[i] == '#' && i > v && (s[i - 1] == ' ' || s[i - 1] == '\t')))
+			i++;
+		vlen = i - v;
+		while (vlen && (s[v + vlen - 1] == ' ' || s[v + vlen - 1] == '\t'))
+			vlen--;
+	}
+	for (size_t j = v; j < v + vlen; j++)
+		if ((unsigned char)s[j] < 0x20 || s[j] == 0x7f)
+			return cfg_senv_err(x, path, line, (unsigned)j + 1,
+					    "the value of %.*s contains a control character; "
+					    "expected printable text", (int)klen, s + k);
+	if (x->n_secret_env == x->cap_secret_env) {
+		size_t cap = x->cap_secret_env ? 2 * x->cap_secret_env : 16;
+		char **kv = realloc(x->secret_env, 2 * cap * sizeof *kv);
+		if (!kv)
+			return cfg_nomem(x);
+		x->secret_env = kv;
+		x->cap_secret_env = cap;
+	}
+	s[k + klen] = '\0';
+	s[v + vlen] = '\0';
+	x->secret_env[2 * x->n_secret_env] = s + k;
+	x->secret_env[2 * x->n_secret_env + 1] = s + v;
+	x->n_secret_env++;
+	return 0;
+}
+
+static int cfg_parse_secrets_env(struct cfg_ctx *x, const char *path, char *buf, size_t len)
+{
+	unsigned line = 1;
+	for (size_t s = 0; s < len; line++) {
+		size_t eol = s;
+		while (eol < len && buf[eol] != '\n')
+			eol++;
+		size_t n = eol - s;
+		if (n && buf[s + n - 1] == '\r')
+			n--;
+		int rc = cfg_senv_line(x, path, buf + s, n, line);
+		if (rc)
+			return rc;
+		s = eol + 1;
 	}
 	return 0;
 }
@@ -511,16 +543,17 @@ static int cfg_load_secrets_env(struct cfg_ctx *x)
 		return 0;
 	x->secret_env_read = true;
 	cfg_secrets_env_path(x, path, sizeof path);
-	int rc = cfg_slurp(path, &x->secret_env_buf, &len, &stage);
+	int rc = cfg_slurp(path, SECRETS_ENV_MAX_BYTES, &x->secret_env_buf, &len, &stage);
 	if (rc == -ENOENT)
 		return 0;
+	x->secret_env_len = len;
 	cfg_show(show, sizeof show, path, strlen(path), CFG_NAME_MAX);
 	if (rc == -ENOMEM)
 		return cfg_nomem(x);
 	if (rc && x->err && x->errlen)
 		snprintf(x->err, x->errlen, "%s: cannot read: %s; expected a readable file of "
 			 "KEY=VALUE lines", show,
-			 rc == -EFBIG ? "larger than 1 MiB" : strerror(-rc));
+			 rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
 	if (rc)
 		return rc;
 	if (memchr(x->secret_env_buf, '\0', len)) {
@@ -2046,6 +2079,9 @@ int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_c
 		rc = cfg_top(&x, root, &tmp);
 	cfg_node_free(root);
 	free(x.secret_env);
+	/* Its values may be secrets: leave no copy in freed memory. */
+	if (x.secret_env_buf)
+		explicit_bzero(x.secret_env_buf, x.secret_env_len);
 	free(x.secret_env_buf);
 	if (!rc)
 		cfg_move(c, &tmp);
@@ -2060,7 +2096,7 @@ int config_load(const char *path, struct kbox_config *c, char *err, size_t errle
 	const char *stage;
 	if (err && errlen)
 		err[0] = '\0';
-	int rc = cfg_slurp(path, &buf, &len, &stage);
+	int rc = cfg_slurp(path, CONFIG_MAX_BYTES, &buf, &len, &stage);
 	if (rc == -EISDIR || (rc == -EINVAL && !strcmp(stage, "stat")))
 		cfg_file_err(path, err, errlen, "%s; expected a regular YAML file",
 			     rc == -EISDIR ? "is a directory" : "is not a regular file");

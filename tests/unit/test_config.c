@@ -940,7 +940,7 @@ START_TEST(variables_expand)
 	snprintf(senv, sizeof senv, "%s/secrets.env", tmpdir);
 	const char *vars = "# the project's secrets\n"
 			   "export API_KEY=sk-123\n"
-			   "QUOTED = \"a # b\"  # a comment\n"
+			   "QUOTED=\"a # b\"  # a comment\n"
 			   "SINGLE='x\"y'\n"
 			   "HASH=a#b # c\n"
 			   "KBOX_T_HOST=from-file\n"
@@ -991,14 +991,31 @@ START_TEST(variables_expand)
 	text = "env:\n  A: ${GOOD}\n";
 	write_file(path, text, strlen(text));
 	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
-	snprintf(msg, sizeof msg, "%s:2: expected KEY=VALUE (a name of letters, digits and "
-				  "'_', then '=')", senv);
+	snprintf(msg, sizeof msg, "%s:2:4: expected '=' after the name; write KEY=VALUE", senv);
 	ck_assert_str_eq(err, msg);
 	vars = "A=\"open\n";
 	write_file(senv, vars, strlen(vars));
 	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
-	snprintf(msg, sizeof msg, "%s:1: no closing quote; expected KEY=\"VALUE\" on one line",
+	snprintf(msg, sizeof msg, "%s:1:3: the quoted value does not end on this line; expected "
+				  "a closing \"", senv);
+	ck_assert_str_eq(err, msg);
+	vars = "A = 1\n";
+	write_file(senv, vars, strlen(vars));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:1:2: expected '=' after the name; write KEY=VALUE", senv);
+	ck_assert_str_eq(err, msg);
+	vars = "\n=x\n";
+	write_file(senv, vars, strlen(vars));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:2:1: expected a line KEY=VALUE, a comment (#) or nothing",
 		 senv);
+	ck_assert_str_eq(err, msg);
+	/* Values are never shown, only where the problem is. */
+	vars = "GOOD=sec\x01ret\n";
+	write_file(senv, vars, strlen(vars));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:1:9: the value of GOOD contains a control character; "
+				  "expected printable text", senv);
 	ck_assert_str_eq(err, msg);
 	/* Unreadable: a directory where the file should be. */
 	unlink(senv);

@@ -7,8 +7,10 @@
  *    allow list);
  *  - the reply to the guest never holds a value, and exists exactly when
  *    the state says so;
- *  - whole and sliced feeding end in the same state with the same reply,
- *    except after a protocol upgrade (nothing is held back there). */
+ *  - whole and sliced feeding end in the same state with the same reply
+ *    and, when not refused, the same upstream bytes once chunk boundaries
+ *    are ignored; except after a protocol upgrade (nothing is held back
+ *    there). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -129,6 +131,87 @@ static void run(const char *sni, const uint8_t *d, size_t n, unsigned seed, stru
 	hs_free(h);
 }
 
+struct bytes {
+	uint8_t *p;
+	size_t n, cap;
+};
+
+static void put(struct bytes *b, const void *d, size_t n)
+{
+	if (b->n + n > b->cap) {
+		b->cap = (b->n + n) * 2 + 64;
+		b->p = realloc(b->p, b->cap);
+		check(b->p != NULL);
+	}
+	if (n)
+		memcpy(b->p + b->n, d, n);
+	b->n += n;
+}
+
+static const uint8_t *find(const uint8_t *p, size_t n, const char *s)
+{
+	return memmem(p, n, s, strlen(s));
+}
+
+/* Our output with each chunked body's data joined into one chunk.  The
+ * filter wrote this output, so its framing is well formed (a cut-off last
+ * request is copied as it is). */
+static void unchunk(const uint8_t *p, size_t n, struct bytes *o)
+{
+	size_t i = 0;
+	while (i < n) {
+		const uint8_t *e = find(p + i, n - i, "\r\n\r\n");
+		if (!e) {
+			put(o, p + i, n - i);
+			return;
+		}
+		size_t hl = (size_t)(e + 4 - (p + i));
+		char *lower = malloc(hl + 1);
+		check(lower != NULL);
+		for (size_t k = 0; k < hl; k++)
+			lower[k] = (char)(p[i + k] >= 'A' && p[i + k] <= 'Z' ? p[i + k] + 32 : p[i + k]);
+		lower[hl] = '\0';
+		put(o, p + i, hl);
+		i += hl;
+		bool chunked = strstr(lower, "\r\ntransfer-encoding:") != NULL;
+		const char *cl = strstr(lower, "\r\ncontent-length: ");
+		size_t len = cl ? strtoul(cl + 18, NULL, 10) : 0;
+		free(lower);
+		if (chunked) {
+			struct bytes data = { 0 };
+			for (;;) {
+				const uint8_t *crlf = find(p + i, n - i, "\r\n");
+				if (!crlf) {
+					put(o, data.p, data.n);
+					put(o, p + i, n - i);
+					free(data.p);
+					return;
+				}
+				size_t sz = strtoul((const char *)p + i, NULL, 16);
+				i = (size_t)(crlf + 2 - p);
+				if (sz == 0)
+					break;
+				if (sz + 2 > n - i) {
+					put(o, data.p, data.n);
+					put(o, p + i, n - i);
+					free(data.p);
+					return;
+				}
+				put(&data, p + i, sz);
+				i += sz + 2;
+			}
+			put(o, data.p, data.n);
+			put(o, "|0|", 3);
+			free(data.p);
+		} else if (len) {
+			if (len > n - i)
+				len = n - i;
+			put(o, p + i, len);
+			i += len;
+		}
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -168,6 +251,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(whole.state == sliced.state);
 		check(whole.reply_len == sliced.reply_len &&
 		      !memcmp(whole.reply, sliced.reply, whole.reply_len));
+		if (whole.state == HS_OPEN) {
+			struct bytes a = { 0 }, b = { 0 };
+			unchunk(whole.out, whole.n, &a);
+			unchunk(sliced.out, sliced.n, &b);
+			check(a.n == b.n && (a.n == 0 || !memcmp(a.p, b.p, a.n)));
+			free(a.p);
+			free(b.p);
+		}
 	}
 	free(whole.out);
 	free(sliced.out);

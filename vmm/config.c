@@ -39,6 +39,8 @@ struct cfg_node {
 	bool plain;         /* scalar written without quotes */
 	char *str;          /* scalar text, NUL-terminated; may hold NULs */
 	size_t len;
+	char *raw;          /* the text as written when ${VAR} changed it */
+	size_t rawlen;
 	struct cfg_node **kids; /* seq: items; map: key, value, key, value… */
 	size_t n, cap;
 };
@@ -82,9 +84,14 @@ static void cfg_show(char *out, size_t outlen, const char *s, size_t len, size_t
 	out[o] = '\0';
 }
 
+/* Messages quote a value as written: what ${VAR} brought in may be a
+ * secret, and the user wrote the ${VAR}. */
 static void cfg_show_node(char *out, const struct cfg_node *v)
 {
-	cfg_show(out, CFG_SHOW_BUF, v->str, v->len, CFG_SHOW_MAX);
+	if (v->raw)
+		cfg_show(out, CFG_SHOW_BUF, v->raw, v->rawlen, CFG_SHOW_MAX);
+	else
+		cfg_show(out, CFG_SHOW_BUF, v->str, v->len, CFG_SHOW_MAX);
 }
 
 __attribute__((format(printf, 4, 5))) static int
@@ -140,6 +147,7 @@ static void cfg_node_free(struct cfg_node *n)
 		cfg_node_free(n->kids[i]);
 	free(n->kids);
 	free(n->str);
+	free(n->raw);
 	free(n);
 }
 
@@ -663,7 +671,8 @@ static int cfg_expand_node(struct cfg_ctx *x, struct cfg_node *n)
 		return rc;
 	}
 	out[o] = '\0';
-	free(n->str);
+	n->raw = n->str;
+	n->rawlen = n->len;
 	n->str = out;
 	n->len = o;
 	/* An expanded value is text, never YAML's null. */
@@ -1214,7 +1223,10 @@ static int cfg_env_add(struct cfg_ctx *x, const struct cfg_node *at, struct kbox
 		       const char *name, size_t nlen, const char *val, size_t vlen)
 {
 	char show[CFG_SHOW_BUF];
-	cfg_show(show, sizeof show, name, nlen, CFG_SHOW_MAX);
+	if (at->raw)
+		cfg_show_node(show, at);
+	else
+		cfg_show(show, sizeof show, name, nlen, CFG_SHOW_MAX);
 	if (!cfg_env_name_ok(name, nlen))
 		return cfg_err(x, at, "env: '%s' is not a variable name; expected letters, "
 				      "digits and '_', not starting with a digit", show);
@@ -1323,7 +1335,12 @@ static int cfg_str_list(struct cfg_ctx *x, const struct cfg_node *v, const char 
 		if (!rc && !check(e->str, msg, sizeof msg)) {
 			char safe[4 * sizeof msg + 4];
 			cfg_show(safe, sizeof safe, msg, strlen(msg), sizeof msg);
-			rc = cfg_err(x, e, "%s: %s", w, safe);
+			if (e->raw)
+				cfg_show_node(safe, e);
+			rc = e->raw ? cfg_err(x, e, "%s: what '%s' expands to is not valid (a "
+						    "value from a variable is not shown); "
+						    "expected %s", w, safe, expected)
+				    : cfg_err(x, e, "%s: %s", w, safe);
 		}
 		if (!rc && !(s[i].s = cfg_strdup(e->str, e->len)))
 			rc = cfg_nomem(x);

@@ -985,6 +985,23 @@ START_TEST(variables_expand)
 				  "literal '$')", path);
 	ck_assert_str_eq(err, msg);
 
+	/* Messages quote what was written, never what a variable held. */
+	vars = "PORT=99999\nIP=300.1.1.1\n";
+	write_file(senv, vars, strlen(vars));
+	text = "ports: [\"${PORT}\"]\nnetwork:\n  hosts: {db: \"${IP}\"}\n";
+	write_file(path, text, strlen(text));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:1:9: ports[0]: what '${PORT}' expands to is not valid (a "
+				  "value from a variable is not shown); expected "
+				  "\"[IP:]HOSTPORT:GUESTPORT\" entries", path);
+	ck_assert_str_eq(err, msg);
+	text = "network:\n  hosts: {db: \"${IP}\"}\n";
+	write_file(path, text, strlen(text));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	snprintf(msg, sizeof msg, "%s:2:15: network.hosts.db: '${IP}' is not an IP address; "
+				  "expected an IPv4 address such as 10.0.2.5 or an IPv6 one", path);
+	ck_assert_str_eq(err, msg);
+
 	/* A broken secrets.env is reported with its own line. */
 	vars = "GOOD=1\nnot a line\n";
 	write_file(senv, vars, strlen(vars));

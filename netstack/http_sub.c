@@ -49,6 +49,7 @@ struct hs {
 
 	struct hs_buf head;  /* head, trailer section or chunk-size line being collected */
 	size_t scan;         /* bytes of head already searched for the end */
+	size_t line_start;   /* where the last line in head begins */
 	size_t lead;         /* empty lines (CRLF pairs) before the request line */
 	bool lead_done;
 
@@ -1172,7 +1173,8 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 	}
 	size_t e = 0;
 	if (chunkline) {
-		const uint8_t *x = memmem(b, len, "\r\n", 2);
+		size_t from = h->scan ? h->scan - 1 : 0;
+		const uint8_t *x = memmem(b + from, len - from, "\r\n", 2);
 		if (x)
 			e = (size_t)(x - b) + 2;
 	} else if (!head && len >= 2 && b[0] == '\r' && b[1] == '\n') {
@@ -1190,6 +1192,8 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 	/* Only the block itself: what follows it is body or the next request. */
 	for (size_t i = old; i < (e ? e : len); i++) {
 		uint8_t c = b[i];
+		if (c == '\n')
+			h->line_start = i + 1;
 		if (c == '\n' && (i == 0 || b[i - 1] != '\r'))
 			return hs_fail(h, 400, "a line ends in a bare LF (expected CRLF)");
 		if (i > 0 && b[i - 1] == '\r' && c != '\n')
@@ -1205,6 +1209,7 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 		*used = k - excess;
 		*end = e;
 		h->scan = 0;
+		h->line_start = 0;
 		return 0;
 	}
 	*used = k;
@@ -1218,10 +1223,9 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 	if (len - (head ? h->lead : 0) > max)
 		return hs_fail(h, 431, "the %s is larger than %zu bytes",
 			       head ? "request head" : "trailer section", max);
-	const uint8_t *nl = memrchr(b, '\n', len);
-	size_t cur = nl ? len - (size_t)(nl - b) - 1 : len - (head ? h->lead : 0);
-	if (cur > HS_LINE_MAX) {
-		bool first = head && !memchr(b + h->lead, '\n', len - h->lead);
+	size_t from = h->line_start > h->lead || !head ? h->line_start : h->lead;
+	if (len - from > HS_LINE_MAX) {
+		bool first = head && h->line_start <= h->lead;
 		return hs_fail(h, first ? 414 : 431,
 			       "a %s is longer than %u bytes",
 			       first ? "request line" : "field line", HS_LINE_MAX);

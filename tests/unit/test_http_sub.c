@@ -592,6 +592,14 @@ START_TEST(limits)
 	ck_assert_int_eq(r.status, 431);
 	ck_assert(str_has(&r.reply, "request head is larger than 65536 bytes"));
 	result_free(&r);
+	/* One byte at a time costs time linear in the head, not quadratic. */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	run(set, API, in.p, in.n, 1, 0, &r);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ck_assert_int_eq(r.status, 431);
+	ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 3);
+	result_free(&r);
 	free(in.p);
 
 	/* 65 placeholders in one request: refused. */

@@ -20,7 +20,11 @@
  * bus lock can be taken for HANG_S seconds.  Built with ASan and UBSan by
  * fuzz.sh, so memory errors in device code end the run too.
  *
- * Usage: guest-fuzz GUEST.elf SECONDS SEED TMPDIR
+ * With two vCPUs, each runs its own stream of scripts against all three
+ * devices at once; vCPU 0 alone runs the final check, once the other has
+ * stopped.
+ *
+ * Usage: guest-fuzz GUEST.elf SECONDS SEED TMPDIR [VCPUS]
  * Prints "ok"/"FAIL" lines and "N passed, M failed"; exit 1 on failure. */
 #include <dirent.h>
 #include <errno.h>
@@ -73,12 +77,15 @@ struct tg_cfg {
 enum sop { SOP_END, SOP_MW, SOP_MR, SOP_ST, SOP_WAIT, SOP_MWAIT, SOP_REP, SOP_IRQS,
 	   SOP_NEXT, SOP_MWX, SOP_MRX };
 
-#define MEM_MIB      64u
+#define MAX_CPUS     2u
+#define MEM_MIB      128u
 #define RAM_END      ((uint64_t)MEM_MIB << 20)
 #define SCRIPT_ADDR  0x400000ull
 #define SCRIPT_MAX   4096u
-/* Everything a device may read or write lies in the arena: the guest's
- * code, page tables and script stay intact, whatever the device does. */
+#define SCRIPT_STRIDE 0x40000ull /* vCPU n's script at SCRIPT_ADDR + n * this */
+/* Everything a device may read or write lies in the arena (one span per
+ * vCPU and device): the guest's code, page tables and scripts stay
+ * intact, whatever the device does. */
 #define ARENA        0x1000000ull
 #define DEV_SPAN     0x800000ull
 #define RING_SPAN    0x10000ull /* per queue: desc +0, avail +0x4000, used +0x8000 */
@@ -132,13 +139,50 @@ static double now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* ---- PRNG: splitmix64, the only source of the guest's choices ---- */
+/* ---- the script ring 3 runs ---- */
 
-static uint64_t rng_state;
+struct script {
+	uint64_t op[SCRIPT_MAX][4];
+	unsigned n, nrep;
+};
+
+enum { D_VSOCK, D_FS, D_NET, ND };
+
+struct fdev {
+	const char *name;
+	unsigned nq;
+	unsigned rxq_mask;  /* queues that take device-writable buffers only */
+	uint64_t offered;   /* features the device offers */
+	unsigned cfg_len;
+	uint64_t arena;
+	uint64_t feat;      /* what the driver last claimed */
+	uint16_t qsize[4], avail[4], next_desc[4];
+	unsigned next_page, next_ind;
+	uint64_t unique;
+	struct vq_dev *vd;
+};
+
+/* One vCPU's driver: its own PRNG stream, script, view of the devices
+ * and arena, so each vCPU's actions follow from the seed alone however
+ * the vCPUs interleave.  Generated on that vCPU's thread. */
+struct gctx {
+	unsigned cpu;
+	uint64_t rng;
+	struct script scr;
+	struct fdev dev[ND];
+	unsigned batches;
+	unsigned hostile[16];
+	int ended; /* handed SOP_END */
+};
+
+static struct gctx gctx[MAX_CPUS];
+static _Thread_local struct gctx *C;
+
+/* ---- PRNG: splitmix64, the only source of the guest's choices ---- */
 
 static uint64_t rnd(void)
 {
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	uint64_t z = (C->rng += 0x9e3779b97f4a7c15ull);
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
@@ -158,59 +202,33 @@ static uint64_t interesting(void)
 	return pct(20) ? x - 1 : pct(20) ? x + 1 : x;
 }
 
-/* ---- the script ring 3 runs ---- */
-
-struct script {
-	uint64_t op[SCRIPT_MAX][4];
-	unsigned n, nrep;
-};
-
-static struct script scr;
-
 static unsigned sop(uint64_t op, uint64_t a, uint64_t b, uint64_t c, unsigned reps)
 {
-	unsigned first = scr.nrep;
-	if (scr.n + 2 >= SCRIPT_MAX) /* room for SOP_NEXT */
+	unsigned first = C->scr.nrep;
+	if (C->scr.n + 2 >= SCRIPT_MAX) /* room for SOP_NEXT */
 		return ~0u;
-	scr.op[scr.n][0] = op;
-	scr.op[scr.n][1] = a;
-	scr.op[scr.n][2] = b;
-	scr.op[scr.n][3] = c;
-	scr.n++;
-	scr.nrep += reps;
+	C->scr.op[C->scr.n][0] = op;
+	C->scr.op[C->scr.n][1] = a;
+	C->scr.op[C->scr.n][2] = b;
+	C->scr.op[C->scr.n][3] = c;
+	C->scr.n++;
+	C->scr.nrep += reps;
 	return first;
 }
 
-static int script_full(void) { return scr.n + 64 >= SCRIPT_MAX; }
+static int script_full(void) { return C->scr.n + 64 >= SCRIPT_MAX; }
 
 static void st(uint64_t gpa, uint64_t v, unsigned len) { sop(SOP_ST, gpa, v, len, 0); }
 
 /* ---- the devices as the fuzzing driver sees them ---- */
 
-enum { D_VSOCK, D_FS, D_NET, ND };
-
-struct fdev {
-	const char *name;
-	unsigned nq;
-	unsigned rxq_mask;  /* queues that take device-writable buffers only */
-	uint64_t offered;   /* features the device offers */
-	unsigned cfg_len;
-	uint64_t arena;
-	uint64_t feat;      /* what the driver last claimed */
-	uint16_t qsize[4], avail[4], next_desc[4];
-	unsigned next_page, next_ind;
-	uint64_t unique;
-	struct vq_dev *vd;
-};
-
-static struct fdev dev[ND];
 static struct vm *g_vm;
 
 static uint64_t win(unsigned d, unsigned reg) { return (uint64_t)d * VMMIO_WINDOW + reg; }
 static void mw(unsigned d, unsigned reg, uint32_t v) { sop(SOP_MW, win(d, reg), v, 0, 0); }
 static unsigned mr(unsigned d, unsigned reg) { return sop(SOP_MR, win(d, reg), 0, 0, 1); }
 
-static uint64_t q_desc(unsigned d, unsigned q) { return dev[d].arena + q * RING_SPAN; }
+static uint64_t q_desc(unsigned d, unsigned q) { return C->dev[d].arena + q * RING_SPAN; }
 static uint64_t q_avail(unsigned d, unsigned q) { return q_desc(d, q) + 0x4000; }
 static uint64_t q_used(unsigned d, unsigned q) { return q_desc(d, q) + 0x8000; }
 
@@ -218,7 +236,7 @@ static uint64_t q_used(unsigned d, unsigned q) { return q_desc(d, q) + 0x8000; }
  * still bounded by the ring space reserved for it). */
 static unsigned qs(unsigned d, unsigned q)
 {
-	unsigned s = dev[d].qsize[q];
+	unsigned s = C->dev[d].qsize[q];
 	return s == 0 ? 1 : s > 1024 ? 1024 : s;
 }
 
@@ -246,7 +264,7 @@ static void queue_addrs(unsigned d, unsigned q, int hostile, uint64_t *a)
 	case 0: a[which] = bad_addr(); break;
 	case 1: a[which] += 1 + rn(15); break;                      /* misaligned */
 	case 2: a[which] = a[(which + 1) % 3]; break;               /* rings overlap */
-	case 3: a[which] = q_desc(d, (q + 1) % dev[d].nq); break;   /* another queue's */
+	case 3: a[which] = q_desc(d, (q + 1) % C->dev[d].nq); break;   /* another queue's */
 	default: a[which] = RAM_END - 16 - rn(64); break;           /* runs off RAM */
 	}
 }
@@ -263,7 +281,7 @@ static void fuse_init(unsigned d);
 /* Reset and bring the device up; hostile: lie somewhere on the way. */
 static void handshake(unsigned d, int hostile)
 {
-	struct fdev *f = &dev[d];
+	struct fdev *f = &C->dev[d];
 	mw(d, R_STATUS, 0);
 	mr(d, R_MAGIC);
 	mr(d, R_DEVID);
@@ -330,7 +348,7 @@ struct seg {
  * behind anything still in flight). */
 static uint64_t pages(unsigned d, unsigned n)
 {
-	struct fdev *f = &dev[d];
+	struct fdev *f = &C->dev[d];
 	if (f->next_page + n > BUF_PAGES)
 		f->next_page = 0;
 	uint64_t a = f->arena + BUF_OFF + (uint64_t)f->next_page * PAGE;
@@ -377,20 +395,18 @@ static void st_desc(unsigned d, unsigned q, unsigned i, uint64_t addr, uint32_t 
 	st(at + 8, len | (uint64_t)flags << 32 | (uint64_t)next << 48, 8);
 }
 
-static unsigned stat_hostile[16];
-
 /* Make a chain of segments available on queue q and kick it; hostile:
  * break it in one of the ways a device must survive. */
 static void post_chain(unsigned d, unsigned q, struct seg *s, unsigned n, int hostile)
 {
-	struct fdev *f = &dev[d];
+	struct fdev *f = &C->dev[d];
 	unsigned size = qs(d, q);
 	int indirect = 0;
 	if (n == 0)
 		return;
 	if (hostile) {
 		unsigned k = rn(12);
-		stat_hostile[k]++;
+		C->hostile[k]++;
 		switch (k) {
 		case 0: s[rn(n)].addr = bad_addr(); break;
 		case 1: s[rn(n)].len = (uint32_t)interesting() | (pct(50) ? 0x80000000u : 0); break;
@@ -742,7 +758,7 @@ static size_t fuse_req(unsigned d, uint8_t *p, size_t cap, uint32_t *reply, int 
 		n = cap - 40;
 	put32(p, (uint32_t)(40 + n));
 	put32(p + 4, op);
-	put64(p + 8, ++dev[d].unique);
+	put64(p + 8, ++C->dev[d].unique);
 	put64(p + 16, op == 26 ? 0 : nodeid());
 	put32(p + 24, pct(90) ? 1000 : (uint32_t)rnd());
 	put32(p + 28, pct(90) ? 1000 : (uint32_t)rnd());
@@ -887,7 +903,7 @@ static void send_one(unsigned d)
 		len = net_frame(buf, sizeof buf);
 	}
 	if (pct(2))
-		q = dev[d].rxq_mask & 1 ? 0 : q; /* readable buffers on an rx queue */
+		q = C->dev[d].rxq_mask & 1 ? 0 : q; /* readable buffers on an rx queue */
 	n = payload_segs(d, buf, len, s);
 	if (reply)
 		n = write_segs(d, reply, s, n);
@@ -913,7 +929,7 @@ static void poke_regs(unsigned d)
 {
 	unsigned k = 1 + rn(6);
 	for (unsigned i = 0; i < k; i++) {
-		unsigned off = pct(40) ? R_CONFIG + rn(dev[d].cfg_len + 16) : rn(0x200);
+		unsigned off = pct(40) ? R_CONFIG + rn(C->dev[d].cfg_len + 16) : rn(0x200);
 		unsigned sz = 1u << rn(4);
 		if (pct(50)) {
 			off &= ~3u;
@@ -935,7 +951,7 @@ static void poke_regs(unsigned d)
  * interrupt acks, queue selection. */
 static void midflight(unsigned d)
 {
-	struct fdev *f = &dev[d];
+	struct fdev *f = &C->dev[d];
 	switch (rn(7)) {
 	case 0: /* reset right after a kick */
 		send_one(d);
@@ -971,7 +987,7 @@ static void midflight(unsigned d)
 	case 5:
 		mr(d, R_GEN);
 		for (unsigned i = 0; i < 4; i++)
-			sop(SOP_MRX, win(d, R_CONFIG + rn(dev[d].cfg_len + 8)), 0, 1u << rn(4), 1);
+			sop(SOP_MRX, win(d, R_CONFIG + rn(C->dev[d].cfg_len + 8)), 0, 1u << rn(4), 1);
 		break;
 	default: /* notify every queue, some not ready */
 		for (unsigned q = 0; q < VBUS_MAX_QUEUES; q++)
@@ -980,15 +996,13 @@ static void midflight(unsigned d)
 	}
 }
 
-static unsigned batches;
-
 /* The next script: a few hundred ops over all devices. */
 static void gen_batch(void)
 {
-	scr.n = scr.nrep = 0;
+	C->scr.n = C->scr.nrep = 0;
 	for (unsigned d = 0; d < ND; d++)
-		if (batches == 0 || pct(35))
-			handshake(d, batches != 0 && pct(40));
+		if (C->batches == 0 || pct(35))
+			handshake(d, C->batches != 0 && pct(40));
 	unsigned acts = 20 + rn(40);
 	for (unsigned i = 0; i < acts && !script_full(); i++) {
 		unsigned d = rn(ND);
@@ -996,7 +1010,7 @@ static void gen_batch(void)
 		if (k < 55)
 			send_one(d);
 		else if (k < 65)
-			post_rx(d, rn(dev[d].nq), 1 + rn(4));
+			post_rx(d, rn(C->dev[d].nq), 1 + rn(4));
 		else if (k < 80)
 			poke_regs(d);
 		else
@@ -1004,8 +1018,8 @@ static void gen_batch(void)
 	}
 	if (pct(30))
 		sop(SOP_IRQS, 0, 0, 0, 1);
-	sop(SOP_NEXT, 0, batches, 0, 0);
-	batches++;
+	sop(SOP_NEXT, 0, C->batches, 0, 0);
+	C->batches++;
 }
 
 /* ---- the final, well-formed requests ---- */
@@ -1021,7 +1035,7 @@ static struct final_plan fin;
 /* A clean handshake with power-of-two queues and no lies. */
 static void clean_handshake(unsigned d)
 {
-	struct fdev *f = &dev[d];
+	struct fdev *f = &C->dev[d];
 	mw(d, R_STATUS, 0);
 	mw(d, R_STATUS, 3);
 	mw(d, R_GFSEL, 0);
@@ -1047,7 +1061,7 @@ static void clean_handshake(unsigned d)
 
 static void clean_post(unsigned d, unsigned q, struct seg *s, unsigned n)
 {
-	struct fdev *f = &dev[d];
+	struct fdev *f = &C->dev[d];
 	unsigned head = f->next_desc[q] % 16;
 	for (unsigned i = 0; i < n; i++)
 		st_desc(d, q, (head + i) % 16, s[i].addr, s[i].len,
@@ -1063,12 +1077,12 @@ static void gen_final(void)
 {
 	uint8_t b[256];
 	struct seg s[MAX_SEGS];
-	scr.n = scr.nrep = 0;
+	C->scr.n = C->scr.nrep = 0;
 	for (unsigned d = 0; d < ND; d++)
 		clean_handshake(d);
 
 	/* vsock: a REQUEST to a port nobody listens on must bring an RST. */
-	uint64_t a = dev[D_VSOCK].arena + CHECK_OFF;
+	uint64_t a = C->dev[D_VSOCK].arena + CHECK_OFF;
 	fin.vs_rx = a;
 	gm_write(&g_vm->mem, a, (uint8_t[PAGE]){ 0 }, PAGE);
 	s[0] = (struct seg){ a, PAGE, VRING_F_WRITE };
@@ -1087,7 +1101,7 @@ static void gen_final(void)
 	fin.vs_wait = sop(SOP_WAIT, q_used(D_VSOCK, 0) + 2, 1, FINAL_POLLS, 1);
 
 	/* virtio-fs: FUSE_INIT must get its reply. */
-	a = dev[D_FS].arena + CHECK_OFF;
+	a = C->dev[D_FS].arena + CHECK_OFF;
 	memset(b, 0, sizeof b);
 	put32(b, 40 + 64);
 	put32(b + 4, 26);
@@ -1106,7 +1120,7 @@ static void gen_final(void)
 
 	/* virtio-net: an ARP request for the gateway must be answered; frames
 	 * queued before the reset may come first, so there are 8 buffers. */
-	a = dev[D_NET].arena + CHECK_OFF;
+	a = C->dev[D_NET].arena + CHECK_OFF;
 	fin.net_rx = a;
 	for (unsigned i = 0; i < 8; i++) {
 		gm_write(&g_vm->mem, a + i * 2048ull, (uint8_t[2048]){ 0 }, 2048);
@@ -1263,6 +1277,7 @@ struct rig {
 	double started, last_progress, deadline;
 	uint64_t reps, rep_last[16];
 	unsigned final_phase; /* 0 fuzzing, 1 final script running, 2 done */
+	unsigned ncpus;
 	int fds_before, fds_after;
 	long rss_base, rss_end;
 	int final_ok[ND];
@@ -1356,19 +1371,41 @@ static void tg_read(void *ctx, uint64_t off, uint8_t *data, unsigned len)
 	memset(data, 0, len > 8 ? 8 : len);
 }
 
+/* Put the current vCPU's script where its ring 3 reads it. */
+static void script_write(void)
+{
+	if (C->scr.n < SCRIPT_MAX)
+		C->scr.op[C->scr.n][0] = SOP_END;
+	gm_write(&R.vm.mem, SCRIPT_ADDR + C->cpu * SCRIPT_STRIDE, C->scr.op,
+		 sizeof C->scr.op[0] * (C->scr.n + 1));
+}
+
+/* This vCPU is done: its script ends, and it waits in `finish` for the
+ * others (the last one there ends the VM).  Call with R.lock held. */
+static void script_end(void)
+{
+	C->scr.n = C->scr.nrep = 0;
+	C->scr.op[0][0] = SOP_END;
+	C->ended = 1;
+}
+
 static void tg_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
 {
+	unsigned cpu = (unsigned)(off / 0x1000), reg = (unsigned)(off % 0x1000);
 	uint64_t v = 0;
+	if (cpu >= R.ncpus)
+		return;
+	C = &gctx[cpu];
 	memcpy(&v, data, len > 8 ? 8 : len);
 	pthread_mutex_lock(&R.lock);
 	R.last_progress = now_s();
-	if (off == 0x38) {
+	if (reg == 0x38) {
 		R.rep_last[R.reps % 16] = v;
 		R.reps++;
 		pthread_mutex_unlock(&R.lock);
 		return;
 	}
-	if (off != 0x40) {
+	if (reg != 0x40) {
 		pthread_mutex_unlock(&R.lock);
 		return;
 	}
@@ -1376,14 +1413,24 @@ static void tg_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
 	double now = R.last_progress;
 	if (phase == 0 && R.rss_base < 0 && now - R.started >= (R.deadline - R.started) / 4)
 		R.rss_base = rss_kb();
+	int others = 0;
+	for (unsigned c = 1; c < R.ncpus; c++)
+		others |= !gctx[c].ended;
+	if (cpu != 0 && now >= R.deadline)
+		script_end();
+	else if (cpu == 0 && phase == 0 && now >= R.deadline && !others)
+		R.final_phase = 1;
 	pthread_mutex_unlock(&R.lock);
 
-	if (phase == 0 && now < R.deadline) {
+	if (C->ended) {
+		/* the end, written below */
+	} else if (now < R.deadline) {
 		gen_batch();
+	} else if (phase == 0 && others) {
+		/* The final check starts once no other vCPU drives a device. */
+		C->scr.n = C->scr.nrep = 0;
+		sop(SOP_NEXT, 0, ~1ull, 0, 0);
 	} else if (phase == 0) {
-		pthread_mutex_lock(&R.lock);
-		R.final_phase = 1;
-		pthread_mutex_unlock(&R.lock);
 		gen_final();
 	} else {
 		final_checks();
@@ -1394,14 +1441,19 @@ static void tg_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
 		R.rss_end = rss_kb();
 		pthread_mutex_lock(&R.lock);
 		R.final_phase = 2;
+		script_end();
 		pthread_mutex_unlock(&R.lock);
-		scr.n = scr.nrep = 0;
-		scr.op[0][0] = SOP_END;
-		scr.n = 1;
 	}
-	if (scr.n < SCRIPT_MAX)
-		scr.op[scr.n][0] = SOP_END;
-	gm_write(&R.vm.mem, SCRIPT_ADDR, scr.op, sizeof scr.op[0] * (scr.n + 1));
+	script_write();
+}
+
+/* Scripts handed out so far, all vCPUs (read racily, for reports). */
+static unsigned total_batches(void)
+{
+	unsigned n = 0;
+	for (unsigned c = 0; c < R.ncpus; c++)
+		n += gctx[c].batches;
+	return n;
 }
 
 /* ---- watchdog ---- */
@@ -1431,7 +1483,7 @@ static void *watchdog(void *arg)
 		if (!locked || idle > limit) {
 			check(0, "host hang: %s (seed %" PRIu64 ", batch %u, phase %u)",
 			      !locked ? "the bus lock was held for 5 s (device thread stuck)"
-				      : "no vCPU progress for 5 s", seed, batches, phase);
+				      : "no vCPU progress for 5 s", seed, total_batches(), phase);
 			printf("%u passed, %u failed\n", passed, failed);
 			fflush(stdout);
 			_exit(1);
@@ -1507,7 +1559,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read %s", guest);
 		return -1;
 	}
-	if (vm_create(&R.vm, 1, MEM_MIB, err, errlen) < 0)
+	if (vm_create(&R.vm, R.ncpus, MEM_MIB, err, errlen) < 0)
 		return -1;
 	g_vm = &R.vm;
 	struct boot_image k;
@@ -1516,7 +1568,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	if (boot_load_kernel(&R.vm.mem, img, img_len, &k, err, errlen) < 0 ||
 	    boot_write_params(&R.vm.mem, &k, &bs, err, errlen) < 0)
 		return -1;
-	if (mptable_write(&R.vm.mem, 1) < 0) {
+	if (mptable_write(&R.vm.mem, R.ncpus) < 0) {
 		snprintf(err, errlen, "mptable_write failed");
 		return -1;
 	}
@@ -1525,12 +1577,13 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		snprintf(err, errlen, "no configuration block in the guest");
 		return -1;
 	}
-	cfg = (struct tg_cfg){ .magic = TG_CFG_MAGIC, .ncpus = 1, .mode = MODE_SCRIPT,
+	cfg = (struct tg_cfg){ .magic = TG_CFG_MAGIC, .ncpus = R.ncpus, .mode = MODE_SCRIPT,
 			       .rounds = 0, .seed = (uint32_t)seed, .exit_digit = 5,
 			       .mmio_base = TG_MMIO, .virtio_base = VBUS_BASE,
 			       .virtio_irq = VBUS_FIRST_IRQ, .script = SCRIPT_ADDR };
 	gm_write(&R.vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg);
-	if (vm_add_mmio(&R.vm, &(struct vm_mmio){ TG_MMIO, 0x1000, tg_read, tg_write, NULL }) < 0) {
+	if (vm_add_mmio(&R.vm, &(struct vm_mmio){ TG_MMIO, 0x1000ull * R.ncpus, tg_read, tg_write,
+						  NULL }) < 0) {
 		snprintf(err, errlen, "cannot add the harness window");
 		return -1;
 	}
@@ -1609,22 +1662,27 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	if (vbus_add(&R.bus, &R.nic.dev, &np, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
 
-	dev[D_VSOCK] = (struct fdev){ .name = "vsock", .nq = 3, .rxq_mask = 5,
-				      .offered = R.vs.dev.features, .cfg_len = 8,
-				      .vd = &R.vs.dev };
-	dev[D_FS] = (struct fdev){ .name = "virtio-fs", .nq = 2, .rxq_mask = 0,
-				   .offered = R.mnt.m[0].vfs.dev.features,
-				   .cfg_len = VIRTIO_FS_CONFIG_SIZE, .vd = &R.mnt.m[0].vfs.dev };
-	dev[D_NET] = (struct fdev){ .name = "virtio-net", .nq = 2, .rxq_mask = 1,
-				    .offered = R.nic.dev.features, .cfg_len = VNET_CONFIG_SIZE,
-				    .vd = &R.nic.dev };
-	for (unsigned d = 0; d < ND; d++)
-		dev[d].arena = ARENA + d * DEV_SPAN;
-
-	rng_state = seed;
-	gen_batch();
-	scr.op[scr.n][0] = SOP_END;
-	gm_write(&R.vm.mem, SCRIPT_ADDR, scr.op, sizeof scr.op[0] * (scr.n + 1));
+	/* vCPU 0's stream is the seed's own: a one-vCPU run replays it. */
+	for (unsigned c = 0; c < R.ncpus; c++) {
+		C = &gctx[c];
+		C->cpu = c;
+		C->rng = seed + c * 0xd1b54a32d192ed03ull;
+		C->dev[D_VSOCK] = (struct fdev){ .name = "vsock", .nq = 3, .rxq_mask = 5,
+						 .offered = R.vs.dev.features, .cfg_len = 8,
+						 .vd = &R.vs.dev };
+		C->dev[D_FS] = (struct fdev){ .name = "virtio-fs", .nq = 2, .rxq_mask = 0,
+					      .offered = R.mnt.m[0].vfs.dev.features,
+					      .cfg_len = VIRTIO_FS_CONFIG_SIZE,
+					      .vd = &R.mnt.m[0].vfs.dev };
+		C->dev[D_NET] = (struct fdev){ .name = "virtio-net", .nq = 2, .rxq_mask = 1,
+					       .offered = R.nic.dev.features,
+					       .cfg_len = VNET_CONFIG_SIZE, .vd = &R.nic.dev };
+		for (unsigned d = 0; d < ND; d++)
+			C->dev[d].arena = ARENA + (c * ND + d) * DEV_SPAN;
+		gen_batch();
+		script_write();
+	}
+	C = &gctx[0];
 	if (vm_setup_cpus(&R.vm, k.entry, err, errlen) < 0)
 		return -1;
 	if (pthread_create(&R.echo.thread, NULL, echo_thread, &R.echo) != 0) {
@@ -1669,23 +1727,35 @@ static void stats_line(const char *when)
 	printf("# %s: %u batches; vsock %" PRIu64 " bad packets %" PRIu64 " RSTs; virtio-fs %"
 	       PRIu64 " requests %" PRIu64 " bad chains; virtio-net %" PRIu64 " frames out %"
 	       PRIu64 " in %" PRIu64 " bad chains; echo peer %" PRIu64 " conns %" PRIu64
-	       " bytes\n", when, batches, R.vs.stats.bad_packets, R.vs.stats.resets_sent,
+	       " bytes\n", when, total_batches(), R.vs.stats.bad_packets, R.vs.stats.resets_sent,
 	       fs->requests, fs->bad_chains, v.tx_frames, v.rx_frames, v.bad_chains,
 	       R.echo.accepted, R.echo.bytes);
 	pthread_mutex_unlock(&R.bus.lock);
 	int root = open(R.share, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	printf("# the share holds %u entries (3 at the start)\n",
 	       root >= 0 ? count_tree(root, 0) : 0);
-	printf("# hostile chains by kind:");
-	for (unsigned k = 0; k < 12; k++)
-		printf(" %u", stat_hostile[k]);
+	printf("# scripts per vCPU:");
+	for (unsigned c = 0; c < R.ncpus; c++)
+		printf(" %u", gctx[c].batches);
+	printf("\n# hostile chains by kind:");
+	for (unsigned k = 0; k < 12; k++) {
+		unsigned n = 0;
+		for (unsigned c = 0; c < R.ncpus; c++)
+			n += gctx[c].hostile[k];
+		printf(" %u", n);
+	}
 	printf("\n");
 }
 
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: %s GUEST.elf SECONDS SEED TMPDIR\n", argv[0]);
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: %s GUEST.elf SECONDS SEED TMPDIR [VCPUS]\n", argv[0]);
+		return 2;
+	}
+	R.ncpus = argc == 6 ? (unsigned)atoi(argv[5]) : 1;
+	if (R.ncpus < 1 || R.ncpus > MAX_CPUS) {
+		fprintf(stderr, "VCPUS must be 1 to %u\n", MAX_CPUS);
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1696,8 +1766,8 @@ int main(int argc, char **argv)
 		printf("skip - /dev/kvm is absent\n0 passed, 0 failed\n");
 		return 0;
 	}
-	printf("# guest-fuzz: seed %" PRIu64 " (SEED=%" PRIu64 " replays it), %.0f s\n", seed,
-	       seed, secs);
+	printf("# guest-fuzz: seed %" PRIu64 " (SEED=%" PRIu64 " replays it), %.0f s, %u vCPU(s)\n",
+	       seed, seed, secs, R.ncpus);
 	/* A file the guest grows stops at 16 MiB (EFBIG, not SIGXFSZ). */
 	signal(SIGXFSZ, SIG_IGN);
 	setrlimit(RLIMIT_FSIZE, &(struct rlimit){ 16u << 20, 16u << 20 });
@@ -1734,7 +1804,7 @@ int main(int argc, char **argv)
 
 	check(end == VM_END_RESET && R.final_phase == 2,
 	      "the guest fuzzed for %.1f s and ended as it meant to (%u batches, end %d%s%s)",
-	      took, batches, (int)end, end == VM_END_ERROR ? ": " : "",
+	      took, total_batches(), (int)end, end == VM_END_ERROR ? ": " : "",
 	      end == VM_END_ERROR ? R.vm.error : "");
 	static const char *what[ND] = {
 		"vsock: a REQUEST to a closed port is answered by RST",
@@ -1764,8 +1834,8 @@ int main(int argc, char **argv)
 	close(R.echo.stop_fd);
 	vm_destroy(&R.vm);
 	if (failed)
-		printf("# reproduce: tests/guest/fuzz.sh BUILD SECONDS with SEED=%" PRIu64 "\n",
-		       seed);
+		printf("# reproduce: SEED=%" PRIu64 " VCPUS=%u tests/guest/fuzz.sh BUILD SECONDS\n",
+		       seed, R.ncpus);
 	printf("%u passed, %u failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

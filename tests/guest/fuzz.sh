@@ -1,7 +1,8 @@
 #!/bin/sh
 # The malicious-guest fuzzer (tests/guest/fuzz.c): builds the test guest,
 # the ASan+UBSan objects of every module and the fuzz harness, and runs it.
-# Usage: tests/guest/fuzz.sh [BUILD_DIR] [SECONDS]   (SEED=N replays a run)
+# Usage: tests/guest/fuzz.sh [BUILD_DIR] [SECONDS]
+#   SEED=N replays a run; VCPUS=1 or 2 (default 2) guest drivers at once.
 set -eu
 B=${1:-build}
 SECS=${2:-30}
@@ -34,8 +35,10 @@ trap 'rm -rf "$tmp"' EXIT
 rc=0
 ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=16:abort_on_error=0 \
 UBSAN_OPTIONS=print_stacktrace=1 \
-	timeout $((SECS + 120)) "$B/guest-fuzz" "$B/test-guest.elf" "$SECS" "$seed" "$tmp" || rc=$?
+	timeout $((SECS + 120)) "$B/guest-fuzz" "$B/test-guest.elf" "$SECS" "$seed" "$tmp" \
+	"${VCPUS:-2}" || rc=$?
 if [ "$rc" -ne 0 ]; then
-	echo "FAIL - guest-fuzz exited $rc; replay with: SEED=$seed tests/guest/fuzz.sh $B $SECS"
+	echo "FAIL - guest-fuzz exited $rc; replay with:" \
+		"SEED=$seed VCPUS=${VCPUS:-2} tests/guest/fuzz.sh $B $SECS"
 	exit 1
 fi

@@ -711,7 +711,7 @@ iopl_insn:
 	jmp finish
 
 /* The script interpreter: ops of four qwords {op | mask << 32, a, b, c}
- * from cfg_script until SOP_END (or an unknown op).  Reports go to
+ * from cfg_script + 256 KiB * cpu until SOP_END (or an unknown op).  Reports go to
  * 0x38(%r13) one qword each; a poll reports the value it last saw, with
  * bit 32 set if it gave up after c tries.  %rbp = the device window. */
 #define SOP_END   0
@@ -727,7 +727,9 @@ iopl_insn:
 #define SOP_MWX   9 /* write the c low bytes (1, 2, 4, 8) of b to register a */
 #define SOP_MRX  10 /* read c bytes (1, 2, 4, 8) of register a, report them */
 script:
-	mov cfg_script(%rip), %rsi
+	mov %r15, %rsi
+	shl $18, %rsi                           /* vCPU n's script: +n * 256 KiB */
+	add cfg_script(%rip), %rsi
 	mov cfg_virtio_base(%rip), %rbp
 1:	mov (%rsi), %rax
 	mov 8(%rsi), %rdi

@@ -284,7 +284,7 @@ __attribute__((format(printf, 3, 4))) static int hs_fail(struct hs *h, int statu
 
 /* ---- finding placeholders ---------------------------------------------- */
 
-enum hs_form { F_PLAIN = 0, F_PCT = 1, F_JSON = 2, F_MIXED = 3, F_B64 = 4, F_BASIC = 8 };
+enum hs_form { F_PLAIN = 0, F_PCT = 1, F_JSON = 2, F_MIXED = 3, F_B64 = 4 };
 enum { M_NO, M_YES, M_MORE };
 
 struct hs_match {
@@ -579,13 +579,14 @@ static const char *hs_form_name(unsigned form, bool basic)
 	}
 }
 
-/* Where S may go, as "header fields: a, b; query; body". */
+/* Where S may go, as "header fields: a, b; query string; body". */
 static void hs_places_of(const struct secret *s, char *buf, size_t len)
 {
-	char fields[256];
-	secrets_describe_fields(s, fields, sizeof fields);
-	int n = snprintf(buf, len, "%s%s", s->sub_headers ? "header fields: " : "",
-			 s->sub_headers ? fields : "");
+	char fields[256] = "";
+	if (s->n_fields)
+		secrets_describe_fields(s, fields, sizeof fields);
+	const char *intro = !s->sub_headers ? "" : s->n_fields ? "header fields: " : "any header field";
+	int n = snprintf(buf, len, "%s%s", intro, s->sub_headers ? fields : "");
 	if (n < 0 || (size_t)n >= len)
 		return;
 	if (s->sub_query)

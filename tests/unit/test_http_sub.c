@@ -281,6 +281,10 @@ static const struct hcase cases[] = {
 	  "it was found in the query string (percent-encoded)", 0 },
 	{ "placeholder in path", NULL, GET("/u/%24KBOX_QK/x", ""), NULL, 403,
 	  "it was found in the method or path (percent-encoded)", 0 },
+	{ "FOO is for any header field only", NULL, GET("/s?f=$KBOX_FOO", ""), NULL, 403,
+	  "kbox: the secret FOO may be sent to api.example.com only in any header field; it "
+	  "was found in the query string (plain), so this request was blocked",
+	  0 },
 	{ "QK is not for headers", NULL, GET("/", "Authorization: $KBOX_QK\r\n"), NULL, 403,
 	  "may be sent to api.example.com only in query string", 0 },
 	{ "body substituted, Content-Length fixed", NULL,

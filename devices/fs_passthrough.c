@@ -1396,6 +1396,7 @@ static void fsp_reset(void *be)
 	p->n_nodes = 1;
 	p->n_live = 1;
 	p->free_node = FSP_NONE;
+	p->lru_head = p->lru_tail = FSP_NONE;
 	p->nodes[0].refs = 0;
 	for (uint32_t b = 0; b < p->hash_size; b++)
 		p->hash[b] = FSP_NONE;

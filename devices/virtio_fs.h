@@ -29,10 +29,13 @@
 
 /* The max_write a fuse_server behind this device must be configured with.
  * The Linux driver puts every data page in its own descriptor, so a
- * request of P pages is a chain of up to P + 4 segments; 32 pages keeps
- * every chain within VQ_MAX_SEGS. */
-#define VIRTIO_FS_MAX_WRITE (32u * 4096)
-_Static_assert(VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VQ_MAX_SEGS,
+ * request of P pages is a chain of up to P + 4 segments, which must fit in
+ * VQ_MAX_SEGS, in an indirect table (VQ_MAX_INDIRECT) and, for a driver
+ * that goes without indirect descriptors, in the request queue. */
+#define VIRTIO_FS_MAX_WRITE (252u * 4096)
+_Static_assert(VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VQ_MAX_SEGS &&
+		       VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VQ_MAX_INDIRECT &&
+		       VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VIRTIO_FS_REQUEST_SIZE,
 	       "a max_write request must fit in one chain");
 
 struct virtio_fs_stats {

@@ -19,8 +19,10 @@
 /* Largest queue any of our devices offers (the spec allows 32768). */
 #define VQ_MAX_SIZE 1024
 /* Segments one chain may yield; longer chains are an error rather than a
- * reason to allocate. */
-#define VQ_MAX_SEGS 64
+ * reason to allocate.  256 lets virtio-fs move ~1 MiB per request (the
+ * Linux driver gives each data page its own segment); a chain costs 4 KiB
+ * of segment table wherever it is popped. */
+#define VQ_MAX_SEGS 256
 /* Longest indirect table accepted (entries). */
 #define VQ_MAX_INDIRECT 256
 

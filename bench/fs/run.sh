@@ -21,19 +21,16 @@
 #   extract    tar -xf of the uncompressed tree (xz is taken out of the timing)
 #   git status on the extracted tree, committed natively beforehand (git init,
 #              add -A, commit, gc on the source directory, so the index
-#              matches; gc packs the objects, as in a real clone, and keeps the
-#              tree + .git under the fd limit, see below)
+#              matches; gc packs the objects, as in a real clone)
 #   find+stat  find -printf '%s %m %T@' over the tree (an lstat per entry)
 #   write      dd of BIG_MB MiB of zeros, conv=fsync
 #   read       dd of that file to /dev/null (host page cache warm)
 # Both FUSE servers are single-threaded and use 1 s entry/attribute timeouts
 # and the host's inode numbers (bindfs: -o use_ino).
 #
-# kbox's server holds an O_PATH fd for every inode the kernel remembers, and
-# the kernel forgets inodes only under memory pressure: a walk of more
-# entries than the server's RLIMIT_NOFILE (kbox-fuse-mount raises it to
-# fs.nr_open when it may) ends in EMFILE.  Where the hard limit is low (20000
-# in some containers), SUBSET= (the whole tree) fails on the kbox side.
+# kbox's server remembers inodes without holding an fd for each (lookups are
+# an fstatat; fds are opened on demand and the least recently used closed at
+# its cap), so SUBSET= (the whole tree) works whatever RLIMIT_NOFILE is.
 #
 # Prints a table of medians with kbox/bindfs (bindfs time / kbox time: > 1
 # means kbox is faster) and kbox/native (kbox time / native time: how many

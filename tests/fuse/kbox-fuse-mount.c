@@ -120,10 +120,11 @@ int main(int argc, char **argv)
 	cfg.hidden = hidden;
 	const char *mnt = argv[optind + 1];
 
-	/* Every inode the guest remembers holds an fd, and the kernel forgets
-	 * inodes only under memory pressure: a walk of a tree larger than the
-	 * fd limit gets EMFILE.  As root, raise the hard limit to the system's
-	 * ceiling (fs.nr_open) first; else take what the hard limit allows. */
+	/* The backend keeps inode fds under its cap by closing the least
+	 * recently used ones and reopening them on demand; a higher limit
+	 * spares those reopens.  As root, raise the hard limit to the
+	 * system's ceiling (fs.nr_open) first; else take what the hard limit
+	 * allows. */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
 		FILE *f = fopen("/proc/sys/fs/nr_open", "r");
 		unsigned long ceiling = 0;

@@ -229,16 +229,29 @@ END_TEST
 
 START_TEST(segment_bound)
 {
+	/* A queue large enough for a direct chain one segment too long:
+	 * rings of its own above the shared ones, buffers at BUF. */
+	const uint64_t desc_gpa = 0x9000, avail_gpa = 0xd000, used_gpa = 0xe000;
+	const unsigned size = 512;
+	_Static_assert(0x9000 + 16 * 512 <= 0xd000 && 0xe000 + 6 + 8 * 512 <= RAM,
+		       "segment_bound's rings fit");
 	struct vq_chain c;
-	start(128, 0);
+	vq_init(&q, size);
+	q.desc_gpa = desc_gpa;
+	q.avail_gpa = avail_gpa;
+	q.used_gpa = used_gpa;
+	start(size, 0);
 	for (unsigned i = 0; i < VQ_MAX_SEGS; i++)
-		desc(i, BUF + i, 1, i + 1 < VQ_MAX_SEGS ? F_NEXT : 0, i + 1);
-	offer(0);
+		desc_at(desc_gpa, i, BUF + i, 1, i + 1 < VQ_MAX_SEGS ? F_NEXT : 0,
+			(uint16_t)(i + 1));
+	w16(avail_gpa + 4, 0);
+	w16(avail_gpa + 2, 1);
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.nr, VQ_MAX_SEGS);
-	desc(VQ_MAX_SEGS - 1, BUF, 1, F_NEXT, VQ_MAX_SEGS);
-	desc(VQ_MAX_SEGS, BUF, 1, 0, 0);
-	offer(0);
+	desc_at(desc_gpa, VQ_MAX_SEGS - 1, BUF, 1, F_NEXT, VQ_MAX_SEGS);
+	desc_at(desc_gpa, VQ_MAX_SEGS, BUF, 1, 0, 0);
+	w16(avail_gpa + 4 + 2, 0);
+	w16(avail_gpa + 2, 2);
 	ck_assert_int_eq(vq_pop(&q, &c), -E2BIG);
 }
 END_TEST

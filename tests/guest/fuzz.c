@@ -149,7 +149,6 @@ struct script {
 enum { D_VSOCK, D_FS, D_NET, ND };
 
 struct fdev {
-	const char *name;
 	unsigned nq;
 	unsigned rxq_mask;  /* queues that take device-writable buffers only */
 	uint64_t offered;   /* features the device offers */
@@ -159,7 +158,6 @@ struct fdev {
 	uint16_t qsize[4], avail[4], next_desc[4];
 	unsigned next_page, next_ind;
 	uint64_t unique;
-	struct vq_dev *vd;
 };
 
 /* One vCPU's driver: its own PRNG stream, script, view of the devices
@@ -583,7 +581,7 @@ static size_t put_name(uint8_t *p, size_t cap)
 	const char *s = names[rn(sizeof names / sizeof names[0])];
 	size_t n = strlen(s);
 	memcpy(p, s, n + 1);
-	return n + 1 + (pct(5) ? 0 : 0);
+	return n + 1;
 }
 
 static uint64_t nodeid(void)
@@ -1025,7 +1023,6 @@ static void gen_batch(void)
 /* ---- the final, well-formed requests ---- */
 
 struct final_plan {
-	unsigned vs_wait, fs_wait, net_wait;
 	uint64_t vs_rx, fs_reply, net_rx;
 	uint64_t fs_unique;
 };
@@ -1098,7 +1095,7 @@ static void gen_final(void)
 	gm_write(&g_vm->mem, a + PAGE, b, VSOCK_HDR_SIZE);
 	s[0] = (struct seg){ a + PAGE, VSOCK_HDR_SIZE, 0 };
 	clean_post(D_VSOCK, 1, s, 1);
-	fin.vs_wait = sop(SOP_WAIT, q_used(D_VSOCK, 0) + 2, 1, FINAL_POLLS, 1);
+	sop(SOP_WAIT, q_used(D_VSOCK, 0) + 2, 1, FINAL_POLLS, 1);
 
 	/* virtio-fs: FUSE_INIT must get its reply. */
 	a = C->dev[D_FS].arena + CHECK_OFF;
@@ -1116,7 +1113,7 @@ static void gen_final(void)
 	s[0] = (struct seg){ a, 104, 0 };
 	s[1] = (struct seg){ fin.fs_reply, PAGE, VRING_F_WRITE };
 	clean_post(D_FS, 1, s, 2);
-	fin.fs_wait = sop(SOP_WAIT, q_used(D_FS, 1) + 2, 1, FINAL_POLLS, 1);
+	sop(SOP_WAIT, q_used(D_FS, 1) + 2, 1, FINAL_POLLS, 1);
 
 	/* virtio-net: an ARP request for the gateway must be answered; frames
 	 * queued before the reset may come first, so there are 8 buffers. */
@@ -1127,7 +1124,7 @@ static void gen_final(void)
 		s[0] = (struct seg){ a + i * 2048ull, 2048, VRING_F_WRITE };
 		clean_post(D_NET, 0, s, 1);
 	}
-	static const uint8_t gw_mac[6] = NS_GATEWAY_MAC, g_mac[6] = VNET_GUEST_MAC;
+	static const uint8_t g_mac[6] = VNET_GUEST_MAC;
 	static const uint8_t gip[4] = NS_GUEST_IP, gwip[4] = NS_GATEWAY_IP;
 	memset(b, 0, sizeof b);
 	uint8_t *e = b + VNET_HDR_SIZE;
@@ -1142,11 +1139,10 @@ static void gen_final(void)
 	memcpy(e + 22, g_mac, 6);
 	memcpy(e + 28, gip, 4);
 	memcpy(e + 38, gwip, 4);
-	(void)gw_mac;
 	gm_write(&g_vm->mem, a + 8 * 2048ull, b, VNET_HDR_SIZE + 42);
 	s[0] = (struct seg){ a + 8 * 2048ull, VNET_HDR_SIZE + 42, 0 };
 	clean_post(D_NET, 1, s, 1);
-	fin.net_wait = sop(SOP_WAIT, q_used(D_NET, 0) + 2, 1, FINAL_POLLS, 1);
+	sop(SOP_WAIT, q_used(D_NET, 0) + 2, 1, FINAL_POLLS, 1);
 	/* A little time for more frames, then report. */
 	sop(SOP_WAIT, q_used(D_NET, 0) + 2, 0xffff, 2000000, 1);
 	sop(SOP_NEXT, 0, ~0ull, 0, 0);
@@ -1275,7 +1271,7 @@ struct rig {
 	/* run state, shared with the watchdog */
 	pthread_mutex_t lock;
 	double started, last_progress, deadline;
-	uint64_t reps, rep_last[16];
+	uint64_t reps; /* register values and polls ring 3 reported */
 	unsigned final_phase; /* 0 fuzzing, 1 final script running, 2 done */
 	unsigned ncpus;
 	int fds_before, fds_after;
@@ -1283,7 +1279,6 @@ struct rig {
 	int final_ok[ND];
 	char final_why[ND][160];
 	int done;
-	unsigned irqs_seen;
 };
 
 static struct rig R;
@@ -1392,15 +1387,12 @@ static void script_end(void)
 static void tg_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
 {
 	unsigned cpu = (unsigned)(off / 0x1000), reg = (unsigned)(off % 0x1000);
-	uint64_t v = 0;
 	if (cpu >= R.ncpus)
 		return;
 	C = &gctx[cpu];
-	memcpy(&v, data, len > 8 ? 8 : len);
 	pthread_mutex_lock(&R.lock);
 	R.last_progress = now_s();
 	if (reg == 0x38) {
-		R.rep_last[R.reps % 16] = v;
 		R.reps++;
 		pthread_mutex_unlock(&R.lock);
 		return;
@@ -1667,16 +1659,14 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		C = &gctx[c];
 		C->cpu = c;
 		C->rng = seed + c * 0xd1b54a32d192ed03ull;
-		C->dev[D_VSOCK] = (struct fdev){ .name = "vsock", .nq = 3, .rxq_mask = 5,
-						 .offered = R.vs.dev.features, .cfg_len = 8,
-						 .vd = &R.vs.dev };
-		C->dev[D_FS] = (struct fdev){ .name = "virtio-fs", .nq = 2, .rxq_mask = 0,
+		C->dev[D_VSOCK] = (struct fdev){ .nq = 3, .rxq_mask = 5,
+						 .offered = R.vs.dev.features, .cfg_len = 8 };
+		C->dev[D_FS] = (struct fdev){ .nq = 2, .rxq_mask = 0,
 					      .offered = R.mnt.m[0].vfs.dev.features,
-					      .cfg_len = VIRTIO_FS_CONFIG_SIZE,
-					      .vd = &R.mnt.m[0].vfs.dev };
-		C->dev[D_NET] = (struct fdev){ .name = "virtio-net", .nq = 2, .rxq_mask = 1,
+					      .cfg_len = VIRTIO_FS_CONFIG_SIZE };
+		C->dev[D_NET] = (struct fdev){ .nq = 2, .rxq_mask = 1,
 					       .offered = R.nic.dev.features,
-					       .cfg_len = VNET_CONFIG_SIZE, .vd = &R.nic.dev };
+					       .cfg_len = VNET_CONFIG_SIZE };
 		for (unsigned d = 0; d < ND; d++)
 			C->dev[d].arena = ARENA + (c * ND + d) * DEV_SPAN;
 		gen_batch();
@@ -1737,6 +1727,7 @@ static void stats_line(const char *when)
 	printf("# scripts per vCPU:");
 	for (unsigned c = 0; c < R.ncpus; c++)
 		printf(" %u", gctx[c].batches);
+	printf("; %" PRIu64 " values reported by ring 3", R.reps);
 	printf("\n# hostile chains by kind:");
 	for (unsigned k = 0; k < 12; k++) {
 		unsigned n = 0;

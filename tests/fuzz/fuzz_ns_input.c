@@ -3,8 +3,12 @@
  * (ns_input) per input.  Control bit 0 makes the frame plausible first
  * (our MACs, the guest's source address, right lengths and checksums) so
  * that the fuzzer gets past parsing into ARP, DNS, UDP refusals and TCP;
- * bit 1 runs ns_dispatch after the frame.  Nothing may crash, leak, hang
- * or write a frame longer than FR_FRAME_MAX.
+ * bit 1 runs ns_dispatch after the frame; with bit 0, bit 2 aims a TCP
+ * segment at the gateway's allowed port and bit 3 gives it the sequence
+ * and acknowledgment numbers the stack expects next (from the last
+ * segment it sent), so inputs can finish handshakes and move data
+ * through the pump.  Nothing may crash, leak, hang or write a frame
+ * longer than FR_FRAME_MAX.
  *
  * No traffic leaves the process except to loopback (TESTING.md): the
  * policy is an allowlist whose only rule opens one port of
@@ -31,13 +35,19 @@ static struct pol pol;
 static struct audit au = {.fd = -1};
 static struct ns_host hosts[1];
 static int lfd = -1; /* host.kbox.internal's allowed port */
-static uint64_t out_frames;
+static uint16_t lport;
+static uint32_t next_seq, next_ack; /* what the stack expects from the guest next */
 
 static void output(void *ctx, const uint8_t *frame, size_t len)
 {
+	struct fr_pkt p;
+
 	if (len > FR_FRAME_MAX || (len > 0 && !frame))
 		abort();
-	out_frames++;
+	if (fr_parse(frame, len, &p) == 0 && p.ethertype == FR_ETH_IPV4 && p.proto == FR_IP_TCP) {
+		next_seq = p.ack;
+		next_ack = p.seq + (uint32_t)p.data_len + !!(p.tcp_flags & FR_TCP_SYN) + !!(p.tcp_flags & FR_TCP_FIN);
+	}
 }
 
 /* Documentation addresses only: blocked as a class, never dialled. */
@@ -72,6 +82,7 @@ static void setup(void)
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sin, sizeof sin) < 0 || listen(lfd, 64) < 0 ||
 	    getsockname(lfd, (struct sockaddr *)&sin, &sl) < 0)
 		abort();
+	lport = ntohs(sin.sin_port);
 	pol_init(&pol, POL_MODE_ALLOWLIST);
 	snprintf(rule, sizeof rule, "%s:%u", POL_HOST_NAME, ntohs(sin.sin_port));
 	if (pol_add_rule(&pol, rule, err, sizeof err) < 0 || pol_add_rule(&pol, "*.fuzz.test:443", err, sizeof err) < 0 ||
@@ -87,9 +98,17 @@ static void put16(uint8_t *b, unsigned v)
 	b[1] = (uint8_t)v;
 }
 
-/* Make f[0, len) look like the guest's: addresses, lengths, checksums. */
-static void plausible(uint8_t *f, size_t len)
+static void put32(uint8_t *b, uint32_t v)
 {
+	put16(b, v >> 16);
+	put16(b + 2, v & 0xffff);
+}
+
+/* Make f[0, len) look like the guest's: addresses, lengths, checksums;
+ * ctl as in the comment at the top. */
+static void plausible(uint8_t *f, size_t len, uint8_t ctl)
+{
+	static const uint8_t gw[4] = NS_GATEWAY_IP;
 	uint8_t *ip = f + FR_ETH_HLEN, ph[12];
 	size_t hl, tot, l4len;
 	uint32_t sum = 0;
@@ -127,6 +146,20 @@ static void plausible(uint8_t *f, size_t len)
 	for (i = 0; i < 12; i += 2)
 		sum += (uint32_t)(ph[i] << 8 | ph[i + 1]);
 	if (ip[9] == FR_IP_TCP && l4len >= 20) {
+		if (ctl & 4) {
+			memcpy(ip + 16, gw, 4);
+			put16(l4 + 2, lport);
+			put16(ip + 10, 0);
+			put16(ip + 10, fr_csum(ip, hl, 0));
+			memcpy(ph + 4, gw, 4);
+			sum = 0;
+			for (i = 0; i < 12; i += 2)
+				sum += (uint32_t)(ph[i] << 8 | ph[i + 1]);
+		}
+		if (ctl & 8) {
+			put32(l4 + 4, next_seq);
+			put32(l4 + 8, next_ack);
+		}
 		put16(l4 + 16, 0);
 		put16(l4 + 16, fr_csum(l4, l4len, sum));
 	} else if (ip[9] == FR_IP_UDP && l4len >= 8) {
@@ -170,7 +203,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		data += len;
 		size -= len;
 		if (ctl & 1)
-			plausible(frame, len);
+			plausible(frame, len, ctl);
 		ns_input(s, frame, len);
 		if (ctl & 2)
 			ns_dispatch(s);

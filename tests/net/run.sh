@@ -12,9 +12,12 @@
 # time; denied ones are reset within 1 s; DNS denials and rebinding; one
 # audit line per decision and one with byte counts per closed connection;
 # forwarded ports (-p): curl in the host namespace reaches a server in the
-# guest namespace, and a guest port nobody listens on fails fast.  Needs root and /dev/net/tun.  One line per
-# check, then "N passed, N failed"; non-zero exit on failure.  Every
-# command runs under a timeout; the harness ends itself after 150 s.
+# guest namespace, and a guest port nobody listens on fails fast; pinned
+# names (--add-host); UDP refused with ICMP and a bounded log; the DNS
+# rate cap; --learn, whose allowlist then lets the same session through a
+# second harness in allowlist mode.  Needs root and /dev/net/tun.  One
+# line per check, then "N passed, N failed"; non-zero exit on failure.
+# Every command runs under a timeout; each harness ends itself after 150 s.
 # Usage: tests/net/run.sh [BUILD_DIR]   (NET_SAN=0: build without sanitizers)
 set -u
 cd "$(dirname "$0")/../.."

@@ -27,7 +27,7 @@ DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc 
 	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
 	iproute2 curl git sqlite3 bsdutils libarchive-dev
 
-.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests lockdown-tests e2e fuzz fuzz-smoke deps clean
+.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e guest-fuzz fuzz fuzz-smoke deps clean
 all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio
 
 deps:
@@ -102,6 +102,20 @@ exec-tests:
 net-tests:
 	tests/net/run.sh $(BUILD)
 
+# TLS: the kbox CA's certificates against strict verifiers, the
+# interception engine between real clients and servers on loopback, and
+# secret substitution through the stack on a TAP device.
+tls-tests: $(BUILD)/kbox
+	tests/tls/verify-certs.sh $(BUILD)/kbox
+	tests/tls/mitm-loopback.sh $(BUILD)
+	tests/tls/intercept.sh $(BUILD)
+
+# The malicious guest: ring 3 drives every device with hostile input for
+# SECONDS (SEED= replays a run).
+SECONDS ?= 60
+guest-fuzz: all
+	tests/guest/fuzz.sh $(BUILD) $(SECONDS)
+
 # The lock-down: a test-hook build refuses what it must, and real boots
 # still work with it on.
 lockdown-tests: all kernel
@@ -112,8 +126,12 @@ e2e: all kernel
 	tests/e2e/run.sh $(BUILD)
 	tests/e2e/fs.sh $(BUILD)
 	tests/e2e/net.sh $(BUILD)
+	tests/e2e/config.sh $(BUILD)
+	tests/e2e/image.sh $(BUILD)
+	tests/e2e/image-store.sh $(BUILD)
 
-check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests lockdown-tests e2e
+check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e
+	$(MAKE) guest-fuzz SECONDS=30
 
 # libFuzzer targets; FUZZ_SECONDS bounds each run.
 FUZZ_SECONDS ?= 30

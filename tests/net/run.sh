@@ -193,6 +193,25 @@ fi
 n200=$(seq 100 | G xargs -P 25 -I{} curl -s -o /dev/null --max-time 20 -w '%{http_code}\n' \
 	http://host.kbox.internal:8000/small.txt | grep -c '^200$')
 check "100 requests, 25 at a time" "100" "$n200"
+out=$(TMO=90 G python3 - <<'EOF' 2>&1
+import socket
+socks = [socket.create_connection(("10.0.2.2", 8000), timeout=60) for _ in range(500)]
+for s in socks:
+    s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+ok = 0
+for s in socks:
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    ok += data.startswith(b"HTTP/1.1 200") and data.endswith(b"hello from the host\n")
+    s.close()
+print(ok)
+EOF
+)
+check "500 connections open at once, then a request on each" "500" "$out"
 
 # --- forwarded ports: host namespace -> stack -> server in the guest ---
 FWD=$(awk '$1 == "forward" && $3 == 8000 && $2 ~ /^127\./ {print $2}' "$T/harness.out")

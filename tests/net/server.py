@@ -30,6 +30,9 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
 
 addr, port, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# Room for the 500-connection check: the default backlog of 5 would drop
+# SYNs while the accept loop catches up.
+http.server.ThreadingHTTPServer.request_queue_size = 1024
 srv = http.server.ThreadingHTTPServer(
     (addr, port), lambda *a, **k: Handler(*a, directory=root, **k))
 srv.serve_forever()

@@ -9,7 +9,7 @@
 #                 python3, node.
 # Checks: allowed connections work byte-exact both ways (10 MiB each way
 # with sha256), keep-alive, git clone over dumb HTTP, 100 requests 25 at a
-# time; denied ones are reset within 1 s; DNS denials and rebinding; one
+# time, 500 connections open at once; denied ones are reset within 1 s; DNS denials and rebinding; one
 # audit line per decision and one with byte counts per closed connection;
 # forwarded ports (-p): curl in the host namespace reaches a server in the
 # guest namespace, and a guest port nobody listens on fails fast; pinned

@@ -85,6 +85,10 @@ int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 			 (unsigned long long)e->bytes_up, (unsigned long long)e->bytes_down,
 			 (unsigned long long)e->duration_ms);
 		rc = rc ? rc : puts_(buf, len, &pos, tmp);
+		if (e->error) {
+			rc = rc ? rc : puts_(buf, len, &pos, ",\"error\":");
+			rc = rc ? rc : put_str(buf, len, &pos, e->error, 32);
+		}
 	} else if (e->event) {
 		rc = rc ? rc : puts_(buf, len, &pos, ",\"event\":");
 		rc = rc ? rc : put_str(buf, len, &pos, e->event, 32);

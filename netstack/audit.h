@@ -28,6 +28,7 @@ struct audit_event {
 	 * (up) and to it (down), and its lifetime. */
 	bool close;
 	uint64_t bytes_up, bytes_down, duration_ms;
+	const char *error; /* close: why the connection failed ("ECONNREFUSED", ...), or NULL */
 	/* Like decisions not logged since the last line (rate limit); 0:
 	 * the field is left out. */
 	uint64_t suppressed;
@@ -43,8 +44,8 @@ struct audit_event {
  * "proto":...,"direction":... (absent without direction),"dst":"ip:port"
  * (IPv6 in brackets, absent without dst),"name":... (absent without
  * name), then "decision":"allow"|"deny","rule":...} for a decision or
- * "event":"close","bytes_up":N,"bytes_down":N,"duration_ms":N} for a
- * close; for an event: "event":EV then "secret", "where", "status" when
+ * "event":"close","bytes_up":N,"bytes_down":N,"duration_ms":N} (then
+ * ,"error":... when set) for a close; for an event: "event":EV then "secret", "where", "status" when
  * set, "decision" and "reason" (when set) instead of "rule";
  * ,"suppressed":N before the "}" when set.  *n gets the length.
  * 0 or -ENOSPC. */

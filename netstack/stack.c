@@ -64,6 +64,7 @@ struct flow {
 	uint16_t dport;
 	char name[POL_NAME_MAX + 1]; /* "" without a name */
 	uint64_t opened_ms, bytes_up, bytes_down;
+	int err; /* why it failed (an errno), for the close line; 0: it did not */
 	int fd;               /* host socket */
 	struct tcp_pcb *pcb;  /* NULL until the SYN went to lwIP, and once lwIP freed it */
 	uint32_t ev;          /* epoll events registered; 0: not registered */
@@ -363,8 +364,11 @@ static void flow_free(struct flow *f, bool reset)
 		.bytes_up = f->bytes_up,
 		.bytes_down = f->bytes_down,
 		.duration_ms = now_ms() - f->opened_ms,
+		.error = f->err ? strerrorname_np(f->err) : NULL,
 	};
 
+	if (f->err && !e.error)
+		e.error = "error";
 	audit_write(s->cfg.audit, &e);
 	ft_remove(&s->ft, &f->ft);
 	if (f->fd >= 0) {
@@ -808,8 +812,10 @@ static void on_err(void *arg, err_t err)
 	if (!f)
 		return;
 	f->pcb = NULL; /* lwIP has freed it already */
-	if (f->state == FL_GUEST_CONNECTING)
+	if (f->state == FL_GUEST_CONNECTING) {
 		f->s->st.fwd_refused++; /* the guest reset our SYN: nothing listens */
+		f->err = ECONNREFUSED;
+	}
 	flow_free(f, true);
 }
 
@@ -965,6 +971,7 @@ static void connect_done(struct flow *f)
 		return;
 	if (e != 0) {
 		f->s->st.tcp_failed++;
+		f->err = e;
 		send_rst(f->s, &f->syn_pkt);
 		flow_free(f, false);
 		return;
@@ -1081,6 +1088,7 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 		goto fail;
 	return;
 fail:
+	f->err = errno ? errno : EIO;
 	s->st.tcp_failed++;
 	send_rst(s, p);
 	flow_free(f, false);
@@ -1658,10 +1666,12 @@ static void check_timeouts(struct ns *s)
 
 		if (f && f->state == FL_CONNECTING && now >= f->deadline_ms) {
 			s->st.tcp_failed++;
+			f->err = ETIMEDOUT;
 			send_rst(s, &f->syn_pkt);
 			flow_free(f, false);
 		} else if (f && f->state == FL_GUEST_CONNECTING && now >= f->deadline_ms) {
 			s->st.fwd_refused++; /* the guest never answered */
+			f->err = ETIMEDOUT;
 			flow_abort(f);
 		}
 	}

@@ -326,6 +326,10 @@ check "audit: port 8001 denied under the host name" "1" \
 	"$(grep -c '"dst":"127.0.0.1:8001","name":"host.kbox.internal","decision":"deny"' "$A")"
 check "audit: port 8002 allowed (then failed)" "1" \
 	"$(grep -c '"dst":"127.0.0.1:8002","name":"host.kbox.internal","decision":"allow"' "$A")"
+check "audit: the failed connect's close line says why" "1" \
+	"$(grep -c '"dst":"127.0.0.1:8002","name":"host.kbox.internal","event":"close",.*"error":"ECONNREFUSED"' "$A")"
+check "audit: a forward the guest refused says why" "1" \
+	"$(grep -c '"direction":"in","dst":"10.0.2.15:8009","event":"close",.*"error":"ECONNREFUSED"' "$A")"
 check "audit: by name, at the address dialled" "1" \
 	"$(grep -c '"dst":"1.2.3.4:80","name":"named.test","decision":"deny","rule":"deny:named.test:80"' "$A")"
 check "audit: pinned name judged under its name at the pinned address" "1" \

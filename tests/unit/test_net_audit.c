@@ -54,6 +54,10 @@ START_TEST(format_lines)
 	ck_assert_str_eq(buf, "{\"time\":\"1970-01-01T00:00:00.000Z\",\"proto\":\"tcp\",\"direction\":\"in\","
 			      "\"dst\":\"10.0.2.15:8000\",\"event\":\"close\",\"bytes_up\":18446744073709551615,"
 			      "\"bytes_down\":7,\"duration_ms\":1500}\n");
+	in.error = "ECONNREFUSED";
+	ck_assert_int_eq(audit_format(&in, buf, sizeof buf, &n), 0);
+	ck_assert_ptr_nonnull(strstr(buf, "\"duration_ms\":1500,\"error\":\"ECONNREFUSED\"}\n"));
+	in.error = NULL;
 	/* A rate-limited kind of line says how many were left out. */
 	struct audit_event u = { .time_ms = 0, .proto = "udp", .dst = &g, .port = 443, .rule = "udp:only-dns",
 				 .suppressed = 42 };

@@ -103,6 +103,10 @@ uint64_t lockdown_ll_access(int abi, enum lockdown_path_kind kind)
 		 * every lookup. */
 		a = LANDLOCK_ACCESS_FS_READ_FILE;
 		break;
+	case LD_READ_FILE:
+		/* Re-read on request (secrets reload): reading only. */
+		a = LANDLOCK_ACCESS_FS_READ_FILE;
+		break;
 	case LD_LOG_FILE:
 		/* Written through an fd opened before lock-down; the rule
 		 * keeps the file the only one kbox could reopen for writing
@@ -275,6 +279,7 @@ static const int ld_plain[] = {
 	/* time */
 	SCMP_SYS(clock_gettime),   /* timeouts; vDSO fallback */
 	SCMP_SYS(clock_nanosleep), /* agent connect retries (nanosleep) */
+	SCMP_SYS(rt_sigtimedwait), /* the secrets-reload thread waits for SIGHUP */
 	/* Unix sockets (AF_UNIX only, see socket below) */
 	SCMP_SYS(connect),         /* agent control socket, guest-initiated vsock */
 	SCMP_SYS(accept4),         /* host side connecting on the control socket */
@@ -329,6 +334,7 @@ static const int ld_net[] = {
 	SCMP_SYS(sendmmsg),        /* resolver: A and AAAA queries together */
 	SCMP_SYS(recvmsg),         /* getaddrinfo: netlink replies */
 	SCMP_SYS(uname),           /* resolver: the host name for search */
+	SCMP_SYS(getrandom),       /* TLS interception: leaf serials, engine seeds */
 };
 
 /* ioctl requests allowed: the KVM ones the VM threads still make, and the
@@ -588,6 +594,11 @@ static int landlock_apply(const struct lockdown_cfg *c, int abi, char *summary, 
 	}
 	if (!rc && c->klog_path)
 		rc = ll_add(rs, c->klog_path, lockdown_ll_access(abi, LD_LOG_FILE), err, errlen);
+	for (size_t i = 0; !rc && i < c->n_read_files; i++) {
+		rc = ll_add(rs, c->read_files[i], lockdown_ll_access(abi, LD_READ_FILE), err, errlen);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
 	for (size_t i = 0; c->network && !rc && i < sizeof ld_resolver / sizeof ld_resolver[0];
 	     i++) {
 		rc = ll_add(rs, ld_resolver[i], lockdown_ll_access(abi, LD_RESOLVER_FILE), err,

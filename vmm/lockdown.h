@@ -32,6 +32,10 @@ struct lockdown_cfg {
 				      * resolves names for it; netdev_attach has
 				      * started lwIP's thread, which gets the
 				      * same Landlock domain */
+	const char *const *read_files; /* files kbox re-reads later (the secrets
+					* file and its secrets.env, on SIGHUP);
+					* missing ones are skipped */
+	size_t n_read_files;
 	bool verbose;                /* one line listing what is active */
 	bool off;                    /* --no-lockdown: nothing but that line */
 };
@@ -79,6 +83,7 @@ enum lockdown_path_kind {
 	LD_RUNTIME_DIR,
 	LD_LOG_FILE,
 	LD_RESOLVER_FILE,
+	LD_READ_FILE,
 };
 uint64_t lockdown_ll_access(int abi, enum lockdown_path_kind kind);
 

@@ -8,6 +8,7 @@
 #include "vmm/image.h"
 #include "vmm/lifecycle.h"
 #include "vmm/run.h"
+#include "vmm/secrets_cmd.h"
 
 #ifndef KBOX_VERSION
 #define KBOX_VERSION "0.1.0-dev"
@@ -27,6 +28,7 @@ static void usage(FILE *f)
 		"  image load|import|ls|rm|path    root file system images for run --image\n"
 		"  doctor                          check that kbox can run here\n"
 		"  ca path|init|show|mint NAME     the local CA for TLS interception\n"
+		"  secrets reload NAME             re-read a running sandbox's secret values\n"
 		"  version                         print kbox's version\n"
 		"  help                            this help\n"
 		"\n"
@@ -56,6 +58,8 @@ int main(int argc, char **argv)
 		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "ca") == 0)
 		return ca_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "secrets") == 0)
+		return secrets_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("kbox %s\n", KBOX_VERSION);
 		return 0;

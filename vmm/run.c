@@ -503,6 +503,25 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	return 0;
 }
 
+/* SIGHUP: re-read the secrets' values (kbox secrets reload). */
+static void *reload_main(void *arg)
+{
+	struct tlsconf *t = arg;
+	sigset_t hup;
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	for (;;) {
+		char err[512];
+		if (sigwaitinfo(&hup, NULL) != SIGHUP)
+			continue;
+		if (tlsconf_reload(t, err, sizeof err) < 0)
+			fprintf(stderr, "kbox: secrets not reloaded: %s\n", err);
+		else
+			fprintf(stderr, "kbox: secrets reloaded from %s\n", t->secrets_path);
+	}
+	return NULL;
+}
+
 struct line_irq {
 	struct irq_sink sink;
 	struct vm *vm;
@@ -639,6 +658,15 @@ int run_main(int argc, char **argv)
 		tlsconf_free(&tls);
 		config_free(&cfg);
 		return rc < 0 ? 0 : rc;
+	}
+	if (tls.secrets) {
+		/* SIGHUP (kbox secrets reload) goes to the reload thread only:
+		 * blocked here, before any thread exists, so every thread
+		 * inherits the block and the reload thread waits for it. */
+		sigset_t hup;
+		sigemptyset(&hup);
+		sigaddset(&hup, SIGHUP);
+		pthread_sigmask(SIG_BLOCK, &hup, NULL);
 	}
 	if (tlsconf_active(&tls)) {
 		/* Placeholders and the CA variables join the sandbox-wide
@@ -851,10 +879,22 @@ int run_main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	/* Everything the guest needs exists; no VM thread runs yet. */
+	const char *reread[2];
 	struct lockdown_cfg lc = {
 		.mounts = &mnt, .sandbox_dir = sb.dir, .klog_path = klog_used,
 		.network = netdev_enabled(&net), .verbose = o.verbose, .off = o.no_lockdown,
+		.read_files = reread, .n_read_files = tlsconf_read_files(&tls, reread, 2),
 	};
+	if (tls.secrets) {
+		/* SIGHUP was blocked at start-up, before any thread. */
+		tls.stack_running = netdev_enabled(&net);
+		pthread_t rt;
+		if (pthread_create(&rt, NULL, reload_main, &tls) != 0) {
+			die("cannot start the secrets reload thread");
+			goto out;
+		}
+		pthread_detach(rt);
+	}
 	if (lockdown_apply(&lc, err, sizeof err) < 0) {
 		die("%s", err);
 		goto out;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lwip/tcpip.h"
 #include "netstack/tls_sni.h"
 
 static const char *const CA_ENV[] = {
@@ -72,6 +73,11 @@ int tlsconf_load(struct tlsconf *t, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", msg);
 		return rc;
 	}
+	if (t->secrets_path) {
+		const char *slash = strrchr(t->secrets_path, '/');
+		int dl = slash ? (int)(slash - t->secrets_path) + 1 : 0;
+		snprintf(t->secrets_env, sizeof t->secrets_env, "%.*ssecrets.env", dl, t->secrets_path);
+	}
 	char dir[PATH_MAX];
 	if ((rc = tc_ca_default_dir(dir, sizeof dir)) < 0) {
 		snprintf(err, errlen, "no place for kbox's CA: set KBOX_CA_DIR or HOME");
@@ -116,6 +122,30 @@ size_t tlsconf_guest_env(const struct tlsconf *t, const char **out, size_t max)
 const char *tlsconf_ca_pem(const struct tlsconf *t)
 {
 	return t->ca ? tc_ca_pem(t->ca) : NULL;
+}
+
+int tlsconf_reload(struct tlsconf *t, char *err, size_t errlen)
+{
+	if (!t->secrets) {
+		snprintf(err, errlen, "no secrets file to reload (--secret-conf)");
+		return -ENOENT;
+	}
+	if (t->stack_running)
+		LOCK_TCPIP_CORE();
+	int rc = secrets_reload(t->secrets, t->secrets_path, NULL, err, errlen);
+	if (t->stack_running)
+		UNLOCK_TCPIP_CORE();
+	return rc;
+}
+
+size_t tlsconf_read_files(const struct tlsconf *t, const char **out, size_t max)
+{
+	size_t n = 0;
+	if (t->secrets_path && n < max)
+		out[n++] = t->secrets_path;
+	if (t->secrets_env[0] && n < max)
+		out[n++] = t->secrets_env;
+	return n;
 }
 
 void tlsconf_free(struct tlsconf *t)

@@ -32,6 +32,8 @@ struct tlsconf {
 	struct icpt_config icpt;
 	char bypass_norm[ICPT_BYPASS_MAX][256];
 	const char *bypass_ptr[ICPT_BYPASS_MAX];
+	char secrets_env[4096]; /* secrets.env next to the secrets file */
+	bool stack_running;     /* set once lwIP runs: reloads take its lock */
 };
 
 /* Nothing set.  Never fails. */
@@ -63,6 +65,17 @@ size_t tlsconf_guest_env(const struct tlsconf *t, const char **out, size_t max);
 
 /* After load: the CA certificate in PEM, or NULL when not active. */
 const char *tlsconf_ca_pem(const struct tlsconf *t);
+
+/* Re-read every secret's value from the secrets file (and secrets.env),
+ * for SIGHUP and `kbox secrets reload`: nothing changes on error.  Takes
+ * the network stack's lock when stack_running, so no connection sees a
+ * half-changed set.  0 or a negative errno with err set (never a
+ * value). */
+int tlsconf_reload(struct tlsconf *t, char *err, size_t errlen);
+
+/* The files a reload reads, for the lock-down's read rules: up to max
+ * paths (owned by t).  Returns how many. */
+size_t tlsconf_read_files(const struct tlsconf *t, const char **out, size_t max);
 
 /* Free what load made. */
 void tlsconf_free(struct tlsconf *t);

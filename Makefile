@@ -129,6 +129,7 @@ e2e: all kernel
 	tests/e2e/config.sh $(BUILD)
 	tests/e2e/image.sh $(BUILD)
 	tests/e2e/image-store.sh $(BUILD)
+	tests/e2e/secrets.sh $(BUILD)
 
 check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e
 	$(MAKE) guest-fuzz SECONDS=30

@@ -107,6 +107,7 @@ EOF
 H() { ip netns exec "$HNS" "$@"; }
 # The guest's view, as kbox run sets it up: the CA variables, the placeholder.
 G() { ip netns exec "$GNS" timeout "${TMO:-30}" env SSL_CERT_FILE="$T/ca/ca.pem" CURL_CA_BUNDLE="$T/ca/ca.pem" \
+	REQUESTS_CA_BUNDLE="$T/ca/ca.pem" \
 	NODE_EXTRA_CA_CERTS="$T/ca/ca.pem" GIT_SSL_CAINFO="$T/ca/ca.pem" TOKEN='$KBOX_TOKEN' "$@"; }
 
 ip netns exec "$HNS" python3 tests/tls/upstream.py 127.0.0.1 8443 "$T/srv.pem" "$T/srv.key" "$T/seen.log" "$T/git" 8444 2>"$T/upstream.err" &
@@ -155,6 +156,17 @@ r = urllib.request.Request("'"$URL"'/echo", headers={"Authorization": "Bearer " 
 print(urllib.request.urlopen(r, timeout=20).read().decode().strip())' 2>&1)
 [ "$out" = "ok" ] && [ "$(seen_real)" = $((before + 1)) ] && ok "python3 urllib: substituted" ||
 	bad "python3 urllib" "$out"
+
+if G python3 -c 'import requests' 2>/dev/null; then
+	before=$(seen_real)
+	out=$(G python3 -c '
+import os, requests
+print(requests.get("'"$URL"'/echo", headers={"Authorization": "Bearer " + os.environ["TOKEN"]}, timeout=20).text.strip())' 2>&1)
+	[ "$out" = "ok" ] && [ "$(seen_real)" = $((before + 1)) ] && ok "python3 requests: substituted" ||
+		bad "python3 requests" "$out"
+else
+	echo "skip python3 requests: not installed"
+fi
 
 if command -v node >/dev/null; then
 	before=$(seen_real)

@@ -59,6 +59,9 @@ trap 'exit 1' INT TERM
 
 ip netns add "$HNS" && ip netns add "$GNS" || { bad "namespaces"; finish; }
 ip -n "$HNS" link set lo up
+# A second "remote" address in the host namespace (not 127/8, which the
+# guest namespace would keep for itself).
+ip -n "$HNS" addr add 10.99.0.1/32 dev lo || bad "second address in the host namespace"
 ip -n "$GNS" link set lo up
 mkdir -p "/etc/netns/$GNS"
 echo "nameserver 10.0.2.2" >"/etc/netns/$GNS/resolv.conf"
@@ -78,6 +81,7 @@ mk_leaf() { # CA OUT NAME
 			-out "$2.pem" >/dev/null 2>&1
 }
 mk_ca "$T/upca" "kbox test upstream CA" && mk_leaf "$T/upca" "$T/srv" host.kbox.internal &&
+	mk_leaf "$T/upca" "$T/other" other.test &&
 	mk_ca "$T/evilca" "unknown CA" && mk_leaf "$T/evilca" "$T/evil" host.kbox.internal ||
 	{ bad "test certificates"; finish; }
 
@@ -112,11 +116,16 @@ G() { ip netns exec "$GNS" timeout "${TMO:-30}" env SSL_CERT_FILE="$T/ca/ca.pem"
 
 ip netns exec "$HNS" python3 tests/tls/upstream.py 127.0.0.1 8443 "$T/srv.pem" "$T/srv.key" "$T/seen.log" "$T/git" 8444 2>"$T/upstream.err" &
 PIDS="$PIDS $!"
+# A second, trusted server under another name the secret may not go to.
+ip netns exec "$HNS" python3 tests/tls/upstream.py 10.99.0.1 8445 "$T/other.pem" "$T/other.key" "$T/other.log" "$T/git" \
+	2>"$T/other.err" &
+PIDS="$PIDS $!"
 ip netns exec "$HNS" python3 tests/tls/upstream.py 127.0.0.1 8444 "$T/evil.pem" "$T/evil.key" "$T/evil.log" "$T/git" 2>"$T/evil.err" &
 PIDS="$PIDS $!"
 
 ip netns exec "$HNS" env TOKEN="$REAL" "$B/harness" --tap "$TAP" --lifetime 200 --audit "$T/audit.log" \
 	--allow host.kbox.internal:8443 --allow host.kbox.internal:8444 \
+	--add-host other.test:10.99.0.1 --allow 10.99.0.1:8445 \
 	--secret-conf "$T/secrets.yaml" --tls-intercept all --tls-extra-ca "$T/upca.pem" --ca-dir "$T/ca" \
 	>"$T/harness.out" 2>"$T/harness.err" &
 HARNESS=$!
@@ -211,6 +220,14 @@ out=$(G curl -sS --max-time 20 --data-urlencode 'k=$KBOX_TOKEN' "$URL/echo" 2>&1
 case "$out" in *kbox*) [ "$(count KBOX_TOKEN)" = 0 ] && [ "$(count "$REAL\"}")" = 0 ] &&
 	ok "percent-encoded placeholder in the body (off): blocked, not sent" || bad "body leak" ;;
 *) bad "placeholder in the body" "$out" ;; esac
+
+out=$(G curl -sS --max-time 20 -H 'Authorization: Bearer $KBOX_TOKEN' https://other.test:8445/echo 2>&1)
+case "$out" in *"may only be sent to host.kbox.internal"*)
+	[ ! -s "$T/other.log" ] && ok "placeholder to a host the secret does not allow: 403 from kbox, nothing sent" ||
+		bad "other host got the request" ;;
+*) bad "placeholder to another host" "$out" ;; esac
+out=$(G curl -sS --max-time 20 https://other.test:8445/echo 2>&1)
+[ "$out" = ok ] && ok "the same host without a placeholder works (intercepted, scope all)" || bad "other host" "$out"
 
 n=$(nseen)
 out=$(G curl -sS --max-time 20 -H 'Host: other.example' -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/echo" 2>&1)

@@ -130,6 +130,25 @@ rc=$?
 took=$(($(date +%s) - start))
 expect "boot 2: kbox run -- true (${took}s)" '[ $rc -eq 0 ] && ! grep -q "is not allowed" "$T/err"'
 
+# ---- as an ordinary user: /dev/kvm is its only privilege ----------------
+# A copy of the device node owned by uid 65534 is bound over /dev/kvm in
+# a mount namespace of the test's own, so the host's node is untouched.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && command -v unshare >/dev/null; then
+	u="$T/user"
+	mkdir -m 700 "$u" && chown 65534:65534 "$u" && chmod 711 "$T" &&
+		mknod -m 600 "$u/kvm" c 10 232 && chown 65534:65534 "$u/kvm"
+	timeout "$boot_timeout" unshare -m sh -c 'mount --bind "$1/kvm" /dev/kvm &&
+		exec setpriv --reuid=65534 --regid=65534 --clear-groups \
+		env -i PATH=/usr/bin:/bin HOME="$1" XDG_RUNTIME_DIR="$1" "$2" run -- /bin/sh -c "echo user-ok"' \
+		sh "$u" "$(realpath "$kbox")" >"$T/out" 2>"$T/err" </dev/null
+	rc=$?
+	expect "boot as uid 65534 with nothing but /dev/kvm access (exit $rc)" \
+		'[ $rc -eq 0 ] && grep -qx user-ok "$T/out" && ! grep -q "is not allowed" "$T/err"'
+	chmod 700 "$T"
+else
+	echo "skip - boot as an ordinary user (needs root, setpriv and unshare to set it up)"
+fi
+
 name="ld-test-$$"
 timeout "$boot_timeout" "$kbox" run -d -n "$name" -v "$T/work:/w:ro" -- sleep 600 \
 	>"$T/out" 2>"$T/err" </dev/null

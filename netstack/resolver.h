@@ -6,8 +6,9 @@
  * NRES_MAX_PENDING such workers exist at once (more questions get
  * SERVFAIL at once), so a guest cannot pile up threads.
  *
- * Synchronous on purpose: the stack calls it with its lock held and
- * answers DNS in line; the timeout bounds the stall. */
+ * Blocking: the stack calls it on its resolver threads (netstack/stack.h),
+ * without its lock, and replies when it returns; the timeout frees such a
+ * thread for the next question after NRES_TIMEOUT_MS at most. */
 #ifndef KBOX_NETSTACK_RESOLVER_H
 #define KBOX_NETSTACK_RESOLVER_H
 

@@ -12,18 +12,25 @@
  * Locking: every entry point takes lwIP's core lock; lwIP's own thread
  * holds it when its timers call back into us.  So all of struct ns is
  * guarded by that lock.  epoll data holds flow handles, not pointers: a
- * flow may be freed by lwIP's thread between epoll_wait and the lock. */
+ * flow may be freed by lwIP's thread between epoll_wait and the lock.
+ *
+ * DNS questions for the host resolver go to a queue served by a pool of
+ * threads (rp below) that never take the core lock; an answer comes back
+ * on the stack's done list and its eventfd, and ns_dispatch sends the
+ * reply under the lock. */
 #include "netstack/stack.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -43,6 +50,7 @@
 #define UP_CAP (2u * TCP_WND) /* guest bytes the host socket has not taken yet */
 #define HOST_READ_MAX 0xffffu /* tcp_write takes a u16 length */
 #define MEMO_CAP 4096u
+#define DNS_TAG ((uint64_t)NS_MAX_FORWARDS + 1) /* epoll data of the resolver's eventfd */
 
 static const uint8_t gw_ip[4] = NS_GATEWAY_IP;
 static const uint8_t guest_ip[4] = NS_GUEST_IP;
@@ -129,6 +137,21 @@ struct fwd {
 	char label[96]; /* the audit log's rule: "forward:ADDR:HOSTPORT:GUESTPORT" */
 };
 
+/* A question waiting for the host resolver, with what its reply needs. */
+struct dq {
+	struct dq *next;
+	struct ns *s;
+	struct dns_query q;
+	uint8_t qmsg[DNS_MAX_MSG]; /* the query, up to the end of its question */
+	uint8_t mac[6];            /* the guest's, and its port */
+	uint16_t sport;
+	char norm[POL_NAME_MAX + 1];
+	/* the resolver's answer */
+	int rc;
+	size_t n;
+	struct dns_rr rr[DNS_MAX_ANSWERS];
+};
+
 struct ns {
 	struct ns_config cfg;
 	struct fwd fwd[NS_MAX_FORWARDS];
@@ -146,6 +169,9 @@ struct ns {
 	struct bucket dns_rate;     /* questions that need the resolver */
 	struct bucket dns_rate_log; /* audit lines for questions refused by dns_rate */
 	uint64_t udp_unlogged, dns_unlogged;
+	int efd;             /* the resolver threads' "answers are in" */
+	struct dq *dns_done; /* answered, not replied yet (guarded by rp.m) */
+	unsigned dns_running; /* resolver calls under way (guarded by rp.m) */
 	uint8_t tx[FR_FRAME_MAX];
 	uint8_t rx[HOST_READ_MAX];
 };
@@ -157,6 +183,72 @@ static bool ns_exists;
 static void lwip_start(void)
 {
 	tcpip_init(NULL, NULL);
+}
+
+/* The resolver threads, process-wide like lwIP: they outlive any one
+ * stack.  rp.m guards the queue and every stack's dns_done and
+ * dns_running; it is never held while the core lock is taken. */
+static struct {
+	pthread_mutex_t m;
+	pthread_cond_t work, idle;
+	struct dq *head, *tail;
+	int err; /* no thread could be started */
+} rp = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+static pthread_once_t rp_once = PTHREAD_ONCE_INIT;
+
+static void *rp_worker(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&rp.m);
+	for (;;) {
+		struct dq *j;
+		struct ns *s;
+		uint64_t one = 1;
+
+		while (!rp.head)
+			pthread_cond_wait(&rp.work, &rp.m);
+		j = rp.head;
+		rp.head = j->next;
+		if (!rp.head)
+			rp.tail = NULL;
+		s = j->s;
+		s->dns_running++; /* ns_destroy waits for it: s and its cfg stay */
+		pthread_mutex_unlock(&rp.m);
+		j->n = 0;
+		j->rc = s->cfg.resolve(s->cfg.resolve_ctx, j->norm, j->q.qtype, j->rr, DNS_MAX_ANSWERS, &j->n);
+		pthread_mutex_lock(&rp.m);
+		j->next = s->dns_done;
+		s->dns_done = j;
+		if (write(s->efd, &one, sizeof one) < 0) {
+			/* the counter is saturated: the fd is readable anyway */
+		}
+		if (--s->dns_running == 0)
+			pthread_cond_broadcast(&rp.idle);
+	}
+	return NULL;
+}
+
+static void rp_start(void)
+{
+	sigset_t all, old;
+	unsigned i, started = 0;
+	int e = 0;
+
+	/* Signals are for the threads that wait for them, never these. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	for (i = 0; i < NS_DNS_WORKERS; i++) {
+		pthread_t t;
+
+		e = pthread_create(&t, NULL, rp_worker, NULL);
+		if (e != 0)
+			break;
+		pthread_detach(t);
+		started++;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!started)
+		rp.err = -e;
 }
 
 static uint64_t now_ms(void)
@@ -1358,17 +1450,140 @@ fail:
 
 /* ---- DNS, ARP, ICMP ---- */
 
-static void dns_reply(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, int rcode,
-		      const struct pol_addr *a, size_t n, uint32_t ttl)
+/* Reply to q (parsed from qmsg) to the guest's MAC and port. */
+static void dns_send(struct ns *s, const uint8_t mac[6], uint16_t port, const struct dns_query *q,
+		     const uint8_t *qmsg, int rcode, const struct pol_addr *a, size_t n, uint32_t ttl)
 {
 	uint8_t msg[DNS_MAX_MSG];
 	size_t len, fl;
 
-	if (dns_build_reply(q, p->data, rcode, a, n, ttl, msg, sizeof msg, &len) < 0)
+	if (dns_build_reply(q, qmsg, rcode, a, n, ttl, msg, sizeof msg, &len) < 0)
 		return;
-	if (fr_build_udp(p->eth_src, gw_mac, gw_ip, NS_DNS_PORT, p->src, p->sport, msg, len, s->tx, sizeof s->tx,
-			 &fl) == 0)
+	if (fr_build_udp(mac, gw_mac, gw_ip, NS_DNS_PORT, guest_ip, port, msg, len, s->tx, sizeof s->tx, &fl) == 0)
 		send_frame(s, fl);
+}
+
+static void dns_reply(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, int rcode,
+		      const struct pol_addr *a, size_t n, uint32_t ttl)
+{
+	dns_send(s, p->eth_src, p->sport, q, p->data, rcode, a, n, ttl);
+}
+
+/* A question refused before the resolver saw it, for asking too fast or
+ * too much at once: told in the log, itself rate-limited. */
+static void dns_refuse_load(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, const char *rule)
+{
+	if (bucket_take(&s->dns_rate_log, now_ms())) {
+		struct audit_event e = {
+			.time_ms = wall_ms(),
+			.proto = "dns",
+			.name = q->name,
+			.allow = false,
+			.rule = rule,
+			.suppressed = s->dns_unlogged,
+		};
+
+		audit_write(s->cfg.audit, &e);
+		s->dns_unlogged = 0;
+	} else {
+		s->dns_unlogged++;
+	}
+	dns_reply(s, p, q, DNS_RCODE_REFUSED, NULL, 0, 0);
+}
+
+/* Hand an allowed question to the resolver threads; the reply goes out
+ * from dns_answered. */
+static void dns_ask(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, const char *norm)
+{
+	struct dq *j;
+
+	if (s->st.dns_inflight >= NS_DNS_INFLIGHT) {
+		s->st.dns_busy_refused++;
+		dns_refuse_load(s, p, q, "dns:busy");
+		return;
+	}
+	/* Each question costs the host a resolver call: a guest asking too
+	 * fast is refused at once. */
+	if (!bucket_take(&s->dns_rate, now_ms())) {
+		s->st.dns_rate_refused++;
+		dns_refuse_load(s, p, q, "dns:rate");
+		return;
+	}
+	j = malloc(sizeof *j);
+	if (!j || q->qend > sizeof j->qmsg || q->qend > p->data_len) {
+		free(j);
+		dns_reply(s, p, q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
+		return;
+	}
+	j->next = NULL;
+	j->s = s;
+	j->q = *q;
+	memcpy(j->qmsg, p->data, q->qend);
+	memcpy(j->mac, p->eth_src, 6);
+	j->sport = p->sport;
+	memcpy(j->norm, norm, sizeof j->norm);
+	s->st.dns_inflight++;
+	pthread_mutex_lock(&rp.m);
+	if (rp.tail)
+		rp.tail->next = j;
+	else
+		rp.head = j;
+	rp.tail = j;
+	pthread_cond_signal(&rp.work);
+	pthread_mutex_unlock(&rp.m);
+}
+
+/* The resolver answered j: the rebinding filter, the name memory, the
+ * reply. */
+static void dns_answered(struct ns *s, struct dq *j)
+{
+	struct pol_decision d;
+	struct pol_addr a[DNS_MAX_ANSWERS];
+	uint32_t ttl = DNS_MEMO_MAX_TTL;
+	size_t n = j->n, kept, i;
+	int r = j->rc;
+
+	if (r < 0 || r > 15) {
+		dns_send(s, j->mac, j->sport, &j->q, j->qmsg, DNS_RCODE_SERVFAIL, NULL, 0, 0);
+		return;
+	}
+	if (n > DNS_MAX_ANSWERS)
+		n = DNS_MAX_ANSWERS;
+	kept = dns_filter_answers(s->cfg.policy, j->norm, j->rr, n, &d);
+	if (n > 0 && kept == 0) {
+		/* Every answer was refused (rebinding or allowlist). */
+		audit(s, "dns", NULL, NULL, 0, j->q.name, &d);
+		dns_send(s, j->mac, j->sport, &j->q, j->qmsg, DNS_RCODE_REFUSED, NULL, 0, 0);
+		return;
+	}
+	for (i = 0; i < kept; i++) {
+		a[i] = j->rr[i].addr;
+		if (j->rr[i].ttl < ttl)
+			ttl = j->rr[i].ttl;
+		dns_memo_put(&s->memo, j->norm, &j->rr[i].addr, j->rr[i].ttl, now_ms() / 1000);
+	}
+	dns_send(s, j->mac, j->sport, &j->q, j->qmsg, r, a, kept, ttl);
+}
+
+/* Send the replies whose answers are in. */
+static void dns_collect(struct ns *s)
+{
+	struct dq *j, *next;
+	uint64_t v;
+
+	if (read(s->efd, &v, sizeof v) < 0) {
+		/* nothing counted: the list may still hold answers */
+	}
+	pthread_mutex_lock(&rp.m);
+	j = s->dns_done;
+	s->dns_done = NULL;
+	pthread_mutex_unlock(&rp.m);
+	for (; j; j = next) {
+		next = j->next;
+		dns_answered(s, j);
+		free(j);
+		s->st.dns_inflight--;
+	}
 }
 
 /* Whether name is pinned (--add-host); if so, its addresses that fit
@@ -1441,11 +1656,9 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 {
 	struct dns_query q;
 	struct pol_decision d;
-	struct dns_rr rr[DNS_MAX_ANSWERS];
 	struct pol_addr a[DNS_MAX_ANSWERS];
 	char norm[POL_NAME_MAX + 1];
-	size_t n = 0, kept, i;
-	uint32_t ttl = DNS_MEMO_MAX_TTL;
+	size_t n = 0, i;
 	int r;
 
 	r = dns_parse_query(p->data, p->data_len, &q);
@@ -1488,50 +1701,7 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 		dns_reply(s, p, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
 		return;
 	}
-	/* Each question costs the host a resolver thread: a guest asking
-	 * too fast is refused at once, and told so in the log (itself
-	 * rate-limited). */
-	if (!bucket_take(&s->dns_rate, now_ms())) {
-		s->st.dns_rate_refused++;
-		if (bucket_take(&s->dns_rate_log, now_ms())) {
-			struct audit_event e = {
-				.time_ms = wall_ms(),
-				.proto = "dns",
-				.name = q.name,
-				.allow = false,
-				.rule = "dns:rate",
-				.suppressed = s->dns_unlogged,
-			};
-
-			audit_write(s->cfg.audit, &e);
-			s->dns_unlogged = 0;
-		} else {
-			s->dns_unlogged++;
-		}
-		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
-		return;
-	}
-	r = s->cfg.resolve(s->cfg.resolve_ctx, norm, q.qtype, rr, DNS_MAX_ANSWERS, &n);
-	if (r < 0 || r > 15) {
-		dns_reply(s, p, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
-		return;
-	}
-	if (n > DNS_MAX_ANSWERS)
-		n = DNS_MAX_ANSWERS;
-	kept = dns_filter_answers(s->cfg.policy, norm, rr, n, &d);
-	if (n > 0 && kept == 0) {
-		/* Every answer was refused (rebinding or allowlist). */
-		audit(s, "dns", NULL, NULL, 0, q.name, &d);
-		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
-		return;
-	}
-	for (i = 0; i < kept; i++) {
-		a[i] = rr[i].addr;
-		if (rr[i].ttl < ttl)
-			ttl = rr[i].ttl;
-		dns_memo_put(&s->memo, norm, &rr[i].addr, rr[i].ttl, now_ms() / 1000);
-	}
-	dns_reply(s, p, &q, r, a, kept, ttl);
+	dns_ask(s, p, &q, norm);
 }
 
 /* Whether dst is a broadcast or multicast address. */
@@ -1717,6 +1887,10 @@ void ns_dispatch(struct ns *s)
 			check_timeouts(s);
 			continue;
 		}
+		if (ev[i].data.u64 == DNS_TAG) {
+			dns_collect(s);
+			continue;
+		}
 		if (ev[i].data.u64 >> 32 == 0) {
 			if (ev[i].data.u64 <= s->nfwd)
 				fwd_accept(s, &s->fwd[ev[i].data.u64 - 1]);
@@ -1746,6 +1920,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 {
 	struct itimerspec its = {.it_interval = {.tv_sec = 1}, .it_value = {.tv_sec = 1}};
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+	struct epoll_event dev = {.events = EPOLLIN, .data.u64 = DNS_TAG};
 	ip4_addr_t ip, mask, gw;
 	uint64_t seed;
 	struct ns *s;
@@ -1771,7 +1946,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	s->cfg.guest_mac = NULL; /* copied: the caller's buffer need not live on */
 	if (!s->cfg.connect_timeout_ms)
 		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
-	s->epfd = s->tfd = -1;
+	s->epfd = s->tfd = s->efd = -1;
 	bucket_init(&s->udp_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, now_ms());
 	bucket_init(&s->dns_rate, NS_DNS_PER_SEC, NS_DNS_BURST, now_ms());
 	bucket_init(&s->dns_rate_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, now_ms());
@@ -1782,9 +1957,15 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 		goto fail;
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (s->epfd < 0 || s->tfd < 0 || timerfd_settime(s->tfd, 0, &its, NULL) < 0 ||
-	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->tfd, &ev) < 0) {
+	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->epfd < 0 || s->tfd < 0 || s->efd < 0 || timerfd_settime(s->tfd, 0, &its, NULL) < 0 ||
+	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->tfd, &ev) < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &dev) < 0) {
 		r = -errno;
+		goto fail;
+	}
+	pthread_once(&rp_once, rp_start);
+	if (rp.err < 0) {
+		r = rp.err;
 		goto fail;
 	}
 	pthread_once(&lwip_once, lwip_start);
@@ -1810,6 +1991,8 @@ fail:
 		close(s->epfd);
 	if (s->tfd >= 0)
 		close(s->tfd);
+	if (s->efd >= 0)
+		close(s->efd);
 	dns_memo_free(&s->memo);
 	ft_free(&s->ft);
 	free(s->listen);
@@ -1818,12 +2001,42 @@ fail:
 	return r;
 }
 
+/* Drop s's questions: those still queued at once, those under way when
+ * their resolver call returns (the call uses s->cfg). */
+static void dns_drop_all(struct ns *s)
+{
+	struct dq **pp, *j, *next;
+
+	pthread_mutex_lock(&rp.m);
+	rp.tail = NULL;
+	for (pp = &rp.head; *pp;) {
+		j = *pp;
+		if (j->s == s) {
+			*pp = j->next;
+			free(j);
+		} else {
+			rp.tail = j;
+			pp = &j->next;
+		}
+	}
+	while (s->dns_running)
+		pthread_cond_wait(&rp.idle, &rp.m);
+	j = s->dns_done;
+	s->dns_done = NULL;
+	pthread_mutex_unlock(&rp.m);
+	for (; j; j = next) {
+		next = j->next;
+		free(j);
+	}
+}
+
 void ns_destroy(struct ns *s)
 {
 	size_t i;
 
 	if (!s)
 		return;
+	dns_drop_all(s);
 	LOCK_TCPIP_CORE();
 	for (i = 0; i < s->ft.cap; i++) {
 		struct ft_entry *e = s->ft.slots[i];
@@ -1841,6 +2054,7 @@ void ns_destroy(struct ns *s)
 	UNLOCK_TCPIP_CORE();
 	close(s->epfd);
 	close(s->tfd);
+	close(s->efd);
 	dns_memo_free(&s->memo);
 	ft_free(&s->ft);
 	free(s->listen);

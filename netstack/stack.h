@@ -7,7 +7,8 @@
  *   gateway   10.0.2.2/24, MAC 52:55:0a:00:02:02; answers ARP for every
  *             address of 10.0.2.0/24 except the guest's, ICMP echo, and
  *             DNS on UDP port 53 (questions for the host resolver capped
- *             at NS_DNS_PER_SEC, NS_DNS_BURST at once: REFUSED beyond);
+ *             at NS_DNS_PER_SEC, NS_DNS_BURST at once, and NS_DNS_INFLIGHT
+ *             waiting for an answer: REFUSED beyond);
  *   guest     10.0.2.15 (frames from any other source are dropped);
  *   host      the gateway address is also POL_HOST_NAME: a connection to
  *             10.0.2.2:PORT is dialled to the host's 127.0.0.1:PORT and
@@ -29,9 +30,17 @@
  * gateway to the guest's port (lwIP's tcp_connect), pumped like an
  * outgoing one.  The guest refusing it closes the host connection.
  *
+ * DNS questions for the host resolver are answered asynchronously: the
+ * resolver callback runs on one of NS_DNS_WORKERS threads, without the
+ * stack's lock, and the reply is sent from ns_dispatch once the answer is
+ * in, so one slow name stalls neither the other questions nor any TCP
+ * connection.
+ *
  * lwIP (Debian's, NO_SYS=0) is process-wide: one stack at a time.  Its
  * own thread runs the TCP timers; all stack state is guarded by lwIP's
- * core lock, so the output callback may run on that thread too. */
+ * core lock, so the output callback may run on that thread too.  The
+ * resolver threads are process-wide as well and are started by the first
+ * ns_create (so before any sandboxing that forbids making threads). */
 #ifndef KBOX_NETSTACK_STACK_H
 #define KBOX_NETSTACK_STACK_H
 
@@ -56,6 +65,8 @@
 #define NS_UDP_LOG_PER_SEC 5u        /* ... and then per second */
 #define NS_DNS_BURST 200u            /* questions for the resolver at once ... */
 #define NS_DNS_PER_SEC 50u           /* ... and then per second; beyond: REFUSED */
+#define NS_DNS_INFLIGHT 256u         /* questions waiting for the resolver; beyond: REFUSED */
+#define NS_DNS_WORKERS 8u            /* threads running the resolver callback */
 
 /* Send one frame of len bytes (at most 1514) to the guest.  Called with
  * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
@@ -64,8 +75,11 @@ typedef void (*ns_output_fn)(void *ctx, const uint8_t *frame, size_t len);
 /* Resolve name (allowed by the policy) for qtype (DNS_TYPE_A or
  * DNS_TYPE_AAAA): store at most max addresses with their TTLs in out and
  * the count in *n, and return a DNS rcode (DNS_RCODE_NOERROR with *n == 0
- * for "no such records"), or a negative errno for SERVFAIL.  Called with
- * the stack's lock held: it must not block for long. */
+ * for "no such records"), or a negative errno for SERVFAIL.  Called on
+ * one of the stack's resolver threads without the stack's lock, possibly
+ * on several at once (so it must be thread-safe); it may block, which
+ * delays only its own question, but each call holds one of the
+ * NS_DNS_WORKERS threads, so it should give up after a few seconds. */
 typedef int (*ns_resolve_fn)(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
 			     size_t *n);
 
@@ -124,6 +138,8 @@ struct ns_stats {
 	uint64_t frames_in, frames_dropped;
 	uint64_t tcp_allowed, tcp_denied, tcp_failed; /* connect decisions and failed connects */
 	uint64_t dns_queries, dns_rate_refused; /* questions; refused for asking too fast */
+	uint64_t dns_busy_refused; /* refused: NS_DNS_INFLIGHT questions were waiting */
+	size_t dns_inflight;       /* questions waiting for the resolver now */
 	uint64_t bytes_to_host, bytes_to_guest;
 	uint64_t tls_intercepted, tls_refused; /* TLS connections intercepted; refused or failed */
 	uint64_t fwd_accepted, fwd_refused; /* forwarded connections; refused by the guest or failed */
@@ -131,13 +147,15 @@ struct ns_stats {
 	size_t flows; /* open now */
 };
 
-/* Start lwIP (first call only) and a stack with cfg (copied).  0,
- * -EBUSY (a stack exists), -EINVAL (no policy, audit or output) or a
- * negative errno. */
+/* Start lwIP and the resolver threads (first call only) and a stack with
+ * cfg (copied).  0, -EBUSY (a stack exists), -EINVAL (no policy, audit or
+ * output) or a negative errno. */
 int ns_create(const struct ns_config *cfg, struct ns **out);
 
-/* Tear down every connection (hosts and guest get resets) and free the
- * stack; lwIP itself stays initialised for the next ns_create. */
+/* Tear down every connection (hosts and guest get resets), drop the DNS
+ * questions not answered yet (waiting for resolver calls already under
+ * way to return, so the resolver's ctx may be freed afterwards) and free
+ * the stack; lwIP and the resolver threads stay for the next ns_create. */
 void ns_destroy(struct ns *s);
 
 /* Handle one frame from the guest.  Never fails: bad frames are counted
@@ -148,8 +166,8 @@ void ns_input(struct ns *s, const uint8_t *frame, size_t len);
  * caller polls it and then calls ns_dispatch. */
 int ns_fd(const struct ns *s);
 
-/* Service the host sockets that are ready and the connect timeouts;
- * never blocks. */
+/* Service the host sockets that are ready and the connect timeouts, and
+ * send the DNS replies whose answers came in; never blocks. */
 void ns_dispatch(struct ns *s);
 
 /* Listen on fw->host:fw->host_port (storing the port bound when it was

@@ -1015,6 +1015,29 @@ static void wake(void *arg)
 {
 }
 
+/* Forget lwIP's TIME-WAIT pcb for f's 4-tuple, if any.  lwIP closes first
+ * when the host did (it sends the guest our FIN), so its pcb waits 2 MSL
+ * while the guest, the passive closer, may reuse its port at once; lwIP
+ * would then answer the new SYN from the old pcb instead of accepting it.
+ * The host side already accepted this connection, so the old one is over
+ * (RFC 6191 lets a SYN reopen a TIME-WAIT connection in the same way). */
+static void drop_time_wait(const struct flow *f)
+{
+	struct tcp_pcb *pcb;
+	ip4_addr_t l, r;
+
+	memcpy(&l.addr, f->ft.key.dip, 4);
+	memcpy(&r.addr, f->ft.key.gip, 4);
+	for (pcb = tcp_tw_pcbs; pcb; pcb = pcb->next) {
+		if (pcb->local_port == f->ft.key.dport && pcb->remote_port == f->ft.key.gport &&
+		    IP_IS_V4_VAL(pcb->local_ip) && ip4_addr_cmp(ip_2_ip4(&pcb->local_ip), &l) &&
+		    ip4_addr_cmp(ip_2_ip4(&pcb->remote_ip), &r)) {
+			tcp_abort(pcb); /* a TIME-WAIT pcb is only unlinked and freed, no reset */
+			return;
+		}
+	}
+}
+
 /* Both ends are connected (f->pcb set): start the pump. */
 static void flow_open(struct flow *f)
 {
@@ -1035,6 +1058,7 @@ static void flow_connected(struct flow *f)
 
 	if (!listener(s, f->ft.key.dport))
 		goto fail;
+	drop_time_wait(f);
 	feed_tcp(s, f->syn, f->syn_len);
 	/* The new pcb started lwIP's TCP timer; wake its thread so that it
 	 * sees the timer now rather than at its next one-second tick. */

@@ -193,6 +193,34 @@ fi
 n200=$(seq 100 | G xargs -P 25 -I{} curl -s -o /dev/null --max-time 20 -w '%{http_code}\n' \
 	http://host.kbox.internal:8000/small.txt | grep -c '^200$')
 check "100 requests, 25 at a time" "100" "$n200"
+# The server closes first, so lwIP holds the old connection in TIME-WAIT
+# while the guest may pick the same port again at once.
+out=$(G python3 - <<'EOF' 2>&1
+import socket, time
+ok = 0
+for i in range(3):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("10.0.2.15", 47123))
+    s.settimeout(5)
+    try:
+        s.connect(("10.0.2.2", 8000))
+        s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        d = b""
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            d += b
+        ok += b"hello from the host" in d
+    except OSError as e:
+        print(e)
+    s.close()
+    time.sleep(0.2)
+print(ok)
+EOF
+)
+check "the same guest port again at once (lwIP's TIME-WAIT)" "3" "$out"
 out=$(TMO=90 G python3 - <<'EOF' 2>&1
 import socket
 socks = [socket.create_connection(("10.0.2.2", 8000), timeout=60) for _ in range(500)]

@@ -137,7 +137,7 @@ static void put16(uint8_t *b, unsigned v)
 /* The guest's SYN from port 41000 to the gateway's port. */
 static void send_syn(struct ns *s, uint16_t port)
 {
-	uint8_t f[54] = {0}, ph[12 + 20];
+	uint8_t f[54] = {0}, ph[12 + 20] = {0};
 	uint8_t *ip = f + 14, *tcp = f + 34;
 
 	memcpy(f, wmac, 6);
@@ -276,7 +276,11 @@ START_TEST(slow_name_stalls_nothing)
 		poll(&pfd, 1, 10);
 		ns_dispatch(s);
 	}
-	ck_assert(got_synack());
+	ns_get_stats(s, &st);
+	ck_assert_msg(got_synack(), "no SYN-ACK: tcp allowed %llu denied %llu failed %llu, frames %llu dropped %llu",
+		      (unsigned long long)st.tcp_allowed, (unsigned long long)st.tcp_denied,
+		      (unsigned long long)st.tcp_failed, (unsigned long long)st.frames_in,
+		      (unsigned long long)st.frames_dropped);
 	c = accept(lfd, NULL, NULL);
 	ck_assert_int_ge(c, 0);
 	ck_assert_ptr_null(find(1));

@@ -1,0 +1,224 @@
+#!/bin/bash
+# bench/net: kbox's network stack (netstack/, lwIP, through the TAP
+# harness of tests/net) against slirp4netns and pasta (passt), with the
+# same server and the same clients, in one run.
+#
+#   apt-get install -y --no-install-recommends slirp4netns passt   # once; the bench only
+#   bench/net/run.sh [BUILD_DIR]                                     # root, /dev/net/tun
+#
+# Namespaces made here, and nothing else touched (TESTING.md):
+#   kbox-bh-PID  the "host": netbench's HTTP server on 127.0.0.1:8080, the
+#                kbox harness, slirp4netns and pasta; its only other
+#                interface is one end of a veth pair (10.0.2.15/24, default
+#                via 10.0.2.2: pasta copies it as its template);
+#   kbox-bx-PID  the veth's other end, alone: what goes there stays there;
+#   kbox-bk-PID  guest of kbox's stack (TAP, 10.0.2.15, gateway 10.0.2.2);
+#   kbox-bs-PID  guest of slirp4netns, MTU 1500 (its default);
+#   kbox-bS-PID  guest of slirp4netns --mtu 65520;
+#   kbox-bp-PID  guest of pasta (MTU 65520, its default).
+# Each guest reaches the server as 10.0.2.2:8080, which every contestant
+# maps to the host's loopback (kbox: host.kbox.internal with an allow rule
+# for the port; slirp4netns and pasta: their gateway mapping). "direct"
+# is the client in the host namespace on 127.0.0.1:8080, the ceiling.
+#
+# Measures, REPS times with the contestants taking turns (medians):
+#   down / up   curl GET / PUT of BULK_MB MiB (sizes checked), MiB/s
+#   rate        RATE_THREADS threads of connect, GET /64, read to EOF,
+#               close, for RATE_S seconds: requests/s
+#   connect     LAT_N such requests one after another: connect() p50/p99
+#               (until the SYN-ACK; kbox answers it once its host connect
+#               succeeded) and the whole request p50, in ms
+# Environment: BULK_MB (200), REPS (3), RATE_S (5), RATE_THREADS (8),
+# LAT_N (300), MAXTIME (900 s for the whole run, through timeout(1)).
+# Raw runs go to BUILD_DIR/bench/net.txt; everything made is removed on exit.
+set -u
+cd "$(dirname "$0")/../.."
+TOP=$(pwd)
+BUILD=${1:-build}
+case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
+BULK_MB=${BULK_MB:-200}
+REPS=${REPS:-3}
+RATE_S=${RATE_S:-5}
+RATE_THREADS=${RATE_THREADS:-8}
+LAT_N=${LAT_N:-300}
+MAXTIME=${MAXTIME:-900}
+PORT=8080
+
+if [ -z "${KBOX_BENCH_NET_BOUNDED:-}" ]; then
+	KBOX_BENCH_NET_BOUNDED=1 exec timeout -k 20 "$MAXTIME" "$0" "$@"
+fi
+if [ "$(id -u)" != 0 ] || [ ! -c /dev/net/tun ] || ! command -v ip >/dev/null || ! command -v curl >/dev/null; then
+	echo "skip: bench/net needs root, /dev/net/tun, iproute2 and curl"
+	exit 0
+fi
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
+
+mkdir -p "$BUILD/bench"
+RAW=$BUILD/bench/net.txt
+: >"$RAW"
+CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. -O2 -g"
+# The harness as tests/net/run.sh builds it with NET_SAN=0.
+# shellcheck disable=SC2086
+${CC:-cc} $CF $(pkg-config --cflags lwip) -o "$BUILD/bench/net-harness" tests/net/harness.c netstack/*.c \
+	$(pkg-config --libs lwip) -lbearssl -lyaml -lpthread || exit 1
+# shellcheck disable=SC2086
+${CC:-cc} $CF -o "$BUILD/bench/netbench" bench/net/netbench.c -lpthread || exit 1
+NB=$BUILD/bench/netbench
+
+ID=$$
+HNS=kbox-bh-$ID XNS=kbox-bx-$ID TAP=kbbt$ID
+declare -A GNS=([kbox]=kbox-bk-$ID [slirp]=kbox-bs-$ID [slirp65k]=kbox-bS-$ID [pasta]=kbox-bp-$ID)
+PEERS="kbox"
+if command -v slirp4netns >/dev/null; then
+	PEERS="$PEERS slirp slirp65k"
+else
+	echo "# slirp4netns missing (apt-get install slirp4netns): its columns are left out"
+fi
+if command -v pasta >/dev/null; then
+	PEERS="$PEERS pasta"
+else
+	echo "# pasta missing (apt-get install passt): its column is left out"
+fi
+T=$(mktemp -d /var/tmp/kbox-bench-net.XXXXXX)
+PIDS=
+cleanup() {
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	for _ in $(seq 30); do
+		alive=
+		for p in $PIDS; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ -z "$alive" ] && break
+		sleep 0.1
+	done
+	for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
+	for n in "${GNS[@]}" "$HNS" "$XNS"; do ip netns del "$n" 2>/dev/null; done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+H() { ip netns exec "$HNS" "$@"; }
+G() { local p=$1; shift; ip netns exec "${GNS[$p]}" timeout 300 "$@"; }
+
+ip netns add "$HNS" || exit 1
+ip -n "$HNS" link set lo up
+# pasta needs a routable interface to copy: one end of a veth pair whose
+# other end sits alone in a namespace of ours, up, without an address.
+ip netns add "$XNS" || exit 1
+ip -n "$HNS" link add kbv0 type veth peer name kbv1 netns "$XNS" &&
+	ip -n "$HNS" addr add 10.0.2.15/24 dev kbv0 &&
+	ip -n "$HNS" link set kbv0 up &&
+	ip -n "$XNS" link set kbv1 up &&
+	ip -n "$HNS" route add default via 10.0.2.2 || exit 1
+for p in direct $PEERS; do
+	[ "$p" = direct ] && continue
+	ip netns add "${GNS[$p]}" || exit 1
+	ip -n "${GNS[$p]}" link set lo up
+done
+for n in "$HNS" "${GNS[@]}"; do
+	ip netns exec "$n" sysctl -qw net.ipv4.ip_local_port_range="1024 65000" 2>/dev/null
+done
+
+ip netns exec "$HNS" "$NB" serve $PORT "$MAXTIME" >"$T/server.out" 2>&1 &
+PIDS="$PIDS $!"
+
+# kbox: the harness's stack on a TAP that then moves to the guest.
+ip netns exec "$HNS" "$BUILD/bench/net-harness" --tap "$TAP" --lifetime "$MAXTIME" --audit "$T/audit.log" \
+	--allow host.kbox.internal:$PORT >"$T/harness.out" 2>"$T/harness.err" &
+HARNESS=$!
+PIDS="$PIDS $HARNESS"
+for _ in $(seq 50); do grep -q '^ready' "$T/harness.out" 2>/dev/null && break; sleep 0.1; done
+grep -q '^ready' "$T/harness.out" || { echo "harness did not start:"; cat "$T/harness.err"; exit 1; }
+GK=${GNS[kbox]}
+ip -n "$HNS" link set "$TAP" netns "$GK" &&
+	ip -n "$GK" addr add 10.0.2.15/24 dev "$TAP" &&
+	ip -n "$GK" link set "$TAP" up &&
+	ip -n "$GK" route add default via 10.0.2.2 || exit 1
+
+for p in $PEERS; do
+	case $p in
+	slirp) ip netns exec "$HNS" slirp4netns --configure --mtu=1500 --netns-type=path \
+		"/run/netns/${GNS[$p]}" tap0 >"$T/$p.log" 2>&1 & ;;
+	slirp65k) ip netns exec "$HNS" slirp4netns --configure --mtu=65520 --netns-type=path \
+		"/run/netns/${GNS[$p]}" tap0 >"$T/$p.log" 2>&1 & ;;
+	pasta) ip netns exec "$HNS" pasta -f -q --runas 0:0 --config-net -t none -u none -T none -U none \
+		--netns "${GNS[$p]}" >"$T/$p.log" 2>&1 & ;;
+	*) continue ;;
+	esac
+	PIDS="$PIDS $!"
+done
+
+URL=http://10.0.2.2:$PORT
+client() { # client PEER CMD...: CMD in PEER's guest namespace, or in the host's for direct
+	local p=$1; shift
+	if [ "$p" = direct ]; then H timeout 300 "$@"; else G "$p" "$@"; fi
+}
+addr_of() { if [ "$1" = direct ]; then echo 127.0.0.1; else echo 10.0.2.2; fi; }
+for p in direct $PEERS; do
+	ok=
+	for _ in $(seq 100); do
+		client "$p" curl -s -o /dev/null --max-time 1 "http://$(addr_of "$p"):$PORT/1" && { ok=1; break; }
+		sleep 0.1
+	done
+	if [ -z "$ok" ]; then
+		echo "$p: the server is not reachable"
+		cat "$T/$p.log" 2>/dev/null
+		exit 1
+	fi
+done
+echo "# set-up done: $PEERS, and direct; $BULK_MB MiB bulk, $REPS runs, rate ${RATE_S}s x $RATE_THREADS, $LAT_N sequential requests"
+
+BYTES=$((BULK_MB * 1048576))
+head -c "$BYTES" /dev/zero >"$T/bulk.bin"
+r=0
+while [ $r -lt "$REPS" ]; do
+	for p in direct $PEERS; do
+		a=$(addr_of "$p")
+		out=$(client "$p" curl -sS -o /dev/null -w '%{size_download} %{speed_download}' "http://$a:$PORT/$BYTES")
+		set -- $out
+		[ "${1:-0}" = "$BYTES" ] || { echo "$p: download got ${1:-nothing} bytes"; exit 1; }
+		echo "$p down $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+		out=$(client "$p" curl -sS -o "$T/put.out" -H 'Expect:' -T "$T/bulk.bin" -w '%{size_upload} %{speed_upload}' "http://$a:$PORT/up")
+		set -- $out
+		{ [ "${1:-0}" = "$BYTES" ] && grep -q '^ok' "$T/put.out"; } || { echo "$p: upload sent ${1:-nothing} bytes"; exit 1; }
+		echo "$p up $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+		out=$(client "$p" "$NB" rate "$a" $PORT "$RATE_S" "$RATE_THREADS")
+		echo "$p rate $(echo "$out" | sed -n 's/.*rps=\([0-9.]*\).*/\1/p')" >>"$RAW"
+		echo "$p rate_errors $(echo "$out" | sed -n 's/.*errors=\([0-9]*\).*/\1/p')" >>"$RAW"
+		out=$(client "$p" "$NB" latency "$a" $PORT "$LAT_N")
+		for k in connect_p50_ms connect_p99_ms request_p50_ms; do
+			echo "$p $k $(echo "$out" | sed -n "s/.*$k=\([0-9.]*\).*/\1/p")" >>"$RAW"
+		done
+	done
+	r=$((r + 1))
+	echo "# run $r of $REPS done"
+done
+
+median() { # median PEER METRIC
+	awk -v p="$1" -v m="$2" '$1 == p && $2 == m { print $3 }' "$RAW" | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
+}
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f\n", a / b }'
+}
+echo
+printf '%-22s' metric
+for p in direct $PEERS; do printf '%10s' "$p"; done
+for p in $PEERS; do [ "$p" != kbox ] && printf '%14s' "kbox/$p"; done
+echo
+for m in down up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors; do
+	case $m in down | up) label="$m (MiB/s)" ;; rate) label="rate (req/s)" ;; *) label=$m ;; esac
+	printf '%-22s' "$label"
+	for p in direct $PEERS; do printf '%10s' "$(median "$p" "$m")"; done
+	for p in $PEERS; do
+		[ "$p" != kbox ] && [ "$m" != rate_errors ] && printf '%14s' "$(ratio "$(median kbox "$m")" "$(median "$p" "$m")")"
+	done
+	echo
+done
+echo "# kbox/PEER: above 1 means kbox is faster for MiB/s and req/s, slower for the ms rows."
+echo "# kbox: lwIP's fixed MSS 1460 (MTU 1500); slirp65k and pasta use a 65520-byte MTU."
+kill -TERM "$HARNESS" 2>/dev/null
+for _ in $(seq 50); do kill -0 "$HARNESS" 2>/dev/null || break; sleep 0.1; done
+grep '^stats' "$T/harness.out" | sed 's/^/# kbox /'
+errs=$(grep -o '"error":"[A-Z]*"' "$T/audit.log" | sort | uniq -c | tr -s ' \n' ' ')
+[ -n "$errs" ] && echo "# kbox audit log, failed host connects: $errs"
+echo "# raw runs: $RAW"

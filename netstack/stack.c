@@ -186,15 +186,15 @@ static void lwip_start(void)
 }
 
 /* The resolver threads, process-wide like lwIP: they outlive any one
- * stack.  rp.m guards the queue and every stack's dns_done and
- * dns_running; it is never held while the core lock is taken. */
+ * stack.  rp.m guards the queue, the thread count and every stack's
+ * dns_done and dns_running; it is never held while the core lock is
+ * taken. */
 static struct {
 	pthread_mutex_t m;
 	pthread_cond_t work, idle;
 	struct dq *head, *tail;
-	int err; /* no thread could be started */
+	unsigned threads;
 } rp = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
-static pthread_once_t rp_once = PTHREAD_ONCE_INIT;
 
 static void *rp_worker(void *arg)
 {
@@ -228,27 +228,35 @@ static void *rp_worker(void *arg)
 	return NULL;
 }
 
-static void rp_start(void)
+/* Start the resolver threads unless they run: 0, or -EAGAIN if none
+ * could be started (tried again on the next question).  Started by the
+ * first question rather than by ns_create, so that they are children of
+ * a thread that asks (kbox's device or vCPU thread) and inherit its
+ * lock-down, Landlock included; the seccomp allowlist lets a thread make
+ * threads. */
+static int rp_ensure(void)
 {
 	sigset_t all, old;
-	unsigned i, started = 0;
-	int e = 0;
+	int r;
 
-	/* Signals are for the threads that wait for them, never these. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	for (i = 0; i < NS_DNS_WORKERS; i++) {
-		pthread_t t;
+	pthread_mutex_lock(&rp.m);
+	if (rp.threads == 0) {
+		/* Signals are for the threads that wait for them, never these. */
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		while (rp.threads < NS_DNS_WORKERS) {
+			pthread_t t;
 
-		e = pthread_create(&t, NULL, rp_worker, NULL);
-		if (e != 0)
-			break;
-		pthread_detach(t);
-		started++;
+			if (pthread_create(&t, NULL, rp_worker, NULL) != 0)
+				break;
+			pthread_detach(t);
+			rp.threads++;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!started)
-		rp.err = -e;
+	r = rp.threads ? 0 : -EAGAIN;
+	pthread_mutex_unlock(&rp.m);
+	return r;
 }
 
 static uint64_t now_ms(void)
@@ -1533,7 +1541,7 @@ static void dns_ask(struct ns *s, const struct fr_pkt *p, const struct dns_query
 		dns_refuse_load(s, p, q, "dns:rate");
 		return;
 	}
-	j = malloc(sizeof *j);
+	j = rp_ensure() == 0 ? malloc(sizeof *j) : NULL;
 	if (!j || q->qend > sizeof j->qmsg || q->qend > p->data_len) {
 		free(j);
 		dns_reply(s, p, q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
@@ -1985,11 +1993,6 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	if (s->epfd < 0 || s->tfd < 0 || s->efd < 0 || timerfd_settime(s->tfd, 0, &its, NULL) < 0 ||
 	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->tfd, &ev) < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &dev) < 0) {
 		r = -errno;
-		goto fail;
-	}
-	pthread_once(&rp_once, rp_start);
-	if (rp.err < 0) {
-		r = rp.err;
 		goto fail;
 	}
 	pthread_once(&lwip_once, lwip_start);

@@ -39,8 +39,10 @@
  * lwIP (Debian's, NO_SYS=0) is process-wide: one stack at a time.  Its
  * own thread runs the TCP timers; all stack state is guarded by lwIP's
  * core lock, so the output callback may run on that thread too.  The
- * resolver threads are process-wide as well and are started by the first
- * ns_create (so before any sandboxing that forbids making threads). */
+ * resolver threads are process-wide as well; the first question that
+ * needs them starts them, from the thread that calls ns_input, so they
+ * share its sandbox (kbox's lock-down must allow that thread to make
+ * threads, as it does). */
 #ifndef KBOX_NETSTACK_STACK_H
 #define KBOX_NETSTACK_STACK_H
 
@@ -147,9 +149,9 @@ struct ns_stats {
 	size_t flows; /* open now */
 };
 
-/* Start lwIP and the resolver threads (first call only) and a stack with
- * cfg (copied).  0, -EBUSY (a stack exists), -EINVAL (no policy, audit or
- * output) or a negative errno. */
+/* Start lwIP (first call only) and a stack with cfg (copied).  0,
+ * -EBUSY (a stack exists), -EINVAL (no policy, audit or output) or a
+ * negative errno. */
 int ns_create(const struct ns_config *cfg, struct ns **out);
 
 /* Tear down every connection (hosts and guest get resets), drop the DNS

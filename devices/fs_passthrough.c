@@ -473,6 +473,10 @@ static int fsp_hidden(struct fsp *p, int dirfd, const char *name)
 	for (size_t i = 0; i < p->n_hidden; i++) {
 		const char *pat = p->hidden[i];
 		if (!p->anchored[i] && !strchr(pat, '/')) {
+			/* Every name of a big directory meets every pattern:
+			 * a literal first character rejects most at once. */
+			if (!strchr("*?[\\", pat[0]) && pat[0] != name[0])
+				continue;
 			if (fnmatch(pat, name, 0) == 0)
 				return 1;
 			continue;

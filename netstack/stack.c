@@ -50,6 +50,7 @@
 #define UP_CAP (2u * TCP_WND) /* guest bytes the host socket has not taken yet */
 #define HOST_READ_MAX 0xffffu /* tcp_write takes a u16 length */
 #define MEMO_CAP 4096u
+#define TIME_WAIT_MAX 64u /* lwIP's TIME-WAIT pcbs kept; the oldest go beyond */
 #define DNS_TAG ((uint64_t)NS_MAX_FORWARDS + 1) /* epoll data of the resolver's eventfd */
 
 static const uint8_t gw_ip[4] = NS_GATEWAY_IP;
@@ -1029,20 +1030,28 @@ static void wake(void *arg)
  * would then answer the new SYN from the old pcb instead of accepting it.
  * The host side already accepted this connection, so the old one is over
  * (RFC 6191 lets a SYN reopen a TIME-WAIT connection in the same way). */
+/* Also keep at most TIME_WAIT_MAX of them: lwIP looks each new SYN up in
+ * that list and its timer walks it, and at a thousand short connections
+ * a second its 2 MSL (2 minutes) would hold a hundred thousand.  On a
+ * point-to-point link with no reordering, TIME-WAIT has little to
+ * protect; a FIN the guest retransmits after the pcb went gets a reset,
+ * which closes its end as well. */
 static void drop_time_wait(const struct flow *f)
 {
-	struct tcp_pcb *pcb;
+	struct tcp_pcb *pcb, *next;
 	ip4_addr_t l, r;
+	unsigned kept = 0;
 
 	memcpy(&l.addr, f->ft.key.dip, 4);
 	memcpy(&r.addr, f->ft.key.gip, 4);
-	for (pcb = tcp_tw_pcbs; pcb; pcb = pcb->next) {
-		if (pcb->local_port == f->ft.key.dport && pcb->remote_port == f->ft.key.gport &&
-		    IP_IS_V4_VAL(pcb->local_ip) && ip4_addr_cmp(ip_2_ip4(&pcb->local_ip), &l) &&
-		    ip4_addr_cmp(ip_2_ip4(&pcb->remote_ip), &r)) {
+	/* Newest first: lwIP puts a pcb at the head when it enters TIME-WAIT. */
+	for (pcb = tcp_tw_pcbs; pcb; pcb = next) {
+		next = pcb->next;
+		if ((pcb->local_port == f->ft.key.dport && pcb->remote_port == f->ft.key.gport &&
+		     IP_IS_V4_VAL(pcb->local_ip) && ip4_addr_cmp(ip_2_ip4(&pcb->local_ip), &l) &&
+		     ip4_addr_cmp(ip_2_ip4(&pcb->remote_ip), &r)) ||
+		    ++kept > TIME_WAIT_MAX)
 			tcp_abort(pcb); /* a TIME-WAIT pcb is only unlinked and freed, no reset */
-			return;
-		}
 	}
 }
 

@@ -29,7 +29,8 @@
 #               (until the SYN-ACK; kbox answers it once its host connect
 #               succeeded) and the whole request p50, in ms
 # Environment: BULK_MB (200), REPS (3), RATE_S (5), RATE_THREADS (8),
-# LAT_N (300), MAXTIME (900 s for the whole run, through timeout(1)).
+# LAT_N (300), MAXTIME (900 s for the whole run, through timeout(1)),
+# ONLY (a subset of "kbox slirp slirp65k pasta").
 # Raw runs go to BUILD_DIR/bench/net.txt; everything made is removed on exit.
 set -u
 cd "$(dirname "$0")/../.."
@@ -78,6 +79,11 @@ if command -v pasta >/dev/null; then
 	PEERS="$PEERS pasta"
 else
 	echo "# pasta missing (apt-get install passt): its column is left out"
+fi
+if [ -n "${ONLY:-}" ]; then
+	want=
+	for p in $PEERS; do case " $ONLY " in *" $p "*) want="$want $p" ;; esac; done
+	PEERS=${want# }
 fi
 T=$(mktemp -d /var/tmp/kbox-bench-net.XXXXXX)
 PIDS=

@@ -180,29 +180,29 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 {
 	for (unsigned i = 0; i < ms->n; i++) {
 		if (ms->m[i].root) {
-			snprintf(err, errlen, "--image: only one root image");
+			snprintf(err, errlen, "only one root image");
 			return -EEXIST;
 		}
 	}
 	if (ms->n >= MOUNTS_MAX) {
-		snprintf(err, errlen, "--image: too many mounts (at most %d with the image)",
+		snprintf(err, errlen, "too many mounts (at most %d with the image)",
 			 MOUNTS_MAX);
 		return -E2BIG;
 	}
 	struct mount *m = &ms->m[ms->n];
 	size_t hl = strlen(dir);
 	if (hl == 0 || hl >= sizeof m->host) {
-		snprintf(err, errlen, "--image: the path is %s", hl ? "too long" : "empty");
+		snprintf(err, errlen, "the image path is %s", hl ? "too long" : "empty");
 		return hl ? -ENAMETOOLONG : -EINVAL;
 	}
 	struct stat st;
 	if (stat(dir, &st) < 0) {
 		int rc = -errno;
-		snprintf(err, errlen, "--image: cannot use %s: %s", dir, strerror(errno));
+		snprintf(err, errlen, "cannot use the image %s: %s", dir, strerror(errno));
 		return rc;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "--image: %s is not a directory (a root filesystem "
+		snprintf(err, errlen, "the image %s is not a directory (a root filesystem "
 			 "folder, e.g. made with debootstrap)", dir);
 		return -ENOTDIR;
 	}

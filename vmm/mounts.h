@@ -69,7 +69,8 @@ int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t 
 
 /* Serve host directory dir as the guest's read-only root image.  It takes
  * one of the MOUNTS_MAX slots; there is at most one.  Returns 0, or a
- * negative errno with a message for the user in err. */
+ * negative errno with a message for the user in err that names no option
+ * (the image comes from --image or from image: in sandbox.yaml). */
 int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errlen);
 
 /* The backend configuration mount m is served with (root, read-only,

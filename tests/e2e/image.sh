@@ -93,6 +93,8 @@ refuse() {
 }
 refuse "missing image" "No such file" --image "$tmp/nope"
 refuse "image that is a file" "not a directory" --image "$img/etc/passwd"
+printf 'image: ./nope\n' > "$tmp/bad.yaml"
+refuse "image: in sandbox.yaml that is missing" "cannot use the image $tmp/./nope" --conf "$tmp/bad.yaml"
 refuse "image and eight mounts" "too many" --image "$img" -v "$share:/1" -v "$share:/2" \
 	-v "$share:/3" -v "$share:/4" -v "$share:/5" -v "$share:/6" -v "$share:/7" -v "$share:/8"
 
@@ -103,12 +105,13 @@ if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
 	exit
 fi
 
-# --- two sandboxes on one image ---
+# --- two sandboxes on one image, one from --image, one from sandbox.yaml ---
+printf 'image: ./image\n' > "$tmp/sandbox.yaml"
 start=$(date +%s)
 timeout "$boot_timeout" "$kbox" run --image "$img" -v "$share:/share" \
 	-- /bin/sh /checks.sh a b > "$tmp/out-a" 2> "$tmp/err-a" &
 pa=$!
-timeout "$boot_timeout" "$kbox" run --image "$img" -v "$share:/share" \
+timeout "$boot_timeout" "$kbox" run --conf "$tmp/sandbox.yaml" -v "$share:/share" \
 	-- /bin/sh /checks.sh b a > "$tmp/out-b" 2> "$tmp/err-b" &
 pb=$!
 pids="$pa $pb"

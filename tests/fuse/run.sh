@@ -229,6 +229,34 @@ rm -f "$T/blob" "$MNT/blob"
 check "a file written on the mount appears on the host" sh -c "
 	echo from-guest >'$MNT/note' && grep -q from-guest '$SRC/note'"
 
+# --- a tight fd cap --------------------------------------------------------
+# With room for 32 fds the server keeps closing inode fds and reopening them
+# by name: real programs must not notice, and the fds must stay under the
+# cap (plus the server's own: stdio, /dev/fuse, /proc/self/fd, the root).
+CAP_SRC=$T/capsrc
+CAP=$T/guest/cap
+mkdir -p "$CAP_SRC" "$CAP"
+mount_kbox "$CAP_SRC" "$CAP" -m 32
+CAP_PID=$LAST_PID
+check "fd cap 32: tar extract of /usr/include/linux, identical" sh -c "
+	tar -C /usr/include -cf - linux | tar -C '$CAP' -xf - && diff -r /usr/include/linux '$CAP/linux'"
+check "fd cap 32: git init/add/commit/status/fsck" sh -c "
+	cd '$CAP/linux' && git init -q && git add -A &&
+	git -c user.name=t -c user.email=t@example.invalid commit -qm t &&
+	test -z \"\$(git status --porcelain)\" && git fsck 2>/dev/null"
+check "fd cap 32: cp -a, rename, hard link, rm -rf" sh -c "
+	cd '$CAP' && cp -a linux copy && diff -r linux copy && mv copy moved &&
+	ln moved/fs.h hard && rm moved/fs.h && cmp hard /usr/include/linux/fs.h &&
+	rm -rf moved hard && test ! -e moved"
+check "fd cap 32: a file unlinked while open still answers fstat" python3 -c "
+import os
+f = open('$CAP/gone', 'w'); f.write('x' * 10); f.flush(); os.unlink('$CAP/gone')
+st = os.fstat(f.fileno()); assert st.st_nlink == 0 and st.st_size == 10, st"
+check "fd cap 32: the server held at most 32 fds for the guest" sh -c "
+	test \$(ls /proc/$CAP_PID/fd | wc -l) -le \$((32 + 6))"
+umount "$CAP"
+rm -rf "$CAP_SRC"
+
 # --- escapes ---------------------------------------------------------------
 # Everything outside the two sources, and the host's "/", as they are before
 # the escapes.

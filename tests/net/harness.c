@@ -292,13 +292,14 @@ int main(int argc, char **argv)
 	}
 	ns_get_stats(s, &st);
 	printf("stats frames_in=%llu dropped=%llu tcp_allowed=%llu tcp_denied=%llu tcp_failed=%llu dns=%llu "
-	       "to_host=%llu to_guest=%llu fwd_accepted=%llu fwd_refused=%llu udp_refused=%llu dns_rate_refused=%llu flows=%zu tap_drops=%lu\n",
+	       "to_host=%llu to_guest=%llu fwd_accepted=%llu fwd_refused=%llu udp_refused=%llu dns_rate_refused=%llu dns_busy_refused=%llu flows=%zu tap_drops=%lu\n",
 	       (unsigned long long)st.frames_in, (unsigned long long)st.frames_dropped,
 	       (unsigned long long)st.tcp_allowed, (unsigned long long)st.tcp_denied,
 	       (unsigned long long)st.tcp_failed, (unsigned long long)st.dns_queries,
 	       (unsigned long long)st.bytes_to_host, (unsigned long long)st.bytes_to_guest,
 	       (unsigned long long)st.fwd_accepted, (unsigned long long)st.fwd_refused,
-	       (unsigned long long)st.udp_refused, (unsigned long long)st.dns_rate_refused, st.flows, tap_drops);
+	       (unsigned long long)st.udp_refused, (unsigned long long)st.dns_rate_refused,
+	       (unsigned long long)st.dns_busy_refused, st.flows, tap_drops);
 	printf("stats tls_intercepted=%llu tls_refused=%llu\n", (unsigned long long)st.tls_intercepted,
 	       (unsigned long long)st.tls_refused);
 	fflush(stdout);

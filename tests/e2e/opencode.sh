@@ -1,0 +1,191 @@
+#!/bin/sh
+# End-to-end test of the agent: OpenCode from the toolchain image
+# (images/toolchain/build.sh) in a project with a kbox.yaml.  One boot:
+# the image's tools run (node, git, python3, opencode --version), the
+# guest's OPENCODE_API_KEY is the placeholder, and a one-shot
+# `opencode run "say hi"` talks to a test model server
+# (tests/e2e/model_server.py, OpenAI-compatible, TLS with a certificate for
+# host.kbox.internal from a test CA given with tls.extra_ca) on the host's
+# loopback, allowed by an allowlist policy; the server must receive the
+# real key, the guest never holds it.
+#
+# Nothing leaves the machine: kbox and the model server run in a network
+# namespace made here (unshare -n: only a loopback), the policy allows only
+# host.kbox.internal:PORT (every other name is refused before resolving),
+# and OpenCode is configured not to fetch models, updates or plugins.
+# Skips when the toolchain image is not in the store
+# (sudo make toolchain-image).
+#   tests/e2e/opencode.sh BUILD_DIR
+set -u
+build=${1:-build}
+kbox="$build/kbox"
+image=${KBOX_AGENT_IMAGE:-toolchain}
+# OpenCode under PVM is slow (a bun binary of ~100 MiB, started twice).
+run_timeout=${KBOX_E2E_AGENT_TIMEOUT:-1500}
+
+if [ ! -x "$kbox" ]; then
+	echo "e2e: $kbox is missing; run make first" >&2
+	exit 1
+fi
+# The sandbox is started from the project folder.
+kbox="$(cd "$(dirname "$kbox")" && pwd)/$(basename "$kbox")"
+if ! "$kbox" image path "$image" >/dev/null 2>&1; then
+	echo "skip - the $image image is not in the store; build it with: sudo make toolchain-image"
+	echo "0 passed, 0 failed"
+	exit 0
+fi
+for t in openssl python3 unshare ip; do
+	if ! command -v "$t" >/dev/null 2>&1; then
+		echo "skip - $t is missing"
+		echo "0 passed, 0 failed"
+		exit 0
+	fi
+done
+
+# Everything below runs in a network namespace of our own.
+if [ "${KBOX_E2E_IN_NETNS:-}" != 1 ]; then
+	KBOX_E2E_IN_NETNS=1 exec unshare -n -- "$0" "$@"
+fi
+ip link set lo up || { echo "e2e: cannot bring up lo in the namespace" >&2; exit 1; }
+
+pass=0
+fail=0
+tmp=$(mktemp -d)
+srv_pid=
+cleanup() {
+	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
+
+export KBOX_CA_DIR="$tmp/ca"
+real="sk-real-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+
+# --- the model server: TLS for host.kbox.internal from a test CA ---
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=kbox test model CA" \
+	-keyout "$tmp/upca.key" -out "$tmp/upca.pem" -addext basicConstraints=critical,CA:TRUE \
+	-addext keyUsage=critical,keyCertSign >/dev/null 2>&1
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=host.kbox.internal" \
+	-keyout "$tmp/srv.key" -out "$tmp/srv.csr" >/dev/null 2>&1
+printf 'subjectAltName=DNS:host.kbox.internal\nextendedKeyUsage=serverAuth\n' >"$tmp/ext"
+openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/upca.pem" -CAkey "$tmp/upca.key" -CAcreateserial -days 1 \
+	-extfile "$tmp/ext" -out "$tmp/srv.pem" >/dev/null 2>&1
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+here=$(cd "$(dirname "$0")" && pwd)
+python3 "$here/model_server.py" 127.0.0.1 "$port" "$tmp/srv.pem" "$tmp/srv.key" "$tmp/model.log" \
+	"Hi from the kbox test model." 2>"$tmp/server.err" &
+srv_pid=$!
+
+# --- the project ---
+proj="$tmp/proj"
+mkdir -p "$proj"
+cp "$tmp/upca.pem" "$proj/model-ca.pem"
+cat >"$proj/kbox.yaml" <<EOF
+image: $image
+cpus: 2
+memory: 2G
+env:
+  # No fetches of models.dev, updates or default plugins: the test
+  # network has only the model server.
+  OPENCODE_DISABLE_AUTOUPDATE: "1"
+  OPENCODE_DISABLE_MODELS_FETCH: "1"
+  OPENCODE_DISABLE_DEFAULT_PLUGINS: "1"
+  OPENCODE_DISABLE_LSP_DOWNLOAD: "1"
+network:
+  policy: allowlist
+  allow: ["host.kbox.internal:$port"]
+  audit_log: audit.jsonl
+tls:
+  intercept: secrets
+  extra_ca: model-ca.pem
+secrets: secrets.yaml
+EOF
+cat >"$proj/secrets.yaml" <<'EOF'
+OPENCODE_API_KEY:
+  value: "${OPENCODE_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["authorization"]
+EOF
+echo "OPENCODE_API_KEY=$real" >"$proj/secrets.env"
+# OpenCode's project config: an OpenAI-compatible provider at the test
+# server, its key from the (placeholder) environment variable.
+cat >"$proj/opencode.json" <<EOF
+{
+  "\$schema": "https://opencode.ai/config.json",
+  "autoupdate": false,
+  "share": "disabled",
+  "provider": {
+    "kboxtest": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "kbox test model",
+      "options": {
+        "baseURL": "https://host.kbox.internal:$port/v1",
+        "apiKey": "{env:OPENCODE_API_KEY}"
+      },
+      "models": { "kbox-test": { "name": "kbox test" } }
+    }
+  },
+  "model": "kboxtest/kbox-test",
+  "small_model": "kboxtest/kbox-test"
+}
+EOF
+cat >"$proj/checks.sh" <<'EOF'
+echo "env OPENCODE_API_KEY=$OPENCODE_API_KEY"
+echo "node $(node --version 2>&1)"
+echo "$(git --version 2>&1)"
+echo "$(python3 --version 2>&1)"
+echo "opencode-version $(opencode --version 2>&1 | head -1)"
+echo "run-start"
+opencode run --model kboxtest/kbox-test "say hi" </dev/null >/tmp/run.out 2>/tmp/run.err
+echo "run-rc $?"
+sed 's/^/run-out /' /tmp/run.out | head -40
+tail -20 /tmp/run.err | sed 's/^/run-err /'
+EOF
+
+# A slow first start of OpenCode must not be mistaken for a hang: one
+# generous bound around the whole boot.
+start=$(date +%s)
+(cd "$proj" && timeout "$run_timeout" "$kbox" run -- /bin/sh /workspace/checks.sh) >"$tmp/out" 2>"$tmp/run.err"
+rc=$?
+secs=$(($(date +%s) - start))
+out=$(cat "$tmp/out")
+
+[ "$rc" = 0 ] && ok "boot of the toolchain image with the project's kbox.yaml (${secs}s)" ||
+	not_ok "boot (rc $rc after ${secs}s)" "$(tail -5 "$tmp/run.err"; tail -5 "$tmp/out")"
+printf '%s\n' "$out" | grep -q '^node v[0-9]' && printf '%s\n' "$out" | grep -q '^git version' &&
+	printf '%s\n' "$out" | grep -q '^Python 3' && ok "node, git and python3 run in the image" ||
+	not_ok "image tools" "$out"
+v=$(printf '%s\n' "$out" | sed -n 's/^opencode-version //p')
+printf '%s\n' "$v" | grep -Eq '^[0-9]+\.[0-9]+' && ok "opencode --version runs in the sandbox ($v)" ||
+	not_ok "opencode --version" "$v"
+printf '%s\n' "$out" | grep -qx 'env OPENCODE_API_KEY=\$KBOX_OPENCODE_API_KEY' &&
+	ok "the guest's OPENCODE_API_KEY is the placeholder" || not_ok "placeholder" "$(printf '%s\n' "$out" | grep '^env')"
+if printf '%s\n' "$out" | grep -qx 'run-rc 0' && printf '%s\n' "$out" | grep -q '^run-out.*Hi from the kbox test model'; then
+	ok "opencode run \"say hi\" completes with the test model's answer"
+else
+	not_ok "opencode run" "$(printf '%s\n' "$out" | grep '^run-' | tail -30)"
+fi
+if grep -q '/chat/completions' "$tmp/model.log" 2>/dev/null &&
+	grep '/chat/completions' "$tmp/model.log" | grep -qF "\"Bearer $real\""; then
+	ok "the model server received the real key"
+else
+	not_ok "real key upstream" "$(cat "$tmp/model.log" 2>/dev/null | sed "s/$real/REAL/g" | tail -5)"
+fi
+if grep -qF 'KBOX_OPENCODE_API_KEY' "$tmp/model.log" 2>/dev/null; then
+	not_ok "the placeholder reached the model server"
+else
+	ok "no placeholder reached the model server"
+fi
+if grep -qF "$real" "$tmp/out" "$tmp/run.err" "$proj/audit.jsonl" 2>/dev/null; then
+	not_ok "the real key shows in the guest's output or kbox's logs"
+else
+	ok "the real key is in neither the guest's output nor kbox's logs"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -242,8 +242,16 @@ static int rp_ensure(void)
 
 	pthread_mutex_lock(&rp.m);
 	if (rp.threads == 0) {
-		/* Signals are for the threads that wait for them, never these. */
+		/* Signals are for the threads that wait for them, never these;
+		 * but not the ones a fault raises in the thread itself (SIGSYS
+		 * is how the lock-down reports a refused call: blocked, the
+		 * kernel would kill kbox without a word). */
 		sigfillset(&all);
+		sigdelset(&all, SIGSYS);
+		sigdelset(&all, SIGSEGV);
+		sigdelset(&all, SIGBUS);
+		sigdelset(&all, SIGFPE);
+		sigdelset(&all, SIGILL);
 		pthread_sigmask(SIG_BLOCK, &all, &old);
 		while (rp.threads < NS_DNS_WORKERS) {
 			pthread_t t;

@@ -204,6 +204,16 @@ static const struct reply *wait_for(struct ns *s, uint16_t id, unsigned ms)
 	return r;
 }
 
+static unsigned started_calls(void)
+{
+	unsigned c;
+
+	pthread_mutex_lock(&gate_m);
+	c = calls;
+	pthread_mutex_unlock(&gate_m);
+	return c;
+}
+
 static bool got_synack(void)
 {
 	bool r;
@@ -376,7 +386,10 @@ START_TEST(destroy_while_resolving)
 	/* More slow questions than workers: some run, the rest queue. */
 	for (i = 1; i <= 2 * NS_DNS_WORKERS; i++)
 		send_query(s, i, "slow.test");
-	usleep(100000);
+	t0 = now_ms() + 2000;
+	while (started_calls() < NS_DNS_WORKERS && now_ms() < t0)
+		usleep(5000);
+	ck_assert_uint_eq(started_calls(), NS_DNS_WORKERS);
 	t0 = now_ms();
 	ns_destroy(s);
 	/* Waited for the calls under way (one round), not for the queue. */

@@ -11,7 +11,10 @@
 enum { Q_RX, Q_TX };
 
 #define GSO_NONE 0
+#define HDR_FLAGS 0
 #define HDR_GSO_TYPE 1
+#define HDR_CSUM_START 6
+#define HDR_CSUM_OFFSET 8
 #define HDR_NUM_BUFFERS 10
 
 static struct vnet *to_net(struct vq_dev *d)
@@ -57,6 +60,35 @@ static void scatter(const struct vq_chain *c, uint32_t off, const uint8_t *buf, 
 	}
 }
 
+static bool negotiated(const struct vnet *v, unsigned bit)
+{
+	return (v->dev.driver_features >> bit) & 1;
+}
+
+/* VIRTIO_NET_HDR_F_NEEDS_CSUM: the guest left the checksum of the bytes
+ * from csum_start to the end (with its pseudo-header sum already in the
+ * field at csum_start + csum_offset) to us.  The offsets come from the
+ * guest: false when they do not fit the frame. */
+static bool fill_csum(uint8_t *f, uint32_t len, const uint8_t *hdr)
+{
+	uint16_t start = (uint16_t)(hdr[HDR_CSUM_START] | hdr[HDR_CSUM_START + 1] << 8);
+	uint16_t off = (uint16_t)(hdr[HDR_CSUM_OFFSET] | hdr[HDR_CSUM_OFFSET + 1] << 8);
+	if (start < VNET_ETH_HLEN || start >= len || off > len - start || len - start - off < 2)
+		return false;
+	uint32_t sum = 0;
+	uint32_t i = start;
+	for (; i + 1 < len; i += 2)
+		sum += (uint32_t)f[i] << 8 | f[i + 1];
+	if (i < len)
+		sum += (uint32_t)f[i] << 8;
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	uint16_t c = (uint16_t)~sum;
+	f[start + off] = (uint8_t)(c >> 8);
+	f[start + off + 1] = (uint8_t)c;
+	return true;
+}
+
 static int do_tx(struct vnet *v)
 {
 	struct vq *vq = &v->vqs[Q_TX];
@@ -80,9 +112,14 @@ static int do_tx(struct vnet *v)
 			v->stats.tx_dropped++;
 		} else {
 			gather(&c, VNET_HDR_SIZE, v->txbuf, flen);
-			v->stats.tx_frames++;
-			if (v->be.tx)
-				v->be.tx(v->be.ctx, v->txbuf, flen);
+			if ((hdr[HDR_FLAGS] & VIRTIO_NET_HDR_F_NEEDS_CSUM) &&
+			    (!negotiated(v, VIRTIO_NET_F_CSUM) || !fill_csum(v->txbuf, flen, hdr))) {
+				v->stats.tx_dropped++;
+			} else {
+				v->stats.tx_frames++;
+				if (v->be.tx)
+					v->be.tx(v->be.ctx, v->txbuf, flen);
+			}
 		}
 		vq_push(vq, c.head, 0);
 		pushed = true;
@@ -128,6 +165,10 @@ void vnet_rx_flush(struct vnet *v)
 			break;
 		}
 		uint8_t hdr[VNET_HDR_SIZE] = { 0 };
+		/* The stack's frames carry correct checksums (it builds them,
+		 * or lwIP does): the guest need not verify them again. */
+		if (negotiated(v, VIRTIO_NET_F_GUEST_CSUM))
+			hdr[HDR_FLAGS] = VIRTIO_NET_HDR_F_DATA_VALID;
 		uint16_t one = htole16(1);
 		memcpy(hdr + HDR_NUM_BUFFERS, &one, 2);
 		scatter(&c, 0, hdr, VNET_HDR_SIZE);
@@ -248,7 +289,8 @@ int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be
 	vq_init(&v->vqs[Q_TX], VNET_QUEUE_SIZE);
 	v->dev.ops = &net_ops;
 	v->dev.device_id = VIRTIO_NET_DEVICE_ID;
-	v->dev.features = (1ull << VIRTIO_NET_F_MAC) | (1ull << VIRTIO_NET_F_MTU) |
+	v->dev.features = (1ull << VIRTIO_NET_F_CSUM) | (1ull << VIRTIO_NET_F_GUEST_CSUM) |
+			  (1ull << VIRTIO_NET_F_MAC) | (1ull << VIRTIO_NET_F_MTU) |
 			  (1ull << VIRTIO_NET_F_STATUS) | (1ull << VIRTIO_F_EVENT_IDX) |
 			  (1ull << VIRTIO_F_INDIRECT_DESC);
 	v->dev.config_size = VNET_CONFIG_SIZE;

@@ -31,10 +31,14 @@
 #include "devices/virtqueue.h"
 
 #define VIRTIO_NET_DEVICE_ID 1
+#define VIRTIO_NET_F_CSUM 0       /* the guest may leave TX checksums to us */
+#define VIRTIO_NET_F_GUEST_CSUM 1 /* RX frames may say their checksums are valid */
 #define VIRTIO_NET_F_MTU 3
 #define VIRTIO_NET_F_MAC 5
 #define VIRTIO_NET_F_STATUS 16
 #define VIRTIO_NET_S_LINK_UP 1
+#define VIRTIO_NET_HDR_F_NEEDS_CSUM 1
+#define VIRTIO_NET_HDR_F_DATA_VALID 2
 
 #define VNET_HDR_SIZE 12
 #define VNET_MTU 1500

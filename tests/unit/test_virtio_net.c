@@ -98,6 +98,8 @@ static void put_desc(uint64_t table, unsigned i, uint64_t addr, uint32_t len, ui
 	memcpy(d + 14, &next, 2);
 }
 
+static uint32_t extra_features; /* offloads a test negotiates */
+
 static void driver_up(void)
 {
 	wr(0x70, 0);
@@ -110,7 +112,7 @@ static void driver_up(void)
 	wr(0x24, 1);
 	wr(0x20, 1); /* VERSION_1 */
 	wr(0x24, 0);
-	wr(0x20, 1u << VIRTIO_NET_F_MAC | 1u << VIRTIO_NET_F_MTU | 1u << VIRTIO_NET_F_STATUS);
+	wr(0x20, 1u << VIRTIO_NET_F_MAC | 1u << VIRTIO_NET_F_MTU | 1u << VIRTIO_NET_F_STATUS | extra_features);
 	wr(0x70, 3 | 8);
 	ck_assert_uint_eq(rd(0x70), 11);
 	for (unsigned q = 0; q < 2; q++) {
@@ -487,6 +489,120 @@ START_TEST(init_rejects)
 }
 END_TEST
 
+/* RFC 1071 over buf, added to sum. */
+static uint32_t sum16(uint32_t sum, const uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i + 1 < n; i += 2)
+		sum += (uint32_t)b[i] << 8 | b[i + 1];
+	if (n & 1)
+		sum += (uint32_t)b[n - 1] << 8;
+	return sum;
+}
+
+static uint16_t fold(uint32_t sum)
+{
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)sum;
+}
+
+/* An Ethernet + IPv4 + UDP frame of len bytes whose UDP checksum field
+ * holds the pseudo-header sum, as a guest with CSUM offload leaves it;
+ * *want gets the complete checksum. */
+static size_t udp_partial(uint8_t *f, size_t len, uint16_t *want)
+{
+	memset(f, 0, len);
+	frame(f + 42, len - 42, 9);
+	f[12] = 0x08;
+	uint8_t *ip = f + 14, *udp = f + 34;
+	ip[0] = 0x45;
+	ip[9] = 17;
+	memcpy(ip + 12, (uint8_t[]){ 10, 0, 2, 15 }, 4);
+	memcpy(ip + 16, (uint8_t[]){ 10, 0, 2, 2 }, 4);
+	uint16_t ulen = (uint16_t)(len - 34);
+	udp[0] = 0x30, udp[1] = 0x39, udp[2] = 0, udp[3] = 53;
+	udp[4] = (uint8_t)(ulen >> 8), udp[5] = (uint8_t)ulen;
+	uint8_t pseudo[12];
+	memcpy(pseudo, ip + 12, 8);
+	pseudo[8] = 0, pseudo[9] = 17, pseudo[10] = (uint8_t)(ulen >> 8), pseudo[11] = (uint8_t)ulen;
+	uint16_t ps = fold(sum16(0, pseudo, 12));
+	*want = (uint16_t)~fold(sum16(sum16(0, pseudo, 12), udp, ulen));
+	udp[6] = (uint8_t)(ps >> 8), udp[7] = (uint8_t)ps;
+	return len;
+}
+
+/* Transmit f (len bytes) with a header asking for a checksum from start
+ * at off. */
+static void tx_csum(const uint8_t *f, size_t len, uint16_t start, uint16_t off)
+{
+	memset(ram + BUF, 0, VNET_HDR_SIZE);
+	ram[BUF] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+	ram[BUF + 6] = (uint8_t)start, ram[BUF + 7] = (uint8_t)(start >> 8);
+	ram[BUF + 8] = (uint8_t)off, ram[BUF + 9] = (uint8_t)(off >> 8);
+	memcpy(ram + BUF + VNET_HDR_SIZE, f, len);
+	struct seg s = { BUF, (uint32_t)(VNET_HDR_SIZE + len), false };
+	post(TX, &s, 1);
+}
+
+START_TEST(csum_offloads)
+{
+	wr(0x10 + 0x4, 0);
+	uint32_t f = rd(0x10);
+	ck_assert(f & (1u << VIRTIO_NET_F_CSUM));
+	ck_assert(f & (1u << VIRTIO_NET_F_GUEST_CSUM));
+	extra_features = 1u << VIRTIO_NET_F_CSUM | 1u << VIRTIO_NET_F_GUEST_CSUM;
+	driver_up();
+	uint8_t fr[VNET_MAX_FRAME];
+	uint16_t want;
+	uint32_t n;
+	/* Odd and even lengths; the device completes the checksum. */
+	static const size_t lens[] = { 60, 61, 333, VNET_MAX_FRAME };
+	for (unsigned i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+		udp_partial(fr, lens[i], &want);
+		unsigned before = ntx;
+		tx_csum(fr, lens[i], 34, 6);
+		ck_assert(used(TX, &n));
+		ck_assert_uint_eq(ntx, before + 1);
+		ck_assert_uint_eq(last_tx[40] << 8 | last_tx[41], want);
+		ck_assert_mem_eq(last_tx + 42, fr + 42, lens[i] - 42);
+	}
+	/* Offsets from the guest that do not fit are dropped, not trusted. */
+	static const uint16_t bad[][2] = { { 60, 0 }, { 59, 0 }, { 34, 25 }, { 34, 26 }, { 0, 6 }, { 13, 6 },
+					   { 65535, 65535 } };
+	for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		udp_partial(fr, 60, &want);
+		unsigned before = ntx;
+		tx_csum(fr, 60, bad[i][0], bad[i][1]);
+		ck_assert(used(TX, &n));
+		ck_assert_uint_eq(ntx, before);
+	}
+	ck_assert(!needs_reset());
+	/* Received frames are marked valid: the stack made their sums. */
+	uint8_t rf[60];
+	frame(rf, 60, 5);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, rf, 60), 0);
+	rx_buf(BUF + 0x1000, 2048, 0);
+	vnet_rx_flush(&net);
+	ck_assert(used(RX, &n));
+	ck_assert_uint_eq(ram[BUF + 0x1000], VIRTIO_NET_HDR_F_DATA_VALID);
+	extra_features = 0;
+}
+END_TEST
+
+START_TEST(csum_request_without_offload_dropped)
+{
+	/* driver_up (fixture) negotiated no offload. */
+	uint8_t fr[60];
+	uint16_t want;
+	uint32_t n;
+	udp_partial(fr, 60, &want);
+	unsigned before = ntx;
+	tx_csum(fr, 60, 34, 6);
+	ck_assert(used(TX, &n));
+	ck_assert_uint_eq(ntx, before);
+}
+END_TEST
+
 Suite *virtio_net_suite(void)
 {
 	Suite *s = suite_create("virtio_net");
@@ -505,6 +621,8 @@ Suite *virtio_net_suite(void)
 	tcase_add_test(tc, many_frames_through);
 	tcase_add_test(tc, enqueue_from_another_thread);
 	tcase_add_test(tc, init_rejects);
+	tcase_add_test(tc, csum_offloads);
+	tcase_add_test(tc, csum_request_without_offload_dropped);
 	suite_add_tcase(s, tc);
 	return s;
 }

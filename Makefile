@@ -139,11 +139,11 @@ FUZZ_SECONDS ?= 30
 FUZZ_OBJS := $(LIB_SRCS:%.c=$(BUILD)/fuzzobj/%.o)
 $(BUILD)/fuzzobj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
+	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -c -o $@ $<
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJS) $(LDLIBS)
+	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o $@ $< $(FUZZ_OBJS) $(LDLIBS)
 
 fuzz: $(FUZZ_BINS)
 	@set -e; for f in $(FUZZ_BINS); do \

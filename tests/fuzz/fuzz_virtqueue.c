@@ -64,7 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		 * racing us; the bound stands in for the guest's patience. */
 		while (n < 4u * q.size + 4 && (r = vq_pop(&q, &c)) > 0) {
 			check_chain(&c, ram);
-			memset(c.seg[c.nr ? c.nr - 1 : 0].ptr, 0xee, c.nr ? c.seg[c.nr - 1].len : 0);
+			if (c.nr && c.seg[c.nr - 1].len)
+				memset(c.seg[c.nr - 1].ptr, 0xee, c.seg[c.nr - 1].len);
 			if (vq_push(&q, c.head, c.write_len) < 0)
 				abort();
 			if (++n % 4 == 0)

@@ -53,8 +53,12 @@ pass=0
 fail=0
 tmp=$(mktemp -d)
 srv_pid=
+tui=
+hold=
 cleanup() {
 	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
+	[ -n "$tui" ] && kill "$tui" 2>/dev/null && wait "$tui" 2>/dev/null
+	[ -n "$hold" ] && kill "$hold" 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -186,6 +190,33 @@ if grep -qF "$real" "$tmp/out" "$tmp/run.err" "$proj/audit.jsonl" 2>/dev/null; t
 	not_ok "the real key shows in the guest's output or kbox's logs"
 else
 	ok "the real key is in neither the guest's output nor kbox's logs"
+fi
+
+# --- the terminal UI (KBOX_E2E_TUI=1: another ~10 minutes here) ---
+# `kbox run -t -- opencode` under script(1), which gives kbox a terminal;
+# nobody answers OpenCode's terminal queries, so it draws once they time
+# out.  Passes when its prompt and the workspace show on the screen.
+if [ "${KBOX_E2E_TUI:-0}" = 1 ] && command -v script >/dev/null 2>&1; then
+	tui_timeout=${KBOX_E2E_TUI_TIMEOUT:-1200}
+	mkfifo "$tmp/tty-in"
+	sleep "$tui_timeout" >"$tmp/tty-in" &
+	hold=$!
+	start=$(date +%s)
+	(cd "$proj" && TERM=xterm-256color exec timeout "$tui_timeout" script -qfc "$kbox run -t -- opencode" \
+		"$tmp/tui.log" <"$tmp/tty-in" >/dev/null 2>&1) &
+	tui=$!
+	tui_screen() { sed 's/\x1b\[[0-9;?<>=]*[a-zA-Z]//g' "$tmp/tui.log" 2>/dev/null | tr -s ' '; }
+	while kill -0 "$tui" 2>/dev/null && ! tui_screen | grep -q 'Ask anything'; do sleep 5; done
+	secs=$(($(date +%s) - start))
+	# SIGTERM to timeout goes on to script, and kbox stops with its pty.
+	kill "$tui" 2>/dev/null
+	wait "$tui" 2>/dev/null
+	kill "$hold" 2>/dev/null
+	if tui_screen | grep -q 'Ask anything' && tui_screen | grep -q '/workspace'; then
+		ok "kbox run -t -- opencode draws OpenCode's prompt in /workspace (${secs}s)"
+	else
+		not_ok "the terminal UI (${secs}s)" "$(tui_screen | tail -c 600)"
+	fi
 fi
 
 echo "$pass passed, $fail failed"

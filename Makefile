@@ -25,9 +25,9 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc \
 	libelf-dev libssl-dev cpio busybox-static libyaml-dev check \
 	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
-	iproute2 curl git sqlite3 bsdutils libarchive-dev openssl ca-certificates python3-requests
+	iproute2 curl git sqlite3 bsdutils libarchive-dev openssl ca-certificates python3-requests debootstrap
 
-.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e guest-fuzz fuzz fuzz-smoke deps clean
+.PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e guest-fuzz toolchain-image agent-tests fuzz fuzz-smoke deps clean
 all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio
 
 deps:
@@ -115,6 +115,18 @@ tls-tests: $(BUILD)/kbox
 SECONDS ?= 60
 guest-fuzz: all
 	tests/guest/fuzz.sh $(BUILD) $(SECONDS)
+
+# The toolchain image: Debian bookworm + git, curl, python3, node, gcc and
+# OpenCode (npm), imported as "toolchain" (docs/agent.md).  Root; network:
+# Debian's archive and the npm registry only.  Cached: FORCE=1 rebuilds.
+toolchain-image: $(BUILD)/kbox
+	images/toolchain/build.sh $(BUILD)
+
+# OpenCode end to end in the toolchain image (about 9 minutes on a PVM
+# host; KBOX_E2E_TUI=1 adds the terminal UI).  Not in check: it needs the
+# image, hence the network, and a long time under PVM.
+agent-tests: all toolchain-image
+	tests/e2e/opencode.sh $(BUILD)
 
 # The lock-down: a test-hook build refuses what it must, and real boots
 # still work with it on.

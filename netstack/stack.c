@@ -565,6 +565,41 @@ static int flush_up(struct flow *f)
 }
 
 
+/* Bytes lwIP takes for the guest now: its send buffer, at most
+ * HOST_READ_MAX (tcp_write's u16), and 0 when the write's about len/MSS
+ * queue entries would not fit (better to wait than meet ERR_MEM). */
+static size_t guest_room(const struct flow *f)
+{
+	size_t max = tcp_sndbuf(f->pcb);
+
+	if (max > HOST_READ_MAX)
+		max = HOST_READ_MAX;
+	if (tcp_sndqueuelen(f->pcb) + max / TCP_MSS + 2 > TCP_SND_QUEUELEN)
+		return 0;
+	return max;
+}
+
+/* Queue p's bytes behind f->up (made on first use) and free p.  ERR_MEM
+ * when they do not fit: lwIP keeps p and offers it again.  ERR_BUF when
+ * the buffer cannot be made (p is still the caller's). */
+static err_t up_append(struct flow *f, struct pbuf *p)
+{
+	size_t total = p->tot_len;
+
+	if (!f->up && !(f->up = malloc(UP_CAP)))
+		return ERR_BUF;
+	if (f->up_off + f->up_len + total > UP_CAP) {
+		if (f->up_len + total > UP_CAP)
+			return ERR_MEM;
+		memmove(f->up, f->up + f->up_off, f->up_len);
+		f->up_off = 0;
+	}
+	pbuf_copy_partial(p, f->up + f->up_off + f->up_len, (u16_t)total, 0);
+	f->up_len += total;
+	pbuf_free(p);
+	return ERR_OK;
+}
+
 /* ---- intercepted flows (netstack/intercept.h) ---- */
 
 static void maybe_fin(struct flow *f);
@@ -669,12 +704,8 @@ static int ic_pump(struct flow *f)
 		}
 		b = icpt_guest_out(f->ic, &n);
 		if (b && n > 0 && f->pcb) {
-			size_t room = tcp_sndbuf(f->pcb);
+			size_t room = guest_room(f);
 
-			if (room > 0xffff)
-				room = 0xffff;
-			if (tcp_sndqueuelen(f->pcb) + room / TCP_MSS + 2 > TCP_SND_QUEUELEN)
-				room = 0;
 			if (n > room)
 				n = room;
 			if (n > 0) {
@@ -748,22 +779,15 @@ static err_t ic_recv(struct flow *f, struct pbuf *p)
 	if (!p) {
 		f->guest_fin = true;
 	} else {
-		size_t total = p->tot_len;
+		err_t e = up_append(f, p);
 
-		if (!f->up && !(f->up = malloc(UP_CAP))) {
+		if (e == ERR_MEM)
+			return e;
+		if (e != ERR_OK) {
 			pbuf_free(p);
 			flow_abort(f);
 			return ERR_ABRT;
 		}
-		if (f->up_off + f->up_len + total > UP_CAP) {
-			if (f->up_len + total > UP_CAP)
-				return ERR_MEM; /* lwIP keeps p and offers it again */
-			memmove(f->up, f->up + f->up_off, f->up_len);
-			f->up_off = 0;
-		}
-		pbuf_copy_partial(p, f->up + f->up_off + f->up_len, (u16_t)total, 0);
-		f->up_len += total;
-		pbuf_free(p);
 	}
 	return ic_pump(f) == IC_ABORTED ? ERR_ABRT : ERR_OK;
 }
@@ -811,18 +835,8 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 		return ERR_OK;
 	}
 	total = p->tot_len;
-	if (f->up_len > 0) {
-		if (f->up_off + f->up_len + total > UP_CAP) {
-			if (f->up_len + total > UP_CAP)
-				return ERR_MEM; /* lwIP keeps p and offers it again */
-			memmove(f->up, f->up + f->up_off, f->up_len);
-			f->up_off = 0;
-		}
-		pbuf_copy_partial(p, f->up + f->up_off + f->up_len, (u16_t)total, 0);
-		f->up_len += total;
-		pbuf_free(p);
-		return ERR_OK;
-	}
+	if (f->up_len > 0)
+		return up_append(f, p); /* f->up exists: ERR_OK or ERR_MEM */
 	/* Nothing queued: straight from lwIP's buffers to the socket. */
 	for (q = p; q; q = q->next) {
 		ssize_t r = send(f->fd, q->payload, q->len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -949,12 +963,9 @@ static void read_host(struct flow *f)
 	}
 	if (!f->pcb || f->down_len > 0 || f->host_eof)
 		return;
-	max = tcp_sndbuf(f->pcb);
-	if (max > HOST_READ_MAX)
-		max = HOST_READ_MAX;
-	/* Each write takes about len/MSS queue entries; stop early rather
-	 * than meet ERR_MEM with bytes already read. */
-	if (max == 0 || tcp_sndqueuelen(f->pcb) + max / TCP_MSS + 2 > TCP_SND_QUEUELEN) {
+	/* Stop early rather than meet ERR_MEM with bytes already read. */
+	max = guest_room(f);
+	if (max == 0) {
 		f->reading = false;
 		flow_events(f);
 		return;

@@ -52,7 +52,6 @@ int tlsconf_add_bypass(struct tlsconf *t, const char *host, char *err, size_t er
 	}
 	size_t i = t->n_bypass;
 	snprintf(t->bypass_norm[i], sizeof t->bypass_norm[i], "%s%s", name == host ? "" : "*.", norm);
-	t->bypass[i] = host;
 	t->bypass_ptr[i] = t->bypass_norm[i];
 	t->n_bypass++;
 	return 0;

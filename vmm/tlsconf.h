@@ -22,7 +22,6 @@
 struct tlsconf {
 	const char *secrets_path; /* NULL: no secrets */
 	const char *extra_ca;     /* NULL: the host bundle only */
-	const char *bypass[ICPT_BYPASS_MAX];
 	size_t n_bypass;
 	int scope; /* -1 unset, else enum icpt_scope */
 	/* Loaded by tlsconf_load: */

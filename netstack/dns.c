@@ -152,6 +152,43 @@ int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, c
 	return 0;
 }
 
+int dns_build_query(uint16_t id, const char *name, uint16_t qtype, uint8_t *out, size_t outlen,
+		    size_t *outn)
+{
+	size_t len = strnlen(name, POL_NAME_MAX + 1);
+	/* Labels plus one length byte each, the root byte and qtype/qclass. */
+	if (len == 0 || len > POL_NAME_MAX)
+		return -EINVAL;
+	if (outlen < DNS_HDR || outlen - DNS_HDR < len + 2 + 4)
+		return -ENOSPC;
+	memset(out, 0, DNS_HDR);
+	put16(out, id);
+	put16(out + 2, FLAG_RD);
+	put16(out + 4, 1);
+	size_t pos = DNS_HDR;
+	const char *l = name;
+	for (;;) {
+		size_t ll = strcspn(l, ".");
+		if (ll == 0 || ll > 63)
+			return -EINVAL;
+		out[pos++] = (uint8_t)ll;
+		for (size_t i = 0; i < ll; i++) {
+			unsigned char c = (unsigned char)l[i];
+			if (c < 0x21 || c > 0x7e)
+				return -EINVAL;
+			out[pos++] = c;
+		}
+		if (l[ll] == '\0')
+			break;
+		l += ll + 1;
+	}
+	out[pos++] = 0;
+	put16(out + pos, qtype);
+	put16(out + pos + 2, DNS_CLASS_IN);
+	*outn = pos + 4;
+	return 0;
+}
+
 int dns_parse_response(const uint8_t *pkt, size_t len, const struct dns_query *q, int *rcode,
 		       struct dns_rr *out, size_t max, size_t *n)
 {

@@ -82,6 +82,14 @@ int dns_parse_query(const uint8_t *pkt, size_t len, struct dns_query *q);
 int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, const struct pol_addr *addrs,
 		    size_t n, uint32_t ttl, uint8_t *out, size_t outlen, size_t *outn);
 
+/* Build a recursive query (RD set) with id for name (text form, no
+ * trailing dot; labels of 1..63 bytes of printable ASCII other than '.',
+ * at most 253 bytes) and qtype, class IN, into out; *outn gets the
+ * length.  dns_parse_query reads it back into the struct dns_query that
+ * dns_parse_response wants.  0, -EINVAL (bad name) or -ENOSPC. */
+int dns_build_query(uint16_t id, const char *name, uint16_t qtype, uint8_t *out, size_t outlen,
+		    size_t *outn);
+
 /* Parse an upstream response to q: same id, QR set, the same single
  * question, at most DNS_MAX_RRS answers.  Stores the response code in
  * *rcode and the A/AAAA records owned by q's name or by a name its CNAME

@@ -1,11 +1,24 @@
 /* DNS messages: round trips through our own builder, hostile queries and
  * responses (loops, forward pointers, truncation, huge counts, bad
- * labels), CNAME chains, rebinding filtering and the name memory. */
+ * labels), CNAME chains, rebinding filtering and the name memory.  And the
+ * upstream resolver (network.dns, --dns) against a small DNS responder
+ * thread on 127.0.0.1 (TESTING.md: loopback only). */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "netstack/dns.h"
+#include "netstack/resolver.h"
 
 struct pkt {
 	uint8_t b[1024];
@@ -493,6 +506,383 @@ START_TEST(memo)
 }
 END_TEST
 
+START_TEST(build_query)
+{
+	uint8_t m[DNS_MAX_MSG];
+	size_t n;
+	struct dns_query q;
+	ck_assert_int_eq(dns_build_query(0xbeef, "www.Example.com", DNS_TYPE_AAAA, m, sizeof m, &n), 0);
+	ck_assert_int_eq(dns_parse_query(m, n, &q), 0);
+	ck_assert_uint_eq(q.id, 0xbeef);
+	ck_assert_uint_eq(q.flags, 0x0100); /* RD */
+	ck_assert_uint_eq(q.qtype, DNS_TYPE_AAAA);
+	ck_assert_str_eq(q.name, "www.Example.com");
+	ck_assert_uint_eq(q.qend, n);
+	ck_assert_int_eq(dns_build_query(1, "", DNS_TYPE_A, m, sizeof m, &n), -EINVAL);
+	ck_assert_int_eq(dns_build_query(1, "a..b", DNS_TYPE_A, m, sizeof m, &n), -EINVAL);
+	ck_assert_int_eq(dns_build_query(1, "a.", DNS_TYPE_A, m, sizeof m, &n), -EINVAL);
+	ck_assert_int_eq(dns_build_query(1, "a b.c", DNS_TYPE_A, m, sizeof m, &n), -EINVAL);
+	char big[300];
+	memset(big, 'a', 64);
+	strcpy(big + 64, ".com");
+	ck_assert_int_eq(dns_build_query(1, big, DNS_TYPE_A, m, sizeof m, &n), -EINVAL);
+	for (int i = 0; i < 254; i++)
+		big[i] = i % 2 ? '.' : 'a';
+	big[253] = '\0'; /* 253 bytes: the longest name */
+	ck_assert_int_eq(dns_build_query(1, big, DNS_TYPE_A, m, sizeof m, &n), 0);
+	ck_assert_int_eq(dns_parse_query(m, n, &q), 0);
+	ck_assert_str_eq(q.name, big);
+	ck_assert_int_eq(dns_build_query(1, big, DNS_TYPE_A, m, 100, &n), -ENOSPC);
+	big[253] = 'a';
+	big[254] = '\0';
+	ck_assert_int_eq(dns_build_query(1, big, DNS_TYPE_A, m, sizeof m, &n), -EINVAL);
+}
+END_TEST
+
+START_TEST(server_specs)
+{
+	struct nres_server s;
+	char err[256];
+	const struct sockaddr_in *v4 = (const void *)&s.sa;
+	const struct sockaddr_in6 *v6 = (const void *)&s.sa;
+	ck_assert_int_eq(nres_server_parse("10.0.0.53", &s, err, sizeof err), 0);
+	ck_assert_int_eq(v4->sin_family, AF_INET);
+	ck_assert_uint_eq(ntohs(v4->sin_port), 53);
+	ck_assert_int_eq(nres_server_parse("127.0.0.1:5353", &s, err, sizeof err), 0);
+	ck_assert_uint_eq(ntohs(v4->sin_port), 5353);
+	ck_assert_int_eq(nres_server_parse("fd00::53", &s, err, sizeof err), 0);
+	ck_assert_int_eq(v6->sin6_family, AF_INET6);
+	ck_assert_uint_eq(ntohs(v6->sin6_port), 53);
+	ck_assert_int_eq(nres_server_parse("[fd00::53]:5353", &s, err, sizeof err), 0);
+	ck_assert_uint_eq(ntohs(v6->sin6_port), 5353);
+	ck_assert_int_eq(nres_server_parse("[::1]", &s, err, sizeof err), 0);
+	static const char *const bad[] = {
+		"", "dns.example", "10.0.0.53:", "10.0.0.53:0", "10.0.0.53:65536", "10.0.0.53:053",
+		"10.0.0.53:x", "[10.0.0.53]:53", "[fd00::53", "[fd00::53]53", "0.0.0.0", "224.0.0.251",
+		"::", "ff02::fb", "255.255.255.255", "1.2.3", "10.0.0.53:53:53x",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		err[0] = '\0';
+		ck_assert_msg(nres_server_parse(bad[i], &s, err, sizeof err) == -EINVAL, "%s", bad[i]);
+		ck_assert_msg(err[0] != '\0', "%s", bad[i]);
+	}
+	struct nres_upstream u = { .n = 0 };
+	for (unsigned i = 0; i < NRES_MAX_SERVERS; i++)
+		ck_assert_int_eq(nres_upstream_add(&u, "127.0.0.1", err, sizeof err), 0);
+	ck_assert_int_eq(nres_upstream_add(&u, "127.0.0.1", err, sizeof err), -ENOSPC);
+	ck_assert_uint_eq(u.n, NRES_MAX_SERVERS);
+}
+END_TEST
+
+/* ---- a DNS responder on 127.0.0.1 ---- */
+
+enum rmode {
+	R_ANSWER,      /* 198.51.100.7 (A) or 2001:db8::7 (AAAA) */
+	R_NXDOMAIN,
+	R_SERVFAIL,
+	R_SILENT,      /* never answers */
+	R_WRONG_ID,    /* a reply with another id, then the right one */
+	R_WRONG_Q,     /* a reply for another name, then the right one */
+	R_ONLY_WRONG,  /* only replies with another id */
+	R_GARBAGE,     /* junk bytes, then the right answer */
+	R_TRUNC,       /* TC over UDP; the answer over TCP */
+	R_OTHER_PORT,  /* the right answer, but from another port */
+};
+
+struct responder {
+	enum rmode mode;
+	int udp, tcp, other;
+	uint16_t port;
+	atomic_int stop;
+	atomic_int udp_queries, tcp_queries;
+	pthread_t t;
+};
+
+static size_t answer(const uint8_t *qm, size_t qlen, uint8_t *out, size_t outlen, int rcode)
+{
+	struct dns_query q;
+	struct pol_addr a[2] = { A("198.51.100.7"), A("2001:db8::7") };
+	size_t n;
+	ck_assert_int_eq(dns_parse_query(qm, qlen, &q), 0);
+	ck_assert_int_eq(dns_build_reply(&q, qm, rcode, a, 2, 120, out, outlen, &n), 0);
+	return n;
+}
+
+static void serve_tcp(struct responder *r)
+{
+	int c = accept(r->tcp, NULL, NULL);
+	uint8_t m[600], out[DNS_MAX_MSG + 2];
+	struct timeval tv = { .tv_sec = 2 };
+	size_t got = 0;
+	ck_assert_int_ge(c, 0);
+	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	while (got < 2 || got < 2 + ((size_t)m[0] << 8 | m[1])) {
+		ssize_t more = recv(c, m + got, sizeof m - got, 0);
+		ck_assert_int_gt(more, 0);
+		got += (size_t)more;
+	}
+	atomic_fetch_add(&r->tcp_queries, 1);
+	size_t n = answer(m + 2, got - 2, out + 2, sizeof out - 2, DNS_RCODE_NOERROR);
+	out[0] = (uint8_t)(n >> 8);
+	out[1] = (uint8_t)n;
+	ck_assert_int_eq(send(c, out, n + 2, MSG_NOSIGNAL), (ssize_t)(n + 2));
+	close(c);
+}
+
+static void *respond(void *arg)
+{
+	struct responder *r = arg;
+	while (!atomic_load(&r->stop)) {
+		struct pollfd p[2] = { { .fd = r->udp, .events = POLLIN }, { .fd = r->tcp, .events = POLLIN } };
+		if (poll(p, 2, 20) <= 0)
+			continue;
+		if (p[1].revents & POLLIN)
+			serve_tcp(r);
+		if (!(p[0].revents & POLLIN))
+			continue;
+		uint8_t m[DNS_MAX_MSG], out[DNS_MAX_MSG];
+		struct sockaddr_in from;
+		socklen_t fl = sizeof from;
+		ssize_t got = recvfrom(r->udp, m, sizeof m, 0, (struct sockaddr *)&from, &fl);
+		if (got <= 0)
+			continue;
+		atomic_fetch_add(&r->udp_queries, 1);
+		const struct sockaddr *to = (const struct sockaddr *)&from;
+		size_t n;
+		switch (r->mode) {
+		case R_SILENT:
+			break;
+		case R_NXDOMAIN:
+		case R_SERVFAIL:
+			n = answer(m, (size_t)got, out, sizeof out,
+				   r->mode == R_NXDOMAIN ? DNS_RCODE_NXDOMAIN : DNS_RCODE_SERVFAIL);
+			sendto(r->udp, out, n, 0, to, fl);
+			break;
+		case R_WRONG_ID:
+		case R_ONLY_WRONG:
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			out[1] ^= 1;
+			sendto(r->udp, out, n, 0, to, fl);
+			if (r->mode == R_ONLY_WRONG)
+				break;
+			out[1] ^= 1;
+			sendto(r->udp, out, n, 0, to, fl);
+			break;
+		case R_WRONG_Q:
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			out[DNS_HDR + 1] = 'q'; /* first letter of the name */
+			sendto(r->udp, out, n, 0, to, fl);
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			sendto(r->udp, out, n, 0, to, fl);
+			break;
+		case R_GARBAGE: {
+			static const uint8_t junk[] = { 0xff, 0xff, 0xc0, 0x0c, 1, 2, 3 };
+			sendto(r->udp, junk, sizeof junk, 0, to, fl);
+			memcpy(out, m, 2); /* the id, then nothing that parses */
+			memset(out + 2, 0xc0, 40);
+			sendto(r->udp, out, 42, 0, to, fl);
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			sendto(r->udp, out, n, 0, to, fl);
+			break;
+		}
+		case R_TRUNC:
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			out[2] |= 0x02; /* TC */
+			sendto(r->udp, out, n, 0, to, fl);
+			break;
+		case R_OTHER_PORT:
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			sendto(r->other, out, n, 0, to, fl);
+			break;
+		case R_ANSWER:
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			sendto(r->udp, out, n, 0, to, fl);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static int lo_socket(int type, uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int one = 1, fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	return fd;
+}
+
+static void responder_start(struct responder *r, enum rmode mode)
+{
+	memset(r, 0, sizeof *r);
+	r->mode = mode;
+	r->udp = lo_socket(SOCK_DGRAM, 0);
+	struct sockaddr_in a;
+	socklen_t al = sizeof a;
+	ck_assert_int_eq(getsockname(r->udp, (struct sockaddr *)&a, &al), 0);
+	r->port = ntohs(a.sin_port);
+	r->tcp = lo_socket(SOCK_STREAM, r->port);
+	ck_assert_int_eq(listen(r->tcp, 4), 0);
+	r->other = lo_socket(SOCK_DGRAM, 0);
+	ck_assert_int_eq(pthread_create(&r->t, NULL, respond, r), 0);
+}
+
+static void responder_stop(struct responder *r)
+{
+	atomic_store(&r->stop, 1);
+	pthread_join(r->t, NULL);
+	close(r->udp);
+	close(r->tcp);
+	close(r->other);
+}
+
+static void add_server(struct nres_upstream *u, uint16_t port)
+{
+	char spec[32], err[256];
+	snprintf(spec, sizeof spec, "127.0.0.1:%u", port);
+	ck_assert_int_eq(nres_upstream_add(u, spec, err, sizeof err), 0);
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Ask name (A) of one responder in mode; returns the resolver's result. */
+static int ask_one(enum rmode mode, uint16_t qtype, struct dns_rr *rr, size_t *n, struct responder *r)
+{
+	struct nres_upstream u = { .try_ms = 300 };
+	responder_start(r, mode);
+	add_server(&u, r->port);
+	int rc = nres_upstream_resolve(&u, "www.example.com", qtype, rr, DNS_MAX_ANSWERS, n);
+	responder_stop(r);
+	return rc;
+}
+
+START_TEST(upstream_answers)
+{
+	struct responder r;
+	struct dns_rr rr[DNS_MAX_ANSWERS];
+	size_t n = 99;
+	ck_assert_int_eq(ask_one(R_ANSWER, DNS_TYPE_A, rr, &n, &r), DNS_RCODE_NOERROR);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(rr[0].addr.family, 4);
+	ck_assert_mem_eq(rr[0].addr.b, ((uint8_t[]){ 198, 51, 100, 7 }), 4);
+	ck_assert_uint_eq(rr[0].ttl, 120);
+	ck_assert_int_eq(ask_one(R_ANSWER, DNS_TYPE_AAAA, rr, &n, &r), DNS_RCODE_NOERROR);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(rr[0].addr.family, 6);
+	ck_assert_int_eq(ask_one(R_NXDOMAIN, DNS_TYPE_A, rr, &n, &r), DNS_RCODE_NXDOMAIN);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(ask_one(R_SERVFAIL, DNS_TYPE_A, rr, &n, &r), -EIO);
+	ck_assert_uint_eq(atomic_load(&r.udp_queries), 1); /* a refusal is not retried */
+	struct nres_upstream u = { .try_ms = 300 };
+	add_server(&u, 53);
+	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", 15, rr, 4, &n), -EINVAL);
+	ck_assert_int_eq(nres_upstream_resolve(&u, "", DNS_TYPE_A, rr, 4, &n), -EINVAL);
+	ck_assert_int_eq(nres_upstream_resolve(&u, "a..b", DNS_TYPE_A, rr, 4, &n), -EINVAL);
+}
+END_TEST
+
+START_TEST(upstream_forgeries)
+{
+	struct responder r;
+	struct dns_rr rr[DNS_MAX_ANSWERS];
+	size_t n;
+	/* Wrong id, wrong question, junk: dropped, the real answer taken. */
+	ck_assert_int_eq(ask_one(R_WRONG_ID, DNS_TYPE_A, rr, &n, &r), DNS_RCODE_NOERROR);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(ask_one(R_WRONG_Q, DNS_TYPE_A, rr, &n, &r), DNS_RCODE_NOERROR);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(ask_one(R_GARBAGE, DNS_TYPE_A, rr, &n, &r), DNS_RCODE_NOERROR);
+	ck_assert_uint_eq(n, 1);
+	/* Only forgeries: a timeout after the retry. */
+	uint64_t t0 = ms_now();
+	ck_assert_int_eq(ask_one(R_ONLY_WRONG, DNS_TYPE_A, rr, &n, &r), -ETIMEDOUT);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_uint_eq(atomic_load(&r.udp_queries), NRES_ROUNDS);
+	ck_assert_uint_ge(ms_now() - t0, 2 * 300 - 20);
+	/* The right answer from another port of the server's address. */
+	ck_assert_int_eq(ask_one(R_OTHER_PORT, DNS_TYPE_A, rr, &n, &r), -ETIMEDOUT);
+}
+END_TEST
+
+START_TEST(upstream_truncated)
+{
+	struct responder r;
+	struct dns_rr rr[DNS_MAX_ANSWERS];
+	size_t n;
+	ck_assert_int_eq(ask_one(R_TRUNC, DNS_TYPE_A, rr, &n, &r), DNS_RCODE_NOERROR);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(atomic_load(&r.tcp_queries), 1);
+}
+END_TEST
+
+START_TEST(upstream_failover)
+{
+	struct responder dead, good;
+	struct dns_rr rr[DNS_MAX_ANSWERS];
+	size_t n;
+	struct nres_upstream u = { .try_ms = 300 };
+	responder_start(&dead, R_SILENT);
+	responder_start(&good, R_ANSWER);
+	add_server(&u, dead.port);
+	add_server(&u, good.port);
+	uint64_t t0 = ms_now();
+	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
+			 DNS_RCODE_NOERROR);
+	uint64_t took = ms_now() - t0;
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_ge(took, 280);
+	ck_assert_uint_lt(took, 2000);
+	ck_assert_uint_eq(atomic_load(&dead.udp_queries), 1);
+	ck_assert_uint_eq(atomic_load(&good.udp_queries), 1);
+	/* Nothing listens on the first one's port any more: refused at once. */
+	responder_stop(&dead);
+	u.n = 0;
+	add_server(&u, dead.port);
+	add_server(&u, good.port);
+	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
+			 DNS_RCODE_NOERROR);
+	responder_stop(&good);
+	/* All silent: both rounds, then -ETIMEDOUT. */
+	responder_start(&dead, R_SILENT);
+	u.n = 0;
+	add_server(&u, dead.port);
+	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
+			 -ETIMEDOUT);
+	responder_stop(&dead);
+	ck_assert_uint_eq(atomic_load(&dead.udp_queries), NRES_ROUNDS);
+}
+END_TEST
+
+START_TEST(answer_judged)
+{
+	uint8_t qm[DNS_MAX_MSG], out[DNS_MAX_MSG];
+	size_t ql, n, k;
+	struct dns_query q;
+	struct dns_rr rr[4];
+	ck_assert_int_eq(dns_build_query(7, "a.example", DNS_TYPE_A, qm, sizeof qm, &ql), 0);
+	ck_assert_int_eq(dns_parse_query(qm, ql, &q), 0);
+	n = answer(qm, ql, out, sizeof out, DNS_RCODE_NOERROR);
+	ck_assert_int_eq(nres_answer(out, n, &q, rr, 4, &k), DNS_RCODE_NOERROR);
+	ck_assert_uint_eq(k, 1);
+	n = answer(qm, ql, out, sizeof out, DNS_RCODE_REFUSED);
+	ck_assert_int_eq(nres_answer(out, n, &q, rr, 4, &k), -EAGAIN);
+	ck_assert_uint_eq(k, 0);
+	n = answer(qm, ql, out, sizeof out, DNS_RCODE_NOERROR);
+	out[2] |= 0x02;
+	ck_assert_int_eq(nres_answer(out, n, &q, rr, 4, &k), -EMSGSIZE);
+	ck_assert_int_eq(nres_answer(qm, ql, &q, rr, 4, &k), -EPROTO); /* a query, not an answer */
+	for (size_t cut = 0; cut < n; cut++) /* every truncation of a good answer */
+		ck_assert_int_lt(nres_answer(out, cut, &q, rr, 4, &k), 0);
+}
+END_TEST
+
 Suite *net_dns_suite(void)
 {
 	Suite *s = suite_create("net_dns");
@@ -505,6 +895,16 @@ Suite *net_dns_suite(void)
 	tcase_add_test(tc, responses);
 	tcase_add_test(tc, filter_rebinding);
 	tcase_add_test(tc, memo);
+	tcase_add_test(tc, build_query);
+	tcase_add_test(tc, server_specs);
+	tcase_add_test(tc, answer_judged);
 	suite_add_tcase(s, tc);
+	TCase *up = tcase_create("upstream");
+	tcase_set_timeout(up, 30);
+	tcase_add_test(up, upstream_answers);
+	tcase_add_test(up, upstream_forgeries);
+	tcase_add_test(up, upstream_truncated);
+	tcase_add_test(up, upstream_failover);
+	suite_add_tcase(s, up);
 	return s;
 }

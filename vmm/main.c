@@ -9,6 +9,7 @@
 #include "vmm/lifecycle.h"
 #include "vmm/run.h"
 #include "vmm/secrets_cmd.h"
+#include "vmm/trust.h"
 
 #ifndef KBOX_VERSION
 #define KBOX_VERSION "0.1.0-dev"
@@ -29,6 +30,7 @@ static void usage(FILE *f)
 		"  doctor                          check that kbox can run here\n"
 		"  ca path|init|show|mint NAME     the local CA for TLS interception\n"
 		"  secrets reload NAME             re-read a running sandbox's secret values\n"
+		"  trust [--remove|--list] [PATH]  accept a project's kbox.yaml for kbox run\n"
 		"  version                         print kbox's version\n"
 		"  help                            this help\n"
 		"\n"
@@ -60,6 +62,8 @@ int main(int argc, char **argv)
 		return ca_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "secrets") == 0)
 		return secrets_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "trust") == 0)
+		return trust_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("kbox %s\n", KBOX_VERSION);
 		return 0;

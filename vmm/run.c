@@ -33,6 +33,7 @@
 #include "vmm/guestfiles.h"
 #include "vmm/image.h"
 #include "vmm/virtio_bus.h"
+#include "vmm/trust.h"
 #include "vmm/vm.h"
 
 #define COM1_BASE 0x3f8
@@ -147,7 +148,8 @@ void run_usage(FILE *f)
 		"Options on the command line override the same settings in --conf.\n"
 		"Without --conf, a kbox.yaml in the current directory is the config and\n"
 		"that directory the project: shared read-write at /workspace (unless the\n"
-		"file mounts something there), where COMMAND starts.  kbox.yaml,\n"
+		"file mounts something there), where COMMAND starts, once its content\n"
+		"is trusted ('kbox trust'; on a terminal kbox asks).  kbox.yaml,\n"
 		"secrets.env and the file's secrets file are hidden from the guest.\n"
 		"A detached sandbox stops when COMMAND exits or on 'kbox stop NAME';\n"
 		"'kbox logs NAME' shows COMMAND's output.  Without -v the guest sees no\n"
@@ -413,6 +415,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	if (o->conf) {
 		char err[512];
 		if (config_load(o->conf, cfg, err, sizeof err) < 0)
+			return die("%s", err);
+		if (project && trust_project(o->conf, cfg, err, sizeof err) < 0)
 			return die("%s", err);
 		if (!o->workdir)
 			o->workdir = cfg->workdir;

@@ -25,6 +25,8 @@ if [ ! -x "$kbox" ]; then
 	exit 1
 fi
 unset KBOX_E2E_SECRET KBOX_E2E_UNSET
+# Trust records of this run only (vmm/trust.h), not the user's.
+export KBOX_TRUST_FILE="$tmp/trusted"
 
 # --- mistakes, no boot: each names kbox.yaml, line, column and the fix ---
 bad="$tmp/bad"
@@ -74,6 +76,81 @@ if grep -q "nope" "$tmp/err" && ! grep -q "kbox.yaml" "$tmp/err"; then
 	ok "--no-project skips kbox.yaml"
 else
 	not_ok "--no-project skips kbox.yaml" "$(head -3 "$tmp/err")"
+fi
+
+
+# --- trust: a found kbox.yaml runs only once its content is accepted ---
+tp="$tmp/trustproj"
+mkdir -p "$tp"
+printf 'cpus: 1\nsecrets: secrets.yaml\n' > "$tp/kbox.yaml"
+# Each refusal below happens before anything starts: no sandbox, no boot.
+# run_tp: kbox run --network none -- true in $tp, stdin not a terminal
+run_tp() { (cd "$tp" && "$kbox" run "$@" -- true) < /dev/null > /dev/null 2> "$tmp/err"; }
+run_tp
+rc=$?
+if [ "$rc" -eq 125 ] && grep -qF "kbox.yaml: not trusted: it is new, or changed since it was trusted" "$tmp/err" &&
+	grep -qF "run 'kbox trust kbox.yaml'" "$tmp/err"; then
+	ok "trust: a new kbox.yaml is refused, with what to do"
+else
+	not_ok "trust: a new kbox.yaml is refused (exit $rc)" "$(head -3 "$tmp/err")"
+fi
+# A terminal and the answer "n": still refused, after showing what it asks.
+if command -v script > /dev/null; then
+	(cd "$tp" && echo n | script -qec "$kbox run -- true" /dev/null) > "$tmp/tty" 2>&1
+	if grep -qF "Trust this file and go on? [y/N]" "$tmp/tty" &&
+		grep -qF "$tp -> /workspace (read-write" "$tmp/tty" &&
+		grep -qF "not trusted" "$tmp/tty" && [ ! -s "$tmp/trusted" ]; then
+		ok "trust: on a terminal kbox shows the file's asks and 'n' refuses"
+	else
+		not_ok "trust: on a terminal, 'n' refuses" "$(tail -5 "$tmp/tty")"
+	fi
+fi
+(cd "$tp" && "$kbox" trust) > "$tmp/out" 2>&1
+if [ "$?" -eq 0 ] && grep -qF "trusted: $(cd "$tp" && pwd -P)/kbox.yaml" "$tmp/out" &&
+	grep -qF " $(cd "$tp" && pwd -P)/kbox.yaml" "$tmp/trusted"; then
+	ok "trust: kbox trust records the file"
+else
+	not_ok "trust: kbox trust records the file" "$(cat "$tmp/out")"
+fi
+# Trusted, kbox gets past the check: the next error is the missing
+# secrets file.
+run_tp
+if grep -qF "secrets.yaml" "$tmp/err" && ! grep -qF "not trusted" "$tmp/err"; then
+	ok "trust: the trusted file is used"
+else
+	not_ok "trust: the trusted file is used" "$(head -3 "$tmp/err")"
+fi
+# A changed secrets file in the project counts as a change of the config.
+printf '[unclosed\n' > "$tp/secrets.yaml"
+run_tp
+rc=$?
+if [ "$rc" -eq 125 ] && grep -qF "not trusted" "$tmp/err"; then
+	ok "trust: a new secrets file in the project needs trust again"
+else
+	not_ok "trust: a new secrets file needs trust again (exit $rc)" "$(head -3 "$tmp/err")"
+fi
+"$kbox" trust "$tp" > /dev/null 2>&1
+printf 'cpus: 2\nsecrets: secrets.yaml\n' > "$tp/kbox.yaml"
+run_tp
+rc=$?
+if [ "$rc" -eq 125 ] && grep -qF "not trusted" "$tmp/err" &&
+	"$kbox" trust --list | grep -qx "changed  $(cd "$tp" && pwd -P)/kbox.yaml"; then
+	ok "trust: an edited kbox.yaml needs trust again; --list says changed"
+else
+	not_ok "trust: an edited kbox.yaml needs trust again (exit $rc)" "$(head -3 "$tmp/err")"
+fi
+# --conf names the file on purpose: no trust asked.
+run_tp --conf kbox.yaml
+if ! grep -qF "not trusted" "$tmp/err"; then
+	ok "trust: --conf kbox.yaml is used without it"
+else
+	not_ok "trust: --conf kbox.yaml is used without it" "$(head -3 "$tmp/err")"
+fi
+"$kbox" trust --remove "$tp" > /dev/null 2>&1
+if ! grep -qF "$tp" "$tmp/trusted"; then
+	ok "trust: --remove forgets the file"
+else
+	not_ok "trust: --remove forgets the file" "$(cat "$tmp/trusted")"
 fi
 
 if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
@@ -135,6 +212,7 @@ t "\$\$ is a dollar" [ "$DOLLAR" = '$x' ]
 echo done
 EOF
 
+(cd "$proj" && "$kbox" trust > /dev/null) || not_ok "kbox trust in the project"
 start=$(date +%s)
 (cd "$proj" && timeout "$boot_timeout" "$kbox" run -e OVERRIDDEN=cli -- sh checks.sh) \
 	> "$tmp/out" 2> "$tmp/err"

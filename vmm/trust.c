@@ -1,0 +1,543 @@
+#include "vmm/trust.h"
+
+#include <bearssl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "vmm/config.h"
+#include "vmm/run.h"
+
+#define STORE_MAX_BYTES (4u << 20)
+
+__attribute__((format(printf, 3, 4)))
+static void say(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (!err || !errlen)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int trust_store_path(char *buf, size_t len)
+{
+	const char *v = getenv("KBOX_TRUST_FILE");
+	int n;
+	if (v && v[0] == '/')
+		n = snprintf(buf, len, "%s", v);
+	else if ((v = getenv("XDG_DATA_HOME")) && v[0] == '/')
+		n = snprintf(buf, len, "%s/kbox/trusted", v);
+	else if ((v = getenv("HOME")) && v[0] == '/')
+		n = snprintf(buf, len, "%s/.local/share/kbox/trusted", v);
+	else
+		return -ENOENT;
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* Feed the file at path to h, preceded by a tag and followed by its length,
+ * so that no two (config, secrets) pairs give the same stream. */
+static int hash_file(br_sha256_context *h, const char *tag, const char *path, bool missing_ok)
+{
+	br_sha256_update(h, tag, strlen(tag) + 1);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		if (missing_ok && e == ENOENT) {
+			br_sha256_update(h, "absent", 7);
+			return 0;
+		}
+		return -e;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	unsigned char buf[16384];
+	unsigned long long total = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			close(fd);
+			return -e;
+		}
+		if (n == 0)
+			break;
+		br_sha256_update(h, buf, (size_t)n);
+		total += (unsigned long long)n;
+	}
+	close(fd);
+	char len[32];
+	int k = snprintf(len, sizeof len, "\n%llu", total);
+	br_sha256_update(h, len, (size_t)k + 1);
+	return 0;
+}
+
+/* Whether path lies in dir (both absolute, canonical). */
+static bool under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+	if (n == 1)
+		return path[0] == '/';
+	return strncmp(path, dir, n) == 0 && path[n] == '/';
+}
+
+/* realpath, also for a file that does not exist yet (its folder must). */
+static int canonical(const char *path, char out[PATH_MAX])
+{
+	if (realpath(path, out))
+		return 0;
+	if (errno != ENOENT)
+		return -errno;
+	char dir[PATH_MAX], rdir[PATH_MAX];
+	if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+		return -ENAMETOOLONG;
+	char *slash = strrchr(dir, '/');
+	const char *base = path;
+	if (slash) {
+		*slash = '\0';
+		base = path + (slash - dir) + 1;
+		if (slash == dir)
+			snprintf(dir, sizeof dir, "/");
+	} else {
+		snprintf(dir, sizeof dir, ".");
+	}
+	if (!realpath(dir, rdir))
+		return -errno;
+	if (snprintf(out, PATH_MAX, "%s/%s", strcmp(rdir, "/") ? rdir : "", base) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_LEN + 1],
+		 char *err, size_t errlen)
+{
+	br_sha256_context h;
+	br_sha256_init(&h);
+	br_sha256_update(&h, "kbox-trust-v1", 14);
+	int rc = hash_file(&h, "config", conf_real, false);
+	if (rc) {
+		say(err, errlen, "%s: cannot read: %s", conf_real, strerror(-rc));
+		return rc;
+	}
+	if (secrets) {
+		char dir[PATH_MAX], sreal[PATH_MAX];
+		snprintf(dir, sizeof dir, "%s", conf_real);
+		char *slash = strrchr(dir, '/');
+		if (slash && slash != dir)
+			*slash = '\0';
+		else
+			snprintf(dir, sizeof dir, "/");
+		const char *sp = canonical(secrets, sreal) == 0 ? sreal : NULL;
+		if (sp && under(sp, dir)) {
+			br_sha256_update(&h, sp, strlen(sp) + 1);
+			rc = hash_file(&h, "secrets", sp, true);
+			if (rc) {
+				say(err, errlen, "%s: cannot read: %s", sp, strerror(-rc));
+				return rc;
+			}
+		}
+	}
+	unsigned char out[br_sha256_SIZE];
+	br_sha256_out(&h, out);
+	for (size_t i = 0; i < sizeof out; i++)
+		snprintf(hex + 2 * i, 3, "%02x", out[i]);
+	return 0;
+}
+
+/* The store's bytes (NUL-terminated) in *out, NULL and 0 when there is no
+ * store yet. */
+static int read_store(const char *store, char **out)
+{
+	*out = NULL;
+	int fd = open(store, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > STORE_MAX_BYTES) {
+		int e = S_ISREG(st.st_mode) ? EFBIG : EINVAL;
+		close(fd);
+		return -e;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t have = 0;
+	while (have < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+	}
+	close(fd);
+	buf[have] = '\0';
+	*out = buf;
+	return 0;
+}
+
+/* If line (len bytes, no newline) is "v1 HEX PATH" for path, *hex_out
+ * points at its HEX and 1 is returned. */
+static int line_is(const char *line, size_t len, const char *path, const char **hex_out)
+{
+	size_t plen = strlen(path);
+	if (len != 3 + TRUST_HEX_LEN + 1 + plen || strncmp(line, "v1 ", 3) != 0 ||
+	    line[3 + TRUST_HEX_LEN] != ' ' || memcmp(line + 4 + TRUST_HEX_LEN, path, plen) != 0)
+		return 0;
+	*hex_out = line + 3;
+	return 1;
+}
+
+int trust_check(const char *store, const char *conf_real, const char *hex)
+{
+	char *buf;
+	int rc = read_store(store, &buf);
+	if (rc || !buf)
+		return rc;
+	int found = 0;
+	for (char *p = buf; *p;) {
+		char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		const char *h;
+		if (line_is(p, len, conf_real, &h) && memcmp(h, hex, TRUST_HEX_LEN) == 0)
+			found = 1;
+		p += len + (nl ? 1 : 0);
+	}
+	free(buf);
+	return found;
+}
+
+/* mkdir -p of store's directory, new components 0700. */
+static int make_parent(const char *store)
+{
+	char dir[PATH_MAX];
+	if (snprintf(dir, sizeof dir, "%s", store) >= (int)sizeof dir)
+		return -ENAMETOOLONG;
+	char *slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = '\0';
+	for (char *p = dir + 1;; p++) {
+		if (*p == '/' || *p == '\0') {
+			char c = *p;
+			*p = '\0';
+			if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+				return -errno;
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}
+
+static int write_all(int fd, const char *s, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, s, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		s += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int trust_record(const char *store, const char *conf_real, const char *hex, char *err,
+		 size_t errlen)
+{
+	if (conf_real[0] != '/' || strchr(conf_real, '\n')) {
+		say(err, errlen, "%s: only an absolute path without a newline can be trusted",
+		    conf_real);
+		return -EINVAL;
+	}
+	int rc = make_parent(store);
+	if (rc) {
+		say(err, errlen, "%s: cannot create its folder: %s", store, strerror(-rc));
+		return rc;
+	}
+	char lock[PATH_MAX], tmp[PATH_MAX];
+	if (snprintf(lock, sizeof lock, "%s.lock", store) >= (int)sizeof lock ||
+	    snprintf(tmp, sizeof tmp, "%s.tmp", store) >= (int)sizeof tmp) {
+		say(err, errlen, "%s: path too long", store);
+		return -ENAMETOOLONG;
+	}
+	int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lfd < 0 || flock(lfd, LOCK_EX) < 0) {
+		rc = -errno;
+		say(err, errlen, "%s: cannot lock: %s", lock, strerror(-rc));
+		if (lfd >= 0)
+			close(lfd);
+		return rc;
+	}
+	char *buf = NULL;
+	int fd = -1;
+	rc = read_store(store, &buf);
+	if (rc) {
+		say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
+		goto out;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		say(err, errlen, "%s: cannot write: %s", tmp, strerror(-rc));
+		goto out;
+	}
+	for (char *p = buf; p && *p && !rc;) {
+		char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		const char *h;
+		if (!line_is(p, len, conf_real, &h) && len) {
+			rc = write_all(fd, p, len);
+			if (!rc)
+				rc = write_all(fd, "\n", 1);
+		}
+		p += len + (nl ? 1 : 0);
+	}
+	if (!rc && hex) {
+		char line[PATH_MAX + TRUST_HEX_LEN + 8];
+		int n = snprintf(line, sizeof line, "v1 %.*s %s\n", TRUST_HEX_LEN, hex, conf_real);
+		rc = n > 0 && (size_t)n < sizeof line ? write_all(fd, line, (size_t)n) : -ENAMETOOLONG;
+	}
+	if (!rc && fsync(fd) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	fd = -1;
+	if (!rc && rename(tmp, store) < 0)
+		rc = -errno;
+	if (rc) {
+		say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
+		unlink(tmp);
+	}
+out:
+	free(buf);
+	close(lfd);
+	return rc;
+}
+
+/* What the file asks for, for the question on a terminal. */
+static void summary(FILE *f, const char *real, const struct kbox_config *c)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof dir, "%s", real);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir)
+		*slash = '\0';
+	fprintf(f, "  mount    %s -> /workspace (read-write, unless a mount below is there)\n",
+		dir);
+	for (unsigned i = 0; i < c->n_mounts; i++)
+		fprintf(f, "  mount    %s -> %s (%s)\n", c->mounts[i].source, c->mounts[i].target,
+			c->mounts[i].readonly ? "read-only" : "read-write");
+	if (c->image)
+		fprintf(f, "  image    %s\n", c->image);
+	fprintf(f, "  network  %s", c->network_policy ? c->network_policy : "public (default)");
+	for (size_t i = 0; i < c->n_allow; i++)
+		fprintf(f, "%s%s", i ? ", " : "; allow ", c->allow[i].s);
+	for (size_t i = 0; i < c->n_hosts; i++)
+		fprintf(f, "%s%s", i ? ", " : "; hosts ", c->hosts[i].s);
+	fputc('\n', f);
+	for (size_t i = 0; i < c->n_ports; i++)
+		fprintf(f, "  port     %s\n", c->ports[i].s);
+	if (c->secrets)
+		fprintf(f, "  secrets  %s\n", c->secrets);
+	for (size_t i = 0; i < c->n_env; i++) {
+		const char *eq = strchr(c->env[i], '=');
+		int n = eq ? (int)(eq - c->env[i]) : (int)strlen(c->env[i]);
+		fprintf(f, "  env      %.*s (value not shown)\n", n, c->env[i]);
+	}
+	if (c->argv && c->argv[0])
+		fprintf(f, "  command  %s%s\n", c->argv[0], c->argv[1] ? " ..." : "");
+}
+
+int trust_project(const char *conf, const struct kbox_config *cfg, char *err, size_t errlen)
+{
+	char real[PATH_MAX], store[PATH_MAX], hex[TRUST_HEX_LEN + 1];
+	if (!realpath(conf, real)) {
+		int e = errno;
+		say(err, errlen, "%s: %s", conf, strerror(e));
+		return -e;
+	}
+	int rc = trust_store_path(store, sizeof store);
+	if (rc) {
+		say(err, errlen, "%s: cannot find where trusted files are recorded (set HOME)",
+		    conf);
+		return rc;
+	}
+	rc = trust_digest(real, cfg->secrets, hex, err, errlen);
+	if (rc)
+		return rc;
+	rc = trust_check(store, real, hex);
+	if (rc < 0) {
+		say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
+		return rc;
+	}
+	if (rc == 1)
+		return 0;
+	const char *why = "it is new, or changed since it was trusted";
+	if (isatty(STDIN_FILENO) && isatty(STDERR_FILENO)) {
+		fprintf(stderr,
+			"kbox: %s: %s.\n"
+			"A project's kbox.yaml decides what the sandbox can see and reach. It asks for:\n",
+			real, why);
+		summary(stderr, real, cfg);
+		fprintf(stderr, "Read it first. Trust this file and go on? [y/N] ");
+		fflush(stderr);
+		char answer[16] = "";
+		if (fgets(answer, sizeof answer, stdin) &&
+		    (strcmp(answer, "y\n") == 0 || strcmp(answer, "yes\n") == 0 ||
+		     strcmp(answer, "Y\n") == 0)) {
+			rc = trust_record(store, real, hex, err, errlen);
+			return rc;
+		}
+	}
+	say(err, errlen,
+	    "%s: not trusted: %s; a project's kbox.yaml chooses mounts, network and secrets, "
+	    "so read it, then run 'kbox trust %s' (or use --no-project, or --conf to use it once)",
+	    conf, why, conf);
+	return -EACCES;
+}
+
+static void trust_usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kbox trust [PATH]            accept a project's kbox.yaml as it is now\n"
+		"       kbox trust --remove [PATH]   forget it\n"
+		"       kbox trust --list            every trusted file, and whether it changed\n"
+		"\n"
+		"'kbox run' without --conf uses ./kbox.yaml only once its content is trusted:\n"
+		"it came with the project and chooses mounts, network policy, secrets and the\n"
+		"host variables that enter the guest.  PATH is the file or its folder\n"
+		"(default: ./kbox.yaml).  Trust covers the file's bytes and those of a\n"
+		"secrets file inside the same folder; any change needs 'kbox trust' again\n"
+		"(on a terminal, 'kbox run' asks instead).  The record lives in\n"
+		"$KBOX_TRUST_FILE, else $XDG_DATA_HOME/kbox/trusted, else\n"
+		"~/.local/share/kbox/trusted.\n");
+}
+
+static int list(const char *store)
+{
+	char *buf;
+	int rc = read_store(store, &buf);
+	if (rc) {
+		fprintf(stderr, "kbox trust: %s: %s\n", store, strerror(-rc));
+		return KBOX_EXIT_FAILURE;
+	}
+	for (char *p = buf; p && *p;) {
+		char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		if (nl)
+			*nl = '\0';
+		if (len > 4 + TRUST_HEX_LEN && strncmp(p, "v1 ", 3) == 0) {
+			const char *path = p + 4 + TRUST_HEX_LEN;
+			struct kbox_config c;
+			char e[512], hex[TRUST_HEX_LEN + 1];
+			config_init(&c);
+			const char *state = "changed";
+			if (access(path, F_OK) < 0)
+				state = "missing";
+			else if (config_load(path, &c, e, sizeof e) == 0 &&
+				 trust_digest(path, c.secrets, hex, e, sizeof e) == 0 &&
+				 memcmp(hex, p + 3, TRUST_HEX_LEN) == 0)
+				state = "trusted";
+			config_free(&c);
+			printf("%-8s %s\n", state, path);
+		}
+		p += len + (nl ? 1 : 0);
+	}
+	free(buf);
+	return 0;
+}
+
+int trust_main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "remove", no_argument, NULL, 'r' },
+		{ "list", no_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int remove = 0, do_list = 0, ch;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'r': remove = 1; break;
+		case 'l': do_list = 1; break;
+		case 'h': trust_usage(stdout); return 0;
+		default: trust_usage(stderr); return KBOX_EXIT_FAILURE;
+		}
+	}
+	if (argc - optind > 1 || (do_list && (remove || argc > optind))) {
+		trust_usage(stderr);
+		return KBOX_EXIT_FAILURE;
+	}
+	char store[PATH_MAX], err[1024];
+	if (trust_store_path(store, sizeof store) < 0) {
+		fprintf(stderr, "kbox trust: cannot find where to record trust (set HOME)\n");
+		return KBOX_EXIT_FAILURE;
+	}
+	if (do_list)
+		return list(store);
+	char path[PATH_MAX], real[PATH_MAX];
+	const char *arg = optind < argc ? argv[optind] : "kbox.yaml";
+	struct stat st;
+	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(path, sizeof path, "%s/kbox.yaml", arg);
+	else
+		snprintf(path, sizeof path, "%s", arg);
+	if (!realpath(path, real)) {
+		int e = errno;
+		if (remove && e == ENOENT && path[0] == '/') {
+			snprintf(real, sizeof real, "%s", path);
+		} else {
+			fprintf(stderr, "kbox trust: %s: %s\n", path, strerror(e));
+			return KBOX_EXIT_FAILURE;
+		}
+	}
+	if (remove) {
+		if (trust_record(store, real, NULL, err, sizeof err) < 0) {
+			fprintf(stderr, "kbox trust: %s\n", err);
+			return KBOX_EXIT_FAILURE;
+		}
+		printf("no longer trusted: %s\n", real);
+		return 0;
+	}
+	/* Loaded first: a file with mistakes is not worth trusting, and the
+	 * load says which secrets file it names. */
+	struct kbox_config c;
+	char hex[TRUST_HEX_LEN + 1];
+	config_init(&c);
+	int rc = config_load(real, &c, err, sizeof err);
+	if (!rc)
+		rc = trust_digest(real, c.secrets, hex, err, sizeof err);
+	if (!rc)
+		rc = trust_record(store, real, hex, err, sizeof err);
+	config_free(&c);
+	if (rc) {
+		fprintf(stderr, "kbox trust: %s\n", err);
+		return KBOX_EXIT_FAILURE;
+	}
+	printf("trusted: %s (sha256 %.12s...)\n", real, hex);
+	return 0;
+}

@@ -2008,7 +2008,10 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
 	s->epfd = s->tfd = s->efd = -1;
 	bucket_init(&s->udp_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, now_ms());
-	bucket_init(&s->dns_rate, NS_DNS_PER_SEC, NS_DNS_BURST, now_ms());
+	if (cfg->dns_per_sec)
+		bucket_init(&s->dns_rate, cfg->dns_per_sec, 2 * cfg->dns_per_sec, now_ms());
+	else
+		bucket_init(&s->dns_rate, NS_DNS_PER_SEC, NS_DNS_BURST, now_ms());
 	bucket_init(&s->dns_rate_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, now_ms());
 	seed = now_ms() ^ (uint64_t)(uintptr_t)s;
 	r = -ENOMEM;

@@ -114,6 +114,9 @@ struct ns_config {
 	const uint8_t *guest_mac;
 	ns_resolve_fn resolve;
 	void *resolve_ctx;
+	/* Questions per second for the resolver (burst: twice that);
+	 * 0: NS_DNS_PER_SEC and NS_DNS_BURST. */
+	unsigned dns_per_sec;
 	unsigned connect_timeout_ms; /* 0: NS_CONNECT_TIMEOUT_MS */
 	/* TLS interception and secret substitution for outgoing TCP, or
 	 * NULL for none; must outlive the stack. */

@@ -1,0 +1,144 @@
+#include "netstack/gso.h"
+
+#include <string.h>
+
+#define IP_OFF FR_ETH_HLEN
+#define TCP_OFF (FR_ETH_HLEN + 20u) /* only option-less IP headers merge */
+
+static uint16_t get16(const uint8_t *b)
+{
+	return (uint16_t)(b[0] << 8 | b[1]);
+}
+
+static uint32_t get32(const uint8_t *b)
+{
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+static void put16(uint8_t *b, uint16_t v)
+{
+	b[0] = (uint8_t)(v >> 8);
+	b[1] = (uint8_t)v;
+}
+
+void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx)
+{
+	if (max < FR_FRAME_MAX)
+		max = FR_FRAME_MAX;
+	if (max > GSO_FRAME_MAX)
+		max = GSO_FRAME_MAX;
+	g->emit = emit;
+	g->ctx = ctx;
+	g->max = max;
+	g->len = 0;
+	g->segs = 0;
+}
+
+/* The length of f's headers if f is a segment that may merge (see
+ * gso.h), else 0. */
+static size_t candidate(const uint8_t *f, size_t len)
+{
+	size_t hlen;
+	uint8_t flags;
+
+	if (len < TCP_OFF + 20 || len > FR_FRAME_MAX || get16(f + 12) != FR_ETH_IPV4)
+		return 0;
+	if (f[IP_OFF] != 0x45 || get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || (get16(f + IP_OFF + 6) & 0x3fff) != 0 ||
+	    f[IP_OFF + 9] != FR_IP_TCP)
+		return 0;
+	hlen = TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4;
+	flags = f[TCP_OFF + 13];
+	if (hlen < TCP_OFF + 20 || hlen >= len || (flags & ~(FR_TCP_ACK | FR_TCP_PSH)) != 0 || !(flags & FR_TCP_ACK) ||
+	    get16(f + TCP_OFF + 18) != 0)
+		return 0;
+	return hlen;
+}
+
+/* Whether segment f (headers hlen) continues the pending frame. */
+static int continues(const struct gso *g, const uint8_t *f, size_t len, size_t hlen)
+{
+	const uint8_t *p = g->buf;
+	size_t plen = len - hlen;
+
+	if (g->len == 0 || hlen != g->hlen || plen > g->mss || g->len + plen > g->max)
+		return 0;
+	/* Only the last segment may be short or pushed. */
+	if (g->len - g->hlen != (size_t)g->segs * g->mss || (p[TCP_OFF + 13] & FR_TCP_PSH))
+		return 0;
+	if (get32(f + TCP_OFF + 4) != g->next_seq)
+		return 0;
+	/* Ethernet header; IP version to TOS; flags to protocol; addresses;
+	 * TCP ports; acknowledgement to window (flags differ: checked
+	 * above); urgent pointer and options. */
+	return memcmp(f, p, IP_OFF + 2) == 0 && memcmp(f + IP_OFF + 6, p + IP_OFF + 6, 4) == 0 &&
+	       memcmp(f + IP_OFF + 12, p + IP_OFF + 12, 8) == 0 && memcmp(f + TCP_OFF, p + TCP_OFF, 4) == 0 &&
+	       memcmp(f + TCP_OFF + 8, p + TCP_OFF + 8, 5) == 0 && memcmp(f + TCP_OFF + 14, p + TCP_OFF + 14, 2) == 0 &&
+	       memcmp(f + TCP_OFF + 18, p + TCP_OFF + 18, hlen - TCP_OFF - 18) == 0;
+}
+
+static void emit_plain(struct gso *g, const uint8_t *f, size_t len)
+{
+	struct gso_hdr h;
+
+	memset(&h, 0, sizeof h);
+	g->emit(g->ctx, &h, f, len);
+}
+
+void gso_flush(struct gso *g)
+{
+	uint8_t *p = g->buf, ph[12];
+	size_t iplen = g->len - FR_ETH_HLEN;
+	struct gso_hdr h;
+
+	if (g->len == 0)
+		return;
+	if (g->segs == 1) {
+		/* Unchanged, checksums and all. */
+		emit_plain(g, p, g->len);
+		g->len = 0;
+		return;
+	}
+	put16(p + IP_OFF + 2, (uint16_t)iplen);
+	put16(p + IP_OFF + 10, 0);
+	put16(p + IP_OFF + 10, fr_csum(p + IP_OFF, 20, 0));
+	/* The pseudo-header's sum, folded and not complemented: the peer
+	 * adds the segment's bytes and complements (NEEDS_CSUM). */
+	memcpy(ph, p + IP_OFF + 12, 8);
+	ph[8] = 0;
+	ph[9] = FR_IP_TCP;
+	put16(ph + 10, (uint16_t)(iplen - 20));
+	put16(p + TCP_OFF + 16, (uint16_t)~fr_csum(ph, sizeof ph, 0));
+	h.flags = GSO_F_NEEDS_CSUM;
+	h.gso_type = GSO_TYPE_TCPV4;
+	h.hdr_len = (uint16_t)g->hlen;
+	h.gso_size = (uint16_t)g->mss;
+	h.csum_start = TCP_OFF;
+	h.csum_offset = 16;
+	g->emit(g->ctx, &h, p, g->len);
+	g->len = 0;
+}
+
+void gso_add(struct gso *g, const uint8_t *f, size_t len)
+{
+	size_t hlen = candidate(f, len);
+
+	if (hlen && continues(g, f, len, hlen)) {
+		memcpy(g->buf + g->len, f + hlen, len - hlen);
+		g->len += len - hlen;
+		g->buf[TCP_OFF + 13] = f[TCP_OFF + 13];
+		g->segs++;
+		g->next_seq += (uint32_t)(len - hlen);
+		return;
+	}
+	gso_flush(g);
+	if (!hlen) {
+		emit_plain(g, f, len);
+		return;
+	}
+	memcpy(g->buf, f, len);
+	g->len = len;
+	g->hlen = hlen;
+	g->mss = len - hlen;
+	g->segs = 1;
+	g->next_seq = get32(f + TCP_OFF + 4) + (uint32_t)g->mss;
+}

@@ -1,0 +1,81 @@
+/* Segmentation offload towards the guest: consecutive TCP segments that
+ * kbox's stack sends for one connection are merged into one large frame
+ * that the link peer (a TAP device opened with IFF_VNET_HDR, or a
+ * virtio-net driver that negotiated GUEST_TSO4) cuts back into segments
+ * itself, as described by a virtio_net_hdr.  One frame, one copy and one
+ * system call or interrupt per up to 64 KiB instead of per 1460 bytes.
+ *
+ * What merges: IPv4 (no options, not fragmented) TCP segments carrying
+ * data with only ACK, or ACK|PSH on the last one, the same Ethernet and
+ * IP header fields except length, identifier and checksum, the same
+ * ports, acknowledgement, window and options, each starting where the
+ * previous one ended, every one but the last exactly as long as the
+ * first.  Anything else (a SYN, FIN or RST, a pure ACK, another
+ * connection, ARP, UDP) first sends what is pending and then goes out
+ * alone, so the order of frames on the link never changes.
+ *
+ * A merged frame carries the header of its first segment with the total
+ * IP length, a fresh IP checksum, the last segment's flags and, in the
+ * TCP checksum field, the pseudo-header sum (NEEDS_CSUM: the peer
+ * completes it); its gso_size is the first segment's payload length. A
+ * frame that merged with nothing goes out unchanged with a zero header.
+ * The peer's segmentation (Linux's tcp_gso_segment and virtio's spec)
+ * gives back the original segments: sequence numbers advanced, PSH only
+ * on the last, the IP identifier counting up from the first's.
+ *
+ * Pure: no I/O, no locking (the stack calls it under its lock). */
+#ifndef KBOX_NETSTACK_GSO_H
+#define KBOX_NETSTACK_GSO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "netstack/frame.h"
+
+#define GSO_F_NEEDS_CSUM 1u /* virtio_net_hdr flags */
+#define GSO_TYPE_NONE 0u    /* virtio_net_hdr gso_type */
+#define GSO_TYPE_TCPV4 1u
+#define GSO_IP_MAX 65535u                       /* IPv4 total length */
+#define GSO_FRAME_MAX (FR_ETH_HLEN + GSO_IP_MAX) /* largest merged frame */
+
+/* virtio_net_hdr (virtio 1.2 §5.1.6) without num_buffers, in host byte
+ * order: the layout a TAP device with IFF_VNET_HDR reads and writes on a
+ * little-endian host; virtio-net writes it out field by field. */
+struct gso_hdr {
+	uint8_t flags;
+	uint8_t gso_type;
+	uint16_t hdr_len;     /* Ethernet + IP + TCP headers */
+	uint16_t gso_size;    /* payload bytes per segment */
+	uint16_t csum_start;  /* where the TCP header starts in the frame */
+	uint16_t csum_offset; /* of the checksum field within it */
+};
+
+/* Receives each frame leaving the merger (len <= the max given to
+ * gso_init), valid only during the call. */
+typedef void (*gso_emit_fn)(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len);
+
+struct gso {
+	gso_emit_fn emit;
+	void *ctx;
+	size_t max;       /* largest frame emitted */
+	size_t len;       /* bytes pending in buf; 0: nothing */
+	size_t hlen;      /* their headers */
+	size_t mss;       /* payload of the first segment */
+	unsigned segs;    /* segments merged */
+	uint32_t next_seq;
+	uint8_t buf[GSO_FRAME_MAX];
+};
+
+/* Start empty; emitted frames are at most max bytes (clamped to
+ * FR_FRAME_MAX..GSO_FRAME_MAX). */
+void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx);
+
+/* Offer frame f[0, len) (copied; len at most FR_FRAME_MAX, longer frames
+ * are emitted alone unchanged): merged with what is pending, or pending
+ * itself, or emitted after what was pending. */
+void gso_add(struct gso *g, const uint8_t *f, size_t len);
+
+/* Emit what is pending, if anything. */
+void gso_flush(struct gso *g);
+
+#endif

@@ -20,6 +20,7 @@
 #include <yaml.h>
 
 #include "netstack/policy.h"
+#include "netstack/resolver.h"
 #include "netstack/secrets.h"
 #include "vmm/mounts.h"
 
@@ -1624,16 +1625,63 @@ static int cfg_hosts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_co
 	return 0;
 }
 
+static bool cfg_check_dns(const char *s, char *msg, size_t msglen)
+{
+	struct nres_server srv;
+	return nres_server_parse(s, &srv, msg, msglen) == 0;
+}
+
+/* dns: [ADDR[:PORT], ...] or {servers: [...], rate: N}. */
+static int cfg_dns(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+{
+	static const char *const keys[] = { "servers", "rate" };
+	static const char expected[] = "name server addresses (10.0.0.53, 10.0.0.53:5353, "
+				       "\"[fd00::53]:5353\")";
+	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
+	char got[CFG_SHOW_BUF + 2];
+	const struct cfg_node *list = NULL;
+	if (v->kind == CFG_SEQ) {
+		list = v;
+	} else if (v->kind == CFG_MAP) {
+		for (size_t i = 0; i + 1 < v->n; i += 2) {
+			const struct cfg_node *val = v->kids[i + 1];
+			int s = cfg_sub_key(x, v->kids[i], "network.dns", keys, ARRAY_SIZE(keys), seen);
+			if (s < 0)
+				return s;
+			if (s == 0) {
+				list = val;
+				continue;
+			}
+			uint64_t rate;
+			int rc = cfg_uint(x, val, "network.dns.rate", 1, CONFIG_DNS_RATE_MAX, &rate);
+			if (rc)
+				return rc;
+			c->dns_rate = (unsigned)rate;
+		}
+		if (!list)
+			return 0;
+	} else {
+		return cfg_err(x, v, "network.dns: got %s; expected a list of %s, or a mapping "
+				     "with servers and rate", cfg_got(v, got, sizeof got), expected);
+	}
+	const char *what = list == v ? "network.dns" : "network.dns.servers";
+	if (list->kind == CFG_SEQ && list->n == 0)
+		return cfg_err(x, list, "%s: an empty list; expected at least one of %s (leave "
+					"it out to use the host's resolver)", what, expected);
+	return cfg_str_list(x, list, what, expected, NRES_MAX_SERVERS, cfg_check_dns, &c->dns,
+			    &c->n_dns);
+}
+
 static int cfg_network(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
 {
-	static const char *const keys[] = { "policy", "allow", "deny", "hosts", "audit_log" };
+	static const char *const keys[] = { "policy", "allow", "deny", "hosts", "audit_log", "dns" };
 	static const char *const policies[] = { "none", "public", "allowlist" };
 	static const char rule[] = "rules (example.com, *.github.com:443, 203.0.113.0/24)";
 	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
 	char got[CFG_SHOW_BUF + 2];
 	if (v->kind != CFG_MAP)
 		return cfg_err(x, v, "network: got %s; expected a mapping with policy, allow, "
-				     "deny, hosts or audit_log", cfg_got(v, got, sizeof got));
+				     "deny, hosts, audit_log or dns", cfg_got(v, got, sizeof got));
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
 		const struct cfg_node *val = v->kids[i + 1];
 		int s = cfg_sub_key(x, v->kids[i], "network", keys, ARRAY_SIZE(keys), seen);
@@ -1657,6 +1705,9 @@ static int cfg_network(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_
 		case 4:
 			rc = cfg_path(x, val, "network.audit_log",
 				      "a file to append network decisions to", &c->audit_log);
+			break;
+		case 5:
+			rc = cfg_dns(x, val, c);
 			break;
 		default:
 			rc = s;
@@ -1895,6 +1946,9 @@ static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
 	CFG_MOVE_STRS(dst, src, hosts, n_hosts);
 	CFG_MOVE_STRS(dst, src, ports, n_ports);
 	CFG_MOVE_PTR(dst, src, audit_log);
+	CFG_MOVE_STRS(dst, src, dns, n_dns);
+	if (src->dns_rate)
+		dst->dns_rate = src->dns_rate;
 	CFG_MOVE_PTR(dst, src, tls_intercept);
 	CFG_MOVE_STRS(dst, src, tls_bypass, n_tls_bypass);
 	CFG_MOVE_PTR(dst, src, tls_extra_ca);
@@ -2057,6 +2111,7 @@ void config_free(struct kbox_config *c)
 	cfg_free_strs(c->hosts, c->n_hosts);
 	cfg_free_strs(c->ports, c->n_ports);
 	free(c->audit_log);
+	cfg_free_strs(c->dns, c->n_dns);
 	free(c->tls_intercept);
 	cfg_free_strs(c->tls_bypass, c->n_tls_bypass);
 	free(c->tls_extra_ca);

@@ -25,6 +25,11 @@
  *              deny:      list of rules
  *              hosts:     mapping NAME: ADDRESS
  *              audit_log: path; relative to the file's directory
+ *              dns:       name servers kbox asks instead of the host's
+ *                         resolver: a list of "ADDR[:PORT]" (1..NRES_MAX_SERVERS,
+ *                         IPv6 as "[ADDR]:PORT"), or a mapping with
+ *                         servers (that list) and rate (questions per
+ *                         second, 1..CONFIG_DNS_RATE_MAX; burst twice that)
  *   ports:   list of "[IP:]HOSTPORT:GUESTPORT" (IP a loopback address)
  *   tls:     mapping with
  *              intercept: all | secrets
@@ -56,6 +61,7 @@
 #define CONFIG_HIDDEN_LEN_MAX 255u
 #define CONFIG_ENV_MAX 128u  /* env: entries */
 #define CONFIG_LIST_MAX 256u /* network.allow/deny/hosts, ports, tls.bypass */
+#define CONFIG_DNS_RATE_MAX 10000u /* network.dns.rate */
 
 struct config_mount {
 	char *source;   /* malloc'd, joined to the file's directory if relative */
@@ -93,6 +99,9 @@ struct kbox_config {
 	struct config_str *allow, *deny, *hosts, *ports;
 	size_t n_allow, n_deny, n_hosts, n_ports;
 	char *audit_log;     /* NULL = not set; joined to the file's dir */
+	struct config_str *dns; /* network.dns servers "ADDR[:PORT]"; NULL = not set */
+	size_t n_dns;
+	unsigned dns_rate;   /* network.dns.rate; 0 = not set */
 	char *tls_intercept; /* NULL = not set; "all" or "secrets" */
 	struct config_str *tls_bypass; /* host names; NULL = not set */
 	size_t n_tls_bypass;

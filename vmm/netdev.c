@@ -89,6 +89,16 @@ int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen
 	return add_host(n, spec, "--add-host", err, errlen);
 }
 
+int netdev_add_dns(struct netdev *n, const char *spec, char *err, size_t errlen)
+{
+	char msg[256];
+	n->dns_set = true;
+	int r = nres_upstream_add(&n->dns, spec, msg, sizeof msg);
+	if (r < 0)
+		snprintf(err, errlen, "--dns: %s", msg);
+	return r;
+}
+
 void netdev_ports(const struct netdev *n, char *buf, size_t len)
 {
 	size_t used = 0;
@@ -147,6 +157,15 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 			return r;
 		}
 	}
+	for (size_t i = 0; i < c->n_dns && !n->dns_set; i++) {
+		const struct config_str *e = &c->dns[i];
+		if ((r = nres_upstream_add(&n->dns, e->s, msg, sizeof msg)) < 0) {
+			snprintf(err, errlen, "%s:%u:%u: network.dns: %s", file, e->line, e->col, msg);
+			return r;
+		}
+	}
+	if (c->dns_rate)
+		n->dns_rate = c->dns_rate;
 	for (size_t i = 0; i < c->n_ports; i++) {
 		const struct config_str *e = &c->ports[i];
 		if ((r = netdev_add_forward(n, e->s, msg, sizeof msg)) < 0) {
@@ -266,7 +285,9 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		.output = to_guest,
 		.output_ctx = n,
 		.guest_mac = mac,
-		.resolve = nres_resolve,
+		.resolve = n->dns.n ? nres_upstream_resolve : nres_resolve,
+		.resolve_ctx = n->dns.n ? &n->dns : NULL,
+		.dns_per_sec = n->dns_rate,
 		.icpt = n->icpt,
 	};
 	if ((r = ns_create(&cfg, &n->stack)) < 0) {

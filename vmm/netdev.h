@@ -26,6 +26,7 @@
 #include "devices/virtio_net.h"
 #include "netstack/audit.h"
 #include "netstack/policy.h"
+#include "netstack/resolver.h"
 #include "netstack/stack.h"
 #include "vmm/virtio_bus.h"
 
@@ -49,6 +50,11 @@ struct netdev {
 	/* TLS interception (vmm/tlsconf.h), set before netdev_attach; NULL:
 	 * none.  Must outlive the device. */
 	const struct icpt_config *icpt;
+	/* Name servers kbox asks instead of the host's resolver (--dns,
+	 * which replaces the file's network.dns); dns.n 0: the host's. */
+	struct nres_upstream dns;
+	bool dns_set;      /* --dns given: the file's servers do not apply */
+	unsigned dns_rate; /* network.dns.rate; 0: the stack's default */
 };
 
 /* Start with mode public, no rules and no audit log.  Never fails. */
@@ -69,13 +75,16 @@ int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t err
  * than NS_MAX_HOSTS) or -ENOMEM. */
 int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen);
 
+/* --dns ADDR[:PORT]: 0, or -EINVAL/-ENOSPC with a message in err. */
+int netdev_add_dns(struct netdev *n, const char *spec, char *err, size_t errlen);
+
 /* The forwarded ports as "127.0.0.1:41234->8000,..." (host ports as
  * bound, so after netdev_attach), "" without any. */
 void netdev_ports(const struct netdev *n, char *buf, size_t len);
 
 /* Add the config file's network section and ports (loaded from file) to
- * what the command line set: the command line's --network and
- * --audit-log win, rules, hosts and ports add up.  0, or a negative errno
+ * what the command line set: the command line's --network, --audit-log
+ * and --dns win, rules, hosts and ports add up.  0, or a negative errno
  * with "FILE:LINE:COL: ..." in err. */
 int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const char *file, char *err,
 			size_t errlen);

@@ -124,6 +124,11 @@ void run_usage(FILE *f)
 		"                        our DNS answers NAME with ADDR and never asks the\n"
 		"                        host's resolver; connections are still judged by the\n"
 		"                        policy under NAME (repeatable)\n"
+		"      --dns ADDR[:PORT] a name server kbox asks for the guest instead of the\n"
+		"                        host's resolver (IPv6: [ADDR]:PORT; repeatable, at\n"
+		"                        most 3, tried in order; replaces the file's\n"
+		"                        network.dns); answers pass the same rebinding and\n"
+		"                        policy checks; kbox, not the guest, reaches them\n"
 		"      --learn FILE      record every destination the guest tries (the policy\n"
 		"                        still applies) and write a suggested allowlist to FILE\n"
 		"  -p, --publish [ADDR:]HOSTPORT:GUESTPORT\n"
@@ -275,7 +280,7 @@ static int project_mount(struct run_opts *o)
 enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG, OPT_IMAGE, OPT_NO_PROJECT };
 
 /* The network options beyond the ones above. */
-enum { OPT_ADD_HOST = 0x200, OPT_LEARN };
+enum { OPT_ADD_HOST = 0x200, OPT_LEARN, OPT_DNS };
 
 /* Secrets and TLS interception. */
 enum { OPT_SECRET_CONF = 0x300, OPT_TLS_INTERCEPT, OPT_TLS_BYPASS, OPT_TLS_EXTRA_CA };
@@ -305,6 +310,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "publish", required_argument, NULL, 'p' },
 		{ "add-host", required_argument, NULL, OPT_ADD_HOST },
 		{ "learn", required_argument, NULL, OPT_LEARN },
+		{ "dns", required_argument, NULL, OPT_DNS },
 		{ "image", required_argument, NULL, OPT_IMAGE },
 		{ "no-project", no_argument, NULL, OPT_NO_PROJECT },
 		{ "secret-conf", required_argument, NULL, OPT_SECRET_CONF },
@@ -377,10 +383,12 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
 		case OPT_LEARN: o->net->learn_path = optarg; break;
 		case 'p':
+		case OPT_DNS:
 		case OPT_ADD_HOST: {
 			char err[512];
-			if ((c == 'p' ? netdev_add_forward(o->net, optarg, err, sizeof err)
-				      : netdev_add_host(o->net, optarg, err, sizeof err)) < 0)
+			if ((c == 'p'       ? netdev_add_forward(o->net, optarg, err, sizeof err)
+			     : c == OPT_DNS ? netdev_add_dns(o->net, optarg, err, sizeof err)
+					    : netdev_add_host(o->net, optarg, err, sizeof err)) < 0)
 				return die("%s", err);
 			break;
 		}

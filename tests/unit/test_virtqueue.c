@@ -1,11 +1,10 @@
 #include <check.h>
-#include <endian.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "devices/virtqueue.h"
+#include "tests/lib/fake_virtio.h"
 
 /* Fake guest: 64 KiB of RAM at gpa 0, rings at fixed places, buffers from
  * BUF up. */
@@ -14,19 +13,14 @@
 #define AVAIL 0x2000u
 #define USED 0x3000u
 #define BUF 0x8000u
-#define F_NEXT 1
-#define F_WRITE 2
-#define F_INDIRECT 4
 
-static uint8_t *ram;
-static struct guest_mem gm;
+static struct fv_driver drv;
 static struct vq q;
 
 static void setup(void)
 {
-	ram = calloc(1, RAM);
-	memset(&gm, 0, sizeof gm);
-	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
+	drv.q[0] = (struct fv_ring){ .desc = DESC, .avail = AVAIL, .used = USED };
 	vq_init(&q, 256);
 	q.desc_gpa = DESC;
 	q.avail_gpa = AVAIL;
@@ -35,82 +29,36 @@ static void setup(void)
 
 static void teardown(void)
 {
-	free(ram);
-}
-
-static void w16(uint64_t gpa, uint16_t v)
-{
-	v = htole16(v);
-	memcpy(ram + gpa, &v, 2);
-}
-
-static uint16_t r16(uint64_t gpa)
-{
-	uint16_t v;
-	memcpy(&v, ram + gpa, 2);
-	return le16toh(v);
-}
-
-static uint32_t r32(uint64_t gpa)
-{
-	uint32_t v;
-	memcpy(&v, ram + gpa, 4);
-	return le32toh(v);
-}
-
-static void desc_at(uint64_t table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
-		    uint16_t next)
-{
-	uint8_t *d = ram + table + 16 * i;
-	addr = htole64(addr);
-	len = htole32(len);
-	flags = htole16(flags);
-	next = htole16(next);
-	memcpy(d, &addr, 8);
-	memcpy(d + 8, &len, 4);
-	memcpy(d + 12, &flags, 2);
-	memcpy(d + 14, &next, 2);
-}
-
-static void desc(unsigned i, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next)
-{
-	desc_at(DESC, i, addr, len, flags, next);
-}
-
-/* Make head available (the driver side of §2.7.13). */
-static void offer(uint16_t head)
-{
-	uint16_t idx = r16(AVAIL + 2);
-	w16(AVAIL + 4 + 2 * (idx % q.size), head);
-	w16(AVAIL + 2, idx + 1);
+	fv_free(&drv);
 }
 
 static void start(uint16_t size, uint64_t features)
 {
 	q.size = size;
-	ck_assert_int_eq(vq_activate(&q, &gm, features), 0);
+	drv.q[0].size = size;
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, features), 0);
 }
 
 START_TEST(simple_chain)
 {
 	struct vq_chain c;
 	start(8, 0);
-	desc(0, BUF, 100, F_NEXT, 3);
-	desc(3, BUF + 0x100, 200, F_WRITE, 0);
-	offer(0);
+	fv_desc(&drv, DESC, 0, BUF, 100, FV_DESC_F_NEXT, 3);
+	fv_desc(&drv, DESC, 3, BUF + 0x100, 200, FV_DESC_F_WRITE, 0);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.head, 0);
 	ck_assert_uint_eq(c.nr, 2);
 	ck_assert_uint_eq(c.nr_read, 1);
 	ck_assert_uint_eq(c.read_len, 100);
 	ck_assert_uint_eq(c.write_len, 200);
-	ck_assert_ptr_eq(c.seg[0].ptr, ram + BUF);
+	ck_assert_ptr_eq(c.seg[0].ptr, drv.ram + BUF);
 	ck_assert(c.seg[1].write);
 	ck_assert_int_eq(vq_pop(&q, &c), 0);
 	ck_assert_int_eq(vq_push(&q, 0, 42), 0);
-	ck_assert_uint_eq(r16(USED + 2), 1);
-	ck_assert_uint_eq(r32(USED + 4), 0);
-	ck_assert_uint_eq(r32(USED + 8), 42);
+	ck_assert_uint_eq(fv_r16(&drv, USED + 2), 1);
+	ck_assert_uint_eq(fv_r32(&drv, USED + 4), 0);
+	ck_assert_uint_eq(fv_r32(&drv, USED + 8), 42);
 	ck_assert(vq_needs_interrupt(&q));
 	ck_assert(!vq_needs_interrupt(&q)); /* nothing new since */
 	ck_assert_int_eq(vq_push(&q, 8, 0), -EINVAL);
@@ -122,7 +70,7 @@ START_TEST(bad_sizes_refused)
 	static const uint16_t bad[] = { 0, 3, 6, 100, 512 };
 	for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		q.size = bad[i];
-		ck_assert_int_eq(vq_activate(&q, &gm, 0), -EINVAL);
+		ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
 		ck_assert(!q.ready);
 	}
 	struct vq big;
@@ -137,23 +85,23 @@ START_TEST(misaligned_or_outside_rings_refused)
 {
 	q.size = 8;
 	q.desc_gpa = DESC + 8;
-	ck_assert_int_eq(vq_activate(&q, &gm, 0), -EINVAL);
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
 	q.desc_gpa = DESC;
 	q.avail_gpa = AVAIL + 1;
-	ck_assert_int_eq(vq_activate(&q, &gm, 0), -EINVAL);
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
 	q.avail_gpa = AVAIL;
 	q.used_gpa = USED + 2;
-	ck_assert_int_eq(vq_activate(&q, &gm, 0), -EINVAL);
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
 	q.used_gpa = RAM - 16; /* straddles the end of RAM */
-	ck_assert_int_eq(vq_activate(&q, &gm, 0), -EINVAL);
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
 	q.used_gpa = USED;
 	q.desc_gpa = 0xfffffffffffffff0ull;
-	ck_assert_int_eq(vq_activate(&q, &gm, 0), -EINVAL);
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
 	q.desc_gpa = RAM - 16 * 8; /* exactly fits */
-	ck_assert_int_eq(vq_activate(&q, &gm, 0), 0);
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), 0);
 	/* The avail ring's used_event field makes 6 + 2n bytes. */
 	q.avail_gpa = RAM - (4 + 2 * 8);
-	ck_assert_int_eq(vq_activate(&q, &gm, 0), -EINVAL);
+	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
 }
 END_TEST
 
@@ -161,9 +109,9 @@ START_TEST(loop_is_an_error)
 {
 	struct vq_chain c;
 	start(8, 0);
-	desc(0, BUF, 10, F_NEXT, 1);
-	desc(1, BUF, 10, F_NEXT, 0);
-	offer(0);
+	fv_desc(&drv, DESC, 0, BUF, 10, FV_DESC_F_NEXT, 1);
+	fv_desc(&drv, DESC, 1, BUF, 10, FV_DESC_F_NEXT, 0);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), -ELOOP);
 	ck_assert(q.broken);
 	ck_assert_int_eq(vq_pop(&q, &c), -EIO);
@@ -177,8 +125,8 @@ START_TEST(self_loop_with_zero_length)
 {
 	struct vq_chain c;
 	start(4, 0);
-	desc(2, 0, 0, F_NEXT, 2);
-	offer(2);
+	fv_desc(&drv, DESC, 2, 0, 0, FV_DESC_F_NEXT, 2);
+	fv_offer(&drv, 0, 2);
 	ck_assert_int_eq(vq_pop(&q, &c), -ELOOP);
 }
 END_TEST
@@ -187,14 +135,14 @@ START_TEST(bad_next_and_head)
 {
 	struct vq_chain c;
 	start(8, 0);
-	desc(0, BUF, 10, F_NEXT, 8);
-	offer(0);
+	fv_desc(&drv, DESC, 0, BUF, 10, FV_DESC_F_NEXT, 8);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
 	vq_reset(&q);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
-	memset(ram, 0, RAM);
+	memset(drv.ram, 0, RAM);
 	start(8, 0);
-	offer(9);
+	fv_offer(&drv, 0, 9);
 	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
 }
 END_TEST
@@ -203,15 +151,15 @@ START_TEST(buffers_outside_ram)
 {
 	struct vq_chain c;
 	start(8, 0);
-	desc(0, RAM - 4, 8, 0, 0); /* straddles the end */
-	offer(0);
+	fv_desc(&drv, DESC, 0, RAM - 4, 8, 0, 0); /* straddles the end */
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), -EFAULT);
 	vq_reset(&q);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
-	memset(ram, 0, RAM);
+	memset(drv.ram, 0, RAM);
 	start(8, 0);
-	desc(0, 0xfffffffffffffff8ull, 16, 0, 0); /* wraps */
-	offer(0);
+	fv_desc(&drv, DESC, 0, 0xfffffffffffffff8ull, 16, 0, 0); /* wraps */
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), -EFAULT);
 }
 END_TEST
@@ -220,9 +168,9 @@ START_TEST(readable_after_writable)
 {
 	struct vq_chain c;
 	start(8, 0);
-	desc(0, BUF, 10, F_WRITE | F_NEXT, 1);
-	desc(1, BUF, 10, 0, 0);
-	offer(0);
+	fv_desc(&drv, DESC, 0, BUF, 10, FV_DESC_F_WRITE | FV_DESC_F_NEXT, 1);
+	fv_desc(&drv, DESC, 1, BUF, 10, 0, 0);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
 }
 END_TEST
@@ -242,16 +190,16 @@ START_TEST(segment_bound)
 	q.used_gpa = used_gpa;
 	start(size, 0);
 	for (unsigned i = 0; i < VQ_MAX_SEGS; i++)
-		desc_at(desc_gpa, i, BUF + i, 1, i + 1 < VQ_MAX_SEGS ? F_NEXT : 0,
+		fv_desc(&drv, desc_gpa, i, BUF + i, 1, i + 1 < VQ_MAX_SEGS ? FV_DESC_F_NEXT : 0,
 			(uint16_t)(i + 1));
-	w16(avail_gpa + 4, 0);
-	w16(avail_gpa + 2, 1);
+	fv_w16(&drv, avail_gpa + 4, 0);
+	fv_w16(&drv, avail_gpa + 2, 1);
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.nr, VQ_MAX_SEGS);
-	desc_at(desc_gpa, VQ_MAX_SEGS - 1, BUF, 1, F_NEXT, VQ_MAX_SEGS);
-	desc_at(desc_gpa, VQ_MAX_SEGS, BUF, 1, 0, 0);
-	w16(avail_gpa + 4 + 2, 0);
-	w16(avail_gpa + 2, 2);
+	fv_desc(&drv, desc_gpa, VQ_MAX_SEGS - 1, BUF, 1, FV_DESC_F_NEXT, VQ_MAX_SEGS);
+	fv_desc(&drv, desc_gpa, VQ_MAX_SEGS, BUF, 1, 0, 0);
+	fv_w16(&drv, avail_gpa + 4 + 2, 0);
+	fv_w16(&drv, avail_gpa + 2, 2);
 	ck_assert_int_eq(vq_pop(&q, &c), -E2BIG);
 }
 END_TEST
@@ -261,10 +209,10 @@ START_TEST(avail_idx_runs_ahead)
 	struct vq_chain c;
 	start(8, 0);
 	for (unsigned i = 0; i < 8; i++)
-		desc(i, BUF, 1, 0, 0);
-	w16(AVAIL + 2, 8); /* a full ring is fine */
+		fv_desc(&drv, DESC, i, BUF, 1, 0, 0);
+	fv_w16(&drv, AVAIL + 2, 8); /* a full ring is fine */
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
-	w16(AVAIL + 2, 1 + 8 + 1); /* one more than the ring holds */
+	fv_w16(&drv, AVAIL + 2, 1 + 8 + 1); /* one more than the ring holds */
 	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
 }
 END_TEST
@@ -275,23 +223,23 @@ START_TEST(index_wraps_at_65535)
 	start(4, 0);
 	q.last_avail = 65534;
 	q.used_idx = q.signalled_used = 65534;
-	w16(AVAIL + 2, 65534);
-	w16(USED + 2, 65534);
+	fv_w16(&drv, AVAIL + 2, 65534);
+	fv_w16(&drv, USED + 2, 65534);
 	for (unsigned i = 0; i < 4; i++) {
-		desc(i, BUF + 16 * i, 16, F_WRITE, 0);
-		offer(i);
+		fv_desc(&drv, DESC, i, BUF + 16 * i, 16, FV_DESC_F_WRITE, 0);
+		fv_offer(&drv, 0, i);
 	}
-	ck_assert_uint_eq(r16(AVAIL + 2), 2);
+	ck_assert_uint_eq(fv_r16(&drv, AVAIL + 2), 2);
 	for (unsigned i = 0; i < 4; i++) {
 		ck_assert_int_eq(vq_pop(&q, &c), 1);
 		ck_assert_uint_eq(c.head, i);
 		ck_assert_int_eq(vq_push(&q, c.head, 16), 0);
 	}
 	ck_assert_int_eq(vq_pop(&q, &c), 0);
-	ck_assert_uint_eq(r16(USED + 2), 2);
+	ck_assert_uint_eq(fv_r16(&drv, USED + 2), 2);
 	/* slot of used index 65535 is 3, of 0 is 0 */
-	ck_assert_uint_eq(r32(USED + 4 + 8 * 3), 1);
-	ck_assert_uint_eq(r32(USED + 4 + 8 * 0), 2);
+	ck_assert_uint_eq(fv_r32(&drv, USED + 4 + 8 * 3), 1);
+	ck_assert_uint_eq(fv_r32(&drv, USED + 4 + 8 * 0), 2);
 }
 END_TEST
 
@@ -300,11 +248,11 @@ START_TEST(indirect_table)
 	struct vq_chain c;
 	const uint64_t tbl = 0x5000;
 	start(8, 1ull << VIRTIO_F_INDIRECT_DESC);
-	desc_at(tbl, 0, BUF, 44, F_NEXT, 1);
-	desc_at(tbl, 1, BUF + 64, 10, F_NEXT, 2);
-	desc_at(tbl, 2, BUF + 128, 4096, F_WRITE, 0);
-	desc(5, tbl, 3 * 16, F_INDIRECT, 0);
-	offer(5);
+	fv_desc(&drv, tbl, 0, BUF, 44, FV_DESC_F_NEXT, 1);
+	fv_desc(&drv, tbl, 1, BUF + 64, 10, FV_DESC_F_NEXT, 2);
+	fv_desc(&drv, tbl, 2, BUF + 128, 4096, FV_DESC_F_WRITE, 0);
+	fv_desc(&drv, DESC, 5, tbl, 3 * 16, FV_DESC_F_INDIRECT, 0);
+	fv_offer(&drv, 0, 5);
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.head, 5);
 	ck_assert_uint_eq(c.nr, 3);
@@ -316,7 +264,8 @@ END_TEST
 START_TEST(indirect_abuse)
 {
 	struct vq_chain c;
-	const uint64_t tbl = 0x5000;
+	const uint64_t tbl = 0x5000, on = 1ull << VIRTIO_F_INDIRECT_DESC;
+	const uint16_t ind = FV_DESC_F_INDIRECT;
 	struct {
 		uint64_t addr;
 		uint32_t len;
@@ -324,41 +273,41 @@ START_TEST(indirect_abuse)
 		uint64_t feat;
 		int err;
 	} cases[] = {
-		{ tbl, 32, F_INDIRECT, 0, -EINVAL },                        /* not negotiated */
-		{ tbl, 24, F_INDIRECT, 1ull << VIRTIO_F_INDIRECT_DESC, -EINVAL }, /* not n*16 */
-		{ tbl, 0, F_INDIRECT, 1ull << VIRTIO_F_INDIRECT_DESC, -EINVAL },
-		{ RAM - 16, 32, F_INDIRECT, 1ull << VIRTIO_F_INDIRECT_DESC, -EFAULT },
-		{ tbl, 32, F_INDIRECT | F_NEXT, 1ull << VIRTIO_F_INDIRECT_DESC, -EINVAL },
-		{ tbl, 16 * (VQ_MAX_INDIRECT + 1), F_INDIRECT, 1ull << VIRTIO_F_INDIRECT_DESC, -EINVAL },
+		{ tbl, 32, ind, 0, -EINVAL },  /* not negotiated */
+		{ tbl, 24, ind, on, -EINVAL }, /* not n*16 */
+		{ tbl, 0, ind, on, -EINVAL },
+		{ RAM - 16, 32, ind, on, -EFAULT },
+		{ tbl, 32, ind | FV_DESC_F_NEXT, on, -EINVAL },
+		{ tbl, 16 * (VQ_MAX_INDIRECT + 1), ind, on, -EINVAL },
 	};
 	for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		vq_init(&q, 256);
 		q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
-		memset(ram, 0, RAM);
+		memset(drv.ram, 0, RAM);
 		start(8, cases[i].feat);
-		desc_at(tbl, 0, BUF, 8, 0, 0);
-		desc_at(tbl, 1, BUF, 8, 0, 0);
-		desc(0, cases[i].addr, cases[i].len, cases[i].flags, 1);
-		offer(0);
+		fv_desc(&drv, tbl, 0, BUF, 8, 0, 0);
+		fv_desc(&drv, tbl, 1, BUF, 8, 0, 0);
+		fv_desc(&drv, DESC, 0, cases[i].addr, cases[i].len, cases[i].flags, 1);
+		fv_offer(&drv, 0, 0);
 		ck_assert_int_eq(vq_pop(&q, &c), cases[i].err);
 	}
 	/* nested indirect, and a loop inside the table */
-	memset(ram, 0, RAM);
+	memset(drv.ram, 0, RAM);
 	vq_init(&q, 256);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
 	start(8, 1ull << VIRTIO_F_INDIRECT_DESC);
-	desc_at(tbl, 0, tbl, 32, F_INDIRECT, 0);
-	desc(0, tbl, 32, F_INDIRECT, 0);
-	offer(0);
+	fv_desc(&drv, tbl, 0, tbl, 32, FV_DESC_F_INDIRECT, 0);
+	fv_desc(&drv, DESC, 0, tbl, 32, FV_DESC_F_INDIRECT, 0);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
 	vq_reset(&q);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
-	memset(ram, 0, RAM);
+	memset(drv.ram, 0, RAM);
 	start(8, 1ull << VIRTIO_F_INDIRECT_DESC);
-	desc_at(tbl, 0, BUF, 8, F_NEXT, 1);
-	desc_at(tbl, 1, BUF, 8, F_NEXT, 0);
-	desc(0, tbl, 32, F_INDIRECT, 0);
-	offer(0);
+	fv_desc(&drv, tbl, 0, BUF, 8, FV_DESC_F_NEXT, 1);
+	fv_desc(&drv, tbl, 1, BUF, 8, FV_DESC_F_NEXT, 0);
+	fv_desc(&drv, DESC, 0, tbl, 32, FV_DESC_F_INDIRECT, 0);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), -ELOOP);
 }
 END_TEST
@@ -367,14 +316,14 @@ START_TEST(interrupt_suppression)
 {
 	struct vq_chain c;
 	start(8, 0);
-	desc(0, BUF, 8, F_WRITE, 0);
-	w16(AVAIL, 1); /* NO_INTERRUPT */
-	offer(0);
+	fv_desc(&drv, DESC, 0, BUF, 8, FV_DESC_F_WRITE, 0);
+	fv_w16(&drv, AVAIL, 1); /* NO_INTERRUPT */
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
 	vq_push(&q, 0, 0);
 	ck_assert(!vq_needs_interrupt(&q));
-	w16(AVAIL, 0);
-	offer(0);
+	fv_w16(&drv, AVAIL, 0);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
 	vq_push(&q, 0, 0);
 	ck_assert(vq_needs_interrupt(&q));
@@ -388,21 +337,21 @@ START_TEST(event_idx)
 	start(8, 1ull << VIRTIO_F_EVENT_IDX);
 	/* empty pop publishes where we want the next kick */
 	ck_assert_int_eq(vq_pop(&q, &c), 0);
-	ck_assert_uint_eq(r16(avail_event), 0);
-	desc(0, BUF, 8, F_WRITE, 0);
-	w16(used_event, 2); /* interrupt once used.idx passes 2 */
+	ck_assert_uint_eq(fv_r16(&drv, avail_event), 0);
+	fv_desc(&drv, DESC, 0, BUF, 8, FV_DESC_F_WRITE, 0);
+	fv_w16(&drv, used_event, 2); /* interrupt once used.idx passes 2 */
 	for (unsigned i = 0; i < 4; i++) {
-		offer(0);
+		fv_offer(&drv, 0, 0);
 		ck_assert_int_eq(vq_pop(&q, &c), 1);
 		vq_push(&q, 0, 0);
 		/* idx becomes 1, 2, 3, 4: only the step to 3 crosses 2 */
 		ck_assert_int_eq(vq_needs_interrupt(&q), i == 2);
 	}
 	ck_assert_int_eq(vq_pop(&q, &c), 0);
-	ck_assert_uint_eq(r16(avail_event), 4);
+	ck_assert_uint_eq(fv_r16(&drv, avail_event), 4);
 	/* a batch crossing the event interrupts once */
-	w16(used_event, 5);
-	offer(0), offer(0), offer(0);
+	fv_w16(&drv, used_event, 5);
+	fv_offer(&drv, 0, 0), fv_offer(&drv, 0, 0), fv_offer(&drv, 0, 0);
 	for (unsigned i = 0; i < 3; i++) {
 		ck_assert_int_eq(vq_pop(&q, &c), 1);
 		vq_push(&q, 0, 0);
@@ -415,9 +364,9 @@ START_TEST(zero_length_segments_skipped)
 {
 	struct vq_chain c;
 	start(8, 0);
-	desc(0, RAM + 100, 0, F_NEXT, 1); /* never dereferenced */
-	desc(1, BUF, 4, F_WRITE, 0);
-	offer(0);
+	fv_desc(&drv, DESC, 0, RAM + 100, 0, FV_DESC_F_NEXT, 1); /* never dereferenced */
+	fv_desc(&drv, DESC, 1, BUF, 4, FV_DESC_F_WRITE, 0);
+	fv_offer(&drv, 0, 0);
 	ck_assert_int_eq(vq_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.nr, 1);
 	ck_assert_uint_eq(c.write_len, 4);

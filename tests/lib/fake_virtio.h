@@ -216,7 +216,8 @@ static inline void fv_offer(const struct fv_driver *d, unsigned q, uint16_t head
 	fv_w16(d, r->avail + 2, (uint16_t)(idx + 1));
 }
 
-/* 32-bit register accesses to the transport. */
+/* 32-bit register accesses to the transport.  fv_rd starts from a value
+ * no register holds, so a read the transport failed to fill shows. */
 static inline void fv_wr(const struct fv_driver *d, uint64_t off, uint32_t v)
 {
 	vmmio_write(d->mmio, off, &v, 4);
@@ -224,7 +225,7 @@ static inline void fv_wr(const struct fv_driver *d, uint64_t off, uint32_t v)
 
 static inline uint32_t fv_rd(const struct fv_driver *d, uint64_t off)
 {
-	uint32_t v = 0;
+	uint32_t v = 0xdeadbeef;
 	vmmio_read(d->mmio, off, &v, 4);
 	return v;
 }

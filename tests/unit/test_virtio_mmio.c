@@ -1,10 +1,10 @@
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "devices/virtio_mmio.h"
+#include "tests/lib/fake_virtio.h"
 
 #define RAM 0x10000u
 
@@ -23,8 +23,7 @@ struct counting_irq {
 	unsigned raises;
 };
 
-static uint8_t *ram;
-static struct guest_mem gm;
+static struct fv_driver drv;
 static struct dummy dm;
 static struct counting_irq irq;
 static struct vmmio t;
@@ -72,9 +71,7 @@ static void set_level(struct irq_sink *s, int level)
 
 static void setup(void)
 {
-	ram = calloc(1, RAM);
-	memset(&gm, 0, sizeof gm);
-	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
 	memset(&dm, 0, sizeof dm);
 	memset(&irq, 0, sizeof irq);
 	irq.sink.set_level = set_level;
@@ -88,49 +85,23 @@ static void setup(void)
 	vq_init(&dm.vqs[1], 16);
 	for (unsigned i = 0; i < sizeof dm.cfg; i++)
 		dm.cfg[i] = (uint8_t)(0xa0 + i);
-	ck_assert_int_eq(vmmio_init(&t, &dm.dev, &gm, &irq.sink), 0);
+	ck_assert_int_eq(vmmio_init(&t, &dm.dev, &drv.gm, &irq.sink), 0);
+	drv.mmio = &t;
 }
 
 static void teardown(void)
 {
-	free(ram);
+	fv_free(&drv);
 }
 
-static uint32_t rd(uint64_t off)
-{
-	uint32_t v = 0xdeadbeef;
-	vmmio_read(&t, off, &v, 4);
-	return v;
-}
-
-static void wr(uint64_t off, uint32_t v)
-{
-	vmmio_write(&t, off, &v, 4);
-}
-
-static void negotiate(uint64_t features)
-{
-	wr(0x70, 0);
-	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE);
-	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
-	wr(0x24, 0);
-	wr(0x20, (uint32_t)features);
-	wr(0x24, 1);
-	wr(0x20, (uint32_t)(features >> 32));
-	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
-}
-
+/* Rings packed in 1 KiB steps from base; the tests check the device took
+ * (or refused) exactly these values. */
 static void setup_queue(uint32_t q, uint32_t num, uint64_t base)
 {
-	wr(0x30, q);
-	wr(0x38, num);
-	wr(0x80, (uint32_t)base);
-	wr(0x84, 0);
-	wr(0x90, (uint32_t)base + 0x400);
-	wr(0x94, 0);
-	wr(0xa0, (uint32_t)base + 0x800);
-	wr(0xa4, 0);
-	wr(0x44, 1);
+	drv.q[q] = (struct fv_ring){
+		.desc = base, .avail = base + 0x400, .used = base + 0x800, .size = num
+	};
+	fv_queue_setup(&drv, q);
 }
 
 static const uint32_t ALL_OK = VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER |
@@ -138,39 +109,39 @@ static const uint32_t ALL_OK = VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER 
 
 START_TEST(identity_registers)
 {
-	ck_assert_uint_eq(rd(0x0), 0x74726976);
-	ck_assert_uint_eq(rd(0x4), 2);
-	ck_assert_uint_eq(rd(0x8), 42);
-	ck_assert_uint_eq(rd(0xc), 0x786f626b);
-	wr(0x14, 0);
-	ck_assert_uint_eq(rd(0x10), 1u << 3 | 1u << VIRTIO_F_EVENT_IDX);
-	wr(0x14, 1);
-	ck_assert_uint_eq(rd(0x10), 1); /* VERSION_1 */
-	wr(0x14, 7);
-	ck_assert_uint_eq(rd(0x10), 0);
-	wr(0x30, 0);
-	ck_assert_uint_eq(rd(0x34), 64);
-	wr(0x30, 1);
-	ck_assert_uint_eq(rd(0x34), 16);
-	wr(0x30, 2);
-	ck_assert_uint_eq(rd(0x34), 0);
-	ck_assert_uint_eq(rd(0xb0), 0xffffffffu);
+	ck_assert_uint_eq(fv_rd(&drv, 0x0), 0x74726976);
+	ck_assert_uint_eq(fv_rd(&drv, 0x4), 2);
+	ck_assert_uint_eq(fv_rd(&drv, 0x8), 42);
+	ck_assert_uint_eq(fv_rd(&drv, 0xc), 0x786f626b);
+	fv_wr(&drv, 0x14, 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x10), 1u << 3 | 1u << VIRTIO_F_EVENT_IDX);
+	fv_wr(&drv, 0x14, 1);
+	ck_assert_uint_eq(fv_rd(&drv, 0x10), 1); /* VERSION_1 */
+	fv_wr(&drv, 0x14, 7);
+	ck_assert_uint_eq(fv_rd(&drv, 0x10), 0);
+	fv_wr(&drv, 0x30, 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x34), 64);
+	fv_wr(&drv, 0x30, 1);
+	ck_assert_uint_eq(fv_rd(&drv, 0x34), 16);
+	fv_wr(&drv, 0x30, 2);
+	ck_assert_uint_eq(fv_rd(&drv, 0x34), 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0xb0), 0xffffffffu);
 }
 END_TEST
 
 START_TEST(features_ok_requires_version_1)
 {
-	negotiate(1ull << 3);
-	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_FEATURES_OK, 0);
-	negotiate(1ull << 3 | 1ull << 5 | 1ull << VIRTIO_F_VERSION_1); /* 5 not offered */
-	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_FEATURES_OK, 0);
-	negotiate(1ull << 3 | 1ull << VIRTIO_F_VERSION_1);
-	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_FEATURES_OK, VIRTIO_STATUS_FEATURES_OK);
+	fv_negotiate(&drv, 1ull << 3);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_FEATURES_OK, 0);
+	fv_negotiate(&drv, 1ull << 3 | 1ull << 5 | 1ull << VIRTIO_F_VERSION_1); /* 5 not offered */
+	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_FEATURES_OK, 0);
+	fv_negotiate(&drv, 1ull << 3 | 1ull << VIRTIO_F_VERSION_1);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_FEATURES_OK, VIRTIO_STATUS_FEATURES_OK);
 	ck_assert_uint_eq(dm.dev.driver_features, 1ull << 3 | 1ull << VIRTIO_F_VERSION_1);
 	/* features are frozen now */
-	wr(0x24, 0);
-	wr(0x20, 0);
-	wr(0x70, ALL_OK);
+	fv_wr(&drv, 0x24, 0);
+	fv_wr(&drv, 0x20, 0);
+	fv_wr(&drv, 0x70, ALL_OK);
 	ck_assert_uint_eq(dm.dev.driver_features, 1ull << 3 | 1ull << VIRTIO_F_VERSION_1);
 	ck_assert(dm.dev.live);
 	ck_assert_uint_eq(dm.activates, 1);
@@ -180,92 +151,94 @@ END_TEST
 START_TEST(status_out_of_order)
 {
 	/* FEATURES_OK without DRIVER, DRIVER_OK without FEATURES_OK */
-	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_FEATURES_OK);
-	ck_assert_uint_eq(rd(0x70), VIRTIO_STATUS_ACKNOWLEDGE);
-	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_DRIVER_OK);
-	ck_assert_uint_eq(rd(0x70), VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	fv_wr(&drv, 0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_FEATURES_OK);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70), VIRTIO_STATUS_ACKNOWLEDGE);
+	fv_wr(&drv, 0x70,
+	      VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_DRIVER_OK);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70), VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
 	ck_assert(!dm.dev.live);
 	/* clearing a bit without reset is ignored */
-	wr(0x70, VIRTIO_STATUS_DRIVER);
-	ck_assert_uint_eq(rd(0x70), VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	fv_wr(&drv, 0x70, VIRTIO_STATUS_DRIVER);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70), VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
 	/* a queue cannot go ready before FEATURES_OK */
 	setup_queue(0, 8, 0x1000);
-	ck_assert_uint_eq(rd(0x44), 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x44), 0);
 	/* notify before DRIVER_OK is ignored */
-	wr(0x50, 0);
+	fv_wr(&drv, 0x50, 0);
 	ck_assert_uint_eq(dm.notifies[0], 0);
 	/* the driver cannot set NEEDS_RESET itself */
-	wr(0x70, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_NEEDS_RESET);
-	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, 0);
+	fv_wr(&drv, 0x70,
+	      VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_NEEDS_RESET);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET, 0);
 }
 END_TEST
 
 START_TEST(queue_setup_and_notify)
 {
-	negotiate(1ull << VIRTIO_F_VERSION_1);
+	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
 	setup_queue(0, 8, 0x1000);
-	ck_assert_uint_eq(rd(0x44), 1);
+	ck_assert_uint_eq(fv_rd(&drv, 0x44), 1);
 	ck_assert(dm.vqs[0].ready);
 	ck_assert_uint_eq(dm.vqs[0].desc_gpa, 0x1000);
 	ck_assert_uint_eq(dm.vqs[0].avail_gpa, 0x1400);
 	ck_assert_uint_eq(dm.vqs[0].used_gpa, 0x1800);
 	/* writes while ready are ignored */
-	wr(0x38, 4);
-	wr(0x80, 0x2000);
+	fv_wr(&drv, 0x38, 4);
+	fv_wr(&drv, 0x80, 0x2000);
 	ck_assert_uint_eq(dm.vqs[0].size, 8);
 	ck_assert_uint_eq(dm.vqs[0].desc_gpa, 0x1000);
-	wr(0x70, ALL_OK);
-	wr(0x50, 0);
-	wr(0x50, 1); /* queue 1 not ready */
-	wr(0x50, 9); /* no such queue */
+	fv_wr(&drv, 0x70, ALL_OK);
+	fv_wr(&drv, 0x50, 0);
+	fv_wr(&drv, 0x50, 1); /* queue 1 not ready */
+	fv_wr(&drv, 0x50, 9); /* no such queue */
 	vmmio_notify(&t, 0);
 	ck_assert_uint_eq(dm.notifies[0], 2);
 	ck_assert_uint_eq(dm.notifies[1], 0);
 	/* QueueReady 0 stops the queue */
-	wr(0x30, 0);
-	wr(0x44, 0);
-	ck_assert_uint_eq(rd(0x44), 0);
-	wr(0x50, 0);
+	fv_wr(&drv, 0x30, 0);
+	fv_wr(&drv, 0x44, 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x44), 0);
+	fv_wr(&drv, 0x50, 0);
 	ck_assert_uint_eq(dm.notifies[0], 2);
 }
 END_TEST
 
 START_TEST(bad_queue_needs_reset)
 {
-	negotiate(1ull << VIRTIO_F_VERSION_1);
+	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
 	setup_queue(1, 12, 0x1000); /* not a power of two */
-	ck_assert_uint_eq(rd(0x44), 0);
-	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, VIRTIO_STATUS_NEEDS_RESET);
-	ck_assert_uint_eq(rd(0x60), VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0x44), 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET, VIRTIO_STATUS_NEEDS_RESET);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_CONFIG);
 	ck_assert_int_eq(irq.level, 1);
 	/* a huge QueueNum must not truncate into a valid size */
-	negotiate(1ull << VIRTIO_F_VERSION_1);
-	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, 0);
+	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET, 0);
 	setup_queue(0, 0x10008, 0x1000);
-	ck_assert_uint_eq(rd(0x44), 0);
-	negotiate(1ull << VIRTIO_F_VERSION_1);
+	ck_assert_uint_eq(fv_rd(&drv, 0x44), 0);
+	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
 	setup_queue(0, 8, RAM - 0x400); /* used ring outside RAM */
-	ck_assert_uint_eq(rd(0x70) & VIRTIO_STATUS_NEEDS_RESET, VIRTIO_STATUS_NEEDS_RESET);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET, VIRTIO_STATUS_NEEDS_RESET);
 }
 END_TEST
 
 START_TEST(notify_error_needs_reset)
 {
-	negotiate(1ull << VIRTIO_F_VERSION_1);
+	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
 	setup_queue(0, 8, 0x1000);
-	wr(0x70, ALL_OK);
+	fv_wr(&drv, 0x70, ALL_OK);
 	dm.notify_ret = -EINVAL;
-	wr(0x50, 0);
-	ck_assert_uint_eq(rd(0x70), ALL_OK | VIRTIO_STATUS_NEEDS_RESET);
+	fv_wr(&drv, 0x50, 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70), ALL_OK | VIRTIO_STATUS_NEEDS_RESET);
 	ck_assert(!dm.dev.live);
-	ck_assert_uint_eq(rd(0x60), VMMIO_INT_CONFIG);
-	wr(0x50, 0); /* no more notifies until reset */
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_CONFIG);
+	fv_wr(&drv, 0x50, 0); /* no more notifies until reset */
 	ck_assert_uint_eq(dm.notifies[0], 1);
-	wr(0x70, 0);
-	ck_assert_uint_eq(rd(0x70), 0);
-	ck_assert_uint_eq(rd(0x60), 0);
+	fv_wr(&drv, 0x70, 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70), 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), 0);
 	ck_assert_int_eq(irq.level, 0);
-	ck_assert_uint_eq(dm.resets, 2); /* negotiate() reset too */
+	ck_assert_uint_eq(dm.resets, 2); /* fv_negotiate() reset too */
 	ck_assert(!dm.vqs[0].ready);
 	ck_assert_uint_eq(dm.vqs[0].desc_gpa, 0);
 }
@@ -273,20 +246,20 @@ END_TEST
 
 START_TEST(interrupts_level)
 {
-	negotiate(1ull << VIRTIO_F_VERSION_1);
+	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
 	setup_queue(0, 8, 0x1000);
-	wr(0x70, ALL_OK);
+	fv_wr(&drv, 0x70, ALL_OK);
 	ck_assert_int_eq(vq_push(&dm.vqs[0], 0, 0), 0);
 	vq_dev_used(&dm.dev, 0);
-	ck_assert_uint_eq(rd(0x60), VMMIO_INT_USED);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_USED);
 	ck_assert_int_eq(irq.level, 1);
 	vq_dev_config_changed(&dm.dev);
-	ck_assert_uint_eq(rd(0x60), VMMIO_INT_USED | VMMIO_INT_CONFIG);
-	ck_assert_uint_eq(rd(0xfc), 1);
-	wr(0x64, VMMIO_INT_USED);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_USED | VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0xfc), 1);
+	fv_wr(&drv, 0x64, VMMIO_INT_USED);
 	ck_assert_int_eq(irq.level, 1);
-	wr(0x64, VMMIO_INT_CONFIG);
-	ck_assert_uint_eq(rd(0x60), 0);
+	fv_wr(&drv, 0x64, VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), 0);
 	ck_assert_int_eq(irq.level, 0);
 }
 END_TEST
@@ -302,15 +275,15 @@ START_TEST(odd_accesses_ignored)
 	ck_assert_uint_eq(b[0] | b[1] | b[2] | b[3], 0);
 	vmmio_read(&t, 0x0, b, 8);
 	ck_assert_uint_eq(b[0], 0);
-	ck_assert_uint_eq(rd(0x1000), 0);
-	ck_assert_uint_eq(rd(UINT64_MAX - 1), 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x1000), 0);
+	ck_assert_uint_eq(fv_rd(&drv, UINT64_MAX - 1), 0);
 	vmmio_read(&t, 0x0, b, 9); /* too wide: untouched, no crash */
 	/* odd writes do nothing */
 	uint16_t v = 7;
 	vmmio_write(&t, 0x70, &v, 2);
 	vmmio_write(&t, 0x71, &v, 2);
 	vmmio_write(&t, 0x2000, &v, 2);
-	ck_assert_uint_eq(rd(0x70), 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x70), 0);
 	/* config space: any width inside, nothing outside */
 	vmmio_read(&t, 0x100, &h, 2);
 	ck_assert_uint_eq(h, 0xa1a0);
@@ -335,13 +308,13 @@ START_TEST(init_rejects_bad_devices)
 {
 	struct vmmio t2;
 	struct vq_dev d = { 0 };
-	ck_assert_int_eq(vmmio_init(&t2, &d, &gm, NULL), -EINVAL);
+	ck_assert_int_eq(vmmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
 	d = dm.dev;
 	d.config_size = 0x1000;
-	ck_assert_int_eq(vmmio_init(&t2, &d, &gm, NULL), -EINVAL);
+	ck_assert_int_eq(vmmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
 	d.config_size = 0;
 	d.nr_queues = 0;
-	ck_assert_int_eq(vmmio_init(&t2, &d, &gm, NULL), -EINVAL);
+	ck_assert_int_eq(vmmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
 }
 END_TEST
 

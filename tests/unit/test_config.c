@@ -878,9 +878,6 @@ START_TEST(later_sections_errors)
 					      "valid; expected none, public or allowlist");
 	expect_err("network:\n  alow: []\n", "dir/t.yaml:2:3: network: unknown key 'alow'; did "
 					   "you mean 'allow'?");
-	expect_err("network:\n  dns: []\n", "dir/t.yaml:2:3: network: unknown key 'dns'; "
-					  "expected one of: policy, allow, deny, hosts, "
-					  "audit_log");
 	expect_err("network:\n  allow: example.com\n",
 		   "dir/t.yaml:2:10: network.allow: got 'example.com'; expected a list of rules "
 		   "(example.com, *.github.com:443, 203.0.113.0/24)");
@@ -925,6 +922,76 @@ START_TEST(later_sections_errors)
 				    "secrets.yaml file");
 	expect_err("netwrok: {}", "dir/t.yaml:1:1: unknown key 'netwrok'; did you mean "
 				  "'network'?");
+}
+END_TEST
+
+/* network.dns: a list of servers, or {servers, rate}. */
+START_TEST(network_dns)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_msg(load("network:\n  dns: [10.0.0.53, \"[fd00::53]:5353\", \"127.0.0.1:5353\"]\n",
+			   &c, err) == 0, "%s", err);
+	ck_assert_uint_eq(c.n_dns, 3);
+	ck_assert_str_eq(c.dns[0].s, "10.0.0.53");
+	ck_assert_str_eq(c.dns[1].s, "[fd00::53]:5353");
+	ck_assert_uint_eq(c.dns[1].line, 2);
+	ck_assert_uint_eq(c.dns[1].col, 20);
+	ck_assert_uint_eq(c.dns_rate, 0);
+	config_free(&c);
+	ck_assert_msg(load("network:\n  dns:\n    servers:\n      - fd00::53\n    rate: 100\n", &c,
+			   err) == 0, "%s", err);
+	ck_assert_uint_eq(c.n_dns, 1);
+	ck_assert_str_eq(c.dns[0].s, "fd00::53");
+	ck_assert_uint_eq(c.dns[0].line, 4);
+	ck_assert_uint_eq(c.dns_rate, 100);
+	config_free(&c);
+	/* The rate alone keeps the host's resolver. */
+	ck_assert_msg(load("network: {dns: {rate: 5}}\n", &c, err) == 0, "%s", err);
+	ck_assert_ptr_null(c.dns);
+	ck_assert_uint_eq(c.dns_rate, 5);
+	config_free(&c);
+
+	expect_err("network:\n  dns: 10.0.0.53\n",
+		   "dir/t.yaml:2:8: network.dns: got '10.0.0.53'; expected a list of name server "
+		   "addresses (10.0.0.53, 10.0.0.53:5353, \"[fd00::53]:5353\"), or a mapping with "
+		   "servers and rate");
+	expect_err("network:\n  dns: []\n",
+		   "dir/t.yaml:2:8: network.dns: an empty list; expected at least one of name server "
+		   "addresses (10.0.0.53, 10.0.0.53:5353, \"[fd00::53]:5353\") (leave it out to use "
+		   "the host's resolver)");
+	expect_err("network:\n  dns: [dns.example]\n",
+		   "dir/t.yaml:2:9: network.dns[0]: 'dns.example' is not an IP address (a name "
+		   "server is given by address, not by name); expected ADDR or ADDR:PORT (IPv6: "
+		   "ADDR or [ADDR]:PORT), PORT from 1 to 65535");
+	expect_err("network:\n  dns: [\"10.0.0.53:70000\"]\n",
+		   "dir/t.yaml:2:9: network.dns[0]: '10.0.0.53:70000': port 70000 is out of range; "
+		   "expected ADDR or ADDR:PORT (IPv6: ADDR or [ADDR]:PORT), PORT from 1 to 65535");
+	expect_err("network:\n  dns: [\"10.0.0.53:x\"]\n",
+		   "dir/t.yaml:2:9: network.dns[0]: '10.0.0.53:x': bad port; expected ADDR or "
+		   "ADDR:PORT (IPv6: ADDR or [ADDR]:PORT), PORT from 1 to 65535");
+	expect_err("network:\n  dns: [0.0.0.0]\n",
+		   "dir/t.yaml:2:9: network.dns[0]: '0.0.0.0': not a unicast address; expected the "
+		   "address of a name server");
+	expect_err("network:\n  dns: [1.1.1.1, 1.0.0.1, 8.8.8.8, 8.8.4.4]\n",
+		   "dir/t.yaml:2:36: network.dns: more than 3 entries; expected at most 3");
+	expect_err("network:\n  dns: [[1.1.1.1]]\n",
+		   "dir/t.yaml:2:9: network.dns[0]: got a list; expected name server addresses "
+		   "(10.0.0.53, 10.0.0.53:5353, \"[fd00::53]:5353\")");
+	expect_err("network:\n  dns: {servers: 1.1.1.1}\n",
+		   "dir/t.yaml:2:18: network.dns.servers: got '1.1.1.1'; expected a list of name "
+		   "server addresses (10.0.0.53, 10.0.0.53:5353, \"[fd00::53]:5353\")");
+	expect_err("network:\n  dns: {server: [1.1.1.1]}\n",
+		   "dir/t.yaml:2:9: network.dns: unknown key 'server'; did you mean 'servers'?");
+	expect_err("network:\n  dns: {rate: 0}\n",
+		   "dir/t.yaml:2:15: network.dns.rate: 0 is out of range; expected an integer "
+		   "from 1 to 10000");
+	expect_err("network:\n  dns: {rate: fast}\n",
+		   "dir/t.yaml:2:15: network.dns.rate: 'fast' is not an integer; expected an "
+		   "integer from 1 to 10000");
+	expect_err("network:\n  dns: {rate: 5, rate: 6}\n",
+		   "dir/t.yaml:2:18: network.dns: duplicate key 'rate' (first at line 2); "
+		   "expected each key once");
 }
 END_TEST
 
@@ -1225,6 +1292,7 @@ Suite *config_suite(void)
 	tcase_add_test(bad, mounts_errors);
 	tcase_add_test(bad, mounts_limits);
 	tcase_add_test(bad, later_sections_errors);
+	tcase_add_test(bad, network_dns);
 	suite_add_tcase(s, bad);
 
 	TCase *hostile = tcase_create("hostile");

@@ -14,13 +14,13 @@
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
+#include "tests/lib/fake_virtio.h"
 
 /* A fake guest driver over 1 MiB of RAM: queue q has its rings at
- * QBASE(q), rx buffers (44 + 4096 bytes each) from RXBUF, and one tx
+ * FV_RING_BASE(q), rx buffers (44 + 4096 bytes each) from RXBUF, and one tx
  * packet buffer at TXBUF (tx is consumed synchronously on notify). */
 #define RAM 0x100000u
 #define QSIZE 64u
-#define QBASE(q) (0x10000u * ((q) + 1))
 #define RXBUF 0x80000u
 #define RXSLOT 0x1100u
 #define RXLEN (VSOCK_HDR_SIZE + 4096u)
@@ -43,13 +43,11 @@ struct counting_irq {
 	unsigned raises;
 };
 
-static uint8_t *ram;
-static struct guest_mem gm;
+static struct fv_driver drv;
 static struct vsock vs;
 static struct vmmio t;
 static struct backend_log bl;
 static struct counting_irq irq;
-static uint16_t avail_idx[3], used_seen[3];
 
 static int b_request(void *ctx, struct vsock_conn *c, uint32_t port)
 {
@@ -103,125 +101,52 @@ static void set_level(struct irq_sink *s, int level)
 	((struct counting_irq *)s)->raises += level;
 }
 
-static void wr(uint64_t off, uint32_t v)
-{
-	vmmio_write(&t, off, &v, 4);
-}
-
-static uint32_t rd(uint64_t off)
-{
-	uint32_t v;
-	vmmio_read(&t, off, &v, 4);
-	return v;
-}
-
-static void w16(uint64_t gpa, uint16_t v)
-{
-	v = htole16(v);
-	memcpy(ram + gpa, &v, 2);
-}
-
-static uint16_t r16(uint64_t gpa)
-{
-	uint16_t v;
-	memcpy(&v, ram + gpa, 2);
-	return le16toh(v);
-}
-
-static uint32_t r32(uint64_t gpa)
-{
-	uint32_t v;
-	memcpy(&v, ram + gpa, 4);
-	return le32toh(v);
-}
-
-static void desc(unsigned q, unsigned i, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next)
-{
-	uint8_t *d = ram + QBASE(q) + 16 * i;
-	addr = htole64(addr);
-	len = htole32(len);
-	flags = htole16(flags);
-	next = htole16(next);
-	memcpy(d, &addr, 8);
-	memcpy(d + 8, &len, 4);
-	memcpy(d + 12, &flags, 2);
-	memcpy(d + 14, &next, 2);
-}
-
-static void offer(unsigned q, uint16_t head)
-{
-	w16(QBASE(q) + 0x1000 + 4 + 2 * (avail_idx[q] % QSIZE), head);
-	avail_idx[q]++;
-	w16(QBASE(q) + 0x1000 + 2, avail_idx[q]);
-}
-
 static void setup(void)
 {
-	ram = calloc(1, RAM);
-	memset(&gm, 0, sizeof gm);
-	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
 	memset(&bl, 0, sizeof bl);
 	memset(&irq, 0, sizeof irq);
-	memset(avail_idx, 0, sizeof avail_idx);
-	memset(used_seen, 0, sizeof used_seen);
 	irq.sink.set_level = set_level;
 	bl.accept_port = 1234;
 	ck_assert_int_eq(vsock_init(&vs, CID, &backend, &bl), 0);
-	ck_assert_int_eq(vmmio_init(&t, &vs.dev, &gm, &irq.sink), 0);
-	wr(0x70, 1);
-	wr(0x70, 3);
-	wr(0x24, 1);
-	wr(0x20, 1); /* VERSION_1 */
-	wr(0x70, 3 | 8);
-	ck_assert_uint_eq(rd(0x70), 11);
-	for (unsigned q = 0; q < 3; q++) {
-		wr(0x30, q);
-		wr(0x38, QSIZE);
-		wr(0x80, QBASE(q));
-		wr(0x90, QBASE(q) + 0x1000);
-		wr(0xa0, QBASE(q) + 0x2000);
-		wr(0x44, 1);
-		ck_assert_uint_eq(rd(0x44), 1);
-	}
-	wr(0x70, 15);
+	ck_assert_int_eq(vmmio_init(&t, &vs.dev, &drv.gm, &irq.sink), 0);
+	drv.mmio = &t;
+	ck_assert_int_eq(fv_driver_up(&drv, 1ull << VIRTIO_F_VERSION_1, 3, QSIZE), 0);
 	ck_assert(vs.dev.live);
 }
 
 static void teardown(void)
 {
 	vsock_destroy(&vs);
-	free(ram);
+	fv_free(&drv);
 }
 
 static bool needs_reset(void)
 {
-	return rd(0x70) & VIRTIO_STATUS_NEEDS_RESET;
+	return fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET;
 }
 
 /* Give the device n rx buffers. */
 static void rx_fill(unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
-		unsigned s = avail_idx[RXQ] % QSIZE;
-		desc(RXQ, s, RXBUF + RXSLOT * s, RXLEN, 2, 0);
-		offer(RXQ, s);
+		uint16_t s = fv_avail_idx(&drv, RXQ) % QSIZE;
+		fv_desc(&drv, drv.q[RXQ].desc, s, RXBUF + RXSLOT * s, RXLEN, FV_DESC_F_WRITE, 0);
+		fv_offer(&drv, RXQ, s);
 	}
-	wr(0x50, RXQ);
+	fv_kick(&drv, RXQ);
 }
 
 /* The next packet the device put in rx; false if there is none. */
 static bool rx_get(struct vsock_hdr *h, uint8_t *payload)
 {
-	uint64_t used = QBASE(RXQ) + 0x2000;
-	if (r16(used + 2) == used_seen[RXQ])
+	uint32_t id, len;
+	if (!fv_used(&drv, RXQ, &id, &len))
 		return false;
-	unsigned slot = used_seen[RXQ] % QSIZE;
-	uint32_t id = r32(used + 4 + 8 * slot), len = r32(used + 8 + 8 * slot);
-	used_seen[RXQ]++;
 	ck_assert_uint_lt(id, QSIZE);
 	ck_assert_uint_ge(len, VSOCK_HDR_SIZE);
 	ck_assert_uint_le(len, RXLEN);
-	const uint8_t *b = ram + RXBUF + RXSLOT * id;
+	const uint8_t *b = fv_at(&drv, RXBUF + RXSLOT * id, RXLEN);
 	vsock_hdr_decode(h, b);
 	ck_assert_uint_eq(h->len, len - VSOCK_HDR_SIZE);
 	ck_assert_uint_eq(h->src_cid, VSOCK_HOST_CID);
@@ -249,14 +174,15 @@ static struct vsock_hdr hdr(uint16_t op, uint32_t src_port, uint32_t dst_port)
 static void tx_raw(const struct vsock_hdr *h, uint32_t hdr_len, const void *payload,
 		   uint32_t buf_len)
 {
-	unsigned s = (avail_idx[TXQ] % (QSIZE / 2)) * 2;
-	vsock_hdr_encode(ram + TXBUF, h);
+	uint16_t s = (fv_avail_idx(&drv, TXQ) % (QSIZE / 2)) * 2;
+	uint64_t table = drv.q[TXQ].desc;
+	vsock_hdr_encode(fv_at(&drv, TXBUF, VSOCK_HDR_SIZE), h);
 	if (payload)
-		memcpy(ram + TXBUF + 0x100, payload, buf_len);
-	desc(TXQ, s, TXBUF, hdr_len, buf_len ? 1 : 0, s + 1);
-	desc(TXQ, s + 1, TXBUF + 0x100, buf_len, 0, 0);
-	offer(TXQ, s);
-	wr(0x50, TXQ);
+		memcpy(fv_at(&drv, TXBUF + 0x100, buf_len), payload, buf_len);
+	fv_desc(&drv, table, s, TXBUF, hdr_len, buf_len ? FV_DESC_F_NEXT : 0, s + 1);
+	fv_desc(&drv, table, s + 1, TXBUF + 0x100, buf_len, 0, 0);
+	fv_offer(&drv, TXQ, s);
+	fv_kick(&drv, TXQ);
 }
 
 static void tx(const struct vsock_hdr *h, const void *payload)
@@ -284,7 +210,7 @@ START_TEST(config_has_guest_cid)
 	uint32_t lo = 0;
 	vmmio_read(&t, 0x104, &lo, 4);
 	ck_assert_uint_eq(lo, 0);
-	ck_assert_uint_eq(rd(0x8), VSOCK_DEVICE_ID);
+	ck_assert_uint_eq(fv_rd(&drv, 0x8), VSOCK_DEVICE_ID);
 	struct vsock bad;
 	ck_assert_int_eq(vsock_init(&bad, 2, NULL, NULL), -EINVAL);
 	ck_assert_int_eq(vsock_init(&bad, 0xffffffffull, NULL, NULL), -EINVAL);
@@ -630,7 +556,7 @@ START_TEST(connection_table_bounded)
 		tx(&h, NULL);
 		ck_assert(rx_get(&r, NULL));
 		ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
-		if (avail_idx[RXQ] - used_seen[RXQ] < 4)
+		if (fv_avail_idx(&drv, RXQ) - drv.q[RXQ].used_seen < 4)
 			rx_fill(8);
 	}
 	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 99, 1234), r;
@@ -640,7 +566,7 @@ START_TEST(connection_table_bounded)
 	struct vsock_conn *c;
 	ck_assert_int_eq(vsock_host_connect(&vs, 1, NULL, &c), -ENOSPC);
 	/* a device reset drops them all */
-	wr(0x70, 0);
+	fv_wr(&drv, 0x70, 0);
 	ck_assert_uint_eq(bl.closed, VSOCK_MAX_CONNS);
 	ck_assert_int_eq(vsock_host_connect(&vs, 1, NULL, &c), -ENOTCONN);
 }
@@ -665,8 +591,8 @@ END_TEST
 
 START_TEST(tiny_rx_buffer_needs_reset)
 {
-	desc(RXQ, 0, RXBUF, 20, 2, 0);
-	offer(RXQ, 0);
+	fv_desc(&drv, drv.q[RXQ].desc, 0, RXBUF, 20, FV_DESC_F_WRITE, 0);
+	fv_offer(&drv, RXQ, 0);
 	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 1, 999);
 	tx(&h, NULL);
 	ck_assert(needs_reset());
@@ -675,11 +601,12 @@ END_TEST
 
 START_TEST(broken_tx_ring_needs_reset)
 {
-	desc(TXQ, 0, TXBUF, VSOCK_HDR_SIZE, 1, 0); /* loops on itself */
-	offer(TXQ, 0);
-	wr(0x50, TXQ);
+	/* loops on itself */
+	fv_desc(&drv, drv.q[TXQ].desc, 0, TXBUF, VSOCK_HDR_SIZE, FV_DESC_F_NEXT, 0);
+	fv_offer(&drv, TXQ, 0);
+	fv_kick(&drv, TXQ);
 	ck_assert(needs_reset());
-	ck_assert_uint_eq(rd(0x60) & VMMIO_INT_CONFIG, VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60) & VMMIO_INT_CONFIG, VMMIO_INT_CONFIG);
 }
 END_TEST
 

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "netstack/http_sub.h"
+#include "netstack/policy.h"
 #include "netstack/tls_sni.h"
 
 enum icpt_mode { M_SNIFF, M_DRAIN, M_SPLICED, M_MITM, M_REFUSED };
@@ -44,26 +44,10 @@ static void emit(struct icpt *c, const char *event, bool allow, const char *reas
 	c->cb(c->ctx, &ev);
 }
 
-/* name matches "host" exactly or is a strict subdomain of "*.suffix". */
-static bool name_match(const char *pat, const char *name)
-{
-	size_t nl = strlen(name);
-	if (nl && name[nl - 1] == '.')
-		nl--;
-	if (pat[0] == '*' && pat[1] == '.') {
-		size_t sl = strlen(pat + 1); /* ".suffix" */
-		return nl > sl && strncasecmp(name + nl - sl, pat + 1, sl) == 0;
-	}
-	size_t pl = strlen(pat);
-	if (pl && pat[pl - 1] == '.')
-		pl--;
-	return pl == nl && strncasecmp(pat, name, nl) == 0;
-}
-
 bool icpt_bypassed(const struct icpt_config *cfg, const char *name)
 {
 	for (size_t i = 0; i < cfg->n_bypass; i++)
-		if (name_match(cfg->bypass[i], name))
+		if (pol_pattern_match(cfg->bypass[i], name))
 			return true;
 	return false;
 }
@@ -80,7 +64,7 @@ static bool some_secret_for(const struct icpt_config *cfg, const char *name)
 static bool dns_gave(const struct icpt *c, const char *name)
 {
 	for (size_t i = 0; i < c->n_names; i++)
-		if (name_match(c->names[i], name))
+		if (pol_pattern_match(c->names[i], name))
 			return true;
 	return false;
 }

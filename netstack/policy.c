@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* A blocked range.  host_only ranges reach the host itself (loopback,
  * "this network"), so a domain exception opens them only for
@@ -241,6 +242,27 @@ int pol_name_normalize(const char *name, char *out)
 		return -EINVAL;
 	out[n] = '\0';
 	return 0;
+}
+
+bool pol_host_match(const char *host, bool below, const char *name)
+{
+	size_t nl = strlen(name), hl = strlen(host);
+	if (nl && name[nl - 1] == '.')
+		nl--;
+	if (hl && host[hl - 1] == '.')
+		hl--;
+	if (nl == 0)
+		return false;
+	if (below)
+		return nl > hl + 1 && name[nl - hl - 1] == '.' &&
+		       strncasecmp(name + nl - hl, host, hl) == 0;
+	return nl == hl && strncasecmp(name, host, nl) == 0;
+}
+
+bool pol_pattern_match(const char *pattern, const char *name)
+{
+	bool below = pattern[0] == '*' && pattern[1] == '.';
+	return pol_host_match(below ? pattern + 2 : pattern, below, name);
 }
 
 static bool is_digit(char c)
@@ -576,13 +598,8 @@ static bool rule_match(const struct pol_rule *r, const struct dest *d, bool use_
 	case POL_RULE_ANY:
 		return true;
 	case POL_RULE_DOMAIN:
-		return d->name && strcmp(d->name, r->name) == 0;
-	case POL_RULE_SUFFIX: {
-		if (!d->name)
-			return false;
-		size_t nl = strlen(d->name), sl = strlen(r->name);
-		return nl > sl + 1 && d->name[nl - sl - 1] == '.' && strcmp(d->name + nl - sl, r->name) == 0;
-	}
+	case POL_RULE_SUFFIX:
+		return d->name && pol_host_match(r->name, r->kind == POL_RULE_SUFFIX, d->name);
 	case POL_RULE_NET:
 		return net_match(r, &d->addr) || (use_emb && d->has_emb && net_match(r, &d->emb));
 	}

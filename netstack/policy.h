@@ -127,6 +127,17 @@ bool pol_name_is_numeric(const char *name);
  * label. */
 int pol_name_normalize(const char *name, char *out);
 
+/* The one host-name rule of kbox's lists (network rules, tls.bypass,
+ * secret allow lists): true when NAME is HOST or, with BELOW, a strict
+ * subdomain of HOST ("a.x.y" for "x.y", never "x.y" itself).
+ * Case-insensitive (ASCII); one trailing dot on NAME or HOST is ignored; an
+ * empty NAME matches nothing. */
+bool pol_host_match(const char *host, bool below, const char *name);
+
+/* pol_host_match for a pattern as written: "*.suffix" means BELOW suffix,
+ * anything else that exact host. */
+bool pol_pattern_match(const char *pattern, const char *name);
+
 /* Decide a connection to dst:port (port 0 is never allowed to match a
  * port rule); name is what our DNS answered for dst, or NULL. */
 void pol_check(const struct pol *p, const char *name, const struct pol_addr *dst, uint16_t port,

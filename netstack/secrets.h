@@ -91,9 +91,10 @@ const char *secrets_placeholder(const struct secret *s);
  * may exceed MAX; only MAX are written then). */
 size_t secrets_env(const struct secrets *set, const char **out, size_t max);
 
-/* True when HOST may receive S's value: an allow entry equals HOST, or an
- * entry "*.suffix" matches a strict subdomain of suffix (not suffix
- * itself).  Case-insensitive; a trailing dot on HOST is ignored. */
+/* True when HOST may receive S's value: an allow entry matches it by
+ * pol_pattern_match (netstack/policy.h): equal to HOST, or "*.suffix" and
+ * HOST a strict subdomain of suffix.  Case-insensitive; a trailing dot on
+ * HOST is ignored. */
 bool secrets_hosts_match(const struct secret *s, const char *host);
 
 /* Write S's allow list as "a, b, c" into BUF (cut to fit, always

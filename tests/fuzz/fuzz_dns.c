@@ -4,7 +4,11 @@
  *         header parsed, the error reply must still build.
  *   odd:  an upstream response to a fixed question (bit 1: A or AAAA,
  *         the id taken from the message), whose addresses then go through
- *         the rebinding filter and the name memory.
+ *         the rebinding filter and the name memory; with bit 2, judged as
+ *         the configured-server resolver does (nres_answer), the question
+ *         made by dns_build_query.
+ * The message's bytes as a name must build a query that parses back to
+ * that name, or be refused.
  * Names are also read from the first offsets directly.  Nothing may
  * crash, hang or read outside the message. */
 #include <errno.h>
@@ -13,6 +17,7 @@
 #include <string.h>
 
 #include "netstack/dns.h"
+#include "netstack/resolver.h"
 
 static void check_query(const uint8_t *m, size_t len)
 {
@@ -87,16 +92,53 @@ static void check_response(const uint8_t *m, size_t len, int aaaa)
 	pol_free(&p);
 }
 
+static void check_upstream(const uint8_t *m, size_t len, int aaaa)
+{
+	uint8_t qm[DNS_MAX_MSG];
+	size_t qlen, n;
+	struct dns_query q;
+	uint16_t id = len >= 2 ? (uint16_t)(m[0] << 8 | m[1]) : 0;
+	if (dns_build_query(id, "www.x.com", aaaa ? DNS_TYPE_AAAA : DNS_TYPE_A, qm, sizeof qm, &qlen) < 0 ||
+	    dns_parse_query(qm, qlen, &q) < 0)
+		abort();
+	struct dns_rr rr[DNS_MAX_ANSWERS];
+	int r = nres_answer(m, len, &q, rr, DNS_MAX_ANSWERS, &n);
+	if (r >= 0 && (n > DNS_MAX_ANSWERS || (r == DNS_RCODE_NXDOMAIN && n != 0)))
+		abort();
+	if (r != DNS_RCODE_NOERROR && r != DNS_RCODE_NXDOMAIN && r != -EPROTO && r != -EMSGSIZE && r != -EAGAIN)
+		abort();
+	for (size_t i = 0; r >= 0 && i < n; i++)
+		if (rr[i].addr.family != (aaaa ? 6 : 4))
+			abort();
+}
+
+static void check_build(const uint8_t *m, size_t len)
+{
+	char name[DNS_NAME_TEXT];
+	uint8_t qm[DNS_MAX_MSG];
+	size_t k = len < sizeof name - 1 ? len : sizeof name - 1, qlen;
+	struct dns_query q;
+	memcpy(name, m, k);
+	name[k] = '\0';
+	if (dns_build_query(1, name, DNS_TYPE_A, qm, sizeof qm, &qlen) < 0)
+		return;
+	if (qlen > sizeof qm || dns_parse_query(qm, qlen, &q) < 0 || strcmp(q.name, name) != 0)
+		abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
 	const uint8_t *m = data + 1;
 	size_t len = size - 1;
-	if (data[0] & 1)
+	if ((data[0] & 5) == 5)
+		check_upstream(m, len, data[0] & 2);
+	else if (data[0] & 1)
 		check_response(m, len, data[0] & 2);
 	else
 		check_query(m, len);
+	check_build(m, len);
 	char name[DNS_NAME_TEXT];
 	size_t next;
 	for (size_t off = 0; off < len && off < 48; off++)

@@ -15,7 +15,6 @@
 #include <stddef.h>
 
 #define SECRETS_MAX_BYTES (256u * 1024) /* secrets.yaml size */
-#define SECRETS_ENV_MAX_BYTES (64u * 1024) /* secrets.env size */
 #define SECRETS_MAX_DEPTH 8u      /* YAML nesting */
 #define SECRETS_MAX_NODES 16384u  /* YAML values in the file */
 #define SECRETS_MAX 64u           /* secrets per file */

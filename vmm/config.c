@@ -1,13 +1,13 @@
-/* sandbox.yaml loader.  libyaml's event stream is turned into a small tree
- * (bounded in size, depth and node count, with anchors, aliases and tags
- * refused as the events arrive), then each top-level key is handed to its
- * entry in cfg_sections[].  Everything is parsed into a scratch config that
+/* sandbox.yaml loader.  netstack/yamltree.c turns the file into a small
+ * tree (bounded in size, depth and node count, with anchors, aliases and
+ * tags refused as the events arrive), ${VAR} is expanded (from the host
+ * environment or secrets.env, netstack/secenv.c), then each top-level key
+ * is handed to its entry in cfg_sections[].  Everything is parsed into a scratch config that
  * is moved into the caller's only when the whole file is good. */
 #include "vmm/config.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,99 +15,53 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <yaml.h>
 
 #include "netstack/policy.h"
 #include "netstack/resolver.h"
+#include "netstack/secenv.h"
 #include "netstack/secrets.h"
+#include "netstack/yamltree.h"
 #include "vmm/mounts.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Bytes of a user's value shown in a message; the rest becomes "...". */
-#define CFG_SHOW_MAX 40
-#define CFG_SHOW_BUF (4 * CFG_SHOW_MAX + 4)
-#define CFG_NAME_MAX 256
-#define CFG_NAME_BUF (4 * CFG_NAME_MAX + 4)
-
-enum cfg_kind { CFG_SCALAR, CFG_SEQ, CFG_MAP };
-
-struct cfg_node {
-	enum cfg_kind kind;
-	unsigned line, col; /* 1-based */
-	bool plain;         /* scalar written without quotes */
-	char *str;          /* scalar text, NUL-terminated; may hold NULs */
-	size_t len;
-	char *raw;          /* the text as written when ${VAR} changed it */
-	size_t rawlen;
-	struct cfg_node **kids; /* seq: items; map: key, value, key, value… */
-	size_t n, cap;
+static const struct yt_rules cfg_rules = {
+	.max_depth = CONFIG_MAX_DEPTH,
+	.max_nodes = CONFIG_MAX_NODES,
+	.smaller = "config",
 };
 
 struct cfg_ctx {
-	char name[CFG_NAME_BUF]; /* printable form of the file name */
-	const char *dir;         /* directory part of the name, with its '/' */
-	size_t dirlen;           /* 0: relative paths stay as written */
+	char name[YT_NAME_BUF]; /* printable form of the file name */
+	const char *dir;        /* directory part of the name, with its '/' */
+	size_t dirlen;          /* 0: relative paths stay as written */
 	char *err;
 	size_t errlen;
-	unsigned nodes;
-	size_t expanded;       /* bytes ${VAR} expansion has produced */
-	bool secret_env_read;  /* secrets.env looked for */
-	char *secret_env_buf;  /* its text; secret_env points into it */
-	size_t secret_env_len;
-	char **secret_env;     /* KEY, VALUE, KEY, VALUE, … */
-	size_t n_secret_env, cap_secret_env;
+	size_t expanded;        /* bytes ${VAR} expansion has produced */
+	struct senv env;        /* secrets.env, for ${VAR} */
 };
 
 /* Longest variable name ${…} may use. */
 #define CFG_KEY_MAX_VAR 128
 
-/* Copies len bytes of s into out as printable ASCII (other bytes as \xNN) so
- * a message stays one safe line; input beyond max bytes becomes "...". */
-static void cfg_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < len && i < max; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		if (o + 5 > outlen)
-			break;
-		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
-			out[o++] = (char)ch;
-		else
-			o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", ch);
-	}
-	if (len > max && o + 4 <= outlen) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = '\0';
-}
-
 /* Messages quote a value as written: what ${VAR} brought in may be a
  * secret, and the user wrote the ${VAR}. */
-static void cfg_show_node(char *out, const struct cfg_node *v)
+static void cfg_show_node(char *out, const struct yt_node *v)
 {
 	if (v->raw)
-		cfg_show(out, CFG_SHOW_BUF, v->raw, v->rawlen, CFG_SHOW_MAX);
+		yt_show(out, YT_SHOW_BUF, v->raw, v->rawlen, YT_SHOW_MAX);
 	else
-		cfg_show(out, CFG_SHOW_BUF, v->str, v->len, CFG_SHOW_MAX);
+		yt_show(out, YT_SHOW_BUF, v->str, v->len, YT_SHOW_MAX);
 }
 
 __attribute__((format(printf, 4, 5))) static int
 cfg_err_at(struct cfg_ctx *x, unsigned line, unsigned col, const char *fmt, ...)
 {
-	if (!x->err || !x->errlen)
-		return -EINVAL;
-	int n = snprintf(x->err, x->errlen, "%s:%u:%u: ", x->name, line, col);
-	if (n >= 0 && (size_t)n < x->errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = yt_verr(x->err, x->errlen, x->name, line, col, fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 #define cfg_err(x, node, ...) cfg_err_at((x), (node)->line, (node)->col, __VA_ARGS__)
@@ -116,463 +70,20 @@ cfg_err_at(struct cfg_ctx *x, unsigned line, unsigned col, const char *fmt, ...)
 __attribute__((format(printf, 4, 5))) static void
 cfg_file_err(const char *path, char *err, size_t errlen, const char *fmt, ...)
 {
-	char name[CFG_NAME_BUF];
-	if (!err || !errlen)
-		return;
-	cfg_show(name, sizeof name, path, strlen(path), CFG_NAME_MAX);
-	int n = snprintf(err, errlen, "%s: ", name);
-	if (n >= 0 && (size_t)n < errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
+	char name[YT_NAME_BUF];
+	va_list ap;
+	yt_show(name, sizeof name, path, strlen(path), YT_NAME_MAX);
+	va_start(ap, fmt);
+	yt_verr(err, errlen, name, 0, 0, fmt, ap);
+	va_end(ap);
 }
 
 static int cfg_nomem(struct cfg_ctx *x)
 {
-	if (x->err && x->errlen)
-		snprintf(x->err, x->errlen,
-			 "%s: out of memory while loading; free some memory and retry", x->name);
-	return -ENOMEM;
+	return yt_nomem(x->err, x->errlen, x->name);
 }
 
-/* ---- the tree ---------------------------------------------------------- */
-
-static void cfg_node_free(struct cfg_node *n)
-{
-	if (!n)
-		return;
-	/* Recursion depth is bounded by CONFIG_MAX_DEPTH. */
-	for (size_t i = 0; i < n->n; i++)
-		cfg_node_free(n->kids[i]);
-	free(n->kids);
-	free(n->str);
-	free(n->raw);
-	free(n);
-}
-
-static int cfg_attach(struct cfg_node *parent, struct cfg_node *kid)
-{
-	if (parent->n == parent->cap) {
-		size_t cap = parent->cap ? parent->cap * 2 : 4;
-		struct cfg_node **k = realloc(parent->kids, cap * sizeof *k);
-		if (!k)
-			return -ENOMEM;
-		parent->kids = k;
-		parent->cap = cap;
-	}
-	parent->kids[parent->n++] = kid;
-	return 0;
-}
-
-struct cfg_builder {
-	struct cfg_node *root;
-	struct cfg_node *open[CONFIG_MAX_DEPTH]; /* containers not yet ended */
-	unsigned depth;
-	unsigned docs;
-};
-
-static int cfg_refuse_decoration(struct cfg_ctx *x, const yaml_event_t *ev,
-				 const yaml_char_t *anchor, const yaml_char_t *tag)
-{
-	char show[CFG_SHOW_BUF];
-	unsigned line = (unsigned)ev->start_mark.line + 1;
-	unsigned col = (unsigned)ev->start_mark.column + 1;
-	if (anchor) {
-		cfg_show(show, sizeof show, (const char *)anchor, strlen((const char *)anchor),
-			 CFG_SHOW_MAX);
-		return cfg_err_at(x, line, col,
-				  "anchor '&%s' is not allowed; expected plain values "
-				  "(anchors and aliases are refused)",
-				  show);
-	}
-	if (tag) {
-		cfg_show(show, sizeof show, (const char *)tag, strlen((const char *)tag),
-			 CFG_SHOW_MAX);
-		return cfg_err_at(x, line, col,
-				  "tag '%s' is not allowed; expected an untagged value", show);
-	}
-	return 0;
-}
-
-static int cfg_event(struct cfg_ctx *x, struct cfg_builder *b, const yaml_event_t *ev)
-{
-	unsigned line = (unsigned)ev->start_mark.line + 1;
-	unsigned col = (unsigned)ev->start_mark.column + 1;
-	enum cfg_kind kind;
-	int rc;
-
-	switch (ev->type) {
-	case YAML_DOCUMENT_START_EVENT:
-		if (++b->docs > 1)
-			return cfg_err_at(x, line, col,
-					  "a second YAML document starts here; expected one "
-					  "document (remove the extra '---')");
-		return 0;
-	case YAML_ALIAS_EVENT: {
-		char show[CFG_SHOW_BUF];
-		const char *a = (const char *)ev->data.alias.anchor;
-		cfg_show(show, sizeof show, a, strlen(a), CFG_SHOW_MAX);
-		return cfg_err_at(x, line, col,
-				  "alias '*%s' is not allowed; expected plain values "
-				  "(anchors and aliases are refused)",
-				  show);
-	}
-	case YAML_SCALAR_EVENT:
-		rc = cfg_refuse_decoration(x, ev, ev->data.scalar.anchor, ev->data.scalar.tag);
-		kind = CFG_SCALAR;
-		break;
-	case YAML_SEQUENCE_START_EVENT:
-		rc = cfg_refuse_decoration(x, ev, ev->data.sequence_start.anchor,
-					   ev->data.sequence_start.tag);
-		kind = CFG_SEQ;
-		break;
-	case YAML_MAPPING_START_EVENT:
-		rc = cfg_refuse_decoration(x, ev, ev->data.mapping_start.anchor,
-					   ev->data.mapping_start.tag);
-		kind = CFG_MAP;
-		break;
-	case YAML_SEQUENCE_END_EVENT:
-	case YAML_MAPPING_END_EVENT:
-		if (b->depth)
-			b->depth--;
-		return 0;
-	default: /* stream start/end, document end */
-		return 0;
-	}
-	if (rc)
-		return rc;
-
-	if (x->nodes >= CONFIG_MAX_NODES)
-		return cfg_err_at(x, line, col,
-				  "more than %u values in the file; expected a smaller config",
-				  CONFIG_MAX_NODES);
-	if (kind != CFG_SCALAR && b->depth >= CONFIG_MAX_DEPTH)
-		return cfg_err_at(x, line, col,
-				  "nesting deeper than %u levels; expected a flatter structure",
-				  CONFIG_MAX_DEPTH);
-
-	struct cfg_node *n = calloc(1, sizeof *n);
-	if (!n)
-		return cfg_nomem(x);
-	n->kind = kind;
-	n->line = line;
-	n->col = col;
-	if (kind == CFG_SCALAR) {
-		n->len = ev->data.scalar.length;
-		n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-		n->str = malloc(n->len + 1);
-		if (!n->str) {
-			free(n);
-			return cfg_nomem(x);
-		}
-		if (n->len)
-			memcpy(n->str, ev->data.scalar.value, n->len);
-		n->str[n->len] = '\0';
-	}
-	if (b->depth == 0) {
-		b->root = n; /* one document, so one root */
-	} else if (cfg_attach(b->open[b->depth - 1], n)) {
-		cfg_node_free(n);
-		return cfg_nomem(x);
-	}
-	x->nodes++;
-	if (kind != CFG_SCALAR)
-		b->open[b->depth++] = n;
-	return 0;
-}
-
-/* Turns libyaml's error into our message.  Reader errors (bad UTF-8,
- * control characters) carry only a byte offset, so the position is counted
- * from the buffer. */
-static int cfg_syntax_err(struct cfg_ctx *x, const yaml_parser_t *p, const char *buf, size_t len)
-{
-	const char *problem = p->problem ? p->problem : "unknown error";
-
-	if (p->error == YAML_MEMORY_ERROR)
-		return cfg_nomem(x);
-	if (p->error == YAML_READER_ERROR) {
-		size_t off = p->problem_offset < len ? p->problem_offset : len;
-		unsigned line = 1, col = 1;
-		for (size_t i = 0; i < off; i++) {
-			if (buf[i] == '\n') {
-				line++;
-				col = 1;
-			} else if (((unsigned char)buf[i] & 0xc0) != 0x80) {
-				col++; /* columns count characters, as libyaml's do */
-			}
-		}
-		if (p->problem_value >= 0)
-			return cfg_err_at(x, line, col,
-					  "invalid text: %s (0x%x); expected UTF-8 text without "
-					  "control characters",
-					  problem, (unsigned)p->problem_value);
-		return cfg_err_at(x, line, col,
-				  "invalid text: %s; expected UTF-8 text without control "
-				  "characters",
-				  problem);
-	}
-	unsigned line = (unsigned)p->problem_mark.line + 1;
-	unsigned col = (unsigned)p->problem_mark.column + 1;
-	if (p->context)
-		return cfg_err_at(x, line, col,
-				  "invalid YAML: %s (%s at line %u, column %u); expected valid "
-				  "YAML syntax",
-				  problem, p->context, (unsigned)p->context_mark.line + 1,
-				  (unsigned)p->context_mark.column + 1);
-	return cfg_err_at(x, line, col, "invalid YAML: %s; expected valid YAML syntax",
-			  problem);
-}
-
-static int cfg_build(struct cfg_ctx *x, const char *buf, size_t len, struct cfg_node **root)
-{
-	struct cfg_builder b = { 0 };
-	yaml_parser_t p;
-	int rc = 0;
-	bool done = false;
-
-	if (!yaml_parser_initialize(&p))
-		return cfg_nomem(x);
-	yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
-	yaml_parser_set_encoding(&p, YAML_UTF8_ENCODING);
-	while (!done && !rc) {
-		yaml_event_t ev;
-		if (!yaml_parser_parse(&p, &ev)) {
-			rc = cfg_syntax_err(x, &p, buf, len);
-			break;
-		}
-		rc = cfg_event(x, &b, &ev);
-		done = ev.type == YAML_STREAM_END_EVENT;
-		yaml_event_delete(&ev);
-	}
-	yaml_parser_delete(&p);
-	if (rc) {
-		cfg_node_free(b.root);
-		return rc;
-	}
-	*root = b.root;
-	return 0;
-}
-
-/* ---- files and ${VAR} ------------------------------------------------- */
-
-/* Reads the regular file at path (at most max bytes) into a malloc'd,
- * NUL-terminated *buf.  Returns 0 or a negative errno: the
- * open/stat/read errno (*stage says which), -EISDIR, -EINVAL for another
- * kind of file (stage "stat"), -EFBIG or -ENOMEM. */
-static int cfg_slurp(const char *path, size_t max, char **buf, size_t *len, const char **stage)
-{
-	struct stat st;
-	int rc = 0;
-	*stage = "open";
-	/* O_NONBLOCK: a FIFO planted where the file should be must not hang
-	 * us before fstat refuses it. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	*stage = "stat";
-	if (fstat(fd, &st) < 0)
-		rc = -errno;
-	else if (!S_ISREG(st.st_mode))
-		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-	else if (st.st_size > (off_t)max)
-		rc = -EFBIG;
-	/* One byte more than allowed, to notice a file that grew. */
-	char *b = rc ? NULL : malloc(max + 2);
-	if (!rc && !b)
-		rc = -ENOMEM;
-	size_t n = 0;
-	if (!rc)
-		*stage = "read";
-	while (!rc && n <= max) {
-		ssize_t r = read(fd, b + n, max + 1 - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			rc = -errno;
-		else if (r == 0)
-			break;
-		else
-			n += (size_t)r;
-	}
-	if (!rc && n > max)
-		rc = -EFBIG;
-	close(fd);
-	if (rc) {
-		if (b)
-			explicit_bzero(b, max + 2);
-		free(b);
-		return rc;
-	}
-	b[n] = '\0';
-	*buf = b;
-	*len = n;
-	return 0;
-}
-
-static bool cfg_var_start(char ch)
-{
-	return isalpha((unsigned char)ch) || ch == '_';
-}
-
-static bool cfg_var_char(char ch)
-{
-	return isalnum((unsigned char)ch) || ch == '_';
-}
-
-/* "DIR/secrets.env" next to the config file. */
-static void cfg_secrets_env_path(const struct cfg_ctx *x, char *out, size_t size)
-{
-	if (x->dirlen)
-		snprintf(out, size, "%.*ssecrets.env", (int)x->dirlen, x->dir);
-	else
-		snprintf(out, size, "secrets.env");
-}
-
-__attribute__((format(printf, 5, 6))) static int
-cfg_senv_err(struct cfg_ctx *x, const char *path, unsigned line, unsigned col, const char *fmt, ...)
-{
-	char show[CFG_NAME_BUF];
-	if (!x->err || !x->errlen)
-		return -EINVAL;
-	cfg_show(show, sizeof show, path, strlen(path), CFG_NAME_MAX);
-	int n = snprintf(x->err, x->errlen, "%s:%u:%u: ", show, line, col);
-	if (n >= 0 && (size_t)n < x->errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
-/* One line of secrets.env (s, n bytes, no newline), parsed in place: the
- * same rules as the secrets file's reader (netstack/secrets.c), so one
- * secrets.env serves both.  KEY=VALUE with nothing around '=', an optional
- * "export ", a value in '…' or "…" taken as is, or unquoted up to a '#'
- * after a blank, trailing blanks dropped; no control characters.  Messages
- * name positions, never values. */
-static int cfg_senv_line(struct cfg_ctx *x, const char *path, char *s, size_t n, unsigned line)
-{
-	size_t i = 0;
-	while (i < n && (s[i] == ' ' || s[i] == '\t'))
-		i++;
-	if (i == n || s[i] == '#')
-		return 0;
-	if (n - i > 7 && memcmp(s + i, "export", 6) == 0 && (s[i + 6] == ' ' || s[i + 6] == '\t')) {
-		i += 7;
-		while (i < n && (s[i] == ' ' || s[i] == '\t'))
-			i++;
-	}
-	size_t k = i;
-	if (i == n || !cfg_var_start(s[i]))
-		return cfg_senv_err(x, path, line, (unsigned)i + 1,
-				    "expected a line KEY=VALUE, a comment (#) or nothing");
-	while (i < n && cfg_var_char(s[i]))
-		i++;
-	size_t klen = i - k;
-	if (i == n || s[i] != '=')
-		return cfg_senv_err(x, path, line, (unsigned)i + 1,
-				    "expected '=' after the name; write KEY=VALUE");
-	i++;
-	size_t v, vlen;
-	if (i < n && (s[i] == '"' || s[i] == '\'')) {
-		char q = s[i++];
-		v = i;
-		while (i < n && s[i] != q)
-			i++;
-		if (i == n)
-			return cfg_senv_err(x, path, line, (unsigned)v,
-					    "the quoted value does not end on this line; expected "
-					    "a closing %c", q);
-		vlen = i - v;
-		i++;
-		while (i < n && (s[i] == ' ' || s[i] == '\t'))
-			i++;
-		if (i < n && s[i] != '#')
-			return cfg_senv_err(x, path, line, (unsigned)i + 1,
-					    "text after the closing quote; expected the end of the "
-					    "line or a # comment");
-	} else {
-		v = i;
-		while (i < n && !(s[i] == '#' && i > v && (s[i - 1] == ' ' || s[i - 1] == '\t')))
-			i++;
-		vlen = i - v;
-		while (vlen && (s[v + vlen - 1] == ' ' || s[v + vlen - 1] == '\t'))
-			vlen--;
-	}
-	for (size_t j = v; j < v + vlen; j++)
-		if ((unsigned char)s[j] < 0x20 || s[j] == 0x7f)
-			return cfg_senv_err(x, path, line, (unsigned)j + 1,
-					    "the value of %.*s contains a control character; "
-					    "expected printable text", (int)klen, s + k);
-	if (x->n_secret_env == x->cap_secret_env) {
-		size_t cap = x->cap_secret_env ? 2 * x->cap_secret_env : 16;
-		char **kv = realloc(x->secret_env, 2 * cap * sizeof *kv);
-		if (!kv)
-			return cfg_nomem(x);
-		x->secret_env = kv;
-		x->cap_secret_env = cap;
-	}
-	s[k + klen] = '\0';
-	s[v + vlen] = '\0';
-	x->secret_env[2 * x->n_secret_env] = s + k;
-	x->secret_env[2 * x->n_secret_env + 1] = s + v;
-	x->n_secret_env++;
-	return 0;
-}
-
-static int cfg_parse_secrets_env(struct cfg_ctx *x, const char *path, char *buf, size_t len)
-{
-	unsigned line = 1;
-	for (size_t s = 0; s < len; line++) {
-		size_t eol = s;
-		while (eol < len && buf[eol] != '\n')
-			eol++;
-		size_t n = eol - s;
-		if (n && buf[s + n - 1] == '\r')
-			n--;
-		int rc = cfg_senv_line(x, path, buf + s, n, line);
-		if (rc)
-			return rc;
-		s = eol + 1;
-	}
-	return 0;
-}
-
-/* Reads secrets.env once, when a variable is first missing from the host
- * environment.  A missing file is no error: it is optional. */
-static int cfg_load_secrets_env(struct cfg_ctx *x)
-{
-	char path[PATH_MAX + 16], show[CFG_NAME_BUF];
-	const char *stage;
-	size_t len;
-	if (x->secret_env_read)
-		return 0;
-	x->secret_env_read = true;
-	cfg_secrets_env_path(x, path, sizeof path);
-	int rc = cfg_slurp(path, SECRETS_ENV_MAX_BYTES, &x->secret_env_buf, &len, &stage);
-	if (rc == -ENOENT)
-		return 0;
-	x->secret_env_len = len;
-	cfg_show(show, sizeof show, path, strlen(path), CFG_NAME_MAX);
-	if (rc == -ENOMEM)
-		return cfg_nomem(x);
-	if (rc && x->err && x->errlen)
-		snprintf(x->err, x->errlen, "%s: cannot read: %s; expected a readable file of "
-			 "KEY=VALUE lines", show,
-			 rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
-	if (rc)
-		return rc;
-	if (memchr(x->secret_env_buf, '\0', len)) {
-		if (x->err && x->errlen)
-			snprintf(x->err, x->errlen, "%s: contains a NUL byte; expected a text file "
-				 "of KEY=VALUE lines", show);
-		return -EINVAL;
-	}
-	return cfg_parse_secrets_env(x, path, x->secret_env_buf, len);
-}
+/* ---- ${VAR} ----------------------------------------------------------- */
 
 /* The value of NAME (len bytes): the host environment first, then
  * secrets.env; NULL (rc 0) when neither has it. */
@@ -584,23 +95,13 @@ static int cfg_lookup(struct cfg_ctx *x, const char *name, size_t len, const cha
 		return 0;
 	memcpy(key, name, len);
 	key[len] = '\0';
-	if ((*val = getenv(key)))
-		return 0;
-	int rc = cfg_load_secrets_env(x);
-	if (rc)
-		return rc;
-	/* The last line that sets a name wins, as in a shell. */
-	for (size_t i = x->n_secret_env; i-- > 0;)
-		if (strcmp(x->secret_env[2 * i], key) == 0) {
-			*val = x->secret_env[2 * i + 1];
-			break;
-		}
-	return 0;
+	int rc = senv_lookup(&x->env, key, val, x->err, x->errlen);
+	return rc == -ENOMEM ? cfg_nomem(x) : rc;
 }
 
 /* Replaces ${NAME} in scalar n by its value and "$$" by "$"; other '$'
  * stay (a shell's $HOME passes through to the guest). */
-static int cfg_expand_node(struct cfg_ctx *x, struct cfg_node *n)
+static int cfg_expand_node(struct cfg_ctx *x, struct yt_node *n)
 {
 	if (!memchr(n->str, '$', n->len))
 		return 0;
@@ -618,16 +119,16 @@ static int cfg_expand_node(struct cfg_ctx *x, struct cfg_node *n)
 			const char *name = n->str + i + 2;
 			const char *close = memchr(name, '}', n->len - i - 2);
 			size_t nlen = close ? (size_t)(close - name) : 0;
-			char show[CFG_SHOW_BUF];
-			bool ok = close && nlen && cfg_var_start(name[0]);
+			char show[YT_SHOW_BUF];
+			bool ok = close && nlen && senv_var_start(name[0]);
 			for (size_t k = 0; ok && k < nlen; k++)
-				ok = cfg_var_char(name[k]);
+				ok = senv_var_char(name[k]);
 			if (!close) {
 				rc = cfg_err(x, n, "unterminated '${'; expected ${NAME} (write $$ for "
 						   "a literal '$')");
 				break;
 			}
-			cfg_show(show, sizeof show, name, nlen, CFG_SHOW_MAX);
+			yt_show(show, sizeof show, name, nlen, YT_SHOW_MAX);
 			if (!ok) {
 				rc = cfg_err(x, n, "'${%s}' is not a variable name; expected ${NAME} "
 						   "with letters, digits and '_' (write $$ for a "
@@ -638,11 +139,8 @@ static int cfg_expand_node(struct cfg_ctx *x, struct cfg_node *n)
 			if (rc)
 				break;
 			if (!add) {
-				char path[PATH_MAX + 16], ps[CFG_NAME_BUF];
-				cfg_secrets_env_path(x, path, sizeof path);
-				cfg_show(ps, sizeof ps, path, strlen(path), CFG_NAME_MAX);
 				rc = cfg_err(x, n, "${%s} is not set; export %s or add %s=... to %s",
-					     show, show, show, ps);
+					     show, show, show, x->env.name);
 				break;
 			}
 			alen = strlen(add);
@@ -683,13 +181,13 @@ static int cfg_expand_node(struct cfg_ctx *x, struct cfg_node *n)
 
 /* Expands every value scalar; mapping keys stay as written.  Recursion
  * depth is bounded by CONFIG_MAX_DEPTH. */
-static int cfg_expand(struct cfg_ctx *x, struct cfg_node *n)
+static int cfg_expand(struct cfg_ctx *x, struct yt_node *n)
 {
 	if (!n)
 		return 0;
-	if (n->kind == CFG_SCALAR)
+	if (n->kind == YT_SCALAR)
 		return cfg_expand_node(x, n);
-	for (size_t i = n->kind == CFG_MAP ? 1 : 0; i < n->n; i += n->kind == CFG_MAP ? 2 : 1) {
+	for (size_t i = n->kind == YT_MAP ? 1 : 0; i < n->n; i += n->kind == YT_MAP ? 2 : 1) {
 		int rc = cfg_expand(x, n->kids[i]);
 		if (rc)
 			return rc;
@@ -699,34 +197,12 @@ static int cfg_expand(struct cfg_ctx *x, struct cfg_node *n)
 
 /* ---- value helpers ----------------------------------------------------- */
 
-/* YAML's spellings of null, which only count when written unquoted. */
-static bool cfg_is_null(const struct cfg_node *v)
-{
-	static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
-	if (v->kind != CFG_SCALAR || !v->plain)
-		return false;
-	for (size_t i = 0; i < ARRAY_SIZE(nulls); i++)
-		if (strcmp(v->str, nulls[i]) == 0)
-			return true;
-	return false;
-}
-
-/* What the user wrote instead of a scalar, for "got …" messages. */
-static const char *cfg_kind_name(const struct cfg_node *v)
-{
-	if (v->kind == CFG_SEQ)
-		return "a list";
-	if (v->kind == CFG_MAP)
-		return "a mapping";
-	return "an empty value";
-}
-
 /* A non-null scalar without NUL bytes, or an error naming what. */
-static int cfg_text(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+static int cfg_text(struct cfg_ctx *x, const struct yt_node *v, const char *what,
 		    const char *expected)
 {
-	if (v->kind != CFG_SCALAR || cfg_is_null(v))
-		return cfg_err(x, v, "%s: got %s; expected %s", what, cfg_kind_name(v), expected);
+	if (v->kind != YT_SCALAR || yt_is_null(v))
+		return cfg_err(x, v, "%s: got %s; expected %s", what, yt_kind_name(v), expected);
 	if (strlen(v->str) != v->len)
 		return cfg_err(x, v, "%s: contains a NUL byte; expected %s", what, expected);
 	return 0;
@@ -759,10 +235,10 @@ static enum cfg_num cfg_decimal(const char *s, size_t len, uint64_t *out)
 	return CFG_NUM_OK;
 }
 
-static int cfg_uint(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+static int cfg_uint(struct cfg_ctx *x, const struct yt_node *v, const char *what,
 		    uint64_t lo, uint64_t hi, uint64_t *out)
 {
-	char show[CFG_SHOW_BUF];
+	char show[YT_SHOW_BUF];
 	char expected[64];
 	snprintf(expected, sizeof expected, "an integer from %llu to %llu",
 		 (unsigned long long)lo, (unsigned long long)hi);
@@ -784,7 +260,7 @@ static int cfg_uint(struct cfg_ctx *x, const struct cfg_node *v, const char *wha
 	return 0;
 }
 
-static int cfg_bool(struct cfg_ctx *x, const struct cfg_node *v, const char *what, int *out)
+static int cfg_bool(struct cfg_ctx *x, const struct yt_node *v, const char *what, int *out)
 {
 	static const char *const yes[] = { "true", "yes", "on" };
 	static const char *const no[] = { "false", "no", "off" };
@@ -802,7 +278,7 @@ static int cfg_bool(struct cfg_ctx *x, const struct cfg_node *v, const char *wha
 			return 0;
 		}
 	}
-	char show[CFG_SHOW_BUF];
+	char show[YT_SHOW_BUF];
 	cfg_show_node(show, v);
 	return cfg_err(x, v, "%s: '%s' is not a boolean; expected %s", what, show, expected);
 }
@@ -828,7 +304,7 @@ static void cfg_free_argv(char **argv)
 
 /* ---- sections ---------------------------------------------------------- */
 
-static int cfg_cpus(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_cpus(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	uint64_t n;
 	int rc = cfg_uint(x, v, "cpus", CONFIG_CPUS_MIN, CONFIG_CPUS_MAX, &n);
@@ -840,7 +316,7 @@ static int cfg_cpus(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_con
 /* MiB as a bare number, or a number with a binary unit: M/MB/MiB or
  * G/GB/GiB in any case, optionally after spaces.  "MB" means MiB here on
  * purpose: nobody sizes a VM in powers of ten. */
-static int cfg_memory(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_memory(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	static const struct {
 		const char *unit;
@@ -848,7 +324,7 @@ static int cfg_memory(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_c
 	} units[] = { { "", 1 },    { "m", 1 },	   { "mb", 1 },	  { "mib", 1 },
 		      { "g", 1024 }, { "gb", 1024 }, { "gib", 1024 } };
 	static const char expected[] = "MiB from 64 to 65536, or a size like 512M or 2G";
-	char show[CFG_SHOW_BUF];
+	char show[YT_SHOW_BUF];
 	int rc = cfg_text(x, v, "memory", expected);
 	if (rc)
 		return rc;
@@ -876,7 +352,7 @@ static int cfg_memory(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_c
 
 /* A path from the file; relative ones are joined to the file's directory so
  * the config means the same thing from any working directory. */
-static int cfg_path(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+static int cfg_path(struct cfg_ctx *x, const struct yt_node *v, const char *what,
 		    const char *expected, char **out)
 {
 	int rc = cfg_text(x, v, what, expected);
@@ -903,18 +379,18 @@ static int cfg_path(struct cfg_ctx *x, const struct cfg_node *v, const char *wha
 	return 0;
 }
 
-static int cfg_kernel(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_kernel(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	return cfg_path(x, v, "kernel", "a path to a kernel image (vmlinux or bzImage)",
 			&c->kernel);
 }
 
-static int cfg_initrd(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_initrd(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	return cfg_path(x, v, "initrd", "a path to an initramfs (cpio) file", &c->initrd);
 }
 
-static int cfg_command_string(struct cfg_ctx *x, const struct cfg_node *v,
+static int cfg_command_string(struct cfg_ctx *x, const struct yt_node *v,
 			      struct kbox_config *c)
 {
 	static const char expected[] =
@@ -943,9 +419,9 @@ static int cfg_command_string(struct cfg_ctx *x, const struct cfg_node *v,
 	return 0;
 }
 
-static int cfg_command(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_command(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
-	if (v->kind != CFG_SEQ)
+	if (v->kind != YT_SEQ)
 		return cfg_command_string(x, v, c);
 	if (v->n == 0)
 		return cfg_err(x, v,
@@ -955,7 +431,7 @@ static int cfg_command(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_
 	if (!argv)
 		return cfg_nomem(x);
 	for (size_t i = 0; i < v->n; i++) {
-		const struct cfg_node *a = v->kids[i];
+		const struct yt_node *a = v->kids[i];
 		char what[32];
 		snprintf(what, sizeof what, "command[%zu]", i);
 		int rc = cfg_text(x, a, what, "a string (write \"\" for an empty argument)");
@@ -973,17 +449,17 @@ static int cfg_command(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_
 	return 0;
 }
 
-static int cfg_verbose(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_verbose(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	return cfg_bool(x, v, "verbose", &c->verbose);
 }
 
 /* "'value'" for a scalar, else what kind of node it is, for "got …". */
-static const char *cfg_got(const struct cfg_node *v, char *buf, size_t size)
+static const char *cfg_got(const struct yt_node *v, char *buf, size_t size)
 {
-	if (v->kind != CFG_SCALAR || cfg_is_null(v))
-		return cfg_kind_name(v);
-	char show[CFG_SHOW_BUF];
+	if (v->kind != YT_SCALAR || yt_is_null(v))
+		return yt_kind_name(v);
+	char show[YT_SHOW_BUF];
 	cfg_show_node(show, v);
 	snprintf(buf, size, "'%s'", show);
 	return buf;
@@ -1006,13 +482,13 @@ static void cfg_free_mounts(struct config_mount *m, unsigned n)
 /* hidden: a list of non-empty fnmatch patterns.  A trailing '/' (as in
  * .gitignore's "secrets/") is dropped: the backend hides a matching name
  * whatever it is, and a hidden directory hides all below it. */
-static int cfg_hidden(struct cfg_ctx *x, const struct cfg_node *v, unsigned idx,
+static int cfg_hidden(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 		      struct config_mount *m)
 {
 	static const char expected[] = "a glob pattern such as \".env\" or \"*.pem\"";
-	char what[48], got[CFG_SHOW_BUF + 2];
+	char what[48], got[YT_SHOW_BUF + 2];
 	snprintf(what, sizeof what, "mounts[%u].hidden", idx);
-	if (v->kind != CFG_SEQ)
+	if (v->kind != YT_SEQ)
 		return cfg_err(x, v, "%s: got %s; expected a list of patterns such as "
 				     "[\".env\", \"*.pem\"] ([] hides nothing)",
 			       what, cfg_got(v, got, sizeof got));
@@ -1025,7 +501,7 @@ static int cfg_hidden(struct cfg_ctx *x, const struct cfg_node *v, unsigned idx,
 		return cfg_nomem(x);
 	m->hidden_set = true;
 	for (size_t i = 0; i < v->n; i++) {
-		const struct cfg_node *p = v->kids[i];
+		const struct yt_node *p = v->kids[i];
 		snprintf(what, sizeof what, "mounts[%u].hidden[%zu]", idx, i);
 		int rc = cfg_text(x, p, what, expected);
 		if (rc)
@@ -1048,23 +524,23 @@ static int cfg_hidden(struct cfg_ctx *x, const struct cfg_node *v, unsigned idx,
 	return 0;
 }
 
-static int cfg_mount(struct cfg_ctx *x, const struct cfg_node *v, unsigned idx,
+static int cfg_mount(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 		     struct config_mount *m)
 {
 	static const char *const keys[] = { "source", "target", "readonly", "hidden" };
 	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
-	char what[48], got[CFG_SHOW_BUF + 2], show[CFG_SHOW_BUF];
+	char what[48], got[YT_SHOW_BUF + 2], show[YT_SHOW_BUF];
 	int rc;
 	m->line = v->line;
 	m->col = v->col;
-	if (v->kind != CFG_MAP)
+	if (v->kind != YT_MAP)
 		return cfg_err(x, v, "mounts[%u]: got %s; expected a mapping with source and "
 				     "target", idx, cfg_got(v, got, sizeof got));
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct cfg_node *k = v->kids[i], *val = v->kids[i + 1];
-		if (k->kind != CFG_SCALAR)
+		const struct yt_node *k = v->kids[i], *val = v->kids[i + 1];
+		if (k->kind != YT_SCALAR)
 			return cfg_err(x, k, "mounts[%u]: a key is %s; expected source, target, "
-					     "readonly or hidden", idx, cfg_kind_name(k));
+					     "readonly or hidden", idx, yt_kind_name(k));
 		size_t s = 0;
 		while (s < ARRAY_SIZE(keys) &&
 		       (strlen(keys[s]) != k->len || memcmp(keys[s], k->str, k->len) != 0))
@@ -1112,10 +588,10 @@ static int cfg_mount(struct cfg_ctx *x, const struct cfg_node *v, unsigned idx,
 	return 0;
 }
 
-static int cfg_mounts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_mounts(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
-	char got[CFG_SHOW_BUF + 2];
-	if (v->kind != CFG_SEQ)
+	char got[YT_SHOW_BUF + 2];
+	if (v->kind != YT_SEQ)
 		return cfg_err(x, v, "mounts: got %s; expected a list of mappings with source "
 				     "and target", cfg_got(v, got, sizeof got));
 	if (v->n > MOUNTS_MAX)
@@ -1141,7 +617,7 @@ static int cfg_mounts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_c
 /* "./rootfs", "/srv/rootfs", "rootfs/" or ".rootfs": a directory, joined to
  * the file's directory like every path; other words are image names or id
  * prefixes, kept as written for the store (image_resolve's rule). */
-static int cfg_image(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_image(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	static const char expected[] =
 		"a rootfs directory such as ./rootfs, or an image name";
@@ -1155,7 +631,7 @@ static int cfg_image(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_co
 	for (size_t i = 0; i < v->len; i++) {
 		char ch = v->str[i];
 		if (!isalnum((unsigned char)ch) && !strchr("._-:@+", ch)) {
-			char show[CFG_SHOW_BUF];
+			char show[YT_SHOW_BUF];
 			cfg_show_node(show, v);
 			return cfg_err(x, v, "image: '%s' is not an image name; expected letters, "
 					     "digits and . _ - : @ +, or a directory written "
@@ -1167,11 +643,11 @@ static int cfg_image(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_co
 
 /* An absolute guest path without "." or ".." components: the agent starts
  * there, so it must mean one place. */
-static int cfg_guest_path(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+static int cfg_guest_path(struct cfg_ctx *x, const struct yt_node *v, const char *what,
 			  char **out)
 {
 	static const char expected[] = "an absolute guest path such as /workspace";
-	char show[CFG_SHOW_BUF];
+	char show[YT_SHOW_BUF];
 	int rc = cfg_text(x, v, what, expected);
 	if (rc)
 		return rc;
@@ -1194,7 +670,7 @@ static int cfg_guest_path(struct cfg_ctx *x, const struct cfg_node *v, const cha
 	return (*out = cfg_strdup(v->str, v->len)) ? 0 : cfg_nomem(x);
 }
 
-static int cfg_workdir(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_workdir(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	return cfg_guest_path(x, v, "workdir", &c->workdir);
 }
@@ -1220,14 +696,14 @@ static void cfg_free_strv(char **v, size_t n)
 }
 
 /* Appends "NAME=VALUE" to c->env unless NAME is already there. */
-static int cfg_env_add(struct cfg_ctx *x, const struct cfg_node *at, struct kbox_config *c,
+static int cfg_env_add(struct cfg_ctx *x, const struct yt_node *at, struct kbox_config *c,
 		       const char *name, size_t nlen, const char *val, size_t vlen)
 {
-	char show[CFG_SHOW_BUF];
+	char show[YT_SHOW_BUF];
 	if (at->raw)
 		cfg_show_node(show, at);
 	else
-		cfg_show(show, sizeof show, name, nlen, CFG_SHOW_MAX);
+		yt_show(show, sizeof show, name, nlen, YT_SHOW_MAX);
 	if (!cfg_env_name_ok(name, nlen))
 		return cfg_err(x, at, "env: '%s' is not a variable name; expected letters, "
 				      "digits and '_', not starting with a digit", show);
@@ -1252,22 +728,22 @@ static int cfg_env_add(struct cfg_ctx *x, const struct cfg_node *at, struct kbox
 /* env: {NAME: VALUE} or ["NAME=VALUE"].  Scalars of any YAML type count as
  * their text (PORT: 8080 is "8080"); a null value is refused rather than
  * guessed at, since the host's value might be a secret. */
-static int cfg_env(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_env(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
-	char got[CFG_SHOW_BUF + 2];
-	if (v->kind == CFG_SCALAR && !cfg_is_null(v))
+	char got[YT_SHOW_BUF + 2];
+	if (v->kind == YT_SCALAR && !yt_is_null(v))
 		return cfg_err(x, v, "env: got %s; expected a mapping NAME: VALUE or a list of "
 				     "\"NAME=VALUE\"", cfg_got(v, got, sizeof got));
-	size_t n = v->kind == CFG_MAP ? v->n / 2 : v->n;
+	size_t n = v->kind == YT_MAP ? v->n / 2 : v->n;
 	c->env = calloc(n ? n : 1, sizeof *c->env);
 	if (!c->env)
 		return cfg_nomem(x);
 	for (size_t i = 0; i < v->n; i++) {
-		const struct cfg_node *k = v->kids[i];
-		char what[CFG_SHOW_BUF + 8];
+		const struct yt_node *k = v->kids[i];
+		char what[YT_SHOW_BUF + 8];
 		int rc;
-		if (v->kind == CFG_MAP) {
-			const struct cfg_node *val = v->kids[++i];
+		if (v->kind == YT_MAP) {
+			const struct yt_node *val = v->kids[++i];
 			rc = cfg_text(x, k, "env", "a variable name");
 			cfg_show_node(got, k);
 			snprintf(what, sizeof what, "env.%s", got);
@@ -1294,7 +770,7 @@ static int cfg_env(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_conf
 	return 0;
 }
 
-static int cfg_secrets(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_secrets(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	return cfg_path(x, v, "secrets", "a path to a secrets.yaml file", &c->secrets);
 }
@@ -1315,12 +791,12 @@ static void cfg_free_strs(struct config_str *s, size_t n)
 typedef bool (*cfg_check_fn)(const char *s, char *msg, size_t msglen);
 
 /* A list of scalars, each passed through check; stored as written. */
-static int cfg_str_list(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+static int cfg_str_list(struct cfg_ctx *x, const struct yt_node *v, const char *what,
 			const char *expected, size_t max, cfg_check_fn check,
 			struct config_str **out, size_t *n_out)
 {
-	char got[CFG_SHOW_BUF + 2], w[64], msg[512];
-	if (v->kind != CFG_SEQ)
+	char got[YT_SHOW_BUF + 2], w[64], msg[512];
+	if (v->kind != YT_SEQ)
 		return cfg_err(x, v, "%s: got %s; expected a list of %s", what,
 			       cfg_got(v, got, sizeof got), expected);
 	if (v->n > max)
@@ -1330,12 +806,12 @@ static int cfg_str_list(struct cfg_ctx *x, const struct cfg_node *v, const char 
 	if (!s)
 		return cfg_nomem(x);
 	for (size_t i = 0; i < v->n; i++) {
-		const struct cfg_node *e = v->kids[i];
+		const struct yt_node *e = v->kids[i];
 		snprintf(w, sizeof w, "%s[%zu]", what, i);
 		int rc = cfg_text(x, e, w, expected);
 		if (!rc && !check(e->str, msg, sizeof msg)) {
 			char safe[4 * sizeof msg + 4];
-			cfg_show(safe, sizeof safe, msg, strlen(msg), sizeof msg);
+			yt_show(safe, sizeof safe, msg, strlen(msg), sizeof msg);
 			if (e->raw)
 				cfg_show_node(safe, e);
 			rc = e->raw ? cfg_err(x, e, "%s: what '%s' expands to is not valid (a "
@@ -1494,7 +970,7 @@ static bool cfg_check_port_or_num(const char *s, char *msg, size_t msglen)
 }
 
 /* ports: strings as above, or a bare integer N meaning "N:N". */
-static int cfg_ports(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_ports(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	static const char expected[] = "\"[IP:]HOSTPORT:GUESTPORT\" entries";
 	int rc = cfg_str_list(x, v, "ports", expected, CONFIG_LIST_MAX,
@@ -1522,17 +998,17 @@ static unsigned cfg_distance(const char *a, size_t la, const char *b);
 /* Finds key k of section among keys[] (n of them), refusing unknown keys
  * with a suggestion and repeated ones; seen[] holds the line of each key
  * already met.  Returns the index, or a negative errno. */
-static int cfg_sub_key(struct cfg_ctx *x, const struct cfg_node *k, const char *section,
+static int cfg_sub_key(struct cfg_ctx *x, const struct yt_node *k, const char *section,
 		       const char *const *keys, size_t n, unsigned *seen)
 {
-	char show[CFG_SHOW_BUF], list[256];
+	char show[YT_SHOW_BUF], list[256];
 	size_t o = 0;
 	list[0] = '\0';
 	for (size_t i = 0; i < n; i++)
 		o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", keys[i]);
-	if (k->kind != CFG_SCALAR)
+	if (k->kind != YT_SCALAR)
 		return cfg_err(x, k, "%s: a key is %s; expected one of: %s", section,
-			       cfg_kind_name(k), list);
+			       yt_kind_name(k), list);
 	cfg_show_node(show, k);
 	const char *near = NULL;
 	unsigned best = UINT_MAX;
@@ -1557,10 +1033,10 @@ static int cfg_sub_key(struct cfg_ctx *x, const struct cfg_node *k, const char *
 }
 
 /* One word out of words[], as policy and intercept take. */
-static int cfg_word(struct cfg_ctx *x, const struct cfg_node *v, const char *what,
+static int cfg_word(struct cfg_ctx *x, const struct yt_node *v, const char *what,
 		    const char *const *words, size_t n, char **out)
 {
-	char expected[128] = "", show[CFG_SHOW_BUF];
+	char expected[128] = "", show[YT_SHOW_BUF];
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++)
 		o += (size_t)snprintf(expected + o, sizeof expected - o, "%s%s",
@@ -1576,10 +1052,10 @@ static int cfg_word(struct cfg_ctx *x, const struct cfg_node *v, const char *wha
 }
 
 /* hosts: {NAME: ADDRESS}, stored as "NAME:ADDRESS". */
-static int cfg_hosts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_hosts(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
-	char got[CFG_SHOW_BUF + 2], show[CFG_SHOW_BUF];
-	if (v->kind != CFG_MAP)
+	char got[YT_SHOW_BUF + 2], show[YT_SHOW_BUF];
+	if (v->kind != YT_MAP)
 		return cfg_err(x, v, "network.hosts: got %s; expected a mapping NAME: ADDRESS "
 				     "such as 'db.local: 10.0.2.5'", cfg_got(v, got, sizeof got));
 	size_t n = v->n / 2;
@@ -1590,7 +1066,7 @@ static int cfg_hosts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_co
 	if (!c->hosts)
 		return cfg_nomem(x);
 	for (size_t i = 0; i < n; i++) {
-		const struct cfg_node *k = v->kids[2 * i], *a = v->kids[2 * i + 1];
+		const struct yt_node *k = v->kids[2 * i], *a = v->kids[2 * i + 1];
 		struct pol_addr addr;
 		int rc = cfg_text(x, k, "network.hosts", "a host name");
 		if (rc)
@@ -1604,7 +1080,7 @@ static int cfg_hosts(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_co
 			    c->hosts[j].s[k->len] == ':')
 				return cfg_err(x, k, "network.hosts: '%s' is listed twice; "
 						     "expected each name once", show);
-		char what[CFG_SHOW_BUF + 16];
+		char what[YT_SHOW_BUF + 16];
 		snprintf(what, sizeof what, "network.hosts.%s", show);
 		rc = cfg_text(x, a, what, "an IP address such as 10.0.2.5");
 		if (rc)
@@ -1632,19 +1108,19 @@ static bool cfg_check_dns(const char *s, char *msg, size_t msglen)
 }
 
 /* dns: [ADDR[:PORT], ...] or {servers: [...], rate: N}. */
-static int cfg_dns(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_dns(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	static const char *const keys[] = { "servers", "rate" };
 	static const char expected[] = "name server addresses (10.0.0.53, 10.0.0.53:5353, "
 				       "\"[fd00::53]:5353\")";
 	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
-	char got[CFG_SHOW_BUF + 2];
-	const struct cfg_node *list = NULL;
-	if (v->kind == CFG_SEQ) {
+	char got[YT_SHOW_BUF + 2];
+	const struct yt_node *list = NULL;
+	if (v->kind == YT_SEQ) {
 		list = v;
-	} else if (v->kind == CFG_MAP) {
+	} else if (v->kind == YT_MAP) {
 		for (size_t i = 0; i + 1 < v->n; i += 2) {
-			const struct cfg_node *val = v->kids[i + 1];
+			const struct yt_node *val = v->kids[i + 1];
 			int s = cfg_sub_key(x, v->kids[i], "network.dns", keys, ARRAY_SIZE(keys), seen);
 			if (s < 0)
 				return s;
@@ -1665,25 +1141,25 @@ static int cfg_dns(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_conf
 				     "with servers and rate", cfg_got(v, got, sizeof got), expected);
 	}
 	const char *what = list == v ? "network.dns" : "network.dns.servers";
-	if (list->kind == CFG_SEQ && list->n == 0)
+	if (list->kind == YT_SEQ && list->n == 0)
 		return cfg_err(x, list, "%s: an empty list; expected at least one of %s (leave "
 					"it out to use the host's resolver)", what, expected);
 	return cfg_str_list(x, list, what, expected, NRES_MAX_SERVERS, cfg_check_dns, &c->dns,
 			    &c->n_dns);
 }
 
-static int cfg_network(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_network(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	static const char *const keys[] = { "policy", "allow", "deny", "hosts", "audit_log", "dns" };
 	static const char *const policies[] = { "none", "public", "allowlist" };
 	static const char rule[] = "rules (example.com, *.github.com:443, 203.0.113.0/24)";
 	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
-	char got[CFG_SHOW_BUF + 2];
-	if (v->kind != CFG_MAP)
+	char got[YT_SHOW_BUF + 2];
+	if (v->kind != YT_MAP)
 		return cfg_err(x, v, "network: got %s; expected a mapping with policy, allow, "
 				     "deny, hosts, audit_log or dns", cfg_got(v, got, sizeof got));
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct cfg_node *val = v->kids[i + 1];
+		const struct yt_node *val = v->kids[i + 1];
 		int s = cfg_sub_key(x, v->kids[i], "network", keys, ARRAY_SIZE(keys), seen);
 		int rc;
 		switch (s) {
@@ -1719,17 +1195,17 @@ static int cfg_network(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_
 	return 0;
 }
 
-static int cfg_tls(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_config *c)
+static int cfg_tls(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
 	static const char *const keys[] = { "intercept", "bypass", "extra_ca" };
 	static const char *const scopes[] = { "all", "secrets" };
 	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
-	char got[CFG_SHOW_BUF + 2];
-	if (v->kind != CFG_MAP)
+	char got[YT_SHOW_BUF + 2];
+	if (v->kind != YT_MAP)
 		return cfg_err(x, v, "tls: got %s; expected a mapping with intercept, bypass or "
 				     "extra_ca", cfg_got(v, got, sizeof got));
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct cfg_node *val = v->kids[i + 1];
+		const struct yt_node *val = v->kids[i + 1];
 		int s = cfg_sub_key(x, v->kids[i], "tls", keys, ARRAY_SIZE(keys), seen);
 		int rc;
 		switch (s) {
@@ -1760,7 +1236,7 @@ static int cfg_tls(struct cfg_ctx *x, const struct cfg_node *v, struct kbox_conf
  * struct kbox_config, config_free and cfg_move. */
 static const struct cfg_section {
 	const char *key;
-	int (*parse)(struct cfg_ctx *x, const struct cfg_node *val, struct kbox_config *c);
+	int (*parse)(struct cfg_ctx *x, const struct yt_node *val, struct kbox_config *c);
 } cfg_sections[] = {
 	{ "cpus", cfg_cpus },
 	{ "memory", cfg_memory },
@@ -1822,9 +1298,9 @@ static const char *cfg_supported_keys(char *list, size_t size)
 	return list;
 }
 
-static int cfg_unknown_key(struct cfg_ctx *x, const struct cfg_node *k)
+static int cfg_unknown_key(struct cfg_ctx *x, const struct yt_node *k)
 {
-	char show[CFG_SHOW_BUF];
+	char show[YT_SHOW_BUF];
 	const char *near = NULL;
 	unsigned best = UINT_MAX;
 	cfg_show_node(show, k);
@@ -1844,22 +1320,22 @@ static int cfg_unknown_key(struct cfg_ctx *x, const struct cfg_node *k)
 		       cfg_supported_keys(list, sizeof list));
 }
 
-static int cfg_top(struct cfg_ctx *x, const struct cfg_node *root, struct kbox_config *c)
+static int cfg_top(struct cfg_ctx *x, const struct yt_node *root, struct kbox_config *c)
 {
 	unsigned seen[ARRAY_SIZE(cfg_sections)] = { 0 };
-	char show[CFG_SHOW_BUF];
+	char show[YT_SHOW_BUF];
 
-	if (!root || cfg_is_null(root))
+	if (!root || yt_is_null(root))
 		return 0; /* an empty file sets nothing */
-	if (root->kind != CFG_MAP)
+	if (root->kind != YT_MAP)
 		return cfg_err(x, root, "the top level is %s; expected a mapping of keys such as "
 					"'cpus: 2'",
-			       root->kind == CFG_SEQ ? "a list" : "a single value");
+			       root->kind == YT_SEQ ? "a list" : "a single value");
 	for (size_t i = 0; i + 1 < root->n; i += 2) {
-		const struct cfg_node *k = root->kids[i], *v = root->kids[i + 1];
-		if (k->kind != CFG_SCALAR)
+		const struct yt_node *k = root->kids[i], *v = root->kids[i + 1];
+		if (k->kind != YT_SCALAR)
 			return cfg_err(x, k, "a key is %s; expected a key name such as 'cpus'",
-				       cfg_kind_name(k));
+				       yt_kind_name(k));
 		size_t s = 0;
 		while (s < ARRAY_SIZE(cfg_sections) &&
 		       (strlen(cfg_sections[s].key) != k->len ||
@@ -2126,12 +1602,12 @@ int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_c
 		    char *err, size_t errlen)
 {
 	struct cfg_ctx x = { .err = err, .errlen = errlen };
-	struct cfg_node *root = NULL;
+	struct yt_node *root = NULL;
 	struct kbox_config tmp;
 
 	if (err && errlen)
 		err[0] = '\0';
-	cfg_show(x.name, sizeof x.name, name, strlen(name), CFG_NAME_MAX);
+	yt_show(x.name, sizeof x.name, name, strlen(name), YT_NAME_MAX);
 	if (len > CONFIG_MAX_BYTES) {
 		cfg_file_err(name, err, errlen,
 			     "file is larger than %u bytes; expected a smaller config",
@@ -2142,19 +1618,15 @@ int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_c
 	x.dir = name;
 	x.dirlen = slash ? (size_t)(slash - name) + 1 : 0;
 
-	int rc = cfg_build(&x, buf, len, &root);
-	if (rc)
-		return rc;
+	int rc = senv_init(&x.env, name) ? cfg_nomem(&x)
+					  : yt_parse(buf, len, &cfg_rules, x.name, err, errlen, &root);
 	config_init(&tmp);
-	rc = cfg_expand(&x, root);
+	if (!rc)
+		rc = cfg_expand(&x, root);
 	if (!rc)
 		rc = cfg_top(&x, root, &tmp);
-	cfg_node_free(root);
-	free(x.secret_env);
-	/* Its values may be secrets: leave no copy in freed memory. */
-	if (x.secret_env_buf)
-		explicit_bzero(x.secret_env_buf, x.secret_env_len);
-	free(x.secret_env_buf);
+	yt_free(root);
+	senv_free(&x.env);
 	if (!rc)
 		cfg_move(c, &tmp);
 	config_free(&tmp);
@@ -2168,7 +1640,7 @@ int config_load(const char *path, struct kbox_config *c, char *err, size_t errle
 	const char *stage;
 	if (err && errlen)
 		err[0] = '\0';
-	int rc = cfg_slurp(path, CONFIG_MAX_BYTES, &buf, &len, &stage);
+	int rc = yt_slurp(path, CONFIG_MAX_BYTES, &buf, &len, &stage);
 	if (rc == -EISDIR || (rc == -EINVAL && !strcmp(stage, "stat")))
 		cfg_file_err(path, err, errlen, "%s; expected a regular YAML file",
 			     rc == -EISDIR ? "is a directory" : "is not a regular file");

@@ -78,11 +78,12 @@ int tlsconf_load(struct tlsconf *t, char *err, size_t errlen)
 		snprintf(t->secrets_env, sizeof t->secrets_env, "%.*ssecrets.env", dl, t->secrets_path);
 	}
 	char dir[PATH_MAX];
-	if ((rc = tc_ca_default_dir(dir, sizeof dir)) < 0) {
+	const char *ca_dir = t->ca_dir;
+	if (!ca_dir && (rc = tc_ca_default_dir(dir, sizeof dir)) < 0) {
 		snprintf(err, errlen, "no place for kbox's CA: set KBOX_CA_DIR or HOME");
 		return rc;
 	}
-	if ((rc = tc_ca_open(dir, &t->ca, msg, sizeof msg)) < 0) {
+	if ((rc = tc_ca_open(ca_dir ? ca_dir : dir, &t->ca, msg, sizeof msg)) < 0) {
 		snprintf(err, errlen, "%s", msg);
 		return rc;
 	}

@@ -22,6 +22,7 @@
 struct tlsconf {
 	const char *secrets_path; /* NULL: no secrets */
 	const char *extra_ca;     /* NULL: the host bundle only */
+	const char *ca_dir;       /* NULL: tc_ca_default_dir */
 	size_t n_bypass;
 	int scope; /* -1 unset, else enum icpt_scope */
 	/* Loaded by tlsconf_load: */
@@ -48,8 +49,8 @@ int tlsconf_add_bypass(struct tlsconf *t, const char *host, char *err, size_t er
 /* Whether interception is configured at all: secrets, or scope "all". */
 bool tlsconf_active(const struct tlsconf *t);
 
-/* Load the secrets, the CA (created on first use in tc_ca_default_dir)
- * and the trust anchors (the host bundle plus extra_ca), when active.
+/* Load the secrets, the CA (created on first use in ca_dir, else in
+ * tc_ca_default_dir) and the trust anchors (the host bundle plus extra_ca), when active.
  * 0, or a negative errno with one line in err (never a secret value). */
 int tlsconf_load(struct tlsconf *t, char *err, size_t errlen);
 

@@ -1,22 +1,15 @@
 /* Input: a 16-byte queue state, then guest RAM contents.  The queue is
  * activated over that RAM and drained; every chain it yields must lie in
  * RAM and respect the segment rules, and draining must end. */
-#include <endian.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "devices/virtqueue.h"
+#include "tests/lib/fake_virtio.h"
 
 #define RAM 0x4000u
-
-static uint16_t get16(const uint8_t *p)
-{
-	uint16_t v;
-	memcpy(&v, p, 2);
-	return le16toh(v);
-}
 
 static void check_chain(const struct vq_chain *c, const uint8_t *ram)
 {
@@ -39,23 +32,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 16)
 		return 0;
-	uint8_t *ram = calloc(1, RAM);
-	struct guest_mem gm = { 0 };
+	struct fv_driver drv;
 	struct vq q;
 
-	if (!ram || gm_add_region(&gm, 0x1000, RAM, ram) < 0)
+	if (fv_init(&drv, 0x1000, RAM) < 0)
 		abort();
-	memcpy(ram, data + 16, size - 16 < RAM ? size - 16 : RAM);
+	memcpy(drv.ram, data + 16, size - 16 < RAM ? size - 16 : RAM);
 
-	vq_init(&q, get16(data));
-	q.size = get16(data + 2);
+	vq_init(&q, fv_le16(data));
+	q.size = fv_le16(data + 2);
 	/* Mostly inside RAM, sometimes anywhere. */
-	q.desc_gpa = data[4] & 0x80 ? get16(data + 5) * 0x101ull : 0x1000 + get16(data + 5) % RAM;
-	q.avail_gpa = 0x1000 + get16(data + 7) % RAM;
-	q.used_gpa = 0x1000 + get16(data + 9) % RAM;
+	q.desc_gpa = data[4] & 0x80 ? fv_le16(data + 5) * 0x101ull
+				    : 0x1000 + fv_le16(data + 5) % RAM;
+	q.avail_gpa = 0x1000 + fv_le16(data + 7) % RAM;
+	q.used_gpa = 0x1000 + fv_le16(data + 9) % RAM;
 	uint64_t feat = (uint64_t)(data[4] & 3) << VIRTIO_F_INDIRECT_DESC;
-	if (vq_activate(&q, &gm, feat) == 0) {
-		q.last_avail = q.used_idx = q.signalled_used = get16(data + 11);
+	if (vq_activate(&q, &drv.gm, feat) == 0) {
+		q.last_avail = q.used_idx = q.signalled_used = fv_le16(data + 11);
 		struct vq_chain c;
 		int r = 0;
 		unsigned n = 0;
@@ -63,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		 * ring (the guest chose overlapping addresses), like a guest
 		 * racing us; the bound stands in for the guest's patience. */
 		while (n < 4u * q.size + 4 && (r = vq_pop(&q, &c)) > 0) {
-			check_chain(&c, ram);
+			check_chain(&c, drv.ram);
 			if (c.nr && c.seg[c.nr - 1].len)
 				memset(c.seg[c.nr - 1].ptr, 0xee, c.seg[c.nr - 1].len);
 			if (vq_push(&q, c.head, c.write_len) < 0)
@@ -75,6 +68,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		vq_needs_interrupt(&q);
 	}
-	free(ram);
+	fv_free(&drv);
 	return 0;
 }

@@ -11,10 +11,10 @@
 
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_vsock.h"
+#include "tests/lib/fake_virtio.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
-#define QBASE(q) (0x10000u * ((q) + 1))
 #define RXBUF 0x80000u
 #define RXSLOT 0x1100u
 #define TXBUF 0x40000u
@@ -25,10 +25,9 @@ struct input {
 	size_t left;
 };
 
-static uint8_t *ram;
+static struct fv_driver drv;
 static struct vsock vs;
 static struct vmmio t;
-static uint16_t avail_idx[3];
 
 static unsigned take(struct input *in, void *out, size_t n)
 {
@@ -64,63 +63,22 @@ static const struct vsock_backend backend = {
 	.readable = b_readable,
 };
 
-static void wr(uint64_t off, uint32_t v)
-{
-	vmmio_write(&t, off, &v, 4);
-}
-
-static void desc(unsigned q, unsigned i, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next)
-{
-	uint8_t *d = ram + QBASE(q) + 16 * i;
-	addr = htole64(addr);
-	len = htole32(len);
-	flags = htole16(flags);
-	next = htole16(next);
-	memcpy(d, &addr, 8);
-	memcpy(d + 8, &len, 4);
-	memcpy(d + 12, &flags, 2);
-	memcpy(d + 14, &next, 2);
-}
-
-static void offer(unsigned q, uint16_t head)
-{
-	uint16_t v = htole16(head);
-	memcpy(ram + QBASE(q) + 0x1000 + 4 + 2 * (avail_idx[q] % QSIZE), &v, 2);
-	avail_idx[q]++;
-	v = htole16(avail_idx[q]);
-	memcpy(ram + QBASE(q) + 0x1000 + 2, &v, 2);
-}
-
 static void rx_fill(unsigned n, uint32_t len)
 {
 	for (unsigned i = 0; i < n; i++) {
-		unsigned s = avail_idx[0] % QSIZE;
-		desc(0, s, RXBUF + RXSLOT * s, len, 2, 0);
-		offer(0, s);
+		uint16_t s = fv_avail_idx(&drv, 0) % QSIZE;
+		fv_desc(&drv, drv.q[0].desc, s, RXBUF + RXSLOT * s, len, FV_DESC_F_WRITE, 0);
+		fv_offer(&drv, 0, s);
 	}
-	wr(0x50, 0);
+	fv_kick(&drv, 0);
 }
 
 static void start(void)
 {
-	memset(ram, 0, RAM);
-	memset(avail_idx, 0, sizeof avail_idx);
-	wr(0x70, 0);
-	wr(0x70, 3);
-	wr(0x24, 1);
-	wr(0x20, 1);
-	wr(0x24, 0);
-	wr(0x20, 1u << VIRTIO_F_EVENT_IDX);
-	wr(0x70, 11);
-	for (unsigned q = 0; q < 3; q++) {
-		wr(0x30, q);
-		wr(0x38, QSIZE);
-		wr(0x80, QBASE(q));
-		wr(0x90, QBASE(q) + 0x1000);
-		wr(0xa0, QBASE(q) + 0x2000);
-		wr(0x44, 1);
-	}
-	wr(0x70, 15);
+	fv_clear(&drv);
+	/* Whether the device comes up is not this target's question: the
+	 * script goes on either way. */
+	fv_driver_up(&drv, 1ull << VIRTIO_F_VERSION_1 | 1ull << VIRTIO_F_EVENT_IDX, 3, QSIZE);
 	rx_fill(QSIZE, VSOCK_HDR_SIZE + 4096);
 }
 
@@ -143,14 +101,14 @@ static void tx_packet(struct input *in, uint8_t op)
 		h.src_port %= 8;
 		h.len = h.op == VSOCK_OP_RW ? plen : 0;
 	}
-	vsock_hdr_encode(ram + TXBUF, &h);
-	take(in, ram + TXBUF + 0x100, plen);
-	unsigned s = (avail_idx[1] % (QSIZE / 2)) * 2;
+	vsock_hdr_encode(fv_at(&drv, TXBUF, VSOCK_HDR_SIZE), &h);
+	take(in, fv_at(&drv, TXBUF + 0x100, plen), plen);
+	uint16_t s = (fv_avail_idx(&drv, 1) % (QSIZE / 2)) * 2;
 	uint32_t hlen = op & 0x20 ? VSOCK_HDR_SIZE - (op & 7) : VSOCK_HDR_SIZE;
-	desc(1, s, TXBUF, hlen, plen ? 1 : 0, s + 1);
-	desc(1, s + 1, TXBUF + 0x100, plen, 0, 0);
-	offer(1, s);
-	wr(0x50, 1);
+	fv_desc(&drv, drv.q[1].desc, s, TXBUF, hlen, plen ? FV_DESC_F_NEXT : 0, s + 1);
+	fv_desc(&drv, drv.q[1].desc, s + 1, TXBUF + 0x100, plen, 0, 0);
+	fv_offer(&drv, 1, s);
+	fv_kick(&drv, 1);
 }
 
 static struct vsock_conn *pick(uint8_t k)
@@ -161,16 +119,14 @@ static struct vsock_conn *pick(uint8_t k)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct guest_mem gm;
 	static uint8_t buf[8192];
 
-	if (!ram) {
-		ram = calloc(1, RAM);
-		if (!ram || gm_add_region(&gm, 0, RAM, ram) < 0)
-			abort();
-	}
-	if (vsock_init(&vs, CID, &backend, NULL) < 0 || vmmio_init(&t, &vs.dev, &gm, NULL) < 0)
+	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
 		abort();
+	if (vsock_init(&vs, CID, &backend, NULL) < 0 ||
+	    vmmio_init(&t, &vs.dev, &drv.gm, NULL) < 0)
+		abort();
+	drv.mmio = &t;
 	start();
 
 	struct input in = { data, size };
@@ -217,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			take(&in, &n, 2);
 			take(&in, &v, 4);
 			if (op & 0x80) {
-				wr(n % 0x200, v);
+				fv_wr(&drv, n % 0x200, v);
 			} else {
 				uint64_t r;
 				vmmio_read(&t, n % 0x200, &r, 1 + (op >> 4) % 8);

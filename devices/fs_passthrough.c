@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,8 @@ const char *const FSP_DEFAULT_HIDDEN[] = { ".env", ".env.*", "secrets.env",
  * the same openat2 rules as a lookup, and the result must be the same inode
  * of the same type, else the guest gets ESTALE: a reopen never reaches
  * anything a fresh lookup could not.  The LRU holds the nodes whose fd is
- * open and not pinned, the root excepted. */
+ * open and not pinned, the root excepted.  Every field is guarded by the
+ * backend's lock. */
 struct fsp_node {
 	int fd; /* O_PATH|O_NOFOLLOW, -1 while closed */
 	bool used; /* the slot holds an inode */
@@ -53,11 +55,14 @@ struct fsp_node {
 	dev_t dev;
 	ino_t ino;
 	uint64_t nlookup;
-	uint64_t gen; /* the operation that last used fd */
-	uint32_t refs; /* child nodes and handles naming it */
-	/* Open handles, plus one once it lost the name it is known by
-	 * (unlink, rename over it): while pinned the fd stays open, outside
-	 * the LRU, since it could not be reopened by name. */
+	uint64_t gen; /* the reopen walk that last used fd */
+	/* Child nodes, handles and operations in flight naming it: a node
+	 * with refs is never freed, whatever FORGET says meanwhile. */
+	uint32_t refs;
+	/* Open handles and operations in flight, plus one once it lost the
+	 * name it is known by (unlink, rename over it): while pinned the fd
+	 * stays open, outside the LRU (an operation uses it without the lock;
+	 * a nameless node could not be reopened by name). */
 	uint32_t pins;
 	bool nameless;
 	uint32_t parent; /* index, FSP_NONE for the root */
@@ -66,14 +71,28 @@ struct fsp_node {
 	uint32_t lru_prev, lru_next; /* nodes holding an fd, root excluded */
 };
 
+/* An open file or directory.  busy counts the operations using fd without
+ * the lock; RELEASE marks the handle closing and the last of them closes
+ * it, so a READ racing RELEASE never uses a closed (or reused) fd. */
 struct fsp_handle {
 	int fd; /* -1 when free */
 	bool dir;
+	bool closing; /* released; no new operation may start on it */
+	uint32_t busy;
 	uint32_t node; /* its node (one ref and one pin) */
 	uint32_t next_free;
 };
 
+/* Several threads may call the ops at once.  mu guards the tables (nodes,
+ * hash, LRU, handles) and the fd count; it is held for table work and for
+ * reopening a node's fd, never across a syscall on an fd held for an
+ * operation (fstatat of a LOOKUP, file I/O, getdents).  The fds such a
+ * syscall uses are pinned (node) or busy (handle) first.  Renames run
+ * under the lock whole, so a node's recorded name always matches the host
+ * for reopens.  Config fields (proc_fd, ro, hidden, root_path) never change
+ * after fsp_new. */
 struct fsp {
+	pthread_mutex_t mu;
 	int proc_fd;
 	bool ro;
 	char **hidden;
@@ -86,7 +105,7 @@ struct fsp {
 	uint32_t *hash; /* bucket heads, FSP_NONE terminated */
 	uint32_t hash_size, n_live;
 	uint32_t lru_head, lru_tail; /* most and least recently used */
-	uint64_t gen; /* bumped by every operation that uses node fds */
+	uint64_t gen; /* bumped by every reopen walk and fd reservation */
 	struct fsp_handle *fhs; /* fh = index */
 	uint32_t n_fhs, cap_fhs, free_fh;
 	unsigned fds, max_fds;
@@ -99,13 +118,14 @@ static uint32_t fsp_hash(const struct fsp *p, dev_t dev, ino_t ino)
 	return (uint32_t)(h & (p->hash_size - 1));
 }
 
-/* Starts an operation: the node fds it uses are safe from eviction until
- * the next one starts. */
-static struct fsp *fsp_begin(void *be)
+static void fsp_lock(struct fsp *p)
 {
-	struct fsp *p = be;
-	p->gen++;
-	return p;
+	pthread_mutex_lock(&p->mu);
+}
+
+static void fsp_unlock(struct fsp *p)
+{
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* The node the guest names, or NULL if it is not one it holds. */
@@ -224,8 +244,8 @@ static void fsp_unpin(struct fsp *p, uint32_t i)
 }
 
 /* Room for one more fd under the cap: closes the least recently used node
- * fd unless the current operation uses it (its fd may be in hand).
- * Handles are never closed for room. */
+ * fd unless the current reopen walk uses it (pinned nodes are not in the
+ * LRU at all).  Handles are never closed for room. */
 static int fsp_make_room(struct fsp *p)
 {
 	while (p->fds >= p->max_fds) {
@@ -395,12 +415,13 @@ static int fsp_reopen_one(struct fsp *p, uint32_t i)
 	return 0;
 }
 
-/* Node n's O_PATH fd, reopened (parents first) if it was closed.  The fd
- * stays open at least until the next operation starts. */
+/* Node n's O_PATH fd, reopened (parents first) if it was closed; lock
+ * held.  The caller pins n (fsp_hold) before it unlocks and uses the fd. */
 static int fsp_node_fd(struct fsp *p, struct fsp_node *n)
 {
 	uint32_t want = fsp_index(p, n);
 
+	p->gen++;
 	if (n->fd >= 0)
 		return fsp_touch(p, want);
 	for (unsigned round = 0; round <= FSP_MAX_DEPTH; round++) {
@@ -496,9 +517,75 @@ static int fsp_hidden(struct fsp *p, int dirfd, const char *name)
 	return 0;
 }
 
-/* The parent directory for a name operation, after the name checks: its
- * index in *di and its fd in *dfd.  hidden_err is what a hidden name gives
- * (ENOENT to read, EACCES to create). */
+/* Keeps node i (its slot, and its fd once open) for an operation that
+ * unlocks; lock held.  fsp_drop undoes it. */
+static void fsp_hold(struct fsp *p, uint32_t i)
+{
+	p->nodes[i].refs++;
+	fsp_pin(p, i);
+}
+
+static void fsp_drop(struct fsp *p, uint32_t i)
+{
+	fsp_unpin(p, i);
+	p->nodes[i].refs--;
+	fsp_release_node(p, i);
+}
+
+/* fsp_drop for a caller without the lock. */
+static void fsp_put(struct fsp *p, uint32_t i)
+{
+	fsp_lock(p);
+	fsp_drop(p, i);
+	fsp_unlock(p);
+}
+
+/* The guest's node nodeid, held, and its open fd; lock held. */
+static int fsp_get(struct fsp *p, uint64_t nodeid, uint32_t *idx)
+{
+	struct fsp_node *n = fsp_node(p, nodeid);
+
+	if (!n)
+		return -ESTALE;
+	int fd = fsp_node_fd(p, n);
+	if (fd < 0)
+		return fd;
+	*idx = fsp_index(p, n);
+	fsp_hold(p, *idx);
+	return fd;
+}
+
+/* fsp_get for a caller without the lock. */
+static int fsp_get_unlocked(struct fsp *p, uint64_t nodeid, uint32_t *idx)
+{
+	fsp_lock(p);
+	int fd = fsp_get(p, nodeid, idx);
+	fsp_unlock(p);
+	return fd;
+}
+
+/* Counts one more host fd under the cap before it is opened without the
+ * lock, so that racing opens cannot overshoot; lock held.  fsp_unreserve
+ * gives it back if the open fails. */
+static int fsp_reserve(struct fsp *p)
+{
+	p->gen++;
+	int rc = fsp_make_room(p);
+	if (rc < 0)
+		return rc;
+	p->fds++;
+	return 0;
+}
+
+static void fsp_unreserve(struct fsp *p)
+{
+	p->fds--;
+}
+
+/* The parent directory for a name operation, after the name checks; lock
+ * held.  On success the directory is held (fsp_drop/fsp_put): its index in
+ * *di and its fd in *dfd.  hidden_err is what a hidden name gives (ENOENT
+ * to read, EACCES to create). */
 static int fsp_dir_for(struct fsp *p, uint64_t parent, const char *name,
 		       int hidden_err, uint32_t *di, int *dfd)
 {
@@ -518,13 +605,16 @@ static int fsp_dir_for(struct fsp *p, uint64_t parent, const char *name,
 		return hidden_err;
 	*di = fsp_index(p, d);
 	*dfd = fd;
+	fsp_hold(p, *di);
 	return 0;
 }
 
 /* Counts one lookup of the inode st, found as name in directory node
- * parent: the known node, or a new one without an fd. */
+ * parent: the known node, or a new one without an fd; lock held.  With
+ * held, the node is also held for the caller. */
 static int fsp_remember(struct fsp *p, uint32_t parent, const char *name,
-			const struct stat *st, struct fuse_fs_entry *e)
+			const struct stat *st, struct fuse_fs_entry *e,
+			uint32_t *held)
 {
 	uint32_t i;
 	struct fsp_node *n = fsp_find(p, st->st_dev, st->st_ino);
@@ -545,36 +635,52 @@ static int fsp_remember(struct fsp *p, uint32_t parent, const char *name,
 	p->nodes[i].nlookup++;
 	e->nodeid = (uint64_t)i + 1;
 	e->st = *st;
+	if (held) {
+		fsp_hold(p, i);
+		*held = i;
+	}
 	return 0;
 }
 
 /* One counted lookup of name in directory node parent, whose open fd is
- * dirfd (the node's own or a handle's).  One fstatat, which follows
- * nothing: the node's fd is opened only when an operation needs it. */
+ * dirfd (the node's own or a handle's; the caller holds it); called
+ * without the lock.  One fstatat, which follows nothing and runs unlocked:
+ * the node's fd is opened only when an operation needs it.  drop_parent
+ * also drops the caller's hold on parent; held as for fsp_remember. */
 static int fsp_lookup_in(struct fsp *p, uint32_t parent, int dirfd,
-			 const char *name, struct fuse_fs_entry *e)
+			 const char *name, struct fuse_fs_entry *e,
+			 bool drop_parent, uint32_t *held)
 {
 	struct stat st;
+	int rc = 0;
 
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return -errno;
-	return fsp_remember(p, parent, name, &st, e);
+		rc = -errno;
+	fsp_lock(p);
+	if (rc == 0)
+		rc = fsp_remember(p, parent, name, &st, e, held);
+	if (drop_parent)
+		fsp_drop(p, parent);
+	fsp_unlock(p);
+	return rc;
 }
 
 static int fsp_lookup(void *be, uint64_t parent, const char *name,
 		      struct fuse_fs_entry *e)
 {
-	struct fsp *p = fsp_begin(be);
+	struct fsp *p = be;
 	uint32_t di;
 	int dfd;
-	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
 
-	return rc < 0 ? rc : fsp_lookup_in(p, di, dfd, name, e);
+	fsp_lock(p);
+	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
+	fsp_unlock(p);
+	return rc < 0 ? rc : fsp_lookup_in(p, di, dfd, name, e, true, NULL);
 }
 
-static void fsp_forget(void *be, uint64_t nodeid, uint64_t nlookup)
+/* Lock held. */
+static void fsp_forget_locked(struct fsp *p, uint64_t nodeid, uint64_t nlookup)
 {
-	struct fsp *p = be;
 	struct fsp_node *n = fsp_node(p, nodeid);
 
 	if (!n || nodeid == 1)
@@ -584,16 +690,71 @@ static void fsp_forget(void *be, uint64_t nodeid, uint64_t nlookup)
 		fsp_release_node(p, (uint32_t)(nodeid - 1));
 }
 
+static void fsp_forget(void *be, uint64_t nodeid, uint64_t nlookup)
+{
+	struct fsp *p = be;
+
+	fsp_lock(p);
+	fsp_forget_locked(p, nodeid, nlookup);
+	fsp_unlock(p);
+}
+
+/* The open handle fh of that kind, or NULL; lock held. */
 static struct fsp_handle *fsp_fh(struct fsp *p, uint64_t fh, bool dir)
 {
-	if (fh >= p->n_fhs || p->fhs[fh].fd < 0 || p->fhs[fh].dir != dir)
+	if (fh >= p->n_fhs || p->fhs[fh].fd < 0 || p->fhs[fh].closing ||
+	    p->fhs[fh].dir != dir)
 		return NULL;
 	return &p->fhs[fh];
 }
 
-/* Takes ownership of fd.  The handle keeps its node and the node's fd
- * (open, see fsp_node_fd) until it is closed: a file unlinked while open
- * still answers GETATTR. */
+/* Marks handle fh busy and returns its fd (and its node in *node if
+ * asked), or -EBADF; called without the lock.  fsp_fh_put ends the use. */
+static int fsp_fh_get(struct fsp *p, uint64_t fh, bool dir, uint32_t *node)
+{
+	int fd = -EBADF;
+
+	fsp_lock(p);
+	struct fsp_handle *h = fsp_fh(p, fh, dir);
+	if (h) {
+		h->busy++;
+		fd = h->fd;
+		if (node)
+			*node = h->node;
+	}
+	fsp_unlock(p);
+	return fd;
+}
+
+/* Closes handle i and lets go of its node; lock held, nothing busy on it. */
+static void fsp_fh_free(struct fsp *p, uint32_t i)
+{
+	struct fsp_handle *h = &p->fhs[i];
+
+	close(h->fd);
+	p->fds--;
+	h->fd = -1;
+	h->closing = false;
+	h->next_free = p->free_fh;
+	p->free_fh = i;
+	fsp_unpin(p, h->node);
+	p->nodes[h->node].refs--;
+	fsp_release_node(p, h->node);
+}
+
+static void fsp_fh_put(struct fsp *p, uint64_t fh)
+{
+	fsp_lock(p);
+	struct fsp_handle *h = &p->fhs[fh];
+	if (--h->busy == 0 && h->closing)
+		fsp_fh_free(p, (uint32_t)fh);
+	fsp_unlock(p);
+}
+
+/* Takes ownership of fd, whose place under the cap fsp_reserve counted;
+ * lock held.  The handle keeps its node and the node's fd (open, see
+ * fsp_node_fd) until it is closed: a file unlinked while open still
+ * answers GETATTR. */
 static int fsp_fh_new(struct fsp *p, int fd, bool dir, uint32_t node, uint64_t *fh)
 {
 	uint32_t i;
@@ -608,6 +769,7 @@ static int fsp_fh_new(struct fsp *p, int fd, bool dir, uint32_t node, uint64_t *
 				realloc(p->fhs, sizeof *nh * cap);
 			if (!nh) {
 				close(fd);
+				fsp_unreserve(p);
 				return -ENOMEM;
 			}
 			p->fhs = nh;
@@ -615,31 +777,29 @@ static int fsp_fh_new(struct fsp *p, int fd, bool dir, uint32_t node, uint64_t *
 		}
 		i = p->n_fhs++;
 	}
-	p->fhs[i].fd = fd;
-	p->fhs[i].dir = dir;
-	p->fhs[i].node = node;
+	p->fhs[i] = (struct fsp_handle){ .fd = fd, .dir = dir, .node = node,
+					 .next_free = FSP_NONE };
 	p->nodes[node].refs++;
 	fsp_pin(p, node);
-	p->fds++;
 	*fh = i;
 	return 0;
 }
 
+/* RELEASE: no new operation starts on fh; the last one running closes it. */
 static int fsp_fh_close(struct fsp *p, uint64_t fh, bool dir)
 {
-	struct fsp_handle *h = fsp_fh(p, fh, dir);
+	int rc = -EBADF;
 
-	if (!h)
-		return -EBADF;
-	close(h->fd);
-	p->fds--;
-	h->fd = -1;
-	h->next_free = p->free_fh;
-	p->free_fh = (uint32_t)fh;
-	fsp_unpin(p, h->node);
-	p->nodes[h->node].refs--;
-	fsp_release_node(p, h->node);
-	return 0;
+	fsp_lock(p);
+	struct fsp_handle *h = fsp_fh(p, fh, dir);
+	if (h) {
+		h->closing = true;
+		if (h->busy == 0)
+			fsp_fh_free(p, (uint32_t)fh);
+		rc = 0;
+	}
+	fsp_unlock(p);
+	return rc;
 }
 
 static void fsp_proc_name(int fd, char *buf, size_t size)
@@ -653,34 +813,34 @@ static void fsp_proc_path(int fd, char *buf, size_t size)
 	snprintf(buf, size, "/proc/self/fd/%d", fd);
 }
 
-/* The guest's node nodeid and its open fd. */
-static int fsp_node_get(struct fsp *p, uint64_t nodeid, struct fsp_node **out)
-{
-	struct fsp_node *n = fsp_node(p, nodeid);
-
-	if (!n)
-		return -ESTALE;
-	*out = n;
-	return fsp_node_fd(p, n);
-}
-
 static int fsp_getattr(void *be, uint64_t nodeid, uint64_t fh, struct stat *st)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_node *n;
-	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
+	struct fsp *p = be;
+	uint32_t i;
+	int rc;
 
-	if (h && fsp_node(p, nodeid))
-		return fstat(h->fd, st) < 0 ? -errno : 0;
-	int fd = fsp_node_get(p, nodeid, &n);
+	fsp_lock(p);
+	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
+	if (h && fsp_node(p, nodeid)) {
+		h->busy++;
+		int hfd = h->fd;
+		fsp_unlock(p);
+		rc = fstat(hfd, st) < 0 ? -errno : 0;
+		fsp_fh_put(p, fh);
+		return rc;
+	}
+	int fd = fsp_get(p, nodeid, &i);
+	fsp_unlock(p);
 	if (fd < 0)
 		return fd;
-	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	rc = fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	fsp_put(p, i);
+	return rc;
 }
 
 /* SETATTR on fd: an open handle's (then fchmod and friends) or else the
- * node's O_PATH fd (then the *at and /proc forms). */
-static int fsp_setattr_fd(const struct fsp_node *n, int fd, bool handle,
+ * node's O_PATH fd (then the *at and /proc forms).  type: the node's. */
+static int fsp_setattr_fd(mode_t type, int fd, bool handle,
 			  const struct fuse_fs_setattr *sa, struct stat *st)
 {
 	char path[40];
@@ -688,7 +848,7 @@ static int fsp_setattr_fd(const struct fsp_node *n, int fd, bool handle,
 	fsp_proc_path(fd, path, sizeof path);
 	if (sa->valid & FUSE_FS_SET_MODE) {
 		mode_t m = sa->mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID);
-		if (n->type != S_IFREG && n->type != S_IFDIR)
+		if (type != S_IFREG && type != S_IFDIR)
 			return -EOPNOTSUPP;
 		if ((handle ? fchmod(fd, m) : chmod(path, m)) < 0)
 			return -errno;
@@ -700,8 +860,8 @@ static int fsp_setattr_fd(const struct fsp_node *n, int fd, bool handle,
 			return -errno;
 	}
 	if (sa->valid & FUSE_FS_SET_SIZE) {
-		if (n->type != S_IFREG)
-			return n->type == S_IFDIR ? -EISDIR : -EINVAL;
+		if (type != S_IFREG)
+			return type == S_IFDIR ? -EISDIR : -EINVAL;
 		if ((handle ? ftruncate(fd, sa->size) : truncate(path, sa->size)) < 0)
 			return -errno;
 	}
@@ -724,64 +884,83 @@ static int fsp_setattr_fd(const struct fsp_node *n, int fd, bool handle,
 static int fsp_setattr(void *be, uint64_t nodeid, uint64_t fh,
 		       const struct fuse_fs_setattr *sa, struct stat *st)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fsp *p = be;
+	uint32_t i;
+	int rc;
 
-	if (!n)
-		return -ESTALE;
-	if (p->ro)
-		return -EROFS;
+	fsp_lock(p);
+	struct fsp_node *n = fsp_node(p, nodeid);
+	if (!n || p->ro) {
+		fsp_unlock(p);
+		return n ? -EROFS : -ESTALE;
+	}
+	mode_t type = n->type;
 	/* A handle of this very inode spares opening the node's fd (tar
 	 * sets times and modes through the file it wrote). */
 	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
-	if (h && h->node == fsp_index(p, n))
-		return fsp_setattr_fd(n, h->fd, true, sa, st);
-	int fd = fsp_node_fd(p, n);
+	if (h && h->node == fsp_index(p, n)) {
+		h->busy++;
+		int hfd = h->fd;
+		fsp_unlock(p);
+		rc = fsp_setattr_fd(type, hfd, true, sa, st);
+		fsp_fh_put(p, fh);
+		return rc;
+	}
+	int fd = fsp_get(p, nodeid, &i);
+	fsp_unlock(p);
 	if (fd < 0)
 		return fd;
-	return fsp_setattr_fd(n, fd, false, sa, st);
+	rc = fsp_setattr_fd(type, fd, false, sa, st);
+	fsp_put(p, i);
+	return rc;
 }
 
 static int fsp_readlink(void *be, uint64_t nodeid, char *buf, size_t size)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fsp *p = be;
+	uint32_t i;
 
-	if (!n)
-		return -ESTALE;
-	if (n->type != S_IFLNK)
-		return -EINVAL;
-	int fd = fsp_node_fd(p, n);
+	fsp_lock(p);
+	struct fsp_node *n = fsp_node(p, nodeid);
+	int fd = !n ? -ESTALE : n->type != S_IFLNK ? -EINVAL : fsp_get(p, nodeid, &i);
+	fsp_unlock(p);
 	if (fd < 0)
 		return fd;
 	ssize_t len = readlinkat(fd, "", buf, size);
-	if (len < 0)
-		return -errno;
-	return (int)len;
+	int rc = len < 0 ? -errno : (int)len;
+	fsp_put(p, i);
+	return rc;
 }
 
-/* Checks shared by everything that creates a name. */
+/* Checks shared by everything that creates a name; called without the
+ * lock, holds the directory on success as fsp_dir_for. */
 static int fsp_new_name(struct fsp *p, uint64_t parent, const char *name,
 			uint32_t *di, int *dfd)
 {
 	if (p->ro)
 		return -EROFS;
-	return fsp_dir_for(p, parent, name, -EACCES, di, dfd);
+	fsp_lock(p);
+	int rc = fsp_dir_for(p, parent, name, -EACCES, di, dfd);
+	fsp_unlock(p);
+	return rc;
 }
 
 static int fsp_symlink(void *be, uint64_t parent, const char *name,
 		       const char *target, struct fuse_fs_entry *e)
 {
-	struct fsp *p = fsp_begin(be);
+	struct fsp *p = be;
 	uint32_t di;
 	int dfd;
 	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
 	if (rc < 0)
 		return rc;
-	if (symlinkat(target, dfd, name) < 0)
-		return -errno;
-	return fsp_lookup_in(p, di, dfd, name, e);
+	if (symlinkat(target, dfd, name) < 0) {
+		rc = -errno;
+		fsp_put(p, di);
+		return rc;
+	}
+	return fsp_lookup_in(p, di, dfd, name, e, true, NULL);
 }
 
 static mode_t fsp_perm(mode_t mode)
@@ -792,7 +971,7 @@ static mode_t fsp_perm(mode_t mode)
 static int fsp_mknod(void *be, uint64_t parent, const char *name, mode_t mode,
 		     dev_t rdev, struct fuse_fs_entry *e)
 {
-	struct fsp *p = fsp_begin(be);
+	struct fsp *p = be;
 	uint32_t di;
 	int dfd;
 	int rc = fsp_new_name(p, parent, name, &di, &dfd);
@@ -801,28 +980,35 @@ static int fsp_mknod(void *be, uint64_t parent, const char *name, mode_t mode,
 		return rc;
 	/* Device nodes, FIFOs and sockets would be traps for host programs. */
 	if ((mode & S_IFMT) != S_IFREG && (mode & S_IFMT) != 0)
-		return -EPERM;
-	if (mknodat(dfd, name, S_IFREG | fsp_perm(mode), 0) < 0)
-		return -errno;
-	return fsp_lookup_in(p, di, dfd, name, e);
+		rc = -EPERM;
+	else if (mknodat(dfd, name, S_IFREG | fsp_perm(mode), 0) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		fsp_put(p, di);
+		return rc;
+	}
+	return fsp_lookup_in(p, di, dfd, name, e, true, NULL);
 }
 
 static int fsp_mkdir(void *be, uint64_t parent, const char *name, mode_t mode,
 		     struct fuse_fs_entry *e)
 {
-	struct fsp *p = fsp_begin(be);
+	struct fsp *p = be;
 	uint32_t di;
 	int dfd;
 	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
 	if (rc < 0)
 		return rc;
-	if (mkdirat(dfd, name, fsp_perm(mode)) < 0)
-		return -errno;
-	return fsp_lookup_in(p, di, dfd, name, e);
+	if (mkdirat(dfd, name, fsp_perm(mode)) < 0) {
+		rc = -errno;
+		fsp_put(p, di);
+		return rc;
+	}
+	return fsp_lookup_in(p, di, dfd, name, e, true, NULL);
 }
 
-/* The known node that name in dirfd is, or FSP_NONE. */
+/* The known node that name in dirfd is, or FSP_NONE; lock held. */
 static uint32_t fsp_node_at(struct fsp *p, int dirfd, const char *name)
 {
 	struct stat st;
@@ -834,9 +1020,9 @@ static uint32_t fsp_node_at(struct fsp *p, int dirfd, const char *name)
 }
 
 /* name in directory node dir is about to go (unlink, rmdir, rename over
- * it).  If a node is known by that name, open its fd now and keep it: the
- * guest may still use the inode (an open file, another hard link) and it
- * could not be reopened by name any more. */
+ * it); lock held.  If a node is known by that name, open its fd now and
+ * keep it: the guest may still use the inode (an open file, another hard
+ * link) and it could not be reopened by name any more. */
 static void fsp_losing_name(struct fsp *p, uint32_t dir, int dirfd, const char *name)
 {
 	uint32_t i = fsp_node_at(p, dirfd, name);
@@ -851,20 +1037,26 @@ static void fsp_losing_name(struct fsp *p, uint32_t dir, int dirfd, const char *
 	fsp_pin(p, i);
 }
 
+/* UNLINK and RMDIR run under the lock whole: the node losing its name is
+ * pinned before the name goes, with no reopen by that name in between. */
 static int fsp_remove_name(void *be, uint64_t parent, const char *name,
 			   int flags)
 {
-	struct fsp *p = fsp_begin(be);
+	struct fsp *p = be;
 	uint32_t di;
 	int dfd;
 
 	if (p->ro)
 		return -EROFS;
+	fsp_lock(p);
 	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
-	if (rc < 0)
-		return rc;
-	fsp_losing_name(p, di, dfd, name);
-	return unlinkat(dfd, name, flags) < 0 ? -errno : 0;
+	if (rc == 0) {
+		fsp_losing_name(p, di, dfd, name);
+		rc = unlinkat(dfd, name, flags) < 0 ? -errno : 0;
+		fsp_drop(p, di);
+	}
+	fsp_unlock(p);
+	return rc;
 }
 
 static int fsp_unlink(void *be, uint64_t parent, const char *name)
@@ -877,23 +1069,22 @@ static int fsp_rmdir(void *be, uint64_t parent, const char *name)
 	return fsp_remove_name(be, parent, name, AT_REMOVEDIR);
 }
 
-static int fsp_rename(void *be, uint64_t parent, const char *name,
-		      uint64_t newparent, const char *newname, unsigned flags)
+/* Lock held: the host rename and the nodes' new names change together. */
+static int fsp_rename_locked(struct fsp *p, uint64_t parent, const char *name,
+			     uint64_t newparent, const char *newname,
+			     unsigned flags)
 {
-	struct fsp *p = fsp_begin(be);
 	uint32_t di, ndi;
 	int dfd, ndfd;
 
-	if (p->ro)
-		return -EROFS;
-	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
-		return -EINVAL;
 	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
 	if (rc < 0)
 		return rc;
 	rc = fsp_dir_for(p, newparent, newname, -EACCES, &ndi, &ndfd);
-	if (rc < 0)
+	if (rc < 0) {
+		fsp_drop(p, di);
 		return rc;
+	}
 	/* The nodes keep the names they are reopened by. */
 	uint32_t moved = fsp_node_at(p, dfd, name);
 	uint32_t other = FSP_NONE;
@@ -901,42 +1092,78 @@ static int fsp_rename(void *be, uint64_t parent, const char *name,
 		other = fsp_node_at(p, ndfd, newname);
 	else if (!(flags & RENAME_NOREPLACE))
 		fsp_losing_name(p, ndi, ndfd, newname);
-	if (renameat2(dfd, name, ndfd, newname, flags) < 0)
-		return -errno;
-	if (moved != FSP_NONE)
-		fsp_rename_node(p, moved, ndi, newname);
-	if (other != FSP_NONE)
-		fsp_rename_node(p, other, di, name);
-	return 0;
+	if (renameat2(dfd, name, ndfd, newname, flags) < 0) {
+		rc = -errno;
+	} else {
+		if (moved != FSP_NONE)
+			fsp_rename_node(p, moved, ndi, newname);
+		if (other != FSP_NONE)
+			fsp_rename_node(p, other, di, name);
+	}
+	fsp_drop(p, ndi);
+	fsp_drop(p, di);
+	return rc;
+}
+
+static int fsp_rename(void *be, uint64_t parent, const char *name,
+		      uint64_t newparent, const char *newname, unsigned flags)
+{
+	struct fsp *p = be;
+
+	if (p->ro)
+		return -EROFS;
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	fsp_lock(p);
+	int rc = fsp_rename_locked(p, parent, name, newparent, newname, flags);
+	fsp_unlock(p);
+	return rc;
 }
 
 static int fsp_link(void *be, uint64_t nodeid, uint64_t newparent,
 		    const char *newname, struct fuse_fs_entry *e)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_node *n = fsp_node(p, nodeid);
-	uint32_t di;
-	int dfd;
+	struct fsp *p = be;
+	uint32_t di, ni;
+	int dfd, fd;
 	char name[32];
 
+	fsp_lock(p);
+	struct fsp_node *n = fsp_node(p, nodeid);
+	fsp_unlock(p);
 	if (!n)
 		return -ESTALE;
 	int rc = fsp_new_name(p, newparent, newname, &di, &dfd);
 	if (rc < 0)
 		return rc;
-	if (n->type == S_IFDIR)
-		return -EPERM;
-	int fd = fsp_node_fd(p, n);
-	if (fd < 0)
+	fsp_lock(p);
+	n = fsp_node(p, nodeid);
+	if (!n)
+		fd = -ESTALE;
+	else if (n->type == S_IFDIR)
+		fd = -EPERM;
+	else
+		fd = fsp_get(p, nodeid, &ni);
+	fsp_unlock(p);
+	if (fd < 0) {
+		fsp_put(p, di);
 		return fd;
-	if (linkat(fd, "", dfd, newname, AT_EMPTY_PATH) < 0) {
-		if (errno != ENOENT)
-			return -errno;
-		fsp_proc_name(fd, name, sizeof name);
-		if (linkat(p->proc_fd, name, dfd, newname, AT_SYMLINK_FOLLOW) < 0)
-			return -errno;
 	}
-	return fsp_lookup_in(p, di, dfd, newname, e);
+	rc = 0;
+	if (linkat(fd, "", dfd, newname, AT_EMPTY_PATH) < 0) {
+		rc = -errno;
+		if (rc == -ENOENT) {
+			fsp_proc_name(fd, name, sizeof name);
+			rc = linkat(p->proc_fd, name, dfd, newname,
+				    AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
+		}
+	}
+	fsp_put(p, ni);
+	if (rc < 0) {
+		fsp_put(p, di);
+		return rc;
+	}
+	return fsp_lookup_in(p, di, dfd, newname, e, true, NULL);
 }
 
 /* Open flags the host honours; everything else the guest sends is
@@ -954,119 +1181,162 @@ static int fsp_open_flags(struct fsp *p, int flags, int *out)
 	return 0;
 }
 
-/* A regular file's O_PATH fd reopened for I/O.  The magic link names the
- * inode itself, which is known to be a regular file. */
-static int fsp_reopen(struct fsp *p, struct fsp_node *n, int flags)
+/* Node i's O_PATH fd reopened for I/O; called without the lock, with i
+ * held and an fd reserved.  Only a regular file is reopened, and the
+ * magic link names that inode itself. */
+static int fsp_reopen(struct fsp *p, uint32_t i, int flags)
 {
 	char name[32];
+	int pfd;
 
-	if (n->type == S_IFDIR)
-		return -EISDIR;
-	if (n->type == S_IFLNK)
-		return -ELOOP;
-	if (n->type != S_IFREG)
-		return -EACCES;
-	int pfd = fsp_node_fd(p, n);
+	fsp_lock(p);
+	mode_t type = p->nodes[i].type;
+	if (type == S_IFDIR)
+		pfd = -EISDIR;
+	else if (type == S_IFLNK)
+		pfd = -ELOOP;
+	else if (type != S_IFREG)
+		pfd = -EACCES;
+	else
+		pfd = fsp_node_fd(p, &p->nodes[i]);
+	fsp_unlock(p);
 	if (pfd < 0)
 		return pfd;
-	int rc = fsp_make_room(p);
-	if (rc < 0)
-		return rc;
 	fsp_proc_name(pfd, name, sizeof name);
 	int fd = openat(p->proc_fd, name, flags);
 	return fd < 0 ? -errno : fd;
 }
 
+/* Lock held: a handle for fd (fd < 0: the open's errno, and the reserved
+ * place goes back). */
+static int fsp_fh_done(struct fsp *p, int fd, bool dir, uint32_t node,
+		       uint64_t *fh)
+{
+	if (fd < 0) {
+		fsp_unreserve(p);
+		return fd;
+	}
+	return fsp_fh_new(p, fd, dir, node, fh);
+}
+
 static int fsp_open(void *be, uint64_t nodeid, int flags, uint64_t *fh)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fsp *p = be;
+	uint32_t i = 0;
 	int hf;
 
-	if (!n)
-		return -ESTALE;
-	int rc = fsp_open_flags(p, flags, &hf);
+	fsp_lock(p);
+	struct fsp_node *n = fsp_node(p, nodeid);
+	int rc = !n ? -ESTALE : fsp_open_flags(p, flags, &hf);
+	if (rc == 0)
+		rc = fsp_reserve(p);
+	if (rc == 0) {
+		i = fsp_index(p, n);
+		fsp_hold(p, i);
+	}
+	fsp_unlock(p);
 	if (rc < 0)
 		return rc;
-	int fd = fsp_reopen(p, n, hf);
-	if (fd < 0)
-		return fd;
-	return fsp_fh_new(p, fd, false, fsp_index(p, n), fh);
+	int fd = fsp_reopen(p, i, hf);
+	fsp_lock(p);
+	rc = fsp_fh_done(p, fd, false, i, fh);
+	fsp_drop(p, i);
+	fsp_unlock(p);
+	return rc;
 }
 
 static int fsp_create(void *be, uint64_t parent, const char *name, mode_t mode,
 		      int flags, struct fuse_fs_entry *e, uint64_t *fh)
 {
-	struct fsp *p = fsp_begin(be);
-	uint32_t di;
+	struct fsp *p = be;
+	uint32_t di, ni = FSP_NONE;
 	int dfd, hf, fd;
+	struct stat st;
 	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
 	if (rc < 0)
 		return rc;
+	fsp_lock(p);
 	rc = fsp_open_flags(p, flags, &hf);
+	if (rc == 0)
+		rc = fsp_reserve(p);
 	if (rc < 0)
-		return rc;
-	if ((rc = fsp_make_room(p)) < 0)
+		fsp_drop(p, di);
+	fsp_unlock(p);
+	if (rc < 0)
 		return rc;
 	fd = fsp_open_beneath(dfd, name, (uint64_t)(hf | O_CREAT | O_EXCL),
 			      fsp_perm(mode));
 	if (fd == -EEXIST && !(flags & O_EXCL)) {
 		/* An existing name is opened only if it is a regular file. */
-		rc = fsp_lookup_in(p, di, dfd, name, e);
-		if (rc < 0)
-			return rc;
-		fd = fsp_reopen(p, &p->nodes[e->nodeid - 1], hf);
-		if (fd < 0) {
-			fsp_forget(p, e->nodeid, 1);
-			return fd;
-		}
-	} else if (fd < 0) {
-		return fd;
-	} else {
+		rc = fsp_lookup_in(p, di, dfd, name, e, false, &ni);
+		if (rc == 0)
+			fd = fsp_reopen(p, ni, hf);
+		else
+			fd = rc;
+	} else if (fd >= 0) {
 		/* The node is the file just made; should the host swap the
 		 * name, a reopen by name will see it and give ESTALE. */
-		struct stat st;
-		rc = fstat(fd, &st) < 0 ? -errno : fsp_remember(p, di, name, &st, e);
+		rc = fstat(fd, &st) < 0 ? -errno : 0;
+		fsp_lock(p);
+		if (rc == 0)
+			rc = fsp_remember(p, di, name, &st, e, &ni);
+		fsp_unlock(p);
 		if (rc < 0) {
 			close(fd);
-			return rc;
+			fd = rc;
 		}
 	}
-	rc = fsp_fh_new(p, fd, false, (uint32_t)(e->nodeid - 1), fh);
-	if (rc < 0)
-		fsp_forget(p, e->nodeid, 1);
+	fsp_lock(p);
+	rc = fsp_fh_done(p, fd, false, ni, fh);
+	if (ni != FSP_NONE) {
+		if (rc < 0)
+			fsp_forget_locked(p, e->nodeid, 1);
+		fsp_drop(p, ni);
+	}
+	fsp_drop(p, di);
+	fsp_unlock(p);
 	return rc;
 }
 
 static ssize_t fsp_read(void *be, uint64_t fh, const struct iovec *iov,
 			int iovcnt, off_t off)
 {
-	struct fsp_handle *h = fsp_fh(be, fh, false);
+	struct fsp *p = be;
+	int fd = fsp_fh_get(p, fh, false, NULL);
 
-	if (!h)
-		return -EBADF;
-	ssize_t n = preadv(h->fd, iov, iovcnt, off);
-	return n < 0 ? -errno : n;
+	if (fd < 0)
+		return fd;
+	ssize_t n = preadv(fd, iov, iovcnt, off);
+	if (n < 0)
+		n = -errno;
+	fsp_fh_put(p, fh);
+	return n;
 }
 
 static ssize_t fsp_write(void *be, uint64_t fh, const struct iovec *iov,
 			 int iovcnt, off_t off)
 {
 	struct fsp *p = be;
-	struct fsp_handle *h = fsp_fh(p, fh, false);
+	int fd = fsp_fh_get(p, fh, false, NULL);
 
-	if (!h)
-		return -EBADF;
-	if (p->ro)
-		return -EROFS;
-	ssize_t n = pwritev(h->fd, iov, iovcnt, off);
-	return n < 0 ? -errno : n;
+	if (fd < 0)
+		return fd;
+	ssize_t n = -EROFS;
+	if (!p->ro && (n = pwritev(fd, iov, iovcnt, off)) < 0)
+		n = -errno;
+	fsp_fh_put(p, fh);
+	return n;
 }
 
 static int fsp_flush(void *be, uint64_t fh)
 {
-	return fsp_fh(be, fh, false) ? 0 : -EBADF;
+	int fd = fsp_fh_get(be, fh, false, NULL);
+
+	if (fd < 0)
+		return fd;
+	fsp_fh_put(be, fh);
+	return 0;
 }
 
 static int fsp_release(void *be, uint64_t fh)
@@ -1074,37 +1344,48 @@ static int fsp_release(void *be, uint64_t fh)
 	return fsp_fh_close(be, fh, false);
 }
 
-static int fsp_fsync_fd(struct fsp_handle *h, bool datasync)
+static int fsp_fsync_fh(struct fsp *p, uint64_t fh, bool dir, bool datasync)
 {
-	if (!h)
-		return -EBADF;
-	return (datasync ? fdatasync(h->fd) : fsync(h->fd)) < 0 ? -errno : 0;
+	int fd = fsp_fh_get(p, fh, dir, NULL);
+
+	if (fd < 0)
+		return fd;
+	int rc = (datasync ? fdatasync(fd) : fsync(fd)) < 0 ? -errno : 0;
+	fsp_fh_put(p, fh);
+	return rc;
 }
 
 static int fsp_fsync(void *be, uint64_t fh, bool datasync)
 {
-	return fsp_fsync_fd(fsp_fh(be, fh, false), datasync);
+	return fsp_fsync_fh(be, fh, false, datasync);
 }
 
 static int fsp_opendir(void *be, uint64_t nodeid, uint64_t *fh)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fsp *p = be;
+	uint32_t i;
 
-	if (!n)
-		return -ESTALE;
-	if (n->type != S_IFDIR)
-		return -ENOTDIR;
-	int nfd = fsp_node_fd(p, n);
+	fsp_lock(p);
+	struct fsp_node *n = fsp_node(p, nodeid);
+	int nfd = !n ? -ESTALE : n->type != S_IFDIR ? -ENOTDIR : fsp_get(p, nodeid, &i);
+	if (nfd >= 0) {
+		int rc = fsp_reserve(p);
+		if (rc < 0) {
+			fsp_drop(p, i);
+			nfd = rc;
+		}
+	}
+	fsp_unlock(p);
 	if (nfd < 0)
 		return nfd;
-	int rc = fsp_make_room(p);
-	if (rc < 0)
-		return rc;
 	int fd = openat(nfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
-	return fsp_fh_new(p, fd, true, fsp_index(p, n), fh);
+		fd = -errno;
+	fsp_lock(p);
+	int rc = fsp_fh_done(p, fd, true, i, fh);
+	fsp_drop(p, i);
+	fsp_unlock(p);
+	return rc;
 }
 
 struct fsp_dirent64 {
@@ -1115,7 +1396,8 @@ struct fsp_dirent64 {
 	char d_name[];
 };
 
-/* Emits one host entry; returns 1 to go on, 0 when the reply is full. */
+/* Emits one host entry; returns 1 to go on, 0 when the reply is full.
+ * Called without the lock; the handle (dirfd) is busy. */
 static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dirent64 *de,
 		    const char *name, bool plus, fuse_fs_fill_fn fill,
 		    fuse_fs_fits_fn fits, void *ctx)
@@ -1132,7 +1414,7 @@ static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dir
 		return 0;
 	/* The same counted lookup as LOOKUP's, through the handle's fd: an
 	 * fstatat, and a known inode is found by (dev, ino). */
-	if (fsp_lookup_in(p, dir, dirfd, name, &e) < 0)
+	if (fsp_lookup_in(p, dir, dirfd, name, &e, false, NULL) < 0)
 		return fill(ctx, name, de->d_ino, de->d_type,
 			    (uint64_t)de->d_off, NULL);
 	if (!fill(ctx, name, de->d_ino, de->d_type, (uint64_t)de->d_off, &e)) {
@@ -1142,24 +1424,24 @@ static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dir
 	return 1;
 }
 
-static int fsp_readdir(void *be, uint64_t fh, uint64_t off, bool plus,
-		       fuse_fs_fill_fn fill, fuse_fs_fits_fn fits, void *ctx)
+/* The directory listing itself, on a busy handle.  The kernel serialises
+ * READDIRs of one open directory; should a guest send two at once, the
+ * shared file offset only garbles its own listing. */
+static int fsp_list(struct fsp *p, int fd, uint32_t node, uint64_t off,
+		    bool plus, fuse_fs_fill_fn fill, fuse_fs_fits_fn fits,
+		    void *ctx)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_handle *h = fsp_fh(p, fh, true);
 	char buf[8192] __attribute__((aligned(8)));
 	char name[NAME_MAX + 1];
 
-	if (!h)
-		return -EBADF;
 	if (off > (uint64_t)INT64_MAX)
 		return 0;
 	/* The offset is an opaque cookie from a previous reply; the host
 	 * filesystem validates it. */
-	if (lseek(h->fd, (off_t)off, SEEK_SET) < 0)
+	if (lseek(fd, (off_t)off, SEEK_SET) < 0)
 		return -errno;
 	for (;;) {
-		long n = syscall(SYS_getdents64, h->fd, buf, sizeof buf);
+		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
 		if (n < 0)
 			return -errno;
 		if (n == 0)
@@ -1176,11 +1458,25 @@ static int fsp_readdir(void *be, uint64_t fh, uint64_t off, bool plus,
 				return -EIO;
 			memcpy(name, de->d_name, nl);
 			name[nl] = '\0';
-			if (!fsp_emit(p, h->node, h->fd, de, name, plus, fill, fits, ctx))
+			if (!fsp_emit(p, node, fd, de, name, plus, fill, fits, ctx))
 				return 0;
 			pos += (long)rl;
 		}
 	}
+}
+
+static int fsp_readdir(void *be, uint64_t fh, uint64_t off, bool plus,
+		       fuse_fs_fill_fn fill, fuse_fs_fits_fn fits, void *ctx)
+{
+	struct fsp *p = be;
+	uint32_t node;
+	int fd = fsp_fh_get(p, fh, true, &node);
+
+	if (fd < 0)
+		return fd;
+	int rc = fsp_list(p, fd, node, off, plus, fill, fits, ctx);
+	fsp_fh_put(p, fh);
+	return rc;
 }
 
 static int fsp_releasedir(void *be, uint64_t fh)
@@ -1190,32 +1486,37 @@ static int fsp_releasedir(void *be, uint64_t fh)
 
 static int fsp_fsyncdir(void *be, uint64_t fh, bool datasync)
 {
-	return fsp_fsync_fd(fsp_fh(be, fh, true), datasync);
+	return fsp_fsync_fh(be, fh, true, datasync);
 }
 
 static int fsp_statfs(void *be, uint64_t nodeid, struct statvfs *out)
 {
-	struct fsp_node *n;
-	int fd = fsp_node_get(fsp_begin(be), nodeid, &n);
+	struct fsp *p = be;
+	uint32_t i;
+	int fd = fsp_get_unlocked(p, nodeid, &i);
 
 	if (fd < 0)
 		return fd;
-	return fstatvfs(fd, out) < 0 ? -errno : 0;
+	int rc = fstatvfs(fd, out) < 0 ? -errno : 0;
+	fsp_put(p, i);
+	return rc;
 }
 
 static int fsp_access(void *be, uint64_t nodeid, int mask)
 {
-	struct fsp *p = fsp_begin(be);
-	struct fsp_node *n;
+	struct fsp *p = be;
+	uint32_t i;
 
-	if (!fsp_node(p, nodeid))
-		return -ESTALE;
-	if (p->ro && (mask & W_OK))
-		return -EROFS;
-	int fd = fsp_node_get(p, nodeid, &n);
+	fsp_lock(p);
+	int fd = !fsp_node(p, nodeid) ? -ESTALE :
+		 p->ro && (mask & W_OK) ? -EROFS :
+					 fsp_get(p, nodeid, &i);
+	fsp_unlock(p);
 	if (fd < 0)
 		return fd;
-	return faccessat(fd, "", mask, AT_EMPTY_PATH) < 0 ? -errno : 0;
+	int rc = faccessat(fd, "", mask, AT_EMPTY_PATH) < 0 ? -errno : 0;
+	fsp_put(p, i);
+	return rc;
 }
 
 /* Only the user.* namespace crosses: security.* (file capabilities!),
@@ -1225,16 +1526,17 @@ static bool fsp_xattr_ok(const char *name)
 	return strncmp(name, "user.", 5) == 0 && name[5];
 }
 
+/* The /proc path of node nodeid's fd for an xattr call, the node held in
+ * *idx (fsp_put after the call).  -EPERM: not a file or directory. */
 static int fsp_xattr_node(struct fsp *p, uint64_t nodeid, char *path,
-			  size_t size)
+			  size_t size, uint32_t *idx)
 {
-	struct fsp_node *n = fsp_node(fsp_begin(p), nodeid);
-
-	if (!n)
-		return -ESTALE;
-	if (n->type != S_IFREG && n->type != S_IFDIR)
-		return -EPERM;
-	int fd = fsp_node_fd(p, n);
+	fsp_lock(p);
+	struct fsp_node *n = fsp_node(p, nodeid);
+	int fd = !n ? -ESTALE :
+		 n->type != S_IFREG && n->type != S_IFDIR ? -EPERM :
+							     fsp_get(p, nodeid, idx);
+	fsp_unlock(p);
 	if (fd < 0)
 		return fd;
 	fsp_proc_path(fd, path, size);
@@ -1245,14 +1547,21 @@ static int fsp_getxattr(void *be, uint64_t nodeid, const char *name,
 			void *buf, size_t size)
 {
 	char path[40];
-	int rc = fsp_xattr_node(be, nodeid, path, sizeof path);
+	uint32_t i;
+	int rc = fsp_xattr_node(be, nodeid, path, sizeof path, &i);
 
-	if (rc == -EPERM || (rc == 0 && !fsp_xattr_ok(name)))
+	if (rc == -EPERM)
 		return -ENODATA;
 	if (rc < 0)
 		return rc;
-	ssize_t n = getxattr(path, name, size ? buf : NULL, size);
-	return n < 0 ? -errno : (int)n;
+	if (!fsp_xattr_ok(name)) {
+		rc = -ENODATA;
+	} else {
+		ssize_t n = getxattr(path, name, size ? buf : NULL, size);
+		rc = n < 0 ? -errno : (int)n;
+	}
+	fsp_put(be, i);
+	return rc;
 }
 
 static int fsp_setxattr(void *be, uint64_t nodeid, const char *name,
@@ -1260,29 +1569,29 @@ static int fsp_setxattr(void *be, uint64_t nodeid, const char *name,
 {
 	struct fsp *p = be;
 	char path[40];
+	uint32_t i;
 
 	if (p->ro)
 		return -EROFS;
-	int rc = fsp_xattr_node(p, nodeid, path, sizeof path);
+	int rc = fsp_xattr_node(p, nodeid, path, sizeof path, &i);
 	if (rc < 0)
 		return rc;
 	if (!fsp_xattr_ok(name))
-		return -EOPNOTSUPP;
-	if (flags & ~(XATTR_CREATE | XATTR_REPLACE))
-		return -EINVAL;
-	return setxattr(path, name, value, size, flags) < 0 ? -errno : 0;
+		rc = -EOPNOTSUPP;
+	else if (flags & ~(XATTR_CREATE | XATTR_REPLACE))
+		rc = -EINVAL;
+	else
+		rc = setxattr(path, name, value, size, flags) < 0 ? -errno : 0;
+	fsp_put(p, i);
+	return rc;
 }
 
-static int fsp_listxattr(void *be, uint64_t nodeid, char *buf, size_t size)
+/* The user.* names of path's list, into buf (size 0: the length only). */
+static int fsp_list_user_xattrs(const char *path, char *buf, size_t size)
 {
-	char path[40];
-	int rc = fsp_xattr_node(be, nodeid, path, sizeof path);
-
-	if (rc == -EPERM)
-		return 0;
-	if (rc < 0)
-		return rc;
 	char *all = malloc(FSP_XATTR_LIST_MAX);
+	int rc;
+
 	if (!all)
 		return -ENOMEM;
 	ssize_t n = listxattr(path, all, FSP_XATTR_LIST_MAX);
@@ -1309,87 +1618,115 @@ static int fsp_listxattr(void *be, uint64_t nodeid, char *buf, size_t size)
 	return (int)out;
 }
 
+static int fsp_listxattr(void *be, uint64_t nodeid, char *buf, size_t size)
+{
+	char path[40];
+	uint32_t i;
+	int rc = fsp_xattr_node(be, nodeid, path, sizeof path, &i);
+
+	if (rc == -EPERM)
+		return 0;
+	if (rc < 0)
+		return rc;
+	rc = fsp_list_user_xattrs(path, buf, size);
+	fsp_put(be, i);
+	return rc;
+}
+
 static int fsp_removexattr(void *be, uint64_t nodeid, const char *name)
 {
 	struct fsp *p = be;
 	char path[40];
+	uint32_t i;
 
 	if (p->ro)
 		return -EROFS;
-	int rc = fsp_xattr_node(p, nodeid, path, sizeof path);
+	int rc = fsp_xattr_node(p, nodeid, path, sizeof path, &i);
 	if (rc < 0)
 		return rc;
 	if (!fsp_xattr_ok(name))
-		return -EOPNOTSUPP;
-	return removexattr(path, name) < 0 ? -errno : 0;
+		rc = -EOPNOTSUPP;
+	else
+		rc = removexattr(path, name) < 0 ? -errno : 0;
+	fsp_put(p, i);
+	return rc;
 }
 
 static int fsp_lseek(void *be, uint64_t fh, off_t off, int whence, off_t *res)
 {
-	struct fsp_handle *h = fsp_fh(be, fh, false);
+	int fd = fsp_fh_get(be, fh, false, NULL);
 
-	if (!h)
-		return -EBADF;
-	off_t r = lseek(h->fd, off, whence);
-	if (r < 0)
-		return -errno;
-	*res = r;
-	return 0;
+	if (fd < 0)
+		return fd;
+	/* SEEK_DATA/SEEK_HOLE only: the position they set is never used
+	 * (I/O is positional), so racing calls on one handle are harmless. */
+	off_t r = lseek(fd, off, whence);
+	int rc = r < 0 ? -errno : 0;
+	fsp_fh_put(be, fh);
+	if (rc == 0)
+		*res = r;
+	return rc;
 }
 
 static int fsp_fallocate(void *be, uint64_t fh, int mode, off_t off, off_t len)
 {
 	struct fsp *p = be;
-	struct fsp_handle *h = fsp_fh(p, fh, false);
 	const int ok[] = { 0, FALLOC_FL_KEEP_SIZE,
 			   FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 			   FALLOC_FL_ZERO_RANGE,
 			   FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE };
 	bool allowed = false;
+	int fd = fsp_fh_get(p, fh, false, NULL);
 
-	if (!h)
-		return -EBADF;
-	if (p->ro)
-		return -EROFS;
+	if (fd < 0)
+		return fd;
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
 		allowed |= mode == ok[i];
-	if (!allowed)
-		return -EOPNOTSUPP;
-	return fallocate(h->fd, mode, off, len) < 0 ? -errno : 0;
+	int rc = p->ro ? -EROFS : !allowed ? -EOPNOTSUPP :
+		 fallocate(fd, mode, off, len) < 0 ? -errno : 0;
+	fsp_fh_put(p, fh);
+	return rc;
 }
 
 /* Locks are open-file-description locks on the handle's host fd: they
  * conflict with host processes' locks too, and go away with the handle. */
 static int fsp_getlk(void *be, uint64_t fh, struct flock *fl)
 {
-	struct fsp_handle *h = fsp_fh(be, fh, false);
+	int fd = fsp_fh_get(be, fh, false, NULL);
 
-	if (!h)
-		return -EBADF;
+	if (fd < 0)
+		return fd;
 	fl->l_pid = 0;
-	return fcntl(h->fd, F_OFD_GETLK, fl) < 0 ? -errno : 0;
+	int rc = fcntl(fd, F_OFD_GETLK, fl) < 0 ? -errno : 0;
+	fsp_fh_put(be, fh);
+	return rc;
 }
 
 static int fsp_setlk(void *be, uint64_t fh, const struct flock *fl)
 {
-	struct fsp_handle *h = fsp_fh(be, fh, false);
 	struct flock l = *fl;
+	int fd = fsp_fh_get(be, fh, false, NULL);
 
-	if (!h)
-		return -EBADF;
+	if (fd < 0)
+		return fd;
 	l.l_pid = 0;
-	if (fcntl(h->fd, F_OFD_SETLK, &l) < 0)
-		return errno == EACCES ? -EAGAIN : -errno;
-	return 0;
+	int rc = 0;
+	if (fcntl(fd, F_OFD_SETLK, &l) < 0)
+		rc = errno == EACCES ? -EAGAIN : -errno;
+	fsp_fh_put(be, fh);
+	return rc;
 }
 
+/* The server calls reset with no other call in flight (fuse_server.h), so
+ * no handle is busy and no node held for an operation. */
 static void fsp_reset(void *be)
 {
 	struct fsp *p = be;
 
+	fsp_lock(p);
 	for (uint32_t i = 0; i < p->n_fhs; i++)
 		if (p->fhs[i].fd >= 0)
-			fsp_fh_close(p, i, p->fhs[i].dir);
+			fsp_fh_free(p, i);
 	for (uint32_t i = 1; i < p->n_nodes; i++) {
 		if (!p->nodes[i].used)
 			continue;
@@ -1406,6 +1743,9 @@ static void fsp_reset(void *be)
 		p->hash[b] = FSP_NONE;
 	p->nodes[0].hnext = FSP_NONE;
 	p->hash[fsp_hash(p, p->nodes[0].dev, p->nodes[0].ino)] = 0;
+	p->n_fhs = 0;
+	p->free_fh = FSP_NONE;
+	fsp_unlock(p);
 }
 
 const struct fuse_fs_ops fsp_ops = {
@@ -1492,6 +1832,7 @@ int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 	p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
+	pthread_mutex_init(&p->mu, NULL);
 	p->proc_fd = -1;
 	p->free_node = FSP_NONE;
 	p->free_fh = FSP_NONE;
@@ -1573,15 +1914,28 @@ void fsp_free(struct fsp *p)
 	free(p->nodes);
 	free(p->hash);
 	free(p->fhs);
+	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
 
+/* The counters are read under the lock; the const in the contract is the
+ * caller's view, the mutex inside is not. */
 unsigned fsp_open_fds(const struct fsp *p)
 {
-	return p->fds;
+	struct fsp *q = (struct fsp *)p;
+
+	fsp_lock(q);
+	unsigned n = q->fds;
+	fsp_unlock(q);
+	return n;
 }
 
 unsigned fsp_inodes(const struct fsp *p)
 {
-	return p->n_live - 1;
+	struct fsp *q = (struct fsp *)p;
+
+	fsp_lock(q);
+	unsigned n = q->n_live - 1;
+	fsp_unlock(q);
+	return n;
 }

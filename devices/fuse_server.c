@@ -3,13 +3,20 @@
  * Every request is first copied (header and fixed arguments) into a private
  * bounce buffer, so the guest cannot change a field between its check and its
  * use.  Only WRITE payloads and READ results move between guest buffers and
- * the backend without a copy, as iovec slices whose bounds were checked. */
+ * the backend without a copy, as iovec slices whose bounds were checked.
+ *
+ * Several threads may handle requests at once: each call takes a scratch
+ * buffer (bounce copy and reply staging) from a pool, and a read-write gate
+ * lets ordinary requests run together while INIT, DESTROY and a transport
+ * reset (which drop every inode and handle in the backend) wait for the
+ * requests in flight and run alone. */
 #include "devices/fuse_server.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/fuse.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,13 +30,24 @@
 #define FSRV_XATTR_NAME_MAX 255u
 #define FSRV_SYMLINK_MAX 4095u
 
+/* One call's scratch; the pool holds as many as calls ever ran at once. */
+struct fsrv_buf {
+	struct fsrv_buf *next;
+	uint8_t req[sizeof(struct fuse_in_header) + FUSE_SERVER_MAX_ARGS];
+	uint8_t rep[FSRV_REPLY_MAX]; /* staging for variable-size replies */
+};
+
 struct fuse_server {
 	const struct fuse_fs_ops *ops;
 	void *be;
 	struct fuse_server_config cfg;
-	bool inited, destroyed;
-	uint8_t *req; /* bounce copy of header + arguments */
-	uint8_t *rep; /* staging for variable-size replies */
+	/* Shared by every request; exclusive for INIT, DESTROY and reset.
+	 * inited changes only under it exclusively. */
+	pthread_rwlock_t gate;
+	bool inited;
+	bool destroyed; /* atomic: fuse_server_destroyed reads it ungated */
+	pthread_mutex_t pool_mu;
+	struct fsrv_buf *pool;
 };
 
 /* One request being served. */
@@ -38,6 +56,7 @@ struct fsrv_req {
 	const uint8_t *arg; /* arguments after the header, in the bounce buffer */
 	size_t arglen, pos; /* pos: decode cursor into arg */
 	int err;	    /* first decode error */
+	uint8_t *rep;	    /* this call's reply staging (FSRV_REPLY_MAX) */
 	const struct iovec *in;
 	int in_cnt;
 	const struct iovec *out;
@@ -327,7 +346,7 @@ static ssize_t do_init(struct fuse_server *s, struct fsrv_req *r)
 	o.time_gran = 1;
 	o.max_pages = (uint16_t)(s->cfg.max_write / 4096);
 	s->inited = true;
-	s->destroyed = false;
+	__atomic_store_n(&s->destroyed, false, __ATOMIC_RELEASE);
 	return reply(r, 0, &o, sizeof o);
 }
 
@@ -418,13 +437,13 @@ static ssize_t do_setattr(struct fuse_server *s, struct fsrv_req *r)
 
 static ssize_t do_readlink(struct fuse_server *s, struct fsrv_req *r)
 {
-	int n = s->ops->readlink(s->be, r->h.nodeid, (char *)s->rep,
+	int n = s->ops->readlink(s->be, r->h.nodeid, (char *)r->rep,
 				 FSRV_SYMLINK_MAX + 1);
 	if (n < 0)
 		return reply_err(r, n);
 	if ((size_t)n > FSRV_SYMLINK_MAX)
 		return reply_err(r, -ENAMETOOLONG);
-	return reply(r, 0, s->rep, (size_t)n);
+	return reply(r, 0, r->rep, (size_t)n);
 }
 
 static ssize_t do_symlink(struct fuse_server *s, struct fsrv_req *r)
@@ -697,7 +716,7 @@ static ssize_t do_readdir(struct fuse_server *s, struct fsrv_req *r,
 	if (!take(r, &in, sizeof in))
 		return reply_err(r, r->err);
 	d.s = s;
-	d.buf = s->rep;
+	d.buf = r->rep;
 	d.used = 0;
 	d.plus = plus;
 	/* A smaller listing than asked for is always allowed. */
@@ -759,9 +778,9 @@ static ssize_t do_getxattr(struct fuse_server *s, struct fsrv_req *r,
 	if (size > FSRV_XATTR_SIZE_MAX)
 		size = FSRV_XATTR_SIZE_MAX;
 	if (list)
-		n = s->ops->listxattr(s->be, r->h.nodeid, (char *)s->rep, size);
+		n = s->ops->listxattr(s->be, r->h.nodeid, (char *)r->rep, size);
 	else
-		n = s->ops->getxattr(s->be, r->h.nodeid, name, s->rep, size);
+		n = s->ops->getxattr(s->be, r->h.nodeid, name, r->rep, size);
 	if (n < 0)
 		return reply_err(r, n);
 	if (in.size == 0) {
@@ -772,7 +791,7 @@ static ssize_t do_getxattr(struct fuse_server *s, struct fsrv_req *r,
 	}
 	if ((size_t)n > size)
 		return reply_err(r, -ERANGE);
-	return reply(r, 0, s->rep, (size_t)n);
+	return reply(r, 0, r->rep, (size_t)n);
 }
 
 static ssize_t do_setxattr(struct fuse_server *s, struct fsrv_req *r)
@@ -973,11 +992,36 @@ static ssize_t dispatch(struct fuse_server *s, struct fsrv_req *r)
 		if (s->ops->reset)
 			s->ops->reset(s->be);
 		s->inited = false;
-		s->destroyed = true;
+		__atomic_store_n(&s->destroyed, true, __ATOMIC_RELEASE);
 		return reply_status(r, 0);
 	default:
 		return reply_err(r, -ENOSYS);
 	}
+}
+
+static struct fsrv_buf *buf_get(struct fuse_server *s)
+{
+	pthread_mutex_lock(&s->pool_mu);
+	struct fsrv_buf *b = s->pool;
+	if (b)
+		s->pool = b->next;
+	pthread_mutex_unlock(&s->pool_mu);
+	return b ? b : malloc(sizeof *b);
+}
+
+static void buf_put(struct fuse_server *s, struct fsrv_buf *b)
+{
+	pthread_mutex_lock(&s->pool_mu);
+	b->next = s->pool;
+	s->pool = b;
+	pthread_mutex_unlock(&s->pool_mu);
+}
+
+/* Whether the request drops every inode and handle, so that it must not
+ * overlap any other. */
+static bool op_exclusive(uint32_t op)
+{
+	return op == FUSE_INIT || op == FUSE_DESTROY;
 }
 
 ssize_t fuse_server_handle(struct fuse_server *s, const struct iovec *in,
@@ -1005,10 +1049,21 @@ ssize_t fuse_server_handle(struct fuse_server *s, const struct iovec *in,
 		copy = hl + sizeof(struct fuse_write_in);
 	if (copy > hl + FUSE_SERVER_MAX_ARGS)
 		return reply_err(&r, -EINVAL);
-	iov_read(in, in_cnt, 0, s->req, copy);
-	r.arg = s->req + hl;
+	struct fsrv_buf *b = buf_get(s);
+	if (!b)
+		return reply_err(&r, -ENOMEM);
+	iov_read(in, in_cnt, 0, b->req, copy);
+	r.arg = b->req + hl;
 	r.arglen = copy - hl;
-	return dispatch(s, &r);
+	r.rep = b->rep;
+	if (op_exclusive(r.h.opcode))
+		pthread_rwlock_wrlock(&s->gate);
+	else
+		pthread_rwlock_rdlock(&s->gate);
+	ssize_t n = dispatch(s, &r);
+	pthread_rwlock_unlock(&s->gate);
+	buf_put(s, b);
+	return n;
 }
 
 ssize_t fuse_server_handle_buf(struct fuse_server *s, const void *req,
@@ -1044,12 +1099,21 @@ int fuse_server_new(const struct fuse_fs_ops *ops, void *be,
 		free(s);
 		return -EINVAL;
 	}
-	s->req = malloc(sizeof(struct fuse_in_header) + FUSE_SERVER_MAX_ARGS);
-	s->rep = malloc(FSRV_REPLY_MAX);
-	if (!s->req || !s->rep) {
+	pthread_mutex_init(&s->pool_mu, NULL);
+	/* Writers first: a reset must not wait behind a stream of requests. */
+	pthread_rwlockattr_t ra;
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra,
+				      PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&s->gate, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	/* One scratch buffer up front: a lone caller never allocates. */
+	s->pool = malloc(sizeof *s->pool);
+	if (!s->pool) {
 		fuse_server_free(s);
 		return -ENOMEM;
 	}
+	s->pool->next = NULL;
 	*out = s;
 	return 0;
 }
@@ -1058,8 +1122,13 @@ void fuse_server_free(struct fuse_server *s)
 {
 	if (!s)
 		return;
-	free(s->req);
-	free(s->rep);
+	while (s->pool) {
+		struct fsrv_buf *b = s->pool;
+		s->pool = b->next;
+		free(b);
+	}
+	pthread_rwlock_destroy(&s->gate);
+	pthread_mutex_destroy(&s->pool_mu);
 	free(s);
 }
 
@@ -1074,12 +1143,14 @@ size_t fuse_server_max_request(const struct fuse_server *s)
 
 bool fuse_server_destroyed(const struct fuse_server *s)
 {
-	return s->destroyed;
+	return __atomic_load_n(&s->destroyed, __ATOMIC_ACQUIRE);
 }
 
 void fuse_server_reset(struct fuse_server *s)
 {
+	pthread_rwlock_wrlock(&s->gate);
 	if (s->inited && s->ops->reset)
 		s->ops->reset(s->be);
 	s->inited = false;
+	pthread_rwlock_unlock(&s->gate);
 }

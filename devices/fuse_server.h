@@ -5,7 +5,9 @@
  * writable buffers.  Every byte of the request is hostile: each length is
  * checked before it is used, and a bad request gets an errno reply.
  *
- * Not thread-safe: one server instance is driven by one thread. */
+ * Thread-safe: several threads may call fuse_server_handle (and
+ * fuse_server_reset) on one server at once; replies may then complete in
+ * any order, as FUSE allows. */
 #ifndef KBOX_FUSE_SERVER_H
 #define KBOX_FUSE_SERVER_H
 
@@ -63,7 +65,9 @@ typedef int (*fuse_fs_fits_fn)(void *ctx, size_t namelen);
 /* The filesystem backend.  Every function returns 0 (or a byte count where
  * stated) or a negative errno; names are single components that the server
  * has already checked to be NUL-terminated and at most NAME_MAX bytes, but
- * the backend still enforces its own confinement rules on them. */
+ * the backend still enforces its own confinement rules on them.  The server
+ * calls the ops from several threads at once, except reset, which it calls
+ * with no other op in flight. */
 struct fuse_fs_ops {
 	int (*lookup)(void *be, uint64_t parent, const char *name,
 		      struct fuse_fs_entry *out);

@@ -2,22 +2,32 @@
  * a mountpoint, with the host kernel playing the guest.  Real programs then
  * run on the mount (tests/fuse/run.sh, bench/fs).
  *
- *   kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-m MAXFDS] SRC MNT
+ *   kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-m MAXFDS] [-c SECONDS]
+ *                   [-t THREADS] SRC MNT
  *     -r  read-only mount (the server refuses writes; the kernel mount is
  *         left writable so that the server's refusal is what is tested)
  *     -n  hide nothing (explicit empty hidden list)
  *     -H  add a hidden pattern (replaces the default list)
  *     -m  cap on host fds held for the guest
- *     -t  seconds the kernel may cache names and attributes (default 1)
+ *     -c  seconds the kernel may cache names and attributes (default 1)
+ *     -t  threads answering requests (default 4, at most 64): each reads
+ *         its own clone of the /dev/fuse fd (FUSE_DEV_IOC_CLONE) and calls
+ *         the one shared server, so the kernel's parallel requests (git's
+ *         preload lstat's, parallel lookups in one directory) are answered
+ *         in parallel
  *
- * Runs in the foreground until the mount goes away (umount), then exits 0.
- * Needs root (mount(2)). */
+ * Runs in the foreground until the mount goes away (umount), then every
+ * thread sees ENODEV, they are joined, and it exits 0.  Needs root
+ * (mount(2)). */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -26,11 +36,12 @@
 #include "devices/fuse_server.h"
 
 #define MAX_HIDDEN 64
+#define MAX_THREADS 64
 
 static int usage(void)
 {
 	fprintf(stderr, "usage: kbox-fuse-mount [-r] [-n] [-H PATTERN]... "
-			"[-m MAXFDS] [-t SECONDS] SRC MNT\n");
+			"[-m MAXFDS] [-c SECONDS] [-t THREADS] SRC MNT\n");
 	return 2;
 }
 
@@ -81,6 +92,60 @@ done:
 	return rc;
 }
 
+struct worker {
+	pthread_t tid;
+	int fd;
+	struct fuse_server *srv;
+	int rc;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	w->rc = serve(w->fd, w->srv);
+	return NULL;
+}
+
+/* Serves the mount on fd with n threads, each on its own clone of fd (or
+ * on fd itself where cloning fails), until the mount goes away; every
+ * thread is joined and every clone closed.  Returns 0 or 1. */
+static int serve_threads(int fd, struct fuse_server *srv, unsigned n)
+{
+	struct worker w[MAX_THREADS];
+	unsigned started = 0;
+	int rc = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		w[i] = (struct worker){ .fd = fd, .srv = srv };
+		if (i > 0) {
+			uint32_t master = (uint32_t)fd;
+			int c = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+			if (c >= 0 && ioctl(c, FUSE_DEV_IOC_CLONE, &master) == 0) {
+				w[i].fd = c;
+			} else if (c >= 0) {
+				close(c);
+			}
+		}
+		if (i > 0 && pthread_create(&w[i].tid, NULL, worker_main, &w[i]) != 0) {
+			if (w[i].fd != fd)
+				close(w[i].fd);
+			fprintf(stderr, "kbox-fuse-mount: %u threads only\n", i);
+			break;
+		}
+		started = i + 1;
+	}
+	/* The main thread is worker 0. */
+	w[0].rc = serve(fd, srv);
+	for (unsigned i = 1; i < started; i++) {
+		pthread_join(w[i].tid, NULL);
+		if (w[i].fd != fd)
+			close(w[i].fd);
+		rc |= w[i].rc;
+	}
+	return rc | w[0].rc;
+}
+
 int main(int argc, char **argv)
 {
 	const char *hidden[MAX_HIDDEN];
@@ -88,9 +153,10 @@ int main(int argc, char **argv)
 	struct fuse_server_config scfg = { 0 };
 	struct rlimit rl;
 	double timeout = 1.0;
+	unsigned threads = 4;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "rnH:m:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "rnH:m:c:t:")) != -1) {
 		switch (opt) {
 		case 'r':
 			cfg.readonly = true;
@@ -107,8 +173,13 @@ int main(int argc, char **argv)
 		case 'm':
 			cfg.max_fds = (unsigned)strtoul(optarg, NULL, 10);
 			break;
-		case 't':
+		case 'c':
 			timeout = strtod(optarg, NULL);
+			break;
+		case 't':
+			threads = (unsigned)strtoul(optarg, NULL, 10);
+			if (threads < 1 || threads > MAX_THREADS)
+				return usage();
 			break;
 		default:
 			return usage();
@@ -173,7 +244,7 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
-	rc = serve(fd, srv);
+	rc = serve_threads(fd, srv, threads);
 	close(fd);
 	fuse_server_free(srv);
 	fsp_free(fs);

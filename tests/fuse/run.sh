@@ -27,7 +27,7 @@ if [ ! -x "$BIN" ]; then
 	echo "# $BIN missing; building it with cc"
 	mkdir -p "$(dirname "$BIN")"
 	(cd "$TOP" && cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
-		-Wno-unused-parameter -Wvla -I. -O2 -g -o "$BIN" \
+		-Wno-unused-parameter -Wvla -I. -O2 -g -pthread -o "$BIN" \
 		tests/fuse/kbox-fuse-mount.c devices/fuse_server.c \
 		devices/fs_passthrough.c) || exit 1
 fi
@@ -424,7 +424,7 @@ refuse "a host device node cannot be opened (nodev)" "Permission denied" sh -c "
 # or nothing, never the host's outside secret.
 RACE=$T/guest/race
 mkdir -p "$RACE"
-mount_kbox "$SRC" "$RACE" -t 0
+mount_kbox "$SRC" "$RACE" -c 0
 mkdir "$SRC/race"; echo inside >"$SRC/race/secret"; ln -s .. "$SRC/race.l"
 cat >"$T/swap.py" <<'PYEOF'
 import ctypes, os, sys, time

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vmm/sandbox.h"
+
 #define JSON_MAX_DEPTH 32
 #define JSON_FILE_MAX (8u << 20)
 #define PATH_DEPTH_MAX 200
@@ -1540,12 +1542,65 @@ static int ref_is(void *arg, const char *nametag, const char *id)
 	return strcmp(id, arg) == 0;
 }
 
-/* Removes image ID's rootfs and metadata once no name is left for it;
- * the rootfs leaves rootfs/ in one rename, so it is never seen half
- * deleted.  Called with the store lock held. */
+struct users {
+	struct stat root; /* the image's rootfs */
+	char *names;
+	size_t len, used;
+	unsigned n;
+};
+
+static void user_of(const struct sandbox_info *info, void *arg)
+{
+	struct users *u = arg;
+	struct stat sb;
+	/* By inode: the recorded path may reach the store another way. */
+	if (!info->alive || !info->image[0] || stat(info->image, &sb) < 0 ||
+	    sb.st_dev != u->root.st_dev || sb.st_ino != u->root.st_ino)
+		return;
+	u->n++;
+	if (u->names && u->used < u->len) {
+		int k = snprintf(u->names + u->used, u->len - u->used, "%s%s", u->used ? ", " : "",
+				 info->name);
+		u->used += k > 0 ? (size_t)k : 0;
+	}
+}
+
+/* The running sandboxes whose root is image ID's rootfs: their number,
+ * and their names joined by ", " in names (len bytes; may be NULL). */
+static unsigned image_users(struct store *st, const char *id, char *names, size_t len)
+{
+	struct users u = { .names = names, .len = len };
+	char path[80];
+	if (names && len)
+		names[0] = 0;
+	snprintf(path, sizeof path, "rootfs/%s", id);
+	if (fstatat(st->fd, path, &u.root, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	sandbox_each(user_of, &u);
+	return u.n;
+}
+
+struct ref_counter {
+	const char *id;
+	int *n;
+};
+
+static int ref_count(void *arg, const char *nametag, const char *id)
+{
+	const struct ref_counter *c = arg;
+	if (strcmp(id, c->id) == 0)
+		(*c->n)++;
+	return 0;
+}
+
+/* Removes image ID's rootfs and metadata once no name is left for it and
+ * no running sandbox uses it (deleting files under a sandbox would break
+ * it; a later sweep_unused frees them); the rootfs leaves rootfs/ in one
+ * rename, so it is never seen half deleted.  Called with the store lock
+ * held. */
 static void gc_id(struct store *st, const char *id)
 {
-	if (refs_each(st, ref_is, (void *)id) != 0)
+	if (refs_each(st, ref_is, (void *)id) != 0 || image_users(st, id, NULL, 0) > 0)
 		return;
 	char from[80], to[128];
 	snprintf(from, sizeof from, "rootfs/%s", id);
@@ -1555,6 +1610,30 @@ static void gc_id(struct store *st, const char *id)
 		remove_tree(st->fd, to, 0);
 	snprintf(from, sizeof from, "meta/%s", id);
 	unlinkat(st->fd, from, 0);
+}
+
+/* Frees every image left without a name and no longer in use (kept by
+ * gc_id while a sandbox ran on it).  Called with the store lock held. */
+static void sweep_unused(struct store *st)
+{
+	int dfd = openat(st->fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	char ids[64][IMAGE_HEX_LEN + 1];
+	unsigned n = 0;
+	struct dirent *de;
+	/* Collected first: gc_id renames entries out of this directory. */
+	while ((de = readdir(d)) && n < 64)
+		if (strlen(de->d_name) == IMAGE_HEX_LEN && refs_each(st, ref_is, de->d_name) == 0)
+			memcpy(ids[n++], de->d_name, IMAGE_HEX_LEN + 1);
+	closedir(d);
+	for (unsigned i = 0; i < n; i++)
+		gc_id(st, ids[i]);
 }
 
 struct prefix_find {
@@ -1679,6 +1758,8 @@ static int commit(struct image_ctx *ctx, struct store *st, struct work *wk, cons
 		if (r == 0 && had)
 			gc_id(st, old);
 	}
+	if (r == 0)
+		sweep_unused(st);
 	close(lk);
 	if (r == 0) {
 		memcpy(ctx->id, id, IMAGE_HEX_LEN + 1);
@@ -2505,11 +2586,21 @@ int image_remove(struct image_ctx *ctx, const char *ref)
 		return lk;
 	}
 	char id[IMAGE_HEX_LEN + 1], nametag[IMAGE_REF_MAX], path[IMAGE_REF_MAX + 8];
+	int names = 0;
+	ctx->users[0] = 0;
 	r = lookup(&st, ref, id, nametag);
+	if (r == 0 && nametag[0])
+		refs_each(&st, ref_count, &(struct ref_counter){ id, &names });
 	if (r == -ENOTUNIQ)
 		r = fail(ctx, r, "'%s' matches several image ids: give more digits", ref);
 	else if (r < 0)
 		r = fail(ctx, r, "no image '%s' (see 'kbox image ls')", ref);
+	/* Only the last name's removal would take the files away. */
+	else if ((!nametag[0] || names <= 1) &&
+		 image_users(&st, id, ctx->users, sizeof ctx->users) > 0 && !ctx->force)
+		r = fail(ctx, -EBUSY, "image '%s' (id %.12s) is in use by running sandbox(es): %s; "
+				      "stop them first ('kbox stop NAME'), or use --force",
+			 ref, id, ctx->users);
 	else if (nametag[0]) {
 		snprintf(path, sizeof path, "refs/%s", nametag);
 		unlinkat(st.fd, path, 0);
@@ -2519,6 +2610,7 @@ int image_remove(struct image_ctx *ctx, const char *ref)
 	}
 	if (r == 0) {
 		gc_id(&st, id);
+		sweep_unused(&st);
 		memcpy(ctx->id, id, sizeof id);
 		snprintf(ctx->ref, sizeof ctx->ref, "%s", nametag);
 	}

@@ -28,6 +28,7 @@
 #define IMAGE_MAX_PER_ARCHIVE 8
 #define IMAGE_MEMBER_MAX 256
 #define IMAGE_ERR_MAX 512
+#define IMAGE_USERS_MAX 256 /* sandbox names listed by image_remove */
 
 /* ---- A bounded JSON reader (just enough for manifests and configs) ---- */
 
@@ -136,11 +137,13 @@ struct image_ctx {
 	void *progress_arg;
 	uint64_t max_bytes;	/* file data written per image; 0: default 64 GiB */
 	uint64_t max_entries;	/* entries per image; 0: default 4 Mi */
+	int force;		/* image_remove: even an image running sandboxes use */
 	/* Results: */
 	char err[IMAGE_ERR_MAX];	/* the first failure, for one line on stderr */
 	char id[IMAGE_HEX_LEN + 1];	/* the last image stored */
 	char ref[IMAGE_REF_MAX];	/* and its name */
 	int existed;			/* it was already in the store */
+	char users[IMAGE_USERS_MAX];	/* image_remove: running sandboxes on it, ", "-joined */
 	unsigned devices_skipped, owners_skipped, xattrs_skipped;
 };
 
@@ -179,7 +182,14 @@ int image_list(struct image_ctx *ctx, void (*fn)(void *arg, const struct image_i
 	       void *arg);
 
 /* Removes REF (a name or an id prefix: then every name of that image) and
- * the image's rootfs when no name is left.  Returns 0 or -errno. */
+ * the image's rootfs when no name is left.  A rootfs that running
+ * sandboxes use (vmm/sandbox.h records it) is never deleted under them:
+ * without ctx->force, removing its last name fails with -EBUSY (their
+ * names in ctx->users and ctx->err); with it, the names go, ctx->users
+ * lists the sandboxes, and the rootfs stays until a later image_remove,
+ * image_load or image_import finds it nameless and unused.  (The same
+ * holds when a load moves a name to another image.)  Returns 0 or
+ * -errno. */
 int image_remove(struct image_ctx *ctx, const char *ref);
 
 /* Resolves REF for `kbox run --image`: a path (contains '/' or starts with

@@ -22,7 +22,7 @@ static const char *const help_main =
 	"                                      image layout in a tar\n"
 	"  import DIR --name NAME[:TAG]        copy the folder DIR in as an image\n"
 	"  ls                                  list images\n"
-	"  rm NAME[:TAG]|ID...                 remove names (and an image with none left)\n"
+	"  rm [-f] NAME[:TAG]|ID...            remove names (and an image with none left)\n"
 	"  path NAME[:TAG]|ID                  print an image's root folder\n"
 	"\n"
 	"'kbox image COMMAND --help' says more.\n";
@@ -55,10 +55,15 @@ static const char *const help_ls =
 	"List the images: NAME, ID (first 12 hex digits), SIZE, CREATED, SOURCE.\n";
 
 static const char *const help_rm =
-	"Usage: kbox image rm NAME[:TAG]|ID...\n"
+	"Usage: kbox image rm [-f] NAME[:TAG]|ID...\n"
 	"\n"
 	"Remove a name; with an id (or a unique prefix of one), every name of that\n"
-	"image.  The image's files go when no name is left.\n";
+	"image.  The image's files go when no name is left.  An image that a\n"
+	"running sandbox uses is not removed (the sandboxes are named).\n"
+	"\n"
+	"  -f, --force  remove its names anyway: the running sandboxes keep their\n"
+	"               whole root file system, whose files are freed by a later\n"
+	"               'kbox image rm', 'load' or 'import' once they stopped\n";
 
 static const char *const help_path =
 	"Usage: kbox image path NAME[:TAG]|ID\n"
@@ -261,13 +266,31 @@ static int rm_main(int argc, char **argv)
 			fputs(help_rm, stdout);
 			return 0;
 		}
+	int force = 0, refs = 0;
 	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--force") == 0)
+			force = 1;
+		else if (argv[i][0] == '-')
+			return die("rm", "unknown option '%s' (see 'kbox image rm --help')", argv[i]);
+		else
+			refs++;
+	}
+	if (!refs)
+		return die("rm", "which image? (see 'kbox image rm --help')");
+	for (int i = 1; i < argc; i++) {
+		if (argv[i][0] == '-')
+			continue;
 		struct image_ctx ctx;
 		memset(&ctx, 0, sizeof ctx);
+		ctx.force = force;
 		int r = image_remove(&ctx, argv[i]);
 		if (r < 0)
 			return die("rm", "%s", ctx.err[0] ? ctx.err : strerror(-r));
 		printf("Removed %s (id %.12s)\n", ctx.ref[0] ? ctx.ref : argv[i], ctx.id);
+		if (ctx.users[0])
+			printf("Still in use by running sandbox(es) %s: they keep its files, which "
+			       "are freed once they stopped (by a later 'kbox image rm', 'load' or "
+			       "'import')\n", ctx.users);
 	}
 	return 0;
 }

@@ -749,6 +749,14 @@ int run_main(int argc, char **argv)
 		goto out;
 	}
 	claimed = 1;
+	/* `kbox image rm` must see that this sandbox runs on the image. */
+	for (unsigned i = 0; i < o.mounts->n; i++) {
+		int ir = o.mounts->m[i].root ? sandbox_write_image(&sb, o.mounts->m[i].host) : 0;
+		if (ir < 0) {
+			die("cannot record the image in %s: %s", sb.dir, strerror(-ir));
+			goto out;
+		}
+	}
 	if (o.detach) {
 		char out_path[sizeof sb.dir + 16];
 		snprintf(out_path, sizeof out_path, "%s/output.log", sb.dir);

@@ -105,12 +105,39 @@ static int read_info(const struct sandbox *sb, struct sandbox_info *info)
 	}
 	fclose(f);
 	info->alive = info->pid > 0 && (kill(info->pid, 0) == 0 || errno == EPERM);
+	snprintf(path, sizeof path, "%s/image", sb->dir);
+	f = fopen(path, "re");
+	if (f) {
+		if (!fgets(info->image, sizeof info->image, f))
+			info->image[0] = '\0';
+		info->image[strcspn(info->image, "\n")] = '\0';
+		fclose(f);
+	}
+	return 0;
+}
+
+int sandbox_write_image(const struct sandbox *sb, const char *dir)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+	if (strchr(dir, '\n') || strlen(dir) >= PATH_MAX)
+		return -EINVAL;
+	snprintf(path, sizeof path, "%s/image", sb->dir);
+	snprintf(tmp, sizeof tmp, "%s/image.tmp", sb->dir);
+	FILE *f = fopen(tmp, "we");
+	if (!f)
+		return -errno;
+	fprintf(f, "%s\n", dir);
+	if (fclose(f) != 0 || rename(tmp, path) < 0) {
+		int e = errno;
+		unlink(tmp);
+		return -e;
+	}
 	return 0;
 }
 
 void sandbox_release(const struct sandbox *sb)
 {
-	static const char *const files[] = { "info", "vsock.sock", "kernel.log", "output.log" };
+	static const char *const files[] = { "info", "image", "vsock.sock", "kernel.log", "output.log" };
 	char path[sizeof sb->dir + 300];
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
 		snprintf(path, sizeof path, "%s/%s", sb->dir, files[i]);

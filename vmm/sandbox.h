@@ -26,6 +26,7 @@ struct sandbox_info {
 	char command[256];   /* argv joined by spaces, truncated */
 	char ports[256];     /* forwarded ports, "127.0.0.1:8080->80,...", or "" */
 	int alive;           /* the owning kbox process still exists */
+	char image[PATH_MAX]; /* root filesystem folder it runs on; "" for the initramfs */
 };
 
 /* The runtime directory: $XDG_RUNTIME_DIR/kbox, /run/kbox for root, else
@@ -48,6 +49,12 @@ int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long lo
  * "" for none). */
 int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
 			     char *const argv[], const char *ports);
+
+/* Record the root filesystem folder the sandbox runs on (an image's
+ * rootfs or a folder), so that `kbox image rm` sees the image is in use.
+ * One line, kept apart from the info file (which is rewritten).  0,
+ * -EINVAL (a newline in dir) or -errno. */
+int sandbox_write_image(const struct sandbox *sb, const char *dir);
 
 /* Remove the sandbox's files and directory. */
 void sandbox_release(const struct sandbox *sb);

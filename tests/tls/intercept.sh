@@ -16,56 +16,14 @@
 # Usage: tests/tls/intercept.sh [BUILD_DIR]   (NET_SAN=0: no sanitizers)
 set -u
 cd "$(dirname "$0")/../.."
-B=${1:-build}/tls
-mkdir -p "$B"
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
-
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1${2:+: $2}"; fail=$((fail + 1)); }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; exit; }
-
-if [ "$(id -u)" != 0 ] || [ ! -c /dev/net/tun ] || ! command -v ip >/dev/null || ! command -v openssl >/dev/null; then
-	echo "SKIP: needs root, /dev/net/tun, iproute2 and openssl"
-	finish
-fi
-
-CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. $(pkg-config --cflags lwip)"
-if [ "${NET_SAN:-1}" = 1 ]; then
-	OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-else
-	OPT="-O2 -g"
-fi
-# shellcheck disable=SC2086
-if ! ${CC:-cc} $CF $OPT -o "$B/harness" tests/net/harness.c netstack/*.c $(pkg-config --libs lwip) -lbearssl -lyaml -lpthread; then
-	bad "harness builds"
-	finish
-fi
-
-ID=$$
-HNS=kbox-th-$ID GNS=kbox-tg-$ID TAP=kbtls$ID
-T=$(mktemp -d)
-PIDS=
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	sleep 0.3
-	for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
-	ip netns del "$HNS" 2>/dev/null
-	ip netns del "$GNS" 2>/dev/null
-	rm -rf "/etc/netns/$GNS" "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-ip netns add "$HNS" && ip netns add "$GNS" || { bad "namespaces"; finish; }
-ip -n "$HNS" link set lo up
+# shellcheck source=tests/net/lib.sh
+. tests/net/lib.sh
+nl_require openssl
+nl_build_harness "${1:-build}/tls/harness"
+nl_namespaces kbox-th kbox-tg kbtls
 # A second "remote" address in the host namespace (not 127/8, which the
 # guest namespace would keep for itself).
 ip -n "$HNS" addr add 10.99.0.1/32 dev lo || bad "second address in the host namespace"
-ip -n "$GNS" link set lo up
-mkdir -p "/etc/netns/$GNS"
-echo "nameserver 10.0.2.2" >"/etc/netns/$GNS/resolv.conf"
-printf '127.0.0.1 localhost\n' >"/etc/netns/$GNS/hosts"
 
 # --- certificates: the upstream's test CA, a server leaf, a stranger's ---
 mk_ca() { # DIR NAME
@@ -108,11 +66,9 @@ EOF
 	git -C "$T/git/repo.git" config http.receivepack true
 ) || bad "test repository"
 
-H() { ip netns exec "$HNS" "$@"; }
 # The guest's view, as kbox run sets it up: the CA variables, the placeholder.
-G() { ip netns exec "$GNS" timeout "${TMO:-30}" env SSL_CERT_FILE="$T/ca/ca.pem" CURL_CA_BUNDLE="$T/ca/ca.pem" \
-	REQUESTS_CA_BUNDLE="$T/ca/ca.pem" \
-	NODE_EXTRA_CA_CERTS="$T/ca/ca.pem" GIT_SSL_CAINFO="$T/ca/ca.pem" TOKEN='$KBOX_TOKEN' "$@"; }
+GUEST_ENV=(SSL_CERT_FILE="$T/ca/ca.pem" CURL_CA_BUNDLE="$T/ca/ca.pem" REQUESTS_CA_BUNDLE="$T/ca/ca.pem"
+	NODE_EXTRA_CA_CERTS="$T/ca/ca.pem" GIT_SSL_CAINFO="$T/ca/ca.pem" TOKEN='$KBOX_TOKEN')
 
 ip netns exec "$HNS" python3 tests/tls/upstream.py 127.0.0.1 8443 "$T/srv.pem" "$T/srv.key" "$T/seen.log" "$T/git" 8444 2>"$T/upstream.err" &
 PIDS="$PIDS $!"
@@ -123,19 +79,10 @@ PIDS="$PIDS $!"
 ip netns exec "$HNS" python3 tests/tls/upstream.py 127.0.0.1 8444 "$T/evil.pem" "$T/evil.key" "$T/evil.log" "$T/git" 2>"$T/evil.err" &
 PIDS="$PIDS $!"
 
-ip netns exec "$HNS" env TOKEN="$REAL" "$B/harness" --tap "$TAP" --lifetime 200 --audit "$T/audit.log" \
+NL_LIFETIME=200 TOKEN="$REAL" start_harness "$T/harness.out" "$T/harness.err" --audit "$T/audit.log" \
 	--allow host.kbox.internal:8443 --allow host.kbox.internal:8444 \
 	--add-host other.test:10.99.0.1 --allow 10.99.0.1:8445 \
-	--secret-conf "$T/secrets.yaml" --tls-intercept all --tls-extra-ca "$T/upca.pem" --ca-dir "$T/ca" \
-	>"$T/harness.out" 2>"$T/harness.err" &
-HARNESS=$!
-PIDS="$PIDS $HARNESS"
-for _ in $(seq 100); do grep -q '^ready' "$T/harness.out" 2>/dev/null && break; sleep 0.1; done
-grep -q '^ready' "$T/harness.out" || { bad "harness starts" "$(cat "$T/harness.err")"; finish; }
-ip -n "$HNS" link set "$TAP" netns "$GNS" &&
-	ip -n "$GNS" addr add 10.0.2.15/24 dev "$TAP" &&
-	ip -n "$GNS" link set "$TAP" up &&
-	ip -n "$GNS" route add default via 10.0.2.2 || { bad "guest namespace set-up"; finish; }
+	--secret-conf "$T/secrets.yaml" --tls-intercept all --tls-extra-ca "$T/upca.pem" --ca-dir "$T/ca"
 for _ in $(seq 50); do
 	H curl -sk -o /dev/null --max-time 1 https://127.0.0.1:8443/ready && break
 	sleep 0.1
@@ -275,13 +222,8 @@ else
 	ok "the real value is in no log"
 fi
 
-kill -TERM "$HARNESS" 2>/dev/null
-for _ in $(seq 50); do kill -0 "$HARNESS" 2>/dev/null || break; sleep 0.1; done
+stop_harness
 grep -q '^stats tls_intercepted=[1-9]' "$T/harness.out" && ok "harness: $(grep '^stats tls' "$T/harness.out")" ||
 	bad "harness stats" "$(tail -3 "$T/harness.out") $(tail -5 "$T/harness.err")"
-if grep -q "ERROR: \(AddressSanitizer\|LeakSanitizer\)\|runtime error" "$T/harness.err"; then
-	bad "sanitizers" "$(grep -m3 "ERROR\|runtime error" "$T/harness.err")"
-else
-	ok "no sanitizer report"
-fi
+nl_sanitizers_clean "no sanitizer report" "$T/harness.err"
 finish

@@ -3,8 +3,10 @@
 # on archives that tests/images/mk.py builds here (docker-archive and OCI
 # layouts with whiteouts, an opaque folder, hard links, an absolute
 # symlink; and hostile ones), the resulting trees checked on the host, a
-# canary folder outside checked untouched, then one boot of
-# `kbox run --image NAME` on the loaded image (skipped without /dev/kvm).
+# canary folder outside checked untouched, `kbox image rm` of an image a
+# (recorded) sandbox uses, then two boots on the loaded image (skipped
+# without /dev/kvm): `kbox run --image NAME`, and a detached sandbox whose
+# image rm refuses until it stopped.
 #   tests/e2e/image-store.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -221,6 +223,37 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null 2>&1; then
 	check "and rm removes read-only folders too" '[ ! -e "$uroot" ]'
 fi
 
+# --- rm of an image that a running sandbox uses: a recorded one (this
+# shell's pid as its owner), no boot; the real one is below ---
+rt="$tmp/rt"
+mkdir -p "$rt/kbox/fake-sbx"
+chmod 700 "$rt" "$rt/kbox" "$rt/kbox/fake-sbx"
+mkdir -p "$tmp/busysrc" "$tmp/sweepsrc"
+echo busy > "$tmp/busysrc/file"
+echo sweep > "$tmp/sweepsrc/file"
+"$kbox" image import "$tmp/busysrc" --name busy:1 > /dev/null 2>&1
+"$kbox" image import "$tmp/busysrc" --name busy:2 > /dev/null 2>&1
+broot=$("$kbox" image path busy:1)
+printf 'pid=%s\nstarted=0\ncpus=1\nmemory=64\ncommand=sleep\n' $$ > "$rt/kbox/fake-sbx/info"
+echo "$broot" > "$rt/kbox/fake-sbx/image"
+XDG_RUNTIME_DIR="$rt" "$kbox" image rm busy:2 > /dev/null 2>&1
+host_check "rm of one of several names of an image in use works" [ $? -eq 0 ]
+XDG_RUNTIME_DIR="$rt" "$kbox" image rm busy:1 > "$tmp/out" 2> "$tmp/err"
+rc=$?
+check "rm of an image in use is refused, naming the sandbox" \
+	'[ $rc -ne 0 ] && grep -q "in use by running sandbox(es): fake-sbx; stop them first" "$tmp/err" && [ -d "$broot" ] && "$kbox" image path busy:1 > /dev/null'
+XDG_RUNTIME_DIR="$rt" "$kbox" image rm "$(basename "$broot")" > /dev/null 2> "$tmp/err"
+check "by id too" '[ $? -ne 0 ] && grep -q fake-sbx "$tmp/err"'
+XDG_RUNTIME_DIR="$rt" "$kbox" image rm --force busy:1 > "$tmp/out" 2>&1
+rc=$?
+check "rm --force removes the name, says the sandbox keeps the files, and keeps them" \
+	'[ $rc -eq 0 ] && grep -q "Still in use by running sandbox(es) fake-sbx" "$tmp/out" && [ -f "$broot/file" ] && ! "$kbox" image path busy:1 > /dev/null 2>&1'
+# The owner is gone (a stale record): the next load, import or rm frees it.
+printf 'pid=999999999\n' > "$rt/kbox/fake-sbx/info"
+XDG_RUNTIME_DIR="$rt" "$kbox" image import "$tmp/sweepsrc" --name sweep:1 > /dev/null 2>&1
+host_check "its files go once no sandbox uses it" [ ! -e "$broot" ]
+"$kbox" image rm sweep:1 > /dev/null 2>&1
+
 # --- the image in a sandbox ---
 if [ -n "$bbopt" ] && [ -c /dev/kvm ] && [ -r /dev/kvm ]; then
 	start=$(date +%s)
@@ -233,11 +266,25 @@ if [ -n "$bbopt" ] && [ -c /dev/kvm ] && [ -r /dev/kvm ]; then
 	printf 'hello v2\nnew\n/etc/passwd\nroot:x:0:0:root:/root:/bin/sh\ngone-ok\n' > "$tmp/vm-want"
 	if cmp -s "$tmp/vm" "$tmp/vm-want"; then ok "the guest sees the loaded tree"; else
 		not_ok "the guest sees the loaded tree" "$(cat "$tmp/vm" "$tmp/vm-err" | tail -8)"; fi
+	# A detached sandbox on the image: rm refused while it runs (by id:
+	# its names are several, and removing one of them frees nothing).
+	sbx="img-e2e-$$"
+	trap '"$kbox" stop -t 2 "$sbx" > /dev/null 2>&1; chmod -R u+rwX "$tmp" 2> /dev/null; rm -rf "$tmp"' EXIT
+	start=$(date +%s)
+	out=$(timeout "$boot_timeout" "$kbox" run -d --name "$sbx" --network none --image kboxtest:1 -- /bin/busybox sleep 100000 2> "$tmp/vm-err")
+	echo "# detached boot on the image: $(( $(date +%s) - start ))s"
+	host_check "a detached sandbox runs on the image" [ "$out" = "$sbx" ]
+	"$kbox" image rm "$(basename "$root")" > /dev/null 2> "$tmp/err"
+	rc=$?
+	check "rm of its image is refused while it runs, naming it" \
+		'[ $rc -ne 0 ] && grep -q "in use by running sandbox(es): $sbx;" "$tmp/err" && [ -d "$root" ] && "$kbox" image path kboxtest:1 > /dev/null'
+	"$kbox" stop -t 5 "$sbx" > /dev/null 2>&1
+	host_check "the sandbox stops" [ $? -eq 0 ]
 else
 	echo "# skipped the boot: no static busybox or no usable /dev/kvm"
 fi
 
-# --- rm: a name, then the id ---
+# --- rm: a name, then the id (works once the sandbox above stopped) ---
 id=$(basename "$root")
 "$kbox" image rm kboxtest:1 > /dev/null
 host_check "rm of one name keeps the shared rootfs" [ -d "$root" ]

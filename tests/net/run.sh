@@ -21,60 +21,11 @@
 # Usage: tests/net/run.sh [BUILD_DIR]   (NET_SAN=0: build without sanitizers)
 set -u
 cd "$(dirname "$0")/../.."
-B=${1:-build}/net
-mkdir -p "$B"
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
-
-pass=0 fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1${2:+: $2}"; fail=$((fail + 1)); }
-check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "expected '$2', got '$3'"; fi; }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; exit; }
-
-if [ "$(id -u)" != 0 ] || [ ! -c /dev/net/tun ] || ! command -v ip >/dev/null; then
-	echo "SKIP: needs root, /dev/net/tun and iproute2"
-	finish
-fi
-
-CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. $(pkg-config --cflags lwip)"
-if [ "${NET_SAN:-1}" = 1 ]; then
-	OPT="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-else
-	OPT="-O2 -g"
-fi
-# shellcheck disable=SC2086
-if ! ${CC:-cc} $CF $OPT -o "$B/harness" tests/net/harness.c netstack/*.c $(pkg-config --libs lwip) -lbearssl -lyaml -lpthread; then
-	bad "harness builds"
-	finish
-fi
-
-ID=$$
-HNS=kbox-nh-$ID GNS=kbox-net-$ID TAP=kbtap$ID
-T=$(mktemp -d)
-PIDS=
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	for _ in $(seq 20); do
-		alive=
-		for p in $PIDS; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ -z "$alive" ] && break
-		sleep 0.1
-	done
-	for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
-	ip netns del "$HNS" 2>/dev/null
-	ip netns del "$GNS" 2>/dev/null
-	rm -rf "/etc/netns/$GNS" "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-ip netns add "$HNS" && ip netns add "$GNS" || { bad "namespaces"; finish; }
-ip -n "$HNS" link set lo up
-ip -n "$GNS" link set lo up
-# `ip netns exec` binds these over /etc in the guest namespace only.
-mkdir -p "/etc/netns/$GNS"
-echo "nameserver 10.0.2.2" >"/etc/netns/$GNS/resolv.conf"
-printf '127.0.0.1 localhost\n::1 localhost\n' >"/etc/netns/$GNS/hosts"
+# shellcheck source=tests/net/lib.sh
+. tests/net/lib.sh
+nl_require
+nl_build_harness "${1:-build}/net/harness"
+nl_namespaces kbox-nh kbox-net kbtap
 
 # Content: a small file, 10 MiB of random bytes, a bare repository.
 mkdir -p "$T/www"
@@ -94,37 +45,12 @@ BIGSUM=$(sha256sum <"$T/www/big.bin" | cut -d' ' -f1)
 	cd "$T/www/repo.git" && git update-server-info
 ) || bad "test repository"
 
-H() { ip netns exec "$HNS" "$@"; }
-G() { ip netns exec "$GNS" timeout "${TMO:-30}" "$@"; }
-
 # Started without a shell function in between, so that $! is the
 # process itself (`ip netns exec` execs it).
 ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8000 "$T/www" &
 PIDS="$PIDS $!"
 ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8001 "$T/www" &
 PIDS="$PIDS $!"
-# start_harness OUT ERR ARGS...: the stack on a new $TAP, moved into the
-# guest namespace and configured there; sets HARNESS.
-start_harness() {
-	local out=$1 err=$2
-	shift 2
-	ip netns exec "$HNS" "$B/harness" --tap "$TAP" --lifetime 150 "$@" >"$out" 2>"$err" &
-	HARNESS=$!
-	PIDS="$PIDS $HARNESS"
-	for _ in $(seq 50); do grep -q '^ready' "$out" 2>/dev/null && break; sleep 0.1; done
-	if ! grep -q '^ready' "$out"; then
-		bad "harness starts" "$(cat "$err")"
-		finish
-	fi
-	ip -n "$HNS" link set "$TAP" netns "$GNS" &&
-		ip -n "$GNS" addr add 10.0.2.15/24 dev "$TAP" &&
-		ip -n "$GNS" link set "$TAP" up &&
-		ip -n "$GNS" route add default via 10.0.2.2 || { bad "guest namespace set-up"; finish; }
-}
-stop_harness() {
-	kill -TERM "$HARNESS" 2>/dev/null
-	for _ in $(seq 50); do kill -0 "$HARNESS" 2>/dev/null || break; sleep 0.1; done
-}
 RESOLVE="--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --resolve pinned.test=1.2.3.4"
 # shellcheck disable=SC2086
 start_harness "$T/harness.out" "$T/harness.err" --audit "$T/audit.log" --learn "$T/learned.yaml" $RESOLVE \
@@ -421,9 +347,5 @@ denied "learn: allowlist run, a port never tried is refused" http://host.kbox.in
 stop_harness
 check "learn: allowlist run, no denial of what was learned" "0" \
 	"$(grep '"decision":"deny"' "$T/audit2.log" | grep -vc '169.254.169.254\|127.0.0.1:8001')"
-if grep -q "ERROR: AddressSanitizer\|runtime error\|LeakSanitizer" "$T/harness.err" "$T/harness2.err"; then
-	bad "harness clean under sanitizers" "$(head -20 "$T/harness.err" "$T/harness2.err")"
-else
-	ok "harness clean under sanitizers"
-fi
+nl_sanitizers_clean "harness clean under sanitizers" "$T/harness.err" "$T/harness2.err"
 finish

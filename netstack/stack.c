@@ -52,6 +52,13 @@
 #define MEMO_CAP 4096u
 #define TIME_WAIT_MAX 64u /* lwIP's TIME-WAIT pcbs kept; the oldest go beyond */
 #define DNS_TAG ((uint64_t)NS_MAX_FORWARDS + 1) /* epoll data of the resolver's eventfd */
+/* lwIP's send buffer per connection when the guest takes merged frames:
+ * the packaged TCP_SND_BUF (64 KiB) is one merged frame, so the sender
+ * would stop after each until the guest's ACK came back.  snd_buf is a
+ * 32-bit field (window scaling is on) that lwIP only ever adds ACKed
+ * bytes to and subtracts written ones from, so a larger start holds; the
+ * real bound is TCP_SND_QUEUELEN segments, kept below by guest_room. */
+#define SND_BUF_GSO ((tcpwnd_size_t)(TCP_SND_QUEUELEN - 4) * TCP_MSS)
 
 static const uint8_t gw_ip[4] = NS_GATEWAY_IP;
 static const uint8_t guest_ip[4] = NS_GUEST_IP;
@@ -175,6 +182,11 @@ struct ns {
 	unsigned dns_running; /* resolver calls under way (guarded by rp.m) */
 	uint8_t tx[FR_FRAME_MAX];
 	uint8_t rx[HOST_READ_MAX];
+	/* cfg.output_gso: frames go through the merger; while a call into
+	 * the stack runs (round) they may wait in it, and the call flushes
+	 * it before letting go of the lock. */
+	struct gso *gso;
+	bool round;
 };
 
 static pthread_once_t lwip_once = PTHREAD_ONCE_INIT;
@@ -307,7 +319,33 @@ static void audit(struct ns *s, const char *proto, const char *direction, const 
 
 static void send_frame(struct ns *s, size_t n)
 {
-	s->cfg.output(s->cfg.output_ctx, s->tx, n);
+	if (!s->gso) {
+		s->cfg.output(s->cfg.output_ctx, s->tx, n);
+		return;
+	}
+	gso_add(s->gso, s->tx, n);
+	if (!s->round)
+		gso_flush(s->gso); /* lwIP's timers: nobody would flush later */
+}
+
+static void gso_out(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
+{
+	struct ns *s = ctx;
+
+	s->cfg.output_gso(s->cfg.output_ctx, h, frame, len);
+}
+
+/* Start and end one call's worth of output (see struct ns). */
+static void round_begin(struct ns *s)
+{
+	s->round = true;
+}
+
+static void round_end(struct ns *s)
+{
+	if (s->gso)
+		gso_flush(s->gso);
+	s->round = false;
 }
 
 static void send_rst(struct ns *s, const struct fr_pkt *seg)
@@ -1082,6 +1120,11 @@ static void flow_open(struct flow *f)
 	tcp_sent(f->pcb, on_sent);
 	tcp_err(f->pcb, on_err);
 	tcp_nagle_disable(f->pcb);
+	if (f->s->gso) {
+		/* See SND_BUF_GSO. */
+		f->pcb->snd_buf = SND_BUF_GSO;
+		f->pcb->ssthresh = SND_BUF_GSO;
+	}
 	f->state = FL_OPEN;
 	f->reading = true;
 	flow_events(f);
@@ -1835,6 +1878,7 @@ void ns_input(struct ns *s, const uint8_t *frame, size_t len)
 	size_t n;
 
 	LOCK_TCPIP_CORE();
+	round_begin(s);
 	s->st.frames_in++;
 	if (fr_parse(frame, len, &p) < 0)
 		goto drop;
@@ -1873,6 +1917,7 @@ void ns_input(struct ns *s, const uint8_t *frame, size_t len)
 drop:
 	s->st.frames_dropped++;
 out:
+	round_end(s);
 	UNLOCK_TCPIP_CORE();
 }
 
@@ -1935,6 +1980,7 @@ void ns_dispatch(struct ns *s)
 	if (n <= 0)
 		return;
 	LOCK_TCPIP_CORE();
+	round_begin(s);
 	for (i = 0; i < n; i++) {
 		struct ft_entry *e;
 
@@ -1960,6 +2006,7 @@ void ns_dispatch(struct ns *s)
 		if (e)
 			flow_event((struct flow *)((char *)e - offsetof(struct flow, ft)), ev[i].events);
 	}
+	round_end(s);
 	UNLOCK_TCPIP_CORE();
 }
 
@@ -1986,7 +2033,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	struct ns *s;
 	int r;
 
-	if (!cfg || !cfg->policy || !cfg->audit || !cfg->output)
+	if (!cfg || !cfg->policy || !cfg->audit || (!cfg->output && !cfg->output_gso))
 		return -EINVAL;
 	pthread_mutex_lock(&ns_single);
 	if (ns_exists) {
@@ -2018,6 +2065,11 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	s->listen = calloc(65536, sizeof *s->listen);
 	if (!s->listen || ft_init(&s->ft, NS_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
 		goto fail;
+	if (cfg->output_gso) {
+		if (!(s->gso = malloc(sizeof *s->gso)))
+			goto fail;
+		gso_init(s->gso, cfg->gso_max ? cfg->gso_max : GSO_FRAME_MAX, gso_out, s);
+	}
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -2054,6 +2106,7 @@ fail:
 	dns_memo_free(&s->memo);
 	ft_free(&s->ft);
 	free(s->listen);
+	free(s->gso);
 	free(s);
 	pthread_mutex_unlock(&ns_single);
 	return r;
@@ -2116,6 +2169,7 @@ void ns_destroy(struct ns *s)
 	dns_memo_free(&s->memo);
 	ft_free(&s->ft);
 	free(s->listen);
+	free(s->gso);
 	free(s);
 	pthread_mutex_lock(&ns_single);
 	ns_exists = false;

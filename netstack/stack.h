@@ -51,6 +51,7 @@
 
 #include "netstack/audit.h"
 #include "netstack/dns.h"
+#include "netstack/gso.h"
 #include "netstack/intercept.h"
 #include "netstack/policy.h"
 
@@ -73,6 +74,12 @@
 /* Send one frame of len bytes (at most 1514) to the guest.  Called with
  * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
 typedef void (*ns_output_fn)(void *ctx, const uint8_t *frame, size_t len);
+
+/* With segmentation offload: send frame[0, len) (at most the config's
+ * gso_max bytes) to the guest as described by *h, a virtio_net_hdr that
+ * is all zero for a plain frame (netstack/gso.h).  Called like
+ * ns_output_fn. */
+typedef void (*ns_output_gso_fn)(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len);
 
 /* Resolve name (allowed by the policy) for qtype (DNS_TYPE_A or
  * DNS_TYPE_AAAA): store at most max addresses with their TTLs in out and
@@ -107,6 +114,13 @@ struct ns_config {
 	struct audit_learn *learn; /* --learn: every decision recorded too; NULL: off */
 	ns_output_fn output;
 	void *output_ctx;
+	/* Set when the link peer segments TCPv4 and completes checksums
+	 * (a TAP with IFF_VNET_HDR, virtio-net with GUEST_TSO4): every frame
+	 * then goes here instead of output (with output_ctx), and the TCP
+	 * segments one call into the stack sends for one connection leave
+	 * as one frame of up to gso_max bytes (0: GSO_FRAME_MAX). */
+	ns_output_gso_fn output_gso;
+	size_t gso_max;
 	/* The guest's MAC when known in advance (a NIC we made), so that a
 	 * forwarded connection reaches a guest that has sent nothing yet
 	 * without an ARP round trip and a SYN retransmission; NULL: learnt
@@ -153,8 +167,8 @@ struct ns_stats {
 };
 
 /* Start lwIP (first call only) and a stack with cfg (copied).  0,
- * -EBUSY (a stack exists), -EINVAL (no policy, audit or output) or a
- * negative errno. */
+ * -EBUSY (a stack exists), -EINVAL (no policy, audit, or neither output
+ * nor output_gso) or a negative errno. */
 int ns_create(const struct ns_config *cfg, struct ns **out);
 
 /* Tear down every connection (hosts and guest get resets), drop the DNS

@@ -3,34 +3,41 @@
 # harness of tests/net) against slirp4netns and pasta (passt), with the
 # same server and the same clients, in one run.
 #
-#   apt-get install -y --no-install-recommends slirp4netns passt   # once; the bench only
+#   apt-get install -y --no-install-recommends slirp4netns passt iperf3   # once; the bench only
 #   bench/net/run.sh [BUILD_DIR]                                     # root, /dev/net/tun
 #
 # Namespaces made here, and nothing else touched (TESTING.md):
-#   kbox-bh-PID  the "host": netbench's HTTP server on 127.0.0.1:8080, the
-#                kbox harness, slirp4netns and pasta; its only other
+#   kbox-bh-PID  the "host": netbench's HTTP server on 127.0.0.1:8080,
+#                iperf3's server on 127.0.0.1:5201, the kbox harnesses,
+#                slirp4netns and pasta; its only other
 #                interface is one end of a veth pair (10.0.2.15/24, default
 #                via 10.0.2.2: pasta copies it as its template);
 #   kbox-bx-PID  the veth's other end, alone: what goes there stays there;
-#   kbox-bk-PID  guest of kbox's stack (TAP, 10.0.2.15, gateway 10.0.2.2);
+#   kbox-bk-PID  guest of kbox's stack (TAP, 10.0.2.15, gateway 10.0.2.2),
+#                merged TCP segments towards the guest (netstack/gso.h);
+#   kbox-bK-PID  the same without them (--gso off: one frame per segment);
 #   kbox-bs-PID  guest of slirp4netns, MTU 1500 (its default);
 #   kbox-bS-PID  guest of slirp4netns --mtu 65520;
 #   kbox-bp-PID  guest of pasta (MTU 65520, its default).
-# Each guest reaches the server as 10.0.2.2:8080, which every contestant
-# maps to the host's loopback (kbox: host.kbox.internal with an allow rule
-# for the port; slirp4netns and pasta: their gateway mapping). "direct"
-# is the client in the host namespace on 127.0.0.1:8080, the ceiling.
+# Each guest reaches the servers as 10.0.2.2:8080 and :5201, which every
+# contestant maps to the host's loopback (kbox: host.kbox.internal with
+# an allow rule for each port; slirp4netns and pasta: their gateway
+# mapping). "direct" is the client in the host namespace on 127.0.0.1,
+# the ceiling.
 #
 # Measures, REPS times with the contestants taking turns (medians):
 #   down / up   curl GET / PUT of BULK_MB MiB (sizes checked), MiB/s
+#   iperf_down / iperf_up   iperf3 -R / iperf3 for IPERF_S seconds, one
+#               stream, MiB/s as its receiver counted them (when iperf3 is
+#               installed)
 #   rate        RATE_THREADS threads of connect, GET /64, read to EOF,
 #               close, for RATE_S seconds: requests/s
 #   connect     LAT_N such requests one after another: connect() p50/p99
 #               (until the SYN-ACK; kbox answers it once its host connect
 #               succeeded) and the whole request p50, in ms
 # Environment: BULK_MB (200), REPS (3), RATE_S (5), RATE_THREADS (8),
-# LAT_N (300), MAXTIME (900 s for the whole run, through timeout(1)),
-# ONLY (a subset of "kbox slirp slirp65k pasta").
+# LAT_N (300), IPERF_S (5), MAXTIME (900 s for the whole run, through
+# timeout(1)), ONLY (a subset of "kbox kbox0 slirp slirp65k pasta").
 # Raw runs go to BUILD_DIR/bench/net.txt; everything made is removed on exit.
 set -u
 cd "$(dirname "$0")/../.."
@@ -42,8 +49,10 @@ REPS=${REPS:-3}
 RATE_S=${RATE_S:-5}
 RATE_THREADS=${RATE_THREADS:-8}
 LAT_N=${LAT_N:-300}
+IPERF_S=${IPERF_S:-5}
 MAXTIME=${MAXTIME:-900}
 PORT=8080
+IPORT=5201
 
 if [ -z "${KBOX_BENCH_NET_BOUNDED:-}" ]; then
 	KBOX_BENCH_NET_BOUNDED=1 exec timeout -k 20 "$MAXTIME" "$0" "$@"
@@ -67,9 +76,10 @@ ${CC:-cc} $CF -o "$BUILD/bench/netbench" bench/net/netbench.c -lpthread || exit 
 NB=$BUILD/bench/netbench
 
 ID=$$
-HNS=kbox-bh-$ID XNS=kbox-bx-$ID TAP=kbbt$ID
-declare -A GNS=([kbox]=kbox-bk-$ID [slirp]=kbox-bs-$ID [slirp65k]=kbox-bS-$ID [pasta]=kbox-bp-$ID)
-PEERS="kbox"
+HNS=kbox-bh-$ID XNS=kbox-bx-$ID
+declare -A GNS=([kbox]=kbox-bk-$ID [kbox0]=kbox-bK-$ID [slirp]=kbox-bs-$ID [slirp65k]=kbox-bS-$ID
+	[pasta]=kbox-bp-$ID)
+PEERS="kbox kbox0"
 if command -v slirp4netns >/dev/null; then
 	PEERS="$PEERS slirp slirp65k"
 else
@@ -79,6 +89,12 @@ if command -v pasta >/dev/null; then
 	PEERS="$PEERS pasta"
 else
 	echo "# pasta missing (apt-get install passt): its column is left out"
+fi
+IPERF=
+if command -v iperf3 >/dev/null; then
+	IPERF=1
+else
+	echo "# iperf3 missing (apt-get install iperf3): its rows are left out"
 fi
 if [ -n "${ONLY:-}" ]; then
 	want=
@@ -126,22 +142,33 @@ done
 
 ip netns exec "$HNS" "$NB" serve $PORT "$MAXTIME" >"$T/server.out" 2>&1 &
 PIDS="$PIDS $!"
+if [ -n "$IPERF" ]; then
+	ip netns exec "$HNS" iperf3 -s -B 127.0.0.1 -p $IPORT >"$T/iperf.out" 2>&1 &
+	PIDS="$PIDS $!"
+fi
 
 # kbox: the harness's stack on a TAP that then moves to the guest.
-ip netns exec "$HNS" "$BUILD/bench/net-harness" --tap "$TAP" --lifetime "$MAXTIME" --audit "$T/audit.log" \
-	--allow host.kbox.internal:$PORT >"$T/harness.out" 2>"$T/harness.err" &
-HARNESS=$!
-PIDS="$PIDS $HARNESS"
-for _ in $(seq 50); do grep -q '^ready' "$T/harness.out" 2>/dev/null && break; sleep 0.1; done
-grep -q '^ready' "$T/harness.out" || { echo "harness did not start:"; cat "$T/harness.err"; exit 1; }
-GK=${GNS[kbox]}
-ip -n "$HNS" link set "$TAP" netns "$GK" &&
-	ip -n "$GK" addr add 10.0.2.15/24 dev "$TAP" &&
-	ip -n "$GK" link set "$TAP" up &&
-	ip -n "$GK" route add default via 10.0.2.2 || exit 1
+# start_kbox PEER TAP GSO
+HARNESSES=
+start_kbox() {
+	local p=$1 tap=$2 g=${GNS[$1]}
+	ip netns exec "$HNS" "$BUILD/bench/net-harness" --tap "$tap" --lifetime "$MAXTIME" --gso "$3" \
+		--audit "$T/$p.audit" --allow host.kbox.internal:$PORT --allow host.kbox.internal:$IPORT \
+		>"$T/$p.out" 2>"$T/$p.err" &
+	HARNESSES="$HARNESSES $p:$!"
+	PIDS="$PIDS $!"
+	for _ in $(seq 50); do grep -q '^ready' "$T/$p.out" 2>/dev/null && break; sleep 0.1; done
+	grep -q '^ready' "$T/$p.out" || { echo "harness did not start:"; cat "$T/$p.err"; exit 1; }
+	ip -n "$HNS" link set "$tap" netns "$g" &&
+		ip -n "$g" addr add 10.0.2.15/24 dev "$tap" &&
+		ip -n "$g" link set "$tap" up &&
+		ip -n "$g" route add default via 10.0.2.2 || exit 1
+}
 
 for p in $PEERS; do
 	case $p in
+	kbox) start_kbox kbox "kbbt$ID" on; continue ;;
+	kbox0) start_kbox kbox0 "kbbu$ID" off; continue ;;
 	slirp) ip netns exec "$HNS" slirp4netns --configure --mtu=1500 --netns-type=path \
 		"/run/netns/${GNS[$p]}" tap0 >"$T/$p.log" 2>&1 & ;;
 	slirp65k) ip netns exec "$HNS" slirp4netns --configure --mtu=65520 --netns-type=path \
@@ -187,6 +214,18 @@ while [ $r -lt "$REPS" ]; do
 		set -- $out
 		{ [ "${1:-0}" = "$BYTES" ] && grep -q '^ok' "$T/put.out"; } || { echo "$p: upload sent ${1:-nothing} bytes"; exit 1; }
 		echo "$p up $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+		if [ -n "$IPERF" ]; then
+			for dir in down up; do
+				flag=
+				[ $dir = down ] && flag=-R
+				client "$p" iperf3 -c "$a" -p $IPORT -t "$IPERF_S" $flag -J >"$T/iperf.json" 2>&1
+				v=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))["end"]["sum_received"]
+print("%.1f" % (d["bytes"] / d["seconds"] / 1048576))' "$T/iperf.json" 2>/dev/null) ||
+					{ echo "$p: iperf3 $dir failed:"; head -c 600 "$T/iperf.json"; exit 1; }
+				echo "$p iperf_$dir $v" >>"$RAW"
+			done
+		fi
 		out=$(client "$p" "$NB" rate "$a" $PORT "$RATE_S" "$RATE_THREADS")
 		echo "$p rate $(echo "$out" | sed -n 's/.*rps=\([0-9.]*\).*/\1/p')" >>"$RAW"
 		echo "$p rate_errors $(echo "$out" | sed -n 's/.*errors=\([0-9]*\).*/\1/p')" >>"$RAW"
@@ -211,8 +250,8 @@ printf '%-22s' metric
 for p in direct $PEERS; do printf '%10s' "$p"; done
 for p in $PEERS; do [ "$p" != kbox ] && printf '%14s' "kbox/$p"; done
 echo
-for m in down up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors; do
-	case $m in down | up) label="$m (MiB/s)" ;; rate) label="rate (req/s)" ;; *) label=$m ;; esac
+for m in down up iperf_down iperf_up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors; do
+	case $m in iperf_*) [ -z "$IPERF" ] && continue; label="$m (MiB/s)" ;; down | up) label="$m (MiB/s)" ;; rate) label="rate (req/s)" ;; *) label=$m ;; esac
 	printf '%-22s' "$label"
 	for p in direct $PEERS; do printf '%10s' "$(median "$p" "$m")"; done
 	for p in $PEERS; do
@@ -221,10 +260,14 @@ for m in down up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors; 
 	echo
 done
 echo "# kbox/PEER: above 1 means kbox is faster for MiB/s and req/s, slower for the ms rows."
-echo "# kbox: lwIP's fixed MSS 1460 (MTU 1500); slirp65k and pasta use a 65520-byte MTU."
-kill -TERM "$HARNESS" 2>/dev/null
-for _ in $(seq 50); do kill -0 "$HARNESS" 2>/dev/null || break; sleep 0.1; done
-grep '^stats' "$T/harness.out" | sed 's/^/# kbox /'
-errs=$(grep -o '"error":"[A-Z]*"' "$T/audit.log" | sort | uniq -c | tr -s ' \n' ' ')
-[ -n "$errs" ] && echo "# kbox audit log, failed host connects: $errs"
+echo "# kbox, kbox0: lwIP's fixed MSS 1460 (MTU 1500), kbox with segments merged into frames of up to 64 KiB;"
+echo "# slirp65k and pasta use a 65520-byte MTU."
+for h in $HARNESSES; do
+	p=${h%%:*} pid=${h#*:}
+	kill -TERM "$pid" 2>/dev/null
+	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	grep '^stats' "$T/$p.out" | sed "s/^/# $p /"
+	errs=$(grep -o '"error":"[A-Z]*"' "$T/$p.audit" | sort | uniq -c | tr -s ' \n' ' ')
+	[ -n "$errs" ] && echo "# $p audit log, failed host connects: $errs"
+done
 echo "# raw runs: $RAW"

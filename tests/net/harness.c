@@ -4,7 +4,7 @@
  *   harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...
  *           [--resolve NAME=A.B.C.D]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...
  *           [--add-host NAME:ADDR]... [--learn FILE]
- *           [--lifetime SECONDS]
+ *           [--lifetime SECONDS] [--gso on|off]
  *           [--secret-conf FILE] [--tls-intercept all|secrets] [--tls-bypass NAME]...
  *           [--tls-extra-ca FILE] [--ca-dir DIR]
  *
@@ -12,7 +12,14 @@
  * and "ready" once the TAP exists, then serves until SIGTERM/SIGINT or
  * the lifetime (default 150 s) ends, and prints its counters to stdout.
  * The resolver is a fixed table (names not in it get NXDOMAIN): the test
- * never asks a real DNS server. */
+ * never asks a real DNS server.
+ *
+ * The TAP carries a virtio_net_hdr before each frame (IFF_VNET_HDR), so
+ * with --gso on (the default) the stack's merged TCP segments go to the
+ * namespace's kernel as one large frame each (netstack/gso.h), as they go
+ * to a guest's virtio-net driver.  No offload is enabled for the other
+ * direction (TUNSETOFFLOAD): the kernel sends us plain, checksummed
+ * frames of at most the MTU, which is what lwIP's MSS expects. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -23,6 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "netstack/audit.h"
@@ -30,7 +41,6 @@
 #include "netstack/intercept.h"
 #include "netstack/policy.h"
 #include "netstack/stack.h"
-#include "netstack/tap.h"
 
 #define MAX_TABLE 64
 
@@ -50,11 +60,45 @@ static void on_signal(int sig)
 	stop = 1;
 }
 
+static void tap_out_gso(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
+{
+	struct iovec iov[2] = {{.iov_base = (void *)h, .iov_len = sizeof *h}, {.iov_base = (void *)frame, .iov_len = len}};
+
+	/* The kernel queues the frame or drops it; TCP recovers from drops. */
+	if (writev(tap_fd, iov, 2) != (ssize_t)(sizeof *h + len))
+		tap_drops++;
+}
+
 static void tap_out(void *ctx, const uint8_t *frame, size_t len)
 {
-	/* The kernel queues the frame or drops it; TCP recovers from drops. */
-	if (write(tap_fd, frame, len) != (ssize_t)len)
-		tap_drops++;
+	static const struct gso_hdr none;
+
+	tap_out_gso(ctx, &none, frame, len);
+}
+
+/* netstack/tap.c's tap_open with IFF_VNET_HDR: a non-blocking descriptor
+ * and the name in out (IFNAMSIZ bytes), or a negative errno. */
+static int tap_open_vnet(const char *name, char *out)
+{
+	struct ifreq ifr;
+	int fd, e, hdrlen = (int)sizeof(struct gso_hdr);
+
+	if (strlen(name) >= IFNAMSIZ)
+		return -EINVAL;
+	fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	memset(&ifr, 0, sizeof ifr);
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+	memcpy(ifr.ifr_name, name, strlen(name));
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0 || ioctl(fd, TUNSETVNETHDRSZ, &hdrlen) < 0) {
+		e = -errno;
+		close(fd);
+		return e;
+	}
+	memcpy(out, ifr.ifr_name, IFNAMSIZ);
+	out[IFNAMSIZ - 1] = '\0';
+	return fd;
 }
 
 static int resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max, size_t *n)
@@ -109,7 +153,7 @@ static void usage(void)
 	fprintf(stderr, "usage: harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...\n"
 			"               [--resolve NAME=ADDR]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...\n"
 			"               [--add-host NAME:ADDR]... [--learn FILE]\n"
-			"               [--lifetime SECONDS]\n");
+			"               [--lifetime SECONDS] [--gso on|off]\n");
 	exit(2);
 }
 
@@ -126,6 +170,7 @@ int main(int argc, char **argv)
 	struct ns *s;
 	enum pol_mode mode = POL_MODE_PUBLIC;
 	long lifetime = 150;
+	int gso = 1;
 	time_t end;
 	static uint8_t buf[65536];
 	struct ns_forward fwd[NS_MAX_FORWARDS];
@@ -203,6 +248,8 @@ int main(int argc, char **argv)
 			bypass[nbypass++] = v;
 		} else if (strcmp(a, "--lifetime") == 0) {
 			lifetime = atol(v);
+		} else if (strcmp(a, "--gso") == 0) {
+			gso = strcmp(v, "off") != 0;
 		} else {
 			usage();
 		}
@@ -214,7 +261,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "harness: setup: %s\n", strerror(-r));
 		return 1;
 	}
-	tap_fd = tap_open(tap, ifname, sizeof ifname);
+	tap_fd = tap_open_vnet(tap, ifname);
 	if (tap_fd < 0) {
 		fprintf(stderr, "harness: tap %s: %s\n", tap, strerror(-tap_fd));
 		return 1;
@@ -223,6 +270,8 @@ int main(int argc, char **argv)
 	cfg.policy = &pol;
 	cfg.audit = &au;
 	cfg.output = tap_out;
+	if (gso)
+		cfg.output_gso = tap_out_gso;
 	cfg.resolve = resolve;
 	cfg.hosts = hosts;
 	cfg.nhosts = nhosts;
@@ -286,7 +335,11 @@ int main(int argc, char **argv)
 			}
 			if (n <= 0)
 				break;
-			ns_input(s, buf, (size_t)n);
+			/* Nothing asked for offloads this way: a header that
+			 * wants one is not ours to honour. */
+			if ((size_t)n < sizeof(struct gso_hdr) || (buf[0] & GSO_F_NEEDS_CSUM) || buf[1] != GSO_TYPE_NONE)
+				continue;
+			ns_input(s, buf + sizeof(struct gso_hdr), (size_t)n - sizeof(struct gso_hdr));
 		}
 		ns_dispatch(s);
 	}

@@ -17,105 +17,29 @@
 #include "devices/fs_passthrough.h"
 #include "devices/virtio_fs.h"
 #include "devices/virtio_mmio.h"
+#include "tests/lib/fake_virtio.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
-#define QBASE(q) (0x10000u * ((q) + 1))
 #define IND 0x30000u   /* indirect table */
 #define REQ 0x40000u   /* request bytes */
 #define REP 0x80000u   /* reply area */
-#define DESC_F_NEXT 1u
-#define DESC_F_WRITE 2u
-#define DESC_F_INDIRECT 4u
 
 enum { HIPRIO, REQUEST };
 
-struct seg {
-	uint64_t gpa;
-	uint32_t len;
-	bool write;
-};
-
-static uint8_t *ram;
-static struct guest_mem gm;
+static struct fv_driver drv;
 static struct virtio_fs vfs;
 static struct vmmio t;
 static struct fsp *fs;
 static struct fuse_server *srv;
 static char dir[64];
-static uint16_t avail_idx[2], used_seen[2];
 static uint64_t unique = 1;
-
-static void wr(uint64_t off, uint32_t v)
-{
-	vmmio_write(&t, off, &v, 4);
-}
-
-static uint32_t rd(uint64_t off)
-{
-	uint32_t v;
-	vmmio_read(&t, off, &v, 4);
-	return v;
-}
-
-static void w16(uint64_t gpa, uint16_t v)
-{
-	v = htole16(v);
-	memcpy(ram + gpa, &v, 2);
-}
-
-static uint16_t r16(uint64_t gpa)
-{
-	uint16_t v;
-	memcpy(&v, ram + gpa, 2);
-	return le16toh(v);
-}
-
-static uint32_t r32(uint64_t gpa)
-{
-	uint32_t v;
-	memcpy(&v, ram + gpa, 4);
-	return le32toh(v);
-}
-
-static void put_desc(uint64_t table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
-		     uint16_t next)
-{
-	uint8_t *d = ram + table + 16 * i;
-	addr = htole64(addr);
-	len = htole32(len);
-	flags = htole16(flags);
-	next = htole16(next);
-	memcpy(d, &addr, 8);
-	memcpy(d + 8, &len, 4);
-	memcpy(d + 12, &flags, 2);
-	memcpy(d + 14, &next, 2);
-}
 
 static void driver_up(void)
 {
-	wr(0x70, 0);
-	wr(0x70, 1);
-	wr(0x70, 3);
-	wr(0x24, 1);
-	wr(0x20, 1); /* VERSION_1 */
-	wr(0x24, 0);
-	wr(0x20, 1u << VIRTIO_F_INDIRECT_DESC | 1u << VIRTIO_F_EVENT_IDX);
-	wr(0x70, 3 | 8);
-	ck_assert_uint_eq(rd(0x70), 11);
-	for (unsigned q = 0; q < 2; q++) {
-		memset(ram + QBASE(q), 0, 0x3000); /* fresh rings */
-		wr(0x30, q);
-		wr(0x38, QSIZE);
-		wr(0x80, QBASE(q));
-		wr(0x90, QBASE(q) + 0x1000);
-		wr(0xa0, QBASE(q) + 0x2000);
-		wr(0x44, 1);
-		ck_assert_uint_eq(rd(0x44), 1);
-	}
-	wr(0x70, 15);
-	memset(avail_idx, 0, sizeof avail_idx);
-	memset(used_seen, 0, sizeof used_seen);
+	const uint64_t f = 1ull << VIRTIO_F_VERSION_1 | 1ull << VIRTIO_F_INDIRECT_DESC |
+			   1ull << VIRTIO_F_EVENT_IDX;
+	ck_assert_int_eq(fv_driver_up(&drv, f, 2, QSIZE), 0);
 	ck_assert(vfs.dev.live);
 }
 
@@ -140,11 +64,10 @@ static void setup(void)
 					 .entry_timeout = 1, .attr_timeout = 1 };
 	ck_assert_int_eq(fsp_new(&fc, &fs), 0);
 	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
-	ram = calloc(1, RAM);
-	memset(&gm, 0, sizeof gm);
-	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
 	ck_assert_int_eq(virtio_fs_init(&vfs, srv, "workspace"), 0);
-	ck_assert_int_eq(vmmio_init(&t, &vfs.dev, &gm, NULL), 0);
+	ck_assert_int_eq(vmmio_init(&t, &vfs.dev, &drv.gm, NULL), 0);
+	drv.mmio = &t;
 	driver_up();
 }
 
@@ -153,40 +76,32 @@ static void teardown(void)
 	char cmd[128];
 	fuse_server_free(srv);
 	fsp_free(fs);
-	free(ram);
+	fv_free(&drv);
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	ck_assert_int_eq(system(cmd), 0);
 }
 
 static bool needs_reset(void)
 {
-	return rd(0x70) & VIRTIO_STATUS_NEEDS_RESET;
+	return fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET;
 }
 
 /* Offer one chain on queue q (in descriptors 0..n-1, or through an
  * indirect table) and kick.  Returns true and *used if the device gave it
  * back. */
-static bool submit(unsigned q, const struct seg *s, unsigned n, bool indirect, uint32_t *used)
+static bool submit(unsigned q, const struct fv_seg *s, unsigned n, bool indirect, uint32_t *used)
 {
-	uint64_t table = indirect ? IND : QBASE(q);
-	for (unsigned i = 0; i < n; i++)
-		put_desc(table, i, s[i].gpa, s[i].len,
-			 (uint16_t)((s[i].write ? DESC_F_WRITE : 0) | (i + 1 < n ? DESC_F_NEXT : 0)),
-			 (uint16_t)(i + 1));
+	uint32_t head;
 	if (indirect)
-		put_desc(QBASE(q), 0, IND, 16 * n, DESC_F_INDIRECT, 0);
-	w16(QBASE(q) + 0x1000 + 4 + 2 * (avail_idx[q] % QSIZE), 0);
-	avail_idx[q]++;
-	w16(QBASE(q) + 0x1000 + 2, avail_idx[q]);
-	wr(0x50, q);
-	uint64_t u = QBASE(q) + 0x2000;
-	if (r16(u + 2) == used_seen[q])
+		fv_chain_indirect(&drv, q, 0, IND, s, n);
+	else
+		fv_chain(&drv, q, 0, s, n);
+	fv_offer(&drv, q, 0);
+	fv_kick(&drv, q);
+	if (!fv_used(&drv, q, &head, used))
 		return false;
-	unsigned slot = used_seen[q] % QSIZE;
-	ck_assert_uint_eq(r32(u + 4 + 8 * slot), 0);
-	*used = r32(u + 8 + 8 * slot);
-	used_seen[q]++;
-	ck_assert_uint_eq(r16(u + 2), used_seen[q]);
+	ck_assert_uint_eq(head, 0);
+	ck_assert_uint_eq(fv_used_pending(&drv, q), 0);
 	return true;
 }
 
@@ -198,14 +113,14 @@ static uint32_t build(uint32_t op, uint64_t nodeid, const void *arg, uint32_t ar
 	struct fuse_in_header h = { .opcode = op, .unique = unique++, .nodeid = nodeid };
 	uint32_t len = sizeof h;
 	if (arglen)
-		memcpy(ram + REQ + len, arg, arglen);
+		memcpy(drv.ram + REQ + len, arg, arglen);
 	len += arglen;
 	if (name) {
-		memcpy(ram + REQ + len, name, strlen(name) + 1);
+		memcpy(drv.ram + REQ + len, name, strlen(name) + 1);
 		len += (uint32_t)strlen(name) + 1;
 	}
 	h.len = len;
-	memcpy(ram + REQ, &h, sizeof h);
+	memcpy(drv.ram + REQ, &h, sizeof h);
 	return len;
 }
 
@@ -217,15 +132,15 @@ static struct fuse_out_header call(uint32_t op, uint64_t nodeid, const void *arg
 {
 	uint32_t len = build(op, nodeid, arg, arglen, name), used;
 	uint32_t split = len > 7 ? 7 : 1;
-	struct seg s[] = {
+	struct fv_seg s[] = {
 		{ REQ, split, false },
 		{ REQ + split, len - split, false },
 		{ REP, rep_len, true },
 	};
-	memset(ram + REP, 0xee, rep_len);
+	memset(drv.ram + REP, 0xee, rep_len);
 	ck_assert(submit(REQUEST, s, 3, indirect, &used));
 	struct fuse_out_header oh;
-	memcpy(&oh, ram + REP, sizeof oh);
+	memcpy(&oh, drv.ram + REP, sizeof oh);
 	ck_assert_uint_eq(oh.len, used);
 	return oh;
 }
@@ -237,7 +152,7 @@ static void init_ok(void)
 	struct fuse_out_header oh = call(FUSE_INIT, 0, &in, sizeof in, NULL, 4096, false);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_init_out o;
-	memcpy(&o, ram + REP + sizeof oh, sizeof o);
+	memcpy(&o, drv.ram + REP + sizeof oh, sizeof o);
 	ck_assert_uint_eq(o.major, 7);
 	ck_assert_uint_eq(o.max_write, VIRTIO_FS_MAX_WRITE);
 	ck_assert_uint_eq(o.max_pages, VIRTIO_FS_MAX_WRITE / 4096);
@@ -245,21 +160,21 @@ static void init_ok(void)
 
 START_TEST(config_space)
 {
-	ck_assert_uint_eq(rd(0x008), VIRTIO_FS_DEVICE_ID);
+	ck_assert_uint_eq(fv_rd(&drv, 0x008), VIRTIO_FS_DEVICE_ID);
 	char tag[VIRTIO_FS_TAG_LEN];
 	for (unsigned i = 0; i < VIRTIO_FS_TAG_LEN; i += 4) {
-		uint32_t v = rd(0x100 + i);
+		uint32_t v = fv_rd(&drv, 0x100 + i);
 		memcpy(tag + i, &v, 4);
 	}
 	ck_assert_mem_eq(tag, "workspace\0\0\0", 12);
 	for (unsigned i = 9; i < VIRTIO_FS_TAG_LEN; i++)
 		ck_assert_uint_eq((uint8_t)tag[i], 0);
-	ck_assert_uint_eq(le32toh(rd(0x100 + 36)), 1);
+	ck_assert_uint_eq(le32toh(fv_rd(&drv, 0x100 + 36)), 1);
 	uint8_t b;
 	vmmio_read(&t, 0x100 + 1, &b, 1);
 	ck_assert_uint_eq(b, 'o');
 	/* Past the end of config space reads as zeros. */
-	ck_assert_uint_eq(rd(0x100 + 40), 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x100 + 40), 0);
 }
 END_TEST
 
@@ -269,14 +184,14 @@ START_TEST(init_lookup_getattr_read)
 	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, true);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_entry_out e;
-	memcpy(&e, ram + REP + sizeof oh, sizeof e);
+	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
 	ck_assert_uint_eq(e.attr.size, 5);
 
 	struct fuse_getattr_in ga = { 0 };
 	oh = call(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, 4096, false);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_attr_out ao;
-	memcpy(&ao, ram + REP + sizeof oh, sizeof ao);
+	memcpy(&ao, drv.ram + REP + sizeof oh, sizeof ao);
 	ck_assert_uint_eq(ao.attr.size, 5);
 	ck_assert(S_ISREG(ao.attr.mode));
 
@@ -284,13 +199,13 @@ START_TEST(init_lookup_getattr_read)
 	oh = call(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, 4096, false);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_open_out oo;
-	memcpy(&oo, ram + REP + sizeof oh, sizeof oo);
+	memcpy(&oo, drv.ram + REP + sizeof oh, sizeof oo);
 
 	/* READ into a reply split as the Linux driver does: the header in
 	 * one buffer, data in pieces. */
 	struct fuse_read_in ri = { .fh = oo.fh, .offset = 1, .size = 4 };
 	uint32_t len = build(FUSE_READ, e.nodeid, &ri, sizeof ri, NULL), used;
-	struct seg s[] = {
+	struct fv_seg s[] = {
 		{ REQ, sizeof(struct fuse_in_header), false },
 		{ REQ + sizeof(struct fuse_in_header), len - sizeof(struct fuse_in_header), false },
 		{ REP, sizeof(struct fuse_out_header), true },
@@ -299,10 +214,10 @@ START_TEST(init_lookup_getattr_read)
 	};
 	ck_assert(submit(REQUEST, s, 5, false, &used));
 	ck_assert_uint_eq(used, sizeof(struct fuse_out_header) + 4);
-	memcpy(&oh, ram + REP, sizeof oh);
+	memcpy(&oh, drv.ram + REP, sizeof oh);
 	ck_assert_int_eq(oh.error, 0);
-	ck_assert_uint_eq(ram[REP + 0x1000], 'e');
-	ck_assert_mem_eq(ram + REP + 0x2000, "llo", 3);
+	ck_assert_uint_eq(drv.ram[REP + 0x1000], 'e');
+	ck_assert_mem_eq(drv.ram + REP + 0x2000, "llo", 3);
 
 	/* Hidden names do not exist through the device either. */
 	oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, ".env", 4096, false);
@@ -321,26 +236,26 @@ START_TEST(write_reaches_host)
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_entry_out e;
 	struct fuse_open_out oo;
-	memcpy(&e, ram + REP + sizeof oh, sizeof e);
-	memcpy(&oo, ram + REP + sizeof oh + sizeof e, sizeof oo);
+	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
+	memcpy(&oo, drv.ram + REP + sizeof oh + sizeof e, sizeof oo);
 
 	struct fuse_write_in wi = { .fh = oo.fh, .size = 6 };
 	uint32_t len = build(FUSE_WRITE, e.nodeid, &wi, sizeof wi, NULL), used;
-	memcpy(ram + 0x60000, "from g", 6);
+	memcpy(drv.ram + 0x60000, "from g", 6);
 	struct fuse_in_header h;
-	memcpy(&h, ram + REQ, sizeof h);
+	memcpy(&h, drv.ram + REQ, sizeof h);
 	h.len = len + 6;
-	memcpy(ram + REQ, &h, sizeof h);
-	struct seg s[] = {
+	memcpy(drv.ram + REQ, &h, sizeof h);
+	struct fv_seg s[] = {
 		{ REQ, len, false },
 		{ 0x60000, 6, false },
 		{ REP, 64, true },
 	};
 	ck_assert(submit(REQUEST, s, 3, true, &used));
-	memcpy(&oh, ram + REP, sizeof oh);
+	memcpy(&oh, drv.ram + REP, sizeof oh);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_write_out wo;
-	memcpy(&wo, ram + REP + sizeof oh, sizeof wo);
+	memcpy(&wo, drv.ram + REP + sizeof oh, sizeof wo);
 	ck_assert_uint_eq(wo.size, 6);
 
 	char p[128], buf[16] = { 0 };
@@ -359,12 +274,12 @@ START_TEST(forget_on_hiprio)
 	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, false);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_entry_out e;
-	memcpy(&e, ram + REP + sizeof oh, sizeof e);
+	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
 	ck_assert_uint_eq(fsp_inodes(fs), 1);
 
 	struct fuse_forget_in fi = { .nlookup = 1 };
 	uint32_t len = build(FUSE_FORGET, e.nodeid, &fi, sizeof fi, NULL), used = 99;
-	struct seg s[] = { { REQ, len, false } };
+	struct fv_seg s[] = { { REQ, len, false } };
 	ck_assert(submit(HIPRIO, s, 1, false, &used));
 	ck_assert_uint_eq(used, 0);
 	ck_assert_uint_eq(fsp_inodes(fs), 0);
@@ -379,7 +294,7 @@ START_TEST(reply_needed_but_no_area)
 	init_ok();
 	struct fuse_mkdir_in mi = { .mode = 0755 };
 	uint32_t len = build(FUSE_MKDIR, FUSE_ROOT_ID, &mi, sizeof mi, "d"), used;
-	struct seg s[] = { { REQ, len, false } };
+	struct fv_seg s[] = { { REQ, len, false } };
 	ck_assert(!submit(HIPRIO, s, 1, false, &used));
 	ck_assert(needs_reset());
 	ck_assert(!vfs.dev.live);
@@ -402,12 +317,12 @@ START_TEST(reset_closes_host_fds)
 	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, false);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_entry_out e;
-	memcpy(&e, ram + REP + sizeof oh, sizeof e);
+	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
 	struct fuse_open_in oi = { .flags = O_RDONLY };
 	ck_assert_int_eq(call(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, 4096, false).error, 0);
 	ck_assert_uint_eq(fsp_inodes(fs), 1);
 	ck_assert_uint_eq(fsp_open_fds(fs), 2);
-	wr(0x70, 0);
+	fv_wr(&drv, 0x70, 0);
 	ck_assert_uint_eq(fsp_inodes(fs), 0);
 	ck_assert_uint_eq(fsp_open_fds(fs), 0);
 	driver_up();
@@ -427,7 +342,7 @@ START_TEST(bad_framing_stops)
 	init_ok();
 	/* len says more than the chain holds */
 	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
-	struct seg s[] = { { REQ, len - 1, false }, { REP, 4096, true } };
+	struct fv_seg s[] = { { REQ, len - 1, false }, { REP, 4096, true } };
 	ck_assert(!submit(REQUEST, s, 2, false, &used));
 	ck_assert(needs_reset());
 }
@@ -436,7 +351,7 @@ END_TEST
 START_TEST(short_header_stops)
 {
 	init_ok();
-	struct seg s[] = { { REQ, 8, false }, { REP, 4096, true } };
+	struct fv_seg s[] = { { REQ, 8, false }, { REP, 4096, true } };
 	uint32_t used;
 	ck_assert(!submit(REQUEST, s, 2, false, &used));
 	ck_assert(needs_reset());
@@ -451,7 +366,7 @@ START_TEST(tiny_reply_area_stops)
 {
 	init_ok();
 	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
-	struct seg s[] = { { REQ, len, false }, { REP, 8, true } };
+	struct fv_seg s[] = { { REQ, len, false }, { REP, 8, true } };
 	ck_assert(!submit(REQUEST, s, 2, false, &used));
 	ck_assert(needs_reset());
 }
@@ -462,38 +377,37 @@ START_TEST(hostile_chains)
 	init_ok();
 	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
 	/* A buffer outside guest RAM. */
-	struct seg out_of_ram[] = { { REQ, len, false }, { RAM - 16, 4096, true } };
+	struct fv_seg out_of_ram[] = { { REQ, len, false }, { RAM - 16, 4096, true } };
 	ck_assert(!submit(REQUEST, out_of_ram, 2, false, &used));
 	ck_assert(needs_reset());
 
 	/* Readable after writable. */
 	driver_up();
-	struct seg order[] = { { REP, 4096, true }, { REQ, len, false } };
+	struct fv_seg order[] = { { REP, 4096, true }, { REQ, len, false } };
 	ck_assert(!submit(REQUEST, order, 2, false, &used));
 	ck_assert(needs_reset());
 
 	/* A loop: the last descriptor points back at the first. */
 	driver_up();
-	put_desc(QBASE(REQUEST), 0, REQ, len, DESC_F_NEXT, 1);
-	put_desc(QBASE(REQUEST), 1, REP, 4096, DESC_F_WRITE | DESC_F_NEXT, 0);
-	w16(QBASE(REQUEST) + 0x1000 + 4, 0);
-	w16(QBASE(REQUEST) + 0x1000 + 2, 1);
-	wr(0x50, REQUEST);
+	fv_desc(&drv, drv.q[REQUEST].desc, 0, REQ, len, FV_DESC_F_NEXT, 1);
+	fv_desc(&drv, drv.q[REQUEST].desc, 1, REP, 4096, FV_DESC_F_WRITE | FV_DESC_F_NEXT, 0);
+	fv_offer(&drv, REQUEST, 0);
+	fv_kick(&drv, REQUEST);
 	ck_assert(needs_reset());
 
 	/* More segments than a chain may have. */
 	driver_up();
-	struct seg many[VQ_MAX_SEGS + 1];
-	many[0] = (struct seg){ REQ, len, false };
+	struct fv_seg many[VQ_MAX_SEGS + 1];
+	many[0] = (struct fv_seg){ REQ, len, false };
 	for (unsigned i = 1; i <= VQ_MAX_SEGS; i++)
-		many[i] = (struct seg){ REP + 16 * i, 16, true };
+		many[i] = (struct fv_seg){ REP + 16 * i, 16, true };
 	ck_assert(!submit(REQUEST, many, VQ_MAX_SEGS + 1, true, &used));
 	ck_assert(needs_reset());
 
 	/* avail.idx far ahead of what the queue can hold. */
 	driver_up();
-	w16(QBASE(REQUEST) + 0x1000 + 2, QSIZE + 5);
-	wr(0x50, REQUEST);
+	fv_w16(&drv, drv.q[REQUEST].avail + 2, QSIZE + 5);
+	fv_kick(&drv, REQUEST);
 	ck_assert(needs_reset());
 	ck_assert_uint_ge(vfs.stats.bad_chains, 5);
 }

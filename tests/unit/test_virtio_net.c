@@ -4,36 +4,24 @@
  * Hostile chains and frames must be dropped or stop the device, never
  * crash it. */
 #include <check.h>
-#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_net.h"
+#include "tests/lib/fake_virtio.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
-#define QBASE(q) (0x10000u * ((q) + 1))
 #define BUF 0x40000u
-#define DESC_F_NEXT 1u
-#define DESC_F_WRITE 2u
 
 enum { RX, TX };
 
-struct seg {
-	uint64_t gpa;
-	uint32_t len;
-	bool write;
-};
-
-static uint8_t *ram;
-static struct guest_mem gm;
+static struct fv_driver drv;
 static struct vnet net;
 static struct vmmio t;
-static uint16_t avail_idx[2], used_seen[2], next_desc[2];
 
 /* What the backend saw. */
 static uint8_t last_tx[2048];
@@ -52,94 +40,28 @@ static void be_tx(void *ctx, const uint8_t *frame, size_t len)
 		ck_assert_int_eq(vnet_rx_enqueue(&net, frame, len), 0);
 }
 
-static void wr(uint64_t off, uint32_t v)
-{
-	vmmio_write(&t, off, &v, 4);
-}
-
-static uint32_t rd(uint64_t off)
-{
-	uint32_t v;
-	vmmio_read(&t, off, &v, 4);
-	return v;
-}
-
-static void w16(uint64_t gpa, uint16_t v)
-{
-	v = htole16(v);
-	memcpy(ram + gpa, &v, 2);
-}
-
-static uint16_t r16(uint64_t gpa)
-{
-	uint16_t v;
-	memcpy(&v, ram + gpa, 2);
-	return le16toh(v);
-}
-
-static uint32_t r32(uint64_t gpa)
-{
-	uint32_t v;
-	memcpy(&v, ram + gpa, 4);
-	return le32toh(v);
-}
-
-static void put_desc(uint64_t table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
-		     uint16_t next)
-{
-	uint8_t *d = ram + table + 16 * i;
-	addr = htole64(addr);
-	len = htole32(len);
-	flags = htole16(flags);
-	next = htole16(next);
-	memcpy(d, &addr, 8);
-	memcpy(d + 8, &len, 4);
-	memcpy(d + 12, &flags, 2);
-	memcpy(d + 14, &next, 2);
-}
-
 static uint32_t extra_features; /* offloads a test negotiates */
 
 static void driver_up(void)
 {
-	wr(0x70, 0);
-	wr(0x70, 1);
-	wr(0x70, 3);
-	wr(0x10 + 0x4, 0); /* DeviceFeaturesSel */
-	uint32_t f = rd(0x10);
+	fv_wr(&drv, FV_R_DEV_FEATURES_SEL, 0);
+	uint32_t f = fv_rd(&drv, 0x10);
 	ck_assert(f & (1u << VIRTIO_NET_F_MAC));
 	ck_assert(f & (1u << VIRTIO_NET_F_MTU));
-	wr(0x24, 1);
-	wr(0x20, 1); /* VERSION_1 */
-	wr(0x24, 0);
-	wr(0x20, 1u << VIRTIO_NET_F_MAC | 1u << VIRTIO_NET_F_MTU | 1u << VIRTIO_NET_F_STATUS | extra_features);
-	wr(0x70, 3 | 8);
-	ck_assert_uint_eq(rd(0x70), 11);
-	for (unsigned q = 0; q < 2; q++) {
-		memset(ram + QBASE(q), 0, 0x3000);
-		wr(0x30, q);
-		wr(0x38, QSIZE);
-		wr(0x80, QBASE(q));
-		wr(0x90, QBASE(q) + 0x1000);
-		wr(0xa0, QBASE(q) + 0x2000);
-		wr(0x44, 1);
-	}
-	wr(0x70, 15);
-	memset(avail_idx, 0, sizeof avail_idx);
-	memset(used_seen, 0, sizeof used_seen);
-	memset(next_desc, 0, sizeof next_desc);
+	uint64_t want = 1ull << VIRTIO_F_VERSION_1 | 1u << VIRTIO_NET_F_MAC |
+			1u << VIRTIO_NET_F_MTU | 1u << VIRTIO_NET_F_STATUS | extra_features;
+	ck_assert_int_eq(fv_driver_up(&drv, want, 2, QSIZE), 0);
 	ck_assert(net.dev.live);
 }
 
 static void setup(void)
 {
-	ram = calloc(1, RAM);
-	memset(&gm, 0, sizeof gm);
-	ck_assert_int_eq(gm_add_region(&gm, 0, RAM, ram), 0);
+	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { be_tx, NULL };
 	ck_assert_int_eq(vnet_init(&net, mac, &be), 0);
-	ck_assert_int_eq(vmmio_init(&t, &net.dev, &gm, NULL), 0);
+	ck_assert_int_eq(vmmio_init(&t, &net.dev, &drv.gm, NULL), 0);
+	drv.mmio = &t;
 	ntx = 0;
 	last_tx_len = 0;
 	echo = false;
@@ -149,40 +71,12 @@ static void setup(void)
 static void teardown(void)
 {
 	vnet_destroy(&net);
-	free(ram);
+	fv_free(&drv);
 }
 
 static bool needs_reset(void)
 {
-	return rd(0x70) & VIRTIO_STATUS_NEEDS_RESET;
-}
-
-/* Offer one chain on queue q and kick. */
-static void post(unsigned q, const struct seg *s, unsigned n)
-{
-	uint16_t head = next_desc[q];
-	for (unsigned i = 0; i < n; i++) {
-		uint16_t d = (uint16_t)((head + i) % QSIZE);
-		put_desc(QBASE(q), d, s[i].gpa, s[i].len,
-			 (uint16_t)((s[i].write ? DESC_F_WRITE : 0) | (i + 1 < n ? DESC_F_NEXT : 0)),
-			 (uint16_t)((d + 1) % QSIZE));
-	}
-	next_desc[q] = (uint16_t)((head + n) % QSIZE);
-	w16(QBASE(q) + 0x1000 + 4 + 2 * (avail_idx[q] % QSIZE), head);
-	avail_idx[q]++;
-	w16(QBASE(q) + 0x1000 + 2, avail_idx[q]);
-	wr(0x50, q);
-}
-
-/* Take the next used element of q: true and its length if there is one. */
-static bool used(unsigned q, uint32_t *len)
-{
-	uint64_t u = QBASE(q) + 0x2000;
-	if (r16(u + 2) == used_seen[q])
-		return false;
-	*len = r32(u + 8 + 8 * (used_seen[q] % QSIZE));
-	used_seen[q]++;
-	return true;
+	return fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET;
 }
 
 static void frame(uint8_t *f, size_t len, uint8_t seed)
@@ -195,16 +89,17 @@ static void frame(uint8_t *f, size_t len, uint8_t seed)
  * bytes into two descriptors. */
 static void tx(size_t len, uint8_t g, uint32_t split)
 {
-	memset(ram + BUF, 0, VNET_HDR_SIZE);
-	ram[BUF + 1] = g;
-	frame(ram + BUF + VNET_HDR_SIZE, len, 3);
+	memset(drv.ram + BUF, 0, VNET_HDR_SIZE);
+	drv.ram[BUF + 1] = g;
+	frame(drv.ram + BUF + VNET_HDR_SIZE, len, 3);
 	uint32_t total = (uint32_t)(VNET_HDR_SIZE + len);
 	if (split == 0 || split >= total) {
-		struct seg s = { BUF, total, false };
-		post(TX, &s, 1);
+		struct fv_seg s = { BUF, total, false };
+		fv_post(&drv, TX, &s, 1);
 	} else {
-		struct seg s[2] = { { BUF, split, false }, { BUF + split, total - split, false } };
-		post(TX, s, 2);
+		struct fv_seg s[2] = { { BUF, split, false },
+				       { BUF + split, total - split, false } };
+		fv_post(&drv, TX, s, 2);
 	}
 }
 
@@ -217,7 +112,7 @@ START_TEST(config_space)
 	ck_assert_mem_eq(b, mac, 6);
 	ck_assert_uint_eq(b[6] | b[7] << 8, VIRTIO_NET_S_LINK_UP);
 	ck_assert_uint_eq(b[10] | b[11] << 8, VNET_MTU);
-	ck_assert_uint_eq(rd(0x08), VIRTIO_NET_DEVICE_ID);
+	ck_assert_uint_eq(fv_rd(&drv, 0x08), VIRTIO_NET_DEVICE_ID);
 }
 END_TEST
 
@@ -228,19 +123,19 @@ START_TEST(tx_frames)
 	static const uint32_t splits[] = { 0, 1, 11, 12, 13, 40 };
 	for (unsigned i = 0; i < sizeof splits / sizeof splits[0]; i++) {
 		tx(60, 0, splits[i]);
-		ck_assert(used(TX, &n));
+		ck_assert(fv_used(&drv, TX, NULL, &n));
 		ck_assert_uint_eq(n, 0);
 		ck_assert_uint_eq(last_tx_len, 60);
 		frame(want, 60, 3);
 		ck_assert_mem_eq(last_tx, want, 60);
 	}
 	tx(VNET_MAX_FRAME, 0, 700);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(last_tx_len, VNET_MAX_FRAME);
 	frame(want, VNET_MAX_FRAME, 3);
 	ck_assert_mem_eq(last_tx, want, VNET_MAX_FRAME);
 	tx(VNET_ETH_HLEN, 0, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(last_tx_len, VNET_ETH_HLEN);
 	ck_assert_uint_eq(ntx, 8);
 	ck_assert(!needs_reset());
@@ -251,30 +146,30 @@ START_TEST(tx_bad_frames_dropped)
 {
 	uint32_t n;
 	tx(VNET_ETH_HLEN - 1, 0, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(0, 0, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(VNET_MAX_FRAME + 1, 0, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(9000, 0, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(100, 1 /* TCPv4 GSO */, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, 0);
 	struct vnet_stats st;
 	vnet_get_stats(&net, &st);
 	ck_assert_uint_eq(st.tx_dropped, 5);
 	ck_assert(!needs_reset());
 	tx(60, 0, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, 1);
 }
 END_TEST
 
 START_TEST(tx_short_header_stops)
 {
-	struct seg s = { BUF, VNET_HDR_SIZE - 1, false };
-	post(TX, &s, 1);
+	struct fv_seg s = { BUF, VNET_HDR_SIZE - 1, false };
+	fv_post(&drv, TX, &s, 1);
 	ck_assert(needs_reset());
 	ck_assert_uint_eq(ntx, 0);
 	/* The driver resets the device and starts over. */
@@ -282,7 +177,7 @@ START_TEST(tx_short_header_stops)
 	ck_assert(!needs_reset());
 	uint32_t n;
 	tx(60, 0, 0);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, 1);
 }
 END_TEST
@@ -290,8 +185,8 @@ END_TEST
 START_TEST(tx_ring_garbage_stops)
 {
 	/* A descriptor outside RAM. */
-	struct seg s = { RAM - 4, 64, false };
-	post(TX, &s, 1);
+	struct fv_seg s = { RAM - 4, 64, false };
+	fv_post(&drv, TX, &s, 1);
 	ck_assert(needs_reset());
 	ck_assert_uint_eq(ntx, 0);
 }
@@ -302,11 +197,11 @@ END_TEST
 static void rx_buf(uint64_t gpa, uint32_t len, uint32_t split)
 {
 	if (split == 0 || split >= len) {
-		struct seg s = { gpa, len, true };
-		post(RX, &s, 1);
+		struct fv_seg s = { gpa, len, true };
+		fv_post(&drv, RX, &s, 1);
 	} else {
-		struct seg s[2] = { { gpa, split, true }, { gpa + split, len - split, true } };
-		post(RX, s, 2);
+		struct fv_seg s[2] = { { gpa, split, true }, { gpa + split, len - split, true } };
+		fv_post(&drv, RX, s, 2);
 	}
 }
 
@@ -315,9 +210,9 @@ static void check_rx(uint64_t gpa, uint32_t n, size_t len, uint8_t seed)
 	uint8_t want[VNET_MAX_FRAME];
 	ck_assert_uint_eq(n, VNET_HDR_SIZE + len);
 	for (unsigned i = 0; i < VNET_HDR_SIZE; i++)
-		ck_assert_uint_eq(ram[gpa + i], i == 10 ? 1 : 0);
+		ck_assert_uint_eq(drv.ram[gpa + i], i == 10 ? 1 : 0);
 	frame(want, len, seed);
-	ck_assert_mem_eq(ram + gpa + VNET_HDR_SIZE, want, len);
+	ck_assert_mem_eq(drv.ram + gpa + VNET_HDR_SIZE, want, len);
 }
 
 START_TEST(rx_waits_for_buffers)
@@ -329,25 +224,25 @@ START_TEST(rx_waits_for_buffers)
 	frame(f, VNET_MAX_FRAME, 2);
 	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_MAX_FRAME), 0);
 	vnet_rx_flush(&net); /* no buffers yet: nothing moves */
-	ck_assert(!used(RX, &n));
-	memset(ram + BUF, 0xee, 0x1000);
+	ck_assert(!fv_used(&drv, RX, NULL, &n));
+	memset(drv.ram + BUF, 0xee, 0x1000);
 	rx_buf(BUF, VNET_HDR_SIZE + VNET_MAX_FRAME, 0);
-	ck_assert(used(RX, &n));
+	ck_assert(fv_used(&drv, RX, NULL, &n));
 	check_rx(BUF, n, 60, 1);
-	ck_assert(!used(RX, &n));
-	memset(ram + BUF + 0x1000, 0xee, 0x1000);
+	ck_assert(!fv_used(&drv, RX, NULL, &n));
+	memset(drv.ram + BUF + 0x1000, 0xee, 0x1000);
 	rx_buf(BUF + 0x1000, VNET_HDR_SIZE + VNET_MAX_FRAME, 5); /* header split */
-	ck_assert(used(RX, &n));
+	ck_assert(fv_used(&drv, RX, NULL, &n));
 	check_rx(BUF + 0x1000, n, VNET_MAX_FRAME, 2);
 	/* Buffers first, frame later. */
 	rx_buf(BUF + 0x2000, 2048, 700);
-	ck_assert(!used(RX, &n));
+	ck_assert(!fv_used(&drv, RX, NULL, &n));
 	frame(f, 100, 9);
 	ck_assert_int_eq(vnet_rx_enqueue(&net, f, 100), 0);
 	uint64_t cnt;
 	ck_assert_int_eq(read(vnet_wake_fd(&net), &cnt, sizeof cnt), (ssize_t)sizeof cnt);
 	vnet_rx_flush(&net);
-	ck_assert(used(RX, &n));
+	ck_assert(fv_used(&drv, RX, NULL, &n));
 	check_rx(BUF + 0x2000, n, 100, 9);
 	struct vnet_stats st;
 	vnet_get_stats(&net, &st);
@@ -370,7 +265,7 @@ START_TEST(rx_queue_bounded)
 	/* Draining one makes room for one. */
 	uint32_t n;
 	rx_buf(BUF, 2048, 0);
-	ck_assert(used(RX, &n));
+	ck_assert(fv_used(&drv, RX, NULL, &n));
 	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
 	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), -ENOBUFS);
 }
@@ -383,11 +278,11 @@ START_TEST(rx_small_buffer_stops)
 	rx_buf(BUF, VNET_HDR_SIZE + sizeof f - 1, 0);
 	ck_assert(needs_reset());
 	uint32_t n;
-	ck_assert(!used(RX, &n));
+	ck_assert(!fv_used(&drv, RX, NULL, &n));
 	/* A reset drops the queue: the new driver sees no stale frame. */
 	driver_up();
 	rx_buf(BUF, 2048, 0);
-	ck_assert(!used(RX, &n));
+	ck_assert(!fv_used(&drv, RX, NULL, &n));
 }
 END_TEST
 
@@ -395,8 +290,8 @@ START_TEST(rx_readable_buffer_stops)
 {
 	uint8_t f[60] = { 0 };
 	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
-	struct seg s[2] = { { BUF, 16, false }, { BUF + 16, 2048, true } };
-	post(RX, s, 2);
+	struct fv_seg s[2] = { { BUF, 16, false }, { BUF + 16, 2048, true } };
+	fv_post(&drv, RX, s, 2);
 	ck_assert(needs_reset());
 }
 END_TEST
@@ -407,8 +302,8 @@ START_TEST(tx_reply_reaches_rx)
 	echo = true;
 	rx_buf(BUF + 0x4000, 2048, 0);
 	tx(80, 0, 0);
-	ck_assert(used(TX, &n));
-	ck_assert(used(RX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
+	ck_assert(fv_used(&drv, RX, NULL, &n));
 	check_rx(BUF + 0x4000, n, 80, 3);
 }
 END_TEST
@@ -422,10 +317,10 @@ START_TEST(many_frames_through)
 		ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
 		uint64_t gpa = BUF + 0x1000 * (round % 8);
 		rx_buf(gpa, 2048, round % 2 ? 0 : 100);
-		ck_assert(used(RX, &n));
+		ck_assert(fv_used(&drv, RX, NULL, &n));
 		check_rx(gpa, n, sizeof f, (uint8_t)round);
 		tx(64 + round, 0, round % 40);
-		ck_assert(used(TX, &n));
+		ck_assert(fv_used(&drv, TX, NULL, &n));
 		ck_assert_uint_eq(last_tx_len, 64 + round);
 	}
 	ck_assert(!needs_reset());
@@ -466,9 +361,10 @@ START_TEST(enqueue_from_another_thread)
 			usleep(50);
 			vnet_rx_flush(&net);
 		}
-		while (used(RX, &n)) {
+		while (fv_used(&drv, RX, NULL, &n)) {
 			unsigned idx;
-			memcpy(&idx, ram + BUF + 0x1000 * (got % 64) + VNET_HDR_SIZE + 20, sizeof idx);
+			uint64_t at = BUF + 0x1000 * (got % 64) + VNET_HDR_SIZE + 20;
+			memcpy(&idx, fv_at(&drv, at, sizeof idx), sizeof idx);
 			ck_assert_uint_eq(n, VNET_HDR_SIZE + 64);
 			ck_assert_uint_eq(idx, got);
 			got++;
@@ -535,19 +431,19 @@ static size_t udp_partial(uint8_t *f, size_t len, uint16_t *want)
  * at off. */
 static void tx_csum(const uint8_t *f, size_t len, uint16_t start, uint16_t off)
 {
-	memset(ram + BUF, 0, VNET_HDR_SIZE);
-	ram[BUF] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
-	ram[BUF + 6] = (uint8_t)start, ram[BUF + 7] = (uint8_t)(start >> 8);
-	ram[BUF + 8] = (uint8_t)off, ram[BUF + 9] = (uint8_t)(off >> 8);
-	memcpy(ram + BUF + VNET_HDR_SIZE, f, len);
-	struct seg s = { BUF, (uint32_t)(VNET_HDR_SIZE + len), false };
-	post(TX, &s, 1);
+	memset(drv.ram + BUF, 0, VNET_HDR_SIZE);
+	drv.ram[BUF] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+	drv.ram[BUF + 6] = (uint8_t)start, drv.ram[BUF + 7] = (uint8_t)(start >> 8);
+	drv.ram[BUF + 8] = (uint8_t)off, drv.ram[BUF + 9] = (uint8_t)(off >> 8);
+	memcpy(drv.ram + BUF + VNET_HDR_SIZE, f, len);
+	struct fv_seg s = { BUF, (uint32_t)(VNET_HDR_SIZE + len), false };
+	fv_post(&drv, TX, &s, 1);
 }
 
 START_TEST(csum_offloads)
 {
-	wr(0x10 + 0x4, 0);
-	uint32_t f = rd(0x10);
+	fv_wr(&drv, 0x10 + 0x4, 0);
+	uint32_t f = fv_rd(&drv, 0x10);
 	ck_assert(f & (1u << VIRTIO_NET_F_CSUM));
 	ck_assert(f & (1u << VIRTIO_NET_F_GUEST_CSUM));
 	extra_features = 1u << VIRTIO_NET_F_CSUM | 1u << VIRTIO_NET_F_GUEST_CSUM;
@@ -561,7 +457,7 @@ START_TEST(csum_offloads)
 		udp_partial(fr, lens[i], &want);
 		unsigned before = ntx;
 		tx_csum(fr, lens[i], 34, 6);
-		ck_assert(used(TX, &n));
+		ck_assert(fv_used(&drv, TX, NULL, &n));
 		ck_assert_uint_eq(ntx, before + 1);
 		ck_assert_uint_eq(last_tx[40] << 8 | last_tx[41], want);
 		ck_assert_mem_eq(last_tx + 42, fr + 42, lens[i] - 42);
@@ -573,7 +469,7 @@ START_TEST(csum_offloads)
 		udp_partial(fr, 60, &want);
 		unsigned before = ntx;
 		tx_csum(fr, 60, bad[i][0], bad[i][1]);
-		ck_assert(used(TX, &n));
+		ck_assert(fv_used(&drv, TX, NULL, &n));
 		ck_assert_uint_eq(ntx, before);
 	}
 	ck_assert(!needs_reset());
@@ -583,8 +479,8 @@ START_TEST(csum_offloads)
 	ck_assert_int_eq(vnet_rx_enqueue(&net, rf, 60), 0);
 	rx_buf(BUF + 0x1000, 2048, 0);
 	vnet_rx_flush(&net);
-	ck_assert(used(RX, &n));
-	ck_assert_uint_eq(ram[BUF + 0x1000], VIRTIO_NET_HDR_F_DATA_VALID);
+	ck_assert(fv_used(&drv, RX, NULL, &n));
+	ck_assert_uint_eq(drv.ram[BUF + 0x1000], VIRTIO_NET_HDR_F_DATA_VALID);
 	extra_features = 0;
 }
 END_TEST
@@ -598,7 +494,7 @@ START_TEST(csum_request_without_offload_dropped)
 	udp_partial(fr, 60, &want);
 	unsigned before = ntx;
 	tx_csum(fr, 60, 34, 6);
-	ck_assert(used(TX, &n));
+	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, before);
 }
 END_TEST

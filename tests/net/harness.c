@@ -41,6 +41,7 @@
 #include "netstack/intercept.h"
 #include "netstack/policy.h"
 #include "netstack/stack.h"
+#include "vmm/tlsconf.h"
 
 #define MAX_TABLE 64
 
@@ -179,16 +180,10 @@ int main(int argc, char **argv)
 	size_t nfwd = 0, j;
 	int i, r;
 	/* TLS interception, as kbox run sets it up (vmm/tlsconf.c). */
-	const char *secret_conf = NULL, *extra_ca = NULL, *ca_dir = NULL;
-	static const char *bypass[ICPT_BYPASS_MAX];
-	static struct icpt_config icfg;
-	struct secrets *secs = NULL;
-	struct tc_ca *ca = NULL;
-	struct tls_trust *trust = NULL;
-	size_t nbypass = 0;
-	int scope = -1;
+	static struct tlsconf tls;
 
 	pol_init(&pol, POL_MODE_PUBLIC);
+	tlsconf_init(&tls);
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -235,17 +230,21 @@ int main(int argc, char **argv)
 		} else if (strcmp(a, "--learn") == 0) {
 			learn_path = v;
 		} else if (strcmp(a, "--secret-conf") == 0) {
-			secret_conf = v;
+			tls.secrets_path = v;
 		} else if (strcmp(a, "--tls-extra-ca") == 0) {
-			extra_ca = v;
+			tls.extra_ca = v;
 		} else if (strcmp(a, "--ca-dir") == 0) {
-			ca_dir = v;
+			tls.ca_dir = v;
 		} else if (strcmp(a, "--tls-intercept") == 0) {
-			scope = strcmp(v, "all") == 0 ? ICPT_SCOPE_ALL : ICPT_SCOPE_SECRETS;
+			if (tlsconf_set_scope(&tls, v, err, sizeof err) < 0) {
+				fprintf(stderr, "harness: %s\n", err);
+				return 2;
+			}
 		} else if (strcmp(a, "--tls-bypass") == 0) {
-			if (nbypass == ICPT_BYPASS_MAX)
-				usage();
-			bypass[nbypass++] = v;
+			if (tlsconf_add_bypass(&tls, v, err, sizeof err) < 0) {
+				fprintf(stderr, "harness: %s\n", err);
+				return 2;
+			}
 		} else if (strcmp(a, "--lifetime") == 0) {
 			lifetime = atol(v);
 		} else if (strcmp(a, "--gso") == 0) {
@@ -278,26 +277,18 @@ int main(int argc, char **argv)
 	audit_learn_init(&learn);
 	cfg.learn = learn_path ? &learn : NULL;
 	cfg.connect_timeout_ms = 3000;
-	if (secret_conf || scope == ICPT_SCOPE_ALL) {
+	if (tlsconf_active(&tls)) {
 		char msg[512];
 
-		if (!ca_dir) {
+		if (!tls.ca_dir) {
 			fprintf(stderr, "harness: interception needs --ca-dir\n");
 			return 2;
 		}
-		if ((secret_conf && secrets_load(secret_conf, &secs, msg, sizeof msg) < 0) ||
-		    tc_ca_open(ca_dir, &ca, msg, sizeof msg) < 0 ||
-		    tls_trust_load(NULL, extra_ca, &trust, msg, sizeof msg) < 0) {
+		if (tlsconf_load(&tls, msg, sizeof msg) < 0) {
 			fprintf(stderr, "harness: interception: %s\n", msg);
 			return 2;
 		}
-		icfg.ca = ca;
-		icfg.trust = trust;
-		icfg.secrets = secs;
-		icfg.scope = scope < 0 ? ICPT_SCOPE_SECRETS : (enum icpt_scope)scope;
-		icfg.bypass = bypass;
-		icfg.n_bypass = nbypass;
-		cfg.icpt = &icfg;
+		cfg.icpt = tlsconf_icpt(&tls);
 	}
 	r = ns_create(&cfg, &s);
 	if (r < 0) {
@@ -357,9 +348,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.tls_refused);
 	fflush(stdout);
 	ns_destroy(s);
-	secrets_free(secs);
-	tls_trust_free(trust);
-	tc_ca_free(ca);
+	tlsconf_free(&tls);
 	if (learn_path) {
 		int fd = open(learn_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 

@@ -38,7 +38,8 @@ nl_require() {
 	fi
 }
 
-# nl_build_harness OUT: build tests/net/harness with the netstack into OUT
+# nl_build_harness OUT: build tests/net/harness with the netstack and
+# vmm/tlsconf.c (interception set up as kbox run does) into OUT
 # (start_harness runs it), under ASan+UBSan unless NET_SAN=0; a failed
 # build ends the test.
 nl_build_harness() {
@@ -51,7 +52,7 @@ nl_build_harness() {
 	fi
 	mkdir -p "$(dirname "$1")"
 	# shellcheck disable=SC2086,SC2046
-	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c netstack/*.c $(pkg-config --libs lwip) \
+	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c netstack/*.c vmm/tlsconf.c $(pkg-config --libs lwip) \
 		-lbearssl -lyaml -lpthread; then
 		bad "harness builds"
 		finish

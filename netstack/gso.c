@@ -1,5 +1,6 @@
 #include "netstack/gso.h"
 
+#include <errno.h>
 #include <string.h>
 
 #define IP_OFF FR_ETH_HLEN
@@ -19,6 +20,12 @@ static void put16(uint8_t *b, uint16_t v)
 {
 	b[0] = (uint8_t)(v >> 8);
 	b[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *b, uint32_t v)
+{
+	put16(b, (uint16_t)(v >> 16));
+	put16(b + 2, (uint16_t)v);
 }
 
 void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx)
@@ -141,4 +148,47 @@ void gso_add(struct gso *g, const uint8_t *f, size_t len)
 	g->mss = len - hlen;
 	g->segs = 1;
 	g->next_seq = get32(f + TCP_OFF + 4) + (uint32_t)g->mss;
+}
+
+int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *out, size_t cap, gso_emit_fn emit,
+		void *ctx)
+{
+	static const struct gso_hdr none;
+	size_t hlen = h->hdr_len, mss = h->gso_size, off, i;
+	uint32_t seq;
+	uint16_t id;
+	uint8_t ph[12];
+
+	if (h->gso_type == GSO_TYPE_NONE && h->flags == 0) {
+		emit(ctx, &none, f, len);
+		return 0;
+	}
+	if (h->gso_type != GSO_TYPE_TCPV4 || h->flags != GSO_F_NEEDS_CSUM || h->csum_start != TCP_OFF ||
+	    h->csum_offset != 16 || mss == 0 || hlen < TCP_OFF + 20 || hlen >= len || len > GSO_FRAME_MAX ||
+	    hlen + mss > cap || get16(f + 12) != FR_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FR_IP_TCP ||
+	    get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || hlen != TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4)
+		return -EINVAL;
+	seq = get32(f + TCP_OFF + 4);
+	id = get16(f + IP_OFF + 4);
+	memcpy(ph, f + IP_OFF + 12, 8);
+	ph[8] = 0;
+	ph[9] = FR_IP_TCP;
+	for (off = hlen, i = 0; off < len; off += mss, i++) {
+		size_t plen = len - off < mss ? len - off : mss, n = hlen + plen;
+
+		memcpy(out, f, hlen);
+		memcpy(out + hlen, f + off, plen);
+		put16(out + IP_OFF + 2, (uint16_t)(n - FR_ETH_HLEN));
+		put16(out + IP_OFF + 4, (uint16_t)(id + i));
+		put16(out + IP_OFF + 10, 0);
+		put16(out + IP_OFF + 10, fr_csum(out + IP_OFF, 20, 0));
+		put32(out + TCP_OFF + 4, seq + (uint32_t)(off - hlen));
+		if (off + plen < len)
+			out[TCP_OFF + 13] &= (uint8_t)~(FR_TCP_PSH | FR_TCP_FIN);
+		put16(ph + 10, (uint16_t)(n - TCP_OFF));
+		put16(out + TCP_OFF + 16, 0);
+		put16(out + TCP_OFF + 16, fr_csum(out + TCP_OFF, n - TCP_OFF, (uint16_t)~fr_csum(ph, sizeof ph, 0)));
+		emit(ctx, &none, out, n);
+	}
+	return 0;
 }

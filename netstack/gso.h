@@ -78,4 +78,14 @@ void gso_add(struct gso *g, const uint8_t *f, size_t len);
 /* Emit what is pending, if anything. */
 void gso_flush(struct gso *g);
 
+/* What the peer does with a frame from gso_flush: cut frame f[0, len)
+ * described by *h (as emitted: TCPV4 with NEEDS_CSUM, or a plain frame
+ * with a zero header, passed on unchanged) into the segments it was made
+ * of, each built in out[0, cap) with its checksums and given to emit
+ * with a zero header.  For a link whose peer cannot take merged frames.
+ * 0, or -EINVAL when *h and the frame do not describe such a frame or a
+ * segment would not fit cap (nothing emitted then). */
+int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *out, size_t cap, gso_emit_fn emit,
+		void *ctx);
+
 #endif

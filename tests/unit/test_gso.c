@@ -4,6 +4,7 @@
  * result must be the original segments byte for byte, in their order.
  * Also: what stops a merge, interleaved connections, the 64 KiB bound. */
 #include <check.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +174,19 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 	}
 }
 
+static size_t ncut;
+
+/* gso_segment's output must be the next of the frames in ctx. */
+static void cut(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t len)
+{
+	uint8_t **in = ctx;
+
+	ck_assert_uint_eq(h->flags, 0);
+	ck_assert_uint_eq(h->gso_type, GSO_TYPE_NONE);
+	ck_assert_msg(memcmp(f, in[ncut], len) == 0, "cut %zu differs", ncut);
+	ncut++;
+}
+
 /* Feed frames in[0, n) through a merger of max bytes and check that the
  * emitted frames segment back into exactly them; returns how many frames
  * were emitted. */
@@ -199,6 +213,14 @@ static size_t roundtrip(uint8_t **in, const size_t *inlen, size_t n, size_t max)
 		ck_assert_msg(memcmp(segs[i], in[i], lens[i]) == 0, "segment %zu differs", i);
 		free(segs[i]);
 	}
+	/* gso_segment, kbox's own cutter, agrees. */
+	ncut = 0;
+	for (k = 0; k < nouts; k++) {
+		uint8_t out[FR_FRAME_MAX];
+
+		ck_assert_int_eq(gso_segment(&outs[k].h, outs[k].f, outs[k].len, out, sizeof out, cut, in), 0);
+	}
+	ck_assert_uint_eq(ncut, n);
 	return nouts;
 }
 
@@ -404,6 +426,45 @@ START_TEST(other_frames)
 }
 END_TEST
 
+START_TEST(segment_refuses)
+{
+	static struct gso g;
+	uint8_t out[FR_FRAME_MAX];
+	struct gso_hdr h;
+	uint32_t seq = 1;
+	size_t i;
+
+	for (i = 0; i < 3; i++, seq += 1000)
+		flen[i] = seg(frames[i], 80, seq, 1, FR_TCP_ACK, (uint16_t)i, 1000, 1);
+	reset_outs();
+	gso_init(&g, GSO_FRAME_MAX, collect, NULL);
+	for (i = 0; i < 3; i++)
+		gso_add(&g, frames[i], flen[i]);
+	gso_flush(&g);
+	ck_assert_uint_eq(nouts, 1);
+	/* Each field wrong in turn: refused, nothing emitted. */
+	for (i = 0; i < 9; i++) {
+		h = outs[0].h;
+		switch (i) {
+		case 0: h.gso_type = 3; break;
+		case 1: h.flags = 0; break;
+		case 2: h.csum_start = 30; break;
+		case 3: h.csum_offset = 6; break;
+		case 4: h.gso_size = 0; break;
+		case 5: h.hdr_len = 50; break;
+		case 6: h.hdr_len = (uint16_t)outs[0].len; break;
+		case 7: h.gso_size = FR_FRAME_MAX; break;
+		case 8: h.flags = 2, h.gso_type = GSO_TYPE_NONE; break;
+		}
+		ncut = 0;
+		ck_assert_int_eq(gso_segment(&h, outs[0].f, outs[0].len, out, sizeof out, cut, frames), -EINVAL);
+		ck_assert_uint_eq(ncut, 0);
+	}
+	/* A frame shorter than its IP length says. */
+	ck_assert_int_eq(gso_segment(&outs[0].h, outs[0].f, outs[0].len - 1, out, sizeof out, cut, frames), -EINVAL);
+}
+END_TEST
+
 START_TEST(hostile_lengths)
 {
 	static struct gso g;
@@ -444,6 +505,7 @@ Suite *gso_suite(void)
 	tcase_add_test(tc, stoppers);
 	tcase_add_test(tc, push_and_short_end_a_frame);
 	tcase_add_test(tc, other_frames);
+	tcase_add_test(tc, segment_refuses);
 	tcase_add_test(tc, hostile_lengths);
 	suite_add_tcase(s, tc);
 	return s;

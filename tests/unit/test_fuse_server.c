@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -880,6 +881,251 @@ START_TEST(destroy_resets)
 }
 END_TEST
 
+/* Several threads at once on one server, as the multi-threaded /dev/fuse
+ * harness and a virtio-fs worker pool drive it.  Each worker owns its
+ * buffers, looks names up, reads and lists through its own handles, and
+ * reads the handles other workers are releasing meanwhile; a small fd cap
+ * makes inode fds close and reopen under them.  At the end every worker
+ * has forgotten what it looked up and released what it opened, so nothing
+ * may be left. */
+#define CONC_THREADS 6
+#define CONC_ROUNDS 300
+#define CONC_SHARED 16
+
+static uint64_t conc_shared_fh[CONC_SHARED];
+
+struct conc_worker {
+	unsigned seed, id;
+	uint8_t req[4096];
+	uint8_t rep[70000];
+	uint64_t unique;
+	int bad; /* replies that broke the protocol */
+};
+
+static int conc_call(struct conc_worker *w, uint32_t op, uint64_t nodeid,
+		     const void *arg, size_t arglen, const char *name)
+{
+	struct fuse_in_header h = { 0 };
+	struct fuse_out_header oh;
+	size_t len = sizeof h + arglen + (name ? strlen(name) + 1 : 0);
+
+	if (arglen)
+		memcpy(w->req + sizeof h, arg, arglen);
+	if (name)
+		memcpy(w->req + sizeof h + arglen, name, strlen(name) + 1);
+	h.len = (uint32_t)len;
+	h.opcode = op;
+	h.unique = ++w->unique;
+	h.nodeid = nodeid;
+	memcpy(w->req, &h, sizeof h);
+	ssize_t n = fuse_server_handle_buf(srv, w->req, len, w->rep, sizeof w->rep);
+	if (op == FUSE_FORGET)
+		return n == 0 ? 0 : (w->bad++, -EIO);
+	memcpy(&oh, w->rep, sizeof oh);
+	if (n < (ssize_t)sizeof oh || oh.len != (uint32_t)n || oh.unique != h.unique)
+		w->bad++;
+	return oh.error;
+}
+
+static uint64_t conc_lookup(struct conc_worker *w, uint64_t parent,
+			    const char *name)
+{
+	struct fuse_entry_out e;
+	if (conc_call(w, FUSE_LOOKUP, parent, NULL, 0, name) != 0)
+		return 0;
+	memcpy(&e, w->rep + sizeof(struct fuse_out_header), sizeof e);
+	return e.nodeid;
+}
+
+static void conc_forget(struct conc_worker *w, uint64_t node, uint64_t n)
+{
+	struct fuse_forget_in f = { .nlookup = n };
+	conc_call(w, FUSE_FORGET, node, &f, sizeof f, NULL);
+}
+
+/* READDIRPLUS counted a lookup of each entry it returned with a nodeid:
+ * gives those back. */
+static void conc_forget_listed(struct conc_worker *w)
+{
+	struct fuse_out_header oh;
+	memcpy(&oh, w->rep, sizeof oh);
+	size_t pos = sizeof oh;
+	while (pos + FUSE_NAME_OFFSET_DIRENTPLUS <= oh.len) {
+		struct fuse_direntplus d;
+		memcpy(&d, w->rep + pos, sizeof d);
+		if (d.entry_out.nodeid)
+			conc_forget(w, d.entry_out.nodeid, 1);
+		pos += FUSE_DIRENTPLUS_SIZE(&d);
+	}
+}
+
+static uint64_t conc_open(struct conc_worker *w, uint64_t node, bool isdir)
+{
+	struct fuse_open_in in = { .flags = O_RDONLY };
+	struct fuse_open_out o;
+	if (conc_call(w, isdir ? FUSE_OPENDIR : FUSE_OPEN, node, &in, sizeof in,
+		      NULL) != 0)
+		return UINT64_MAX;
+	memcpy(&o, w->rep + sizeof(struct fuse_out_header), sizeof o);
+	return o.fh;
+}
+
+static void conc_release(struct conc_worker *w, uint64_t node, uint64_t fh,
+			 bool isdir)
+{
+	struct fuse_release_in rl = { .fh = fh };
+	conc_call(w, isdir ? FUSE_RELEASEDIR : FUSE_RELEASE, node, &rl, sizeof rl,
+		  NULL);
+}
+
+static void *conc_main(void *arg)
+{
+	struct conc_worker *w = arg;
+	const char *names[] = { "a", "sub", "link", "c0", "c1", "c2", "nope" };
+	struct fuse_getattr_in ga = { 0 };
+	char mine[16];
+
+	snprintf(mine, sizeof mine, "w%u", w->id);
+	for (int round = 0; round < CONC_ROUNDS; round++) {
+		unsigned r = (unsigned)rand_r(&w->seed);
+		const char *nm = names[r % 7];
+		uint64_t node = conc_lookup(w, FUSE_ROOT_ID, nm);
+		if (!node)
+			continue;
+		conc_call(w, FUSE_GETATTR, node, &ga, sizeof ga, NULL);
+		uint64_t pem = strcmp(nm, "sub") == 0 ? conc_lookup(w, node, "key.pem") : 0;
+		if (pem) {
+			conc_call(w, FUSE_GETATTR, pem, &ga, sizeof ga, NULL);
+			conc_forget(w, pem, 1);
+		}
+		bool isdir = strcmp(nm, "sub") == 0;
+		uint64_t fh = strcmp(nm, "link") == 0 ? UINT64_MAX : conc_open(w, node, isdir);
+		if (fh != UINT64_MAX) {
+			struct fuse_read_in rd = { .fh = fh, .size = 4096 };
+			if (conc_call(w, isdir ? FUSE_READDIRPLUS : FUSE_READ, node,
+				      &rd, sizeof rd, NULL) == 0 && isdir)
+				conc_forget_listed(w);
+			/* Publish it for others to read, then release it
+			 * while they may be reading. */
+			__atomic_store_n(&conc_shared_fh[r % CONC_SHARED], fh,
+					 __ATOMIC_RELAXED);
+			conc_release(w, node, fh, isdir);
+		}
+		/* Someone else's handle, maybe being released right now. */
+		struct fuse_read_in rd = {
+			.fh = __atomic_load_n(&conc_shared_fh[(r >> 8) % CONC_SHARED],
+					      __ATOMIC_RELAXED),
+			.size = 64,
+		};
+		conc_call(w, FUSE_READ, node, &rd, sizeof rd, NULL);
+		/* Names come and go in the root while others look them up. */
+		if (r % 5 == 0) {
+			struct fuse_create_in ci = { .flags = O_RDWR, .mode = S_IFREG | 0644 };
+			if (conc_call(w, FUSE_CREATE, FUSE_ROOT_ID, &ci, sizeof ci, mine) == 0) {
+				struct fuse_entry_out e;
+				struct fuse_open_out o;
+				memcpy(&e, w->rep + sizeof(struct fuse_out_header), sizeof e);
+				memcpy(&o, w->rep + sizeof(struct fuse_out_header) + sizeof e,
+				       sizeof o);
+				conc_call(w, FUSE_UNLINK, FUSE_ROOT_ID, NULL, 0, mine);
+				conc_release(w, e.nodeid, o.fh, false);
+				conc_forget(w, e.nodeid, 1);
+			}
+		}
+		conc_forget(w, node, 1);
+	}
+	return NULL;
+}
+
+static void conc_tree(void)
+{
+	for (int i = 0; i < 3; i++) {
+		char n[16];
+		snprintf(n, sizeof n, "c%d", i);
+		put_file(n, "concurrent");
+	}
+}
+
+START_TEST(concurrent_requests)
+{
+	struct conc_worker *w = calloc(CONC_THREADS, sizeof *w);
+	pthread_t t[CONC_THREADS];
+
+	ck_assert_ptr_nonnull(w);
+	conc_tree();
+	/* A cap of 6 fds: inode fds are closed and reopened under the
+	 * workers' feet, and opens may meet EMFILE. */
+	serve(false, NULL, 0, false, 6);
+	init_ok();
+	for (unsigned i = 0; i < CONC_THREADS; i++) {
+		w[i].seed = 1234 + i;
+		w[i].id = i;
+		ck_assert_int_eq(pthread_create(&t[i], NULL, conc_main, &w[i]), 0);
+	}
+	for (unsigned i = 0; i < CONC_THREADS; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_eq(w[i].bad, 0);
+	}
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	free(w);
+}
+END_TEST
+
+struct conc_reset {
+	struct conc_worker w;
+	int stop; /* atomic */
+};
+
+static void *conc_spam(void *arg)
+{
+	struct conc_reset *c = arg;
+	struct fuse_getattr_in ga = { 0 };
+	while (!__atomic_load_n(&c->stop, __ATOMIC_RELAXED)) {
+		uint64_t a = conc_lookup(&c->w, FUSE_ROOT_ID, "a");
+		uint64_t fh = a ? conc_open(&c->w, a, false) : UINT64_MAX;
+		if (fh != UINT64_MAX) {
+			struct fuse_read_in rd = { .fh = fh, .size = 16 };
+			conc_call(&c->w, FUSE_READ, a, &rd, sizeof rd, NULL);
+		}
+		conc_call(&c->w, FUSE_GETATTR, a, &ga, sizeof ga, NULL);
+	}
+	return NULL;
+}
+
+/* A transport reset (virtio-fs) or a new INIT lands while requests are in
+ * flight: it waits for them, drops everything, and what the workers held
+ * is then unknown to the server (ESTALE, EBADF, EIO), never freed twice. */
+START_TEST(reset_while_busy)
+{
+	struct conc_reset *c = calloc(4, sizeof *c);
+	pthread_t t[4];
+
+	ck_assert_ptr_nonnull(c);
+	start();
+	for (unsigned i = 0; i < 4; i++) {
+		c[i].w.id = i;
+		ck_assert_int_eq(pthread_create(&t[i], NULL, conc_spam, &c[i]), 0);
+	}
+	for (int i = 0; i < 30; i++) {
+		usleep(2000);
+		fuse_server_reset(srv);
+		usleep(500);
+		init_ok();
+	}
+	for (unsigned i = 0; i < 4; i++)
+		__atomic_store_n(&c[i].stop, 1, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_eq(c[i].w.bad, 0);
+	}
+	fuse_server_reset(srv);
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	free(c);
+}
+END_TEST
+
 Suite *fuse_server_suite(void)
 {
 	Suite *s = suite_create("fuse_server");
@@ -905,6 +1151,8 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, anchored_hidden);
 	tcase_add_test(tc, posix_locks_never_block);
 	tcase_add_test(tc, destroy_resets);
+	tcase_add_test(tc, concurrent_requests);
+	tcase_add_test(tc, reset_while_busy);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -6,10 +6,11 @@
 # port without an exception) must fail fast.  Nothing leaves the machine:
 # the stack judges every connection before any host connect(), the only
 # destinations it is allowed to dial are on the host's loopback, and the
-# only name resolved is host.kbox.internal, which kbox answers itself
-# (TESTING.md).  Three boots: one with the NIC, one detached serving HTTP
-# on a forwarded port (-p, curl on the host's loopback), one with
-# --network none.
+# only names resolved are host.kbox.internal, which kbox answers itself,
+# and names under kbox-e2e.test, which a Python DNS responder on the host's
+# 127.0.0.1 answers (--dns 127.0.0.1:PORT) (TESTING.md).  Three boots: one
+# with the NIC, one detached serving HTTP on a forwarded port (-p, curl on
+# the host's loopback), one with --network none.
 #   tests/e2e/net.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -18,7 +19,12 @@ pass=0
 fail=0
 tmp=$(mktemp -d)
 srv_pid=
-cleanup() { [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; rm -rf "$tmp"; }
+dns_pid=
+cleanup() {
+	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
+	[ -n "$dns_pid" ] && kill "$dns_pid" 2>/dev/null
+	rm -rf "$tmp"
+}
 trap cleanup EXIT
 boot_timeout=${KBOX_E2E_TIMEOUT:-600}
 
@@ -49,6 +55,10 @@ refuse "bare * deny" "--deny" --deny '*'
 refuse "-p on a non-loopback address" "loopback" -p 0.0.0.0:8080:80
 refuse "-p without a guest port" "guest port" -p 8080:0
 refuse "-p with --network none" "network none" --network none -p 8080:80
+refuse "--dns with a name" "--dns: 'dns.example' is not an IP address" --dns dns.example
+refuse "--dns with port 0" "--dns: '127.0.0.1:0': bad port" --dns 127.0.0.1:0
+refuse "--dns IPv6 with a port, no brackets" "not an IP address" --dns fd00::53:5353x
+refuse "more than 3 --dns" "more than 3 name servers" --dns 127.0.0.1 --dns 127.0.0.2 --dns 127.0.0.3 --dns 127.0.0.4
 
 if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
 	echo "# skipped the boots: /dev/kvm is not usable here"
@@ -87,6 +97,47 @@ if [ -z "$port" ]; then
 	echo "$pass passed, $fail failed"
 	exit 1
 fi
+# --- a DNS server on the host's loopback for --dns: names under
+# kbox-e2e.test only (probe: a public address, rebind: a private one,
+# others NXDOMAIN); each question logged as "NAME TYPE" ---
+cat > "$tmp/dns.py" <<'EOF'
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+with open(sys.argv[1], "w") as f:
+    f.write(str(s.getsockname()[1]))
+answers = {"probe.kbox-e2e.test": bytes([1, 2, 3, 4]), "rebind.kbox-e2e.test": bytes([10, 1, 2, 3])}
+while True:
+    m, peer = s.recvfrom(512)
+    if len(m) < 12:
+        continue
+    qid, flags, qd = struct.unpack(">HHH", m[:6])
+    labels, i = [], 12
+    while i < len(m) and m[i] != 0 and m[i] < 64:
+        labels.append(m[i + 1:i + 1 + m[i]].decode("ascii", "replace"))
+        i += 1 + m[i]
+    if qd != 1 or i + 5 > len(m):
+        continue
+    qtype = struct.unpack(">H", m[i + 1:i + 3])[0]
+    name = ".".join(labels).lower()
+    with open(sys.argv[2], "a") as log:
+        log.write("%s %d\n" % (name, qtype))
+    question = m[12:i + 5]
+    addr = answers.get(name)
+    ans = b""
+    if addr is not None and qtype == 1:
+        ans = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + addr
+    rcode = 0 if addr is not None else 3
+    hdr = struct.pack(">HHHHHH", qid, 0x8180 | rcode, 1, 1 if ans else 0, 0, 0)
+    s.sendto(hdr + question + ans, peer)
+EOF
+python3 "$tmp/dns.py" "$tmp/dnsport" "$tmp/dns.log" 2> "$tmp/dns.err" &
+dns_pid=$!
+i=0
+while [ ! -s "$tmp/dnsport" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+dnsport=$(cat "$tmp/dnsport" 2>/dev/null)
+[ -n "$dnsport" ] || not_ok "host DNS server started"
+
 # A host port without an exception: nothing needs to listen there, the
 # policy refuses before any connect().
 closed=$((port == 65535 ? port - 1 : port + 1))
@@ -118,6 +169,8 @@ t "resolv.conf points at the gateway" grep -qx 'nameserver 10.0.2.2' /etc/resolv
 t "lo is up" sh -c "ip addr show lo | grep -q 'inet 127.0.0.1'"
 t "gateway answers ping" ping -c 1 -W 3 10.0.2.2
 t "host.kbox.internal resolves to the gateway" sh -c "nslookup host.kbox.internal | grep -q 10.0.2.2"
+t "a name is answered by the --dns server" sh -c "nslookup probe.kbox-e2e.test | grep -q 1.2.3.4"
+t "a private address from it is refused (rebinding)" sh -c "! nslookup rebind.kbox-e2e.test 2>&1 | grep -q 10.1.2.3"
 fast_fail "metadata address refused" http://169.254.169.254/
 fast_fail "private address refused" http://10.9.9.9/
 fast_fail "host port without exception refused" http://host.kbox.internal:$closed/
@@ -132,7 +185,7 @@ EOF
 
 start=$(date +%s)
 timeout "$boot_timeout" "$kbox" run --allow "host.kbox.internal:$port" --audit-log "$tmp/audit" \
-	-- sh -c "$(cat "$tmp/guest.sh")" > "$tmp/out" 2> "$tmp/err"
+	--dns "127.0.0.1:${dnsport:-9}" -- sh -c "$(cat "$tmp/guest.sh")" > "$tmp/out" 2> "$tmp/err"
 rc=$?
 echo "# boot with the NIC and the checks: $(( $(date +%s) - start ))s"
 host_check "guest script ran (exit $rc)" [ "$rc" -eq 0 ]
@@ -154,6 +207,9 @@ host_check "audit: metadata denied" audit_has "169.254.169.254:80" deny
 host_check "audit: 10.9.9.9 denied" audit_has "10.9.9.9:80" deny
 host_check "audit: host port $closed denied" audit_has "127.0.0.1:$closed" deny
 host_check "audit: DNS question for host.kbox.internal" grep -q '"proto":"dns".*"name":"host.kbox.internal"' "$tmp/audit"
+host_check "the --dns server got the guest's question" grep -qx 'probe.kbox-e2e.test 1' "$tmp/dns.log"
+host_check "host.kbox.internal never reached it" sh -c "! grep -q host.kbox.internal '$tmp/dns.log'"
+host_check "audit: the rebinding answer denied" grep -q '"proto":"dns".*"name":"rebind.kbox-e2e.test".*"decision":"deny"' "$tmp/audit"
 if [ $fail -ne 0 ]; then
 	echo "# audit log:"; sed 's/^/#   /' "$tmp/audit" 2>/dev/null | head -20
 fi

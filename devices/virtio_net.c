@@ -13,6 +13,8 @@ enum { Q_RX, Q_TX };
 #define GSO_NONE 0
 #define HDR_FLAGS 0
 #define HDR_GSO_TYPE 1
+#define HDR_HDR_LEN 2
+#define HDR_GSO_SIZE 4
 #define HDR_CSUM_START 6
 #define HDR_CSUM_OFFSET 8
 #define HDR_NUM_BUFFERS 10
@@ -156,8 +158,8 @@ void vnet_rx_flush(struct vnet *v)
 		/* Only this function takes frames off the queue, so the
 		 * head counted above is still there. */
 		pthread_mutex_lock(&v->rxq_lock);
-		unsigned h = v->rxq_head;
-		uint32_t flen = v->rxq_len[h];
+		const struct vnet_rxf *q = &v->rxq[v->rxq_head];
+		uint32_t flen = q->len;
 		if (r < 0 || c.nr_read > 0 || c.write_len < VNET_HDR_SIZE + flen) {
 			pthread_mutex_unlock(&v->rxq_lock);
 			v->stats.bad_chains++;
@@ -165,15 +167,24 @@ void vnet_rx_flush(struct vnet *v)
 			break;
 		}
 		uint8_t hdr[VNET_HDR_SIZE] = { 0 };
-		/* The stack's frames carry correct checksums (it builds them,
-		 * or lwIP does): the guest need not verify them again. */
-		if (negotiated(v, VIRTIO_NET_F_GUEST_CSUM))
+		if (q->h.gso_type != GSO_TYPE_NONE) {
+			/* Only queued while rx_tso holds (see enqueue_locked). */
+			uint16_t f[4] = {htole16(q->h.hdr_len), htole16(q->h.gso_size), htole16(q->h.csum_start),
+					 htole16(q->h.csum_offset)};
+			hdr[HDR_FLAGS] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+			hdr[HDR_GSO_TYPE] = q->h.gso_type;
+			memcpy(hdr + HDR_HDR_LEN, f, sizeof f);
+		} else if (negotiated(v, VIRTIO_NET_F_GUEST_CSUM)) {
+			/* The stack's frames carry correct checksums (it builds
+			 * them, or lwIP does): the guest need not verify them
+			 * again. */
 			hdr[HDR_FLAGS] = VIRTIO_NET_HDR_F_DATA_VALID;
+		}
 		uint16_t one = htole16(1);
 		memcpy(hdr + HDR_NUM_BUFFERS, &one, 2);
 		scatter(&c, 0, hdr, VNET_HDR_SIZE);
-		scatter(&c, VNET_HDR_SIZE, v->rxq[h], flen);
-		v->rxq_head = (h + 1) % VNET_RXQ_FRAMES;
+		scatter(&c, VNET_HDR_SIZE, v->rxq_data + q->off, flen);
+		v->rxq_head = (v->rxq_head + 1) % VNET_RXQ_FRAMES;
 		v->rxq_n--;
 		pthread_mutex_unlock(&v->rxq_lock);
 		vq_push(vq, c.head, VNET_HDR_SIZE + flen);
@@ -184,20 +195,72 @@ void vnet_rx_flush(struct vnet *v)
 		vq_dev_used(&v->dev, Q_RX);
 }
 
-int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len)
+/* Put one frame with header *h in the queue, rxq_lock held.  0, or
+ * -ENOBUFS when either ring is full. */
+static int enqueue_locked(struct vnet *v, const struct gso_hdr *h, const uint8_t *frame, uint32_t len)
+{
+	uint32_t at = v->rxq_wr;
+
+	if (v->rxq_n >= VNET_RXQ_FRAMES)
+		return -ENOBUFS;
+	if (v->rxq_n == 0) {
+		at = 0;
+	} else {
+		uint32_t head = v->rxq[v->rxq_head].off;
+
+		/* Bytes in use run from head to rxq_wr, wrapped or not; a
+		 * frame never ends exactly on head, so that at == head
+		 * always means empty. */
+		if (at >= head) {
+			if (len > VNET_RXQ_BYTES - at) {
+				if (len >= head)
+					return -ENOBUFS;
+				at = 0;
+			}
+		} else if (len >= head - at) {
+			return -ENOBUFS;
+		}
+	}
+	unsigned t = (v->rxq_head + v->rxq_n) % VNET_RXQ_FRAMES;
+	memcpy(v->rxq_data + at, frame, len);
+	v->rxq[t].off = at;
+	v->rxq[t].len = len;
+	v->rxq[t].h = *h;
+	v->rxq_wr = at + len;
+	v->rxq_n++;
+	return 0;
+}
+
+/* gso_segment's output: one segment into the queue (rxq_lock held). */
+static void enqueue_seg(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
+{
+	struct vnet *v = ctx;
+
+	if (enqueue_locked(v, h, frame, (uint32_t)len) < 0)
+		v->rx_dropped++;
+}
+
+int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&v->rxq_lock);
-	if (len < VNET_ETH_HLEN || len > VNET_MAX_FRAME) {
+	if (h->gso_type == GSO_TYPE_NONE && h->flags == 0) {
+		if (len < VNET_ETH_HLEN || len > VNET_MAX_FRAME)
+			rc = -EMSGSIZE;
+		else
+			rc = enqueue_locked(v, h, frame, (uint32_t)len);
+	} else if (len < VNET_ETH_HLEN || len > VNET_MAX_GSO_FRAME) {
 		rc = -EMSGSIZE;
-	} else if (v->rxq_n >= VNET_RXQ_FRAMES) {
-		rc = -ENOBUFS;
+	} else if (!v->rx_tso) {
+		/* Each segment is counted on its own if dropped. */
+		rc = gso_segment(h, frame, len, v->rx_seg, sizeof v->rx_seg, enqueue_seg, v);
+	} else if (h->gso_type != GSO_TYPE_TCPV4 || h->flags != GSO_F_NEEDS_CSUM || h->gso_size == 0 ||
+		   h->hdr_len > len || h->csum_start < VNET_ETH_HLEN || h->csum_start >= len ||
+		   h->csum_offset > len - h->csum_start - 2u) {
+		rc = -EINVAL; /* what the driver would refuse anyway */
 	} else {
-		unsigned t = (v->rxq_head + v->rxq_n) % VNET_RXQ_FRAMES;
-		memcpy(v->rxq[t], frame, len);
-		v->rxq_len[t] = (uint16_t)len;
-		v->rxq_n++;
+		rc = enqueue_locked(v, h, frame, (uint32_t)len);
 	}
 	if (rc < 0)
 		v->rx_dropped++;
@@ -208,6 +271,13 @@ int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len)
 		(void)w; /* a saturated eventfd is still readable */
 	}
 	return rc;
+}
+
+int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len)
+{
+	static const struct gso_hdr none;
+
+	return vnet_rx_enqueue_gso(v, &none, frame, len);
 }
 
 static int net_notify(struct vq_dev *d, unsigned q)
@@ -226,10 +296,16 @@ static int net_notify(struct vq_dev *d, unsigned q)
 
 static void net_activate(struct vq_dev *d)
 {
-	vnet_rx_flush(to_net(d));
+	struct vnet *v = to_net(d);
+
+	pthread_mutex_lock(&v->rxq_lock);
+	v->rx_tso = negotiated(v, VIRTIO_NET_F_GUEST_TSO4) && negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
+	pthread_mutex_unlock(&v->rxq_lock);
+	vnet_rx_flush(v);
 }
 
-/* Frames queued for a driver that reset are stale for the next one. */
+/* Frames queued for a driver that reset are stale for the next one, and
+ * merged ones may not suit it. */
 static void net_reset(struct vq_dev *d)
 {
 	struct vnet *v = to_net(d);
@@ -237,6 +313,8 @@ static void net_reset(struct vq_dev *d)
 	pthread_mutex_lock(&v->rxq_lock);
 	v->rxq_head = 0;
 	v->rxq_n = 0;
+	v->rxq_wr = 0;
+	v->rx_tso = false;
 	pthread_mutex_unlock(&v->rxq_lock);
 }
 
@@ -268,17 +346,17 @@ int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be
 	memset(v, 0, sizeof *v);
 	v->wake_fd = -1;
 	v->rxq = calloc(VNET_RXQ_FRAMES, sizeof *v->rxq);
-	v->rxq_len = calloc(VNET_RXQ_FRAMES, sizeof *v->rxq_len);
-	if (!v->rxq || !v->rxq_len) {
+	v->rxq_data = malloc(VNET_RXQ_BYTES);
+	if (!v->rxq || !v->rxq_data) {
 		free(v->rxq);
-		free(v->rxq_len);
+		free(v->rxq_data);
 		return -ENOMEM;
 	}
 	v->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (v->wake_fd < 0) {
 		int e = -errno;
 		free(v->rxq);
-		free(v->rxq_len);
+		free(v->rxq_data);
 		return e;
 	}
 	pthread_mutex_init(&v->rxq_lock, NULL);
@@ -291,7 +369,8 @@ int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be
 	v->dev.device_id = VIRTIO_NET_DEVICE_ID;
 	v->dev.features = (1ull << VIRTIO_NET_F_CSUM) | (1ull << VIRTIO_NET_F_GUEST_CSUM) |
 			  (1ull << VIRTIO_NET_F_MAC) | (1ull << VIRTIO_NET_F_MTU) |
-			  (1ull << VIRTIO_NET_F_STATUS) | (1ull << VIRTIO_F_EVENT_IDX) |
+			  (1ull << VIRTIO_NET_F_STATUS) | (1ull << VIRTIO_NET_F_GUEST_TSO4) |
+			  (1ull << VIRTIO_F_EVENT_IDX) |
 			  (1ull << VIRTIO_F_INDIRECT_DESC);
 	v->dev.config_size = VNET_CONFIG_SIZE;
 	v->dev.nr_queues = 2;
@@ -306,9 +385,9 @@ void vnet_destroy(struct vnet *v)
 	v->wake_fd = -1;
 	pthread_mutex_destroy(&v->rxq_lock);
 	free(v->rxq);
-	free(v->rxq_len);
+	free(v->rxq_data);
 	v->rxq = NULL;
-	v->rxq_len = NULL;
+	v->rxq_data = NULL;
 }
 
 int vnet_wake_fd(const struct vnet *v)

@@ -1,15 +1,21 @@
 /* virtio-net device (virtio 1.2 §5.1): one receive and one transmit
- * queue, no control queue, no offloads.  Features offered: MAC, MTU (1500)
- * and STATUS (link always up), plus the ring features; VERSION_1 is added
- * by the transport, so every buffer starts with the 12-byte
- * virtio_net_hdr (num_buffers included).
+ * queue, no control queue.  Features offered: MAC, MTU (1500), STATUS
+ * (link always up), CSUM and GUEST_CSUM (checksum offload both ways) and
+ * GUEST_TSO4, plus the ring features; VERSION_1 is added by the
+ * transport, so every buffer starts with the 12-byte virtio_net_hdr
+ * (num_buffers included).
  *
  * TX: each chain is one frame; the header is checked (no GSO) and
  * stripped, and the Ethernet frame goes to the backend's tx callback.
  * RX: the backend hands frames to vnet_rx_enqueue from any thread; they
  * wait in a bounded queue (full: dropped and counted) until the guest has
- * posted receive buffers, and vnet_rx_flush copies them in behind a zeroed
- * header with num_buffers = 1.
+ * posted receive buffers, and vnet_rx_flush copies them in behind a
+ * header with num_buffers = 1.  vnet_rx_enqueue_gso takes the merged
+ * TCP frames of netstack/gso.h (up to 64 KiB): a driver that negotiated
+ * GUEST_TSO4 (and GUEST_CSUM) gets them whole with their GSO header, as
+ * the spec lets it expect buffers of 65562 bytes without MRG_RXBUF
+ * (Linux's "big packets"); for any other the device cuts them back into
+ * segments first.
  *
  * Locking: everything except vnet_rx_enqueue must be serialised by the
  * caller (the bus lock in the VMM).  The receive queue has its own leaf
@@ -29,11 +35,13 @@
 #include <stdint.h>
 
 #include "devices/virtqueue.h"
+#include "netstack/gso.h"
 
 #define VIRTIO_NET_DEVICE_ID 1
 #define VIRTIO_NET_F_CSUM 0       /* the guest may leave TX checksums to us */
 #define VIRTIO_NET_F_GUEST_CSUM 1 /* RX frames may say their checksums are valid */
 #define VIRTIO_NET_F_MTU 3
+#define VIRTIO_NET_F_GUEST_TSO4 7 /* RX frames may be TCPv4 GSO frames */
 #define VIRTIO_NET_F_MAC 5
 #define VIRTIO_NET_F_STATUS 16
 #define VIRTIO_NET_S_LINK_UP 1
@@ -45,7 +53,9 @@
 #define VNET_ETH_HLEN 14
 #define VNET_MAX_FRAME (VNET_ETH_HLEN + VNET_MTU) /* no FCS, no VLAN tag */
 #define VNET_QUEUE_SIZE 256
-#define VNET_RXQ_FRAMES 256 /* frames waiting for guest receive buffers */
+#define VNET_RXQ_FRAMES 256 /* frames waiting for guest receive buffers ... */
+#define VNET_RXQ_BYTES (1u << 20) /* ... and their bytes at most */
+#define VNET_MAX_GSO_FRAME GSO_FRAME_MAX
 #define VNET_CONFIG_SIZE 12 /* mac, status, max_virtqueue_pairs, mtu */
 
 /* The guest's MAC address, fixed for every VM (one NIC, private link). */
@@ -68,18 +78,30 @@ struct vnet_stats {
 	uint64_t bad_chains;  /* guest errors that stopped the device */
 };
 
+/* A frame waiting in the receive queue: its bytes and its header. */
+struct vnet_rxf {
+	uint32_t off, len; /* in rxq_data */
+	struct gso_hdr h;
+};
+
 struct vnet {
 	struct vq_dev dev;    /* give &dev to a transport */
 	struct vq vqs[2];
 	uint8_t mac[6];
 	struct net_backend be;
 	int wake_fd;          /* eventfd written when a frame is enqueued */
-	/* The receive queue: a ring of VNET_RXQ_FRAMES slots. */
+	/* The receive queue, under rxq_lock: a ring of VNET_RXQ_FRAMES
+	 * frame slots whose bytes lie whole and in order in a ring of
+	 * VNET_RXQ_BYTES (a frame that does not fit before its end starts
+	 * again at 0). */
 	pthread_mutex_t rxq_lock;
-	uint8_t (*rxq)[VNET_MAX_FRAME];
-	uint16_t *rxq_len;
+	uint8_t *rxq_data;
+	struct vnet_rxf *rxq;
 	unsigned rxq_head, rxq_n;
-	uint64_t rx_dropped;  /* under rxq_lock */
+	uint32_t rxq_wr;      /* where the next frame's bytes go */
+	bool rx_tso;          /* the driver took GUEST_TSO4 and GUEST_CSUM */
+	uint8_t rx_seg[VNET_MAX_FRAME]; /* one segment cut from a merged frame */
+	uint64_t rx_dropped;
 	uint8_t txbuf[VNET_MAX_FRAME];
 	struct vnet_stats stats;
 };
@@ -97,6 +119,12 @@ void vnet_destroy(struct vnet *v);
  * Returns 0, -EMSGSIZE for a bad length or -ENOBUFS when the queue is
  * full (both counted as rx_dropped). */
 int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len);
+
+/* vnet_rx_enqueue for a frame described by *h (netstack/gso.h): a plain
+ * one (zero header), or a merged TCPv4 frame of up to VNET_MAX_GSO_FRAME
+ * bytes, queued whole for a driver with GUEST_TSO4 and as its segments
+ * otherwise.  Also -EINVAL (counted) for a header gso_segment refuses. */
+int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *frame, size_t len);
 
 /* An eventfd that becomes readable when frames were enqueued; poll it on
  * the device thread and then call vnet_rx_flush. */

@@ -207,11 +207,13 @@ static int host_addrs(struct pol *p)
 	return pol_set_host_addrs(p, a, k);
 }
 
-/* Stack → guest: only queue (see the locking note in netdev.h). */
-static void to_guest(void *ctx, const uint8_t *frame, size_t len)
+/* Stack → guest: only queue (see the locking note in netdev.h).  Merged
+ * TCP frames reach a driver without GUEST_TSO4 cut back into segments
+ * (vnet_rx_enqueue_gso). */
+static void to_guest(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
 	struct netdev *n = ctx;
-	vnet_rx_enqueue(&n->nic, frame, len); /* a full queue drops, like a wire */
+	vnet_rx_enqueue_gso(&n->nic, h, frame, len); /* a full queue drops, like a wire */
 }
 
 /* Guest → stack, on the device thread or a vCPU under the bus lock. */
@@ -282,7 +284,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		.nhosts = n->nhosts,
 		.audit = &n->audit,
 		.learn = n->learn_path ? &n->learn : NULL,
-		.output = to_guest,
+		.output_gso = to_guest,
 		.output_ctx = n,
 		.guest_mac = mac,
 		.resolve = n->dns.n ? nres_upstream_resolve : nres_resolve,

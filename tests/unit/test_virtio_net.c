@@ -499,6 +499,160 @@ START_TEST(csum_request_without_offload_dropped)
 }
 END_TEST
 
+/* Three TCP segments from 10.0.2.2:80 (the last one short and pushed)
+ * in segs, merged by netstack/gso.c into *m. */
+static uint8_t segs[3][VNET_MAX_FRAME];
+static size_t seglen[3];
+static uint8_t merged[VNET_MAX_GSO_FRAME];
+static size_t merged_len;
+static struct gso_hdr merged_h;
+
+static void keep_merged(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t len)
+{
+	(void)ctx;
+	merged_h = *h;
+	memcpy(merged, f, len);
+	merged_len = len;
+}
+
+static void make_merged(void)
+{
+	static struct gso g;
+	static const uint8_t ph_addrs[8] = { 10, 0, 2, 2, 10, 0, 2, 15 };
+	for (unsigned i = 0; i < 3; i++) {
+		uint8_t *f = segs[i];
+		size_t plen = i < 2 ? 1460 : 99, len = 54 + plen;
+		memset(f, 0, 54);
+		memcpy(f, (const uint8_t[])VNET_GUEST_MAC, 6);
+		f[12] = 0x08;
+		f[14] = 0x45;
+		f[16] = (uint8_t)((len - 14) >> 8), f[17] = (uint8_t)(len - 14);
+		f[19] = (uint8_t)i;
+		f[22] = 64, f[23] = 6;
+		memcpy(f + 26, ph_addrs, 8);
+		uint16_t c = fr_csum(f + 14, 20, 0);
+		f[24] = (uint8_t)(c >> 8), f[25] = (uint8_t)c;
+		f[35] = 80, f[36] = 0x9c;
+		uint32_t seq = 1000 + i * 1460;
+		f[38] = (uint8_t)(seq >> 24), f[39] = (uint8_t)(seq >> 16), f[40] = (uint8_t)(seq >> 8), f[41] = (uint8_t)seq;
+		f[46] = 0x50, f[47] = i < 2 ? 0x10 : 0x18, f[48] = 0xff;
+		frame(f + 54, plen, (uint8_t)i);
+		uint8_t ph[12];
+		memcpy(ph, ph_addrs, 8);
+		ph[8] = 0, ph[9] = 6, ph[10] = (uint8_t)((len - 34) >> 8), ph[11] = (uint8_t)(len - 34);
+		c = fr_csum(f + 34, len - 34, (uint16_t)~fr_csum(ph, 12, 0));
+		f[50] = (uint8_t)(c >> 8), f[51] = (uint8_t)c;
+		seglen[i] = len;
+	}
+	gso_init(&g, VNET_MAX_GSO_FRAME, keep_merged, NULL);
+	for (unsigned i = 0; i < 3; i++)
+		gso_add(&g, segs[i], seglen[i]);
+	gso_flush(&g);
+	ck_assert_uint_eq(merged_h.gso_type, GSO_TYPE_TCPV4);
+	ck_assert_uint_eq(merged_len, 54 + 2 * 1460 + 99);
+}
+
+START_TEST(gso_segmented_without_tso)
+{
+	/* The fixture's driver took no offload: segments arrive. */
+	uint32_t n;
+	make_merged();
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	for (unsigned i = 0; i < 3; i++) {
+		rx_buf(BUF + i * 0x1000, 2048, 0);
+		ck_assert(fv_used(&drv, RX, NULL, &n));
+		ck_assert_uint_eq(n, VNET_HDR_SIZE + seglen[i]);
+		ck_assert_uint_eq(drv.ram[BUF + i * 0x1000 + 1], 0); /* no GSO */
+		ck_assert_mem_eq(drv.ram + BUF + i * 0x1000 + VNET_HDR_SIZE, segs[i], seglen[i]);
+	}
+	/* A header gso_segment refuses is dropped and counted. */
+	struct gso_hdr bad = merged_h;
+	bad.csum_start = 20;
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	struct vnet_stats st;
+	vnet_get_stats(&net, &st);
+	ck_assert_uint_eq(st.rx_dropped, 1);
+	ck_assert_uint_eq(st.rx_frames, 3);
+}
+END_TEST
+
+START_TEST(gso_whole_with_tso)
+{
+	fv_wr(&drv, 0x10 + 0x4, 0);
+	ck_assert(fv_rd(&drv, 0x10) & (1u << VIRTIO_NET_F_GUEST_TSO4));
+	extra_features = 1u << VIRTIO_NET_F_GUEST_CSUM | 1u << VIRTIO_NET_F_GUEST_TSO4;
+	driver_up();
+	extra_features = 0;
+	uint32_t n;
+	const uint64_t big = BUF + 0x10000;
+	make_merged();
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	rx_buf(big, VNET_HDR_SIZE + VNET_MAX_GSO_FRAME, 100);
+	ck_assert(fv_used(&drv, RX, NULL, &n));
+	ck_assert_uint_eq(n, VNET_HDR_SIZE + merged_len);
+	const uint8_t *h = drv.ram + big;
+	ck_assert_uint_eq(h[0], VIRTIO_NET_HDR_F_NEEDS_CSUM);
+	ck_assert_uint_eq(h[1], 1); /* VIRTIO_NET_HDR_GSO_TCPV4 */
+	ck_assert_uint_eq(fv_le16(h + 2), 54);
+	ck_assert_uint_eq(fv_le16(h + 4), 1460);
+	ck_assert_uint_eq(fv_le16(h + 6), 34);
+	ck_assert_uint_eq(fv_le16(h + 8), 16);
+	ck_assert_uint_eq(fv_le16(h + 10), 1);
+	ck_assert_mem_eq(h + VNET_HDR_SIZE, merged, merged_len);
+	/* Hostile headers and lengths are refused at the door. */
+	struct gso_hdr bad = merged_h;
+	bad.csum_offset = (uint16_t)(merged_len - 34 - 1);
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	bad = merged_h;
+	bad.gso_size = 0;
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	bad = merged_h;
+	bad.hdr_len = (uint16_t)(merged_len + 1);
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, VNET_MAX_GSO_FRAME + 1), -EMSGSIZE);
+	/* The byte ring bounds what waits: 64 KiB frames until it is full;
+	 * each one out makes room again (after the wrap, sometimes only the
+	 * second), and frames leave in order across the wrap. */
+	static uint8_t huge[VNET_MAX_GSO_FRAME];
+	struct gso_hdr hh = merged_h;
+	memcpy(huge, merged, 54);
+	unsigned in = 0, out = 0, k = 0;
+	for (;; in++) {
+		huge[100] = (uint8_t)in;
+		if (vnet_rx_enqueue_gso(&net, &hh, huge, sizeof huge) < 0)
+			break;
+	}
+	ck_assert_uint_eq(in, VNET_RXQ_BYTES / VNET_MAX_GSO_FRAME);
+	for (; out < 5 * in; out++) {
+		rx_buf(big, VNET_HDR_SIZE + VNET_MAX_GSO_FRAME, 0);
+		ck_assert(fv_used(&drv, RX, NULL, &n));
+		ck_assert_uint_eq(n, VNET_HDR_SIZE + sizeof huge);
+		ck_assert_uint_eq(drv.ram[big + VNET_HDR_SIZE + 100], (uint8_t)out);
+		huge[100] = (uint8_t)(in + k);
+		if (vnet_rx_enqueue_gso(&net, &hh, huge, sizeof huge) == 0)
+			k++;
+		ck_assert_uint_ge(in + k, out + 1); /* never empty: it refills */
+	}
+	ck_assert_uint_ge(k, 4 * in);
+	while (out < in + k) {
+		rx_buf(big, VNET_HDR_SIZE + VNET_MAX_GSO_FRAME, 0);
+		ck_assert(fv_used(&drv, RX, NULL, &n));
+		ck_assert_uint_eq(drv.ram[big + VNET_HDR_SIZE + 100], (uint8_t)out++);
+	}
+	/* A merged frame meets a buffer too small for it: the guest broke
+	 * the spec's promise of 65562-byte buffers, the device stops. */
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	rx_buf(BUF, 2048, 0);
+	ck_assert(needs_reset());
+	/* The next driver takes no offload: merged frames are cut again. */
+	driver_up();
+	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	rx_buf(BUF, 2048, 0);
+	ck_assert(fv_used(&drv, RX, NULL, &n));
+	ck_assert_mem_eq(drv.ram + BUF + VNET_HDR_SIZE, segs[0], seglen[0]);
+}
+END_TEST
+
 Suite *virtio_net_suite(void)
 {
 	Suite *s = suite_create("virtio_net");
@@ -519,6 +673,8 @@ Suite *virtio_net_suite(void)
 	tcase_add_test(tc, init_rejects);
 	tcase_add_test(tc, csum_offloads);
 	tcase_add_test(tc, csum_request_without_offload_dropped);
+	tcase_add_test(tc, gso_segmented_without_tso);
+	tcase_add_test(tc, gso_whole_with_tso);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -4,7 +4,6 @@
  * chain of fuzzed shape, a chain of fuzzed descriptors, a raw register
  * write, or a device reset.  The device must never crash, leak or loop,
  * and must never touch memory outside guest RAM. */
-#include <endian.h>
 #include <ftw.h>
 #include <linux/fuse.h>
 #include <stdint.h>
@@ -17,10 +16,10 @@
 #include "devices/fs_passthrough.h"
 #include "devices/virtio_fs.h"
 #include "devices/virtio_mmio.h"
+#include "tests/lib/fake_virtio.h"
 
 #define RAM 0x100000u
 #define QSIZE 16u
-#define QBASE(q) (0x10000u * ((q) + 1))
 #define IND 0x30000u
 #define DATA 0x40000u   /* free-form area the script fills */
 #define DATA_SIZE 0xc0000u
@@ -30,11 +29,9 @@ struct input {
 	size_t left;
 };
 
-static uint8_t *ram;
-static struct guest_mem gm;
+static struct fv_driver drv;
 static struct vmmio t;
 static struct virtio_fs vfs;
-static uint16_t avail_idx[2];
 static char tree[64];
 
 static void take(struct input *in, void *out, size_t n)
@@ -46,57 +43,13 @@ static void take(struct input *in, void *out, size_t n)
 	in->left -= k;
 }
 
-static void wr(uint64_t off, uint32_t v)
-{
-	vmmio_write(&t, off, &v, 4);
-}
-
-static void put_desc(uint64_t table, unsigned i, uint64_t addr, uint32_t len, uint16_t flags,
-		     uint16_t next)
-{
-	uint8_t *d = ram + table + 16 * i;
-	addr = htole64(addr);
-	len = htole32(len);
-	flags = htole16(flags);
-	next = htole16(next);
-	memcpy(d, &addr, 8);
-	memcpy(d + 8, &len, 4);
-	memcpy(d + 12, &flags, 2);
-	memcpy(d + 14, &next, 2);
-}
-
+/* Whether the device comes up is not this target's question: the script
+ * goes on either way. */
 static void driver_up(void)
 {
-	wr(0x70, 0);
-	wr(0x70, 1);
-	wr(0x70, 3);
-	wr(0x24, 1);
-	wr(0x20, 1);
-	wr(0x24, 0);
-	wr(0x20, 1u << VIRTIO_F_INDIRECT_DESC | 1u << VIRTIO_F_EVENT_IDX);
-	wr(0x70, 11);
-	for (unsigned q = 0; q < 2; q++) {
-		memset(ram + QBASE(q), 0, 0x3000);
-		wr(0x30, q);
-		wr(0x38, QSIZE);
-		wr(0x80, QBASE(q));
-		wr(0x90, QBASE(q) + 0x1000);
-		wr(0xa0, QBASE(q) + 0x2000);
-		wr(0x44, 1);
-	}
-	wr(0x70, 15);
-	avail_idx[0] = avail_idx[1] = 0;
-}
-
-static void offer(unsigned q)
-{
-	uint64_t a = QBASE(q) + 0x1000;
-	uint16_t head = 0, idx;
-	memcpy(ram + a + 4 + 2 * (avail_idx[q] % QSIZE), &head, 2);
-	avail_idx[q]++;
-	idx = htole16(avail_idx[q]);
-	memcpy(ram + a + 2, &idx, 2);
-	wr(0x50, q);
+	const uint64_t f = 1ull << VIRTIO_F_VERSION_1 | 1ull << VIRTIO_F_INDIRECT_DESC |
+			   1ull << VIRTIO_F_EVENT_IDX;
+	fv_driver_up(&drv, f, 2, QSIZE);
 }
 
 /* A chain of n segments over [DATA + off, ...), the first nr readable;
@@ -104,13 +57,15 @@ static void offer(unsigned q)
 static void chain(unsigned q, const uint32_t *off, const uint32_t *len, unsigned n, unsigned nr,
 		  bool indirect)
 {
-	uint64_t table = indirect ? IND : QBASE(q);
+	struct fv_seg segs[12];
 	for (unsigned i = 0; i < n; i++)
-		put_desc(table, i, DATA + off[i], len[i],
-			 (uint16_t)((i >= nr ? 2 : 0) | (i + 1 < n ? 1 : 0)), (uint16_t)(i + 1));
+		segs[i] = (struct fv_seg){ DATA + off[i], len[i], i >= nr };
 	if (indirect)
-		put_desc(QBASE(q), 0, IND, 16 * n, 4, 0);
-	offer(q);
+		fv_chain_indirect(&drv, q, 0, IND, segs, n);
+	else
+		fv_chain(&drv, q, 0, segs, n);
+	fv_offer(&drv, q, 0);
+	fv_kick(&drv, q);
 }
 
 /* A well-framed request: header (opcode, nodeid from the script) and
@@ -129,8 +84,8 @@ static void request(struct input *in)
 		.unique = 1,
 		.nodeid = a.nodeid % 8,
 	};
-	memcpy(ram + DATA, &h, sizeof h);
-	take(in, ram + DATA + sizeof h, arglen);
+	memcpy(fv_at(&drv, DATA, sizeof h), &h, sizeof h);
+	take(in, fv_at(&drv, DATA + sizeof h, arglen), arglen);
 	uint32_t off[12], len[12];
 	unsigned n = 0, total = h.len, pieces = 1 + a.pieces % 4, done = 0;
 	for (unsigned i = 0; i < pieces && done < total; i++) {
@@ -203,18 +158,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fuse_server *srv;
 
 	fresh_tree();
-	if (!ram)
-		ram = malloc(RAM);
-	memset(ram, 0, RAM);
-	memset(&gm, 0, sizeof gm);
-	gm_add_region(&gm, 0, RAM, ram);
+	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
+		abort();
+	fv_clear(&drv);
 	struct fsp_config fc = { .root = tree, .max_fds = 64 };
 	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE };
 	if (fsp_new(&fc, &fs) < 0)
 		abort();
 	if (fuse_server_new(&fsp_ops, fs, &sc, &srv) < 0 || virtio_fs_init(&vfs, srv, "fuzz") < 0 ||
-	    vmmio_init(&t, &vfs.dev, &gm, NULL) < 0)
+	    vmmio_init(&t, &vfs.dev, &drv.gm, NULL) < 0)
 		abort();
+	drv.mmio = &t;
 	driver_up();
 	for (unsigned steps = 0; in.left && steps < 64; steps++) {
 		uint8_t op;
@@ -225,7 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			uint8_t len;
 			take(&in, &off, 4);
 			take(&in, &len, 1);
-			take(&in, ram + DATA + off % (DATA_SIZE - 256), len);
+			take(&in, fv_at(&drv, DATA + off % (DATA_SIZE - 256), len), len);
 			break;
 		}
 		case 1:
@@ -241,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			take(&in, &v, 4);
 			/* Keep the queue addresses off: only the registers. */
 			if ((off & 0xffc) < 0x80 || (off & 0xffc) >= 0x100)
-				wr(off & 0xffc, v);
+				fv_wr(&drv, off & 0xffc, v);
 			break;
 		}
 		default:

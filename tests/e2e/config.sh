@@ -62,6 +62,40 @@ refuse "missing secret value" \
 	"env:
   TOK: \${KBOX_E2E_UNSET}
 "
+refuse "network.dns: a name, not an address" \
+	"kbox.yaml:2:9: network.dns[0]: 'dns.example' is not an IP address (a name server is given by address, not by name)" \
+	"network:
+  dns: [dns.example]
+"
+refuse "network.dns.servers: bad port" "kbox.yaml:3:15: network.dns.servers[0]: '10.0.0.53:99999': port 99999 is out of range" \
+	"network:
+  dns:
+    servers: [\"10.0.0.53:99999\"]
+"
+refuse "network.dns.rate: out of range" "kbox.yaml:2:15: network.dns.rate: 0 is out of range; expected an integer from 1 to 10000" \
+	"network:
+  dns: {rate: 0}
+"
+refuse "network.dns: bad type" "kbox.yaml:2:8: network.dns: got 'yes'; expected a list of name server addresses" \
+	"network:
+  dns: yes
+"
+# Both forms load: the next error is the -v one, not the file's.
+for form in 'network:
+  dns: [127.0.0.1, "[::1]:5353"]
+' 'network:
+  dns:
+    servers: ["127.0.0.1:5353"]
+    rate: 20
+'; do
+	printf '%s' "$form" > "$tmp/dns.yaml"
+	"$kbox" run --conf "$tmp/dns.yaml" -v "$tmp/nope:/w" -- true > /dev/null 2> "$tmp/err"
+	if grep -q "nope" "$tmp/err" && ! grep -q "dns.yaml" "$tmp/err"; then
+		ok "network.dns loads: $(echo "$form" | tr -s '\n ' '  ')"
+	else
+		not_ok "network.dns loads: $(echo "$form" | tr -s '\n ' '  ')" "$(head -3 "$tmp/err")"
+	fi
+done
 ln -s nowhere "$bad/kbox.yaml.tmp" && mv -f "$bad/kbox.yaml.tmp" "$bad/kbox.yaml"
 (cd "$bad" && "$kbox" run -- true) > /dev/null 2> "$tmp/err"
 rc=$?

@@ -17,6 +17,7 @@
 #include "devices/virtio_fs.h"
 #include "devices/virtio_mmio.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/fuzz_script.h"
 
 #define RAM 0x100000u
 #define QSIZE 16u
@@ -24,24 +25,10 @@
 #define DATA 0x40000u   /* free-form area the script fills */
 #define DATA_SIZE 0xc0000u
 
-struct input {
-	const uint8_t *p;
-	size_t left;
-};
-
 static struct fv_driver drv;
 static struct vmmio t;
 static struct virtio_fs vfs;
 static char tree[64];
-
-static void take(struct input *in, void *out, size_t n)
-{
-	size_t k = n < in->left ? n : in->left;
-	memset(out, 0, n);
-	memcpy(out, in->p, k);
-	in->p += k;
-	in->left -= k;
-}
 
 /* Whether the device comes up is not this target's question: the script
  * goes on either way. */
@@ -70,13 +57,13 @@ static void chain(unsigned q, const uint32_t *off, const uint32_t *len, unsigned
 
 /* A well-framed request: header (opcode, nodeid from the script) and
  * arglen argument bytes at DATA, split into pieces, then a reply area. */
-static void request(struct input *in)
+static void request(struct fz_input *in)
 {
 	struct {
 		uint8_t q, opcode, nodeid, pieces, indirect, out_pieces;
 		uint16_t arglen, replen;
 	} a;
-	take(in, &a, sizeof a);
+	fz_take(in, &a, sizeof a);
 	unsigned arglen = a.arglen % 2048, replen = a.replen % 0x9000;
 	struct fuse_in_header h = {
 		.len = (uint32_t)(sizeof h + arglen),
@@ -85,7 +72,7 @@ static void request(struct input *in)
 		.nodeid = a.nodeid % 8,
 	};
 	memcpy(fv_at(&drv, DATA, sizeof h), &h, sizeof h);
-	take(in, fv_at(&drv, DATA + sizeof h, arglen), arglen);
+	fz_take(in, fv_at(&drv, DATA + sizeof h, arglen), arglen);
 	uint32_t off[12], len[12];
 	unsigned n = 0, total = h.len, pieces = 1 + a.pieces % 4, done = 0;
 	for (unsigned i = 0; i < pieces && done < total; i++) {
@@ -102,19 +89,19 @@ static void request(struct input *in)
 	chain(a.q & 1, off, len, n, nr, a.indirect & 1);
 }
 
-static void raw_chain(struct input *in)
+static void raw_chain(struct fz_input *in)
 {
 	uint8_t q, n, nr, ind;
-	take(in, &q, 1);
-	take(in, &n, 1);
-	take(in, &nr, 1);
-	take(in, &ind, 1);
+	fz_take(in, &q, 1);
+	fz_take(in, &n, 1);
+	fz_take(in, &nr, 1);
+	fz_take(in, &ind, 1);
 	n = (uint8_t)(1 + n % 8);
 	uint32_t off[8], len[8];
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t o, l;
-		take(in, &o, 4);
-		take(in, &l, 4);
+		fz_take(in, &o, 4);
+		fz_take(in, &l, 4);
 		/* Mostly inside the data area, sometimes anywhere. */
 		off[i] = o & 0x80000000u ? o : o % DATA_SIZE;
 		len[i] = l & 0x80000000u ? l : l % 0x8000;
@@ -153,7 +140,7 @@ static void fresh_tree(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct input in = { data, size };
+	struct fz_input in = { data, size };
 	struct fsp *fs;
 	struct fuse_server *srv;
 
@@ -172,32 +159,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	driver_up();
 	for (unsigned steps = 0; in.left && steps < 64; steps++) {
 		uint8_t op;
-		take(&in, &op, 1);
+		fz_take(&in, &op, 1);
 		switch (op % 5) {
-		case 0: {
-			uint32_t off;
-			uint8_t len;
-			take(&in, &off, 4);
-			take(&in, &len, 1);
-			take(&in, fv_at(&drv, DATA + off % (DATA_SIZE - 256), len), len);
+		case 0:
+			fz_poke_ram(&in, &drv, DATA, DATA_SIZE);
 			break;
-		}
 		case 1:
 			request(&in);
 			break;
 		case 2:
 			raw_chain(&in);
 			break;
-		case 3: {
-			uint16_t off;
-			uint32_t v;
-			take(&in, &off, 2);
-			take(&in, &v, 4);
-			/* Keep the queue addresses off: only the registers. */
-			if ((off & 0xffc) < 0x80 || (off & 0xffc) >= 0x100)
-				fv_wr(&drv, off & 0xffc, v);
+		case 3:
+			fz_poke_reg(&in, &drv);
 			break;
-		}
 		default:
 			driver_up();
 			break;

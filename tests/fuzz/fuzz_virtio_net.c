@@ -13,6 +13,7 @@
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_net.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/fuzz_script.h"
 
 #define RAM 0x100000u
 #define QSIZE 16u
@@ -20,23 +21,9 @@
 #define DATA 0x40000u
 #define DATA_SIZE 0xc0000u
 
-struct input {
-	const uint8_t *p;
-	size_t left;
-};
-
 static struct fv_driver drv;
 static struct vmmio t;
 static struct vnet net;
-
-static void take(struct input *in, void *out, size_t n)
-{
-	size_t k = n < in->left ? n : in->left;
-	memset(out, 0, n);
-	memcpy(out, in->p, k);
-	in->p += k;
-	in->left -= k;
-}
 
 /* Whether the device comes up is not this target's question: the script
  * goes on either way. */
@@ -57,22 +44,22 @@ static void be_tx(void *ctx, const uint8_t *frame, size_t len)
 
 /* A chain of 1-8 fuzzed segments on queue q, direct or indirect, with
  * head descriptor h. */
-static void raw_chain(struct input *in)
+static void raw_chain(struct fz_input *in)
 {
 	uint8_t q, n, nr, ind, h;
-	take(in, &q, 1);
-	take(in, &n, 1);
-	take(in, &nr, 1);
-	take(in, &ind, 1);
-	take(in, &h, 1);
+	fz_take(in, &q, 1);
+	fz_take(in, &n, 1);
+	fz_take(in, &nr, 1);
+	fz_take(in, &ind, 1);
+	fz_take(in, &h, 1);
 	n = (uint8_t)(1 + n % 8);
 	q &= 1;
 	uint16_t head = ind & 1 ? h % QSIZE : h % (QSIZE - n + 1);
 	struct fv_seg segs[8];
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t o, l;
-		take(in, &o, 4);
-		take(in, &l, 4);
+		fz_take(in, &o, 4);
+		fz_take(in, &l, 4);
 		o = o & 0x80000000u ? o : DATA + o % DATA_SIZE;
 		l = l & 0x80000000u ? l : l % 0x1000;
 		segs[i] = (struct fv_seg){ o, l, i >= nr % (n + 1u) };
@@ -87,7 +74,7 @@ static void raw_chain(struct input *in)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct input in = { data, size };
+	struct fz_input in = { data, size };
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { be_tx, NULL };
 
@@ -100,40 +87,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	driver_up();
 	for (unsigned steps = 0; in.left && steps < 64; steps++) {
 		uint8_t op;
-		take(&in, &op, 1);
+		fz_take(&in, &op, 1);
 		switch (op % 6) {
-		case 0: {
-			uint32_t off;
-			uint8_t len;
-			take(&in, &off, 4);
-			take(&in, &len, 1);
-			take(&in, fv_at(&drv, DATA + off % (DATA_SIZE - 256), len), len);
+		case 0:
+			fz_poke_ram(&in, &drv, DATA, DATA_SIZE);
 			break;
-		}
 		case 1:
 			raw_chain(&in);
 			break;
 		case 2: {
 			uint8_t f[2048];
 			uint16_t len;
-			take(&in, &len, 2);
+			fz_take(&in, &len, 2);
 			len %= sizeof f;
-			take(&in, f, len);
+			fz_take(&in, f, len);
 			vnet_rx_enqueue(&net, f, len);
 			break;
 		}
 		case 3:
 			vnet_rx_flush(&net);
 			break;
-		case 4: {
-			uint16_t off;
-			uint32_t v;
-			take(&in, &off, 2);
-			take(&in, &v, 4);
-			if ((off & 0xffc) < 0x80 || (off & 0xffc) >= 0x100)
-				fv_wr(&drv, off & 0xffc, v);
+		case 4:
+			fz_poke_reg(&in, &drv);
 			break;
-		}
 		default:
 			driver_up();
 			break;

@@ -12,6 +12,7 @@
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_vsock.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/fuzz_script.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
@@ -20,24 +21,9 @@
 #define TXBUF 0x40000u
 #define CID 3u
 
-struct input {
-	const uint8_t *p;
-	size_t left;
-};
-
 static struct fv_driver drv;
 static struct vsock vs;
 static struct vmmio t;
-
-static unsigned take(struct input *in, void *out, size_t n)
-{
-	size_t k = n < in->left ? n : in->left;
-	memset(out, 0, n);
-	memcpy(out, in->p, k);
-	in->p += k;
-	in->left -= k;
-	return (unsigned)k;
-}
 
 static int b_request(void *ctx, struct vsock_conn *c, uint32_t port)
 {
@@ -82,14 +68,14 @@ static void start(void)
 	rx_fill(QSIZE, VSOCK_HDR_SIZE + 4096);
 }
 
-static void tx_packet(struct input *in, uint8_t op)
+static void tx_packet(struct fz_input *in, uint8_t op)
 {
 	uint8_t raw[VSOCK_HDR_SIZE];
 	uint16_t plen;
 	struct vsock_hdr h;
 
-	take(in, raw, sizeof raw);
-	take(in, &plen, 2);
+	fz_take(in, raw, sizeof raw);
+	fz_take(in, &plen, 2);
 	plen = le16toh(plen) % 8192;
 	vsock_hdr_decode(&h, raw);
 	if (op & 0x10) { /* mostly-valid header to get deeper */
@@ -102,7 +88,7 @@ static void tx_packet(struct input *in, uint8_t op)
 		h.len = h.op == VSOCK_OP_RW ? plen : 0;
 	}
 	vsock_hdr_encode(fv_at(&drv, TXBUF, VSOCK_HDR_SIZE), &h);
-	take(in, fv_at(&drv, TXBUF + 0x100, plen), plen);
+	fz_take(in, fv_at(&drv, TXBUF + 0x100, plen), plen);
 	uint16_t s = (fv_avail_idx(&drv, 1) % (QSIZE / 2)) * 2;
 	uint32_t hlen = op & 0x20 ? VSOCK_HDR_SIZE - (op & 7) : VSOCK_HDR_SIZE;
 	fv_desc(&drv, drv.q[1].desc, s, TXBUF, hlen, plen ? FV_DESC_F_NEXT : 0, s + 1);
@@ -129,39 +115,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	drv.mmio = &t;
 	start();
 
-	struct input in = { data, size };
+	struct fz_input in = { data, size };
 	uint8_t op, k;
 	uint16_t n;
 	uint32_t v;
 	struct vsock_conn *c;
 	while (in.left) {
-		take(&in, &op, 1);
+		fz_take(&in, &op, 1);
 		switch (op % 8) {
 		case 0:
 		case 1:
 			tx_packet(&in, op);
 			break;
 		case 2:
-			take(&in, &k, 1);
+			fz_take(&in, &k, 1);
 			rx_fill(1 + k % 16, k & 0x80 ? VSOCK_HDR_SIZE + k % 64 : VSOCK_HDR_SIZE + 4096);
 			break;
 		case 3:
-			take(&in, &n, 2);
+			fz_take(&in, &n, 2);
 			vsock_host_connect(&vs, n % 8, NULL, &c);
 			break;
 		case 4:
-			take(&in, &k, 1);
-			take(&in, &n, 2);
+			fz_take(&in, &k, 1);
+			fz_take(&in, &n, 2);
 			if ((c = pick(k)))
 				vsock_host_send(&vs, c, buf, n % sizeof buf);
 			break;
 		case 5:
-			take(&in, &k, 1);
+			fz_take(&in, &k, 1);
 			if ((c = pick(k)))
 				vsock_host_recv(&vs, c, buf, sizeof buf);
 			break;
 		case 6:
-			take(&in, &k, 1);
+			fz_take(&in, &k, 1);
 			if ((c = pick(k))) {
 				if (op & 0x80)
 					vsock_host_close(&vs, c);
@@ -170,8 +156,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			break;
 		case 7:
-			take(&in, &n, 2);
-			take(&in, &v, 4);
+			fz_take(&in, &n, 2);
+			fz_take(&in, &v, 4);
 			if (op & 0x80) {
 				fv_wr(&drv, n % 0x200, v);
 			} else {

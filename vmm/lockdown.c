@@ -334,7 +334,7 @@ static const int ld_net[] = {
 	SCMP_SYS(sendmmsg),        /* resolver: A and AAAA queries together */
 	SCMP_SYS(recvmsg),         /* getaddrinfo: netlink replies */
 	SCMP_SYS(uname),           /* resolver: the host name for search */
-	SCMP_SYS(getrandom),       /* TLS interception: leaf serials, engine seeds */
+	SCMP_SYS(getrandom),       /* TLS interception: leaf serials, engine seeds; --dns query ids */
 };
 
 /* ioctl requests allowed: the KVM ones the VM threads still make, and the
@@ -419,7 +419,10 @@ static int seccomp_build(bool net, scmp_filter_ctx *out, unsigned *count)
 		/* netstack: host TCP for the guest's flows (policy-checked
 		 * in netstack/policy.c); getaddrinfo: UDP to the name
 		 * servers, UDP connects to order the answers, and a
-		 * NETLINK_ROUTE socket for the host's addresses. */
+		 * NETLINK_ROUTE socket for the host's addresses; with --dns
+		 * (netstack/resolver.h), connected UDP and, after a truncated
+		 * answer, TCP to the configured servers (connect, sendto,
+		 * recvfrom, poll: already allowed). */
 		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, arg(0, SCMP_CMP_EQ, AF_INET, 0));
 		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, arg(0, SCMP_CMP_EQ, AF_INET6, 0));
 		ADD(SCMP_ACT_ALLOW, SCMP_SYS(socket), 2, arg(0, SCMP_CMP_EQ, AF_NETLINK, 0),

@@ -189,6 +189,7 @@ void vnet_rx_flush(struct vnet *v)
 		pthread_mutex_unlock(&v->rxq_lock);
 		vq_push(vq, c.head, VNET_HDR_SIZE + flen);
 		v->stats.rx_frames++;
+		v->stats.rx_gso += hdr[HDR_GSO_TYPE] != GSO_TYPE_NONE;
 		pushed = true;
 	}
 	if (pushed)

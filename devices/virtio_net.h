@@ -74,6 +74,7 @@ struct vnet_stats {
 	uint64_t tx_frames;   /* given to the backend */
 	uint64_t tx_dropped;  /* bad length or GSO */
 	uint64_t rx_frames;   /* delivered to the guest */
+	uint64_t rx_gso;      /* of which merged TCP frames (GUEST_TSO4) */
 	uint64_t rx_dropped;  /* queue full or bad length at enqueue */
 	uint64_t bad_chains;  /* guest errors that stopped the device */
 };

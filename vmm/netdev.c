@@ -335,13 +335,13 @@ void netdev_report(struct netdev *n, FILE *f)
 	vnet_get_stats(&n->nic, &v);
 	ns_get_stats(n->stack, &st);
 	fprintf(f,
-		"kbox: network: frames %llu out (%llu dropped), %llu in (%llu dropped), "
+		"kbox: network: frames %llu out (%llu dropped), %llu in (%llu dropped, %llu merged), "
 		"%llu bad chains; tcp %llu allowed, %llu denied, %llu failed; %llu DNS queries "
 		"(%llu refused for asking too fast or too much at once); "
 		"%llu bytes to the host, %llu to the guest\n",
 		(unsigned long long)v.tx_frames, (unsigned long long)v.tx_dropped,
 		(unsigned long long)v.rx_frames, (unsigned long long)v.rx_dropped,
-		(unsigned long long)v.bad_chains, (unsigned long long)st.tcp_allowed,
+		(unsigned long long)v.rx_gso, (unsigned long long)v.bad_chains, (unsigned long long)st.tcp_allowed,
 		(unsigned long long)st.tcp_denied, (unsigned long long)st.tcp_failed,
 		(unsigned long long)st.dns_queries,
 		(unsigned long long)(st.dns_rate_refused + st.dns_busy_refused),

@@ -599,6 +599,9 @@ START_TEST(gso_whole_with_tso)
 	ck_assert_uint_eq(fv_le16(h + 8), 16);
 	ck_assert_uint_eq(fv_le16(h + 10), 1);
 	ck_assert_mem_eq(h + VNET_HDR_SIZE, merged, merged_len);
+	struct vnet_stats st;
+	vnet_get_stats(&net, &st);
+	ck_assert_uint_eq(st.rx_gso, 1);
 	/* Hostile headers and lengths are refused at the door. */
 	struct gso_hdr bad = merged_h;
 	bad.csum_offset = (uint16_t)(merged_len - 34 - 1);

@@ -13,9 +13,10 @@
  *     eventfd, which then moves it into guest buffers under the bus lock;
  *   - the rxq lock is a leaf: nothing is acquired while it is held.
  * No thread holds a later lock while waiting for an earlier one, so no
- * cycle exists.  The DNS resolver (netstack/resolver.h) runs under the
- * core lock but takes none of these locks, and waits at most
- * NRES_TIMEOUT_MS. */
+ * cycle exists.  The DNS resolver (netstack/resolver.h) runs on the
+ * stack's resolver threads without the core lock, takes none of these
+ * locks, and waits at most NRES_TIMEOUT_MS (with --dns: NRES_ROUNDS
+ * tries of NRES_TRY_MS per server). */
 #ifndef KBOX_VMM_NETDEV_H
 #define KBOX_VMM_NETDEV_H
 

@@ -32,7 +32,7 @@
 #define FV_RING_BASE(q) (0x10000u * ((q) + 1))
 #define FV_RING_SPAN 0x3000u
 
-/* The virtio-mmio registers the helpers write (§4.2.2). */
+/* The virtio-mmio registers a driver writes (§4.2.2). */
 enum {
 	FV_R_DEV_FEATURES_SEL = 0x14,
 	FV_R_DRV_FEATURES = 0x20,

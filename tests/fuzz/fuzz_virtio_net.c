@@ -2,7 +2,10 @@
  * virtio-mmio, interleaved with frames the backend side enqueues.  Each
  * step is an opcode byte and its arguments: raw bytes into guest RAM, a
  * chain of fuzzed descriptors on the rx or tx queue, a frame of fuzzed
- * length for the guest, a flush, a raw register write, or a driver reset.
+ * length for the guest, a flush, a raw register write, or a driver reset
+ * (taking the receive offloads or not); and merged TCP frames for the
+ * guest (netstack/gso.h), with fuzzed headers or well formed from
+ * segments of fuzzed sizes.
  * Transmitted frames are echoed back when their first byte is odd.  The
  * device must never crash, leak or loop, and must never touch memory
  * outside guest RAM. */
@@ -27,12 +30,66 @@ static struct vnet net;
 
 /* Whether the device comes up is not this target's question: the script
  * goes on either way. */
-static void driver_up(void)
+static void driver_up(uint64_t extra)
 {
 	const uint64_t f = 1ull << VIRTIO_F_VERSION_1 | 1ull << VIRTIO_F_INDIRECT_DESC |
 			   1ull << VIRTIO_F_EVENT_IDX | 1ull << VIRTIO_NET_F_MAC |
 			   1ull << VIRTIO_NET_F_MTU;
-	fv_driver_up(&drv, f, 2, QSIZE);
+	fv_driver_up(&drv, f | extra, 2, QSIZE);
+}
+
+static uint8_t big[VNET_MAX_GSO_FRAME + 16];
+
+/* Step: a header (10 bytes), a length (4) and up to 255 bytes of frame
+ * (the rest zero) for vnet_rx_enqueue_gso as they come. */
+static void gso_raw(struct fz_input *in)
+{
+	struct gso_hdr h;
+	uint32_t len;
+	uint8_t n;
+	fz_take(in, &h, sizeof h);
+	fz_take(in, &len, 4);
+	fz_take(in, &n, 1);
+	len %= sizeof big;
+	memset(big, 0, sizeof big);
+	fz_take(in, big, n < len ? n : len);
+	vnet_rx_enqueue_gso(&net, &h, big, len);
+}
+
+static void gso_out(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t len)
+{
+	(void)ctx;
+	vnet_rx_enqueue_gso(&net, h, f, len);
+}
+
+/* Step: a segment count (1), a payload size (2) and flags (1): that many
+ * TCP segments from the stack's side, merged as the stack merges them. */
+static void gso_merged(struct fz_input *in)
+{
+	static struct gso g;
+	uint8_t count, flags, f[VNET_MAX_FRAME];
+	uint16_t plen;
+	fz_take(in, &count, 1);
+	fz_take(in, &plen, 2);
+	fz_take(in, &flags, 1);
+	plen %= VNET_MAX_FRAME - 54 + 1;
+	gso_init(&g, VNET_MAX_GSO_FRAME, gso_out, NULL);
+	for (unsigned i = 0; i < count % 64u; i++) {
+		size_t len = 54u + plen;
+		uint32_t seq = i * (uint32_t)plen;
+		memset(f, 0, 54);
+		memcpy(f, (const uint8_t[])VNET_GUEST_MAC, 6);
+		f[12] = 0x08, f[14] = 0x45, f[22] = 64, f[23] = 6;
+		f[16] = (uint8_t)((len - 14) >> 8), f[17] = (uint8_t)(len - 14);
+		f[26] = 10, f[28] = 2, f[29] = 2, f[30] = 10, f[32] = 2, f[33] = 15;
+		f[38] = (uint8_t)(seq >> 24), f[39] = (uint8_t)(seq >> 16), f[40] = (uint8_t)(seq >> 8);
+		f[41] = (uint8_t)seq;
+		f[46] = 0x50;
+		f[47] = i + 1 == count % 64u ? flags : 0x10;
+		memset(f + 54, (int)i, plen);
+		gso_add(&g, f, len);
+	}
+	gso_flush(&g);
 }
 
 static void be_tx(void *ctx, const uint8_t *frame, size_t len)
@@ -84,11 +141,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (vnet_init(&net, mac, &be) < 0 || vmmio_init(&t, &net.dev, &drv.gm, NULL) < 0)
 		abort();
 	drv.mmio = &t;
-	driver_up();
+	driver_up(0);
 	for (unsigned steps = 0; in.left && steps < 64; steps++) {
 		uint8_t op;
 		fz_take(&in, &op, 1);
-		switch (op % 6) {
+		switch (op % 9) {
 		case 0:
 			fz_poke_ram(&in, &drv, DATA, DATA_SIZE);
 			break;
@@ -110,8 +167,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 4:
 			fz_poke_reg(&in, &drv);
 			break;
+		case 5:
+			driver_up(1ull << VIRTIO_NET_F_CSUM | 1ull << VIRTIO_NET_F_GUEST_CSUM |
+				  1ull << VIRTIO_NET_F_GUEST_TSO4);
+			break;
+		case 6:
+			gso_raw(&in);
+			break;
+		case 7:
+			gso_merged(&in);
+			break;
 		default:
-			driver_up();
+			driver_up(0);
 			break;
 		}
 	}

@@ -7,8 +7,9 @@
  * segment at the gateway's allowed port and bit 3 gives it the sequence
  * and acknowledgment numbers the stack expects next (from the last
  * segment it sent), so inputs can finish handshakes and move data
- * through the pump.  Nothing may crash, leak, hang or write a frame
- * longer than FR_FRAME_MAX.
+ * through the pump.  The stack merges its TCP segments (output_gso);
+ * every merged frame must cut back (gso_segment) into segments.  Nothing
+ * may crash, leak, hang or write a segment longer than FR_FRAME_MAX.
  *
  * No traffic leaves the process except to loopback (TESTING.md): the
  * policy is an allowlist whose only rule opens one port of
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "netstack/frame.h"
+#include "netstack/gso.h"
 #include "netstack/stack.h"
 
 static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
@@ -48,6 +50,21 @@ static void output(void *ctx, const uint8_t *frame, size_t len)
 		next_seq = p.ack;
 		next_ack = p.seq + (uint32_t)p.data_len + !!(p.tcp_flags & FR_TCP_SYN) + !!(p.tcp_flags & FR_TCP_FIN);
 	}
+}
+
+static void cut_out(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
+{
+	output(ctx, frame, len);
+}
+
+/* The stack merges its TCP segments (netstack/gso.h): each merged frame
+ * must cut back into segments as a guest's kernel would cut it. */
+static void output_gso(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
+{
+	static uint8_t seg[FR_FRAME_MAX];
+
+	if (len > GSO_FRAME_MAX || gso_segment(h, frame, len, seg, sizeof seg, cut_out, ctx) < 0)
+		abort();
 }
 
 /* Documentation addresses only: blocked as a class, never dialled. */
@@ -178,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct ns_config cfg = {
 		.policy = &pol,
 		.audit = &au,
-		.output = output,
+		.output_gso = output_gso,
 		.resolve = resolve,
 		.hosts = hosts,
 		.nhosts = 1,

@@ -23,6 +23,8 @@
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +47,70 @@ static int usage(void)
 	return 2;
 }
 
-/* The kernel only passes a read buffer at least max_write + headers long. */
-static int serve(int fd, struct fuse_server *srv)
+/* Threads beyond the first are woken only when requests queue up.  A thread
+ * that takes a request and sees another already waiting wakes an idle
+ * thread to read it; a thread done with its request parks while another one
+ * reads.  A client that sends one request at a time (find, ls, tar) is then
+ * served by one thread with no hand-off, and a burst (git's parallel index
+ * preload) by several: the kernel would otherwise hand each request to the
+ * next of N blocked readers in turn, a cross-CPU wakeup per request. */
+struct pool {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned reading, idle;
+	bool done;
+};
+
+struct worker {
+	pthread_t tid;
+	int fd;
+	struct fuse_server *srv;
+	struct pool *pool;
+	int rc;
+};
+
+/* Before a read: parks while another thread reads (and the pool goes on);
+ * false once the pool is done. */
+static bool pool_enter(struct pool *p)
 {
-	size_t in_size = fuse_server_max_request(srv);
+	pthread_mutex_lock(&p->mu);
+	while (p->reading > 0 && !p->done) {
+		p->idle++;
+		pthread_cond_wait(&p->cv, &p->mu);
+		p->idle--;
+	}
+	bool go = !p->done;
+	if (go)
+		p->reading++;
+	pthread_mutex_unlock(&p->mu);
+	return go;
+}
+
+/* After a read returned a request on fd: if more are queued and nobody is
+ * reading, wakes an idle thread to take them. */
+static void pool_took(struct pool *p, int fd)
+{
+	pthread_mutex_lock(&p->mu);
+	p->reading--;
+	bool wake = p->reading == 0 && p->idle > 0;
+	pthread_mutex_unlock(&p->mu);
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	if (wake && poll(&pf, 1, 0) > 0)
+		pthread_cond_signal(&p->cv);
+}
+
+static void pool_quit(struct pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->done = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* The kernel only passes a read buffer at least max_write + headers long. */
+static int serve(struct worker *w)
+{
+	size_t in_size = fuse_server_max_request(w->srv);
 	size_t out_size = in_size;
 	char *in = malloc(in_size), *out = malloc(out_size);
 	int rc = 0;
@@ -58,9 +120,10 @@ static int serve(int fd, struct fuse_server *srv)
 		rc = 1;
 		goto done;
 	}
-	for (;;) {
-		ssize_t n = read(fd, in, in_size);
+	while (pool_enter(w->pool)) {
+		ssize_t n = read(w->fd, in, in_size);
 		if (n < 0) {
+			pool_took(w->pool, w->fd);
 			/* ENOENT: the request was interrupted before we read it. */
 			if (errno == EINTR || errno == ENOENT || errno == EAGAIN)
 				continue;
@@ -70,7 +133,8 @@ static int serve(int fd, struct fuse_server *srv)
 			}
 			break;
 		}
-		ssize_t r = fuse_server_handle_buf(srv, in, (size_t)n, out,
+		pool_took(w->pool, w->fd);
+		ssize_t r = fuse_server_handle_buf(w->srv, in, (size_t)n, out,
 						   out_size);
 		if (r < 0) {
 			fprintf(stderr, "kbox-fuse-mount: bad request (%s)\n",
@@ -78,32 +142,28 @@ static int serve(int fd, struct fuse_server *srv)
 			continue;
 		}
 		/* ENOENT on write: the kernel gave up on the request. */
-		if (r > 0 && write(fd, out, (size_t)r) < 0 && errno != ENOENT) {
+		if (r > 0 && write(w->fd, out, (size_t)r) < 0 && errno != ENOENT) {
 			if (errno == ENODEV)
 				break;
 			perror("kbox-fuse-mount: write /dev/fuse");
 		}
-		if (fuse_server_destroyed(srv))
+		if (fuse_server_destroyed(w->srv))
 			break;
 	}
 done:
+	/* The mount is gone (or this thread failed): the parked threads
+	 * leave too, the ones in read() see ENODEV. */
+	pool_quit(w->pool);
 	free(in);
 	free(out);
 	return rc;
 }
 
-struct worker {
-	pthread_t tid;
-	int fd;
-	struct fuse_server *srv;
-	int rc;
-};
-
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 
-	w->rc = serve(w->fd, w->srv);
+	w->rc = serve(w);
 	return NULL;
 }
 
@@ -113,11 +173,13 @@ static void *worker_main(void *arg)
 static int serve_threads(int fd, struct fuse_server *srv, unsigned n)
 {
 	struct worker w[MAX_THREADS];
+	struct pool pool = { .mu = PTHREAD_MUTEX_INITIALIZER,
+			     .cv = PTHREAD_COND_INITIALIZER };
 	unsigned started = 0;
 	int rc = 0;
 
 	for (unsigned i = 0; i < n; i++) {
-		w[i] = (struct worker){ .fd = fd, .srv = srv };
+		w[i] = (struct worker){ .fd = fd, .srv = srv, .pool = &pool };
 		if (i > 0) {
 			uint32_t master = (uint32_t)fd;
 			int c = open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -136,7 +198,7 @@ static int serve_threads(int fd, struct fuse_server *srv, unsigned n)
 		started = i + 1;
 	}
 	/* The main thread is worker 0. */
-	w[0].rc = serve(fd, srv);
+	w[0].rc = serve(&w[0]);
 	for (unsigned i = 1; i < started; i++) {
 		pthread_join(w[i].tid, NULL);
 		if (w[i].fd != fd)

@@ -15,6 +15,9 @@
 #   TARXZ    the tarball (default /usr/src/linux-source-6.1.tar.xz, Debian
 #            package linux-source-6.1)
 #   MAXTIME  seconds for the whole run before it gives up (default 1500)
+#   THREADS  kbox-fuse-mount's request threads (default 4)
+#   SINGLE   1 (default) also times the metadata steps with both servers
+#            single-threaded (kbox -t 1, bindfs -s) on the same copies; 0 skips
 #
 # Steps, each on a fresh mount (so FUSE's caches are cold; the host's page
 # and dentry caches are warm for every contestant alike):
@@ -25,8 +28,10 @@
 #   find+stat  find -printf '%s %m %T@' over the tree (an lstat per entry)
 #   write      dd of BIG_MB MiB of zeros, conv=fsync
 #   read       dd of that file to /dev/null (host page cache warm)
-# Both FUSE servers are single-threaded and use 1 s entry/attribute timeouts
-# and the host's inode numbers (bindfs: -o use_ino).
+# Both FUSE servers run multi-threaded as they are meant to (kbox-fuse-mount
+# -t THREADS; bindfs -f, which libfuse 2 runs with a thread per concurrent
+# request), with 1 s entry/attribute timeouts and the host's inode numbers
+# (bindfs: -o use_ino).
 #
 # kbox's server remembers inodes without holding an fd for each (lookups are
 # an fstatat; fds are opened on demand and the least recently used closed at
@@ -47,6 +52,8 @@ REPS=${REPS:-5}
 BIG_MB=${BIG_MB:-1024}
 TARXZ=${TARXZ:-/usr/src/linux-source-6.1.tar.xz}
 MAXTIME=${MAXTIME:-1500}
+THREADS=${THREADS:-4}
+SINGLE=${SINGLE:-1}
 TOPDIR=linux-source-6.1
 
 # The whole run is bounded: the script runs itself under timeout(1), whose
@@ -67,6 +74,13 @@ if command -v bindfs >/dev/null; then
 	FSES="native kbox bindfs"
 else
 	echo "# bindfs missing (apt-get install bindfs): its column is left out"
+fi
+# Single-threaded variants, for the metadata steps only, on the copies of
+# their multi-threaded selves.
+META_EXTRA=""
+if [ "$SINGLE" = 1 ]; then
+	META_EXTRA="kbox-1"
+	case $FSES in *bindfs*) META_EXTRA="kbox-1 bindfs-s" ;; esac
 fi
 
 W=$(mktemp -d /var/tmp/kbox-bench-fs.XXXXXX)
@@ -91,9 +105,12 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 fs_mount() {
 	case $1 in
 	native) return 0 ;;
-	kbox) timeout "$MAXTIME" "$BIN" "$W/src.kbox" "$W/mnt.kbox" 2>>"$W/server.log" & ;;
+	kbox) timeout "$MAXTIME" "$BIN" -t "$THREADS" "$W/src.kbox" "$W/mnt.kbox" 2>>"$W/server.log" & ;;
+	kbox-1) timeout "$MAXTIME" "$BIN" -t 1 "$W/src.kbox" "$W/mnt.kbox-1" 2>>"$W/server.log" & ;;
 	bindfs) timeout "$MAXTIME" bindfs -f -o use_ino,entry_timeout=1,attr_timeout=1 \
 		"$W/src.bindfs" "$W/mnt.bindfs" 2>>"$W/server.log" & ;;
+	bindfs-s) timeout "$MAXTIME" bindfs -f -s -o use_ino,entry_timeout=1,attr_timeout=1 \
+		"$W/src.bindfs" "$W/mnt.bindfs-s" 2>>"$W/server.log" & ;;
 	esac
 	PID=$!
 	i=0
@@ -150,6 +167,7 @@ echo "# $FILES entries, $TREE_MB MiB; $REPS runs per step; file of $BIG_MB MiB"
 # The contestants take turns within each run, so that a busy host slows
 # them alike.
 for fs in $FSES; do mkdir -p "$W/src.$fs" "$W/mnt.$fs"; done
+for fs in $META_EXTRA; do mkdir -p "$W/mnt.$fs"; done
 r=0
 while [ $r -lt "$REPS" ]; do
 	for fs in $FSES; do
@@ -170,7 +188,7 @@ for fs in $FSES; do
 done
 r=0
 while [ $r -lt "$REPS" ]; do
-	for fs in $FSES; do
+	for fs in $FSES $META_EXTRA; do
 		d=$(dir_of "$fs")
 		timed "$fs" git-status git -C "$d/$TOPDIR" status --porcelain
 		test -s "$W/out" && { echo "$fs: git status not clean:"; head "$W/out"; exit 1; }
@@ -202,9 +220,21 @@ for step in extract git-status find-stat write read; do
 	printf '%-11s %10s %10s %10s %12sx %11sx\n' "$step" "$n" "$k" "$b" \
 		"$(ratio "$b" "$k")" "$(ratio "$k" "$n")"
 done
+if [ -n "$META_EXTRA" ]; then
+	echo
+	echo "# single-threaded servers (kbox -t 1, bindfs -s), same copies:"
+	printf '%-11s %10s %10s %10s %13s %12s\n' step native_ms kbox-1_ms bindfs-s_ms kbox-1/bindfs-s kbox-1/native
+	for step in git-status find-stat; do
+		n=$(median native "$step"); k=$(median kbox-1 "$step"); b=$(median bindfs-s "$step")
+		printf '%-11s %10s %10s %10s %14sx %11sx\n' "$step" "$n" "$k" "$b" \
+			"$(ratio "$b" "$k")" "$(ratio "$k" "$n")"
+	done
+	echo
+fi
 for fs in $FSES; do
 	w=$(median "$fs" write); r=$(median "$fs" read)
 	echo "# $fs: write $(ratio $((BIG_MB * 1000)) "$w") MiB/s, read $(ratio $((BIG_MB * 1000)) "$r") MiB/s"
 done
 echo "# kbox/bindfs = bindfs time / kbox time (target >= 1.5 for metadata steps);"
-echo "# kbox/native = kbox time / native time (target <= 3). Raw runs: $RAW"
+echo "# kbox/native = kbox time / native time (target <= 3). kbox: $THREADS threads."
+echo "# Raw runs: $RAW"

@@ -6,16 +6,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+int senv_path(char *out, size_t outlen, const char *file)
+{
+	const char *slash = strrchr(file, '/');
+	size_t dirlen = slash ? (size_t)(slash - file) + 1 : 0;
+	if (outlen < dirlen + sizeof "secrets.env") {
+		if (outlen)
+			out[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	memcpy(out, file, dirlen);
+	memcpy(out + dirlen, "secrets.env", sizeof "secrets.env");
+	return 0;
+}
+
 int senv_init(struct senv *e, const char *file)
 {
 	memset(e, 0, sizeof *e);
-	const char *slash = strrchr(file, '/');
-	size_t dirlen = slash ? (size_t)(slash - file) + 1 : 0;
-	e->path = malloc(dirlen + sizeof "secrets.env");
+	size_t cap = strlen(file) + sizeof "secrets.env";
+	e->path = malloc(cap);
 	if (!e->path)
 		return -ENOMEM;
-	memcpy(e->path, file, dirlen);
-	memcpy(e->path + dirlen, "secrets.env", sizeof "secrets.env");
+	senv_path(e->path, cap, file);
 	yt_show(e->name, sizeof e->name, e->path, strlen(e->path), YT_NAME_MAX);
 	return 0;
 }
@@ -156,6 +168,101 @@ int senv_lookup(struct senv *e, const char *var, const char **val, char *err, si
 			*val = e->kv[2 * i + 1];
 			break;
 		}
+	return 0;
+}
+
+/* The ${...} whose text starts at S (N bytes to the end of the value):
+ * its value in *VAL and the bytes the reference spans, "${" and '}' too,
+ * in *SPAN. */
+static int senv_ref(struct senv *e, const char *s, size_t n, size_t max_name, const char **val,
+		    size_t *span, struct senv_result *r, char *err, size_t errlen)
+{
+	const char *close = memchr(s, '}', n);
+	if (!close) {
+		r->fault = SENV_UNTERMINATED;
+		return -EINVAL;
+	}
+	size_t len = (size_t)(close - s);
+	bool ok = len && senv_var_start(s[0]);
+	for (size_t k = 1; ok && k < len; k++)
+		ok = senv_var_char(s[k]);
+	enum senv_fault fault = !ok ? SENV_BAD_NAME : len > max_name ? SENV_LONG_NAME : 0;
+	if (!fault) {
+		char var[SENV_NAME_MAX + 1];
+		memcpy(var, s, len);
+		var[len] = '\0';
+		int rc = senv_lookup(e, var, val, err, errlen);
+		if (rc)
+			return rc;
+		fault = *val ? 0 : SENV_UNSET;
+	}
+	if (fault) {
+		r->fault = fault;
+		r->name = s;
+		r->name_len = len;
+		return -EINVAL;
+	}
+	*span = len + 3;
+	return 0;
+}
+
+int senv_expand(struct senv *e, const char *val, size_t len, size_t max_name, size_t max_out,
+		struct senv_result *r, char *err, size_t errlen)
+{
+	memset(r, 0, sizeof *r);
+	if (max_name > SENV_NAME_MAX)
+		max_name = SENV_NAME_MAX;
+	size_t cap = len + 1, o = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return -ENOMEM;
+	int rc = 0;
+	for (size_t i = 0; i < len && !rc;) {
+		const char *add = val + i;
+		size_t alen = 1, step = 1;
+		if (val[i] == '$' && i + 1 < len && val[i + 1] == '$') {
+			step = 2;
+		} else if (val[i] == '$' && i + 1 < len && val[i + 1] == '{') {
+			rc = senv_ref(e, val + i + 2, len - i - 2, max_name, &add, &step, r, err,
+				      errlen);
+			if (rc) {
+				r->at = i;
+				break;
+			}
+			alen = strlen(add);
+		}
+		if (alen > max_out - o) {
+			r->fault = SENV_TOO_BIG;
+			r->at = i;
+			rc = -EINVAL;
+			break;
+		}
+		/* Grown by hand, not realloc, so that no copy is left unwiped. */
+		if (o + alen + 1 > cap) {
+			size_t ncap = 2 * (o + alen + 1);
+			char *b = malloc(ncap);
+			if (!b) {
+				rc = -ENOMEM;
+				break;
+			}
+			memcpy(b, out, o);
+			explicit_bzero(out, o);
+			free(out);
+			out = b;
+			cap = ncap;
+		}
+		memcpy(out + o, add, alen);
+		o += alen;
+		i += step;
+	}
+	if (rc) {
+		explicit_bzero(out, o);
+		free(out);
+		return rc;
+	}
+	out[o] = '\0';
+	r->str = out;
+	r->len = o;
 	return 0;
 }
 

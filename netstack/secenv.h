@@ -30,9 +30,13 @@ struct senv {
 	size_t n, cap;
 };
 
-/* Set E up for the secrets.env in the directory of FILE (the directory part
- * of the name as given, the current one when FILE has no '/').  Nothing is
- * read yet.  0 or -ENOMEM; senv_free E either way. */
+/* Writes into OUT (OUTLEN bytes) the name of the secrets.env that belongs
+ * to FILE: the directory part of the name as given (none when FILE has no
+ * '/') followed by "secrets.env".  0, or -ENAMETOOLONG with OUT empty. */
+int senv_path(char *out, size_t outlen, const char *file);
+
+/* Set E up for the secrets.env of FILE (senv_path).  Nothing is read yet.
+ * 0 or -ENOMEM; senv_free E either way. */
 int senv_init(struct senv *e, const char *file);
 
 /* The value of VAR (NUL-terminated): the process environment first, then
@@ -47,6 +51,41 @@ int senv_lookup(struct senv *e, const char *var, const char **val, char *err, si
  * secrets.env and in ${NAME}: the first, then any other. */
 bool senv_var_start(char c);
 bool senv_var_char(char c);
+
+/* The longest name ${NAME} can look up. */
+#define SENV_NAME_MAX 255u
+
+/* What senv_expand found wrong.  The caller words the message: one about
+ * sandbox.yaml may quote the name as written, one about secrets.yaml says
+ * only where, since everything in that file may be a secret. */
+enum senv_fault {
+	SENV_UNTERMINATED = 1, /* "${" with no '}' after it */
+	SENV_BAD_NAME,         /* ${...} holds no [A-Za-z_][A-Za-z0-9_]* */
+	SENV_LONG_NAME,        /* a good name longer than the caller allows */
+	SENV_UNSET,            /* neither the environment nor secrets.env has it */
+	SENV_TOO_BIG,          /* the result would pass the caller's limit */
+};
+
+struct senv_result {
+	char *str;             /* success: the expansion, malloc'd, NUL-ended */
+	size_t len;
+	enum senv_fault fault; /* on a fault: what is wrong, */
+	size_t at;             /* at which byte of the value (0-based), */
+	const char *name;      /* and the text between "${" and '}' (a pointer */
+	size_t name_len;       /* into the value; none for SENV_UNTERMINATED) */
+};
+
+/* Expands VAL (LEN bytes): ${NAME} becomes NAME's value (senv_lookup), "$$"
+ * becomes '$', and any other '$' is itself, so $HOME or a token holding '$'
+ * passes through.  What a variable brings in is never expanded again.  A
+ * name longer than MAX_NAME (at most SENV_NAME_MAX) is not looked up; the
+ * result may hold at most MAX_OUT bytes.  0 with R->str (R->len bytes, for
+ * the caller to free); on a fault in the value, -EINVAL with R->fault set
+ * and ERR untouched; otherwise R->fault is 0 and the error is -ENOMEM (ERR
+ * untouched) or senv_lookup's, with ERR set.  Every byte built on the way
+ * that is not handed back is wiped before it is freed. */
+int senv_expand(struct senv *e, const char *val, size_t len, size_t max_name, size_t max_out,
+		struct senv_result *r, char *err, size_t errlen);
 
 /* Wipe and free what E holds (safe on a zeroed or failed E, and twice). */
 void senv_free(struct senv *e);

@@ -59,13 +59,6 @@ static void sec_wipe_free(char *p, size_t len)
 	}
 }
 
-/* The value of VAR from the environment, then secrets.env; NULL if unset. */
-static int sec_lookup(struct sec_ctx *x, const char *var, const char **out)
-{
-	int rc = senv_lookup(&x->env, var, out, x->err, x->errlen);
-	return rc == -ENOMEM ? sec_nomem(x) : rc;
-}
-
 /* ---- checking one secret ---------------------------------------------- */
 
 static void sec_secret_clear(struct secret *s)
@@ -91,66 +84,35 @@ static int sec_expand(struct sec_ctx *x, const struct yt_node *v, struct secret 
 			       "secret %s: value is %s; expected a string such as "
 			       "\"${%s}\"",
 			       s->name, yt_kind_name(v), s->name);
-	char *out = malloc(SECRETS_VALUE_MAX + 1);
-	if (!out)
-		return sec_nomem(x);
-	size_t o = 0;
-	int rc = 0;
-	for (size_t i = 0; i < v->len && !rc;) {
-		const char *add = v->str + i;
-		size_t addlen = 1;
-		if (v->str[i] == '$') {
-			if (i + 1 < v->len && v->str[i + 1] == '$') {
-				addlen = 1;
-				i += 2;
-			} else if (i + 1 < v->len && v->str[i + 1] == '{') {
-				size_t b = i + 2, e = b;
-				while (e < v->len && senv_var_char(v->str[e]))
-					e++;
-				if (e == b || e >= v->len || v->str[e] != '}' ||
-				    !senv_var_start(v->str[b]) || e - b > 255) {
-					rc = sec_err(x, v,
-						     "secret %s: '${' at byte %zu of the value does "
-						     "not start a variable; expected ${NAME} with "
-						     "NAME made of letters, digits and '_' (write $$ "
-						     "for a literal $)",
-						     s->name, i + 1);
-					break;
-				}
-				char var[256];
-				memcpy(var, v->str + b, e - b);
-				var[e - b] = '\0';
-				rc = sec_lookup(x, var, &add);
-				if (rc)
-					break;
-				if (!add) {
-					rc = sec_err(x, v,
-						     "secret %s: ${%s} is not set; expected %s in "
-						     "kbox's environment or a line %s=... in %s",
-						     s->name, var, var, var, x->env.name);
-					break;
-				}
-				addlen = strlen(add);
-				i = e + 1;
-			} else {
-				/* As in sandbox.yaml: a '$' before anything else is
-				 * itself, so tokens containing '$' need no escaping. */
-				i++;
-			}
-		} else {
-			i++;
-		}
-		if (o + addlen > SECRETS_VALUE_MAX) {
-			rc = sec_err(x, v,
-				     "secret %s: the value is longer than %u bytes; expected a "
-				     "shorter value",
-				     s->name, SECRETS_VALUE_MAX);
-			break;
-		}
-		memcpy(out + o, add, addlen);
-		o += addlen;
+	struct senv_result r;
+	int rc = senv_expand(&x->env, v->str, v->len, SENV_NAME_MAX, SECRETS_VALUE_MAX, &r,
+			     x->err, x->errlen);
+	switch (r.fault) {
+	case SENV_UNTERMINATED:
+	case SENV_BAD_NAME:
+	case SENV_LONG_NAME:
+		return sec_err(x, v,
+			       "secret %s: '${' at byte %zu of the value does not start a "
+			       "variable; expected ${NAME} with NAME made of letters, digits "
+			       "and '_' (write $$ for a literal $)",
+			       s->name, r.at + 1);
+	case SENV_UNSET:
+		return sec_err(x, v,
+			       "secret %s: ${%.*s} is not set; expected %.*s in kbox's "
+			       "environment or a line %.*s=... in %s",
+			       s->name, (int)r.name_len, r.name, (int)r.name_len, r.name,
+			       (int)r.name_len, r.name, x->env.name);
+	case SENV_TOO_BIG:
+		return sec_err(x, v,
+			       "secret %s: the value is longer than %u bytes; expected a "
+			       "shorter value",
+			       s->name, SECRETS_VALUE_MAX);
 	}
-	if (!rc && o == 0)
+	if (rc)
+		return rc == -ENOMEM ? sec_nomem(x) : rc;
+	char *out = r.str;
+	size_t o = r.len;
+	if (o == 0)
 		rc = sec_err(x, v, "secret %s: the value is empty; expected a non-empty value",
 			     s->name);
 	for (size_t i = 0; !rc && i < o; i++)
@@ -161,21 +123,11 @@ static int sec_expand(struct sec_ctx *x, const struct yt_node *v, struct secret 
 				     "headers)",
 				     s->name, i + 1);
 	if (rc) {
-		sec_wipe_free(out, SECRETS_VALUE_MAX + 1);
+		sec_wipe_free(out, o + 1);
 		return rc;
 	}
-	/* A right-sized copy, so that value_len + 1 bytes are all there is to
-	 * wipe later. */
-	char *fit = malloc(o + 1);
-	if (fit) {
-		memcpy(fit, out, o);
-		fit[o] = '\0';
-	}
-	sec_wipe_free(out, SECRETS_VALUE_MAX + 1);
-	if (!fit)
-		return sec_nomem(x);
 	s->value_len = o;
-	s->value = fit;
+	s->value = out;
 	return 0;
 }
 

@@ -41,8 +41,8 @@ struct cfg_ctx {
 	struct senv env;        /* secrets.env, for ${VAR} */
 };
 
-/* Longest variable name ${…} may use. */
-#define CFG_KEY_MAX_VAR 128
+/* Longest variable name ${…} may use; a longer one is not set. */
+#define CFG_MAX_VAR 128
 
 /* Messages quote a value as written: what ${VAR} brought in may be a
  * secret, and the user wrote the ${VAR}. */
@@ -85,95 +85,41 @@ static int cfg_nomem(struct cfg_ctx *x)
 
 /* ---- ${VAR} ----------------------------------------------------------- */
 
-/* The value of NAME (len bytes): the host environment first, then
- * secrets.env; NULL (rc 0) when neither has it. */
-static int cfg_lookup(struct cfg_ctx *x, const char *name, size_t len, const char **val)
-{
-	char key[CFG_KEY_MAX_VAR + 1];
-	*val = NULL;
-	if (len > CFG_KEY_MAX_VAR)
-		return 0;
-	memcpy(key, name, len);
-	key[len] = '\0';
-	int rc = senv_lookup(&x->env, key, val, x->err, x->errlen);
-	return rc == -ENOMEM ? cfg_nomem(x) : rc;
-}
-
 /* Replaces ${NAME} in scalar n by its value and "$$" by "$"; other '$'
- * stay (a shell's $HOME passes through to the guest). */
+ * stay (a shell's $HOME passes through to the guest).  All values together
+ * may grow to CONFIG_MAX_BYTES. */
 static int cfg_expand_node(struct cfg_ctx *x, struct yt_node *n)
 {
 	if (!memchr(n->str, '$', n->len))
 		return 0;
-	size_t cap = n->len + 1, o = 0;
-	char *out = malloc(cap);
-	if (!out)
-		return cfg_nomem(x);
-	int rc = 0;
-	for (size_t i = 0; i < n->len && !rc;) {
-		const char *add = n->str + i;
-		size_t alen = 1, step = 1;
-		if (n->str[i] == '$' && i + 1 < n->len && n->str[i + 1] == '$') {
-			step = 2;
-		} else if (n->str[i] == '$' && i + 1 < n->len && n->str[i + 1] == '{') {
-			const char *name = n->str + i + 2;
-			const char *close = memchr(name, '}', n->len - i - 2);
-			size_t nlen = close ? (size_t)(close - name) : 0;
-			char show[YT_SHOW_BUF];
-			bool ok = close && nlen && senv_var_start(name[0]);
-			for (size_t k = 0; ok && k < nlen; k++)
-				ok = senv_var_char(name[k]);
-			if (!close) {
-				rc = cfg_err(x, n, "unterminated '${'; expected ${NAME} (write $$ for "
-						   "a literal '$')");
-				break;
-			}
-			yt_show(show, sizeof show, name, nlen, YT_SHOW_MAX);
-			if (!ok) {
-				rc = cfg_err(x, n, "'${%s}' is not a variable name; expected ${NAME} "
-						   "with letters, digits and '_' (write $$ for a "
-						   "literal '$')", show);
-				break;
-			}
-			rc = cfg_lookup(x, name, nlen, &add);
-			if (rc)
-				break;
-			if (!add) {
-				rc = cfg_err(x, n, "${%s} is not set; export %s or add %s=... to %s",
-					     show, show, show, x->env.name);
-				break;
-			}
-			alen = strlen(add);
-			step = nlen + 3;
-		}
-		if (alen > CONFIG_MAX_BYTES - x->expanded) {
-			rc = cfg_err(x, n, "values grow past %u bytes once variables are "
-					   "expanded; expected a smaller config", CONFIG_MAX_BYTES);
-			break;
-		}
-		x->expanded += alen;
-		if (o + alen + 1 > cap) {
-			cap = 2 * (o + alen + 1);
-			char *b = realloc(out, cap);
-			if (!b) {
-				rc = cfg_nomem(x);
-				break;
-			}
-			out = b;
-		}
-		memcpy(out + o, add, alen);
-		o += alen;
-		i += step;
+	struct senv_result r;
+	int rc = senv_expand(&x->env, n->str, n->len, CFG_MAX_VAR, CONFIG_MAX_BYTES - x->expanded,
+			     &r, x->err, x->errlen);
+	char show[YT_SHOW_BUF] = "";
+	if (r.name)
+		yt_show(show, sizeof show, r.name, r.name_len, YT_SHOW_MAX);
+	switch (r.fault) {
+	case SENV_UNTERMINATED:
+		return cfg_err(x, n, "unterminated '${'; expected ${NAME} (write $$ for a literal "
+				     "'$')");
+	case SENV_BAD_NAME:
+		return cfg_err(x, n, "'${%s}' is not a variable name; expected ${NAME} with "
+				     "letters, digits and '_' (write $$ for a literal '$')", show);
+	case SENV_LONG_NAME:
+	case SENV_UNSET:
+		return cfg_err(x, n, "${%s} is not set; export %s or add %s=... to %s", show, show,
+			       show, x->env.name);
+	case SENV_TOO_BIG:
+		return cfg_err(x, n, "values grow past %u bytes once variables are expanded; "
+				     "expected a smaller config", CONFIG_MAX_BYTES);
 	}
-	if (rc) {
-		free(out);
-		return rc;
-	}
-	out[o] = '\0';
+	if (rc)
+		return rc == -ENOMEM ? cfg_nomem(x) : rc;
+	x->expanded += r.len;
 	n->raw = n->str;
 	n->rawlen = n->len;
-	n->str = out;
-	n->len = o;
+	n->str = r.str;
+	n->len = r.len;
 	/* An expanded value is text, never YAML's null. */
 	n->plain = false;
 	return 0;
@@ -1535,12 +1481,10 @@ int config_protect_mounts(struct kbox_config *c, const char *conf, struct mounts
 	char *files[4] = { 0 };
 	int rc = 0;
 	if (conf) {
-		const char *slash = strrchr(conf, '/');
-		size_t dl = slash ? (size_t)(slash - conf) + 1 : 0;
 		char senv[PATH_MAX + 16];
-		snprintf(senv, sizeof senv, "%.*ssecrets.env", (int)dl, conf);
 		files[0] = cfg_real(conf);
-		files[1] = cfg_real(senv);
+		if (!senv_path(senv, sizeof senv, conf))
+			files[1] = cfg_real(senv);
 	}
 	if (c->secrets)
 		files[2] = cfg_real(c->secrets);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lwip/tcpip.h"
+#include "netstack/secenv.h"
 #include "netstack/tls_sni.h"
 
 static const char *const CA_ENV[] = {
@@ -72,11 +73,10 @@ int tlsconf_load(struct tlsconf *t, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", msg);
 		return rc;
 	}
-	if (t->secrets_path) {
-		const char *slash = strrchr(t->secrets_path, '/');
-		int dl = slash ? (int)(slash - t->secrets_path) + 1 : 0;
-		snprintf(t->secrets_env, sizeof t->secrets_env, "%.*ssecrets.env", dl, t->secrets_path);
-	}
+	/* A name too long to fit leaves no secrets.env to list: none could be
+	 * opened by it. */
+	if (t->secrets_path)
+		senv_path(t->secrets_env, sizeof t->secrets_env, t->secrets_path);
 	char dir[PATH_MAX];
 	const char *ca_dir = t->ca_dir;
 	if (!ca_dir && (rc = tc_ca_default_dir(dir, sizeof dir)) < 0) {

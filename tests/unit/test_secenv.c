@@ -1,5 +1,6 @@
 #include <check.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,192 @@ START_TEST(variable_name_characters)
 }
 END_TEST
 
+/* Expand val with a fresh senv (over whatever secrets.env there is). */
+static int expand(const char *val, size_t max_name, size_t max_out, struct senv_result *r,
+		  char *err)
+{
+	struct senv e;
+	ck_assert_int_eq(senv_init(&e, file), 0);
+	err[0] = '\0';
+	int rc = senv_expand(&e, val, strlen(val), max_name, max_out, r, err, ERRLEN);
+	senv_free(&e);
+	return rc;
+}
+
+/* val must expand to want within the limits. */
+static void expect_within(const char *val, size_t max_name, size_t max_out, const char *want)
+{
+	struct senv_result r;
+	char err[ERRLEN];
+	ck_assert_msg(expand(val, max_name, max_out, &r, err) == 0, "'%.40s': %s", val, err);
+	ck_assert_uint_eq(r.fault, 0);
+	ck_assert_uint_eq(r.len, strlen(want));
+	ck_assert_str_eq(r.str, want);
+	free(r.str);
+}
+
+static void expect_expand(const char *val, const char *want)
+{
+	expect_within(val, SENV_NAME_MAX, 1 << 20, want);
+}
+
+/* val must be refused with fault at byte at, naming name (NULL: none). */
+static void expect_fault(const char *val, size_t max_name, size_t max_out,
+			 enum senv_fault fault, size_t at, const char *name)
+{
+	struct senv_result r;
+	char err[ERRLEN];
+	ck_assert_int_eq(expand(val, max_name, max_out, &r, err), -EINVAL);
+	ck_assert_msg(r.fault == fault, "'%s': fault %d", val, (int)r.fault);
+	ck_assert_uint_eq(r.at, at);
+	ck_assert_ptr_null(r.str);
+	ck_assert_str_eq(err, "");
+	if (name) {
+		ck_assert_uint_eq(r.name_len, strlen(name));
+		ck_assert(memcmp(r.name, name, r.name_len) == 0);
+	} else {
+		ck_assert_ptr_null(r.name);
+	}
+}
+
+START_TEST(expand_dollars)
+{
+	setenv("KBOX_T_SENV", "v", 1);
+	expect_expand("", "");
+	expect_expand("plain", "plain");
+	expect_expand("$$", "$");
+	expect_expand("$$$$", "$$");
+	expect_expand("$", "$");
+	expect_expand("a$", "a$");
+	expect_expand("$HOME $ x$-", "$HOME $ x$-");
+	expect_expand("$${KBOX_T_SENV}", "${KBOX_T_SENV}");
+	expect_expand("$$$${KBOX_T_SENV}", "$${KBOX_T_SENV}");
+	expect_expand("$${KBOX_T_SENV", "${KBOX_T_SENV");
+	expect_expand("${KBOX_T_SENV}", "v");
+	expect_expand("<${KBOX_T_SENV}${KBOX_T_SENV}>$", "<vv>$");
+	expect_expand("}${KBOX_T_SENV}}", "}v}");
+	/* What a variable brings in is never expanded again. */
+	setenv("KBOX_T_SENV", "${KBOX_T_SENV2}$$x$", 1);
+	setenv("KBOX_T_SENV2", "no", 1);
+	expect_expand("${KBOX_T_SENV}", "${KBOX_T_SENV2}$$x$");
+	setenv("KBOX_T_SENV", "", 1);
+	expect_expand("[${KBOX_T_SENV}]", "[]");
+	unsetenv("KBOX_T_SENV");
+	unsetenv("KBOX_T_SENV2");
+}
+END_TEST
+
+START_TEST(expand_faults)
+{
+	expect_fault("${", SENV_NAME_MAX, 100, SENV_UNTERMINATED, 0, NULL);
+	expect_fault("ab${KBOX_T_SENV", SENV_NAME_MAX, 100, SENV_UNTERMINATED, 2, NULL);
+	expect_fault("$${${", SENV_NAME_MAX, 100, SENV_UNTERMINATED, 3, NULL);
+	expect_fault("${}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "");
+	expect_fault("x${A-B}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 1, "A-B");
+	expect_fault("${1A}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "1A");
+	expect_fault("${ A}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, " A");
+	expect_fault("${A }", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "A ");
+	expect_fault("${\xc3\xa9}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "\xc3\xa9");
+	expect_fault("${$}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "$");
+	/* Nested: the name runs to the first '}', and is no name. */
+	setenv("KBOX_T_SENV2", "B", 1);
+	expect_fault("${A${KBOX_T_SENV2}}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0,
+		     "A${KBOX_T_SENV2");
+	unsetenv("KBOX_T_SENV2");
+	expect_fault("a${KBOX_T_SENV}", SENV_NAME_MAX, 100, SENV_UNSET, 1, "KBOX_T_SENV");
+	/* The first fault counts. */
+	expect_fault("${KBOX_T_SENV}${", SENV_NAME_MAX, 100, SENV_UNSET, 0, "KBOX_T_SENV");
+	expect_fault("${-}${KBOX_T_SENV}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "-");
+}
+END_TEST
+
+START_TEST(expand_limits)
+{
+	/* Names: up to max_name are looked up, longer ones are not even when
+	 * set; max_name is capped at SENV_NAME_MAX. */
+	char name[SENV_NAME_MAX + 2], val[SENV_NAME_MAX + 8];
+	memset(name, 'N', sizeof name - 1);
+	name[sizeof name - 1] = '\0';
+	setenv(name, "long", 1);
+	snprintf(val, sizeof val, "${%s}", name);
+	expect_fault(val, SIZE_MAX, 100, SENV_LONG_NAME, 0, name);
+	unsetenv(name);
+	name[SENV_NAME_MAX] = '\0';
+	setenv(name, "long", 1);
+	snprintf(val, sizeof val, "${%s}", name);
+	expect_expand(val, "long");
+	expect_fault(val, SENV_NAME_MAX - 1, 100, SENV_LONG_NAME, 0, name);
+	unsetenv(name);
+
+	/* The result: max_out bytes at most, literal text counted too. */
+	expect_within("", 8, 0, "");
+	expect_within("abc", 8, 3, "abc");
+	expect_within("$$$$", 8, 2, "$$");
+	expect_fault("abcd", 8, 3, SENV_TOO_BIG, 3, NULL);
+	expect_fault("ab$$", 8, 2, SENV_TOO_BIG, 2, NULL);
+
+	/* Long values from secrets.env, the buffer growing many times over. */
+	enum { VLEN = 4000, REFS = 10 };
+	char *text = malloc(VLEN + 32), *big = malloc(REFS * 16 + 1), *want = malloc(REFS * VLEN + 2);
+	ck_assert(text && big && want);
+	memcpy(text, "KBOX_T_SENV=", 12);
+	memset(text + 12, 'v', VLEN);
+	strcpy(text + 12 + VLEN, "\n");
+	write_env(text, strlen(text));
+	big[0] = '\0';
+	for (int i = 0; i < REFS; i++)
+		strcat(big, "${KBOX_T_SENV}");
+	strcat(big, "$");
+	memset(want, 'v', REFS * VLEN);
+	strcpy(want + REFS * VLEN, "$");
+	expect_within(big, 64, REFS * VLEN + 1, want);
+	expect_fault(big, 64, REFS * VLEN, SENV_TOO_BIG, REFS * 14, NULL);
+	expect_fault(big, 64, REFS * VLEN - 1, SENV_TOO_BIG, (REFS - 1) * 14, NULL);
+	free(text);
+	free(big);
+	free(want);
+}
+END_TEST
+
+START_TEST(expand_broken_file)
+{
+	/* A bad secrets.env is secenv's message, not a fault in the value;
+	 * it is read only once a variable is not in the environment. */
+	struct senv_result r;
+	char err[ERRLEN], want[ERRLEN];
+	write_env("not a line\n", 11);
+	expect_expand("$$ $x", "$ $x");
+	setenv("KBOX_T_SENV", "env", 1);
+	expect_expand("${KBOX_T_SENV}", "env");
+	unsetenv("KBOX_T_SENV");
+	ck_assert_int_eq(expand("${KBOX_T_SENV}", 64, 100, &r, err), -EINVAL);
+	ck_assert_uint_eq(r.fault, 0);
+	ck_assert_ptr_null(r.str);
+	snprintf(want, sizeof want, "%s:1:4: expected '=' after the name; write KEY=VALUE",
+		 envpath);
+	ck_assert_str_eq(err, want);
+}
+END_TEST
+
+START_TEST(secrets_env_path)
+{
+	char out[32];
+	ck_assert_int_eq(senv_path(out, sizeof out, "a/b/kbox.yaml"), 0);
+	ck_assert_str_eq(out, "a/b/secrets.env");
+	ck_assert_int_eq(senv_path(out, sizeof out, "kbox.yaml"), 0);
+	ck_assert_str_eq(out, "secrets.env");
+	ck_assert_int_eq(senv_path(out, sizeof out, "/x/"), 0);
+	ck_assert_str_eq(out, "/x/secrets.env");
+	/* Exactly full fits; a byte less is refused, never cut short. */
+	ck_assert_int_eq(senv_path(out, 15, "/x/y"), 0);
+	ck_assert_str_eq(out, "/x/secrets.env");
+	ck_assert_int_eq(senv_path(out, 14, "/x/y"), -ENAMETOOLONG);
+	ck_assert_str_eq(out, "");
+	ck_assert_int_eq(senv_path(out, 12, "name"), 0);
+	ck_assert_int_eq(senv_path(out, 11, "name"), -ENAMETOOLONG);
+}
+END_TEST
+
 Suite *secenv_suite(void)
 {
 	Suite *s = suite_create("secenv");
@@ -172,6 +359,11 @@ Suite *secenv_suite(void)
 	tcase_add_test(tc, environment_first_file_optional);
 	tcase_add_test(tc, errors_say_where_never_what);
 	tcase_add_test(tc, variable_name_characters);
+	tcase_add_test(tc, expand_dollars);
+	tcase_add_test(tc, expand_faults);
+	tcase_add_test(tc, expand_limits);
+	tcase_add_test(tc, expand_broken_file);
+	tcase_add_test(tc, secrets_env_path);
 	suite_add_tcase(s, tc);
 	return s;
 }

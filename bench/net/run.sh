@@ -67,10 +67,10 @@ mkdir -p "$BUILD/bench"
 RAW=$BUILD/bench/net.txt
 : >"$RAW"
 CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. -O2 -g"
-# The harness as tests/net/run.sh builds it with NET_SAN=0.
+# The harness as tests/net/lib.sh builds it with NET_SAN=0.
 # shellcheck disable=SC2086
 ${CC:-cc} $CF $(pkg-config --cflags lwip) -o "$BUILD/bench/net-harness" tests/net/harness.c netstack/*.c \
-	$(pkg-config --libs lwip) -lbearssl -lyaml -lpthread || exit 1
+	vmm/tlsconf.c $(pkg-config --libs lwip) -lbearssl -lyaml -lpthread || exit 1
 # shellcheck disable=SC2086
 ${CC:-cc} $CF -o "$BUILD/bench/netbench" bench/net/netbench.c -lpthread || exit 1
 NB=$BUILD/bench/netbench

@@ -30,6 +30,8 @@
 #   iperf_down / iperf_up   iperf3 -R / iperf3 for IPERF_S seconds, one
 #               stream, MiB/s as its receiver counted them (when iperf3 is
 #               installed)
+#   bulk_errors transfers of these four that failed (a reset, a short
+#               count): reported and left out of the medians
 #   rate        RATE_THREADS threads of connect, GET /64, read to EOF,
 #               close, for RATE_S seconds: requests/s
 #   connect     LAT_N such requests one after another: connect() p50/p99
@@ -200,6 +202,13 @@ for p in direct $PEERS; do
 done
 echo "# set-up done: $PEERS, and direct; $BULK_MB MiB bulk, $REPS runs, rate ${RATE_S}s x $RATE_THREADS, $LAT_N sequential requests"
 
+# A failed transfer is left out of the medians and counted (bulk_errors)
+# rather than ending the run: one contestant's reset must not lose the
+# others' figures.
+failed() {
+	echo "# $1: $2 (left out)"
+	echo "$1 bulk_failed 1" >>"$RAW"
+}
 BYTES=$((BULK_MB * 1048576))
 head -c "$BYTES" /dev/zero >"$T/bulk.bin"
 r=0
@@ -208,12 +217,18 @@ while [ $r -lt "$REPS" ]; do
 		a=$(addr_of "$p")
 		out=$(client "$p" curl -sS -o /dev/null -w '%{size_download} %{speed_download}' "http://$a:$PORT/$BYTES")
 		set -- $out
-		[ "${1:-0}" = "$BYTES" ] || { echo "$p: download got ${1:-nothing} bytes"; exit 1; }
-		echo "$p down $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+		if [ "${1:-0}" = "$BYTES" ]; then
+			echo "$p down $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+		else
+			failed "$p" "download got ${1:-nothing} bytes"
+		fi
 		out=$(client "$p" curl -sS -o "$T/put.out" -H 'Expect:' -T "$T/bulk.bin" -w '%{size_upload} %{speed_upload}' "http://$a:$PORT/up")
 		set -- $out
-		{ [ "${1:-0}" = "$BYTES" ] && grep -q '^ok' "$T/put.out"; } || { echo "$p: upload sent ${1:-nothing} bytes"; exit 1; }
-		echo "$p up $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+		if [ "${1:-0}" = "$BYTES" ] && grep -q '^ok' "$T/put.out"; then
+			echo "$p up $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+		else
+			failed "$p" "upload sent ${1:-nothing} bytes"
+		fi
 		if [ -n "$IPERF" ]; then
 			for dir in down up; do
 				flag=
@@ -221,9 +236,12 @@ while [ $r -lt "$REPS" ]; do
 				client "$p" iperf3 -c "$a" -p $IPORT -t "$IPERF_S" $flag -J >"$T/iperf.json" 2>&1
 				v=$(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))["end"]["sum_received"]
-print("%.1f" % (d["bytes"] / d["seconds"] / 1048576))' "$T/iperf.json" 2>/dev/null) ||
-					{ echo "$p: iperf3 $dir failed:"; head -c 600 "$T/iperf.json"; exit 1; }
-				echo "$p iperf_$dir $v" >>"$RAW"
+print("%.1f" % (d["bytes"] / d["seconds"] / 1048576))' "$T/iperf.json" 2>/dev/null)
+				if [ -n "$v" ]; then
+					echo "$p iperf_$dir $v" >>"$RAW"
+				else
+					failed "$p" "iperf3 $dir: $(head -c 300 "$T/iperf.json" | tr -s '\n' ' ')"
+				fi
 			done
 		fi
 		out=$(client "$p" "$NB" rate "$a" $PORT "$RATE_S" "$RATE_THREADS")
@@ -250,9 +268,15 @@ printf '%-22s' metric
 for p in direct $PEERS; do printf '%10s' "$p"; done
 for p in $PEERS; do [ "$p" != kbox ] && printf '%14s' "kbox/$p"; done
 echo
-for m in down up iperf_down iperf_up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors; do
+errors() { awk -v p="$1" '$1 == p && $2 == "bulk_failed" { n++ } END { print n + 0 }' "$RAW"; }
+for m in down up iperf_down iperf_up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors bulk_errors; do
 	case $m in iperf_*) [ -z "$IPERF" ] && continue; label="$m (MiB/s)" ;; down | up) label="$m (MiB/s)" ;; rate) label="rate (req/s)" ;; *) label=$m ;; esac
 	printf '%-22s' "$label"
+	if [ "$m" = bulk_errors ]; then
+		for p in direct $PEERS; do printf '%10s' "$(errors "$p")"; done
+		echo
+		continue
+	fi
 	for p in direct $PEERS; do printf '%10s' "$(median "$p" "$m")"; done
 	for p in $PEERS; do
 		[ "$p" != kbox ] && [ "$m" != rate_errors ] && printf '%14s' "$(ratio "$(median kbox "$m")" "$(median "$p" "$m")")"

@@ -1045,6 +1045,25 @@ START_TEST(variables_expand)
 				  "with letters, digits and '_' (write $$ for a literal '$')",
 		 path);
 	ck_assert_str_eq(err, msg);
+	/* Names up to 128 bytes are looked up; a longer one is not set, even
+	 * in the environment. */
+	char name[130], longtext[200];
+	memset(name, 'N', 129);
+	name[129] = '\0';
+	setenv(name, "long-value", 1);
+	snprintf(longtext, sizeof longtext, "env:\n  A: \"${%s}\"\n", name);
+	write_file(path, longtext, strlen(longtext));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "} is not set; export NNN"));
+	unsetenv(name);
+	name[128] = '\0';
+	setenv(name, "long-value", 1);
+	snprintf(longtext, sizeof longtext, "env:\n  A: \"${%s}\"\n", name);
+	write_file(path, longtext, strlen(longtext));
+	ck_assert_int_eq(config_load(path, &c, err, sizeof err), 0);
+	ck_assert_str_eq(c.env[0], "A=long-value");
+	config_free(&c);
+	unsetenv(name);
 	text = "env:\n  A: \"${A\"\n";
 	write_file(path, text, strlen(text));
 	ck_assert_int_eq(config_load(path, &c, err, sizeof err), -EINVAL);

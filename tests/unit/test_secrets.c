@@ -149,6 +149,27 @@ START_TEST(missing_variable_says_where_to_set_it)
 		 "environment or a line KBOX_T_UNSET=... in %s/secrets.env",
 		 dir);
 	expect_err("K:\n  value: ${KBOX_T_UNSET}\n  allow: [a.example]\n", want);
+
+	/* Names up to 255 bytes are looked up; a longer one is no variable,
+	 * even when set. */
+	char name[257], text[400];
+	memset(name, 'N', 256);
+	name[256] = '\0';
+	setenv(name, "long-value", 1);
+	snprintf(text, sizeof text, "K: {value: \"x${%s}\", allow: [a.example]}\n", name);
+	expect_err(text, "1:12: secret K: '${' at byte 2 of the value does not start a variable; "
+			 "expected ${NAME} with NAME made of letters, digits and '_' (write $$ "
+			 "for a literal $)");
+	unsetenv(name);
+	name[255] = '\0';
+	setenv(name, "long-value", 1);
+	snprintf(text, sizeof text, "K: {value: \"x${%s}\", allow: [a.example]}\n", name);
+	struct secrets *set;
+	char err[ERRLEN];
+	ck_assert_int_eq(load(text, &set, err), 0);
+	ck_assert_str_eq(secrets_at(set, 0)->value, "xlong-value");
+	secrets_free(set);
+	unsetenv(name);
 }
 END_TEST
 

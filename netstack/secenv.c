@@ -217,7 +217,7 @@ int senv_expand(struct senv *e, const char *val, size_t len, size_t max_name, si
 	if (!out)
 		return -ENOMEM;
 	int rc = 0;
-	for (size_t i = 0; i < len && !rc;) {
+	for (size_t i = 0; i < len;) {
 		const char *add = val + i;
 		size_t alen = 1, step = 1;
 		if (val[i] == '$' && i + 1 < len && val[i + 1] == '$') {

@@ -102,8 +102,14 @@ echo "env TOKEN=\$TOKEN"
 echo "env SSL_CERT_FILE=\$SSL_CERT_FILE NODE_EXTRA_CA_CERTS=\$NODE_EXTRA_CA_CERTS"
 grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt /etc/kbox/ca.pem | tr '\n' ' '; echo
 if grep -rqsF -f /share/pattern /etc /kbox /tmp /root /proc/1/environ /proc/self/environ; then echo LEAK; else echo noleak; fi
-n=\$( (cat /share/hello.bin; sleep 8) | timeout 20 nc host.kbox.internal $port | head -c 4096 | wc -c)
-echo "tlsbytes \$n"
+# The ClientHello, then stdin held open while kbox first completes its
+# own handshake with the upstream server and then answers: poll for the
+# answer (up to 40 s on a loaded host) rather than guess a wait.
+( (cat /share/hello.bin; sleep 40) | timeout 40 nc host.kbox.internal $port >/tmp/tls.out ) </dev/null 2>/dev/null &
+i=0
+while [ \$i -lt 40 ] && [ "\$(wc -c </tmp/tls.out 2>/dev/null || echo 0)" -lt 100 ]; do sleep 1; i=\$((i + 1)); done
+sleep 1
+echo "tlsbytes \$(wc -c </tmp/tls.out 2>/dev/null || echo 0)"
 EOF
 
 out=$(timeout "$boot_timeout" "$kbox" run --secret-conf "$tmp/proj/secrets.yaml" --tls-extra-ca "$tmp/upca.pem" \

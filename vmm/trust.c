@@ -337,6 +337,28 @@ out:
 	return rc;
 }
 
+/* Text from the file, for the terminal: a quoted YAML value can hold any
+ * byte ("\e[2J"), and terminal controls could redraw the question the
+ * user is about to answer.  Anything but printable ASCII is shown as \xNN. */
+static void put_safe(FILE *f, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+			fputc(ch, f);
+		else
+			fprintf(f, "\\x%02x", ch);
+	}
+}
+
+/* One summary line: LABEL, then VALUE shown safely, then TAIL as is. */
+static void line(FILE *f, const char *label, const char *value, const char *tail)
+{
+	fprintf(f, "  %-8s ", label);
+	put_safe(f, value, strlen(value));
+	fputs(tail, f);
+}
+
 /* What the file asks for, for the question on a terminal. */
 static void summary(FILE *f, const char *real, const struct kbox_config *c)
 {
@@ -345,30 +367,36 @@ static void summary(FILE *f, const char *real, const struct kbox_config *c)
 	char *slash = strrchr(dir, '/');
 	if (slash && slash != dir)
 		*slash = '\0';
-	fprintf(f, "  mount    %s -> /workspace (read-write, unless a mount below is there)\n",
-		dir);
-	for (unsigned i = 0; i < c->n_mounts; i++)
-		fprintf(f, "  mount    %s -> %s (%s)\n", c->mounts[i].source, c->mounts[i].target,
-			c->mounts[i].readonly ? "read-only" : "read-write");
+	line(f, "mount", dir, " -> /workspace (read-write, unless a mount below is there)\n");
+	for (unsigned i = 0; i < c->n_mounts; i++) {
+		line(f, "mount", c->mounts[i].source, " -> ");
+		put_safe(f, c->mounts[i].target, strlen(c->mounts[i].target));
+		fputs(c->mounts[i].readonly ? " (read-only)\n" : " (read-write)\n", f);
+	}
 	if (c->image)
-		fprintf(f, "  image    %s\n", c->image);
-	fprintf(f, "  network  %s", c->network_policy ? c->network_policy : "public (default)");
-	for (size_t i = 0; i < c->n_allow; i++)
-		fprintf(f, "%s%s", i ? ", " : "; allow ", c->allow[i].s);
-	for (size_t i = 0; i < c->n_hosts; i++)
-		fprintf(f, "%s%s", i ? ", " : "; hosts ", c->hosts[i].s);
+		line(f, "image", c->image, "\n");
+	line(f, "network", c->network_policy ? c->network_policy : "public (default)", "");
+	for (size_t i = 0; i < c->n_allow; i++) {
+		fputs(i ? ", " : "; allow ", f);
+		put_safe(f, c->allow[i].s, strlen(c->allow[i].s));
+	}
+	for (size_t i = 0; i < c->n_hosts; i++) {
+		fputs(i ? ", " : "; hosts ", f);
+		put_safe(f, c->hosts[i].s, strlen(c->hosts[i].s));
+	}
 	fputc('\n', f);
 	for (size_t i = 0; i < c->n_ports; i++)
-		fprintf(f, "  port     %s\n", c->ports[i].s);
+		line(f, "port", c->ports[i].s, "\n");
 	if (c->secrets)
-		fprintf(f, "  secrets  %s\n", c->secrets);
+		line(f, "secrets", c->secrets, "\n");
 	for (size_t i = 0; i < c->n_env; i++) {
 		const char *eq = strchr(c->env[i], '=');
-		int n = eq ? (int)(eq - c->env[i]) : (int)strlen(c->env[i]);
-		fprintf(f, "  env      %.*s (value not shown)\n", n, c->env[i]);
+		fprintf(f, "  %-8s ", "env");
+		put_safe(f, c->env[i], eq ? (size_t)(eq - c->env[i]) : strlen(c->env[i]));
+		fputs(" (value not shown)\n", f);
 	}
 	if (c->argv && c->argv[0])
-		fprintf(f, "  command  %s%s\n", c->argv[0], c->argv[1] ? " ..." : "");
+		line(f, "command", c->argv[0], c->argv[1] ? " ...\n" : "\n");
 }
 
 int trust_project(const char *conf, const struct kbox_config *cfg, char *err, size_t errlen)
@@ -397,10 +425,12 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 		return 0;
 	const char *why = "it is new, or changed since it was trusted";
 	if (isatty(STDIN_FILENO) && isatty(STDERR_FILENO)) {
+		fputs("kbox: ", stderr);
+		put_safe(stderr, real, strlen(real));
 		fprintf(stderr,
-			"kbox: %s: %s.\n"
+			": %s.\n"
 			"A project's kbox.yaml decides what the sandbox can see and reach. It asks for:\n",
-			real, why);
+			why);
 		summary(stderr, real, cfg);
 		fprintf(stderr, "Read it first. Trust this file and go on? [y/N] ");
 		fflush(stderr);

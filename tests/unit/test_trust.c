@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,68 @@ START_TEST(project_refused_until_recorded)
 }
 END_TEST
 
+/* Reads what is waiting on the pty's master side into buf. */
+static size_t drain(int master, char *buf, size_t len)
+{
+	size_t got = 0;
+	for (;;) {
+		struct pollfd p = { .fd = master, .events = POLLIN };
+		if (got + 1 >= len || poll(&p, 1, 200) <= 0)
+			break;
+		ssize_t n = read(master, buf + got, len - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	buf[got] = '\0';
+	return got;
+}
+
+/* A quoted value can hold terminal controls; the question on a terminal
+ * shows them as \xNN, so the file cannot redraw what the user reads. */
+START_TEST(question_shows_no_terminal_controls)
+{
+	char err[512] = "", out[8192];
+	put(conf, "command: [\"\\e[2J\\e[Hharmless\", \"x\"]\n"
+		  "mounts: [{source: \"d\\e]0;title\\a\", target: /mnt}]\n"
+		  "secrets: \"s\\e[1A.yaml\"\n"
+		  "network:\n  hosts: {h.example: 10.0.0.1}\n");
+	struct kbox_config c;
+	config_init(&c);
+	ck_assert_msg(config_load(conf, &c, err, sizeof err) == 0, "%s", err);
+	ck_assert_ptr_nonnull(strchr(c.argv[0], 0x1b));
+	int master = posix_openpt(O_RDWR | O_NOCTTY);
+	ck_assert_int_ge(master, 0);
+	ck_assert_int_eq(grantpt(master), 0);
+	ck_assert_int_eq(unlockpt(master), 0);
+	int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+	ck_assert_int_ge(slave, 0);
+	ck_assert_int_eq(write(master, "n\n", 2), 2);
+	int in = dup(STDIN_FILENO), errfd = dup(STDERR_FILENO);
+	dup2(slave, STDIN_FILENO);
+	dup2(slave, STDERR_FILENO);
+	setenv("KBOX_TRUST_FILE", store, 1);
+	int rc = trust_project(conf, &c, err, sizeof err);
+	unsetenv("KBOX_TRUST_FILE");
+	fflush(stderr);
+	dup2(errfd, STDERR_FILENO);
+	dup2(in, STDIN_FILENO);
+	close(errfd);
+	close(in);
+	close(slave);
+	drain(master, out, sizeof out);
+	close(master);
+	config_free(&c);
+	ck_assert_int_eq(rc, -EACCES);
+	ck_assert_msg(strstr(out, "Trust this file") != NULL, "%s", out);
+	ck_assert_ptr_null(strchr(out, 0x1b));
+	ck_assert_ptr_null(strchr(out, 0x07));
+	ck_assert_ptr_nonnull(strstr(out, "\\x1b[2J\\x1b[Hharmless ..."));
+	ck_assert_ptr_nonnull(strstr(out, "d\\x1b]0;title\\x07 -> /mnt"));
+	ck_assert_ptr_nonnull(strstr(out, "s\\x1b[1A.yaml"));
+}
+END_TEST
+
 Suite *trust_suite(void)
 {
 	Suite *s = suite_create("trust");
@@ -276,6 +339,7 @@ Suite *trust_suite(void)
 	tcase_add_test(tc, refuses_bad_paths);
 	tcase_add_test(tc, store_path_from_environment);
 	tcase_add_test(tc, project_refused_until_recorded);
+	tcase_add_test(tc, question_shows_no_terminal_controls);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -9,7 +9,8 @@
  *     (host fd ready) ns_dispatch → core lock → output → rxq lock;
  *   - lwIP's own thread (TCP timers): core lock → output → rxq lock; it
  *     never takes the bus lock, because the output callback only queues
- *     the frame (vnet_rx_enqueue) and wakes the device thread through an
+ *     the frame (vnet_rx_enqueue_gso, which may cut a merged frame into
+ *     segments under the rxq lock, taking nothing else) and wakes the device thread through an
  *     eventfd, which then moves it into guest buffers under the bus lock;
  *   - the rxq lock is a leaf: nothing is acquired while it is held.
  * No thread holds a later lock while waiting for an earlier one, so no

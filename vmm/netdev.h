@@ -10,8 +10,9 @@
  *   - lwIP's own thread (TCP timers): core lock → output → rxq lock; it
  *     never takes the bus lock, because the output callback only queues
  *     the frame (vnet_rx_enqueue_gso, which may cut a merged frame into
- *     segments under the rxq lock, taking nothing else) and wakes the device thread through an
- *     eventfd, which then moves it into guest buffers under the bus lock;
+ *     segments under the rxq lock, taking nothing else) and wakes the
+ *     device thread through an eventfd, which then moves it into guest
+ *     buffers under the bus lock;
  *   - the rxq lock is a leaf: nothing is acquired while it is held.
  * No thread holds a later lock while waiting for an earlier one, so no
  * cycle exists.  The DNS resolver (netstack/resolver.h) runs on the

@@ -427,6 +427,13 @@ static int ask_udp(const struct nres_server *s, const char *name, uint16_t qtype
 	ssize_t w = send(fd, qm, qlen, MSG_NOSIGNAL);
 	r = w == (ssize_t)qlen ? -ETIMEDOUT : w < 0 ? -errno : -EIO;
 	while (w == (ssize_t)qlen) {
+		/* Datagrams that keep coming never let recvfrom say EAGAIN, so
+		 * the time is checked here too: forgeries sent back to back
+		 * must not hold the attempt open past its deadline. */
+		if (mono_ms() >= deadline) {
+			r = -ETIMEDOUT;
+			break;
+		}
 		struct sockaddr_storage from;
 		socklen_t flen = sizeof from;
 		ssize_t got = recvfrom(fd, rm, sizeof rm, 0, (struct sockaddr *)&from, &flen);

@@ -576,6 +576,13 @@ END_TEST
 
 /* ---- a DNS responder on 127.0.0.1 ---- */
 
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 enum rmode {
 	R_ANSWER,      /* 198.51.100.7 (A) or 2001:db8::7 (AAAA) */
 	R_NXDOMAIN,
@@ -587,6 +594,7 @@ enum rmode {
 	R_GARBAGE,     /* junk bytes, then the right answer */
 	R_TRUNC,       /* TC over UDP; the answer over TCP */
 	R_OTHER_PORT,  /* the right answer, but from another port */
+	R_FLOOD,       /* replies with another id, without a pause, for 3 s */
 };
 
 struct responder {
@@ -627,6 +635,30 @@ static void serve_tcp(struct responder *r)
 	out[1] = (uint8_t)n;
 	ck_assert_int_eq(send(c, out, n + 2, MSG_NOSIGNAL), (ssize_t)(n + 2));
 	close(c);
+}
+
+/* Forgeries to the asker's port back to back, so that its socket never
+ * runs dry, until stopped or 3 s passed; a new question moves the target. */
+static void flood(struct responder *r, const uint8_t *msg, size_t n, struct sockaddr_in *to,
+		  socklen_t tl)
+{
+	struct mmsghdr v[32];
+	struct iovec io = { .iov_base = (void *)msg, .iov_len = n };
+	uint64_t end = ms_now() + 3000;
+	while (!atomic_load(&r->stop) && ms_now() < end) {
+		uint8_t q[DNS_MAX_MSG];
+		struct sockaddr_in from;
+		socklen_t fl = sizeof from;
+		if (recvfrom(r->udp, q, sizeof q, MSG_DONTWAIT, (struct sockaddr *)&from, &fl) > 0) {
+			atomic_fetch_add(&r->udp_queries, 1);
+			*to = from;
+			tl = fl;
+		}
+		for (size_t i = 0; i < 32; i++)
+			v[i] = (struct mmsghdr){ .msg_hdr = { .msg_name = to, .msg_namelen = tl,
+							      .msg_iov = &io, .msg_iovlen = 1 } };
+		sendmmsg(r->udp, v, 32, 0);
+	}
 }
 
 static void *respond(void *arg)
@@ -694,6 +726,11 @@ static void *respond(void *arg)
 			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
 			sendto(r->other, out, n, 0, to, fl);
 			break;
+		case R_FLOOD:
+			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
+			out[1] ^= 1;
+			flood(r, out, n, &from, fl);
+			break;
 		case R_ANSWER:
 			n = answer(m, (size_t)got, out, sizeof out, DNS_RCODE_NOERROR);
 			sendto(r->udp, out, n, 0, to, fl);
@@ -743,13 +780,6 @@ static void add_server(struct nres_upstream *u, uint16_t port)
 	char spec[32], err[256];
 	snprintf(spec, sizeof spec, "127.0.0.1:%u", port);
 	ck_assert_int_eq(nres_upstream_add(u, spec, err, sizeof err), 0);
-}
-
-static uint64_t ms_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Ask name (A) of one responder in mode; returns the resolver's result. */
@@ -808,6 +838,10 @@ START_TEST(upstream_forgeries)
 	ck_assert_uint_ge(ms_now() - t0, 2 * 300 - 20);
 	/* The right answer from another port of the server's address. */
 	ck_assert_int_eq(ask_one(R_OTHER_PORT, DNS_TYPE_A, rr, &n, &r), -ETIMEDOUT);
+	/* Forgeries that never pause do not hold an attempt past its time. */
+	t0 = ms_now();
+	ck_assert_int_eq(ask_one(R_FLOOD, DNS_TYPE_A, rr, &n, &r), -ETIMEDOUT);
+	ck_assert_uint_lt(ms_now() - t0, 2 * 300 + 900);
 }
 END_TEST
 

@@ -98,21 +98,21 @@ static bool under(const char *path, const char *dir)
 	return strncmp(path, dir, n) == 0 && path[n] == '/';
 }
 
-/* realpath, also for a file that does not exist yet (its folder must). */
-static int canonical(const char *path, char out[PATH_MAX])
+/* The real path of path's folder joined with its last component, which
+ * is not followed: where the file is, even when it is a symlink or does
+ * not exist yet (its folder must).  A last component "." or ".." is
+ * resolved whole. */
+static int located(const char *path, char out[PATH_MAX])
 {
-	if (realpath(path, out))
-		return 0;
-	if (errno != ENOENT)
-		return -errno;
 	char dir[PATH_MAX], rdir[PATH_MAX];
 	if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
 		return -ENAMETOOLONG;
 	char *slash = strrchr(dir, '/');
-	const char *base = path;
+	const char *base = slash ? path + (slash - dir) + 1 : path;
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return realpath(path, out) ? 0 : -errno;
 	if (slash) {
 		*slash = '\0';
-		base = path + (slash - dir) + 1;
 		if (slash == dir)
 			snprintf(dir, sizeof dir, "/");
 	} else {
@@ -123,6 +123,16 @@ static int canonical(const char *path, char out[PATH_MAX])
 	if (snprintf(out, PATH_MAX, "%s/%s", strcmp(rdir, "/") ? rdir : "", base) >= PATH_MAX)
 		return -ENAMETOOLONG;
 	return 0;
+}
+
+/* realpath, also for a file that does not exist yet (its folder must). */
+static int canonical(const char *path, char out[PATH_MAX])
+{
+	if (realpath(path, out))
+		return 0;
+	if (errno != ENOENT)
+		return -errno;
+	return located(path, out);
 }
 
 int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_LEN + 1],
@@ -402,12 +412,15 @@ static void summary(FILE *f, const char *real, const struct kbox_config *c)
 int trust_project(const char *conf, const struct kbox_config *cfg, char *err, size_t errlen)
 {
 	char real[PATH_MAX], store[PATH_MAX], hex[TRUST_HEX_LEN + 1];
-	if (!realpath(conf, real)) {
-		int e = errno;
-		say(err, errlen, "%s: %s", conf, strerror(e));
-		return -e;
+	/* Where the file was found, not where a symlink leads: relative
+	 * paths, secrets.env and /workspace all mean that folder, so trust
+	 * given to the link's target elsewhere does not carry over. */
+	int rc = located(conf, real);
+	if (rc) {
+		say(err, errlen, "%s: %s", conf, strerror(-rc));
+		return rc;
 	}
-	int rc = trust_store_path(store, sizeof store);
+	rc = trust_store_path(store, sizeof store);
 	if (rc) {
 		say(err, errlen, "%s: cannot find where trusted files are recorded (set HOME)",
 		    conf);
@@ -536,8 +549,11 @@ int trust_main(int argc, char **argv)
 		snprintf(path, sizeof path, "%s/kbox.yaml", arg);
 	else
 		snprintf(path, sizeof path, "%s", arg);
-	if (!realpath(path, real)) {
-		int e = errno;
+	/* Keyed as kbox run finds it (trust_project), and loaded from there
+	 * so that its relative paths mean the same. */
+	int lr = located(path, real);
+	if (lr) {
+		int e = -lr;
 		if (remove && e == ENOENT && path[0] == '/') {
 			snprintf(real, sizeof real, "%s", path);
 		} else {

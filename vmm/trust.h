@@ -12,7 +12,9 @@
  * What is accepted is a SHA-256 over the file's bytes and, when the file
  * names a secrets file inside the project folder, that file's path and
  * bytes too (a secrets file elsewhere is the user's own).  The store is a
- * text file of "v1 HEX PATH" lines, PATH the config's real path:
+ * text file of "v1 HEX PATH" lines, PATH where the config was found (its
+ * folder's real path and its name: a kbox.yaml symlink is trusted where it
+ * is, since its relative paths and /workspace are that folder's):
  * $KBOX_TRUST_FILE, else $XDG_DATA_HOME/kbox/trusted, else
  * ~/.local/share/kbox/trusted (directory 0700, file 0600). */
 #ifndef KBOX_TRUST_H

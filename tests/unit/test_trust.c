@@ -265,6 +265,74 @@ START_TEST(project_refused_until_recorded)
 }
 END_TEST
 
+/* trust_project in folder at with kbox.yaml found there, as kbox run does. */
+static int project_in(const char *at, char *err, size_t errlen)
+{
+	struct kbox_config c;
+	int here = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(here, 0);
+	ck_assert_int_eq(chdir(at), 0);
+	config_init(&c);
+	int rc = config_load("kbox.yaml", &c, err, errlen);
+	ck_assert_msg(rc == 0, "%s", err);
+	setenv("KBOX_TRUST_FILE", store, 1);
+	rc = trust_project("kbox.yaml", &c, err, errlen);
+	unsetenv("KBOX_TRUST_FILE");
+	config_free(&c);
+	ck_assert_int_eq(fchdir(here), 0);
+	close(here);
+	return rc;
+}
+
+/* A kbox.yaml that is a symlink is trusted where it is: its relative
+ * paths, secrets file and /workspace are that folder's, so trust given to
+ * the target elsewhere does not carry over, and 'kbox trust' in the
+ * folder agrees with kbox run. */
+START_TEST(symlinked_config_trusted_where_found)
+{
+	char err[512] = "", other[128], link[192], hex[TRUST_HEX_LEN + 1];
+	put(conf, "secrets: secrets.yaml\n");
+	snprintf(other, sizeof other, "%s/clone", dir);
+	ck_assert_int_eq(mkdir(other, 0700), 0);
+	snprintf(link, sizeof link, "%s/kbox.yaml", other);
+	ck_assert_int_eq(symlink(conf, link), 0);
+	snprintf(link, sizeof link, "%s/secrets.yaml", other);
+	put(link, "secrets: {}\n");
+	/* The target trusted as kbox run in its own folder would record it. */
+	struct kbox_config c;
+	config_init(&c);
+	ck_assert_int_eq(config_load(conf, &c, err, sizeof err), 0);
+	ck_assert_int_eq(trust_digest(conf, c.secrets, hex, err, sizeof err), 0);
+	config_free(&c);
+	ck_assert_int_eq(trust_record(store, conf, hex, err, sizeof err), 0);
+	if (isatty(STDIN_FILENO))
+		return;
+	ck_assert_int_eq(project_in(dir, err, sizeof err), 0);
+	/* The clone's link is another place, with its own secrets file. */
+	ck_assert_int_eq(project_in(other, err, sizeof err), -EACCES);
+	/* Also when the target names no secrets file. */
+	put(conf, "cpus: 1\n");
+	config_init(&c);
+	ck_assert_int_eq(config_load(conf, &c, err, sizeof err), 0);
+	ck_assert_int_eq(trust_digest(conf, c.secrets, hex, err, sizeof err), 0);
+	config_free(&c);
+	ck_assert_int_eq(trust_record(store, conf, hex, err, sizeof err), 0);
+	ck_assert_int_eq(project_in(dir, err, sizeof err), 0);
+	ck_assert_int_eq(project_in(other, err, sizeof err), -EACCES);
+	/* 'kbox trust FOLDER' records the link as kbox run looks it up. */
+	put(conf, "secrets: secrets.yaml\n");
+	setenv("KBOX_TRUST_FILE", store, 1);
+	char *argv[] = { "trust", other, NULL };
+	int code = trust_main(2, argv);
+	unsetenv("KBOX_TRUST_FILE");
+	ck_assert_int_eq(code, 0);
+	ck_assert_int_eq(project_in(other, err, sizeof err), 0);
+	/* Its secrets file is covered. */
+	put(link, "secrets: {}\n# changed\n");
+	ck_assert_int_eq(project_in(other, err, sizeof err), -EACCES);
+}
+END_TEST
+
 /* Reads what is waiting on the pty's master side into buf. */
 static size_t drain(int master, char *buf, size_t len)
 {
@@ -340,6 +408,7 @@ Suite *trust_suite(void)
 	tcase_add_test(tc, store_path_from_environment);
 	tcase_add_test(tc, project_refused_until_recorded);
 	tcase_add_test(tc, question_shows_no_terminal_controls);
+	tcase_add_test(tc, symlinked_config_trusted_where_found);
 	suite_add_tcase(s, tc);
 	return s;
 }

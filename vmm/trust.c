@@ -180,8 +180,14 @@ static int read_store(const char *store, char **out)
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
 	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > STORE_MAX_BYTES) {
-		int e = S_ISREG(st.st_mode) ? EFBIG : EINVAL;
+	int e = 0;
+	if (fstat(fd, &st) < 0)
+		e = errno; /* st says nothing then */
+	else if (!S_ISREG(st.st_mode))
+		e = EINVAL;
+	else if (st.st_size > STORE_MAX_BYTES)
+		e = EFBIG;
+	if (e) {
 		close(fd);
 		return -e;
 	}

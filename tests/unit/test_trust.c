@@ -196,7 +196,13 @@ START_TEST(refuses_bad_paths)
 	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/kbox.yaml"));
 	/* A folder where the store should be is an error, not "untrusted". */
 	ck_assert_int_eq(mkdir(dir, 0700) == 0 || errno == EEXIST, 1);
-	ck_assert_int_lt(trust_check(dir, conf, a), 0);
+	ck_assert_int_eq(trust_check(dir, conf, a), -EINVAL);
+	/* So is a store too big to be one. */
+	char big[300];
+	snprintf(big, sizeof big, "%s/big", dir);
+	put(big, "");
+	ck_assert_int_eq(truncate(big, 5 << 20), 0);
+	ck_assert_int_eq(trust_check(big, conf, a), -EFBIG);
 }
 END_TEST
 

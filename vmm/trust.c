@@ -401,6 +401,23 @@ static void summary(FILE *f, const char *real, const struct kbox_config *c)
 		put_safe(f, c->hosts[i].s, strlen(c->hosts[i].s));
 	}
 	fputc('\n', f);
+	/* Who answers the guest's names, and which upstream certificates kbox
+	 * accepts, decide where injected secrets go. */
+	for (size_t i = 0; i < c->n_dns; i++)
+		line(f, "dns", c->dns[i].s, " (name server kbox asks for the guest)\n");
+	if (c->tls_extra_ca)
+		line(f, "tls", c->tls_extra_ca, " (CA certificates trusted for upstream servers)\n");
+	if (c->tls_intercept)
+		line(f, "tls", c->tls_intercept, " (interception scope)\n");
+	for (size_t i = 0; i < c->n_tls_bypass; i++)
+		line(f, "tls", c->tls_bypass[i].s, " (not intercepted)\n");
+	/* kbox appends to this file, which may be any the user can write. */
+	if (c->audit_log)
+		line(f, "log", c->audit_log, " (network decisions appended)\n");
+	if (c->kernel)
+		line(f, "kernel", c->kernel, "\n");
+	if (c->initrd)
+		line(f, "initrd", c->initrd, "\n");
 	for (size_t i = 0; i < c->n_ports; i++)
 		line(f, "port", c->ports[i].s, "\n");
 	if (c->secrets)

@@ -364,7 +364,9 @@ START_TEST(question_shows_no_terminal_controls)
 	put(conf, "command: [\"\\e[2J\\e[Hharmless\", \"x\"]\n"
 		  "mounts: [{source: \"d\\e]0;title\\a\", target: /mnt}]\n"
 		  "secrets: \"s\\e[1A.yaml\"\n"
-		  "network:\n  hosts: {h.example: 10.0.0.1}\n");
+		  "network:\n  hosts: {h.example: 10.0.0.1}\n"
+		  "  dns: [192.0.2.53]\n  audit_log: ../../.bashrc\n"
+		  "tls: {extra_ca: ca.pem, bypass: [b.example]}\n");
 	struct kbox_config c;
 	config_init(&c);
 	ck_assert_msg(config_load(conf, &c, err, sizeof err) == 0, "%s", err);
@@ -398,6 +400,11 @@ START_TEST(question_shows_no_terminal_controls)
 	ck_assert_ptr_nonnull(strstr(out, "\\x1b[2J\\x1b[Hharmless ..."));
 	ck_assert_ptr_nonnull(strstr(out, "d\\x1b]0;title\\x07 -> /mnt"));
 	ck_assert_ptr_nonnull(strstr(out, "s\\x1b[1A.yaml"));
+	/* What decides where secrets go, and a file kbox would append to. */
+	ck_assert_ptr_nonnull(strstr(out, "dns      192.0.2.53"));
+	ck_assert_ptr_nonnull(strstr(out, "/ca.pem (CA certificates"));
+	ck_assert_ptr_nonnull(strstr(out, "b.example (not intercepted)"));
+	ck_assert_ptr_nonnull(strstr(out, "/../../.bashrc (network decisions appended)"));
 }
 END_TEST
 

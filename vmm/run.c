@@ -749,13 +749,16 @@ int run_main(int argc, char **argv)
 		goto out;
 	}
 	claimed = 1;
-	/* `kbox image rm` must see that this sandbox runs on the image. */
-	for (unsigned i = 0; i < o.mounts->n; i++) {
-		int ir = o.mounts->m[i].root ? sandbox_write_image(&sb, o.mounts->m[i].host) : 0;
-		if (ir < 0) {
-			die("cannot record the image in %s: %s", sb.dir, strerror(-ir));
-			goto out;
-		}
+	/* `kbox image rm` must see that this sandbox runs on the image, from
+	 * before the root folder is opened: it counts only sandboxes whose
+	 * info names a live pid (rewritten with the ports once bound). */
+	int ir = sandbox_write_info(&sb, o.cpus, o.memory_mib, o.argv);
+	for (unsigned i = 0; !ir && i < o.mounts->n; i++)
+		if (o.mounts->m[i].root)
+			ir = sandbox_write_image(&sb, o.mounts->m[i].host);
+	if (ir < 0) {
+		die("cannot record the sandbox in %s: %s", sb.dir, strerror(-ir));
+		goto out;
 	}
 	if (o.detach) {
 		char out_path[sizeof sb.dir + 16];

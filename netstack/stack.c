@@ -2068,7 +2068,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	if (cfg->output_gso) {
 		if (!(s->gso = malloc(sizeof *s->gso)))
 			goto fail;
-		gso_init(s->gso, cfg->gso_max ? cfg->gso_max : GSO_FRAME_MAX, gso_out, s);
+		gso_init(s->gso, GSO_FRAME_MAX, gso_out, s);
 	}
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

@@ -75,10 +75,9 @@
  * the stack's lock held, from ns_input, ns_dispatch or lwIP's thread. */
 typedef void (*ns_output_fn)(void *ctx, const uint8_t *frame, size_t len);
 
-/* With segmentation offload: send frame[0, len) (at most the config's
- * gso_max bytes) to the guest as described by *h, a virtio_net_hdr that
- * is all zero for a plain frame (netstack/gso.h).  Called like
- * ns_output_fn. */
+/* With segmentation offload: send frame[0, len) (at most GSO_FRAME_MAX
+ * bytes) to the guest as described by *h, a virtio_net_hdr that is all
+ * zero for a plain frame (netstack/gso.h).  Called like ns_output_fn. */
 typedef void (*ns_output_gso_fn)(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len);
 
 /* Resolve name (allowed by the policy) for qtype (DNS_TYPE_A or
@@ -115,12 +114,12 @@ struct ns_config {
 	ns_output_fn output;
 	void *output_ctx;
 	/* Set when the link peer segments TCPv4 and completes checksums
-	 * (a TAP with IFF_VNET_HDR, virtio-net with GUEST_TSO4): every frame
-	 * then goes here instead of output (with output_ctx), and the TCP
-	 * segments one call into the stack sends for one connection leave
-	 * as one frame of up to gso_max bytes (0: GSO_FRAME_MAX). */
+	 * (a TAP with IFF_VNET_HDR, virtio-net, which cuts them again for a
+	 * driver without GUEST_TSO4): every frame then goes here instead of
+	 * output (with output_ctx), and the TCP segments one call into the
+	 * stack sends for one connection leave as one frame of up to
+	 * GSO_FRAME_MAX bytes. */
 	ns_output_gso_fn output_gso;
-	size_t gso_max;
 	/* The guest's MAC when known in advance (a NIC we made), so that a
 	 * forwarded connection reaches a guest that has sent nothing yet
 	 * without an ARP round trip and a SYN retransmission; NULL: learnt

@@ -64,7 +64,7 @@ static bool some_secret_for(const struct icpt_config *cfg, const char *name)
 static bool dns_gave(const struct icpt *c, const char *name)
 {
 	for (size_t i = 0; i < c->n_names; i++)
-		if (pol_pattern_match(c->names[i], name))
+		if (pol_host_match(c->names[i], false, name))
 			return true;
 	return false;
 }

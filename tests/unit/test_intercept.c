@@ -167,6 +167,15 @@ START_TEST(decisions_by_name)
 	ck_assert_ptr_nonnull(strstr(s.reasons, "not a name our DNS gave"));
 	icpt_free(c);
 
+	/* A name the guest asked our DNS for is a name, not a pattern: an
+	 * answer for "*.example.test" vouches for no other host. */
+	const char *star[] = { "*.example.test" };
+	memset(&s, 0, sizeof s);
+	w = first_bytes(&all, star, 1, h, n, &s, &c);
+	ck_assert(w & ICPT_REFUSE);
+	ck_assert_str_eq(s.last, "tls-refuse");
+	icpt_free(c);
+
 	/* Bypass: spliced, the hello unchanged. */
 	struct icpt_config by = cfg_of(ICPT_SCOPE_ALL, bypass, 1);
 	memset(&s, 0, sizeof s);

@@ -164,6 +164,21 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 			}
 		}
 	}
+	/* secrets.env next to the file feeds its ${VAR}s: mount sources,
+	 * rules, name servers.  Nothing stops a repository from carrying
+	 * one, so a change to it (a pull) is a change to the sandbox. */
+	char env[PATH_MAX + 16];
+	const char *slash = strrchr(conf_real, '/');
+	int dl = slash ? (int)(slash - conf_real) : 0;
+	if (snprintf(env, sizeof env, "%.*s/secrets.env", dl, conf_real) >= (int)sizeof env) {
+		say(err, errlen, "%s: path too long", conf_real);
+		return -ENAMETOOLONG;
+	}
+	rc = hash_file(&h, "secrets.env", env, true);
+	if (rc) {
+		say(err, errlen, "%s: cannot read: %s", env, strerror(-rc));
+		return rc;
+	}
 	unsigned char out[br_sha256_SIZE];
 	br_sha256_out(&h, out);
 	for (size_t i = 0; i < sizeof out; i++)
@@ -459,7 +474,7 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 	}
 	if (rc == 1)
 		return 0;
-	const char *why = "it is new, or changed since it was trusted";
+	const char *why = "it is new, or changed since it was trusted (the file, its secrets file or secrets.env)";
 	if (isatty(STDIN_FILENO) && isatty(STDERR_FILENO)) {
 		fputs("kbox: ", stderr);
 		put_safe(stderr, real, strlen(real));

@@ -11,7 +11,9 @@
  *
  * What is accepted is a SHA-256 over the file's bytes and, when the file
  * names a secrets file inside the project folder, that file's path and
- * bytes too (a secrets file elsewhere is the user's own).  The store is a
+ * bytes too (a secrets file elsewhere is the user's own), and secrets.env
+ * next to the file (its ${VAR}s shape the sandbox, and a repository may
+ * carry one).  The store is a
  * text file of "v1 HEX PATH" lines, PATH where the config was found (its
  * folder's real path and its name: a kbox.yaml symlink is trusted where it
  * is, since its relative paths and /workspace are that folder's):

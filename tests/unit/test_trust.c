@@ -75,6 +75,24 @@ START_TEST(digest_follows_content)
 }
 END_TEST
 
+START_TEST(digest_covers_secrets_env)
+{
+	char none[TRUST_HEX_LEN + 1], one[TRUST_HEX_LEN + 1], two[TRUST_HEX_LEN + 1];
+	char env[PATH_MAX];
+	snprintf(env, sizeof env, "%s/secrets.env", dir);
+	digest(NULL, none);
+	put(env, "DIR=/home\n");
+	digest(NULL, one);
+	ck_assert_str_ne(none, one);
+	put(env, "DIR=/root\n");
+	digest(NULL, two);
+	ck_assert_str_ne(one, two);
+	unlink(env);
+	digest(NULL, two);
+	ck_assert_str_eq(none, two);
+}
+END_TEST
+
 START_TEST(digest_covers_project_secrets_only)
 {
 	char none[TRUST_HEX_LEN + 1], absent[TRUST_HEX_LEN + 1], one[TRUST_HEX_LEN + 1],
@@ -415,6 +433,7 @@ Suite *trust_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, digest_follows_content);
 	tcase_add_test(tc, digest_covers_project_secrets_only);
+	tcase_add_test(tc, digest_covers_secrets_env);
 	tcase_add_test(tc, record_check_replace_remove);
 	tcase_add_test(tc, foreign_lines_kept);
 	tcase_add_test(tc, refuses_bad_paths);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +72,7 @@ static void paths(struct sandbox *sb, const char *rt, const char *name)
 	snprintf(sb->dir, sizeof sb->dir, "%s/%s", rt, name);
 	snprintf(sb->sock, sizeof sb->sock, "%s/vsock.sock", sb->dir);
 	snprintf(sb->klog, sizeof sb->klog, "%s/kernel.log", sb->dir);
+	sb->lock = -1;
 }
 
 static int read_info(const struct sandbox *sb, struct sandbox_info *info)
@@ -118,15 +120,19 @@ static int read_info(const struct sandbox *sb, struct sandbox_info *info)
 
 int sandbox_write_image(const struct sandbox *sb, const char *dir)
 {
-	char path[PATH_MAX], tmp[PATH_MAX];
-	if (strchr(dir, '\n') || strlen(dir) >= PATH_MAX)
+	char path[PATH_MAX], tmp[PATH_MAX], real[PATH_MAX];
+	/* `kbox image rm` finds users by stat: a relative path would be
+	 * resolved against its directory, not ours. */
+	if (!realpath(dir, real))
+		return -errno;
+	if (strchr(real, '\n'))
 		return -EINVAL;
 	snprintf(path, sizeof path, "%s/image", sb->dir);
 	snprintf(tmp, sizeof tmp, "%s/image.tmp", sb->dir);
 	FILE *f = fopen(tmp, "we");
 	if (!f)
 		return -errno;
-	fprintf(f, "%s\n", dir);
+	fprintf(f, "%s\n", real);
 	if (fclose(f) != 0 || rename(tmp, path) < 0) {
 		int e = errno;
 		unlink(tmp);
@@ -135,7 +141,8 @@ int sandbox_write_image(const struct sandbox *sb, const char *dir)
 	return 0;
 }
 
-void sandbox_release(const struct sandbox *sb)
+/* The files a sandbox (or a crashed one) leaves in its directory. */
+static void remove_files(const struct sandbox *sb)
 {
 	static const char *const files[] = { "info", "image", "vsock.sock", "kernel.log", "output.log" };
 	char path[sizeof sb->dir + 300];
@@ -154,7 +161,31 @@ void sandbox_release(const struct sandbox *sb)
 			}
 		closedir(d);
 	}
+}
+
+void sandbox_release(struct sandbox *sb)
+{
+	remove_files(sb);
 	rmdir(sb->dir);
+	/* Only now: a claim that waited must find the directory gone. */
+	if (sb->lock >= 0)
+		close(sb->lock);
+	sb->lock = -1;
+}
+
+/* -EEXIST with the owner's pid when its info says. */
+static int claim_busy(const struct sandbox *sb, char *err, size_t errlen)
+{
+	struct sandbox_info info;
+	if (read_info(sb, &info) == 0 && info.alive)
+		snprintf(err, errlen,
+			 "a sandbox named '%s' is already running (pid %d); pick another --name "
+			 "or 'kbox stop %s'", sb->name, (int)info.pid, sb->name);
+	else
+		snprintf(err, errlen,
+			 "a sandbox named '%s' is starting (or stopping); pick another --name "
+			 "or 'kbox stop %s'", sb->name, sb->name);
+	return -EEXIST;
 }
 
 int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen)
@@ -179,28 +210,51 @@ int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen
 			 sb->sock);
 		return -ENAMETOOLONG;
 	}
-	if (mkdir(sb->dir, 0700) == 0)
+	/* The directory's flock says who owns the name: an info file alone
+	 * cannot, as a starting sandbox has none yet. */
+	for (int tries = 0; tries < 16; tries++) {
+		struct stat held, now;
+		if (mkdir(sb->dir, 0700) < 0 && errno != EEXIST) {
+			rc = -errno;
+			break;
+		}
+		int fd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno == ENOENT) /* its owner released it meanwhile */
+				continue;
+			rc = -errno;
+			break;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = errno;
+			close(fd);
+			if (e != EWOULDBLOCK) {
+				rc = -e;
+				break;
+			}
+			return claim_busy(sb, err, errlen);
+		}
+		/* Removed (and perhaps made again) before we held it: the lock
+		 * is on a directory nobody will use. */
+		if (fstat(fd, &held) < 0 || lstat(sb->dir, &now) < 0 || held.st_dev != now.st_dev ||
+		    held.st_ino != now.st_ino) {
+			close(fd);
+			continue;
+		}
+		struct sandbox_info info;
+		if (read_info(sb, &info) == 0 && info.alive) { /* a kbox that does not lock */
+			close(fd);
+			return claim_busy(sb, err, errlen);
+		}
+		/* Left behind by a kbox that crashed: ours to clean. */
+		remove_files(sb);
+		sb->lock = fd;
 		return 0;
-	if (errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot create %s: %s", sb->dir, strerror(errno));
-		return rc;
 	}
-	struct sandbox_info info;
-	if (read_info(sb, &info) == 0 && info.alive) {
-		snprintf(err, errlen,
-			 "a sandbox named '%s' is already running (pid %d); pick another --name "
-			 "or 'kbox stop %s'", name, (int)info.pid, name);
-		return -EEXIST;
-	}
-	/* Left behind by a kbox that crashed: ours to clean. */
-	sandbox_release(sb);
-	if (mkdir(sb->dir, 0700) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot create %s: %s", sb->dir, strerror(errno));
-		return rc;
-	}
-	return 0;
+	if (rc == 0) /* it kept being removed under us */
+		rc = -EAGAIN;
+	snprintf(err, errlen, "cannot create %s: %s", sb->dir, strerror(-rc));
+	return rc;
 }
 
 int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,

@@ -15,6 +15,7 @@ struct sandbox {
 	char dir[PATH_MAX - 64];  /* <runtime>/<name> */
 	char sock[PATH_MAX];      /* <dir>/vsock.sock: hybrid vsock control socket */
 	char klog[PATH_MAX];      /* <dir>/kernel.log */
+	int lock;                 /* sandbox_claim: the directory, flock'd while we own it; else -1 */
 };
 
 struct sandbox_info {
@@ -36,9 +37,12 @@ int sandbox_runtime_dir(char *buf, size_t len);
 /* 1 if name is 1..64 characters of [A-Za-z0-9_.-] not starting with '.'. */
 int sandbox_name_ok(const char *name);
 
-/* Create the directory for a new sandbox called name.  A directory left by
- * a kbox process that no longer exists is cleaned first; a live sandbox of
- * that name gives -EEXIST.  err gets a line for the user. */
+/* Create the directory for a new sandbox called name and own it: an
+ * exclusive flock on the directory, held through sb->lock until
+ * sandbox_release or the process exits, so two claims of one name never
+ * both succeed.  A directory nobody holds is left by a kbox that no longer
+ * exists and is cleaned first; a held one (a sandbox running or starting)
+ * gives -EEXIST.  err gets a line for the user. */
 int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen);
 
 /* Record what `kbox ps` shows.  Returns 0 or -errno. */
@@ -56,8 +60,9 @@ int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned l
  * -EINVAL (a newline in dir) or -errno. */
 int sandbox_write_image(const struct sandbox *sb, const char *dir);
 
-/* Remove the sandbox's files and directory. */
-void sandbox_release(const struct sandbox *sb);
+/* Remove the sandbox's files and directory, then drop the claim (close
+ * sb->lock) if this process holds it. */
+void sandbox_release(struct sandbox *sb);
 
 /* Read one sandbox's info by name: 0, -ENOENT, or -errno. */
 int sandbox_lookup(const char *name, struct sandbox *sb, struct sandbox_info *info);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "vmm/sandbox.h"
@@ -87,10 +88,91 @@ START_TEST(stale_directory_is_reclaimed)
 	ck_assert_ptr_nonnull(f);
 	fclose(f);
 	struct sandbox_info info;
+	/* The crash also dropped its lock on the directory. */
+	close(sb.lock);
 	ck_assert_int_eq(sandbox_lookup("old", &sb, &info), 0);
 	ck_assert(!info.alive);
 	ck_assert_int_eq(sandbox_claim(&sb, "old", err, sizeof err), 0);
 	ck_assert_int_eq(access(path, F_OK), -1);
+	sandbox_release(&sb);
+}
+END_TEST
+
+/* Two claims of one name at the same moment, each in its own process (the
+ * way two `kbox run --name` start): exactly one wins, and the loser
+ * leaves the winner's directory alone, although the winner has written
+ * no info file yet. */
+START_TEST(concurrent_claims_one_wins)
+{
+	for (int round = 0; round < 200; round++) {
+		int go[2], res[2], done[2];
+		pid_t kid[2];
+		ck_assert_int_eq(pipe(go), 0);
+		ck_assert_int_eq(pipe(res), 0);
+		ck_assert_int_eq(pipe(done), 0);
+		for (int k = 0; k < 2; k++) {
+			kid[k] = fork();
+			ck_assert_int_ge(kid[k], 0);
+			if (kid[k] == 0) {
+				struct sandbox sb;
+				char err[256], c, ok;
+				close(go[1]);
+				close(res[0]);
+				close(done[1]);
+				if (read(go[0], &c, 1) != 0)
+					_exit(2);
+				ok = sandbox_claim(&sb, "race", err, sizeof err) == 0;
+				struct stat st;
+				/* The winner's directory must survive the loser. */
+				if (write(res[1], &ok, 1) != 1 || read(done[0], &c, 1) != 0)
+					_exit(2);
+				if (ok && stat(sb.dir, &st) < 0)
+					_exit(3);
+				if (ok)
+					sandbox_release(&sb);
+				_exit(0);
+			}
+		}
+		close(go[0]);
+		close(res[1]);
+		close(done[0]);
+		close(go[1]); /* both start now */
+		char r[2];
+		ck_assert_int_eq(read(res[0], &r[0], 1), 1);
+		ck_assert_int_eq(read(res[0], &r[1], 1), 1);
+		close(done[1]);
+		close(res[0]);
+		for (int k = 0; k < 2; k++) {
+			int status;
+			ck_assert_int_eq(waitpid(kid[k], &status, 0), kid[k]);
+			ck_assert(WIFEXITED(status));
+			ck_assert_int_eq(WEXITSTATUS(status), 0);
+		}
+		ck_assert_msg(r[0] + r[1] == 1, "round %d: %d claims won", round, r[0] + r[1]);
+	}
+}
+END_TEST
+
+/* A relative root is recorded as an absolute path, which `kbox image rm`
+ * (running elsewhere) can stat. */
+START_TEST(image_recorded_absolute)
+{
+	struct sandbox sb, sb2;
+	struct sandbox_info info;
+	char err[256], want[PATH_MAX], cwd[PATH_MAX], path[4200];
+	ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+	snprintf(path, sizeof path, "%s/rootfs", rt);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	ck_assert_ptr_nonnull(realpath(path, want));
+	ck_assert_int_eq(sandbox_claim(&sb, "img", err, sizeof err), 0);
+	char *argv[] = { "true", NULL };
+	ck_assert_int_eq(sandbox_write_info(&sb, 1, 64, argv), 0);
+	ck_assert_int_eq(chdir(rt), 0);
+	ck_assert_int_eq(sandbox_write_image(&sb, "./rootfs/."), 0);
+	ck_assert_int_eq(sandbox_write_image(&sb, "./missing"), -ENOENT);
+	ck_assert_int_eq(chdir(cwd), 0);
+	ck_assert_int_eq(sandbox_lookup("img", &sb2, &info), 0);
+	ck_assert_str_eq(info.image, want);
 	sandbox_release(&sb);
 }
 END_TEST
@@ -149,6 +231,8 @@ Suite *sandbox_suite(void)
 	tcase_add_test(tc, stale_directory_is_reclaimed);
 	tcase_add_test(tc, each_lists_all);
 	tcase_add_test(tc, bad_names_and_long_paths_refused);
+	tcase_add_test(tc, concurrent_claims_one_wins);
+	tcase_add_test(tc, image_recorded_absolute);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -2636,3 +2636,22 @@ int image_resolve(const char *ref, char *dir, size_t len)
 	store_close(&st);
 	return r;
 }
+
+int image_store_hold(void)
+{
+	struct image_ctx ctx;
+	memset(&ctx, 0, sizeof ctx);
+	struct store st;
+	int r = store_open(&ctx, &st, 0);
+	if (r < 0)
+		return r;
+	int fd = openat(st.fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_SH) < 0) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		fd = r;
+	}
+	store_close(&st);
+	return fd;
+}

@@ -198,6 +198,12 @@ int image_remove(struct image_ctx *ctx, const char *ref);
  * ambiguous id prefix) or -ENAMETOOLONG. */
 int image_resolve(const char *ref, char *dir, size_t len);
 
+/* Holds the image store's lock shared, so that no removal or load runs
+ * until the returned fd is closed: `kbox run` records the rootfs it uses
+ * under it, and a removal then either finished before (the rootfs is
+ * gone) or sees the record.  The fd, -ENOENT (no store) or -errno. */
+int image_store_hold(void);
+
 /* `kbox image ...` (argv[0] is "image").  Returns the exit status. */
 int image_main(int argc, char **argv);
 

@@ -751,11 +751,21 @@ int run_main(int argc, char **argv)
 	claimed = 1;
 	/* `kbox image rm` must see that this sandbox runs on the image, from
 	 * before the root folder is opened: it counts only sandboxes whose
-	 * info names a live pid (rewritten with the ports once bound). */
+	 * info names a live pid (rewritten with the ports once bound).  The
+	 * store's lock (shared) closes the gap since --image was resolved: a
+	 * removal either ended before (the rootfs is gone, recording fails)
+	 * or waits and then sees the record. */
+	int hold = o.image ? image_store_hold() : -ENOENT;
 	int ir = sandbox_write_info(&sb, o.cpus, o.memory_mib, o.argv);
 	for (unsigned i = 0; !ir && i < o.mounts->n; i++)
 		if (o.mounts->m[i].root)
 			ir = sandbox_write_image(&sb, o.mounts->m[i].host);
+	if (hold >= 0)
+		close(hold);
+	if (ir == -ENOENT) {
+		die("--image %s: its root folder is gone (removed meanwhile?)", o.image);
+		goto out;
+	}
 	if (ir < 0) {
 		die("cannot record the sandbox in %s: %s", sb.dir, strerror(-ir));
 		goto out;

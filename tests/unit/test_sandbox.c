@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "vmm/image.h"
 #include "vmm/sandbox.h"
 
 static char rt[64];
@@ -177,6 +178,36 @@ START_TEST(image_recorded_absolute)
 }
 END_TEST
 
+/* `kbox run --image` records its rootfs holding the store's lock: a
+ * removal waits until the record is there. */
+START_TEST(store_hold_blocks_removal)
+{
+	char store[4200];
+	snprintf(store, sizeof store, "%s/images", rt);
+	setenv("KBOX_IMAGE_DIR", store, 1);
+	ck_assert_int_eq(image_store_hold(), -ENOENT); /* no store: nothing to hold */
+	ck_assert_int_eq(mkdir(store, 0700), 0);
+	int hold = image_store_hold();
+	ck_assert_int_ge(hold, 0);
+	pid_t kid = fork();
+	ck_assert_int_ge(kid, 0);
+	if (kid == 0) {
+		struct image_ctx ctx;
+		memset(&ctx, 0, sizeof ctx);
+		close(hold); /* the lock is the parent's */
+		_exit(image_remove(&ctx, "nosuch") == -ENOENT ? 0 : 1);
+	}
+	int status;
+	usleep(300 * 1000);
+	ck_assert_int_eq(waitpid(kid, &status, WNOHANG), 0); /* still waiting for the lock */
+	close(hold);
+	ck_assert_int_eq(waitpid(kid, &status, 0), kid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	unsetenv("KBOX_IMAGE_DIR");
+}
+END_TEST
+
 static int seen;
 static void count(const struct sandbox_info *i, void *ctx)
 {
@@ -233,6 +264,7 @@ Suite *sandbox_suite(void)
 	tcase_add_test(tc, bad_names_and_long_paths_refused);
 	tcase_add_test(tc, concurrent_claims_one_wins);
 	tcase_add_test(tc, image_recorded_absolute);
+	tcase_add_test(tc, store_hold_blocks_removal);
 	suite_add_tcase(s, tc);
 	return s;
 }

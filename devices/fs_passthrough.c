@@ -84,13 +84,14 @@ struct fsp_handle {
 };
 
 /* Several threads may call the ops at once.  mu guards the tables (nodes,
- * hash, LRU, handles) and the fd count; it is held for table work and for
- * reopening a node's fd, never across a syscall on an fd held for an
- * operation (fstatat of a LOOKUP, file I/O, getdents).  The fds such a
- * syscall uses are pinned (node) or busy (handle) first.  Renames run
- * under the lock whole, so a node's recorded name always matches the host
- * for reopens.  Config fields (proc_fd, ro, hidden, root_path) never change
- * after fsp_new. */
+ * hash, LRU, handles) and the fd count.  It is held for table work, for
+ * reopening a node's fd, for the hidden-name check, and across RENAME,
+ * UNLINK and RMDIR whole, so that a node's recorded name always matches
+ * the host when a reopen runs.  It is released around the syscalls the
+ * other requests exist for (the fstatat of LOOKUP and READDIRPLUS, file
+ * I/O, getdents, fsync, the opens of handles, xattrs, readlink); the fds
+ * they use are pinned (node) or busy (handle) first.  Config fields
+ * (proc_fd, ro, hidden, root_path) never change after fsp_new. */
 struct fsp {
 	pthread_mutex_t mu;
 	int proc_fd;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,7 +28,9 @@ static int puts_(char *buf, size_t len, size_t *pos, const char *s)
 
 /* A JSON string of at most max bytes of s.  Control characters, DEL and
  * bytes >= 0x80 (guest names need not be UTF-8) become \u00XX, so the
- * output is plain ASCII and always valid JSON. */
+ * output is plain ASCII and always valid JSON.  So do '$' and '`': a
+ * shell that ever reads a line (a log misplaced where one is sourced)
+ * finds no command substitution in it. */
 static int put_str(char *buf, size_t len, size_t *pos, const char *s, size_t max)
 {
 	int rc = put(buf, len, pos, "\"", 1);
@@ -38,7 +41,7 @@ static int put_str(char *buf, size_t len, size_t *pos, const char *s, size_t max
 			esc[0] = '\\';
 			esc[1] = (char)c;
 			rc = put(buf, len, pos, esc, 2);
-		} else if (c < 0x20 || c >= 0x7f) {
+		} else if (c < 0x20 || c >= 0x7f || c == '$' || c == '`') {
 			snprintf(esc, sizeof esc, "\\u%04x", c);
 			rc = put(buf, len, pos, esc, 6);
 		} else {
@@ -124,10 +127,131 @@ int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 	return 0;
 }
 
-int audit_open(struct audit *a, const char *path)
+/* The first line audit_format writes for any event: its fixed start, a
+ * timestamp ('9': a digit) and a protocol. */
+static const char audit_head[] = "{\"time\":\"9999-99-99T99:99:99.999Z\",\"proto\":\"";
+static const char learn_head[] = "# A suggested network allowlist, written by kbox run --learn";
+
+bool audit_line_is_ours(const char *s, size_t n)
 {
-	a->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	return a->fd < 0 ? -errno : 0;
+	size_t k = sizeof audit_head - 1;
+	if (n <= k || s[n - 1] != '}')
+		return false;
+	for (size_t i = 0; i < k; i++)
+		if (audit_head[i] == '9' ? s[i] < '0' || s[i] > '9' : s[i] != audit_head[i])
+			return false;
+	/* Plain printable ASCII: what put_str leaves of any string. */
+	for (size_t i = k; i < n; i++)
+		if (s[i] < 0x20 || s[i] > 0x7e)
+			return false;
+	return memmem(s, n, ",\"decision\":\"", 13) || memmem(s, n, ",\"event\":\"", 10);
+}
+
+/* Whether the regular file open in fd (reopened read-only through path)
+ * starts with a line kbox wrote: an audit line, or learn's header.  A
+ * file that changed under us (another inode) is not. */
+static bool file_is_ours(int fd, const char *path, bool learn)
+{
+	char buf[AUDIT_LINE_MAX + 1];
+	struct stat w, r;
+	bool ours = false;
+	int rfd = open(path, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	if (rfd < 0)
+		return false;
+	if (fstat(fd, &w) == 0 && fstat(rfd, &r) == 0 && w.st_dev == r.st_dev && w.st_ino == r.st_ino) {
+		ssize_t n = pread(rfd, buf, sizeof buf, 0);
+		char *nl = n > 0 ? memchr(buf, '\n', (size_t)n) : NULL;
+		if (nl && learn)
+			ours = (size_t)(nl - buf) >= sizeof learn_head - 1 &&
+			       memcmp(buf, learn_head, sizeof learn_head - 1) == 0;
+		else if (nl)
+			ours = audit_line_is_ours(buf, (size_t)(nl - buf));
+	}
+	close(rfd);
+	return ours;
+}
+
+/* /dev/stderr and the like: one of kbox's own fds, which its user set up
+ * (a terminal, or a file the shell redirected to on purpose). */
+static bool fd_alias(const char *path)
+{
+	static const char *const alias[] = { "/dev/stdout", "/dev/stderr", "/dev/fd/1", "/dev/fd/2",
+					     "/proc/self/fd/1", "/proc/self/fd/2" };
+	for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+		if (strcmp(path, alias[i]) == 0)
+			return true;
+	return false;
+}
+
+int audit_open_file(const char *path, bool learn, char *err, size_t errlen)
+{
+	const char *what = learn ? "--learn" : "the audit log (network.audit_log, --audit-log)";
+	const char *why = learn ? "kbox would replace it with a YAML allowlist"
+				: "kbox appends names the guest chose to it";
+	int mode = O_WRONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC | (learn ? 0 : O_APPEND);
+	struct stat st;
+	bool linked = false, own_fd = fd_alias(path);
+	int fd = open(path, own_fd ? mode & ~O_NOFOLLOW : mode);
+	int r = -errno;
+
+	if (fd < 0 && r == -ENOENT && !own_fd)
+		fd = open(path, mode | O_CREAT | O_EXCL, 0600);
+	else if (fd < 0 && r == -ELOOP) {
+		/* A link only to a terminal or a pipe. */
+		if (stat(path, &st) < 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+			snprintf(err, errlen,
+				 "%s: %s is a symbolic link: %s, so it follows none; name the file "
+				 "itself", what, path, why);
+			return -ELOOP;
+		}
+		fd = open(path, mode & ~O_NOFOLLOW);
+		linked = true;
+	}
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		snprintf(err, errlen, "%s: cannot write %s: %s", what, path, strerror(-r));
+		return r;
+	}
+	if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))
+		return fd;
+	if (linked) { /* it was a device a moment ago */
+		snprintf(err, errlen, "%s: %s is a symbolic link: %s, so it follows none; name the "
+			 "file itself", what, path, why);
+		r = -ELOOP;
+	} else if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: %s is not a regular file: name a file", what, path);
+		r = -EINVAL;
+	} else if (st.st_mode & 0111) {
+		snprintf(err, errlen,
+			 "%s: %s is executable: %s, so it writes to no file that may be run; "
+			 "name a new file (or chmod a-x it)", what, path, why);
+		r = -EPERM;
+	} else if (st.st_size > 0 && !own_fd && !file_is_ours(fd, path, learn)) {
+		snprintf(err, errlen,
+			 "%s: %s is not empty and was not written by kbox (its first line is not "
+			 "%s): %s, so it writes into no other file; name a new file or remove "
+			 "this one", what, path, learn ? "a --learn header" : "an audit log line", why);
+		r = -EEXIST;
+	} else if (learn && ftruncate(fd, 0) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s: cannot write %s: %s", what, path, strerror(-r));
+	} else {
+		return fd;
+	}
+	close(fd);
+	return r;
+}
+
+int audit_open(struct audit *a, const char *path, char *err, size_t errlen)
+{
+	a->fd = audit_open_file(path, false, err, errlen);
+	if (a->fd >= 0)
+		return 0;
+	int r = a->fd;
+	a->fd = -1;
+	return r;
 }
 
 int audit_write(struct audit *a, const struct audit_event *e)

@@ -55,8 +55,23 @@ struct audit {
 	int fd; /* -1: logging off */
 };
 
-/* Open path for appending (created 0600).  0 or a negative errno. */
-int audit_open(struct audit *a, const char *path);
+/* Whether line (n bytes, without its newline) could be one audit_format
+ * wrote: how an existing file is recognised as an audit log. */
+bool audit_line_is_ours(const char *line, size_t n);
+
+/* Open path to write guest-chosen text into, refusing any file the host
+ * may later run or read as something else: a symbolic link (unless to a
+ * character device or FIFO, as /dev/stderr is), a file with an execute
+ * bit, anything but a regular file, device or FIFO, and a non-empty
+ * regular file kbox did not write (first line: an audit line, or for
+ * learn the --learn header).  A new file is created 0600.  The audit log
+ * (learn false) is opened for appending; learn's (true) is truncated.
+ * The fd, or a negative errno with one line for the user in err. */
+int audit_open_file(const char *path, bool learn, char *err, size_t errlen);
+
+/* audit_open_file(path, false) into a.  0 or a negative errno (err says
+ * why; a stays "logging off"). */
+int audit_open(struct audit *a, const char *path, char *err, size_t errlen);
 
 /* Append e as one line with a single write(), so that concurrent
  * writers never interleave within a line.  A no-op when logging is off.

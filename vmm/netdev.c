@@ -254,16 +254,13 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		}
 		return 0;
 	}
-	if (n->audit_path && (r = audit_open(&n->audit, n->audit_path)) < 0) {
-		snprintf(err, errlen, "cannot open the audit log %s: %s", n->audit_path,
-			 strerror(-r));
+	if (n->audit_path && (r = audit_open(&n->audit, n->audit_path, err, errlen)) < 0)
 		return r;
-	}
 	if (n->learn_path) {
-		n->learn_fd = open(n->learn_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		n->learn_fd = audit_open_file(n->learn_path, true, err, errlen);
 		if (n->learn_fd < 0) {
-			r = -errno;
-			snprintf(err, errlen, "--learn: cannot write %s: %s", n->learn_path, strerror(-r));
+			r = n->learn_fd;
+			n->learn_fd = -1;
 			return r;
 		}
 	}

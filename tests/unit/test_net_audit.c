@@ -79,6 +79,11 @@ START_TEST(escaping_and_bounds)
 			      "\"name\":\"a\\\"b\\\\c\\u000ad\\u0001\\u007f\\u00ff\\\",\\\"decision\\\":\\\"allow\","
 			      "\"decision\":\"deny\",\"rule\":\"deny:x\"}\n");
 	ck_assert_ptr_eq(strchr(buf, '\n'), buf + n - 1);
+	/* no shell command substitution survives, in case a shell reads it */
+	e.name = "$(touch x)`id`";
+	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
+	ck_assert_ptr_nonnull(strstr(buf, "\"name\":\"\\u0024(touch x)\\u0060id\\u0060\""));
+	ck_assert_ptr_null(strpbrk(buf, "$`"));
 	/* the worst case still fits one line, cut to the bound */
 	static char huge[AUDIT_RULE_MAX * 4];
 	memset(huge, 0x01, sizeof huge - 1);
@@ -171,7 +176,8 @@ START_TEST(file_append)
 	char path[64];
 	snprintf(path, sizeof path, "%s/audit.jsonl", dir);
 	struct audit a;
-	ck_assert_int_eq(audit_open(&a, path), 0);
+	char err[512];
+	ck_assert_int_eq(audit_open(&a, path, err, sizeof err), 0);
 	struct pol_addr v4;
 	ck_assert_int_eq(pol_addr_parse("10.0.0.1", &v4), 0);
 	struct audit_event e = { .time_ms = 1, .proto = "tcp", .dst = &v4, .port = 22, .rule = "class:private" };
@@ -191,8 +197,121 @@ START_TEST(file_append)
 		lines++;
 	fclose(f);
 	ck_assert_int_eq(lines, 2);
-	ck_assert_int_eq(audit_open(&a, "/nonexistent-dir/x"), -ENOENT);
+	ck_assert_int_eq(audit_open(&a, "/nonexistent-dir/x", err, sizeof err), -ENOENT);
 	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+static void put_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	ck_assert_int_eq(lstat(path, &st), 0);
+	return st.st_size;
+}
+
+/* The log takes guest-chosen names: kbox writes it into no file the host
+ * may run or source (a .bashrc, a git hook), and through no symlink. */
+START_TEST(open_refuses_foreign_files)
+{
+	char dir[] = "/tmp/kbox-audit-XXXXXX", p[5][128], err[512];
+	struct audit a;
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	static const char *const names[] = { "log", "bashrc", "hook", "link", "null" };
+	for (int i = 0; i < 5; i++)
+		snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
+
+	/* Every kind of line is recognised as ours. */
+	struct pol_addr v4;
+	ck_assert_int_eq(pol_addr_parse("10.0.0.1", &v4), 0);
+	struct audit_event ev[] = {
+		{ .time_ms = 1, .proto = "tcp", .dst = &v4, .port = 22, .rule = "x" },
+		{ .time_ms = 2, .proto = "tcp", .dst = &v4, .port = 22, .close = true, .error = "E" },
+		{ .time_ms = 3, .proto = "tls", .event = "intercept", .where = "h" },
+		{ .time_ms = 4, .proto = "dns", .name = "$(x)", .suppressed = 3 },
+	};
+	for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) {
+		char line[AUDIT_LINE_MAX];
+		size_t n;
+		ck_assert_int_eq(audit_format(&ev[i], line, sizeof line, &n), 0);
+		ck_assert(audit_line_is_ours(line, n - 1));
+		ck_assert(!audit_line_is_ours(line, n - 2));
+	}
+	ck_assert(!audit_line_is_ours("{\"time\":\"x\"}", 12));
+	ck_assert(!audit_line_is_ours("", 0));
+
+	/* A log of ours is appended to again. */
+	ck_assert_int_eq(audit_open(&a, p[0], err, sizeof err), 0);
+	ck_assert_int_eq(audit_write(&a, &ev[0]), 0);
+	audit_close(&a);
+	ck_assert_int_eq(audit_open(&a, p[0], err, sizeof err), 0);
+	ck_assert_int_eq(audit_write(&a, &ev[1]), 0);
+	audit_close(&a);
+	off_t logsize = file_size(p[0]);
+
+	/* Someone else's file, even if JSON-like, is left alone. */
+	put_file(p[1], "export PATH=$HOME/bin:$PATH\n", 0644);
+	ck_assert_int_eq(audit_open(&a, p[1], err, sizeof err), -EEXIST);
+	ck_assert_int_eq(a.fd, -1);
+	ck_assert_ptr_nonnull(strstr(err, p[1]));
+	ck_assert_ptr_nonnull(strstr(err, "name a new file"));
+	ck_assert_int_eq(file_size(p[1]), 28);
+	put_file(p[1], "{\"time\":\"soon\"}\n", 0600);
+	ck_assert_int_eq(audit_open(&a, p[1], err, sizeof err), -EEXIST);
+
+	/* Anything executable, even empty or an old log of ours. */
+	put_file(p[2], "", 0700);
+	ck_assert_int_eq(audit_open(&a, p[2], err, sizeof err), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "executable"));
+	ck_assert_int_eq(chmod(p[0], 0610), 0);
+	ck_assert_int_eq(audit_open(&a, p[0], err, sizeof err), -EPERM);
+	ck_assert_int_eq(chmod(p[0], 0600), 0);
+
+	/* No symlink, even to a log of ours; a device is fine. */
+	ck_assert_int_eq(symlink(p[0], p[3]), 0);
+	ck_assert_int_eq(audit_open(&a, p[3], err, sizeof err), -ELOOP);
+	ck_assert_ptr_nonnull(strstr(err, "symbolic link"));
+	ck_assert_int_eq(file_size(p[0]), logsize);
+	ck_assert_int_eq(symlink("/dev/null", p[4]), 0);
+	ck_assert_int_eq(audit_open(&a, p[4], err, sizeof err), 0);
+	ck_assert_int_eq(audit_write(&a, &ev[0]), 0);
+	audit_close(&a);
+	ck_assert_int_eq(audit_open(&a, "/dev/null", err, sizeof err), 0);
+	audit_close(&a);
+	ck_assert_int_lt(audit_open(&a, dir, err, sizeof err), 0);
+
+	/* --learn replaces its own output only. */
+	struct audit_learn l;
+	audit_learn_init(&l);
+	unlink(p[3]);
+	int fd = audit_open_file(p[3], true, err, sizeof err);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(audit_learn_write(&l, "public", fd), 0);
+	close(fd);
+	ck_assert_int_gt(file_size(p[3]), 0);
+	fd = audit_open_file(p[3], true, err, sizeof err);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(file_size(p[3]), 0);
+	put_file(p[1], "echo hi\n", 0600);
+	ck_assert_int_eq(audit_open_file(p[1], true, err, sizeof err), -EEXIST);
+	ck_assert_int_eq(audit_open_file(p[2], true, err, sizeof err), -EPERM);
+	unlink(p[4]);
+	ck_assert_int_eq(symlink(p[3], p[4]), 0);
+	ck_assert_int_eq(audit_open_file(p[4], true, err, sizeof err), -ELOOP);
+	ck_assert_int_eq(file_size(p[1]), 8);
+
+	for (int i = 0; i < 5; i++)
+		unlink(p[i]);
 	rmdir(dir);
 }
 END_TEST
@@ -204,6 +323,7 @@ Suite *net_audit_suite(void)
 	tcase_add_test(tc, format_lines);
 	tcase_add_test(tc, escaping_and_bounds);
 	tcase_add_test(tc, file_append);
+	tcase_add_test(tc, open_refuses_foreign_files);
 	tcase_add_test(tc, learn);
 	suite_add_tcase(s, tc);
 	return s;

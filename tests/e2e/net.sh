@@ -59,6 +59,20 @@ refuse "--dns with a name" "--dns: 'dns.example' is not an IP address" --dns dns
 refuse "--dns with port 0" "--dns: '127.0.0.1:0': bad port" --dns 127.0.0.1:0
 refuse "--dns IPv6 with a port, no brackets" "not an IP address" --dns fd00::53:5353x
 refuse "more than 3 --dns" "more than 3 name servers" --dns 127.0.0.1 --dns 127.0.0.2 --dns 127.0.0.3 --dns 127.0.0.4
+# The audit log and --learn take guest-chosen text: never into a file the
+# host may run or source, nor through a symlink; /dev/stderr still works.
+printf 'echo hi\n' > "$tmp/rc"
+: > "$tmp/hook"
+chmod 755 "$tmp/hook"
+ln -s "$tmp/rc" "$tmp/link"
+refuse "audit log into a file kbox did not write" "rc is not empty and was not written by kbox" --audit-log "$tmp/rc"
+refuse "audit log into an executable file" "hook is executable" --audit-log "$tmp/hook"
+refuse "audit log through a symlink" "link is a symbolic link" --audit-log "$tmp/link"
+refuse "--learn over a file kbox did not write" "--learn: .*rc is not empty" --learn "$tmp/rc"
+refuse "--learn through a symlink" "--learn: .*link is a symbolic link" --learn "$tmp/link"
+refuse "audit log on /dev/stderr opens (--learn refused after it)" "--learn: .*rc is not empty" \
+	--audit-log /dev/stderr --learn "$tmp/rc"
+host_check "the refused file is untouched" test "$(cat "$tmp/rc")" = "echo hi"
 
 if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
 	echo "# skipped the boots: /dev/kvm is not usable here"

@@ -30,9 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <linux/if.h>
-#include <linux/if_tun.h>
-#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -41,6 +38,7 @@
 #include "netstack/intercept.h"
 #include "netstack/policy.h"
 #include "netstack/stack.h"
+#include "netstack/tap.h"
 #include "vmm/tlsconf.h"
 
 #define MAX_TABLE 64
@@ -75,31 +73,6 @@ static void tap_out(void *ctx, const uint8_t *frame, size_t len)
 	static const struct gso_hdr none;
 
 	tap_out_gso(ctx, &none, frame, len);
-}
-
-/* netstack/tap.c's tap_open with IFF_VNET_HDR: a non-blocking descriptor
- * and the name in out (IFNAMSIZ bytes), or a negative errno. */
-static int tap_open_vnet(const char *name, char *out)
-{
-	struct ifreq ifr;
-	int fd, e, hdrlen = (int)sizeof(struct gso_hdr);
-
-	if (strlen(name) >= IFNAMSIZ)
-		return -EINVAL;
-	fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	memset(&ifr, 0, sizeof ifr);
-	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
-	memcpy(ifr.ifr_name, name, strlen(name));
-	if (ioctl(fd, TUNSETIFF, &ifr) < 0 || ioctl(fd, TUNSETVNETHDRSZ, &hdrlen) < 0) {
-		e = -errno;
-		close(fd);
-		return e;
-	}
-	memcpy(out, ifr.ifr_name, IFNAMSIZ);
-	out[IFNAMSIZ - 1] = '\0';
-	return fd;
 }
 
 static int resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max, size_t *n)
@@ -256,11 +229,15 @@ int main(int argc, char **argv)
 	if (!tap || !audit_path)
 		usage();
 	pol.mode = mode;
-	if ((r = host_addrs(&pol)) < 0 || (r = audit_open(&au, audit_path)) < 0) {
+	if ((r = host_addrs(&pol)) < 0) {
 		fprintf(stderr, "harness: setup: %s\n", strerror(-r));
 		return 1;
 	}
-	tap_fd = tap_open_vnet(tap, ifname);
+	if (audit_open(&au, audit_path, err, sizeof err) < 0) {
+		fprintf(stderr, "harness: %s\n", err);
+		return 1;
+	}
+	tap_fd = tap_open(tap, (int)sizeof(struct gso_hdr), ifname, sizeof ifname);
 	if (tap_fd < 0) {
 		fprintf(stderr, "harness: tap %s: %s\n", tap, strerror(-tap_fd));
 		return 1;

@@ -1397,6 +1397,19 @@ struct fsp_dirent64 {
 	char d_name[];
 };
 
+/* Whether the guest already holds the inode ino of directory node dir's
+ * device as name in dir (a LOOKUP it has not forgotten); lock taken. */
+static bool fsp_held_here(struct fsp *p, uint32_t dir, ino_t ino,
+			  const char *name)
+{
+	fsp_lock(p);
+	struct fsp_node *n = fsp_find(p, p->nodes[dir].dev, ino);
+	bool held = n && n->nlookup > 0 && !n->nameless && n->parent == dir &&
+		    n->name && strcmp(n->name, name) == 0;
+	fsp_unlock(p);
+	return held;
+}
+
 /* Emits one host entry; returns 1 to go on, 0 when the reply is full.
  * Called without the lock; the handle (dirfd) is busy. */
 static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dirent64 *de,
@@ -1413,6 +1426,16 @@ static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dir
 			    (uint64_t)de->d_off, NULL);
 	if (!fits(ctx, strlen(name)))
 		return 0;
+	/* An entry the guest looked up already, under this name, gets no
+	 * attributes: a READDIRPLUS entry with node id 0 tells the kernel to
+	 * keep the dentry it has.  git status lists every directory right
+	 * after lstat'ing every tracked file in it; this spares an fstatat
+	 * here and the kernel's refresh of the dentry for each of them.  A
+	 * mount point's d_ino is not the inode a lookup found, so it never
+	 * matches and takes the full path. */
+	if (fsp_held_here(p, dir, (ino_t)de->d_ino, name))
+		return fill(ctx, name, de->d_ino, de->d_type,
+			    (uint64_t)de->d_off, NULL);
 	/* The same counted lookup as LOOKUP's, through the handle's fd: an
 	 * fstatat, and a known inode is found by (dev, ino). */
 	if (fsp_lookup_in(p, dir, dirfd, name, &e, false, NULL) < 0)

@@ -467,6 +467,62 @@ START_TEST(readdir_hides_and_bounds)
 }
 END_TEST
 
+/* The node id READDIRPLUS gives the entry name in the current reply, 0 if
+ * it carries no attributes; the entry must be there. */
+static uint64_t listed_nodeid(const char *name)
+{
+	const uint8_t *p = body();
+	size_t n = ((struct fuse_out_header *)rep)->len -
+		   sizeof(struct fuse_out_header);
+	while (n >= sizeof(struct fuse_direntplus)) {
+		struct fuse_direntplus d;
+		memcpy(&d, p, sizeof d);
+		size_t rec = FUSE_DIRENTPLUS_SIZE(&d);
+		ck_assert_uint_ge(n, rec);
+		if (d.dirent.namelen == strlen(name) &&
+		    memcmp(p + sizeof d, name, d.dirent.namelen) == 0)
+			return d.entry_out.nodeid;
+		p += rec;
+		n -= rec;
+	}
+	ck_abort_msg("%s not listed", name);
+	return 0;
+}
+
+/* An entry the guest holds already, under the same name, comes without
+ * attributes (node id 0: the kernel keeps its dentry) and without a second
+ * counted lookup; the others are looked up as usual. */
+START_TEST(readdirplus_skips_held_entries)
+{
+	int err;
+	start();
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	uint64_t fh = opendir_root();
+	struct fuse_read_in rd = { .fh = fh, .size = 4096 };
+	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
+			      NULL, NULL),
+			 0);
+	ck_assert_uint_eq(listed_nodeid("a"), 0);
+	uint64_t sub = listed_nodeid("sub");
+	ck_assert_uint_ne(sub, 0);
+	ck_assert_uint_ne(listed_nodeid("link"), 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 3);
+	/* One FORGET each undoes everything: a had one lookup, not two. */
+	struct fuse_forget_in f1 = { .nlookup = 1 };
+	ck_assert_int_eq(send_len(build(FUSE_FORGET, a, &f1, sizeof f1, NULL,
+					NULL)),
+			 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 2);
+	/* Forgotten, a is listed with attributes again. */
+	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
+			      NULL, NULL),
+			 0);
+	ck_assert_uint_ne(listed_nodeid("a"), 0);
+	ck_assert_uint_eq(listed_nodeid("sub"), 0);
+}
+END_TEST
+
 START_TEST(write_read_and_sizes)
 {
 	int err;
@@ -1140,6 +1196,7 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, bad_nodeids_and_handles);
 	tcase_add_test(tc, lookup_counts_and_forgets);
 	tcase_add_test(tc, readdir_hides_and_bounds);
+	tcase_add_test(tc, readdirplus_skips_held_entries);
 	tcase_add_test(tc, write_read_and_sizes);
 	tcase_add_test(tc, hidden_names);
 	tcase_add_test(tc, default_hidden);

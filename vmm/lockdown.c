@@ -730,6 +730,7 @@ static const int ld_client_stop[] = {
 	SCMP_SYS(unlink),   /* a stopped sandbox's sockets and info file */
 	SCMP_SYS(unlinkat), /* the same */
 	SCMP_SYS(rmdir),    /* its directory */
+	SCMP_SYS(flock),    /* only if no new run of the name owns it (sandbox_release) */
 };
 
 static int client_seccomp(enum lockdown_client kind, scmp_filter_ctx *out)

@@ -165,11 +165,21 @@ static void remove_files(const struct sandbox *sb)
 
 void sandbox_release(struct sandbox *sb)
 {
+	int fd = sb->lock;
+	/* Not our claim (kbox stop after a crash): a new run of the name may
+	 * own the directory by now, and then it is not ours to empty. */
+	if (fd < 0) {
+		fd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			close(fd);
+			return;
+		}
+	}
 	remove_files(sb);
 	rmdir(sb->dir);
 	/* Only now: a claim that waited must find the directory gone. */
-	if (sb->lock >= 0)
-		close(sb->lock);
+	if (fd >= 0)
+		close(fd);
 	sb->lock = -1;
 }
 

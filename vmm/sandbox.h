@@ -61,7 +61,8 @@ int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned l
 int sandbox_write_image(const struct sandbox *sb, const char *dir);
 
 /* Remove the sandbox's files and directory, then drop the claim (close
- * sb->lock) if this process holds it. */
+ * sb->lock) if this process holds it.  Without a claim (sb from
+ * sandbox_lookup), nothing is removed while another process holds one. */
 void sandbox_release(struct sandbox *sb);
 
 /* Read one sandbox's info by name: 0, -ENOENT, or -errno. */

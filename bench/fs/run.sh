@@ -18,6 +18,10 @@
 #   THREADS  kbox-fuse-mount's request threads (default 4)
 #   SINGLE   1 (default) also times the metadata steps with both servers
 #            single-threaded (kbox -t 1, bindfs -s) on the same copies; 0 skips
+#   PIN      a CPU list (e.g. 0): servers and timed commands all run there
+#            (taskset), so that no request or reply crosses CPUs: much steadier
+#            figures on a shared host, which measure the work per request
+#            rather than the scheduler's placement
 #
 # Steps, each on a fresh mount (so FUSE's caches are cold; the host's page
 # and dentry caches are warm for every contestant alike):
@@ -54,6 +58,8 @@ TARXZ=${TARXZ:-/usr/src/linux-source-6.1.tar.xz}
 MAXTIME=${MAXTIME:-1500}
 THREADS=${THREADS:-4}
 SINGLE=${SINGLE:-1}
+ON=""
+[ -n "${PIN:-}" ] && ON="taskset -c $PIN"
 TOPDIR=linux-source-6.1
 
 # The whole run is bounded: the script runs itself under timeout(1), whose
@@ -105,11 +111,11 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 fs_mount() {
 	case $1 in
 	native) return 0 ;;
-	kbox) timeout "$MAXTIME" "$BIN" -t "$THREADS" "$W/src.kbox" "$W/mnt.kbox" 2>>"$W/server.log" & ;;
-	kbox-1) timeout "$MAXTIME" "$BIN" -t 1 "$W/src.kbox" "$W/mnt.kbox-1" 2>>"$W/server.log" & ;;
-	bindfs) timeout "$MAXTIME" bindfs -f -o use_ino,entry_timeout=1,attr_timeout=1 \
+	kbox) timeout "$MAXTIME" $ON "$BIN" -t "$THREADS" "$W/src.kbox" "$W/mnt.kbox" 2>>"$W/server.log" & ;;
+	kbox-1) timeout "$MAXTIME" $ON "$BIN" -t 1 "$W/src.kbox" "$W/mnt.kbox-1" 2>>"$W/server.log" & ;;
+	bindfs) timeout "$MAXTIME" $ON bindfs -f -o use_ino,entry_timeout=1,attr_timeout=1 \
 		"$W/src.bindfs" "$W/mnt.bindfs" 2>>"$W/server.log" & ;;
-	bindfs-s) timeout "$MAXTIME" bindfs -f -s -o use_ino,entry_timeout=1,attr_timeout=1 \
+	bindfs-s) timeout "$MAXTIME" $ON bindfs -f -s -o use_ino,entry_timeout=1,attr_timeout=1 \
 		"$W/src.bindfs" "$W/mnt.bindfs-s" 2>>"$W/server.log" & ;;
 	esac
 	PID=$!
@@ -135,7 +141,7 @@ timed() {
 	fs=$1; step=$2; shift 2
 	fs_mount "$fs"
 	t0=$(now_ms)
-	if ! timeout 900 "$@" >"$W/out" 2>&1; then
+	if ! timeout 900 $ON "$@" >"$W/out" 2>&1; then
 		echo "$fs $step failed:"; grep -v '^[0-9]' "$W/out" | head -20; exit 1
 	fi
 	t1=$(now_ms)
@@ -236,5 +242,5 @@ for fs in $FSES; do
 	echo "# $fs: write $(ratio $((BIG_MB * 1000)) "$w") MiB/s, read $(ratio $((BIG_MB * 1000)) "$r") MiB/s"
 done
 echo "# kbox/bindfs = bindfs time / kbox time (target >= 1.5 for metadata steps);"
-echo "# kbox/native = kbox time / native time (target <= 3). kbox: $THREADS threads."
+echo "# kbox/native = kbox time / native time (target <= 3). kbox: $THREADS threads.${PIN:+ Pinned to CPU $PIN.}"
 echo "# Raw runs: $RAW"

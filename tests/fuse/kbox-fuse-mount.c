@@ -10,7 +10,8 @@
  *     -H  add a hidden pattern (replaces the default list)
  *     -m  cap on host fds held for the guest
  *     -c  seconds the kernel may cache names and attributes (default 1)
- *     -t  threads answering requests (default 4, at most 64): each reads
+ *     -t  threads answering requests (default 4, at most 64, and at most
+ *         the number of CPUs the process may run on): each reads
  *         its own clone of the /dev/fuse fd (FUSE_DEV_IOC_CLONE) and calls
  *         the one shared server, so the kernel's parallel requests (git's
  *         preload lstat's, parallel lookups in one directory) are answered
@@ -23,6 +24,7 @@
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <poll.h>
 #include <signal.h>
@@ -172,6 +174,13 @@ static void *worker_main(void *arg)
  * thread is joined and every clone closed.  Returns 0 or 1. */
 static int serve_threads(int fd, struct fuse_server *srv, unsigned n)
 {
+	/* More threads than CPUs to run on cannot answer in parallel, only
+	 * hand requests to each other (pinned to one CPU, 4 threads made
+	 * git status 25 % slower than 1). */
+	cpu_set_t cpus;
+	if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 &&
+	    (unsigned)CPU_COUNT(&cpus) < n)
+		n = (unsigned)CPU_COUNT(&cpus);
 	struct worker w[MAX_THREADS];
 	struct pool pool = { .mu = PTHREAD_MUTEX_INITIALIZER,
 			     .cv = PTHREAD_COND_INITIALIZER };

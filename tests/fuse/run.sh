@@ -198,7 +198,8 @@ else
 	echo "# skip sqlite3: not installed"
 fi
 # --- parallel programs ------------------------------------------------------
-# The server answers with several threads (kbox-fuse-mount -t, default 4):
+# The server answers with several threads (kbox-fuse-mount -t, default 4,
+# at most one per CPU):
 # programs running at once on one mount, in one directory, must each see a
 # consistent filesystem.  Each background job's status is checked.
 cat >"$T/par.sh" <<'SHEOF'
@@ -286,8 +287,8 @@ check "a file written on the mount appears on the host" sh -c "
 # --- a tight fd cap --------------------------------------------------------
 # With room for 32 fds the server keeps closing inode fds and reopening them
 # by name: real programs must not notice, and the fds must stay under the
-# cap (plus the server's own: stdio, /dev/fuse and its three clones,
-# /proc/self/fd, the root).
+# cap (plus the server's own: stdio, /dev/fuse and up to three clones, one
+# per extra thread, /proc/self/fd, the root).
 CAP_SRC=$T/capsrc
 CAP=$T/guest/cap
 mkdir -p "$CAP_SRC" "$CAP"

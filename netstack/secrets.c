@@ -317,13 +317,12 @@ static int sec_one(struct sec_ctx *x, const struct yt_node *k, const struct yt_n
 	for (size_t i = 1; ok && i < k->len; i++)
 		ok = (k->str[i] >= 'A' && k->str[i] <= 'Z') || (k->str[i] >= '0' && k->str[i] <= '9') ||
 		     k->str[i] == '_';
-	if (!ok) {
-		yt_show(show, sizeof show, k->str, k->len, YT_SHOW_MAX);
+	if (!ok) /* not quoted: a mis-indented value can land here as a key */
 		return sec_err(x, k,
-			       "'%s' is not a valid secret name; expected 1 to %u characters "
-			       "of A-Z, 0-9 and '_', not starting with a digit",
-			       show, SECRETS_NAME_MAX);
-	}
+			       "this key is not a valid secret name (not shown: it may be a "
+			       "value); expected 1 to %u characters of A-Z, 0-9 and '_', not "
+			       "starting with a digit",
+			       SECRETS_NAME_MAX);
 	s->name = strdup(k->str);
 	s->placeholder = malloc(SECRETS_PLACEHOLDER_PREFIX_LEN + k->len + 1);
 	s->env = malloc(k->len + 1 + SECRETS_PLACEHOLDER_PREFIX_LEN + k->len + 1);

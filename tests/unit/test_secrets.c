@@ -230,11 +230,15 @@ START_TEST(shape_errors)
 	expect_err("- a\n", "1:1: the top level is a list; expected a mapping of secret names "
 			    "such as 'OPENCODE_API_KEY:'");
 	expect_err("lower: {value: x, allow: [a.b]}\n",
-		   "1:1: 'lower' is not a valid secret name; expected 1 to 64 characters of "
-		   "A-Z, 0-9 and '_', not starting with a digit");
+		   "1:1: this key is not a valid secret name (not shown: it may be a value); "
+		   "expected 1 to 64 characters of A-Z, 0-9 and '_', not starting with a digit");
 	expect_err("1A: {value: x, allow: [a.b]}\n",
-		   "1:1: '1A' is not a valid secret name; expected 1 to 64 characters of A-Z, "
-		   "0-9 and '_', not starting with a digit");
+		   "1:1: this key is not a valid secret name (not shown: it may be a value); "
+		   "expected 1 to 64 characters of A-Z, 0-9 and '_', not starting with a digit");
+	/* A value indented wrongly becomes a key: the message must not show it. */
+	expect_err("A:\n  value: x\n  allow: [a.b]\nsk-live-0123456789abcdef: 1\n",
+		   "4:1: this key is not a valid secret name (not shown: it may be a value); "
+		   "expected 1 to 64 characters of A-Z, 0-9 and '_', not starting with a digit");
 	expect_err("A: x\n", "1:4: secret A is a single value; expected a mapping with value, "
 			     "allow and substitution");
 	expect_err("A: {value: x}\n", "1:1: secret A has no allow list; expected allow: "

@@ -4,28 +4,6 @@
 #include <errno.h>
 #include <string.h>
 
-static uint16_t get16(const uint8_t *b)
-{
-	return (uint16_t)(b[0] << 8 | b[1]);
-}
-
-static uint32_t get32(const uint8_t *b)
-{
-	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-
-static void put16(uint8_t *b, uint16_t v)
-{
-	b[0] = (uint8_t)(v >> 8);
-	b[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *b, uint32_t v)
-{
-	put16(b, (uint16_t)(v >> 16));
-	put16(b + 2, (uint16_t)v);
-}
-
 static uint32_t sum_bytes(const uint8_t *b, size_t len, uint32_t sum)
 {
 	/* The one's-complement sum does not depend on byte order (RFC 1071
@@ -77,7 +55,7 @@ static uint32_t pseudo_sum(const uint8_t src[4], const uint8_t dst[4], uint8_t p
 	memcpy(ph + 4, dst, 4);
 	ph[8] = 0;
 	ph[9] = proto;
-	put16(ph + 10, (uint16_t)len);
+	fr_put16(ph + 10, (uint16_t)len);
 	return sum_bytes(ph, sizeof ph, 0);
 }
 
@@ -86,9 +64,9 @@ static int parse_arp(const uint8_t *a, size_t len, struct fr_pkt *p)
 	if (len < 28)
 		return -EPROTO;
 	/* Ethernet hardware, IPv4 protocol, 6- and 4-byte addresses. */
-	if (get16(a) != 1 || get16(a + 2) != FR_ETH_IPV4 || a[4] != 6 || a[5] != 4)
+	if (fr_get16(a) != 1 || fr_get16(a + 2) != FR_ETH_IPV4 || a[4] != 6 || a[5] != 4)
 		return -ENOTSUP;
-	p->arp_op = get16(a + 6);
+	p->arp_op = fr_get16(a + 6);
 	memcpy(p->arp_sha, a + 8, 6);
 	memcpy(p->arp_spa, a + 14, 4);
 	memcpy(p->arp_tha, a + 18, 6);
@@ -107,10 +85,10 @@ static int parse_tcp(struct fr_pkt *p, const uint8_t *t, size_t len)
 		return -EPROTO;
 	if (fr_csum(t, len, pseudo_sum(p->src, p->dst, FR_IP_TCP, len)) != 0)
 		return -EPROTO;
-	p->sport = get16(t);
-	p->dport = get16(t + 2);
-	p->seq = get32(t + 4);
-	p->ack = get32(t + 8);
+	p->sport = fr_get16(t);
+	p->dport = fr_get16(t + 2);
+	p->seq = fr_get32(t + 4);
+	p->ack = fr_get32(t + 8);
 	p->tcp_flags = t[13];
 	p->data = t + hlen;
 	p->data_len = len - hlen;
@@ -123,15 +101,15 @@ static int parse_udp(struct fr_pkt *p, const uint8_t *u, size_t len)
 
 	if (len < 8)
 		return -EPROTO;
-	ulen = get16(u + 4);
+	ulen = fr_get16(u + 4);
 	/* The UDP length must fill the IP payload exactly: a shorter one
 	 * would hide bytes another parser might read. */
 	if (ulen != len)
 		return -EPROTO;
-	if (get16(u + 6) != 0 && fr_csum(u, len, pseudo_sum(p->src, p->dst, FR_IP_UDP, len)) != 0)
+	if (fr_get16(u + 6) != 0 && fr_csum(u, len, pseudo_sum(p->src, p->dst, FR_IP_UDP, len)) != 0)
 		return -EPROTO;
-	p->sport = get16(u);
-	p->dport = get16(u + 2);
+	p->sport = fr_get16(u);
+	p->dport = fr_get16(u + 2);
 	p->data = u + 8;
 	p->data_len = len - 8;
 	return 0;
@@ -158,14 +136,14 @@ static int parse_ipv4(const uint8_t *ip, size_t avail, struct fr_pkt *p)
 	if (avail < 20 || ip[0] >> 4 != 4)
 		return -EPROTO;
 	hlen = (size_t)(ip[0] & 0xf) * 4;
-	tot = get16(ip + 2);
+	tot = fr_get16(ip + 2);
 	/* Frames may be padded past the packet (60-byte minimum), never
 	 * shorter than it. */
 	if (hlen < 20 || tot < hlen || tot > avail)
 		return -EPROTO;
 	if (fr_csum(ip, hlen, 0) != 0)
 		return -EPROTO;
-	frag = get16(ip + 6);
+	frag = fr_get16(ip + 6);
 	if (frag & 0x8000)
 		return -EPROTO; /* reserved bit */
 	if (frag & 0x3fff)
@@ -197,7 +175,7 @@ int fr_parse(const uint8_t *f, size_t len, struct fr_pkt *p)
 		return -EPROTO;
 	memcpy(p->eth_dst, f, 6);
 	memcpy(p->eth_src, f + 6, 6);
-	p->ethertype = get16(f + 12);
+	p->ethertype = fr_get16(f + 12);
 	switch (p->ethertype) {
 	case FR_ETH_ARP:
 		return parse_arp(f + FR_ETH_HLEN, len - FR_ETH_HLEN, p);
@@ -212,7 +190,7 @@ static void put_eth(uint8_t *out, const uint8_t dmac[6], const uint8_t smac[6], 
 {
 	memcpy(out, dmac, 6);
 	memcpy(out + 6, smac, 6);
-	put16(out + 12, type);
+	fr_put16(out + 12, type);
 }
 
 /* A 20-byte IPv4 header without options, DF set, TTL 64. */
@@ -220,13 +198,13 @@ static void put_ipv4(uint8_t *ip, const uint8_t src[4], const uint8_t dst[4], ui
 {
 	memset(ip, 0, 20);
 	ip[0] = 0x45;
-	put16(ip + 2, (uint16_t)total);
-	put16(ip + 6, 0x4000);
+	fr_put16(ip + 2, (uint16_t)total);
+	fr_put16(ip + 6, 0x4000);
 	ip[8] = 64;
 	ip[9] = proto;
 	memcpy(ip + 12, src, 4);
 	memcpy(ip + 16, dst, 4);
-	put16(ip + 10, fr_csum(ip, 20, 0));
+	fr_put16(ip + 10, fr_csum(ip, 20, 0));
 }
 
 int fr_build_arp_reply(const struct fr_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n)
@@ -238,11 +216,11 @@ int fr_build_arp_reply(const struct fr_pkt *req, const uint8_t mac[6], uint8_t *
 	if (cap < FR_ETH_HLEN + 28)
 		return -ENOSPC;
 	put_eth(out, req->arp_sha, mac, FR_ETH_ARP);
-	put16(a, 1);
-	put16(a + 2, FR_ETH_IPV4);
+	fr_put16(a, 1);
+	fr_put16(a + 2, FR_ETH_IPV4);
 	a[4] = 6;
 	a[5] = 4;
-	put16(a + 6, FR_ARP_REPLY);
+	fr_put16(a + 6, FR_ARP_REPLY);
 	memcpy(a + 8, mac, 6);
 	memcpy(a + 14, req->arp_tpa, 4);
 	memcpy(a + 18, req->arp_sha, 6);
@@ -269,7 +247,7 @@ int fr_build_echo_reply(const struct fr_pkt *req, uint8_t *out, size_t cap, size
 	c[1] = 0;
 	c[2] = c[3] = 0;
 	memmove(c + 4, req->data, req->data_len);
-	put16(c + 2, fr_csum(c, icmp_len, 0));
+	fr_put16(c + 2, fr_csum(c, icmp_len, 0));
 	*n = FR_ETH_HLEN + total;
 	return 0;
 }
@@ -286,13 +264,13 @@ int fr_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src
 		return -ENOSPC;
 	put_eth(out, dmac, smac, FR_ETH_IPV4);
 	put_ipv4(out + FR_ETH_HLEN, src, dst, FR_IP_UDP, total);
-	put16(u, sport);
-	put16(u + 2, dport);
-	put16(u + 4, (uint16_t)(8 + len));
-	put16(u + 6, 0);
+	fr_put16(u, sport);
+	fr_put16(u + 2, dport);
+	fr_put16(u + 4, (uint16_t)(8 + len));
+	fr_put16(u + 6, 0);
 	memmove(u + 8, data, len);
 	ck = fr_csum(u, 8 + len, pseudo_sum(src, dst, FR_IP_UDP, 8 + len));
-	put16(u + 6, ck ? ck : 0xffff); /* 0 means "no checksum" in UDP */
+	fr_put16(u + 6, ck ? ck : 0xffff); /* 0 means "no checksum" in UDP */
 	*n = FR_ETH_HLEN + total;
 	return 0;
 }
@@ -321,13 +299,13 @@ int fr_build_tcp_rst(const struct fr_pkt *seg, uint8_t *out, size_t cap, size_t 
 	put_eth(out, seg->eth_src, seg->eth_dst, FR_ETH_IPV4);
 	put_ipv4(out + FR_ETH_HLEN, seg->dst, seg->src, FR_IP_TCP, total);
 	memset(t, 0, 20);
-	put16(t, seg->dport);
-	put16(t + 2, seg->sport);
-	put32(t + 4, seq);
-	put32(t + 8, ack);
+	fr_put16(t, seg->dport);
+	fr_put16(t + 2, seg->sport);
+	fr_put32(t + 4, seq);
+	fr_put32(t + 8, ack);
 	t[12] = 5 << 4;
 	t[13] = flags;
-	put16(t + 16, fr_csum(t, 20, pseudo_sum(seg->dst, seg->src, FR_IP_TCP, 20)));
+	fr_put16(t + 16, fr_csum(t, 20, pseudo_sum(seg->dst, seg->src, FR_IP_TCP, 20)));
 	*n = FR_ETH_HLEN + total;
 	return 0;
 }
@@ -341,11 +319,11 @@ int fr_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const uint
 	if (cap < FR_ETH_HLEN + 28)
 		return -ENOSPC;
 	put_eth(out, bcast, smac, FR_ETH_ARP);
-	put16(a, 1);
-	put16(a + 2, FR_ETH_IPV4);
+	fr_put16(a, 1);
+	fr_put16(a + 2, FR_ETH_IPV4);
 	a[4] = 6;
 	a[5] = 4;
-	put16(a + 6, FR_ARP_REQUEST);
+	fr_put16(a + 6, FR_ARP_REQUEST);
 	memcpy(a + 8, smac, 6);
 	memcpy(a + 14, spa, 4);
 	memset(a + 18, 0, 6);
@@ -375,7 +353,7 @@ int fr_build_port_unreach(const struct fr_pkt *dg, uint8_t *out, size_t cap, siz
 	c[0] = FR_ICMP_UNREACH;
 	c[1] = FR_ICMP_PORT_UNREACH;
 	memcpy(c + 8, dg->ip, quoted);
-	put16(c + 2, fr_csum(c, 8 + quoted, 0));
+	fr_put16(c + 2, fr_csum(c, 8 + quoted, 0));
 	*n = FR_ETH_HLEN + total;
 	return 0;
 }

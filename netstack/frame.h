@@ -10,6 +10,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Network byte order fields at b (no alignment needed). */
+static inline uint16_t fr_get16(const uint8_t *b)
+{
+	return (uint16_t)(b[0] << 8 | b[1]);
+}
+
+static inline uint32_t fr_get32(const uint8_t *b)
+{
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+static inline void fr_put16(uint8_t *b, uint16_t v)
+{
+	b[0] = (uint8_t)(v >> 8);
+	b[1] = (uint8_t)v;
+}
+
+static inline void fr_put32(uint8_t *b, uint32_t v)
+{
+	fr_put16(b, (uint16_t)(v >> 16));
+	fr_put16(b + 2, (uint16_t)v);
+}
+
 #define FR_ETH_HLEN 14u
 #define FR_MTU 1500u                            /* largest IPv4 packet either side sends */
 #define FR_FRAME_MAX (FR_ETH_HLEN + FR_MTU)     /* no VLAN tags, no FCS */

@@ -6,28 +6,6 @@
 #define IP_OFF FR_ETH_HLEN
 #define TCP_OFF (FR_ETH_HLEN + 20u) /* only option-less IP headers merge */
 
-static uint16_t get16(const uint8_t *b)
-{
-	return (uint16_t)(b[0] << 8 | b[1]);
-}
-
-static uint32_t get32(const uint8_t *b)
-{
-	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-
-static void put16(uint8_t *b, uint16_t v)
-{
-	b[0] = (uint8_t)(v >> 8);
-	b[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *b, uint32_t v)
-{
-	put16(b, (uint16_t)(v >> 16));
-	put16(b + 2, (uint16_t)v);
-}
-
 void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx)
 {
 	if (max < FR_FRAME_MAX)
@@ -48,15 +26,15 @@ static size_t candidate(const uint8_t *f, size_t len)
 	size_t hlen;
 	uint8_t flags;
 
-	if (len < TCP_OFF + 20 || len > FR_FRAME_MAX || get16(f + 12) != FR_ETH_IPV4)
+	if (len < TCP_OFF + 20 || len > FR_FRAME_MAX || fr_get16(f + 12) != FR_ETH_IPV4)
 		return 0;
-	if (f[IP_OFF] != 0x45 || get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || (get16(f + IP_OFF + 6) & 0x3fff) != 0 ||
+	if (f[IP_OFF] != 0x45 || fr_get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || (fr_get16(f + IP_OFF + 6) & 0x3fff) != 0 ||
 	    f[IP_OFF + 9] != FR_IP_TCP)
 		return 0;
 	hlen = TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4;
 	flags = f[TCP_OFF + 13];
 	if (hlen < TCP_OFF + 20 || hlen >= len || (flags & ~(FR_TCP_ACK | FR_TCP_PSH)) != 0 || !(flags & FR_TCP_ACK) ||
-	    get16(f + TCP_OFF + 18) != 0)
+	    fr_get16(f + TCP_OFF + 18) != 0)
 		return 0;
 	return hlen;
 }
@@ -72,7 +50,7 @@ static int continues(const struct gso *g, const uint8_t *f, size_t len, size_t h
 	/* Only the last segment may be short or pushed. */
 	if (g->len - g->hlen != (size_t)g->segs * g->mss || (p[TCP_OFF + 13] & FR_TCP_PSH))
 		return 0;
-	if (get32(f + TCP_OFF + 4) != g->next_seq)
+	if (fr_get32(f + TCP_OFF + 4) != g->next_seq)
 		return 0;
 	/* Ethernet header; IP version to TOS; flags to protocol; addresses;
 	 * TCP ports; acknowledgement to window (flags differ: checked
@@ -105,16 +83,16 @@ void gso_flush(struct gso *g)
 		g->len = 0;
 		return;
 	}
-	put16(p + IP_OFF + 2, (uint16_t)iplen);
-	put16(p + IP_OFF + 10, 0);
-	put16(p + IP_OFF + 10, fr_csum(p + IP_OFF, 20, 0));
+	fr_put16(p + IP_OFF + 2, (uint16_t)iplen);
+	fr_put16(p + IP_OFF + 10, 0);
+	fr_put16(p + IP_OFF + 10, fr_csum(p + IP_OFF, 20, 0));
 	/* The pseudo-header's sum, folded and not complemented: the peer
 	 * adds the segment's bytes and complements (NEEDS_CSUM). */
 	memcpy(ph, p + IP_OFF + 12, 8);
 	ph[8] = 0;
 	ph[9] = FR_IP_TCP;
-	put16(ph + 10, (uint16_t)(iplen - 20));
-	put16(p + TCP_OFF + 16, (uint16_t)~fr_csum(ph, sizeof ph, 0));
+	fr_put16(ph + 10, (uint16_t)(iplen - 20));
+	fr_put16(p + TCP_OFF + 16, (uint16_t)~fr_csum(ph, sizeof ph, 0));
 	h.flags = GSO_F_NEEDS_CSUM;
 	h.gso_type = GSO_TYPE_TCPV4;
 	h.hdr_len = (uint16_t)g->hlen;
@@ -147,7 +125,7 @@ void gso_add(struct gso *g, const uint8_t *f, size_t len)
 	g->hlen = hlen;
 	g->mss = len - hlen;
 	g->segs = 1;
-	g->next_seq = get32(f + TCP_OFF + 4) + (uint32_t)g->mss;
+	g->next_seq = fr_get32(f + TCP_OFF + 4) + (uint32_t)g->mss;
 }
 
 int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *out, size_t cap, gso_emit_fn emit,
@@ -165,11 +143,11 @@ int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *
 	}
 	if (h->gso_type != GSO_TYPE_TCPV4 || h->flags != GSO_F_NEEDS_CSUM || h->csum_start != TCP_OFF ||
 	    h->csum_offset != 16 || mss == 0 || hlen < TCP_OFF + 20 || hlen >= len || len > GSO_FRAME_MAX ||
-	    hlen + mss > cap || get16(f + 12) != FR_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FR_IP_TCP ||
-	    get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || hlen != TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4)
+	    hlen + mss > cap || fr_get16(f + 12) != FR_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FR_IP_TCP ||
+	    fr_get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || hlen != TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4)
 		return -EINVAL;
-	seq = get32(f + TCP_OFF + 4);
-	id = get16(f + IP_OFF + 4);
+	seq = fr_get32(f + TCP_OFF + 4);
+	id = fr_get16(f + IP_OFF + 4);
 	memcpy(ph, f + IP_OFF + 12, 8);
 	ph[8] = 0;
 	ph[9] = FR_IP_TCP;
@@ -178,16 +156,16 @@ int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *
 
 		memcpy(out, f, hlen);
 		memcpy(out + hlen, f + off, plen);
-		put16(out + IP_OFF + 2, (uint16_t)(n - FR_ETH_HLEN));
-		put16(out + IP_OFF + 4, (uint16_t)(id + i));
-		put16(out + IP_OFF + 10, 0);
-		put16(out + IP_OFF + 10, fr_csum(out + IP_OFF, 20, 0));
-		put32(out + TCP_OFF + 4, seq + (uint32_t)(off - hlen));
+		fr_put16(out + IP_OFF + 2, (uint16_t)(n - FR_ETH_HLEN));
+		fr_put16(out + IP_OFF + 4, (uint16_t)(id + i));
+		fr_put16(out + IP_OFF + 10, 0);
+		fr_put16(out + IP_OFF + 10, fr_csum(out + IP_OFF, 20, 0));
+		fr_put32(out + TCP_OFF + 4, seq + (uint32_t)(off - hlen));
 		if (off + plen < len)
 			out[TCP_OFF + 13] &= (uint8_t)~(FR_TCP_PSH | FR_TCP_FIN);
-		put16(ph + 10, (uint16_t)(n - TCP_OFF));
-		put16(out + TCP_OFF + 16, 0);
-		put16(out + TCP_OFF + 16, fr_csum(out + TCP_OFF, n - TCP_OFF, (uint16_t)~fr_csum(ph, sizeof ph, 0)));
+		fr_put16(ph + 10, (uint16_t)(n - TCP_OFF));
+		fr_put16(out + TCP_OFF + 16, 0);
+		fr_put16(out + TCP_OFF + 16, fr_csum(out + TCP_OFF, n - TCP_OFF, (uint16_t)~fr_csum(ph, sizeof ph, 0)));
 		emit(ctx, &none, out, n);
 	}
 	return 0;

@@ -2,6 +2,7 @@
  * for the one certificate we load (our own CA), the X.509 v3 builder, PEM
  * and the on-disk CA.  Keys and signatures come from BearSSL. */
 #include "netstack/tls_cert.h"
+#include "netstack/datadir.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1122,19 +1123,7 @@ static void say(char *err, size_t errlen, const char *fmt, ...)
 
 int tc_ca_default_dir(char *buf, size_t len)
 {
-	const char *v = getenv("KBOX_CA_DIR");
-	int n;
-	if (v && v[0] == '/')
-		n = snprintf(buf, len, "%s", v);
-	else if ((v = getenv("XDG_DATA_HOME")) && v[0] == '/')
-		n = snprintf(buf, len, "%s/kbox/ca", v);
-	else if ((v = getenv("HOME")) && v[0] == '/')
-		n = snprintf(buf, len, "%s/.local/share/kbox/ca", v);
-	else
-		return -ENOENT;
-	if (n < 0 || (size_t)n >= len)
-		return -ENAMETOOLONG;
-	return 0;
+	return dd_path("KBOX_CA_DIR", "ca", buf, len);
 }
 
 /* mkdir -p, new components 0700. */

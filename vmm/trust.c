@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "netstack/datadir.h"
 #include "vmm/config.h"
 #include "vmm/run.h"
 
@@ -32,19 +33,7 @@ static void say(char *err, size_t errlen, const char *fmt, ...)
 
 int trust_store_path(char *buf, size_t len)
 {
-	const char *v = getenv("KBOX_TRUST_FILE");
-	int n;
-	if (v && v[0] == '/')
-		n = snprintf(buf, len, "%s", v);
-	else if ((v = getenv("XDG_DATA_HOME")) && v[0] == '/')
-		n = snprintf(buf, len, "%s/kbox/trusted", v);
-	else if ((v = getenv("HOME")) && v[0] == '/')
-		n = snprintf(buf, len, "%s/.local/share/kbox/trusted", v);
-	else
-		return -ENOENT;
-	if (n < 0 || (size_t)n >= len)
-		return -ENAMETOOLONG;
-	return 0;
+	return dd_path("KBOX_TRUST_FILE", "trusted", buf, len);
 }
 
 /* Feed the file at path to h, preceded by a tag and followed by its length,

@@ -32,7 +32,7 @@ if [ ! -x "$P" ] || [ tests/tls/mitm_proxy.c -nt "$P" ]; then
 	mkdir -p "$BUILD/tls"
 	cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -I. -O2 -g \
 		-o "$P" tests/tls/mitm_proxy.c netstack/tls_sni.c netstack/tls_trust.c netstack/tls_mitm.c \
-		netstack/tls_cert.c -lbearssl -lpthread || exit 1
+		netstack/tls_cert.c netstack/datadir.c -lbearssl -lpthread || exit 1
 fi
 
 T=$(mktemp -d /tmp/kbox-mitm-XXXXXX)

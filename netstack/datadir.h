@@ -1,0 +1,14 @@
+/* Where kbox keeps a user's own data (the CA, the trust store). */
+#ifndef KBOX_NETSTACK_DATADIR_H
+#define KBOX_NETSTACK_DATADIR_H
+
+#include <stddef.h>
+
+/* The path of NAME in kbox's data folder into buf: the value of the
+ * environment variable override if it is an absolute path, else
+ * $XDG_DATA_HOME/kbox/NAME if that is absolute, else
+ * $HOME/.local/share/kbox/NAME if $HOME is.  Returns 0, -ENOENT when none
+ * applies, or -ENAMETOOLONG. */
+int dd_path(const char *override, const char *name, char *buf, size_t len);
+
+#endif

@@ -2,7 +2,10 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 int dd_path(const char *override, const char *name, char *buf, size_t len)
 {
@@ -18,5 +21,24 @@ int dd_path(const char *override, const char *name, char *buf, size_t len)
 		return -ENOENT;
 	if (n < 0 || (size_t)n >= len)
 		return -ENAMETOOLONG;
+	return 0;
+}
+
+int dd_mkdirs(const char *dir)
+{
+	char p[PATH_MAX];
+	size_t n = strlen(dir);
+	if (n == 0 || n >= sizeof p)
+		return -ENAMETOOLONG;
+	memcpy(p, dir, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		if (p[i] != '/' && p[i] != 0)
+			continue;
+		char c = p[i];
+		p[i] = 0;
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		p[i] = c;
+	}
 	return 0;
 }

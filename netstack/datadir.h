@@ -11,4 +11,8 @@
  * applies, or -ENAMETOOLONG. */
 int dd_path(const char *override, const char *name, char *buf, size_t len);
 
+/* mkdir -p of dir (absolute or relative), new components mode 0700: what
+ * these folders hold is the user's alone.  0 or a negative errno. */
+int dd_mkdirs(const char *dir);
+
 #endif

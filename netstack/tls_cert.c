@@ -1126,26 +1126,6 @@ int tc_ca_default_dir(char *buf, size_t len)
 	return dd_path("KBOX_CA_DIR", "ca", buf, len);
 }
 
-/* mkdir -p, new components 0700. */
-static int mkdirs(const char *dir)
-{
-	char p[PATH_MAX];
-	size_t n = strlen(dir);
-	if (n == 0 || n >= sizeof p)
-		return -ENAMETOOLONG;
-	memcpy(p, dir, n + 1);
-	for (size_t i = 1; i <= n; i++) {
-		if (p[i] != '/' && p[i] != 0)
-			continue;
-		char c = p[i];
-		p[i] = 0;
-		if (mkdir(p, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		p[i] = c;
-	}
-	return 0;
-}
-
 /* Read a small regular file into a NUL-terminated malloc'd buffer; ST
  * gets its attributes. */
 static int slurp(const char *path, char **out, size_t *len, struct stat *st)
@@ -1399,7 +1379,7 @@ int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen)
 		say(err, errlen, "CA directory name is empty or too long");
 		return -ENAMETOOLONG;
 	}
-	int rc = mkdirs(dir);
+	int rc = dd_mkdirs(dir);
 	if (rc) {
 		say(err, errlen, "cannot create the CA directory %s: %s", dir, strerror(-rc));
 		return rc;

@@ -256,18 +256,7 @@ static int make_parent(const char *store)
 	if (!slash || slash == dir)
 		return 0;
 	*slash = '\0';
-	for (char *p = dir + 1;; p++) {
-		if (*p == '/' || *p == '\0') {
-			char c = *p;
-			*p = '\0';
-			if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-				return -errno;
-			*p = c;
-			if (!c)
-				break;
-		}
-	}
-	return 0;
+	return dd_mkdirs(dir);
 }
 
 static int write_all(int fd, const char *s, size_t n)

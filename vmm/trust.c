@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "netstack/datadir.h"
+#include "netstack/secenv.h"
 #include "vmm/config.h"
 #include "vmm/run.h"
 
@@ -124,6 +125,17 @@ static int canonical(const char *path, char out[PATH_MAX])
 	return located(path, out);
 }
 
+/* The folder of path, an absolute path to a file. */
+static void folder_of(const char *path, char dir[PATH_MAX])
+{
+	snprintf(dir, PATH_MAX, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir)
+		*slash = '\0';
+	else
+		snprintf(dir, PATH_MAX, "/");
+}
+
 int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_LEN + 1],
 		 char *err, size_t errlen)
 {
@@ -137,12 +149,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	}
 	if (secrets) {
 		char dir[PATH_MAX], sreal[PATH_MAX];
-		snprintf(dir, sizeof dir, "%s", conf_real);
-		char *slash = strrchr(dir, '/');
-		if (slash && slash != dir)
-			*slash = '\0';
-		else
-			snprintf(dir, sizeof dir, "/");
+		folder_of(conf_real, dir);
 		const char *sp = canonical(secrets, sreal) == 0 ? sreal : NULL;
 		if (sp && under(sp, dir)) {
 			br_sha256_update(&h, sp, strlen(sp) + 1);
@@ -157,9 +164,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	 * rules, name servers.  Nothing stops a repository from carrying
 	 * one, so a change to it (a pull) is a change to the sandbox. */
 	char env[PATH_MAX + 16];
-	const char *slash = strrchr(conf_real, '/');
-	int dl = slash ? (int)(slash - conf_real) : 0;
-	if (snprintf(env, sizeof env, "%.*s/secrets.env", dl, conf_real) >= (int)sizeof env) {
+	if (senv_path(env, sizeof env, conf_real) < 0) {
 		say(err, errlen, "%s: path too long", conf_real);
 		return -ENAMETOOLONG;
 	}
@@ -372,10 +377,7 @@ static void line(FILE *f, const char *label, const char *value, const char *tail
 static void summary(FILE *f, const char *real, const struct kbox_config *c)
 {
 	char dir[PATH_MAX];
-	snprintf(dir, sizeof dir, "%s", real);
-	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir)
-		*slash = '\0';
+	folder_of(real, dir);
 	line(f, "mount", dir, " -> /workspace (read-write, unless a mount below is there)\n");
 	for (unsigned i = 0; i < c->n_mounts; i++) {
 		line(f, "mount", c->mounts[i].source, " -> ");

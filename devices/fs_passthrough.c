@@ -1361,9 +1361,11 @@ static int fsp_fsync(void *be, uint64_t fh, bool datasync)
 	return fsp_fsync_fh(be, fh, false, datasync);
 }
 
-static int fsp_opendir(void *be, uint64_t nodeid, uint64_t *fh)
+/* A new read-only fd of directory node nodeid, counted under the cap, with
+ * the node held in *idx (fsp_drop gives both back, fsp_unreserve the fd's
+ * place when the open fails); lock held, open done without it. */
+static int fsp_open_dir(struct fsp *p, uint64_t nodeid, uint32_t *idx)
 {
-	struct fsp *p = be;
 	uint32_t i;
 
 	fsp_lock(p);
@@ -1380,10 +1382,39 @@ static int fsp_opendir(void *be, uint64_t nodeid, uint64_t *fh)
 	if (nfd < 0)
 		return nfd;
 	int fd = openat(nfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
 		fd = -errno;
+		fsp_lock(p);
+		fsp_unreserve(p);
+		fsp_drop(p, i);
+		fsp_unlock(p);
+		return fd;
+	}
+	*idx = i;
+	return fd;
+}
+
+/* Closes an fd of fsp_open_dir and lets its node go. */
+static void fsp_close_dir(struct fsp *p, int fd, uint32_t i)
+{
+	close(fd);
 	fsp_lock(p);
-	int rc = fsp_fh_done(p, fd, true, i, fh);
+	fsp_unreserve(p);
+	fsp_drop(p, i);
+	fsp_unlock(p);
+}
+
+static int fsp_opendir(void *be, uint64_t nodeid, uint64_t *fh)
+{
+	struct fsp *p = be;
+	uint32_t i;
+	int fd = fsp_open_dir(p, nodeid, &i);
+
+	if (fd < 0)
+		return fd;
+	/* The handle takes over the fd's counted place. */
+	fsp_lock(p);
+	int rc = fsp_fh_new(p, fd, true, i, fh);
 	fsp_drop(p, i);
 	fsp_unlock(p);
 	return rc;
@@ -1489,16 +1520,31 @@ static int fsp_list(struct fsp *p, int fd, uint32_t node, uint64_t off,
 	}
 }
 
-static int fsp_readdir(void *be, uint64_t fh, uint64_t off, bool plus,
-		       fuse_fs_fill_fn fill, fuse_fs_fits_fn fits, void *ctx)
+static int fsp_readdir(void *be, uint64_t nodeid, uint64_t fh, uint64_t off,
+		       bool plus, fuse_fs_fill_fn fill, fuse_fs_fits_fn fits,
+		       void *ctx)
 {
 	struct fsp *p = be;
 	uint32_t node;
+	int rc;
+
+	if (fh == FUSE_FS_NO_FH) {
+		/* No OPENDIR: each READDIR opens the directory, goes to the
+		 * offset and closes it.  Offsets are the host filesystem's
+		 * d_off cookies, which hold across opens (NFS relies on it);
+		 * a handle was seeked the same way before each listing. */
+		int fd = fsp_open_dir(p, nodeid, &node);
+		if (fd < 0)
+			return fd;
+		rc = fsp_list(p, fd, node, off, plus, fill, fits, ctx);
+		fsp_close_dir(p, fd, node);
+		return rc;
+	}
 	int fd = fsp_fh_get(p, fh, true, &node);
 
 	if (fd < 0)
 		return fd;
-	int rc = fsp_list(p, fd, node, off, plus, fill, fits, ctx);
+	rc = fsp_list(p, fd, node, off, plus, fill, fits, ctx);
 	fsp_fh_put(p, fh);
 	return rc;
 }
@@ -1508,9 +1554,19 @@ static int fsp_releasedir(void *be, uint64_t fh)
 	return fsp_fh_close(be, fh, true);
 }
 
-static int fsp_fsyncdir(void *be, uint64_t fh, bool datasync)
+static int fsp_fsyncdir(void *be, uint64_t nodeid, uint64_t fh, bool datasync)
 {
-	return fsp_fsync_fh(be, fh, true, datasync);
+	struct fsp *p = be;
+
+	if (fh != FUSE_FS_NO_FH)
+		return fsp_fsync_fh(p, fh, true, datasync);
+	uint32_t i;
+	int fd = fsp_open_dir(p, nodeid, &i);
+	if (fd < 0)
+		return fd;
+	int rc = (datasync ? fdatasync(fd) : fsync(fd)) < 0 ? -errno : 0;
+	fsp_close_dir(p, fd, i);
+	return rc;
 }
 
 static int fsp_statfs(void *be, uint64_t nodeid, struct statvfs *out)

@@ -45,6 +45,8 @@ struct fuse_server {
 	 * inited changes only under it exclusively. */
 	pthread_rwlock_t gate;
 	bool inited;
+	/* The kernel opens directories without OPENDIR (set by INIT). */
+	bool no_opendir;
 	bool destroyed; /* atomic: fuse_server_destroyed reads it ungated */
 	pthread_mutex_t pool_mu;
 	struct fsrv_buf *pool;
@@ -337,6 +339,10 @@ static ssize_t do_init(struct fuse_server *s, struct fsrv_req *r)
 			  in.minor :
 			  FUSE_KERNEL_MINOR_VERSION;
 	o.flags = in.flags & want;
+	/* A kernel that offers it needs no flag back: an ENOSYS to the first
+	 * OPENDIR tells it.  READDIR and FSYNCDIR then name the node alone. */
+	s->no_opendir = (in.flags & FUSE_NO_OPENDIR_SUPPORT) &&
+			!s->cfg.keep_opendir;
 	o.max_readahead = in.max_readahead;
 	if (s->cfg.max_readahead && s->cfg.max_readahead < o.max_readahead)
 		o.max_readahead = s->cfg.max_readahead;
@@ -545,6 +551,8 @@ static ssize_t do_open(struct fuse_server *s, struct fsrv_req *r, bool dir)
 
 	if (!take(r, &in, sizeof in))
 		return reply_err(r, r->err);
+	if (dir && s->no_opendir)
+		return reply_err(r, -ENOSYS);
 	int rc = dir ? s->ops->opendir(s->be, r->h.nodeid, &fh) :
 		       s->ops->open(s->be, r->h.nodeid, (int)in.flags, &fh);
 	return reply_open(r, rc, fh);
@@ -650,7 +658,8 @@ static ssize_t do_fsync(struct fuse_server *s, struct fsrv_req *r, bool dir)
 	if (!take(r, &in, sizeof in))
 		return reply_err(r, r->err);
 	bool ds = in.fsync_flags & 1;
-	return reply_status(r, dir ? s->ops->fsyncdir(s->be, in.fh, ds) :
+	uint64_t dfh = s->no_opendir ? FUSE_FS_NO_FH : in.fh;
+	return reply_status(r, dir ? s->ops->fsyncdir(s->be, r->h.nodeid, dfh, ds) :
 				     s->ops->fsync(s->be, in.fh, ds));
 }
 
@@ -725,8 +734,11 @@ static ssize_t do_readdir(struct fuse_server *s, struct fsrv_req *r,
 		d.cap = FSRV_REPLY_MAX;
 	if (d.cap > r->out_room - sizeof(struct fuse_out_header))
 		d.cap = r->out_room - sizeof(struct fuse_out_header);
-	int rc = s->ops->readdir(s->be, in.fh, in.offset, plus, dir_fill,
-				 dir_fits, &d);
+	/* Without OPENDIR there are no directory handles: whatever fh says,
+	 * the node is listed. */
+	int rc = s->ops->readdir(s->be, r->h.nodeid,
+				 s->no_opendir ? FUSE_FS_NO_FH : in.fh,
+				 in.offset, plus, dir_fill, dir_fits, &d);
 	if (rc < 0 && d.used == 0)
 		return reply_err(r, rc);
 	return reply(r, 0, d.buf, d.used);

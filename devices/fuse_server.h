@@ -102,13 +102,17 @@ struct fuse_fs_ops {
 	int (*release)(void *be, uint64_t fh);
 	int (*fsync)(void *be, uint64_t fh, bool datasync);
 	int (*opendir)(void *be, uint64_t nodeid, uint64_t *fh);
-	/* Emits entries starting at the opaque offset off (0 = start) until
-	 * fill reports the reply full or the directory ends.  plus asks for a
-	 * counted lookup of each entry (READDIRPLUS). */
-	int (*readdir)(void *be, uint64_t fh, uint64_t off, bool plus,
-		       fuse_fs_fill_fn fill, fuse_fs_fits_fn fits, void *ctx);
+	/* Emits entries of directory nodeid starting at the opaque offset off
+	 * (0 = start) until fill reports the reply full or the directory ends.
+	 * plus asks for a counted lookup of each entry (READDIRPLUS).  fh is
+	 * the handle opendir gave, or FUSE_FS_NO_FH when the guest opens
+	 * directories without a message (FUSE_NO_OPENDIR_SUPPORT): the backend
+	 * then lists nodeid itself.  fsyncdir takes the same pair. */
+	int (*readdir)(void *be, uint64_t nodeid, uint64_t fh, uint64_t off,
+		       bool plus, fuse_fs_fill_fn fill, fuse_fs_fits_fn fits,
+		       void *ctx);
 	int (*releasedir)(void *be, uint64_t fh);
-	int (*fsyncdir)(void *be, uint64_t fh, bool datasync);
+	int (*fsyncdir)(void *be, uint64_t nodeid, uint64_t fh, bool datasync);
 	int (*statfs)(void *be, uint64_t nodeid, struct statvfs *out);
 	int (*access)(void *be, uint64_t nodeid, int mask);
 	/* getxattr/listxattr: with size 0 return the size needed, else copy
@@ -135,6 +139,11 @@ struct fuse_server_config {
 	double entry_timeout;   /* seconds the guest may cache a name */
 	double attr_timeout;    /* seconds the guest may cache attributes */
 	bool posix_locks;       /* offer GETLK/SETLK/SETLKW */
+	/* true: OPENDIR always gets a handle.  false (the default): when the
+	 * kernel offers FUSE_NO_OPENDIR_SUPPORT, OPENDIR gets ENOSYS, and the
+	 * kernel then opens directories without a message and sends no
+	 * RELEASEDIR: two round trips fewer per directory listed. */
+	bool keep_opendir;
 };
 
 #define FUSE_SERVER_DEFAULT_MAX_WRITE (1u << 20)

@@ -3,7 +3,7 @@
  * run on the mount (tests/fuse/run.sh, bench/fs).
  *
  *   kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-m MAXFDS] [-c SECONDS]
- *                   [-t THREADS] SRC MNT
+ *                   [-t THREADS] [-O] SRC MNT
  *     -r  read-only mount (the server refuses writes; the kernel mount is
  *         left writable so that the server's refusal is what is tested)
  *     -n  hide nothing (explicit empty hidden list)
@@ -16,6 +16,9 @@
  *         the one shared server, so the kernel's parallel requests (git's
  *         preload lstat's, parallel lookups in one directory) are answered
  *         in parallel
+ *     -O  answer OPENDIR with a handle even when the kernel offers
+ *         FUSE_NO_OPENDIR_SUPPORT (by default directories are then opened
+ *         without a message, and READDIR names the node)
  *
  * Runs in the foreground until the mount goes away (umount), then every
  * thread sees ENODEV, they are joined, and it exits 0.  Needs root
@@ -45,7 +48,7 @@
 static int usage(void)
 {
 	fprintf(stderr, "usage: kbox-fuse-mount [-r] [-n] [-H PATTERN]... "
-			"[-m MAXFDS] [-c SECONDS] [-t THREADS] SRC MNT\n");
+			"[-m MAXFDS] [-c SECONDS] [-t THREADS] [-O] SRC MNT\n");
 	return 2;
 }
 
@@ -227,7 +230,7 @@ int main(int argc, char **argv)
 	unsigned threads = 4;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "rnH:m:c:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "rnH:m:c:t:O")) != -1) {
 		switch (opt) {
 		case 'r':
 			cfg.readonly = true;
@@ -251,6 +254,9 @@ int main(int argc, char **argv)
 			threads = (unsigned)strtoul(optarg, NULL, 10);
 			if (threads < 1 || threads > MAX_THREADS)
 				return usage();
+			break;
+		case 'O':
+			scfg.keep_opendir = true;
 			break;
 		default:
 			return usage();

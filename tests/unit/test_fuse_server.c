@@ -112,12 +112,20 @@ static const void *body(void)
 	return rep + sizeof(struct fuse_out_header);
 }
 
-static void init_ok(void)
+static void init_flags(uint32_t flags)
 {
 	struct fuse_init_in in = { .major = 7, .minor = 38,
 				   .max_readahead = 1 << 17,
-				   .flags = 0xffffffffu };
+				   .flags = flags };
 	ck_assert_int_eq(call(FUSE_INIT, 0, &in, sizeof in, NULL, NULL), 0);
+}
+
+/* Every flag but FUSE_NO_OPENDIR_SUPPORT: directories are opened with
+ * OPENDIR and listed through its handle, as with a kernel older than 5.1.
+ * no_opendir_lists_nodes covers the other way. */
+static void init_ok(void)
+{
+	init_flags(0xffffffffu & ~(uint32_t)FUSE_NO_OPENDIR_SUPPORT);
 }
 
 static void start(void)
@@ -520,6 +528,122 @@ START_TEST(readdirplus_skips_held_entries)
 			 0);
 	ck_assert_uint_ne(listed_nodeid("a"), 0);
 	ck_assert_uint_eq(listed_nodeid("sub"), 0);
+}
+END_TEST
+
+/* A kernel offering FUSE_NO_OPENDIR_SUPPORT gets ENOSYS to OPENDIR; each
+ * READDIR(PLUS) and FSYNCDIR then names the directory node, whatever fh it
+ * carries, and the server keeps no fd between them. */
+START_TEST(no_opendir_lists_nodes)
+{
+	int err;
+	char names[512];
+	struct fuse_open_in op = { 0 };
+	serve(false, NULL, 0, false, 0);
+	init_flags(0xffffffffu);
+	ck_assert_int_eq(call(FUSE_OPENDIR, FUSE_ROOT_ID, &op, sizeof op, NULL,
+			      NULL),
+			 -ENOSYS);
+	struct fuse_read_in rd = { .fh = 12345, .size = 4096 };
+	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
+			      NULL, NULL),
+			 0);
+	size_t n = ((struct fuse_out_header *)rep)->len -
+		   sizeof(struct fuse_out_header);
+	dir_names(body(), n, true, names, sizeof names);
+	ck_assert_ptr_null(strstr(names, ".env"));
+	ck_assert_ptr_nonnull(strstr(names, "a "));
+	ck_assert_ptr_nonnull(strstr(names, "sub "));
+	uint64_t sub = listed_nodeid("sub");
+	ck_assert_uint_ne(sub, 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 3);
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	/* Small steps, each on a fresh open, walk the directory once. */
+	rd.size = 40;
+	rd.fh = 0;
+	names[0] = '\0';
+	for (int i = 0; i < 20; i++) {
+		char one[300];
+		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
+				      sizeof rd, NULL, NULL),
+				 0);
+		n = ((struct fuse_out_header *)rep)->len -
+		    sizeof(struct fuse_out_header);
+		if (!n)
+			break;
+		dir_names(body(), n, false, one, sizeof one);
+		strcat(names, one);
+		struct fuse_dirent de;
+		memcpy(&de, body(), sizeof de);
+		rd.offset = de.off;
+	}
+	ck_assert_uint_eq(strlen(names), strlen(". .. a sub link "));
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	/* The node must be a directory the guest holds. */
+	rd.offset = 0;
+	rd.size = 4096;
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_eq(call(FUSE_READDIR, a, &rd, sizeof rd, NULL, NULL),
+			 -ENOTDIR);
+	ck_assert_int_eq(call(FUSE_READDIRPLUS, 999, &rd, sizeof rd, NULL,
+			      NULL),
+			 -ESTALE);
+	ck_assert_int_eq(call(FUSE_READDIR, sub, &rd, sizeof rd, NULL, NULL),
+			 0);
+	n = ((struct fuse_out_header *)rep)->len -
+	    sizeof(struct fuse_out_header);
+	dir_names(body(), n, false, names, sizeof names);
+	ck_assert_ptr_nonnull(strstr(names, "key.pem "));
+	struct fuse_fsync_in fs_in = { .fh = 777 };
+	ck_assert_int_eq(call(FUSE_FSYNCDIR, sub, &fs_in, sizeof fs_in, NULL,
+			      NULL),
+			 0);
+	ck_assert_int_eq(call(FUSE_FSYNCDIR, a, &fs_in, sizeof fs_in, NULL,
+			      NULL),
+			 -ENOTDIR);
+	/* There are no directory handles to release. */
+	struct fuse_release_in rl = { .fh = 0 };
+	ck_assert_int_eq(call(FUSE_RELEASEDIR, FUSE_ROOT_ID, &rl, sizeof rl,
+			      NULL, NULL),
+			 -EBADF);
+	/* sub's inode fd (O_PATH, reopened to list it) stays cached as any
+	 * inode fd does; no listing fd is left. */
+	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	/* A new INIT without the offer brings handles back. */
+	init_ok();
+	uint64_t fh = opendir_root();
+	rd.fh = fh;
+	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 0);
+	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	rl.fh = fh;
+	ck_assert_int_eq(call(FUSE_RELEASEDIR, FUSE_ROOT_ID, &rl, sizeof rl,
+			      NULL, NULL),
+			 0);
+}
+END_TEST
+
+/* The server's config can decline the offer: OPENDIR then gets a handle. */
+START_TEST(keep_opendir_config)
+{
+	struct fsp_config c = { .root = dir };
+	struct fuse_server_config sc = { .entry_timeout = 1,
+					 .attr_timeout = 1,
+					 .keep_opendir = true };
+	ck_assert_int_eq(fsp_new(&c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	init_flags(0xffffffffu);
+	uint64_t fh = opendir_root();
+	struct fuse_read_in rd = { .fh = fh + 1, .size = 4096 };
+	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 -EBADF);
+	rd.fh = fh;
+	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 0);
 }
 END_TEST
 
@@ -1197,6 +1321,8 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, lookup_counts_and_forgets);
 	tcase_add_test(tc, readdir_hides_and_bounds);
 	tcase_add_test(tc, readdirplus_skips_held_entries);
+	tcase_add_test(tc, no_opendir_lists_nodes);
+	tcase_add_test(tc, keep_opendir_config);
 	tcase_add_test(tc, write_read_and_sizes);
 	tcase_add_test(tc, hidden_names);
 	tcase_add_test(tc, default_hidden);

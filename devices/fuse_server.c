@@ -651,16 +651,33 @@ static ssize_t do_release(struct fuse_server *s, struct fsrv_req *r, bool dir)
 				     s->ops->release(s->be, in.fh));
 }
 
+/* The directory handle for the backend: none once INIT chose to go without
+ * OPENDIR, whatever the guest wrote; else the guest's number, which must
+ * not pass for "no handle" (that would list or sync a directory it never
+ * opened): EBADF, as for any number OPENDIR did not give. */
+static int dir_fh(const struct fuse_server *s, uint64_t fh, uint64_t *out)
+{
+	if (s->no_opendir) {
+		*out = FUSE_FS_NO_FH;
+		return 0;
+	}
+	*out = fh;
+	return fh == FUSE_FS_NO_FH ? -EBADF : 0;
+}
+
 static ssize_t do_fsync(struct fuse_server *s, struct fsrv_req *r, bool dir)
 {
 	struct fuse_fsync_in in;
+	uint64_t dfh;
 
 	if (!take(r, &in, sizeof in))
 		return reply_err(r, r->err);
 	bool ds = in.fsync_flags & 1;
-	uint64_t dfh = s->no_opendir ? FUSE_FS_NO_FH : in.fh;
-	return reply_status(r, dir ? s->ops->fsyncdir(s->be, r->h.nodeid, dfh, ds) :
-				     s->ops->fsync(s->be, in.fh, ds));
+	if (!dir)
+		return reply_status(r, s->ops->fsync(s->be, in.fh, ds));
+	int rc = dir_fh(s, in.fh, &dfh);
+	return reply_status(r, rc < 0 ? rc :
+				s->ops->fsyncdir(s->be, r->h.nodeid, dfh, ds));
 }
 
 /* Where READDIR(PLUS) entries are packed. */
@@ -734,11 +751,12 @@ static ssize_t do_readdir(struct fuse_server *s, struct fsrv_req *r,
 		d.cap = FSRV_REPLY_MAX;
 	if (d.cap > r->out_room - sizeof(struct fuse_out_header))
 		d.cap = r->out_room - sizeof(struct fuse_out_header);
-	/* Without OPENDIR there are no directory handles: whatever fh says,
-	 * the node is listed. */
-	int rc = s->ops->readdir(s->be, r->h.nodeid,
-				 s->no_opendir ? FUSE_FS_NO_FH : in.fh,
-				 in.offset, plus, dir_fill, dir_fits, &d);
+	uint64_t fh;
+	int rc = dir_fh(s, in.fh, &fh);
+	if (rc < 0)
+		return reply_err(r, rc);
+	rc = s->ops->readdir(s->be, r->h.nodeid, fh, in.offset, plus, dir_fill,
+			     dir_fits, &d);
 	if (rc < 0 && d.used == 0)
 		return reply_err(r, rc);
 	return reply(r, 0, d.buf, d.used);

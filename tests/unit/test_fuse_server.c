@@ -647,6 +647,37 @@ START_TEST(keep_opendir_config)
 }
 END_TEST
 
+/* With handles in use (the config keeps them, or the kernel never offered
+ * to go without), the backend's "no handle" number is no handle the guest
+ * may name: READDIR and FSYNCDIR with it are EBADF, as any number OPENDIR
+ * did not give, not a listing of a directory the guest never opened. */
+START_TEST(handle_mode_refuses_no_fh)
+{
+	struct fsp_config c = { .root = dir };
+	struct fuse_server_config sc = { .keep_opendir = true };
+	struct fuse_read_in rd = { .fh = FUSE_FS_NO_FH, .size = 4096 };
+	struct fuse_fsync_in fy = { .fh = FUSE_FS_NO_FH };
+	ck_assert_int_eq(fsp_new(&c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	for (int round = 0; round < 2; round++) {
+		if (round == 0)
+			init_flags(0xffffffffu);
+		else
+			init_ok();
+		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
+				      sizeof rd, NULL, NULL),
+				 -EBADF);
+		ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd,
+				      sizeof rd, NULL, NULL),
+				 -EBADF);
+		ck_assert_int_eq(call(FUSE_FSYNCDIR, FUSE_ROOT_ID, &fy,
+				      sizeof fy, NULL, NULL),
+				 -EBADF);
+		ck_assert_uint_eq(fsp_inodes(fs), 0);
+	}
+}
+END_TEST
+
 START_TEST(write_read_and_sizes)
 {
 	int err;
@@ -1323,6 +1354,7 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, readdirplus_skips_held_entries);
 	tcase_add_test(tc, no_opendir_lists_nodes);
 	tcase_add_test(tc, keep_opendir_config);
+	tcase_add_test(tc, handle_mode_refuses_no_fh);
 	tcase_add_test(tc, write_read_and_sizes);
 	tcase_add_test(tc, hidden_names);
 	tcase_add_test(tc, default_hidden);

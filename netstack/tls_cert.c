@@ -3,6 +3,7 @@
  * and the on-disk CA.  Keys and signatures come from BearSSL. */
 #include "netstack/tls_cert.h"
 #include "netstack/datadir.h"
+#include "netstack/fileio.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1127,48 +1128,11 @@ int tc_ca_default_dir(char *buf, size_t len)
 }
 
 /* Read a small regular file into a NUL-terminated malloc'd buffer; ST
- * gets its attributes. */
+ * gets its attributes.  Anything but a small regular file is -EINVAL. */
 static int slurp(const char *path, char **out, size_t *len, struct stat *st)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = 0;
-	char *buf = NULL;
-	if (fstat(fd, st) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st->st_mode) || st->st_size > FILE_MAX) {
-		rc = -EINVAL;
-		goto out;
-	}
-	buf = malloc((size_t)st->st_size + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	size_t got = 0;
-	while (got < (size_t)st->st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st->st_size - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			rc = r < 0 ? -errno : -EIO;
-			goto out;
-		}
-		got += (size_t)r;
-	}
-	buf[got] = 0;
-	*out = buf;
-	*len = got;
-	buf = NULL;
-out:
-	if (buf)
-		explicit_bzero(buf, (size_t)st->st_size + 1);
-	free(buf);
-	close(fd);
-	return rc;
+	int rc = fio_slurp(path, 0, FILE_MAX, out, len, st, NULL);
+	return rc == -EISDIR || rc == -EFBIG ? -EINVAL : rc;
 }
 
 /* Write DATA to PATH atomically (temporary file, fsync, rename) with
@@ -1182,18 +1146,7 @@ static int write_file(const char *path, const char *data, size_t len, mode_t mod
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return -errno;
-	int rc = 0;
-	size_t done = 0;
-	while (done < len) {
-		ssize_t w = write(fd, data + done, len - done);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			rc = w < 0 ? -errno : -EIO;
-			break;
-		}
-		done += (size_t)w;
-	}
+	int rc = fio_write_all(fd, data, len);
 	if (!rc && (fchmod(fd, mode) < 0 || fsync(fd) < 0))
 		rc = -errno;
 	if (close(fd) < 0 && !rc)

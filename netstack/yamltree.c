@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <yaml.h>
+
+#include "netstack/fileio.h"
 
 void yt_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
 {
@@ -332,48 +332,7 @@ const char *yt_kind_name(const struct yt_node *v)
 
 int yt_slurp(const char *path, size_t max, char **buf, size_t *len, const char **stage)
 {
-	struct stat st;
-	int rc = 0;
-	*stage = "open";
 	/* O_NONBLOCK: a FIFO planted where the file should be must not hang
 	 * us before fstat refuses it. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	*stage = "stat";
-	if (fstat(fd, &st) < 0)
-		rc = -errno;
-	else if (!S_ISREG(st.st_mode))
-		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-	else if (st.st_size > (off_t)max)
-		rc = -EFBIG;
-	/* One byte more than allowed, to notice a file that grew. */
-	char *b = rc ? NULL : malloc(max + 2);
-	if (!rc && !b)
-		rc = -ENOMEM;
-	size_t n = 0;
-	if (!rc)
-		*stage = "read";
-	while (!rc && n <= max) {
-		ssize_t r = read(fd, b + n, max + 1 - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			rc = -errno;
-		else if (r == 0)
-			break;
-		else
-			n += (size_t)r;
-	}
-	if (!rc && n > max)
-		rc = -EFBIG;
-	close(fd);
-	if (rc) {
-		yt_wipe_free(b, b ? max + 2 : 0);
-		return rc;
-	}
-	b[n] = '\0';
-	*buf = b;
-	*len = n;
-	return 0;
+	return fio_slurp(path, O_NOCTTY | O_NONBLOCK, max, buf, len, NULL, stage);
 }

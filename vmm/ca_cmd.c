@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "netstack/fileio.h"
 #include "netstack/tls_cert.h"
 #include "vmm/run.h"
 
@@ -50,17 +51,7 @@ static int write_key(const char *path, const br_ec_private_key *key)
 		if (fd >= 0)
 			close(fd);
 	} else {
-		size_t n = strlen(pem), done = 0;
-		while (done < n) {
-			ssize_t w = write(fd, pem + done, n - done);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0) {
-				rc = w < 0 ? -errno : -EIO;
-				break;
-			}
-			done += (size_t)w;
-		}
+		rc = fio_write_all(fd, pem, strlen(pem));
 		if (close(fd) < 0 && !rc)
 			rc = -errno;
 	}

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "netstack/datadir.h"
+#include "netstack/fileio.h"
 #include "netstack/secenv.h"
 #include "vmm/config.h"
 #include "vmm/run.h"
@@ -185,39 +186,11 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 static int read_store(const char *store, char **out)
 {
 	*out = NULL;
-	int fd = open(store, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	struct stat st;
-	int e = 0;
-	if (fstat(fd, &st) < 0)
-		e = errno; /* st says nothing then */
-	else if (!S_ISREG(st.st_mode))
-		e = EINVAL;
-	else if (st.st_size > STORE_MAX_BYTES)
-		e = EFBIG;
-	if (e) {
-		close(fd);
-		return -e;
-	}
-	char *buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		close(fd);
-		return -ENOMEM;
-	}
-	size_t have = 0;
-	while (have < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-	}
-	close(fd);
-	buf[have] = '\0';
-	*out = buf;
-	return 0;
+	size_t len;
+	int rc = fio_slurp(store, 0, STORE_MAX_BYTES, out, &len, NULL, NULL);
+	if (rc == -ENOENT)
+		return 0;
+	return rc == -EISDIR ? -EINVAL : rc;
 }
 
 /* If line (len bytes, no newline) is "v1 HEX PATH" for path, *hex_out
@@ -262,20 +235,6 @@ static int make_parent(const char *store)
 		return 0;
 	*slash = '\0';
 	return dd_mkdirs(dir);
-}
-
-static int write_all(int fd, const char *s, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, s, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		s += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 int trust_record(const char *store, const char *conf_real, const char *hex, char *err,
@@ -323,16 +282,17 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		size_t len = nl ? (size_t)(nl - p) : strlen(p);
 		const char *h;
 		if (!line_is(p, len, conf_real, &h) && len) {
-			rc = write_all(fd, p, len);
+			rc = fio_write_all(fd, p, len);
 			if (!rc)
-				rc = write_all(fd, "\n", 1);
+				rc = fio_write_all(fd, "\n", 1);
 		}
 		p += len + (nl ? 1 : 0);
 	}
 	if (!rc && hex) {
 		char line[PATH_MAX + TRUST_HEX_LEN + 8];
 		int n = snprintf(line, sizeof line, "v1 %.*s %s\n", TRUST_HEX_LEN, hex, conf_real);
-		rc = n > 0 && (size_t)n < sizeof line ? write_all(fd, line, (size_t)n) : -ENAMETOOLONG;
+		rc = n > 0 && (size_t)n < sizeof line ? fio_write_all(fd, line, (size_t)n)
+						       : -ENAMETOOLONG;
 	}
 	if (!rc && fsync(fd) < 0)
 		rc = -errno;

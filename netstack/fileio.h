@@ -1,0 +1,28 @@
+/* Whole small files: the ones kbox keeps for a user (its CA, the trust
+ * store) and the ones it is handed (kbox.yaml, secrets files), read with a
+ * size cap and written without a short write going unnoticed. */
+#ifndef KBOX_NETSTACK_FILEIO_H
+#define KBOX_NETSTACK_FILEIO_H
+
+#include <stddef.h>
+#include <sys/stat.h>
+
+/* Read the regular file at path, at most max bytes, into a malloc'd
+ * NUL-terminated *buf of *len bytes (the block is max + 2 bytes long; wipe
+ * *len + 1 of them if they matter).  The file is opened O_RDONLY |
+ * O_CLOEXEC | oflags: O_NONBLOCK refuses a FIFO in the file's place
+ * instead of waiting on it, O_NOFOLLOW a symlink.  st, when not NULL, gets
+ * the file's attributes; *stage, when stage is not NULL, the step reached:
+ * "open", "stat" (also for -ENOMEM) or "read".  0 or a negative errno:
+ * open's, fstat's or read's, -EISDIR for a folder, -EINVAL for another
+ * kind of file, -EFBIG for more than max bytes (also when the file grew
+ * past max while read), -ENOMEM.  On failure nothing stays allocated and
+ * what was read is wiped. */
+int fio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len, struct stat *st,
+	      const char **stage);
+
+/* Write the n bytes at buf to fd whole, again after EINTR and short
+ * writes.  0, write's negative errno, or -EIO when it wrote nothing. */
+int fio_write_all(int fd, const void *buf, size_t n);
+
+#endif

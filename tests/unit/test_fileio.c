@@ -1,0 +1,129 @@
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "netstack/fileio.h"
+
+static char dir[64], file[128];
+
+static void put(const char *path, const char *text, size_t n)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(text, 1, n, f), n);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void setup(void)
+{
+	snprintf(dir, sizeof dir, "/tmp/kbox-fileio-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(file, sizeof file, "%s/f", dir);
+}
+
+static void teardown(void)
+{
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(slurp_whole_file)
+{
+	put(file, "ab\0cd", 5);
+	char *buf = NULL;
+	size_t len = 0;
+	struct stat st;
+	const char *stage = NULL;
+	ck_assert_int_eq(fio_slurp(file, 0, 5, &buf, &len, &st, &stage), 0);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_mem_eq(buf, "ab\0cd", 6);
+	ck_assert(S_ISREG(st.st_mode));
+	ck_assert_int_eq(st.st_size, 5);
+	ck_assert_str_eq(stage, "read");
+	free(buf);
+
+	put(file, "", 0);
+	ck_assert_int_eq(fio_slurp(file, 0, 5, &buf, &len, NULL, NULL), 0);
+	ck_assert_uint_eq(len, 0);
+	ck_assert_str_eq(buf, "");
+	free(buf);
+}
+END_TEST
+
+START_TEST(slurp_refusals)
+{
+	char *buf = NULL;
+	size_t len = 7;
+	const char *stage = NULL;
+	put(file, "123456", 6);
+	ck_assert_int_eq(fio_slurp(file, 0, 5, &buf, &len, NULL, &stage), -EFBIG);
+	ck_assert_str_eq(stage, "stat");
+	ck_assert_int_eq(fio_slurp(dir, 0, 5, &buf, &len, NULL, &stage), -EISDIR);
+	ck_assert_str_eq(stage, "stat");
+
+	char missing[160];
+	snprintf(missing, sizeof missing, "%s/none", dir);
+	ck_assert_int_eq(fio_slurp(missing, 0, 5, &buf, &len, NULL, &stage), -ENOENT);
+	ck_assert_str_eq(stage, "open");
+
+	/* Waiting on a FIFO nobody writes would hang the test. */
+	char fifo[160];
+	snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	ck_assert_int_eq(fio_slurp(fifo, O_NONBLOCK, 5, &buf, &len, NULL, &stage), -EINVAL);
+	ck_assert_str_eq(stage, "stat");
+
+	char link[160];
+	snprintf(link, sizeof link, "%s/link", dir);
+	ck_assert_int_eq(symlink(file, link), 0);
+	ck_assert_int_eq(fio_slurp(link, O_NOFOLLOW, 10, &buf, &len, NULL, &stage), -ELOOP);
+	ck_assert_ptr_null(buf);
+	ck_assert_uint_eq(len, 7);
+	ck_assert_int_eq(fio_slurp(link, 0, 10, &buf, &len, NULL, NULL), 0);
+	ck_assert_str_eq(buf, "123456");
+	free(buf);
+}
+END_TEST
+
+START_TEST(write_all_writes_everything)
+{
+	static char big[1 << 20];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (char)('a' + i % 26);
+	int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fio_write_all(fd, big, sizeof big), 0);
+	ck_assert_int_eq(fio_write_all(fd, big, 0), 0);
+	ck_assert_int_eq(close(fd), 0);
+	char *buf;
+	size_t len;
+	ck_assert_int_eq(fio_slurp(file, 0, sizeof big, &buf, &len, NULL, NULL), 0);
+	ck_assert_uint_eq(len, sizeof big);
+	ck_assert_mem_eq(buf, big, sizeof big);
+	free(buf);
+
+	fd = open(file, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fio_write_all(fd, "x", 1), -EBADF);
+	close(fd);
+}
+END_TEST
+
+Suite *fileio_suite(void)
+{
+	Suite *s = suite_create("fileio");
+	TCase *tc = tcase_create("fileio");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, slurp_whole_file);
+	tcase_add_test(tc, slurp_refusals);
+	tcase_add_test(tc, write_all_writes_everything);
+	suite_add_tcase(s, tc);
+	return s;
+}

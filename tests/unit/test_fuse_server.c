@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -155,6 +156,14 @@ static uint64_t create(const char *name, uint32_t mode, int *err)
 	memcpy(&e, body(), sizeof e);
 	memcpy(&o, (const uint8_t *)body() + sizeof e, sizeof o);
 	return o.fh;
+}
+
+static void forget(uint64_t node, uint64_t nlookup)
+{
+	struct fuse_forget_in fg = { .nlookup = nlookup };
+	ck_assert_int_eq(send_len(build(FUSE_FORGET, node, &fg, sizeof fg,
+					NULL, NULL)),
+			 0);
 }
 
 START_TEST(init_negotiates)
@@ -674,6 +683,149 @@ START_TEST(handle_mode_refuses_no_fh)
 				      sizeof fy, NULL, NULL),
 				 -EBADF);
 		ck_assert_uint_eq(fsp_inodes(fs), 0);
+	}
+}
+END_TEST
+
+/* The open of a listing fd fails (no fd left under RLIMIT_NOFILE): its
+ * place under the cap and the hold on the node go back, on each path that
+ * opens one (READDIR and FSYNCDIR without OPENDIR, OPENDIR with it). */
+START_TEST(open_dir_failure_gives_back)
+{
+	int err;
+	struct rlimit old, none;
+	struct fuse_getattr_in ga = { 0 };
+	struct fuse_open_in op = { 0 };
+	struct fuse_read_in rd = { .size = 4096 };
+	struct fuse_fsync_in fy = { 0 };
+	serve(false, NULL, 0, false, 0);
+	for (int round = 0; round < 2; round++) {
+		if (round == 0)
+			init_flags(0xffffffffu);
+		else
+			init_ok();
+		uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+		ck_assert_int_eq(err, 0);
+		/* sub's own fd is open before the limit falls. */
+		ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL,
+				      NULL),
+				 0);
+		ck_assert_uint_eq(fsp_open_fds(fs), 1);
+		int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		ck_assert_int_ge(lowest, 0);
+		close(lowest);
+		ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+		none = old;
+		none.rlim_cur = (rlim_t)lowest;
+		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &none), 0);
+		if (round == 0) {
+			err = call(FUSE_READDIRPLUS, sub, &rd, sizeof rd, NULL,
+				   NULL);
+			int err2 = call(FUSE_FSYNCDIR, sub, &fy, sizeof fy,
+					NULL, NULL);
+			ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+			ck_assert_int_eq(err, -EMFILE);
+			ck_assert_int_eq(err2, -EMFILE);
+		} else {
+			err = call(FUSE_OPENDIR, sub, &op, sizeof op, NULL,
+				   NULL);
+			ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+			ck_assert_int_eq(err, -EMFILE);
+		}
+		ck_assert_uint_eq(fsp_open_fds(fs), 1);
+		/* No hold is left: one FORGET lets sub and its fd go. */
+		forget(sub, 1);
+		ck_assert_uint_eq(fsp_inodes(fs), 0);
+		ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	}
+}
+END_TEST
+
+/* Without handles, each listing's fd counts under the cap while it lives:
+ * with the cap taken by a file handle and its inode, EMFILE; else room
+ * comes from the least recently used inode fd, and nothing stays. */
+START_TEST(no_opendir_fd_cap)
+{
+	int err;
+	struct fuse_getattr_in ga = { 0 };
+	struct fuse_open_in op = { .flags = O_RDONLY };
+	struct fuse_read_in rd = { .size = 4096 };
+	struct fuse_fsync_in fy = { 0 };
+	serve(false, NULL, 0, false, 2);
+	init_flags(0xffffffffu);
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), 0);
+	struct fuse_release_in rl = {
+		.fh = ((const struct fuse_open_out *)body())->fh
+	};
+	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+			      NULL),
+			 -EMFILE);
+	ck_assert_int_eq(call(FUSE_FSYNCDIR, FUSE_ROOT_ID, &fy, sizeof fy, NULL,
+			      NULL),
+			 -EMFILE);
+	ck_assert_int_eq(call(FUSE_READDIR, sub, &rd, sizeof rd, NULL, NULL),
+			 -EMFILE);
+	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	ck_assert_int_eq(call(FUSE_RELEASE, a, &rl, sizeof rl, NULL, NULL), 0);
+	for (int round = 0; round < 3; round++) {
+		ck_assert_int_eq(call(FUSE_READDIR, sub, &rd, sizeof rd, NULL,
+				      NULL),
+				 0);
+		ck_assert_uint_le(fsp_open_fds(fs), 2);
+		ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL,
+				      NULL),
+				 0);
+		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
+				      sizeof rd, NULL, NULL),
+				 0);
+		ck_assert_int_eq(call(FUSE_FSYNCDIR, sub, &fy, sizeof fy, NULL,
+				      NULL),
+				 0);
+		ck_assert_uint_le(fsp_open_fds(fs), 2);
+	}
+	forget(a, 1);
+	forget(sub, 1);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+}
+END_TEST
+
+/* Listings without handles hide what listings through them hid: names
+ * anywhere and paths below the root. */
+START_TEST(no_opendir_hides)
+{
+	int err;
+	char names[512];
+	const char *const pats[] = { ".env", "sub/*.pem" };
+	struct fuse_read_in rd = { .size = 4096 };
+	put_file("sub/.env", "x");
+	put_file("sub/ok", "y");
+	serve(false, pats, 2, true, 0);
+	init_flags(0xffffffffu);
+	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
+	ck_assert_int_eq(err, 0);
+	for (int plus = 0; plus < 2; plus++) {
+		uint32_t opc = plus ? FUSE_READDIRPLUS : FUSE_READDIR;
+		ck_assert_int_eq(call(opc, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
+				      NULL),
+				 0);
+		size_t n = ((struct fuse_out_header *)rep)->len -
+			   sizeof(struct fuse_out_header);
+		dir_names(body(), n, plus, names, sizeof names);
+		ck_assert_ptr_null(strstr(names, ".env"));
+		ck_assert_ptr_nonnull(strstr(names, "sub "));
+		ck_assert_int_eq(call(opc, sub, &rd, sizeof rd, NULL, NULL), 0);
+		n = ((struct fuse_out_header *)rep)->len -
+		    sizeof(struct fuse_out_header);
+		dir_names(body(), n, plus, names, sizeof names);
+		ck_assert_ptr_null(strstr(names, ".env"));
+		ck_assert_ptr_null(strstr(names, "key.pem"));
+		ck_assert_ptr_nonnull(strstr(names, "ok "));
 	}
 }
 END_TEST
@@ -1355,6 +1507,9 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, no_opendir_lists_nodes);
 	tcase_add_test(tc, keep_opendir_config);
 	tcase_add_test(tc, handle_mode_refuses_no_fh);
+	tcase_add_test(tc, open_dir_failure_gives_back);
+	tcase_add_test(tc, no_opendir_fd_cap);
+	tcase_add_test(tc, no_opendir_hides);
 	tcase_add_test(tc, write_read_and_sizes);
 	tcase_add_test(tc, hidden_names);
 	tcase_add_test(tc, default_hidden);

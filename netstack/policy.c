@@ -2,10 +2,10 @@
  * policy.h for the order of a decision and docs/network.md for the user's
  * view of it. */
 #include "netstack/policy.h"
+#include "netstack/errbuf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,16 +61,6 @@ static const char reserved6[] = "class:reserved";
 
 static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
 static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
-
-static void __attribute__((format(printf, 3, 4))) seterr(char *err, size_t len, const char *fmt, ...)
-{
-	if (!err || len == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-}
 
 static bool prefix_eq(const uint8_t *a, const uint8_t *b, unsigned plen)
 {
@@ -347,26 +337,26 @@ static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_
 {
 	char buf[64];
 	if (len >= sizeof buf) {
-		seterr(err, errlen, "address too long");
+		eb_say(err, errlen, "address too long");
 		return -EINVAL;
 	}
 	memcpy(buf, s, len);
 	buf[len] = '\0';
 	if (strchr(buf, '%')) {
-		seterr(err, errlen, "\"%s\": zone indexes (%%eth0) have no meaning in a rule; drop them", buf);
+		eb_say(err, errlen, "\"%s\": zone indexes (%%eth0) have no meaning in a rule; drop them", buf);
 		return -EINVAL;
 	}
 	if (pol_addr_parse(buf, &r->net) < 0) {
 		if (strchr(buf, ':'))
-			seterr(err, errlen, "\"%s\" is not a valid IPv6 address", buf);
+			eb_say(err, errlen, "\"%s\" is not a valid IPv6 address", buf);
 		else
-			seterr(err, errlen, "\"%s\" is not a valid IPv4 address (write four decimal numbers, a.b.c.d)",
+			eb_say(err, errlen, "\"%s\" is not a valid IPv4 address (write four decimal numbers, a.b.c.d)",
 			       buf);
 		return -EINVAL;
 	}
 	unsigned full = r->net.family == 4 ? 32 : 128, plen = full;
 	if (plen_s && parse_num(plen_s, plen_len, full, &plen) < 0) {
-		seterr(err, errlen, "bad prefix length \"/%.*s\" for %s (0 to %u)", (int)plen_len, plen_s, buf, full);
+		eb_say(err, errlen, "bad prefix length \"/%.*s\" for %s (0 to %u)", (int)plen_len, plen_s, buf, full);
 		return -EINVAL;
 	}
 	r->plen = (uint8_t)plen;
@@ -376,7 +366,7 @@ static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_
 	if (memcmp(masked.b, r->net.b, sizeof masked.b) != 0) {
 		char m[64];
 		pol_addr_format(&masked, m, sizeof m);
-		seterr(err, errlen, "host bits set in %s/%u: did you mean %s/%u?", buf, plen, m, plen);
+		eb_say(err, errlen, "host bits set in %s/%u: did you mean %s/%u?", buf, plen, m, plen);
 		return -EINVAL;
 	}
 	if (r->net.family == 6 && plen >= 96 && memcmp(r->net.b, v4mapped, 12) == 0) {
@@ -396,28 +386,28 @@ static int parse_domain(const char *s, size_t len, struct pol_rule *r, char *err
 		len -= 2;
 	}
 	if (len > POL_NAME_MAX + 1) {
-		seterr(err, errlen, "name longer than %d characters", POL_NAME_MAX);
+		eb_say(err, errlen, "name longer than %d characters", POL_NAME_MAX);
 		return -EINVAL;
 	}
 	memcpy(buf, s, len);
 	buf[len] = '\0';
 	for (size_t i = 0; i < len; i++) {
 		if ((unsigned char)buf[i] >= 0x80) {
-			seterr(err, errlen, "\"%s\" is not ASCII: write an internationalised name in its xn-- form",
+			eb_say(err, errlen, "\"%s\" is not ASCII: write an internationalised name in its xn-- form",
 			       buf);
 			return -EINVAL;
 		}
 		if (buf[i] == '*') {
-			seterr(err, errlen, "a wildcard is allowed only as a whole first label, as in *.example.com");
+			eb_say(err, errlen, "a wildcard is allowed only as a whole first label, as in *.example.com");
 			return -EINVAL;
 		}
 	}
 	if (pol_name_normalize(buf, r->name) < 0 || !ldh_name(r->name)) {
-		seterr(err, errlen, "\"%s\" is not a valid domain name", buf);
+		eb_say(err, errlen, "\"%s\" is not a valid domain name", buf);
 		return -EINVAL;
 	}
 	if (numeric_normalized(r->name)) {
-		seterr(err, errlen, "\"%s\" looks like a numeric address: write it as a.b.c.d", buf);
+		eb_say(err, errlen, "\"%s\" looks like a numeric address: write it as a.b.c.d", buf);
 		return -EINVAL;
 	}
 	r->kind = wild ? POL_RULE_SUFFIX : POL_RULE_DOMAIN;
@@ -446,7 +436,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		s += 6;
 	}
 	if (*s == '\0') {
-		seterr(err, errlen, "empty rule \"%s\"", orig);
+		eb_say(err, errlen, "empty rule \"%s\"", orig);
 		return -EINVAL;
 	}
 	const char *port_s = NULL;
@@ -455,7 +445,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 	if (s[0] == '[') {
 		const char *close = strchr(s, ']');
 		if (!close) {
-			seterr(err, errlen, "\"%s\": missing ']'", orig);
+			eb_say(err, errlen, "\"%s\": missing ']'", orig);
 			return -EINVAL;
 		}
 		const char *in = s + 1, *slash = memchr(in, '/', (size_t)(close - in));
@@ -463,7 +453,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		size_t plen_len = 0;
 		if (*after == '/') {
 			if (slash) {
-				seterr(err, errlen, "\"%s\": two prefix lengths", orig);
+				eb_say(err, errlen, "\"%s\": two prefix lengths", orig);
 				return -EINVAL;
 			}
 			plen_s = after + 1;
@@ -477,12 +467,12 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 			port_s = after + 1;
 			port_len = strlen(port_s);
 		} else if (*after) {
-			seterr(err, errlen, "\"%s\": unexpected \"%s\" after ']'", orig, after);
+			eb_say(err, errlen, "\"%s\": unexpected \"%s\" after ']'", orig, after);
 			return -EINVAL;
 		}
 		size_t alen = (size_t)((slash ? slash : close) - in);
 		if (!memchr(in, ':', alen)) {
-			seterr(err, errlen, "\"%s\": brackets are for IPv6 addresses only", orig);
+			eb_say(err, errlen, "\"%s\": brackets are for IPv6 addresses only", orig);
 			return -EINVAL;
 		}
 		rc = parse_net(in, alen, plen_s, plen_len, r, err, errlen);
@@ -510,13 +500,13 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 	if (port_s) {
 		unsigned port;
 		if (parse_num(port_s, port_len, 65535, &port) < 0 || port == 0) {
-			seterr(err, errlen, "\"%s\": bad port \"%s\" (1 to 65535)", orig, port_s);
+			eb_say(err, errlen, "\"%s\": bad port \"%s\" (1 to 65535)", orig, port_s);
 			return -EINVAL;
 		}
 		r->port = (uint16_t)port;
 	}
 	if (r->kind == POL_RULE_ANY && r->port == 0) {
-		seterr(err, errlen, "\"%s\": '*' needs a port (*:443); for every destination use --network public",
+		eb_say(err, errlen, "\"%s\": '*' needs a port (*:443); for every destination use --network public",
 		       orig);
 		return -EINVAL;
 	}
@@ -524,7 +514,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		const struct pol_class *c = net_inside_class(r);
 		unsigned full = r->net.family == 4 ? 32 : 128;
 		if (c && r->port == 0) {
-			seterr(err, errlen,
+			eb_say(err, errlen,
 			       "\"%s\" lies in a blocked range (%s): an exception must name a port, as in %s:PORT",
 			       orig, c->label + strlen("class:"), s);
 			return -EINVAL;

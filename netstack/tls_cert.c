@@ -3,6 +3,7 @@
  * and the on-disk CA.  Keys and signatures come from BearSSL. */
 #include "netstack/tls_cert.h"
 #include "netstack/datadir.h"
+#include "netstack/errbuf.h"
 #include "netstack/fileio.h"
 
 #include <arpa/inet.h>
@@ -11,7 +12,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1111,17 +1111,6 @@ size_t tc_cache_count(struct tc_ca *ca)
 
 #define FILE_MAX 65536 /* ca.pem and ca.key are a few hundred bytes */
 
-__attribute__((format(printf, 3, 4)))
-static void say(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 int tc_ca_default_dir(char *buf, size_t len)
 {
 	return dd_path("KBOX_CA_DIR", "ca", buf, len);
@@ -1212,18 +1201,18 @@ static int ca_create(const char *dir, const char *key_path, const char *cert_pat
 	struct tc_ca *ca;
 	int rc = tc_ca_generate(cn, time(NULL), &ca);
 	if (rc) {
-		say(err, errlen, "cannot make a CA key: %s", strerror(-rc));
+		eb_say(err, errlen, "cannot make a CA key: %s", strerror(-rc));
 		return rc;
 	}
 	rc = tc_key_pem(&ca->ca_sk, &kp);
 	/* the key first: a certificate alone on disk would be useless */
 	if (!rc && (rc = write_file(key_path, kp, strlen(kp), 0600)) < 0)
-		say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));
+		eb_say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));
 	else if (!rc && (rc = write_file(cert_path, ca->pem, strlen(ca->pem), 0644)) < 0) {
-		say(err, errlen, "cannot write %s: %s", cert_path, strerror(-rc));
+		eb_say(err, errlen, "cannot write %s: %s", cert_path, strerror(-rc));
 		unlink(key_path);
 	} else if (rc) {
-		say(err, errlen, "cannot encode the CA key: %s", strerror(-rc));
+		eb_say(err, errlen, "cannot encode the CA key: %s", strerror(-rc));
 	}
 	if (kp) {
 		explicit_bzero(kp, strlen(kp));
@@ -1251,12 +1240,12 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 	struct stat st;
 	int rc = slurp(key_path, &kt, &kl, &st);
 	if (rc) {
-		say(err, errlen, "cannot read %s: %s", key_path,
+		eb_say(err, errlen, "cannot read %s: %s", key_path,
 		    rc == -EINVAL ? "not a small regular file" : strerror(-rc));
 		goto out;
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & 077)) {
-		say(err, errlen, "%s is %s (mode %04o): run 'chmod 600 %s'%s", key_path,
+		eb_say(err, errlen, "%s is %s (mode %04o): run 'chmod 600 %s'%s", key_path,
 		    st.st_uid != geteuid() ? "owned by someone else" : "readable by others",
 		    (unsigned)(st.st_mode & 07777), key_path,
 		    st.st_uid != geteuid() ? " as its owner, or use your own KBOX_CA_DIR" : "");
@@ -1265,12 +1254,12 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 	}
 	rc = slurp(cert_path, &ct, &cl, &st);
 	if (rc) {
-		say(err, errlen, "cannot read %s: %s", cert_path,
+		eb_say(err, errlen, "cannot read %s: %s", cert_path,
 		    rc == -EINVAL ? "not a small regular file" : strerror(-rc));
 		goto out;
 	}
 	if ((rc = tc_pem_decode(kt, kl, "EC PRIVATE KEY", &kder, &kdl))) {
-		say(err, errlen, "%s holds no PEM 'EC PRIVATE KEY': remove ca.key and ca.pem to "
+		eb_say(err, errlen, "%s holds no PEM 'EC PRIVATE KEY': remove ca.key and ca.pem to "
 				 "make a new CA (guests then trust the new one)", key_path);
 		goto out;
 	}
@@ -1279,13 +1268,13 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 	br_skey_decoder_push(&sd, kder, kdl);
 	const br_ec_private_key *sk = br_skey_decoder_get_ec(&sd);
 	if (!sk || sk->curve != BR_EC_secp256r1 || sk->xlen == 0 || sk->xlen > P256_SCALAR) {
-		say(err, errlen, "%s is not a P-256 EC private key: remove ca.key and ca.pem to "
+		eb_say(err, errlen, "%s is not a P-256 EC private key: remove ca.key and ca.pem to "
 				 "make a new CA", key_path);
 		rc = -EINVAL;
 		goto wipe;
 	}
 	if ((rc = tc_pem_decode(ct, cl, "CERTIFICATE", &cder, &cdl))) {
-		say(err, errlen, "%s holds no PEM certificate: restore it, or remove ca.key and "
+		eb_say(err, errlen, "%s holds no PEM certificate: restore it, or remove ca.key and "
 				 "ca.pem to make a new CA", cert_path);
 		goto wipe;
 	}
@@ -1296,12 +1285,12 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 	rc = tc_ca_from_parts(cder, cdl, x, sizeof x, out);
 	explicit_bzero(x, sizeof x);
 	if (rc == -EINVAL)
-		say(err, errlen, "%s is not a CA certificate for %s: restore the pair, or remove "
+		eb_say(err, errlen, "%s is not a CA certificate for %s: restore the pair, or remove "
 				 "both to make a new CA", cert_path, key_path);
 	else if (rc)
-		say(err, errlen, "cannot load the CA: %s", strerror(-rc));
+		eb_say(err, errlen, "cannot load the CA: %s", strerror(-rc));
 	else if ((*out)->not_after <= time(NULL)) {
-		say(err, errlen, "%s has expired: remove ca.key and ca.pem to make a new CA",
+		eb_say(err, errlen, "%s has expired: remove ca.key and ca.pem to make a new CA",
 		    cert_path);
 		tc_ca_free(*out);
 		*out = NULL;
@@ -1329,12 +1318,12 @@ int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen)
 	if (!dir || !*dir || snprintf(key_path, sizeof key_path, "%s/ca.key", dir) >=
 				     (int)sizeof key_path - 4 ||
 	    snprintf(cert_path, sizeof cert_path, "%s/ca.pem", dir) >= (int)sizeof cert_path - 4) {
-		say(err, errlen, "CA directory name is empty or too long");
+		eb_say(err, errlen, "CA directory name is empty or too long");
 		return -ENAMETOOLONG;
 	}
 	int rc = dd_mkdirs(dir);
 	if (rc) {
-		say(err, errlen, "cannot create the CA directory %s: %s", dir, strerror(-rc));
+		eb_say(err, errlen, "cannot create the CA directory %s: %s", dir, strerror(-rc));
 		return rc;
 	}
 	/* Two kbox processes starting at once must not both create a CA and
@@ -1342,7 +1331,7 @@ int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen)
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
 		rc = -errno;
-		say(err, errlen, "cannot open the CA directory %s: %s", dir, strerror(-rc));
+		eb_say(err, errlen, "cannot open the CA directory %s: %s", dir, strerror(-rc));
 		return rc;
 	}
 	while (flock(dfd, LOCK_EX) < 0 && errno == EINTR)
@@ -1352,11 +1341,11 @@ int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen)
 	if (!have_key && !have_cert)
 		rc = ca_create(dir, key_path, cert_path, out, err, errlen);
 	else if (!have_cert) {
-		say(err, errlen, "%s exists but %s is missing: restore ca.pem, or remove ca.key to "
+		eb_say(err, errlen, "%s exists but %s is missing: restore ca.pem, or remove ca.key to "
 				 "make a new CA (guests then trust the new one)", key_path, cert_path);
 		rc = -ENOENT;
 	} else if (!have_key) {
-		say(err, errlen, "%s exists but its key %s is missing: restore ca.key, or remove "
+		eb_say(err, errlen, "%s exists but its key %s is missing: restore ca.key, or remove "
 				 "ca.pem to make a new CA", cert_path, key_path);
 		rc = -ENOENT;
 	} else {

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,23 +14,13 @@
 #include <unistd.h>
 
 #include "netstack/datadir.h"
+#include "netstack/errbuf.h"
 #include "netstack/fileio.h"
 #include "netstack/secenv.h"
 #include "vmm/config.h"
 #include "vmm/run.h"
 
 #define STORE_MAX_BYTES (4u << 20)
-
-__attribute__((format(printf, 3, 4)))
-static void say(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 int trust_store_path(char *buf, size_t len)
 {
@@ -145,7 +134,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	br_sha256_update(&h, "kbox-trust-v1", 14);
 	int rc = hash_file(&h, "config", conf_real, false);
 	if (rc) {
-		say(err, errlen, "%s: cannot read: %s", conf_real, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot read: %s", conf_real, strerror(-rc));
 		return rc;
 	}
 	if (secrets) {
@@ -156,7 +145,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 			br_sha256_update(&h, sp, strlen(sp) + 1);
 			rc = hash_file(&h, "secrets", sp, true);
 			if (rc) {
-				say(err, errlen, "%s: cannot read: %s", sp, strerror(-rc));
+				eb_say(err, errlen, "%s: cannot read: %s", sp, strerror(-rc));
 				return rc;
 			}
 		}
@@ -166,12 +155,12 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	 * one, so a change to it (a pull) is a change to the sandbox. */
 	char env[PATH_MAX + 16];
 	if (senv_path(env, sizeof env, conf_real) < 0) {
-		say(err, errlen, "%s: path too long", conf_real);
+		eb_say(err, errlen, "%s: path too long", conf_real);
 		return -ENAMETOOLONG;
 	}
 	rc = hash_file(&h, "secrets.env", env, true);
 	if (rc) {
-		say(err, errlen, "%s: cannot read: %s", env, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot read: %s", env, strerror(-rc));
 		return rc;
 	}
 	unsigned char out[br_sha256_SIZE];
@@ -241,25 +230,25 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		 size_t errlen)
 {
 	if (conf_real[0] != '/' || strchr(conf_real, '\n')) {
-		say(err, errlen, "%s: only an absolute path without a newline can be trusted",
+		eb_say(err, errlen, "%s: only an absolute path without a newline can be trusted",
 		    conf_real);
 		return -EINVAL;
 	}
 	int rc = make_parent(store);
 	if (rc) {
-		say(err, errlen, "%s: cannot create its folder: %s", store, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot create its folder: %s", store, strerror(-rc));
 		return rc;
 	}
 	char lock[PATH_MAX], tmp[PATH_MAX];
 	if (snprintf(lock, sizeof lock, "%s.lock", store) >= (int)sizeof lock ||
 	    snprintf(tmp, sizeof tmp, "%s.tmp", store) >= (int)sizeof tmp) {
-		say(err, errlen, "%s: path too long", store);
+		eb_say(err, errlen, "%s: path too long", store);
 		return -ENAMETOOLONG;
 	}
 	int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lfd < 0 || flock(lfd, LOCK_EX) < 0) {
 		rc = -errno;
-		say(err, errlen, "%s: cannot lock: %s", lock, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot lock: %s", lock, strerror(-rc));
 		if (lfd >= 0)
 			close(lfd);
 		return rc;
@@ -268,13 +257,13 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 	int fd = -1;
 	rc = read_store(store, &buf);
 	if (rc) {
-		say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
 		goto out;
 	}
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
-		say(err, errlen, "%s: cannot write: %s", tmp, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot write: %s", tmp, strerror(-rc));
 		goto out;
 	}
 	for (char *p = buf; p && *p && !rc;) {
@@ -302,7 +291,7 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 	if (!rc && rename(tmp, store) < 0)
 		rc = -errno;
 	if (rc) {
-		say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
 		unlink(tmp);
 	}
 out:
@@ -395,12 +384,12 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 	 * given to the link's target elsewhere does not carry over. */
 	int rc = located(conf, real);
 	if (rc) {
-		say(err, errlen, "%s: %s", conf, strerror(-rc));
+		eb_say(err, errlen, "%s: %s", conf, strerror(-rc));
 		return rc;
 	}
 	rc = trust_store_path(store, sizeof store);
 	if (rc) {
-		say(err, errlen, "%s: cannot find where trusted files are recorded (set HOME)",
+		eb_say(err, errlen, "%s: cannot find where trusted files are recorded (set HOME)",
 		    conf);
 		return rc;
 	}
@@ -409,7 +398,7 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 		return rc;
 	rc = trust_check(store, real, hex);
 	if (rc < 0) {
-		say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
 		return rc;
 	}
 	if (rc == 1)
@@ -433,7 +422,7 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 			return rc;
 		}
 	}
-	say(err, errlen,
+	eb_say(err, errlen,
 	    "%s: not trusted: %s; a project's kbox.yaml chooses mounts, network and secrets, "
 	    "so read it, then run 'kbox trust %s' (or use --no-project, or --conf to use it once)",
 	    conf, why, conf);

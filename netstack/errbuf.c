@@ -1,0 +1,27 @@
+#include "netstack/errbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static void eb_vsay(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+	if (err && errlen)
+		vsnprintf(err, errlen, fmt, ap);
+}
+
+void eb_say(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	eb_vsay(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int eb_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	eb_vsay(err, errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}

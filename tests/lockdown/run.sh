@@ -4,9 +4,10 @@
 # A second kbox is built into BUILD_DIR/lockdown with -DKBOX_TEST_HOOKS: its
 # KBOX_TEST_LOCKDOWN variable makes the process act right after lock-down
 # (vmm/lockdown.c, test_hooks), so refusals are tested from inside it.
-# The hook tests stop before the guest boots; three boots of the real
+# The hook tests stop before the guest boots; four boots of the real
 # kbox show that the guest still works locked down.  Network traffic
-# stays on loopback (an HTTP server on 127.0.0.1).
+# stays on loopback (an HTTP server on 127.0.0.1, and a DNS server on the
+# loopback of a network namespace the test makes).
 set -u
 build=${1:-build}
 kbox="$build/kbox"

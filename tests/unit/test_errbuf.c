@@ -1,0 +1,38 @@
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+
+#include "netstack/errbuf.h"
+
+START_TEST(say_fits_and_cuts)
+{
+	char err[8];
+	memset(err, 'x', sizeof err);
+	eb_say(err, sizeof err, "%s %d", "abc", 12);
+	ck_assert_str_eq(err, "abc 12");
+	eb_say(err, sizeof err, "%s", "0123456789");
+	ck_assert_str_eq(err, "0123456");
+	eb_say(err, 0, "%s", "untouched");
+	ck_assert_str_eq(err, "0123456");
+	eb_say(NULL, 8, "%s", "nowhere");
+}
+END_TEST
+
+START_TEST(fail_returns_rc)
+{
+	char err[32] = "";
+	ck_assert_int_eq(eb_fail(err, sizeof err, -ENOSPC, "no %s", "room"), -ENOSPC);
+	ck_assert_str_eq(err, "no room");
+	ck_assert_int_eq(eb_fail(NULL, 0, -EINVAL, "ignored"), -EINVAL);
+}
+END_TEST
+
+Suite *errbuf_suite(void)
+{
+	Suite *s = suite_create("errbuf");
+	TCase *tc = tcase_create("errbuf");
+	tcase_add_test(tc, say_fits_and_cuts);
+	tcase_add_test(tc, fail_returns_rc);
+	suite_add_tcase(s, tc);
+	return s;
+}

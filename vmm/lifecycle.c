@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "vmm/agent_conn.h"
+#include "vmm/cli.h"
 #include "vmm/exec_client.h"
 #include "vmm/lockdown.h"
 #include "vmm/run.h"
@@ -20,29 +21,17 @@
 
 #define MAX_ENV 256
 
-__attribute__((format(printf, 1, 2)))
-static int die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("kbox: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return KBOX_EXIT_FAILURE;
-}
-
 /* A sandbox that exists and whose kbox process is alive, or an error
  * message that says what to do. */
 static int find_running(const char *name, struct sandbox *sb, struct sandbox_info *info)
 {
 	int rc = sandbox_lookup(name, sb, info);
 	if (rc == -EINVAL)
-		return die("invalid sandbox name '%s'", name);
+		return cli_die("invalid sandbox name '%s'", name);
 	if (rc < 0)
-		return die("no sandbox named '%s' (see 'kbox ps')", name);
+		return cli_die("no sandbox named '%s' (see 'kbox ps')", name);
 	if (!info->alive)
-		return die("sandbox '%s' is not running any more (its kbox process %d is gone)",
+		return cli_die("sandbox '%s' is not running any more (its kbox process %d is gone)",
 			   name, (int)info->pid);
 	return 0;
 }
@@ -53,7 +42,7 @@ static int lock_client(enum lockdown_client kind, const char *dir)
 {
 	char err[256];
 	if (lockdown_client(kind, dir, err, sizeof err) < 0)
-		return die("%s", err);
+		return cli_die("%s", err);
 	return 0;
 }
 
@@ -88,30 +77,30 @@ int exec_main(int argc, char **argv)
 		case 'w': workdir = optarg; break;
 		case 'e':
 			if (!strchr(optarg, '=') || optarg[0] == '=')
-				return die("--env takes KEY=VALUE, not '%s'", optarg);
+				return cli_die("--env takes KEY=VALUE, not '%s'", optarg);
 			if (ne >= MAX_ENV - 4)
-				return die("too many --env options");
+				return cli_die("too many --env options");
 			env[ne++] = optarg;
 			break;
 		case 'h': exec_usage(stdout); return 0;
-		case ':': return die("option '%s' needs a value", argv[optind - 1]);
-		default: return die("unknown option '%s' (see 'kbox exec --help')", argv[optind - 1]);
+		case ':': return cli_die("option '%s' needs a value", argv[optind - 1]);
+		default: return cli_die("unknown option '%s' (see 'kbox exec --help')", argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)
-		return die("which sandbox? kbox exec NAME -- COMMAND");
+		return cli_die("which sandbox? kbox exec NAME -- COMMAND");
 	const char *name = argv[optind++];
 	if (optind < argc && strcmp(argv[optind], "--") == 0)
 		optind++;
 	if (optind >= argc)
-		return die("no command given: kbox exec NAME -- COMMAND");
+		return cli_die("no command given: kbox exec NAME -- COMMAND");
 	struct sandbox sb;
 	struct sandbox_info info;
 	if (find_running(name, &sb, &info) || lock_client(LD_CLIENT_EXEC, NULL))
 		return KBOX_EXIT_FAILURE;
 	int fd = agent_connect(sb.sock, AGENT_PORT, 30000, NULL);
 	if (fd < 0)
-		return die("cannot reach the exec agent in '%s': %s (is it still booting?)", name,
+		return cli_die("cannot reach the exec agent in '%s': %s (is it still booting?)", name,
 			   strerror(-fd));
 
 	const char *envp[MAX_ENV];
@@ -137,7 +126,7 @@ int exec_main(int argc, char **argv)
 	int code = exec_run(fd, &req);
 	close(fd);
 	if (code < 0)
-		return die("lost the connection to '%s' before the command finished: %s", name,
+		return cli_die("lost the connection to '%s' before the command finished: %s", name,
 			   strerror(-code));
 	return code;
 }
@@ -174,18 +163,18 @@ int ps_main(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 1)
-		return die("kbox ps takes no arguments");
+		return cli_die("kbox ps takes no arguments");
 	char rt[4096];
 	int r = sandbox_runtime_dir(rt, sizeof rt);
 	if (r < 0)
-		return die("cannot use the runtime directory: %s", strerror(-r));
+		return cli_die("cannot use the runtime directory: %s", strerror(-r));
 	if (lock_client(LD_CLIENT_PS, rt))
 		return KBOX_EXIT_FAILURE;
 	printf("%-20s %-8s %-8s %4s %8s  %-24s %s\n", "NAME", "STATE", "UPTIME", "CPUS", "MEMORY",
 	       "PORTS", "COMMAND");
 	int n = sandbox_each(ps_row, NULL);
 	if (n < 0)
-		return die("cannot list sandboxes: %s", strerror(-n));
+		return cli_die("cannot list sandboxes: %s", strerror(-n));
 	return 0;
 }
 
@@ -210,7 +199,7 @@ int stop_main(int argc, char **argv)
 			char *end;
 			long v = strtol(optarg, &end, 10);
 			if (*end || v < 0 || v > 3600)
-				return die("--time takes seconds from 0 to 3600, not '%s'", optarg);
+				return cli_die("--time takes seconds from 0 to 3600, not '%s'", optarg);
 			timeout = (int)v;
 			break;
 		}
@@ -218,16 +207,16 @@ int stop_main(int argc, char **argv)
 			printf("Usage: kbox stop [-t SECONDS] NAME...\n\nAsk each sandbox's command "
 			       "to stop (SIGTERM), then end the VM after SECONDS\n(default 10).\n");
 			return 0;
-		case ':': return die("option '%s' needs a value", argv[optind - 1]);
-		default: return die("unknown option '%s' (see 'kbox stop --help')", argv[optind - 1]);
+		case ':': return cli_die("option '%s' needs a value", argv[optind - 1]);
+		default: return cli_die("unknown option '%s' (see 'kbox stop --help')", argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)
-		return die("which sandbox? kbox stop NAME");
+		return cli_die("which sandbox? kbox stop NAME");
 	char rt[4096];
 	int rc = sandbox_runtime_dir(rt, sizeof rt);
 	if (rc < 0)
-		return die("cannot use the runtime directory: %s", strerror(-rc));
+		return cli_die("cannot use the runtime directory: %s", strerror(-rc));
 	if (lock_client(LD_CLIENT_STOP, rt))
 		return KBOX_EXIT_FAILURE;
 	for (int i = optind; i < argc; i++) {
@@ -235,7 +224,7 @@ int stop_main(int argc, char **argv)
 		struct sandbox_info info;
 		int r = sandbox_lookup(argv[i], &sb, &info);
 		if (r < 0) {
-			rc = die("no sandbox named '%s' (see 'kbox ps')", argv[i]);
+			rc = cli_die("no sandbox named '%s' (see 'kbox ps')", argv[i]);
 			continue;
 		}
 		if (info.alive) {
@@ -269,16 +258,16 @@ int logs_main(int argc, char **argv)
 		i++;
 	}
 	if (i != argc - 1)
-		return die("usage: kbox logs [-f] NAME");
+		return cli_die("usage: kbox logs [-f] NAME");
 	struct sandbox sb;
 	struct sandbox_info info;
 	if (sandbox_lookup(argv[i], &sb, &info) < 0)
-		return die("no sandbox named '%s' (see 'kbox ps')", argv[i]);
+		return cli_die("no sandbox named '%s' (see 'kbox ps')", argv[i]);
 	char path[sizeof sb.dir + 16];
 	snprintf(path, sizeof path, "%s/output.log", sb.dir);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return die("sandbox '%s' has no log (only detached sandboxes keep one)", argv[i]);
+		return cli_die("sandbox '%s' has no log (only detached sandboxes keep one)", argv[i]);
 	if (lock_client(LD_CLIENT_LOGS, NULL)) {
 		close(fd);
 		return KBOX_EXIT_FAILURE;
@@ -290,7 +279,7 @@ int logs_main(int argc, char **argv)
 			continue;
 		if (r < 0) {
 			close(fd);
-			return die("cannot read %s: %s", path, strerror(errno));
+			return cli_die("cannot read %s: %s", path, strerror(errno));
 		}
 		if (r == 0) {
 			if (!follow || !alive(info.pid))

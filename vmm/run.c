@@ -19,6 +19,7 @@
 #include "devices/vsock_unix.h"
 #include "vmm/agent_conn.h"
 #include "vmm/boot.h"
+#include "vmm/cli.h"
 #include "vmm/config.h"
 #include "vmm/klog.h"
 #include "vmm/lockdown.h"
@@ -162,18 +163,6 @@ void run_usage(FILE *f)
 		VM_MAX_CPUS, MOUNTS_MAX);
 }
 
-__attribute__((format(printf, 1, 2)))
-static int die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("kbox: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return KBOX_EXIT_FAILURE;
-}
-
 static int parse_uint(const char *s, uint64_t max, uint64_t *out)
 {
 	if (!s || !*s)
@@ -270,10 +259,10 @@ static int project_mount(struct run_opts *o)
 		if (strcmp(o->mounts->m[i].guest, "/workspace") == 0)
 			return 0;
 	if (!getcwd(cwd, sizeof cwd))
-		return die("cannot find the current directory: %s", strerror(errno));
+		return cli_die("cannot find the current directory: %s", strerror(errno));
 	const struct mount_spec sp = { .host = cwd, .guest = "/workspace" };
 	if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
-		return die("project folder %s: %s", cwd, err);
+		return cli_die("project folder %s: %s", cwd, err);
 	return 0;
 }
 
@@ -331,19 +320,19 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		switch (c) {
 		case 'c':
 			if (parse_uint(optarg, VM_MAX_CPUS, &v) || v == 0)
-				return die("--cpus takes a number from 1 to %u, not '%s'",
+				return cli_die("--cpus takes a number from 1 to %u, not '%s'",
 					   VM_MAX_CPUS, optarg);
 			o->cpus = (unsigned)v;
 			break;
 		case 'm':
 			if (parse_uint(optarg, 1u << 20, &v) || v < 64)
-				return die("--memory takes MiB from 64 to 1048576, not '%s'",
+				return cli_die("--memory takes MiB from 64 to 1048576, not '%s'",
 					   optarg);
 			o->memory_mib = v;
 			break;
 		case 'n':
 			if (!sandbox_name_ok(optarg))
-				return die("--name takes 1-64 letters, digits, '_', '.' or '-', "
+				return cli_die("--name takes 1-64 letters, digits, '_', '.' or '-', "
 					   "not '%s'", optarg);
 			o->name = optarg;
 			break;
@@ -351,9 +340,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		case 't': o->tty = 1; break;
 		case 'e':
 			if (!strchr(optarg, '=') || optarg[0] == '=')
-				return die("--env takes KEY=VALUE, not '%s'", optarg);
+				return cli_die("--env takes KEY=VALUE, not '%s'", optarg);
 			if (o->nenv >= MAX_ENV - 4)
-				return die("too many --env options (at most %d)", MAX_ENV - 4);
+				return cli_die("too many --env options (at most %d)", MAX_ENV - 4);
 			o->env[o->nenv++] = optarg;
 			break;
 		case 'w': o->workdir = optarg; break;
@@ -365,7 +354,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		case 'v':
 			/* Added after --conf's mounts, which come first. */
 			if (nvols >= MOUNTS_MAX)
-				return die("too many -v mounts (at most %d)", MOUNTS_MAX);
+				return cli_die("too many -v mounts (at most %d)", MOUNTS_MAX);
 			vols[nvols++] = optarg;
 			break;
 		case 'V': o->verbose = 1; break;
@@ -377,7 +366,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			if ((c == OPT_NETWORK ? netdev_set_mode(o->net, optarg, err, sizeof err)
 					      : netdev_add_rule(o->net, optarg, c == OPT_DENY, err,
 								sizeof err)) < 0)
-				return die("%s", err);
+				return cli_die("%s", err);
 			break;
 		}
 		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
@@ -389,7 +378,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			if ((c == 'p'       ? netdev_add_forward(o->net, optarg, err, sizeof err)
 			     : c == OPT_DNS ? netdev_add_dns(o->net, optarg, err, sizeof err)
 					    : netdev_add_host(o->net, optarg, err, sizeof err)) < 0)
-				return die("%s", err);
+				return cli_die("%s", err);
 			break;
 		}
 		case OPT_IMAGE: o->image = optarg; break;
@@ -401,17 +390,17 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			char err[512];
 			if ((c == OPT_TLS_INTERCEPT ? tlsconf_set_scope(o->tls, optarg, err, sizeof err)
 						    : tlsconf_add_bypass(o->tls, optarg, err, sizeof err)) < 0)
-				return die("%s", err);
+				return cli_die("%s", err);
 			break;
 		}
 		case 'h':
 			run_usage(stdout);
 			return -1;
 		case ':':
-			return die("option '%s' needs a value (see 'kbox run --help')",
+			return cli_die("option '%s' needs a value (see 'kbox run --help')",
 				   argv[optind - 1]);
 		default:
-			return die("unknown option '%s' (see 'kbox run --help')", argv[optind - 1]);
+			return cli_die("unknown option '%s' (see 'kbox run --help')", argv[optind - 1]);
 		}
 	}
 	/* A dangling kbox.yaml symlink counts, so its error is shown. */
@@ -423,16 +412,16 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	if (o->conf) {
 		char err[512];
 		if (config_load(o->conf, cfg, err, sizeof err) < 0)
-			return die("%s", err);
+			return cli_die("%s", err);
 		if (project && trust_project(o->conf, cfg, err, sizeof err) < 0)
-			return die("%s", err);
+			return cli_die("%s", err);
 		if (!o->workdir)
 			o->workdir = cfg->workdir;
 		/* Sandbox-wide, so kbox exec's commands get it too; -e still
 		 * wins for COMMAND. */
 		for (size_t i = 0; i < cfg->n_env; i++) {
 			if (o->nsenv >= MAX_ENV)
-				return die("%s: too many environment variables (at most %d)",
+				return cli_die("%s: too many environment variables (at most %d)",
 					   o->conf, MAX_ENV);
 			o->senv[o->nsenv++] = cfg->env[i];
 		}
@@ -454,17 +443,17 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 				.n_hidden = cm->n_hidden, .hidden_set = cm->hidden_set,
 			};
 			if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
-				return die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,
+				return cli_die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,
 					   err);
 		}
 		if (netdev_apply_config(o->net, cfg, o->conf, err, sizeof err) < 0)
-			return die("%s", err);
+			return cli_die("%s", err);
 		if (o->tls->scope < 0 && cfg->tls_intercept &&
 		    tlsconf_set_scope(o->tls, cfg->tls_intercept, err, sizeof err) < 0)
-			return die("%s: tls.intercept: %s", o->conf, err);
+			return cli_die("%s: tls.intercept: %s", o->conf, err);
 		for (size_t i = 0; i < cfg->n_tls_bypass; i++)
 			if (tlsconf_add_bypass(o->tls, cfg->tls_bypass[i].s, err, sizeof err) < 0)
-				return die("%s:%u:%u: %s", o->conf, cfg->tls_bypass[i].line,
+				return cli_die("%s:%u:%u: %s", o->conf, cfg->tls_bypass[i].line,
 					   cfg->tls_bypass[i].col, err);
 		if (!o->tls->extra_ca)
 			o->tls->extra_ca = cfg->tls_extra_ca;
@@ -473,7 +462,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	if (o->secret_conf) {
 		char *dup = strdup(o->secret_conf);
 		if (!dup)
-			return die("out of memory");
+			return cli_die("out of memory");
 		free(cfg->secrets);
 		cfg->secrets = dup;
 	}
@@ -481,7 +470,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 	for (unsigned i = 0; i < nvols; i++) {
 		char err[512];
 		if (mounts_parse(o->mounts, vols[i], err, sizeof err) < 0)
-			return die("%s", err);
+			return cli_die("%s", err);
 	}
 	if (project) {
 		int rc = project_mount(o);
@@ -489,29 +478,29 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			return rc;
 	}
 	if (config_protect_mounts(cfg, o->conf, o->mounts) < 0)
-		return die("out of memory");
+		return cli_die("out of memory");
 	if (!o->image)
 		o->image = cfg->image;
 	if (o->image) {
 		char err[512], dir[PATH_MAX];
 		int rc = image_resolve(o->image, dir, sizeof dir);
 		if (rc == -ENOTUNIQ)
-			return die("--image %s: matches several image ids; give more digits",
+			return cli_die("--image %s: matches several image ids; give more digits",
 				   o->image);
 		if (rc < 0)
-			return die("--image %s: no such image (see 'kbox image ls'; a folder "
+			return cli_die("--image %s: no such image (see 'kbox image ls'; a folder "
 				   "needs a '/', e.g. ./%s)", o->image, o->image);
 		if (mounts_set_image(o->mounts, dir, err, sizeof err) < 0)
-			return die("%s", err);
+			return cli_die("%s", err);
 	}
 	if (optind < argc)
 		o->argv = argv + optind;
 	else if (cfg->argv)
 		o->argv = cfg->argv;
 	else
-		return die("no command given: kbox run [OPTIONS] -- COMMAND [ARG...]");
+		return cli_die("no command given: kbox run [OPTIONS] -- COMMAND [ARG...]");
 	if (o->tty && o->detach)
-		return die("--tty and --detach do not go together; use 'kbox exec -t' later");
+		return cli_die("--tty and --detach do not go together; use 'kbox exec -t' later");
 	return 0;
 }
 
@@ -604,10 +593,10 @@ static int detach(int *ready_fd, const char *name)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
-		return die("cannot create a pipe: %s", strerror(errno));
+		return cli_die("cannot create a pipe: %s", strerror(errno));
 	pid_t pid = fork();
 	if (pid < 0)
-		return die("cannot fork: %s", strerror(errno));
+		return cli_die("cannot fork: %s", strerror(errno));
 	if (pid == 0) {
 		close(p[0]);
 		*ready_fd = p[1];
@@ -648,7 +637,7 @@ int run_main(int argc, char **argv)
 {
 	char perr[256];
 	if (lockdown_prepare(perr, sizeof perr) < 0)
-		return die("%s", perr);
+		return cli_die("%s", perr);
 	/* static, like the session below: the devices live on the bus. */
 	static struct mounts mnt;
 	static struct netdev net;
@@ -663,7 +652,7 @@ int run_main(int argc, char **argv)
 	if (!rc) {
 		char terr[512];
 		if (tlsconf_load(&tls, terr, sizeof terr) < 0)
-			rc = die("%s", terr);
+			rc = cli_die("%s", terr);
 	}
 	if (rc) {
 		netdev_destroy(&net);
@@ -745,7 +734,7 @@ int run_main(int argc, char **argv)
 	rc = KBOX_EXIT_FAILURE;
 
 	if (sandbox_claim(&sb, o.name, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	claimed = 1;
@@ -763,11 +752,11 @@ int run_main(int argc, char **argv)
 	if (hold >= 0)
 		close(hold);
 	if (ir == -ENOENT) {
-		die("--image %s: its root folder is gone (removed meanwhile?)", o.image);
+		cli_die("--image %s: its root folder is gone (removed meanwhile?)", o.image);
 		goto out;
 	}
 	if (ir < 0) {
-		die("cannot record the sandbox in %s: %s", sb.dir, strerror(-ir));
+		cli_die("cannot record the sandbox in %s: %s", sb.dir, strerror(-ir));
 		goto out;
 	}
 	if (o.detach) {
@@ -776,7 +765,7 @@ int run_main(int argc, char **argv)
 		int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
 		if (fd < 0 || nul < 0) {
-			die("cannot create %s: %s", out_path, strerror(errno));
+			cli_die("cannot create %s: %s", out_path, strerror(errno));
 			goto out;
 		}
 		dup2(nul, 0);
@@ -786,35 +775,35 @@ int run_main(int argc, char **argv)
 		close(nul);
 	}
 	if (read_file(o.kernel, &kimg, &klen, err, sizeof err) < 0) {
-		die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
+		cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
 		goto out;
 	}
 	if (read_file(o.initrd, &initrd, &ilen, err, sizeof err) < 0) {
-		die("%s (build it with 'make', or pass --initrd PATH)", err);
+		cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
 		goto out;
 	}
 	int gf = gf_append(&initrd, &ilen, o.senv, o.nsenv, o.ca_pem);
 	if (gf < 0) {
-		die("cannot hand the guest its environment: %s", strerror(-gf));
+		cli_die("cannot hand the guest its environment: %s", strerror(-gf));
 		goto out;
 	}
 	vm_made = 1;
 	if (vm_create(&s.vm, o.cpus, o.memory_mib, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	struct boot_image k;
 	if (boot_load_kernel(&s.vm.mem, kimg, klen, &k, err, sizeof err) < 0) {
-		die("%s: %s", o.kernel, err);
+		cli_die("%s: %s", o.kernel, err);
 		goto out;
 	}
 	uint64_t initrd_addr;
 	if (boot_place_initrd(&s.vm.mem, &k, initrd, ilen, &initrd_addr, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	if (mptable_write(&s.vm.mem, o.cpus) < 0) {
-		die("cannot write the MP table");
+		cli_die("cannot write the MP table");
 		goto out;
 	}
 	/* Without kvmclock (the PVM variant) the kernel would calibrate the
@@ -829,41 +818,41 @@ int run_main(int argc, char **argv)
 		 o.verbose ? "" : " quiet", pvm ? pvm_cmdline() : "", tsc);
 
 	if (vbus_init(&s.bus, &s.vm) < 0) {
-		die("cannot set up the device thread: %s", strerror(errno));
+		cli_die("cannot set up the device thread: %s", strerror(errno));
 		goto out;
 	}
 	bus_made = 1;
 	if ((rc = vsock_init(&s.vs, GUEST_CID, NULL, NULL)) < 0) {
 		rc = KBOX_EXIT_FAILURE;
-		die("cannot create the vsock device: %s", strerror(-rc));
+		cli_die("cannot create the vsock device: %s", strerror(-rc));
 		goto out;
 	}
 	vs_made = 1;
 	if ((rc = vsock_unix_init(&s.vu, &s.vs, sb.sock, true)) < 0) {
 		rc = KBOX_EXIT_FAILURE;
-		die("cannot listen on %s: %s", sb.sock, strerror(-rc));
+		cli_die("cannot listen on %s: %s", sb.sock, strerror(-rc));
 		goto out;
 	}
 	rc = KBOX_EXIT_FAILURE;
 	vu_made = 1;
 	struct vbus_poller vp = { vsock_fds, vsock_handle, &s.vu };
 	if (vbus_add(&s.bus, &s.vs.dev, &vp, cmdline, sizeof cmdline, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	if (mounts_attach(&mnt, &s.bus, cmdline, sizeof cmdline, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	if (netdev_attach(&net, &s.bus, cmdline, sizeof cmdline, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	if (o.append) {
 		size_t used = strlen(cmdline);
 		if (snprintf(cmdline + used, sizeof cmdline - used, " %s", o.append) >=
 		    (int)(sizeof cmdline - used)) {
-			die("--append is too long");
+			cli_die("--append is too long");
 			goto out;
 		}
 	}
@@ -872,7 +861,7 @@ int run_main(int argc, char **argv)
 		.initrd_addr = initrd_addr, .initrd_len = ilen,
 	};
 	if (boot_write_params(&s.vm.mem, &k, &bs, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	free(kimg);
@@ -885,7 +874,7 @@ int run_main(int argc, char **argv)
 	char klog_used[PATH_MAX];
 	klog_fd = open_klog(o.klog_path, klog_used, sizeof klog_used);
 	if (klog_fd < 0) {
-		die("cannot write the kernel log %s: %s", klog_used, strerror(errno));
+		cli_die("cannot write the kernel log %s: %s", klog_used, strerror(errno));
 		goto out;
 	}
 	s.kl.fd = klog_fd;
@@ -896,7 +885,7 @@ int run_main(int argc, char **argv)
 	vm_add_pio(&s.vm, &(struct vm_pio){ COM1_BASE, 8, uart_in, uart_out, &s.com1 });
 
 	if (vm_setup_cpus(&s.vm, k.entry, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	char ports[256];
@@ -923,17 +912,17 @@ int run_main(int argc, char **argv)
 		tls.stack_running = netdev_enabled(&net);
 		pthread_t rt;
 		if (pthread_create(&rt, NULL, reload_main, &tls) != 0) {
-			die("cannot start the secrets reload thread");
+			cli_die("cannot start the secrets reload thread");
 			goto out;
 		}
 		pthread_detach(rt);
 	}
 	if (lockdown_apply(&lc, err, sizeof err) < 0) {
-		die("%s", err);
+		cli_die("%s", err);
 		goto out;
 	}
 	if (vbus_start(&s.bus) < 0 || pthread_create(&vmt, NULL, vm_thread, &s) != 0) {
-		die("cannot start the VM threads");
+		cli_die("cannot start the VM threads");
 		goto out;
 	}
 	vmt_started = 1;
@@ -986,20 +975,20 @@ int run_main(int argc, char **argv)
 	} else if (stop_signal) {
 		rc = 128 + stop_signal;
 	} else if (s.end == VM_END_ERROR) {
-		die("%s%s; kernel log: %s", s.vm.error,
+		cli_die("%s%s; kernel log: %s", s.vm.error,
 		    pvm ? " (PVM host: the guest ran an instruction its emulator lacks)" : "",
 		    klog_used);
 	} else if (s.kl.exit_code >= 0) {
 		rc = s.kl.exit_code;
 	} else if (s.kl.panic) {
-		die("the guest kernel panicked: %s; kernel log: %s", s.kl.panic_msg, klog_used);
+		cli_die("the guest kernel panicked: %s; kernel log: %s", s.kl.panic_msg, klog_used);
 	} else if (s.kl.init_failed) {
-		die("guest-init failed: %s; kernel log: %s", s.kl.init_msg, klog_used);
+		cli_die("guest-init failed: %s; kernel log: %s", s.kl.init_msg, klog_used);
 	} else if (s.end == VM_END_STOPPED) {
-		die("lost the connection to the guest's exec agent (%s); kernel log: %s",
+		cli_die("lost the connection to the guest's exec agent (%s); kernel log: %s",
 		    strerror(fd < 0 ? -fd : -code), klog_used);
 	} else {
-		die("the guest stopped (%s) before the command finished; kernel log: %s",
+		cli_die("the guest stopped (%s) before the command finished; kernel log: %s",
 		    s.end == VM_END_TRIPLE_FAULT ? "triple fault" :
 		    s.end == VM_END_RESET ? "reset" : "power off", klog_used);
 	}

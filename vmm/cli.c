@@ -1,0 +1,17 @@
+#include "vmm/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "vmm/run.h"
+
+int cli_die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("kbox: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return KBOX_EXIT_FAILURE;
+}

@@ -1363,6 +1363,18 @@ static void *conc_main(void *arg)
 		}
 		bool isdir = strcmp(nm, "sub") == 0;
 		uint64_t fh = strcmp(nm, "link") == 0 ? UINT64_MAX : conc_open(w, node, isdir);
+		if (isdir && fh == UINT64_MAX) {
+			/* No handle (ENOSYS without OPENDIR, or EMFILE): the
+			 * node itself, with someone else's number riding
+			 * along, which only a handle-mode server reads. */
+			struct fuse_read_in rd = {
+				.fh = __atomic_load_n(&conc_shared_fh[r % CONC_SHARED],
+						      __ATOMIC_RELAXED),
+				.size = 4096,
+			};
+			if (conc_call(w, FUSE_READDIRPLUS, node, &rd, sizeof rd, NULL) == 0)
+				conc_forget_listed(w);
+		}
 		if (fh != UINT64_MAX) {
 			struct fuse_read_in rd = { .fh = fh, .size = 4096 };
 			if (conc_call(w, isdir ? FUSE_READDIRPLUS : FUSE_READ, node,
@@ -1409,7 +1421,8 @@ static void conc_tree(void)
 	}
 }
 
-START_TEST(concurrent_requests)
+/* The workers on a server whose INIT offered flags. */
+static void conc_run(uint32_t flags)
 {
 	struct conc_worker *w = calloc(CONC_THREADS, sizeof *w);
 	pthread_t t[CONC_THREADS];
@@ -1419,7 +1432,7 @@ START_TEST(concurrent_requests)
 	/* A cap of 6 fds: inode fds are closed and reopened under the
 	 * workers' feet, and opens may meet EMFILE. */
 	serve(false, NULL, 0, false, 6);
-	init_ok();
+	init_flags(flags);
 	for (unsigned i = 0; i < CONC_THREADS; i++) {
 		w[i].seed = 1234 + i;
 		w[i].id = i;
@@ -1432,6 +1445,18 @@ START_TEST(concurrent_requests)
 	ck_assert_uint_eq(fsp_open_fds(fs), 0);
 	ck_assert_uint_eq(fsp_inodes(fs), 0);
 	free(w);
+}
+
+START_TEST(concurrent_requests)
+{
+	conc_run(0xffffffffu & ~(uint32_t)FUSE_NO_OPENDIR_SUPPORT);
+}
+END_TEST
+
+/* The same without OPENDIR: each listing opens and closes its own fd. */
+START_TEST(concurrent_no_opendir)
+{
+	conc_run(0xffffffffu);
 }
 END_TEST
 
@@ -1452,13 +1477,18 @@ static void *conc_spam(void *arg)
 			conc_call(&c->w, FUSE_READ, a, &rd, sizeof rd, NULL);
 		}
 		conc_call(&c->w, FUSE_GETATTR, a, &ga, sizeof ga, NULL);
+		/* A listing, by node or by a number no OPENDIR gave. */
+		uint64_t sub = conc_lookup(&c->w, FUSE_ROOT_ID, "sub");
+		struct fuse_read_in rd = { .fh = fh, .size = 4096 };
+		conc_call(&c->w, FUSE_READDIRPLUS, sub, &rd, sizeof rd, NULL);
 	}
 	return NULL;
 }
 
 /* A transport reset (virtio-fs) or a new INIT lands while requests are in
  * flight: it waits for them, drops everything, and what the workers held
- * is then unknown to the server (ESTALE, EBADF, EIO), never freed twice. */
+ * is then unknown to the server (ESTALE, EBADF, EIO), never freed twice.
+ * The INITs go in and out of directory handles while listings run. */
 START_TEST(reset_while_busy)
 {
 	struct conc_reset *c = calloc(4, sizeof *c);
@@ -1474,7 +1504,10 @@ START_TEST(reset_while_busy)
 		usleep(2000);
 		fuse_server_reset(srv);
 		usleep(500);
-		init_ok();
+		if (i % 2)
+			init_flags(0xffffffffu);
+		else
+			init_ok();
 	}
 	for (unsigned i = 0; i < 4; i++)
 		__atomic_store_n(&c[i].stop, 1, __ATOMIC_RELAXED);
@@ -1522,6 +1555,7 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, posix_locks_never_block);
 	tcase_add_test(tc, destroy_resets);
 	tcase_add_test(tc, concurrent_requests);
+	tcase_add_test(tc, concurrent_no_opendir);
 	tcase_add_test(tc, reset_while_busy);
 	suite_add_tcase(s, tc);
 	return s;

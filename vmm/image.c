@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "netstack/datadir.h"
 #include "vmm/sandbox.h"
 
 #define JSON_MAX_DEPTH 32
@@ -1334,27 +1335,13 @@ int image_store_dir(char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int mkdir_p(char *path, mode_t mode)
-{
-	for (char *p = path + 1;; p++) {
-		if (*p != '/' && *p)
-			continue;
-		char save = *p;
-		*p = 0;
-		int r = mkdir(path, mode) < 0 && errno != EEXIST ? -errno : 0;
-		*p = save;
-		if (r < 0 || !save)
-			return r;
-	}
-}
-
 static int store_open(struct image_ctx *ctx, struct store *st, int create)
 {
 	st->fd = -1;
 	int r = image_store_dir(st->dir, sizeof st->dir);
 	if (r < 0)
 		return fail(ctx, r, "no image store: set KBOX_IMAGE_DIR or HOME");
-	if (create && (r = mkdir_p(st->dir, 0700)) < 0)
+	if (create && (r = dd_mkdirs(st->dir)) < 0)
 		return fail(ctx, r, "cannot create the image store %s: %s", st->dir, strerror(-r));
 	st->fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (st->fd < 0)

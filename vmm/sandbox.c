@@ -12,21 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int mkdir_p(char *path, mode_t mode)
-{
-	for (char *s = path + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		int rc = mkdir(path, mode);
-		*s = '/';
-		if (rc < 0 && errno != EEXIST)
-			return -errno;
-	}
-	if (mkdir(path, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
+#include "netstack/datadir.h"
 
 int sandbox_runtime_dir(char *buf, size_t len)
 {
@@ -40,7 +26,7 @@ int sandbox_runtime_dir(char *buf, size_t len)
 		n = snprintf(buf, len, "/tmp/kbox-%u", (unsigned)geteuid());
 	if (n < 0 || (size_t)n >= len)
 		return -ENAMETOOLONG;
-	int rc = mkdir_p(buf, 0700);
+	int rc = dd_mkdirs(buf);
 	if (rc < 0)
 		return rc;
 	/* Someone else's directory in a shared place is not ours to use. */

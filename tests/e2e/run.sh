@@ -4,17 +4,9 @@
 # checks several things and the CLI's own failures are tested without one.
 #   tests/e2e/run.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox="$build/kbox"
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# A PVM boot takes up to ~2 minutes; anything beyond this is a hang.
-boot_timeout=${KBOX_E2E_TIMEOUT:-600}
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
+e2e_tmp
 
 # check NAME EXPECTED_RC EXPECTED_STDOUT_FILE STDERR_PATTERN -- kbox args...
 check() {
@@ -39,11 +31,6 @@ check() {
 	ok "$what (${took}s)"
 }
 
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
-
 # --- kbox's own failures: exit 125 and one line that says what to do ---
 check "unknown option" 125 "" "unknown option '--frobnicate'" -- run --frobnicate -- true
 check "no command" 125 "" "no command given" -- run
@@ -58,12 +45,7 @@ check "unknown subcommand" 125 "" "unknown command 'frob'" -- frob
 "$kbox" --help | grep -q "run \[OPTIONS\]" && ok "kbox --help" || not_ok "kbox --help"
 "$kbox" version | grep -q "^kbox " && ok "kbox version" || not_ok "kbox version"
 
-if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
-	echo "# skipped the boots: /dev/kvm is not usable here"
-	echo "$pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
-	exit
-fi
+e2e_need_kvm "the boots"
 
 if "$kbox" doctor > "$tmp/doctor" 2>&1 && grep -q "^ok   /dev/kvm is usable" "$tmp/doctor"; then ok "doctor"
 else not_ok "doctor" "$(cat "$tmp/doctor")"; fi
@@ -153,5 +135,5 @@ if "$kbox" stop -t 5 "$sbx" && ! "$kbox" ps | grep -q "^$sbx "; then ok "stop en
 else not_ok "stop ends it and ps forgets it"; fi
 check "exec into a stopped sandbox fails clearly" 125 "" "no sandbox named" -- exec "$sbx" -- true
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+e2e_finish
+

@@ -1,0 +1,119 @@
+# Shared by the end-to-end scripts of tests/e2e (POSIX sh).  A script
+# sources it from its own folder, with its BUILD_DIR argument still in $1:
+#   . "$(dirname "$0")/lib.sh"
+# It sets build, kbox ($build/kbox; the script ends with exit 1 when it is
+# missing), pass, fail and boot_timeout, and defines the checks below.
+# Not a test itself: nothing runs it directly.
+#
+# Its functions keep their scratch variables under the _e2e_ prefix, so a
+# script's own variables (a sandbox's name, an exit code) survive them;
+# host_check alone sets `name`, as it always has.
+
+build=${1:-build}
+kbox="$build/kbox"
+pass=0
+fail=0
+# A PVM boot takes up to ~2 minutes; anything beyond this is a hang.
+boot_timeout=${KBOX_E2E_TIMEOUT:-600}
+
+if [ ! -x "$kbox" ]; then
+	echo "e2e: $kbox is missing; run make first" >&2
+	exit 1
+fi
+
+# ok NAME / not_ok NAME [DETAIL]: one line per check; DETAIL's lines are
+# shown indented under a failure.
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
+# host_check NAME COMMAND...: ok if COMMAND succeeds.
+host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
+
+# e2e_tmp: a scratch folder in $tmp, removed on exit (a script that needs
+# more on exit sets its own EXIT trap afterwards, which replaces this one).
+e2e_tmp() {
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+}
+
+# e2e_finish: the summary line, then exit 0 if nothing failed, 1 if
+# something did.
+e2e_finish() {
+	echo "$pass passed, $fail failed"
+	[ "$fail" -eq 0 ]
+	exit
+}
+
+# e2e_skip WHY: the whole script is skipped, before any check: say why and
+# exit 0.
+e2e_skip() {
+	echo "skip - $1"
+	echo "0 passed, 0 failed"
+	exit 0
+}
+
+# e2e_need_kvm WHAT: without a usable /dev/kvm, say that WHAT ("the boot",
+# "the boots") was skipped and finish with the checks done so far.
+e2e_need_kvm() {
+	if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
+		echo "# skipped $1: /dev/kvm is not usable here"
+		e2e_finish
+	fi
+}
+
+# e2e_refuse NAME PATTERN ARGS...: `kbox run ARGS -- true` must exit 125,
+# before any boot, with PATTERN (grep) in its message.  Uses $tmp/err.
+e2e_refuse() {
+	_e2e_name=$1 _e2e_pat=$2
+	shift 2
+	"$kbox" run "$@" -- true > /dev/null 2> "$tmp/err"
+	_e2e_rc=$?
+	if [ "$_e2e_rc" -eq 125 ] && grep -q -- "$_e2e_pat" "$tmp/err"; then
+		ok "refused: $_e2e_name"
+	else
+		not_ok "refused: $_e2e_name (exit $_e2e_rc)" "$(head -3 "$tmp/err")"
+	fi
+}
+
+# e2e_ran_to_end WHAT RC OUT ERR: a not_ok, with the tails of ERR and OUT,
+# unless the guest script WHAT exited 0 (RC) and printed "done" to OUT.
+e2e_ran_to_end() {
+	if [ "$2" -ne 0 ] || ! grep -q '^done$' "$3"; then
+		not_ok "$1 ran to the end (exit $2)" "$(tail -5 "$4"; tail -5 "$3")"
+	fi
+}
+
+# e2e_guest_results PREFIX FILE: one ok or not_ok, named PREFIX NAME, per
+# "ok NAME" or "not ok NAME" line a guest script wrote to FILE.
+e2e_guest_results() {
+	while IFS= read -r _e2e_line; do
+		case $_e2e_line in
+		"ok "*) ok "$1${_e2e_line#ok }" ;;
+		"not ok "*) not_ok "$1${_e2e_line#not ok }" ;;
+		esac
+	done < "$2"
+}
+
+# e2e_wait_file FILE: wait up to 5 s for a server to write FILE (its port).
+e2e_wait_file() {
+	_e2e_i=0
+	while [ ! -s "$1" ] && [ $_e2e_i -lt 50 ]; do sleep 0.1; _e2e_i=$((_e2e_i + 1)); done
+}
+
+# e2e_free_port: print a TCP port on 127.0.0.1 that was free a moment ago.
+e2e_free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# e2e_test_ca CA_NAME: a test CA (CN=CA_NAME) in $tmp/upca.pem and .key,
+# and a server certificate for host.kbox.internal from it in $tmp/srv.pem
+# and $tmp/srv.key, for a TLS server on the host's loopback.
+e2e_test_ca() {
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=$1" \
+		-keyout "$tmp/upca.key" -out "$tmp/upca.pem" -addext basicConstraints=critical,CA:TRUE \
+		-addext keyUsage=critical,keyCertSign >/dev/null 2>&1
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=host.kbox.internal" \
+		-keyout "$tmp/srv.key" -out "$tmp/srv.csr" >/dev/null 2>&1
+	printf 'subjectAltName=DNS:host.kbox.internal\nextendedKeyUsage=serverAuth\n' >"$tmp/ext"
+	openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/upca.pem" -CAkey "$tmp/upca.key" -CAcreateserial -days 1 \
+		-extfile "$tmp/ext" -out "$tmp/srv.pem" >/dev/null 2>&1
+}

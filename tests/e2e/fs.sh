@@ -8,23 +8,9 @@
 # ~0.4 s there, and guest kernel work (copies included) is emulated.
 #   tests/e2e/fs.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox="$build/kbox"
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-boot_timeout=${KBOX_E2E_TIMEOUT:-600}
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
-# host_check NAME COMMAND...: ok if COMMAND succeeds.
-host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
-
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
+e2e_tmp
 
 proj="$tmp/proj"
 cfg="$tmp/cfg"
@@ -42,35 +28,19 @@ chmod 644 "$cfg/conf"
 printf 'not for the guest\n' > "$outside/kbox-e2e-marker"
 
 # --- refusals, no boot ---
-refuse() {
-	name=$1 pat=$2
-	shift 2
-	"$kbox" run "$@" -- true > /dev/null 2> "$tmp/err"
-	rc=$?
-	if [ "$rc" -eq 125 ] && grep -q -- "$pat" "$tmp/err"; then
-		ok "refused: $name"
-	else
-		not_ok "refused: $name (exit $rc)" "$(head -3 "$tmp/err")"
-	fi
-}
-refuse "missing host folder" "No such file" -v "$tmp/nope:/w"
-refuse "host file, not folder" "not a directory" -v "$proj/readme:/w"
-refuse "relative guest path" "must be absolute" -v "$proj:w"
-refuse "guest path with .." "'..' component" -v "$proj:/a/../b"
-refuse "guest path with a comma" "may not contain" -v "$proj:/a,b"
-refuse "guest root" "root '/'" -v "$proj:/"
-refuse "guest /proc" "belongs to the guest kernel" -v "$proj:/proc/x"
-refuse "same guest path twice" "two mounts" -v "$proj:/w" -v "$cfg:/w/"
-refuse "no GUEST" "HOST:GUEST" -v "$proj"
-refuse "ninth mount" "too many -v" -v "$proj:/1" -v "$proj:/2" -v "$proj:/3" \
+e2e_refuse "missing host folder" "No such file" -v "$tmp/nope:/w"
+e2e_refuse "host file, not folder" "not a directory" -v "$proj/readme:/w"
+e2e_refuse "relative guest path" "must be absolute" -v "$proj:w"
+e2e_refuse "guest path with .." "'..' component" -v "$proj:/a/../b"
+e2e_refuse "guest path with a comma" "may not contain" -v "$proj:/a,b"
+e2e_refuse "guest root" "root '/'" -v "$proj:/"
+e2e_refuse "guest /proc" "belongs to the guest kernel" -v "$proj:/proc/x"
+e2e_refuse "same guest path twice" "two mounts" -v "$proj:/w" -v "$cfg:/w/"
+e2e_refuse "no GUEST" "HOST:GUEST" -v "$proj"
+e2e_refuse "ninth mount" "too many -v" -v "$proj:/1" -v "$proj:/2" -v "$proj:/3" \
 	-v "$proj:/4" -v "$proj:/5" -v "$proj:/6" -v "$proj:/7" -v "$proj:/8" -v "$proj:/9"
 
-if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
-	echo "# skipped the boot: /dev/kvm is not usable here"
-	echo "$pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
-	exit
-fi
+e2e_need_kvm "the boot"
 
 # --- one boot, many checks ---
 cat > "$proj/checks.sh" <<'EOF'
@@ -133,15 +103,8 @@ timeout "$boot_timeout" "$kbox" run -v "$proj:/workspace" -v "$cfg:/cfg:ro" -w /
 rc=$?
 took=$(( $(date +%s) - start ))
 echo "# boot with two mounts and the checks: ${took}s"
-if [ "$rc" -ne 0 ] || ! grep -q '^done$' "$tmp/out"; then
-	not_ok "guest script ran to the end (exit $rc)" "$(tail -5 "$tmp/err"; tail -5 "$tmp/out")"
-fi
-while IFS= read -r line; do
-	case $line in
-	"ok "*) ok "guest: ${line#ok }" ;;
-	"not ok "*) not_ok "guest: ${line#not ok }" ;;
-	esac
-done < "$tmp/out"
+e2e_ran_to_end "guest script" "$rc" "$tmp/out" "$tmp/err"
+e2e_guest_results "guest: " "$tmp/out"
 
 # --- what the host sees afterwards ---
 host_check "host: new file has the guest's data" [ "$(cat "$proj/new" 2>/dev/null)" = "$(printf 'hi\nagain')" ]
@@ -165,5 +128,5 @@ host_check "host: ro folder unchanged" [ "$(ls -A "$cfg")" = conf ]
 host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
 host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+e2e_finish
+

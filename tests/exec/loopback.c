@@ -39,17 +39,31 @@ static int unix_addr(const char *path, struct sockaddr_un *a)
 	return 0;
 }
 
-static int serve(const char *path)
+/* A listening AF_UNIX socket at path, in place of any earlier one, or -1. */
+static int listen_unix(const char *path)
 {
 	struct sockaddr_un a;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || unix_addr(path, &a) < 0)
-		return 255;
+	if (fd < 0)
+		return -1;
+	if (unix_addr(path, &a) < 0) {
+		close(fd);
+		return -1;
+	}
 	unlink(path);
 	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0) {
 		perror("loopback: listen");
-		return 255;
+		close(fd);
+		return -1;
 	}
+	return fd;
+}
+
+static int serve(const char *path)
+{
+	int fd = listen_unix(path);
+	if (fd < 0)
+		return 255;
 	int rc = agent_serve_listener(fd);
 	fprintf(stderr, "loopback: agent: %s\n", strerror(-rc));
 	return 255;
@@ -75,15 +89,9 @@ static int hybrid_conn(int fd, unsigned port)
 
 static int serve_hybrid(const char *path, unsigned port)
 {
-	struct sockaddr_un a;
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || unix_addr(path, &a) < 0)
+	int fd = listen_unix(path);
+	if (fd < 0)
 		return 255;
-	unlink(path);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0) {
-		perror("loopback: listen");
-		return 255;
-	}
 	signal(SIGCHLD, SIG_IGN);
 	for (;;) {
 		int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);

@@ -737,6 +737,16 @@ static int open_beneath(int dirfd, const char *path, int flags)
 	return fd < 0 ? -errno : (int)fd;
 }
 
+/* A directory stream on FD, which it takes over: closed when no stream
+ * can be made (NULL, out of memory). */
+static DIR *dir_stream(int fd)
+{
+	DIR *d = fdopendir(fd);
+	if (!d)
+		close(fd);
+	return d;
+}
+
 /* Removes NAME in DFD, a whole tree if it is a directory; never follows
  * a symlink. */
 static int remove_tree(int dfd, const char *name, unsigned depth)
@@ -752,11 +762,9 @@ static int remove_tree(int dfd, const char *name, unsigned depth)
 	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
+	DIR *d = dir_stream(fd);
+	if (!d)
 		return -ENOMEM;
-	}
 	int r = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
@@ -1038,7 +1046,9 @@ static void fix_apply(struct writer *w)
 	writer_free(w);
 }
 
-static int wr_symlink(struct writer *w, const char *path, const char *target,
+/* A symlink to TARGET or, with TARGET NULL, a FIFO; either gets the
+ * entry's owner and mtime, on itself, not on what a link names. */
+static int wr_special(struct writer *w, const char *path, const char *target,
 		      const struct wmeta *m)
 {
 	const char *leaf;
@@ -1046,7 +1056,8 @@ static int wr_symlink(struct writer *w, const char *path, const char *target,
 	if (pfd < 0)
 		return path_error(w, pfd, path);
 	int r = clear_leaf(pfd, leaf, 0);
-	if (r == 0 && symlinkat(target, pfd, leaf) < 0)
+	if (r == 0 && (target ? symlinkat(target, pfd, leaf)
+			      : mknodat(pfd, leaf, S_IFIFO | (m->mode & 0777), 0)) < 0)
 		r = -errno;
 	if (r == 0) {
 		if (w->is_root && fchownat(pfd, leaf, m->uid, m->gid, AT_SYMLINK_NOFOLLOW) < 0)
@@ -1085,25 +1096,6 @@ static int wr_link(struct writer *w, const char *path, const char *target)
 		return fail(w->ctx, r, "%s: hard link '%s' to '%s': %s", w->what, path, target,
 			    strerror(-r));
 	return 0;
-}
-
-static int wr_fifo(struct writer *w, const char *path, const struct wmeta *m)
-{
-	const char *leaf;
-	int pfd = open_parent(w, path, 1, &leaf);
-	if (pfd < 0)
-		return path_error(w, pfd, path);
-	int r = clear_leaf(pfd, leaf, 0);
-	if (r == 0 && mknodat(pfd, leaf, S_IFIFO | (m->mode & 0777), 0) < 0)
-		r = -errno;
-	if (r == 0) {
-		if (w->is_root && fchownat(pfd, leaf, m->uid, m->gid, AT_SYMLINK_NOFOLLOW) < 0)
-			w->ctx->owners_skipped++;
-		struct timespec ts[2] = { m->mtime, m->mtime };
-		utimensat(pfd, leaf, ts, AT_SYMLINK_NOFOLLOW);
-	}
-	close(pfd);
-	return r < 0 ? path_error(w, r, path) : 0;
 }
 
 /* ---------------------------------------------------------------- Layers */
@@ -1162,60 +1154,61 @@ static const char *split_dir(const char *p, char *dir)
 	return slash ? slash + 1 : p;
 }
 
-/* A layer's whiteouts only hide what the layers below it brought, so they
- * all go before any of its files are written. */
-static int layer_whiteouts(struct writer *w, int at, const char *name)
+/* One pass over a layer's entries: FN gets each one with its normalised
+ * path P; a non-zero return ends the pass with it. */
+static int layer_pass(struct writer *w, int at, const char *name,
+		      int (*fn)(struct writer *w, struct archive *a, struct archive_entry *e,
+				const char *p))
 {
-	struct archive *a;
+	struct archive *a = NULL;
 	int fd = layer_open(w, at, name, &a);
 	if (fd < 0)
 		return fd;
 	struct archive_entry *e;
 	int r = 0, ar;
 	while (r == 0 && (ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
-		char p[PATH_MAX], dir[PATH_MAX], what[NAME_MAX + 1];
+		char p[PATH_MAX];
 		r = entry_path(w, e, p, sizeof p);
-		if (r < 0)
-			break;
-		int k = image_whiteout(split_dir(p, dir), what, sizeof what);
-		if (k < 0) {
-			r = fail(w->ctx, -EINVAL, "%s: bad whiteout '%s'", w->what, p);
-			break;
-		}
-		if (k != 1 && k != 2)
-			continue;
-		int dfd = open_beneath(w->rootfd, dir, O_RDONLY | O_DIRECTORY);
-		if (dfd == -ENOENT)
-			continue;
-		if (dfd < 0) {
-			r = path_error(w, dfd, p);
-			break;
-		}
-		if (k == 1) {
-			r = clear_leaf(dfd, what, 0);
-		} else {
-			DIR *d = fdopendir(dfd);
-			if (!d) {
-				close(dfd);
-				r = -ENOMEM;
-				break;
-			}
-			struct dirent *de;
-			while (r == 0 && (de = readdir(d)))
-				if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-					r = remove_tree(dirfd(d), de->d_name, 0);
-			closedir(d);
-			dfd = -1;
-		}
-		if (dfd >= 0)
-			close(dfd);
-		if (r < 0)
-			r = fail(w->ctx, r, "%s: whiteout '%s': %s", w->what, p, strerror(-r));
+		if (r == 0)
+			r = fn(w, a, e, p);
 	}
 	if (r == 0 && ar != ARCHIVE_EOF)
 		r = fail(w->ctx, -EINVAL, "%s: %s", w->what, archive_error_string(a));
 	layer_close(a, fd);
 	return r;
+}
+
+/* A layer's whiteouts only hide what the layers below it brought, so they
+ * all go before any of its files are written (a pass of their own). */
+static int whiteout_entry(struct writer *w, struct archive *a, struct archive_entry *e,
+			  const char *p)
+{
+	char dir[PATH_MAX], what[NAME_MAX + 1];
+	int k = image_whiteout(split_dir(p, dir), what, sizeof what);
+	if (k < 0)
+		return fail(w->ctx, -EINVAL, "%s: bad whiteout '%s'", w->what, p);
+	if (k != 1 && k != 2)
+		return 0;
+	int dfd = open_beneath(w->rootfd, dir, O_RDONLY | O_DIRECTORY);
+	if (dfd == -ENOENT)
+		return 0;
+	if (dfd < 0)
+		return path_error(w, dfd, p);
+	int r = 0;
+	if (k == 1) {
+		r = clear_leaf(dfd, what, 0);
+		close(dfd);
+	} else {
+		DIR *d = dir_stream(dfd);
+		if (!d)
+			return -ENOMEM;
+		struct dirent *de;
+		while (r == 0 && (de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+				r = remove_tree(dirfd(d), de->d_name, 0);
+		closedir(d);
+	}
+	return r < 0 ? fail(w->ctx, r, "%s: whiteout '%s': %s", w->what, p, strerror(-r)) : 0;
 }
 
 static ssize_t archive_reader(void *arg, void *buf, size_t len)
@@ -1237,66 +1230,51 @@ static unsigned entry_xattrs(struct archive_entry *e, struct xat *x)
 	return n;
 }
 
-static int layer_entries(struct writer *w, int at, const char *name)
+static int layer_entry(struct writer *w, struct archive *a, struct archive_entry *e,
+		       const char *p)
 {
-	struct archive *a;
-	int fd = layer_open(w, at, name, &a);
-	if (fd < 0)
-		return fd;
-	struct archive_entry *e;
-	int r = 0, ar;
-	while (r == 0 && (ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
-		char p[PATH_MAX], dir[PATH_MAX], what[NAME_MAX + 1];
-		if ((r = entry_path(w, e, p, sizeof p)) < 0 || (r = count_entry(w)) < 0)
-			break;
-		if (!p[0] || image_whiteout(split_dir(p, dir), what, sizeof what) != 0)
-			continue;
-		struct wmeta m = {
-			.mode = archive_entry_perm(e),
-			.uid = (uid_t)archive_entry_uid(e),
-			.gid = (gid_t)archive_entry_gid(e),
-			.mtime = { archive_entry_mtime(e), archive_entry_mtime_nsec(e) },
-		};
-		struct xat x[XATTR_MAX];
-		unsigned nx = entry_xattrs(e, x);
-		const char *hl = archive_entry_hardlink(e);
-		if (hl) {
-			char t[PATH_MAX];
-			r = path_norm(hl, t, sizeof t);
-			if (r < 0)
-				r = fail(w->ctx, -EPERM, "%s: hard link '%s' points outside the image ('%s'): "
-					 "refusing the archive", w->what, p, hl);
-			else
-				r = wr_link(w, p, t);
-			continue;
-		}
-		switch (archive_entry_filetype(e)) {
-		case AE_IFREG: r = wr_file(w, p, &m, x, nx, archive_reader, a); break;
-		case AE_IFDIR: r = wr_dir(w, p, &m, x, nx); break;
-		case AE_IFLNK: {
-			const char *t = archive_entry_symlink(e);
-			if (!t || !*t || strlen(t) >= PATH_MAX)
-				r = fail(w->ctx, -EINVAL, "%s: symlink '%s' has no usable target", w->what, p);
-			else
-				r = wr_symlink(w, p, t, &m);
-			break;
-		}
-		case AE_IFIFO: r = wr_fifo(w, p, &m); break;
-		case AE_IFCHR:
-		case AE_IFBLK: w->ctx->devices_skipped++; break;
-		default: break;
-		}
+	char dir[PATH_MAX], what[NAME_MAX + 1];
+	int r = count_entry(w);
+	if (r < 0)
+		return r;
+	if (!p[0] || image_whiteout(split_dir(p, dir), what, sizeof what) != 0)
+		return 0;
+	struct wmeta m = {
+		.mode = archive_entry_perm(e),
+		.uid = (uid_t)archive_entry_uid(e),
+		.gid = (gid_t)archive_entry_gid(e),
+		.mtime = { archive_entry_mtime(e), archive_entry_mtime_nsec(e) },
+	};
+	struct xat x[XATTR_MAX];
+	unsigned nx = entry_xattrs(e, x);
+	const char *hl = archive_entry_hardlink(e);
+	if (hl) {
+		char t[PATH_MAX];
+		if (path_norm(hl, t, sizeof t) < 0)
+			return fail(w->ctx, -EPERM, "%s: hard link '%s' points outside the image ('%s'): "
+				    "refusing the archive", w->what, p, hl);
+		return wr_link(w, p, t);
 	}
-	if (r == 0 && ar != ARCHIVE_EOF)
-		r = fail(w->ctx, -EINVAL, "%s: %s", w->what, archive_error_string(a));
-	layer_close(a, fd);
-	return r;
+	switch (archive_entry_filetype(e)) {
+	case AE_IFREG: return wr_file(w, p, &m, x, nx, archive_reader, a);
+	case AE_IFDIR: return wr_dir(w, p, &m, x, nx);
+	case AE_IFLNK: {
+		const char *t = archive_entry_symlink(e);
+		if (!t || !*t || strlen(t) >= PATH_MAX)
+			return fail(w->ctx, -EINVAL, "%s: symlink '%s' has no usable target", w->what, p);
+		return wr_special(w, p, t, &m);
+	}
+	case AE_IFIFO: return wr_special(w, p, NULL, &m);
+	case AE_IFCHR:
+	case AE_IFBLK: w->ctx->devices_skipped++; return 0;
+	default: return 0;
+	}
 }
 
 static int apply_layer(struct writer *w, int at, const char *name)
 {
-	int r = layer_whiteouts(w, at, name);
-	return r < 0 ? r : layer_entries(w, at, name);
+	int r = layer_pass(w, at, name, whiteout_entry);
+	return r < 0 ? r : layer_pass(w, at, name, layer_entry);
 }
 
 int image_apply_layer(struct image_ctx *ctx, int rootfd, const char *path)
@@ -1392,11 +1370,9 @@ static void tmp_sweep(struct store *st)
 	int tfd = openat(st->fd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (tfd < 0)
 		return;
-	DIR *d = fdopendir(tfd);
-	if (!d) {
-		close(tfd);
+	DIR *d = dir_stream(tfd);
+	if (!d)
 		return;
-	}
 	struct dirent *de;
 	time_t now = time(NULL);
 	while ((de = readdir(d))) {
@@ -1508,11 +1484,9 @@ static int refs_each(struct store *st, int (*fn)(void *arg, const char *nametag,
 	int rfd = openat(st->fd, "refs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rfd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	DIR *d = fdopendir(rfd);
-	if (!d) {
-		close(rfd);
+	DIR *d = dir_stream(rfd);
+	if (!d)
 		return -ENOMEM;
-	}
 	struct dirent *de;
 	int r = 0;
 	while (!r && (de = readdir(d))) {
@@ -1606,11 +1580,9 @@ static void sweep_unused(struct store *st)
 	int dfd = openat(st->fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return;
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	DIR *d = dir_stream(dfd);
+	if (!d)
 		return;
-	}
 	char ids[64][IMAGE_HEX_LEN + 1];
 	unsigned n = 0;
 	struct dirent *de;
@@ -1645,11 +1617,9 @@ static int find_id_prefix(struct store *st, const char *prefix, char *id)
 	int dfd = openat(st->fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -ENOENT;
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	DIR *d = dir_stream(dfd);
+	if (!d)
 		return -ENOMEM;
-	}
 	int found = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
@@ -1679,11 +1649,9 @@ static int lookup(struct store *st, const char *ref, char *id, char *nametag)
 
 static uint64_t tree_size(int fd, unsigned depth)
 {
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
+	DIR *d = dir_stream(fd);
+	if (!d)
 		return 0;
-	}
 	uint64_t sum = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
@@ -2393,10 +2361,10 @@ static int import_entry(struct import *im, int sfd, const char *name, const char
 			return fail(w->ctx, -EINVAL, "%s: unreadable symlink", path);
 		t[n] = 0;
 		hash_entry(im, path, &sb, t);
-		r = wr_symlink(w, path, t, &m);
+		r = wr_special(w, path, t, &m);
 	} else if (S_ISFIFO(sb.st_mode)) {
 		hash_entry(im, path, &sb, "");
-		r = wr_fifo(w, path, &m);
+		r = wr_special(w, path, NULL, &m);
 	} else if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) {
 		w->ctx->devices_skipped++;
 	}

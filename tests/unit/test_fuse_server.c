@@ -14,6 +14,7 @@
 
 #include "devices/fs_passthrough.h"
 #include "devices/fuse_server.h"
+#include "tests/lib/tmp_tree.h"
 
 static char dir[64];
 static struct fsp *fs;
@@ -24,12 +25,18 @@ static uint64_t next_unique = 1;
 
 static void put_file(const char *name, const char *text)
 {
-	char p[128];
-	snprintf(p, sizeof p, "%s/%s", dir, name);
-	FILE *f = fopen(p, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
+	ck_assert_int_eq(tt_put(dir, name, text), 0);
+}
+
+/* A server of the backend c; keep_opendir as in fuse_server_config. */
+static void serve_as(const struct fsp_config *c, bool keep_opendir)
+{
+	struct fuse_server_config sc = { .entry_timeout = 1,
+					 .attr_timeout = 1,
+					 .posix_locks = true,
+					 .keep_opendir = keep_opendir };
+	ck_assert_int_eq(fsp_new(c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
 }
 
 static void serve(bool ro, const char *const *hidden, size_t n_hidden,
@@ -38,18 +45,14 @@ static void serve(bool ro, const char *const *hidden, size_t n_hidden,
 	struct fsp_config c = { .root = dir, .readonly = ro, .hidden = hidden,
 				.n_hidden = n_hidden, .hidden_set = hidden_set,
 				.max_fds = max_fds };
-	struct fuse_server_config sc = { .entry_timeout = 1,
-					 .attr_timeout = 1,
-					 .posix_locks = true };
-	ck_assert_int_eq(fsp_new(&c, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	serve_as(&c, false);
 }
 
 static void setup(void)
 {
 	char p[128];
-	strcpy(dir, "/tmp/kbox-fuse-unit.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-fuse-unit.XXXXXX"),
+			 0);
 	put_file("a", "hello");
 	put_file(".env", "SECRET=1");
 	snprintf(p, sizeof p, "%s/sub", dir);
@@ -61,13 +64,11 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
 	fuse_server_free(srv);
 	fsp_free(fs);
 	srv = NULL;
 	fs = NULL;
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(tt_remove(dir), 0);
 }
 
 /* Builds a request: header, fixed argument, then up to two names. */
@@ -113,20 +114,31 @@ static const void *body(void)
 	return rep + sizeof(struct fuse_out_header);
 }
 
-static void init_flags(uint32_t flags)
+/* Bytes after the header in the reply. */
+static size_t body_len(void)
+{
+	return ((struct fuse_out_header *)rep)->len -
+	       sizeof(struct fuse_out_header);
+}
+
+/* An INIT offering every flag, FUSE_NO_OPENDIR_SUPPORT too (directories
+ * listed by node, without OPENDIR), or every flag but that one
+ * (directories opened with OPENDIR and listed through its handle, as with
+ * a kernel older than 5.1). */
+static void init_mode(bool no_opendir)
 {
 	struct fuse_init_in in = { .major = 7, .minor = 38,
 				   .max_readahead = 1 << 17,
-				   .flags = flags };
+				   .flags = 0xffffffffu };
+	if (!no_opendir)
+		in.flags &= ~(uint32_t)FUSE_NO_OPENDIR_SUPPORT;
 	ck_assert_int_eq(call(FUSE_INIT, 0, &in, sizeof in, NULL, NULL), 0);
 }
 
-/* Every flag but FUSE_NO_OPENDIR_SUPPORT: directories are opened with
- * OPENDIR and listed through its handle, as with a kernel older than 5.1.
- * no_opendir_lists_nodes covers the other way. */
+/* Directory handles; no_opendir_lists_nodes covers the other way. */
 static void init_ok(void)
 {
-	init_flags(0xffffffffu & ~(uint32_t)FUSE_NO_OPENDIR_SUPPORT);
+	init_mode(false);
 }
 
 static void start(void)
@@ -419,21 +431,56 @@ static uint64_t opendir_root(void)
 	return oo.fh;
 }
 
+/* A READDIR (READDIRPLUS with plus) of node that must succeed, and the
+ * names it lists, as dir_names gives them. */
+static void list(uint64_t node, const struct fuse_read_in *rd, bool plus,
+		 char *names, size_t size)
+{
+	ck_assert_int_eq(call(plus ? FUSE_READDIRPLUS : FUSE_READDIR, node, rd,
+			      sizeof *rd, NULL, NULL),
+			 0);
+	dir_names(body(), body_len(), plus, names, size);
+}
+
+/* The root's names as setup made them: .env hidden, a and sub there. */
+static void assert_root_names(const char *names)
+{
+	ck_assert_ptr_null(strstr(names, ".env"));
+	ck_assert_ptr_nonnull(strstr(names, "a "));
+	ck_assert_ptr_nonnull(strstr(names, "sub "));
+}
+
+/* READDIRs of the root from offset 0, one entry each (40 bytes), through
+ * handle fh, walk the whole directory exactly once. */
+static void walk_root_small_steps(uint64_t fh)
+{
+	struct fuse_read_in rd = { .fh = fh, .size = 40 };
+	char names[512] = "";
+	for (int i = 0; i < 20; i++) {
+		char one[300];
+		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
+				      sizeof rd, NULL, NULL),
+				 0);
+		size_t n = body_len();
+		if (!n)
+			break;
+		dir_names(body(), n, false, one, sizeof one);
+		strcat(names, one);
+		struct fuse_dirent de;
+		memcpy(&de, body(), sizeof de);
+		rd.offset = de.off;
+	}
+	ck_assert_uint_eq(strlen(names), strlen(". .. a sub link "));
+}
+
 START_TEST(readdir_hides_and_bounds)
 {
 	char names[512];
 	start();
 	uint64_t fh = opendir_root();
 	struct fuse_read_in rd = { .fh = fh, .size = 4096 };
-	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
-			      NULL, NULL),
-			 0);
-	size_t n = ((struct fuse_out_header *)rep)->len -
-		   sizeof(struct fuse_out_header);
-	dir_names(body(), n, true, names, sizeof names);
-	ck_assert_ptr_null(strstr(names, ".env"));
-	ck_assert_ptr_nonnull(strstr(names, "a "));
-	ck_assert_ptr_nonnull(strstr(names, "sub "));
+	list(FUSE_ROOT_ID, &rd, true, names, sizeof names);
+	assert_root_names(names);
 	/* Every entry but . and .. was looked up: a, sub, link; only the
 	 * directory handle holds an fd. */
 	ck_assert_uint_eq(fsp_inodes(fs), 3);
@@ -459,24 +506,7 @@ START_TEST(readdir_hides_and_bounds)
 	ck_assert_uint_eq(fsp_inodes(fs), 3);
 	ck_assert_uint_eq(fsp_open_fds(fs), 1);
 	/* Small steps walk the whole directory exactly once. */
-	rd.size = 40;
-	names[0] = '\0';
-	for (int i = 0; i < 20; i++) {
-		char one[300];
-		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
-				      sizeof rd, NULL, NULL),
-				 0);
-		n = ((struct fuse_out_header *)rep)->len -
-		    sizeof(struct fuse_out_header);
-		if (!n)
-			break;
-		dir_names(body(), n, false, one, sizeof one);
-		strcat(names, one);
-		struct fuse_dirent de;
-		memcpy(&de, body(), sizeof de);
-		rd.offset = de.off;
-	}
-	ck_assert_uint_eq(strlen(names), strlen(". .. a sub link "));
+	walk_root_small_steps(fh);
 	struct fuse_release_in rl = { .fh = fh };
 	ck_assert_int_eq(call(FUSE_RELEASEDIR, FUSE_ROOT_ID, &rl, sizeof rl,
 			      NULL, NULL),
@@ -489,8 +519,7 @@ END_TEST
 static uint64_t listed_nodeid(const char *name)
 {
 	const uint8_t *p = body();
-	size_t n = ((struct fuse_out_header *)rep)->len -
-		   sizeof(struct fuse_out_header);
+	size_t n = body_len();
 	while (n >= sizeof(struct fuse_direntplus)) {
 		struct fuse_direntplus d;
 		memcpy(&d, p, sizeof d);
@@ -549,48 +578,21 @@ START_TEST(no_opendir_lists_nodes)
 	char names[512];
 	struct fuse_open_in op = { 0 };
 	serve(false, NULL, 0, false, 0);
-	init_flags(0xffffffffu);
+	init_mode(true);
 	ck_assert_int_eq(call(FUSE_OPENDIR, FUSE_ROOT_ID, &op, sizeof op, NULL,
 			      NULL),
 			 -ENOSYS);
 	struct fuse_read_in rd = { .fh = 12345, .size = 4096 };
-	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
-			      NULL, NULL),
-			 0);
-	size_t n = ((struct fuse_out_header *)rep)->len -
-		   sizeof(struct fuse_out_header);
-	dir_names(body(), n, true, names, sizeof names);
-	ck_assert_ptr_null(strstr(names, ".env"));
-	ck_assert_ptr_nonnull(strstr(names, "a "));
-	ck_assert_ptr_nonnull(strstr(names, "sub "));
+	list(FUSE_ROOT_ID, &rd, true, names, sizeof names);
+	assert_root_names(names);
 	uint64_t sub = listed_nodeid("sub");
 	ck_assert_uint_ne(sub, 0);
 	ck_assert_uint_eq(fsp_inodes(fs), 3);
 	ck_assert_uint_eq(fsp_open_fds(fs), 0);
 	/* Small steps, each on a fresh open, walk the directory once. */
-	rd.size = 40;
-	rd.fh = 0;
-	names[0] = '\0';
-	for (int i = 0; i < 20; i++) {
-		char one[300];
-		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
-				      sizeof rd, NULL, NULL),
-				 0);
-		n = ((struct fuse_out_header *)rep)->len -
-		    sizeof(struct fuse_out_header);
-		if (!n)
-			break;
-		dir_names(body(), n, false, one, sizeof one);
-		strcat(names, one);
-		struct fuse_dirent de;
-		memcpy(&de, body(), sizeof de);
-		rd.offset = de.off;
-	}
-	ck_assert_uint_eq(strlen(names), strlen(". .. a sub link "));
+	walk_root_small_steps(0);
 	ck_assert_uint_eq(fsp_open_fds(fs), 0);
 	/* The node must be a directory the guest holds. */
-	rd.offset = 0;
-	rd.size = 4096;
 	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
 	ck_assert_int_eq(err, 0);
 	ck_assert_int_eq(call(FUSE_READDIR, a, &rd, sizeof rd, NULL, NULL),
@@ -598,11 +600,7 @@ START_TEST(no_opendir_lists_nodes)
 	ck_assert_int_eq(call(FUSE_READDIRPLUS, 999, &rd, sizeof rd, NULL,
 			      NULL),
 			 -ESTALE);
-	ck_assert_int_eq(call(FUSE_READDIR, sub, &rd, sizeof rd, NULL, NULL),
-			 0);
-	n = ((struct fuse_out_header *)rep)->len -
-	    sizeof(struct fuse_out_header);
-	dir_names(body(), n, false, names, sizeof names);
+	list(sub, &rd, false, names, sizeof names);
 	ck_assert_ptr_nonnull(strstr(names, "key.pem "));
 	struct fuse_fsync_in fs_in = { .fh = 777 };
 	ck_assert_int_eq(call(FUSE_FSYNCDIR, sub, &fs_in, sizeof fs_in, NULL,
@@ -637,13 +635,8 @@ END_TEST
 /* The server's config can decline the offer: OPENDIR then gets a handle. */
 START_TEST(keep_opendir_config)
 {
-	struct fsp_config c = { .root = dir };
-	struct fuse_server_config sc = { .entry_timeout = 1,
-					 .attr_timeout = 1,
-					 .keep_opendir = true };
-	ck_assert_int_eq(fsp_new(&c, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
-	init_flags(0xffffffffu);
+	serve_as(&(struct fsp_config){ .root = dir }, true);
+	init_mode(true);
 	uint64_t fh = opendir_root();
 	struct fuse_read_in rd = { .fh = fh + 1, .size = 4096 };
 	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
@@ -662,17 +655,11 @@ END_TEST
  * did not give, not a listing of a directory the guest never opened. */
 START_TEST(handle_mode_refuses_no_fh)
 {
-	struct fsp_config c = { .root = dir };
-	struct fuse_server_config sc = { .keep_opendir = true };
 	struct fuse_read_in rd = { .fh = FUSE_FS_NO_FH, .size = 4096 };
 	struct fuse_fsync_in fy = { .fh = FUSE_FS_NO_FH };
-	ck_assert_int_eq(fsp_new(&c, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	serve_as(&(struct fsp_config){ .root = dir }, true);
 	for (int round = 0; round < 2; round++) {
-		if (round == 0)
-			init_flags(0xffffffffu);
-		else
-			init_ok();
+		init_mode(round == 0);
 		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
 				      sizeof rd, NULL, NULL),
 				 -EBADF);
@@ -700,10 +687,7 @@ START_TEST(open_dir_failure_gives_back)
 	struct fuse_fsync_in fy = { 0 };
 	serve(false, NULL, 0, false, 0);
 	for (int round = 0; round < 2; round++) {
-		if (round == 0)
-			init_flags(0xffffffffu);
-		else
-			init_ok();
+		init_mode(round == 0);
 		uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
 		ck_assert_int_eq(err, 0);
 		/* sub's own fd is open before the limit falls. */
@@ -752,7 +736,7 @@ START_TEST(no_opendir_fd_cap)
 	struct fuse_read_in rd = { .size = 4096 };
 	struct fuse_fsync_in fy = { 0 };
 	serve(false, NULL, 0, false, 2);
-	init_flags(0xffffffffu);
+	init_mode(true);
 	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
 	ck_assert_int_eq(err, 0);
 	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
@@ -806,23 +790,13 @@ START_TEST(no_opendir_hides)
 	put_file("sub/.env", "x");
 	put_file("sub/ok", "y");
 	serve(false, pats, 2, true, 0);
-	init_flags(0xffffffffu);
+	init_mode(true);
 	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
 	ck_assert_int_eq(err, 0);
 	for (int plus = 0; plus < 2; plus++) {
-		uint32_t opc = plus ? FUSE_READDIRPLUS : FUSE_READDIR;
-		ck_assert_int_eq(call(opc, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
-				      NULL),
-				 0);
-		size_t n = ((struct fuse_out_header *)rep)->len -
-			   sizeof(struct fuse_out_header);
-		dir_names(body(), n, plus, names, sizeof names);
-		ck_assert_ptr_null(strstr(names, ".env"));
-		ck_assert_ptr_nonnull(strstr(names, "sub "));
-		ck_assert_int_eq(call(opc, sub, &rd, sizeof rd, NULL, NULL), 0);
-		n = ((struct fuse_out_header *)rep)->len -
-		    sizeof(struct fuse_out_header);
-		dir_names(body(), n, plus, names, sizeof names);
+		list(FUSE_ROOT_ID, &rd, plus, names, sizeof names);
+		assert_root_names(names);
+		list(sub, &rd, plus, names, sizeof names);
 		ck_assert_ptr_null(strstr(names, ".env"));
 		ck_assert_ptr_null(strstr(names, "key.pem"));
 		ck_assert_ptr_nonnull(strstr(names, "ok "));
@@ -1421,8 +1395,8 @@ static void conc_tree(void)
 	}
 }
 
-/* The workers on a server whose INIT offered flags. */
-static void conc_run(uint32_t flags)
+/* The workers on a server whose INIT went without OPENDIR or not. */
+static void conc_run(bool no_opendir)
 {
 	struct conc_worker *w = calloc(CONC_THREADS, sizeof *w);
 	pthread_t t[CONC_THREADS];
@@ -1432,7 +1406,7 @@ static void conc_run(uint32_t flags)
 	/* A cap of 6 fds: inode fds are closed and reopened under the
 	 * workers' feet, and opens may meet EMFILE. */
 	serve(false, NULL, 0, false, 6);
-	init_flags(flags);
+	init_mode(no_opendir);
 	for (unsigned i = 0; i < CONC_THREADS; i++) {
 		w[i].seed = 1234 + i;
 		w[i].id = i;
@@ -1449,14 +1423,14 @@ static void conc_run(uint32_t flags)
 
 START_TEST(concurrent_requests)
 {
-	conc_run(0xffffffffu & ~(uint32_t)FUSE_NO_OPENDIR_SUPPORT);
+	conc_run(false);
 }
 END_TEST
 
 /* The same without OPENDIR: each listing opens and closes its own fd. */
 START_TEST(concurrent_no_opendir)
 {
-	conc_run(0xffffffffu);
+	conc_run(true);
 }
 END_TEST
 
@@ -1504,10 +1478,7 @@ START_TEST(reset_while_busy)
 		usleep(2000);
 		fuse_server_reset(srv);
 		usleep(500);
-		if (i % 2)
-			init_flags(0xffffffffu);
-		else
-			init_ok();
+		init_mode(i % 2);
 	}
 	for (unsigned i = 0; i < 4; i++)
 		__atomic_store_n(&c[i].stop, 1, __ATOMIC_RELAXED);

@@ -1,7 +1,11 @@
 /* Fuzzes FUSE request decoding and the passthrough backend behind it.  The
- * input is a run of requests, each framed by its own fuse_in_header.len
- * (a len that does not fit sends the rest as one request).  Every input
- * gets a fresh copy of the same small tree and a fresh server after an
+ * input is one mode byte, then a run of requests, each framed by its own
+ * fuse_in_header.len (a len that does not fit sends the rest as one
+ * request).  The mode byte picks the first INIT: bit 0 set withholds
+ * FUSE_NO_OPENDIR_SUPPORT (directories opened with OPENDIR, listed through
+ * handles), bit 1 sets keep_opendir in the server's config; clear, the
+ * kernel's offer is taken and directories are listed by node.  Every input
+ * gets a fresh copy of the same small tree and a fresh server after that
  * INIT, so runs are deterministic. */
 #include <errno.h>
 #include <fcntl.h>
@@ -102,6 +106,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} init = { { sizeof init, FUSE_INIT, 1, 0, 0, 0, 0, 0, 0 },
 		   { .major = 7, .minor = 38, .flags = 0xffffffffu } };
 
+	if (size) {
+		if (data[0] & 1)
+			init.in.flags &= ~(uint32_t)FUSE_NO_OPENDIR_SUPPORT;
+		scfg.keep_opendir = data[0] & 2;
+		data++;
+		size--;
+	}
 	fresh_tree();
 	cfg.root = tree;
 	if (fsp_new(&cfg, &fs) < 0)

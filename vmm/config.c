@@ -239,13 +239,15 @@ static char *cfg_strdup(const char *s, size_t len)
 	return d;
 }
 
-static void cfg_free_argv(char **argv)
+/* Frees a NULL-terminated list of strings: argv, a mount's protected
+ * names. */
+static void cfg_free_argv(char **l)
 {
-	if (!argv)
+	if (!l)
 		return;
-	for (char **a = argv; *a; a++)
-		free(*a);
-	free(argv);
+	for (char **p = l; *p; p++)
+		free(*p);
+	free(l);
 }
 
 /* ---- sections ---------------------------------------------------------- */
@@ -941,6 +943,8 @@ static int cfg_ports(struct cfg_ctx *x, const struct yt_node *v, struct kbox_con
 
 static unsigned cfg_distance(const char *a, size_t la, const char *b);
 
+#define CFG_SUB_KEYS_MAX 8 /* keys of the largest mapping section (network has 6) */
+
 /* Finds key k of section among keys[] (n of them), refusing unknown keys
  * with a suggestion and repeated ones; seen[] holds the line of each key
  * already met.  Returns the index, or a negative errno. */
@@ -1094,88 +1098,89 @@ static int cfg_dns(struct cfg_ctx *x, const struct yt_node *v, struct kbox_confi
 			    &c->n_dns);
 }
 
-static int cfg_network(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
+/* The keys of a section that is a mapping: fn gets each key's index in
+ * keys[] (n of them) and its value, unknown and repeated keys having been
+ * refused.  0 or the first failure. */
+static int cfg_sub_keys(struct cfg_ctx *x, const struct yt_node *v, const char *section,
+			const char *const *keys, size_t n, struct kbox_config *c,
+			int (*fn)(struct cfg_ctx *x, size_t key, const struct yt_node *val,
+				  struct kbox_config *c))
 {
-	static const char *const keys[] = { "policy", "allow", "deny", "hosts", "audit_log", "dns" };
-	static const char *const policies[] = { "none", "public", "allowlist" };
-	static const char rule[] = "rules (example.com, *.github.com:443, 203.0.113.0/24)";
-	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
-	char got[YT_SHOW_BUF + 2];
-	if (v->kind != YT_MAP)
-		return cfg_err(x, v, "network: got %s; expected a mapping with policy, allow, "
-				     "deny, hosts, audit_log or dns", cfg_got(v, got, sizeof got));
+	unsigned seen[CFG_SUB_KEYS_MAX] = { 0 };
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct yt_node *val = v->kids[i + 1];
-		int s = cfg_sub_key(x, v->kids[i], "network", keys, ARRAY_SIZE(keys), seen);
-		int rc;
-		switch (s) {
-		case 0:
-			rc = cfg_word(x, val, "network.policy", policies, ARRAY_SIZE(policies),
-				      &c->network_policy);
-			break;
-		case 1:
-			rc = cfg_str_list(x, val, "network.allow", rule, CONFIG_LIST_MAX,
-					  cfg_check_allow, &c->allow, &c->n_allow);
-			break;
-		case 2:
-			rc = cfg_str_list(x, val, "network.deny", rule, CONFIG_LIST_MAX,
-					  cfg_check_deny, &c->deny, &c->n_deny);
-			break;
-		case 3:
-			rc = cfg_hosts(x, val, c);
-			break;
-		case 4:
-			rc = cfg_path(x, val, "network.audit_log",
-				      "a file to append network decisions to", &c->audit_log);
-			break;
-		case 5:
-			rc = cfg_dns(x, val, c);
-			break;
-		default:
-			rc = s;
-			break;
-		}
+		int s = cfg_sub_key(x, v->kids[i], section, keys, n, seen);
+		int rc = s < 0 ? s : fn(x, (size_t)s, v->kids[i + 1], c);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
+static const char *const cfg_network_keys[] = { "policy", "allow", "deny", "hosts", "audit_log",
+						"dns" };
+
+static int cfg_network_key(struct cfg_ctx *x, size_t key, const struct yt_node *val,
+			   struct kbox_config *c)
+{
+	static const char *const policies[] = { "none", "public", "allowlist" };
+	static const char rule[] = "rules (example.com, *.github.com:443, 203.0.113.0/24)";
+	switch (key) {
+	case 0:
+		return cfg_word(x, val, "network.policy", policies, ARRAY_SIZE(policies),
+				&c->network_policy);
+	case 1:
+		return cfg_str_list(x, val, "network.allow", rule, CONFIG_LIST_MAX, cfg_check_allow,
+				    &c->allow, &c->n_allow);
+	case 2:
+		return cfg_str_list(x, val, "network.deny", rule, CONFIG_LIST_MAX, cfg_check_deny,
+				    &c->deny, &c->n_deny);
+	case 3:
+		return cfg_hosts(x, val, c);
+	case 4:
+		return cfg_path(x, val, "network.audit_log", "a file to append network decisions to",
+				&c->audit_log);
+	default: /* dns */
+		return cfg_dns(x, val, c);
+	}
+}
+
+static int cfg_network(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
+{
+	char got[YT_SHOW_BUF + 2];
+	if (v->kind != YT_MAP)
+		return cfg_err(x, v, "network: got %s; expected a mapping with policy, allow, "
+				     "deny, hosts, audit_log or dns", cfg_got(v, got, sizeof got));
+	return cfg_sub_keys(x, v, "network", cfg_network_keys, ARRAY_SIZE(cfg_network_keys), c,
+			    cfg_network_key);
+}
+
+static const char *const cfg_tls_keys[] = { "intercept", "bypass", "extra_ca" };
+
+static int cfg_tls_key(struct cfg_ctx *x, size_t key, const struct yt_node *val,
+		       struct kbox_config *c)
+{
+	static const char *const scopes[] = { "all", "secrets" };
+	switch (key) {
+	case 0:
+		return cfg_word(x, val, "tls.intercept", scopes, ARRAY_SIZE(scopes),
+				&c->tls_intercept);
+	case 1:
+		return cfg_str_list(x, val, "tls.bypass", "host names (example.com, "
+				    "*.example.com)", CONFIG_LIST_MAX, cfg_check_bypass,
+				    &c->tls_bypass, &c->n_tls_bypass);
+	default: /* extra_ca */
+		return cfg_path(x, val, "tls.extra_ca", "a PEM file of CA certificates",
+				&c->tls_extra_ca);
+	}
+}
+
 static int cfg_tls(struct cfg_ctx *x, const struct yt_node *v, struct kbox_config *c)
 {
-	static const char *const keys[] = { "intercept", "bypass", "extra_ca" };
-	static const char *const scopes[] = { "all", "secrets" };
-	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
 	char got[YT_SHOW_BUF + 2];
 	if (v->kind != YT_MAP)
 		return cfg_err(x, v, "tls: got %s; expected a mapping with intercept, bypass or "
 				     "extra_ca", cfg_got(v, got, sizeof got));
-	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct yt_node *val = v->kids[i + 1];
-		int s = cfg_sub_key(x, v->kids[i], "tls", keys, ARRAY_SIZE(keys), seen);
-		int rc;
-		switch (s) {
-		case 0:
-			rc = cfg_word(x, val, "tls.intercept", scopes, ARRAY_SIZE(scopes),
-				      &c->tls_intercept);
-			break;
-		case 1:
-			rc = cfg_str_list(x, val, "tls.bypass", "host names (example.com, "
-				"*.example.com)", CONFIG_LIST_MAX, cfg_check_bypass,
-				&c->tls_bypass, &c->n_tls_bypass);
-			break;
-		case 2:
-			rc = cfg_path(x, val, "tls.extra_ca", "a PEM file of CA certificates",
-				      &c->tls_extra_ca);
-			break;
-		default:
-			rc = s;
-			break;
-		}
-		if (rc)
-			return rc;
-	}
-	return 0;
+	return cfg_sub_keys(x, v, "tls", cfg_tls_keys, ARRAY_SIZE(cfg_tls_keys), c, cfg_tls_key);
 }
 
 /* The top-level keys.  A new section adds its row here and its fields to
@@ -1419,15 +1424,6 @@ static char *cfg_real(const char *path)
 	return r;
 }
 
-static void cfg_free_list(char **l)
-{
-	if (!l)
-		return;
-	for (char **p = l; *p; p++)
-		free(*p);
-	free(l);
-}
-
 /* The hidden list for mount m: its own (or the default) patterns plus the
  * name of each protected file under its root.  A bare name rather than the
  * path: the guest could rename a folder on the path, but it cannot look up,
@@ -1466,7 +1462,7 @@ static int cfg_protect_one(struct mount *m, char *const *files, size_t nfiles, c
 		if (!(l[n++] = cfg_strdup(base[i], strlen(base[i]))))
 			rc = -ENOMEM;
 	if (rc) {
-		cfg_free_list(l);
+		cfg_free_argv(l);
 		return rc;
 	}
 	*out = l;
@@ -1537,7 +1533,7 @@ void config_free(struct kbox_config *c)
 	free(c->tls_extra_ca);
 	free(c->secrets);
 	for (size_t i = 0; i < c->n_protect; i++)
-		cfg_free_list(c->protect[i]);
+		cfg_free_argv(c->protect[i]);
 	free(c->protect);
 	config_init(c);
 }

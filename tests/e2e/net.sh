@@ -13,10 +13,8 @@
 # the host's loopback), one with --network none.
 #   tests/e2e/net.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox="$build/kbox"
-pass=0
-fail=0
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 srv_pid=
 dns_pid=
@@ -26,60 +24,34 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-boot_timeout=${KBOX_E2E_TIMEOUT:-600}
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
-host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
-
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
 
 # --- refusals, no boot ---
-refuse() {
-	name=$1 pat=$2
-	shift 2
-	"$kbox" run "$@" -- true > /dev/null 2> "$tmp/err"
-	rc=$?
-	if [ "$rc" -eq 125 ] && grep -q -- "$pat" "$tmp/err"; then
-		ok "refused: $name"
-	else
-		not_ok "refused: $name (exit $rc)" "$(head -3 "$tmp/err")"
-	fi
-}
-refuse "unknown mode" "none, public or allowlist" --network open
-refuse "numeric short form" "--allow '127.1'" --allow 127.1
-refuse "bare * deny" "--deny" --deny '*'
-refuse "-p on a non-loopback address" "loopback" -p 0.0.0.0:8080:80
-refuse "-p without a guest port" "guest port" -p 8080:0
-refuse "-p with --network none" "network none" --network none -p 8080:80
-refuse "--dns with a name" "--dns: 'dns.example' is not an IP address" --dns dns.example
-refuse "--dns with port 0" "--dns: '127.0.0.1:0': bad port" --dns 127.0.0.1:0
-refuse "--dns IPv6 with a port, no brackets" "not an IP address" --dns fd00::53:5353x
-refuse "more than 3 --dns" "more than 3 name servers" --dns 127.0.0.1 --dns 127.0.0.2 --dns 127.0.0.3 --dns 127.0.0.4
+e2e_refuse "unknown mode" "none, public or allowlist" --network open
+e2e_refuse "numeric short form" "--allow '127.1'" --allow 127.1
+e2e_refuse "bare * deny" "--deny" --deny '*'
+e2e_refuse "-p on a non-loopback address" "loopback" -p 0.0.0.0:8080:80
+e2e_refuse "-p without a guest port" "guest port" -p 8080:0
+e2e_refuse "-p with --network none" "network none" --network none -p 8080:80
+e2e_refuse "--dns with a name" "--dns: 'dns.example' is not an IP address" --dns dns.example
+e2e_refuse "--dns with port 0" "--dns: '127.0.0.1:0': bad port" --dns 127.0.0.1:0
+e2e_refuse "--dns IPv6 with a port, no brackets" "not an IP address" --dns fd00::53:5353x
+e2e_refuse "more than 3 --dns" "more than 3 name servers" --dns 127.0.0.1 --dns 127.0.0.2 --dns 127.0.0.3 --dns 127.0.0.4
 # The audit log and --learn take guest-chosen text: never into a file the
 # host may run or source, nor through a symlink; /dev/stderr still works.
 printf 'echo hi\n' > "$tmp/rc"
 : > "$tmp/hook"
 chmod 755 "$tmp/hook"
 ln -s "$tmp/rc" "$tmp/link"
-refuse "audit log into a file kbox did not write" "rc is not empty and was not written by kbox" --audit-log "$tmp/rc"
-refuse "audit log into an executable file" "hook is executable" --audit-log "$tmp/hook"
-refuse "audit log through a symlink" "link is a symbolic link" --audit-log "$tmp/link"
-refuse "--learn over a file kbox did not write" "--learn: .*rc is not empty" --learn "$tmp/rc"
-refuse "--learn through a symlink" "--learn: .*link is a symbolic link" --learn "$tmp/link"
-refuse "audit log on /dev/stderr opens (--learn refused after it)" "--learn: .*rc is not empty" \
+e2e_refuse "audit log into a file kbox did not write" "rc is not empty and was not written by kbox" --audit-log "$tmp/rc"
+e2e_refuse "audit log into an executable file" "hook is executable" --audit-log "$tmp/hook"
+e2e_refuse "audit log through a symlink" "link is a symbolic link" --audit-log "$tmp/link"
+e2e_refuse "--learn over a file kbox did not write" "--learn: .*rc is not empty" --learn "$tmp/rc"
+e2e_refuse "--learn through a symlink" "--learn: .*link is a symbolic link" --learn "$tmp/link"
+e2e_refuse "audit log on /dev/stderr opens (--learn refused after it)" "--learn: .*rc is not empty" \
 	--audit-log /dev/stderr --learn "$tmp/rc"
 host_check "the refused file is untouched" test "$(cat "$tmp/rc")" = "echo hi"
 
-if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
-	echo "# skipped the boots: /dev/kvm is not usable here"
-	echo "$pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
-	exit
-fi
+e2e_need_kvm "the boots"
 
 # --- the host's server, on loopback only ---
 mkdir -p "$tmp/www"
@@ -103,8 +75,7 @@ s.serve_forever()
 EOF
 python3 "$tmp/srv.py" "$tmp/www" "$tmp/port" 2> "$tmp/srv.log" &
 srv_pid=$!
-i=0
-while [ ! -s "$tmp/port" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+e2e_wait_file "$tmp/port"
 port=$(cat "$tmp/port" 2>/dev/null)
 if [ -z "$port" ]; then
 	not_ok "host HTTP server started"
@@ -147,8 +118,7 @@ while True:
 EOF
 python3 "$tmp/dns.py" "$tmp/dnsport" "$tmp/dns.log" 2> "$tmp/dns.err" &
 dns_pid=$!
-i=0
-while [ ! -s "$tmp/dnsport" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+e2e_wait_file "$tmp/dnsport"
 dnsport=$(cat "$tmp/dnsport" 2>/dev/null)
 [ -n "$dnsport" ] || not_ok "host DNS server started"
 
@@ -204,12 +174,7 @@ rc=$?
 echo "# boot with the NIC and the checks: $(( $(date +%s) - start ))s"
 host_check "guest script ran (exit $rc)" [ "$rc" -eq 0 ]
 grep -q '^done$' "$tmp/err" || not_ok "guest checks ran to the end" "$(tail -5 "$tmp/err")"
-while IFS= read -r line; do
-	case $line in
-	"ok "*) ok "guest: ${line#ok }" ;;
-	"not ok "*) not_ok "guest: ${line#not ok }" ;;
-	esac
-done < "$tmp/err"
+e2e_guest_results "guest: " "$tmp/err"
 host_check "wget from host.kbox.internal returns the file byte-exact" cmp -s "$tmp/out" "$tmp/www/file"
 up_md5=$(md5sum < "$tmp/www/upload" 2>/dev/null | cut -d' ' -f1)
 up_len=$(stat -c %s "$tmp/www/upload" 2>/dev/null)
@@ -266,5 +231,5 @@ echo "# boot with --network none: $(( $(date +%s) - start ))s"
 host_check "--network none: guest has no eth0 (exit $rc)" grep -qx no-eth0 "$tmp/out2"
 host_check "--network none: lo is there" grep -qx lo "$tmp/out2"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+e2e_finish
+

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by the tests that run tests/net/harness (the netstack on a TAP
 # device) with the host kernel as the guest: tests/net/run.sh and
-# tests/tls/intercept.sh.  Source it from bash at the repository root.
+# tests/tls/intercept.sh (bench/net/run.sh takes its harness build and
+# nl_end_pids).  Source it from bash at the repository root.
 #
 # The tests call ok, bad, check, finish, H, G, start_harness and
 # stop_harness throughout; the nl_ functions set things up once.
@@ -83,18 +84,24 @@ nl_namespaces() {
 # End the processes in PIDS (TERM, up to 2 s, then KILL), delete both
 # namespaces and the scratch files.
 nl_cleanup() {
+	nl_end_pids 2
+	ip netns del "$HNS" 2>/dev/null
+	ip netns del "$GNS" 2>/dev/null
+	rm -rf "/etc/netns/$GNS" "$T"
+}
+
+# nl_end_pids SECONDS: end the processes in PIDS: TERM, then KILL for any
+# still there after SECONDS.
+nl_end_pids() {
 	local p alive
 	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	for _ in $(seq 20); do
+	for _ in $(seq $(($1 * 10))); do
 		alive=
 		for p in $PIDS; do kill -0 "$p" 2>/dev/null && alive=1; done
 		[ -z "$alive" ] && break
 		sleep 0.1
 	done
 	for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
-	ip netns del "$HNS" 2>/dev/null
-	ip netns del "$GNS" 2>/dev/null
-	rm -rf "/etc/netns/$GNS" "$T"
 }
 
 # Run a command in the host namespace; in the guest namespace, bounded by

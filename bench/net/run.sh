@@ -63,16 +63,16 @@ if [ "$(id -u)" != 0 ] || [ ! -c /dev/net/tun ] || ! command -v ip >/dev/null ||
 	echo "skip: bench/net needs root, /dev/net/tun, iproute2 and curl"
 	exit 0
 fi
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY
+# The TAP harness's build, H and nl_end_pids (it also unsets the proxy
+# variables).
+# shellcheck source=tests/net/lib.sh
+. tests/net/lib.sh
 
 mkdir -p "$BUILD/bench"
 RAW=$BUILD/bench/net.txt
 : >"$RAW"
+NET_SAN=0 nl_build_harness "$BUILD/bench/net-harness"
 CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. -O2 -g"
-# The harness as tests/net/lib.sh builds it with NET_SAN=0.
-# shellcheck disable=SC2086
-${CC:-cc} $CF $(pkg-config --cflags lwip) -o "$BUILD/bench/net-harness" tests/net/harness.c netstack/*.c \
-	vmm/tlsconf.c $(pkg-config --libs lwip) -lbearssl -lyaml -lpthread || exit 1
 # shellcheck disable=SC2086
 ${CC:-cc} $CF -o "$BUILD/bench/netbench" bench/net/netbench.c -lpthread || exit 1
 NB=$BUILD/bench/netbench
@@ -106,21 +106,13 @@ fi
 T=$(mktemp -d /var/tmp/kbox-bench-net.XXXXXX)
 PIDS=
 cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	for _ in $(seq 30); do
-		alive=
-		for p in $PIDS; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ -z "$alive" ] && break
-		sleep 0.1
-	done
-	for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
+	nl_end_pids 3
 	for n in "${GNS[@]}" "$HNS" "$XNS"; do ip netns del "$n" 2>/dev/null; done
 	rm -rf "$T"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-H() { ip netns exec "$HNS" "$@"; }
 G() { local p=$1; shift; ip netns exec "${GNS[$p]}" timeout 300 "$@"; }
 
 ip netns add "$HNS" || exit 1

@@ -8,22 +8,11 @@
 # "ok NAME" / "not ok NAME", and the host then checks its files.
 #   tests/e2e/config.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox=$(cd "$(dirname "$build/kbox")" && pwd)/kbox
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-boot_timeout=${KBOX_E2E_TIMEOUT:-600}
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
-host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
-
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
+# kbox runs from project folders below: by its full path.
+kbox=$(cd "$(dirname "$kbox")" && pwd)/kbox
+e2e_tmp
 unset KBOX_E2E_SECRET KBOX_E2E_UNSET
 # Trust records of this run only (vmm/trust.h), not the user's.
 export KBOX_TRUST_FILE="$tmp/trusted"
@@ -187,12 +176,7 @@ else
 	not_ok "trust: --remove forgets the file" "$(cat "$tmp/trusted")"
 fi
 
-if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
-	echo "# skipped the boot: /dev/kvm is not usable here"
-	echo "$pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
-	exit
-fi
+e2e_need_kvm "the boot"
 
 # --- one boot in a project folder ---
 proj="$tmp/proj"
@@ -252,20 +236,13 @@ start=$(date +%s)
 	> "$tmp/out" 2> "$tmp/err"
 rc=$?
 echo "# boot in the project and the checks: $(( $(date +%s) - start ))s"
-if [ "$rc" -ne 0 ] || ! grep -q '^done$' "$tmp/out"; then
-	not_ok "guest script ran to the end (exit $rc)" "$(tail -5 "$tmp/err"; tail -5 "$tmp/out")"
-fi
-while IFS= read -r line; do
-	case $line in
-	"ok "*) ok "guest: ${line#ok }" ;;
-	"not ok "*) not_ok "guest: ${line#not ok }" ;;
-	esac
-done < "$tmp/out"
+e2e_ran_to_end "guest script" "$rc" "$tmp/out" "$tmp/err"
+e2e_guest_results "guest: " "$tmp/out"
 
 host_check "host: kbox.yaml unchanged" [ "$(md5sum < "$proj/kbox.yaml")" = "$yaml_sum" ]
 host_check "host: secrets.env unchanged" [ "$(md5sum < "$proj/secrets.env")" = "$senv_sum" ]
 host_check "host: nothing new in the project" \
 	[ "$(ls -A "$proj" | tr '\n' ' ')" = ".env checks.sh data.txt kbox.yaml secrets.env " ]
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+e2e_finish
+

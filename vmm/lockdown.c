@@ -476,6 +476,72 @@ static int ll_add(int ruleset, const char *path, uint64_t access, char *err, siz
 	return 0;
 }
 
+static int ll_create(const struct ld_ruleset_attr *attr, char *err, size_t errlen)
+{
+	int rs = (int)syscall(SYS_landlock_create_ruleset, attr, sizeof *attr, 0);
+	if (rs < 0) {
+		int e = errno;
+		snprintf(err, errlen, "lock-down: cannot create a Landlock ruleset: %s",
+			 strerror(e));
+		return -e;
+	}
+	return rs;
+}
+
+static int ll_restrict(int ruleset, char *err, size_t errlen)
+{
+	if (syscall(SYS_landlock_restrict_self, ruleset, 0) < 0) {
+		int rc = -errno;
+		snprintf(err, errlen, "lock-down: Landlock refused to apply: %s", strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+static int no_new_privs(char *err, size_t errlen)
+{
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "lock-down: cannot set no_new_privs: %s", strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+/* The handler that names a refused system call, with the names it needs
+ * looked up while that is still allowed. */
+static int catch_sigsys(char *err, size_t errlen)
+{
+	resolve_names();
+	struct sigaction sa = { .sa_sigaction = on_sigsys, .sa_flags = SA_SIGINFO };
+	sigfillset(&sa.sa_mask);
+	if (sigaction(SIGSYS, &sa, NULL) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "lock-down: cannot catch SIGSYS: %s", strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+/* Loads allowlist f, for which its builder returned built (negative: it
+ * could not be built, and there is nothing to release); hint follows the
+ * message when loading fails. */
+static int seccomp_install(int built, scmp_filter_ctx f, const char *hint, char *err,
+			   size_t errlen)
+{
+	if (built < 0) {
+		snprintf(err, errlen, "lock-down: cannot build the system-call allowlist: %s",
+			 strerror(-built));
+		return built;
+	}
+	int rc = seccomp_load(f);
+	seccomp_release(f);
+	if (rc < 0)
+		snprintf(err, errlen, "lock-down: cannot install the system-call allowlist: %s%s",
+			 strerror(-rc), hint);
+	return rc;
+}
+
 /* Threads that exist now keep an unrestricted filesystem view: Landlock
  * applies to the calling thread and those it creates later only. */
 static int thread_count(void)
@@ -564,13 +630,9 @@ static int landlock_apply(const struct lockdown_cfg *c, int abi, char *summary, 
 					  (c->network ? 0 : LANDLOCK_ACCESS_NET_CONNECT_TCP);
 	if (abi >= 6)
 		attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL;
-	int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
-	if (rs < 0) {
-		int e = errno;
-		snprintf(err, errlen, "lock-down: cannot create a Landlock ruleset: %s",
-			 strerror(e));
-		return -e;
-	}
+	int rs = ll_create(&attr, err, errlen);
+	if (rs < 0)
+		return rs;
 	int rc = 0;
 	unsigned rw = 0, ro = 0;
 	for (unsigned i = 0; c->mounts && i < c->mounts->n && !rc; i++) {
@@ -609,10 +671,8 @@ static int landlock_apply(const struct lockdown_cfg *c, int abi, char *summary, 
 		if (rc == -ENOENT)
 			rc = 0;
 	}
-	if (!rc && syscall(SYS_landlock_restrict_self, rs, 0) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "lock-down: Landlock refused to apply: %s", strerror(-rc));
-	}
+	if (!rc)
+		rc = ll_restrict(rs, err, errlen);
 	ld_lwip_running = c->network;
 	if (!rc && c->network && (rc = ld_on_lwip_thread(rs, NULL)) < 0)
 		snprintf(err, errlen, "lock-down: cannot apply Landlock on lwIP's thread: %s",
@@ -806,29 +866,21 @@ static int client_landlock(const char *dir, uint64_t access, bool may_signal, ch
 	if (abi >= 6)
 		attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET |
 			      (may_signal ? 0 : LANDLOCK_SCOPE_SIGNAL);
-	int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
-	if (rs < 0) {
-		int e = errno;
-		snprintf(err, errlen, "lock-down: cannot create a Landlock ruleset: %s",
-			 strerror(e));
-		return -e;
-	}
+	int rs = ll_create(&attr, err, errlen);
+	if (rs < 0)
+		return rs;
 	int rc = dir ? ll_add(rs, dir, access & lockdown_ll_handled(abi), err, errlen) : 0;
-	if (!rc && syscall(SYS_landlock_restrict_self, rs, 0) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "lock-down: Landlock refused to apply: %s", strerror(-rc));
-	}
+	if (!rc)
+		rc = ll_restrict(rs, err, errlen);
 	close(rs);
 	return rc;
 }
 
 int lockdown_client(enum lockdown_client kind, const char *dir, char *err, size_t errlen)
 {
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "lock-down: cannot set no_new_privs: %s", strerror(e));
-		return -e;
-	}
+	int nnp = no_new_privs(err, errlen);
+	if (nnp < 0)
+		return nnp;
 	uint64_t access = 0;
 	switch (kind) {
 	case LD_CLIENT_EXEC: /* the control socket: connect is no filesystem right */
@@ -848,27 +900,12 @@ int lockdown_client(enum lockdown_client kind, const char *dir, char *err, size_
 	int rc = client_landlock(dir, access, kind == LD_CLIENT_STOP, err, errlen);
 	if (rc < 0 && rc != -EOPNOTSUPP)
 		return rc;
-	resolve_names();
-	struct sigaction sa = { .sa_sigaction = on_sigsys, .sa_flags = SA_SIGINFO };
-	sigfillset(&sa.sa_mask);
-	if (sigaction(SIGSYS, &sa, NULL) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "lock-down: cannot catch SIGSYS: %s", strerror(e));
-		return -e;
-	}
-	scmp_filter_ctx f;
-	if ((rc = client_seccomp(kind, &f)) < 0) {
-		snprintf(err, errlen, "lock-down: cannot build the system-call allowlist: %s",
-			 strerror(-rc));
+	if ((rc = catch_sigsys(err, errlen)) < 0)
 		return rc;
-	}
-	rc = seccomp_load(f);
-	seccomp_release(f);
-	if (rc < 0) {
-		snprintf(err, errlen, "lock-down: cannot install the system-call allowlist: %s",
-			 strerror(-rc));
+	scmp_filter_ctx f = NULL;
+	rc = client_seccomp(kind, &f);
+	if ((rc = seccomp_install(rc, f, "", err, errlen)) < 0)
 		return rc;
-	}
 #ifdef KBOX_TEST_HOOKS
 	test_hooks();
 #endif
@@ -884,11 +921,9 @@ int lockdown_apply(const struct lockdown_cfg *c, char *err, size_t errlen)
 			fprintf(stderr, "kbox: lock-down: off (--no-lockdown)\n");
 		return 0;
 	}
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "lock-down: cannot set no_new_privs: %s", strerror(e));
-		return -e;
-	}
+	int nnp = no_new_privs(err, errlen);
+	if (nnp < 0)
+		return nnp;
 	/* Every fd kbox needs exists now: no raising the limit later (the
 	 * allowlist refuses setrlimit anyway), and nothing is ever locked
 	 * in memory. */
@@ -928,30 +963,16 @@ int lockdown_apply(const struct lockdown_cfg *c, char *err, size_t errlen)
 		snprintf(ll, sizeof ll, "Landlock unavailable");
 	}
 
-	resolve_names();
-	struct sigaction sa = { .sa_sigaction = on_sigsys, .sa_flags = SA_SIGINFO };
-	sigfillset(&sa.sa_mask);
-	if (sigaction(SIGSYS, &sa, NULL) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "lock-down: cannot catch SIGSYS: %s", strerror(e));
-		return -e;
-	}
-	scmp_filter_ctx f;
+	int rc = catch_sigsys(err, errlen);
+	if (rc < 0)
+		return rc;
+	scmp_filter_ctx f = NULL;
 	unsigned rules = 0;
-	int rc = seccomp_build(c->network, &f, &rules);
-	if (rc < 0) {
-		snprintf(err, errlen, "lock-down: cannot build the system-call allowlist: %s",
-			 strerror(-rc));
+	rc = seccomp_build(c->network, &f, &rules);
+	rc = seccomp_install(rc, f, " (--no-lockdown runs without it, for debugging only)", err,
+			     errlen);
+	if (rc < 0)
 		return rc;
-	}
-	rc = seccomp_load(f);
-	seccomp_release(f);
-	if (rc < 0) {
-		snprintf(err, errlen,
-			 "lock-down: cannot install the system-call allowlist: %s (--no-lockdown "
-			 "runs without it, for debugging only)", strerror(-rc));
-		return rc;
-	}
 	if (c->verbose)
 		fprintf(stderr,
 			"kbox: lock-down: no_new_privs; seccomp allowlist (%u rules, all threads, "

@@ -18,6 +18,7 @@
 #include "devices/virtio_fs.h"
 #include "devices/virtio_mmio.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/tmp_tree.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
@@ -43,22 +44,11 @@ static void driver_up(void)
 	ck_assert(vfs.dev.live);
 }
 
-static void put_file(const char *name, const char *text)
-{
-	char p[128];
-	snprintf(p, sizeof p, "%s/%s", dir, name);
-	FILE *f = fopen(p, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
-}
-
 static void setup(void)
 {
-	strcpy(dir, "/tmp/kbox-vfs-unit.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	put_file("a", "hello");
-	put_file(".env", "SECRET=1");
+	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-vfs-unit.XXXXXX"), 0);
+	ck_assert_int_eq(tt_put(dir, "a", "hello"), 0);
+	ck_assert_int_eq(tt_put(dir, ".env", "SECRET=1"), 0);
 	struct fsp_config fc = { .root = dir };
 	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE,
 					 .entry_timeout = 1, .attr_timeout = 1 };
@@ -73,12 +63,10 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
 	fuse_server_free(srv);
 	fsp_free(fs);
 	fv_free(&drv);
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(tt_remove(dir), 0);
 }
 
 static bool needs_reset(void)
@@ -145,14 +133,35 @@ static struct fuse_out_header call(uint32_t op, uint64_t nodeid, const void *arg
 	return oh;
 }
 
+/* Copies n bytes of the reply from byte off after its header. */
+static void reply_body(void *out, size_t off, size_t n)
+{
+	memcpy(out, drv.ram + REP + sizeof(struct fuse_out_header) + off, n);
+}
+
+/* call() of a request that must succeed, its reply in one 4 KiB area. */
+static void call_ok(uint32_t op, uint64_t nodeid, const void *arg, uint32_t arglen,
+		    const char *name, bool indirect)
+{
+	ck_assert_int_eq(call(op, nodeid, arg, arglen, name, 4096, indirect).error, 0);
+}
+
+/* The entry of a LOOKUP of name in the root that must succeed. */
+static struct fuse_entry_out lookup_ok(const char *name, bool indirect)
+{
+	struct fuse_entry_out e;
+	call_ok(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, name, indirect);
+	reply_body(&e, 0, sizeof e);
+	return e;
+}
+
 static void init_ok(void)
 {
 	struct fuse_init_in in = { .major = 7, .minor = 37, .max_readahead = 1 << 17,
 				   .flags = FUSE_MAX_PAGES | FUSE_ASYNC_READ };
-	struct fuse_out_header oh = call(FUSE_INIT, 0, &in, sizeof in, NULL, 4096, false);
-	ck_assert_int_eq(oh.error, 0);
 	struct fuse_init_out o;
-	memcpy(&o, drv.ram + REP + sizeof oh, sizeof o);
+	call_ok(FUSE_INIT, 0, &in, sizeof in, NULL, false);
+	reply_body(&o, 0, sizeof o);
 	ck_assert_uint_eq(o.major, 7);
 	ck_assert_uint_eq(o.max_write, VIRTIO_FS_MAX_WRITE);
 	ck_assert_uint_eq(o.max_pages, VIRTIO_FS_MAX_WRITE / 4096);
@@ -181,25 +190,20 @@ END_TEST
 START_TEST(init_lookup_getattr_read)
 {
 	init_ok();
-	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, true);
-	ck_assert_int_eq(oh.error, 0);
-	struct fuse_entry_out e;
-	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
+	struct fuse_entry_out e = lookup_ok("a", true);
 	ck_assert_uint_eq(e.attr.size, 5);
 
 	struct fuse_getattr_in ga = { 0 };
-	oh = call(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, 4096, false);
-	ck_assert_int_eq(oh.error, 0);
+	call_ok(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, false);
 	struct fuse_attr_out ao;
-	memcpy(&ao, drv.ram + REP + sizeof oh, sizeof ao);
+	reply_body(&ao, 0, sizeof ao);
 	ck_assert_uint_eq(ao.attr.size, 5);
 	ck_assert(S_ISREG(ao.attr.mode));
 
 	struct fuse_open_in oi = { .flags = O_RDONLY };
-	oh = call(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, 4096, false);
-	ck_assert_int_eq(oh.error, 0);
+	call_ok(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, false);
 	struct fuse_open_out oo;
-	memcpy(&oo, drv.ram + REP + sizeof oh, sizeof oo);
+	reply_body(&oo, 0, sizeof oo);
 
 	/* READ into a reply split as the Linux driver does: the header in
 	 * one buffer, data in pieces. */
@@ -214,6 +218,7 @@ START_TEST(init_lookup_getattr_read)
 	};
 	ck_assert(submit(REQUEST, s, 5, false, &used));
 	ck_assert_uint_eq(used, sizeof(struct fuse_out_header) + 4);
+	struct fuse_out_header oh;
 	memcpy(&oh, drv.ram + REP, sizeof oh);
 	ck_assert_int_eq(oh.error, 0);
 	ck_assert_uint_eq(drv.ram[REP + 0x1000], 'e');
@@ -231,13 +236,11 @@ START_TEST(write_reaches_host)
 {
 	init_ok();
 	struct fuse_create_in ci = { .flags = O_WRONLY | O_CREAT, .mode = 0644 };
-	struct fuse_out_header oh = call(FUSE_CREATE, FUSE_ROOT_ID, &ci, sizeof ci, "new",
-					 4096, false);
-	ck_assert_int_eq(oh.error, 0);
+	call_ok(FUSE_CREATE, FUSE_ROOT_ID, &ci, sizeof ci, "new", false);
 	struct fuse_entry_out e;
 	struct fuse_open_out oo;
-	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
-	memcpy(&oo, drv.ram + REP + sizeof oh + sizeof e, sizeof oo);
+	reply_body(&e, 0, sizeof e);
+	reply_body(&oo, sizeof e, sizeof oo);
 
 	struct fuse_write_in wi = { .fh = oo.fh, .size = 6 };
 	uint32_t len = build(FUSE_WRITE, e.nodeid, &wi, sizeof wi, NULL), used;
@@ -252,10 +255,11 @@ START_TEST(write_reaches_host)
 		{ REP, 64, true },
 	};
 	ck_assert(submit(REQUEST, s, 3, true, &used));
+	struct fuse_out_header oh;
 	memcpy(&oh, drv.ram + REP, sizeof oh);
 	ck_assert_int_eq(oh.error, 0);
 	struct fuse_write_out wo;
-	memcpy(&wo, drv.ram + REP + sizeof oh, sizeof wo);
+	reply_body(&wo, 0, sizeof wo);
 	ck_assert_uint_eq(wo.size, 6);
 
 	char p[128], buf[16] = { 0 };
@@ -271,10 +275,7 @@ END_TEST
 START_TEST(forget_on_hiprio)
 {
 	init_ok();
-	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, false);
-	ck_assert_int_eq(oh.error, 0);
-	struct fuse_entry_out e;
-	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
+	struct fuse_entry_out e = lookup_ok("a", false);
 	ck_assert_uint_eq(fsp_inodes(fs), 1);
 
 	struct fuse_forget_in fi = { .nlookup = 1 };
@@ -314,12 +315,9 @@ END_TEST
 START_TEST(reset_closes_host_fds)
 {
 	init_ok();
-	struct fuse_out_header oh = call(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", 4096, false);
-	ck_assert_int_eq(oh.error, 0);
-	struct fuse_entry_out e;
-	memcpy(&e, drv.ram + REP + sizeof oh, sizeof e);
+	struct fuse_entry_out e = lookup_ok("a", false);
 	struct fuse_open_in oi = { .flags = O_RDONLY };
-	ck_assert_int_eq(call(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, 4096, false).error, 0);
+	call_ok(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, false);
 	ck_assert_uint_eq(fsp_inodes(fs), 1);
 	ck_assert_uint_eq(fsp_open_fds(fs), 2);
 	fv_wr(&drv, 0x70, 0);
@@ -332,8 +330,7 @@ START_TEST(reset_closes_host_fds)
 	init_ok();
 	ck_assert_int_eq(call(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, 4096, false).error,
 			 -ESTALE);
-	ck_assert_int_eq(call(FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL, 4096, false).error,
-			 0);
+	call_ok(FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL, false);
 }
 END_TEST
 

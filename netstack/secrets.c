@@ -238,6 +238,35 @@ static int sec_bool(struct sec_ctx *x, const struct yt_node *v, const struct sec
 		       s->name, key);
 }
 
+/* Which of keys[] (n of them) key k of secret s's mapping is, with
+ * seen[] holding the line each key first stood on: an unknown or repeated
+ * key is refused, the message naming it after within ("substitution." or
+ * "").  The index, or a negative errno. */
+static int sec_key(struct sec_ctx *x, const struct yt_node *k, const struct secret *s,
+		   const char *within, const char *const *keys, size_t n, unsigned *seen)
+{
+	size_t w = 0;
+	while (w < n && (k->kind != YT_SCALAR || strcmp(k->str, keys[w]) != 0))
+		w++;
+	if (w == n) {
+		char show[YT_SHOW_BUF] = "", list[128] = "";
+		if (k->kind == YT_SCALAR)
+			yt_show(show, sizeof show, k->str, k->len, YT_SHOW_MAX);
+		for (size_t i = 0, o = 0; i < n && o < sizeof list; i++)
+			o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "",
+					      keys[i]);
+		return sec_err(x, k, "secret %s: unknown key '%s%s'; expected one of: %s", s->name,
+			       within, show, list);
+	}
+	if (seen[w])
+		return sec_err(x, k,
+			       "secret %s: duplicate key '%s%s' (first at line %u); expected each "
+			       "key once",
+			       s->name, within, keys[w], seen[w]);
+	seen[w] = k->line;
+	return (int)w;
+}
+
 static int sec_substitution(struct sec_ctx *x, const struct yt_node *v, struct secret *s)
 {
 	static const char *const keys[] = { "headers", "header_fields", "query", "body" };
@@ -250,25 +279,10 @@ static int sec_substitution(struct sec_ctx *x, const struct yt_node *v, struct s
 			       "header_fields, query and body",
 			       s->name, yt_kind_name(v));
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct yt_node *k = v->kids[i], *e = v->kids[i + 1];
-		size_t w = 0;
-		while (w < 4 && (k->kind != YT_SCALAR || strcmp(k->str, keys[w]) != 0))
-			w++;
-		if (w == 4) {
-			char show[YT_SHOW_BUF] = "";
-			if (k->kind == YT_SCALAR)
-				yt_show(show, sizeof show, k->str, k->len, YT_SHOW_MAX);
-			return sec_err(x, k,
-				       "secret %s: unknown key 'substitution.%s'; expected one "
-				       "of: headers, header_fields, query, body",
-				       s->name, show);
-		}
-		if (seen[w])
-			return sec_err(x, k,
-				       "secret %s: duplicate key 'substitution.%s' (first at line "
-				       "%u); expected each key once",
-				       s->name, keys[w], seen[w]);
-		seen[w] = k->line;
+		const struct yt_node *e = v->kids[i + 1];
+		int w = sec_key(x, v->kids[i], s, "substitution.", keys, 4, seen);
+		if (w < 0)
+			return w;
 		int rc;
 		if (w == 0)
 			rc = sec_bool(x, e, s, "headers", &s->sub_headers);
@@ -304,9 +318,8 @@ static int sec_substitution(struct sec_ctx *x, const struct yt_node *v, struct s
 static int sec_one(struct sec_ctx *x, const struct yt_node *k, const struct yt_node *v,
 		   struct secret *s)
 {
-	char show[YT_SHOW_BUF];
 	static const char *const keys[] = { "value", "allow", "substitution" };
-	const struct yt_node *found[3] = { NULL, NULL, NULL };
+	unsigned seen[3] = { 0 };
 
 	if (k->kind != YT_SCALAR)
 		return sec_err(x, k, "a secret's name is %s; expected a name such as "
@@ -338,25 +351,9 @@ static int sec_one(struct sec_ctx *x, const struct yt_node *k, const struct yt_n
 			       "substitution",
 			       s->name, v->kind == YT_SEQ ? "a list" : "a single value");
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct yt_node *kk = v->kids[i];
-		size_t w = 0;
-		while (w < 3 && (kk->kind != YT_SCALAR || strcmp(kk->str, keys[w]) != 0))
-			w++;
-		if (w == 3) {
-			show[0] = '\0';
-			if (kk->kind == YT_SCALAR)
-				yt_show(show, sizeof show, kk->str, kk->len, YT_SHOW_MAX);
-			return sec_err(x, kk,
-				       "secret %s: unknown key '%s'; expected one of: value, "
-				       "allow, substitution",
-				       s->name, show);
-		}
-		if (found[w])
-			return sec_err(x, kk,
-				       "secret %s: duplicate key '%s' (first at line %u); expected "
-				       "each key once",
-				       s->name, keys[w], found[w]->line);
-		found[w] = kk;
+		int w = sec_key(x, v->kids[i], s, "", keys, 3, seen);
+		if (w < 0)
+			return w;
 		const struct yt_node *e = v->kids[i + 1];
 		int rc = w == 0 ? sec_expand(x, e, s)
 			 : w == 1 ? sec_allow(x, e, s)
@@ -364,10 +361,10 @@ static int sec_one(struct sec_ctx *x, const struct yt_node *k, const struct yt_n
 		if (rc)
 			return rc;
 	}
-	if (!found[0])
+	if (!seen[0])
 		return sec_err(x, k, "secret %s has no value; expected value: \"${%s}\"", s->name,
 			       s->name);
-	if (!found[1])
+	if (!seen[1])
 		return sec_err(x, k,
 			       "secret %s has no allow list; expected allow: [\"host.example\"] "
 			       "naming where the value may be sent",

@@ -93,6 +93,15 @@ static bool submit(unsigned q, const struct fv_seg *s, unsigned n, bool indirect
 	return true;
 }
 
+/* A chain the device must refuse: submit() gets nothing back and the
+ * device asks for a reset. */
+static void assert_stops(unsigned q, const struct fv_seg *s, unsigned n, bool indirect)
+{
+	uint32_t used;
+	ck_assert(!submit(q, s, n, indirect, &used));
+	ck_assert(needs_reset());
+}
+
 /* Write a request (header + arg + optional name) at REQ; returns its
  * length. */
 static uint32_t build(uint32_t op, uint64_t nodeid, const void *arg, uint32_t arglen,
@@ -294,10 +303,9 @@ START_TEST(reply_needed_but_no_area)
 {
 	init_ok();
 	struct fuse_mkdir_in mi = { .mode = 0755 };
-	uint32_t len = build(FUSE_MKDIR, FUSE_ROOT_ID, &mi, sizeof mi, "d"), used;
+	uint32_t len = build(FUSE_MKDIR, FUSE_ROOT_ID, &mi, sizeof mi, "d");
 	struct fv_seg s[] = { { REQ, len, false } };
-	ck_assert(!submit(HIPRIO, s, 1, false, &used));
-	ck_assert(needs_reset());
+	assert_stops(HIPRIO, s, 1, false);
 	ck_assert(!vfs.dev.live);
 	char p[128];
 	struct stat st;
@@ -338,10 +346,9 @@ START_TEST(bad_framing_stops)
 {
 	init_ok();
 	/* len says more than the chain holds */
-	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
+	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a");
 	struct fv_seg s[] = { { REQ, len - 1, false }, { REP, 4096, true } };
-	ck_assert(!submit(REQUEST, s, 2, false, &used));
-	ck_assert(needs_reset());
+	assert_stops(REQUEST, s, 2, false);
 }
 END_TEST
 
@@ -349,40 +356,34 @@ START_TEST(short_header_stops)
 {
 	init_ok();
 	struct fv_seg s[] = { { REQ, 8, false }, { REP, 4096, true } };
-	uint32_t used;
-	ck_assert(!submit(REQUEST, s, 2, false, &used));
-	ck_assert(needs_reset());
+	assert_stops(REQUEST, s, 2, false);
 	/* A short request on hiprio (no reply area) is no better. */
 	driver_up();
-	ck_assert(!submit(HIPRIO, s, 1, false, &used));
-	ck_assert(needs_reset());
+	assert_stops(HIPRIO, s, 1, false);
 }
 END_TEST
 
 START_TEST(tiny_reply_area_stops)
 {
 	init_ok();
-	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
+	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a");
 	struct fv_seg s[] = { { REQ, len, false }, { REP, 8, true } };
-	ck_assert(!submit(REQUEST, s, 2, false, &used));
-	ck_assert(needs_reset());
+	assert_stops(REQUEST, s, 2, false);
 }
 END_TEST
 
 START_TEST(hostile_chains)
 {
 	init_ok();
-	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a"), used;
+	uint32_t len = build(FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a");
 	/* A buffer outside guest RAM. */
 	struct fv_seg out_of_ram[] = { { REQ, len, false }, { RAM - 16, 4096, true } };
-	ck_assert(!submit(REQUEST, out_of_ram, 2, false, &used));
-	ck_assert(needs_reset());
+	assert_stops(REQUEST, out_of_ram, 2, false);
 
 	/* Readable after writable. */
 	driver_up();
 	struct fv_seg order[] = { { REP, 4096, true }, { REQ, len, false } };
-	ck_assert(!submit(REQUEST, order, 2, false, &used));
-	ck_assert(needs_reset());
+	assert_stops(REQUEST, order, 2, false);
 
 	/* A loop: the last descriptor points back at the first. */
 	driver_up();
@@ -398,8 +399,7 @@ START_TEST(hostile_chains)
 	many[0] = (struct fv_seg){ REQ, len, false };
 	for (unsigned i = 1; i <= VQ_MAX_SEGS; i++)
 		many[i] = (struct fv_seg){ REP + 16 * i, 16, true };
-	ck_assert(!submit(REQUEST, many, VQ_MAX_SEGS + 1, true, &used));
-	ck_assert(needs_reset());
+	assert_stops(REQUEST, many, VQ_MAX_SEGS + 1, true);
 
 	/* avail.idx far ahead of what the queue can hold. */
 	driver_up();

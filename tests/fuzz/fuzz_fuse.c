@@ -8,8 +8,6 @@
  * gets a fresh copy of the same small tree and a fresh server after that
  * INIT, so runs are deterministic. */
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <linux/fuse.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +18,7 @@
 
 #include "devices/fs_passthrough.h"
 #include "devices/fuse_server.h"
+#include "tests/lib/tmp_tree.h"
 
 static char base[64];
 static char tree[96];
@@ -36,32 +35,17 @@ static int capped_fallocate(void *be, uint64_t fh, int mode, off_t off,
 	return fsp_ops.fallocate(be, fh, mode, off, len);
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag,
-		  struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
 static void put(const char *rel, const char *text)
 {
-	char p[160];
-	snprintf(p, sizeof p, "%s/%s", tree, rel);
-	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd >= 0) {
-		if (write(fd, text, strlen(text)) < 0)
-			abort();
-		close(fd);
-	}
+	if (tt_put(tree, rel, text) < 0)
+		abort();
 }
 
+/* The first input finds no tree to remove. */
 static void fresh_tree(void)
 {
 	char p[160];
-	nftw(tree, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	tt_remove(tree);
 	mkdir(tree, 0755);
 	put("a", "hello");
 	put(".env", "SECRET=1");
@@ -74,15 +58,14 @@ static void fresh_tree(void)
 
 static void cleanup(void)
 {
-	nftw(base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	tt_remove(base);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	strcpy(base, "/tmp/kbox-fuzz-fuse.XXXXXX");
-	if (!mkdtemp(base))
+	if (tt_make(base, sizeof base, "/tmp/kbox-fuzz-fuse.XXXXXX") < 0)
 		abort();
 	snprintf(tree, sizeof tree, "%s/root", base);
 	atexit(cleanup);

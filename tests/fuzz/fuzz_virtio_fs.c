@@ -4,7 +4,6 @@
  * chain of fuzzed shape, a chain of fuzzed descriptors, a raw register
  * write, or a device reset.  The device must never crash, leak or loop,
  * and must never touch memory outside guest RAM. */
-#include <ftw.h>
 #include <linux/fuse.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include "devices/virtio_mmio.h"
 #include "tests/lib/fake_virtio.h"
 #include "tests/lib/fuzz_script.h"
+#include "tests/lib/tmp_tree.h"
 
 #define RAM 0x100000u
 #define QSIZE 16u
@@ -109,31 +109,23 @@ static void raw_chain(struct fz_input *in)
 	chain(q & 1, off, len, n, nr % (n + 1), ind & 1);
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+static void remove_tree(void)
 {
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
+	tt_remove(tree);
 }
 
 static void fresh_tree(void)
 {
 	char p[128];
 	if (!tree[0]) {
-		strcpy(tree, "/tmp/kbox-fuzz-vfs.XXXXXX");
-		if (!mkdtemp(tree))
+		if (tt_make(tree, sizeof tree, "/tmp/kbox-fuzz-vfs.XXXXXX") < 0)
 			abort();
+		atexit(remove_tree);
 	}
-	nftw(tree, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	tt_remove(tree);
 	mkdir(tree, 0755);
-	snprintf(p, sizeof p, "%s/a", tree);
-	FILE *f = fopen(p, "w");
-	if (f) {
-		fputs("hello", f);
-		fclose(f);
-	}
+	if (tt_put(tree, "a", "hello") < 0)
+		abort();
 	snprintf(p, sizeof p, "%s/d", tree);
 	mkdir(p, 0755);
 }

@@ -8,10 +8,8 @@
 # then checks that the image folder did not change by a byte.
 #   tests/e2e/image.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox="$build/kbox"
-pass=0
-fail=0
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 pids=
 cleanup() {
@@ -19,16 +17,6 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-boot_timeout=${KBOX_E2E_TIMEOUT:-600}
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
-host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
-
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
 busybox=${BUSYBOX:-/bin/busybox}
 if [ ! -x "$busybox" ] || ldd "$busybox" > /dev/null 2>&1; then
 	echo "e2e: $busybox is missing or not static (busybox-static)" >&2
@@ -80,30 +68,14 @@ snapshot() {
 snapshot > "$tmp/before"
 
 # --- refusals, no boot ---
-refuse() {
-	name=$1 pat=$2
-	shift 2
-	"$kbox" run "$@" -- true > /dev/null 2> "$tmp/err"
-	rc=$?
-	if [ "$rc" -eq 125 ] && grep -q -- "$pat" "$tmp/err"; then
-		ok "refused: $name"
-	else
-		not_ok "refused: $name (exit $rc)" "$(head -3 "$tmp/err")"
-	fi
-}
-refuse "missing image" "No such file" --image "$tmp/nope"
-refuse "image that is a file" "not a directory" --image "$img/etc/passwd"
+e2e_refuse "missing image" "No such file" --image "$tmp/nope"
+e2e_refuse "image that is a file" "not a directory" --image "$img/etc/passwd"
 printf 'image: ./nope\n' > "$tmp/bad.yaml"
-refuse "image: in sandbox.yaml that is missing" "cannot use the image $tmp/./nope" --conf "$tmp/bad.yaml"
-refuse "image and eight mounts" "too many" --image "$img" -v "$share:/1" -v "$share:/2" \
+e2e_refuse "image: in sandbox.yaml that is missing" "cannot use the image $tmp/./nope" --conf "$tmp/bad.yaml"
+e2e_refuse "image and eight mounts" "too many" --image "$img" -v "$share:/1" -v "$share:/2" \
 	-v "$share:/3" -v "$share:/4" -v "$share:/5" -v "$share:/6" -v "$share:/7" -v "$share:/8"
 
-if [ ! -c /dev/kvm ] || ! [ -r /dev/kvm ]; then
-	echo "# skipped the boots: /dev/kvm is not usable here"
-	echo "$pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
-	exit
-fi
+e2e_need_kvm "the boots"
 
 # --- two sandboxes on one image, one from --image, one from sandbox.yaml ---
 printf 'image: ./image\n' > "$tmp/sandbox.yaml"
@@ -123,16 +95,8 @@ pids=
 echo "# two boots on one image and the checks: $(( $(date +%s) - start ))s"
 for s in a b; do
 	eval rc=\$rc$s
-	if [ "$rc" -ne 0 ] || ! grep -q '^done$' "$tmp/out-$s"; then
-		not_ok "sandbox $s ran to the end (exit $rc)" \
-			"$(tail -5 "$tmp/err-$s"; tail -5 "$tmp/out-$s")"
-	fi
-	while IFS= read -r line; do
-		case $line in
-		"ok "*) ok "guest ${line#ok }" ;;
-		"not ok "*) not_ok "guest ${line#not ok }" ;;
-		esac
-	done < "$tmp/out-$s"
+	e2e_ran_to_end "sandbox $s" "$rc" "$tmp/out-$s" "$tmp/err-$s"
+	e2e_guest_results "guest " "$tmp/out-$s"
 done
 
 # --- the host's view ---
@@ -141,5 +105,5 @@ host_check "host: the image folder is unchanged" cmp -s "$tmp/before" "$tmp/afte
 host_check "host: the shared folder got both markers" \
 	test -e "$share/a-up" -a -e "$share/b-up"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+e2e_finish
+

@@ -245,4 +245,3 @@ host_check "host: nothing new in the project" \
 	[ "$(ls -A "$proj" | tr '\n' ' ')" = ".env checks.sh data.txt kbox.yaml secrets.env " ]
 
 e2e_finish
-

@@ -129,4 +129,3 @@ host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
 host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
 
 e2e_finish
-

@@ -106,4 +106,3 @@ host_check "host: the shared folder got both markers" \
 	test -e "$share/a-up" -a -e "$share/b-up"
 
 e2e_finish
-

@@ -232,4 +232,3 @@ host_check "--network none: guest has no eth0 (exit $rc)" grep -qx no-eth0 "$tmp
 host_check "--network none: lo is there" grep -qx lo "$tmp/out2"
 
 e2e_finish
-

@@ -136,4 +136,3 @@ else not_ok "stop ends it and ps forgets it"; fi
 check "exec into a stopped sandbox fails clearly" 125 "" "no sandbox named" -- exec "$sbx" -- true
 
 e2e_finish
-

@@ -157,6 +157,22 @@ static uint64_t lookup(uint64_t parent, const char *name, int *err)
 	return e.nodeid;
 }
 
+/* The backend holds no inode and no fd for the guest. */
+static void assert_nothing_held(void)
+{
+	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fsp_inodes(fs), 0);
+}
+
+/* A LOOKUP that must succeed. */
+static uint64_t lookup_ok(uint64_t parent, const char *name)
+{
+	int err;
+	uint64_t node = lookup(parent, name, &err);
+	ck_assert_int_eq(err, 0);
+	return node;
+}
+
 static uint64_t create(const char *name, uint32_t mode, int *err)
 {
 	struct fuse_create_in in = { .flags = O_RDWR, .mode = S_IFREG | mode };
@@ -357,8 +373,7 @@ START_TEST(lookup_counts_and_forgets)
 	struct fuse_forget_in fg = { .nlookup = 1 };
 	struct fuse_getattr_in ga = { 0 };
 	start();
-	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	ck_assert_uint_eq(lookup(FUSE_ROOT_ID, "a", &err), a);
 	/* A lookup remembers the inode but opens nothing. */
 	ck_assert_uint_eq(fsp_inodes(fs), 1);
@@ -370,8 +385,7 @@ START_TEST(lookup_counts_and_forgets)
 	ck_assert_int_eq(send_len(build(FUSE_FORGET, a, &fg, sizeof fg, NULL,
 					NULL)),
 			 0);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	assert_nothing_held();
 	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL),
 			 -ESTALE);
 	/* Forgets of unknown inodes, of the root, and batch counts that
@@ -540,10 +554,8 @@ static uint64_t listed_nodeid(const char *name)
  * counted lookup; the others are looked up as usual. */
 START_TEST(readdirplus_skips_held_entries)
 {
-	int err;
 	start();
-	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	uint64_t fh = opendir_root();
 	struct fuse_read_in rd = { .fh = fh, .size = 4096 };
 	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
@@ -574,7 +586,6 @@ END_TEST
  * carries, and the server keeps no fd between them. */
 START_TEST(no_opendir_lists_nodes)
 {
-	int err;
 	char names[512];
 	struct fuse_open_in op = { 0 };
 	serve(false, NULL, 0, false, 0);
@@ -593,8 +604,7 @@ START_TEST(no_opendir_lists_nodes)
 	walk_root_small_steps(0);
 	ck_assert_uint_eq(fsp_open_fds(fs), 0);
 	/* The node must be a directory the guest holds. */
-	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	ck_assert_int_eq(call(FUSE_READDIR, a, &rd, sizeof rd, NULL, NULL),
 			 -ENOTDIR);
 	ck_assert_int_eq(call(FUSE_READDIRPLUS, 999, &rd, sizeof rd, NULL,
@@ -688,8 +698,7 @@ START_TEST(open_dir_failure_gives_back)
 	serve(false, NULL, 0, false, 0);
 	for (int round = 0; round < 2; round++) {
 		init_mode(round == 0);
-		uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
-		ck_assert_int_eq(err, 0);
+		uint64_t sub = lookup_ok(FUSE_ROOT_ID, "sub");
 		/* sub's own fd is open before the limit falls. */
 		ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL,
 				      NULL),
@@ -719,8 +728,7 @@ START_TEST(open_dir_failure_gives_back)
 		ck_assert_uint_eq(fsp_open_fds(fs), 1);
 		/* No hold is left: one FORGET lets sub and its fd go. */
 		forget(sub, 1);
-		ck_assert_uint_eq(fsp_inodes(fs), 0);
-		ck_assert_uint_eq(fsp_open_fds(fs), 0);
+		assert_nothing_held();
 	}
 }
 END_TEST
@@ -730,17 +738,14 @@ END_TEST
  * comes from the least recently used inode fd, and nothing stays. */
 START_TEST(no_opendir_fd_cap)
 {
-	int err;
 	struct fuse_getattr_in ga = { 0 };
 	struct fuse_open_in op = { .flags = O_RDONLY };
 	struct fuse_read_in rd = { .size = 4096 };
 	struct fuse_fsync_in fy = { 0 };
 	serve(false, NULL, 0, false, 2);
 	init_mode(true);
-	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
-	ck_assert_int_eq(err, 0);
-	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
+	uint64_t sub = lookup_ok(FUSE_ROOT_ID, "sub");
 	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), 0);
 	struct fuse_release_in rl = {
 		.fh = ((const struct fuse_open_out *)body())->fh
@@ -774,8 +779,7 @@ START_TEST(no_opendir_fd_cap)
 	}
 	forget(a, 1);
 	forget(sub, 1);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	assert_nothing_held();
 }
 END_TEST
 
@@ -783,7 +787,6 @@ END_TEST
  * anywhere and paths below the root. */
 START_TEST(no_opendir_hides)
 {
-	int err;
 	char names[512];
 	const char *const pats[] = { ".env", "sub/*.pem" };
 	struct fuse_read_in rd = { .size = 4096 };
@@ -791,8 +794,7 @@ START_TEST(no_opendir_hides)
 	put_file("sub/ok", "y");
 	serve(false, pats, 2, true, 0);
 	init_mode(true);
-	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t sub = lookup_ok(FUSE_ROOT_ID, "sub");
 	for (int plus = 0; plus < 2; plus++) {
 		list(FUSE_ROOT_ID, &rd, plus, names, sizeof names);
 		assert_root_names(names);
@@ -885,8 +887,7 @@ START_TEST(hidden_names)
 	serve(false, pats, 1, true, 0);
 	init_ok();
 	/* Explicit list: .env is visible again, sub/key.pem is not. */
-	lookup(FUSE_ROOT_ID, ".env", &err);
-	ck_assert_int_eq(err, 0);
+	lookup_ok(FUSE_ROOT_ID, ".env");
 	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
 	lookup(sub, "key.pem", &err);
 	ck_assert_int_eq(err, -ENOENT);
@@ -974,8 +975,7 @@ START_TEST(confinement)
 	struct fuse_open_in op = { .flags = O_RDONLY };
 	struct fuse_mknod_in mn = { .mode = S_IFIFO | 0644 };
 	start();
-	uint64_t l = lookup(FUSE_ROOT_ID, "link", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t l = lookup_ok(FUSE_ROOT_ID, "link");
 	ck_assert_int_eq(call(FUSE_GETATTR, l, &ga, sizeof ga, NULL, NULL), 0);
 	ck_assert(S_ISLNK(((const struct fuse_attr_out *)body())->attr.mode));
 	/* The symlink to /etc is neither followed nor opened. */
@@ -1026,19 +1026,14 @@ END_TEST
 
 START_TEST(fd_cap)
 {
-	int err;
 	struct fuse_getattr_in ga = { 0 };
 	struct fuse_open_in op = { .flags = O_RDONLY };
 	serve(false, NULL, 0, false, 2);
 	init_ok();
-	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
-	ck_assert_int_eq(err, 0);
-	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
-	ck_assert_int_eq(err, 0);
-	uint64_t link = lookup(FUSE_ROOT_ID, "link", &err);
-	ck_assert_int_eq(err, 0);
-	uint64_t pem = lookup(sub, "key.pem", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
+	uint64_t sub = lookup_ok(FUSE_ROOT_ID, "sub");
+	uint64_t link = lookup_ok(FUSE_ROOT_ID, "link");
+	uint64_t pem = lookup_ok(sub, "key.pem");
 	/* Inode fds come and go under the cap, least recently used first. */
 	for (int round = 0; round < 3; round++) {
 		const uint64_t ids[] = { a, sub, link, pem };
@@ -1075,8 +1070,7 @@ START_TEST(reopen_checks_identity)
 	init_ok();
 	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
 	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
-	uint64_t pem = lookup(sub, "key.pem", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t pem = lookup_ok(sub, "key.pem");
 	/* The host swaps a for another file: a stale inode, not the new one. */
 	put_file("b", "other");
 	snprintf(p1, sizeof p1, "%s/b", dir);
@@ -1084,8 +1078,7 @@ START_TEST(reopen_checks_identity)
 	ck_assert_int_eq(rename(p1, p2), 0);
 	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL), -ESTALE);
 	/* A fresh lookup finds the new file. */
-	uint64_t a2 = lookup(FUSE_ROOT_ID, "a", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t a2 = lookup_ok(FUSE_ROOT_ID, "a");
 	ck_assert_uint_ne(a2, a);
 	ck_assert_int_eq(call(FUSE_GETATTR, a2, &ga, sizeof ga, NULL, NULL), 0);
 	/* The host swaps the directory for a symlink to it: the link is not
@@ -1114,8 +1107,7 @@ START_TEST(renames_and_unlinks_tracked)
 	init_ok();
 	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
 	uint64_t pem = lookup(sub, "key.pem", &err);
-	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	struct fuse_rename_in rn = { .newdir = FUSE_ROOT_ID };
 	ck_assert_int_eq(call(FUSE_RENAME, sub, &rn, sizeof rn, "key.pem", "moved"), 0);
 	ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL, NULL), 0);
@@ -1152,10 +1144,8 @@ START_TEST(anchored_hidden)
 	init_ok();
 	lookup(FUSE_ROOT_ID, "a", &err);
 	ck_assert_int_eq(err, -ENOENT);
-	uint64_t sub = lookup(FUSE_ROOT_ID, "sub", &err);
-	ck_assert_int_eq(err, 0);
-	lookup(sub, "a", &err);
-	ck_assert_int_eq(err, 0);
+	uint64_t sub = lookup_ok(FUSE_ROOT_ID, "sub");
+	lookup_ok(sub, "a");
 	lookup(sub, "key.pem", &err);
 	ck_assert_int_eq(err, -ENOENT);
 	const char *const bad[] = { "/" };
@@ -1211,8 +1201,7 @@ START_TEST(destroy_resets)
 	ck_assert_int_eq(call(FUSE_DESTROY, FUSE_ROOT_ID, NULL, 0, NULL, NULL),
 			 0);
 	ck_assert(fuse_server_destroyed(srv));
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	assert_nothing_held();
 	lookup(FUSE_ROOT_ID, "a", &err);
 	ck_assert_int_eq(err, -EIO);
 }
@@ -1416,8 +1405,7 @@ static void conc_run(bool no_opendir)
 		pthread_join(t[i], NULL);
 		ck_assert_int_eq(w[i].bad, 0);
 	}
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	assert_nothing_held();
 	free(w);
 }
 
@@ -1487,8 +1475,7 @@ START_TEST(reset_while_busy)
 		ck_assert_int_eq(c[i].w.bad, 0);
 	}
 	fuse_server_reset(srv);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	assert_nothing_held();
 	free(c);
 }
 END_TEST

@@ -9,25 +9,13 @@
 # image rm refuses until it stopped.
 #   tests/e2e/image-store.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox="$build/kbox"
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
-pass=0
-fail=0
 tmp=$(mktemp -d)
 trap 'chmod -R u+rwX "$tmp" 2> /dev/null; rm -rf "$tmp"' EXIT
-boot_timeout=${KBOX_E2E_TIMEOUT:-600}
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
-host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
 # check NAME 'SHELL EXPRESSION': ok if it is true.
 check() { if eval "$2"; then ok "$1"; else not_ok "$1"; fi; }
-
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
 busybox=${BUSYBOX:-/bin/busybox}
 bbopt=
 if [ -x "$busybox" ] && ! ldd "$busybox" > /dev/null 2>&1; then
@@ -292,5 +280,4 @@ host_check "rm of one name keeps the shared rootfs" [ -d "$root" ]
 check "rm by id removes every name and the rootfs" '[ ! -e "$root" ] && [ -z "$(ls -A "$store/refs")" ]'
 host_check "and leaves no metadata" [ -z "$(ls -A "$store/meta")" ]
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+e2e_finish

@@ -17,30 +17,19 @@
 # (sudo make toolchain-image).
 #   tests/e2e/opencode.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox="$build/kbox"
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
 image=${KBOX_AGENT_IMAGE:-toolchain}
 # OpenCode under PVM is slow: a 185 MB Bun binary, started twice; the
 # whole boot took ~740 s here (docs/agent.md).
 run_timeout=${KBOX_E2E_AGENT_TIMEOUT:-2400}
 
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
 # The sandbox is started from the project folder.
 kbox="$(cd "$(dirname "$kbox")" && pwd)/$(basename "$kbox")"
-if ! "$kbox" image path "$image" >/dev/null 2>&1; then
-	echo "skip - the $image image is not in the store; build it with: sudo make toolchain-image"
-	echo "0 passed, 0 failed"
-	exit 0
-fi
+"$kbox" image path "$image" >/dev/null 2>&1 ||
+	e2e_skip "the $image image is not in the store; build it with: sudo make toolchain-image"
 for t in openssl python3 unshare ip; do
-	if ! command -v "$t" >/dev/null 2>&1; then
-		echo "skip - $t is missing"
-		echo "0 passed, 0 failed"
-		exit 0
-	fi
+	command -v "$t" >/dev/null 2>&1 || e2e_skip "$t is missing"
 done
 
 # Everything below runs in a network namespace of our own.
@@ -49,8 +38,6 @@ if [ "${KBOX_E2E_IN_NETNS:-}" != 1 ]; then
 fi
 ip link set lo up || { echo "e2e: cannot bring up lo in the namespace" >&2; exit 1; }
 
-pass=0
-fail=0
 tmp=$(mktemp -d)
 srv_pid=
 tui=
@@ -64,22 +51,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
-
 export KBOX_CA_DIR="$tmp/ca"
 real="sk-real-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 
 # --- the model server: TLS for host.kbox.internal from a test CA ---
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=kbox test model CA" \
-	-keyout "$tmp/upca.key" -out "$tmp/upca.pem" -addext basicConstraints=critical,CA:TRUE \
-	-addext keyUsage=critical,keyCertSign >/dev/null 2>&1
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=host.kbox.internal" \
-	-keyout "$tmp/srv.key" -out "$tmp/srv.csr" >/dev/null 2>&1
-printf 'subjectAltName=DNS:host.kbox.internal\nextendedKeyUsage=serverAuth\n' >"$tmp/ext"
-openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/upca.pem" -CAkey "$tmp/upca.key" -CAcreateserial -days 1 \
-	-extfile "$tmp/ext" -out "$tmp/srv.pem" >/dev/null 2>&1
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+e2e_test_ca "kbox test model CA"
+port=$(e2e_free_port)
 here=$(cd "$(dirname "$0")" && pwd)
 python3 "$here/model_server.py" 127.0.0.1 "$port" "$tmp/srv.pem" "$tmp/srv.key" "$tmp/model.log" \
 	"Hi from the kbox test model." 2>"$tmp/server.err" &
@@ -224,5 +201,4 @@ if [ "${KBOX_E2E_TUI:-0}" = 1 ] && command -v script >/dev/null 2>&1; then
 	fi
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+e2e_finish

@@ -8,6 +8,7 @@
  * slices is found exactly like a whole one, and at most one encoded
  * placeholder's worth of bytes is ever held back. */
 #include "netstack/http_sub.h"
+#include "netstack/b64.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -172,26 +173,6 @@ static int hs_hexval(uint8_t c)
 		return c - 'a' + 10;
 	if (c >= 'A' && c <= 'F')
 		return c - 'A' + 10;
-	return -1;
-}
-
-static const char hs_b64std[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-static const char hs_b64url[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-static int hs_b64val(uint8_t c, bool url)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == (url ? '-' : '+'))
-		return 62;
-	if (c == (url ? '_' : '/'))
-		return 63;
 	return -1;
 }
 
@@ -423,7 +404,7 @@ static int hs_find_b64(const struct hs *h, const uint8_t *s, size_t n, size_t i,
 				cut = !final;
 				break;
 			}
-			int v = hs_b64val(s[q], url);
+			int v = b64_val(s[q], url);
 			if (v < 0)
 				break;
 			acc = ((acc << 6) | (unsigned)v) & 0x3fff;
@@ -463,7 +444,7 @@ static void hs_b64_patterns(struct hs *h)
 	const char *pre = SECRETS_PLACEHOLDER_PREFIX;
 	for (unsigned t = 0; t < 6; t++) {
 		unsigned shift = t % 3;
-		const char *alpha = t < 3 ? hs_b64std : hs_b64url;
+		const char *alpha = t < 3 ? b64_std : b64_url;
 		/* Bits of (shift filler bytes + prefix); characters k with
 		 * 6k >= 8*shift and 6k+6 <= 8*(shift+6) depend on the prefix only. */
 		unsigned first = (8 * shift + 5) / 6;
@@ -744,7 +725,7 @@ static bool hs_b64_decode(const uint8_t *s, size_t n, struct hs_buf *out)
 		return false;
 	unsigned acc = 0, nb = 0;
 	for (size_t i = 0; i < n; i++) {
-		int v = hs_b64val(s[i], false);
+		int v = b64_val(s[i], false);
 		if (v < 0)
 			return false;
 		acc = ((acc << 6) | (unsigned)v) & 0x3fff;
@@ -762,14 +743,8 @@ static bool hs_b64_decode(const uint8_t *s, size_t n, struct hs_buf *out)
 static int hs_b64_encode(const uint8_t *s, size_t n, struct hs_buf *out)
 {
 	for (size_t i = 0; i < n; i += 3) {
-		unsigned v = (unsigned)s[i] << 16;
-		if (i + 1 < n)
-			v |= (unsigned)s[i + 1] << 8;
-		if (i + 2 < n)
-			v |= s[i + 2];
-		char e[4] = { hs_b64std[v >> 18], hs_b64std[(v >> 12) & 63],
-			      i + 1 < n ? hs_b64std[(v >> 6) & 63] : '=',
-			      i + 2 < n ? hs_b64std[v & 63] : '=' };
+		char e[4];
+		b64_quantum(s + i, n - i < 3 ? n - i : 3, e);
 		if (hb_put(out, e, 4))
 			return -ENOMEM;
 	}

@@ -2,6 +2,7 @@
  * for the one certificate we load (our own CA), the X.509 v3 builder, PEM
  * and the on-disk CA.  Keys and signatures come from BearSSL. */
 #include "netstack/tls_cert.h"
+#include "netstack/b64.h"
 #include "netstack/datadir.h"
 #include "netstack/errbuf.h"
 #include "netstack/fileio.h"
@@ -454,8 +455,6 @@ static int cert_scan(const unsigned char *der, size_t len, struct cert_info *ci)
 
 /* -------------------------------------------------------------------- PEM */
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 int tc_pem_encode(const char *label, const unsigned char *der, size_t len, char **out)
 {
 	size_t llen = strlen(label);
@@ -469,15 +468,7 @@ int tc_pem_encode(const char *label, const unsigned char *der, size_t len, char 
 	size_t o = (size_t)snprintf(s, cap, "-----BEGIN %s-----\n", label);
 	size_t col = 0;
 	for (size_t i = 0; i < len; i += 3) {
-		unsigned v = (unsigned)der[i] << 16;
-		size_t n = len - i < 3 ? len - i : 3;
-		if (n > 1)
-			v |= (unsigned)der[i + 1] << 8;
-		if (n > 2)
-			v |= der[i + 2];
-		char q[4] = {b64[(v >> 18) & 63], b64[(v >> 12) & 63],
-			     n > 1 ? b64[(v >> 6) & 63] : '=', n > 2 ? b64[v & 63] : '='};
-		memcpy(s + o, q, 4);
+		b64_quantum(der + i, len - i < 3 ? len - i : 3, s + o);
 		o += 4;
 		col += 4;
 		if (col == 64) {
@@ -490,21 +481,6 @@ int tc_pem_encode(const char *label, const unsigned char *der, size_t len, char 
 	snprintf(s + o, cap - o, "-----END %s-----\n", label);
 	*out = s;
 	return 0;
-}
-
-static int b64_val(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
 }
 
 int tc_pem_decode(const char *text, size_t len, const char *label, unsigned char **der,
@@ -542,7 +518,7 @@ int tc_pem_decode(const char *text, size_t len, const char *label, unsigned char
 			pad++;
 			v = 0;
 		} else {
-			v = b64_val(c);
+			v = b64_val(c, false);
 			if (v < 0 || pad)
 				goto bad;
 		}

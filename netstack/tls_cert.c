@@ -704,6 +704,26 @@ static void put_serial(struct tc_der *d, br_hmac_drbg_context *drbg)
 	tc_der_uint(d, serial, sizeof serial);
 }
 
+/* A TBSCertificate's fields up to its issuer: version 3, a fresh serial,
+ * the signature algorithm. */
+static void put_version_serial(struct tc_der *d, br_hmac_drbg_context *drbg)
+{
+	size_t ver = tc_der_open(d, 0xa0u);
+	tc_der_uint(d, (const unsigned char *)"\x02", 1);
+	tc_der_close(d, ver);
+	put_serial(d, drbg);
+	put_alg(d);
+}
+
+/* Valid from a little before now (clocks differ) until not_after. */
+static void put_validity(struct tc_der *d, time_t now, time_t not_after)
+{
+	size_t val = tc_der_open(d, T_SEQ);
+	tc_der_time(d, now - TC_LEAF_BACKDATE);
+	tc_der_time(d, not_after);
+	tc_der_close(d, val);
+}
+
 /* The self-signed CA certificate for SK, subject CN=CN. */
 static int build_ca_cert(br_hmac_drbg_context *drbg, const br_ec_private_key *sk,
 			 const char *cn, time_t now, unsigned char **der, size_t *der_len)
@@ -716,16 +736,9 @@ static int build_ca_cert(br_hmac_drbg_context *drbg, const br_ec_private_key *sk
 	struct tc_der d;
 	tc_der_init(&d, buf, sizeof buf);
 	size_t tbs = tc_der_open(&d, T_SEQ);
-	size_t ver = tc_der_open(&d, 0xa0u);
-	tc_der_uint(&d, (const unsigned char *)"\x02", 1);
-	tc_der_close(&d, ver);
-	put_serial(&d, drbg);
-	put_alg(&d);
+	put_version_serial(&d, drbg);
 	put_cn(&d, cn);
-	size_t val = tc_der_open(&d, T_SEQ);
-	tc_der_time(&d, now - TC_LEAF_BACKDATE);
-	tc_der_time(&d, now + (time_t)TC_CA_LIFETIME);
-	tc_der_close(&d, val);
+	put_validity(&d, now, now + (time_t)TC_CA_LIFETIME);
 	put_cn(&d, cn);
 	put_spki(&d, pub);
 	size_t x = tc_der_open(&d, 0xa3u);
@@ -762,16 +775,9 @@ static int build_leaf_cert(struct tc_ca *ca, const char *name, const unsigned ch
 	struct tc_der d;
 	tc_der_init(&d, buf, sizeof buf);
 	size_t tbs = tc_der_open(&d, T_SEQ);
-	size_t ver = tc_der_open(&d, 0xa0u);
-	tc_der_uint(&d, (const unsigned char *)"\x02", 1);
-	tc_der_close(&d, ver);
-	put_serial(&d, &ca->drbg);
-	put_alg(&d);
+	put_version_serial(&d, &ca->drbg);
 	tc_der_raw(&d, ca->dn, ca->dn_len);
-	size_t val = tc_der_open(&d, T_SEQ);
-	tc_der_time(&d, now - TC_LEAF_BACKDATE);
-	tc_der_time(&d, not_after);
-	tc_der_close(&d, val);
+	put_validity(&d, now, not_after);
 	put_cn(&d, cn_fits ? name : NULL);
 	put_spki(&d, ca->leaf_pub);
 	size_t x = tc_der_open(&d, 0xa3u);

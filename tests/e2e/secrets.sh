@@ -11,10 +11,8 @@
 # host's loopback; no other name is resolved).
 #   tests/e2e/secrets.sh BUILD_DIR
 set -u
-build=${1:-build}
-kbox="$build/kbox"
-pass=0
-fail=0
+# shellcheck source=tests/e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 srv_pid=
 name=kbox-secrets-$$
@@ -24,20 +22,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-boot_timeout=${KBOX_E2E_TIMEOUT:-600}
-
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/#   /'; }
-
-if [ ! -x "$kbox" ]; then
-	echo "e2e: $kbox is missing; run make first" >&2
-	exit 1
-fi
-if ! command -v openssl >/dev/null; then
-	echo "skip - openssl is missing"
-	echo "0 passed, 0 failed"
-	exit 0
-fi
+command -v openssl >/dev/null || e2e_skip "openssl is missing"
 
 export KBOX_CA_DIR="$tmp/ca"
 real="real-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
@@ -65,15 +50,8 @@ else not_ok "missing secret value" "$(cat "$tmp/err")"; fi
 [ $? = 125 ] && ok "--tls-bypass refuses a bad name" || not_ok "--tls-bypass" "$(cat "$tmp/err")"
 
 # --- a TLS server on the host's loopback, certificate from a test CA ---
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=test CA" \
-	-keyout "$tmp/upca.key" -out "$tmp/upca.pem" -addext basicConstraints=critical,CA:TRUE \
-	-addext keyUsage=critical,keyCertSign >/dev/null 2>&1
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=host.kbox.internal" \
-	-keyout "$tmp/srv.key" -out "$tmp/srv.csr" >/dev/null 2>&1
-printf 'subjectAltName=DNS:host.kbox.internal\nextendedKeyUsage=serverAuth\n' >"$tmp/ext"
-openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/upca.pem" -CAkey "$tmp/upca.key" -CAcreateserial -days 1 \
-	-extfile "$tmp/ext" -out "$tmp/srv.pem" >/dev/null 2>&1
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+e2e_test_ca "test CA"
+port=$(e2e_free_port)
 mkdir -p "$tmp/git"
 python3 tests/tls/upstream.py 127.0.0.1 "$port" "$tmp/srv.pem" "$tmp/srv.key" "$tmp/seen.log" "$tmp/git" \
 	2>"$tmp/upstream.err" &
@@ -160,5 +138,4 @@ fi
 "$kbox" secrets reload no-such-sandbox >/dev/null 2>&1
 [ $? = 125 ] && ok "reload of an unknown sandbox: exit 125" || not_ok "reload unknown"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+e2e_finish

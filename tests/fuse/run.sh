@@ -283,6 +283,14 @@ echo "# $BIG_MB MiB: write $(( (t1 - t0) / 1000000 )) ms, read+sha256 $(( (t2 - 
 rm -f "$T/blob" "$MNT/blob"
 check "a file written on the mount appears on the host" sh -c "
 	echo from-guest >'$MNT/note' && grep -q from-guest '$SRC/note'"
+# Directories are listed without OPENDIR, so the kernel may cache a
+# listing (docs/virtio-fs.md): what the host adds or removes must still
+# show once the attribute timeout (1 s here) has passed.
+check "files the host adds and removes show in the mount's listing" sh -c "
+	mkdir '$SRC/hostside' && touch '$SRC/hostside/one' &&
+	ls '$MNT/hostside' | grep -qx one &&
+	touch '$SRC/hostside/two' && rm '$SRC/hostside/one' && sleep 1.2 &&
+	test \"\$(ls '$MNT/hostside' | tr '\\n' ' ')\" = 'two '"
 
 # --- a tight fd cap --------------------------------------------------------
 # With room for 32 fds the server keeps closing inode fds and reopening them

@@ -1362,8 +1362,9 @@ static int fsp_fsync(void *be, uint64_t fh, bool datasync)
 }
 
 /* A new read-only fd of directory node nodeid, counted under the cap, with
- * the node held in *idx (fsp_drop gives both back, fsp_unreserve the fd's
- * place when the open fails); lock held, open done without it. */
+ * the node held in *idx: fsp_close_dir gives back all three, and a failed
+ * open gives them back itself.  Called without the lock; takes it for the
+ * table work and opens without it. */
 static int fsp_open_dir(struct fsp *p, uint64_t nodeid, uint32_t *idx)
 {
 	uint32_t i;
@@ -1442,7 +1443,8 @@ static bool fsp_held_here(struct fsp *p, uint32_t dir, ino_t ino,
 }
 
 /* Emits one host entry; returns 1 to go on, 0 when the reply is full.
- * Called without the lock; the handle (dirfd) is busy. */
+ * Called without the lock, with dirfd a busy handle's fd or a listing's
+ * own (fsp_open_dir). */
 static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dirent64 *de,
 		    const char *name, bool plus, fuse_fs_fill_fn fill,
 		    fuse_fs_fits_fn fits, void *ctx)
@@ -1479,9 +1481,10 @@ static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dir
 	return 1;
 }
 
-/* The directory listing itself, on a busy handle.  The kernel serialises
- * READDIRs of one open directory; should a guest send two at once, the
- * shared file offset only garbles its own listing. */
+/* The directory listing itself, on a busy handle's fd or a listing's own.
+ * The kernel serialises READDIRs of one open directory; should a guest send
+ * two at once on one handle, the shared file offset only garbles its own
+ * listing. */
 static int fsp_list(struct fsp *p, int fd, uint32_t node, uint64_t off,
 		    bool plus, fuse_fs_fill_fn fill, fuse_fs_fits_fn fits,
 		    void *ctx)

@@ -20,11 +20,8 @@ if [ -d /sys/module/kvm_pvm ]; then N=${1:-3}; else N=${1:-10}; fi
 M=$((N * 3))
 [ -x "$B/kbox" ] || { echo "bench/lockdown: $B/kbox missing (make all)" >&2; exit 1; }
 [ -e /dev/kvm ] || { echo "bench/lockdown: skip, no /dev/kvm"; exit 0; }
-mkdir -p "$B/bench"
-TOOL=$B/bench/benchtool
-if [ ! -x "$TOOL" ] || [ bench/lib/benchtool.c -nt "$TOOL" ]; then
-	$CC -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wvla -o "$TOOL" bench/lib/benchtool.c
-fi
+# shellcheck source=bench/lib/lib.sh
+. bench/lib/lib.sh
 tmp=$(mktemp -d)
 names=
 cleanup() {
@@ -33,11 +30,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-now() { "$TOOL" now; }
-ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f\n", (b - a) / 1e6 }'; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f\n", a / b; else print "-" }'; }
 
 echo "bench/lockdown: $N boots and $M exec round trips of each kind, alternating"
 i=0

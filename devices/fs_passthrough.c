@@ -822,7 +822,10 @@ static int fsp_getattr(void *be, uint64_t nodeid, uint64_t fh, struct stat *st)
 
 	fsp_lock(p);
 	struct fsp_handle *h = fh == FUSE_FS_NO_FH ? NULL : fsp_fh(p, fh, false);
-	if (h && fsp_node(p, nodeid)) {
+	struct fsp_node *n = fsp_node(p, nodeid);
+	/* Only a handle of this very node answers for it, as in SETATTR: a
+	 * guest naming another file's handle gets the node's attributes. */
+	if (h && n && h->node == fsp_index(p, n)) {
 		h->busy++;
 		int hfd = h->fd;
 		fsp_unlock(p);

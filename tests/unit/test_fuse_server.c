@@ -806,6 +806,26 @@ START_TEST(no_opendir_hides)
 }
 END_TEST
 
+/* GETATTR through a handle answers only for the handle's own node: naming
+ * another file's handle gives the node's attributes, not the other
+ * file's. */
+START_TEST(getattr_handle_of_another_node)
+{
+	int err;
+	start();
+	uint64_t a = lookup(FUSE_ROOT_ID, "a", &err);
+	ck_assert_int_eq(err, 0);
+	uint64_t fh = create("empty", 0600, &err);
+	ck_assert_int_eq(err, 0);
+	struct fuse_getattr_in ga = { .getattr_flags = FUSE_GETATTR_FH,
+				      .fh = fh };
+	ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL, NULL), 0);
+	struct fuse_attr_out ao;
+	memcpy(&ao, body(), sizeof ao);
+	ck_assert_uint_eq(ao.attr.size, 5); /* a's "hello", not empty's 0 */
+}
+END_TEST
+
 START_TEST(write_read_and_sizes)
 {
 	int err;
@@ -1501,6 +1521,7 @@ Suite *fuse_server_suite(void)
 	tcase_add_test(tc, open_dir_failure_gives_back);
 	tcase_add_test(tc, no_opendir_fd_cap);
 	tcase_add_test(tc, no_opendir_hides);
+	tcase_add_test(tc, getattr_handle_of_another_node);
 	tcase_add_test(tc, write_read_and_sizes);
 	tcase_add_test(tc, hidden_names);
 	tcase_add_test(tc, default_hidden);

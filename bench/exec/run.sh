@@ -34,12 +34,8 @@ else
 fi
 [ -x "$B/kbox" ] || { echo "bench/exec: $B/kbox missing (make all)" >&2; exit 1; }
 [ -e /dev/kvm ] || { echo "bench/exec: skip, no /dev/kvm"; exit 0; }
-
-mkdir -p "$B/bench"
-TOOL=$B/bench/benchtool
-if [ ! -x "$TOOL" ] || [ bench/lib/benchtool.c -nt "$TOOL" ]; then
-	$CC -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wvla -o "$TOOL" bench/lib/benchtool.c
-fi
+# shellcheck source=bench/lib/lib.sh
+. bench/lib/lib.sh
 
 NAME=bench-exec-$$
 tmp=$(mktemp -d)
@@ -52,10 +48,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-now() { "$TOOL" now; }
-ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f\n", (b - a) / 1e6 }'; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f\n", a / b; else print "-" }'; }
 size() { wc -c <"$KLOG"; }
 
 t0=$(now)

@@ -34,7 +34,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,20 +58,7 @@
 #include "vmm/mptable.h"
 #include "vmm/virtio_bus.h"
 #include "vmm/vm.h"
-
-/* Shared with guest.S (and harness.c). */
-#define TG_CFG_ADDR  0x200000ull
-#define TG_CFG_MAGIC 0x3147544bu
-#define TG_MMIO      0xcf000000ull
-#define MODE_SCRIPT  4u
-
-struct tg_cfg {
-	uint32_t magic, ncpus, mode, finish, rounds, seed, mmio_pages, exit_digit;
-	uint64_t mmio_base;
-	uint64_t virtio_base;
-	uint32_t virtio_hits, virtio_irq;
-	uint64_t script;
-};
+#include "tests/guest/tg.h"
 
 enum sop { SOP_END, SOP_MW, SOP_MR, SOP_ST, SOP_WAIT, SOP_MWAIT, SOP_REP, SOP_IRQS,
 	   SOP_NEXT, SOP_MWX, SOP_MRX };
@@ -112,32 +98,6 @@ enum {
 	R_NOTIFY = 0x050, R_ISR = 0x060, R_IACK = 0x064, R_STATUS = 0x070, R_QDESC = 0x080,
 	R_QAVAIL = 0x090, R_QUSED = 0x0a0, R_GEN = 0x0fc, R_CONFIG = 0x100,
 };
-
-static unsigned passed, failed;
-
-__attribute__((format(printf, 2, 3)))
-static int check(int ok, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("%s - ", ok ? "ok  " : "FAIL");
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-	if (ok)
-		passed++;
-	else
-		failed++;
-	return ok;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /* ---- the script ring 3 runs ---- */
 
@@ -1391,7 +1351,7 @@ static void tg_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
 		return;
 	C = &gctx[cpu];
 	pthread_mutex_lock(&R.lock);
-	R.last_progress = now_s();
+	R.last_progress = tg_now();
 	if (reg == 0x38) {
 		R.reps++;
 		pthread_mutex_unlock(&R.lock);
@@ -1458,7 +1418,7 @@ static void *watchdog(void *arg)
 		usleep(100000);
 		pthread_mutex_lock(&R.lock);
 		int done = R.done;
-		double idle = now_s() - R.last_progress;
+		double idle = tg_now() - R.last_progress;
 		unsigned phase = R.final_phase;
 		pthread_mutex_unlock(&R.lock);
 		if (done)
@@ -1473,10 +1433,10 @@ static void *watchdog(void *arg)
 		/* The final script waits for answers much longer, by design. */
 		double limit = phase == 1 ? 30 : HANG_S;
 		if (!locked || idle > limit) {
-			check(0, "host hang: %s (seed %" PRIu64 ", batch %u, phase %u)",
+			tg_check(0, "host hang: %s (seed %" PRIu64 ", batch %u, phase %u)",
 			      !locked ? "the bus lock was held for 5 s (device thread stuck)"
 				      : "no vCPU progress for 5 s", seed, total_batches(), phase);
-			printf("%u passed, %u failed\n", passed, failed);
+			printf("%u passed, %u failed\n", tg_passed, tg_failed);
 			fflush(stdout);
 			_exit(1);
 		}
@@ -1768,23 +1728,23 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&R.lock, NULL);
 	char err[512] = "";
 	int set = setup(argv[1], argv[4], err, sizeof err) == 0;
-	if (!check(set, "set up the VM with vsock, virtio-fs and virtio-net on the bus%s%s",
+	if (!tg_check(set, "set up the VM with vsock, virtio-fs and virtio-net on the bus%s%s",
 		   err[0] ? ": " : "", err)) {
-		printf("%u passed, %u failed\n", passed, failed);
+		printf("%u passed, %u failed\n", tg_passed, tg_failed);
 		return 1;
 	}
 	if (vbus_start(&R.bus) < 0) {
-		check(0, "start the device thread");
+		tg_check(0, "start the device thread");
 		return 1;
 	}
 	R.fds_before = count_fds();
-	R.started = R.last_progress = now_s();
+	R.started = R.last_progress = tg_now();
 	R.deadline = R.started + secs;
 	pthread_t wd;
 	pthread_create(&wd, NULL, watchdog, NULL);
 
 	enum vm_end end = vm_run(&R.vm);
-	double took = now_s() - R.started;
+	double took = tg_now() - R.started;
 
 	pthread_mutex_lock(&R.lock);
 	R.done = 1;
@@ -1793,7 +1753,7 @@ int main(int argc, char **argv)
 	vbus_stop(&R.bus);
 	stats_line("end");
 
-	check(end == VM_END_RESET && R.final_phase == 2,
+	tg_check(end == VM_END_RESET && R.final_phase == 2,
 	      "the guest fuzzed for %.1f s and ended as it meant to (%u batches, end %d%s%s)",
 	      took, total_batches(), (int)end, end == VM_END_ERROR ? ": " : "",
 	      end == VM_END_ERROR ? R.vm.error : "");
@@ -1803,14 +1763,14 @@ int main(int argc, char **argv)
 		"virtio-net: an ARP request for the gateway is answered",
 	};
 	for (unsigned d = 0; d < ND && R.final_phase == 2; d++)
-		check(R.final_ok[d], "after the fuzzing, %s (%s)", what[d], R.final_why[d]);
-	check(R.final_phase == 2 && R.fds_after == R.fds_before,
+		tg_check(R.final_ok[d], "after the fuzzing, %s (%s)", what[d], R.final_why[d]);
+	tg_check(R.final_phase == 2 && R.fds_after == R.fds_before,
 	      "host fds unchanged: %d before, %d after", R.fds_before, R.fds_after);
 	long growth = R.rss_end - R.rss_base;
-	check(R.final_phase == 2 && R.rss_base > 0 && growth < (long)RSS_SLACK_KB,
+	tg_check(R.final_phase == 2 && R.rss_base > 0 && growth < (long)RSS_SLACK_KB,
 	      "RSS growth bounded: %ld KiB from the first quarter to the end (%ld -> %ld, "
 	      "limit %u)", growth, R.rss_base, R.rss_end, RSS_SLACK_KB);
-	check(resolver_calls == 0, "the host resolver was never asked (%u calls)",
+	tg_check(resolver_calls == 0, "the host resolver was never asked (%u calls)",
 	      resolver_calls);
 
 	echo_stop(&R.echo);
@@ -1824,9 +1784,9 @@ int main(int argc, char **argv)
 	close(R.echo.listen_fd);
 	close(R.echo.stop_fd);
 	vm_destroy(&R.vm);
-	if (failed)
+	if (tg_failed)
 		printf("# reproduce: SEED=%" PRIu64 " VCPUS=%u tests/guest/fuzz.sh BUILD SECONDS\n",
 		       seed, R.ncpus);
-	printf("%u passed, %u failed\n", passed, failed);
-	return failed ? 1 : 0;
+	printf("%u passed, %u failed\n", tg_passed, tg_failed);
+	return tg_failed ? 1 : 0;
 }

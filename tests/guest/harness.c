@@ -11,8 +11,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,17 +29,15 @@
 #include "vmm/serial.h"
 #include "vmm/virtio_bus.h"
 #include "vmm/vm.h"
+#include "tests/guest/tg.h"
 
 /* The guest's side of these lives in guest.S; keep the two in step. */
-#define TG_CFG_ADDR   0x200000ull
-#define TG_CFG_MAGIC  0x3147544bu
 #define TG_MAX_CPUS   8u
 #define TG_PORT       0x600u
 #define TG_PORT_LEN   (16u * TG_MAX_CPUS)
 #define TG_EXC_PORT   0x6e0u
 #define TG_EXC_LEN    0x20u
 #define TG_EXC_MAGIC  0x45584350u
-#define TG_MMIO       0xcf000000ull /* clear of VBUS_BASE */
 #define TG_MMIO_LEN   (0x1000ull * TG_MAX_CPUS)
 #define TG_DONE_MAGIC 0x454e4f4420424b47ull
 #define TG_SEL_UCODE  0x2bu
@@ -49,20 +45,6 @@
 /* The line finish_gate prints, as Linux would for `reboot kbox-exit=5`. */
 #define EXIT_LINE     "\nreboot: Restarting system with command 'kbox-exit=5'\n"
 #define COM1_IRQ      4u
-
-enum tg_mode { MODE_EXITS = 0, MODE_GARBAGE = 1, MODE_FAULT = 2, MODE_IOPL = 3,
-	       MODE_SCRIPT = 4 };
-enum tg_finish { FINISH_RESET = 0, FINISH_TRIPLE = 1 };
-
-struct tg_cfg {
-	uint32_t magic, ncpus, mode, finish, rounds, seed, mmio_pages, exit_digit;
-	uint64_t mmio_base;
-	uint64_t virtio_base;
-	uint32_t virtio_hits, virtio_irq;
-	uint64_t script;
-};
-_Static_assert(offsetof(struct tg_cfg, script) == 0x38 && sizeof(struct tg_cfg) <= 0x40,
-	       "struct tg_cfg must match cfg in guest.S");
 
 /* One access as the device callbacks saw it: ports byte by byte (that is
  * how vm.c hands them out), MMIO as whole accesses. */
@@ -112,32 +94,6 @@ struct harness {
 	uint64_t rep[REP_MAX]; /* MODE_SCRIPT reports, in order */
 	unsigned nrep;
 };
-
-static unsigned passed, failed;
-
-__attribute__((format(printf, 2, 3)))
-static int check(int ok, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("%s - ", ok ? "ok  " : "FAIL");
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-	if (ok)
-		passed++;
-	else
-		failed++;
-	return ok;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /* ---- the values both sides compute (guest.S: xval, yval) ---- */
 
@@ -824,7 +780,7 @@ static void rst_check(const char *name, const struct harness *h, const struct pl
 	struct vsock_hdr x = { 0 };
 	uint64_t elem = 0;
 	int got = rx_get(h, &p->rst[round], &x, &elem, NULL, 0);
-	check(got && tx_done(h, p->rst_tx[round]) &&
+	tg_check(got && tx_done(h, p->rst_tx[round]) &&
 		      is_pkt(&x, VSOCK_OP_RST, PORT_CLOSED, 5001 + round, 0) &&
 		      (elem >> 32) == VSOCK_HDR_SIZE,
 	      "%s: round %u: REQUEST to closed port %u answered by RST in the rx ring "
@@ -837,25 +793,25 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 {
 	const struct plan *p = &r->plan;
 	char why[320];
-	check(h->nrep == r->script.nrep, "%s: ring 3 ran the whole %u-op driver script "
+	tg_check(h->nrep == r->script.nrep, "%s: ring 3 ran the whole %u-op driver script "
 					 "(%u of %u reports)", name, r->script.n, h->nrep,
 	      r->script.nrep);
 	for (unsigned k = 0; k <= HOSTILE_ROUNDS; k++) {
 		int ok = hs_ok(h, &p->hs[k], why, sizeof why);
-		check(ok, "%s: round %u: virtio-mmio handshake from ring 3: %s", name, k, why);
+		tg_check(ok, "%s: round %u: virtio-mmio handshake from ring 3: %s", name, k, why);
 	}
 	rst_check(name, h, p, 0);
 
 	struct vsock_hdr x = { 0 };
 	uint64_t elem = 0;
 	int got = rx_get(h, &p->resp, &x, &elem, NULL, 0);
-	check(got && tx_done(h, p->req_tx) && is_pkt(&x, VSOCK_OP_RESPONSE, PORT_OPEN, 5000, 0),
+	tg_check(got && tx_done(h, p->req_tx) && is_pkt(&x, VSOCK_OP_RESPONSE, PORT_OPEN, 5000, 0),
 	      "%s: REQUEST to listening port %u answered by RESPONSE (op %u, ports %u -> %u)",
 	      name, PORT_OPEN, x.op, x.src_port, x.dst_port);
 	int same = r->peer.got_n == G2H_LEN;
 	for (unsigned i = 0; same && i < G2H_LEN; i++)
 		same = r->peer.got[i] == g2h_byte(i);
-	check(tx_done(h, p->rw_tx) && same,
+	tg_check(tx_done(h, p->rw_tx) && same,
 	      "%s: guest RW of %u bytes reached the Unix socket %s_%u byte-exact (%zu bytes "
 	      "read)", name, G2H_LEN, "<dir>/v", PORT_OPEN, r->peer.got_n);
 	uint8_t pl[H2G_LEN] = { 0 };
@@ -864,7 +820,7 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 	same = got && r->peer.sent == H2G_LEN;
 	for (unsigned i = 0; same && i < H2G_LEN; i++)
 		same = pl[i] == h2g_byte(i);
-	check(same && is_pkt(&x, VSOCK_OP_RW, PORT_OPEN, 5000, H2G_LEN) &&
+	tg_check(same && is_pkt(&x, VSOCK_OP_RW, PORT_OPEN, 5000, H2G_LEN) &&
 		      (elem >> 32) == VSOCK_HDR_SIZE + H2G_LEN,
 	      "%s: host write of %u bytes came to ring 3 as RW, read from rx and reported "
 	      "byte-exact (op %u len %u, used len %" PRIu64 ")%s",
@@ -874,7 +830,7 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 		int seen = rep_get(h, p->bad[k], &st) && !(st & POLL_GAVE_UP) &&
 			   (st & VIRTIO_STATUS_NEEDS_RESET);
 		int reset = rep_get(h, p->reset_status[k], &after) && after == 0;
-		check(seen && reset,
+		tg_check(seen && reset,
 		      "%s: round %u: tx chain %s -> Status 0x%" PRIx64 " (DEVICE_NEEDS_RESET), "
 		      "Status reads 0x%" PRIx64 " after the driver's reset", name, k + 1,
 		      k == 1 ? "that loops" : "pointing outside RAM", st & 0xffffffffu, after);
@@ -882,11 +838,11 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 	}
 	uint64_t irqs = 0;
 	int have = rep_get(h, p->irqs, &irqs);
-	check(have && irqs > 0,
+	tg_check(have && irqs > 0,
 	      "%s: the device's irqfd interrupts reached the guest through the IO-APIC "
 	      "(%" PRIu64 " counted in ring 0)", name, irqs);
 	unsigned kicks = notifies_in(&r->script);
-	check(kicks > 0 && r->notify_exits == 0 && r->reg_writes > 0,
+	tg_check(kicks > 0 && r->notify_exits == 0 && r->reg_writes > 0,
 	      "%s: all %u QueueNotify writes went through the ioeventfds to the device thread "
 	      "(%u reached the VMM's MMIO handler, which saw %u register writes)",
 	      name, kicks, r->notify_exits, r->reg_writes);
@@ -930,8 +886,8 @@ static void *watchdog_thread(void *arg)
 		vm_stop(w->vm, VM_END_STOPPED);
 		until.tv_sec += STOP_GRACE_S;
 		if (wait_done(w, &until)) {
-			check(0, "%s: VM still running %d s after vm_stop", w->name, STOP_GRACE_S);
-			printf("%u passed, %u failed\n", passed, failed);
+			tg_check(0, "%s: VM still running %d s after vm_stop", w->name, STOP_GRACE_S);
+			printf("%u passed, %u failed\n", tg_passed, tg_failed);
 			fflush(stdout);
 			_exit(1);
 		}
@@ -1039,25 +995,25 @@ static void check_sequence(const struct tcase *t, struct harness *h, unsigned cp
 	const struct cpu_log *l = &h->log[cpu];
 	unsigned nwant = expected_exits(cpu, t->rounds, want, LOG_MAX);
 	if (l->overflow || nwant > LOG_MAX) {
-		check(0, "%s: vCPU %u: more exits than the log holds", t->name, cpu);
+		tg_check(0, "%s: vCPU %u: more exits than the log holds", t->name, cpu);
 		return;
 	}
 	unsigned i = 0;
 	while (i < l->n && i < nwant && same_ev(&l->ev[i], &want[i]))
 		i++;
 	if (i == nwant && i == l->n) {
-		check(1, "%s: vCPU %u: exact sequence of %u exits (port and MMIO, out and in)",
+		tg_check(1, "%s: vCPU %u: exact sequence of %u exits (port and MMIO, out and in)",
 		      t->name, cpu, nwant);
 		return;
 	}
 	if (i < l->n && i < nwant)
-		check(0, "%s: vCPU %u: exit %u is %s +0x%x len %u = 0x%" PRIx64
+		tg_check(0, "%s: vCPU %u: exit %u is %s +0x%x len %u = 0x%" PRIx64
 			 ", expected %s +0x%x len %u = 0x%" PRIx64,
 		      t->name, cpu, i, kind_name(l->ev[i].kind), l->ev[i].off, l->ev[i].len,
 		      l->ev[i].val, kind_name(want[i].kind), want[i].off, want[i].len,
 		      want[i].val);
 	else
-		check(0, "%s: vCPU %u: %u exits seen, %u expected (first %u match)", t->name,
+		tg_check(0, "%s: vCPU %u: %u exits seen, %u expected (first %u match)", t->name,
 		      cpu, l->n, nwant, i);
 }
 
@@ -1072,7 +1028,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	char err[512] = "";
 	size_t img_len = 0;
 	uint8_t *img = read_all(guest_path, &img_len);
-	if (!check(img != NULL, "%s: read %s", t->name, guest_path))
+	if (!tg_check(img != NULL, "%s: read %s", t->name, guest_path))
 		return;
 
 	memset(&h, 0, sizeof h);
@@ -1151,7 +1107,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	}
 	if (ok)
 		ok = vm_setup_cpus(&vm, k.entry, err, sizeof err) == 0;
-	if (!check(ok, "%s: set up a %u-vCPU VM%s%s", t->name, t->ncpus, ok ? "" : ": ",
+	if (!tg_check(ok, "%s: set up a %u-vCPU VM%s%s", t->name, t->ncpus, ok ? "" : ": ",
 		   err)) {
 		if (bus_made)
 			vbus_stop(&bus);
@@ -1176,9 +1132,9 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	pthread_t wt;
 	int have_wd = pthread_create(&wt, NULL, watchdog_thread, &w) == 0;
 
-	double t0 = now_s();
+	double t0 = tg_now();
 	enum vm_end end = vm_run(&vm);
-	double dt = now_s() - t0;
+	double dt = tg_now() - t0;
 
 	if (have_wd) {
 		pthread_mutex_lock(&w.lock);
@@ -1187,8 +1143,8 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		pthread_mutex_unlock(&w.lock);
 		pthread_join(wt, NULL);
 	}
-	check(have_wd, "%s: watchdog armed (%.0f s)", t->name, t->limit_s);
-	check(end == t->want && !w.fired, "%s: VM ended by %s (want %s) after %.3f s%s%s",
+	tg_check(have_wd, "%s: watchdog armed (%.0f s)", t->name, t->limit_s);
+	tg_check(end == t->want && !w.fired, "%s: VM ended by %s (want %s) after %.3f s%s%s",
 	      t->name, end_name(end), end_name(t->want), dt, end == VM_END_ERROR ? ": " : "",
 	      end == VM_END_ERROR ? vm.error : "");
 
@@ -1199,7 +1155,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		for (unsigned c = 0; c < t->ncpus; c++)
 			reported += h.log[c].n > 0 && h.log[c].ev[0].kind == EV_PIO_OUT &&
 				    h.log[c].ev[0].off == 16 * c && h.log[c].ev[0].val == c;
-		check(reported == t->ncpus, "%s: %u of %u vCPUs reported in ring 3", t->name,
+		tg_check(reported == t->ncpus, "%s: %u of %u vCPUs reported in ring 3", t->name,
 		      reported, t->ncpus);
 	}
 	if (t->mode == MODE_FAULT) {
@@ -1208,9 +1164,9 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		uint64_t where = l->n == 2 && l->ev[1].kind == EV_MMIO_W && l->ev[1].len == 8 &&
 					 l->ev[1].off == 0x20
 				 ? l->ev[1].val : 0;
-		check(l->n == 2 && l->ev[0].kind == EV_PIO_OUT && where != 0,
+		tg_check(l->n == 2 && l->ev[0].kind == EV_PIO_OUT && where != 0,
 		      "%s: ring 0 said hello, ring 3 said where it will fault", t->name);
-		check(h.exc_count == 1 && h.exc.vec == 13 && h.exc.err == 0 &&
+		tg_check(h.exc_count == 1 && h.exc.vec == 13 && h.exc.err == 0 &&
 			      h.exc.cs == TG_SEL_UCODE && h.exc.cpu == 0 && h.exc.rip == where,
 		      "%s: hlt at CPL 3 delivered as #GP(0) from CS 0x%x at 0x%" PRIx64
 		      " (got %u report(s): vector %u error %u CS 0x%x cpu %u RIP 0x%" PRIx64 ")",
@@ -1234,13 +1190,13 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		printf("# ring 3 runs with RFLAGS 0x%" PRIx64 " (IOPL %u, IF %u) after iretq "
 		       "with 0x3002; `out` there %s\n", flags, iopl, (unsigned)(flags >> 9) & 1,
 		       got_out ? "reaches the VMM" : got_gp ? "raises #GP(0)" : "does neither");
-		check(where != 0 && (iopl == 3 ? got_out && h.exc_count == 0 : got_gp),
+		tg_check(where != 0 && (iopl == 3 ? got_out && h.exc_count == 0 : got_gp),
 		      "%s: ring-3 port I/O obeys the IOPL ring 3 really has (IOPL %u: %s)",
 		      t->name, iopl, got_out ? "exit" : got_gp ? "#GP" : "neither");
 	} else {
 		if (t->mode == MODE_SCRIPT)
 			script_checks(t->name, &h, &rig);
-		check(h.exc_count == 0, "%s: no exception in the guest%s", t->name,
+		tg_check(h.exc_count == 0, "%s: no exception in the guest%s", t->name,
 		      h.exc_count ? " (one was reported)" : "");
 		if (h.exc_count)
 			printf("       vector %u error 0x%x RIP 0x%" PRIx64 " CS 0x%x vCPU %u\n",
@@ -1248,17 +1204,17 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	}
 	if (t->want == VM_END_RESET && (t->mode == MODE_EXITS || t->mode == MODE_GARBAGE))
 		/* finish_gate's ring-0 path prints the exit line for kbox. */
-		check(strstr(h.uart_tail, EXIT_LINE) != NULL,
+		tg_check(strstr(h.uart_tail, EXIT_LINE) != NULL,
 		      "%s: UART carried the guest's kbox-exit=5 line (%" PRIu64 " bytes out)",
 		      t->name, h.uart_bytes);
 	if (t->mode == MODE_GARBAGE) {
 		unsigned done = 0;
 		for (unsigned c = 0; c < t->ncpus; c++)
 			done += h.log[c].done;
-		check(done == t->ncpus, "%s: %u of %u vCPUs done with garbage (together all 65536 "
+		tg_check(done == t->ncpus, "%s: %u of %u vCPUs done with garbage (together all 65536 "
 					"ports; %u MMIO pages each)",
 		      t->name, done, t->ncpus, t->mmio_pages);
-		check(h.garbage_events > 0, "%s: garbage reached the test devices (%" PRIu64
+		tg_check(h.garbage_events > 0, "%s: garbage reached the test devices (%" PRIu64
 					    " accesses)", t->name, h.garbage_events);
 		/* With one vCPU nothing can disturb the line between the guest
 		 * setting it up and its 4096-byte rep outsb; with more, another
@@ -1266,7 +1222,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		 * The sweep itself adds a few THR bytes on top. */
 		uint64_t want = 4096 + sizeof EXIT_LINE - 1;
 		if (t->ncpus == 1)
-			check(h.uart_bytes >= want, "%s: rep outsb of 4096 bytes reached the UART "
+			tg_check(h.uart_bytes >= want, "%s: rep outsb of 4096 bytes reached the UART "
 						    "byte for byte (%" PRIu64 " out, at least %" PRIu64
 						    " expected)", t->name, h.uart_bytes, want);
 		else
@@ -1276,7 +1232,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	unsigned wrong = 0;
 	for (unsigned c = 0; c < TG_MAX_CPUS; c++)
 		wrong += h.log[c].wrong_thread;
-	check(wrong == 0, "%s: every access came from its own vCPU's thread (%u did not)",
+	tg_check(wrong == 0, "%s: every access came from its own vCPU's thread (%u did not)",
 	      t->name, wrong);
 
 	if (bus_made) {
@@ -1329,7 +1285,7 @@ int main(int argc, char **argv)
 	alarm(120);
 	printf("# /dev/kvm is %s\n", vm_is_pvm() ? "PVM (ring 0 emulated)" : "hardware KVM");
 	unsigned ran = 0;
-	double t0 = now_s();
+	double t0 = tg_now();
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		if (argc == 3 && strcmp(argv[2], cases[i].name) != 0)
 			continue;
@@ -1337,8 +1293,8 @@ int main(int argc, char **argv)
 		ran++;
 	}
 	if (argc == 3 && ran == 0)
-		check(0, "no case named %s", argv[2]);
-	printf("# all cases: %.2f s\n", now_s() - t0);
-	printf("%u passed, %u failed\n", passed, failed);
-	return failed ? 1 : 0;
+		tg_check(0, "no case named %s", argv[2]);
+	printf("# all cases: %.2f s\n", tg_now() - t0);
+	printf("%u passed, %u failed\n", tg_passed, tg_failed);
+	return tg_failed ? 1 : 0;
 }

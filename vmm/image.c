@@ -747,6 +747,19 @@ static DIR *dir_stream(int fd)
 	return d;
 }
 
+/* NAME in DFD as a directory stream, opened O_RDONLY | O_DIRECTORY |
+ * O_CLOEXEC | oflags: NULL with errno set (openat's, or ENOMEM). */
+static DIR *dir_open(int dfd, const char *name, int oflags)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | oflags);
+	if (fd < 0)
+		return NULL;
+	DIR *d = dir_stream(fd);
+	if (!d)
+		errno = ENOMEM;
+	return d;
+}
+
 /* Removes NAME in DFD, a whole tree if it is a directory; never follows
  * a symlink. */
 static int remove_tree(int dfd, const char *name, unsigned depth)
@@ -759,13 +772,10 @@ static int remove_tree(int dfd, const char *name, unsigned depth)
 		return -ELOOP;
 	/* Unprivileged owners may have left a directory unreadable. */
 	fchmodat(dfd, name, 0700, 0);
-	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	DIR *d = dir_stream(fd);
+	DIR *d = dir_open(dfd, name, O_NOFOLLOW);
 	if (!d)
-		return -ENOMEM;
-	int r = 0;
+		return -errno;
+	int fd = dirfd(d), r = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -1367,12 +1377,10 @@ static void rand_name(char *buf, size_t len, const char *prefix)
  * progress and a dir not locked yet, they are old). */
 static void tmp_sweep(struct store *st)
 {
-	int tfd = openat(st->fd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (tfd < 0)
-		return;
-	DIR *d = dir_stream(tfd);
+	DIR *d = dir_open(st->fd, "tmp", 0);
 	if (!d)
 		return;
+	int tfd = dirfd(d);
 	struct dirent *de;
 	time_t now = time(NULL);
 	while ((de = readdir(d))) {
@@ -1481,12 +1489,9 @@ static int write_ref(struct image_ctx *ctx, struct store *st, const char *nameta
 static int refs_each(struct store *st, int (*fn)(void *arg, const char *nametag, const char *id),
 		     void *arg)
 {
-	int rfd = openat(st->fd, "refs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (rfd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	DIR *d = dir_stream(rfd);
+	DIR *d = dir_open(st->fd, "refs", 0);
 	if (!d)
-		return -ENOMEM;
+		return errno == ENOENT ? 0 : -errno;
 	struct dirent *de;
 	int r = 0;
 	while (!r && (de = readdir(d))) {
@@ -1577,10 +1582,7 @@ static void gc_id(struct store *st, const char *id)
  * gc_id while a sandbox ran on it).  Called with the store lock held. */
 static void sweep_unused(struct store *st)
 {
-	int dfd = openat(st->fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return;
-	DIR *d = dir_stream(dfd);
+	DIR *d = dir_open(st->fd, "rootfs", 0);
 	if (!d)
 		return;
 	char ids[64][IMAGE_HEX_LEN + 1];

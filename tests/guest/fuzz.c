@@ -739,6 +739,23 @@ static uint16_t csum_add(const uint8_t *p, size_t len, uint32_t sum)
 
 static void be16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
 
+/* The guest's ARP who-has for tip, from byte 12 of the Ethernet frame at e
+ * (its addresses are the caller's) to byte 42; the target MAC is left as
+ * it was (zero in a cleared buffer). */
+static void arp_who_has(uint8_t *e, const uint8_t tip[4])
+{
+	static const uint8_t g_mac[6] = VNET_GUEST_MAC, gip[4] = NS_GUEST_IP;
+	be16(e + 12, 0x0806);
+	be16(e + 14, 1);
+	be16(e + 16, 0x0800);
+	e[18] = 6;
+	e[19] = 4;
+	be16(e + 20, 1);
+	memcpy(e + 22, g_mac, 6);
+	memcpy(e + 28, gip, 4);
+	memcpy(e + 38, tip, 4);
+}
+
 /* virtio-net: a virtio-net header and an Ethernet frame for the stack. */
 static size_t net_frame(uint8_t *p, size_t cap)
 {
@@ -758,15 +775,8 @@ static size_t net_frame(uint8_t *p, size_t cap)
 	size_t len = 14;
 	unsigned kind = rn(6);
 	if (kind == 0) { /* ARP who-has 10.0.2.x */
-		be16(e + 12, 0x0806);
-		be16(ip, 1);
-		be16(ip + 2, 0x0800);
-		ip[4] = 6;
-		ip[5] = 4;
-		be16(ip + 6, 1);
-		memcpy(ip + 8, g_mac, 6);
-		memcpy(ip + 14, guest_ip, 4);
-		ip[24] = 10; ip[25] = 0; ip[26] = 2; ip[27] = (uint8_t)(pct(50) ? 2 : rnd());
+		const uint8_t tip[4] = { 10, 0, 2, (uint8_t)(pct(50) ? 2 : rnd()) };
+		arp_who_has(e, tip);
 		len += 28;
 	} else if (kind <= 4) { /* IPv4: TCP SYN, UDP DNS, ICMP echo */
 		be16(e + 12, 0x0800);
@@ -1084,21 +1094,12 @@ static void gen_final(void)
 		s[0] = (struct seg){ a + i * 2048ull, 2048, VRING_F_WRITE };
 		clean_post(D_NET, 0, s, 1);
 	}
-	static const uint8_t g_mac[6] = VNET_GUEST_MAC;
-	static const uint8_t gip[4] = NS_GUEST_IP, gwip[4] = NS_GATEWAY_IP;
+	static const uint8_t g_mac[6] = VNET_GUEST_MAC, gwip[4] = NS_GATEWAY_IP;
 	memset(b, 0, sizeof b);
 	uint8_t *e = b + VNET_HDR_SIZE;
 	memset(e, 0xff, 6);
 	memcpy(e + 6, g_mac, 6);
-	be16(e + 12, 0x0806);
-	be16(e + 14, 1);
-	be16(e + 16, 0x0800);
-	e[18] = 6;
-	e[19] = 4;
-	be16(e + 20, 1);
-	memcpy(e + 22, g_mac, 6);
-	memcpy(e + 28, gip, 4);
-	memcpy(e + 38, gwip, 4);
+	arp_who_has(e, gwip);
 	gm_write(&g_vm->mem, a + 8 * 2048ull, b, VNET_HDR_SIZE + 42);
 	s[0] = (struct seg){ a + 8 * 2048ull, VNET_HDR_SIZE + 42, 0 };
 	clean_post(D_NET, 1, s, 1);

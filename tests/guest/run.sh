@@ -21,7 +21,7 @@ $CC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter 
 	-O2 -g -I. -o "$B/kvm-harness" tests/guest/harness.c \
 	vmm/vm.c vmm/guest_mem.c vmm/boot.c vmm/mptable.c vmm/serial.c \
 	vmm/virtio_bus.c devices/virtio_mmio.c devices/virtqueue.c \
-	devices/virtio_vsock.c devices/vsock_unix.c -lpthread
+	devices/virtio_vsock.c devices/vsock_unix.c netstack/errbuf.c -lpthread
 
 out=$(mktemp)
 trap 'rm -f "$out" "$out.rc" "$out.kbox"' EXIT

@@ -23,6 +23,10 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#ifdef KBOX_TEST_HOOKS
+#include <dlfcn.h>
+#endif
+
 #include "vmm/mounts.h"
 #include "vmm/run.h"
 
@@ -399,6 +403,15 @@ static int seccomp_build(bool net, scmp_filter_ctx *out, unsigned *count)
 	/* Malloc, thread stacks: never new executable memory. */
 	ADD(SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1, arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
 	ADD(SCMP_ACT_ALLOW, SCMP_SYS(mprotect), 1, arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+	/* An executable mapping is refused with EPERM rather than stopping
+	 * kbox: glibc loads code on demand (getaddrinfo's NSS modules named in
+	 * nsswitch.conf), and a dlopen that fails makes it skip that module as
+	 * a missing one.  Landlock keeps such files unreadable anyway; this
+	 * covers a kernel without it. */
+	ADD(SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mmap), 1,
+	    arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
+	ADD(SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mprotect), 1,
+	    arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
 	/* pthread_create: threads only, never a new process. */
 	ADD(SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
 	    arg(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
@@ -707,6 +720,7 @@ static void hook_open(void)
  *   open:PATH       try to open PATH for reading, print the outcome
  *   lwip-open:PATH  the same from lwIP's thread (needs a network)
  *   fd:N            print what fd N refers to (or that it is closed)
+ *   dlopen:PATH     load the shared object PATH, print the outcome
  *   execve          try to run /bin/sh: the allowlist must stop kbox */
 static void test_hooks(void)
 {
@@ -735,6 +749,12 @@ static void test_hooks(void)
 			target[n > 0 ? n : 0] = '\0';
 			fprintf(stderr, "kbox: test hook: fd %s: %s\n", a + 3,
 				n > 0 ? target : "closed");
+		} else if (strncmp(a, "dlopen:", 7) == 0) {
+			void *h = dlopen(a + 7, RTLD_NOW | RTLD_LOCAL);
+			fprintf(stderr, "kbox: test hook: dlopen %s: %s\n", a + 7,
+				h ? "loaded" : "failed");
+			if (h)
+				dlclose(h);
 		} else if (strcmp(a, "execve") == 0) {
 			char *argv[] = { "sh", "-c", "echo escaped", NULL };
 			execve("/bin/sh", argv, NULL);

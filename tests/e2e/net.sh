@@ -85,38 +85,8 @@ fi
 # --- a DNS server on the host's loopback for --dns: names under
 # kbox-e2e.test only (probe: a public address, rebind: a private one,
 # others NXDOMAIN); each question logged as "NAME TYPE" ---
-cat > "$tmp/dns.py" <<'EOF'
-import socket, struct, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
-with open(sys.argv[1], "w") as f:
-    f.write(str(s.getsockname()[1]))
-answers = {"probe.kbox-e2e.test": bytes([1, 2, 3, 4]), "rebind.kbox-e2e.test": bytes([10, 1, 2, 3])}
-while True:
-    m, peer = s.recvfrom(512)
-    if len(m) < 12:
-        continue
-    qid, flags, qd = struct.unpack(">HHH", m[:6])
-    labels, i = [], 12
-    while i < len(m) and m[i] != 0 and m[i] < 64:
-        labels.append(m[i + 1:i + 1 + m[i]].decode("ascii", "replace"))
-        i += 1 + m[i]
-    if qd != 1 or i + 5 > len(m):
-        continue
-    qtype = struct.unpack(">H", m[i + 1:i + 3])[0]
-    name = ".".join(labels).lower()
-    with open(sys.argv[2], "a") as log:
-        log.write("%s %d\n" % (name, qtype))
-    question = m[12:i + 5]
-    addr = answers.get(name)
-    ans = b""
-    if addr is not None and qtype == 1:
-        ans = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + addr
-    rcode = 0 if addr is not None else 3
-    hdr = struct.pack(">HHHHHH", qid, 0x8180 | rcode, 1, 1 if ans else 0, 0, 0)
-    s.sendto(hdr + question + ans, peer)
-EOF
-python3 "$tmp/dns.py" "$tmp/dnsport" "$tmp/dns.log" 2> "$tmp/dns.err" &
+python3 "$(dirname "$0")/../lib/dns_responder.py" 0 "$tmp/dnsport" "$tmp/dns.log" \
+	probe.kbox-e2e.test=1.2.3.4 rebind.kbox-e2e.test=10.1.2.3 2> "$tmp/dns.err" &
 dns_pid=$!
 e2e_wait_file "$tmp/dnsport"
 dnsport=$(cat "$tmp/dnsport" 2>/dev/null)

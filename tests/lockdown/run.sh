@@ -62,8 +62,19 @@ expect "kbox names the refused call (execve, 59)" \
 	'grep -q "kbox: lock-down: system call 59 (execve) is not allowed" "$T/err"'
 expect "the refused call did not run" '! grep -q escaped "$T/out" "$T/err"'
 
-KBOX_TEST_LOCKDOWN="open:$secret;open:/etc/shadow;open:$T/work/in.txt;fd:40;lwip-open:$secret;lwip-open:$T/work/in.txt;execve" \
+# A shared object in a -v folder (readable under Landlock) that the host
+# itself can load: after lock-down its executable mapping is refused with
+# EPERM, so dlopen fails and kbox goes on (glibc's NSS modules load so).
+printf 'int kbox_probe(void) { return 7; }\n' > "$T/probe.c"
+cc -shared -fPIC -o "$T/work/probe.so" "$T/probe.c" 2>"$T/cc.err" &&
+	python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(sys.argv[1]).kbox_probe() != 7)' \
+		"$T/work/probe.so"
+expect "a test shared object builds and loads on the host" '[ $? -eq 0 ]'
+KBOX_TEST_LOCKDOWN="open:$secret;open:/etc/shadow;open:$T/work/in.txt;fd:40;lwip-open:$secret;lwip-open:$T/work/in.txt;dlopen:$T/work/probe.so;execve" \
 	timeout 60 "$hooked" run -v "$T/work:/w" -- true >"$T/out" 2>"$T/err" 40<"$secret"
+expect "no new executable memory: dlopen fails with EPERM, and kbox goes on" \
+	'grep -q "dlopen $T/work/probe.so: failed" "$T/err" &&
+	 ! grep -q "system call 9 (mmap)\|system call 10 (mprotect)" "$T/err"'
 expect "after lock-down a host file outside the allowed set cannot be opened" \
 	'grep -q "open $secret: Permission denied" "$T/err"'
 expect "nor from lwIP's thread, started before the lock-down" \
@@ -214,33 +225,7 @@ expect "boot 3: its runtime directory was removed" '[ ! -e "$T/rt/kbox/$name" ]'
 # files, and a DNS server on that namespace's loopback answers; nothing
 # leaves the namespace.
 if command -v unshare >/dev/null && [ "$(id -u)" = 0 ]; then
-	cat > "$T/dns.py" <<'PYEOF'
-import socket, struct, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 53))
-open(sys.argv[1], "w").write("up")
-while True:
-    m, peer = s.recvfrom(512)
-    if len(m) < 12:
-        continue
-    qid, flags, qd = struct.unpack(">HHH", m[:6])
-    labels, i = [], 12
-    while i < len(m) and m[i] != 0 and m[i] < 64:
-        labels.append(m[i + 1:i + 1 + m[i]].decode("ascii", "replace"))
-        i += 1 + m[i]
-    if qd != 1 or i + 5 > len(m):
-        continue
-    qtype = struct.unpack(">H", m[i + 1:i + 3])[0]
-    name = ".".join(labels).lower()
-    with open(sys.argv[2], "a") as log:
-        log.write("%s %d\n" % (name, qtype))
-    ans = b""
-    if name == "probe.kbox-ld.test" and qtype == 1:
-        ans = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + bytes([1, 2, 3, 4])
-    rcode = 0 if name == "probe.kbox-ld.test" else 3
-    hdr = struct.pack(">HHHHHH", qid, 0x8180 | rcode, 1, 1 if ans else 0, 0, 0)
-    s.sendto(hdr + m[12:i + 5] + ans, peer)
-PYEOF
+	dns=$(cd "$(dirname "$0")/../lib" && pwd)/dns_responder.py
 	printf 'nameserver 127.0.0.1\noptions timeout:2 attempts:2\n' > "$T/resolv.conf"
 	printf 'hosts: files mdns4_minimal [NOTFOUND=return] resolve [!UNAVAIL=return] myhostname systemd hesiod dns\n' \
 		> "$T/nsswitch.conf"
@@ -248,7 +233,7 @@ PYEOF
 ip link set lo up || exit 90
 mount --bind "$T/resolv.conf" /etc/resolv.conf || exit 91
 mount --bind "$T/nsswitch.conf" /etc/nsswitch.conf || exit 92
-python3 "$T/dns.py" "$T/dns.up" "$T/dns.log" 2>"$T/dns.err" &
+python3 "$dns" 53 "$T/dns.up" "$T/dns.log" probe.kbox-ld.test=1.2.3.4 2>"$T/dns.err" &
 p=\$!
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -f "$T/dns.up" ] && break; sleep 0.5; done
 timeout "$boot_timeout" "$kbox" run --verbose -- sh -c 'nslookup probe.kbox-ld.test' </dev/null

@@ -28,11 +28,16 @@ bad() { echo "FAIL $1${2:+: $2}"; fail=$((fail + 1)); }
 check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "expected '$2', got '$3'"; fi; }
 has() { if grep -q -- "$3" "$2"; then ok "$1"; else bad "$1" "no '$3' in $2: $(tail -3 "$2" | tr '\n' '|')"; fi; }
 
-if [ ! -x "$P" ] || [ tests/tls/mitm_proxy.c -nt "$P" ]; then
+SRCS="tests/tls/mitm_proxy.c netstack/tls_sni.c netstack/tls_trust.c netstack/tls_mitm.c
+	netstack/tls_cert.c netstack/datadir.c netstack/b64.c netstack/errbuf.c netstack/fileio.c"
+stale=0
+[ -x "$P" ] || stale=1
+for s in $SRCS netstack/*.h; do [ "$s" -nt "$P" ] && stale=1; done
+if [ $stale = 1 ]; then
 	mkdir -p "$BUILD/tls"
+	# shellcheck disable=SC2086
 	cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -I. -O2 -g \
-		-o "$P" tests/tls/mitm_proxy.c netstack/tls_sni.c netstack/tls_trust.c netstack/tls_mitm.c \
-		netstack/tls_cert.c netstack/datadir.c -lbearssl -lpthread || exit 1
+		-o "$P" $SRCS -lbearssl -lpthread || exit 1
 fi
 
 T=$(mktemp -d /tmp/kbox-mitm-XXXXXX)

@@ -262,6 +262,9 @@ Suite *sandbox_suite(void)
 {
 	Suite *s = suite_create("sandbox");
 	TCase *tc = tcase_create("core");
+	/* 400 forks under ASan take a few seconds on a loaded 2-core host:
+	 * more than Check's default 4 s. */
+	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, names);
 	tcase_add_test(tc, claim_info_lookup_release);

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+__attribute__((format(printf, 3, 0)))
 static void eb_vsay(char *err, size_t errlen, const char *fmt, va_list ap)
 {
 	if (err && errlen)

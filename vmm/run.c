@@ -823,14 +823,14 @@ int run_main(int argc, char **argv)
 	}
 	bus_made = 1;
 	if ((rc = vsock_init(&s.vs, GUEST_CID, NULL, NULL)) < 0) {
-		rc = KBOX_EXIT_FAILURE;
 		cli_die("cannot create the vsock device: %s", strerror(-rc));
+		rc = KBOX_EXIT_FAILURE;
 		goto out;
 	}
 	vs_made = 1;
 	if ((rc = vsock_unix_init(&s.vu, &s.vs, sb.sock, true)) < 0) {
-		rc = KBOX_EXIT_FAILURE;
 		cli_die("cannot listen on %s: %s", sb.sock, strerror(-rc));
+		rc = KBOX_EXIT_FAILURE;
 		goto out;
 	}
 	rc = KBOX_EXIT_FAILURE;

@@ -61,11 +61,8 @@ elif [ ! -e "$BZIMAGE" ]; then
 	QEMU=
 fi
 
-mkdir -p "$B/bench"
-TOOL=$B/bench/benchtool
-if [ ! -x "$TOOL" ] || [ bench/lib/benchtool.c -nt "$TOOL" ]; then
-	$CC -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wvla -o "$TOOL" bench/lib/benchtool.c
-fi
+# benchtool ($TOOL), built as bench/exec and bench/lockdown build it.
+. bench/lib/lib.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM

@@ -1,4 +1,4 @@
-# Shared by bench/exec and bench/lockdown (POSIX sh): sourced at the
+# Shared by bench/boot, bench/exec and bench/lockdown (POSIX sh): sourced at the
 # repository root once B (the build folder) and CC are set.  Builds
 # bench/lib/benchtool.c into $TOOL ($B/bench/benchtool) when it is missing
 # or older than its source, and defines the timing helpers below.

@@ -2,6 +2,7 @@
  * certificate through br_x509_decoder; every anchor lives in one
  * allocation (DN then key bytes) owned by the set. */
 #include "netstack/tls_trust.h"
+#include "netstack/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -167,42 +168,11 @@ int tls_trust_add_pem(struct tls_trust *t, const char *text, size_t len, size_t 
 	return rc;
 }
 
+/* PATH whole, NUL-terminated; anything but a regular file is -EINVAL. */
 static int read_file(const char *path, char **text, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	int rc = 0;
-	char *buf = NULL;
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-	} else if (!S_ISREG(st.st_mode)) {
-		rc = -EINVAL;
-	} else if ((uint64_t)st.st_size > TLS_TRUST_FILE_MAX) {
-		rc = -EFBIG;
-	} else if (!(buf = malloc((size_t)st.st_size + 1))) {
-		rc = -ENOMEM;
-	}
-	size_t got = 0;
-	while (rc == 0 && got < (size_t)st.st_size) {
-		ssize_t k = read(fd, buf + got, (size_t)st.st_size - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			rc = k < 0 ? -errno : -EIO;
-			break;
-		}
-		got += (size_t)k;
-	}
-	close(fd);
-	if (rc < 0) {
-		free(buf);
-		return rc;
-	}
-	*text = buf;
-	*len = got;
-	return 0;
+	int rc = fio_slurp(path, 0, TLS_TRUST_FILE_MAX, text, len, NULL, NULL);
+	return rc == -EISDIR ? -EINVAL : rc;
 }
 
 int tls_trust_add_file(struct tls_trust *t, const char *path, int strict, char *err, size_t errlen)

@@ -1,29 +1,17 @@
 #include "vmm/klog.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "netstack/fileio.h"
 
 void klog_init(struct klog *k)
 {
 	memset(k, 0, sizeof *k);
 	k->fd = -1;
 	k->exit_code = -1;
-}
-
-static void write_all(int fd, const char *b, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, b, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		b += w;
-		n -= (size_t)w;
-	}
 }
 
 /* Copy the text after `marker` (to the end of the line) into out. */
@@ -71,12 +59,12 @@ static void end_line(struct klog *k)
 		k->len--;
 	k->line[k->len] = '\0';
 	if (k->fd >= 0) {
-		write_all(k->fd, k->line, k->len);
-		write_all(k->fd, "\n", 1);
+		(void)fio_write_all(k->fd, k->line, k->len);
+		(void)fio_write_all(k->fd, "\n", 1);
 	}
 	if (k->echo) {
-		write_all(STDERR_FILENO, k->line, k->len);
-		write_all(STDERR_FILENO, "\n", 1);
+		(void)fio_write_all(STDERR_FILENO, k->line, k->len);
+		(void)fio_write_all(STDERR_FILENO, "\n", 1);
 	}
 	parse_line(k, k->line);
 	k->len = 0;

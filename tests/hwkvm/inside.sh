@@ -1,0 +1,159 @@
+#!/bin/sh
+# Stage 2 of the hardware-KVM lane: PID 1 of L1, in the overlay of the
+# host's tree (tests/hwkvm/init.sh hands over here).  Sets up what a Debian
+# system would have (proc, sys, devpts, loopback, an ordinary user in the
+# kvm group with a home directory), runs the suites named in kbox_suites,
+# each under a timeout, prints their output with one summary per suite and
+# a final "hwkvm-result: PASSED FAILED", then ends L1.
+#
+#   tests/hwkvm/inside.sh --list     the suites, and who runs them
+#
+# A suite SUITE runs as the ordinary user and as root (e2e, lockdown), or
+# only as root (the KVM harness) or only as the user (smoke); SUITE@user
+# or SUITE@root picks one.
+
+# name:who:command (BUILD is the build folder)
+suites_table() {
+	cat <<'T'
+smoke:user:tests/hwkvm/smoke.sh BUILD
+kvm:root:tests/guest/run.sh BUILD
+lockdown:both:tests/lockdown/run.sh BUILD
+e2e-run:both:tests/e2e/run.sh BUILD
+e2e-fs:both:tests/e2e/fs.sh BUILD
+e2e-net:both:tests/e2e/net.sh BUILD
+e2e-config:both:tests/e2e/config.sh BUILD
+e2e-image:both:tests/e2e/image.sh BUILD
+e2e-image-store:both:tests/e2e/image-store.sh BUILD
+e2e-secrets:both:tests/e2e/secrets.sh BUILD
+T
+}
+
+if [ "${1:-}" = --list ]; then
+	suites_table | sed 's/^\([^:]*\):\([^:]*\):\(.*\)/\1 (\2): \3/'
+	exit 0
+fi
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8
+user=kboxuser
+uid=1500
+pass=0
+fail=0
+
+finish() {
+	echo "hwkvm: all suites: $pass passed, $fail failed"
+	echo "hwkvm-result: $pass $fail"
+	sync
+	sleep 1
+	echo b > /proc/sysrq-trigger
+	sleep 30
+}
+setup_fail() {
+	echo "not ok - L1 set-up: $*"
+	fail=$((fail + 1))
+	finish
+}
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mkdir -p /dev/pts /dev/shm
+mount -t devpts -o ptmxmode=0666,mode=0620,gid=5 devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+for i in 0:stdin 1:stdout 2:stderr; do ln -sf "/proc/self/fd/${i%%:*}" "/dev/${i#*:}"; done
+hostname kbox-l1
+ip link set lo up || setup_fail "no loopback"
+# The L1 kernel's modules, for what the suites load on demand.
+mkdir -p /lib/modules
+ln -sfn "$kbox_moddir" "/lib/modules/$kbox_kver"
+[ -c /dev/kvm ] || setup_fail "kvm_amd is loaded but /dev/kvm is missing"
+
+# The ordinary user, as a user's own machine has them: in the kvm group,
+# with a home and a runtime folder of their own.
+getent group kvm >/dev/null || groupadd -r kvm || setup_fail "groupadd kvm"
+chgrp kvm /dev/kvm && chmod 0660 /dev/kvm
+if ! id "$user" >/dev/null 2>&1; then
+	while getent passwd "$uid" >/dev/null; do uid=$((uid + 1)); done
+	useradd -m -u "$uid" -G kvm -s /bin/sh "$user" || setup_fail "useradd $user"
+fi
+uid=$(id -u "$user")
+mkdir -p "/run/user/$uid" && chown "$user:" "/run/user/$uid" && chmod 700 "/run/user/$uid"
+# The checkout may sit under a private folder (CI clones as root): let the
+# user through to it, in L1's overlay only.
+d=$kbox_top
+while [ "$d" != / ] && [ -n "$d" ]; do
+	chmod o+x "$d" 2>/dev/null
+	d=$(dirname "$d")
+done
+chmod -R o+rX "$kbox_build" 2>/dev/null
+
+echo "hwkvm: L1 up: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo);" \
+	"kvm_amd nested=$(cat /sys/module/kvm_amd/parameters/nested) npt=$(cat /sys/module/kvm_amd/parameters/npt)"
+
+envs="PATH=$PATH LANG=C.UTF-8 TERM=dumb KBOX_TIMEOUT_MULT=$kbox_mult CK_TIMEOUT_MULTIPLIER=$((4 * kbox_mult))"
+# run_one NAME WHO COMMAND: COMMAND from the checkout's top as WHO, under
+# the suite timeout; its output with a prefix; counts from its summary.
+run_one() {
+	_name=$1 _who=$2
+	shift 2
+	_out=/tmp/hwkvm-$_name@$_who.log
+	_t0=$(date +%s)
+	echo "hwkvm: start $_name@$_who"
+	if [ "$_who" = user ]; then
+		# shellcheck disable=SC2086
+		(cd "$kbox_top" && timeout -k 20 "$kbox_suite_timeout" runuser -u "$user" -- env -i $envs \
+			HOME="/home/$user" USER="$user" LOGNAME="$user" XDG_RUNTIME_DIR="/run/user/$uid" \
+			"$@") </dev/null >"$_out" 2>&1
+	else
+		# shellcheck disable=SC2086
+		(cd "$kbox_top" && timeout -k 20 "$kbox_suite_timeout" env -i $envs HOME=/root USER=root \
+			LOGNAME=root "$@") </dev/null >"$_out" 2>&1
+	fi
+	_rc=$?
+	_secs=$(($(date +%s) - _t0))
+	sed "s/^/[$_name@$_who] /" "$_out"
+	_sum=$(grep -E '^([a-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$_out" | tail -1)
+	_p=$(echo "$_sum" | sed -n 's/^\([a-z-]*: \)\{0,1\}\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+	_f=$(echo "$_sum" | sed -n 's/^\([a-z-]*: \)\{0,1\}\([0-9]*\) passed, \([0-9]*\) failed.*/\3/p')
+	if [ -z "$_p" ]; then
+		_p=0 _f=1
+		if [ "$_rc" -eq 124 ] || [ "$_rc" -eq 137 ]; then
+			echo "not ok - $_name@$_who ran past ${kbox_suite_timeout}s and was stopped"
+		else
+			echo "not ok - $_name@$_who ended (exit $_rc) without its summary"
+		fi
+	elif [ "$_rc" -ne 0 ] && [ "$_f" -eq 0 ]; then
+		echo "not ok - $_name@$_who exited $_rc though it counted no failure"
+		_f=1
+	fi
+	pass=$((pass + _p))
+	fail=$((fail + _f))
+	echo "hwkvm: $_name@$_who: $_p passed, $_f failed (${_secs}s)"
+}
+
+for s in $(echo "$kbox_suites" | tr ',' ' '); do
+	name=${s%@*}
+	only=
+	[ "$name" != "$s" ] && only=${s#*@}
+	line=$(suites_table | grep "^$name:")
+	if [ -z "$line" ]; then
+		echo "not ok - no suite named $name (tests/hwkvm/inside.sh --list)"
+		fail=$((fail + 1))
+		continue
+	fi
+	who=$(echo "$line" | cut -d: -f2)
+	cmd=$(echo "$line" | cut -d: -f3- | sed "s|BUILD|$kbox_build|g")
+	case $only:$who in
+	:both) whos="user root" ;;
+	:*) whos=$who ;;
+	user:* | root:*) whos=$only ;;
+	*) echo "not ok - $s: who is '$only'? (user or root)"; fail=$((fail + 1)); continue ;;
+	esac
+	for w in $whos; do
+		# shellcheck disable=SC2086
+		run_one "$name" "$w" $cmd
+	done
+done
+finish

@@ -111,7 +111,9 @@ void run_usage(FILE *f)
 		"                        the -v ones)\n"
 		"      --no-project      do not look for ./kbox.yaml (see below)\n"
 		"      --kernel-log FILE where the guest kernel's log goes\n"
-		"                        (default: $XDG_STATE_HOME/kbox/kernel.log)\n"
+		"                        (default: $XDG_STATE_HOME/kbox/kernel.log, else\n"
+		"                        ~/.local/state/kbox/kernel.log; if that cannot be\n"
+		"                        written, the runtime folder's .kernel.log)\n"
 		"      --append ARGS     extra kernel command-line arguments\n"
 		"      --network MODE    none (no NIC), public (default: the internet but no\n"
 		"                        private, loopback, link-local or host addresses) or\n"
@@ -218,33 +220,6 @@ static int read_file(const char *path, uint8_t **data, size_t *len, char *err, s
 	*data = buf;
 	*len = got;
 	return 0;
-}
-
-static int open_klog(const char *path, char *used, size_t usedlen)
-{
-	char def[PATH_MAX];
-	if (!path) {
-		const char *st = getenv("XDG_STATE_HOME");
-		const char *home = getenv("HOME");
-		if (st && *st)
-			snprintf(def, sizeof def, "%s/kbox", st);
-		else
-			snprintf(def, sizeof def, "%s/.local/state/kbox", home && *home ? home : "/tmp");
-		/* mkdir -p of the state directory, one component at a time. */
-		for (char *s = def + 1; *s; s++) {
-			if (*s == '/') {
-				*s = '\0';
-				mkdir(def, 0700);
-				*s = '/';
-			}
-		}
-		mkdir(def, 0700);
-		size_t l = strlen(def);
-		snprintf(def + l, sizeof def - l, "/kernel.log");
-		path = def;
-	}
-	snprintf(used, usedlen, "%s", path);
-	return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 }
 
 /* The project folder (the current directory) at /workspace, unless a mount
@@ -728,6 +703,7 @@ int run_main(int argc, char **argv)
 	uint8_t *kimg = NULL, *initrd = NULL;
 	size_t klen = 0, ilen = 0;
 	int vm_made = 0, bus_made = 0, vs_made = 0, vu_made = 0, claimed = 0, klog_fd = -1;
+	char klog_used[PATH_MAX] = "";
 	pthread_t vmt;
 	int vmt_started = 0;
 	struct sandbox sb;
@@ -738,6 +714,21 @@ int run_main(int argc, char **argv)
 		goto out;
 	}
 	claimed = 1;
+	/* The runtime folder is the user's own (sandbox_runtime_dir checks):
+	 * the kernel log's place when the state folder cannot be written.
+	 * Opened before -d sends stderr to output.log, so a warning is seen. */
+	char klog_fallback[sizeof sb.dir + 16];
+	snprintf(klog_fallback, sizeof klog_fallback, "%s", sb.dir);
+	char *rtslash = strrchr(klog_fallback, '/');
+	if (rtslash)
+		snprintf(rtslash, sizeof klog_fallback - (size_t)(rtslash - klog_fallback),
+			 "/.kernel.log");
+	klog_fd = klog_open(o.klog_path, rtslash ? klog_fallback : NULL, klog_used,
+			    sizeof klog_used, err, sizeof err);
+	if (err[0])
+		fprintf(stderr, "kbox: %s\n", err);
+	if (!klog_used[0])
+		snprintf(klog_used, sizeof klog_used, "none (see the warning above)");
 	/* `kbox image rm` must see that this sandbox runs on the image, from
 	 * before the root folder is opened: it counts only sandboxes whose
 	 * info names a live pid (rewritten with the ports once bound).  The
@@ -871,12 +862,6 @@ int run_main(int argc, char **argv)
 		fprintf(stderr, "kbox: sandbox %s, kernel entry 0x%llx, command line: %s\n",
 			sb.name, (unsigned long long)k.entry, cmdline);
 
-	char klog_used[PATH_MAX];
-	klog_fd = open_klog(o.klog_path, klog_used, sizeof klog_used);
-	if (klog_fd < 0) {
-		cli_die("cannot write the kernel log %s: %s", klog_used, strerror(errno));
-		goto out;
-	}
 	s.kl.fd = klog_fd;
 	s.kl.echo = o.verbose;
 	s.irq1 = (struct line_irq){ { line_irq_set }, &s.vm, COM1_IRQ };
@@ -903,7 +888,7 @@ int run_main(int argc, char **argv)
 	/* Everything the guest needs exists; no VM thread runs yet. */
 	const char *reread[2];
 	struct lockdown_cfg lc = {
-		.mounts = &mnt, .sandbox_dir = sb.dir, .klog_path = klog_used,
+		.mounts = &mnt, .sandbox_dir = sb.dir, .klog_path = klog_fd >= 0 ? klog_used : NULL,
 		.network = netdev_enabled(&net), .verbose = o.verbose, .off = o.no_lockdown,
 		.read_files = reread, .n_read_files = tlsconf_read_files(&tls, reread, 2),
 	};

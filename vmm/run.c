@@ -90,8 +90,8 @@ void run_usage(FILE *f)
 		"Options:\n"
 		"  -c, --cpus N          virtual CPUs (1-%u; default 1)\n"
 		"  -m, --memory MIB      guest RAM in MiB (default 512; 256 on PVM hosts)\n"
-		"  -n, --name NAME       sandbox name for 'kbox exec/ps/stop/logs'\n"
-		"                        (default kbox-PID)\n"
+		"  -n, --name NAME       sandbox name for 'kbox exec/ps/stop/logs' and the\n"
+		"                        guest's host name (default kbox-PID)\n"
 		"  -d, --detach          start in the background; print the name and return\n"
 		"  -t, --tty             give COMMAND a terminal (interactive programs)\n"
 		"  -e, --env K=V         set an environment variable for COMMAND (repeatable)\n"
@@ -773,7 +773,7 @@ int run_main(int argc, char **argv)
 		cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
 		goto out;
 	}
-	int gf = gf_append(&initrd, &ilen, o.senv, o.nsenv, o.ca_pem);
+	int gf = gf_append(&initrd, &ilen, o.senv, o.nsenv, o.ca_pem, sb.name);
 	if (gf < 0) {
 		cli_die("cannot hand the guest its environment: %s", strerror(-gf));
 		goto out;

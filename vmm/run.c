@@ -17,6 +17,8 @@
 
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
+#include "netstack/datadir.h"
+#include "netstack/tls_cert.h"
 #include "vmm/agent_conn.h"
 #include "vmm/boot.h"
 #include "vmm/cli.h"
@@ -32,6 +34,7 @@
 #include "vmm/exec_client.h"
 #include "vmm/tlsconf.h"
 #include "vmm/guestfiles.h"
+#include "vmm/hostfiles.h"
 #include "vmm/image.h"
 #include "vmm/virtio_bus.h"
 #include "vmm/trust.h"
@@ -452,8 +455,6 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		if (rc)
 			return rc;
 	}
-	if (config_protect_mounts(cfg, o->conf, o->mounts) < 0)
-		return cli_die("out of memory");
 	if (!o->image)
 		o->image = cfg->image;
 	if (o->image) {
@@ -476,6 +477,54 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		return cli_die("no command given: kbox run [OPTIONS] -- COMMAND [ARG...]");
 	if (o->tty && o->detach)
 		return cli_die("--tty and --detach do not go together; use 'kbox exec -t' later");
+	return 0;
+}
+
+/* Keep kbox's own files from the guest (docs/security.md, "kbox's own
+ * files"): the names of the files it reads and writes for the host are
+ * hidden in the shares their paths pass through, and a share that holds
+ * one of its folders, or lies inside one, is refused.  After the kernel
+ * log is open (its place is known then) and before the mounts are
+ * served.  0, or the exit code with the message written. */
+static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
+			      const struct sandbox *sb, const char *klog)
+{
+	char err[1024], trust[PATH_MAX], data[PATH_MAX], ca[PATH_MAX], store[PATH_MAX];
+	char runtime[sizeof sb->dir];
+	bool have_trust = trust_store_path(trust, sizeof trust) == 0;
+	const struct config_hostfile extra[] = {
+		{ o->net->audit_path, "the audit log" },
+		{ o->net->learn_path, "the --learn file" },
+		{ klog, "the kernel log" },
+		{ have_trust ? trust : NULL, "the trust record" },
+		{ o->tls->extra_ca, "the extra CA file (--tls-extra-ca)" },
+	};
+	if (config_protect_mounts(cfg, o->conf, extra, sizeof extra / sizeof extra[0], o->mounts, err,
+				  sizeof err) < 0)
+		return cli_die("%s", err);
+	snprintf(runtime, sizeof runtime, "%s", sb->dir);
+	char *slash = strrchr(runtime, '/');
+	if (slash && slash != runtime)
+		*slash = '\0';
+	bool have_store = image_store_dir(store, sizeof store) == 0;
+	bool have_data = dd_path(NULL, "", data, sizeof data) == 0;
+	if (have_data && strlen(data) > 1 && data[strlen(data) - 1] == '/')
+		data[strlen(data) - 1] = '\0';
+	const struct hf_folder folders[] = {
+		{ have_data ? data : NULL,
+		  "kbox's data folder (its CA key, the trust record, images)" },
+		{ tc_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
+		{ have_store ? store : NULL, "kbox's image store" },
+		{ runtime, "kbox's runtime folder (sandboxes' sockets and output)" },
+	};
+	struct hf_share shares[MOUNTS_MAX];
+	for (unsigned i = 0; i < o->mounts->n; i++)
+		shares[i] = (struct hf_share){ o->mounts->m[i].host,
+					       o->mounts->m[i].root ? "/" : o->mounts->m[i].guest,
+					       o->mounts->m[i].root };
+	if (hf_check_folders(folders, sizeof folders / sizeof folders[0], shares, o->mounts->n,
+			     have_store ? store : NULL, err, sizeof err) < 0)
+		return cli_die("%s", err);
 	return 0;
 }
 
@@ -727,6 +776,8 @@ int run_main(int argc, char **argv)
 			    sizeof klog_used, err, sizeof err);
 	if (err[0])
 		fprintf(stderr, "kbox: %s\n", err);
+	if (protect_host_files(&o, &cfg, &sb, klog_fd >= 0 ? klog_used : NULL))
+		goto out;
 	if (!klog_used[0])
 		snprintf(klog_used, sizeof klog_used, "none (see the warning above)");
 	/* `kbox image rm` must see that this sandbox runs on the image, from

@@ -418,8 +418,16 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 		if (fgets(answer, sizeof answer, stdin) &&
 		    (strcmp(answer, "y\n") == 0 || strcmp(answer, "yes\n") == 0 ||
 		     strcmp(answer, "Y\n") == 0)) {
-			rc = trust_record(store, real, hex, err, errlen);
-			return rc;
+			/* The answer is what counts; the record only saves
+			 * asking again.  A store that cannot be written (a
+			 * read-only home) costs the record, not the run. */
+			if (trust_record(store, real, hex, err, errlen) < 0) {
+				fprintf(stderr, "kbox: %s; trusted for this run only (kbox will ask "
+					"again; KBOX_TRUST_FILE names another place)\n", err);
+				if (errlen)
+					err[0] = '\0';
+			}
+			return 0;
 		}
 	}
 	eb_say(err, errlen,

@@ -490,13 +490,18 @@ static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
 			      const struct sandbox *sb, const char *klog)
 {
 	char err[1024], trust[PATH_MAX], data[PATH_MAX], ca[PATH_MAX], store[PATH_MAX];
-	char runtime[sizeof sb->dir];
+	char runtime[sizeof sb->dir], trust_tmp[PATH_MAX + 8], trust_lock[PATH_MAX + 8];
 	bool have_trust = trust_store_path(trust, sizeof trust) == 0;
+	/* kbox trust writes the record through these two (vmm/trust.c). */
+	snprintf(trust_tmp, sizeof trust_tmp, "%s.tmp", trust);
+	snprintf(trust_lock, sizeof trust_lock, "%s.lock", trust);
 	const struct config_hostfile extra[] = {
 		{ o->net->audit_path, "the audit log" },
 		{ o->net->learn_path, "the --learn file" },
 		{ klog, "the kernel log" },
 		{ have_trust ? trust : NULL, "the trust record" },
+		{ have_trust ? trust_tmp : NULL, "the trust record's temporary file" },
+		{ have_trust ? trust_lock : NULL, "the trust record's lock" },
 		{ o->tls->extra_ca, "the extra CA file (--tls-extra-ca)" },
 	};
 	if (config_protect_mounts(cfg, o->conf, extra, sizeof extra / sizeof extra[0], o->mounts, err,

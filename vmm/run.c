@@ -492,6 +492,8 @@ static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
 	char err[1024], trust[PATH_MAX], data[PATH_MAX], ca[PATH_MAX], store[PATH_MAX];
 	char runtime[sizeof sb->dir], trust_tmp[PATH_MAX + 8], trust_lock[PATH_MAX + 8];
 	bool have_trust = trust_store_path(trust, sizeof trust) == 0;
+	if (!have_trust)
+		trust[0] = '\0';
 	/* kbox trust writes the record through these two (vmm/trust.c). */
 	snprintf(trust_tmp, sizeof trust_tmp, "%s.tmp", trust);
 	snprintf(trust_lock, sizeof trust_lock, "%s.lock", trust);

@@ -279,6 +279,9 @@ int main(void)
 	int ca = senv_install_ca();
 	if (ca < 0)
 		say("installing kbox's CA: %s", strerror(-ca));
+	int hn = senv_set_hostname();
+	if (hn < 0)
+		say("setting the host name: %s", strerror(-hn));
 
 	pid_t agent = fork();
 	if (agent < 0)

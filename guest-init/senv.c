@@ -12,6 +12,8 @@
 
 #define SENV_FILE "/kbox/env"
 #define SENV_CA_FILE "/kbox/ca.pem"
+#define SENV_HOSTNAME_FILE "/kbox/hostname"
+#define HOSTS_MAX (1u << 20)
 #define SENV_MAX (256u << 10)
 #define SENV_MAX_VARS 1024u
 #define BUNDLE_MAX (8u << 20)
@@ -21,6 +23,7 @@ static char **base_env;
 static size_t base_n;
 static char *ca_pem;
 static size_t ca_len;
+static char *hostname;
 
 /* Read a whole regular file of at most max bytes; NUL-terminated copy. */
 static int slurp(const char *path, size_t max, char **out, size_t *len)
@@ -77,6 +80,12 @@ void senv_load(void)
 	}
 	if (slurp(SENV_CA_FILE, SENV_MAX, &ca_pem, &ca_len) < 0)
 		ca_pem = NULL;
+	size_t hl;
+	if (slurp(SENV_HOSTNAME_FILE, 64, &hostname, &hl) < 0 || hl == 0 ||
+	    strcspn(hostname, " \t\n") != hl) {
+		free(hostname);
+		hostname = NULL;
+	}
 }
 
 static int mkdir_p(const char *dir)
@@ -159,6 +168,30 @@ int senv_install_ca(void)
 			free(joined);
 		}
 	}
+	free(old);
+	return rc;
+}
+
+int senv_set_hostname(void)
+{
+	if (!hostname)
+		return 0;
+	if (sethostname(hostname, strlen(hostname)) < 0)
+		return -errno;
+	/* An image's own /etc/hosts keeps its lines; the initramfs has
+	 * none, so it gets localhost too. */
+	static const char base[] = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+	char *old = NULL;
+	size_t old_len = 0;
+	if (slurp("/etc/hosts", HOSTS_MAX, &old, &old_len) < 0)
+		old = NULL;
+	char line[96];
+	int n = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n",
+			 old_len && old[old_len - 1] != '\n' ? "\n" : "", hostname);
+	int rc = mkdir_p("/etc");
+	if (!rc)
+		rc = write_file("/etc/hosts", old ? old : base, old ? old_len : sizeof base - 1, line,
+				(size_t)n);
 	free(old);
 	return rc;
 }

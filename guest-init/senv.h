@@ -3,8 +3,9 @@
  *   /kbox/env     NUL-separated NAME=VALUE entries every command gets
  *                 (secret placeholders, the CA variables, the config's env);
  *                 a request's own variables override them by name;
- *   /kbox/ca.pem  kbox's CA certificate, when TLS interception is possible.
- * Both are read before the root switch (an image root does not have
+ *   /kbox/ca.pem  kbox's CA certificate, when TLS interception is possible;
+ *   /kbox/hostname the sandbox's name, the guest's host name.
+ * All are read before the root switch (an image root does not have
  * them) and kept in guest-init's memory, which the agent inherits. */
 #ifndef KBOX_GUEST_SENV_H
 #define KBOX_GUEST_SENV_H
@@ -23,6 +24,13 @@ void senv_load(void);
  * system bundle (created if the root has none).  Call once the final
  * root is in place.  0 or a negative errno. */
 int senv_install_ca(void);
+
+/* With a host name handed over (/kbox/hostname, the sandbox's name): make
+ * it the kernel's host name and add "127.0.1.1 NAME" to /etc/hosts (kept
+ * otherwise; made with the localhost lines when missing), as container
+ * runtimes do.  Call once the final root is in place.  0 or a negative
+ * errno. */
+int senv_set_hostname(void);
 
 /* A NULL-terminated array: the base entries not overridden by name in
  * req[0..n), then req's; extra spare NULL slots at the end for the

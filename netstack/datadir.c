@@ -9,7 +9,7 @@
 
 int dd_path(const char *override, const char *name, char *buf, size_t len)
 {
-	const char *v = getenv(override);
+	const char *v = override ? getenv(override) : NULL;
 	int n;
 	if (v && v[0] == '/')
 		n = snprintf(buf, len, "%s", v);

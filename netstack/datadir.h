@@ -7,7 +7,8 @@
 /* The path of NAME in kbox's data folder into buf: the value of the
  * environment variable override if it is an absolute path, else
  * $XDG_DATA_HOME/kbox/NAME if that is absolute, else
- * $HOME/.local/share/kbox/NAME if $HOME is.  Returns 0, -ENOENT when none
+ * $HOME/.local/share/kbox/NAME if $HOME is (override NULL: no variable;
+ * NAME "" gives the folder itself).  Returns 0, -ENOENT when none
  * applies, or -ENAMETOOLONG. */
 int dd_path(const char *override, const char *name, char *buf, size_t len);
 

@@ -16,11 +16,13 @@
 #include <string.h>
 #include <strings.h>
 
+#include "netstack/errbuf.h"
 #include "netstack/policy.h"
 #include "netstack/resolver.h"
 #include "netstack/secenv.h"
 #include "netstack/secrets.h"
 #include "netstack/yamltree.h"
+#include "vmm/hostfiles.h"
 #include "vmm/mounts.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -1399,43 +1401,16 @@ char *config_literal_pattern(const char *name)
 	return p;
 }
 
-/* The real path of path, or of its folder plus its last component when
- * path does not exist yet (a secrets file the user will create, an audit
- * log kbox will).  NULL when neither resolves. */
-static char *cfg_real(const char *path)
-{
-	char *r = realpath(path, NULL);
-	if (r || errno != ENOENT)
-		return r;
-	const char *slash = strrchr(path, '/');
-	const char *base = slash ? slash + 1 : path;
-	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
-		return NULL;
-	char *dir = slash ? cfg_strdup(path, (size_t)(slash - path) + 1) : cfg_strdup(".", 1);
-	char *rdir = dir ? realpath(dir, NULL) : NULL;
-	free(dir);
-	if (!rdir)
-		return NULL;
-	size_t len = strlen(rdir) + 1 + strlen(base) + 1;
-	r = malloc(len);
-	if (r)
-		snprintf(r, len, "%s%s%s", rdir, strcmp(rdir, "/") ? "/" : "", base);
-	free(rdir);
-	return r;
-}
-
-/* The hidden list for mount m: its own (or the default) patterns plus the
- * name of each protected file under its root.  A bare name rather than the
- * path: the guest could rename a folder on the path, but it cannot look up,
- * create or rename anything by a hidden name.  *out stays NULL when no
- * file is under the root. */
-static int cfg_protect_one(struct mount *m, char *const *files, size_t nfiles, char ***out)
+/* The hidden list for mount m: its own (or the default) patterns plus
+ * names[0..nnames), each as a literal pattern.  A bare name rather than
+ * the path: the guest could rename a folder on the path, but it cannot
+ * look up, create or rename anything by a hidden name.  *out stays NULL
+ * when there are no names. */
+static int cfg_protect_one(struct mount *m, char *const *names, size_t nnames, char ***out)
 {
 	*out = NULL;
-	char *root = realpath(m->host, NULL);
-	if (!root)
-		return errno == ENOMEM ? -ENOMEM : 0; /* mounts_attach reports it */
-	size_t rlen = strcmp(root, "/") ? strlen(root) : 0;
+	if (nnames == 0)
+		return 0;
 	const char *const *base = m->hidden_set ? m->hidden : FSP_DEFAULT_HIDDEN;
 	size_t nbase = 0;
 	if (m->hidden_set)
@@ -1443,21 +1418,12 @@ static int cfg_protect_one(struct mount *m, char *const *files, size_t nfiles, c
 	else
 		while (base[nbase])
 			nbase++;
-	char **l = calloc(nbase + nfiles + 1, sizeof *l);
+	char **l = calloc(nbase + nnames + 1, sizeof *l);
 	size_t n = 0;
 	int rc = l ? 0 : -ENOMEM;
-	for (size_t i = 0; !rc && i < nfiles; i++) {
-		if (!files[i] || strncmp(files[i], root, rlen) != 0 || files[i][rlen] != '/' ||
-		    !files[i][rlen + 1])
-			continue;
-		if (!(l[n++] = config_literal_pattern(strrchr(files[i], '/') + 1)))
+	for (size_t i = 0; !rc && i < nnames; i++)
+		if (!(l[n++] = config_literal_pattern(names[i])))
 			rc = -ENOMEM;
-	}
-	free(root);
-	if (!rc && n == 0) {
-		free(l);
-		return 0;
-	}
 	for (size_t i = 0; !rc && i < nbase; i++)
 		if (!(l[n++] = cfg_strdup(base[i], strlen(base[i]))))
 			rc = -ENOMEM;
@@ -1472,35 +1438,104 @@ static int cfg_protect_one(struct mount *m, char *const *files, size_t nfiles, c
 	return 0;
 }
 
-int config_protect_mounts(struct kbox_config *c, const char *conf, struct mounts *ms)
+_Static_assert(MOUNTS_MAX <= HF_MAX_ROOTS, "a bit per mount in hf_walk");
+
+/* Add name to a mount's list of names to hide, once. */
+static int cfg_add_name(char ***names, size_t *n, const char *name)
 {
-	char *files[4] = { 0 };
-	int rc = 0;
-	if (conf) {
-		char senv[PATH_MAX + 16];
-		files[0] = cfg_real(conf);
-		if (!senv_path(senv, sizeof senv, conf))
-			files[1] = cfg_real(senv);
+	for (size_t i = 0; i < *n; i++)
+		if (!strcmp((*names)[i], name))
+			return 0;
+	char **g = realloc(*names, (*n + 1) * sizeof *g);
+	if (!g)
+		return -ENOMEM;
+	*names = g;
+	if (!(g[*n] = cfg_strdup(name, strlen(name))))
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* Where one protected file lies against the mounts: its names join the
+ * lists of the user mounts its path passes through.  A file with more
+ * than one name, or inside the image root (which hides nothing), cannot
+ * be kept from the guest: -EPERM with err set. */
+static int cfg_protect_file(const struct config_hostfile *f, const struct mounts *ms,
+			    const struct hf_root *roots, char ***names, size_t *nnames, char *err,
+			    size_t errlen)
+{
+	struct hf_walk w;
+	if (!f->path || hf_walk(f->path, roots, ms->n, &w) < 0)
+		return 0; /* kbox cannot open it either, and says so there */
+	/* Another name may lie anywhere, in a share or in a folder mounted
+	 * inside one, and finding it would mean searching every share: the
+	 * only answer that holds is to refuse. */
+	if (ms->n && w.exists && S_ISREG(w.st.st_mode) && w.st.st_nlink > 1)
+		return eb_fail(err, errlen, -EPERM,
+			       "%s %s has %lu names (hard links): the guest could reach it "
+			       "through one kbox cannot hide; give it a file of its own (copy it "
+			       "and remove the other names)",
+			       f->what, f->path, (unsigned long)w.st.st_nlink);
+	for (unsigned i = 0; i < ms->n; i++) {
+		if (!(w.crossed & (1u << i)))
+			continue;
+		if (ms->m[i].root)
+			return eb_fail(err, errlen, -EPERM,
+				       "%s %s is inside the image's root folder %s, which the "
+				       "guest sees whole: keep it outside",
+				       f->what, f->path, ms->m[i].host);
+		for (size_t k = 0; k < w.n_names; k++)
+			if (cfg_add_name(&names[i], &nnames[i], w.names[k]) < 0)
+				return eb_fail(err, errlen, -ENOMEM, "out of memory");
 	}
-	if (c->secrets)
-		files[2] = cfg_real(c->secrets);
-	if (c->audit_log)
-		files[3] = cfg_real(c->audit_log);
-	char ***lists = realloc(c->protect, (c->n_protect + ms->n + 1) * sizeof *lists);
-	if (!lists)
-		rc = -ENOMEM;
-	else
+	return 0;
+}
+
+int config_protect_mounts(struct kbox_config *c, const char *conf,
+			  const struct config_hostfile *extra, size_t n_extra, struct mounts *ms,
+			  char *err, size_t errlen)
+{
+	char senv[PATH_MAX + 16], ssenv[PATH_MAX + 16];
+	const struct config_hostfile own[] = {
+		{ conf, "the config file" },
+		{ conf && !senv_path(senv, sizeof senv, conf) ? senv : NULL,
+		  "the config's secrets.env" },
+		{ c->secrets, "the secrets file" },
+		{ c->secrets && !senv_path(ssenv, sizeof ssenv, c->secrets) ? ssenv : NULL,
+		  "the secrets file's secrets.env" },
+		{ c->audit_log, "the audit log" },
+		{ c->tls_extra_ca, "the extra CA file (tls.extra_ca)" },
+	};
+	struct hf_root roots[MOUNTS_MAX];
+	char **names[MOUNTS_MAX] = { 0 };
+	size_t nnames[MOUNTS_MAX] = { 0 };
+	int rc = 0;
+	for (unsigned i = 0; i < ms->n; i++)
+		if (hf_root_of(ms->m[i].host, &roots[i]) < 0)
+			roots[i] = (struct hf_root){ 0, 0 }; /* mounts_attach reports it */
+	for (size_t i = 0; !rc && i < ARRAY_SIZE(own) + n_extra; i++)
+		rc = cfg_protect_file(i < ARRAY_SIZE(own) ? &own[i] : &extra[i - ARRAY_SIZE(own)], ms,
+				      roots, names, nnames, err, errlen);
+	char ***lists = rc ? NULL : realloc(c->protect, (c->n_protect + ms->n + 1) * sizeof *lists);
+	if (!rc && !lists)
+		rc = eb_fail(err, errlen, -ENOMEM, "out of memory");
+	else if (!rc)
 		c->protect = lists;
 	for (unsigned i = 0; !rc && i < ms->n; i++) {
 		char **l;
 		if (ms->m[i].root)
 			continue;
-		rc = cfg_protect_one(&ms->m[i], files, ARRAY_SIZE(files), &l);
+		rc = cfg_protect_one(&ms->m[i], names[i], nnames[i], &l);
 		if (!rc && l)
 			c->protect[c->n_protect++] = l;
+		else if (rc)
+			eb_say(err, errlen, "out of memory");
 	}
-	for (size_t i = 0; i < ARRAY_SIZE(files); i++)
-		free(files[i]);
+	for (unsigned i = 0; i < ms->n; i++) {
+		for (size_t k = 0; k < nnames[i]; k++)
+			free(names[i][k]);
+		free(names[i]);
+	}
 	return rc;
 }
 

@@ -144,18 +144,37 @@ int config_load(const char *path, struct kbox_config *c, char *err, size_t errle
 int config_load_buf(const char *name, const char *buf, size_t len,
 		    struct kbox_config *c, char *err, size_t errlen);
 
-/* Hide the files that define this sandbox from the guest: the config file
- * at conf (may be NULL), secrets.env next to it, c->secrets and
- * c->audit_log.  Every user mount of ms (not the image root) whose host
- * folder holds one of them (at any depth) gets, besides its own hidden
- * list (or the default one), the file's name as a pattern, so neither
- * "hidden: []" nor a -v of a parent folder shows them, and the guest can
- * neither read nor rewrite its own cage.  A name hides every file so
- * named in that mount: a path could be dodged by renaming a folder on it.
- * Files that do not exist yet are found by their folder's real path.
- * The new lists are owned by c (freed by config_free), so c must outlive
- * the mounts' use of them.  0, or -ENOMEM. */
-int config_protect_mounts(struct kbox_config *c, const char *conf, struct mounts *ms);
+/* One more file kbox reads or writes for the host, for
+ * config_protect_mounts: path NULL is skipped; what names it in messages
+ * ("the audit log"). */
+struct config_hostfile {
+	const char *path;
+	const char *what;
+};
+
+/* Keep the files that define this sandbox, and those kbox writes for the
+ * host, from the guest: the config file at conf (may be NULL),
+ * secrets.env next to it, c->secrets and the secrets.env next to that,
+ * c->audit_log, c->tls_extra_ca, and extra[0..n_extra) (the audit log and
+ * --learn file in effect, the kernel log, the trust record).  Every user
+ * mount of ms whose host folder the file's path passes through (the
+ * file's own folder, or a folder or link on the way, compared by device
+ * and inode) gets, besides its own hidden list (or the default one), the
+ * file's name as a pattern -- and, when the path ends in a symbolic link,
+ * each target's name too -- so neither "hidden: []" nor a -v of a parent
+ * folder shows them, and the guest can neither read nor rewrite its own
+ * cage.  A name hides every file so named in that mount: a path could be
+ * dodged by renaming a folder on it.  Files that do not exist yet are
+ * placed by the folder they would be created in.
+ *
+ * What a name cannot cover is refused (-EPERM, with one line for the user
+ * in err): a regular file with more than one name (hard links: the other
+ * could be anywhere in a share), and a file inside the image root, which
+ * hides nothing.  The new lists are owned by c (freed by config_free), so
+ * c must outlive the mounts' use of them.  0, -EPERM or -ENOMEM. */
+int config_protect_mounts(struct kbox_config *c, const char *conf,
+			  const struct config_hostfile *extra, size_t n_extra, struct mounts *ms,
+			  char *err, size_t errlen);
 
 /* The fnmatch pattern that matches exactly name: '*', '?', '[' and '\\'
  * escaped.  malloc'd; NULL when out of memory. */

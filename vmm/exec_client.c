@@ -44,6 +44,11 @@ struct client {
 	bool exited;
 	int status;
 	uint32_t credit;     /* STDIN bytes the agent will take */
+	/* tty: what was typed before raw mode, read as canonical lines
+	 * (take_typeahead), sent before anything read later. */
+	size_t pre_off, pre_len;
+	bool pre_eof;        /* an end-of-file was typed after pre */
+	uint8_t pre[4096];
 	size_t out_off, out_len;
 	uint8_t out[OUT_CAP];
 	struct ep_reader rd;
@@ -243,13 +248,52 @@ static int read_sock(struct client *c)
 	return c->exited ? 0 : rc;
 }
 
+/* Input typed before the terminal goes raw sits in the line discipline as
+ * canonical lines, an end-of-file (^D) among them as a marker that raw
+ * mode would hand out as a NUL byte: `script </dev/null` types one at
+ * once.  Read those lines now, still canonical (poll says a whole line or
+ * a marker is there, so read does not block), and stop at the first
+ * end-of-file: what follows it is input for later, and raw mode keeps it
+ * in order behind pre. */
+static void take_typeahead(struct client *c)
+{
+	while (c->pre_len < sizeof c->pre) {
+		struct pollfd p = { 0, POLLIN, 0 };
+		if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
+			return;
+		ssize_t r = read(0, c->pre + c->pre_len, sizeof c->pre - c->pre_len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			c->pre_eof = r == 0;
+			return;
+		}
+		c->pre_len += (size_t)r;
+	}
+}
+
+static bool pre_pending(const struct client *c)
+{
+	return c->pre_off < c->pre_len || c->pre_eof;
+}
+
 static void read_stdin(struct client *c)
 {
 	uint8_t *p = out_room(c, EP_MAX_FRAME);
 	if (!p)
 		return;
 	size_t want = c->credit < EP_MAX_PAYLOAD ? c->credit : EP_MAX_PAYLOAD;
-	ssize_t r = read(0, p + EP_HDR, want);
+	ssize_t r;
+	if (c->pre_off < c->pre_len) {
+		r = (ssize_t)(c->pre_len - c->pre_off < want ? c->pre_len - c->pre_off : want);
+		memcpy(p + EP_HDR, c->pre + c->pre_off, (size_t)r);
+		c->pre_off += (size_t)r;
+	} else if (c->pre_eof) {
+		c->pre_eof = false;
+		r = 0;
+	} else {
+		r = read(0, p + EP_HDR, want);
+	}
 	if (r < 0 && (errno == EINTR || errno == EAGAIN))
 		return;
 	if (r <= 0) { /* EOF, or an error that ends input the same way */
@@ -267,17 +311,19 @@ static int loop(struct client *c)
 {
 	while (!c->exited) {
 		bool sending = c->out_off < c->out_len;
+		bool want_in = c->stdin_open && c->credit && !sending && !c->sock_broken;
+		/* Typed-ahead input is ready without fd 0. */
+		bool pre = want_in && pre_pending(c);
 		struct pollfd p[3] = {
 			{ c->sock, POLLIN | (sending ? POLLOUT : 0), 0 },
-			{ c->stdin_open && c->credit && !sending && !c->sock_broken ? 0 : -1,
-			  POLLIN, 0 },
+			{ want_in && !pre ? 0 : -1, POLLIN, 0 },
 			{ c->sigp[0], POLLIN, 0 },
 		};
-		if (poll(p, 3, -1) < 0 && errno != EINTR)
+		if (poll(p, 3, pre ? 0 : -1) < 0 && errno != EINTR)
 			return -errno;
 		if (p[2].revents & POLLIN)
 			handle_signals(c);
-		if (p[1].revents)
+		if (p[1].revents || pre)
 			read_stdin(c);
 		if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
 			int rc = read_sock(c);
@@ -325,8 +371,11 @@ int exec_run(int fd, const struct ep_exec *req)
 	struct sigaction ign = { .sa_handler = SIG_IGN };
 	sigemptyset(&ign.sa_mask);
 	sigaction(SIGPIPE, &ign, &c->old_pipe);
-	if (c->tty && isatty(0) && tcgetattr(0, &c->saved) == 0)
+	if (c->tty && isatty(0) && tcgetattr(0, &c->saved) == 0) {
+		if (c->saved.c_lflag & ICANON)
+			take_typeahead(c);
 		set_raw(c);
+	}
 
 	rc = loop(c);
 

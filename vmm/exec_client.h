@@ -15,7 +15,9 @@
  * SIGPIPE is ignored (a closed stdout discards further output and sends
  * the command SIGPIPE), and previous dispositions are restored before it
  * returns.  With EP_FLAG_TTY and a terminal on fd 0, that terminal is put
- * in raw mode and restored on every return path; its size is sent on
+ * in raw mode and restored on every return path (input typed before
+ * that is read as canonical lines first, so an end-of-file typed ahead
+ * stays an end-of-file rather than a NUL byte); its size is sent on
  * SIGWINCH, and used for the request when req->rows and req->cols are
  * both 0.  Not reentrant: one call at a time per process.
  *

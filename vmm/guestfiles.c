@@ -1,14 +1,32 @@
 #include "vmm/guestfiles.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vmm/cpio.h"
 
-int gf_append(uint8_t **img, size_t *len, const char *const *env, size_t n, const char *ca_pem)
+/* The guest writes the name into /etc/hosts and its kernel: nothing that
+ * could end a line or a field there. */
+static bool hostname_ok(const char *h)
+{
+	size_t n = strlen(h);
+	if (n == 0 || n > GF_HOSTNAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)h[i]) && !strchr("-_.", h[i]))
+			return false;
+	return true;
+}
+
+int gf_append(uint8_t **img, size_t *len, const char *const *env, size_t n, const char *ca_pem,
+	      const char *hostname)
 {
 	size_t total = 0;
+	if (hostname && !hostname_ok(hostname))
+		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		const char *eq = strchr(env[i], '=');
 		if (!eq || eq == env[i])
@@ -32,6 +50,8 @@ int gf_append(uint8_t **img, size_t *len, const char *const *env, size_t n, cons
 	cpio_add_file(&c, "kbox/env", 0600, blob, total);
 	if (ca_pem)
 		cpio_add_file(&c, "kbox/ca.pem", 0644, ca_pem, strlen(ca_pem));
+	if (hostname)
+		cpio_add_file(&c, "kbox/hostname", 0644, hostname, strlen(hostname));
 	free(blob);
 	int rc = cpio_finish(&c);
 	if (rc) {

@@ -1,10 +1,15 @@
 #include "vmm/klog.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "netstack/datadir.h"
 #include "netstack/fileio.h"
 
 void klog_init(struct klog *k)
@@ -12,6 +17,76 @@ void klog_init(struct klog *k)
 	memset(k, 0, sizeof *k);
 	k->fd = -1;
 	k->exit_code = -1;
+}
+
+/* The default place, or -ENOENT when neither variable is absolute. */
+static int klog_default(char *buf, size_t len)
+{
+	const char *st = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	int n;
+	if (st && st[0] == '/')
+		n = snprintf(buf, len, "%s/kbox/kernel.log", st);
+	else if (home && home[0] == '/')
+		n = snprintf(buf, len, "%s/.local/state/kbox/kernel.log", home);
+	else
+		return -ENOENT;
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Open path for the log; mkdirs makes its folder first.  fd or -errno. */
+static int klog_try(const char *path, bool ours)
+{
+	if (ours) {
+		char dir[PATH_MAX];
+		const char *slash = strrchr(path, '/');
+		size_t n = slash ? (size_t)(slash - path) : 0;
+		if (n && n < sizeof dir) {
+			memcpy(dir, path, n);
+			dir[n] = '\0';
+			int rc = dd_mkdirs(dir);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_CLOEXEC |
+				    (ours ? O_NOFOLLOW : 0), 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+int klog_open(const char *path, const char *fallback, char *used, size_t usedlen, char *warn,
+	      size_t warnlen)
+{
+	char def[PATH_MAX];
+	int fd;
+	used[0] = warn[0] = '\0';
+	if (path)
+		fd = klog_try(path, false);
+	else if ((fd = klog_default(def, sizeof def)) == 0)
+		fd = klog_try(path = def, true);
+	if (fd >= 0) {
+		snprintf(used, usedlen, "%s", path);
+		return fd;
+	}
+	char why[PATH_MAX + 128];
+	if (path)
+		snprintf(why, sizeof why, "cannot write the kernel log %s: %s", path,
+			 strerror(-fd));
+	else
+		snprintf(why, sizeof why, "no place for the kernel log (neither XDG_STATE_HOME "
+			 "nor HOME is an absolute path)");
+	int ffd = fallback ? klog_try(fallback, true) : -ENOENT;
+	if (ffd >= 0) {
+		snprintf(used, usedlen, "%s", fallback);
+		snprintf(warn, warnlen, "%s; writing it to %s instead", why, fallback);
+		return ffd;
+	}
+	if (fallback)
+		snprintf(warn, warnlen, "%s; nor %s: %s; running without one (--kernel-log FILE "
+			 "names a place)", why, fallback, strerror(-ffd));
+	else
+		snprintf(warn, warnlen, "%s; running without one (--kernel-log FILE names a place)",
+			 why);
+	return -1;
 }
 
 /* Copy the text after `marker` (to the end of the line) into out. */

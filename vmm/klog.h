@@ -23,6 +23,22 @@ struct klog {
 
 void klog_init(struct klog *k);
 
+/* Open the kernel log for this run (created 0600, emptied): path when
+ * given, else $XDG_STATE_HOME/kbox/kernel.log, else
+ * $HOME/.local/state/kbox/kernel.log (absolute variables only; missing
+ * folders made 0700).  The log is a convenience, so a place that cannot
+ * be written (no home, a read-only one) never fails the run: fallback
+ * (the runtime folder's file, may be NULL) is tried instead, and warn
+ * gets one line for the user saying why.  kbox's own places are opened
+ * without following a symbolic link; a path the user named is opened as
+ * named (it may be /dev/stderr).
+ *
+ * Returns the open fd with its path in used, or -1 with used "" and the
+ * reason in warn when no place could be written.  warn is "" when the
+ * first choice worked. */
+int klog_open(const char *path, const char *fallback, char *used, size_t usedlen, char *warn,
+	      size_t warnlen);
+
 /* Console bytes from the guest (signature fits serial_init's output
  * callback).  Lines longer than KLOG_LINE are split. */
 void klog_write(void *ctx, const uint8_t *b, size_t n);

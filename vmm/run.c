@@ -17,6 +17,8 @@
 
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
+#include "netstack/datadir.h"
+#include "netstack/tls_cert.h"
 #include "vmm/agent_conn.h"
 #include "vmm/boot.h"
 #include "vmm/cli.h"
@@ -32,6 +34,7 @@
 #include "vmm/exec_client.h"
 #include "vmm/tlsconf.h"
 #include "vmm/guestfiles.h"
+#include "vmm/hostfiles.h"
 #include "vmm/image.h"
 #include "vmm/virtio_bus.h"
 #include "vmm/trust.h"
@@ -90,8 +93,8 @@ void run_usage(FILE *f)
 		"Options:\n"
 		"  -c, --cpus N          virtual CPUs (1-%u; default 1)\n"
 		"  -m, --memory MIB      guest RAM in MiB (default 512; 256 on PVM hosts)\n"
-		"  -n, --name NAME       sandbox name for 'kbox exec/ps/stop/logs'\n"
-		"                        (default kbox-PID)\n"
+		"  -n, --name NAME       sandbox name for 'kbox exec/ps/stop/logs' and the\n"
+		"                        guest's host name (default kbox-PID)\n"
 		"  -d, --detach          start in the background; print the name and return\n"
 		"  -t, --tty             give COMMAND a terminal (interactive programs)\n"
 		"  -e, --env K=V         set an environment variable for COMMAND (repeatable)\n"
@@ -111,7 +114,9 @@ void run_usage(FILE *f)
 		"                        the -v ones)\n"
 		"      --no-project      do not look for ./kbox.yaml (see below)\n"
 		"      --kernel-log FILE where the guest kernel's log goes\n"
-		"                        (default: $XDG_STATE_HOME/kbox/kernel.log)\n"
+		"                        (default: $XDG_STATE_HOME/kbox/kernel.log, else\n"
+		"                        ~/.local/state/kbox/kernel.log; if that cannot be\n"
+		"                        written, the runtime folder's .kernel.log)\n"
 		"      --append ARGS     extra kernel command-line arguments\n"
 		"      --network MODE    none (no NIC), public (default: the internet but no\n"
 		"                        private, loopback, link-local or host addresses) or\n"
@@ -218,33 +223,6 @@ static int read_file(const char *path, uint8_t **data, size_t *len, char *err, s
 	*data = buf;
 	*len = got;
 	return 0;
-}
-
-static int open_klog(const char *path, char *used, size_t usedlen)
-{
-	char def[PATH_MAX];
-	if (!path) {
-		const char *st = getenv("XDG_STATE_HOME");
-		const char *home = getenv("HOME");
-		if (st && *st)
-			snprintf(def, sizeof def, "%s/kbox", st);
-		else
-			snprintf(def, sizeof def, "%s/.local/state/kbox", home && *home ? home : "/tmp");
-		/* mkdir -p of the state directory, one component at a time. */
-		for (char *s = def + 1; *s; s++) {
-			if (*s == '/') {
-				*s = '\0';
-				mkdir(def, 0700);
-				*s = '/';
-			}
-		}
-		mkdir(def, 0700);
-		size_t l = strlen(def);
-		snprintf(def + l, sizeof def - l, "/kernel.log");
-		path = def;
-	}
-	snprintf(used, usedlen, "%s", path);
-	return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 }
 
 /* The project folder (the current directory) at /workspace, unless a mount
@@ -477,8 +455,6 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		if (rc)
 			return rc;
 	}
-	if (config_protect_mounts(cfg, o->conf, o->mounts) < 0)
-		return cli_die("out of memory");
 	if (!o->image)
 		o->image = cfg->image;
 	if (o->image) {
@@ -501,6 +477,61 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		return cli_die("no command given: kbox run [OPTIONS] -- COMMAND [ARG...]");
 	if (o->tty && o->detach)
 		return cli_die("--tty and --detach do not go together; use 'kbox exec -t' later");
+	return 0;
+}
+
+/* Keep kbox's own files from the guest (docs/security.md, "kbox's own
+ * files"): the names of the files it reads and writes for the host are
+ * hidden in the shares their paths pass through, and a share that holds
+ * one of its folders, or lies inside one, is refused.  After the kernel
+ * log is open (its place is known then) and before the mounts are
+ * served.  0, or the exit code with the message written. */
+static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
+			      const struct sandbox *sb, const char *klog)
+{
+	char err[1024], trust[PATH_MAX], data[PATH_MAX], ca[PATH_MAX], store[PATH_MAX];
+	char runtime[sizeof sb->dir], trust_tmp[PATH_MAX + 8], trust_lock[PATH_MAX + 8];
+	bool have_trust = trust_store_path(trust, sizeof trust) == 0;
+	if (!have_trust)
+		trust[0] = '\0';
+	/* kbox trust writes the record through these two (vmm/trust.c). */
+	snprintf(trust_tmp, sizeof trust_tmp, "%s.tmp", trust);
+	snprintf(trust_lock, sizeof trust_lock, "%s.lock", trust);
+	const struct config_hostfile extra[] = {
+		{ o->net->audit_path, "the audit log" },
+		{ o->net->learn_path, "the --learn file" },
+		{ klog, "the kernel log" },
+		{ have_trust ? trust : NULL, "the trust record" },
+		{ have_trust ? trust_tmp : NULL, "the trust record's temporary file" },
+		{ have_trust ? trust_lock : NULL, "the trust record's lock" },
+		{ o->tls->extra_ca, "the extra CA file (--tls-extra-ca)" },
+	};
+	if (config_protect_mounts(cfg, o->conf, extra, sizeof extra / sizeof extra[0], o->mounts, err,
+				  sizeof err) < 0)
+		return cli_die("%s", err);
+	snprintf(runtime, sizeof runtime, "%s", sb->dir);
+	char *slash = strrchr(runtime, '/');
+	if (slash && slash != runtime)
+		*slash = '\0';
+	bool have_store = image_store_dir(store, sizeof store) == 0;
+	bool have_data = dd_path(NULL, "", data, sizeof data) == 0;
+	if (have_data && strlen(data) > 1 && data[strlen(data) - 1] == '/')
+		data[strlen(data) - 1] = '\0';
+	const struct hf_folder folders[] = {
+		{ have_data ? data : NULL,
+		  "kbox's data folder (its CA key, the trust record, images)" },
+		{ tc_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
+		{ have_store ? store : NULL, "kbox's image store" },
+		{ runtime, "kbox's runtime folder (sandboxes' sockets and output)" },
+	};
+	struct hf_share shares[MOUNTS_MAX];
+	for (unsigned i = 0; i < o->mounts->n; i++)
+		shares[i] = (struct hf_share){ o->mounts->m[i].host,
+					       o->mounts->m[i].root ? "/" : o->mounts->m[i].guest,
+					       o->mounts->m[i].root };
+	if (hf_check_folders(folders, sizeof folders / sizeof folders[0], shares, o->mounts->n,
+			     have_store ? store : NULL, err, sizeof err) < 0)
+		return cli_die("%s", err);
 	return 0;
 }
 
@@ -728,6 +759,7 @@ int run_main(int argc, char **argv)
 	uint8_t *kimg = NULL, *initrd = NULL;
 	size_t klen = 0, ilen = 0;
 	int vm_made = 0, bus_made = 0, vs_made = 0, vu_made = 0, claimed = 0, klog_fd = -1;
+	char klog_used[PATH_MAX] = "";
 	pthread_t vmt;
 	int vmt_started = 0;
 	struct sandbox sb;
@@ -738,6 +770,23 @@ int run_main(int argc, char **argv)
 		goto out;
 	}
 	claimed = 1;
+	/* The runtime folder is the user's own (sandbox_runtime_dir checks):
+	 * the kernel log's place when the state folder cannot be written.
+	 * Opened before -d sends stderr to output.log, so a warning is seen. */
+	char klog_fallback[sizeof sb.dir + 16];
+	snprintf(klog_fallback, sizeof klog_fallback, "%s", sb.dir);
+	char *rtslash = strrchr(klog_fallback, '/');
+	if (rtslash)
+		snprintf(rtslash, sizeof klog_fallback - (size_t)(rtslash - klog_fallback),
+			 "/.kernel.log");
+	klog_fd = klog_open(o.klog_path, rtslash ? klog_fallback : NULL, klog_used,
+			    sizeof klog_used, err, sizeof err);
+	if (err[0])
+		fprintf(stderr, "kbox: %s\n", err);
+	if (protect_host_files(&o, &cfg, &sb, klog_fd >= 0 ? klog_used : NULL))
+		goto out;
+	if (!klog_used[0])
+		snprintf(klog_used, sizeof klog_used, "none (see the warning above)");
 	/* `kbox image rm` must see that this sandbox runs on the image, from
 	 * before the root folder is opened: it counts only sandboxes whose
 	 * info names a live pid (rewritten with the ports once bound).  The
@@ -782,7 +831,7 @@ int run_main(int argc, char **argv)
 		cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
 		goto out;
 	}
-	int gf = gf_append(&initrd, &ilen, o.senv, o.nsenv, o.ca_pem);
+	int gf = gf_append(&initrd, &ilen, o.senv, o.nsenv, o.ca_pem, sb.name);
 	if (gf < 0) {
 		cli_die("cannot hand the guest its environment: %s", strerror(-gf));
 		goto out;
@@ -871,12 +920,6 @@ int run_main(int argc, char **argv)
 		fprintf(stderr, "kbox: sandbox %s, kernel entry 0x%llx, command line: %s\n",
 			sb.name, (unsigned long long)k.entry, cmdline);
 
-	char klog_used[PATH_MAX];
-	klog_fd = open_klog(o.klog_path, klog_used, sizeof klog_used);
-	if (klog_fd < 0) {
-		cli_die("cannot write the kernel log %s: %s", klog_used, strerror(errno));
-		goto out;
-	}
 	s.kl.fd = klog_fd;
 	s.kl.echo = o.verbose;
 	s.irq1 = (struct line_irq){ { line_irq_set }, &s.vm, COM1_IRQ };
@@ -903,7 +946,7 @@ int run_main(int argc, char **argv)
 	/* Everything the guest needs exists; no VM thread runs yet. */
 	const char *reread[2];
 	struct lockdown_cfg lc = {
-		.mounts = &mnt, .sandbox_dir = sb.dir, .klog_path = klog_used,
+		.mounts = &mnt, .sandbox_dir = sb.dir, .klog_path = klog_fd >= 0 ? klog_used : NULL,
 		.network = netdev_enabled(&net), .verbose = o.verbose, .off = o.no_lockdown,
 		.read_files = reread, .n_read_files = tlsconf_read_files(&tls, reread, 2),
 	};

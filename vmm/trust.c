@@ -245,7 +245,9 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		eb_say(err, errlen, "%s: path too long", store);
 		return -ENAMETOOLONG;
 	}
-	int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* Neither follows a link: one planted there would send the record
+	 * (or an emptied file) elsewhere. */
+	int lfd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (lfd < 0 || flock(lfd, LOCK_EX) < 0) {
 		rc = -errno;
 		eb_say(err, errlen, "%s: cannot lock: %s", lock, strerror(-rc));
@@ -260,7 +262,7 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		eb_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
 		goto out;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
 		eb_say(err, errlen, "%s: cannot write: %s", tmp, strerror(-rc));
@@ -418,8 +420,16 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 		if (fgets(answer, sizeof answer, stdin) &&
 		    (strcmp(answer, "y\n") == 0 || strcmp(answer, "yes\n") == 0 ||
 		     strcmp(answer, "Y\n") == 0)) {
-			rc = trust_record(store, real, hex, err, errlen);
-			return rc;
+			/* The answer is what counts; the record only saves
+			 * asking again.  A store that cannot be written (a
+			 * read-only home) costs the record, not the run. */
+			if (trust_record(store, real, hex, err, errlen) < 0) {
+				fprintf(stderr, "kbox: %s; trusted for this run only (kbox will ask "
+					"again; KBOX_TRUST_FILE names another place)\n", err);
+				if (errlen)
+					err[0] = '\0';
+			}
+			return 0;
 		}
 	}
 	eb_say(err, errlen,

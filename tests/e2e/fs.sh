@@ -39,6 +39,26 @@ e2e_refuse "same guest path twice" "two mounts" -v "$proj:/w" -v "$cfg:/w/"
 e2e_refuse "no GUEST" "HOST:GUEST" -v "$proj"
 e2e_refuse "ninth mount" "too many -v" -v "$proj:/1" -v "$proj:/2" -v "$proj:/3" \
 	-v "$proj:/4" -v "$proj:/5" -v "$proj:/6" -v "$proj:/7" -v "$proj:/8" -v "$proj:/9"
+# kbox's own files and folders against a share (docs/security.md, "kbox's
+# own files"): refused before any boot when hiding cannot cover them.
+home="$tmp/home"
+mkdir -p "$home"
+: > "$tmp/linked.log"
+ln "$tmp/linked.log" "$home/innocent.txt"
+e2e_refuse "an audit log with a second name (hard link)" "2 names (hard links)" \
+	-v "$home:/h" --audit-log "$tmp/linked.log"
+e2e_refuse "a --learn file with a second name" "2 names (hard links)" \
+	-v "$home:/h" --learn "$home/innocent.txt"
+rm -f "$home/innocent.txt"
+XDG_DATA_HOME="$home/.local/share" e2e_refuse "kbox's data folder inside a share" \
+	"kbox's data folder .* is inside the shared folder $home (/h in the guest)" -v "$home:/h"
+XDG_RUNTIME_DIR="$home/run" e2e_refuse "kbox's runtime folder inside a share" \
+	"kbox's runtime folder" -v "$home:/h:ro"
+KBOX_CA_DIR="$home/ca/inner" e2e_refuse "kbox's CA folder, not made yet, inside a share" \
+	"kbox's CA folder" -v "$home:/h:ro"
+mkdir -p "$tmp/data/kbox/ca"
+XDG_DATA_HOME="$tmp/data" e2e_refuse "a share inside kbox's data folder" \
+	"is inside kbox's data folder" -v "$tmp/data/kbox/ca:/ca:ro"
 
 e2e_need_kvm "the boot"
 
@@ -55,6 +75,20 @@ t "started in the workdir" [ "$(pwd)" = $w ]
 t "read a host file" [ "$(cat $w/readme)" = hello ]
 t "listing" [ "$(ls $w | tr '\n' ' ')" = "checks.sh gone readme src sub " ]
 t "no hidden names in ls -a" sh -c "! ls -a $w $w/sub | grep -q -e env -e kbox.yaml"
+# kbox's own files in the share: the audit log, the --learn file, the
+# kernel log (issue 17: the guest emptied the log and replaced the file).
+t "kbox's files are not listed" sh -c "! ls -a $w $w/sub | grep -q -e audit.log -e learned -e kernel.log"
+f "audit log hidden" stat $w/audit.log
+f "cannot empty the audit log" sh -c ": > $w/audit.log"
+f "cannot replace the --learn file" sh -c "echo x > $w/tmpl && mv $w/tmpl $w/learned.yaml"
+rm -f $w/tmpl
+f "cannot write the --learn file" sh -c "echo x > $w/learned.yaml"
+f "kernel log hidden" cat $w/sub/kernel.log
+# A destination public mode blocks (nothing leaves the host): one audit
+# line.  (busybox wget crashes in this guest: nc.)  And a line the kernel
+# log must show, quiet or not.
+f "a private address is blocked" sh -c "nc -w 3 10.9.9.9 80 < /dev/null"
+t "a kernel log line" sh -c "echo '<2>kbox-e2e-klog' > /dev/kmsg"
 f ".env hidden" cat $w/.env
 f ".env.local hidden" cat $w/.env.local
 f "secrets.env hidden below" cat $w/sub/secrets.env
@@ -99,6 +133,7 @@ EOF
 
 start=$(date +%s)
 timeout "$boot_timeout" "$kbox" run -v "$proj:/workspace" -v "$cfg:/cfg:ro" -w /workspace \
+	--audit-log "$proj/audit.log" --learn "$proj/learned.yaml" --kernel-log "$proj/sub/kernel.log" \
 	-- sh /workspace/checks.sh > "$tmp/out" 2> "$tmp/err"
 rc=$?
 took=$(( $(date +%s) - start ))
@@ -127,5 +162,10 @@ host_check "host: 1 MiB exactly" [ "$(stat -c %s "$proj/big" 2>/dev/null)" = 104
 host_check "host: ro folder unchanged" [ "$(ls -A "$cfg")" = conf ]
 host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
 host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
+host_check "host: the audit log holds kbox's line for the blocked address" \
+	grep -q '"dst":"10.9.9.9' "$proj/audit.log"
+host_check "host: the --learn file is kbox's" \
+	sh -c "head -1 '$proj/learned.yaml' | grep -q '^# A suggested network allowlist'"
+host_check "host: the kernel log was written" grep -q kbox-e2e-klog "$proj/sub/kernel.log"
 
 e2e_finish

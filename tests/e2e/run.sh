@@ -52,7 +52,16 @@ else not_ok "doctor" "$(cat "$tmp/doctor")"; fi
 
 # --- boots of the real kernel ---
 printf 'hi\n' > "$tmp/want-hi"
-check "echo hi; exit 7" 7 "$tmp/want-hi" "" -- run -- /bin/sh -c 'echo hi; exit 7'
+# Also: without --name the guest's host name is the generated sandbox name
+# (in /etc/hosts too), and a home where the kernel log cannot go (nothing
+# can be made under /dev/null, not even by root) costs one warning, not
+# the run.
+HOME=/dev/null/home XDG_STATE_HOME='' check "echo hi; exit 7 (host name kbox-PID; no usable home)" \
+	7 "$tmp/want-hi" "kernel log .*; writing it to" -- run -- /bin/sh -c 'echo hi
+	h=$(cat /proc/sys/kernel/hostname)
+	case $h in kbox-[0-9]*) ;; *) echo "host name: $h" ;; esac
+	grep -q "^127.0.1.1	$h\$" /etc/hosts || cat /etc/hosts
+	exit 7'
 
 printf '2\ngot line one\n' > "$tmp/want-smp"
 printf 'line one\n' > "$tmp/stdin"
@@ -93,6 +102,9 @@ printf 'v=42 /tmp\n' > "$tmp/want-env"
 check "exec: -e and -w" 0 "$tmp/want-env" "" -- exec -e V=42 -w /tmp "$sbx" -- /bin/sh -c 'echo "v=$V $(pwd)"'
 check "exec: SIGINT death is 130" 130 "" "" -- exec "$sbx" -- /bin/sh -c 'kill -INT $$'
 check "exec: missing program is 127" 127 "" "" -- exec "$sbx" -- /no/such/program
+printf '%s\n1\n' "$sbx" > "$tmp/want-name"
+check "exec: the host name is the sandbox's name, in /etc/hosts too" 0 "$tmp/want-name" "" \
+	-- exec "$sbx" -- /bin/sh -c "cat /proc/sys/kernel/hostname; grep -c '^127.0.1.1	$sbx\$' /etc/hosts"
 
 # 100 MiB out through stdout, byte-exact.  Under PVM the guest kernel's
 # emulated vsock path runs at ~0.35 MB/s (docs/pvm.md): about five minutes.

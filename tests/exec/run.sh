@@ -119,6 +119,18 @@ EOF2
 	check "terminal: size taken from the local terminal" "20 70" "$(tr -d '\r' <"$T/tty1" 2>/dev/null)"
 	check "terminal: raw mode restored on return" "restored" "$(cat "$T/tty2" 2>/dev/null)"
 	check "terminal: SIGWINCH sends the new size" "41 91" "$(tr -d '\r' <"$T/tty3" 2>/dev/null)"
+	# script's stdin at end-of-file: script types the end-of-file (^D)
+	# into the terminal at once, before the client starts (the sleep), so
+	# it waits there as a canonical-mode marker that raw mode would read
+	# as a NUL byte.  It must reach the command as an end-of-file.
+	out=$(timeout 30 script -qc "sleep 0.3; $B/loopback-san -t -- echo abc" /dev/null </dev/null |
+		od -An -tx1 | tr -s ' \n' ' ')
+	check "terminal: stdin at end-of-file adds no byte (echo abc)" " 61 62 63 0d 0a " "$out"
+	timeout 30 script -qec "sleep 0.3; $B/loopback-san -t -- cat" /dev/null </dev/null >/dev/null 2>&1
+	check "terminal: cat ends on the host's end-of-file" 0 $?
+	out=$(printf 'one\n' | timeout 30 script -qc "sleep 0.3; $B/loopback-san -t -- cat" /dev/null |
+		tr -d '\r' | grep -c '^one$')
+	check "terminal: a line typed ahead reaches cat (echoed twice, then cat's copy)" 3 "$out"
 else
 	echo "skip terminal checks: script(1) not installed"
 fi

@@ -1177,7 +1177,7 @@ START_TEST(protect_mounts_hides_config_files)
 	ck_assert_int_eq(mounts_add(&ms, &parent, err, sizeof err), 0);
 	ck_assert_int_eq(mounts_add(&ms, &cfgdir, err, sizeof err), 0);
 	ck_assert_int_eq(mounts_add(&ms, &unrelated, err, sizeof err), 0);
-	ck_assert_int_eq(config_protect_mounts(&c, conf, &ms), 0);
+	ck_assert_int_eq(config_protect_mounts(&c, conf, NULL, 0, &ms, err, sizeof err), 0);
 
 	ck_assert(ms.m[0].hidden_set);
 	ck_assert_uint_eq(ms.m[0].n_hidden, 4);
@@ -1190,9 +1190,11 @@ START_TEST(protect_mounts_hides_config_files)
 	ck_assert(has_pattern(&ms.m[1], ".env.*"));
 	ck_assert(has_pattern(&ms.m[1], "keys\\[1].yaml"));
 	ck_assert_uint_eq(ms.m[1].n_hidden, 8);
-	/* Only what lies below a mount's root counts. */
-	ck_assert_uint_eq(ms.m[2].n_hidden, 6);
+	/* Only what lies below a mount's root counts: the secrets file's
+	 * own secrets.env is in cfg, the config's is not. */
+	ck_assert_uint_eq(ms.m[2].n_hidden, 7);
 	ck_assert(has_pattern(&ms.m[2], "net.log"));
+	ck_assert(has_pattern(&ms.m[2], "secrets.env"));
 	ck_assert(!ms.m[3].hidden_set);
 	ck_assert_uint_eq(c.n_protect, 3);
 

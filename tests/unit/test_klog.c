@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/lib/tmp_tree.h"
 #include "vmm/klog.h"
 
 static void feed_str(struct klog *k, const char *s)
@@ -202,6 +203,132 @@ START_TEST(log_file_exact)
 }
 END_TEST
 
+/* HOME and XDG_STATE_HOME as a test sets them; restored by env_restore. */
+static char *saved_home, *saved_state;
+
+static void env_save(const char *home, const char *state)
+{
+	const char *h = getenv("HOME"), *st = getenv("XDG_STATE_HOME");
+	saved_home = h ? strdup(h) : NULL;
+	saved_state = st ? strdup(st) : NULL;
+	if (home)
+		setenv("HOME", home, 1);
+	else
+		unsetenv("HOME");
+	if (state)
+		setenv("XDG_STATE_HOME", state, 1);
+	else
+		unsetenv("XDG_STATE_HOME");
+}
+
+static void env_restore(void)
+{
+	if (saved_home)
+		setenv("HOME", saved_home, 1);
+	else
+		unsetenv("HOME");
+	if (saved_state)
+		setenv("XDG_STATE_HOME", saved_state, 1);
+	else
+		unsetenv("XDG_STATE_HOME");
+	free(saved_home);
+	free(saved_state);
+	saved_home = saved_state = NULL;
+}
+
+/* The default place: under XDG_STATE_HOME, folders made, no warning. */
+START_TEST(open_default_under_state_home)
+{
+	char d[64], want[128], used[256], warn[512];
+	ck_assert_int_eq(tt_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
+	env_save("/dev/null/home", d);
+	int fd = klog_open(NULL, "/dev/null/fallback.log", used, sizeof used, warn, sizeof warn);
+	env_restore();
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(want, sizeof want, "%s/kbox/kernel.log", d);
+	ck_assert_str_eq(used, want);
+	ck_assert_str_eq(warn, "");
+	ck_assert_int_eq(access(want, W_OK), 0);
+	ck_assert_int_eq(tt_remove(d), 0);
+}
+END_TEST
+
+/* A home that cannot hold ~/.local/state (one that cannot be made, a
+ * file in the way, nothing set, a relative one): the fallback, and one
+ * line saying why.  (Paths under /dev/null fail for root too.) */
+START_TEST(open_falls_back_when_home_unusable)
+{
+	char d[64], fb[128], home[128], used[256], warn[512];
+	ck_assert_int_eq(tt_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
+	snprintf(fb, sizeof fb, "%s/.kernel.log", d);
+	ck_assert_int_eq(tt_put(d, "file", "x"), 0);
+	const char *homes[] = { "/dev/null/home", home, NULL, "relative/home" };
+	snprintf(home, sizeof home, "%s/file", d); /* a file: mkdir gives ENOTDIR */
+	for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
+		env_save(homes[i], NULL);
+		int fd = klog_open(NULL, fb, used, sizeof used, warn, sizeof warn);
+		env_restore();
+		ck_assert_msg(fd >= 0, "home %s", homes[i] ? homes[i] : "(unset)");
+		close(fd);
+		ck_assert_str_eq(used, fb);
+		ck_assert_ptr_nonnull(strstr(warn, "; writing it to "));
+		ck_assert_ptr_nonnull(strstr(warn, fb));
+		ck_assert_ptr_null(strchr(warn, '\n'));
+		if (i == 1)
+			ck_assert_ptr_nonnull(strstr(warn, "Not a directory"));
+		if (i >= 2)
+			ck_assert_ptr_nonnull(strstr(warn, "neither XDG_STATE_HOME nor HOME"));
+	}
+	ck_assert_int_eq(tt_remove(d), 0);
+}
+END_TEST
+
+/* A symbolic link where kbox's own log goes is not followed; a path the
+ * user named is; a named path that fails falls back too; with no place
+ * at all the run goes on without a log (-1, used ""). */
+START_TEST(open_links_named_paths_and_no_place)
+{
+	char d[64], p[128], tgt[128], fb[128], used[256], warn[512];
+	ck_assert_int_eq(tt_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
+	snprintf(fb, sizeof fb, "%s/.kernel.log", d);
+	snprintf(tgt, sizeof tgt, "%s/target", d);
+	snprintf(p, sizeof p, "%s/kbox", d);
+	ck_assert_int_eq(mkdir(p, 0700), 0);
+	snprintf(p, sizeof p, "%s/kbox/kernel.log", d);
+	ck_assert_int_eq(symlink(tgt, p), 0);
+	env_save(NULL, d);
+	int fd = klog_open(NULL, fb, used, sizeof used, warn, sizeof warn);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_str_eq(used, fb);
+	ck_assert_int_eq(access(tgt, F_OK), -1);
+
+	fd = klog_open(p, fb, used, sizeof used, warn, sizeof warn);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_str_eq(used, p);
+	ck_assert_str_eq(warn, "");
+	ck_assert_int_eq(access(tgt, F_OK), 0);
+
+	fd = klog_open("/dev/null/k.log", fb, used, sizeof used, warn, sizeof warn);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_str_eq(used, fb);
+	ck_assert_ptr_nonnull(strstr(warn, "cannot write the kernel log /dev/null/k.log"));
+
+	fd = klog_open("/dev/null/k.log", "/dev/null/fb.log", used, sizeof used, warn,
+		       sizeof warn);
+	ck_assert_int_eq(fd, -1);
+	ck_assert_str_eq(used, "");
+	ck_assert_ptr_nonnull(strstr(warn, "running without one"));
+	fd = klog_open("/dev/null/k.log", NULL, used, sizeof used, warn, sizeof warn);
+	ck_assert_int_eq(fd, -1);
+	env_restore();
+	ck_assert_int_eq(tt_remove(d), 0);
+}
+END_TEST
+
 Suite *klog_suite(void)
 {
 	Suite *s = suite_create("klog");
@@ -216,6 +343,9 @@ Suite *klog_suite(void)
 	tcase_add_test(tc, long_lines_split);
 	tcase_add_test(tc, nul_bytes_dropped);
 	tcase_add_test(tc, log_file_exact);
+	tcase_add_test(tc, open_default_under_state_home);
+	tcase_add_test(tc, open_falls_back_when_home_unusable);
+	tcase_add_test(tc, open_links_named_paths_and_no_place);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -224,6 +224,28 @@ START_TEST(refuses_bad_paths)
 }
 END_TEST
 
+/* A link planted at the record's temporary or lock name is not followed:
+ * the file it points at stays as it was. */
+START_TEST(planted_links_not_followed)
+{
+	char a[TRUST_HEX_LEN + 1], err[256] = "", victim[300], tmp[300], lock[300];
+	digest(NULL, a);
+	ck_assert_int_eq(trust_record(store, conf, a, err, sizeof err), 0);
+	snprintf(victim, sizeof victim, "%s/victim", dir);
+	put(victim, "keep me\n");
+	snprintf(tmp, sizeof tmp, "%s.tmp", store);
+	ck_assert_int_eq(symlink(victim, tmp), 0);
+	ck_assert_int_eq(trust_record(store, conf, a, err, sizeof err), -ELOOP);
+	ck_assert_str_eq(slurp(victim), "keep me\n");
+	ck_assert_int_eq(unlink(tmp), 0);
+	snprintf(lock, sizeof lock, "%s.lock", store);
+	ck_assert_int_eq(unlink(lock), 0);
+	ck_assert_int_eq(symlink(victim, lock), 0);
+	ck_assert_int_eq(trust_record(store, conf, a, err, sizeof err), -ELOOP);
+	ck_assert_str_eq(slurp(victim), "keep me\n");
+}
+END_TEST
+
 START_TEST(store_path_from_environment)
 {
 	char buf[PATH_MAX];
@@ -432,6 +454,7 @@ Suite *trust_suite(void)
 	TCase *tc = tcase_create("trust");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, digest_follows_content);
+	tcase_add_test(tc, planted_links_not_followed);
 	tcase_add_test(tc, digest_covers_project_secrets_only);
 	tcase_add_test(tc, digest_covers_secrets_env);
 	tcase_add_test(tc, record_check_replace_remove);

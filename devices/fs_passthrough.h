@@ -39,6 +39,10 @@ struct fsp_config {
 	const char *const *hidden;
 	size_t n_hidden;
 	bool hidden_set;
+	/* More patterns, added to that list (the defaults, or hidden):
+	 * `hidden_extra:` in sandbox.yaml. */
+	const char *const *hidden_extra;
+	size_t n_hidden_extra;
 	/* Cap on host fds held for the guest; 0 = RLIMIT_NOFILE minus 64. */
 	unsigned max_fds;
 };

@@ -219,6 +219,19 @@ START_TEST(folded_spellings)
 			      "%s visible", names[i]);
 		ck_assert_int_eq(create(FUSE_ROOT_ID, names[i]), -EACCES);
 	}
+	/* A mount's own patterns, which have no '*' at the end to cover
+	 * what a host drops. */
+	fuse_server_free(srv);
+	fsp_free(fs);
+	const char *const pats[] = { "*.pem", "id_rsa" };
+	serve((struct fsp_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
+	static const char *const own[] = { "key.pem.", "key.pem ", "ID_RSA. " };
+	for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+		put(own[i], "k");
+		ck_assert_msg(lookup(FUSE_ROOT_ID, own[i], NULL) == -ENOENT,
+			      "%s visible", own[i]);
+		ck_assert_int_eq(create(FUSE_ROOT_ID, own[i]), -EACCES);
+	}
 	/* Folding leaves other names alone. */
 	put("notes.", "x");
 	put("a b", "x");

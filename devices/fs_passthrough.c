@@ -504,14 +504,18 @@ static int fsp_rel_path(struct fsp *p, int dirfd, char *buf, size_t size)
 
 /* Code points that a case-folding host (ext4 casefold, SMB, APFS, HFS+)
  * takes for plain ASCII, so that "\u017Fecrets.env" (long s) opens
- * secrets.env there: their Unicode case folding or canonical decomposition
- * is ASCII.  The last ones are the characters HFS+ ignores in names (git
- * refuses ".git" spelt with them for the same reason); they fold to
- * nothing.  No other code point folds to ASCII. */
+ * secrets.env there: their Unicode case folding, simple upper or lower
+ * case, or canonical decomposition is ASCII.  The last ones are the
+ * characters HFS+ ignores in names (git refuses ".git" spelt with them for
+ * the same reason); they fold to nothing.  On a directory that does fold,
+ * fsp_spelling catches every other spelling whatever this table says;
+ * the table keeps the guest from creating such names anywhere. */
 static const struct {
 	const char *utf8, *ascii;
 } fsp_folds[] = {
 	{ "\xc3\x9f", "ss" },	  /* U+00DF sharp s */
+	{ "\xc4\xb0", "i" },	  /* U+0130 capital I with dot (lowercases to i) */
+	{ "\xc4\xb1", "i" },	  /* U+0131 dotless i (uppercases to I) */
 	{ "\xc5\xbf", "s" },	  /* U+017F long s */
 	{ "\xcd\xbe", ";" },	  /* U+037E Greek question mark */
 	{ "\xe1\xba\x9e", "ss" }, /* U+1E9E capital sharp s */

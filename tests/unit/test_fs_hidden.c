@@ -225,7 +225,8 @@ START_TEST(folded_spellings)
 	fsp_free(fs);
 	const char *const pats[] = { "*.pem", "id_rsa" };
 	serve((struct fsp_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
-	static const char *const own[] = { "key.pem.", "key.pem ", "ID_RSA. " };
+	static const char *const own[] = { "key.pem.", "key.pem ", "ID_RSA. ",
+					   "\xc4\xb1" "d_rsa" /* dotless i */ };
 	for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
 		put(own[i], "k");
 		ck_assert_msg(lookup(FUSE_ROOT_ID, own[i], NULL) == -ENOENT,

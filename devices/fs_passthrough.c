@@ -116,6 +116,7 @@ struct fsp {
 	/* Components of hidden[i] when it is matched against the path from
 	 * the root (anchored or with a '/'), else 0. */
 	unsigned *ncomp;
+	uint8_t (*first)[32]; /* fsp_first_bytes of each name pattern */
 	size_t n_hidden;
 	bool any_path; /* some ncomp[i] > 0 */
 	char *root_path;
@@ -602,14 +603,42 @@ static bool fsp_match(const char *pat, const char *s, const char *f, int flags)
 	return fnmatch(pat, s, flags) == 0 || (f && fnmatch(pat, f, flags) == 0);
 }
 
-/* Whether name pattern pat cannot match s by its first byte alone: every
- * name of a big directory meets every pattern, and a literal first
- * character rejects most at once. */
-static bool fsp_first_differs(const char *pat, const char *s)
+/* The first bytes a name may have to match name pattern pat, as a bitmap
+ * into first: every name of a big directory meets every pattern, and the
+ * first byte rejects most at once.  A literal character in either case,
+ * the members of a plain bracket expression ("[.#]"); anything else
+ * (wildcards, ranges, classes, negation, escapes) allows every byte. */
+static void fsp_first_bytes(const char *pat, uint8_t first[32])
 {
-	if (strchr("*?[\\", pat[0]))
-		return false;
-	return tolower((unsigned char)pat[0]) != tolower((unsigned char)s[0]);
+	unsigned char c = (unsigned char)pat[0];
+
+	memset(first, 0, 32);
+	if (c == '[') {
+		const char *e = pat + 1;
+		if (*e == ']')
+			e++;
+		while (*e && *e != ']' && !strchr("!^-[\\", *e))
+			e++;
+		if (*e == ']' && pat[1] != '!' && pat[1] != '^') {
+			for (const char *m = pat + 1; m < e; m++) {
+				unsigned char b = (unsigned char)*m;
+				first[tolower(b) >> 3] |= (uint8_t)(1u << (tolower(b) & 7));
+				first[toupper(b) >> 3] |= (uint8_t)(1u << (toupper(b) & 7));
+			}
+			return;
+		}
+	} else if (!strchr("*?\\", c)) {
+		first[tolower(c) >> 3] |= (uint8_t)(1u << (tolower(c) & 7));
+		first[toupper(c) >> 3] |= (uint8_t)(1u << (toupper(c) & 7));
+		return;
+	}
+	memset(first, 0xff, 32);
+}
+
+static bool fsp_may_start(const uint8_t first[32], const char *s)
+{
+	unsigned char c = (unsigned char)s[0];
+	return first[c >> 3] & (1u << (c & 7));
 }
 
 /* 1 if name in directory dirfd is hidden, 0 if not, <0 if unknown (the
@@ -634,8 +663,8 @@ static int fsp_hidden_at(struct fsp *p, int dirfd, const char *dirrel,
 	for (size_t i = 0; i < p->n_hidden; i++) {
 		const char *pat = p->hidden[i];
 		if (!p->ncomp[i]) {
-			if (fsp_first_differs(pat, name) &&
-			    (!fn || fsp_first_differs(pat, fn)))
+			if (!fsp_may_start(p->first[i], name) &&
+			    (!fn || !fsp_may_start(p->first[i], fn)))
 				continue;
 			if (fsp_match(pat, name, fn, 0))
 				return 1;
@@ -794,7 +823,12 @@ static int fsp_check_current(struct fsp *p, int fd)
 	if (n < 0 || (size_t)n >= sizeof host - 1)
 		return -ESTALE;
 	host[n] = '\0';
-	if (fstat(fd, &st) == 0 && st.st_nlink == 0)
+	/* The kernel marks a name it no longer has; a file may also be
+	 * called so, which fstat tells apart. */
+	static const char gone[] = " (deleted)";
+	size_t gl = sizeof gone - 1;
+	if ((size_t)n > gl && memcmp(host + n - gl, gone, gl) == 0 &&
+	    fstat(fd, &st) == 0 && st.st_nlink == 0)
 		return 0;
 	if (strncmp(host, p->root_path, p->root_len) != 0)
 		return -ESTALE;
@@ -2336,6 +2370,7 @@ static int fsp_add_hidden(struct fsp *p, const char *pat)
 	if (!p->hidden[i])
 		return -ENOMEM;
 	p->ncomp[i] = fsp_components(pat, p->anchored[i]);
+	fsp_first_bytes(pat, p->first[i]);
 	p->any_path |= p->ncomp[i] > 0;
 	p->n_hidden = i + 1;
 	return 0;
@@ -2358,7 +2393,8 @@ static int fsp_init_hidden(struct fsp *p, const struct fsp_config *cfg)
 	p->hidden = calloc(all ? all : 1, sizeof *p->hidden);
 	p->anchored = calloc(all ? all : 1, sizeof *p->anchored);
 	p->ncomp = calloc(all ? all : 1, sizeof *p->ncomp);
-	if (!p->hidden || !p->anchored || !p->ncomp)
+	p->first = calloc(all ? all : 1, sizeof *p->first);
+	if (!p->hidden || !p->anchored || !p->ncomp || !p->first)
 		return -ENOMEM;
 	for (size_t i = 0; i < all; i++) {
 		int rc = fsp_add_hidden(p, i < n ? list[i] : cfg->hidden_extra[i - n]);
@@ -2461,6 +2497,7 @@ void fsp_free(struct fsp *p)
 	free(p->hidden);
 	free(p->anchored);
 	free(p->ncomp);
+	free(p->first);
 	free(p->root_path);
 	free(p->nodes);
 	free(p->hash);

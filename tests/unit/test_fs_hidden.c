@@ -272,14 +272,21 @@ END_TEST
  * own (even an empty one). */
 START_TEST(hidden_extra_adds)
 {
-	const char *const extra[] = { "*.pem", "/top-only" };
+	const char *const extra[] = { "*.pem", "/top-only", "[a-c]*.key", "[]x]y" };
 	put(".env", "SECRET=1");
+	put("B.KEY", "k");
+	put("]y", "k");
+	put("d.key", "k");
 	put("key.pem", "k");
 	put("top-only", "t");
 	put("a", "a");
 	mkdir_host("sub");
 	put("sub/top-only", "t");
-	serve((struct fsp_config){ .hidden_extra = extra, .n_hidden_extra = 2 });
+	serve((struct fsp_config){ .hidden_extra = extra, .n_hidden_extra = 4 });
+	/* First bytes of bracket expressions, ranges included, any case. */
+	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "B.KEY", NULL), -ENOENT);
+	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "]y", NULL), -ENOENT);
+	lookup_ok(FUSE_ROOT_ID, "d.key");
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, ".env", NULL), -ENOENT);
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "key.pem", NULL), -ENOENT);
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "top-only", NULL), -ENOENT);

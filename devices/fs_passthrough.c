@@ -11,11 +11,12 @@
  * read from the same link. */
 #include "devices/fs_passthrough.h"
 
+#include "devices/fs_hidden.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
@@ -43,7 +44,6 @@ const char *const FSP_DEFAULT_HIDDEN[] = {
 };
 
 #define FSP_NONE UINT32_MAX
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define FSP_XATTR_LIST_MAX 65536
 /* Longest chain of parents reopened for one node: deeper trees get ESTALE
  * rather than an unbounded walk. */
@@ -111,14 +111,7 @@ struct fsp {
 	pthread_mutex_t mu;
 	int proc_fd;
 	bool ro;
-	char **hidden;
-	bool *anchored; /* hidden[i] had a leading '/' */
-	/* Components of hidden[i] when it is matched against the path from
-	 * the root (anchored or with a '/'), else 0. */
-	unsigned *ncomp;
-	uint8_t (*first)[32]; /* fsp_first_bytes of each name pattern */
-	size_t n_hidden;
-	bool any_path; /* some ncomp[i] > 0 */
+	struct fsh *hid;
 	char *root_path;
 	size_t root_len;
 	struct fsp_node *nodes; /* nodeid = index + 1; index 0 is the root */
@@ -503,194 +496,22 @@ static int fsp_rel_path(struct fsp *p, int dirfd, char *buf, size_t size)
 	return 0;
 }
 
-/* Code points that a case-folding host (ext4 casefold, SMB, APFS, HFS+)
- * takes for plain ASCII, so that "\u017Fecrets.env" (long s) opens
- * secrets.env there: their Unicode case folding, simple upper or lower
- * case, or canonical decomposition is ASCII.  The last ones are the
- * characters HFS+ ignores in names (git refuses ".git" spelt with them for
- * the same reason); they fold to nothing.  On a directory that does fold,
- * fsp_spelling catches every other spelling whatever this table says;
- * the table keeps the guest from creating such names anywhere. */
-static const struct {
-	const char *utf8, *ascii;
-} fsp_folds[] = {
-	{ "\xc3\x9f", "ss" },	  /* U+00DF sharp s */
-	{ "\xc4\xb0", "i" },	  /* U+0130 capital I with dot (lowercases to i) */
-	{ "\xc4\xb1", "i" },	  /* U+0131 dotless i (uppercases to I) */
-	{ "\xc5\xbf", "s" },	  /* U+017F long s */
-	{ "\xcd\xbe", ";" },	  /* U+037E Greek question mark */
-	{ "\xe1\xba\x9e", "ss" }, /* U+1E9E capital sharp s */
-	{ "\xe1\xbf\xaf", "`" },  /* U+1FEF Greek varia */
-	{ "\xe2\x84\xaa", "k" },  /* U+212A Kelvin sign */
-	{ "\xef\xac\x80", "ff" }, /* U+FB00..FB06: Latin ligatures */
-	{ "\xef\xac\x81", "fi" },
-	{ "\xef\xac\x82", "fl" },
-	{ "\xef\xac\x83", "ffi" },
-	{ "\xef\xac\x84", "ffl" },
-	{ "\xef\xac\x85", "st" },
-	{ "\xef\xac\x86", "st" },
-	{ "\xe2\x80\x8b", "" }, /* U+200B..200F: zero widths, marks */
-	{ "\xe2\x80\x8c", "" },
-	{ "\xe2\x80\x8d", "" },
-	{ "\xe2\x80\x8e", "" },
-	{ "\xe2\x80\x8f", "" },
-	{ "\xe2\x80\xaa", "" }, /* U+202A..202E: embeddings */
-	{ "\xe2\x80\xab", "" },
-	{ "\xe2\x80\xac", "" },
-	{ "\xe2\x80\xad", "" },
-	{ "\xe2\x80\xae", "" },
-	{ "\xe2\x81\xaa", "" }, /* U+206A..206F: deprecated formats */
-	{ "\xe2\x81\xab", "" },
-	{ "\xe2\x81\xac", "" },
-	{ "\xe2\x81\xad", "" },
-	{ "\xe2\x81\xae", "" },
-	{ "\xe2\x81\xaf", "" },
-	{ "\xef\xbb\xbf", "" }, /* U+FEFF zero width no-break space */
-};
-
-/* Drops the trailing dots and spaces of the component out[start..*len),
- * unless nothing else is left of it. */
-static void fsp_strip_tail(char *out, size_t start, size_t *len)
-{
-	size_t e = *len;
-	while (e > start && (out[e - 1] == '.' || out[e - 1] == ' '))
-		e--;
-	if (e > start)
-		*len = e;
-}
-
-/* in (a name, or a path from the root) as a folding host may read it,
- * into out, which has room for strlen(in) + 1 bytes (folding never
- * lengthens): the code points above replaced, and each component's
- * trailing dots and spaces dropped (vfat, exFAT and Windows servers drop
- * them, so "secrets.env." opens secrets.env).  ASCII case is left to
- * FNM_CASEFOLD.  Returns whether out differs from in. */
-static bool fsp_fold(const char *in, char *out)
-{
-	size_t o = 0, start = 0;
-
-	for (size_t i = 0; in[i];) {
-		size_t k = ARRAY_SIZE(fsp_folds);
-		if ((unsigned char)in[i] >= 0x80)
-			for (k = 0; k < ARRAY_SIZE(fsp_folds); k++)
-				if (strncmp(in + i, fsp_folds[k].utf8,
-					    strlen(fsp_folds[k].utf8)) == 0)
-					break;
-		if (k < ARRAY_SIZE(fsp_folds)) {
-			size_t l = strlen(fsp_folds[k].ascii);
-			memcpy(out + o, fsp_folds[k].ascii, l);
-			o += l;
-			i += strlen(fsp_folds[k].utf8);
-			continue;
-		}
-		if (in[i] == '/') {
-			fsp_strip_tail(out, start, &o);
-			start = o + 1;
-		}
-		out[o++] = in[i++];
-	}
-	fsp_strip_tail(out, start, &o);
-	out[o] = '\0';
-	return strcmp(in, out) != 0;
-}
-
-/* Whether pattern pat matches s, or its folded form f (NULL: the same),
- * whatever the case of ASCII letters: a case-insensitive host serves
- * .ENV as .env, and hiding a harmless .ENV elsewhere costs nothing. */
-static bool fsp_match(const char *pat, const char *s, const char *f, int flags)
-{
-	flags |= FNM_CASEFOLD;
-	return fnmatch(pat, s, flags) == 0 || (f && fnmatch(pat, f, flags) == 0);
-}
-
-/* The first bytes a name may have to match name pattern pat, as a bitmap
- * into first: every name of a big directory meets every pattern, and the
- * first byte rejects most at once.  A literal character in either case,
- * the members of a plain bracket expression ("[.#]"); anything else
- * (wildcards, ranges, classes, negation, escapes) allows every byte. */
-static void fsp_first_bytes(const char *pat, uint8_t first[32])
-{
-	unsigned char c = (unsigned char)pat[0];
-
-	memset(first, 0, 32);
-	if (c == '[') {
-		const char *e = pat + 1;
-		if (*e == ']')
-			e++;
-		while (*e && *e != ']' && !strchr("!^-[\\", *e))
-			e++;
-		if (*e == ']' && pat[1] != '!' && pat[1] != '^') {
-			for (const char *m = pat + 1; m < e; m++) {
-				unsigned char b = (unsigned char)*m;
-				first[tolower(b) >> 3] |= (uint8_t)(1u << (tolower(b) & 7));
-				first[toupper(b) >> 3] |= (uint8_t)(1u << (toupper(b) & 7));
-			}
-			return;
-		}
-	} else if (!strchr("*?\\", c)) {
-		first[tolower(c) >> 3] |= (uint8_t)(1u << (tolower(c) & 7));
-		first[toupper(c) >> 3] |= (uint8_t)(1u << (toupper(c) & 7));
-		return;
-	}
-	memset(first, 0xff, 32);
-}
-
-static bool fsp_may_start(const uint8_t first[32], const char *s)
-{
-	unsigned char c = (unsigned char)s[0];
-	return first[c >> 3] & (1u << (c & 7));
-}
-
-/* 1 if name in directory dirfd is hidden, 0 if not, <0 if unknown (the
- * caller treats unknown as hidden).  dirrel is the directory's path from
- * the root when the caller knows it (else NULL: it is read from dirfd
- * when a pattern needs it).  A pattern with a '/' in it, or one that had a
- * leading '/', is matched against the path from the mount root; any other
- * against the name alone, at every depth.  Both the name as given and its
- * folded form (fsp_fold) are tried. */
+/* fsh_hidden for name in directory dirfd, whose path from the root is
+ * dirrel when the caller knows it (else it is read from dirfd when a
+ * pattern needs it).  1 hidden, 0 not, <0 unknown (callers treat it as
+ * hidden). */
 static int fsp_hidden_at(struct fsp *p, int dirfd, const char *dirrel,
 			 const char *name)
 {
-	char fname[NAME_MAX + 1];
-	char path[PATH_MAX + NAME_MAX + 2], fpath[PATH_MAX + NAME_MAX + 2];
-	const char *fn = NULL, *fp = NULL;
-	bool have_path = false;
+	char path[PATH_MAX];
 
-	if (strlen(name) > NAME_MAX)
-		return -ENAMETOOLONG;
-	if (fsp_fold(name, fname))
-		fn = fname;
-	for (size_t i = 0; i < p->n_hidden; i++) {
-		const char *pat = p->hidden[i];
-		if (!p->ncomp[i]) {
-			if (!fsp_may_start(p->first[i], name) &&
-			    (!fn || !fsp_may_start(p->first[i], fn)))
-				continue;
-			if (fsp_match(pat, name, fn, 0))
-				return 1;
-			continue;
-		}
-		if (!have_path) {
-			if (!dirrel) {
-				int rc = fsp_rel_path(p, dirfd, path, PATH_MAX);
-				if (rc < 0)
-					return rc;
-			} else if (strlen(dirrel) < PATH_MAX) {
-				strcpy(path, dirrel);
-			} else {
-				return -ENAMETOOLONG;
-			}
-			if (path[0])
-				strcat(path, "/");
-			strcat(path, name);
-			if (fsp_fold(path, fpath))
-				fp = fpath;
-			have_path = true;
-		}
-		if (fsp_match(pat, path, fp, FNM_PATHNAME))
-			return 1;
+	if (!dirrel && fsh_needs_path(p->hid)) {
+		int rc = fsp_rel_path(p, dirfd, path, sizeof path);
+		if (rc < 0)
+			return rc;
+		dirrel = path;
 	}
-	return 0;
+	return fsh_hidden(p->hid, dirrel, name);
 }
 
 static int fsp_hidden(struct fsp *p, int dirfd, const char *name)
@@ -1429,68 +1250,6 @@ static int fsp_rmdir(void *be, uint64_t parent, const char *name)
 	return fsp_remove_name(be, parent, name, AT_REMOVEDIR);
 }
 
-/* Components of a path from the root ("" has none). */
-static unsigned fsp_depth(const char *path)
-{
-	unsigned n = path[0] != '\0';
-	for (const char *c = path; *c; c++)
-		n += *c == '/';
-	return n;
-}
-
-/* Whether path (k components) matches the first k components of pattern
- * pat (which has more), whatever the ASCII case. */
-static bool fsp_prefix_match(const char *pat, unsigned k, const char *path)
-{
-	char pre[PATH_MAX];
-	const char *e = pat;
-
-	for (unsigned c = 0; c < k; c++) {
-		e = strchr(e, '/');
-		if (!e)
-			return true; /* not reached: pat has more components */
-		e++;
-	}
-	size_t len = (size_t)(e - pat) - 1;
-	if (len >= sizeof pre)
-		return true;
-	memcpy(pre, pat, len);
-	pre[len] = '\0';
-	return fnmatch(pre, path, FNM_PATHNAME | FNM_CASEFOLD) == 0;
-}
-
-/* Whether renaming the directory at src (its path from the root) to dst
- * would take something below it out from under a path pattern: src
- * matches the leading components of a pattern that has more, and dst does
- * not match the same ones (or has another depth), so a file the pattern
- * hides below src would not be hidden below dst.  Name patterns need no
- * such care: they follow the name wherever it goes.  As for lookups, the
- * folded forms count too: what src matched in either form, dst must
- * match in the same form. */
-static bool fsp_moves_hidden(struct fsp *p, const char *src, const char *dst)
-{
-	char fsrc[PATH_MAX + NAME_MAX + 2], fdst[PATH_MAX + NAME_MAX + 2];
-	unsigned ks = fsp_depth(src), kd = fsp_depth(dst);
-
-	fsp_fold(src, fsrc);
-	fsp_fold(dst, fdst);
-	for (size_t i = 0; i < p->n_hidden; i++) {
-		if (p->ncomp[i] <= ks)
-			continue;
-		bool raw = fsp_prefix_match(p->hidden[i], ks, src);
-		bool folded = fsp_prefix_match(p->hidden[i], ks, fsrc);
-		if (!raw && !folded)
-			continue;
-		if (kd != ks)
-			return true;
-		if (raw && !fsp_prefix_match(p->hidden[i], ks, dst))
-			return true;
-		if (folded && !fsp_prefix_match(p->hidden[i], ks, fdst))
-			return true;
-	}
-	return false;
-}
-
 /* The path from the root of name in directory dirfd, into buf. */
 static int fsp_path_of(struct fsp *p, int dirfd, const char *name, char *buf)
 {
@@ -1513,7 +1272,7 @@ static int fsp_rename_guard(struct fsp *p, int dfd, const char *name, int ndfd,
 	char src[PATH_MAX + NAME_MAX + 2], dst[PATH_MAX + NAME_MAX + 2];
 	struct stat st;
 
-	if (!p->any_path)
+	if (!fsh_needs_path(p->hid))
 		return 0;
 	int rc = fsp_path_of(p, dfd, name, src);
 	if (rc == 0)
@@ -1521,11 +1280,11 @@ static int fsp_rename_guard(struct fsp *p, int dfd, const char *name, int ndfd,
 	if (rc < 0)
 		return -EACCES;
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    S_ISDIR(st.st_mode) && fsp_moves_hidden(p, src, dst))
+	    S_ISDIR(st.st_mode) && fsh_moves_hidden(p->hid, src, dst))
 		return -EACCES;
 	if ((flags & RENAME_EXCHANGE) &&
 	    fstatat(ndfd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    S_ISDIR(st.st_mode) && fsp_moves_hidden(p, dst, src))
+	    S_ISDIR(st.st_mode) && fsh_moves_hidden(p->hid, dst, src))
 		return -EACCES;
 	return 0;
 }
@@ -2342,68 +2101,6 @@ const struct fuse_fs_ops fsp_ops = {
 	.reset = fsp_reset,
 };
 
-/* Components of pattern pat when it is matched against paths ('/'
- * separated), 0 for a pattern matched against names alone. */
-static unsigned fsp_components(const char *pat, bool anchored)
-{
-	if (!anchored && !strchr(pat, '/'))
-		return 0;
-	unsigned n = 1;
-	for (const char *c = pat; *c; c++)
-		n += *c == '/';
-	return n;
-}
-
-/* Copies pattern pat into slot p->n_hidden. */
-static int fsp_add_hidden(struct fsp *p, const char *pat)
-{
-	size_t i = p->n_hidden;
-
-	if (!pat || !pat[0])
-		return -EINVAL;
-	/* A leading "/" anchors the pattern at the mount root. */
-	p->anchored[i] = pat[0] == '/';
-	pat += p->anchored[i];
-	if (!pat[0])
-		return -EINVAL;
-	p->hidden[i] = strdup(pat);
-	if (!p->hidden[i])
-		return -ENOMEM;
-	p->ncomp[i] = fsp_components(pat, p->anchored[i]);
-	fsp_first_bytes(pat, p->first[i]);
-	p->any_path |= p->ncomp[i] > 0;
-	p->n_hidden = i + 1;
-	return 0;
-}
-
-static int fsp_init_hidden(struct fsp *p, const struct fsp_config *cfg)
-{
-	const char *const *list = cfg->hidden_set ? cfg->hidden :
-						    FSP_DEFAULT_HIDDEN;
-	size_t n = 0;
-
-	if (cfg->hidden_set)
-		n = cfg->n_hidden;
-	else
-		while (FSP_DEFAULT_HIDDEN[n])
-			n++;
-	if ((n && !list) || (cfg->n_hidden_extra && !cfg->hidden_extra))
-		return -EINVAL;
-	size_t all = n + cfg->n_hidden_extra;
-	p->hidden = calloc(all ? all : 1, sizeof *p->hidden);
-	p->anchored = calloc(all ? all : 1, sizeof *p->anchored);
-	p->ncomp = calloc(all ? all : 1, sizeof *p->ncomp);
-	p->first = calloc(all ? all : 1, sizeof *p->first);
-	if (!p->hidden || !p->anchored || !p->ncomp || !p->first)
-		return -ENOMEM;
-	for (size_t i = 0; i < all; i++) {
-		int rc = fsp_add_hidden(p, i < n ? list[i] : cfg->hidden_extra[i - n]);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
-}
-
 int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 {
 	struct fsp *p;
@@ -2424,7 +2121,14 @@ int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 	p->free_fh = FSP_NONE;
 	p->lru_head = p->lru_tail = FSP_NONE;
 	p->ro = cfg->readonly;
-	rc = fsp_init_hidden(p, cfg);
+	const char *const *list = cfg->hidden_set ? cfg->hidden : FSP_DEFAULT_HIDDEN;
+	size_t nl = 0;
+	if (cfg->hidden_set)
+		nl = cfg->n_hidden;
+	else
+		while (FSP_DEFAULT_HIDDEN[nl])
+			nl++;
+	rc = fsh_new(list, nl, cfg->hidden_extra, cfg->n_hidden_extra, &p->hid);
 	if (rc < 0)
 		goto fail;
 	p->proc_fd = open("/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -2492,12 +2196,7 @@ void fsp_free(struct fsp *p)
 	}
 	if (p->proc_fd >= 0)
 		close(p->proc_fd);
-	for (size_t i = 0; i < p->n_hidden; i++)
-		free(p->hidden[i]);
-	free(p->hidden);
-	free(p->anchored);
-	free(p->ncomp);
-	free(p->first);
+	fsh_free(p->hid);
 	free(p->root_path);
 	free(p->nodes);
 	free(p->hash);

@@ -31,6 +31,16 @@ head -c 1048576 /dev/urandom > "$proj/src"
 printf 'setting=1\n' > "$cfg/conf"
 chmod 644 "$cfg/conf"
 printf 'not for the guest\n' > "$outside/kbox-e2e-marker"
+# A third mount, from a sandbox.yaml: hidden_extra adds a path pattern and
+# *.pem to the defaults.
+px="$tmp/px"
+mkdir -p "$px/config"
+printf 'SECRET=5\n' > "$px/.env"
+printf 'path-secret\n' > "$px/config/secret.json"
+printf 'other\n' > "$px/config/other"
+printf 'key\n' > "$px/key.pem"
+printf 'mounts:\n  - source: ./px\n    target: /px\n    hidden_extra: ["config/secret.json", "*.pem"]\n' \
+	> "$tmp/sandbox.yaml"
 
 # --- refusals, no boot ---
 e2e_refuse "missing host folder" "No such file" -v "$tmp/nope:/w"
@@ -101,13 +111,21 @@ f_err "ro: rm" "Read-only" rm /cfg/conf
 f_err "ro: rename" "Read-only" mv /cfg/conf /cfg/conf2
 f_err "ro: chmod" "Read-only" chmod 777 /cfg/conf
 f_err "ro: symlink" "Read-only" ln -s x /cfg/l
+f ".env hidden with hidden_extra (defaults kept)" cat /px/.env
+f "hidden_extra: *.pem hidden" cat /px/key.pem
+f "hidden_extra: config/secret.json hidden" cat /px/config/secret.json
+t "hidden_extra: its sibling is not" [ "$(cat /px/config/other)" = other ]
+f_err "mv config cfg refused (path pattern)" "Permission denied" mv /px/config /px/cfg
+f "cfg/secret.json not reachable" cat /px/cfg/secret.json
+t "a file moves out of config and back" sh -c "mv /px/config/other /px/o && mv /px/o /px/config/other"
 t "host folders outside the mounts are invisible" sh -c "[ -z \"\$(find / -path /proc -prune -o -path /sys -prune -o -name kbox-e2e-marker -print)\" ]"
 t "guest /root is the initramfs one" [ -z "$(ls -A /root)" ]
 echo done
 EOF
 
 start=$(date +%s)
-timeout "$boot_timeout" "$kbox" run -v "$proj:/workspace" -v "$cfg:/cfg:ro" -w /workspace \
+timeout "$boot_timeout" "$kbox" run --conf "$tmp/sandbox.yaml" -v "$proj:/workspace" \
+	-v "$cfg:/cfg:ro" -w /workspace \
 	-- sh /workspace/checks.sh > "$tmp/out" 2> "$tmp/err"
 rc=$?
 took=$(( $(date +%s) - start ))
@@ -135,6 +153,9 @@ host_check "host: reread after drop_caches matches" grep -qx "md5-reread $host_m
 host_check "host: 1 MiB exactly" [ "$(stat -c %s "$proj/big" 2>/dev/null)" = 1048576 ]
 host_check "host: ro folder unchanged" [ "$(ls -A "$cfg")" = conf ]
 host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
+host_check "host: the path-hidden file stayed where it was" \
+	[ "$(cat "$px/config/secret.json")" = path-secret ]
+host_check "host: no cfg folder" [ ! -e "$px/cfg" ]
 host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
 
 e2e_finish

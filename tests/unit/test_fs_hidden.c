@@ -6,6 +6,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/fuse.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "devices/fs_hidden.h"
 #include "devices/fs_passthrough.h"
 #include "devices/fuse_server.h"
 #include "tests/lib/tmp_tree.h"
@@ -427,11 +429,52 @@ START_TEST(host_rename_rechecked)
 }
 END_TEST
 
+/* The pattern set on its own: names, paths, folded forms, renames. */
+START_TEST(pattern_set)
+{
+	const char *const a[] = { ".env*", "/top", "config/*.json" };
+	const char *const b[] = { "id_rsa" };
+	const char *const bad[] = { "" };
+	struct fsh *h;
+	ck_assert_int_eq(fsh_new(a, 3, b, 1, &h), 0);
+	ck_assert(fsh_needs_path(h));
+	ck_assert_int_eq(fsh_hidden(h, "", ".ENV.local"), 1);
+	ck_assert_int_eq(fsh_hidden(h, "x/y", "ID_RSA  .."), 1);
+	ck_assert_int_eq(fsh_hidden(h, "", "top"), 1);
+	ck_assert_int_eq(fsh_hidden(h, "sub", "top"), 0);
+	ck_assert_int_eq(fsh_hidden(h, "Config.", "A.JSON"), 1);
+	ck_assert_int_eq(fsh_hidden(h, "config/deeper", "a.json"), 0);
+	ck_assert_int_eq(fsh_hidden(h, "", "env"), 0);
+	char longname[NAME_MAX + 2];
+	memset(longname, 'a', sizeof longname - 1);
+	longname[sizeof longname - 1] = '\0';
+	ck_assert_int_eq(fsh_hidden(h, "", longname), -ENAMETOOLONG);
+	ck_assert_int_eq(fsh_hidden(h, NULL, "a.json"), -ENAMETOOLONG);
+	/* config's own renames: away, deeper, to a name that still matches. */
+	ck_assert(fsh_moves_hidden(h, "config", "cfg"));
+	ck_assert(fsh_moves_hidden(h, "CONFIG", "cfg"));
+	ck_assert(fsh_moves_hidden(h, "config", "x/config"));
+	ck_assert(!fsh_moves_hidden(h, "config", "config"));
+	ck_assert(!fsh_moves_hidden(h, "config", "CONFIG"));
+	ck_assert(!fsh_moves_hidden(h, "other", "cfg"));
+	ck_assert(!fsh_moves_hidden(h, "config/sub", "elsewhere"));
+	fsh_free(h);
+	ck_assert_int_eq(fsh_new(bad, 1, NULL, 0, &h), -EINVAL);
+	ck_assert_int_eq(fsh_new(NULL, 1, NULL, 0, &h), -EINVAL);
+	ck_assert_int_eq(fsh_new(NULL, 0, NULL, 0, &h), 0);
+	ck_assert(!fsh_needs_path(h));
+	ck_assert_int_eq(fsh_hidden(h, NULL, ".env"), 0);
+	fsh_free(h);
+	fsh_free(NULL);
+}
+END_TEST
+
 Suite *fs_hidden_suite(void)
 {
 	Suite *s = suite_create("fs_hidden");
 	TCase *tc = tcase_create("core");
 	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, pattern_set);
 	tcase_add_test(tc, case_insensitive);
 	tcase_add_test(tc, folded_spellings);
 	tcase_add_test(tc, default_copies);

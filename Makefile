@@ -25,7 +25,8 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc \
 	libelf-dev libssl-dev cpio busybox-static libyaml-dev check \
 	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
-	iproute2 curl git sqlite3 bsdutils libarchive-dev openssl ca-certificates python3-requests debootstrap
+	iproute2 curl git sqlite3 bsdutils libarchive-dev openssl ca-certificates python3-requests debootstrap \
+	dosfstools python3-fusepy
 
 .PHONY: all kernel check unit kvm-tests fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e guest-fuzz toolchain-image agent-tests fuzz fuzz-smoke deps clean
 all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio

@@ -11,10 +11,12 @@
  * read from the same link. */
 #include "devices/fs_passthrough.h"
 
+#include "devices/fs_hidden.h"
+
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
@@ -29,8 +31,17 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-const char *const FSP_DEFAULT_HIDDEN[] = { ".env", ".env.*", "secrets.env",
-					   "kbox.yaml", NULL };
+/* The protected names (.env, secrets.env, kbox.yaml) and the copies that
+ * editors and tools leave beside them: any suffix (NAME~, NAME.bak,
+ * NAME.save, NAME.orig, NAME.~1~, .env.local), a '.' or '#' in front
+ * (vim's .NAME.swp, emacs's #NAME#, rsync's .NAME.XXXXXX) and emacs's
+ * lock .#NAME.  Matched without regard to case (fsp_hidden_at). */
+const char *const FSP_DEFAULT_HIDDEN[] = {
+	".env*", "[.#].env*", ".#.env*",
+	"secrets.env*", "[.#]secrets.env*", ".#secrets.env*",
+	"kbox.yaml*", "[.#]kbox.yaml*", ".#kbox.yaml*",
+	NULL
+};
 
 #define FSP_NONE UINT32_MAX
 #define FSP_XATTR_LIST_MAX 65536
@@ -65,6 +76,10 @@ struct fsp_node {
 	 * a nameless node could not be reopened by name). */
 	uint32_t pins;
 	bool nameless;
+	/* A directory whose host file system takes one name for another
+	 * (case folding, dropped trailing dots): 1 yes, 0 no, -1 not known
+	 * yet (fsp_probe_folds). */
+	signed char folds;
 	uint32_t parent; /* index, FSP_NONE for the root */
 	char *name; /* in parent; NULL for the root */
 	uint32_t hnext; /* hash chain, or the free list when unused */
@@ -96,9 +111,7 @@ struct fsp {
 	pthread_mutex_t mu;
 	int proc_fd;
 	bool ro;
-	char **hidden;
-	bool *anchored; /* hidden[i] had a leading '/' */
-	size_t n_hidden;
+	struct fsh *hid;
 	char *root_path;
 	size_t root_len;
 	struct fsp_node *nodes; /* nodeid = index + 1; index 0 is the root */
@@ -290,7 +303,7 @@ static int64_t fsp_insert(struct fsp *p, const struct stat *st, uint32_t parent,
 		.fd = -1, .used = true, .hashed = true,
 		.type = st->st_mode & S_IFMT, .dev = st->st_dev,
 		.ino = st->st_ino, .parent = parent, .name = nm,
-		.lru_prev = FSP_NONE, .lru_next = FSP_NONE,
+		.lru_prev = FSP_NONE, .lru_next = FSP_NONE, .folds = -1,
 	};
 	if (parent != FSP_NONE)
 		p->nodes[parent].refs++;
@@ -483,37 +496,186 @@ static int fsp_rel_path(struct fsp *p, int dirfd, char *buf, size_t size)
 	return 0;
 }
 
-/* 1 if name in directory dirfd is hidden, 0 if not, <0 if unknown (the
- * caller treats unknown as hidden).  A pattern with a '/' in it, or one that
- * had a leading '/', is matched against the path from the mount root; any
- * other against the name alone, at every depth. */
+/* fsh_hidden for name in directory dirfd, whose path from the root is
+ * dirrel when the caller knows it (else it is read from dirfd when a
+ * pattern needs it).  1 hidden, 0 not, <0 unknown (callers treat it as
+ * hidden). */
+static int fsp_hidden_at(struct fsp *p, int dirfd, const char *dirrel,
+			 const char *name)
+{
+	char path[PATH_MAX];
+
+	if (!dirrel && fsh_needs_path(p->hid)) {
+		int rc = fsp_rel_path(p, dirfd, path, sizeof path);
+		if (rc < 0)
+			return rc;
+		dirrel = path;
+	}
+	return fsh_hidden(p->hid, dirrel, name);
+}
+
 static int fsp_hidden(struct fsp *p, int dirfd, const char *name)
 {
-	char path[PATH_MAX + NAME_MAX + 2];
-	bool have_path = false;
+	return fsp_hidden_at(p, dirfd, NULL, name);
+}
 
-	for (size_t i = 0; i < p->n_hidden; i++) {
-		const char *pat = p->hidden[i];
-		if (!p->anchored[i] && !strchr(pat, '/')) {
-			/* Every name of a big directory meets every pattern:
-			 * a literal first character rejects most at once. */
-			if (!strchr("*?[\\", pat[0]) && pat[0] != name[0])
-				continue;
-			if (fnmatch(pat, name, 0) == 0)
+struct fsp_dirent64 {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* Whether directory dirfd took another spelling of name for the same
+ * entry st: name with its ASCII letters' case flipped, or with a dot
+ * added (vfat, exFAT and Windows servers drop trailing dots).  1 yes, 0
+ * no, -1 cannot tell from this name (no letters, and no dot dropped). */
+static signed char fsp_probe_folds(int dirfd, const char *name,
+				   const struct stat *st)
+{
+	char alt[NAME_MAX + 2];
+	struct stat a;
+	size_t len = strlen(name);
+	bool letters = false;
+
+	for (size_t i = 0; i <= len; i++) {
+		unsigned char c = (unsigned char)name[i];
+		letters |= c < 0x80 && isalpha(c);
+		alt[i] = (char)(c < 0x80 && isalpha(c) ? c ^ 0x20 : c);
+	}
+	if (letters && fstatat(dirfd, alt, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    a.st_dev == st->st_dev && a.st_ino == st->st_ino)
+		return 1;
+	memcpy(alt, name, len);
+	alt[len] = '.';
+	alt[len + 1] = '\0';
+	if (len < NAME_MAX && fstatat(dirfd, alt, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    a.st_dev == st->st_dev && a.st_ino == st->st_ino)
+		return 1;
+	return letters ? 0 : -1;
+}
+
+/* 1 if directory dirfd lists name byte for byte, 0 if not, or a negative
+ * errno.  The listing takes a short-lived fd of its own, outside the cap
+ * (which leaves 64 fds of RLIMIT_NOFILE for such). */
+static int fsp_listed(int dirfd, const char *name)
+{
+	char buf[8192] __attribute__((aligned(8)));
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+		if (n <= 0) {
+			rc = n < 0 ? -errno : 0;
+			break;
+		}
+		for (long pos = 0; pos < n;) {
+			const struct fsp_dirent64 *de =
+				(const struct fsp_dirent64 *)(buf + pos);
+			size_t hl = offsetof(struct fsp_dirent64, d_name);
+			if (de->d_reclen <= hl || de->d_reclen > (size_t)(n - pos)) {
+				close(fd);
+				return -EIO;
+			}
+			size_t nl = strnlen(de->d_name, de->d_reclen - hl);
+			if (nl == strlen(name) && memcmp(de->d_name, name, nl) == 0) {
+				close(fd);
 				return 1;
-			continue;
+			}
+			pos += de->d_reclen;
 		}
-		if (!have_path) {
-			int rc = fsp_rel_path(p, dirfd, path, PATH_MAX);
-			if (rc < 0)
-				return rc;
-			if (path[0])
-				strcat(path, "/");
-			strcat(path, name);
-			have_path = true;
-		}
-		if (fnmatch(pat, path, FNM_PATHNAME) == 0)
-			return 1;
+	}
+	close(fd);
+	return rc;
+}
+
+/* On a host directory that takes one name for another (case-insensitive
+ * vfat, exFAT, SMB, ext4 casefold, ...), the guest may reach an entry only
+ * by the spelling the directory lists: else "ENV~1" (vfat's short name),
+ * ".env." or a Unicode case variant would open a hidden .env that the
+ * patterns, matched on the name given, never see.  name found st in
+ * directory node di (fd dirfd); lock held.  0, or -ENOENT for another
+ * spelling.  Whether the directory folds is learnt from the first name
+ * that can tell (fsp_probe_folds) and kept: it does not change. */
+static int fsp_spelling(struct fsp *p, uint32_t di, int dirfd, const char *name,
+			const struct stat *st)
+{
+	struct fsp_node *d = &p->nodes[di];
+
+	if (d->folds < 0)
+		d->folds = fsp_probe_folds(dirfd, name, st);
+	if (d->folds <= 0)
+		return 0;
+	int rc = fsp_listed(dirfd, name);
+	return rc < 0 ? rc : rc ? 0 : -ENOENT;
+}
+
+/* fsp_spelling for a name that may not exist: a missing name is no
+ * other spelling.  Lock held. */
+static int fsp_spelling_at(struct fsp *p, uint32_t di, int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	return fsp_spelling(p, di, dirfd, name, &st);
+}
+
+/* The host may rename a file the guest has looked up, to a hidden name or
+ * out of the mount, while the node keeps its fd open (a reopen by the
+ * old name would give ESTALE, but an open fd follows the inode).  So
+ * OPEN, directory listings, LINK and xattrs check the name the kernel
+ * now records for the inode of fd, every component from the root:
+ * -ESTALE if one is hidden or the inode lies outside the root (the
+ * guest's kernel then looks the path up again and finds what is there).
+ * An inode with no name left (unlinked while the guest holds it) has
+ * nothing to check.  Called without the lock, fd pinned. */
+static int fsp_check_current(struct fsp *p, int fd)
+{
+	char link[32], host[PATH_MAX + 1], dir[PATH_MAX + 1];
+	struct stat st;
+
+	snprintf(link, sizeof link, "%d", fd);
+	ssize_t n = readlinkat(p->proc_fd, link, host, sizeof host - 1);
+	if (n < 0 || (size_t)n >= sizeof host - 1)
+		return -ESTALE;
+	host[n] = '\0';
+	/* The kernel marks a name it no longer has; a file may also be
+	 * called so, which fstat tells apart. */
+	static const char gone[] = " (deleted)";
+	size_t gl = sizeof gone - 1;
+	if ((size_t)n > gl && memcmp(host + n - gl, gone, gl) == 0 &&
+	    fstat(fd, &st) == 0 && st.st_nlink == 0)
+		return 0;
+	if (strncmp(host, p->root_path, p->root_len) != 0)
+		return -ESTALE;
+	char *rel = host + p->root_len;
+	if (p->root_len > 1 && *rel != '/' && *rel != '\0')
+		return -ESTALE;
+	while (*rel == '/')
+		rel++;
+	dir[0] = '\0';
+	size_t dl = 0;
+	while (*rel) {
+		char *slash = strchr(rel, '/');
+		if (slash)
+			*slash = '\0';
+		if (fsp_hidden_at(p, -1, dir, rel) != 0)
+			return -ESTALE;
+		size_t l = strlen(rel);
+		if (dl + l + 2 > sizeof dir)
+			return -ESTALE;
+		if (dl)
+			dir[dl++] = '/';
+		memcpy(dir + dl, rel, l + 1);
+		dl += l;
+		if (!slash)
+			break;
+		rel = slash + 1;
 	}
 	return 0;
 }
@@ -647,10 +809,12 @@ static int fsp_remember(struct fsp *p, uint32_t parent, const char *name,
  * dirfd (the node's own or a handle's; the caller holds it); called
  * without the lock.  One fstatat, which follows nothing and runs unlocked:
  * the node's fd is opened only when an operation needs it.  drop_parent
- * also drops the caller's hold on parent; held as for fsp_remember. */
-static int fsp_lookup_in(struct fsp *p, uint32_t parent, int dirfd,
+ * also drops the caller's hold on parent; held as for fsp_remember.
+ * listed: name comes from the directory's own listing, so it is the
+ * directory's spelling (fsp_spelling). */
+static int fsp_lookup_at(struct fsp *p, uint32_t parent, int dirfd,
 			 const char *name, struct fuse_fs_entry *e,
-			 bool drop_parent, uint32_t *held)
+			 bool drop_parent, uint32_t *held, bool listed)
 {
 	struct stat st;
 	int rc = 0;
@@ -658,12 +822,22 @@ static int fsp_lookup_in(struct fsp *p, uint32_t parent, int dirfd,
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		rc = -errno;
 	fsp_lock(p);
+	if (rc == 0 && !listed)
+		rc = fsp_spelling(p, parent, dirfd, name, &st);
 	if (rc == 0)
 		rc = fsp_remember(p, parent, name, &st, e, held);
 	if (drop_parent)
 		fsp_drop(p, parent);
 	fsp_unlock(p);
 	return rc;
+}
+
+/* fsp_lookup_at of a name the guest gave. */
+static int fsp_lookup_in(struct fsp *p, uint32_t parent, int dirfd,
+			 const char *name, struct fuse_fs_entry *e,
+			 bool drop_parent, uint32_t *held)
+{
+	return fsp_lookup_at(p, parent, dirfd, name, e, drop_parent, held, false);
 }
 
 static int fsp_lookup(void *be, uint64_t parent, const char *name,
@@ -1055,8 +1229,11 @@ static int fsp_remove_name(void *be, uint64_t parent, const char *name,
 	fsp_lock(p);
 	int rc = fsp_dir_for(p, parent, name, -ENOENT, &di, &dfd);
 	if (rc == 0) {
-		fsp_losing_name(p, di, dfd, name);
-		rc = unlinkat(dfd, name, flags) < 0 ? -errno : 0;
+		rc = fsp_spelling_at(p, di, dfd, name);
+		if (rc == 0) {
+			fsp_losing_name(p, di, dfd, name);
+			rc = unlinkat(dfd, name, flags) < 0 ? -errno : 0;
+		}
 		fsp_drop(p, di);
 	}
 	fsp_unlock(p);
@@ -1073,6 +1250,45 @@ static int fsp_rmdir(void *be, uint64_t parent, const char *name)
 	return fsp_remove_name(be, parent, name, AT_REMOVEDIR);
 }
 
+/* The path from the root of name in directory dirfd, into buf. */
+static int fsp_path_of(struct fsp *p, int dirfd, const char *name, char *buf)
+{
+	int rc = fsp_rel_path(p, dirfd, buf, PATH_MAX);
+	if (rc < 0)
+		return rc;
+	if (buf[0])
+		strcat(buf, "/");
+	strcat(buf, name);
+	return 0;
+}
+
+/* RENAME's check for path patterns (fsp_moves_hidden), for the source
+ * and, with RENAME_EXCHANGE, the target too, since both move.  Only
+ * directories are checked: nothing lies below anything else.  Lock
+ * held.  -EACCES when the rename would unhide something. */
+static int fsp_rename_guard(struct fsp *p, int dfd, const char *name, int ndfd,
+			    const char *newname, unsigned flags)
+{
+	char src[PATH_MAX + NAME_MAX + 2], dst[PATH_MAX + NAME_MAX + 2];
+	struct stat st;
+
+	if (!fsh_needs_path(p->hid))
+		return 0;
+	int rc = fsp_path_of(p, dfd, name, src);
+	if (rc == 0)
+		rc = fsp_path_of(p, ndfd, newname, dst);
+	if (rc < 0)
+		return -EACCES;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISDIR(st.st_mode) && fsh_moves_hidden(p->hid, src, dst))
+		return -EACCES;
+	if ((flags & RENAME_EXCHANGE) &&
+	    fstatat(ndfd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISDIR(st.st_mode) && fsh_moves_hidden(p->hid, dst, src))
+		return -EACCES;
+	return 0;
+}
+
 /* Lock held: the host rename and the nodes' new names change together. */
 static int fsp_rename_locked(struct fsp *p, uint64_t parent, const char *name,
 			     uint64_t newparent, const char *newname,
@@ -1086,6 +1302,16 @@ static int fsp_rename_locked(struct fsp *p, uint64_t parent, const char *name,
 		return rc;
 	rc = fsp_dir_for(p, newparent, newname, -EACCES, &ndi, &ndfd);
 	if (rc < 0) {
+		fsp_drop(p, di);
+		return rc;
+	}
+	rc = fsp_spelling_at(p, di, dfd, name);
+	if (rc == 0 && fsp_spelling_at(p, ndi, ndfd, newname) < 0)
+		rc = -EACCES;
+	if (rc == 0)
+		rc = fsp_rename_guard(p, dfd, name, ndfd, newname, flags);
+	if (rc < 0) {
+		fsp_drop(p, ndi);
 		fsp_drop(p, di);
 		return rc;
 	}
@@ -1153,8 +1379,8 @@ static int fsp_link(void *be, uint64_t nodeid, uint64_t newparent,
 		fsp_put(p, di);
 		return fd;
 	}
-	rc = 0;
-	if (linkat(fd, "", dfd, newname, AT_EMPTY_PATH) < 0) {
+	rc = fsp_check_current(p, fd);
+	if (rc == 0 && linkat(fd, "", dfd, newname, AT_EMPTY_PATH) < 0) {
 		rc = -errno;
 		if (rc == -ENOENT) {
 			fsp_proc_name(fd, name, sizeof name);
@@ -1206,6 +1432,9 @@ static int fsp_reopen(struct fsp *p, uint32_t i, int flags)
 	fsp_unlock(p);
 	if (pfd < 0)
 		return pfd;
+	int rc = fsp_check_current(p, pfd);
+	if (rc < 0)
+		return rc;
 	fsp_proc_name(pfd, name, sizeof name);
 	int fd = openat(p->proc_fd, name, flags);
 	return fd < 0 ? -errno : fd;
@@ -1385,9 +1614,13 @@ static int fsp_open_dir(struct fsp *p, uint64_t nodeid, uint32_t *idx)
 	fsp_unlock(p);
 	if (nfd < 0)
 		return nfd;
-	int fd = openat(nfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = fsp_check_current(p, nfd);
+	if (fd == 0) {
+		fd = openat(nfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			fd = -errno;
+	}
 	if (fd < 0) {
-		fd = -errno;
 		fsp_lock(p);
 		fsp_unreserve(p);
 		fsp_drop(p, i);
@@ -1423,14 +1656,6 @@ static int fsp_opendir(void *be, uint64_t nodeid, uint64_t *fh)
 	fsp_unlock(p);
 	return rc;
 }
-
-struct fsp_dirent64 {
-	uint64_t d_ino;
-	int64_t d_off;
-	unsigned short d_reclen;
-	unsigned char d_type;
-	char d_name[];
-};
 
 /* Whether the guest already holds the inode ino of directory node dir's
  * device as name in dir (a LOOKUP it has not forgotten); lock taken. */
@@ -1474,7 +1699,7 @@ static int fsp_emit(struct fsp *p, uint32_t dir, int dirfd, const struct fsp_dir
 			    (uint64_t)de->d_off, NULL);
 	/* The same counted lookup as LOOKUP's, through the handle's fd: an
 	 * fstatat, and a known inode is found by (dev, ino). */
-	if (fsp_lookup_in(p, dir, dirfd, name, &e, false, NULL) < 0)
+	if (fsp_lookup_at(p, dir, dirfd, name, &e, false, NULL, true) < 0)
 		return fill(ctx, name, de->d_ino, de->d_type,
 			    (uint64_t)de->d_off, NULL);
 	if (!fill(ctx, name, de->d_ino, de->d_type, (uint64_t)de->d_off, &e)) {
@@ -1625,6 +1850,11 @@ static int fsp_xattr_node(struct fsp *p, uint64_t nodeid, char *path,
 	fsp_unlock(p);
 	if (fd < 0)
 		return fd;
+	int rc = fsp_check_current(p, fd);
+	if (rc < 0) {
+		fsp_put(p, *idx);
+		return rc;
+	}
 	fsp_proc_path(fd, path, size);
 	return 0;
 }
@@ -1871,39 +2101,6 @@ const struct fuse_fs_ops fsp_ops = {
 	.reset = fsp_reset,
 };
 
-static int fsp_init_hidden(struct fsp *p, const struct fsp_config *cfg)
-{
-	const char *const *list = cfg->hidden_set ? cfg->hidden :
-						    FSP_DEFAULT_HIDDEN;
-	size_t n = 0;
-
-	if (cfg->hidden_set)
-		n = cfg->n_hidden;
-	else
-		while (FSP_DEFAULT_HIDDEN[n])
-			n++;
-	if (n && !list)
-		return -EINVAL;
-	p->hidden = calloc(n ? n : 1, sizeof *p->hidden);
-	p->anchored = calloc(n ? n : 1, sizeof *p->anchored);
-	if (!p->hidden || !p->anchored)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (!list[i] || !list[i][0])
-			return -EINVAL;
-		/* A leading "/" anchors the pattern at the mount root. */
-		p->anchored[i] = list[i][0] == '/';
-		const char *pat = list[i] + p->anchored[i];
-		if (!pat[0])
-			return -EINVAL;
-		p->hidden[i] = strdup(pat);
-		if (!p->hidden[i])
-			return -ENOMEM;
-		p->n_hidden = i + 1;
-	}
-	return 0;
-}
-
 int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 {
 	struct fsp *p;
@@ -1924,7 +2121,14 @@ int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 	p->free_fh = FSP_NONE;
 	p->lru_head = p->lru_tail = FSP_NONE;
 	p->ro = cfg->readonly;
-	rc = fsp_init_hidden(p, cfg);
+	const char *const *list = cfg->hidden_set ? cfg->hidden : FSP_DEFAULT_HIDDEN;
+	size_t nl = 0;
+	if (cfg->hidden_set)
+		nl = cfg->n_hidden;
+	else
+		while (FSP_DEFAULT_HIDDEN[nl])
+			nl++;
+	rc = fsh_new(list, nl, cfg->hidden_extra, cfg->n_hidden_extra, &p->hid);
 	if (rc < 0)
 		goto fail;
 	p->proc_fd = open("/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -1992,10 +2196,7 @@ void fsp_free(struct fsp *p)
 	}
 	if (p->proc_fd >= 0)
 		close(p->proc_fd);
-	for (size_t i = 0; i < p->n_hidden; i++)
-		free(p->hidden[i]);
-	free(p->hidden);
-	free(p->anchored);
+	fsh_free(p->hid);
 	free(p->root_path);
 	free(p->nodes);
 	free(p->hash);

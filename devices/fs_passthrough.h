@@ -15,7 +15,15 @@
  * - Setuid/setgid bits are stripped on create and chmod.
  * - A read-only mount refuses every write with EROFS.
  * - Hidden names do not exist: ENOENT on lookup, absent from readdir, EACCES
- *   when the guest tries to create, link or rename onto one.
+ *   when the guest tries to create, link or rename onto one.  Patterns
+ *   match whatever the ASCII case, and also the name as a folding host
+ *   reads it (trailing dots and spaces dropped, non-ASCII letters that fold
+ *   to ASCII replaced).  On a directory that takes one spelling for another
+ *   (case-insensitive or dot-dropping host file systems), only the
+ *   spelling the directory lists reaches an entry.  A rename that would
+ *   move something out from under a path pattern (one with a '/') gives
+ *   EACCES.  OPEN, listings, LINK and xattrs of a node check the name the
+ *   host now has for it (ESTALE if hidden or outside the root).
  * - Open fds (inodes plus handles) are capped: at the cap the least
  *   recently used inode fd is closed (it is reopened on demand); when only
  *   handles are left, EMFILE. */
@@ -30,20 +38,27 @@
 struct fsp_config {
 	const char *root; /* host directory to serve */
 	bool readonly;
-	/* Hidden glob patterns (fnmatch).  A pattern with no '/' matches an
-	 * entry's name anywhere in the mount; one with a '/' matches the path
-	 * relative to the mount root, e.g. "config/secret-*", and a leading
-	 * '/' anchors a name at the root ("/.env" hides the root's .env only).  hidden_set false
-	 * means the defaults (FSP_DEFAULT_HIDDEN); true with n_hidden 0 means
-	 * nothing is hidden. */
+	/* Hidden glob patterns (fnmatch, case-insensitive).  A pattern with
+	 * no '/' matches an entry's name anywhere in the mount; one with a '/'
+	 * matches the path relative to the mount root, e.g.
+	 * "config/secret-*", and a leading '/' anchors a name at the root
+	 * ("/.env" hides the root's .env only).  hidden_set false means the
+	 * defaults (FSP_DEFAULT_HIDDEN); true with n_hidden 0 means nothing
+	 * is hidden. */
 	const char *const *hidden;
 	size_t n_hidden;
 	bool hidden_set;
+	/* More patterns, added to that list (the defaults, or hidden):
+	 * `hidden_extra:` in sandbox.yaml. */
+	const char *const *hidden_extra;
+	size_t n_hidden_extra;
 	/* Cap on host fds held for the guest; 0 = RLIMIT_NOFILE minus 64. */
 	unsigned max_fds;
 };
 
-/* The default hidden list, NULL-terminated. */
+/* The default hidden list, NULL-terminated: .env, secrets.env and
+ * kbox.yaml, each with any suffix, with '.' or '#' in front, and with
+ * ".#" in front (editor swap, autosave, lock and backup copies). */
 extern const char *const FSP_DEFAULT_HIDDEN[];
 
 struct fsp;

@@ -425,19 +425,23 @@ static void cfg_free_mounts(struct config_mount *m, unsigned n)
 		for (size_t j = 0; j < m[i].n_hidden; j++)
 			free(m[i].hidden[j]);
 		free(m[i].hidden);
+		for (size_t j = 0; j < m[i].n_hidden_extra; j++)
+			free(m[i].hidden_extra[j]);
+		free(m[i].hidden_extra);
 	}
 	free(m);
 }
 
-/* hidden: a list of non-empty fnmatch patterns.  A trailing '/' (as in
- * .gitignore's "secrets/") is dropped: the backend hides a matching name
- * whatever it is, and a hidden directory hides all below it. */
-static int cfg_hidden(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
-		      struct config_mount *m)
+/* hidden and hidden_extra (key): a list of non-empty fnmatch patterns,
+ * into *out and *n.  A trailing '/' (as in .gitignore's "secrets/") is
+ * dropped: the backend hides a matching name whatever it is, and a hidden
+ * directory hides all below it. */
+static int cfg_patterns(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
+			const char *key, char ***out, size_t *n)
 {
 	static const char expected[] = "a glob pattern such as \".env\" or \"*.pem\"";
 	char what[48], got[YT_SHOW_BUF + 2];
-	snprintf(what, sizeof what, "mounts[%u].hidden", idx);
+	snprintf(what, sizeof what, "mounts[%u].%s", idx, key);
 	if (v->kind != YT_SEQ)
 		return cfg_err(x, v, "%s: got %s; expected a list of patterns such as "
 				     "[\".env\", \"*.pem\"] ([] hides nothing)",
@@ -446,13 +450,12 @@ static int cfg_hidden(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 		return cfg_err(x, v->kids[CONFIG_HIDDEN_MAX],
 			       "%s: more than %u patterns; expected at most %u", what,
 			       CONFIG_HIDDEN_MAX, CONFIG_HIDDEN_MAX);
-	m->hidden = calloc(v->n ? v->n : 1, sizeof *m->hidden);
-	if (!m->hidden)
+	*out = calloc(v->n ? v->n : 1, sizeof **out);
+	if (!*out)
 		return cfg_nomem(x);
-	m->hidden_set = true;
 	for (size_t i = 0; i < v->n; i++) {
 		const struct yt_node *p = v->kids[i];
-		snprintf(what, sizeof what, "mounts[%u].hidden[%zu]", idx, i);
+		snprintf(what, sizeof what, "mounts[%u].%s[%zu]", idx, key, i);
 		int rc = cfg_text(x, p, what, expected);
 		if (rc)
 			return rc;
@@ -467,9 +470,9 @@ static int cfg_hidden(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 		if (len > CONFIG_HIDDEN_LEN_MAX)
 			return cfg_err(x, p, "%s: pattern is longer than %u bytes; expected %s",
 				       what, CONFIG_HIDDEN_LEN_MAX, expected);
-		if (!(m->hidden[i] = cfg_strdup(p->str, len)))
+		if (!((*out)[i] = cfg_strdup(p->str, len)))
 			return cfg_nomem(x);
-		m->n_hidden = i + 1;
+		*n = i + 1;
 	}
 	return 0;
 }
@@ -477,7 +480,8 @@ static int cfg_hidden(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 static int cfg_mount(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 		     struct config_mount *m)
 {
-	static const char *const keys[] = { "source", "target", "readonly", "hidden" };
+	static const char *const keys[] = { "source", "target", "readonly", "hidden",
+					    "hidden_extra" };
 	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
 	char what[48], got[YT_SHOW_BUF + 2], show[YT_SHOW_BUF];
 	int rc;
@@ -490,7 +494,7 @@ static int cfg_mount(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 		const struct yt_node *k = v->kids[i], *val = v->kids[i + 1];
 		if (k->kind != YT_SCALAR)
 			return cfg_err(x, k, "mounts[%u]: a key is %s; expected source, target, "
-					     "readonly or hidden", idx, yt_kind_name(k));
+					     "readonly, hidden or hidden_extra", idx, yt_kind_name(k));
 		size_t s = 0;
 		while (s < ARRAY_SIZE(keys) &&
 		       (strlen(keys[s]) != k->len || memcmp(keys[s], k->str, k->len) != 0))
@@ -498,7 +502,7 @@ static int cfg_mount(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 		cfg_show_node(show, k);
 		if (s == ARRAY_SIZE(keys))
 			return cfg_err(x, k, "mounts[%u]: unknown key '%s'; expected source, "
-					     "target, readonly or hidden", idx, show);
+					     "target, readonly, hidden or hidden_extra", idx, show);
 		if (seen[s])
 			return cfg_err(x, k, "mounts[%u]: duplicate key '%s' (first at line %u); "
 					     "expected each key once", idx, show, seen[s]);
@@ -522,8 +526,13 @@ static int cfg_mount(struct cfg_ctx *x, const struct yt_node *v, unsigned idx,
 			m->readonly = ro == 1;
 			break;
 		}
+		case 3:
+			m->hidden_set = true;
+			rc = cfg_patterns(x, val, idx, "hidden", &m->hidden, &m->n_hidden);
+			break;
 		default:
-			rc = cfg_hidden(x, val, idx, m);
+			rc = cfg_patterns(x, val, idx, "hidden_extra", &m->hidden_extra,
+					  &m->n_hidden_extra);
 			break;
 		}
 		if (rc)

@@ -15,6 +15,8 @@
  *              hidden:   list of glob patterns (1..CONFIG_HIDDEN_LEN_MAX
  *                        bytes, at most CONFIG_HIDDEN_MAX); a trailing '/'
  *                        is dropped; [] hides nothing; absent = defaults
+ *              hidden_extra: the same, added to hidden's list (or to the
+ *                        defaults when hidden is absent)
  *   image:   a rootfs directory (relative to the file's directory), later
  *            also an image name
  *   workdir: absolute guest path COMMAND starts in
@@ -70,6 +72,8 @@ struct config_mount {
 	char **hidden;  /* malloc'd patterns; NULL when hidden_set is false */
 	size_t n_hidden;
 	bool hidden_set; /* false: the default hidden list */
+	char **hidden_extra; /* malloc'd patterns added to that list, or NULL */
+	size_t n_hidden_extra;
 	unsigned line, col; /* where the entry starts, for later messages */
 };
 

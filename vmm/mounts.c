@@ -121,6 +121,8 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 	m->hidden = NULL;
 	m->n_hidden = 0;
 	m->hidden_set = false;
+	m->hidden_extra = NULL;
+	m->n_hidden_extra = 0;
 	m->root = false;
 	m->fs = NULL;
 	m->srv = NULL;
@@ -132,7 +134,8 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t errlen)
 {
 	struct mount *m;
-	if (s->hidden_set && s->n_hidden && !s->hidden) {
+	if ((s->hidden_set && s->n_hidden && !s->hidden) ||
+	    (s->n_hidden_extra && !s->hidden_extra)) {
 		snprintf(err, errlen, "no hidden patterns given");
 		return -EINVAL;
 	}
@@ -143,6 +146,8 @@ int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t 
 	m->hidden = s->hidden;
 	m->n_hidden = s->n_hidden;
 	m->hidden_set = s->hidden_set;
+	m->hidden_extra = s->hidden_extra;
+	m->n_hidden_extra = s->n_hidden_extra;
 	return 0;
 }
 
@@ -219,7 +224,9 @@ void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_confi
 {
 	*fc = (struct fsp_config){ .root = m->host, .readonly = m->readonly,
 				   .hidden = m->hidden, .n_hidden = m->n_hidden,
-				   .hidden_set = m->hidden_set, .max_fds = max_fds };
+				   .hidden_set = m->hidden_set,
+				   .hidden_extra = m->hidden_extra,
+				   .n_hidden_extra = m->n_hidden_extra, .max_fds = max_fds };
 }
 
 /* Append to the kernel command line within the kernel's own limit. */

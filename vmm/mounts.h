@@ -33,10 +33,12 @@ struct mount {
 	char guest[MOUNTS_GUEST_MAX + 1];
 	bool readonly;
 	/* Borrowed from the caller of mounts_add; hidden_set false means
-	 * the backend's default list. */
+	 * the backend's default list.  hidden_extra adds to that list. */
 	const char *const *hidden;
 	size_t n_hidden;
 	bool hidden_set;
+	const char *const *hidden_extra;
+	size_t n_hidden_extra;
 	bool root;  /* the --image root, not a user folder */
 	struct fsp *fs;
 	struct fuse_server *srv;
@@ -59,6 +61,10 @@ struct mount_spec {
 	const char *const *hidden;
 	size_t n_hidden;
 	bool hidden_set;
+	/* Patterns added to that list (sandbox.yaml's hidden_extra), borrowed
+	 * likewise; n_hidden_extra 0 adds none. */
+	const char *const *hidden_extra;
+	size_t n_hidden_extra;
 };
 
 /* Add one mount with the same checks as mounts_parse (HOST an existing

@@ -101,8 +101,9 @@ void run_usage(FILE *f)
 		"  -w, --workdir DIR     directory COMMAND starts in (default /)\n"
 		"  -v, --volume HOST:GUEST[:ro]\n"
 		"                        share the host folder HOST at GUEST in the guest,\n"
-		"                        read-only with :ro (repeatable, at most %u); .env,\n"
-		"                        .env.*, secrets.env and kbox.yaml stay hidden\n"
+		"                        read-only with :ro (repeatable, at most %u); .env*,\n"
+		"                        secrets.env*, kbox.yaml* and their editor copies\n"
+		"                        stay hidden, whatever the case\n"
 		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
 		"                        (default: the one built by 'make kernel' for this host)\n"
 		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
@@ -419,6 +420,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 				.host = cm->source, .guest = cm->target, .readonly = cm->readonly,
 				.hidden = (const char *const *)cm->hidden,
 				.n_hidden = cm->n_hidden, .hidden_set = cm->hidden_set,
+				.hidden_extra = (const char *const *)cm->hidden_extra,
+				.n_hidden_extra = cm->n_hidden_extra,
 			};
 			if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
 				return cli_die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,

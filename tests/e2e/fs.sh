@@ -21,11 +21,26 @@ printf 'SECRET=1\n' > "$proj/.env"
 printf 'SECRET=2\n' > "$proj/.env.local"
 printf 'SECRET=3\n' > "$proj/sub/secrets.env"
 printf 'cpus: 1\n' > "$proj/kbox.yaml"
+# Editor and backup copies and a case variant (issue 17): hidden too.
+for n in .env~ '#secrets.env#' .secrets.env.swp secrets.env.bak .env.save .ENV; do
+	printf 'SECRET=4\n' > "$proj/$n"
+done
+nenv=$(ls -A "$proj" | grep -ci env)
 printf 'bye\n' > "$proj/gone"
 head -c 1048576 /dev/urandom > "$proj/src"
 printf 'setting=1\n' > "$cfg/conf"
 chmod 644 "$cfg/conf"
 printf 'not for the guest\n' > "$outside/kbox-e2e-marker"
+# A third mount, from a sandbox.yaml: hidden_extra adds a path pattern and
+# *.pem to the defaults.
+px="$tmp/px"
+mkdir -p "$px/config"
+printf 'SECRET=5\n' > "$px/.env"
+printf 'path-secret\n' > "$px/config/secret.json"
+printf 'other\n' > "$px/config/other"
+printf 'key\n' > "$px/key.pem"
+printf 'mounts:\n  - source: ./px\n    target: /px\n    hidden_extra: ["config/secret.json", "*.pem"]\n' \
+	> "$tmp/sandbox.yaml"
 
 # --- refusals, no boot ---
 e2e_refuse "missing host folder" "No such file" -v "$tmp/nope:/w"
@@ -93,6 +108,10 @@ f ".env hidden" cat $w/.env
 f ".env.local hidden" cat $w/.env.local
 f "secrets.env hidden below" cat $w/sub/secrets.env
 f "kbox.yaml hidden" stat $w/kbox.yaml
+for n in .env~ '#secrets.env#' .secrets.env.swp secrets.env.bak .env.save .ENV; do
+	f "copy $n hidden" cat "$w/$n"
+done
+t "no copy in ls -a" sh -c "! ls -a $w | grep -qi env"
 f "cannot create .env" sh -c "echo x > $w/.env"
 f "cannot rename onto .env" sh -c "echo y > $w/tmpf && mv $w/tmpf $w/.env"
 rm -f $w/tmpf
@@ -126,13 +145,21 @@ f_err "ro: rm" "Read-only" rm /cfg/conf
 f_err "ro: rename" "Read-only" mv /cfg/conf /cfg/conf2
 f_err "ro: chmod" "Read-only" chmod 777 /cfg/conf
 f_err "ro: symlink" "Read-only" ln -s x /cfg/l
+f ".env hidden with hidden_extra (defaults kept)" cat /px/.env
+f "hidden_extra: *.pem hidden" cat /px/key.pem
+f "hidden_extra: config/secret.json hidden" cat /px/config/secret.json
+t "hidden_extra: its sibling is not" [ "$(cat /px/config/other)" = other ]
+f_err "mv config cfg refused (path pattern)" "Permission denied" mv /px/config /px/cfg
+f "cfg/secret.json not reachable" cat /px/cfg/secret.json
+t "a file moves out of config and back" sh -c "mv /px/config/other /px/o && mv /px/o /px/config/other"
 t "host folders outside the mounts are invisible" sh -c "[ -z \"\$(find / -path /proc -prune -o -path /sys -prune -o -name kbox-e2e-marker -print)\" ]"
 t "guest /root is the initramfs one" [ -z "$(ls -A /root)" ]
 echo done
 EOF
 
 start=$(date +%s)
-timeout "$boot_timeout" "$kbox" run -v "$proj:/workspace" -v "$cfg:/cfg:ro" -w /workspace \
+timeout "$boot_timeout" "$kbox" run --conf "$tmp/sandbox.yaml" -v "$proj:/workspace" \
+	-v "$cfg:/cfg:ro" -w /workspace \
 	--audit-log "$proj/audit.log" --learn "$proj/learned.yaml" --kernel-log "$proj/sub/kernel.log" \
 	-- sh /workspace/checks.sh > "$tmp/out" 2> "$tmp/err"
 rc=$?
@@ -153,7 +180,7 @@ host_check "host: escape link points where the guest said, unfollowed" [ "$(read
 host_check "host: no FIFO" [ ! -e "$proj/fifo" ]
 host_check "host: no device node" [ ! -e "$proj/null" ]
 host_check "host: .env untouched" [ "$(cat "$proj/.env")" = SECRET=1 ]
-host_check "host: nothing landed on hidden names" [ "$(ls -A "$proj" | grep -c env)" = 2 ]
+host_check "host: nothing landed on hidden names" [ "$(ls -A "$proj" | grep -ci env)" = "$nenv" ]
 host_md5=$(md5sum < "$proj/src" | cut -d' ' -f1)
 host_check "host: guest read 1 MiB right" grep -qx "md5-src $host_md5" "$tmp/out"
 host_check "host: 1 MiB file matches the guest's checksum" grep -qx "md5 $host_md5" "$tmp/out"
@@ -161,6 +188,9 @@ host_check "host: reread after drop_caches matches" grep -qx "md5-reread $host_m
 host_check "host: 1 MiB exactly" [ "$(stat -c %s "$proj/big" 2>/dev/null)" = 1048576 ]
 host_check "host: ro folder unchanged" [ "$(ls -A "$cfg")" = conf ]
 host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
+host_check "host: the path-hidden file stayed where it was" \
+	[ "$(cat "$px/config/secret.json")" = path-secret ]
+host_check "host: no cfg folder" [ ! -e "$px/cfg" ]
 host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
 host_check "host: the audit log holds kbox's line for the blocked address" \
 	grep -q '"dst":"10.9.9.9' "$proj/audit.log"

@@ -2,12 +2,14 @@
  * a mountpoint, with the host kernel playing the guest.  Real programs then
  * run on the mount (tests/fuse/run.sh, bench/fs).
  *
- *   kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-m MAXFDS] [-c SECONDS]
+ *   kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-A PATTERN]... [-m MAXFDS] [-c SECONDS]
  *                   [-t THREADS] [-O] SRC MNT
  *     -r  read-only mount (the server refuses writes; the kernel mount is
  *         left writable so that the server's refusal is what is tested)
  *     -n  hide nothing (explicit empty hidden list)
  *     -H  add a hidden pattern (replaces the default list)
+ *     -A  add a hidden pattern to the list in force (the defaults, or
+ *         the -H ones): sandbox.yaml's hidden_extra
  *     -m  cap on host fds held for the guest
  *     -c  seconds the kernel may cache names and attributes (default 1)
  *     -t  threads answering requests (default 4, at most 64, and at most
@@ -47,7 +49,7 @@
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: kbox-fuse-mount [-r] [-n] [-H PATTERN]... "
+	fprintf(stderr, "usage: kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-A PATTERN]... "
 			"[-m MAXFDS] [-c SECONDS] [-t THREADS] [-O] SRC MNT\n");
 	return 2;
 }
@@ -222,7 +224,7 @@ static int serve_threads(int fd, struct fuse_server *srv, unsigned n)
 
 int main(int argc, char **argv)
 {
-	const char *hidden[MAX_HIDDEN];
+	const char *hidden[MAX_HIDDEN], *extra[MAX_HIDDEN];
 	struct fsp_config cfg = { 0 };
 	struct fuse_server_config scfg = { 0 };
 	struct rlimit rl;
@@ -230,7 +232,7 @@ int main(int argc, char **argv)
 	unsigned threads = 4;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "rnH:m:c:t:O")) != -1) {
+	while ((opt = getopt(argc, argv, "rnH:A:m:c:t:O")) != -1) {
 		switch (opt) {
 		case 'r':
 			cfg.readonly = true;
@@ -243,6 +245,11 @@ int main(int argc, char **argv)
 				return usage();
 			cfg.hidden_set = true;
 			hidden[cfg.n_hidden++] = optarg;
+			break;
+		case 'A':
+			if (cfg.n_hidden_extra == MAX_HIDDEN)
+				return usage();
+			extra[cfg.n_hidden_extra++] = optarg;
 			break;
 		case 'm':
 			cfg.max_fds = (unsigned)strtoul(optarg, NULL, 10);
@@ -266,6 +273,7 @@ int main(int argc, char **argv)
 		return usage();
 	cfg.root = argv[optind];
 	cfg.hidden = hidden;
+	cfg.hidden_extra = extra;
 	const char *mnt = argv[optind + 1];
 
 	/* The backend keeps inode fds under its cap by closing the least

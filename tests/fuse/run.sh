@@ -29,7 +29,7 @@ if [ ! -x "$BIN" ]; then
 	(cd "$TOP" && cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 		-Wno-unused-parameter -Wvla -I. -O2 -g -pthread -o "$BIN" \
 		tests/fuse/kbox-fuse-mount.c devices/fuse_server.c \
-		devices/fs_passthrough.c) || exit 1
+		devices/fs_passthrough.c devices/fs_hidden.c) || exit 1
 fi
 
 T=$(mktemp -d /tmp/kbox-fuse.XXXXXX)
@@ -100,12 +100,23 @@ echo "x" >"$SRC/kbox.yaml"
 mkdir -p "$SRC/sub"
 echo "x" >"$SRC/sub/.env"
 echo "visible" >"$SRC/readme.txt"
+# Case variants and editor/backup copies of the protected names, a path
+# pattern's target (-A config/secret.json below), and a file the host
+# renames to a hidden name while the guest holds it.
+for f in .ENV .Env.Local SECRETS.env .env~ '#secrets.env#' .secrets.env.swp \
+	secrets.env.bak .env.save .#kbox.yaml kbox.yaml.orig 'secrets.env.' 'key.pem '; do
+	echo "API_KEY=do-not-leak" >"$SRC/$f"
+done
+mkdir -p "$SRC/config"
+echo "path-secret" >"$SRC/config/secret.json"
+echo "visible" >"$SRC/config/other.json"
+echo "later hidden" >"$SRC/later"
 ln -s ../secret "$SRC/escape-link"
 ln -s "$T/host" "$SRC/escape-dir"
 echo "ro data" >"$RO_SRC/data.txt"
 mkdir "$RO_SRC/dir"
 
-mount_kbox "$SRC" "$MNT"
+mount_kbox "$SRC" "$MNT" -A config/secret.json -A '*.pem'
 SRV_PID=$LAST_PID
 mount_kbox "$RO_SRC" "$RO" -r
 echo "# mounted $SRC at $MNT and $RO_SRC read-only at $RO"
@@ -461,6 +472,34 @@ refuse "getxattr of a hidden file" "No such file" python3 -c "
 import os; os.getxattr('$MNT/.env', 'user.x')"
 refuse "a glob finds no hidden file" "No such file" sh -c "ls -d '$MNT'/.env* '$MNT'/secrets.*"
 
+# Hidden patterns ignore case, trailing dots and spaces, and cover the
+# copies editors and tools leave (issue 17).
+for f in .ENV .Env.Local SECRETS.env .env~ '#secrets.env#' .secrets.env.swp \
+	secrets.env.bak .env.save .#kbox.yaml kbox.yaml.orig 'secrets.env.' 'key.pem '; do
+	refuse "hidden '$f'" "No such file" cat "$MNT/$f"
+done
+check "no case variant or copy in readdir" sh -c "
+	! ls -a '$MNT' | grep -iE '^([.#]|\\.#)?(\\.env|secrets\\.env|kbox\\.yaml)|pem'"
+refuse "hidden .ENV cannot be created" "Permission denied" sh -c "echo x >'$MNT/.ENV.prod'"
+# A path pattern (-A config/secret.json) cannot be dodged by renaming an
+# ancestor, nor by exchanging it.
+refuse "path pattern: config/secret.json hidden" "No such file" cat "$MNT/config/secret.json"
+check "path pattern: its siblings are not" grep -qx visible "$MNT/config/other.json"
+refuse "path pattern: mv config cfg refused" "Permission denied" mv "$MNT/config" "$MNT/cfg"
+refuse "path pattern: mv config sub/config refused" "Permission denied" mv "$MNT/config" "$MNT/sub/config"
+refuse "path pattern: RENAME_EXCHANGE of config and sub refused" "Permission denied" python3 -c "
+import ctypes, os; libc = ctypes.CDLL(None, use_errno=True)
+if libc.renameat2(-100, b'$MNT/config', -100, b'$MNT/sub', 2):
+    e = ctypes.get_errno(); raise OSError(e, os.strerror(e))"
+check "path pattern: the host tree is unchanged" sh -c "
+	test -f '$SRC/config/secret.json' && test ! -e '$SRC/cfg' && test ! -e '$SRC/sub/config'"
+check "path pattern: a plain file still moves" sh -c "
+	mv '$MNT/config/other.json' '$MNT/other.json' && mv '$MNT/other.json' '$MNT/config/other.json'"
+# The host renames a file the guest has open to a hidden name: the next
+# open, within the kernel's 1 s entry cache, checks the name it has now.
+refuse "a file the host renamed to a hidden name is not opened again" "No such file" sh -c "
+	cat '$MNT/later' >/dev/null && mv '$SRC/later' '$SRC/.env.later' && cat '$MNT/later'"
+
 # Setuid/setgid bits brought in by ordinary tools are dropped on the host.
 cp /bin/true "$T/suid-true" && chmod 6755 "$T/suid-true"
 check "a setuid binary copied in with cp -p loses its bits" sh -c "
@@ -534,6 +573,76 @@ check "ro: reads work" grep -qx "ro data" "$RO/data.txt"
 check "ro: host unchanged" sh -c "
 	test \"\$(cat '$RO_SRC/data.txt')\" = 'ro data' && test \"\$(ls '$RO_SRC' | tr '\n' ' ')\" = 'data.txt dir ' &&
 	test \"\$(stat -c %a '$RO_SRC/data.txt')\" = 644"
+
+# --- a case-insensitive host folder -------------------------------------------
+# The served folder lies on a file system that takes one name for another:
+# vfat on a loop device where the kernel has vfat, else ext4 with casefold,
+# else tests/fuse/foldfs.py (FUSE: Unicode case folding, trailing dots and
+# spaces dropped, vfat-like short aliases such as ENV~1).  Made and removed
+# here, outside $T/host.  Each spelling the host folder itself resolves to
+# a protected file must not reach it through kbox.
+CI=$T/ci
+CIM=$T/guest/ci
+mkdir -p "$CI" "$CIM"
+CI_KIND=""
+if command -v mkfs.vfat >/dev/null && truncate -s 32M "$CI/vfat.img" &&
+	mkfs.vfat -n KBOXCI "$CI/vfat.img" >/dev/null 2>&1 && mkdir -p "$CI/vfat" &&
+	mount -o loop "$CI/vfat.img" "$CI/vfat" 2>/dev/null; then
+	CI_KIND=vfat CI_HOST=$CI/vfat
+elif [ -e /sys/fs/ext4/features/casefold ] && truncate -s 32M "$CI/ext4.img" &&
+	mkfs.ext4 -q -F -O casefold "$CI/ext4.img" && mkdir -p "$CI/ext4" &&
+	mount -o loop "$CI/ext4.img" "$CI/ext4" 2>/dev/null && mkdir "$CI/ext4/d" &&
+	chattr +F "$CI/ext4/d"; then
+	CI_KIND=ext4-casefold CI_HOST=$CI/ext4/d
+elif /usr/bin/python3 -c 'import fusepy' 2>/dev/null || python3 -c 'import fuse' 2>/dev/null; then
+	PY=/usr/bin/python3; $PY -c 'import fusepy' 2>/dev/null || PY=python3
+	mkdir -p "$CI/back" "$CI/fold"
+	timeout 900 $PY "$HERE/foldfs.py" "$CI/back" "$CI/fold" 2>>"$T/harness.log" &
+	PIDS="$PIDS $!"
+	i=0; while ! mountpoint -q "$CI/fold" && [ $i -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
+	mountpoint -q "$CI/fold" && CI_KIND=foldfs CI_HOST=$CI/fold
+fi
+if [ -n "$CI_KIND" ]; then
+	echo "# case-insensitive folder: $CI_KIND"
+	echo "API_KEY=ci-secret" >"$CI_HOST/.env"
+	echo "x" >"$CI_HOST/secrets.env"
+	echo "notes" >"$CI_HOST/notes.txt"
+	mkdir "$CI_HOST/config" && echo "path-secret" >"$CI_HOST/config/secret.json"
+	mount_kbox "$CI_HOST" "$CIM" -A config/secret.json
+	for a in .ENV .Env '.env.' '.env ' ENV~1 SECRETS.ENV 'secrets.env.' \
+		"$(printf '\305\277ecrets.env')" SECRET~1 CONFIG/secret.json config/SECRET.JSON; do
+		if cat "$CI_HOST/$a" >/dev/null 2>&1; then
+			refuse "$CI_KIND: '$a' does not reach the protected file" "No such file" cat "$CIM/$a"
+		else
+			echo "# $CI_KIND does not take '$a' for a protected name"
+		fi
+	done
+	if [ -e "$CI_HOST/ENV~1" ]; then
+		refuse "$CI_KIND: no write through a short alias" "No such file\|nonexistent\|Permission denied" \
+			sh -c "echo pwned >'$CIM/ENV~1'"
+		refuse "$CI_KIND: no rename onto a short alias" "No such file\|Permission denied" \
+			mv "$CIM/notes.txt" "$CIM/ENV~1"
+		refuse "$CI_KIND: no unlink through a short alias" "No such file" rm "$CIM/ENV~1"
+	fi
+	refuse "$CI_KIND: no write through a case variant" "Permission denied" \
+		sh -c "echo pwned >'$CIM/.ENV'"
+	refuse "$CI_KIND: mv config cfg refused (path pattern)" "Permission denied" \
+		mv "$CIM/config" "$CIM/cfg"
+	check "$CI_KIND: the protected files are unchanged" sh -c "
+		grep -qx API_KEY=ci-secret '$CI_HOST/.env' && grep -qx path-secret '$CI_HOST/config/secret.json'"
+	check "$CI_KIND: a name by its own spelling works" grep -qx notes "$CIM/notes.txt"
+	if [ -e "$CI_HOST/NOTES.TXT" ]; then
+		refuse "$CI_KIND: another spelling of a visible name does not exist" "No such file" \
+			cat "$CIM/NOTES.TXT"
+	fi
+	check "$CI_KIND: the listing shows the stored names, nothing hidden" sh -c "
+		test \"\$(ls -A '$CIM' | sort | tr '\n' ' ')\" = 'config notes.txt '"
+	check "$CI_KIND: a new file lands as spelt" sh -c "
+		echo hi >'$CIM/NewFile' && ls '$CI_HOST' | grep -qx NewFile && grep -qx hi '$CIM/NewFile'"
+	umount "$CIM"
+else
+	echo "# skip the case-insensitive folder: no vfat, ext4 casefold or python3-fusepy"
+fi
 
 snapshot >"$T/after"
 if diff "$T/before" "$T/after" >"$T/out"; then

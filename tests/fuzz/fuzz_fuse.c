@@ -52,6 +52,10 @@ static void fresh_tree(void)
 	snprintf(p, sizeof p, "%s/sub", tree);
 	mkdir(p, 0755);
 	put("sub/b", "world");
+	/* A case variant of a hidden name, and a path pattern's target
+	 * (hidden_extra below), whose ancestor sub must not be renamed. */
+	put(".ENV", "SECRET=2");
+	put("sub/secret", "k");
 	snprintf(p, sizeof p, "%s/link", tree);
 	symlink("../outside", p);
 }
@@ -79,7 +83,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct fsp_config cfg = { .max_fds = 64 };
+	static const char *const extra[] = { "sub/secret" };
+	struct fsp_config cfg = { .max_fds = 64, .hidden_extra = extra, .n_hidden_extra = 1 };
 	struct fuse_server_config scfg = { .posix_locks = true };
 	struct fsp *fs;
 	struct fuse_server *srv;

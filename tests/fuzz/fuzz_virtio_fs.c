@@ -128,6 +128,9 @@ static void fresh_tree(void)
 		abort();
 	snprintf(p, sizeof p, "%s/d", tree);
 	mkdir(p, 0755);
+	/* A case variant of a hidden name, and a path pattern's target. */
+	if (tt_put(tree, ".ENV", "SECRET=2") < 0 || tt_put(tree, "d/secret", "k") < 0)
+		abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -140,7 +143,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
 		abort();
 	fv_clear(&drv);
-	struct fsp_config fc = { .root = tree, .max_fds = 64 };
+	static const char *const extra[] = { "d/secret" };
+	struct fsp_config fc = { .root = tree, .max_fds = 64, .hidden_extra = extra,
+				 .n_hidden_extra = 1 };
 	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE };
 	if (fsp_new(&fc, &fs) < 0)
 		abort();

@@ -159,6 +159,28 @@ START_TEST(add_with_hidden)
 }
 END_TEST
 
+/* hidden_extra adds to the defaults (no hidden list of its own). */
+START_TEST(add_with_hidden_extra)
+{
+	static const char *const extra[] = { "*.pem" };
+	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden_extra = extra,
+				 .n_hidden_extra = 1 };
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
+	struct fsp_config fc;
+	mounts_fsp_config(&ms.m[0], 99, &fc);
+	ck_assert(!fc.hidden_set);
+	ck_assert_ptr_eq(fc.hidden_extra, extra);
+	ck_assert_uint_eq(fc.n_hidden_extra, 1);
+	ck_assert_int_eq(lookup_in(&ms.m[0], "k.pem"), -ENOENT);
+	ck_assert_int_eq(lookup_in(&ms.m[0], ".env"), -ENOENT);
+	ck_assert_int_eq(lookup_in(&ms.m[0], "f"), 0);
+	sp.guest = "/w2";
+	sp.hidden_extra = NULL;
+	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EINVAL);
+	mounts_free(&ms);
+}
+END_TEST
+
 START_TEST(add_with_empty_hidden_list)
 {
 	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden_set = true };
@@ -283,6 +305,7 @@ Suite *mounts_suite(void)
 	tcase_add_test(tc, refused);
 	tcase_add_test(tc, limits);
 	tcase_add_test(tc, add_with_hidden);
+	tcase_add_test(tc, add_with_hidden_extra);
 	tcase_add_test(tc, add_with_empty_hidden_list);
 	tcase_add_test(tc, default_hidden_list);
 	tcase_add_test(tc, add_refused);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The kernel's own limit on its command line (x86 COMMAND_LINE_SIZE - 1). */
 #define KERNEL_CMDLINE_MAX 2047u
@@ -208,7 +209,8 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 	}
 	/* The image is the system, not the user's files: nothing hidden, and
 	 * the host refuses every write to it. */
-	*m = (struct mount){ .readonly = true, .hidden_set = true, .root = true };
+	*m = (struct mount){ .readonly = true, .hidden_set = true, .root = true,
+			     .image_uid = st.st_uid, .image_gid = st.st_gid };
 	memcpy(m->host, dir, hl + 1);
 	strcpy(m->guest, "/");
 	ms->n++;
@@ -291,8 +293,13 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 			snprintf(err, errlen, "cannot serve %s: %s", m->host, strerror(-rc));
 			return rc;
 		}
-		if ((rc = fuse_server_new(&fsp_ops, m->fs, m->root ? &image_sc : &sc,
-					  &m->srv)) < 0 ||
+		/* Guest root is the folder's user: the kbox process's for a
+		 * -v folder, the image's owner (who imported it, perhaps with
+		 * sudo) for the image; identity when that is root. */
+		struct fuse_server_config c = m->root ? image_sc : sc;
+		c.ids = m->root ? idmap_owner(m->image_uid, m->image_gid) :
+				  idmap_owner(geteuid(), getegid());
+		if ((rc = fuse_server_new(&fsp_ops, m->fs, &c, &m->srv)) < 0 ||
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0) {
 			snprintf(err, errlen, "cannot set up the file server: %s",
 				 strerror(-rc));

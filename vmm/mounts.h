@@ -38,6 +38,10 @@ struct mount {
 	size_t n_hidden;
 	bool hidden_set;
 	bool root;  /* the --image root, not a user folder */
+	/* The image folder's owner, whose files are the guest root's (a -v
+	 * folder's guest root is the kbox process's own user). */
+	uid_t image_uid;
+	gid_t image_gid;
 	struct fsp *fs;
 	struct fuse_server *srv;
 	struct virtio_fs vfs;

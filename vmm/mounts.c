@@ -224,6 +224,14 @@ void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_confi
 				   .hidden_set = m->hidden_set, .max_fds = max_fds };
 }
 
+struct idmap mounts_ids(const struct mount *m)
+{
+	/* An image imported with sudo is root's (the identity); one a user
+	 * imported is that user's, who is then its guest root. */
+	return m->root ? idmap_owner(m->image_uid, m->image_gid) :
+			 idmap_owner(geteuid(), getegid());
+}
+
 /* Append to the kernel command line within the kernel's own limit. */
 __attribute__((format(printf, 5, 6)))
 static int cmd_append(char *cmdline, size_t cmdlen, char *err, size_t errlen,
@@ -293,12 +301,8 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 			snprintf(err, errlen, "cannot serve %s: %s", m->host, strerror(-rc));
 			return rc;
 		}
-		/* Guest root is the folder's user: the kbox process's for a
-		 * -v folder, the image's owner (who imported it, perhaps with
-		 * sudo) for the image; identity when that is root. */
 		struct fuse_server_config c = m->root ? image_sc : sc;
-		c.ids = m->root ? idmap_owner(m->image_uid, m->image_gid) :
-				  idmap_owner(geteuid(), getegid());
+		c.ids = mounts_ids(m);
 		if ((rc = fuse_server_new(&fsp_ops, m->fs, &c, &m->srv)) < 0 ||
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0) {
 			snprintf(err, errlen, "cannot set up the file server: %s",

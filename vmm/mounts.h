@@ -81,6 +81,11 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
  * hidden list, the given fd cap).  fc borrows m's strings. */
 void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc);
 
+/* The id map mount m is served with (devices/idmap.h): guest root is the
+ * kbox process's own user and group for a -v or mounts: folder, the image
+ * folder's owner for the image; the identity when that is root. */
+struct idmap mounts_ids(const struct mount *m);
+
 /* Add one `-v` argument, HOST:GUEST[:ro|:rw].  HOST must be an existing
  * directory (it may contain ':'; the split is at the last ones); GUEST an
  * absolute path without ".", ".." or empty components, without ',', ':',

@@ -73,8 +73,17 @@ t "rmdir" sh -c "mkdir $w/empty && rmdir $w/empty"
 t "chmod" sh -c "chmod 600 $w/new && [ \"\$(stat -c %a $w/new)\" = 600 ]"
 t "truncate" sh -c "echo 123456 > $w/trunc && : > $w/trunc && [ ! -s $w/trunc ]"
 rm -f $w/trunc
-f "no FIFOs on the host" mkfifo $w/fifo
+t "a FIFO in the workspace works" sh -c "mkfifo $w/fifo && { echo through > $w/fifo & } && [ \"\$(cat $w/fifo)\" = through ]"
 f "no device nodes on the host" mknod $w/null c 1 3
+# Guest root owns the workspace, whoever runs kbox on the host (the host
+# checks the other side below).
+t "the guest runs as root" [ "$(id -u):$(id -g)" = 0:0 ]
+t "ls -ln shows the host user's files as root's" sh -c "[ \"\$(ls -ln $w/readme | awk '{ print \$3 \":\" \$4 }')\" = 0:0 ]"
+t "the workspace itself is root's" [ "$(stat -c %u:%g $w)" = 0:0 ]
+t "umask 0: mkdir 0777 stays 0777" sh -c "umask 0 && mkdir $w/um777 && [ \"\$(stat -c %a $w/um777)\" = 777 ]"
+echo x > $w/chowned
+chown 4242:4242 $w/chowned 2>/dev/null
+echo "chown-rc $?"
 t "a symlink out lands in the guest's own /etc" sh -c "ln -s /etc $w/esc && [ \"\$(wc -l < $w/esc/passwd)\" = 1 ]"
 # 1 MiB of host random data (8 requests of max_write each way); made on
 # the host because /dev/urandom in a PVM guest takes ~50 s a MiB.
@@ -115,7 +124,19 @@ host_check "host: hard link" [ "$(stat -c %h "$proj/dir/g" 2>/dev/null)" = 2 ]
 host_check "host: unlinked file gone" [ ! -e "$proj/gone" ]
 host_check "host: mode set" [ "$(stat -c %a "$proj/new" 2>/dev/null)" = 600 ]
 host_check "host: escape link points where the guest said, unfollowed" [ "$(readlink "$proj/esc")" = /etc ]
-host_check "host: no FIFO" [ ! -e "$proj/fifo" ]
+host_check "host: the guest's FIFO is a FIFO" [ -p "$proj/fifo" ]
+me="$(id -u):$(id -g)"
+host_check "host: what guest root made is the host user's ($me)" [ "$(stat -c %u:%g "$proj/new" "$proj/dir" | sort -u)" = "$me" ]
+host_check "host: umask applied once (0777)" [ "$(stat -c %a "$proj/um777" 2>/dev/null)" = 777 ]
+# kbox as root can give a file away; as a user, the chown is refused and
+# changes nothing.
+if [ "$(id -u)" = 0 ]; then
+	host_check "host: chown by guest root as host root" [ "$(stat -c %u:%g "$proj/chowned")" = 4242:4242 ]
+	host_check "guest: chown to another id worked (kbox as root)" grep -qx "chown-rc 0" "$tmp/out"
+else
+	host_check "host: a chown the user cannot give changed nothing" [ "$(stat -c %u:%g "$proj/chowned")" = "$me" ]
+	host_check "guest: chown to another id refused (kbox as a user)" grep -qx "chown-rc 1" "$tmp/out"
+fi
 host_check "host: no device node" [ ! -e "$proj/null" ]
 host_check "host: .env untouched" [ "$(cat "$proj/.env")" = SECRET=1 ]
 host_check "host: nothing landed on hidden names" [ "$(ls -A "$proj" | grep -c env)" = 2 ]
@@ -127,5 +148,31 @@ host_check "host: 1 MiB exactly" [ "$(stat -c %s "$proj/big" 2>/dev/null)" = 104
 host_check "host: ro folder unchanged" [ "$(ls -A "$cfg")" = conf ]
 host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
 host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
+
+# --- the same as an ordinary user ---
+# Run as root, one more (short) boot as the user KBOX_E2E_USER (default
+# kuser, when it exists; empty: skipped) over a folder that user owns: guest
+# root owns it, the host user owns what the guest makes.  Run as a user,
+# the boot above already was that.
+as_user=${KBOX_E2E_USER-kuser}
+if [ "$(id -u)" = 0 ] && [ -n "$as_user" ] && id "$as_user" > /dev/null 2>&1; then
+	uproj=$(runuser -u "$as_user" -- mktemp -d)
+	printf 'x\n' > "$uproj/theirs"
+	chown "$as_user:" "$uproj/theirs"
+	runuser -u "$as_user" -- env HOME="$(getent passwd "$as_user" | cut -d: -f6)" \
+		timeout "$boot_timeout" "$kbox" run -v "$uproj:/workspace" -w /workspace \
+		-- sh -c 'id -u; ls -ln /workspace/theirs | awk "{ print \$3 \":\" \$4 }"; umask 0; echo y > made; mkdir d; echo done' \
+		> "$tmp/uout" 2> "$tmp/uerr"
+	rc=$?
+	e2e_ran_to_end "guest as $as_user" "$rc" "$tmp/uout" "$tmp/uerr"
+	uid=$(id -u "$as_user"); gid=$(id -g "$as_user")
+	host_check "as $as_user: the guest is root and sees the user's file as root's" \
+		[ "$(head -2 "$tmp/uout" | tr '\n' ' ')" = "0 0:0 " ]
+	host_check "as $as_user: what the guest made is $uid:$gid on the host, modes unmasked" \
+		[ "$(stat -c %u:%g:%a "$uproj/made" "$uproj/d" 2>/dev/null | tr '\n' ' ')" = "$uid:$gid:666 $uid:$gid:777 " ]
+	rm -rf "$uproj"
+else
+	echo "# skipped the boot as an ordinary user: ${as_user:-KBOX_E2E_USER empty} (needs root and that user)"
+fi
 
 e2e_finish

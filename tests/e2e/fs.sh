@@ -149,30 +149,65 @@ host_check "host: ro folder unchanged" [ "$(ls -A "$cfg")" = conf ]
 host_check "host: ro file unchanged" [ "$(cat "$cfg/conf")" = setting=1 ]
 host_check "host: ro file mode unchanged" [ "$(stat -c %a "$cfg/conf")" = 644 ]
 
-# --- the same as an ordinary user ---
-# Run as root, one more (short) boot as the user KBOX_E2E_USER (default
-# kuser, when it exists; empty: skipped) over a folder that user owns: guest
-# root owns it, the host user owns what the guest makes.  Run as a user,
-# the boot above already was that.
+# --- the same as an ordinary user, with git ---
+# Run as root, one more boot as the user KBOX_E2E_USER (default kuser, when
+# it exists; empty: skipped) over a folder that user owns, on an image made
+# here by root (as one imported with sudo) from the host's static busybox
+# and its git with the libraries it links: guest root owns the workspace,
+# so git (>= 2.35 refuses a repository its user does not own) works in it,
+# and the host user owns what the guest makes.  Run as a user, the boot
+# above already was that user's (without git: the initramfs has none).
 as_user=${KBOX_E2E_USER-kuser}
-if [ "$(id -u)" = 0 ] && [ -n "$as_user" ] && id "$as_user" > /dev/null 2>&1; then
-	uproj=$(runuser -u "$as_user" -- mktemp -d)
-	printf 'x\n' > "$uproj/theirs"
-	chown "$as_user:" "$uproj/theirs"
+git=$(command -v git)
+if [ "$(id -u)" = 0 ] && [ -n "$as_user" ] && id "$as_user" > /dev/null 2>&1 &&
+	[ -n "$git" ] && [ -x /bin/busybox ] && ! ldd /bin/busybox > /dev/null 2>&1; then
+	ubase=$(runuser -u "$as_user" -- mktemp -d)
+	uproj=$ubase/proj img=$ubase/image
+	runuser -u "$as_user" -- mkdir "$uproj"
+	runuser -u "$as_user" -- sh -c "printf 'x\\n' > '$uproj/theirs'"
+	mkdir -p "$img/bin" "$img/sbin" "$img/usr/bin" "$img/usr/sbin" "$img/etc" "$img/root"
+	cp /bin/busybox "$img/bin/busybox"
+	for app in $(/bin/busybox --list-full); do
+		[ -e "$img/$app" ] || ln -s /bin/busybox "$img/$app"
+	done
+	cp "$git" "$img/usr/bin/git"
+	for lib in $(ldd "$git" | awk '/=> \// { print $3 } /^\t\/lib/ { print $1 }'); do
+		mkdir -p "$img$(dirname "$lib")"
+		cp -L "$lib" "$img$lib"
+	done
+	echo 'root:x:0:0:root:/root:/bin/sh' > "$img/etc/passwd"
+	echo 'root:x:0:' > "$img/etc/group"
+	cat > "$uproj/checks.sh" <<'EOF'
+t() { name=$1; shift; if "$@" > /tmp/out 2>&1; then echo "ok $name"; else echo "not ok $name: $(head -c 300 /tmp/out)"; fi; }
+cd /workspace
+t "the guest runs as root" [ "$(id -u):$(id -g)" = 0:0 ]
+t "ls -ln shows the user's files as root's" sh -c "[ \"\$(ls -ln theirs | awk '{ print \$3 \":\" \$4 }')\" = 0:0 ]"
+t "git init, add, commit" sh -c "git init -q && git add theirs checks.sh &&
+	git -c user.name=t -c user.email=t@example.invalid commit -qm one"
+t "git branch, status, diff, log" sh -c "git branch side && echo y >> theirs &&
+	git status --porcelain | grep -qx ' M theirs' && git diff | grep -qx '+y' &&
+	[ \"\$(git log --format=%s)\" = one ]"
+umask 0
+echo y > made
+mkdir d
+echo done
+EOF
+	chown "$as_user:" "$uproj/checks.sh"
 	runuser -u "$as_user" -- env HOME="$(getent passwd "$as_user" | cut -d: -f6)" \
-		timeout "$boot_timeout" "$kbox" run -v "$uproj:/workspace" -w /workspace \
-		-- sh -c 'id -u; ls -ln /workspace/theirs | awk "{ print \$3 \":\" \$4 }"; umask 0; echo y > made; mkdir d; echo done' \
-		> "$tmp/uout" 2> "$tmp/uerr"
+		timeout "$boot_timeout" "$kbox" run --image "$img" -v "$uproj:/workspace" -w /workspace \
+		-- sh /workspace/checks.sh > "$tmp/uout" 2> "$tmp/uerr"
 	rc=$?
 	e2e_ran_to_end "guest as $as_user" "$rc" "$tmp/uout" "$tmp/uerr"
+	e2e_guest_results "as $as_user: guest: " "$tmp/uout"
 	uid=$(id -u "$as_user"); gid=$(id -g "$as_user")
-	host_check "as $as_user: the guest is root and sees the user's file as root's" \
-		[ "$(head -2 "$tmp/uout" | tr '\n' ' ')" = "0 0:0 " ]
 	host_check "as $as_user: what the guest made is $uid:$gid on the host, modes unmasked" \
 		[ "$(stat -c %u:%g:%a "$uproj/made" "$uproj/d" 2>/dev/null | tr '\n' ' ')" = "$uid:$gid:666 $uid:$gid:777 " ]
-	rm -rf "$uproj"
+	host_check "as $as_user: the repository is $uid's on the host" [ -z "$(find "$uproj" ! -uid "$uid")" ]
+	host_check "as $as_user: git on the host reads the guest's commit" \
+		[ "$(runuser -u "$as_user" -- env HOME="$ubase" git -C "$uproj" log --format=%s 2>&1)" = one ]
+	rm -rf "$ubase"
 else
-	echo "# skipped the boot as an ordinary user: ${as_user:-KBOX_E2E_USER empty} (needs root and that user)"
+	echo "# skipped the boot as an ordinary user: needs root, the user ${as_user:-(KBOX_E2E_USER empty)}, git and a static /bin/busybox"
 fi
 
 e2e_finish

@@ -476,6 +476,34 @@ START_TEST(fifos_and_sockets)
 }
 END_TEST
 
+/* Whoever runs the tests (root in CI, a user on a laptop) is guest root,
+ * as kbox makes it: their files are root's, what guest root makes is
+ * theirs, and a chown only root could do is refused unless they are. */
+START_TEST(running_user_is_guest_root)
+{
+	uid_t me = geteuid();
+	gid_t my_gid = getegid();
+	start(idmap_owner(me, my_gid));
+	struct fuse_entry_out e = lookup_ok("mine");
+	ck_assert_uint_eq(e.attr.uid, 0);
+	ck_assert_uint_eq(e.attr.gid, 0);
+	struct fuse_create_in cr = { .flags = O_WRONLY, .mode = S_IFREG | 0664 };
+	ck_assert_int_eq(call(FUSE_CREATE, FUSE_ROOT_ID, &cr, sizeof cr, "n"), 0);
+	ck_assert_uint_eq(((const struct fuse_entry_out *)body())->attr.uid, 0);
+	ck_assert_uint_eq(host_stat("n").st_uid, me);
+	ck_assert_uint_eq(host_stat("n").st_mode & 07777, 0664);
+	int rc = chown_req(e.nodeid, FATTR_UID | FATTR_MODE, OTHER, 0, 0600);
+	if (me == 0) {
+		ck_assert_int_eq(rc, 0);
+		ck_assert_uint_eq(host_stat("mine").st_uid, OTHER);
+	} else {
+		ck_assert_int_eq(rc, -EPERM);
+		ck_assert_uint_eq(host_stat("mine").st_uid, me);
+		ck_assert_uint_eq(host_stat("mine").st_mode & 07777, 0644);
+	}
+}
+END_TEST
+
 Suite *idmap_suite(void)
 {
 	Suite *s = suite_create("idmap");
@@ -485,6 +513,7 @@ Suite *idmap_suite(void)
 	suite_add_tcase(s, pure);
 	TCase *tc = tcase_create("server");
 	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, running_user_is_guest_root);
 	tcase_add_test(tc, attributes_are_mapped);
 	tcase_add_test(tc, chown_maps_back_or_refuses);
 	tcase_add_test(tc, chown_as_ordinary_user);

@@ -1017,24 +1017,29 @@ static int fsp_getattr(void *be, uint64_t nodeid, uint64_t fh, struct stat *st)
 }
 
 /* SETATTR on fd: an open handle's (then fchmod and friends) or else the
- * node's O_PATH fd (then the *at and /proc forms).  type: the node's. */
+ * node's O_PATH fd (then the *at and /proc forms).  type: the node's.
+ * The owner goes first: a chown the host refuses (EPERM) then changes
+ * nothing, and the mode set after it is not cleared by it.  chmod works
+ * on FIFOs and sockets too (it opens nothing); a symlink has no mode of
+ * its own, and device nodes stay untouched. */
 static int fsp_setattr_fd(mode_t type, int fd, bool handle,
 			  const struct fuse_fs_setattr *sa, struct stat *st)
 {
 	char path[40];
 
 	fsp_proc_path(fd, path, sizeof path);
-	if (sa->valid & FUSE_FS_SET_MODE) {
-		mode_t m = sa->mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID);
-		if (type != S_IFREG && type != S_IFDIR)
-			return -EOPNOTSUPP;
-		if ((handle ? fchmod(fd, m) : chmod(path, m)) < 0)
-			return -errno;
-	}
 	if (sa->valid & (FUSE_FS_SET_UID | FUSE_FS_SET_GID)) {
 		uid_t u = sa->valid & FUSE_FS_SET_UID ? sa->uid : (uid_t)-1;
 		gid_t g = sa->valid & FUSE_FS_SET_GID ? sa->gid : (gid_t)-1;
 		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+			return -errno;
+	}
+	if (sa->valid & FUSE_FS_SET_MODE) {
+		mode_t m = sa->mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID);
+		if (type != S_IFREG && type != S_IFDIR && type != S_IFIFO &&
+		    type != S_IFSOCK)
+			return -EOPNOTSUPP;
+		if ((handle ? fchmod(fd, m) : chmod(path, m)) < 0)
 			return -errno;
 	}
 	if (sa->valid & FUSE_FS_SET_SIZE) {
@@ -1156,10 +1161,17 @@ static int fsp_mknod(void *be, uint64_t parent, const char *name, mode_t mode,
 
 	if (rc < 0)
 		return rc;
-	/* Device nodes, FIFOs and sockets would be traps for host programs. */
-	if ((mode & S_IFMT) != S_IFREG && (mode & S_IFMT) != 0)
+	/* Device nodes would give the guest's files a way to the host's
+	 * devices.  FIFOs and sockets are what build tools, test suites and
+	 * git's fsmonitor make in a project: the guest kernel serves them
+	 * itself (the server never opens one: OPEN reopens regular files
+	 * only), and on the host they are plain names that lead nowhere. */
+	mode_t type = mode & S_IFMT;
+	if (type == 0)
+		type = S_IFREG;
+	if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK)
 		rc = -EPERM;
-	else if (mknodat(dfd, name, S_IFREG | fsp_perm(mode), 0) < 0)
+	else if (mknodat(dfd, name, type | fsp_perm(mode), 0) < 0)
 		rc = -errno;
 	if (rc < 0) {
 		fsp_put(p, di);
@@ -1487,6 +1499,7 @@ static int fsp_create(void *be, uint64_t parent, const char *name, mode_t mode,
 	struct stat st;
 	int rc = fsp_new_name(p, parent, name, &di, &dfd);
 
+	e->created = false;
 	if (rc < 0)
 		return rc;
 	fsp_lock(p);
@@ -1511,6 +1524,7 @@ static int fsp_create(void *be, uint64_t parent, const char *name, mode_t mode,
 		/* The node is the file just made; should the host swap the
 		 * name, a reopen by name will see it and give ESTALE. */
 		rc = fstat(fd, &st) < 0 ? -errno : 0;
+		e->created = true;
 		fsp_lock(p);
 		if (rc == 0)
 			rc = fsp_remember(p, di, name, &st, e, &ni);

@@ -11,7 +11,9 @@
  *   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) relative to its parent's fd;
  *   "", ".", ".." and names containing '/' are refused (EINVAL).
  * - Only regular files and directories are ever opened; symlinks are read
- *   with readlinkat, never followed.  MKNOD makes regular files only.
+ *   with readlinkat, never followed.  MKNOD makes regular files, FIFOs
+ *   and sockets, never devices (the guest kernel serves FIFOs and sockets
+ *   itself; the server never opens one).
  * - Setuid/setgid bits are stripped on create and chmod.
  * - A read-only mount refuses every write with EROFS.
  * - Hidden names do not exist: ENOENT on lookup, absent from readdir, EACCES

@@ -240,7 +240,9 @@ static void split_timeout(double t, uint64_t *sec, uint32_t *nsec)
 		*nsec = 999999999u;
 }
 
-static void fill_attr(struct fuse_attr *a, const struct stat *st)
+/* The guest sees ids through the mount's map (idmap.h). */
+static void fill_attr(const struct fuse_server *s, struct fuse_attr *a,
+		      const struct stat *st)
 {
 	memset(a, 0, sizeof *a);
 	a->ino = st->st_ino;
@@ -254,8 +256,8 @@ static void fill_attr(struct fuse_attr *a, const struct stat *st)
 	a->ctimensec = (uint32_t)st->st_ctim.tv_nsec;
 	a->mode = st->st_mode;
 	a->nlink = (uint32_t)st->st_nlink;
-	a->uid = st->st_uid;
-	a->gid = st->st_gid;
+	a->uid = idmap_uid_to_guest(&s->cfg.ids, (uint32_t)st->st_uid);
+	a->gid = idmap_gid_to_guest(&s->cfg.ids, (uint32_t)st->st_gid);
 	a->rdev = (uint32_t)st->st_rdev;
 	a->blksize = (uint32_t)st->st_blksize;
 }
@@ -268,7 +270,7 @@ static void fill_entry(const struct fuse_server *s, struct fuse_entry_out *o,
 	split_timeout(s->cfg.entry_timeout, &o->entry_valid,
 		      &o->entry_valid_nsec);
 	split_timeout(s->cfg.attr_timeout, &o->attr_valid, &o->attr_valid_nsec);
-	fill_attr(&o->attr, &e->st);
+	fill_attr(s, &o->attr, &e->st);
 }
 
 static ssize_t reply_entry(struct fuse_server *s, struct fsrv_req *r, int rc,
@@ -291,7 +293,7 @@ static ssize_t reply_attr(struct fuse_server *s, struct fsrv_req *r, int rc,
 		return reply_err(r, rc);
 	memset(&o, 0, sizeof o);
 	split_timeout(s->cfg.attr_timeout, &o.attr_valid, &o.attr_valid_nsec);
-	fill_attr(&o.attr, st);
+	fill_attr(s, &o.attr, st);
 	return reply(r, 0, &o, sizeof o);
 }
 
@@ -404,13 +406,20 @@ static ssize_t do_setattr(struct fuse_server *s, struct fsrv_req *r)
 		sa.valid |= FUSE_FS_SET_MODE;
 		sa.mode = in.mode & 07777;
 	}
+	/* An id with no host id behind it cannot be given: EPERM before
+	 * anything changes, as a chown the host refuses. */
+	uint32_t host_id;
 	if (in.valid & FATTR_UID) {
+		if (!idmap_uid_to_host(&s->cfg.ids, in.uid, &host_id))
+			return reply_err(r, -EPERM);
 		sa.valid |= FUSE_FS_SET_UID;
-		sa.uid = in.uid;
+		sa.uid = (uid_t)host_id;
 	}
 	if (in.valid & FATTR_GID) {
+		if (!idmap_gid_to_host(&s->cfg.ids, in.gid, &host_id))
+			return reply_err(r, -EPERM);
 		sa.valid |= FUSE_FS_SET_GID;
-		sa.gid = in.gid;
+		sa.gid = (gid_t)host_id;
 	}
 	if (in.valid & FATTR_SIZE) {
 		if (in.size > (uint64_t)INT64_MAX)
@@ -441,6 +450,54 @@ static ssize_t do_setattr(struct fuse_server *s, struct fsrv_req *r)
 		s, r, s->ops->setattr(s->be, r->h.nodeid, fh, &sa, &st), &st);
 }
 
+/* A node the guest just made in parent: give it exactly the permission
+ * bits it asked for (want_mode; the guest kernel applied the guest's umask
+ * already, and the host process's own umask must not mask them a second
+ * time) and, where the host can give them, the request's user and group
+ * as its owner.  The process umask cannot simply be 0: it is process-wide
+ * and the server shares its process.  A parent with the setgid bit keeps
+ * the group the host gave, as on any filesystem.  An owner the host
+ * refuses (kbox not root, a guest user other than root) leaves the host's
+ * defaults: the kbox user's, guest root's.  Costs nothing when the host
+ * already gave what was asked, the usual case. */
+static void settle_new(struct fuse_server *s, const struct fsrv_req *r,
+		       uint64_t parent, uint64_t fh, bool has_mode,
+		       mode_t want_mode, struct fuse_fs_entry *e)
+{
+	struct fuse_fs_setattr sa;
+	struct stat st;
+	uint32_t id;
+
+	memset(&sa, 0, sizeof sa);
+	if (has_mode && (e->st.st_mode & 0777) != (want_mode & 0777)) {
+		sa.valid |= FUSE_FS_SET_MODE;
+		sa.mode = want_mode & 07777;
+	}
+	unsigned mode_only = sa.valid;
+	if (idmap_uid_to_host(&s->cfg.ids, r->h.uid, &id) &&
+	    id != (uint32_t)e->st.st_uid) {
+		sa.valid |= FUSE_FS_SET_UID;
+		sa.uid = (uid_t)id;
+	}
+	if (idmap_gid_to_host(&s->cfg.ids, r->h.gid, &id) &&
+	    id != (uint32_t)e->st.st_gid &&
+	    s->ops->getattr(s->be, parent, FUSE_FS_NO_FH, &st) == 0 &&
+	    !(st.st_mode & S_ISGID)) {
+		sa.valid |= FUSE_FS_SET_GID;
+		sa.gid = (gid_t)id;
+	}
+	if (!sa.valid)
+		return;
+	/* A mode for a symlink means nothing (has_mode is false for one). */
+	int rc = s->ops->setattr(s->be, e->nodeid, fh, &sa, &st);
+	if (rc < 0 && sa.valid != mode_only && mode_only) {
+		sa.valid = mode_only;
+		rc = s->ops->setattr(s->be, e->nodeid, fh, &sa, &st);
+	}
+	if (rc == 0)
+		e->st = st;
+}
+
 static ssize_t do_readlink(struct fuse_server *s, struct fsrv_req *r)
 {
 	int n = s->ops->readlink(s->be, r->h.nodeid, (char *)r->rep,
@@ -462,8 +519,10 @@ static ssize_t do_symlink(struct fuse_server *s, struct fsrv_req *r)
 		return reply_err(r, r->err);
 	if (!*target)
 		return reply_err(r, -ENOENT);
-	return reply_entry(
-		s, r, s->ops->symlink(s->be, r->h.nodeid, name, target, &e), &e);
+	int rc = s->ops->symlink(s->be, r->h.nodeid, name, target, &e);
+	if (rc == 0)
+		settle_new(s, r, r->h.nodeid, FUSE_FS_NO_FH, false, 0, &e);
+	return reply_entry(s, r, rc, &e);
 }
 
 static ssize_t do_mknod(struct fuse_server *s, struct fsrv_req *r)
@@ -475,10 +534,11 @@ static ssize_t do_mknod(struct fuse_server *s, struct fsrv_req *r)
 	const char *name = take_name(r);
 	if (r->err)
 		return reply_err(r, r->err);
-	return reply_entry(s, r,
-			   s->ops->mknod(s->be, r->h.nodeid, name, in.mode,
-					 (dev_t)in.rdev, &e),
-			   &e);
+	int rc = s->ops->mknod(s->be, r->h.nodeid, name, in.mode,
+			       (dev_t)in.rdev, &e);
+	if (rc == 0)
+		settle_new(s, r, r->h.nodeid, FUSE_FS_NO_FH, true, in.mode, &e);
+	return reply_entry(s, r, rc, &e);
 }
 
 static ssize_t do_mkdir(struct fuse_server *s, struct fsrv_req *r)
@@ -490,10 +550,10 @@ static ssize_t do_mkdir(struct fuse_server *s, struct fsrv_req *r)
 	const char *name = take_name(r);
 	if (r->err)
 		return reply_err(r, r->err);
-	return reply_entry(
-		s, r,
-		s->ops->mkdir(s->be, r->h.nodeid, name, in.mode & 07777, &e),
-		&e);
+	int rc = s->ops->mkdir(s->be, r->h.nodeid, name, in.mode & 07777, &e);
+	if (rc == 0)
+		settle_new(s, r, r->h.nodeid, FUSE_FS_NO_FH, true, in.mode, &e);
+	return reply_entry(s, r, rc, &e);
 }
 
 static ssize_t do_unlink(struct fuse_server *s, struct fsrv_req *r, bool dir)
@@ -572,10 +632,13 @@ static ssize_t do_create(struct fuse_server *s, struct fsrv_req *r)
 	const char *name = take_name(r);
 	if (r->err)
 		return reply_err(r, r->err);
+	memset(&e, 0, sizeof e);
 	int rc = s->ops->create(s->be, r->h.nodeid, name, in.mode & 07777,
 				(int)in.flags, &e, &fh);
 	if (rc < 0)
 		return reply_err(r, rc);
+	if (e.created)
+		settle_new(s, r, r->h.nodeid, fh, true, in.mode, &e);
 	fill_entry(s, &out.e, &e);
 	memset(&out.o, 0, sizeof out.o);
 	out.o.fh = fh;

@@ -20,6 +20,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "devices/idmap.h"
+
 /* No file handle: passed to getattr/setattr when the guest named none. */
 #define FUSE_FS_NO_FH UINT64_MAX
 
@@ -28,11 +30,18 @@
  * guest later drops with forget. */
 struct fuse_fs_entry {
 	uint64_t nodeid;
-	struct stat st;
+	struct stat st; /* host ids; the server maps them for the guest */
+	/* Set by create when it made the file, left false when it opened an
+	 * existing one: the server then gives a new file the mode the guest
+	 * asked for and the request's owner (mkdir, mknod and symlink always
+	 * make one). */
+	bool created;
 };
 
 /* Attribute changes requested by SETATTR; a field is used only when its
- * FUSE_FS_SET_* bit is present in valid. */
+ * FUSE_FS_SET_* bit is present in valid.  uid and gid are host ids (the
+ * server maps the guest's).  A backend changes the owner before anything
+ * else, so that a chown the host refuses changes nothing. */
 #define FUSE_FS_SET_MODE 0x01u
 #define FUSE_FS_SET_UID 0x02u
 #define FUSE_FS_SET_GID 0x04u
@@ -144,6 +153,10 @@ struct fuse_server_config {
 	 * kernel then opens directories without a message and sends no
 	 * RELEASEDIR: two round trips fewer per directory listed. */
 	bool keep_opendir;
+	/* Host <-> guest ids (idmap.h): attributes go out mapped, a SETATTR's
+	 * uid/gid and a request's own uid/gid (the owner of what it makes)
+	 * come back mapped.  Zero: the identity, for kbox run as root. */
+	struct idmap ids;
 };
 
 #define FUSE_SERVER_DEFAULT_MAX_WRITE (1u << 20)

@@ -82,12 +82,13 @@ uint64_t lockdown_ll_access(int abi, enum lockdown_path_kind kind)
 	switch (kind) {
 	case LD_MOUNT_RW:
 		/* What fs_passthrough does for the guest: no execute (kbox
-		 * runs nothing), no devices, sockets or FIFOs (mknod makes
-		 * regular files only). */
+		 * runs nothing), no devices (mknod makes regular files, FIFOs
+		 * and sockets only). */
 		a = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR |
 		    LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
 		    LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_DIR |
 		    LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SYM |
+		    LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_SOCK |
 		    LANDLOCK_ACCESS_FS_REFER | LANDLOCK_ACCESS_FS_TRUNCATE;
 		break;
 	case LD_MOUNT_RO:
@@ -298,7 +299,7 @@ static const int ld_plain[] = {
 	SCMP_SYS(readlinkat),      /* READLINK, path of an fd */
 	SCMP_SYS(getdents64),      /* READDIR, runtime dir clean-up */
 	SCMP_SYS(mkdirat),         /* MKDIR */
-	SCMP_SYS(mknodat),         /* MKNOD (regular files only) */
+	SCMP_SYS(mknodat),         /* MKNOD (files, FIFOs, sockets) */
 	SCMP_SYS(symlinkat),       /* SYMLINK */
 	SCMP_SYS(unlinkat),        /* UNLINK, RMDIR */
 	SCMP_SYS(linkat),          /* LINK */
@@ -306,6 +307,7 @@ static const int ld_plain[] = {
 	SCMP_SYS(renameat2),       /* RENAME2 with flags */
 	SCMP_SYS(fchownat),        /* SETATTR uid/gid */
 	SCMP_SYS(chmod),           /* SETATTR mode through /proc/self/fd */
+	SCMP_SYS(fchmod),          /* SETATTR mode on a handle, CREATE's mode */
 	SCMP_SYS(utimensat),       /* SETATTR times */
 	SCMP_SYS(truncate),        /* SETATTR size without a handle */
 	SCMP_SYS(ftruncate),       /* SETATTR size with a handle */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The kernel's own limit on its command line (x86 COMMAND_LINE_SIZE - 1). */
 #define KERNEL_CMDLINE_MAX 2047u
@@ -213,7 +214,8 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 	}
 	/* The image is the system, not the user's files: nothing hidden, and
 	 * the host refuses every write to it. */
-	*m = (struct mount){ .readonly = true, .hidden_set = true, .root = true };
+	*m = (struct mount){ .readonly = true, .hidden_set = true, .root = true,
+			     .image_uid = st.st_uid, .image_gid = st.st_gid };
 	memcpy(m->host, dir, hl + 1);
 	strcpy(m->guest, "/");
 	ms->n++;
@@ -227,6 +229,14 @@ void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_confi
 				   .hidden_set = m->hidden_set,
 				   .hidden_extra = m->hidden_extra,
 				   .n_hidden_extra = m->n_hidden_extra, .max_fds = max_fds };
+}
+
+struct idmap mounts_ids(const struct mount *m)
+{
+	/* An image imported with sudo is root's (the identity); one a user
+	 * imported is that user's, who is then its guest root. */
+	return m->root ? idmap_owner(m->image_uid, m->image_gid) :
+			 idmap_owner(geteuid(), getegid());
 }
 
 /* Append to the kernel command line within the kernel's own limit. */
@@ -298,8 +308,9 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 			snprintf(err, errlen, "cannot serve %s: %s", m->host, strerror(-rc));
 			return rc;
 		}
-		if ((rc = fuse_server_new(&fsp_ops, m->fs, m->root ? &image_sc : &sc,
-					  &m->srv)) < 0 ||
+		struct fuse_server_config c = m->root ? image_sc : sc;
+		c.ids = mounts_ids(m);
+		if ((rc = fuse_server_new(&fsp_ops, m->fs, &c, &m->srv)) < 0 ||
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0) {
 			snprintf(err, errlen, "cannot set up the file server: %s",
 				 strerror(-rc));

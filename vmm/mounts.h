@@ -40,6 +40,10 @@ struct mount {
 	const char *const *hidden_extra;
 	size_t n_hidden_extra;
 	bool root;  /* the --image root, not a user folder */
+	/* The image folder's owner, whose files are the guest root's (a -v
+	 * folder's guest root is the kbox process's own user). */
+	uid_t image_uid;
+	gid_t image_gid;
 	struct fsp *fs;
 	struct fuse_server *srv;
 	struct virtio_fs vfs;
@@ -82,6 +86,11 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 /* The backend configuration mount m is served with (root, read-only,
  * hidden list, the given fd cap).  fc borrows m's strings. */
 void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc);
+
+/* The id map mount m is served with (devices/idmap.h): guest root is the
+ * kbox process's own user and group for a -v or mounts: folder, the image
+ * folder's owner for the image; the identity when that is root. */
+struct idmap mounts_ids(const struct mount *m);
 
 /* Add one `-v` argument, HOST:GUEST[:ro|:rw].  HOST must be an existing
  * directory (it may contain ':'; the split is at the last ones); GUEST an

@@ -126,8 +126,17 @@ t "rmdir" sh -c "mkdir $w/empty && rmdir $w/empty"
 t "chmod" sh -c "chmod 600 $w/new && [ \"\$(stat -c %a $w/new)\" = 600 ]"
 t "truncate" sh -c "echo 123456 > $w/trunc && : > $w/trunc && [ ! -s $w/trunc ]"
 rm -f $w/trunc
-f "no FIFOs on the host" mkfifo $w/fifo
+t "a FIFO in the workspace works" sh -c "mkfifo $w/fifo && { echo through > $w/fifo & } && [ \"\$(cat $w/fifo)\" = through ]"
 f "no device nodes on the host" mknod $w/null c 1 3
+# Guest root owns the workspace, whoever runs kbox on the host (the host
+# checks the other side below).
+t "the guest runs as root" [ "$(id -u):$(id -g)" = 0:0 ]
+t "ls -ln shows the host user's files as root's" sh -c "[ \"\$(ls -ln $w/readme | awk '{ print \$3 \":\" \$4 }')\" = 0:0 ]"
+t "the workspace itself is root's" [ "$(stat -c %u:%g $w)" = 0:0 ]
+t "umask 0: mkdir 0777 stays 0777" sh -c "umask 0 && mkdir $w/um777 && [ \"\$(stat -c %a $w/um777)\" = 777 ]"
+echo x > $w/chowned
+chown 4242:4242 $w/chowned 2>/dev/null
+echo "chown-rc $?"
 t "a symlink out lands in the guest's own /etc" sh -c "ln -s /etc $w/esc && [ \"\$(wc -l < $w/esc/passwd)\" = 1 ]"
 # 1 MiB of host random data (8 requests of max_write each way); made on
 # the host because /dev/urandom in a PVM guest takes ~50 s a MiB.
@@ -177,7 +186,19 @@ host_check "host: hard link" [ "$(stat -c %h "$proj/dir/g" 2>/dev/null)" = 2 ]
 host_check "host: unlinked file gone" [ ! -e "$proj/gone" ]
 host_check "host: mode set" [ "$(stat -c %a "$proj/new" 2>/dev/null)" = 600 ]
 host_check "host: escape link points where the guest said, unfollowed" [ "$(readlink "$proj/esc")" = /etc ]
-host_check "host: no FIFO" [ ! -e "$proj/fifo" ]
+host_check "host: the guest's FIFO is a FIFO" [ -p "$proj/fifo" ]
+me="$(id -u):$(id -g)"
+host_check "host: what guest root made is the host user's ($me)" [ "$(stat -c %u:%g "$proj/new" "$proj/dir" | sort -u)" = "$me" ]
+host_check "host: umask applied once (0777)" [ "$(stat -c %a "$proj/um777" 2>/dev/null)" = 777 ]
+# kbox as root can give a file away; as a user, the chown is refused and
+# changes nothing.
+if [ "$(id -u)" = 0 ]; then
+	host_check "host: chown by guest root as host root" [ "$(stat -c %u:%g "$proj/chowned")" = 4242:4242 ]
+	host_check "guest: chown to another id worked (kbox as root)" grep -qx "chown-rc 0" "$tmp/out"
+else
+	host_check "host: a chown the user cannot give changed nothing" [ "$(stat -c %u:%g "$proj/chowned")" = "$me" ]
+	host_check "guest: chown to another id refused (kbox as a user)" grep -qx "chown-rc 1" "$tmp/out"
+fi
 host_check "host: no device node" [ ! -e "$proj/null" ]
 host_check "host: .env untouched" [ "$(cat "$proj/.env")" = SECRET=1 ]
 host_check "host: nothing landed on hidden names" [ "$(ls -A "$proj" | grep -ci env)" = "$nenv" ]
@@ -197,5 +218,66 @@ host_check "host: the audit log holds kbox's line for the blocked address" \
 host_check "host: the --learn file is kbox's" \
 	sh -c "head -1 '$proj/learned.yaml' | grep -q '^# A suggested network allowlist'"
 host_check "host: the kernel log was written" grep -q kbox-e2e-klog "$proj/sub/kernel.log"
+
+# --- the same as an ordinary user, with git ---
+# Run as root, one more boot as the user KBOX_E2E_USER (default kuser, when
+# it exists; empty: skipped) over a folder that user owns, on an image made
+# here by root (as one imported with sudo) from the host's static busybox
+# and its git with the libraries it links: guest root owns the workspace,
+# so git (>= 2.35 refuses a repository its user does not own) works in it,
+# and the host user owns what the guest makes.  Run as a user, the boot
+# above already was that user's (without git: the initramfs has none).
+as_user=${KBOX_E2E_USER-kuser}
+git=$(command -v git)
+if [ "$(id -u)" = 0 ] && [ -n "$as_user" ] && id "$as_user" > /dev/null 2>&1 &&
+	[ -n "$git" ] && [ -x /bin/busybox ] && ! ldd /bin/busybox > /dev/null 2>&1; then
+	ubase=$(runuser -u "$as_user" -- mktemp -d)
+	uproj=$ubase/proj img=$ubase/image
+	runuser -u "$as_user" -- mkdir "$uproj"
+	runuser -u "$as_user" -- sh -c "printf 'x\\n' > '$uproj/theirs'"
+	mkdir -p "$img/bin" "$img/sbin" "$img/usr/bin" "$img/usr/sbin" "$img/etc" "$img/root"
+	cp /bin/busybox "$img/bin/busybox"
+	for app in $(/bin/busybox --list-full); do
+		[ -e "$img/$app" ] || ln -s /bin/busybox "$img/$app"
+	done
+	cp "$git" "$img/usr/bin/git"
+	for lib in $(ldd "$git" | awk '/=> \// { print $3 } /^\t\/lib/ { print $1 }'); do
+		mkdir -p "$img$(dirname "$lib")"
+		cp -L "$lib" "$img$lib"
+	done
+	echo 'root:x:0:0:root:/root:/bin/sh' > "$img/etc/passwd"
+	echo 'root:x:0:' > "$img/etc/group"
+	cat > "$uproj/checks.sh" <<'EOF'
+t() { name=$1; shift; if "$@" > /tmp/out 2>&1; then echo "ok $name"; else echo "not ok $name: $(head -c 300 /tmp/out)"; fi; }
+cd /workspace
+t "the guest runs as root" [ "$(id -u):$(id -g)" = 0:0 ]
+t "ls -ln shows the user's files as root's" sh -c "[ \"\$(ls -ln theirs | awk '{ print \$3 \":\" \$4 }')\" = 0:0 ]"
+t "git init, add, commit" sh -c "git init -q && git add theirs checks.sh &&
+	git -c user.name=t -c user.email=t@example.invalid commit -qm one"
+t "git branch, status, diff, log" sh -c "git branch side && echo y >> theirs &&
+	git status --porcelain | grep -qx ' M theirs' && git diff | grep -qx '+y' &&
+	[ \"\$(git log --format=%s)\" = one ]"
+umask 0
+echo y > made
+mkdir d
+echo done
+EOF
+	chown "$as_user:" "$uproj/checks.sh"
+	runuser -u "$as_user" -- env HOME="$(getent passwd "$as_user" | cut -d: -f6)" \
+		timeout "$boot_timeout" "$kbox" run --image "$img" -v "$uproj:/workspace" -w /workspace \
+		-- sh /workspace/checks.sh > "$tmp/uout" 2> "$tmp/uerr"
+	rc=$?
+	e2e_ran_to_end "guest as $as_user" "$rc" "$tmp/uout" "$tmp/uerr"
+	e2e_guest_results "as $as_user: guest: " "$tmp/uout"
+	uid=$(id -u "$as_user"); gid=$(id -g "$as_user")
+	host_check "as $as_user: what the guest made is $uid:$gid on the host, modes unmasked" \
+		[ "$(stat -c %u:%g:%a "$uproj/made" "$uproj/d" 2>/dev/null | tr '\n' ' ')" = "$uid:$gid:666 $uid:$gid:777 " ]
+	host_check "as $as_user: the repository is $uid's on the host" [ -z "$(find "$uproj" ! -uid "$uid")" ]
+	host_check "as $as_user: git on the host reads the guest's commit" \
+		[ "$(runuser -u "$as_user" -- env HOME="$ubase" git -C "$uproj" log --format=%s 2>&1)" = one ]
+	rm -rf "$ubase"
+else
+	echo "# skipped the boot as an ordinary user: needs root, the user ${as_user:-(KBOX_E2E_USER empty)}, git and a static /bin/busybox"
+fi
 
 e2e_finish

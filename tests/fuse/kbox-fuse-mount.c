@@ -3,7 +3,7 @@
  * run on the mount (tests/fuse/run.sh, bench/fs).
  *
  *   kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-A PATTERN]... [-m MAXFDS] [-c SECONDS]
- *                   [-t THREADS] [-O] SRC MNT
+ *                   [-t THREADS] [-O] [-U UID:GID] SRC MNT
  *     -r  read-only mount (the server refuses writes; the kernel mount is
  *         left writable so that the server's refusal is what is tested)
  *     -n  hide nothing (explicit empty hidden list)
@@ -21,10 +21,16 @@
  *     -O  answer OPENDIR with a handle even when the kernel offers
  *         FUSE_NO_OPENDIR_SUPPORT (by default directories are then opened
  *         without a message, and READDIR names the node)
+ *     -U  serve as that user and group, as kbox run by an ordinary user
+ *         does: the mount is made as root, then the server drops every
+ *         privilege (no supplementary groups) and its guest root is
+ *         UID:GID (devices/idmap.h); without -U the guest root is the
+ *         harness's own user, root, the identity map
  *
  * Runs in the foreground until the mount goes away (umount), then every
  * thread sees ENODEV, they are joined, and it exits 0.  Needs root
- * (mount(2)). */
+ * (mount(2); an unprivileged FUSE mount needs fusermount, which the test
+ * machines lack: -U is how the server runs as an ordinary user). */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
@@ -37,7 +43,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <grp.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -50,7 +58,7 @@
 static int usage(void)
 {
 	fprintf(stderr, "usage: kbox-fuse-mount [-r] [-n] [-H PATTERN]... [-A PATTERN]... "
-			"[-m MAXFDS] [-c SECONDS] [-t THREADS] [-O] SRC MNT\n");
+			"[-m MAXFDS] [-c SECONDS] [-t THREADS] [-O] [-U UID:GID] SRC MNT\n");
 	return 2;
 }
 
@@ -230,9 +238,11 @@ int main(int argc, char **argv)
 	struct rlimit rl;
 	double timeout = 1.0;
 	unsigned threads = 4;
+	unsigned as_uid = 0, as_gid = 0;
+	bool as_user = false;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "rnH:A:m:c:t:O")) != -1) {
+	while ((opt = getopt(argc, argv, "rnH:A:m:c:t:OU:")) != -1) {
 		switch (opt) {
 		case 'r':
 			cfg.readonly = true;
@@ -264,6 +274,11 @@ int main(int argc, char **argv)
 			break;
 		case 'O':
 			scfg.keep_opendir = true;
+			break;
+		case 'U':
+			if (sscanf(optarg, "%u:%u", &as_uid, &as_gid) != 2)
+				return usage();
+			as_user = true;
 			break;
 		default:
 			return usage();
@@ -307,6 +322,9 @@ int main(int argc, char **argv)
 	scfg.entry_timeout = timeout;
 	scfg.attr_timeout = timeout;
 	scfg.posix_locks = true;
+	/* As kbox does: guest root is the serving process's own user. */
+	scfg.ids = as_user ? idmap_owner(as_uid, as_gid) :
+			     idmap_owner(geteuid(), getegid());
 	struct fuse_server *srv;
 	rc = fuse_server_new(&fsp_ops, fs, &scfg, &srv);
 	if (rc < 0) {
@@ -327,6 +345,14 @@ int main(int argc, char **argv)
 	if (mount("kbox", mnt, "fuse.kbox", MS_NOSUID | MS_NODEV, opts) < 0) {
 		fprintf(stderr, "kbox-fuse-mount: mount %s: %s\n", mnt,
 			strerror(errno));
+		return 1;
+	}
+	/* Dumpable again after the uid change, as a process started by that
+	 * user is (its own /proc/self/fd stays its own). */
+	if (as_user && (setgroups(0, NULL) < 0 || setresgid(as_gid, as_gid, as_gid) < 0 ||
+			setresuid(as_uid, as_uid, as_uid) < 0 ||
+			prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)) {
+		perror("kbox-fuse-mount: drop to -U's user");
 		return 1;
 	}
 	rc = serve_threads(fd, srv, threads);

@@ -29,7 +29,7 @@ if [ ! -x "$BIN" ]; then
 	(cd "$TOP" && cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 		-Wno-unused-parameter -Wvla -I. -O2 -g -pthread -o "$BIN" \
 		tests/fuse/kbox-fuse-mount.c devices/fuse_server.c \
-		devices/fs_passthrough.c devices/fs_hidden.c) || exit 1
+		devices/fs_passthrough.c devices/fs_hidden.c devices/idmap.c) || exit 1
 fi
 
 T=$(mktemp -d /tmp/kbox-fuse.XXXXXX)
@@ -208,6 +208,35 @@ if command -v sqlite3 >/dev/null; then
 else
 	echo "# skip sqlite3: not installed"
 fi
+# The "guest" applies its umask; the server's own (022, from this shell)
+# must not mask the mode a second time.
+check "umask 0: mkdir 0777 is 0777 on the host" sh -c "
+	umask 0 && mkdir '$MNT/um777' && test \"\$(stat -c %a '$SRC/um777')\" = 777"
+check "umask 0: open(O_CREAT, 0620) is 0620, 04777 is 0777 (setuid stripped)" python3 -c "
+import os; os.umask(0)
+os.close(os.open('$MNT/um620', os.O_CREAT | os.O_WRONLY, 0o620))
+os.close(os.open('$MNT/um4777', os.O_CREAT | os.O_WRONLY, 0o4777))
+os.mkfifo('$MNT/umfifo', 0o666)
+for n, m in (('um620', 0o620), ('um4777', 0o777), ('umfifo', 0o666)):
+    got = os.stat('$SRC/' + n).st_mode & 0o7777
+    assert got == m, (n, oct(got))"
+check "umask 027 is applied once: touch gives 0640, mkdir 0750" sh -c "
+	umask 027 && touch '$MNT/um027' && mkdir '$MNT/um027d' &&
+	test \"\$(stat -c %a '$SRC/um027') \$(stat -c %a '$SRC/um027d')\" = '640 750'"
+# FIFOs and Unix sockets work in a read-write mount: the kernel serves them
+# itself, the host gets a plain FIFO or socket name.
+check "mkfifo in the mount: a writer and a reader meet through it" sh -c "
+	mkfifo '$MNT/fifo' && test -p '$SRC/fifo' &&
+	{ echo through >'$MNT/fifo' & } && test \"\$(timeout 10 cat '$MNT/fifo')\" = through"
+check "a Unix socket bound in the mount serves a client through it" python3 -c "
+import os, socket, stat
+s = socket.socket(socket.AF_UNIX); s.bind('$MNT/sock'); s.listen(1)
+c = socket.socket(socket.AF_UNIX); c.settimeout(10); c.connect('$MNT/sock')
+a, _ = s.accept(); a.sendall(b'hello'); assert c.recv(5) == b'hello'
+assert stat.S_ISSOCK(os.lstat('$SRC/sock').st_mode)
+os.unlink('$MNT/sock'); assert not os.path.exists('$SRC/sock')"
+rm -f "$SRC/fifo"
+
 # --- parallel programs ------------------------------------------------------
 # The server answers with several threads (kbox-fuse-mount -t, default 4,
 # at most one per CPU):
@@ -332,6 +361,54 @@ check "fd cap 32: the server held at most 32 fds for the guest" sh -c "
 umount "$CAP"
 rm -rf "$CAP_SRC"
 
+# --- the server as an ordinary user ------------------------------------------
+# kbox run by a user serves that user's folder as that user, with the user
+# as guest root (docs/virtio-fs.md, "Ownership").  An unprivileged FUSE
+# mount needs fusermount, which this host lacks: the harness mounts as root
+# and its server then drops to uid/gid 1002 with no other group (-U), the
+# ids of the test user kuser.  This shell stays root: it is guest root.
+OWN_SRC=$T/own/src
+OWN=$T/guest/own
+OWN_ID=1002
+mkdir -p "$OWN_SRC" "$OWN"
+chmod 711 "$T" "$T/own"
+echo mine >"$OWN_SRC/mine"; echo root >"$OWN_SRC/roots"; echo other >"$OWN_SRC/others"
+chown -R $OWN_ID:$OWN_ID "$OWN_SRC"; chown 0:0 "$OWN_SRC/roots"; chown 4242:4242 "$OWN_SRC/others"
+mount_kbox "$OWN_SRC" "$OWN" -U $OWN_ID:$OWN_ID
+OWN_PID=$LAST_PID
+# (LAST_PID is timeout(1)'s; the server is its child.)
+check "as a user: the server runs as uid $OWN_ID" sh -c "
+	test \"\$(awk '/^Uid:/ { print \$3 }' /proc/\$(pgrep -P $OWN_PID)/status)\" = $OWN_ID"
+check "as a user: ls -ln shows the user's files as root's, host root's as 65534" sh -c "
+	test \"\$(ls -ln '$OWN' | awk 'NR > 1 { print \$9 \"=\" \$3 \":\" \$4 }' | tr '\n' ' ')\" = \
+		'mine=0:0 others=4242:4242 roots=65534:65534 ' &&
+	test \"\$(stat -c %u:%g '$OWN')\" = 0:0"
+check "as a user: what guest root makes is the user's on the host, root's in the mount" sh -c "
+	echo x >'$OWN/new' && mkdir '$OWN/newd' &&
+	test \"\$(stat -c %u:%g '$OWN_SRC/new' '$OWN_SRC/newd' | tr '\n' ' ')\" = '$OWN_ID:$OWN_ID $OWN_ID:$OWN_ID ' &&
+	test \"\$(stat -c %u:%g '$OWN/new')\" = 0:0"
+refuse "as a user: chown to another user is refused" "not permitted" chown 4242 "$OWN/new"
+refuse "as a user: chown to the user's own host number is refused" "not permitted" chown $OWN_ID "$OWN/new"
+refuse "as a user: chown of another user's file is refused" "not permitted" chown 0 "$OWN/others"
+check "as a user: a refused chown changed nothing" sh -c "
+	test \"\$(stat -c %u:%g:%a '$OWN_SRC/new' '$OWN_SRC/others' | tr '\n' ' ')\" = '$OWN_ID:$OWN_ID:644 4242:4242:644 '"
+check "as a user: chown root:root and chmod work" sh -c "
+	chown 0:0 '$OWN/new' && chmod 600 '$OWN/new' && test \"\$(stat -c %a '$OWN_SRC/new')\" = 600"
+refuse "as a user: host root's file stays host root's" "Permission denied" sh -c "echo x >>'$OWN/roots'"
+# git >= 2.35 refuses a repository its user does not own: the user's folder
+# must be guest root's for an agent to use git in it.
+check "as a user: git init, add, commit, branch, status in the mount" sh -c "
+	cd '$OWN' && env -u SUDO_UID git init -q && git add mine new &&
+	git -c user.name=t -c user.email=t@example.invalid commit -qm one &&
+	git branch side && test -z \"\$(git status --porcelain --untracked-files=no)\""
+check "as a user: the host sees the repository as the user's, and its commit" sh -c "
+	test -z \"\$(find '$OWN_SRC/.git' ! -uid $OWN_ID)\" &&
+	test \"\$(HOME='$T/own' setpriv --reuid=$OWN_ID --regid=$OWN_ID --clear-groups \
+		git -C '$OWN_SRC' log --format=%s)\" = one"
+umount "$OWN"
+chmod 700 "$T"
+rm -rf "$T/own"
+
 # --- escapes ---------------------------------------------------------------
 # Everything outside the two sources, and the host's "/", as they are before
 # the escapes.
@@ -362,9 +439,21 @@ refuse "unlink of a hidden name: ENOENT" "No such file" rm "$MNT/.env"
 check "host .env untouched" sh -c "grep -qx API_KEY=do-not-leak '$SRC/.env' && test ! -e '$SRC/.env.prod' && test ! -e '$SRC/leak'"
 refuse "character device cannot be made" "not permitted" mknod "$MNT/null" c 1 3
 refuse "block device cannot be made" "not permitted" mknod "$MNT/sda" b 8 0
-refuse "FIFO cannot be made" "not permitted" mkfifo "$MNT/fifo"
-refuse "unix socket cannot be bound" "not permitted" python3 -c "
-import socket; socket.socket(socket.AF_UNIX).bind('$MNT/sock')"
+# A FIFO with no writer blocks its reader in the kernel, never a server
+# thread: the server never opens one (one thread here, so a blocked one
+# would stop the mount).
+ONE=$T/guest/one
+mkdir -p "$ONE"
+mount_kbox "$SRC" "$ONE" -t 1
+mkfifo "$MNT/stuck"
+timeout 30 cat "$ONE/stuck" >/dev/null 2>&1 &
+READER=$!
+sleep 0.5
+check "a FIFO with no writer blocks only its reader, not the server" sh -c "
+	kill -0 $READER && timeout 5 cat '$ONE/readme.txt' >/dev/null && timeout 5 ls '$ONE' >/dev/null"
+kill $READER 2>/dev/null; wait $READER 2>/dev/null
+umount "$ONE"
+rm -f "$SRC/stuck"
 check "setuid/setgid stripped on chmod" sh -c "
 	echo x >'$MNT/suid' && chmod 6755 '$MNT/suid' &&
 	test \"\$(stat -c %a '$SRC/suid')\" = 755"
@@ -518,6 +607,8 @@ check "chmod g+s on a directory is dropped" sh -c "
 mkfifo "$SRC/hostfifo"
 refuse "a host FIFO is not the guest's FIFO (no reader on the guest side)" "No such device" python3 -c "
 import os; os.open('$MNT/hostfifo', os.O_WRONLY | os.O_NONBLOCK)"
+check "chmod of a host-made FIFO works as on a file" sh -c "
+	chmod 640 '$MNT/hostfifo' && test \"\$(stat -c %a '$SRC/hostfifo')\" = 640"
 mknod "$SRC/hostnull" c 1 3
 refuse "a host device node cannot be opened (nodev)" "Permission denied" sh -c "echo x >'$MNT/hostnull'"
 

@@ -4,7 +4,10 @@
  * request).  The mode byte picks the first INIT: bit 0 set withholds
  * FUSE_NO_OPENDIR_SUPPORT (directories opened with OPENDIR, listed through
  * handles), bit 1 sets keep_opendir in the server's config; clear, the
- * kernel's offer is taken and directories are listed by node.  Every input
+ * kernel's offer is taken and directories are listed by node.  Bit 2 gives
+ * the server an id map whose guest root is host 1002:1002 (as for kbox run
+ * by that user): attributes, SETATTR's ids and the requests' own uid/gid
+ * (the owner of what they make) then go through it.  Every input
  * gets a fresh copy of the same small tree and a fresh server after that
  * INIT, so runs are deterministic. */
 #include <errno.h>
@@ -98,6 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (data[0] & 1)
 			init.in.flags &= ~(uint32_t)FUSE_NO_OPENDIR_SUPPORT;
 		scfg.keep_opendir = data[0] & 2;
+		if (data[0] & 4)
+			scfg.ids = idmap_owner(1002, 1002);
 		data++;
 		size--;
 	}

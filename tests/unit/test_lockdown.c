@@ -75,10 +75,13 @@ START_TEST(landlock_rights_are_narrow)
 			       LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_SYM |
 			       LANDLOCK_ACCESS_FS_REFER | (1ULL << 14);
 	const uint64_t never = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
-			       LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SOCK |
-			       LANDLOCK_ACCESS_FS_MAKE_FIFO | (1ULL << 15);
-	for (int k = LD_MOUNT_RW; k <= LD_RESOLVER_FILE; k++)
+			       LANDLOCK_ACCESS_FS_MAKE_BLOCK | (1ULL << 15);
+	/* FIFOs and sockets: in read-write mounts only. */
+	const uint64_t nodes = LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO;
+	for (int k = LD_MOUNT_RW; k <= LD_RESOLVER_FILE; k++) {
 		ck_assert_uint_eq(lockdown_ll_access(7, k) & never, 0);
+		ck_assert_uint_eq(lockdown_ll_access(7, k) & nodes, k == LD_MOUNT_RW ? nodes : 0);
+	}
 	ck_assert_uint_eq(lockdown_ll_access(7, LD_MOUNT_RO) & write, 0);
 	ck_assert_uint_eq(lockdown_ll_access(7, LD_RESOLVER_FILE), LANDLOCK_ACCESS_FS_READ_FILE);
 	ck_assert_uint_eq(lockdown_ll_access(7, LD_LOG_FILE), LANDLOCK_ACCESS_FS_WRITE_FILE);

@@ -277,6 +277,25 @@ START_TEST(image)
 	ck_assert(fc.hidden_set);
 	ck_assert_uint_eq(fc.n_hidden, 0);
 	ck_assert_int_eq(lookup_in(&ms.m[1], ".env"), 0);
+	/* Guest root: kbox's own user for a folder, the image's owner for
+	 * the image (root's here, the identity; a user's below). */
+	struct idmap ids = mounts_ids(&ms.m[0]);
+	ck_assert_uint_eq(ids.owner_uid, geteuid());
+	ck_assert_uint_eq(ids.owner_gid, getegid());
+	ids = mounts_ids(m);
+	ck_assert_uint_eq(ids.owner_uid, geteuid());
+	if (geteuid() == 0) {
+		memset(&ms, 0, sizeof ms);
+		ck_assert_int_eq(chown(dir, 1002, 1003), 0);
+		ck_assert_int_eq(mounts_set_image(&ms, dir, err, sizeof err), 0);
+		ids = mounts_ids(&ms.m[0]);
+		ck_assert_uint_eq(ids.owner_uid, 1002);
+		ck_assert_uint_eq(ids.owner_gid, 1003);
+		ck_assert_int_eq(chown(dir, 0, 0), 0);
+	}
+	memset(&ms, 0, sizeof ms);
+	ck_assert_int_eq(parse(dir, ":/w"), 0);
+	ck_assert_int_eq(mounts_set_image(&ms, dir, err, sizeof err), 0);
 	for (unsigned i = 2; i < MOUNTS_MAX; i++) {
 		char g[16];
 		snprintf(g, sizeof g, ":/m%u", i);

@@ -256,10 +256,13 @@ too_long:
 
 int pk_parse(const uint8_t *buf, size_t n, struct pk_result *r)
 {
+	int st;
+
 	memset(r, 0, sizeof *r);
 	if (n == 0)
 		return PK_NEED_MORE;
-	if (buf[0] == 0x16)
-		return tls(buf, n, r);
-	return http(buf, n, r);
+	st = buf[0] == 0x16 ? tls(buf, n, r) : http(buf, n, r);
+	if (st != PK_NAMES_FOUND)
+		r->n = 0; /* names read before the verdict are no result */
+	return st;
 }

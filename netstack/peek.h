@@ -40,7 +40,8 @@ struct pk_result {
 };
 
 /* Read the first n bytes of a client's stream.  Returns a pk_status and
- * fills *r.  Never reads outside buf[0, n). */
+ * fills *r (r->n is 0 unless PK_NAMES_FOUND).  Never reads outside
+ * buf[0, n). */
 int pk_parse(const uint8_t *buf, size_t n, struct pk_result *r);
 
 #endif

@@ -330,6 +330,41 @@ print(" ".join(out))
 EOF
 )
 check "SYN|FIN to a blocked, an allowed and a host address: reset, no SYN-ACK" "rst rst rst" "$out"
+# Every other flag combination to a blocked address on a port lwIP
+# listens on: a reset or nothing, never a SYN-ACK.
+out=$(G python3 - <<'EOF' 2>&1
+import socket, struct, time
+def ck(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+r.settimeout(0.1)
+seen = []
+for k, flags in enumerate((0x0b, 0x23, 0xc2, 0x42, 0x01, 0x00, 0x29, 0x10, 0x06, 0x12, 0x3f)):
+    sport = 40200 + k
+    tcp = struct.pack("!HHIIBBHHH", sport, 8000, 7000, 0, 5 << 4, flags, 65535, 0, 0)
+    ph = socket.inet_aton("10.0.2.15") + socket.inet_aton("10.1.2.4") + struct.pack("!BBH", 0, 6, len(tcp))
+    r.sendto(tcp[:16] + struct.pack("!H", ck(ph + tcp)) + tcp[18:], ("10.1.2.4", 0))
+    got, end = "-", time.time() + (1.0 if flags & 0x02 else 0.4)
+    while time.time() < end:
+        try:
+            p = r.recv(200)
+        except socket.timeout:
+            continue
+        h = (p[0] & 15) * 4
+        if socket.inet_ntoa(p[12:16]) == "10.1.2.4" and struct.unpack("!HH", p[h:h + 4]) == (8000, sport):
+            f = p[h + 13]
+            got = "SYN-ACK" if f & 0x12 == 0x12 else "rst" if f & 4 else "%#x" % f
+            break
+    seen.append("%#x:%s" % (flags, got))
+print(" ".join(seen))
+EOF
+)
+case $out in
+*SYN-ACK* | *Error* | "") bad "no flag combination gets a SYN-ACK from a blocked address" "$out" ;;
+*) ok "no flag combination gets a SYN-ACK from a blocked address ($out)" ;;
+esac
 
 # --- UDP other than DNS: refused at once (port unreachable), logged, bounded ---
 # (of the 2000-datagram flood, the TAP queue may drop some before the stack)
@@ -404,7 +439,7 @@ check "audit: stated names denied (Host, SNI, host alias, absolute target)" "4" 
 	"$(grep '"proto":"tcp"' "$A" | grep -c '"name":"blocked.test","decision":"deny","rule":"deny:blocked.test"')"
 check "audit: ... and none of their bytes went upstream" "4 4" \
 	"$(grep '"event":"close"' "$A" | grep -c '"error":"EACCES"') $(grep '"event":"close"' "$A" | grep '"error":"EACCES"' | grep -c '"bytes_up":0,')"
-check "audit: SYN|FIN to a blocked address" "1" \
+check "audit: SYN|FIN and the other SYNs without ACK to a blocked address" "5" \
 	"$(grep -c '"dst":"10.1.2.4:8000","decision":"deny","rule":"class:private"' "$A")"
 check "audit: SYN|FIN to an allowed address" "1" \
 	"$(grep -c '"dst":"127.0.0.1:8000","name":"host.kbox.internal","decision":"deny","rule":"tcp:syn-fin"' "$A")"

@@ -324,6 +324,11 @@ void netdev_report(struct netdev *n, FILE *f)
 		(unsigned long long)(st.dns_rate_refused + st.dns_busy_refused),
 		(unsigned long long)st.bytes_to_host,
 		(unsigned long long)st.bytes_to_guest);
+	/* Only when it matters: a look-up that failed refused its address. */
+	if (n->ha.failed)
+		fprintf(f, "kbox: network: %llu of %llu look-ups of the host's own addresses failed; "
+			"their addresses were refused as the host's\n",
+			(unsigned long long)n->ha.failed, (unsigned long long)n->ha.asked);
 }
 
 void netdev_destroy(struct netdev *n)

@@ -54,7 +54,9 @@ enum { HA_LOCAL = 1, HA_NOT_LOCAL = 0, HA_UNKNOWN = -1 };
 static int read_answer(const uint8_t *buf, size_t n, uint32_t seq)
 {
 	const struct nlmsghdr *m;
-	size_t left = n;
+	/* int: NLMSG_NEXT subtracts the aligned length, and NLMSG_OK then
+	 * stops at a negative rest where an unsigned one would wrap. */
+	int left = (int)n;
 
 	for (m = (const struct nlmsghdr *)buf; NLMSG_OK(m, left); m = NLMSG_NEXT(m, left)) {
 		if (m->nlmsg_seq != seq)

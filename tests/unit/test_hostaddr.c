@@ -78,6 +78,14 @@ START_TEST(addresses_as_they_are_now)
 	/* removed again */
 	sh("ip addr del 5.5.5.5/32 dev lo");
 	ck_assert(!local(&h, "5.5.5.5"));
+	/* IPv4 installs the route before `ip` returns: the very next
+	 * question sees it, every time */
+	for (int i = 0; i < 30; i++) {
+		sh("ip addr add 5.5.5.9/32 dev lo");
+		ck_assert_msg(local(&h, "5.5.5.9"), "round %d: added, not seen", i);
+		sh("ip addr del 5.5.5.9/32 dev lo");
+		ck_assert_msg(!local(&h, "5.5.5.9"), "round %d: removed, still seen", i);
+	}
 	/* a default route makes everything else routable, not local */
 	sh("ip route add default via 5.8.1.2");
 	ck_assert(!local(&h, "8.8.8.8"));

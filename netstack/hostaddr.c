@@ -53,12 +53,18 @@ enum { HA_LOCAL = 1, HA_NOT_LOCAL = 0, HA_UNKNOWN = -1 };
  * to seq (an old question's, which a timeout left behind). */
 static int read_answer(const uint8_t *buf, size_t n, uint32_t seq)
 {
-	const struct nlmsghdr *m;
-	/* int: NLMSG_NEXT subtracts the aligned length, and NLMSG_OK then
-	 * stops at a negative rest where an unsigned one would wrap. */
-	int left = (int)n;
+	size_t off = 0;
 
-	for (m = (const struct nlmsghdr *)buf; NLMSG_OK(m, left); m = NLMSG_NEXT(m, left)) {
+	/* By hand rather than NLMSG_OK/NLMSG_NEXT, whose mixed signs
+	 * clang's -Wsign-compare refuses: each message must fit what is
+	 * left, and the walk ends at the buffer's end. */
+	while (n - off >= sizeof(struct nlmsghdr)) {
+		const struct nlmsghdr *m = (const struct nlmsghdr *)(buf + off);
+		size_t len = m->nlmsg_len;
+
+		if (len < sizeof *m || len > n - off)
+			return HA_UNKNOWN;
+		off += NLMSG_ALIGN(len) < n - off ? NLMSG_ALIGN(len) : n - off;
 		if (m->nlmsg_seq != seq)
 			continue;
 		if (m->nlmsg_type == NLMSG_ERROR) {

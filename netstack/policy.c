@@ -563,6 +563,12 @@ int pol_set_host_addrs(struct pol *p, const struct pol_addr *a, size_t n)
 	return 0;
 }
 
+void pol_set_host_fn(struct pol *p, pol_host_fn fn, void *ctx)
+{
+	p->host_fn = fn;
+	p->host_ctx = ctx;
+}
+
 /* What a decision looks at, computed once. */
 struct dest {
 	const char *name; /* normalised, or NULL */
@@ -601,7 +607,7 @@ static bool is_host_addr(const struct pol *p, const struct pol_addr *a)
 	for (size_t i = 0; i < p->nhost; i++)
 		if (p->host[i].family == a->family && memcmp(p->host[i].b, a->b, a->family == 4 ? 4 : 16) == 0)
 			return true;
-	return false;
+	return p->host_fn && p->host_fn(p->host_ctx, a);
 }
 
 static void decide(struct pol_decision *d, bool allow, enum pol_why why, const char *rule)
@@ -731,7 +737,10 @@ void pol_check_name(const struct pol *p, const char *name, struct pol_decision *
 		decide(out, true, POL_WHY_PUBLIC, "mode:public");
 		return;
 	}
-	bool by_address = false;
+	/* Only a name rule lets a name reach the resolver: with address
+	 * rules alone, any name would carry the guest's data to the
+	 * upstream resolver in the question (its answers would be dropped,
+	 * the question would not). */
 	for (size_t i = 0; i < p->nrules; i++) {
 		const struct pol_rule *r = &p->rules[i];
 		if (r->deny)
@@ -740,13 +749,39 @@ void pol_check_name(const struct pol *p, const char *name, struct pol_decision *
 			decide(out, true, POL_WHY_ALLOW_RULE, r->text);
 			return;
 		}
-		if (r->kind == POL_RULE_ANY || r->kind == POL_RULE_NET)
-			by_address = true;
 	}
-	if (by_address)
-		decide(out, true, POL_WHY_ALLOW_RULE, "allowlist:by-address");
-	else
-		decide(out, false, POL_WHY_NO_MATCH, "allowlist");
+	decide(out, false, POL_WHY_NO_MATCH, "allowlist");
+}
+
+bool pol_judges_stated_names(const struct pol *p)
+{
+	if (p->mode == POL_MODE_NONE)
+		return false;
+	for (size_t i = 0; i < p->nrules; i++) {
+		const struct pol_rule *r = &p->rules[i];
+		if (r->kind != POL_RULE_DOMAIN && r->kind != POL_RULE_SUFFIX)
+			continue;
+		if (r->deny || p->mode == POL_MODE_ALLOWLIST)
+			return true;
+	}
+	return false;
+}
+
+void pol_check_stated(const struct pol *p, const char *stated, const struct pol_addr *dst, uint16_t port,
+		      const struct pol_decision *first, struct pol_decision *out)
+{
+	struct pol_decision d;
+	*out = *first;
+	if (!first->allow)
+		return;
+	pol_check(p, stated, dst, port, &d);
+	if (d.allow)
+		return;
+	/* A blocked class or the host itself was opened by an exception
+	 * for the name our DNS gave (or the host alias): the stated name
+	 * has no say there beyond deny rules. */
+	if (d.why == POL_WHY_DENY_RULE || (first->why == POL_WHY_ALLOW_RULE && d.why == POL_WHY_NO_MATCH))
+		*out = d;
 }
 
 void pol_check_answer(const struct pol *p, const char *name, const struct pol_addr *a, struct pol_decision *out)

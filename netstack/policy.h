@@ -53,12 +53,22 @@ struct pol_rule {
 	char *text;     /* the rule as the user wrote it, for the audit log */
 };
 
+/* Asks whether a (canonical: a mapped ::ffff:a.b.c.d comes as IPv4; in no
+ * blocked class) is one of the host's own addresses right now.  Must
+ * answer true when it cannot tell (fail closed). */
+typedef bool (*pol_host_fn)(void *ctx, const struct pol_addr *a);
+
 struct pol {
 	enum pol_mode mode;
 	struct pol_rule *rules;
 	size_t nrules, cap;
-	struct pol_addr *host; /* the host's own addresses */
+	struct pol_addr *host; /* the host's own addresses, as a fixed list */
 	size_t nhost;
+	/* The host's own addresses as they are at the moment of a decision
+	 * (netstack/hostaddr.h); NULL: the list alone.  Consulted after the
+	 * list, only for addresses outside every blocked class. */
+	pol_host_fn host_fn;
+	void *host_ctx;
 };
 
 /* Which step decided, for the audit log and for --learn. */
@@ -106,6 +116,10 @@ int pol_add_rule(struct pol *p, const char *s, char *err, size_t errlen);
  * blocked like a class.  0 or -ENOMEM. */
 int pol_set_host_addrs(struct pol *p, const struct pol_addr *a, size_t n);
 
+/* Ask fn(ctx, a) at every decision whether a is the host's own (see
+ * pol_host_fn); fn NULL: only the list.  ctx must outlive p's use. */
+void pol_set_host_fn(struct pol *p, pol_host_fn fn, void *ctx);
+
 /* Strict address parser: dotted-quad IPv4 (no octal, hex or short forms)
  * or IPv6 without zone; 0 or -EINVAL. */
 int pol_addr_parse(const char *s, struct pol_addr *a);
@@ -144,10 +158,27 @@ void pol_check(const struct pol *p, const char *name, const struct pol_addr *dst
 	       struct pol_decision *d);
 
 /* Decide a DNS question for name before it is resolved: denied names get
- * NXDOMAIN/REFUSED at once.  In allowlist mode a name no domain rule
- * matches is still allowed when an address rule could let its answers
- * through (those are then judged by pol_check_answer). */
+ * REFUSED at once.  In allowlist mode only a name that a name rule (exact
+ * or *.suffix, allow, any port) matches may reach the resolver; any other
+ * is refused (POL_WHY_NO_MATCH, rule "allowlist") even when address or
+ * `*:PORT` rules exist, so that a question cannot carry data out to the
+ * upstream resolver. */
 void pol_check_name(const struct pol *p, const char *name, struct pol_decision *d);
+
+/* Whether the names a client states in its first bytes (TLS SNI, HTTP
+ * Host) can change a decision under p: true when p has a deny rule for a
+ * name, or is an allowlist with an allow rule for a name. */
+bool pol_judges_stated_names(const struct pol *p);
+
+/* Judge a name the client stated (SNI, Host; normalised or not) on a
+ * connection to dst:port that *first allowed (under the name our DNS
+ * gave, if any).  Refuses (d->allow false) when a deny rule matches the
+ * stated name, or when first was allowed by an allow rule and the stated
+ * name is allowed by none (allowlist: a name rule let the address in,
+ * the client names another host there).  Otherwise d = *first.  A
+ * stated name that is no DNS name is the caller's to refuse. */
+void pol_check_stated(const struct pol *p, const char *stated, const struct pol_addr *dst, uint16_t port,
+		      const struct pol_decision *first, struct pol_decision *d);
 
 /* Decide whether one resolved address may be given to the guest as an
  * answer for name: refuses blocked classes unless an exception names it

@@ -46,6 +46,7 @@
 #include "netstack/flowtab.h"
 #include "netstack/frame.h"
 #include "netstack/intercept.h"
+#include "netstack/peek.h"
 
 #define UP_CAP (2u * TCP_WND) /* guest bytes the host socket has not taken yet */
 #define HOST_READ_MAX 0xffffu /* tcp_write takes a u16 length */
@@ -101,6 +102,11 @@ struct flow {
 	 * and f->down (IC_DOWN_CAP) upstream ciphertext it has not taken. */
 	struct icpt *ic;
 	bool ic_guest_told, ic_host_told;
+	/* The names the client states (netstack/peek.h) are still to be
+	 * judged: its bytes wait in f->up, none go upstream, until they are
+	 * (pol_check_stated against first, the decision at the SYN). */
+	bool peek;
+	struct pol_decision first;
 };
 
 #define IC_DOWN_CAP 16384u
@@ -187,6 +193,7 @@ struct ns {
 	 * it before letting go of the lock. */
 	struct gso *gso;
 	bool round;
+	bool judge_stated; /* pol_judges_stated_names: new flows start with peek */
 };
 
 static pthread_once_t lwip_once = PTHREAD_ONCE_INIT;
@@ -296,8 +303,9 @@ static uint64_t wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void audit(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
-		  uint16_t port, const char *name, const struct pol_decision *d)
+/* The audit line for a decision, and nothing for --learn. */
+static void audit_line(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
+		       uint16_t port, const char *name, const struct pol_decision *d)
 {
 	struct audit_event e = {
 		.time_ms = wall_ms(),
@@ -311,6 +319,12 @@ static void audit(struct ns *s, const char *proto, const char *direction, const 
 	};
 
 	audit_write(s->cfg.audit, &e);
+}
+
+static void audit(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
+		  uint16_t port, const char *name, const struct pol_decision *d)
+{
+	audit_line(s, proto, direction, dst, port, name, d);
 	/* --learn wants what the guest tried: its connections, and the
 	 * names refused before it could connect. */
 	if (s->cfg.learn && (direction ? strcmp(direction, "out") == 0 : !d->allow && !dst))
@@ -463,7 +477,7 @@ static void flow_events(struct flow *f)
 		if (icpt_upstream_direct(f->ic) ? f->reading : !f->host_eof && f->down_len < IC_DOWN_CAP)
 			want |= EPOLLIN;
 	} else {
-		if (f->state == FL_CONNECTING || f->up_len > 0)
+		if (f->state == FL_CONNECTING || (f->up_len > 0 && !f->peek))
 			want |= EPOLLOUT;
 		if (f->state == FL_OPEN && f->reading)
 			want |= EPOLLIN;
@@ -578,6 +592,11 @@ static int flush_up(struct flow *f)
 {
 	size_t done = 0;
 
+	if (f->peek) {
+		/* Held until the names in them are judged (peek_judge). */
+		flow_events(f);
+		return 0;
+	}
 	while (f->up_len > 0) {
 		ssize_t r = send(f->fd, f->up + f->up_off, f->up_len, MSG_NOSIGNAL | MSG_DONTWAIT);
 
@@ -694,7 +713,7 @@ static int ic_pump(struct flow *f)
 		const uint8_t *b;
 		size_t n, t;
 
-		if (f->up_len > 0) {
+		if (f->up_len > 0 && !f->peek) {
 			if (icpt_guest_in(f->ic, f->up + f->up_off, f->up_len, &t) < 0)
 				t = f->up_len; /* the engine is closing: drop */
 			if (t) {
@@ -853,6 +872,84 @@ static void ic_read_host(struct flow *f)
 	ic_pump(f);
 }
 
+/* A refusal after the SYN was allowed: the name the client stated (or
+ * its unreadable first bytes) decided.  Audited like the SYN's decision;
+ * both sides get a reset and the host has seen none of the guest's bytes. */
+static void flow_refuse(struct flow *f, const char *name, const struct pol_decision *d)
+{
+	struct ns *s = f->s;
+
+	audit(s, "tcp", "out", &f->dst, f->dport, name ? name : (f->name[0] ? f->name : NULL), d);
+	s->st.tcp_denied++;
+	f->err = EACCES;
+	flow_abort(f);
+}
+
+/* Judge the names in the guest's first bytes (f->up) while f->peek.  0:
+ * judged and allowed (f->peek now false), 1: more bytes needed, -1: refused
+ * (f is gone). */
+static int peek_judge(struct flow *f)
+{
+	static const struct pol_decision unreadable = {false, POL_WHY_BAD_NAME, "tcp:unreadable-name"};
+	struct pk_result res;
+	struct pol_decision d;
+	int st = pk_parse(f->up ? f->up + f->up_off : NULL, f->up_len, &res);
+	size_t i;
+
+	if (st == PK_NEED_MORE) {
+		if (!f->guest_fin && f->up_len < PK_MAX)
+			return 1;
+		/* A client that closes before its first request or hello is
+		 * whole names nothing; one that goes on past the bounds is
+		 * not judged and not let through. */
+		st = f->guest_fin ? PK_NONE : PK_BAD;
+	}
+	if (st == PK_BAD) {
+		flow_refuse(f, NULL, &unreadable);
+		return -1;
+	}
+	for (i = 0; st == PK_NAMES_FOUND && i < res.n; i++) {
+		pol_check_stated(f->s->cfg.policy, res.name[i], &f->dst, f->dport, &f->first, &d);
+		if (!d.allow) {
+			flow_refuse(f, res.name[i], &d);
+			return -1;
+		}
+	}
+	f->peek = false;
+	return 0;
+}
+
+/* Guest bytes (or its FIN) while the names it states are not judged yet:
+ * held in f->up; once judged, on as on_recv would have gone. */
+static err_t peek_recv(struct flow *f, struct pbuf *p)
+{
+	int r;
+
+	if (!p) {
+		f->guest_fin = true;
+	} else {
+		err_t e = up_append(f, p);
+
+		if (e == ERR_MEM)
+			return e;
+		if (e != ERR_OK) {
+			pbuf_free(p);
+			flow_abort(f);
+			return ERR_ABRT;
+		}
+	}
+	r = peek_judge(f);
+	if (r < 0)
+		return ERR_ABRT;
+	if (r > 0)
+		return ERR_OK;
+	if (f->ic)
+		return ic_pump(f) == IC_ABORTED ? ERR_ABRT : ERR_OK;
+	if (flush_up(f) == 0)
+		flow_maybe_done(f);
+	return ERR_OK;
+}
+
 static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 {
 	struct flow *f = arg;
@@ -864,6 +961,8 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 			pbuf_free(p);
 		return ERR_OK;
 	}
+	if (f->peek)
+		return peek_recv(f, p);
 	if (f->ic)
 		return ic_recv(f, p);
 	if (!p) {
@@ -1015,6 +1114,11 @@ static void read_host(struct flow *f)
 		flow_abort(f);
 		return;
 	}
+	/* The server spoke before the client said anything (SSH, SMTP): the
+	 * client names nothing kbox reads.  With bytes already held, the
+	 * judgement waits for the rest of them. */
+	if (r > 0 && f->peek && f->up_len == 0)
+		f->peek = false;
 	if (r == 0) {
 		f->host_eof = true;
 		f->reading = false;
@@ -1203,7 +1307,9 @@ static void decide(struct ns *s, const struct pol_addr *dst, uint16_t port, stru
 	for (i = n; i-- > 0;) {
 		pol_check(s->cfg.policy, names[i], dial, port, d);
 		*name = names[i];
-		if (d->allow)
+		/* The host's own address is refused whatever the name (and
+		 * each judgement asks the kernel again: hostaddr.h). */
+		if (d->allow || d->why == POL_WHY_HOST)
 			return;
 	}
 }
@@ -1219,7 +1325,16 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 
 	memcpy(dst.b, p->dst, 4);
 	decide(s, &dst, p->dport, &dial, &name, &d);
-	audit(s, "tcp", "out", &dial, p->dport, name, &d);
+	/* SYN|FIN opens nothing a real client wants; lwIP would answer it
+	 * with a SYN-ACK, so it is refused here whatever the destination,
+	 * audited like any SYN. */
+	if (d.allow && (p->tcp_flags & FR_TCP_FIN)) {
+		/* Not a destination the guest wants, so not one to learn. */
+		d = (struct pol_decision){false, POL_WHY_BAD_NAME, "tcp:syn-fin"};
+		audit_line(s, "tcp", "out", &dial, p->dport, name, &d);
+	} else {
+		audit(s, "tcp", "out", &dial, p->dport, name, &d);
+	}
 	if (!d.allow) {
 		s->st.tcp_denied++;
 		send_rst(s, p);
@@ -1237,6 +1352,8 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 	f->dst = dial;
 	f->dport = p->dport;
 	f->opened_ms = now_ms();
+	f->peek = s->judge_stated;
+	f->first = d;
 	if (name)
 		snprintf(f->name, sizeof f->name, "%s", name);
 	if (s->cfg.icpt && ic_attach(s, f, &dst) < 0) {
@@ -1308,7 +1425,10 @@ static void handle_tcp(struct ns *s, const struct fr_pkt *p)
 			flow_free(f, false);
 		return;
 	}
-	if (!f && (p->tcp_flags & (FR_TCP_SYN | FR_TCP_ACK | FR_TCP_RST | FR_TCP_FIN)) == FR_TCP_SYN) {
+	/* Every segment that would open a connection is judged, whatever
+	 * else it carries: lwIP's listener answers any SYN without ACK or
+	 * RST (SYN|FIN too) with a SYN-ACK. */
+	if (!f && (p->tcp_flags & (FR_TCP_SYN | FR_TCP_ACK | FR_TCP_RST)) == FR_TCP_SYN) {
 		tcp_new_conn(s, p);
 		return;
 	}
@@ -1775,6 +1895,12 @@ static void handle_dns(struct ns *s, const struct fr_pkt *p)
 	pol_check_name(s->cfg.policy, q.name, &d);
 	if (d.allow && pol_name_normalize(q.name, norm) < 0)
 		d.allow = false;
+	/* A pinned name is answered here and never asked upstream, so an
+	 * allowlist without a rule for it need not refuse it (its
+	 * connections are judged all the same). */
+	if (!d.allow && d.why == POL_WHY_NO_MATCH && pol_name_normalize(q.name, norm) == 0 &&
+	    pinned_answer(s, norm, q.qtype, a, &n))
+		d = (struct pol_decision){true, POL_WHY_ALLOW_RULE, "add-host"};
 	audit(s, "dns", NULL, NULL, 0, q.name, &d);
 	if (!d.allow) {
 		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
@@ -2051,6 +2177,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 		s->have_mac = true;
 	}
 	s->cfg.guest_mac = NULL; /* copied: the caller's buffer need not live on */
+	s->judge_stated = pol_judges_stated_names(cfg->policy);
 	if (!s->cfg.connect_timeout_ms)
 		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
 	s->epfd = s->tfd = s->efd = -1;

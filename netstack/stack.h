@@ -18,8 +18,13 @@
  * held, the policy decides (with the name our DNS gave for the address),
  * the host socket connects, and only then does the guest get its SYN-ACK
  * (lwIP's); a denial or a failed connect is answered at once with a
- * reset.  Every decision goes to the audit log.  Bytes are then copied
- * both ways with backpressure.  UDP other than DNS to the gateway is
+ * reset.  Any segment without ACK or RST that carries SYN takes that
+ * path (SYN|FIN is then always reset).  When the policy has name rules
+ * that a stated name could trip (pol_judges_stated_names), the guest's
+ * first bytes are held until the names in them (TLS SNI, HTTP Host:
+ * netstack/peek.h) are judged; a refusal resets both sides before any
+ * byte went upstream.  Every decision goes to the audit log.  Bytes are
+ * then copied both ways with backpressure.  UDP other than DNS to the gateway is
  * refused loudly: an ICMP port unreachable at once (so QUIC falls back to
  * TCP without waiting) and an audit line, at most NS_UDP_LOG_BURST at
  * once and NS_UDP_LOG_PER_SEC a second after that, so a flood cannot fill

@@ -434,7 +434,10 @@ static int seccomp_build(bool net, scmp_filter_ctx *out, unsigned *count)
 		/* netstack: host TCP for the guest's flows (policy-checked
 		 * in netstack/policy.c); getaddrinfo: UDP to the name
 		 * servers, UDP connects to order the answers, and a
-		 * NETLINK_ROUTE socket for the host's addresses; with --dns
+		 * NETLINK_ROUTE socket for the host's addresses (and
+		 * netstack/hostaddr.c's own, opened before this, asks the
+		 * kernel's routes on it per connection with sendto,
+		 * recvfrom and poll: nothing new); with --dns
 		 * (netstack/resolver.h), connected UDP and, after a truncated
 		 * answer, TCP to the configured servers (connect, sendto,
 		 * recvfrom, poll: already allowed). */

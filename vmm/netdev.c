@@ -2,17 +2,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "netstack/hostaddr.h"
 #include "netstack/resolver.h"
 #include "vmm/config.h"
-
-#define MAX_HOST_ADDRS 64
 
 void netdev_init(struct netdev *n)
 {
@@ -20,6 +18,7 @@ void netdev_init(struct netdev *n)
 	pol_init(&n->pol, POL_MODE_PUBLIC);
 	n->audit.fd = -1;
 	n->learn_fd = -1;
+	n->ha.fd = -1;
 	audit_learn_init(&n->learn);
 }
 
@@ -181,32 +180,6 @@ bool netdev_enabled(const struct netdev *n)
 	return n->pol.mode != POL_MODE_NONE;
 }
 
-/* The host's own addresses are blocked like a class (policy.h). */
-static int host_addrs(struct pol *p)
-{
-	struct pol_addr a[MAX_HOST_ADDRS];
-	struct ifaddrs *ifa;
-	size_t k = 0;
-
-	if (getifaddrs(&ifa) < 0)
-		return -errno;
-	for (struct ifaddrs *i = ifa; i && k < MAX_HOST_ADDRS; i = i->ifa_next) {
-		if (!i->ifa_addr)
-			continue;
-		if (i->ifa_addr->sa_family == AF_INET) {
-			a[k].family = 4;
-			memcpy(a[k].b, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
-			k++;
-		} else if (i->ifa_addr->sa_family == AF_INET6) {
-			a[k].family = 6;
-			memcpy(a[k].b, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
-			k++;
-		}
-	}
-	freeifaddrs(ifa);
-	return pol_set_host_addrs(p, a, k);
-}
-
 /* Stack → guest: only queue (see the locking note in netdev.h).  Merged
  * TCP frames reach a driver without GUEST_TSO4 cut back into segments
  * (vnet_rx_enqueue_gso). */
@@ -264,10 +237,17 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 			return r;
 		}
 	}
-	if ((r = host_addrs(&n->pol)) < 0) {
-		snprintf(err, errlen, "cannot list the host's addresses: %s", strerror(-r));
+	/* The host's own addresses are blocked like a class (policy.h),
+	 * judged as the kernel routes them at each decision: opened here,
+	 * before the lock-down forbids new sockets of most kinds. */
+	if ((r = ha_open(&n->ha)) < 0) {
+		snprintf(err, errlen,
+			 "cannot open a netlink socket to tell the host's own addresses from others: %s "
+			 "(kbox needs NETLINK_ROUTE to keep the guest off them; --network none needs nothing)",
+			 strerror(-r));
 		return r;
 	}
+	pol_set_host_fn(&n->pol, ha_pol_host, &n->ha);
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { to_stack, n };
 	if ((r = vnet_init(&n->nic, mac, &be)) < 0) {
@@ -344,6 +324,11 @@ void netdev_report(struct netdev *n, FILE *f)
 		(unsigned long long)(st.dns_rate_refused + st.dns_busy_refused),
 		(unsigned long long)st.bytes_to_host,
 		(unsigned long long)st.bytes_to_guest);
+	/* Only when it matters: a look-up that failed refused its address. */
+	if (n->ha.failed)
+		fprintf(f, "kbox: network: %llu of %llu look-ups of the host's own addresses failed; "
+			"their addresses were refused as the host's\n",
+			(unsigned long long)n->ha.failed, (unsigned long long)n->ha.asked);
 }
 
 void netdev_destroy(struct netdev *n)
@@ -356,6 +341,7 @@ void netdev_destroy(struct netdev *n)
 	n->nic_made = false;
 	audit_close(&n->audit);
 	pol_free(&n->pol);
+	ha_close(&n->ha);
 	free(n->hosts);
 	n->hosts = NULL;
 	n->nhosts = 0;

@@ -28,6 +28,7 @@
 
 #include "devices/virtio_net.h"
 #include "netstack/audit.h"
+#include "netstack/hostaddr.h"
 #include "netstack/policy.h"
 #include "netstack/resolver.h"
 #include "netstack/stack.h"
@@ -37,6 +38,7 @@ struct kbox_config;
 
 struct netdev {
 	struct pol pol;
+	struct hostaddr ha; /* the host's own addresses, asked per decision (fd -1 until attached) */
 	bool mode_set; /* --network given: the config file's policy does not apply */
 	struct audit audit;
 	const char *audit_path; /* NULL: no audit log */

@@ -15,7 +15,13 @@
 # guest namespace, and a guest port nobody listens on fails fast; pinned
 # names (--add-host); UDP refused with ICMP and a bounded log; the DNS
 # rate cap; --learn, whose allowlist then lets the same session through a
-# second harness in allowlist mode.  Needs root and /dev/net/tun.  One
+# second harness in allowlist mode; the host's own addresses (70 of them,
+# and one added after start) refused; names the client states (TLS SNI,
+# HTTP Host) judged against deny rules before any byte goes upstream;
+# SYN|FIN refused and audited; in allowlist mode no name without a name
+# rule reaches the resolver (a third harness).  A third namespace,
+# kbox-nf-PID, joined to the host one by a veth pair (5.7.0.0/24), plays
+# a server "out there".  Needs root and /dev/net/tun.  One
 # line per check, then "N passed, N failed"; non-zero exit on failure.
 # Every command runs under a timeout; each harness ends itself after 150 s.
 # Usage: tests/net/run.sh [BUILD_DIR]   (NET_SAN=0: build without sanitizers)
@@ -26,6 +32,21 @@ cd "$(dirname "$0")/../.."
 nl_require
 nl_build_harness "${1:-build}/net/harness"
 nl_namespaces kbox-nh kbox-net kbtap
+FNS=kbox-nf-$$
+trap 'nl_cleanup; ip netns del "$FNS" 2>/dev/null' EXIT
+# The host's own addresses: 70 on the loopback interface of the host
+# namespace (more than any fixed list kbox used to keep), one more added
+# once the stack runs; a server listens on all of them.  And a "remote"
+# server in $FNS at 5.7.0.1, routed through a veth pair: both sides are
+# namespaces made here.
+{
+	ip netns add "$FNS" &&
+		for i in $(seq 70); do ip -n "$HNS" addr add "5.6.0.$i/32" dev lo || exit 1; done &&
+		ip -n "$HNS" link add kbv0 type veth peer name kbv1 netns "$FNS" &&
+		ip -n "$HNS" addr add 5.7.0.2/24 dev kbv0 && ip -n "$HNS" link set kbv0 up &&
+		ip -n "$FNS" addr add 5.7.0.1/24 dev kbv1 && ip -n "$FNS" link set kbv1 up &&
+		ip -n "$FNS" link set lo up
+} || bad "host addresses and the remote namespace"
 
 # Content: a small file, 10 MiB of random bytes, a bare repository.
 mkdir -p "$T/www"
@@ -51,10 +72,15 @@ ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8000 "$T/www" &
 PIDS="$PIDS $!"
 ip netns exec "$HNS" python3 tests/net/server.py 127.0.0.1 8001 "$T/www" &
 PIDS="$PIDS $!"
+ip netns exec "$HNS" python3 tests/net/server.py 0.0.0.0 8003 "$T/www" &
+PIDS="$PIDS $!"
+ip netns exec "$FNS" python3 tests/net/server.py 5.7.0.1 8004 "$T/www" &
+PIDS="$PIDS $!"
 RESOLVE="--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --resolve pinned.test=1.2.3.4"
 # shellcheck disable=SC2086
 start_harness "$T/harness.out" "$T/harness.err" --audit "$T/audit.log" --learn "$T/learned.yaml" $RESOLVE \
 	--allow host.kbox.internal:8000 --allow host.kbox.internal:8002 --deny deny.test --deny named.test:80 \
+	--deny blocked.test \
 	--forward 127.0.0.1:0:8000 --forward 0:8009 --forward '[::1]:0:8000' \
 	--add-host pinned.test:192.0.2.7 --add-host Pinned6.test:2001:db8::7 --deny pinned.test:81
 for _ in $(seq 50); do
@@ -62,6 +88,12 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 ok "set-up: stack on $TAP, guest namespace $GNS"
+ip -n "$HNS" addr add 5.5.5.5/32 dev lo || bad "an address added after start"
+for _ in $(seq 50); do
+	H curl -s -o /dev/null --max-time 1 http://5.5.5.5:8003/small.txt &&
+		H curl -s -o /dev/null --max-time 1 http://5.7.0.1:8004/small.txt && break
+	sleep 0.1
+done
 
 # --- gateway services ---
 out=$(G python3 - <<'EOF' 2>&1
@@ -221,6 +253,119 @@ denied "refused: allowed port, nothing listening (8002)" http://host.kbox.intern
 denied "refused: by name (deny named.test:80; its address comes from our DNS)" http://named.test/
 denied "refused: a pinned name is still judged (deny pinned.test:81)" http://pinned.test:81/
 
+# --- the host's own addresses, however many and whenever added ---
+check "host: its listener on 0.0.0.0:8003 answers in the host itself" "hello from the host" \
+	"$(H curl -sS --max-time 5 http://5.5.5.5:8003/small.txt)"
+denied "refused: a host address added after the stack started (5.5.5.5)" http://5.5.5.5:8003/small.txt
+denied "refused: the host's 70th address (5.6.0.70)" http://5.6.0.70:8003/small.txt
+denied "refused: the host's first added address (5.6.0.1)" http://5.6.0.1:8003/small.txt
+check "control: the remote server (5.7.0.1) is reachable" "hello from the host" \
+	"$(G curl -sS --max-time 10 http://5.7.0.1:8004/small.txt)"
+
+# --- names the client states: --deny NAME is not bypassed by dialling the address ---
+# refused_stated NAME CURL_ARGS...: the connection opens (the address is
+# allowed) but is reset before the request goes upstream.
+refused_stated() {
+	local name=$1 out rc
+	shift
+	out=$(G curl -sS --max-time 5 "$@" 2>&1)
+	rc=$?
+	case $rc in
+	0 | 7 | 28) bad "$name" "curl exit $rc: $out" ;;
+	*) ok "$name" ;;
+	esac
+}
+refused_stated "refused: Host blocked.test at an allowed address (curl --resolve)" \
+	--resolve blocked.test:8004:5.7.0.1 http://blocked.test:8004/small.txt
+refused_stated "refused: TLS SNI blocked.test at an allowed address" -k \
+	--resolve blocked.test:8004:5.7.0.1 https://blocked.test:8004/
+refused_stated "refused: Host blocked.test through the host alias" \
+	--resolve blocked.test:8000:10.0.2.2 http://blocked.test:8000/small.txt
+out=$(G python3 - <<'EOF' 2>&1
+import socket
+s = socket.create_connection(("5.7.0.1", 8004), timeout=5)
+s.sendall(b"GET http://BLOCKED.test./small.txt HTTP/1.1\r\nHost: fine.test\r\n\r\n")
+try:
+    print("answered" if s.recv(100) else "refused")
+except ConnectionResetError:
+    print("refused")
+EOF
+)
+check "refused: an absolute-form target naming blocked.test (Host says another)" "refused" "$out"
+check "allowed: Host other.test at the same address" "hello from the host" \
+	"$(G curl -sS --max-time 10 --resolve other.test:8004:5.7.0.1 http://other.test:8004/small.txt)"
+check "allowed: a client that names nothing (raw bytes, no Host)" "HTTP/1.1 200" \
+	"$(G python3 -c 'import socket; s = socket.create_connection(("5.7.0.1", 8004), timeout=5); s.sendall(b"GET /small.txt HTTP/1.0\r\n\r\n"); print(s.recv(12).decode())' 2>&1)"
+
+# --- SYN|FIN: reset and audited like a SYN, never a SYN-ACK ---
+out=$(G python3 - <<'EOF' 2>&1
+import socket, struct, time
+def ck(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+def seg(dst, sport, flags):
+    tcp = struct.pack("!HHIIBBHHH", sport, 8000, 1000, 0, 5 << 4, flags, 65535, 0, 0)
+    ph = socket.inet_aton("10.0.2.15") + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(tcp))
+    return tcp[:16] + struct.pack("!H", ck(ph + tcp)) + tcp[18:]
+r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+r.settimeout(0.2)
+out = []
+for dst, sport in (("10.1.2.4", 40101), ("10.0.2.2", 40102), ("5.6.0.70", 40103)):
+    r.sendto(seg(dst, sport, 0x03), (dst, 0))
+    got, end = "nothing", time.time() + 1.5
+    while time.time() < end:
+        try:
+            p = r.recv(200)
+        except socket.timeout:
+            continue
+        h = (p[0] & 15) * 4
+        if socket.inet_ntoa(p[12:16]) != dst or struct.unpack("!HH", p[h:h + 4]) != (8000, sport):
+            continue
+        f = p[h + 13]
+        got = "syn-ack" if f & 0x12 == 0x12 else "rst" if f & 4 else "flags %#x" % f
+        break
+    out.append(got)
+print(" ".join(out))
+EOF
+)
+check "SYN|FIN to a blocked, an allowed and a host address: reset, no SYN-ACK" "rst rst rst" "$out"
+# Every other flag combination to a blocked address on a port lwIP
+# listens on: a reset or nothing, never a SYN-ACK.
+out=$(G python3 - <<'EOF' 2>&1
+import socket, struct, time
+def ck(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+r.settimeout(0.1)
+seen = []
+for k, flags in enumerate((0x0b, 0x23, 0xc2, 0x42, 0x01, 0x00, 0x29, 0x10, 0x06, 0x12, 0x3f)):
+    sport = 40200 + k
+    tcp = struct.pack("!HHIIBBHHH", sport, 8000, 7000, 0, 5 << 4, flags, 65535, 0, 0)
+    ph = socket.inet_aton("10.0.2.15") + socket.inet_aton("10.1.2.4") + struct.pack("!BBH", 0, 6, len(tcp))
+    r.sendto(tcp[:16] + struct.pack("!H", ck(ph + tcp)) + tcp[18:], ("10.1.2.4", 0))
+    got, end = "-", time.time() + (1.0 if flags & 0x02 else 0.4)
+    while time.time() < end:
+        try:
+            p = r.recv(200)
+        except socket.timeout:
+            continue
+        h = (p[0] & 15) * 4
+        if socket.inet_ntoa(p[12:16]) == "10.1.2.4" and struct.unpack("!HH", p[h:h + 4]) == (8000, sport):
+            f = p[h + 13]
+            got = "SYN-ACK" if f & 0x12 == 0x12 else "rst" if f & 4 else "%#x" % f
+            break
+    seen.append("%#x:%s" % (flags, got))
+print(" ".join(seen))
+EOF
+)
+case $out in
+*SYN-ACK* | *Error* | "") bad "no flag combination gets a SYN-ACK from a blocked address" "$out" ;;
+*) ok "no flag combination gets a SYN-ACK from a blocked address ($out)" ;;
+esac
+
 # --- UDP other than DNS: refused at once (port unreachable), logged, bounded ---
 # (of the 2000-datagram flood, the TAP queue may drop some before the stack)
 out=$(G python3 - <<'EOF' 2>&1
@@ -286,6 +431,18 @@ check "audit: a forward the guest refused says why" "1" \
 	"$(grep -c '"direction":"in","dst":"10.0.2.15:8009","event":"close",.*"error":"ECONNREFUSED"' "$A")"
 check "audit: by name, at the address dialled" "1" \
 	"$(grep -c '"dst":"1.2.3.4:80","name":"named.test","decision":"deny","rule":"deny:named.test:80"' "$A")"
+check "audit: a host address added after start denied as the host" "1" \
+	"$(grep -c '"dst":"5.5.5.5:8003","decision":"deny","rule":"host"' "$A")"
+check "audit: the host's 70th address denied as the host" "1" \
+	"$(grep -c '"dst":"5.6.0.70:8003","decision":"deny","rule":"host"' "$A")"
+check "audit: stated names denied (Host, SNI, host alias, absolute target)" "4" \
+	"$(grep '"proto":"tcp"' "$A" | grep -c '"name":"blocked.test","decision":"deny","rule":"deny:blocked.test"')"
+check "audit: ... and none of their bytes went upstream" "4 4" \
+	"$(grep '"event":"close"' "$A" | grep -c '"error":"EACCES"') $(grep '"event":"close"' "$A" | grep '"error":"EACCES"' | grep -c '"bytes_up":0,')"
+check "audit: SYN|FIN and the other SYNs without ACK to a blocked address" "5" \
+	"$(grep -c '"dst":"10.1.2.4:8000","decision":"deny","rule":"class:private"' "$A")"
+check "audit: SYN|FIN to an allowed address" "1" \
+	"$(grep -c '"dst":"127.0.0.1:8000","name":"host.kbox.internal","decision":"deny","rule":"tcp:syn-fin"' "$A")"
 check "audit: pinned name judged under its name at the pinned address" "1" \
 	"$(grep -c '"dst":"192.0.2.7:81","name":"pinned.test","decision":"deny","rule":"deny:pinned.test:81"' "$A")"
 # glibc asks for A and AAAA, and may repeat: every question is a decision.
@@ -347,5 +504,28 @@ denied "learn: allowlist run, a port never tried is refused" http://host.kbox.in
 stop_harness
 check "learn: allowlist run, no denial of what was learned" "0" \
 	"$(grep '"decision":"deny"' "$T/audit2.log" | grep -vc '169.254.169.254\|127.0.0.1:8001')"
-nl_sanitizers_clean "harness clean under sanitizers" "$T/harness.err" "$T/harness2.err"
+
+# --- allowlist mode: only names a name rule allows reach the resolver ---
+start_harness "$T/harness3.out" "$T/harness3.err" --audit "$T/audit3.log" --mode allowlist \
+	--resolve api.test=5.7.0.1 --resolve exfil.test=5.7.0.1 --add-host db.test:10.1.2.3 \
+	--allow api.test:8004 --allow 10.1.2.3/32:5432 --allow '*:9999'
+G getent hosts c2VjcmV0.exfil.test >/dev/null && bad "allowlist: a name no name rule allows is refused" ||
+	ok "allowlist: a name no name rule allows is refused"
+check "allowlist: ... and never asked upstream (address and * rules exist)" "0" \
+	"$(grep -c '^resolve .*exfil' "$T/harness3.out")"
+check "allowlist: a name its rule allows resolves" "5.7.0.1" "$(G getent ahostsv4 api.test | awk 'NR==1{print $1}')"
+check "allowlist: a pinned name is answered locally" "10.1.2.3" "$(G getent ahostsv4 db.test | awk 'NR==1{print $1}')"
+check "allowlist: the allowed name's server" "hello from the host" \
+	"$(G curl -sS --max-time 10 http://api.test:8004/small.txt)"
+refused_stated "allowlist: another name at the allowed name's address (Host)" \
+	--resolve other.test:8004:5.7.0.1 http://other.test:8004/small.txt
+refused_stated "allowlist: another name at the allowed name's address (SNI)" -k \
+	--resolve other.test:8004:5.7.0.1 https://other.test:8004/
+stop_harness
+A3="$T/audit3.log"
+check "audit: the refused question, locally" "yes" \
+	"$(grep -q '"proto":"dns","name":"c2VjcmV0.exfil.test","decision":"deny","rule":"allowlist"' "$A3" && echo yes)"
+check "audit: the other name at the allowed address" "2" \
+	"$(grep -c '"proto":"tcp","direction":"out","dst":"5.7.0.1:8004","name":"other.test","decision":"deny","rule":"allowlist"' "$A3")"
+nl_sanitizers_clean "harness clean under sanitizers" "$T/harness.err" "$T/harness2.err" "$T/harness3.err"
 finish

@@ -368,11 +368,20 @@ START_TEST(names_allowlist)
 	ck_assert_int_eq(d.why, POL_WHY_NO_MATCH);
 	pol_check_name(&p, "example.com", &d);
 	ck_assert(!d.allow);
-	/* with an address rule, any name may resolve; its answers are judged */
+	/* An address rule or a `*:PORT` rule lets no name reach the
+	 * resolver: the question itself would carry data out. */
 	add(&p, "151.101.0.0/16");
-	pol_check_name(&p, "example.com", &d);
+	add(&p, "10.1.2.3/32:5432");
+	static const char *const refused[] = { "example.com", "c2VjcmV0.exfil.test", "a.b.c.github.com.evil" };
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		pol_check_name(&p, refused[i], &d);
+		ck_assert_msg(!d.allow, "%s reached the resolver", refused[i]);
+		ck_assert_int_eq(d.why, POL_WHY_NO_MATCH);
+		ck_assert_str_eq(d.rule, "allowlist");
+	}
+	pol_check_name(&p, "GitHub.com.", &d);
 	ck_assert(d.allow);
-	ck_assert_str_eq(d.rule, "allowlist:by-address");
+	ck_assert_str_eq(d.rule, "github.com:443");
 	struct pol_addr in = A("151.101.1.1"), out = A("8.8.8.8");
 	pol_check_answer(&p, "example.com", &in, &d);
 	ck_assert(d.allow);
@@ -380,6 +389,9 @@ START_TEST(names_allowlist)
 	ck_assert(!d.allow);
 	pol_check_answer(&p, "github.com", &out, &d);
 	ck_assert(d.allow);
+	add(&p, "*:22"); /* every address on a port: still no name */
+	pol_check_name(&p, "example.com", &d);
+	ck_assert(!d.allow);
 	pol_free(&p);
 }
 END_TEST
@@ -581,6 +593,131 @@ START_TEST(modes_and_host_list)
 }
 END_TEST
 
+static int host_calls;
+
+/* A host whose addresses change under the policy: 5.5.5.5 only while
+ * *ctx is true. */
+static bool fake_host(void *ctx, const struct pol_addr *a)
+{
+	const bool *on = ctx;
+	host_calls++;
+	return *on && a->family == 4 && a->b[0] == 5 && a->b[1] == 5 && a->b[2] == 5 && a->b[3] == 5;
+}
+
+START_TEST(host_fn_at_each_decision)
+{
+	struct pol p;
+	struct pol_decision d;
+	bool on = false;
+	pol_init(&p, POL_MODE_PUBLIC);
+	pol_set_host_fn(&p, fake_host, &on);
+	struct pol_addr h = A("5.5.5.5"), mapped = A("::ffff:5.5.5.5"), nat64 = A("64:ff9b::505:505"),
+			six4 = A("2002:505:505::1"), priv = A("10.0.0.1");
+	pol_check(&p, NULL, &h, 80, &d);
+	ck_assert(d.allow);
+	on = true; /* an address added while the policy runs */
+	pol_check(&p, NULL, &h, 80, &d);
+	ck_assert(!d.allow);
+	ck_assert_int_eq(d.why, POL_WHY_HOST);
+	pol_check(&p, NULL, &mapped, 80, &d);
+	ck_assert_int_eq(d.why, POL_WHY_HOST);
+	pol_check(&p, NULL, &nat64, 80, &d);
+	ck_assert_int_eq(d.why, POL_WHY_HOST);
+	pol_check(&p, NULL, &six4, 80, &d);
+	ck_assert_int_eq(d.why, POL_WHY_HOST);
+	pol_check_answer(&p, "example.com", &h, &d);
+	ck_assert(!d.allow);
+	ck_assert_int_eq(d.why, POL_WHY_HOST);
+	/* A blocked class is decided without asking (the hook costs a
+	 * system call in kbox). */
+	host_calls = 0;
+	pol_check(&p, NULL, &priv, 80, &d);
+	ck_assert_str_eq(d.rule, "class:private");
+	ck_assert_int_eq(host_calls, 0);
+	/* An exception for the address still opens it (--allow 5.5.5.5/32:80). */
+	add(&p, "5.5.5.5/32:80");
+	pol_check(&p, NULL, &h, 80, &d);
+	ck_assert(d.allow);
+	ck_assert_int_eq(d.why, POL_WHY_EXCEPTION);
+	on = false;
+	pol_check(&p, NULL, &h, 81, &d);
+	ck_assert(d.allow);
+	pol_free(&p);
+}
+END_TEST
+
+START_TEST(stated_names)
+{
+	struct pol p;
+	struct pol_decision first, d;
+	struct pol_addr cdn = A("151.101.1.1"), lo = A("127.0.0.1"), db = A("10.1.2.3");
+
+	/* public: only deny rules for names make stated names matter */
+	pol_init(&p, POL_MODE_PUBLIC);
+	add(&p, "db.corp:5432");
+	ck_assert(!pol_judges_stated_names(&p));
+	add(&p, "deny:other.test");
+	add(&p, "deny:*.evil.test:443");
+	add(&p, "host.kbox.internal:8000");
+	ck_assert(pol_judges_stated_names(&p));
+	pol_check(&p, NULL, &cdn, 443, &first);
+	ck_assert(first.allow);
+	pol_check_stated(&p, "Other.Test.", &cdn, 443, &first, &d);
+	ck_assert(!d.allow);
+	ck_assert_str_eq(d.rule, "deny:other.test");
+	pol_check_stated(&p, "x.evil.test", &cdn, 443, &first, &d);
+	ck_assert(!d.allow);
+	pol_check_stated(&p, "x.evil.test", &cdn, 80, &first, &d); /* the rule's port only */
+	ck_assert(d.allow);
+	pol_check_stated(&p, "fine.test", &cdn, 443, &first, &d);
+	ck_assert(d.allow);
+	ck_assert_str_eq(d.rule, first.rule);
+	/* The host alias and exceptions: the stated name cannot open or
+	 * close the class, only a deny rule refuses. */
+	pol_check(&p, POL_HOST_NAME, &lo, 8000, &first);
+	ck_assert(first.allow);
+	pol_check_stated(&p, "localhost", &lo, 8000, &first, &d);
+	ck_assert(d.allow);
+	pol_check_stated(&p, "other.test", &lo, 8000, &first, &d);
+	ck_assert(!d.allow);
+	pol_check(&p, "db.corp", &db, 5432, &first);
+	ck_assert(first.allow);
+	pol_check_stated(&p, "h", &db, 5432, &first, &d);
+	ck_assert(d.allow);
+	/* a refused first decision stays refused */
+	pol_check(&p, NULL, &db, 80, &first);
+	pol_check_stated(&p, "db.corp", &db, 80, &first, &d);
+	ck_assert(!d.allow);
+	pol_free(&p);
+
+	/* allowlist: a name rule let the address in; the stated name must
+	 * be allowed too (another name on the same CDN address is not) */
+	pol_init(&p, POL_MODE_ALLOWLIST);
+	ck_assert(!pol_judges_stated_names(&p));
+	add(&p, "api.test:443");
+	add(&p, "10.1.2.3/32:5432");
+	ck_assert(pol_judges_stated_names(&p));
+	pol_check(&p, "api.test", &cdn, 443, &first);
+	ck_assert(first.allow);
+	pol_check_stated(&p, "api.test", &cdn, 443, &first, &d);
+	ck_assert(d.allow);
+	pol_check_stated(&p, "evil.test", &cdn, 443, &first, &d);
+	ck_assert(!d.allow);
+	ck_assert_int_eq(d.why, POL_WHY_NO_MATCH);
+	/* allowed by an address rule: any stated name the rule allows too */
+	pol_check(&p, NULL, &db, 5432, &first);
+	ck_assert(first.allow);
+	pol_check_stated(&p, "whatever.test", &db, 5432, &first, &d);
+	ck_assert(d.allow);
+	pol_free(&p);
+
+	pol_init(&p, POL_MODE_NONE);
+	add(&p, "deny:x.test");
+	ck_assert(!pol_judges_stated_names(&p));
+	pol_free(&p);
+}
+END_TEST
+
 Suite *net_policy_suite(void)
 {
 	Suite *s = suite_create("net_policy");
@@ -598,6 +735,8 @@ Suite *net_policy_suite(void)
 	tcase_add_test(tc, addr_parse_and_class);
 	tcase_add_test(tc, numeric_names);
 	tcase_add_test(tc, modes_and_host_list);
+	tcase_add_test(tc, host_fn_at_each_decision);
+	tcase_add_test(tc, stated_names);
 	suite_add_tcase(s, tc);
 	return s;
 }

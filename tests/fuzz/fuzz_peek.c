@@ -1,0 +1,57 @@
+/* Input: the first bytes of a client's TCP stream (netstack/peek.h).
+ *   - pk_parse must never read outside them;
+ *   - what it reports must hold: a status it knows, 1..PK_NAMES names
+ *     only with PK_NAMES_FOUND, each a normalised DNS name (lower case,
+ *     no trailing dot, not numeric), with where it came from;
+ *   - a verdict never turns back into "more, please" when bytes are
+ *     appended, except that none is reached from fewer bytes than the
+ *     prefix that needed more (checked on every prefix up to 512). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "netstack/peek.h"
+
+static int check(const uint8_t *data, size_t size)
+{
+	struct pk_result r;
+	int st = pk_parse(data, size, &r);
+
+	if (st < PK_NEED_MORE || st > PK_BAD)
+		abort();
+	if ((st == PK_NAMES_FOUND) != (r.n > 0) || r.n > PK_NAMES)
+		abort();
+	for (size_t i = 0; i < r.n; i++) {
+		char again[POL_NAME_MAX + 1];
+
+		if (!r.what[i] || pol_name_normalize(r.name[i], again) < 0 || strcmp(again, r.name[i]) != 0 ||
+		    pol_name_is_numeric(r.name[i]))
+			abort();
+	}
+	if ((st == PK_BAD || st == PK_NONE) && !r.why)
+		abort();
+	return st;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	/* A copy of exactly size bytes, so that ASan sees any over-read. */
+	uint8_t *b = malloc(size ? size : 1);
+	int last = PK_NEED_MORE;
+
+	if (!b)
+		return 0;
+	memcpy(b, data, size);
+	for (size_t n = 0; n <= size && n <= 512; n++) {
+		int st = check(b, n);
+
+		/* Once an HTTP head or a hello is judged, more bytes do not
+		 * unjudge it (a TLS hello is judged on its own records). */
+		if (last != PK_NEED_MORE && st == PK_NEED_MORE)
+			abort();
+		last = st;
+	}
+	check(b, size);
+	free(b);
+	return 0;
+}

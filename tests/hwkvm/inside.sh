@@ -89,6 +89,7 @@ while [ "$d" != / ] && [ -n "$d" ]; do
 done
 chmod -R o+rX "$kbox_build" 2>/dev/null
 
+ls -l /etc/passwd; runuser -u "$user" -- id
 echo "hwkvm: L1 up: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo);" \
 	"kvm_amd nested=$(cat /sys/module/kvm_amd/parameters/nested) npt=$(cat /sys/module/kvm_amd/parameters/npt)"
 

@@ -26,7 +26,8 @@
 # Exit status: 0 when every check passed; 1 when one failed or QEMU died;
 # 2 when the lane cannot start here (the message says how to fix it).
 #
-# Environment: KBOX_HWKVM_CPUS (2), KBOX_HWKVM_MEM (MiB, 6144),
+# Environment: KBOX_HWKVM_NAME (the final line's name, hwkvm),
+# KBOX_HWKVM_CPUS (2), KBOX_HWKVM_MEM (MiB, 6144),
 # KBOX_HWKVM_TIMEOUT (s, whole run, 3600), KBOX_HWKVM_SUITE_TIMEOUT (s per
 # suite, 900), KBOX_HWKVM_LOG (file for L1's whole console; default in
 # BUILD_DIR/hwkvm/console.log), KBOX_TIMEOUT_MULT (stretches the harnesses'
@@ -44,9 +45,11 @@ total_timeout=${KBOX_HWKVM_TIMEOUT:-3600}
 suite_timeout=${KBOX_HWKVM_SUITE_TIMEOUT:-900}
 mult=${KBOX_TIMEOUT_MULT:-4}
 
+# The final line's name (make hw-smoke: "hw-smoke").
+label=${KBOX_HWKVM_NAME:-hwkvm}
 cannot() {
 	echo "hwkvm: cannot start: $1" >&2
-	echo "hwkvm: 0 passed, 1 failed"
+	echo "$label: 0 passed, 1 failed"
 	exit 2
 }
 
@@ -188,7 +191,8 @@ echo "$qpid" >"$run/qemu.pid"
 
 # L1's console (the suites' output; the kernel is quiet) goes to our output
 # as it comes, and to $log.
-tail -n +1 -F --pid="$qpid" "$run/console" 2>/dev/null | sed -u 's/\r$//' | tee "$log" &
+tail -n +1 -F --pid="$qpid" "$run/console" 2>/dev/null |
+	sed -u 's/\r$//; s/\x1b\[[0-9;?]*[A-Za-z]//g; s/^\x1bc//' | tee "$log" &
 deadline=$((t0 + total_timeout))
 while kill -0 "$qpid" 2>/dev/null; do
 	if [ "$(date +%s)" -ge "$deadline" ]; then
@@ -210,11 +214,11 @@ if [ -z "$res" ]; then
 	echo "hwkvm: L1 ended without a result (QEMU exit $qrc, ${secs}s); the console's last lines:" >&2
 	tail -30 "$run/console" | sed 's/^/hwkvm:   /' >&2
 	sed 's/^/hwkvm: qemu: /' "$run/qemu.err" >&2
-	echo "hwkvm: 0 passed, 1 failed"
+	echo "$label: 0 passed, 1 failed"
 	exit 1
 fi
 echo "hwkvm: L1 run took ${secs}s"
 p=${res%% *}
 f=$(echo "$res" | cut -d' ' -f2)
-echo "hwkvm: $p passed, $f failed"
+echo "$label: $p passed, $f failed"
 [ "$f" -eq 0 ]

@@ -23,6 +23,9 @@ cleanup() {
 }
 trap cleanup EXIT
 boot_timeout=${KBOX_E2E_TIMEOUT:-600}
+# KBOX_TIMEOUT_MULT (whole number) stretches the fixed waits for a loaded
+# or emulated host.
+t60=$((60 * ${KBOX_TIMEOUT_MULT:-1}))
 
 ok() { pass=$((pass + 1)); echo "ok - $1"; }
 not_ok() {
@@ -42,8 +45,11 @@ make -s BUILD="$build/lockdown" CFLAGS="-O2 -g -DKBOX_TEST_HOOKS" "$build/lockdo
 	exit 1
 }
 # The hooked binary finds the kernel and initramfs next to itself.
-ln -sfn ../kernel "$build/lockdown/kernel"
-ln -sf ../initramfs.cpio "$build/lockdown/initramfs.cpio"
+# (Made only when missing: an ordinary user may run this on a build folder
+# root made, as the hardware-KVM lane does.)
+[ "$(readlink "$build/lockdown/kernel")" = ../kernel ] || ln -sfn ../kernel "$build/lockdown/kernel"
+[ "$(readlink "$build/lockdown/initramfs.cpio")" = ../initramfs.cpio ] ||
+	ln -sf ../initramfs.cpio "$build/lockdown/initramfs.cpio"
 
 mkdir -p "$T/home/.ssh" "$T/work" "$T/www"
 # Sandbox dirs (a refusal leaves its dir stale; -d keeps its output) stay
@@ -55,7 +61,7 @@ echo "input" > "$T/work/in.txt"
 secret="$T/home/.ssh/id_ed25519"
 
 # ---- inside the locked-down process (no boot) --------------------------
-KBOX_TEST_LOCKDOWN="execve" timeout 60 "$hooked" run -- true >"$T/out" 2>"$T/err"
+KBOX_TEST_LOCKDOWN="execve" timeout $t60 "$hooked" run -- true >"$T/out" 2>"$T/err"
 rc=$?
 expect "a system call outside the allowlist stops kbox with exit 125" '[ $rc -eq 125 ]'
 expect "kbox names the refused call (execve, 59)" \
@@ -71,7 +77,7 @@ cc -shared -fPIC -o "$T/work/probe.so" "$T/probe.c" 2>"$T/cc.err" &&
 		"$T/work/probe.so"
 expect "a test shared object builds and loads on the host" '[ $? -eq 0 ]'
 KBOX_TEST_LOCKDOWN="open:$secret;open:/etc/shadow;open:$T/work/in.txt;fd:40;lwip-open:$secret;lwip-open:$T/work/in.txt;dlopen:$T/work/probe.so;execve" \
-	timeout 60 "$hooked" run -v "$T/work:/w" -- true >"$T/out" 2>"$T/err" 40<"$secret"
+	timeout $t60 "$hooked" run -v "$T/work:/w" -- true >"$T/out" 2>"$T/err" 40<"$secret"
 expect "no new executable memory: dlopen fails with EPERM, and kbox goes on" \
 	'grep -q "dlopen $T/work/probe.so: failed" "$T/err" &&
 	 ! grep -q "system call 9 (mmap)\|system call 10 (mprotect)" "$T/err"'
@@ -166,33 +172,33 @@ timeout "$boot_timeout" "$kbox" run -d -n "$name" -v "$T/work:/w:ro" -- sleep 60
 	>"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "boot 3: kbox run -d starts" '[ $rc -eq 0 ] && grep -qx "$name" "$T/out"'
-timeout 60 "$kbox" exec "$name" -- cat /w/in.txt >"$T/out" 2>"$T/err" </dev/null
+timeout $t60 "$kbox" exec "$name" -- cat /w/in.txt >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "boot 3: kbox exec runs in the locked-down sandbox" \
 	'[ $rc -eq 0 ] && grep -qx input "$T/out"'
-timeout 60 "$kbox" exec "$name" -- sh -c 'echo x > /w/no' >"$T/out" 2>"$T/err" </dev/null
+timeout $t60 "$kbox" exec "$name" -- sh -c 'echo x > /w/no' >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "boot 3: a :ro folder stays read-only (exit $rc)" '[ $rc -ne 0 ] && [ ! -e "$T/work/no" ]'
-timeout 60 "$kbox" exec "$name" -- sh -c 'exit 3' >"$T/out" 2>"$T/err" </dev/null
+timeout $t60 "$kbox" exec "$name" -- sh -c 'exit 3' >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "boot 3: exec exit codes come back (3)" '[ $rc -eq 3 ]'
 # The client commands read what the sandbox sends: they are locked down
 # before they do (vmm/lockdown.c, lockdown_client).
-timeout 60 "$hooked" exec "$name" -- cat /w/in.txt >"$T/out" 2>"$T/err" </dev/null
+timeout $t60 "$hooked" exec "$name" -- cat /w/in.txt >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "client: kbox exec works locked down (exit $rc)" '[ $rc -eq 0 ] && grep -qx input "$T/out"'
 # exec and logs open no file at all once locked down: openat itself stops them.
-KBOX_TEST_LOCKDOWN="open:$secret" timeout 60 "$hooked" exec "$name" -- true \
+KBOX_TEST_LOCKDOWN="open:$secret" timeout $t60 "$hooked" exec "$name" -- true \
 	>"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "client: kbox exec cannot open a host file (openat refused, exit $rc)" \
 	'[ $rc -eq 125 ] && grep -q "system call 257 (openat) is not allowed" "$T/err" &&
 	 ! grep -q "open $secret: ok" "$T/err"'
-KBOX_TEST_LOCKDOWN="execve" timeout 60 "$hooked" exec "$name" -- true >"$T/out" 2>"$T/err" </dev/null
+KBOX_TEST_LOCKDOWN="execve" timeout $t60 "$hooked" exec "$name" -- true >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "client: a call outside kbox exec's allowlist stops it (exit $rc, execve named)" \
 	'[ $rc -eq 125 ] && grep -q "system call 59 (execve) is not allowed" "$T/err"'
-KBOX_TEST_LOCKDOWN="open:$secret" timeout 60 "$hooked" ps >"$T/out" 2>"$T/err" </dev/null
+KBOX_TEST_LOCKDOWN="open:$secret" timeout $t60 "$hooked" ps >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "client: kbox ps works locked down and cannot open a host file" \
 	'[ $rc -eq 0 ] && grep -q "^$name .*running" "$T/out" &&
@@ -207,7 +213,7 @@ KBOX_TEST_LOCKDOWN="open:$secret" "$hooked" logs "$name" >"$T/out" 2>"$T/err"
 rc=$?
 expect "client: kbox logs cannot open a host file (openat refused, exit $rc)" \
 	'[ $rc -eq 125 ] && grep -q "system call 257 (openat) is not allowed" "$T/err"'
-KBOX_TEST_LOCKDOWN="open:$secret" timeout 60 "$hooked" stop "$name" >"$T/out" 2>"$T/err" </dev/null
+KBOX_TEST_LOCKDOWN="open:$secret" timeout $t60 "$hooked" stop "$name" >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "boot 3: kbox stop ends it, locked down (exit $rc)" \
 	'[ $rc -eq 0 ] && grep -q "open $secret: Permission denied" "$T/err"'

@@ -366,7 +366,7 @@ static bool move(struct mitm *m, bool up)
 	struct mitm_io io = { .in = in, .in_len = ilen, .eof = eof, .out = out, .out_cap = ocap };
 	int (*fn)(void *, struct mitm_io *) = m->ops ? (up ? m->ops->up : m->ops->down) : NULL;
 	int rc = fn ? fn(m->fctx, &io) : pass_through(&io);
-	if (io.taken > ilen || io.made > ocap || (rc == MITM_FILTER_REPLY && (!up || (!io.reply && io.reply_len)))) {
+	if (io.taken > ilen || io.made > ocap || (rc == MITM_FILTER_REPLY && !io.reply && io.reply_len)) {
 		fail(m, 0, "filter broke its contract (%s)", up ? "up" : "down");
 		return true;
 	}

@@ -155,6 +155,61 @@ fi
 [ "$(leaked_placeholder)" = 0 ] && ok "no placeholder ever reached the server" ||
 	bad "placeholder reached the server" "$(grep KBOX_TOKEN "$T/seen.log" | head -2)"
 
+# --- responses: what a server reflects comes back as the placeholder ---
+# The server echoes the request (head and body, the value in a header
+# too), the value in many encodings, in a chunked body cut every few
+# bytes, gzip-compressed; TRACE.  The guest must never see the value.
+no_value() { # FILE: none of the value's forms (tests/tls/upstream.py's) is in FILE
+	python3 - "$REAL" "$1" <<'PY'
+import base64, sys
+v, f = sys.argv[1].encode(), open(sys.argv[2], "rb").read()
+forms = [v, base64.b64encode(v), base64.b64encode(b"x" + v)[2:-2], base64.b64encode(b"xy" + v + b"z")[3:-3],
+         base64.urlsafe_b64encode(b"\xfb" + v)[2:-2], base64.b64encode(b"user:" + v)[8:-4],
+         "".join("%%%02X" % c for c in v).encode(), "".join("%%%02x" % c for c in v).encode(),
+         "".join("\\u%04x" % c for c in v).encode(), v[2:-2]]
+hit = [i for i, x in enumerate(forms) if x in f]
+sys.exit(1 if hit else 0)
+PY
+}
+before=$(seen_real)
+G curl -sS --max-time 20 --compressed -D "$T/r.head" -o "$T/r.body" -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/reflect" 2>"$T/r.err"
+rc=$?
+if [ $rc = 0 ] && [ "$(seen_real)" = $((before + 1)) ] && no_value "$T/r.head" && no_value "$T/r.body" &&
+	grep -q '^X-Echo-Authorization: \$KBOX_TOKEN\*' "$T/r.head" && grep -q 'Bearer \$KBOX_TOKEN\*' "$T/r.body" &&
+	grep -q '"accept-encoding": "identity"' "$T/seen.log"; then
+	ok "a reflected request (head, body, header): the guest sees the placeholder, the server got the value and Accept-Encoding: identity"
+else
+	bad "reflected request" "rc=$rc $(cat "$T/r.err") $(head -c 600 "$T/r.head" "$T/r.body")"
+fi
+G curl -sS --max-time 20 -o "$T/e.body" -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/reflect-enc" 2>"$T/e.err"
+rc=$?
+if [ $rc = 0 ] && no_value "$T/e.body" && [ "$(grep -o 'KBOX_TOKEN' "$T/e.body" | wc -l)" -ge 3 ]; then
+	ok "the value reflected in base64 (padded, unpadded, shifted, URL-safe), Basic, percent and JSON escapes: all replaced"
+else
+	bad "reflected encodings" "rc=$rc $(cat "$T/e.err") $(head -c 900 "$T/e.body")"
+fi
+for n in 1 5 13; do
+	G curl -sS --max-time 20 -D "$T/c.head" -o "$T/c.body" --raw -H 'Authorization: Bearer $KBOX_TOKEN' \
+		"$URL/reflect-chunked?$n" 2>"$T/c.err"
+	rc=$?
+	G curl -sS --max-time 20 -o "$T/c2.body" -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/reflect-chunked?$n" 2>>"$T/c.err"
+	rc2=$?
+	if [ $rc = 0 ] && [ $rc2 = 0 ] && no_value "$T/c.body" && no_value "$T/c2.body" && no_value "$T/c.head" &&
+		grep -q 'Bearer \$KBOX_TOKEN\*' "$T/c2.body" && grep -q 'X-Trailer-Echo: \$KBOX_TOKEN' "$T/c.body"; then
+		ok "a chunked reflection cut every $n bytes: re-chunked, trailer too, no value"
+	else
+		bad "chunked reflection ($n)" "rc=$rc/$rc2 $(cat "$T/c.err") $(head -c 600 "$T/c.body")"
+	fi
+done
+out=$(G curl -sS --max-time 20 --compressed -w '\n%{http_code}' -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/gzip" 2>&1)
+case "$out" in *"compressed"*502) grep -q '"event":"response-refused".*"status":502' "$T/audit.log" &&
+	ok "a compressed response where kbox asked for identity: 502 from kbox, audited" || bad "gzip audit" ;;
+*) bad "compressed response" "$out" ;; esac
+n=$(nseen)
+out=$(G curl -sS --max-time 20 -X TRACE -w '\n%{http_code}' -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/" 2>&1)
+case "$out" in *405) [ "$(nseen)" = "$n" ] && ok "TRACE: 405 from kbox, nothing sent" || bad "TRACE reached the server" ;;
+*) bad "TRACE" "$out" ;; esac
+
 # --- attacks ---
 n=$(nseen)
 out=$(G curl -sS --max-time 20 "$URL/echo?key=\$KBOX_TOKEN" 2>&1)
@@ -175,6 +230,11 @@ case "$out" in *"may only be sent to host.kbox.internal"*)
 *) bad "placeholder to another host" "$out" ;; esac
 out=$(G curl -sS --max-time 20 https://other.test:8445/echo 2>&1)
 [ "$out" = ok ] && ok "the same host without a placeholder works (intercepted, scope all)" || bad "other host" "$out"
+# A host no secret may go to gets no "identity" (its responses may be
+# compressed) and is still scrubbed.
+G curl -sS --max-time 20 --compressed -o "$T/o.body" https://other.test:8445/reflect 2>"$T/o.err" &&
+	! grep -q '"accept-encoding": "identity"' "$T/other.log" &&
+	ok "a host without secrets: its Accept-Encoding is left alone" || bad "other host reflection" "$(cat "$T/o.err")"
 
 n=$(nseen)
 out=$(G curl -sS --max-time 20 -H 'Host: other.example' -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/echo" 2>&1)
@@ -198,6 +258,53 @@ out=$(G curl -sS --max-time 20 -L -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/r
 out=$(G curl -sS --max-time 20 --tlsv1.3 "$URL/echo" 2>&1)
 [ "$out" != ok ] && grep -q 'tls-fail' "$T/audit.log" && ok "TLS-1.3-only client: a clean failure (${out##*curl: })" ||
 	bad "TLS 1.3 only" "$out"
+
+# A client that cannot finish the handshake with kbox ends at once, with
+# an alert, and the audit log says why: a cipher kbox does not offer
+# (static RSA), and busybox wget's own TLS.
+t0=$(date +%s%N)
+out=$(G timeout 15 openssl s_client -connect host.kbox.internal:8443 -servername host.kbox.internal -tls1_2 \
+	-cipher AES128-SHA -CAfile "$T/ca/ca.pem" </dev/null 2>&1)
+ms=$((($(date +%s%N) - t0) / 1000000))
+case "$out" in *"alert handshake failure"*)
+	[ $ms -lt 5000 ] && grep -q '"event":"tls-fail".*guest TLS for host.kbox.internal failed: sent fatal alert handshake_failure' "$T/audit.log" &&
+		ok "a client with no cipher kbox offers: handshake_failure alert in $ms ms, audited" ||
+		bad "no common cipher: slow or not audited" "$ms ms $(grep tls-fail "$T/audit.log" | tail -2)" ;;
+*) bad "no common cipher: no alert" "$ms ms: $(echo "$out" | grep -i -m3 'alert\|error\|errno')" ;; esac
+# A record BearSSL cannot read in the middle of the handshake (python's
+# own ClientHello, then a record of an unknown type): BearSSL ends such a
+# handshake without an alert; kbox sends one, so the client does not wait.
+out=$(G python3 -c '
+import socket, ssl, time
+ctx = ssl.create_default_context(cafile="'"$T/ca/ca.pem"'")
+ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+inc, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+o = ctx.wrap_bio(inc, outb, server_hostname="host.kbox.internal")
+try:
+    o.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+s = socket.create_connection(("host.kbox.internal", 8443), timeout=10)
+s.sendall(outb.read())
+buf = b""
+while b"\x0e\x00\x00\x00" not in buf:
+    d = s.recv(65536)
+    if not d:
+        break
+    buf += d
+t0 = time.time()
+s.sendall(b"\x63\x03\x03\x00\x01\x00")
+got = b""
+while True:
+    d = s.recv(100)
+    if not d:
+        break
+    got += d
+print("alert" if got[:1] == b"\x15" else "none", got.hex(), int((time.time() - t0) * 1000))' 2>&1)
+case "$out" in "alert 15030300020"*)
+	grep -q '"event":"tls-fail".*guest TLS for host.kbox.internal failed' "$T/audit.log" &&
+		ok "a handshake broken by the client: a fatal alert at once (${out#alert }), audited" || bad "broken handshake audit" ;;
+*) bad "broken handshake: no alert" "$out" ;; esac
 
 # HTTP/2 spoken inside TLS without asking for it by ALPN.
 out=$(G python3 -c '

@@ -381,6 +381,7 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 			return refuse(r, "the WebSocket extension the upstream chose may compress messages, which kbox "
 				      "cannot inspect for secret values");
 		next = P_OPAQUE;
+		scrub_set_interactive(r->sc, true);
 	} else if (!final || r->req.head || r->status == 204 || r->status == 304) {
 		next = P_HEAD;
 	} else if (tes) {

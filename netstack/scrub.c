@@ -21,6 +21,7 @@ struct sc_b64 {
 	uint8_t *full;      /* those characters */
 	uint8_t *rep;       /* and what replaces them */
 	unsigned lead_bits; /* low bits of the character before that are the value's */
+	unsigned lead_val;  /* those bits of the value */
 	unsigned lead_rep;
 	unsigned tail_bits; /* high bits of the character after that are the value's */
 	unsigned tail_rep;  /* already in place (shifted) */
@@ -40,7 +41,9 @@ struct scrub {
 	struct sc_ent *e;
 	size_t n;
 	bool first[256];
+	bool lead[2][64]; /* 6-bit values that may be a pattern's character before, per alphabet */
 	size_t hold;
+	bool interactive;
 };
 
 static void wipe_free(void *p, size_t n)
@@ -67,6 +70,7 @@ static void drop_patterns(struct scrub *s)
 	s->n = 0;
 	s->hold = 0;
 	memset(s->first, 0, sizeof s->first);
+	memset(s->lead, 0, sizeof s->lead);
 }
 
 /* The 6-bit value of base64 character K of (SHIFT zero bytes, B[0, V),
@@ -104,6 +108,7 @@ static int build_b64(struct sc_ent *e, int t)
 	}
 	if (from % 6) {
 		p->lead_bits = (unsigned)(6 * k0 - from);
+		p->lead_val = bits6(e->val, e->vlen, shift, k0 - 1) & ((1u << p->lead_bits) - 1);
 		p->lead_rep = bits6(e->rep, e->vlen, shift, k0 - 1) & ((1u << p->lead_bits) - 1);
 	}
 	if (to % 6) {
@@ -162,9 +167,16 @@ static int build(struct scrub *s)
 		s->first[e->val[0]] = true;
 		if (e->val[0] == ' ')
 			s->first['+'] = true;
-		for (int t = 0; t < 6; t++)
-			if (e->b[t].nf)
-				s->first[e->b[t].full[0]] = true;
+		for (int t = 0; t < 6; t++) {
+			const struct sc_b64 *p = &e->b[t];
+			if (!p->nf)
+				continue;
+			s->first[p->full[0]] = true;
+			unsigned m = (1u << p->lead_bits) - 1;
+			for (unsigned v = 0; p->lead_bits && v < 64; v++)
+				if ((v & m) == p->lead_val)
+					s->lead[p->url][v] = true;
+		}
 		if (6 * e->vlen - 1 > s->hold)
 			s->hold = 6 * e->vlen - 1;
 	}
@@ -347,7 +359,22 @@ size_t scrub_run(struct scrub *s, uint8_t *buf, size_t n, bool final, scrub_hit_
 		}
 		i = next;
 	}
-	return final ? n : decided;
+	if (final)
+		return n;
+	/* The last byte may be the character that mixes the bits of a value's
+	 * first byte with the byte before: it is rewritten with the match,
+	 * so it waits for the next bytes (unless interactive). */
+	if (!s->interactive && decided == n && n > 0) {
+		int v = b64_val(buf[n - 1], false), u = b64_val(buf[n - 1], true);
+		if ((v >= 0 && s->lead[0][v]) || (u >= 0 && s->lead[1][u]))
+			decided = n - 1;
+	}
+	return decided;
+}
+
+void scrub_set_interactive(struct scrub *s, bool on)
+{
+	s->interactive = on;
 }
 
 size_t scrub_holdback(struct scrub *s)

@@ -55,6 +55,14 @@ typedef void (*scrub_hit_fn)(void *ctx, const struct secret *s);
  * after a reload (out of memory): the caller must not pass BUF on. */
 size_t scrub_run(struct scrub *s, uint8_t *buf, size_t n, bool final, scrub_hit_fn hit, void *ctx);
 
+/* For a stream whose messages must not wait (after a protocol switch):
+ * ON makes scrub_run hold nothing back only because the last byte could
+ * be the base64 character that mixes a value's first bits with the byte
+ * before it; such a character, when the value's remaining characters come
+ * in a later call, then keeps its bits (at most 4 bits of the value's
+ * first byte).  Off by default. */
+void scrub_set_interactive(struct scrub *s, bool on);
+
 /* The most bytes scrub_run ever leaves undecided for the current set
  * (its longest form minus one; 0 when there is nothing to find). */
 size_t scrub_holdback(struct scrub *s);

@@ -277,7 +277,15 @@ static bool list_other(const uint8_t *v, size_t n, const char *const *ok, char *
 		for (const char *const *o = ok; *o && !good; o++)
 			good = eq_ci(v + s, e - s, *o);
 		if (!good) {
-			snprintf(bad, badlen, "%.*s", (int)(e - s < 60 ? e - s : 60), (const char *)v + s);
+			/* Named in the 502 and the audit log only when it is a
+			 * known coding: the text comes from the upstream and could
+			 * carry a value. */
+			static const char *const known[] = { "gzip", "x-gzip", "deflate", "br", "zstd", "compress",
+							     "x-compress", "chunked", "identity", NULL };
+			snprintf(bad, badlen, "an unknown coding");
+			for (const char *const *k = known; *k; k++)
+				if (eq_ci(v + s, e - s, *k))
+					snprintf(bad, badlen, "%s", *k);
 			return true;
 		}
 	}
@@ -475,6 +483,8 @@ static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t 
 		return -ENOMEM;
 	const uint8_t *b = rb_data(&r->head);
 	size_t len = rb_size(&r->head), e = 0;
+	if (!len)
+		return 0; /* only the CRLFs between responses so far */
 	if (line) {
 		size_t from = old ? old - 1 : 0;
 		const uint8_t *x = memmem(b + from, len - from, "\r\n", 2);

@@ -279,6 +279,8 @@ static const struct rcase refusals[] = {
 	  { .identity = true }, HR_CLOSE_AFTER_REPLY, "compressed (Content-Encoding: gzip)" },
 	{ "br, identity listed", "HTTP/1.1 200 OK\r\nContent-Encoding: identity, br\r\n\r\n", { .identity = true },
 	  HR_CLOSE_AFTER_REPLY, "Content-Encoding: br" },
+	{ "a coding name carrying a value", "HTTP/1.1 200 OK\r\nContent-Encoding: x" V "\r\n\r\n", { .identity = true },
+	  HR_CLOSE_AFTER_REPLY, "Content-Encoding: an unknown coding" },
 	{ "gzip elsewhere passes", "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc", {},
 	  HR_OPEN, NULL },
 	{ "transfer coding gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
@@ -314,6 +316,7 @@ START_TEST(refused)
 		ck_assert_msg(strstr(o.reply, "\r\nConnection: close\r\n"), "%s", c->name);
 		ck_assert_uint_eq(o.n, 0); /* nothing of the refused response */
 		ck_assert_uint_eq(o.refused, 1);
+		ck_assert_ptr_null(strstr(o.reply, V));
 	}
 	if (c->state == HR_FAILED)
 		ck_assert_uint_eq(o.refused, 1);

@@ -100,10 +100,11 @@ static int rb_put(struct rbuf *b, const void *d, size_t n)
 	return 0;
 }
 
+/* Dropped bytes are not wiped: only scrubbed bytes are ever dropped (the
+ * output, the decided part of the window); what may still hold a value
+ * (a head, the undecided tail) is wiped by rb_reset and rb_free. */
 static void rb_drop(struct rbuf *b, size_t n)
 {
-	if (b->p)
-		explicit_bzero(b->p + b->off, n < rb_size(b) ? n : rb_size(b));
 	b->off += n;
 	if (b->off >= b->len)
 		b->off = b->len = 0;

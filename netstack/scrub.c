@@ -36,11 +36,20 @@ struct sc_ent {
 	struct sc_b64 b[6];
 };
 
+/* A form that may begin at a byte: entry ENT's text (FORM < 0) or its
+ * base64 pattern FORM. */
+struct sc_cand {
+	uint16_t ent;
+	int8_t form;
+};
+
 struct scrub {
 	const struct secrets *set;
 	struct sc_ent *e;
 	size_t n;
 	bool first[256];
+	uint32_t cstart[257]; /* the candidates for byte b: cand[cstart[b], cstart[b + 1]) */
+	struct sc_cand *cand;
 	bool lead[2][64]; /* 6-bit values that may be a pattern's character before, per alphabet */
 	size_t hold;
 	bool interactive;
@@ -66,6 +75,8 @@ static void drop_patterns(struct scrub *s)
 		wipe_free(e->rep, e->vlen);
 	}
 	free(s->e);
+	free(s->cand);
+	s->cand = NULL;
 	s->e = NULL;
 	s->n = 0;
 	s->hold = 0;
@@ -116,6 +127,40 @@ static int build_b64(struct sc_ent *e, int t)
 		unsigned mask = ((1u << p->tail_bits) - 1) << (6 - p->tail_bits);
 		p->tail_rep = bits6(e->rep, e->vlen, shift, k1) & mask;
 	}
+	return 0;
+}
+
+/* Whether entry E's form FORM (-1: text) may begin with byte B. */
+static bool may_begin(const struct sc_ent *e, int form, unsigned b)
+{
+	if (!e->vlen)
+		return false;
+	if (form < 0)
+		return b == e->val[0] || b == '%' || b == '\\' || (e->val[0] == ' ' && b == '+');
+	return e->b[form].nf && e->b[form].full[0] == b;
+}
+
+/* Per byte, the forms that may begin there, in entry order, text first:
+ * the scan then looks only at those. */
+static int index_candidates(struct scrub *s)
+{
+	size_t total = 0;
+	for (unsigned b = 0; b < 256; b++)
+		for (size_t j = 0; j < s->n; j++)
+			for (int f = -1; f < 6; f++)
+				total += may_begin(&s->e[j], f, b);
+	s->cand = calloc(total ? total : 1, sizeof *s->cand);
+	if (!s->cand)
+		return -ENOMEM;
+	size_t k = 0;
+	for (unsigned b = 0; b < 256; b++) {
+		s->cstart[b] = (uint32_t)k;
+		for (size_t j = 0; j < s->n; j++)
+			for (int f = -1; f < 6; f++)
+				if (may_begin(&s->e[j], f, b))
+					s->cand[k++] = (struct sc_cand){ .ent = (uint16_t)j, .form = (int8_t)f };
+	}
+	s->cstart[256] = (uint32_t)k;
 	return 0;
 }
 
@@ -181,7 +226,7 @@ static int build(struct scrub *s)
 			s->hold = 6 * e->vlen - 1;
 	}
 	s->first['%'] = s->first['\\'] = true;
-	return 0;
+	return index_candidates(s);
 }
 
 /* Whether the built patterns are those of the set's current values. */
@@ -315,46 +360,47 @@ size_t scrub_run(struct scrub *s, uint8_t *buf, size_t n, bool final, scrub_hit_
 	if (!s->n)
 		return n;
 	size_t decided = n, i = 0;
+	const bool *first = s->first;
 	while (i < n) {
-		if (!s->first[buf[i]]) {
+		while (i < n && !first[buf[i]])
 			i++;
-			continue;
-		}
+		if (i == n)
+			break;
 		size_t next = i + 1;
-		for (size_t j = 0; j < s->n && next == i + 1; j++) {
-			const struct sc_ent *e = &s->e[j];
-			if (!e->vlen)
-				continue;
-			size_t end;
-			int r = match_text(buf, n, i, e->val, e->vlen, final, &end);
-			if (r == S_YES) {
-				size_t len = end - i;
-				const char *ph = secrets_placeholder(e->s);
-				size_t pl = strlen(ph);
-				memset(buf + i, '*', len);
-				if (len >= pl)
-					memcpy(buf + i, ph, pl);
-				if (hit)
-					hit(ctx, e->s);
-				next = end;
-				break;
-			}
-			if (r == S_MORE && i < decided)
-				decided = i;
-			for (int t = 0; t < 6; t++) {
-				const struct sc_b64 *p = &e->b[t];
-				r = match_b64(p, buf, n, i, final);
-				if (r == S_MORE) {
-					size_t at = p->lead_bits && i > 0 ? i - 1 : i;
-					if (at < decided)
-						decided = at;
-				} else if (r == S_YES) {
-					replace_b64(p, buf, n, i);
+		for (uint32_t c = s->cstart[buf[i]]; c < s->cstart[buf[i] + 1]; c++) {
+			const struct sc_ent *e = &s->e[s->cand[c].ent];
+			int form = s->cand[c].form, r;
+			if (form < 0) {
+				size_t end;
+				r = match_text(buf, n, i, e->val, e->vlen, final, &end);
+				if (r == S_YES) {
+					size_t len = end - i;
+					const char *ph = secrets_placeholder(e->s);
+					size_t pl = strlen(ph);
+					memset(buf + i, '*', len);
+					if (len >= pl)
+						memcpy(buf + i, ph, pl);
 					if (hit)
 						hit(ctx, e->s);
-					next = i + p->nf;
+					next = end;
 					break;
 				}
+				if (r == S_MORE && i < decided)
+					decided = i;
+				continue;
+			}
+			const struct sc_b64 *p = &e->b[form];
+			r = match_b64(p, buf, n, i, final);
+			if (r == S_MORE) {
+				size_t at = p->lead_bits && i > 0 ? i - 1 : i;
+				if (at < decided)
+					decided = at;
+			} else if (r == S_YES) {
+				replace_b64(p, buf, n, i);
+				if (hit)
+					hit(ctx, e->s);
+				next = i + p->nf;
+				break;
 			}
 		}
 		i = next;

@@ -160,15 +160,18 @@ static int filter_down(void *ctx, struct mitm_io *io)
 {
 	struct icpt *c = ctx;
 	size_t taken = 0;
-	if (io->in_len > 0 && hr_feed(c->hr, io->in, io->in_len, &taken) < 0) {
+	const uint8_t *p;
+	size_t len;
+	/* New input only once the last output is out: the pending output
+	 * stays about one record, never moved around in a large buffer. */
+	hr_output(c->hr, &p, &len);
+	if (len == 0 && io->in_len > 0 && hr_feed(c->hr, io->in, io->in_len, &taken) < 0) {
 		snprintf(io->reason, sizeof io->reason, "out of memory in the response filter");
 		return -ENOMEM;
 	}
 	io->taken = taken;
 	if (io->eof && taken == io->in_len)
 		hr_finish(c->hr);
-	const uint8_t *p;
-	size_t len;
 	hr_output(c->hr, &p, &len);
 	size_t k = len < io->out_cap ? len : io->out_cap;
 	if (k)

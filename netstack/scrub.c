@@ -48,6 +48,7 @@ struct scrub {
 	struct sc_ent *e;
 	size_t n;
 	bool first[256];
+	uint8_t pair[65536 / 8]; /* two bytes that may begin some form (a superset) */
 	uint32_t cstart[257]; /* the candidates for byte b: cand[cstart[b], cstart[b + 1]) */
 	struct sc_cand *cand;
 	bool lead[2][64]; /* 6-bit values that may be a pattern's character before, per alphabet */
@@ -81,6 +82,7 @@ static void drop_patterns(struct scrub *s)
 	s->n = 0;
 	s->hold = 0;
 	memset(s->first, 0, sizeof s->first);
+	memset(s->pair, 0, sizeof s->pair);
 	memset(s->lead, 0, sizeof s->lead);
 }
 
@@ -140,6 +142,58 @@ static bool may_begin(const struct sc_ent *e, int form, unsigned b)
 	return e->b[form].nf && e->b[form].full[0] == b;
 }
 
+static void mark_pair(struct scrub *s, unsigned a, unsigned b)
+{
+	unsigned k = a << 8 | b;
+	s->pair[k >> 3] |= (uint8_t)(1u << (k & 7));
+}
+
+static bool pair_may(const struct scrub *s, unsigned a, unsigned b)
+{
+	unsigned k = a << 8 | b;
+	return s->pair[k >> 3] >> (k & 7) & 1;
+}
+
+/* The bytes that may begin character C of a value in text form. */
+static size_t begins(uint8_t c, uint8_t out[4])
+{
+	size_t n = 0;
+	out[n++] = c;
+	out[n++] = '%';
+	out[n++] = '\\';
+	if (c == ' ')
+		out[n++] = '+';
+	return n;
+}
+
+/* The pairs of bytes that may begin entry E in any form: the scan skips
+ * every position whose pair is not one of them. */
+static void mark_pairs(struct scrub *s, const struct sc_ent *e)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	uint8_t v0 = e->val[0], b1[4];
+	/* The first character written plainly (or '+' for a space). */
+	size_t nb = e->vlen > 1 ? begins(e->val[1], b1) : 0;
+	uint8_t lit[2] = { v0, '+' };
+	for (int l = 0; l < (v0 == ' ' ? 2 : 1); l++) {
+		if (e->vlen == 1)
+			for (unsigned b = 0; b < 256; b++)
+				mark_pair(s, lit[l], b);
+		for (size_t j = 0; j < nb; j++)
+			mark_pair(s, lit[l], b1[j]);
+	}
+	/* ... as %XX, \u00XX or a short JSON escape. */
+	mark_pair(s, '%', (uint8_t)hex[v0 >> 4]);
+	mark_pair(s, '%', (uint8_t)(hex[v0 >> 4] | 0x20));
+	mark_pair(s, '\\', 'u');
+	mark_pair(s, '\\', 'U');
+	if (v0 == '"' || v0 == '\\' || v0 == '/')
+		mark_pair(s, '\\', v0);
+	for (int t = 0; t < 6; t++)
+		if (e->b[t].nf)
+			mark_pair(s, e->b[t].full[0], e->b[t].full[1]);
+}
+
 /* Per byte, the forms that may begin there, in entry order, text first:
  * the scan then looks only at those. */
 static int index_candidates(struct scrub *s)
@@ -161,6 +215,9 @@ static int index_candidates(struct scrub *s)
 					s->cand[k++] = (struct sc_cand){ .ent = (uint16_t)j, .form = (int8_t)f };
 	}
 	s->cstart[256] = (uint32_t)k;
+	for (size_t j = 0; j < s->n; j++)
+		if (s->e[j].vlen)
+			mark_pairs(s, &s->e[j]);
 	return 0;
 }
 
@@ -362,7 +419,9 @@ size_t scrub_run(struct scrub *s, uint8_t *buf, size_t n, bool final, scrub_hit_
 	size_t decided = n, i = 0;
 	const bool *first = s->first;
 	while (i < n) {
-		while (i < n && !first[buf[i]])
+		while (i + 1 < n && !pair_may(s, buf[i], buf[i + 1]))
+			i++;
+		if (i + 1 == n && !first[buf[i]])
 			i++;
 		if (i == n)
 			break;

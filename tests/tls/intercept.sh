@@ -271,6 +271,14 @@ case "$out" in *"alert handshake failure"*)
 		ok "a client with no cipher kbox offers: handshake_failure alert in $ms ms, audited" ||
 		bad "no common cipher: slow or not audited" "$ms ms $(grep tls-fail "$T/audit.log" | tail -2)" ;;
 *) bad "no common cipher: no alert" "$ms ms: $(echo "$out" | grep -i -m3 'alert\|error\|errno')" ;; esac
+# A client that does not trust the kbox CA ends its own handshake with an
+# alert; the audit log names the likely cause.
+t0=$(date +%s%N)
+out=$(G curl -sS --max-time 20 --cacert "$T/upca.pem" "$URL/echo" 2>&1)
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$out" != ok ] && [ $ms -lt 5000 ] && grep -q '"event":"tls-fail".*does not trust the kbox CA' "$T/audit.log" &&
+	ok "a client that does not trust the kbox CA: fails in $ms ms, audited as such" ||
+	bad "untrusting client" "$ms ms: $out"
 # A record BearSSL cannot read in the middle of the handshake (python's
 # own ClientHello, then a record of an unknown type): BearSSL ends such a
 # handshake without an alert; kbox sends one, so the client does not wait.

@@ -201,6 +201,33 @@ for n in 1 5 13; do
 		bad "chunked reflection ($n)" "rc=$rc/$rc2 $(cat "$T/c.err") $(head -c 600 "$T/c.body")"
 	fi
 done
+# 100-continue (the server's interim 100, then the reflection) and two
+# pipelined requests in one write: each response scrubbed, framing kept.
+head -c 3000 /dev/zero | tr '\0' 'b' >"$T/body.bin"
+G curl -sS --max-time 20 -o "$T/x.body" -H 'Expect: 100-continue' -H 'Authorization: Bearer $KBOX_TOKEN' \
+	--data-binary @"$T/body.bin" "$URL/reflect" 2>"$T/x.err"
+rc=$?
+[ $rc = 0 ] && no_value "$T/x.body" && grep -q 'Bearer \$KBOX_TOKEN\*' "$T/x.body" &&
+	ok "Expect: 100-continue: the reflection after the interim response is scrubbed" ||
+	bad "100-continue" "rc=$rc $(cat "$T/x.err")"
+G python3 -c '
+import socket, ssl, sys
+c = ssl.create_default_context()
+s = c.wrap_socket(socket.create_connection(("host.kbox.internal", 8443), timeout=20), server_hostname="host.kbox.internal")
+r = b"GET /reflect HTTP/1.1\r\nHost: host.kbox.internal\r\nAuthorization: Bearer $KBOX_TOKEN\r\n\r\n"
+s.sendall(r + r.replace(b"/reflect", b"/reflect-chunked?3") + r.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+out = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    out += d
+sys.stdout.buffer.write(out)' >"$T/p.out" 2>"$T/p.err"
+if no_value "$T/p.out" && [ "$(grep -c '^HTTP/1.1 200' "$T/p.out")" = 3 ] && [ "$(grep -c 'X-Trailer-Echo: \$KBOX_TOKEN' "$T/p.out")" = 1 ]; then
+	ok "three pipelined requests: three responses, each scrubbed"
+else
+	bad "pipelined" "$(cat "$T/p.err") $(head -c 400 "$T/p.out")"
+fi
 out=$(G curl -sS --max-time 20 --compressed -w '\n%{http_code}' -H 'Authorization: Bearer $KBOX_TOKEN' "$URL/gzip" 2>&1)
 case "$out" in *"compressed"*502) grep -q '"event":"response-refused".*"status":502' "$T/audit.log" &&
 	ok "a compressed response where kbox asked for identity: 502 from kbox, audited" || bad "gzip audit" ;;

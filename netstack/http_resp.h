@@ -16,8 +16,8 @@
  * A response kbox cannot inspect is refused: the guest gets "502 Bad
  * Gateway" with the reason and the connection is closed.  That is a
  * compressed one (Content-Encoding other than identity, a transfer coding
- * other than chunked, a WebSocket extension) to a request on which kbox
- * asked for identity (the request side does so where a secret may be
+ * other than chunked, a WebSocket extension) or a partial one (206) to a
+ * request on which kbox asked for identity (the request side does so where a secret may be
  * substituted), and anything that is not HTTP/1.x or cannot be framed with
  * certainty (several Content-Length values, obs-fold, bare CR or LF, a 101
  * nobody asked for, oversized parts).  Once bytes of a response went to

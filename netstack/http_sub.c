@@ -1043,7 +1043,7 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		return -ENOMEM;
 	/* Where a secret may be substituted, the response must stay
 	 * readable for http_resp's scrubbing: no content or transfer coding,
-	 * no WebSocket extension (permessage-deflate). */
+	 * no WebSocket extension (permessage-deflate), whole (no Range). */
 	bool identity = hs_secret_host(h);
 	for (size_t i = 0; i < nf; i++) {
 		/* A held body gets its Content-Length when its size is known; and
@@ -1052,8 +1052,11 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		if (h->buffering && (!strcmp(f[i].lname, "content-length") ||
 				     (expect && !strcmp(f[i].lname, "expect"))))
 			continue;
+		/* Range too: pieces of a stored value, each too short to be
+		 * recognised, would add up to the value in the guest. */
 		if (identity && (!strcmp(f[i].lname, "accept-encoding") || !strcmp(f[i].lname, "te") ||
-				 !strcmp(f[i].lname, "sec-websocket-extensions")))
+				 !strcmp(f[i].lname, "sec-websocket-extensions") || !strcmp(f[i].lname, "range") ||
+				 !strcmp(f[i].lname, "if-range")))
 			continue;
 		rc = hs_put_field(h, &f[i], PL_HEADER, hd);
 		if (rc)

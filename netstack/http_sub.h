@@ -7,8 +7,8 @@
  * placeholders again); this filter tells it, through hs_pop_request, what
  * each forwarded request was.  TRACE is answered 405 by kbox, and where a
  * secret may be substituted (a secret allows the SNI) every request's
- * Accept-Encoding becomes "identity" (TE and Sec-WebSocket-Extensions are
- * dropped) so that the response can be read.
+ * Accept-Encoding becomes "identity" (TE, Sec-WebSocket-Extensions, Range
+ * and If-Range are dropped) so that the response can be read whole.
  *
  * For every placeholder "$KBOX_<NAME>" of a known secret it finds, in plain
  * form or hidden by percent-encoding (%24KBOX_...), JSON escapes

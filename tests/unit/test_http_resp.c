@@ -281,6 +281,8 @@ static const struct rcase refusals[] = {
 	  HR_CLOSE_AFTER_REPLY, "Content-Encoding: br" },
 	{ "a coding name carrying a value", "HTTP/1.1 200 OK\r\nContent-Encoding: x" V "\r\n\r\n", { .identity = true },
 	  HR_CLOSE_AFTER_REPLY, "Content-Encoding: an unknown coding" },
+	{ "206 where identity was asked", "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-4/20\r\n"
+	  "Content-Length: 5\r\n\r\nghp_R", { .identity = true }, HR_CLOSE_AFTER_REPLY, "partial response (206)" },
 	{ "gzip elsewhere passes", "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc", {},
 	  HR_OPEN, NULL },
 	{ "transfer coding gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",

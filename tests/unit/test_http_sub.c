@@ -715,12 +715,13 @@ START_TEST(identity_asked_where_secrets_go)
 {
 	struct result r;
 	const char *in = GET("/", "Accept-Encoding: gzip, br\r\nTE: gzip\r\nSec-WebSocket-Extensions: "
-				  "permessage-deflate\r\nAccept: */*\r\n");
+				  "permessage-deflate\r\nRange: bytes=0-3\r\nIf-Range: \"x\"\r\nAccept: */*\r\n");
 	run(set, API, in, strlen(in), 0, 0, &r);
 	ck_assert_int_eq(r.state, HS_OPEN);
 	ck_assert(str_has(&r.out, "Accept: */*\r\nAccept-Encoding: identity\r\n\r\n"));
 	ck_assert(!str_has(&r.out, "gzip"));
 	ck_assert(!str_has(&r.out, "permessage"));
+	ck_assert(!str_has(&r.out, "Range"));
 	result_free(&r);
 	const char *other = "GET / HTTP/1.1\r\nHost: other.example\r\nAccept-Encoding: gzip\r\n\r\n";
 	run(set, "other.example", other, strlen(other), 0, 0, &r);

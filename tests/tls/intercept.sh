@@ -306,6 +306,22 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 [ "$out" != ok ] && [ $ms -lt 5000 ] && grep -q '"event":"tls-fail".*does not trust the kbox CA' "$T/audit.log" &&
 	ok "a client that does not trust the kbox CA: fails in $ms ms, audited as such" ||
 	bad "untrusting client" "$ms ms: $out"
+# busybox wget's own TLS (the issue's client that waited for its timeout).
+if command -v busybox >/dev/null && busybox wget --help 2>&1 | grep -q -- '--no-check-certificate'; then
+	t0=$(date +%s%N)
+	out=$(G env -i PATH=/usr/bin:/bin busybox wget -q -O - --header 'Authorization: Bearer $KBOX_TOKEN' \
+		"$URL/reflect" 2>&1)
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	case "$out" in *"$REAL"*) bad "busybox wget saw the real value" ;; esac
+	if [ $ms -lt 5000 ] && grep -v '"proto":"tcp"\|"proto":"dns"' "$T/audit.log" | tail -1 | grep -q '"event":"tls-fail"'; then
+		ok "busybox wget's TLS: ends in $ms ms (${out##*wget: }), audited: $(grep '"event":"tls-fail"' "$T/audit.log" |
+			tail -1 | sed 's/.*"reason":"\([^"]*\)".*/\1/')"
+	elif [ $ms -lt 5000 ] && [ -n "$out" ]; then
+		ok "busybox wget's TLS: done in $ms ms"
+	else
+		bad "busybox wget" "$ms ms: $out"
+	fi
+fi
 # A record BearSSL cannot read in the middle of the handshake (python's
 # own ClientHello, then a record of an unknown type): BearSSL ends such a
 # handshake without an alert; kbox sends one, so the client does not wait.

@@ -324,7 +324,7 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 
 	int cls = 0, tes = 0;
 	uint64_t cl = 0;
-	bool chunked = false, wsext = false;
+	bool chunked = false, wsext = false, ws = false;
 	char bad[64] = "";
 	const uint8_t *p = eol + 2, *end = h + n - 2;
 	size_t nf = 0;
@@ -373,6 +373,8 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 					      "for identity; kbox cannot inspect it for secret values", bad);
 		} else if (eq_ci(p, c, "sec-websocket-extensions")) {
 			wsext = vl > 0;
+		} else if (eq_ci(p, c, "upgrade")) {
+			ws = eq_ci(v, vl, "websocket");
 		}
 		p = e + 2;
 	}
@@ -395,6 +397,12 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 		if (wsext && r->req.identity)
 			return refuse(r, "the WebSocket extension the upstream chose may compress messages, which kbox "
 				      "cannot inspect for secret values");
+		/* Another protocol may compress what kbox must read (h2c's
+		 * HPACK codes header fields): only WebSocket where kbox asked
+		 * for identity. */
+		if (!ws && r->req.identity)
+			return refuse(r, "a switch to a protocol other than WebSocket (h2c compresses header fields), "
+				      "which kbox cannot inspect for secret values");
 		next = P_OPAQUE;
 		scrub_set_interactive(r->sc, true);
 	} else if (!final || r->req.head || r->status == 204 || r->status == 304) {

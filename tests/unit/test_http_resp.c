@@ -300,6 +300,8 @@ static const struct rcase refusals[] = {
 	{ "101 unasked", "HTTP/1.1 101 Switching Protocols\r\n\r\n", {}, HR_CLOSE_AFTER_REPLY, "asked for no upgrade" },
 	{ "101 with deflate", "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
 	  { .upgrade = true, .identity = true }, HR_CLOSE_AFTER_REPLY, "WebSocket extension" },
+	{ "101 to h2c", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", { .upgrade = true, .identity = true },
+	  HR_CLOSE_AFTER_REPLY, "other than WebSocket" },
 	{ "bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", {}, HR_FAILED, NULL },
 	{ "chunk without CRLF", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab", {}, HR_FAILED, NULL },
 };

@@ -374,6 +374,8 @@ out=$(G curl -sS --max-time 20 --http2 -H 'Authorization: Bearer $KBOX_TOKEN' "$
 grep -q '"event":"secret-substituted","secret":"TOKEN"' "$T/audit.log" && ok "audit: substitutions recorded" ||
 	bad "audit substitutions"
 grep -q '"event":"secret-blocked","secret":"TOKEN"' "$T/audit.log" && ok "audit: blocks recorded" || bad "audit blocks"
+grep -q '"event":"secret-scrubbed","secret":"TOKEN","where":"response"' "$T/audit.log" &&
+	ok "audit: values replaced in responses recorded" || bad "audit scrubbed" "$(grep -m1 scrubbed "$T/audit.log")"
 if grep -q "$REAL" "$T/audit.log" "$T/harness.out" "$T/harness.err"; then
 	bad "the real value appears in kbox's logs"
 else

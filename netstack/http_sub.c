@@ -66,6 +66,8 @@ struct hs {
 	bool chunked, buffering, upgrade;
 	unsigned n_subst;
 	uint64_t forwarded;
+	struct hs_req queue[HS_PIPELINE_MAX]; /* forwarded, not popped: a ring */
+	size_t q_head, q_len;
 
 	/* base64 of "$KBOX_" at the three byte alignments, standard and URL
 	 * alphabets: the characters fully determined by the prefix. */
@@ -209,6 +211,8 @@ static const char *hs_status_text(int status)
 		return "Forbidden";
 	case 413:
 		return "Content Too Large";
+	case 405:
+		return "Method Not Allowed";
 	case 414:
 		return "URI Too Long";
 	case 421:
@@ -891,6 +895,15 @@ static bool hs_host_ok(const struct hs *h, const uint8_t *v, size_t n)
 	return hn == strlen(h->sni) && hn && strncasecmp((const char *)v, h->sni, hn) == 0;
 }
 
+/* Some secret may be sent to this connection's server. */
+static bool hs_secret_host(const struct hs *h)
+{
+	for (size_t i = 0; i < secrets_count(h->set); i++)
+		if (secrets_hosts_match(secrets_at(h->set, i), h->sni))
+			return true;
+	return false;
+}
+
 static bool hs_body_enabled(const struct hs *h)
 {
 	for (size_t i = 0; i < secrets_count(h->set); i++) {
@@ -939,6 +952,13 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		return hs_fail(h, 400, "only HTTP/1.1 and HTTP/1.0 requests pass kbox's secret substitution");
 	if (hs_eq_ci(b, m, "CONNECT") && memcmp(b, "CONNECT", 7) == 0)
 		return hs_fail(h, 400, "CONNECT is not available inside an intercepted connection");
+	/* TRACE (and IIS's TRACK) answers with the request as the server got
+	 * it: after substitution that is the real value. */
+	if (hs_eq_ci(b, m, "TRACE") || hs_eq_ci(b, m, "TRACK"))
+		return hs_stop(h, 405,
+			       "kbox: TRACE is not available through kbox's TLS interception (the server would "
+			       "echo the request as it received it); this request was refused",
+			       NULL, "request line", NULL);
 	if (b[t0] != '/' && !(t1 - t0 == 1 && b[t0] == '*' && m == 7 && memcmp(b, "OPTIONS", 7) == 0))
 		return hs_fail(h, 400,
 			       "the request target must be a path starting with '/' (absolute URLs are not accepted)");
@@ -1021,6 +1041,10 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		return rc;
 	if (hb_put(hd, b + t1, ll - t1 + 2))
 		return -ENOMEM;
+	/* Where a secret may be substituted, the response must stay
+	 * readable for http_resp's scrubbing: no content or transfer coding,
+	 * no WebSocket extension (permessage-deflate), whole (no Range). */
+	bool identity = hs_secret_host(h);
 	for (size_t i = 0; i < nf; i++) {
 		/* A held body gets its Content-Length when its size is known; and
 		 * the client would wait for a 100 that its Expect cannot get
@@ -1028,15 +1052,30 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		if (h->buffering && (!strcmp(f[i].lname, "content-length") ||
 				     (expect && !strcmp(f[i].lname, "expect"))))
 			continue;
+		/* Range too: pieces of a stored value, each too short to be
+		 * recognised, would add up to the value in the guest. */
+		if (identity && (!strcmp(f[i].lname, "accept-encoding") || !strcmp(f[i].lname, "te") ||
+				 !strcmp(f[i].lname, "sec-websocket-extensions") || !strcmp(f[i].lname, "range") ||
+				 !strcmp(f[i].lname, "if-range")))
+			continue;
 		rc = hs_put_field(h, &f[i], PL_HEADER, hd);
 		if (rc)
 			return rc;
 	}
+	if (identity && hb_puts(hd, "Accept-Encoding: identity\r\n"))
+		return -ENOMEM;
 	if (!h->buffering && hb_put(hd, "\r\n", 2))
 		return -ENOMEM;
 	if (hb_put(dst, hb_data(hd), hb_size(hd)))
 		return -ENOMEM;
 	hb_reset(hd);
+	/* Queued now: the response may come before the body went. */
+	h->queue[(h->q_head + h->q_len) % HS_PIPELINE_MAX] = (struct hs_req){
+		.head = m == 4 && memcmp(b, "HEAD", 4) == 0,
+		.upgrade = h->upgrade,
+		.identity = identity,
+	};
+	h->q_len++;
 
 	hb_reset(&h->win);
 	if (h->chunked) {
@@ -1339,7 +1378,8 @@ int hs_feed(struct hs *h, const void *in, size_t n, size_t *taken)
 	size_t t = 0;
 	int rc = 0;
 	while (t < n && h->state == HS_OPEN && h->phase != PH_DONE &&
-	       hb_size(&h->out) < HS_OUT_HIGH) {
+	       hb_size(&h->out) < HS_OUT_HIGH &&
+	       !(h->phase == PH_HEAD && h->q_len == HS_PIPELINE_MAX)) {
 		size_t used;
 		rc = hs_step(h, p + t, n - t, &used);
 		t += used;
@@ -1395,6 +1435,16 @@ enum hs_state hs_state(const struct hs *h)
 uint64_t hs_requests_forwarded(const struct hs *h)
 {
 	return h->forwarded;
+}
+
+bool hs_pop_request(struct hs *h, struct hs_req *out)
+{
+	if (!h->q_len)
+		return false;
+	*out = h->queue[h->q_head];
+	h->q_head = (h->q_head + 1) % HS_PIPELINE_MAX;
+	h->q_len--;
+	return true;
 }
 
 void hs_free(struct hs *h)

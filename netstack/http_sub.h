@@ -3,7 +3,12 @@
  * decrypted guest -> upstream byte stream in slices of any size, parses it
  * (request line, header fields, Content-Length and chunked bodies,
  * trailers, keep-alive and pipelining) and produces the bytes to send
- * upstream.  Responses are not seen: they pass through unchanged.
+ * upstream.  Responses are http_resp's (values in them become
+ * placeholders again); this filter tells it, through hs_pop_request, what
+ * each forwarded request was.  TRACE is answered 405 by kbox, and where a
+ * secret may be substituted (a secret allows the SNI) every request's
+ * Accept-Encoding becomes "identity" (TE, Sec-WebSocket-Extensions, Range
+ * and If-Range are dropped) so that the response can be read whole.
  *
  * For every placeholder "$KBOX_<NAME>" of a known secret it finds, in plain
  * form or hidden by percent-encoding (%24KBOX_...), JSON escapes
@@ -36,6 +41,7 @@
 #define HS_OUT_HIGH (256u * 1024)     /* pending output before hs_feed stops taking */
 #define HS_SNI_MAX 253u               /* longest server name */
 #define HS_REPLY_MAX 4096u            /* the answer to the guest */
+#define HS_PIPELINE_MAX 256u          /* requests forwarded whose hs_pop_request is pending */
 
 enum hs_state {
 	HS_OPEN,              /* keep feeding */
@@ -103,6 +109,21 @@ enum hs_state hs_state(const struct hs *h);
 
 /* Requests forwarded upstream in full so far. */
 uint64_t hs_requests_forwarded(const struct hs *h);
+
+/* What a forwarded request means for its response (http_resp). */
+struct hs_req {
+	bool head;     /* HEAD: the response has no body */
+	bool upgrade;  /* it asked for a protocol switch (Upgrade) */
+	bool identity; /* kbox replaced its Accept-Encoding by "identity" (a
+			* secret may be substituted on this connection), so a
+			* compressed response to it is to be refused */
+};
+
+/* The oldest forwarded request not popped yet, into *OUT; false when
+ * there is none.  A request is queued when its head goes upstream; hs_feed
+ * takes no new request while HS_PIPELINE_MAX are queued, so the response
+ * side's pace bounds pipelining. */
+bool hs_pop_request(struct hs *h, struct hs_req *out);
 
 /* Free H (NULL is fine); buffered bytes are wiped first, since they may
  * hold substituted values. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "netstack/http_resp.h"
 #include "netstack/http_sub.h"
 #include "netstack/policy.h"
 #include "netstack/tls_sni.h"
@@ -28,6 +29,7 @@ struct icpt {
 	struct mitm_filter_ops ops;
 	struct mitm *m;
 	struct hs *hs;
+	struct hr *hr;
 	bool fail_reported;
 };
 
@@ -125,6 +127,71 @@ static int filter_up(void *ctx, struct mitm_io *io)
 	return taken < io->in_len && st == HS_OPEN ? MITM_FILTER_MORE : MITM_FILTER_OK;
 }
 
+/* What the response filter is told about the request it answers. */
+static bool next_request(void *ctx, struct hr_req *out)
+{
+	struct icpt *c = ctx;
+	struct hs_req q;
+	if (!hs_pop_request(c->hs, &q))
+		return false;
+	*out = (struct hr_req){ .head = q.head, .upgrade = q.upgrade, .identity = q.identity };
+	return true;
+}
+
+static void hr_event_cb(void *ctx, const struct hr_event *e)
+{
+	struct icpt *c = ctx;
+	if (!c->cb)
+		return;
+	struct icpt_event ev = {
+		.event = e->event,
+		.sni = c->sni,
+		.secret = e->secret,
+		.where = "response",
+		.reason = e->reason,
+		.status = strcmp(e->event, "response-refused") == 0 ? 502 : 0,
+		.allow = strcmp(e->event, "response-refused") != 0,
+	};
+	c->cb(c->ctx, &ev);
+}
+
+/* The response filter: http_resp behind tls_mitm's filter interface. */
+static int filter_down(void *ctx, struct mitm_io *io)
+{
+	struct icpt *c = ctx;
+	size_t taken = 0;
+	const uint8_t *p;
+	size_t len;
+	/* New input only once the last output is out: the pending output
+	 * stays about one record, never moved around in a large buffer. */
+	hr_output(c->hr, &p, &len);
+	if (len == 0 && io->in_len > 0 && hr_feed(c->hr, io->in, io->in_len, &taken) < 0) {
+		snprintf(io->reason, sizeof io->reason, "out of memory in the response filter");
+		return -ENOMEM;
+	}
+	io->taken = taken;
+	if (io->eof && taken == io->in_len)
+		hr_finish(c->hr);
+	hr_output(c->hr, &p, &len);
+	size_t k = len < io->out_cap ? len : io->out_cap;
+	if (k)
+		memcpy(io->out, p, k);
+	hr_consume(c->hr, k);
+	io->made = k;
+	enum hr_state st = hr_state(c->hr);
+	if (len > k)
+		return MITM_FILTER_MORE;
+	if (st == HR_ERROR || st == HR_FAILED) {
+		snprintf(io->reason, sizeof io->reason, "%s", hr_reason(c->hr));
+		return -EPROTO;
+	}
+	if (st == HR_CLOSE_AFTER_REPLY) {
+		hr_reply(c->hr, &io->reply, &io->reply_len);
+		return MITM_FILTER_REPLY;
+	}
+	return taken < io->in_len ? MITM_FILTER_MORE : MITM_FILTER_OK;
+}
+
 int icpt_new(const struct icpt_config *cfg, const char *const *names, size_t n, icpt_event_fn cb, void *ctx,
 	     struct icpt **out)
 {
@@ -168,8 +235,14 @@ static void start_mitm(struct icpt *c)
 		c->mode = M_REFUSED;
 		return;
 	}
+	if (hr_new(c->cfg->secrets, c->sni, some_secret_for(c->cfg, c->sni), next_request, hr_event_cb, c,
+		   &c->hr) < 0) {
+		emit(c, "tls-refuse", false, "cannot set up the response filter");
+		c->mode = M_REFUSED;
+		return;
+	}
 	c->ops.up = filter_up;
-	c->ops.down = NULL;
+	c->ops.down = filter_down;
 	c->mcfg.ca = c->cfg->ca;
 	c->mcfg.trust = c->cfg->trust;
 	c->mcfg.filter = &c->ops;
@@ -217,6 +290,7 @@ static void decide(struct icpt *c)
 	}
 	if (c->cfg->scope == ICPT_SCOPE_SECRETS && !some_secret_for(c->cfg, c->sni)) {
 		/* No secret may go there: nothing to gain by looking. */
+		emit(c, "tls-splice", true, "no secret may be sent to this name (scope secrets): not intercepted");
 		to_drain(c);
 		return;
 	}
@@ -407,6 +481,7 @@ void icpt_free(struct icpt *c)
 		return;
 	mitm_free(c->m);
 	hs_free(c->hs);
+	hr_free(c->hr);
 	for (size_t i = 0; i < c->n_names; i++)
 		free(c->names[i]);
 	free(c->names);

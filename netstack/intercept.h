@@ -15,9 +15,12 @@
  *     for the address the guest dialled (SNI spoofing): REFUSE — the
  *     caller resets both sides (ICPT_REFUSE);
  *   - otherwise MITM: a tls_mitm engine whose request filter is an
- *     http_sub instance for the name: secrets are substituted where
+ *     http_sub instance for the name (secrets are substituted where
  *     allowed and requests that would carry a placeholder elsewhere are
- *     answered 403 by kbox.
+ *     answered 403 by kbox) and whose response filter is an http_resp
+ *     instance (every real value in a response becomes its placeholder;
+ *     an uninspectable response where kbox asked for identity is
+ *     answered 502).
  * Every outcome is reported through the event callback, for the audit
  * log. */
 #ifndef KBOX_NETSTACK_INTERCEPT_H

@@ -21,6 +21,8 @@ enum { PH_HELLO, PH_UPSTREAM, PH_GUEST, PH_RUN };
 
 /* TLS alert descriptions (RFC 5246 7.2) we send ourselves, in clear,
  * before the guest's engine has seen a byte. */
+#define ALERT_BAD_RECORD_MAC 20
+#define ALERT_RECORD_OVERFLOW 22
 #define ALERT_HANDSHAKE_FAILURE 40
 #define ALERT_DECODE_ERROR 50
 #define ALERT_PROTOCOL_VERSION 70
@@ -307,13 +309,44 @@ static bool inject_hello(struct mitm *m)
 	return progress;
 }
 
+/* The alert for a guest handshake that BearSSL ended without one (a
+ * record it could not read, a bad MAC): sent in clear, as every record
+ * of ours is until our Finished. */
+static int guest_alert_for(int err)
+{
+	switch (err) {
+	case BR_ERR_BAD_MAC:
+		return ALERT_BAD_RECORD_MAC;
+	case BR_ERR_TOO_LARGE:
+		return ALERT_RECORD_OVERFLOW;
+	case BR_ERR_UNSUPPORTED_VERSION:
+		return ALERT_PROTOCOL_VERSION;
+	case BR_ERR_BAD_LENGTH:
+	case BR_ERR_BAD_VERSION:
+	case BR_ERR_UNKNOWN_TYPE:
+		return ALERT_DECODE_ERROR;
+	default:
+		return ALERT_HANDSHAKE_FAILURE;
+	}
+}
+
 static bool step_guest_hs(struct mitm *m)
 {
 	unsigned st = br_ssl_engine_current_state(S(m));
 	char why[160];
 	if (st & BR_SSL_CLOSED) {
-		describe(br_ssl_engine_last_error(S(m)), true, why, sizeof why);
+		int err = br_ssl_engine_last_error(S(m));
+		describe(err, true, why, sizeof why);
 		fail(m, 0, "guest TLS for %s failed: %s", m->sni, why);
+		/* A client whose handshake failed must learn it now, not at its
+		 * own timeout: unless an alert already passed either way (or the
+		 * guest is gone), send one before the connection closes. */
+		if (err != BR_ERR_OK && err < BR_ERR_RECV_FATAL_ALERT && !m->guest_eof) {
+			const uint8_t rec[7] = { 21, 3, 3, 0, 2, 2, (uint8_t)guest_alert_for(err) };
+			memcpy(m->alert, rec, sizeof rec);
+			m->alert_len = sizeof rec;
+			m->alert_off = 0;
+		}
 		return true;
 	}
 	if (st & (BR_SSL_SENDAPP | BR_SSL_RECVAPP)) {
@@ -366,7 +399,7 @@ static bool move(struct mitm *m, bool up)
 	struct mitm_io io = { .in = in, .in_len = ilen, .eof = eof, .out = out, .out_cap = ocap };
 	int (*fn)(void *, struct mitm_io *) = m->ops ? (up ? m->ops->up : m->ops->down) : NULL;
 	int rc = fn ? fn(m->fctx, &io) : pass_through(&io);
-	if (io.taken > ilen || io.made > ocap || (rc == MITM_FILTER_REPLY && (!up || (!io.reply && io.reply_len)))) {
+	if (io.taken > ilen || io.made > ocap || (rc == MITM_FILTER_REPLY && !io.reply && io.reply_len)) {
 		fail(m, 0, "filter broke its contract (%s)", up ? "up" : "down");
 		return true;
 	}

@@ -93,8 +93,9 @@ struct mitm_io {
 enum {
 	MITM_FILTER_OK = 0,    /* call again when there is more input */
 	MITM_FILTER_MORE = 1,  /* output is pending: call again when there is room, even without input */
-	MITM_FILTER_REPLY = 2, /* up only: send what was MADE upstream, then answer the guest with REPLY
-				* and close both sides; nothing more is read from either */
+	MITM_FILTER_REPLY = 2, /* send what was MADE on (upstream for up, to the guest for down), then
+				* answer the guest with REPLY and close both sides; nothing more is
+				* read from either */
 };
 
 /* Both directions are optional (NULL: bytes pass unchanged).  A negative

@@ -189,7 +189,8 @@ START_TEST(decisions_by_name)
 	ck_assert_str_eq(s.last, "tls-splice");
 	icpt_free(c);
 
-	/* Scope "secrets": a name no secret may go to is spliced quietly. */
+	/* Scope "secrets": a name no secret may go to is spliced, and the
+	 * audit log says so (one line per outcome). */
 	uint8_t h2[4096];
 	size_t n2 = hello_for("elsewhere.example", h2, sizeof h2);
 	const char *else_names[] = { "elsewhere.example" };
@@ -197,7 +198,9 @@ START_TEST(decisions_by_name)
 	memset(&s, 0, sizeof s);
 	w = first_bytes(&sec, else_names, 1, h2, n2, &s, &c);
 	ck_assert(w & MITM_WANT_UP_OUT);
-	ck_assert_uint_eq(s.n, 0);
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_str_eq(s.last, "tls-splice");
+	ck_assert_ptr_nonnull(strstr(s.reasons, "no secret may be sent"));
 	icpt_free(c);
 	/* ... and the secret's host is intercepted. */
 	memset(&s, 0, sizeof s);
@@ -288,6 +291,9 @@ static bool end_app(struct pipe_end *x)
 	return prog;
 }
 
+/* What the server answers once it has a whole request head. */
+static const char *server_reply;
+
 static void exchange(const char *sni, const char *const *names, size_t nn, const char *request,
 		     struct pipe_end *cl, struct pipe_end *sv, struct seen *s)
 {
@@ -325,7 +331,7 @@ static void exchange(const char *sni, const char *const *names, size_t nn, const
 		bool prog = end_app(cl);
 		prog |= end_app(sv);
 		if (!answered && strstr(sv->rx, "\r\n\r\n")) {
-			sv->tx = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+			sv->tx = server_reply ? server_reply : "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 			answered = true;
 		}
 		size_t len, t;
@@ -406,6 +412,72 @@ START_TEST(placeholder_elsewhere_blocked_with_403)
 }
 END_TEST
 
+START_TEST(reflected_value_comes_back_as_placeholder)
+{
+	/* The server echoes what it got, value included, in a header and in
+	 * a chunked body cut inside the value: the guest sees the
+	 * placeholder, the lengths still add up. */
+	const char *names[] = { NAME };
+	struct pipe_end cl, sv;
+	struct seen s = { 0 };
+	server_reply = "HTTP/1.1 200 OK\r\nX-Echo: Bearer real-token-value-1234\r\nTransfer-Encoding: chunked\r\n\r\n"
+		       "9\r\nauth=real\r\n8\r\n-token-v\r\n8;x=y\r\nalue-123\r\n2\r\n4.\r\n0\r\n\r\n";
+	exchange(NAME, names, 1, "GET /v1 HTTP/1.1\r\nHost: api.example.test\r\nAuthorization: Bearer $KBOX_TOKEN\r\n\r\n",
+		 &cl, &sv, &s);
+	server_reply = NULL;
+	ck_assert_ptr_nonnull(strstr(sv.rx, "Bearer real-token-value-1234\r\n"));
+	ck_assert_ptr_nonnull(strstr(sv.rx, "Accept-Encoding: identity\r\n"));
+	ck_assert_ptr_null(strstr(cl.rx, "real-token"));
+	ck_assert_ptr_nonnull(strstr(cl.rx, "X-Echo: Bearer $KBOX_TOKEN**********\r\n"));
+	/* De-chunk what the guest got: sizes must match the data. */
+	const char *b = strstr(cl.rx, "\r\n\r\n");
+	ck_assert_ptr_nonnull(b);
+	b += 4;
+	char body[256] = "";
+	for (;;) {
+		char *end;
+		unsigned long n = strtoul(b, &end, 16);
+		ck_assert(end[0] == '\r' && end[1] == '\n');
+		if (n == 0) {
+			ck_assert_str_eq(end, "\r\n\r\n");
+			break;
+		}
+		ck_assert_uint_lt(strlen(body) + n, sizeof body);
+		strncat(body, end + 2, n);
+		b = end + 2 + n;
+		ck_assert(b[0] == '\r' && b[1] == '\n');
+		b += 2;
+	}
+	ck_assert_str_eq(body, "auth=$KBOX_TOKEN**********.");
+	ck_assert_ptr_nonnull(strstr(s.reasons, "secret-scrubbed"));
+}
+END_TEST
+
+START_TEST(compressed_response_refused_trace_405)
+{
+	const char *names[] = { NAME };
+	struct pipe_end cl, sv;
+	struct seen s = { 0 };
+	server_reply = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc";
+	exchange(NAME, names, 1,
+		 "GET /v1 HTTP/1.1\r\nHost: api.example.test\r\nAccept-Encoding: gzip\r\nAuthorization: Bearer "
+		 "$KBOX_TOKEN\r\n\r\n",
+		 &cl, &sv, &s);
+	server_reply = NULL;
+	ck_assert_ptr_null(strstr(sv.rx, "gzip"));
+	ck_assert_ptr_nonnull(strstr(cl.rx, "HTTP/1.1 502 Bad Gateway\r\n"));
+	ck_assert_ptr_nonnull(strstr(cl.rx, "Content-Encoding: gzip"));
+	ck_assert_ptr_null(strstr(cl.rx, "abc"));
+	ck_assert_ptr_nonnull(strstr(s.reasons, "response-refused"));
+
+	memset(&s, 0, sizeof s);
+	exchange(NAME, names, 1, "TRACE / HTTP/1.1\r\nHost: api.example.test\r\nAuthorization: Bearer $KBOX_TOKEN\r\n\r\n",
+		 &cl, &sv, &s);
+	ck_assert_uint_eq(sv.rxlen, 0);
+	ck_assert_ptr_nonnull(strstr(cl.rx, "HTTP/1.1 405 "));
+}
+END_TEST
+
 Suite *intercept_suite(void)
 {
 	Suite *s = suite_create("intercept");
@@ -418,6 +490,8 @@ Suite *intercept_suite(void)
 	tcase_add_test(tc, malformed_hello_refused_server_first_spliced);
 	tcase_add_test(tc, secret_substituted_for_its_host);
 	tcase_add_test(tc, placeholder_elsewhere_blocked_with_403);
+	tcase_add_test(tc, reflected_value_comes_back_as_placeholder);
+	tcase_add_test(tc, compressed_response_refused_trace_405);
 	suite_add_tcase(s, tc);
 	return s;
 }

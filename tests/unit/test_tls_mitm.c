@@ -667,6 +667,42 @@ START_TEST(garbage_after_hello)
 }
 END_TEST
 
+/* A record BearSSL cannot read while the guest's handshake is under way
+ * (its hello answered, the rest not come): BearSSL ends that handshake
+ * without an alert; kbox sends one at once, so the client does not wait
+ * for its own timeout (busybox wget did), and the reason is kept. */
+START_TEST(broken_guest_handshake_gets_an_alert)
+{
+	struct rig *r = malloc(sizeof *r);
+	rig_init(r, NULL, NULL, up_ca, NAME);
+	ck_assert(to_mitm(r, &r->client, true)); /* the client's hello */
+	for (int i = 0; i < 10000; i++) {
+		size_t k;
+		if (mitm_guest_out(r->m, &k) && k)
+			break; /* the answer to the guest's hello */
+		bool p = app_step(&r->server, true);
+		p |= from_mitm(r, &r->server, false);
+		p |= to_mitm(r, &r->server, false);
+		ck_assert(p);
+	}
+	ck_assert_ptr_null(mitm_error(r->m));
+	static const uint8_t junk[] = { 0x63, 3, 3, 0, 1, 0 };
+	size_t taken;
+	mitm_guest_in(r->m, junk, sizeof junk, &taken);
+	ck_assert_ptr_nonnull(mitm_error(r->m));
+	ck_assert_msg(strstr(mitm_error(r->m), "guest TLS for"), "%s", mitm_error(r->m));
+	size_t k;
+	const uint8_t *out = mitm_guest_out(r->m, &k);
+	ck_assert_uint_eq(k, 7);
+	ck_assert(out[0] == 21 && out[1] == 3 && out[2] == 3 && out[3] == 0 && out[4] == 2 && out[5] == 2);
+	mitm_guest_out_done(r->m, k);
+	ck_assert_uint_eq(mitm_want(r->m), MITM_DONE);
+	ck_assert_uint_eq(r->server.rxlen, 0);
+	rig_free(r);
+	free(r);
+}
+END_TEST
+
 /* A filter that answers the guest itself (as the secret filter does for
  * a placeholder bound for a host that may not get it). */
 static const char forbidden[] = "HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\nConnection: close\r\n\r\nno\n";
@@ -847,6 +883,7 @@ Suite *tls_mitm_suite(void)
 	tcase_add_test(tc, tls13_only_client);
 	tcase_add_test(tc, sni_mismatch_and_garbage);
 	tcase_add_test(tc, garbage_after_hello);
+	tcase_add_test(tc, broken_guest_handshake_gets_an_alert);
 	tcase_add_test(tc, h2_only_client);
 	tcase_add_test(tc, no_common_suite);
 	tcase_add_test(tc, guest_distrusts_kbox);

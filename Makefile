@@ -158,6 +158,8 @@ pvm-smoke: all kernel
 hw-prep: all kernel $(BUILD)/test-guest.bin
 	KBOX_TIMEOUT_MULT=1 tests/guest/run.sh $(BUILD) --build-only
 	$(MAKE) -s BUILD=$(BUILD)/lockdown CFLAGS="-O2 -g -DKBOX_TEST_HOOKS" $(BUILD)/lockdown/kbox
+	ln -sfn ../kernel $(BUILD)/lockdown/kernel
+	ln -sf ../initramfs.cpio $(BUILD)/lockdown/initramfs.cpio
 
 HW_SUITES := smoke kvm lockdown $(E2E_SUITES:%=e2e-%)
 hw-smoke: hw-prep

@@ -153,6 +153,15 @@ if [ ! -f "$initrd" ]; then
 fi
 
 # ---- the run ------------------------------------------------------------
+# A run killed outright (SIGKILL) takes QEMU with it (below), but leaves
+# its folder: remove those whose QEMU is gone.
+for old in "${TMPDIR:-/tmp}"/kbox-hwkvm.*; do
+	[ -d "$old" ] && [ -O "$old" ] || continue
+	op=$(cat "$old/qemu.pid" 2>/dev/null)
+	[ -n "$op" ] && kill -0 "$op" 2>/dev/null && continue
+	[ -n "$op" ] || [ -n "$(find "$old" -maxdepth 0 -mmin +60)" ] || continue
+	rm -rf "$old"
+done
 run=$(mktemp -d "${TMPDIR:-/tmp}/kbox-hwkvm.XXXXXX") || cannot "no temporary folder"
 log=${KBOX_HWKVM_LOG:-$build/hwkvm/console.log}
 mkdir -p "$(dirname "$log")"
@@ -180,7 +189,8 @@ cmdline="$cmdline kbox_suite_timeout=$suite_timeout kbox_mult=$mult kbox_kver=$k
 echo "hwkvm: L1 $pkg $ver, $cpus vCPUs, $mem MiB, TCG with AMD SVM+NPT; suites: $*"
 echo "hwkvm: L1's console goes to $log"
 t0=$(date +%s)
-qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -M q35 -cpu EPYC,+svm,+npt \
+# --pdeathsig: QEMU ends with this script even when it is killed outright.
+setpriv --pdeathsig KILL -- qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -M q35 -cpu EPYC,+svm,+npt \
 	-smp "$cpus" -m "$mem" -nic none -nographic -no-reboot -nodefaults -serial stdio \
 	-kernel "$kroot/boot/vmlinuz-$kver" -initrd "$initrd" -append "$cmdline" \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \

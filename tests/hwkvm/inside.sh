@@ -95,7 +95,7 @@ chmod -R o+rX "$kbox_build" 2>/dev/null
 echo "hwkvm: L1 up: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo);" \
 	"kvm_amd nested=$(cat /sys/module/kvm_amd/parameters/nested) npt=$(cat /sys/module/kvm_amd/parameters/npt)"
 
-envs="PATH=$PATH LANG=C.UTF-8 TERM=dumb KBOX_TIMEOUT_MULT=$kbox_mult CK_TIMEOUT_MULTIPLIER=$((4 * kbox_mult))"
+envs="PATH=$PATH LANG=C.UTF-8 TERM=dumb KBOX_E2E_USER=$user KBOX_TIMEOUT_MULT=$kbox_mult CK_TIMEOUT_MULTIPLIER=$((4 * kbox_mult))"
 # run_one NAME WHO COMMAND: COMMAND from the checkout's top as WHO, under
 # the suite timeout; its output with a prefix; counts from its summary.
 run_one() {

@@ -3,8 +3,8 @@
 # L1's initramfs as /init): load the modules this initramfs carries, mount
 # the host's / (9p, read-only) under an overlay whose writes land on the
 # scratch disk, and hand over to stage 2, tests/hwkvm/inside.sh of the
-# checkout, in that overlay.  The kernel passes kbox_* from its command
-# line in the environment.
+# checkout, in that overlay.  The job (kbox_* variables: the checkout, the
+# build folder, the suites) is in job.env at the top of the scratch disk.
 /bin/busybox mkdir -p /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
@@ -35,6 +35,10 @@ mkdir -p /mnt/lower /mnt/scratch
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /mnt/lower ||
 	die "cannot mount the host's tree (9p)"
 mount -t ext4 /dev/vda /mnt/scratch || die "cannot mount the scratch disk"
+[ -f /mnt/scratch/job.env ] || die "no job.env on the scratch disk"
+set -a
+. /mnt/scratch/job.env
+set +a
 mkdir -p /mnt/scratch/upper /mnt/scratch/work
 mount -t overlay -o lowerdir=/mnt/lower,upperdir=/mnt/scratch/upper,workdir=/mnt/scratch/work overlay /new ||
 	die "cannot mount the overlay"

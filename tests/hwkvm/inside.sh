@@ -136,7 +136,7 @@ run_one() {
 	echo "hwkvm: $_name@$_who: $_p passed, $_f failed (${_secs}s)"
 }
 
-for s in $(echo "$kbox_suites" | tr ',' ' '); do
+for s in $kbox_suites; do
 	name=${s%@*}
 	only=
 	[ "$name" != "$s" ] && only=${s#*@}
@@ -147,7 +147,7 @@ for s in $(echo "$kbox_suites" | tr ',' ' '); do
 		continue
 	fi
 	who=$(echo "$line" | cut -d: -f2)
-	cmd=$(echo "$line" | cut -d: -f3- | sed "s|BUILD|$kbox_build|g")
+	cmd=$(echo "$line" | cut -d: -f3-)
 	case $only:$who in
 	:both) whos="user root" ;;
 	:*) whos=$who ;;
@@ -155,8 +155,13 @@ for s in $(echo "$kbox_suites" | tr ',' ' '); do
 	*) echo "not ok - $s: who is '$only'? (user or root)"; fail=$((fail + 1)); continue ;;
 	esac
 	for w in $whos; do
-		# shellcheck disable=SC2086
-		run_one "$name" "$w" $cmd
+		# The command's words, with the build folder as one word (its path
+		# may hold spaces).
+		set --
+		for word in $cmd; do
+			if [ "$word" = BUILD ]; then set -- "$@" "$kbox_build"; else set -- "$@" "$word"; fi
+		done
+		run_one "$name" "$w" "$@"
 	done
 done
 finish

@@ -54,7 +54,6 @@ cannot() {
 }
 
 case $build in /*) ;; *) build=$(cd "$build" 2>/dev/null && pwd) || cannot "no build folder; run make first" ;; esac
-case "$top$build$(echo "$*" | tr -d ' ')" in *[!A-Za-z0-9_./@+-]*) cannot "the checkout's path ($top), the build folder and suite names may hold only [A-Za-z0-9_./@+-] (they travel on L1's kernel command line)" ;; esac
 command -v qemu-system-x86_64 >/dev/null || cannot "qemu-system-x86_64 is missing: sudo apt-get install qemu-system-x86 (or sudo make deps)"
 for t in cpio depmod mkfs.ext4 dpkg apt-get; do
 	command -v "$t" >/dev/null || [ -x "/sbin/$t" ] || [ -x "/usr/sbin/$t" ] ||
@@ -177,14 +176,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "hwkvm: interrupted" >&2; exit 1' INT TERM HUP
 
-# The scratch disk: sparse, so only what L1 writes takes space.
+# The job for L1 (paths and suites) goes on the scratch disk, not on the
+# kernel command line, so that a path may hold any character; the disk is
+# sparse, so only what L1 writes takes space.
+q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+mkdir "$run/seed"
+{
+	echo "kbox_top=$(q "$top")"
+	echo "kbox_build=$(q "$build")"
+	echo "kbox_suites=$(q "$*")"
+	echo "kbox_suite_timeout=$(q "$suite_timeout")"
+	echo "kbox_mult=$(q "$mult")"
+	echo "kbox_kver=$(q "$kver")"
+	echo "kbox_moddir=$(q "$moddir")"
+} >"$run/seed/job.env"
 truncate -s 32G "$run/scratch.img" && mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 \
-	-O ^has_journal "$run/scratch.img" >/dev/null || cannot "cannot make the scratch disk in $run"
-
-suites=$(echo "$*" | tr ' ' ',')
+	-O ^has_journal -d "$run/seed" "$run/scratch.img" >/dev/null || cannot "cannot make the scratch disk in $run"
 cmdline="console=ttyS0 quiet loglevel=3 panic=-1 oops=panic"
-cmdline="$cmdline kbox_top=$top kbox_build=$build kbox_suites=$suites"
-cmdline="$cmdline kbox_suite_timeout=$suite_timeout kbox_mult=$mult kbox_kver=$kver kbox_moddir=$moddir"
 
 echo "hwkvm: L1 $pkg $ver, $cpus vCPUs, $mem MiB, TCG with AMD SVM+NPT; suites: $*"
 echo "hwkvm: L1's console goes to $log"

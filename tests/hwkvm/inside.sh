@@ -104,19 +104,25 @@ run_one() {
 	_out=/tmp/hwkvm-$_name@$_who.log
 	_t0=$(date +%s)
 	echo "hwkvm: start $_name@$_who"
+	# The output goes to $_out, and from there to the console as it comes
+	# (prefixed; tail ends once the suite has, even if something it left
+	# behind still holds the file).
 	if [ "$_who" = user ]; then
 		# shellcheck disable=SC2086
-		(cd "$kbox_top" && timeout -k 20 "$kbox_suite_timeout" runuser -u "$user" -- env -i $envs \
+		(cd "$kbox_top" && exec timeout -k 20 "$kbox_suite_timeout" runuser -u "$user" -- env -i $envs \
 			HOME="/home/$user" USER="$user" LOGNAME="$user" XDG_RUNTIME_DIR="/run/user/$uid" \
-			"$@") </dev/null >"$_out" 2>&1
+			"$@") </dev/null >"$_out" 2>&1 &
 	else
 		# shellcheck disable=SC2086
-		(cd "$kbox_top" && timeout -k 20 "$kbox_suite_timeout" env -i $envs HOME=/root USER=root \
-			LOGNAME=root "$@") </dev/null >"$_out" 2>&1
+		(cd "$kbox_top" && exec timeout -k 20 "$kbox_suite_timeout" env -i $envs HOME=/root USER=root \
+			LOGNAME=root "$@") </dev/null >"$_out" 2>&1 &
 	fi
+	_pid=$!
+	tail -n +1 -F --pid="$_pid" "$_out" 2>/dev/null | sed -u "s/^/[$_name@$_who] /" &
+	wait "$_pid"
 	_rc=$?
+	wait
 	_secs=$(($(date +%s) - _t0))
-	sed "s/^/[$_name@$_who] /" "$_out"
 	_sum=$(grep -E '^([a-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$_out" | tail -1)
 	_p=$(echo "$_sum" | sed -n 's/^\([a-z-]*: \)\{0,1\}\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
 	_f=$(echo "$_sum" | sed -n 's/^\([a-z-]*: \)\{0,1\}\([0-9]*\) passed, \([0-9]*\) failed.*/\3/p')

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <string.h>
 
+_Static_assert(BLK_MAX_IOV >= VQ_MAX_SEGS, "one iovec per segment of a chain");
+
 static struct virtio_blk *to_blk(struct vq_dev *d)
 {
 	return (struct virtio_blk *)((char *)d - offsetof(struct virtio_blk, dev));

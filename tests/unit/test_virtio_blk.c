@@ -628,7 +628,9 @@ START_TEST(init_rejects)
 	ck_assert_uint_eq(b.capacity, NSECT);
 
 	struct blk_backend x;
-	ck_assert_int_eq(blk_file_open("/tmp", NULL, &x), -EINVAL);
+	struct blk_file_opts ro = { .read_only = true };
+	ck_assert_int_eq(blk_file_open("/tmp", &ro, &x), -EINVAL);
+	ck_assert_int_eq(blk_file_open("/tmp", NULL, &x), -EISDIR);
 	ck_assert_int_eq(blk_file_open("/nonexistent/kbox-disk", NULL, &x), -ENOENT);
 	blk_file_close(&x);
 }

@@ -557,6 +557,24 @@ START_TEST(read_only_refuses)
 }
 END_TEST
 
+/* The device refuses by itself, before the backend (whose fd might
+ * well be writable) is asked. */
+START_TEST(read_only_device_check)
+{
+	struct blk_backend sb = be;
+	sb.ops = &spy_ops;
+	sb.read_only = true;
+	device_up(&sb, 1ull << VIRTIO_F_VERSION_1 | 1ull << VIRTIO_BLK_F_RO);
+	memset(drv.ram + DATA, 0x44, 512);
+	ck_assert_int_eq(rw(VIRTIO_BLK_T_OUT, 0, 512, 512, false), VIRTIO_BLK_S_IOERR);
+	const uint64_t d[][3] = { { 0, 1, 0 } };
+	ck_assert_int_eq(dwz(VIRTIO_BLK_T_DISCARD, d, 1), VIRTIO_BLK_S_IOERR);
+	ck_assert_int_eq(dwz(VIRTIO_BLK_T_WRITE_ZEROES, d, 1), VIRTIO_BLK_S_IOERR);
+	ck_assert_uint_eq(spy.writes, 0);
+	ck_assert(file_is(0, 512, 0));
+}
+END_TEST
+
 /* Without FLUSH negotiated every write is synced before it completes. */
 START_TEST(write_through_without_flush)
 {
@@ -655,6 +673,7 @@ Suite *virtio_blk_suite(void)
 	tcase_add_test(tc, discard_write_zeroes_fallback);
 	tcase_add_test(tc, dwz_needs_features);
 	tcase_add_test(tc, read_only_refuses);
+	tcase_add_test(tc, read_only_device_check);
 	tcase_add_test(tc, write_through_without_flush);
 	tcase_add_test(tc, backend_errors);
 	tcase_add_test(tc, shrunk_file_read_fails);

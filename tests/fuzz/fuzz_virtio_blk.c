@@ -82,11 +82,11 @@ static void request(struct fz_input *in)
 	memcpy(h, &t32, 4);
 	memcpy(h + 8, &s64, 8);
 	memcpy(fv_at(&drv, DATA, 16), h, 16);
-	uint32_t len;
+	uint32_t len, base = 0x1000;
 	bool data_in = type == VIRTIO_BLK_T_IN || type == VIRTIO_BLK_T_GET_ID;
 	if (type == VIRTIO_BLK_T_DISCARD || type == VIRTIO_BLK_T_WRITE_ZEROES) {
 		len = 16u * (a.nseg % 20);
-		fz_take(in, fv_at(&drv, DATA + 16, len), len);
+		fz_take(in, fv_at(&drv, DATA + base, len), len);
 	} else {
 		len = a.len & 0x8000 ? a.len & 0x7fff : 512u * (a.len % 130);
 	}
@@ -97,7 +97,7 @@ static void request(struct fz_input *in)
 	off[n] = 0;
 	lens[n++] = 16;
 	unsigned pieces = 1 + a.pieces % 8;
-	uint32_t base = 0x1000, done = 0;
+	uint32_t done = 0;
 	for (unsigned i = 0; i < pieces && done < len; i++) {
 		uint32_t l = i + 1 == pieces ? len - done : (len - done) / 2 + 1;
 		off[n] = base + done;

@@ -14,7 +14,7 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # Every module source joins kbox and the unit tests; adding a file is enough.
-LIB_SRCS := $(sort $(filter-out vmm/main.c,$(wildcard vmm/*.c devices/*.c netstack/*.c)))
+LIB_SRCS := $(sort $(filter-out vmm/main.c,$(wildcard lib/*.c proto/*.c devices/*.c netstack/*.c vmm/*.c)))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 SAN_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/%.o)
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -51,8 +51,8 @@ $(BUILD)/kbox: $(BUILD)/obj/vmm/main.o $(LIB_OBJS)
 # small (every byte of the initramfs is copied by the guest kernel, which
 # is slow under PVM); glibc's static build works too.
 GUEST_CC ?= $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc || echo $(CC))
-GUEST_SRCS := $(sort $(wildcard guest-init/*.c)) vmm/exec_proto.c
-$(BUILD)/guest-init: $(GUEST_SRCS) $(wildcard guest-init/*.h) vmm/exec_proto.h
+GUEST_SRCS := $(sort $(wildcard guest-init/*.c)) proto/exec_proto.c
+$(BUILD)/guest-init: $(GUEST_SRCS) $(wildcard guest-init/*.h) proto/exec_proto.h
 	@mkdir -p $(dir $@)
 	$(GUEST_CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Os -static -s -I. -o $@ $(GUEST_SRCS)
 

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "netstack/fileio.h"
+#include "lib/fileio.h"
 #include "netstack/tls_cert.h"
 #include "vmm/run.h"
 

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "lib/guest_mem.h"
 
 #define VM_MAX_CPUS 64u
 #define VM_MAX_PIO  16u

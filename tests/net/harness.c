@@ -38,7 +38,7 @@
 #include "netstack/intercept.h"
 #include "netstack/policy.h"
 #include "netstack/stack.h"
-#include "netstack/tap.h"
+#include "tests/net/tap.h"
 #include "vmm/tlsconf.h"
 
 #define MAX_TABLE 64

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "netstack/yamltree.h"
+#include "lib/yamltree.h"
 
 #define SENV_MAX_BYTES (64u * 1024)
 

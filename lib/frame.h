@@ -4,8 +4,8 @@
  * replies, UDP datagrams for DNS, TCP resets).  Pure: no I/O, no state.
  * Every frame is hostile: each length field is checked against the bytes
  * received and checksums are verified before anything acts on a frame. */
-#ifndef KBOX_NETSTACK_FRAME_H
-#define KBOX_NETSTACK_FRAME_H
+#ifndef KBOX_LIB_FRAME_H
+#define KBOX_LIB_FRAME_H
 
 #include <stddef.h>
 #include <stdint.h>

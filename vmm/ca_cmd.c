@@ -11,7 +11,7 @@
 
 #include "lib/fileio.h"
 #include "netstack/tls_cert.h"
-#include "vmm/run.h"
+#include "vmm/cli.h"
 
 static void usage(FILE *f)
 {

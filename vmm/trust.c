@@ -17,8 +17,8 @@
 #include "lib/errbuf.h"
 #include "lib/fileio.h"
 #include "lib/secenv.h"
+#include "vmm/cli.h"
 #include "vmm/config.h"
-#include "vmm/run.h"
 
 #define STORE_MAX_BYTES (4u << 20)
 

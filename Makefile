@@ -97,7 +97,7 @@ define layer
 .PHONY: layering-$(1)
 layering: layering-$(1)
 layering-$(1): $(BUILD)/san/layering-main.o $(filter $(foreach d,$(1) $(2),$(BUILD)/san/$(d)/%),$(SAN_OBJS))
-	@if grep -nE '^\s*#\s*include\s*"($(subst $(space),|,$(filter-out $(1) $(2),$(LAYER_DIRS))))/' $(1)/*.[ch]; then \
+	@if grep -nE '^\s*#\s*include\s*["<]($(subst $(space),|,$(filter-out $(1) $(2),$(LAYER_DIRS))))/' $(1)/*.[ch]; then \
 		echo "layering: $(1)/ may include only $(1)/ $(addsuffix /,$(2)) (README.md, Layout)"; exit 1; fi
 	@mkdir -p $(BUILD)/layering
 	@$(CC) $(SAN) -o $(BUILD)/layering/$(1) $$(filter %.o,$$^) $(LDLIBS) 2>$(BUILD)/layering/$(1).log || \

@@ -14,7 +14,7 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # Every module source joins kbox and the unit tests; adding a file is enough.
-LIB_SRCS := $(sort $(filter-out vmm/main.c,$(wildcard vmm/*.c devices/*.c netstack/*.c)))
+LIB_SRCS := $(sort $(filter-out vmm/main.c,$(wildcard lib/*.c proto/*.c devices/*.c netstack/*.c vmm/*.c)))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 SAN_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/%.o)
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -29,7 +29,7 @@ DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc 
 	qemu-system-x86 kmod e2fsprogs \
 	dosfstools python3-fusepy
 
-.PHONY: all kernel check unit kvm-tests hw-prep hw-smoke hw-tests pvm-smoke pvm-e2e fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e guest-fuzz toolchain-image agent-tests fuzz fuzz-smoke deps clean
+.PHONY: all kernel check unit layering kvm-tests hw-prep hw-smoke hw-tests pvm-smoke pvm-e2e fuse-tests exec-tests net-tests tls-tests lockdown-tests e2e guest-fuzz toolchain-image agent-tests fuzz fuzz-smoke deps clean
 all: $(BUILD)/kbox $(BUILD)/guest-init $(BUILD)/initramfs.cpio
 
 deps:
@@ -51,8 +51,8 @@ $(BUILD)/kbox: $(BUILD)/obj/vmm/main.o $(LIB_OBJS)
 # small (every byte of the initramfs is copied by the guest kernel, which
 # is slow under PVM); glibc's static build works too.
 GUEST_CC ?= $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc || echo $(CC))
-GUEST_SRCS := $(sort $(wildcard guest-init/*.c)) vmm/exec_proto.c
-$(BUILD)/guest-init: $(GUEST_SRCS) $(wildcard guest-init/*.h) vmm/exec_proto.h
+GUEST_SRCS := $(sort $(wildcard guest-init/*.c)) proto/exec_proto.c
+$(BUILD)/guest-init: $(GUEST_SRCS) $(wildcard guest-init/*.h) proto/exec_proto.h
 	@mkdir -p $(dir $@)
 	$(GUEST_CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Os -static -s -I. -o $@ $(GUEST_SRCS)
 
@@ -77,9 +77,44 @@ $(BUILD)/unit-tests: $(UNIT_OBJS) $(SAN_OBJS)
 
 # Check's per-test timeouts (4 s unless a suite sets its own) are meant for
 # a quiet machine; CK_TIMEOUT_MULTIPLIER stretches them for a loaded one.
-unit: $(BUILD)/unit-tests
+unit: $(BUILD)/unit-tests layering
 	CK_TIMEOUT_MULTIPLIER=$${CK_TIMEOUT_MULTIPLIER:-4} ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 		UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/unit-tests
+
+# The layering, enforced (make unit runs it): lib/ and proto/ stand on
+# their own, devices/ and netstack/ use only themselves and lib/,
+# guest-init/ only proto/, and vmm/ sits on top of them all.  A lower
+# folder's #include of a higher one fails the grep (a type or an inline
+# function, which no link sees); its objects, linked with a bare main()
+# and the folders it may use alone, fail the link on any call up the tree.
+# guest-init/ needs only the grep: its build compiles nothing but it and
+# proto/.
+LAYER_DIRS := lib proto devices netstack vmm guest-init tests
+empty :=
+space := $(empty) $(empty)
+# $(call layer,FOLDER,FOLDERS IT MAY USE)
+define layer
+.PHONY: layering-$(1)
+layering: layering-$(1)
+layering-$(1): $(BUILD)/san/layering-main.o $(filter $(foreach d,$(1) $(2),$(BUILD)/san/$(d)/%),$(SAN_OBJS))
+	@if grep -nE '^\s*#\s*include\s*["<]($(subst $(space),|,$(filter-out $(1) $(2),$(LAYER_DIRS))))/' $(1)/*.[ch]; then \
+		echo "layering: $(1)/ may include only $(1)/ $(addsuffix /,$(2)) (README.md, Layout)"; exit 1; fi
+	@mkdir -p $(BUILD)/layering
+	@$(CC) $(SAN) -o $(BUILD)/layering/$(1) $$(filter %.o,$$^) $(LDLIBS) 2>$(BUILD)/layering/$(1).log || \
+		{ grep -o "undefined reference to .*" $(BUILD)/layering/$(1).log | sort -u; \
+		echo "layering: $(1)/ calls outside $(1)/ $(addsuffix /,$(2)) (README.md, Layout)"; exit 1; }
+endef
+$(eval $(call layer,lib,))
+$(eval $(call layer,proto,))
+$(eval $(call layer,devices,lib))
+$(eval $(call layer,netstack,lib))
+$(eval $(call layer,guest-init,proto))
+layering:
+	@echo "layering: lib/ proto/ devices/ netstack/ guest-init/ stand without the folders above them"
+
+$(BUILD)/san/layering-main.o:
+	@mkdir -p $(dir $@)
+	printf 'int main(void) { return 0; }\n' | $(CC) -x c -c -o $@ -
 
 # KVM-level tests: a freestanding guest that works in ring 3.
 kvm-tests: all $(BUILD)/test-guest.bin tests/guest/harness.c tests/guest/run.sh

@@ -11,7 +11,7 @@
  * wait in a bounded queue (full: dropped and counted) until the guest has
  * posted receive buffers, and vnet_rx_flush copies them in behind a
  * header with num_buffers = 1.  vnet_rx_enqueue_gso takes the merged
- * TCP frames of netstack/gso.h (up to 64 KiB): a driver that negotiated
+ * TCP frames of lib/gso.h (up to 64 KiB): a driver that negotiated
  * GUEST_TSO4 (and GUEST_CSUM) gets them whole with their GSO header, as
  * the spec lets it expect buffers of 65562 bytes without MRG_RXBUF
  * (Linux's "big packets"); for any other the device cuts them back into
@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "devices/virtqueue.h"
-#include "netstack/gso.h"
+#include "lib/gso.h"
 
 #define VIRTIO_NET_DEVICE_ID 1
 #define VIRTIO_NET_F_CSUM 0       /* the guest may leave TX checksums to us */
@@ -121,7 +121,7 @@ void vnet_destroy(struct vnet *v);
  * full (both counted as rx_dropped). */
 int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len);
 
-/* vnet_rx_enqueue for a frame described by *h (netstack/gso.h): a plain
+/* vnet_rx_enqueue for a frame described by *h (lib/gso.h): a plain
  * one (zero header), or a merged TCPv4 frame of up to VNET_MAX_GSO_FRAME
  * bytes, queued whole for a driver with GUEST_TSO4 and as its segments
  * otherwise.  Also -EINVAL (counted) for a header gso_segment refuses. */

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "lib/guest_mem.h"
 
 /* Feature bits the ring code understands (virtio 1.2 §6). */
 #define VIRTIO_F_INDIRECT_DESC 28

@@ -23,7 +23,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include "vmm/exec_proto.h"
+#include "proto/exec_proto.h"
 
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 /* After the command exits, output that stays quiet this long is left to

@@ -1,5 +1,5 @@
 /* Exec agent: runs commands inside the guest for the host, one per
- * connection, speaking the frames of vmm/exec_proto.h
+ * connection, speaking the frames of proto/exec_proto.h
  * (docs/exec-protocol.md).  Built into guest-init, and natively into the
  * loopback test, so the transport is injectable: the listener and the
  * per-connection handler take plain fds. */

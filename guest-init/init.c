@@ -33,7 +33,7 @@
 
 #include "guest-init/agent.h"
 #include "guest-init/senv.h"
-#include "vmm/exec_proto.h"
+#include "proto/exec_proto.h"
 
 /* reboot(2) ABI values, spelled out so that guest-init builds against any
  * libc's headers (musl does not ship <linux/reboot.h>). */

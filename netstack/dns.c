@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "netstack/frame.h"
+#include "lib/frame.h"
 
 #define FLAG_QR 0x8000u
 #define FLAG_TC 0x0200u

@@ -8,7 +8,7 @@
  * slices is found exactly like a whole one, and at most one encoded
  * placeholder's worth of bytes is ever held back. */
 #include "netstack/http_sub.h"
-#include "netstack/b64.h"
+#include "lib/b64.h"
 
 #include <ctype.h>
 #include <errno.h>

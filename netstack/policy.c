@@ -2,7 +2,7 @@
  * policy.h for the order of a decision and docs/network.md for the user's
  * view of it. */
 #include "netstack/policy.h"
-#include "netstack/errbuf.h"
+#include "lib/errbuf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
-/* secrets.yaml loader.  netstack/yamltree.c turns the file into a bounded
+/* secrets.yaml loader.  lib/yamltree.c turns the file into a bounded
  * tree (as for sandbox.yaml), which is then checked secret by secret.
  * Values are expanded from the environment or secrets.env
- * (netstack/secenv.c); an expanded value is treated as radioactive: it is
+ * (lib/secenv.c); an expanded value is treated as radioactive: it is
  * never shown in a message and is wiped before it is freed. */
 #include "netstack/secrets.h"
 
@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/secenv.h"
+#include "lib/yamltree.h"
 #include "netstack/policy.h"
-#include "netstack/secenv.h"
-#include "netstack/yamltree.h"
 
 /* The tree keeps literal values written in the file: they are secrets too,
  * so no message quotes an alias name or a refused byte. */

@@ -1,7 +1,7 @@
 /* The lwIP glue and the TCP proxy (see stack.h and docs/network.md).
  *
  * Debian's lwIP has no hook to accept any destination, so kbox parses
- * the guest's frames itself (netstack/frame.c) and hands TCP segments
+ * the guest's frames itself (lib/frame.c) and hands TCP segments
  * straight to tcp_input with lwIP's ip_data filled in as ip4_input would.
  * Listening pcbs bound to IP_ANY, one per destination port, turn a SYN
  * into a pcb whose local address is the one the guest dialled.  A SYN
@@ -43,8 +43,8 @@
 #include "lwip/tcp.h"
 #include "lwip/tcpip.h"
 
+#include "lib/frame.h"
 #include "netstack/flowtab.h"
-#include "netstack/frame.h"
 #include "netstack/intercept.h"
 #include "netstack/peek.h"
 

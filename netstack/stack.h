@@ -54,9 +54,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/gso.h"
 #include "netstack/audit.h"
 #include "netstack/dns.h"
-#include "netstack/gso.h"
 #include "netstack/intercept.h"
 #include "netstack/policy.h"
 
@@ -82,7 +82,7 @@ typedef void (*ns_output_fn)(void *ctx, const uint8_t *frame, size_t len);
 
 /* With segmentation offload: send frame[0, len) (at most GSO_FRAME_MAX
  * bytes) to the guest as described by *h, a virtio_net_hdr that is all
- * zero for a plain frame (netstack/gso.h).  Called like ns_output_fn. */
+ * zero for a plain frame (lib/gso.h).  Called like ns_output_fn. */
 typedef void (*ns_output_gso_fn)(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len);
 
 /* Resolve name (allowed by the policy) for qtype (DNS_TYPE_A or

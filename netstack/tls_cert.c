@@ -2,10 +2,10 @@
  * for the one certificate we load (our own CA), the X.509 v3 builder, PEM
  * and the on-disk CA.  Keys and signatures come from BearSSL. */
 #include "netstack/tls_cert.h"
-#include "netstack/b64.h"
-#include "netstack/datadir.h"
-#include "netstack/errbuf.h"
-#include "netstack/fileio.h"
+#include "lib/b64.h"
+#include "lib/datadir.h"
+#include "lib/errbuf.h"
+#include "lib/fileio.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * certificate through br_x509_decoder; every anchor lives in one
  * allocation (DN then key bytes) owned by the set. */
 #include "netstack/tls_trust.h"
-#include "netstack/fileio.h"
+#include "lib/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

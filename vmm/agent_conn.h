@@ -4,7 +4,7 @@
 
 #include <stdatomic.h>
 
-#include "vmm/exec_proto.h"
+#include "proto/exec_proto.h"
 
 /* The agent's vsock port inside the guest. */
 #define AGENT_PORT EP_VSOCK_PORT

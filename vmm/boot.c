@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "netstack/errbuf.h"
+#include "lib/errbuf.h"
 
 /* Kernel's own limits when an image does not say (x86 COMMAND_LINE_SIZE
  * less its NUL, as a bzImage's cmdline_size counts it, and the 32-bit

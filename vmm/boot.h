@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "lib/guest_mem.h"
 
 /* Fixed guest-physical layout below 1 MiB (see docs/boot.md). */
 #define BOOT_GDT_ADDR      0x0500ull

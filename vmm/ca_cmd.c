@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "netstack/fileio.h"
+#include "lib/fileio.h"
 #include "netstack/tls_cert.h"
-#include "vmm/run.h"
+#include "vmm/cli.h"
 
 static void usage(FILE *f)
 {

@@ -3,8 +3,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "vmm/run.h"
-
 int cli_die(const char *fmt, ...)
 {
 	va_list ap;

@@ -1,7 +1,7 @@
-/* sandbox.yaml loader.  netstack/yamltree.c turns the file into a small
+/* sandbox.yaml loader.  lib/yamltree.c turns the file into a small
  * tree (bounded in size, depth and node count, with anchors, aliases and
  * tags refused as the events arrive), ${VAR} is expanded (from the host
- * environment or secrets.env, netstack/secenv.c), then each top-level key
+ * environment or secrets.env, lib/secenv.c), then each top-level key
  * is handed to its entry in cfg_sections[].  Everything is parsed into a scratch config that
  * is moved into the caller's only when the whole file is good. */
 #include "vmm/config.h"
@@ -16,12 +16,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "netstack/errbuf.h"
+#include "lib/errbuf.h"
+#include "lib/secenv.h"
+#include "lib/yamltree.h"
 #include "netstack/policy.h"
 #include "netstack/resolver.h"
-#include "netstack/secenv.h"
 #include "netstack/secrets.h"
-#include "netstack/yamltree.h"
 #include "vmm/hostfiles.h"
 #include "vmm/mounts.h"
 

@@ -14,7 +14,11 @@ struct cpio {
 	int err; /* first error (-ENOMEM, -EINVAL); later calls do nothing */
 };
 
+/* An empty archive, no memory held yet. */
 void cpio_init(struct cpio *c);
+
+/* Free the archive's buffer and leave c empty, as after cpio_init; safe
+ * after any error and on an archive already freed. */
 void cpio_free(struct cpio *c);
 
 /* Append a directory (mode 0755) or a regular file with the given mode

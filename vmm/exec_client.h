@@ -4,7 +4,7 @@
 #ifndef KBOX_EXEC_CLIENT_H
 #define KBOX_EXEC_CLIENT_H
 
-#include "vmm/exec_proto.h"
+#include "proto/exec_proto.h"
 
 
 /* Run req over fd (a connected stream to the agent, already past any

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "netstack/errbuf.h"
+#include "lib/errbuf.h"
 
 #define MAX_LINKS 40 /* as the kernel's path walk */
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "netstack/datadir.h"
+#include "lib/datadir.h"
 #include "vmm/sandbox.h"
 
 #define JSON_MAX_DEPTH 32

@@ -7,8 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vmm/cli.h"
 #include "vmm/image.h"
-#include "vmm/run.h"
 
 static const char *const help_main =
 	"Usage: kbox image COMMAND [ARGS...]\n"

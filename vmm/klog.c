@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "netstack/datadir.h"
-#include "netstack/fileio.h"
+#include "lib/datadir.h"
+#include "lib/fileio.h"
 
 void klog_init(struct klog *k)
 {

@@ -21,6 +21,8 @@ struct klog {
 	char init_msg[KLOG_LINE];
 };
 
+/* A log with no file yet (fd -1, no echo) that has seen nothing: no
+ * exit status (-1), no panic, no guest-init failure. */
 void klog_init(struct klog *k);
 
 /* Open the kernel log for this run (created 0600, emptied): path when

@@ -16,7 +16,6 @@
 #include "vmm/cli.h"
 #include "vmm/exec_client.h"
 #include "vmm/lockdown.h"
-#include "vmm/run.h"
 #include "vmm/sandbox.h"
 
 #define MAX_ENV 256

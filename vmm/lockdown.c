@@ -27,8 +27,8 @@
 #include <dlfcn.h>
 #endif
 
+#include "vmm/cli.h"
 #include "vmm/mounts.h"
-#include "vmm/run.h"
 
 /* Debian's headers are older than the running kernels: the rights and
  * ruleset fields added after Linux 6.1, from the Landlock ABI. */

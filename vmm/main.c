@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "vmm/ca_cmd.h"
+#include "vmm/cli.h"
 #include "vmm/doctor.h"
 #include "vmm/image.h"
 #include "vmm/lifecycle.h"

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "lib/guest_mem.h"
 
 #define MPTABLE_ADDR     0xf0000ull /* BIOS area: reserved in e820, scanned by Linux */
 #define MPTABLE_MAX_CPUS 64u

@@ -17,7 +17,7 @@
 
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
-#include "netstack/datadir.h"
+#include "lib/datadir.h"
 #include "netstack/tls_cert.h"
 #include "vmm/agent_conn.h"
 #include "vmm/boot.h"

@@ -4,12 +4,9 @@
 
 #include <stdio.h>
 
-/* Exit status for failures of kbox itself (as docker and podman do). */
-#define KBOX_EXIT_FAILURE 125
-
 /* Entry point for `kbox run ARGS…` (argv[0] is "run").  Returns the
  * process exit status: the command's own, 128+N for a signal, or
- * KBOX_EXIT_FAILURE with one line on stderr saying what to do. */
+ * KBOX_EXIT_FAILURE (vmm/cli.h) with one line on stderr saying what to do. */
 int run_main(int argc, char **argv);
 
 /* Help text for `kbox run --help`. */

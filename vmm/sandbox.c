@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "netstack/datadir.h"
+#include "lib/datadir.h"
 
 int sandbox_runtime_dir(char *buf, size_t len)
 {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "vmm/run.h"
+#include "vmm/cli.h"
 #include "vmm/sandbox.h"
 
 static void usage(FILE *f)

@@ -30,6 +30,9 @@ struct serial {
  * NULL to drop them) and whose interrupt line is irq (may be NULL). */
 void serial_init(struct serial *s, struct irq_sink *irq,
 		 void (*out)(void *ctx, const uint8_t *b, size_t n), void *ctx);
+
+/* Release the UART's lock; neither a vCPU nor the host input may call in
+ * any more. */
 void serial_destroy(struct serial *s);
 
 /* Guest port access at offset 0..7 from the UART's base.  Offsets outside

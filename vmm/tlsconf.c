@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/secenv.h"
 #include "lwip/tcpip.h"
-#include "netstack/secenv.h"
 #include "netstack/tls_sni.h"
 
 static const char *const CA_ENV[] = {

@@ -13,12 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "netstack/datadir.h"
-#include "netstack/errbuf.h"
-#include "netstack/fileio.h"
-#include "netstack/secenv.h"
+#include "lib/datadir.h"
+#include "lib/errbuf.h"
+#include "lib/fileio.h"
+#include "lib/secenv.h"
+#include "vmm/cli.h"
 #include "vmm/config.h"
-#include "vmm/run.h"
 
 #define STORE_MAX_BYTES (4u << 20)
 

@@ -49,6 +49,9 @@ struct vbus {
 	int running;
 };
 
+/* An empty bus for vm: its lock and the eventfd that will end its
+ * device thread.  Returns 0 or a negative errno (no eventfd); vbus_destroy
+ * may be called either way. */
 int vbus_init(struct vbus *b, struct vm *vm);
 
 /* Attach dev at the next window; poller may be NULL.  Registers the MMIO
@@ -62,6 +65,10 @@ int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *polle
 int vbus_start(struct vbus *b);
 void vbus_stop(struct vbus *b);
 
+/* Stop the device thread if it runs, then close every slot's ioeventfds
+ * and irqfd and the bus's own eventfd.  The device models stay the
+ * caller's: once the vCPUs have stopped (their MMIO exits call in too)
+ * and this returns, nothing calls into them, so they may be destroyed. */
 void vbus_destroy(struct vbus *b);
 
 #endif

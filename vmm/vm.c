@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "netstack/errbuf.h"
+#include "lib/errbuf.h"
 #include "vmm/boot.h"
 
 #define KICK_SIGNAL SIGUSR1

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "lib/guest_mem.h"
 
 #define VM_MAX_CPUS 64u
 #define VM_MAX_PIO  16u
@@ -94,6 +94,9 @@ enum vm_end vm_run(struct vm *vm);
  * of KVM_RUN. */
 void vm_stop(struct vm *vm, enum vm_end why);
 
+/* Unmap RAM and every vCPU's run area and close the vCPU, VM and
+ * /dev/kvm fds.  Safe after a vm_create that failed; the vCPU threads
+ * must have ended (vm_run has returned, or never ran). */
 void vm_destroy(struct vm *vm);
 
 /* The guest TSC frequency in kHz (KVM_GET_TSC_KHZ on vCPU 0), or 0 if KVM

@@ -14,7 +14,7 @@
 #                via 10.0.2.2: pasta copies it as its template);
 #   kbox-bx-PID  the veth's other end, alone: what goes there stays there;
 #   kbox-bk-PID  guest of kbox's stack (TAP, 10.0.2.15, gateway 10.0.2.2),
-#                merged TCP segments towards the guest (netstack/gso.h);
+#                merged TCP segments towards the guest (lib/gso.h);
 #   kbox-bK-PID  the same without them (--gso off: one frame per segment);
 #   kbox-bs-PID  guest of slirp4netns, MTU 1500 (its default);
 #   kbox-bS-PID  guest of slirp4netns --mtu 65520;

@@ -24,7 +24,7 @@ bad() { echo "FAIL $1${2:+: $2}"; fail=$((fail + 1)); }
 # check NAME EXPECTED ACTUAL
 check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "expected '$2', got '$3'"; fi; }
 
-SRCS="tests/exec/loopback.c guest-init/agent.c guest-init/senv.c vmm/exec_proto.c vmm/exec_client.c vmm/agent_conn.c"
+SRCS="tests/exec/loopback.c guest-init/agent.c guest-init/senv.c proto/exec_proto.c vmm/exec_client.c vmm/agent_conn.c"
 CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -Wformat=2 -I."
 if ! ${CC:-cc} $CF -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer -o "$B/loopback-san" $SRCS ||
@@ -35,7 +35,7 @@ if ! ${CC:-cc} $CF -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all
 fi
 if command -v musl-gcc >/dev/null; then
 	if musl-gcc $CF -Os -static -o "$B/agent-musl.o" -c guest-init/agent.c &&
-		musl-gcc $CF -Os -static -o "$B/proto-musl.o" -c vmm/exec_proto.c; then
+		musl-gcc $CF -Os -static -o "$B/proto-musl.o" -c proto/exec_proto.c; then
 		ok "agent and codec build for the guest (musl, static)"
 	else
 		bad "agent and codec build for the guest (musl, static)"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/exec_proto.h"
+#include "proto/exec_proto.h"
 
 static struct ep_reader rd;
 static uint8_t reenc[EP_MAX_FRAME];

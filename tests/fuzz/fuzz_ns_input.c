@@ -25,8 +25,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "netstack/frame.h"
-#include "netstack/gso.h"
+#include "lib/frame.h"
+#include "lib/gso.h"
 #include "netstack/stack.h"
 
 static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
@@ -57,7 +57,7 @@ static void cut_out(void *ctx, const struct gso_hdr *h, const uint8_t *frame, si
 	output(ctx, frame, len);
 }
 
-/* The stack merges its TCP segments (netstack/gso.h): each merged frame
+/* The stack merges its TCP segments (lib/gso.h): each merged frame
  * must cut back into segments as a guest's kernel would cut it. */
 static void output_gso(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {

@@ -4,7 +4,7 @@
  * chain of fuzzed descriptors on the rx or tx queue, a frame of fuzzed
  * length for the guest, a flush, a raw register write, or a driver reset
  * (taking the receive offloads or not); and merged TCP frames for the
- * guest (netstack/gso.h), with fuzzed headers or well formed from
+ * guest (lib/gso.h), with fuzzed headers or well formed from
  * segments of fuzzed sizes.
  * Transmitted frames are echoed back when their first byte is odd.  The
  * device must never crash, leak or loop, and must never touch memory

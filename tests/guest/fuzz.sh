@@ -15,10 +15,10 @@ if [ ! -e /dev/kvm ]; then
 	exit 0
 fi
 
-# The VM, the bus, the mounts and every device and network module: what
-# `kbox run` wires the guest's devices with.
-srcs=$(ls vmm/vm.c vmm/guest_mem.c vmm/boot.c vmm/mptable.c vmm/virtio_bus.c vmm/mounts.c \
-	devices/*.c netstack/*.c)
+# The VM, the bus, the mounts, the shared pieces (lib/) and every device
+# and network module: what `kbox run` wires the guest's devices with.
+srcs=$(ls vmm/vm.c vmm/boot.c vmm/mptable.c vmm/virtio_bus.c vmm/mounts.c \
+	lib/*.c devices/*.c netstack/*.c)
 objs=$(for s in $srcs; do printf '%s ' "$B/san/${s%.c}.o"; done)
 # Same objects as `make unit` builds (the Makefile's sanitizer rule).
 make -s BUILD="$B" "$B/test-guest.bin" $objs

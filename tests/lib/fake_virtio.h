@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "devices/virtio_mmio.h"
-#include "vmm/guest_mem.h"
+#include "lib/guest_mem.h"
 
 #define FV_MAX_QUEUES 4
 #define FV_DESC_F_NEXT 1u

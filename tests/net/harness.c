@@ -16,7 +16,7 @@
  *
  * The TAP carries a virtio_net_hdr before each frame (IFF_VNET_HDR), so
  * with --gso on (the default) the stack's merged TCP segments go to the
- * namespace's kernel as one large frame each (netstack/gso.h), as they go
+ * namespace's kernel as one large frame each (lib/gso.h), as they go
  * to a guest's virtio-net driver.  No offload is enabled for the other
  * direction (TUNSETOFFLOAD): the kernel sends us plain, checksummed
  * frames of at most the MTU, which is what lwIP's MSS expects. */
@@ -38,7 +38,7 @@
 #include "netstack/intercept.h"
 #include "netstack/policy.h"
 #include "netstack/stack.h"
-#include "netstack/tap.h"
+#include "tests/net/tap.h"
 #include "vmm/tlsconf.h"
 
 #define MAX_TABLE 64

@@ -53,7 +53,7 @@ nl_build_harness() {
 	fi
 	mkdir -p "$(dirname "$1")"
 	# shellcheck disable=SC2086,SC2046
-	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c netstack/*.c vmm/tlsconf.c $(pkg-config --libs lwip) \
+	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/tlsconf.c $(pkg-config --libs lwip) \
 		-lbearssl -lyaml -lpthread; then
 		bad "harness builds"
 		finish

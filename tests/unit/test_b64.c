@@ -1,7 +1,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "netstack/b64.h"
+#include "lib/b64.h"
 
 START_TEST(quantum_rfc4648_vectors)
 {

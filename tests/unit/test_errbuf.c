@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "netstack/errbuf.h"
+#include "lib/errbuf.h"
 
 START_TEST(say_fits_and_cuts)
 {

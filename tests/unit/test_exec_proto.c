@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/exec_proto.h"
+#include "proto/exec_proto.h"
 
 static char *argv3[] = { "sh", "-c", "echo hi", NULL };
 static char *env2[] = { "HOME=/root", "TERM=xterm", NULL };

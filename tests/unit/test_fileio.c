@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "netstack/fileio.h"
+#include "lib/fileio.h"
 
 static char dir[64], file[128];
 

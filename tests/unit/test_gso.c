@@ -1,4 +1,4 @@
-/* The segment merger (netstack/gso.c): every merged frame is cut back
+/* The segment merger (lib/gso.c): every merged frame is cut back
  * into segments here the way the peer does it (Linux's tcp_gso_segment,
  * virtio 1.2 §5.1.6.2), its checksums completed and recomputed, and the
  * result must be the original segments byte for byte, in their order.
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "netstack/frame.h"
-#include "netstack/gso.h"
+#include "lib/frame.h"
+#include "lib/gso.h"
 
 #define MAXF 512
 

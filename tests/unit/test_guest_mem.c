@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "lib/guest_mem.h"
 
 static uint8_t ram_lo[4096], ram_hi[4096];
 

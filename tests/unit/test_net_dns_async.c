@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "netstack/frame.h"
+#include "lib/frame.h"
 #include "netstack/stack.h"
 
 static const uint8_t gmac[6] = {0x02, 0, 0, 0, 0, 0x15};

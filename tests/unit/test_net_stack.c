@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/frame.h"
 #include "netstack/flowtab.h"
-#include "netstack/frame.h"
 #include "netstack/stack.h"
 
 static const uint8_t gmac[6] = {0x02, 0, 0, 0, 0, 0x15};

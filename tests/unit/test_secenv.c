@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "netstack/secenv.h"
+#include "lib/secenv.h"
 
 #define ERRLEN 512
 

@@ -500,7 +500,7 @@ START_TEST(csum_request_without_offload_dropped)
 END_TEST
 
 /* Three TCP segments from 10.0.2.2:80 (the last one short and pushed)
- * in segs, merged by netstack/gso.c into *m. */
+ * in segs, merged by lib/gso.c into *m. */
 static uint8_t segs[3][VNET_MAX_FRAME];
 static size_t seglen[3];
 static uint8_t merged[VNET_MAX_GSO_FRAME];

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "netstack/yamltree.h"
+#include "lib/yamltree.h"
 
 #define ERRLEN 512
 

@@ -1,4 +1,4 @@
-#include "netstack/frame.h"
+#include "lib/frame.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -24,13 +24,13 @@
  * on the last, the IP identifier counting up from the first's.
  *
  * Pure: no I/O, no locking (the stack calls it under its lock). */
-#ifndef KBOX_NETSTACK_GSO_H
-#define KBOX_NETSTACK_GSO_H
+#ifndef KBOX_LIB_GSO_H
+#define KBOX_LIB_GSO_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "netstack/frame.h"
+#include "lib/frame.h"
 
 #define GSO_F_NEEDS_CSUM 1u /* virtio_net_hdr flags */
 #define GSO_TYPE_NONE 0u    /* virtio_net_hdr gso_type */

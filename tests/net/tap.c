@@ -1,4 +1,4 @@
-#include "netstack/tap.h"
+#include "tests/net/tap.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,29 +4,35 @@
  * replies, UDP datagrams for DNS, TCP resets).  Pure: no I/O, no state.
  * Every frame is hostile: each length field is checked against the bytes
  * received and checksums are verified before anything acts on a frame. */
-#ifndef KBOX_NETSTACK_FRAME_H
-#define KBOX_NETSTACK_FRAME_H
+#ifndef KBOX_LIB_FRAME_H
+#define KBOX_LIB_FRAME_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Network byte order fields at b (no alignment needed). */
+/* Network byte order fields at b (no alignment needed); the caller has
+ * checked that the 2 or 4 bytes lie inside the frame. */
+
+/* The big-endian 16-bit field at b. */
 static inline uint16_t fr_get16(const uint8_t *b)
 {
 	return (uint16_t)(b[0] << 8 | b[1]);
 }
 
+/* The big-endian 32-bit field at b. */
 static inline uint32_t fr_get32(const uint8_t *b)
 {
 	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
+/* Store v big-endian in b[0..2). */
 static inline void fr_put16(uint8_t *b, uint16_t v)
 {
 	b[0] = (uint8_t)(v >> 8);
 	b[1] = (uint8_t)v;
 }
 
+/* Store v big-endian in b[0..4). */
 static inline void fr_put32(uint8_t *b, uint32_t v)
 {
 	fr_put16(b, (uint16_t)(v >> 16));

@@ -1,5 +1,5 @@
 /* Exec channel framing; see exec_proto.h and docs/exec-protocol.md. */
-#include "vmm/exec_proto.h"
+#include "proto/exec_proto.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* The message a failing call leaves in its caller's error buffer: most of
  * kbox's functions take (char *err, size_t errlen), either of which may be
  * NULL or 0 when the caller wants no message. */
-#ifndef KBOX_NETSTACK_ERRBUF_H
-#define KBOX_NETSTACK_ERRBUF_H
+#ifndef KBOX_LIB_ERRBUF_H
+#define KBOX_LIB_ERRBUF_H
 
 #include <stddef.h>
 

@@ -10,13 +10,13 @@
  * The last line that sets a name wins, as in a shell.  Every value may be
  * real: messages name positions and keys, never values, and the text is
  * wiped before it is freed. */
-#ifndef KBOX_NETSTACK_SECENV_H
-#define KBOX_NETSTACK_SECENV_H
+#ifndef KBOX_LIB_SECENV_H
+#define KBOX_LIB_SECENV_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "netstack/yamltree.h"
+#include "lib/yamltree.h"
 
 #define SENV_MAX_BYTES (64u * 1024)
 

@@ -1,8 +1,8 @@
 /* Whole small files: the ones kbox keeps for a user (its CA, the trust
  * store) and the ones it is handed (kbox.yaml, secrets files), read with a
  * size cap and written without a short write going unnoticed. */
-#ifndef KBOX_NETSTACK_FILEIO_H
-#define KBOX_NETSTACK_FILEIO_H
+#ifndef KBOX_LIB_FILEIO_H
+#define KBOX_LIB_FILEIO_H
 
 #include <stddef.h>
 #include <sys/stat.h>

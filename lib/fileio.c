@@ -1,4 +1,4 @@
-#include "netstack/fileio.h"
+#include "lib/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* Base64 (RFC 4648) by the character and by the quantum, for the PEM files
  * of the CA and for secrets hidden in base64 inside HTTP requests. */
-#ifndef KBOX_NETSTACK_B64_H
-#define KBOX_NETSTACK_B64_H
+#ifndef KBOX_LIB_B64_H
+#define KBOX_LIB_B64_H
 
 #include <stdbool.h>
 #include <stddef.h>

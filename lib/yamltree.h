@@ -5,8 +5,8 @@
  * ("FILE:LINE:COL: what is wrong; what was expected", values shown as safe
  * printable text) and the bounded read of a file.  Both files are hostile
  * input: nothing here trusts a byte of them. */
-#ifndef KBOX_NETSTACK_YAMLTREE_H
-#define KBOX_NETSTACK_YAMLTREE_H
+#ifndef KBOX_LIB_YAMLTREE_H
+#define KBOX_LIB_YAMLTREE_H
 
 #include <stdarg.h>
 #include <stdbool.h>

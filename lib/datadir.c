@@ -1,4 +1,4 @@
-#include "netstack/datadir.h"
+#include "lib/datadir.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* The tree is built from libyaml's event stream, not its document API, so
  * that an anchor, an alias or a tag is refused the moment it appears and a
  * "billion laughs" file never gets to grow. */
-#include "netstack/yamltree.h"
+#include "lib/yamltree.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "netstack/fileio.h"
+#include "lib/fileio.h"
 
 void yt_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
 {

@@ -1,4 +1,4 @@
-#include "netstack/errbuf.h"
+#include "lib/errbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "netstack/gso.h"
+#include "lib/gso.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Where kbox keeps a user's own data (the CA, the trust store). */
-#ifndef KBOX_NETSTACK_DATADIR_H
-#define KBOX_NETSTACK_DATADIR_H
+#ifndef KBOX_LIB_DATADIR_H
+#define KBOX_LIB_DATADIR_H
 
 #include <stddef.h>
 

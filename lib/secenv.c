@@ -1,5 +1,5 @@
 /* secrets.env, read once and split in place into KEY/VALUE pointers. */
-#include "netstack/secenv.h"
+#include "lib/secenv.h"
 
 #include <errno.h>
 #include <stdio.h>

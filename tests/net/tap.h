@@ -1,7 +1,7 @@
 /* A TAP device as the guest's link: the test harness attaches the stack
  * to one whose other end lives in a network namespace the test made. */
-#ifndef KBOX_NETSTACK_TAP_H
-#define KBOX_NETSTACK_TAP_H
+#ifndef KBOX_TESTS_NET_TAP_H
+#define KBOX_TESTS_NET_TAP_H
 
 #include <stddef.h>
 

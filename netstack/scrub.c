@@ -8,7 +8,7 @@
  * table of the bytes that may begin any form keeps the scan at one lookup
  * per byte for bytes that begin nothing. */
 #include "netstack/scrub.h"
-#include "netstack/b64.h"
+#include "lib/b64.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "netstack/b64.h"
+#include "lib/b64.h"
 #include "netstack/scrub.h"
 #include "netstack/secrets.h"
 

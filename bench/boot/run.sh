@@ -13,9 +13,10 @@
 # and the chart go, default BUILD/bench), MEM (MiB, default 256), QEMU_CPU
 # (default host), TIMEOUT (seconds per boot; default 240 on PVM, 20 otherwise,
 # times KBOX_TIMEOUT_MULT), BZ=0 skips kbox on the bzImage (two slow boots on
-# PVM hosts), EMULATED=WHAT says that this machine is itself emulated (the
-# hardware-KVM lane sets EMULATED=tcg: tests/hwkvm, make hw-bench), which the
-# output then states; a `hypervisor` CPU flag alone gets a note too.
+# PVM hosts), QEMU (the binary; QEMU= for kbox only), EMULATED=WHAT says
+# that this machine is itself emulated (the hardware-KVM lane sets
+# EMULATED=tcg: tests/hwkvm, make hw-bench), which the output then states; a
+# `hypervisor` CPU flag alone gets a note too.
 #
 # Measures, per run (medians over the iterations):
 #  first  start of the process to the first byte on the serial console, with
@@ -39,7 +40,8 @@
 #         (to "devtmpfs: initialized", i.e. driver_init()), driver init (the
 #         initcalls, to "Run /init as init process"), the first exec of the
 #         user's command (it writes "kbox-bench: first exec" to /dev/kmsg)
-#         and from there to "reboot:". Decompression happens before the
+#         and from there to "reboot:" (when the guest got that far before
+#         its VMM stopped it). Decompression happens before the
 #         kernel has a clock: its row is kbox's first byte on the bzImage
 #         minus that on the vmlinux (none for a vmlinux).
 # QEMU cannot load a vmlinux without a PVH note (ours has none), so it boots
@@ -69,7 +71,7 @@ for f in "$B/kbox" "$VMLINUX" "$INITRD"; do
 	[ -e "$f" ] || { echo "bench/boot: $f missing (make all; make kernel)" >&2; exit 1; }
 done
 [ -e /dev/kvm ] || { echo "bench/boot: skip, no /dev/kvm"; exit 0; }
-QEMU=$(command -v qemu-system-x86_64 || true)
+QEMU=${QEMU-$(command -v qemu-system-x86_64 || true)}
 if [ -z "$QEMU" ]; then
 	echo "bench/boot: qemu-system-x86_64 not found; kbox only" \
 		"(apt-get install qemu-system-x86)" >&2
@@ -225,7 +227,7 @@ pmed() {
 		if (k == "exec" && r >= 0 && e >= r) v = e - r
 		if (k == "reboot" && e >= 0 && b >= e) v = b - e
 		if (k == "total" && b >= 0) v = b
-		if (v >= 0) print v }' "$PHASES" |
+		if (v >= 0) printf "%.1f\n", v }' "$PHASES" |
 		sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print v[int((NR + 1) / 2)] }'
 }
 prow() {
@@ -289,6 +291,8 @@ fi
 # line), a verbose run's log when every phase line was seen in it.
 awk '{ ok = ($1 ~ /^qemu/) ? ($4 >= 0 && $5 != "timeout") : ($5 == "0"); if (ok) p++; else f++ }
 	END { printf "%d %d\n", p, f }' "$RES" >"$tmp/sum"
-awk '{ ok = 1; for (i = 2; i <= 6; i++) if ($i < 0) ok = 0; if (ok) p++; else f++ }
+# (The reboot line is not required: kbox may stop the guest as soon as the
+# exec agent reported the command's exit, before the kernel prints it.)
+awk '{ ok = 1; for (i = 2; i <= 5; i++) if ($i < 0) ok = 0; if (ok) p++; else f++ }
 	END { printf "%d %d\n", p, f }' "$PHASES" >>"$tmp/sum"
 awk '{ p += $1; f += $2 } END { printf "bench-boot: %d passed, %d failed\n", p, f; exit f > 0 }' "$tmp/sum"

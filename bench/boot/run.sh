@@ -130,7 +130,8 @@ phases() {
 	c < 0 && index(l, "] Kernel command line:") { c = ts(l) }
 	d < 0 && index(l, "] devtmpfs: initialized") { d = ts(l) }
 	r < 0 && index(l, "] Run /") && index(l, " as init process") { r = ts(l) }
-	e < 0 && index(l, em) { e = ts(l) }
+	# The line itself, not the command line that holds the init script.
+	e < 0 && index(l, "] " em) { e = ts(l) }
 	b < 0 && index(l, "] reboot: ") { b = ts(l) }
 	BEGIN { c = d = r = e = b = -1 }
 	END { printf "%s %.1f %.1f %.1f %.1f %.1f\n", n, c, d, r, e, b }' "$2" >>"$PHASES"

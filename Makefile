@@ -203,6 +203,14 @@ hw-smoke: hw-prep
 hw-tests: hw-prep
 	KBOX_HWKVM_NAME=hw-tests tests/hwkvm/run.sh $(BUILD) $(HW_SUITES)
 
+# bench/boot inside L1: kbox against QEMU's microvm, both on L1's nested
+# KVM (docs/benchmarks.md).  A benchmark, not a timed test: not in hw-tests.
+# benchtool is built here, as L1's user cannot write to the build folder.
+.PHONY: hw-bench
+hw-bench: hw-prep
+	B=$(BUILD) CC=$(CC) sh -c '. bench/lib/lib.sh'
+	KBOX_HWKVM_NAME=hw-bench tests/hwkvm/run.sh $(BUILD) bench-boot
+
 check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests tls-tests pvm-smoke hw-tests
 	$(MAKE) guest-fuzz SECONDS=30
 

@@ -4,7 +4,7 @@
  *
  *   benchtool now
  *       CLOCK_MONOTONIC in nanoseconds.
- *   benchtool boot FIFO MARKER TIMEOUT_S [END] -- CMD [ARG...]
+ *   benchtool boot [-l LOG] FIFO MARKER TIMEOUT_S [END] -- CMD [ARG...]
  *       Runs CMD, whose serial console goes to the FIFO, and prints one line:
  *       "first_ms=F marker_ms=M end_ms=D exit_ms=E status=S rss_kib=R guest_kib=G"
  *       F: first console byte; M: first line containing MARKER, where the
@@ -13,7 +13,10 @@
  *       after which CMD gets SIGTERM (for a VMM that cannot end the guest by
  *       itself); E: CMD's exit. Times are from just before the fork; -1 if
  *       it did not happen. CMD gets SIGTERM, then SIGKILL, after TIMEOUT_S
- *       (status=timeout).
+ *       (status=timeout). With -l, every console line is also written to LOG
+ *       as "MS<TAB>LINE", MS its arrival (when its newline came) from just
+ *       before the fork, so that a script can set the guest's own printk
+ *       timestamps beside the host's clock.
  *   benchtool waitfor FILE OFFSET NEEDLE COUNT TIMEOUT_S
  *       Waits until FILE, read from byte OFFSET on, holds COUNT occurrences of
  *       NEEDLE, and prints the monotonic time (ns) at which it saw them; exit
@@ -84,13 +87,27 @@ static int smaps_sample(pid_t pid, long *total, long *guest)
 static int cmd_boot(int argc, char **argv)
 {
 	const char *end = NULL;
+	FILE *log = NULL;
+	if (argc >= 3 && strcmp(argv[1], "-l") == 0) {
+		log = fopen(argv[2], "we");
+		if (!log) {
+			perror(argv[2]);
+			return 2;
+		}
+		argc -= 2;
+		memmove(argv + 1, argv + 3, (size_t)(argc - 1) * sizeof *argv);
+		argv[argc] = NULL;
+	}
 	if (argc >= 6 && strcmp(argv[4], "--") != 0) {
 		end = argv[4];
 		argc--;
 		memmove(argv + 4, argv + 5, (size_t)argc * sizeof *argv);
 	}
 	if (argc < 6 || strcmp(argv[4], "--") != 0) {
-		fprintf(stderr, "usage: benchtool boot FIFO MARKER TIMEOUT_S [END] -- CMD [ARG...]\n");
+		fprintf(stderr,
+			"usage: benchtool boot [-l LOG] FIFO MARKER TIMEOUT_S [END] -- CMD [ARG...]\n");
+		if (log)
+			fclose(log);
 		return 2;
 	}
 	const char *marker = argv[2];
@@ -99,6 +116,8 @@ static int cmd_boot(int argc, char **argv)
 	int fifo = open(argv[1], O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	if (fifo < 0) {
 		perror(argv[1]);
+		if (log)
+			fclose(log);
 		return 2;
 	}
 	int64_t t0 = now_ns();
@@ -156,6 +175,12 @@ static int cmd_boot(int argc, char **argv)
 				}
 				line[llen] = '\0';
 				llen = 0;
+				if (log) {
+					size_t l = strlen(line);
+					while (l > 0 && line[l - 1] == '\r')
+						l--;
+					fprintf(log, "%.1f\t%.*s\n", ms_since(t0, t), (int)l, line);
+				}
 				if (t_marker < 0 && strstr(line, marker)) {
 					t_marker = t;
 					smaps_sample(pid, &rss, &guest);
@@ -173,6 +198,8 @@ static int cmd_boot(int argc, char **argv)
 			break;
 		}
 	}
+	if (log)
+		fclose(log);
 	char st[32];
 	if (timed_out)
 		snprintf(st, sizeof st, "timeout");

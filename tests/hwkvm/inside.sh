@@ -25,6 +25,7 @@ e2e-config:both:tests/e2e/config.sh BUILD
 e2e-image:both:tests/e2e/image.sh BUILD
 e2e-image-store:both:tests/e2e/image-store.sh BUILD
 e2e-secrets:both:tests/e2e/secrets.sh BUILD
+bench-boot:user:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
 T
 }
 

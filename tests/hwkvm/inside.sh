@@ -81,6 +81,9 @@ if ! id "$user" >/dev/null 2>&1; then
 	useradd -m -u "$uid" -G kvm -s /bin/sh "$user" || setup_fail "useradd $user"
 fi
 uid=$(id -u "$user")
+# The user's own name must resolve for them, as on any Debian system (the
+# host's account files may be private to root).
+chmod 0644 /etc/passwd /etc/group
 mkdir -p "/run/user/$uid" && chown "$user:" "/run/user/$uid" && chmod 700 "/run/user/$uid"
 # The checkout may sit under a private folder (CI clones as root): let the
 # user through to it, in L1's overlay only.
@@ -91,7 +94,6 @@ while [ "$d" != / ] && [ -n "$d" ]; do
 done
 chmod -R o+rX "$kbox_build" 2>/dev/null
 
-ls -l /etc/passwd; runuser -u "$user" -- id
 echo "hwkvm: L1 up: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo);" \
 	"kvm_amd nested=$(cat /sys/module/kvm_amd/parameters/nested) npt=$(cat /sys/module/kvm_amd/parameters/npt)"
 

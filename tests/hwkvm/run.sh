@@ -54,7 +54,7 @@ cannot() {
 }
 
 case $build in /*) ;; *) build=$(cd "$build" 2>/dev/null && pwd) || cannot "no build folder; run make first" ;; esac
-case "$top$build$*" in *[!A-Za-z0-9_./@+-]*) cannot "the checkout's path ($top), the build folder and suite names may hold only [A-Za-z0-9_./@+-] (they travel on L1's kernel command line)" ;; esac
+case "$top$build$(echo "$*" | tr -d ' ')" in *[!A-Za-z0-9_./@+-]*) cannot "the checkout's path ($top), the build folder and suite names may hold only [A-Za-z0-9_./@+-] (they travel on L1's kernel command line)" ;; esac
 command -v qemu-system-x86_64 >/dev/null || cannot "qemu-system-x86_64 is missing: sudo apt-get install qemu-system-x86 (or sudo make deps)"
 for t in cpio depmod mkfs.ext4 dpkg apt-get; do
 	command -v "$t" >/dev/null || [ -x "/sbin/$t" ] || [ -x "/usr/sbin/$t" ] ||

@@ -107,6 +107,7 @@ export GIT_COMMITTER_NAME=Kbox GIT_COMMITTER_EMAIL=kbox@example.invalid
 mkdir -p "\$HOME"
 t() { n=\$1; shift; if "\$@" >/tmp/t.out 2>&1; then echo "ok \$n"; else echo "not ok \$n"; sed 's/^/#   /' /tmp/t.out | tail -8; fi; }
 echo "id \$(id -u):\$(id -g)"
+ls /root >/dev/null 2>&1 && echo "# the image's /root can be listed" || echo "# the image's /root cannot be listed: \$(ls /root 2>&1 | head -1)"
 t "git init" git init -q -b main
 t "git add" git add calc.py test_calc.py package.json test.js index.html
 t "git commit" git commit -q -m "first commit"

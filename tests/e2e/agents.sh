@@ -23,7 +23,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 image=${KBOX_TOOLCHAIN_IMAGE:-toolchain}
 # One bound around the whole boot (three agents, each a big binary).
-run_timeout=${KBOX_E2E_AGENT_TIMEOUT:-$((600 * ${KBOX_TIMEOUT_MULT:-1}))}
+run_timeout=${KBOX_E2E_AGENT_TIMEOUT:-2400}
 kbox="$(cd "$(dirname "$kbox")" && pwd)/$(basename "$kbox")"
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -69,7 +69,7 @@ cp "$tmp/upca.pem" "$proj/model-ca.pem"
 cat >"$proj/kbox.yaml" <<EOF
 image: $image
 cpus: 2
-memory: 2G
+memory: 3G
 env:
   # Claude Code: the model server, and none of its own traffic.
   ANTHROPIC_BASE_URL: "https://host.kbox.internal:$port"
@@ -148,17 +148,22 @@ mkdir -p "$CODEX_HOME" && cp /workspace/codex-home/config.toml "$CODEX_HOME/"
 echo "env ANTHROPIC_API_KEY=$ANTHROPIC_API_KEY"
 echo "env OPENAI_API_KEY=$OPENAI_API_KEY"
 echo "env OPENCODE_API_KEY=$OPENCODE_API_KEY"
-one() { # one NAME COMMAND...
-	n=$1; shift
+one() { # one NAME SECONDS COMMAND...
+	n=$1 lim=$2; shift 2
 	s=$(date +%s)
-	timeout 300 "$@" </dev/null >/tmp/$n.out 2>/tmp/$n.err
+	timeout "$lim" "$@" </dev/null >/tmp/$n.out 2>/tmp/$n.err
 	echo "$n-rc $? $(($(date +%s) - s))s"
 	sed "s/^/$n-out /" /tmp/$n.out | head -20
-	tail -15 /tmp/$n.err | sed "s/^/$n-err /"
+	{ head -5 /tmp/$n.err; echo ...; tail -10 /tmp/$n.err; } | sed "s/^/$n-err /"
 }
-one claude claude -p "say hi"
-one codex codex exec --skip-git-repo-check "say hi"
-one opencode opencode run --model kboxtest/kbox-test "say hi"
+one claude 300 claude -p "say hi"
+# Codex's native binary itself: the npm package's `codex` is a node
+# wrapper around it, and Debian's node 18 died in its garbage collector
+# (SIGTRAP) after a completed exchange once, under nested emulation.
+cx=$(ls /usr/local/lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/*/bin/codex 2>/dev/null | head -1)
+one codex 300 "${cx:-codex}" exec --skip-git-repo-check "say hi"
+# OpenCode's 185 MB binary is slow to start under emulation.
+one opencode 540 opencode run --model kboxtest/kbox-test "say hi"
 EOF
 
 export KBOX_TRUST_FILE="$tmp/trusted"

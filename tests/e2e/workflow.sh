@@ -160,7 +160,7 @@ host_check "the guest runs as root ($(sed -n 's/^id //p' "$tmp/guest.out"))" gre
 "$kbox" stop -t 5 "$sbx" >/dev/null 2>&1
 
 # --- what the host sees ---
-owners=$(find "$proj" -path "$proj/node_modules" -prune -o -print | xargs stat -c %u | sort -u | tr '\n' ' ')
+owners=$(find "$proj" -path "$proj/node_modules" -prune -o -exec stat -c %u {} + | sort -u | tr '\n' ' ')
 host_check "on the host every file of the project is the user's (uid $me; seen: $owners)" [ "$owners" = "$me " ]
 host_check "on the host, node_modules is the user's" sh -c "[ \"\$(stat -c %u '$proj/node_modules/kbox-greet/index.js')\" = $me ]"
 hlog=$(git -C "$proj" log --format=%s feature 2>&1 | tr '\n' ,)

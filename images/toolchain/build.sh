@@ -1,7 +1,8 @@
 #!/bin/sh
 # The toolchain image: a Debian bookworm root (minbase) with git, curl,
-# ca-certificates, python3, node/npm and build-essential, plus OpenCode
-# from npm (opencode-ai), imported into kbox's store as NAME (default
+# ca-certificates, python3, node/npm and build-essential, plus the three
+# agents from npm (Claude Code, Codex, OpenCode: AGENTS), imported into
+# kbox's store as NAME (default
 # "toolchain").  Needs root (debootstrap and chroot) and the network, but
 # only Debian's archive and the npm registry.  No Docker.
 #
@@ -10,7 +11,9 @@
 # Environment: FORCE=1 rebuilds even if the image is in the store;
 # NAME=toolchain the image name; MIRROR the Debian mirror; SUITE=bookworm;
 # WORK=DIR where the root is built (default BUILD_DIR/toolchain-rootfs,
-# removed after the import unless KEEP=1); NPM_REGISTRY the npm registry.
+# removed after the import unless KEEP=1); NPM_REGISTRY the npm registry;
+# AGENTS the npm packages of the agents (pinned to the versions the tests
+# were written against; "" for none).
 set -eu
 
 build=${1:-build}
@@ -18,6 +21,7 @@ name=${NAME:-toolchain}
 suite=${SUITE:-bookworm}
 mirror=${MIRROR:-http://deb.debian.org/debian}
 registry=${NPM_REGISTRY:-https://registry.npmjs.org/}
+agents=${AGENTS-@anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 opencode-ai@1.18.33}
 kbox="$build/kbox"
 root=${WORK:-$build/toolchain-rootfs}
 mounted=
@@ -96,9 +100,12 @@ if [ -r "$cafile" ]; then
 	cp "$cafile" "$root/tmp/host-ca.crt"
 	npmca="--cafile=/tmp/host-ca.crt"
 fi
-say "npm install -g opencode-ai"
-inchroot ${npmca:+NODE_EXTRA_CA_CERTS=/tmp/host-ca.crt} npm install -g --no-fund --no-audit \
-	--registry "$registry" $npmca opencode-ai || die "npm install -g opencode-ai failed"
+if [ -n "$agents" ]; then
+	say "npm install -g $agents"
+	# shellcheck disable=SC2086
+	inchroot ${npmca:+NODE_EXTRA_CA_CERTS=/tmp/host-ca.crt} npm install -g --no-fund --no-audit \
+		--registry "$registry" $npmca $agents || die "npm install -g $agents failed"
+fi
 rm -f "$root/tmp/host-ca.crt"
 # npm installs every x64 build of OpenCode that fits the build host
 # (~180 MiB each) and its postinstall picks one by the host's CPU.  The
@@ -112,7 +119,19 @@ if [ -x "$base" ]; then
 		[ "$d" = "$oc/node_modules/opencode-linux-x64-baseline" ] || rm -rf "$d"
 	done
 fi
-inchroot opencode --version >/dev/null 2>&1 || die "opencode --version fails in the chroot"
+# Claude Code's wrapper likewise has both glibc and musl builds fetched;
+# Debian is glibc.
+rm -rf "$root/usr/local/lib/node_modules/@anthropic-ai/claude-code/node_modules/@anthropic-ai/claude-code-linux-x64-musl"
+for a in $agents; do
+	case $a in
+	opencode-ai*) c=opencode ;;
+	@anthropic-ai/claude-code*) c=claude ;;
+	@openai/codex*) c=codex ;;
+	*) continue ;;
+	esac
+	v=$(inchroot "$c" --version 2>&1 | head -1) || die "$c --version fails in the chroot: $v"
+	say "$c --version: $v"
+done
 t_npm=$(($(date +%s) - start))
 
 # What the sandbox needs of the root and debootstrap does not give:

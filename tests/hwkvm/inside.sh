@@ -26,6 +26,8 @@ e2e-image:both:tests/e2e/image.sh BUILD
 e2e-image-store:both:tests/e2e/image-store.sh BUILD
 e2e-secrets:both:tests/e2e/secrets.sh BUILD
 bench-boot:user:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
+e2e-workflow:both:tests/e2e/workflow.sh BUILD
+e2e-agents:both:tests/e2e/agents.sh BUILD
 T
 }
 
@@ -97,6 +99,24 @@ echo "hwkvm: L1 up: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2
 	"kvm_amd nested=$(cat /sys/module/kvm_amd/parameters/nested) npt=$(cat /sys/module/kvm_amd/parameters/npt)"
 
 envs="PATH=$PATH LANG=C.UTF-8 TERM=dumb KBOX_E2E_USER=$user KBOX_TIMEOUT_MULT=$kbox_mult CK_TIMEOUT_MULTIPLIER=$((4 * kbox_mult))"
+
+# The toolchain image, when root on the host has it (make hw-prep builds
+# it as root, as CI runs): root's store sits under root's 0700 home in a
+# 0700 folder, so the user is let through to the image's folder, in L1's
+# overlay only, and every suite gets it as KBOX_TOOLCHAIN_IMAGE (a folder
+# works with --image for any user who can read it: docs/images.md).
+tc=$(HOME=/root "$kbox_build/kbox" image path toolchain 2>/dev/null)
+if [ -n "$tc" ] && [ -d "$tc" ]; then
+	d=$tc
+	while [ "$d" != / ] && [ -n "$d" ]; do
+		chmod o+x "$d" 2>/dev/null
+		d=$(dirname "$d")
+	done
+	envs="$envs KBOX_TOOLCHAIN_IMAGE=$tc"
+	echo "hwkvm: the toolchain image: $tc"
+else
+	echo "hwkvm: no toolchain image in root's store (sudo make toolchain-image); its suites skip"
+fi
 # run_one NAME WHO COMMAND: COMMAND from the checkout's top as WHO, under
 # the suite timeout; its output with a prefix; counts from its summary.
 run_one() {

@@ -98,6 +98,8 @@ chmod -R o+rX "$kbox_build" 2>/dev/null
 echo "hwkvm: L1 up: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo);" \
 	"kvm_amd nested=$(cat /sys/module/kvm_amd/parameters/nested) npt=$(cat /sys/module/kvm_amd/parameters/npt)"
 
+# A heartbeat for the host (tests/hwkvm/run.sh): its silence means L1 froze.
+(while sleep 20; do echo "hwkvm-heartbeat $(date +%s)"; done) &
 envs="PATH=$PATH LANG=C.UTF-8 TERM=dumb KBOX_E2E_USER=$user KBOX_TIMEOUT_MULT=$kbox_mult CK_TIMEOUT_MULTIPLIER=$((4 * kbox_mult))"
 
 # The toolchain image, when root on the host has it (make hw-prep builds
@@ -140,9 +142,10 @@ run_one() {
 	fi
 	_pid=$!
 	tail -n +1 -F --pid="$_pid" "$_out" 2>/dev/null | sed -u "s/^/[$_name@$_who] /" &
+	_tail=$!
 	wait "$_pid"
 	_rc=$?
-	wait
+	wait "$_tail"
 	_secs=$(($(date +%s) - _t0))
 	_sum=$(grep -E '^([a-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$_out" | tail -1)
 	_p=$(echo "$_sum" | sed -n 's/^\([a-z-]*: \)\{0,1\}\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')

@@ -28,7 +28,10 @@
 #
 # Environment: KBOX_HWKVM_NAME (the final line's name, hwkvm),
 # KBOX_HWKVM_CPUS (2), KBOX_HWKVM_MEM (MiB, 6144),
-# KBOX_HWKVM_TIMEOUT (s, whole run, 3600), KBOX_HWKVM_SUITE_TIMEOUT (s per
+# KBOX_HWKVM_TIMEOUT (s, whole run, 3600), KBOX_HWKVM_STALE (s of silence,
+# heartbeat included, after which L1 counts as frozen: 240),
+# KBOX_HWKVM_ATTEMPTS (L1 boots, the suites left after a freeze run again in
+# a fresh one: 3), KBOX_HWKVM_SUITE_TIMEOUT (s per
 # suite, 900), KBOX_HWKVM_LOG (file for L1's whole console; default in
 # BUILD_DIR/hwkvm/console.log), KBOX_TIMEOUT_MULT (stretches the harnesses'
 # watchdogs inside L1; 4 by default).
@@ -176,70 +179,137 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "hwkvm: interrupted" >&2; exit 1' INT TERM HUP
 
-# The job for L1 (paths and suites) goes on the scratch disk, not on the
-# kernel command line, so that a path may hold any character; the disk is
-# sparse, so only what L1 writes takes space.
-q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
-mkdir "$run/seed"
-{
-	echo "kbox_top=$(q "$top")"
-	echo "kbox_build=$(q "$build")"
-	echo "kbox_suites=$(q "$*")"
-	echo "kbox_suite_timeout=$(q "$suite_timeout")"
-	echo "kbox_mult=$(q "$mult")"
-	echo "kbox_kver=$(q "$kver")"
-	echo "kbox_moddir=$(q "$moddir")"
-} >"$run/seed/job.env"
-truncate -s 32G "$run/scratch.img" && mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 \
-	-O ^has_journal -d "$run/seed" "$run/scratch.img" >/dev/null || cannot "cannot make the scratch disk in $run"
-cmdline="console=ttyS0 quiet loglevel=3 panic=-1 oops=panic"
+# Each suite pass by name (SUITE@user, SUITE@root), from inside.sh's own
+# table, so that a retry (below) can run just what is left.
+items=
+for a in "$@"; do
+	case $a in
+	*@*) items="$items $a" ;;
+	*)
+		who=$(sh "$here/inside.sh" --list | sed -n "s/^$a (\([a-z]*\)):.*/\1/p")
+		case $who in
+		both) items="$items $a@user $a@root" ;;
+		user | root) items="$items $a@$who" ;;
+		*) items="$items $a" ;; # inside.sh says it is unknown
+		esac
+		;;
+	esac
+done
 
-echo "hwkvm: L1 $pkg $ver, $cpus vCPUs, $mem MiB, TCG with AMD SVM+NPT; suites: $*"
+q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+cmdline="console=ttyS0 quiet loglevel=3 panic=-1 oops=panic"
+# L1 prints a heartbeat every 20 s.  Silence for longer than this means L1
+# itself froze (seen a few times under TCG with nested SVM on a loaded
+# host: then not even a suite's own timeout fires), not that a test hung.
+stale=${KBOX_HWKVM_STALE:-240}
+attempts=${KBOX_HWKVM_ATTEMPTS:-3}
+: >"$log"
+
+# boot_l1 ITEMS...: one L1 for these suite passes; sets qrc, and leaves
+# its console in $run/console.  Returns 0 when L1 reported a result, 1 when
+# it ended without one, 2 when it froze.
+boot_l1() {
+	rm -f "$run/scratch.img" "$run/console"
+	rm -rf "$run/seed"
+	mkdir "$run/seed"
+	{
+		echo "kbox_top=$(q "$top")"
+		echo "kbox_build=$(q "$build")"
+		echo "kbox_suites=$(q "$*")"
+		echo "kbox_suite_timeout=$(q "$suite_timeout")"
+		echo "kbox_mult=$(q "$mult")"
+		echo "kbox_kver=$(q "$kver")"
+		echo "kbox_moddir=$(q "$moddir")"
+	} >"$run/seed/job.env"
+	# The job goes on the scratch disk, not on the kernel command line, so
+	# that a path may hold any character; the disk is sparse.
+	truncate -s 32G "$run/scratch.img" && mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 \
+		-O ^has_journal -d "$run/seed" "$run/scratch.img" >/dev/null || cannot "cannot make the scratch disk in $run"
+	: >"$run/console"
+	# --pdeathsig: QEMU ends with this script even when it is killed outright.
+	setpriv --pdeathsig KILL -- qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -M q35 -cpu EPYC,+svm,+npt \
+		-smp "$cpus" -m "$mem" -nic none -nographic -no-reboot -nodefaults -serial stdio \
+		-kernel "$kroot/boot/vmlinuz-$kver" -initrd "$initrd" -append "$cmdline" \
+		-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+		-drive "file=$run/scratch.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
+		</dev/null >"$run/console" 2>"$run/qemu.err" &
+	qpid=$!
+	echo "$qpid" >"$run/qemu.pid"
+	# L1's console (the suites' output; the kernel is quiet) goes to our
+	# output as it comes, and to $log; heartbeats only to $log.
+	tail -n +1 -F --pid="$qpid" "$run/console" 2>/dev/null |
+		sed -u 's/\r$//; s/\x1b\[[0-9;?]*[A-Za-z]//g; s/^\x1bc//' | tee -a "$log" |
+		grep --line-buffered -v '^hwkvm-heartbeat' &
+	_froze=0
+	_seen=$(date +%s)
+	_size=0
+	while kill -0 "$qpid" 2>/dev/null; do
+		_now=$(date +%s)
+		if [ "$_now" -ge "$deadline" ]; then
+			echo "hwkvm: L1 ran past ${total_timeout}s; stopping it" >&2
+			kill "$qpid" 2>/dev/null
+			break
+		fi
+		_n=$(stat -c %s "$run/console" 2>/dev/null || echo 0)
+		if [ "$_n" != "$_size" ]; then
+			_size=$_n _seen=$_now
+		elif [ $((_now - _seen)) -ge "$stale" ]; then
+			echo "hwkvm: L1 has printed nothing, not even its heartbeat, for ${stale}s: it froze; stopping it" >&2
+			_froze=1
+			kill "$qpid" 2>/dev/null
+			break
+		fi
+		sleep 2
+	done
+	wait "$qpid" 2>/dev/null
+	qrc=$?
+	qpid=
+	# tail ends by itself once QEMU has gone.
+	wait
+	[ "$_froze" = 1 ] && return 2
+	grep -q '^hwkvm-result: ' "$run/console" && return 0
+	return 1
+}
+
+echo "hwkvm: L1 $pkg $ver, $cpus vCPUs, $mem MiB, TCG with AMD SVM+NPT; suites:$items"
 echo "hwkvm: L1's console goes to $log"
 t0=$(date +%s)
-# --pdeathsig: QEMU ends with this script even when it is killed outright.
-setpriv --pdeathsig KILL -- qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -M q35 -cpu EPYC,+svm,+npt \
-	-smp "$cpus" -m "$mem" -nic none -nographic -no-reboot -nodefaults -serial stdio \
-	-kernel "$kroot/boot/vmlinuz-$kver" -initrd "$initrd" -append "$cmdline" \
-	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
-	-drive "file=$run/scratch.img,if=virtio,format=raw,cache=unsafe,discard=unmap" \
-	</dev/null >"$run/console" 2>"$run/qemu.err" &
-qpid=$!
-echo "$qpid" >"$run/qemu.pid"
-
-# L1's console (the suites' output; the kernel is quiet) goes to our output
-# as it comes, and to $log.
-tail -n +1 -F --pid="$qpid" "$run/console" 2>/dev/null |
-	sed -u 's/\r$//; s/\x1b\[[0-9;?]*[A-Za-z]//g; s/^\x1bc//' | tee "$log" &
 deadline=$((t0 + total_timeout))
-while kill -0 "$qpid" 2>/dev/null; do
-	if [ "$(date +%s)" -ge "$deadline" ]; then
-		echo "hwkvm: L1 ran past ${total_timeout}s; stopping it" >&2
-		kill "$qpid" 2>/dev/null
+todo=$items
+P=0 F=0 n=0
+while :; do
+	n=$((n + 1))
+	# shellcheck disable=SC2086
+	boot_l1 $todo
+	r=$?
+	secs=$(($(date +%s) - t0))
+	if [ $r = 0 ]; then
+		res=$(sed -n 's/^hwkvm-result: //p' "$run/console" | tr -d '\r' | tail -1)
+		P=$((P + ${res%% *}))
+		F=$((F + $(echo "$res" | cut -d' ' -f2)))
+		echo "hwkvm: L1 run took ${secs}s"
 		break
 	fi
-	sleep 2
-done
-wait "$qpid" 2>/dev/null
-qrc=$?
-qpid=
-# tail ends by itself once QEMU has gone.
-wait
-secs=$(($(date +%s) - t0))
-
-res=$(sed -n 's/^hwkvm-result: //p' "$run/console" | tr -d '\r' | tail -1)
-if [ -z "$res" ]; then
+	# What the suites that ended counted stays counted.
+	done_items=$(sed -n 's/^hwkvm: \([^ ]*@[a-z]*\): [0-9]* passed, [0-9]* failed.*/\1/p' "$run/console" | tr -d '\r')
+	P=$((P + $(sed -n 's/^hwkvm: [^ ]*: \([0-9]*\) passed, [0-9]* failed.*/\1/p' "$run/console" | awk '{ n += $1 } END { print n + 0 }')))
+	F=$((F + $(sed -n 's/^hwkvm: [^ ]*: [0-9]* passed, \([0-9]*\) failed.*/\1/p' "$run/console" | awk '{ n += $1 } END { print n + 0 }')))
+	left=
+	for i in $todo; do
+		echo "$done_items" | grep -qxF "$i" || left="$left $i"
+	done
+	if [ $r = 2 ] && [ "$n" -lt "$attempts" ] && [ -n "$left" ] && [ "$(date +%s)" -lt "$deadline" ]; then
+		echo "hwkvm: L1 froze during $(echo $left | cut -d' ' -f1) (attempt $n of $attempts); the suites left run again in a fresh L1:$left"
+		todo=$left
+		continue
+	fi
 	echo "hwkvm: L1 ended without a result (QEMU exit $qrc, ${secs}s); the console's last lines:" >&2
-	tail -30 "$run/console" | sed 's/^/hwkvm:   /' >&2
+	grep -v '^hwkvm-heartbeat' "$run/console" | tail -30 | sed 's/^/hwkvm:   /' >&2
 	grep -v "TCG doesn't support requested feature" "$run/qemu.err" | sed 's/^/hwkvm: qemu: /' >&2
-	# What the suites that ended counted, and one failure for the rest.
-	p=$(sed -n 's/^hwkvm: [^ ]*: \([0-9]*\) passed, [0-9]* failed.*/\1/p' "$run/console" | awk '{ n += $1 } END { print n + 0 }')
-	f=$(sed -n 's/^hwkvm: [^ ]*: [0-9]* passed, \([0-9]*\) failed.*/\1/p' "$run/console" | awk '{ n += $1 } END { print n + 1 }')
-	echo "$label: $p passed, $f failed"
+	echo "not ok - L1 did not finish:$left"
+	F=$((F + 1))
+	echo "$label: $P passed, $F failed"
 	exit 1
-fi
-echo "hwkvm: L1 run took ${secs}s"
-p=${res%% *}
-f=$(echo "$res" | cut -d' ' -f2)
-echo "$label: $p passed, $f failed"
-[ "$f" -eq 0 ]
+done
+echo "$label: $P passed, $F failed"
+[ "$F" -eq 0 ]

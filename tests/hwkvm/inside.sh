@@ -16,7 +16,7 @@
 suites_table() {
 	cat <<'T'
 smoke:user:tests/hwkvm/smoke.sh BUILD
-kvm:root:tests/guest/run.sh BUILD
+kvm:root:tests/hwkvm/kvm.sh BUILD
 lockdown:both:tests/lockdown/run.sh BUILD
 e2e-run:both:tests/e2e/run.sh BUILD
 e2e-fs:both:tests/e2e/fs.sh BUILD

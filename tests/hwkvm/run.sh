@@ -207,7 +207,7 @@ attempts=${KBOX_HWKVM_ATTEMPTS:-3}
 
 # boot_l1 ITEMS...: one L1 for these suite passes; sets qrc, and leaves
 # its console in $run/console.  Returns 0 when L1 reported a result, 1 when
-# it ended without one, 2 when it froze.
+# it ended without one, 2 when it froze, 3 when its kernel panicked.
 boot_l1() {
 	rm -f "$run/scratch.img" "$run/console"
 	rm -rf "$run/seed"
@@ -267,6 +267,9 @@ boot_l1() {
 	# tail ends by itself once QEMU has gone.
 	wait
 	[ "$_froze" = 1 ] && return 2
+	# L1's kernel panicking (seen once, in a garbage guest of the KVM
+	# harness under emulated SVM) is L1 failing, like a freeze.
+	grep -q 'Kernel panic - not syncing' "$run/console" && return 3
 	grep -q '^hwkvm-result: ' "$run/console" && return 0
 	return 1
 }
@@ -298,8 +301,12 @@ while :; do
 	for i in $todo; do
 		echo "$done_items" | grep -qxF "$i" || left="$left $i"
 	done
-	if [ $r = 2 ] && [ "$n" -lt "$attempts" ] && [ -n "$left" ] && [ "$(date +%s)" -lt "$deadline" ]; then
-		echo "hwkvm: L1 froze during $(echo $left | cut -d' ' -f1) (attempt $n of $attempts); the suites left run again in a fresh L1:$left"
+	if [ $r = 3 ]; then
+		echo "hwkvm: L1's kernel panicked:"
+		grep -A3 'Kernel panic - not syncing' "$run/console" | sed 's/^/hwkvm:   /'
+	fi
+	if [ $r -ge 2 ] && [ "$n" -lt "$attempts" ] && [ -n "$left" ] && [ "$(date +%s)" -lt "$deadline" ]; then
+		echo "hwkvm: L1 $( [ $r = 2 ] && echo froze || echo panicked ) during $(echo $left | cut -d' ' -f1) (attempt $n of $attempts); the suites left run again in a fresh L1:$left"
 		todo=$left
 		continue
 	fi

@@ -220,6 +220,7 @@ boot_l1() {
 		echo "kbox_mult=$(q "$mult")"
 		echo "kbox_kver=$(q "$kver")"
 		echo "kbox_moddir=$(q "$moddir")"
+		echo "KBOX_E2E_STDIN_MB=$(q "${KBOX_E2E_STDIN_MB:-4}")"
 	} >"$run/seed/job.env"
 	# The job goes on the scratch disk, not on the kernel command line, so
 	# that a path may hold any character; the disk is sparse.

@@ -82,7 +82,7 @@ uint64_t ns_wall_ms(void)
 
 /* The audit line for a decision, and nothing for --learn. */
 void ns_audit_line(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
-		       uint16_t port, const char *name, const struct pol_decision *d)
+		   uint16_t port, const char *name, const struct pol_decision *d)
 {
 	struct audit_event e = {
 		.time_ms = ns_wall_ms(),
@@ -99,7 +99,7 @@ void ns_audit_line(struct ns *s, const char *proto, const char *direction, const
 }
 
 void ns_audit(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
-		  uint16_t port, const char *name, const struct pol_decision *d)
+	      uint16_t port, const char *name, const struct pol_decision *d)
 {
 	ns_audit_line(s, proto, direction, dst, port, name, d);
 	/* --learn wants what the guest tried: its connections, and the

@@ -655,34 +655,60 @@ static void report_ready(int *ready_fd, unsigned char v)
 	*ready_fd = -1;
 }
 
-int run_main(int argc, char **argv)
-{
-	char perr[256];
-	if (lockdown_prepare(perr, sizeof perr) < 0)
-		return cli_die("%s", perr);
-	/* static, like the session below: the devices live on the bus. */
-	static struct mounts mnt;
-	static struct netdev net;
-	memset(&mnt, 0, sizeof mnt);
-	netdev_init(&net);
-	static struct tlsconf tls;
-	tlsconf_init(&tls);
-	struct run_opts o = { .mounts = &mnt, .net = &net, .tls = &tls };
+/* Everything one `kbox run` holds, each part released by run_cleanup
+ * alone.  static (run_main's): the devices live on the bus, and the VM
+ * thread may still be unwinding when run_main returns. */
+struct run {
+	struct run_opts o;
 	struct kbox_config cfg;
-	config_init(&cfg);
-	int rc = parse_args(argc, argv, &o, &cfg);
+	struct mounts mnt;
+	struct netdev net;
+	struct tlsconf tls;
+	struct session s;
+	struct sandbox sb;
+	int pvm;
+	char kpath[PATH_MAX], ipath[PATH_MAX], defname[32];
+	int ready_fd;  /* -d: the pipe to the waiting parent, else -1 */
+	bool began;    /* the session's parts are set up (run_begin) */
+	bool claimed, vm_made, bus_made, vmt_started;
+	int klog_fd;
+	char klog_used[PATH_MAX];
+	uint8_t *kimg, *initrd;
+	size_t klen, ilen;
+	struct boot_image k;
+	uint64_t initrd_addr;
+	char cmdline[4096];
+	pthread_t vmt;
+};
+
+static void run_init(struct run *r)
+{
+	memset(r, 0, sizeof *r);
+	netdev_init(&r->net);
+	tlsconf_init(&r->tls);
+	config_init(&r->cfg);
+	r->o.mounts = &r->mnt;
+	r->o.net = &r->net;
+	r->o.tls = &r->tls;
+	r->ready_fd = -1;
+	r->klog_fd = -1;
+}
+
+/* The options, the config and what TLS interception loads, then what the
+ * host decides (PVM or not).  0, -1 after --help, or the exit code with
+ * the message written. */
+static int run_configure(struct run *r, int argc, char **argv)
+{
+	struct run_opts *o = &r->o;
+	int rc = parse_args(argc, argv, o, &r->cfg);
 	if (!rc) {
 		char terr[512];
-		if (tlsconf_load(&tls, terr, sizeof terr) < 0)
+		if (tlsconf_load(&r->tls, terr, sizeof terr) < 0)
 			rc = cli_die("%s", terr);
 	}
-	if (rc) {
-		netdev_destroy(&net);
-		tlsconf_free(&tls);
-		config_free(&cfg);
-		return rc < 0 ? 0 : rc;
-	}
-	if (tls.secrets) {
+	if (rc)
+		return rc;
+	if (r->tls.secrets) {
 		/* SIGHUP (kbox secrets reload) goes to the reload thread only:
 		 * blocked here, before any thread exists, so every thread
 		 * inherits the block and the reload thread waits for it. */
@@ -691,351 +717,441 @@ int run_main(int argc, char **argv)
 		sigaddset(&hup, SIGHUP);
 		pthread_sigmask(SIG_BLOCK, &hup, NULL);
 	}
-	if (tlsconf_active(&tls)) {
+	if (tlsconf_active(&r->tls)) {
 		/* Placeholders and the CA variables join the sandbox-wide
 		 * environment, unless the config sets the same names. */
 		const char *tenv[MAX_ENV];
-		size_t tn = tlsconf_guest_env(&tls, tenv, MAX_ENV);
-		for (size_t i = 0; i < tn && o.nsenv < MAX_ENV; i++) {
+		size_t tn = tlsconf_guest_env(&r->tls, tenv, MAX_ENV);
+		for (size_t i = 0; i < tn && o->nsenv < MAX_ENV; i++) {
 			size_t nl = strcspn(tenv[i], "=");
 			bool dup = false;
-			for (unsigned j = 0; j < o.nsenv && !dup; j++)
-				dup = strncmp(o.senv[j], tenv[i], nl + 1) == 0;
+			for (unsigned j = 0; j < o->nsenv && !dup; j++)
+				dup = strncmp(o->senv[j], tenv[i], nl + 1) == 0;
 			if (!dup)
-				o.senv[o.nsenv++] = tenv[i];
+				o->senv[o->nsenv++] = tenv[i];
 		}
-		o.ca_pem = tlsconf_ca_pem(&tls);
-		net.icpt = tlsconf_icpt(&tls);
+		o->ca_pem = tlsconf_ca_pem(&r->tls);
+		r->net.icpt = tlsconf_icpt(&r->tls);
 	}
 
-	int pvm = vm_is_pvm();
-	if (!o.cpus)
-		o.cpus = 1;
-	if (!o.memory_mib)
-		o.memory_mib = pvm ? 256 : 512;
-	char kpath[PATH_MAX], ipath[PATH_MAX], defname[32];
-	if (!o.kernel) {
-		paths_default(pvm ? "kernel/vmlinux-pvm" : "kernel/vmlinux-std", kpath, sizeof kpath);
-		o.kernel = kpath;
+	r->pvm = vm_is_pvm();
+	if (!o->cpus)
+		o->cpus = 1;
+	if (!o->memory_mib)
+		o->memory_mib = r->pvm ? 256 : 512;
+	if (!o->kernel) {
+		paths_default(r->pvm ? "kernel/vmlinux-pvm" : "kernel/vmlinux-std", r->kpath,
+			      sizeof r->kpath);
+		o->kernel = r->kpath;
 	}
-	if (!o.initrd) {
-		paths_default("initramfs.cpio", ipath, sizeof ipath);
-		o.initrd = ipath;
+	if (!o->initrd) {
+		paths_default("initramfs.cpio", r->ipath, sizeof r->ipath);
+		o->initrd = r->ipath;
 	}
-	int ready_fd = -1;
-	if (o.detach) {
-		rc = detach(&ready_fd, o.name);
-		if (rc) {
-			config_free(&cfg);
-			return rc < 0 ? 0 : rc;
-		}
+	return 0;
+}
+
+/* The sandbox's name, and the session's parts in their idle state. */
+static void run_begin(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	if (!o->name) {
+		snprintf(r->defname, sizeof r->defname, "kbox-%d", (int)getpid());
+		o->name = r->defname;
 	}
-	if (!o.name) {
-		snprintf(defname, sizeof defname, "kbox-%d", (int)getpid());
-		o.name = defname;
-	}
-	if (o.verbose)
+	if (o->verbose)
 		fprintf(stderr, "kbox: /dev/kvm is %s; kernel %s, %u vCPU(s), %llu MiB\n",
-			pvm ? "PVM (no hardware virtualization: PVM-compat kernel and switches)"
-			    : "hardware KVM",
-			o.kernel, o.cpus, (unsigned long long)o.memory_mib);
+			r->pvm ? "PVM (no hardware virtualization: PVM-compat kernel and switches)"
+			       : "hardware KVM",
+			o->kernel, o->cpus, (unsigned long long)o->memory_mib);
+	atomic_store(&r->s.agent_fd, -1);
+	klog_init(&r->s.kl);
+	serial_init(&r->s.com1, NULL, NULL, NULL);
+	r->began = true;
+}
 
-	/* static: the VM thread may still be unwinding when this returns. */
-	static struct session s;
-	memset(&s, 0, sizeof s);
-	atomic_store(&s.agent_fd, -1);
-	klog_init(&s.kl);
-	serial_init(&s.com1, NULL, NULL, NULL);
+/* The sandbox's runtime folder, the kernel log, and kbox's own files kept
+ * from the shares. */
+static int claim_sandbox(struct run *r)
+{
 	char err[512];
-	uint8_t *kimg = NULL, *initrd = NULL;
-	size_t klen = 0, ilen = 0;
-	int vm_made = 0, bus_made = 0, claimed = 0, klog_fd = -1;
-	char klog_used[PATH_MAX] = "";
-	pthread_t vmt;
-	int vmt_started = 0;
-	struct sandbox sb;
-	rc = KBOX_EXIT_FAILURE;
-
-	if (sandbox_claim(&sb, o.name, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	claimed = 1;
+	if (sandbox_claim(&r->sb, r->o.name, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	r->claimed = true;
 	/* The runtime folder is the user's own (sandbox_runtime_dir checks):
 	 * the kernel log's place when the state folder cannot be written.
 	 * Opened before -d sends stderr to output.log, so a warning is seen. */
-	char klog_fallback[sizeof sb.dir + 16];
-	snprintf(klog_fallback, sizeof klog_fallback, "%s", sb.dir);
+	char klog_fallback[sizeof r->sb.dir + 16];
+	snprintf(klog_fallback, sizeof klog_fallback, "%s", r->sb.dir);
 	char *rtslash = strrchr(klog_fallback, '/');
 	if (rtslash)
 		snprintf(rtslash, sizeof klog_fallback - (size_t)(rtslash - klog_fallback),
 			 "/.kernel.log");
-	klog_fd = klog_open(o.klog_path, rtslash ? klog_fallback : NULL, klog_used,
-			    sizeof klog_used, err, sizeof err);
+	r->klog_fd = klog_open(r->o.klog_path, rtslash ? klog_fallback : NULL, r->klog_used,
+			       sizeof r->klog_used, err, sizeof err);
 	if (err[0])
 		fprintf(stderr, "kbox: %s\n", err);
-	if (protect_host_files(&o, &cfg, &sb, klog_fd >= 0 ? klog_used : NULL))
-		goto out;
-	if (!klog_used[0])
-		snprintf(klog_used, sizeof klog_used, "none (see the warning above)");
+	int rc = protect_host_files(&r->o, &r->cfg, &r->sb, r->klog_fd >= 0 ? r->klog_used : NULL);
+	if (rc)
+		return rc;
+	if (!r->klog_used[0])
+		snprintf(r->klog_used, sizeof r->klog_used, "none (see the warning above)");
+	return 0;
+}
+
+/* What `kbox ps` and `kbox image rm` see of the sandbox. */
+static int record_sandbox(struct run *r)
+{
+	struct run_opts *o = &r->o;
 	/* `kbox image rm` must see that this sandbox runs on the image, from
 	 * before the root folder is opened: it counts only sandboxes whose
 	 * info names a live pid (rewritten with the ports once bound).  The
 	 * store's lock (shared) closes the gap since --image was resolved: a
 	 * removal either ended before (the rootfs is gone, recording fails)
 	 * or waits and then sees the record. */
-	int hold = o.image ? image_store_hold() : -ENOENT;
-	int ir = sandbox_write_info(&sb, o.cpus, o.memory_mib, o.argv);
-	for (unsigned i = 0; !ir && i < o.mounts->n; i++)
-		if (o.mounts->m[i].root)
-			ir = sandbox_write_image(&sb, o.mounts->m[i].host);
+	int hold = o->image ? image_store_hold() : -ENOENT;
+	int ir = sandbox_write_info(&r->sb, o->cpus, o->memory_mib, o->argv);
+	for (unsigned i = 0; !ir && i < o->mounts->n; i++)
+		if (o->mounts->m[i].root)
+			ir = sandbox_write_image(&r->sb, o->mounts->m[i].host);
 	if (hold >= 0)
 		close(hold);
-	if (ir == -ENOENT) {
-		cli_die("--image %s: its root folder is gone (removed meanwhile?)", o.image);
-		goto out;
-	}
-	if (ir < 0) {
-		cli_die("cannot record the sandbox in %s: %s", sb.dir, strerror(-ir));
-		goto out;
-	}
-	if (o.detach) {
-		char out_path[sizeof sb.dir + 16];
-		snprintf(out_path, sizeof out_path, "%s/output.log", sb.dir);
-		int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (fd < 0 || nul < 0) {
-			cli_die("cannot create %s: %s", out_path, strerror(errno));
-			goto out;
-		}
-		dup2(nul, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		close(fd);
-		close(nul);
-	}
-	if (read_file(o.kernel, &kimg, &klen, err, sizeof err) < 0) {
-		cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
-		goto out;
-	}
-	if (read_file(o.initrd, &initrd, &ilen, err, sizeof err) < 0) {
-		cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
-		goto out;
-	}
-	int gf = gf_append(&initrd, &ilen, o.senv, o.nsenv, o.ca_pem, sb.name);
-	if (gf < 0) {
-		cli_die("cannot hand the guest its environment: %s", strerror(-gf));
-		goto out;
-	}
-	vm_made = 1;
-	if (vm_create(&s.vm, o.cpus, o.memory_mib, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	struct boot_image k;
-	if (boot_load_kernel(&s.vm.mem, kimg, klen, &k, err, sizeof err) < 0) {
-		cli_die("%s: %s", o.kernel, err);
-		goto out;
-	}
-	uint64_t initrd_addr;
-	if (boot_place_initrd(&s.vm.mem, &k, initrd, ilen, &initrd_addr, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	if (mptable_write(&s.vm.mem, o.cpus) < 0) {
-		cli_die("cannot write the MP table");
-		goto out;
-	}
+	if (ir == -ENOENT)
+		return cli_die("--image %s: its root folder is gone (removed meanwhile?)", o->image);
+	if (ir < 0)
+		return cli_die("cannot record the sandbox in %s: %s", r->sb.dir, strerror(-ir));
+	return 0;
+}
+
+/* -d: stdin from /dev/null, stdout and stderr to the sandbox's
+ * output.log (`kbox logs`). */
+static int redirect_output(struct run *r)
+{
+	if (!r->o.detach)
+		return 0;
+	char out_path[sizeof r->sb.dir + 16];
+	snprintf(out_path, sizeof out_path, "%s/output.log", r->sb.dir);
+	int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd < 0 || nul < 0)
+		return cli_die("cannot create %s: %s", out_path, strerror(errno));
+	dup2(nul, 0);
+	dup2(fd, 1);
+	dup2(fd, 2);
+	close(fd);
+	close(nul);
+	return 0;
+}
+
+/* The kernel and the initramfs, with the files kbox hands the guest
+ * appended to the latter. */
+static int load_boot_files(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	char err[512];
+	if (read_file(o->kernel, &r->kimg, &r->klen, err, sizeof err) < 0)
+		return cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
+	if (read_file(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
+		return cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
+	int gf = gf_append(&r->initrd, &r->ilen, o->senv, o->nsenv, o->ca_pem, r->sb.name);
+	if (gf < 0)
+		return cli_die("cannot hand the guest its environment: %s", strerror(-gf));
+	return 0;
+}
+
+/* The VM with the kernel, the initramfs and the MP table in its RAM, and
+ * the start of the kernel command line. */
+static int create_vm(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	struct vm *vm = &r->s.vm;
+	char err[512];
+	r->vm_made = true; /* vm_destroy undoes a vm_create that failed half-way */
+	if (vm_create(vm, o->cpus, o->memory_mib, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	if (boot_load_kernel(&vm->mem, r->kimg, r->klen, &r->k, err, sizeof err) < 0)
+		return cli_die("%s: %s", o->kernel, err);
+	if (boot_place_initrd(&vm->mem, &r->k, r->initrd, r->ilen, &r->initrd_addr, err,
+			      sizeof err) < 0)
+		return cli_die("%s", err);
+	if (mptable_write(&vm->mem, o->cpus) < 0)
+		return cli_die("cannot write the MP table");
 	/* Without kvmclock (the PVM variant) the kernel would calibrate the
 	 * TSC against the PIT, which fails under emulation. */
 	char tsc[40] = "";
-	unsigned khz = pvm ? vm_tsc_khz(&s.vm) : 0;
+	unsigned khz = r->pvm ? vm_tsc_khz(vm) : 0;
 	if (khz)
 		snprintf(tsc, sizeof tsc, " tsc_early_khz=%u", khz);
-	char cmdline[4096];
-	snprintf(cmdline, sizeof cmdline,
+	snprintf(r->cmdline, sizeof r->cmdline,
 		 "console=ttyS0 reboot=k panic=-1 8250.nr_uarts=1 mitigations=off%s%s%s",
-		 o.verbose ? "" : " quiet", pvm ? pvm_cmdline() : "", tsc);
+		 o->verbose ? "" : " quiet", r->pvm ? pvm_cmdline() : "", tsc);
+	return 0;
+}
 
-	if (vbus_init(&s.bus, &s.vm) < 0) {
-		cli_die("cannot set up the device thread: %s", strerror(errno));
-		goto out;
-	}
-	bus_made = 1;
-	if (vsockdev_attach(&s.vd, &s.bus, GUEST_CID, sb.sock, cmdline, sizeof cmdline, err,
-			    sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	if (mounts_attach(&mnt, &s.bus, cmdline, sizeof cmdline, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	if (netdev_attach(&net, &s.bus, cmdline, sizeof cmdline, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	if (o.append) {
-		size_t used = strlen(cmdline);
-		if (snprintf(cmdline + used, sizeof cmdline - used, " %s", o.append) >=
-		    (int)(sizeof cmdline - used)) {
-			cli_die("--append is too long");
-			goto out;
-		}
+/* The device thread and the devices on it (vsock, the shared folders,
+ * the NIC), each adding itself to the kernel command line. */
+static int attach_devices(struct run *r)
+{
+	struct session *s = &r->s;
+	char err[512];
+	if (vbus_init(&s->bus, &s->vm) < 0)
+		return cli_die("cannot set up the device thread: %s", strerror(errno));
+	r->bus_made = true;
+	if (vsockdev_attach(&s->vd, &s->bus, GUEST_CID, r->sb.sock, r->cmdline, sizeof r->cmdline,
+			    err, sizeof err) < 0 ||
+	    mounts_attach(&r->mnt, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0 ||
+	    netdev_attach(&r->net, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	return 0;
+}
+
+/* The finished kernel command line and boot_params; the images' copies
+ * in kbox's memory are no longer needed. */
+static int write_boot_params(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	char err[512];
+	if (o->append) {
+		size_t used = strlen(r->cmdline);
+		if (snprintf(r->cmdline + used, sizeof r->cmdline - used, " %s", o->append) >=
+		    (int)(sizeof r->cmdline - used))
+			return cli_die("--append is too long");
 	}
 	struct boot_setup bs = {
-		.low_ram = s.vm.low_ram, .high_ram = s.vm.high_ram, .cmdline = cmdline,
-		.initrd_addr = initrd_addr, .initrd_len = ilen,
+		.low_ram = r->s.vm.low_ram, .high_ram = r->s.vm.high_ram, .cmdline = r->cmdline,
+		.initrd_addr = r->initrd_addr, .initrd_len = r->ilen,
 	};
-	if (boot_write_params(&s.vm.mem, &k, &bs, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	free(kimg);
-	free(initrd);
-	kimg = initrd = NULL;
-	if (o.verbose)
+	if (boot_write_params(&r->s.vm.mem, &r->k, &bs, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	free(r->kimg);
+	free(r->initrd);
+	r->kimg = r->initrd = NULL;
+	if (o->verbose)
 		fprintf(stderr, "kbox: sandbox %s, kernel entry 0x%llx, command line: %s\n",
-			sb.name, (unsigned long long)k.entry, cmdline);
+			r->sb.name, (unsigned long long)r->k.entry, r->cmdline);
+	return 0;
+}
 
-	s.kl.fd = klog_fd;
-	s.kl.echo = o.verbose;
-	s.irq1 = (struct line_irq){ { line_irq_set }, &s.vm, COM1_IRQ };
-	serial_destroy(&s.com1);
-	serial_init(&s.com1, &s.irq1.sink, klog_write, &s.kl);
-	vm_add_pio(&s.vm, &(struct vm_pio){ COM1_BASE, 8, uart_in, uart_out, &s.com1 });
+/* COM1 writing to the kernel log, and the vCPUs at the kernel's entry. */
+static int setup_console_and_cpus(struct run *r)
+{
+	struct session *s = &r->s;
+	char err[512];
+	s->kl.fd = r->klog_fd;
+	s->kl.echo = r->o.verbose;
+	s->irq1 = (struct line_irq){ { line_irq_set }, &s->vm, COM1_IRQ };
+	serial_destroy(&s->com1);
+	serial_init(&s->com1, &s->irq1.sink, klog_write, &s->kl);
+	vm_add_pio(&s->vm, &(struct vm_pio){ COM1_BASE, 8, uart_in, uart_out, &s->com1 });
+	if (vm_setup_cpus(&s->vm, r->k.entry, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	return 0;
+}
 
-	if (vm_setup_cpus(&s.vm, k.entry, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
+/* The forwarded ports on stderr and in the sandbox's info, and the stop
+ * signals caught. */
+static void publish_and_catch_signals(struct run *r)
+{
 	char ports[256];
-	netdev_ports(&net, ports, sizeof ports);
+	netdev_ports(&r->net, ports, sizeof ports);
 	if (ports[0])
 		fprintf(stderr, "kbox: forwarded ports (host->guest): %s\n", ports);
-	sandbox_write_info_ports(&sb, o.cpus, o.memory_mib, o.argv, ports);
+	sandbox_write_info_ports(&r->sb, r->o.cpus, r->o.memory_mib, r->o.argv, ports);
 	signal(SIGPIPE, SIG_IGN);
-	stop_flag = &s.vm_done;
+	stop_flag = &r->s.vm_done;
 	struct sigaction sa = { .sa_handler = on_stop_signal };
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-	/* Everything the guest needs exists; no VM thread runs yet. */
+}
+
+/* Everything the guest needs exists and no VM thread runs yet: the
+ * secrets' reload thread, then the lock-down (docs/security.md). */
+static int lock_down(struct run *r)
+{
+	char err[512];
 	const char *reread[2];
 	struct lockdown_cfg lc = {
-		.mounts = &mnt, .sandbox_dir = sb.dir, .klog_path = klog_fd >= 0 ? klog_used : NULL,
-		.network = netdev_enabled(&net), .verbose = o.verbose, .off = o.no_lockdown,
-		.read_files = reread, .n_read_files = tlsconf_read_files(&tls, reread, 2),
+		.mounts = &r->mnt, .sandbox_dir = r->sb.dir,
+		.klog_path = r->klog_fd >= 0 ? r->klog_used : NULL,
+		.network = netdev_enabled(&r->net), .verbose = r->o.verbose, .off = r->o.no_lockdown,
+		.read_files = reread, .n_read_files = tlsconf_read_files(&r->tls, reread, 2),
 	};
-	if (tls.secrets) {
+	if (r->tls.secrets) {
 		/* SIGHUP was blocked at start-up, before any thread. */
-		tls.stack_running = netdev_enabled(&net);
+		r->tls.stack_running = netdev_enabled(&r->net);
 		pthread_t rt;
-		if (pthread_create(&rt, NULL, reload_main, &tls) != 0) {
-			cli_die("cannot start the secrets reload thread");
-			goto out;
-		}
+		if (pthread_create(&rt, NULL, reload_main, &r->tls) != 0)
+			return cli_die("cannot start the secrets reload thread");
 		pthread_detach(rt);
 	}
-	if (lockdown_apply(&lc, err, sizeof err) < 0) {
-		cli_die("%s", err);
-		goto out;
-	}
-	if (vbus_start(&s.bus) < 0 || pthread_create(&vmt, NULL, vm_thread, &s) != 0) {
-		cli_die("cannot start the VM threads");
-		goto out;
-	}
-	vmt_started = 1;
+	if (lockdown_apply(&lc, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	return 0;
+}
 
-	/* The main command goes through the exec agent, like 'kbox exec'. */
-	int fd = agent_connect(sb.sock, AGENT_PORT, -1, &s.vm_done);
-	int code = -1;
-	if (fd >= 0) {
-		atomic_store(&s.agent_fd, fd);
-		if (atomic_load(&s.vm_done))
-			shutdown(fd, SHUT_RDWR);
-		report_ready(&ready_fd, 0);
-		const char *envp[MAX_ENV];
-		unsigned ne = 0;
-		const char *term = o.tty ? getenv("TERM") : NULL;
-		static char termvar[128];
-		snprintf(termvar, sizeof termvar, "TERM=%s", term && *term ? term : "dumb");
-		/* The user's entries first: the first of a name wins. */
-		for (unsigned i = 0; i < o.nenv; i++)
-			envp[ne++] = o.env[i];
-		envp[ne++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-		envp[ne++] = "HOME=/root";
-		envp[ne++] = termvar;
-		envp[ne] = NULL;
-		unsigned argc_ = 0;
-		while (o.argv[argc_])
-			argc_++;
-		struct ep_exec req = {
-			.flags = o.tty ? EP_FLAG_TTY : 0,
-			.argc = argc_,
-			.argv = o.argv,
-			.envc = ne,
-			.envp = (char **)envp,
-			.cwd = o.workdir ? o.workdir : "",
-		};
-		code = exec_run(fd, &req);
-		atomic_store(&s.agent_fd, -1);
-		close(fd);
-	}
-	vm_stop(&s.vm, VM_END_STOPPED);
-	pthread_join(vmt, NULL);
-	vmt_started = 0;
-	vbus_stop(&s.bus);
-	klog_flush(&s.kl);
-	if (o.verbose)
-		netdev_report(&net, stderr);
+static int start_vm(struct run *r)
+{
+	if (vbus_start(&r->s.bus) < 0 || pthread_create(&r->vmt, NULL, vm_thread, &r->s) != 0)
+		return cli_die("cannot start the VM threads");
+	r->vmt_started = true;
+	return 0;
+}
 
-	if (code >= 0) {
-		rc = code;
-	} else if (stop_signal) {
-		rc = 128 + stop_signal;
-	} else if (s.end == VM_END_ERROR) {
-		cli_die("%s%s; kernel log: %s", s.vm.error,
-		    pvm ? " (PVM host: the guest ran an instruction its emulator lacks)" : "",
-		    klog_used);
-	} else if (s.kl.exit_code >= 0) {
-		rc = s.kl.exit_code;
-	} else if (s.kl.panic) {
-		cli_die("the guest kernel panicked: %s; kernel log: %s", s.kl.panic_msg, klog_used);
-	} else if (s.kl.init_failed) {
-		cli_die("guest-init failed: %s; kernel log: %s", s.kl.init_msg, klog_used);
-	} else if (s.end == VM_END_STOPPED) {
-		cli_die("lost the connection to the guest's exec agent (%s); kernel log: %s",
-		    strerror(fd < 0 ? -fd : -code), klog_used);
-	} else {
-		cli_die("the guest stopped (%s) before the command finished; kernel log: %s",
-		    s.end == VM_END_TRIPLE_FAULT ? "triple fault" :
-		    s.end == VM_END_RESET ? "reset" : "power off", klog_used);
+/* The main command, through the exec agent like 'kbox exec'.  Its exit
+ * code (exec_run's), or a negative errno: the agent's connection's
+ * (agent_connect) or the session's (exec_run). */
+static int run_command(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	struct session *s = &r->s;
+	int fd = agent_connect(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
+	if (fd < 0)
+		return fd;
+	atomic_store(&s->agent_fd, fd);
+	if (atomic_load(&s->vm_done))
+		shutdown(fd, SHUT_RDWR);
+	report_ready(&r->ready_fd, 0);
+	const char *envp[MAX_ENV];
+	unsigned ne = 0;
+	const char *term = o->tty ? getenv("TERM") : NULL;
+	static char termvar[128];
+	snprintf(termvar, sizeof termvar, "TERM=%s", term && *term ? term : "dumb");
+	/* The user's entries first: the first of a name wins. */
+	for (unsigned i = 0; i < o->nenv; i++)
+		envp[ne++] = o->env[i];
+	envp[ne++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+	envp[ne++] = "HOME=/root";
+	envp[ne++] = termvar;
+	envp[ne] = NULL;
+	unsigned argc = 0;
+	while (o->argv[argc])
+		argc++;
+	struct ep_exec req = {
+		.flags = o->tty ? EP_FLAG_TTY : 0,
+		.argc = argc,
+		.argv = o->argv,
+		.envc = ne,
+		.envp = (char **)envp,
+		.cwd = o->workdir ? o->workdir : "",
+	};
+	int code = exec_run(fd, &req);
+	atomic_store(&s->agent_fd, -1);
+	close(fd);
+	return code;
+}
+
+/* The VM and its device thread stopped, the kernel log flushed. */
+static void stop_vm(struct run *r)
+{
+	vm_stop(&r->s.vm, VM_END_STOPPED);
+	pthread_join(r->vmt, NULL);
+	r->vmt_started = false;
+	vbus_stop(&r->s.bus);
+	klog_flush(&r->s.kl);
+	if (r->o.verbose)
+		netdev_report(&r->net, stderr);
+}
+
+/* kbox run's exit code from what run_command returned and how the guest
+ * ended, with the message written when kbox or the guest failed. */
+static int run_outcome(const struct run *r, int code)
+{
+	const struct session *s = &r->s;
+	const char *klog = r->klog_used;
+	if (code >= 0)
+		return code;
+	if (stop_signal)
+		return 128 + stop_signal;
+	if (s->end == VM_END_ERROR)
+		return cli_die("%s%s; kernel log: %s", s->vm.error,
+			       r->pvm ? " (PVM host: the guest ran an instruction its emulator lacks)"
+				      : "",
+			       klog);
+	if (s->kl.exit_code >= 0)
+		return s->kl.exit_code;
+	if (s->kl.panic)
+		return cli_die("the guest kernel panicked: %s; kernel log: %s", s->kl.panic_msg, klog);
+	if (s->kl.init_failed)
+		return cli_die("guest-init failed: %s; kernel log: %s", s->kl.init_msg, klog);
+	if (s->end == VM_END_STOPPED)
+		return cli_die("lost the connection to the guest's exec agent (%s); kernel log: %s",
+			       strerror(-code), klog);
+	return cli_die("the guest stopped (%s) before the command finished; kernel log: %s",
+		       s->end == VM_END_TRIPLE_FAULT ? "triple fault"
+		       : s->end == VM_END_RESET      ? "reset"
+						     : "power off",
+		       klog);
+}
+
+/* The sandbox from its claim to the guest's end, one step after the
+ * other; whatever a failed step leaves is run_cleanup's.  The exit code,
+ * with the message written when kbox or the guest failed. */
+static int run_sandbox(struct run *r)
+{
+	if (claim_sandbox(r) || record_sandbox(r) || redirect_output(r) ||
+	    load_boot_files(r) || create_vm(r) || attach_devices(r) ||
+	    write_boot_params(r) || setup_console_and_cpus(r))
+		return KBOX_EXIT_FAILURE;
+	publish_and_catch_signals(r);
+	if (lock_down(r) || start_vm(r))
+		return KBOX_EXIT_FAILURE;
+	int code = run_command(r);
+	stop_vm(r);
+	return run_outcome(r, code);
+}
+
+/* The one unwinding path: every part run_init to run_sandbox set up, in
+ * the reverse order of its making (the NIC after the bus: no thread
+ * calls it then). */
+static void run_cleanup(struct run *r)
+{
+	struct session *s = &r->s;
+	report_ready(&r->ready_fd, 1);
+	if (r->vmt_started) {
+		vm_stop(&s->vm, VM_END_STOPPED);
+		pthread_join(r->vmt, NULL);
 	}
-out:
-	report_ready(&ready_fd, 1);
-	if (vmt_started) {
-		vm_stop(&s.vm, VM_END_STOPPED);
-		pthread_join(vmt, NULL);
+	if (r->bus_made)
+		vbus_destroy(&s->bus);
+	if (r->began) {
+		char err[512];
+		if (netdev_write_learned(&r->net, err, sizeof err) < 0)
+			fprintf(stderr, "kbox: %s\n", err);
 	}
-	if (bus_made)
-		vbus_destroy(&s.bus);
-	if (netdev_write_learned(&net, err, sizeof err) < 0)
-		fprintf(stderr, "kbox: %s\n", err);
-	netdev_destroy(&net); /* after the bus: no thread calls the NIC now */
-	mounts_free(&mnt);
-	vsockdev_destroy(&s.vd);
-	if (vm_made)
-		vm_destroy(&s.vm);
-	if (klog_fd >= 0)
-		close(klog_fd);
-	serial_destroy(&s.com1);
-	if (claimed)
-		sandbox_release(&sb);
-	free(initrd);
-	free(kimg);
-	tlsconf_free(&tls);
-	config_free(&cfg);
-	return rc;
+	netdev_destroy(&r->net);
+	mounts_free(&r->mnt);
+	if (r->began) {
+		vsockdev_destroy(&s->vd);
+		if (r->vm_made)
+			vm_destroy(&s->vm);
+		if (r->klog_fd >= 0)
+			close(r->klog_fd);
+		serial_destroy(&s->com1);
+	}
+	if (r->claimed)
+		sandbox_release(&r->sb);
+	free(r->initrd);
+	free(r->kimg);
+	tlsconf_free(&r->tls);
+	config_free(&r->cfg);
+}
+
+int run_main(int argc, char **argv)
+{
+	char perr[256];
+	if (lockdown_prepare(perr, sizeof perr) < 0)
+		return cli_die("%s", perr);
+	static struct run r;
+	run_init(&r);
+	int rc = run_configure(&r, argc, argv);
+	if (!rc && r.o.detach)
+		rc = detach(&r.ready_fd, r.o.name); /* the parent returns here */
+	if (!rc) {
+		run_begin(&r);
+		rc = run_sandbox(&r);
+	}
+	run_cleanup(&r);
+	return rc < 0 ? 0 : rc;
 }

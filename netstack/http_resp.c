@@ -6,6 +6,7 @@
  * is sent (as a chunk of kbox's own for a chunked body) and the rest, a
  * possible value cut by the end of the data, waits for what follows. */
 #include "netstack/http_resp.h"
+#include "lib/wbuf.h"
 #include "netstack/scrub.h"
 
 #include <errno.h>
@@ -29,11 +30,6 @@ enum hr_phase {
 
 #define HR_LEAD_MAX 8u /* CRLFs tolerated between responses */
 
-struct rbuf {
-	uint8_t *p;
-	size_t off, len, cap;
-};
-
 struct hr {
 	struct scrub *sc;
 	char sni[256];
@@ -43,7 +39,7 @@ struct hr {
 	void *ctx;
 	enum hr_state state;
 	enum hr_phase phase;
-	struct rbuf head, out, win, reply;
+	struct wbuf head, out, win, reply;
 	size_t lead;
 	uint64_t remaining;
 	unsigned crlf_got;
@@ -54,77 +50,6 @@ struct hr {
 	char hit_name[SECRETS_NAME_MAX + 1];
 	char reason[1024];
 };
-
-/* ---- buffers (may hold real values until scrubbed: wiped) ---- */
-
-static size_t rb_size(const struct rbuf *b)
-{
-	return b->len - b->off;
-}
-
-static uint8_t *rb_data(const struct rbuf *b)
-{
-	return b->p ? b->p + b->off : NULL;
-}
-
-static int rb_put(struct rbuf *b, const void *d, size_t n)
-{
-	if (!n)
-		return 0;
-	if (b->off && b->len + n > b->cap) {
-		memmove(b->p, b->p + b->off, b->len - b->off);
-		explicit_bzero(b->p + (b->len - b->off), b->off);
-		b->len -= b->off;
-		b->off = 0;
-	}
-	if (b->len + n > b->cap) {
-		if (n > SIZE_MAX / 4 - b->len)
-			return -ENOMEM;
-		size_t cap = b->cap ? b->cap : 512;
-		while (cap < b->len + n)
-			cap *= 2;
-		uint8_t *p = malloc(cap);
-		if (!p)
-			return -ENOMEM;
-		if (b->len)
-			memcpy(p, b->p, b->len);
-		if (b->p) {
-			explicit_bzero(b->p, b->cap);
-			free(b->p);
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, d, n);
-	b->len += n;
-	return 0;
-}
-
-/* Dropped bytes are not wiped: only scrubbed bytes are ever dropped (the
- * output, the decided part of the window); what may still hold a value
- * (a head, the undecided tail) is wiped by rb_reset and rb_free. */
-static void rb_drop(struct rbuf *b, size_t n)
-{
-	b->off += n;
-	if (b->off >= b->len)
-		b->off = b->len = 0;
-}
-
-static void rb_reset(struct rbuf *b)
-{
-	if (b->p)
-		explicit_bzero(b->p, b->len);
-	b->off = b->len = 0;
-}
-
-static void rb_free(struct rbuf *b)
-{
-	if (b->p) {
-		explicit_bzero(b->p, b->cap);
-		free(b->p);
-	}
-	memset(b, 0, sizeof *b);
-}
 
 /* ---- outcomes ---- */
 
@@ -159,14 +84,14 @@ __attribute__((format(printf, 2, 3))) static int refuse(struct hr *r, const char
 			 "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
 			 "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
 			 blen);
-	rb_reset(&r->reply);
-	if (rb_put(&r->reply, head, (size_t)k) || rb_put(&r->reply, r->reason, blen - 1) || rb_put(&r->reply, "\n", 1))
+	wb_reset(&r->reply);
+	if (wb_put(&r->reply, head, (size_t)k) || wb_put(&r->reply, r->reason, blen - 1) || wb_put(&r->reply, "\n", 1))
 		r->state = HR_ERROR;
 	else
 		r->state = HR_CLOSE_AFTER_REPLY;
 	r->phase = P_DONE;
-	rb_reset(&r->head);
-	rb_reset(&r->win);
+	wb_reset(&r->head);
+	wb_reset(&r->win);
 	event(r, "response-refused", 502, r->reason);
 	return 1;
 }
@@ -182,8 +107,8 @@ __attribute__((format(printf, 2, 3))) static int cut(struct hr *r, const char *f
 	snprintf(r->reason, sizeof r->reason, "response from %s cut: %s", r->sni, msg);
 	r->state = HR_FAILED;
 	r->phase = P_DONE;
-	rb_reset(&r->head);
-	rb_reset(&r->win);
+	wb_reset(&r->head);
+	wb_reset(&r->win);
 	event(r, "response-refused", r->status, r->reason);
 	return 1;
 }
@@ -221,12 +146,12 @@ static int scrub_all(struct hr *r, uint8_t *b, size_t n)
  * chunk when CHUNK).  FINAL: nothing follows in this body.  0, -ENOMEM. */
 static int payload(struct hr *r, const uint8_t *d, size_t n, bool final, bool chunk)
 {
-	if (rb_put(&r->win, d, n))
+	if (wb_put(&r->win, d, n))
 		return -ENOMEM;
-	size_t have = rb_size(&r->win);
+	size_t have = wb_size(&r->win);
 	if (!have)
 		return 0;
-	size_t k = scrub_run(r->sc, rb_data(&r->win), have, final, on_hit, r);
+	size_t k = scrub_run(r->sc, wb_data(&r->win), have, final, on_hit, r);
 	if (k == (size_t)-1)
 		return -ENOMEM;
 	if (!k)
@@ -234,12 +159,12 @@ static int payload(struct hr *r, const uint8_t *d, size_t n, bool final, bool ch
 	if (chunk) {
 		char sz[24];
 		int m = snprintf(sz, sizeof sz, "%zx\r\n", k);
-		if (rb_put(&r->out, sz, (size_t)m))
+		if (wb_put(&r->out, sz, (size_t)m))
 			return -ENOMEM;
 	}
-	if (rb_put(&r->out, rb_data(&r->win), k) || (chunk && rb_put(&r->out, "\r\n", 2)))
+	if (wb_put(&r->out, wb_data(&r->win), k) || (chunk && wb_put(&r->out, "\r\n", 2)))
 		return -ENOMEM;
-	rb_drop(&r->win, k);
+	wb_drop(&r->win, k);
 	return 0;
 }
 
@@ -419,7 +344,7 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 		next = P_CLOSE;
 	}
 
-	if (scrub_all(r, h, n) || rb_put(&r->out, h, n))
+	if (scrub_all(r, h, n) || wb_put(&r->out, h, n))
 		return -ENOMEM;
 	if (final)
 		r->have_req = false;
@@ -437,7 +362,7 @@ static int trailer_done(struct hr *r, uint8_t *b, size_t n)
 	int rc = payload(r, NULL, 0, true, true);
 	if (rc)
 		return rc;
-	if (scrub_all(r, b, n) || rb_put(&r->out, "0\r\n", 3) || rb_put(&r->out, b, n))
+	if (scrub_all(r, b, n) || wb_put(&r->out, "0\r\n", 3) || wb_put(&r->out, b, n))
 		return -ENOMEM;
 	r->phase = P_HEAD;
 	response_done(r);
@@ -478,7 +403,7 @@ static int chunk_line(struct hr *r, const uint8_t *b, size_t n)
 static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t *used, size_t *end)
 {
 	bool line = r->phase == P_CHUNK_LINE;
-	size_t old = rb_size(&r->head);
+	size_t old = wb_size(&r->head);
 	*end = 0;
 	*used = 0;
 	/* CRLFs between responses (some servers add one after a body). */
@@ -494,10 +419,10 @@ static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t 
 	n -= *used;
 	size_t room = max + 4 - old;
 	size_t k = n < room ? n : room;
-	if (rb_put(&r->head, p, k))
+	if (wb_put(&r->head, p, k))
 		return -ENOMEM;
-	const uint8_t *b = rb_data(&r->head);
-	size_t len = rb_size(&r->head), e = 0;
+	const uint8_t *b = wb_data(&r->head);
+	size_t len = wb_size(&r->head), e = 0;
 	if (!len)
 		return 0; /* only the CRLFs between responses so far */
 	if (line) {
@@ -522,7 +447,7 @@ static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t 
 						  : cut(r, "bare CR or LF, or control bytes, in the chunked framing");
 	}
 	if (e) {
-		r->head.len -= len - e;
+		wb_trim(&r->head, len - e);
 		*used += k - (len - e);
 		*end = e;
 		return 0;
@@ -549,13 +474,13 @@ static int step(struct hr *r, const uint8_t *p, size_t n, size_t *used)
 			return rc;
 		if (r->phase == P_HEAD) {
 			r->lead = 0;
-			rc = head_done(r, rb_data(&r->head), end);
+			rc = head_done(r, wb_data(&r->head), end);
 		} else if (r->phase == P_TRAILER) {
-			rc = trailer_done(r, rb_data(&r->head), end);
+			rc = trailer_done(r, wb_data(&r->head), end);
 		} else {
-			rc = chunk_line(r, rb_data(&r->head), end);
+			rc = chunk_line(r, wb_data(&r->head), end);
 		}
-		rb_reset(&r->head);
+		wb_reset(&r->head);
 		return rc;
 	case P_BODY_CL:
 	case P_CHUNK_DATA:
@@ -625,7 +550,7 @@ int hr_feed(struct hr *r, const void *in, size_t n, size_t *taken)
 	const uint8_t *p = in;
 	size_t t = 0;
 	int rc = 0;
-	while (t < n && r->state == HR_OPEN && rb_size(&r->out) < HR_OUT_HIGH) {
+	while (t < n && r->state == HR_OPEN && wb_size(&r->out) < HR_OUT_HIGH) {
 		size_t used;
 		rc = step(r, p + t, n - t, &used);
 		t += used;
@@ -653,21 +578,21 @@ int hr_finish(struct hr *r)
 	}
 	/* Anything else cut short: what is held back (a head, a possible value
 	 * at the end of a body) is dropped, the guest sees the truncation. */
-	rb_reset(&r->head);
-	rb_reset(&r->win);
+	wb_reset(&r->head);
+	wb_reset(&r->win);
 	r->phase = P_DONE;
 	return 0;
 }
 
 void hr_output(struct hr *r, const uint8_t **p, size_t *len)
 {
-	*p = rb_data(&r->out);
-	*len = rb_size(&r->out);
+	*p = wb_data(&r->out);
+	*len = wb_size(&r->out);
 }
 
 void hr_consume(struct hr *r, size_t n)
 {
-	rb_drop(&r->out, n);
+	wb_drop(&r->out, n);
 }
 
 void hr_reply(struct hr *r, const uint8_t **p, size_t *len)
@@ -677,8 +602,8 @@ void hr_reply(struct hr *r, const uint8_t **p, size_t *len)
 		*len = 0;
 		return;
 	}
-	*p = rb_data(&r->reply);
-	*len = rb_size(&r->reply);
+	*p = wb_data(&r->reply);
+	*len = wb_size(&r->reply);
 }
 
 enum hr_state hr_state(const struct hr *r)
@@ -696,9 +621,9 @@ void hr_free(struct hr *r)
 	if (!r)
 		return;
 	scrub_free(r->sc);
-	rb_free(&r->head);
-	rb_free(&r->out);
-	rb_free(&r->win);
-	rb_free(&r->reply);
+	wb_free(&r->head);
+	wb_free(&r->out);
+	wb_free(&r->win);
+	wb_free(&r->reply);
 	free(r);
 }

@@ -9,6 +9,7 @@
  * placeholder's worth of bytes is ever held back. */
 #include "netstack/http_sub.h"
 #include "lib/b64.h"
+#include "lib/wbuf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -33,13 +34,6 @@ enum hs_phase {
 	PH_DONE,
 };
 
-/* A byte buffer whose live data is p[off, len).  Buffers may hold real
- * values, so old blocks are wiped before they are freed. */
-struct hs_buf {
-	uint8_t *p;
-	size_t off, len, cap;
-};
-
 struct hs {
 	const struct secrets *set;
 	char sni[HS_SNI_MAX + 1];
@@ -48,18 +42,18 @@ struct hs {
 	enum hs_state state;
 	enum hs_phase phase;
 
-	struct hs_buf head;  /* head, trailer section or chunk-size line being collected */
+	struct wbuf head;  /* head, trailer section or chunk-size line being collected */
 	size_t scan;         /* bytes of head already searched for the end */
 	size_t line_start;   /* where the last line in head begins */
 	size_t lead;         /* empty lines (CRLF pairs) before the request line */
 	bool lead_done;
 
-	struct hs_buf out;   /* for upstream */
-	struct hs_buf reply; /* for the guest */
-	struct hs_buf win;   /* body bytes not yet decided */
-	struct hs_buf held;  /* rewritten body held until its length is known */
-	struct hs_buf held_head;
-	struct hs_buf tmp;
+	struct wbuf out;   /* for upstream */
+	struct wbuf reply; /* for the guest */
+	struct wbuf win;   /* body bytes not yet decided */
+	struct wbuf held;  /* rewritten body held until its length is known */
+	struct wbuf held_head;
+	struct wbuf tmp;
 
 	uint64_t remaining;  /* Content-Length or chunk bytes left */
 	unsigned crlf_got;   /* bytes of a chunk's trailing CRLF seen */
@@ -77,87 +71,6 @@ struct hs {
 	bool b64first[256];
 	bool start[256]; /* bytes that may begin a placeholder in some form */
 };
-
-/* ---- buffers ----------------------------------------------------------- */
-
-static size_t hb_size(const struct hs_buf *b)
-{
-	return b->len - b->off;
-}
-
-static uint8_t *hb_data(const struct hs_buf *b)
-{
-	return b->p ? b->p + b->off : NULL;
-}
-
-static int hb_reserve(struct hs_buf *b, size_t more)
-{
-	if (b->off && b->len + more > b->cap) {
-		memmove(b->p, b->p + b->off, b->len - b->off);
-		explicit_bzero(b->p + (b->len - b->off), b->off);
-		b->len -= b->off;
-		b->off = 0;
-	}
-	if (b->len + more <= b->cap)
-		return 0;
-	if (more > SIZE_MAX / 4 - b->len)
-		return -ENOMEM;
-	size_t cap = b->cap ? b->cap : 256;
-	while (cap < b->len + more)
-		cap *= 2;
-	uint8_t *p = malloc(cap);
-	if (!p)
-		return -ENOMEM;
-	if (b->len)
-		memcpy(p, b->p, b->len);
-	if (b->p) {
-		explicit_bzero(b->p, b->cap);
-		free(b->p);
-	}
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-static int hb_put(struct hs_buf *b, const void *d, size_t n)
-{
-	if (!n)
-		return 0;
-	int rc = hb_reserve(b, n);
-	if (rc)
-		return rc;
-	memcpy(b->p + b->len, d, n);
-	b->len += n;
-	return 0;
-}
-
-static int hb_puts(struct hs_buf *b, const char *s)
-{
-	return hb_put(b, s, strlen(s));
-}
-
-static void hb_drop(struct hs_buf *b, size_t n)
-{
-	b->off += n;
-	if (b->off >= b->len)
-		b->off = b->len = 0;
-}
-
-static void hb_reset(struct hs_buf *b)
-{
-	if (b->p)
-		explicit_bzero(b->p, b->len);
-	b->off = b->len = 0;
-}
-
-static void hb_free(struct hs_buf *b)
-{
-	if (b->p) {
-		explicit_bzero(b->p, b->cap);
-		free(b->p);
-	}
-	memset(b, 0, sizeof *b);
-}
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -235,18 +148,18 @@ static int hs_stop(struct hs *h, int status, const char *msg, const char *secret
 			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
 			 "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
 			 status, hs_status_text(status), mlen + 1);
-	hb_reset(&h->reply);
-	if (hb_put(&h->reply, head, (size_t)n) || hb_put(&h->reply, msg, mlen) ||
-	    hb_put(&h->reply, "\n", 1)) {
+	wb_reset(&h->reply);
+	if (wb_put(&h->reply, head, (size_t)n) || wb_put(&h->reply, msg, mlen) ||
+	    wb_put(&h->reply, "\n", 1)) {
 		h->state = HS_ERROR;
 	} else {
 		h->state = HS_CLOSE_AFTER_REPLY;
 	}
 	h->phase = PH_DONE;
-	hb_reset(&h->win);
-	hb_reset(&h->held);
-	hb_reset(&h->held_head);
-	hb_reset(&h->head);
+	wb_reset(&h->win);
+	wb_reset(&h->held);
+	wb_reset(&h->held_head);
+	wb_reset(&h->head);
 	hs_audit_emit(h, secret, where, encoding, HS_BLOCKED, status, msg);
 	return 1;
 }
@@ -642,17 +555,17 @@ static int hs_decide(struct hs *h, const struct hs_place *pl, const struct hs_ma
 	return hs_stop(h, 403, msg, s->name, where, enc);
 }
 
-static int hs_pct_value(struct hs_buf *dst, const struct secret *s)
+static int hs_pct_value(struct wbuf *dst, const struct secret *s)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	for (size_t i = 0; i < s->value_len; i++) {
 		uint8_t c = (uint8_t)s->value[i];
 		if (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-			if (hb_put(dst, &c, 1))
+			if (wb_put(dst, &c, 1))
 				return -ENOMEM;
 		} else {
 			uint8_t e[3] = { '%', (uint8_t)hex[c >> 4], (uint8_t)hex[c & 15] };
-			if (hb_put(dst, e, 3))
+			if (wb_put(dst, e, 3))
 				return -ENOMEM;
 		}
 	}
@@ -660,7 +573,7 @@ static int hs_pct_value(struct hs_buf *dst, const struct secret *s)
 }
 
 /* The value, in the same dress as the placeholder it replaces. */
-static int hs_put_value(struct hs_buf *dst, const struct hs_place *pl, const struct secret *s,
+static int hs_put_value(struct wbuf *dst, const struct hs_place *pl, const struct secret *s,
 			unsigned form)
 {
 	if (pl->kind == PL_QUERY || form == F_PCT)
@@ -668,21 +581,21 @@ static int hs_put_value(struct hs_buf *dst, const struct hs_place *pl, const str
 	if (form == F_JSON) {
 		for (size_t i = 0; i < s->value_len; i++) {
 			char c = s->value[i];
-			if ((c == '"' || c == '\\') && hb_put(dst, "\\", 1))
+			if ((c == '"' || c == '\\') && wb_put(dst, "\\", 1))
 				return -ENOMEM;
-			if (hb_put(dst, &c, 1))
+			if (wb_put(dst, &c, 1))
 				return -ENOMEM;
 		}
 		return 0;
 	}
-	return hb_put(dst, s->value, s->value_len);
+	return wb_put(dst, s->value, s->value_len);
 }
 
 /* Rewrite S[0, N) found in place PL into DST.  Unless FINAL, stops before a
  * possible placeholder that the end of the data cuts; *DONE gets how many
  * bytes were dealt with.  0, 1 (blocked) or -ENOMEM. */
 static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s, size_t n,
-		      bool final, struct hs_buf *dst, size_t *done)
+		      bool final, struct wbuf *dst, size_t *done)
 {
 	size_t i = 0, emit = 0;
 	int rc = 0;
@@ -707,11 +620,11 @@ static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s,
 		rc = hs_decide(h, pl, &m);
 		if (rc)
 			return rc;
-		if (hb_put(dst, s + emit, i - emit) || hs_put_value(dst, pl, m.s, m.form))
+		if (wb_put(dst, s + emit, i - emit) || hs_put_value(dst, pl, m.s, m.form))
 			return -ENOMEM;
 		emit = i = m.end;
 	}
-	if (hb_put(dst, s + emit, i - emit))
+	if (wb_put(dst, s + emit, i - emit))
 		return -ENOMEM;
 	if (done)
 		*done = i;
@@ -721,7 +634,7 @@ static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s,
 /* ---- Basic credentials -------------------------------------------------- */
 
 /* Strict base64 (standard alphabet, padding optional) into OUT. */
-static bool hs_b64_decode(const uint8_t *s, size_t n, struct hs_buf *out)
+static bool hs_b64_decode(const uint8_t *s, size_t n, struct wbuf *out)
 {
 	while (n && s[n - 1] == '=')
 		n--;
@@ -737,19 +650,19 @@ static bool hs_b64_decode(const uint8_t *s, size_t n, struct hs_buf *out)
 		if (nb >= 8) {
 			uint8_t b = (uint8_t)(acc >> (nb - 8));
 			nb -= 8;
-			if (hb_put(out, &b, 1))
+			if (wb_put(out, &b, 1))
 				return false;
 		}
 	}
 	return true;
 }
 
-static int hs_b64_encode(const uint8_t *s, size_t n, struct hs_buf *out)
+static int hs_b64_encode(const uint8_t *s, size_t n, struct wbuf *out)
 {
 	for (size_t i = 0; i < n; i += 3) {
 		char e[4];
 		b64_quantum(s + i, n - i < 3 ? n - i : 3, e);
-		if (hb_put(out, e, 4))
+		if (wb_put(out, e, 4))
 			return -ENOMEM;
 	}
 	return 0;
@@ -760,7 +673,7 @@ static int hs_b64_encode(const uint8_t *s, size_t n, struct hs_buf *out)
  * 0 (handled, written to DST), 1 (blocked), 2 (not Basic credentials),
  * -ENOMEM. */
 static int hs_basic(struct hs *h, const char *field, const uint8_t *v, size_t n,
-		    struct hs_buf *dst)
+		    struct wbuf *dst)
 {
 	if (strcmp(field, "authorization") != 0 && strcmp(field, "proxy-authorization") != 0)
 		return 2;
@@ -769,19 +682,19 @@ static int hs_basic(struct hs *h, const char *field, const uint8_t *v, size_t n,
 	size_t t = 6;
 	while (t < n && v[t] == ' ')
 		t++;
-	struct hs_buf dec = { 0 }, rew = { 0 };
+	struct wbuf dec = { 0 }, rew = { 0 };
 	int rc = 2;
 	if (t < n && hs_b64_decode(v + t, n - t, &dec)) {
 		struct hs_place pl = { .kind = PL_HEADER, .field = field, .basic = true };
 		unsigned before = h->n_subst;
-		rc = hs_rewrite(h, &pl, hb_data(&dec), hb_size(&dec), true, &rew, NULL);
+		rc = hs_rewrite(h, &pl, wb_data(&dec), wb_size(&dec), true, &rew, NULL);
 		if (rc == 0 && h->n_subst == before)
-			rc = hb_put(dst, v, n);
-		else if (rc == 0 && (hb_put(dst, v, t) || hs_b64_encode(hb_data(&rew), hb_size(&rew), dst)))
+			rc = wb_put(dst, v, n);
+		else if (rc == 0 && (wb_put(dst, v, t) || hs_b64_encode(wb_data(&rew), wb_size(&rew), dst)))
 			rc = -ENOMEM;
 	}
-	hb_free(&dec);
-	hb_free(&rew);
+	wb_free(&dec);
+	wb_free(&rew);
 	return rc;
 }
 
@@ -850,13 +763,13 @@ static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *
 
 /* Rewrite one field into DST as "Name: value\r\n".  0, 1, -ENOMEM. */
 static int hs_put_field(struct hs *h, const struct hs_field *f, enum hs_place_kind kind,
-			struct hs_buf *dst)
+			struct wbuf *dst)
 {
 	struct hs_place npl = { .kind = PL_HEADER_NAME };
 	int rc = hs_rewrite(h, &npl, f->name, f->nlen, true, dst, NULL);
 	if (rc)
 		return rc;
-	if (hb_put(dst, ": ", 2))
+	if (wb_put(dst, ": ", 2))
 		return -ENOMEM;
 	rc = hs_basic(h, f->lname, f->val, f->vlen, dst);
 	if (rc == 2) {
@@ -865,7 +778,7 @@ static int hs_put_field(struct hs *h, const struct hs_field *f, enum hs_place_ki
 	}
 	if (rc)
 		return rc;
-	return hb_put(dst, "\r\n", 2) ? -ENOMEM : 0;
+	return wb_put(dst, "\r\n", 2) ? -ENOMEM : 0;
 }
 
 /* Host must name the connection's server (port allowed). */
@@ -1026,9 +939,9 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 	}
 
 	/* The rewritten head. */
-	struct hs_buf *dst = h->buffering ? &h->held_head : &h->out;
-	struct hs_buf *hd = &h->tmp;
-	hb_reset(hd);
+	struct wbuf *dst = h->buffering ? &h->held_head : &h->out;
+	struct wbuf *hd = &h->tmp;
+	wb_reset(hd);
 	const uint8_t *q = memchr(b + t0, '?', t1 - t0);
 	size_t pathlen = q ? (size_t)(q - (b + t0)) : t1 - t0;
 	struct hs_place line = { .kind = PL_LINE };
@@ -1039,7 +952,7 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 	}
 	if (rc)
 		return rc;
-	if (hb_put(hd, b + t1, ll - t1 + 2))
+	if (wb_put(hd, b + t1, ll - t1 + 2))
 		return -ENOMEM;
 	/* Where a secret may be substituted, the response must stay
 	 * readable for http_resp's scrubbing: no content or transfer coding,
@@ -1062,13 +975,13 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		if (rc)
 			return rc;
 	}
-	if (identity && hb_puts(hd, "Accept-Encoding: identity\r\n"))
+	if (identity && wb_puts(hd, "Accept-Encoding: identity\r\n"))
 		return -ENOMEM;
-	if (!h->buffering && hb_put(hd, "\r\n", 2))
+	if (!h->buffering && wb_put(hd, "\r\n", 2))
 		return -ENOMEM;
-	if (hb_put(dst, hb_data(hd), hb_size(hd)))
+	if (wb_put(dst, wb_data(hd), wb_size(hd)))
 		return -ENOMEM;
-	hb_reset(hd);
+	wb_reset(hd);
 	/* Queued now: the response may come before the body went. */
 	h->queue[(h->q_head + h->q_len) % HS_PIPELINE_MAX] = (struct hs_req){
 		.head = m == 4 && memcmp(b, "HEAD", 4) == 0,
@@ -1077,7 +990,7 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 	};
 	h->q_len++;
 
-	hb_reset(&h->win);
+	wb_reset(&h->win);
 	if (h->chunked) {
 		h->phase = PH_CHUNK_LINE;
 	} else if (cl > 0) {
@@ -1098,18 +1011,18 @@ static int hs_trailer_done(struct hs *h, const uint8_t *b, size_t n)
 	int rc = hs_fields(h, b, n, f, &nf, "trailer");
 	if (rc)
 		return rc;
-	struct hs_buf *hd = &h->tmp;
-	hb_reset(hd);
-	if (hb_puts(hd, "0\r\n"))
+	struct wbuf *hd = &h->tmp;
+	wb_reset(hd);
+	if (wb_puts(hd, "0\r\n"))
 		return -ENOMEM;
 	for (size_t i = 0; i < nf; i++) {
 		rc = hs_put_field(h, &f[i], PL_TRAILER, hd);
 		if (rc)
 			return rc;
 	}
-	if (hb_put(hd, "\r\n", 2) || hb_put(&h->out, hb_data(hd), hb_size(hd)))
+	if (wb_put(hd, "\r\n", 2) || wb_put(&h->out, wb_data(hd), wb_size(hd)))
 		return -ENOMEM;
-	hb_reset(hd);
+	wb_reset(hd);
 	return hs_request_done(h);
 }
 
@@ -1119,25 +1032,25 @@ static int hs_trailer_done(struct hs *h, const uint8_t *b, size_t n)
  * and sent on (or held).  FINAL at the body's end.  0, 1, -ENOMEM. */
 static int hs_payload(struct hs *h, const uint8_t *d, size_t n, bool final)
 {
-	if (hb_put(&h->win, d, n))
+	if (wb_put(&h->win, d, n))
 		return -ENOMEM;
 	struct hs_place pl = { .kind = h->phase == PH_OPAQUE ? PL_STREAM : PL_BODY };
-	struct hs_buf *dst = h->buffering ? &h->held : h->chunked ? &h->tmp : &h->out;
+	struct wbuf *dst = h->buffering ? &h->held : h->chunked ? &h->tmp : &h->out;
 	size_t done = 0;
 	if (h->chunked)
-		hb_reset(&h->tmp);
-	int rc = hs_rewrite(h, &pl, hb_data(&h->win), hb_size(&h->win), final, dst, &done);
+		wb_reset(&h->tmp);
+	int rc = hs_rewrite(h, &pl, wb_data(&h->win), wb_size(&h->win), final, dst, &done);
 	if (rc)
 		return rc;
-	hb_drop(&h->win, done);
-	if (h->chunked && hb_size(&h->tmp)) {
+	wb_drop(&h->win, done);
+	if (h->chunked && wb_size(&h->tmp)) {
 		char sz[24];
-		int k = snprintf(sz, sizeof sz, "%zx\r\n", hb_size(&h->tmp));
-		if (hb_put(&h->out, sz, (size_t)k) ||
-		    hb_put(&h->out, hb_data(&h->tmp), hb_size(&h->tmp)) ||
-		    hb_put(&h->out, "\r\n", 2))
+		int k = snprintf(sz, sizeof sz, "%zx\r\n", wb_size(&h->tmp));
+		if (wb_put(&h->out, sz, (size_t)k) ||
+		    wb_put(&h->out, wb_data(&h->tmp), wb_size(&h->tmp)) ||
+		    wb_put(&h->out, "\r\n", 2))
 			return -ENOMEM;
-		hb_reset(&h->tmp);
+		wb_reset(&h->tmp);
 	}
 	return 0;
 }
@@ -1146,13 +1059,13 @@ static int hs_cl_done(struct hs *h)
 {
 	if (h->buffering) {
 		char cl[48];
-		int k = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n\r\n", hb_size(&h->held));
-		if (hb_put(&h->out, hb_data(&h->held_head), hb_size(&h->held_head)) ||
-		    hb_put(&h->out, cl, (size_t)k) ||
-		    hb_put(&h->out, hb_data(&h->held), hb_size(&h->held)))
+		int k = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n\r\n", wb_size(&h->held));
+		if (wb_put(&h->out, wb_data(&h->held_head), wb_size(&h->held_head)) ||
+		    wb_put(&h->out, cl, (size_t)k) ||
+		    wb_put(&h->out, wb_data(&h->held), wb_size(&h->held)))
 			return -ENOMEM;
-		hb_reset(&h->held_head);
-		hb_reset(&h->held);
+		wb_reset(&h->held_head);
+		wb_reset(&h->held);
 	}
 	return hs_request_done(h);
 }
@@ -1165,16 +1078,16 @@ static int hs_cl_done(struct hs *h)
 static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size_t *used,
 		      size_t *end)
 {
-	size_t old = hb_size(&h->head);
+	size_t old = wb_size(&h->head);
 	/* Room for the block and its terminator; what lies beyond is given
 	 * back below.  The checks after each append keep old <= max + lead. */
 	size_t room = max + 4 + (h->phase == PH_HEAD ? h->lead : 0) - old;
 	size_t k = n < room ? n : room;
 	*end = 0;
-	if (hb_put(&h->head, p, k))
+	if (wb_put(&h->head, p, k))
 		return -ENOMEM;
-	const uint8_t *b = hb_data(&h->head);
-	size_t len = hb_size(&h->head);
+	const uint8_t *b = wb_data(&h->head);
+	size_t len = wb_size(&h->head);
 	bool head = h->phase == PH_HEAD;
 	bool chunkline = h->phase == PH_CHUNK_LINE;
 
@@ -1220,7 +1133,7 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 	}
 	if (e) {
 		size_t excess = len - e;
-		h->head.len -= excess;
+		wb_trim(&h->head, excess);
 		*used = k - excess;
 		*end = e;
 		h->scan = 0;
@@ -1317,8 +1230,8 @@ static int hs_step(struct hs *h, const uint8_t *p, size_t n, size_t *used)
 		rc = hs_collect(h, p, n, HS_HEAD_MAX, used, &end);
 		if (rc || !end)
 			return rc;
-		rc = hs_head_done(h, hb_data(&h->head) + h->lead, end - h->lead);
-		hb_reset(&h->head);
+		rc = hs_head_done(h, wb_data(&h->head) + h->lead, end - h->lead);
+		wb_reset(&h->head);
 		h->lead = 0;
 		h->lead_done = false;
 		return rc;
@@ -1328,15 +1241,15 @@ static int hs_step(struct hs *h, const uint8_t *p, size_t n, size_t *used)
 			return rc;
 		rc = hs_payload(h, NULL, 0, true);
 		if (!rc)
-			rc = hs_trailer_done(h, hb_data(&h->head), end);
-		hb_reset(&h->head);
+			rc = hs_trailer_done(h, wb_data(&h->head), end);
+		wb_reset(&h->head);
 		return rc;
 	case PH_CHUNK_LINE:
 		rc = hs_collect(h, p, n, HS_CHUNK_LINE_MAX, used, &end);
 		if (rc || !end)
 			return rc;
-		rc = hs_chunk_line(h, hb_data(&h->head), end);
-		hb_reset(&h->head);
+		rc = hs_chunk_line(h, wb_data(&h->head), end);
+		wb_reset(&h->head);
 		return rc;
 	case PH_BODY_CL:
 	case PH_CHUNK_DATA:
@@ -1378,7 +1291,7 @@ int hs_feed(struct hs *h, const void *in, size_t n, size_t *taken)
 	size_t t = 0;
 	int rc = 0;
 	while (t < n && h->state == HS_OPEN && h->phase != PH_DONE &&
-	       hb_size(&h->out) < HS_OUT_HIGH &&
+	       wb_size(&h->out) < HS_OUT_HIGH &&
 	       !(h->phase == PH_HEAD && h->q_len == HS_PIPELINE_MAX)) {
 		size_t used;
 		rc = hs_step(h, p + t, n - t, &used);
@@ -1395,10 +1308,10 @@ int hs_feed(struct hs *h, const void *in, size_t n, size_t *taken)
 
 int hs_finish(struct hs *h)
 {
-	hb_reset(&h->win);
-	hb_reset(&h->held);
-	hb_reset(&h->held_head);
-	hb_reset(&h->head);
+	wb_reset(&h->win);
+	wb_reset(&h->held);
+	wb_reset(&h->held_head);
+	wb_reset(&h->head);
 	if (h->state == HS_OPEN)
 		h->phase = PH_DONE;
 	return 0;
@@ -1406,14 +1319,14 @@ int hs_finish(struct hs *h)
 
 void hs_output(struct hs *h, const uint8_t **p, size_t *len)
 {
-	*p = hb_data(&h->out);
-	*len = hb_size(&h->out);
+	*p = wb_data(&h->out);
+	*len = wb_size(&h->out);
 }
 
 void hs_consume(struct hs *h, size_t n)
 {
-	size_t have = hb_size(&h->out);
-	hb_drop(&h->out, n < have ? n : have);
+	size_t have = wb_size(&h->out);
+	wb_drop(&h->out, n < have ? n : have);
 }
 
 void hs_reply(struct hs *h, const uint8_t **p, size_t *len)
@@ -1423,8 +1336,8 @@ void hs_reply(struct hs *h, const uint8_t **p, size_t *len)
 		*len = 0;
 		return;
 	}
-	*p = hb_data(&h->reply);
-	*len = hb_size(&h->reply);
+	*p = wb_data(&h->reply);
+	*len = wb_size(&h->reply);
 }
 
 enum hs_state hs_state(const struct hs *h)
@@ -1451,12 +1364,12 @@ void hs_free(struct hs *h)
 {
 	if (!h)
 		return;
-	hb_free(&h->head);
-	hb_free(&h->out);
-	hb_free(&h->reply);
-	hb_free(&h->win);
-	hb_free(&h->held);
-	hb_free(&h->held_head);
-	hb_free(&h->tmp);
+	wb_free(&h->head);
+	wb_free(&h->out);
+	wb_free(&h->reply);
+	wb_free(&h->win);
+	wb_free(&h->held);
+	wb_free(&h->held_head);
+	wb_free(&h->tmp);
 	free(h);
 }

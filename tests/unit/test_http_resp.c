@@ -10,24 +10,12 @@
 
 #include "netstack/http_resp.h"
 #include "netstack/secrets.h"
+#include "tests/lib/secret_set.h"
 
 #define V "ghp_R3alT0kenValue42"
 #define PH "$KBOX_TOK***********" /* as long as V */
 
 static const char yaml[] = "TOK: {value: \"" V "\", allow: [api.example.com]}\n";
-static struct secrets *set;
-
-static void setup(void)
-{
-	char err[256];
-	ck_assert_int_eq(secrets_load_buf("t/secrets.yaml", yaml, strlen(yaml), &set, err, sizeof err), 0);
-}
-
-static void teardown(void)
-{
-	secrets_free(set);
-	set = NULL;
-}
 
 /* The requests the responses answer, as http_sub would queue them. */
 struct reqs {
@@ -91,7 +79,7 @@ static void run(const char *in, size_t n, const struct reqs *rq, size_t split, s
 	struct hr *h;
 	memset(o, 0, sizeof *o);
 	o->rq = *rq;
-	ck_assert_int_eq(hr_new(set, "api.example.com", true, next_req, on_event, o, &h), 0);
+	ck_assert_int_eq(hr_new(ts_set, "api.example.com", true, next_req, on_event, o, &h), 0);
 	size_t off = 0;
 	while (off < n && hr_state(h) == HR_OPEN) {
 		size_t k = n - off;
@@ -342,9 +330,10 @@ END_TEST
 
 Suite *http_resp_suite(void)
 {
+	ts_yaml = yaml;
 	Suite *s = suite_create("http_resp");
 	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, ts_setup, ts_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, content_length_body_and_head);
 	tcase_add_test(tc, chunked_across_chunks_and_trailer);

@@ -16,6 +16,7 @@
 
 #include "netstack/http_sub.h"
 #include "netstack/secrets.h"
+#include "tests/lib/secret_set.h"
 
 #define API "api.example.com"
 
@@ -38,22 +39,6 @@ static const char secrets_yaml[] =
 
 static const char *const values[] = { "sk-REAL-key", "q v&=/+", "b\"v\\", "foo-value",
 				      "foobar-value", "q%20v%26%3D%2F%2B" };
-
-static struct secrets *set;
-
-static void setup(void)
-{
-	char err[256];
-	ck_assert_int_eq(secrets_load_buf("t/secrets.yaml", secrets_yaml, strlen(secrets_yaml), &set,
-					  err, sizeof err),
-			 0);
-}
-
-static void teardown(void)
-{
-	secrets_free(set);
-	set = NULL;
-}
 
 /* ---- a growing byte string ---------------------------------------------- */
 
@@ -459,7 +444,7 @@ START_TEST(table_whole)
 {
 	const struct hcase *c = &cases[_i];
 	struct result r;
-	run(set, c->sni ? c->sni : API, c->in, strlen(c->in), 0, 0, &r);
+	run(ts_set, c->sni ? c->sni : API, c->in, strlen(c->in), 0, 0, &r);
 	check_case(c, &r, "whole");
 	result_free(&r);
 }
@@ -475,11 +460,11 @@ START_TEST(table_every_split)
 	char how[32];
 	for (size_t k = 1; k < n; k++) {
 		snprintf(how, sizeof how, "split at %zu", k);
-		run(set, c->sni ? c->sni : API, c->in, n, 0, k, &r);
+		run(ts_set, c->sni ? c->sni : API, c->in, n, 0, k, &r);
 		check_case(c, &r, how);
 		result_free(&r);
 	}
-	run(set, c->sni ? c->sni : API, c->in, n, 1, 0, &r);
+	run(ts_set, c->sni ? c->sni : API, c->in, n, 1, 0, &r);
 	check_case(c, &r, "1-byte slices");
 	result_free(&r);
 }
@@ -494,7 +479,7 @@ START_TEST(placeholder_after_upgrade)
 					GET("/ws", "Upgrade: websocket\r\n") "\x81\x09$KBOX_FOO",
 					NULL, 403, "the data after a protocol upgrade", 1 };
 	struct result r;
-	run(set, API, c.in, strlen(c.in), 0, 0, &r);
+	run(ts_set, API, c.in, strlen(c.in), 0, 0, &r);
 	check_case(&c, &r, "whole");
 	result_free(&r);
 }
@@ -504,7 +489,7 @@ START_TEST(audit_events)
 {
 	struct result r;
 	const char *in = GET("/?k=$KBOX_QK", "Authorization: Basic dXNlcjokS0JPWF9LRVk=\r\n");
-	run(set, API, in, strlen(in), 0, 0, &r);
+	run(ts_set, API, in, strlen(in), 0, 0, &r);
 	ck_assert_int_eq(r.ev.substituted, 2);
 	ck_assert_int_eq(r.ev.blocked, 0);
 	ck_assert_str_eq(r.ev.last_secret, "KEY");
@@ -513,7 +498,7 @@ START_TEST(audit_events)
 	result_free(&r);
 
 	in = POST("Content-Length: 14\r\n", "x=%24KBOX_KEY&");
-	run(set, API, in, strlen(in), 0, 0, &r);
+	run(ts_set, API, in, strlen(in), 0, 0, &r);
 	ck_assert_int_eq(r.ev.blocked, 1);
 	ck_assert_str_eq(r.ev.last_secret, "KEY");
 	ck_assert_str_eq(r.ev.last_where, "body");
@@ -522,7 +507,7 @@ START_TEST(audit_events)
 	result_free(&r);
 
 	in = "GET / HTTP/1.1\r\nHost: other.example\r\n\r\n";
-	run(set, API, in, strlen(in), 0, 0, &r);
+	run(ts_set, API, in, strlen(in), 0, 0, &r);
 	ck_assert_int_eq(r.ev.blocked, 1);
 	ck_assert_str_eq(r.ev.last_secret, "-");
 	ck_assert_int_eq(r.ev.last_status, 421);
@@ -534,7 +519,7 @@ START_TEST(reply_is_a_complete_response)
 {
 	struct result r;
 	const char *in = GET("/", "Cookie: $KBOX_KEY\r\n");
-	run(set, API, in, strlen(in), 0, 0, &r);
+	run(ts_set, API, in, strlen(in), 0, 0, &r);
 	const char *body = strstr(r.reply.p, "\r\n\r\n");
 	ck_assert_ptr_nonnull(body);
 	body += 4;
@@ -562,12 +547,12 @@ START_TEST(limits)
 		str_put(&in, line, strlen(line));
 	}
 	str_put(&in, "\r\n", 2);
-	run(set, API, in.p, in.n, 0, 0, &r);
+	run(ts_set, API, in.p, in.n, 0, 0, &r);
 	ck_assert_int_eq(r.state, HS_OPEN);
 	result_free(&r);
 	in.n -= 2;
 	str_put(&in, "X-last: v\r\n\r\n", 13);
-	run(set, API, in.p, in.n, 0, 0, &r);
+	run(ts_set, API, in.p, in.n, 0, 0, &r);
 	ck_assert_int_eq(r.status, 431);
 	ck_assert(str_has(&r.reply, "more than 100 header fields"));
 	result_free(&r);
@@ -578,7 +563,7 @@ START_TEST(limits)
 	str_put(&in, "GET / HTTP/1.1\r\nX-Big: ", 23);
 	for (int i = 0; i < 1025; i++)
 		str_put(&in, "0123456789abcdef", 16);
-	run(set, API, in.p, in.n, 0, 0, &r);
+	run(ts_set, API, in.p, in.n, 0, 0, &r);
 	ck_assert_int_eq(r.status, 431);
 	result_free(&r);
 	free(in.p);
@@ -588,7 +573,7 @@ START_TEST(limits)
 	str_put(&in, "GET /", 5);
 	for (int i = 0; i < 1025; i++)
 		str_put(&in, "0123456789abcdef", 16);
-	run(set, API, in.p, in.n, 4096, 0, &r);
+	run(ts_set, API, in.p, in.n, 4096, 0, &r);
 	ck_assert_int_eq(r.status, 414);
 	result_free(&r);
 	free(in.p);
@@ -602,14 +587,14 @@ START_TEST(limits)
 			str_put(&in, "0123456789abcdef", 16);
 		str_put(&in, "\r\n", 2);
 	}
-	run(set, API, in.p, in.n, 0, 0, &r);
+	run(ts_set, API, in.p, in.n, 0, 0, &r);
 	ck_assert_int_eq(r.status, 431);
 	ck_assert(str_has(&r.reply, "request head is larger than 65536 bytes"));
 	result_free(&r);
 	/* One byte at a time costs time linear in the head, not quadratic. */
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	run(set, API, in.p, in.n, 1, 0, &r);
+	run(ts_set, API, in.p, in.n, 1, 0, &r);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	ck_assert_int_eq(r.status, 431);
 	ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 3);
@@ -622,7 +607,7 @@ START_TEST(limits)
 	for (int i = 0; i < 65; i++)
 		str_put(&in, "$KBOX_FOO", 9);
 	str_put(&in, "\r\n\r\n", 4);
-	run(set, API, in.p, in.n, 0, 0, &r);
+	run(ts_set, API, in.p, in.n, 0, 0, &r);
 	ck_assert_int_eq(r.status, 400);
 	ck_assert(str_has(&r.reply, "more than 64 secret placeholders"));
 	result_free(&r);
@@ -630,7 +615,7 @@ START_TEST(limits)
 
 	/* A body too large to hold for substitution: 413 before any of it. */
 	const char *big = POST("Content-Length: 8388609\r\n", "");
-	run(set, API, big, strlen(big), 0, 0, &r);
+	run(ts_set, API, big, strlen(big), 0, 0, &r);
 	ck_assert_int_eq(r.status, 413);
 	ck_assert_uint_eq(r.out.n, 0);
 	result_free(&r);
@@ -642,7 +627,7 @@ END_TEST
 START_TEST(streaming_and_backpressure)
 {
 	struct hs *h;
-	ck_assert_int_eq(hs_new(set, "a.svc.example", NULL, NULL, &h), 0);
+	ck_assert_int_eq(hs_new(ts_set, "a.svc.example", NULL, NULL, &h), 0);
 	const char *head = "POST / HTTP/1.1\r\nHost: a.svc.example\r\nContent-Length: 10000000\r\n\r\n";
 	size_t taken;
 	ck_assert_int_eq(hs_feed(h, head, strlen(head), &taken), 0);
@@ -677,14 +662,14 @@ END_TEST
 START_TEST(no_secrets_and_bad_sni)
 {
 	struct hs *h = (struct hs *)1;
-	ck_assert_int_eq(hs_new(set, "", NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(hs_new(ts_set, "", NULL, NULL, &h), -EINVAL);
 	ck_assert_ptr_null(h);
-	ck_assert_int_eq(hs_new(set, "a b", NULL, NULL, &h), -EINVAL);
-	ck_assert_int_eq(hs_new(set, "evil\r\nx", NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(hs_new(ts_set, "a b", NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(hs_new(ts_set, "evil\r\nx", NULL, NULL, &h), -EINVAL);
 	char longname[300];
 	memset(longname, 'a', sizeof longname - 1);
 	longname[sizeof longname - 1] = '\0';
-	ck_assert_int_eq(hs_new(set, longname, NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(hs_new(ts_set, longname, NULL, NULL, &h), -EINVAL);
 
 	struct result r;
 	const char *in = GET("/", "Authorization: $KBOX_KEY\r\n");
@@ -701,7 +686,7 @@ START_TEST(finish_mid_body)
 {
 	struct result r;
 	const char *in = POST("Content-Length: 100\r\n", "x=$KBOX_BK");
-	run(set, API, in, strlen(in), 0, 0, &r);
+	run(ts_set, API, in, strlen(in), 0, 0, &r);
 	ck_assert_int_eq(r.state, HS_OPEN);
 	ck_assert_uint_eq(r.out.n, 0); /* the head waits for the whole body */
 	result_free(&r);
@@ -716,7 +701,7 @@ START_TEST(identity_asked_where_secrets_go)
 	struct result r;
 	const char *in = GET("/", "Accept-Encoding: gzip, br\r\nTE: gzip\r\nSec-WebSocket-Extensions: "
 				  "permessage-deflate\r\nRange: bytes=0-3\r\nIf-Range: \"x\"\r\nAccept: */*\r\n");
-	run(set, API, in, strlen(in), 0, 0, &r);
+	run(ts_set, API, in, strlen(in), 0, 0, &r);
 	ck_assert_int_eq(r.state, HS_OPEN);
 	ck_assert(str_has(&r.out, "Accept: */*\r\nAccept-Encoding: identity\r\n\r\n"));
 	ck_assert(!str_has(&r.out, "gzip"));
@@ -724,7 +709,7 @@ START_TEST(identity_asked_where_secrets_go)
 	ck_assert(!str_has(&r.out, "Range"));
 	result_free(&r);
 	const char *other = "GET / HTTP/1.1\r\nHost: other.example\r\nAccept-Encoding: gzip\r\n\r\n";
-	run(set, "other.example", other, strlen(other), 0, 0, &r);
+	run(ts_set, "other.example", other, strlen(other), 0, 0, &r);
 	ck_assert_uint_eq(r.out.n, strlen(other));
 	ck_assert(memcmp(r.out.p, other, r.out.n) == 0);
 	result_free(&r);
@@ -741,7 +726,7 @@ START_TEST(trace_refused_405)
 		snprintf(in, sizeof in, "%s / HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: $KBOX_KEY\r\n\r\n",
 			 m[i]);
 		struct result r;
-		run(set, API, in, strlen(in), 0, 0, &r);
+		run(ts_set, API, in, strlen(in), 0, 0, &r);
 		ck_assert_int_eq(r.state, HS_CLOSE_AFTER_REPLY);
 		ck_assert_int_eq(r.status, 405);
 		ck_assert_uint_eq(r.out.n, 0);
@@ -756,7 +741,7 @@ END_TEST
 START_TEST(request_queue)
 {
 	struct hs *h;
-	ck_assert_int_eq(hs_new(set, API, NULL, NULL, &h), 0);
+	ck_assert_int_eq(hs_new(ts_set, API, NULL, NULL, &h), 0);
 	const char *in = "HEAD / HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
 			 "POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\n\r\nabc"
 			 "GET /ws HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: websocket\r\n\r\n";
@@ -773,7 +758,7 @@ START_TEST(request_queue)
 	ck_assert(!hs_pop_request(h, &q));
 	hs_free(h);
 
-	ck_assert_int_eq(hs_new(set, "other.example", NULL, NULL, &h), 0);
+	ck_assert_int_eq(hs_new(ts_set, "other.example", NULL, NULL, &h), 0);
 	const char *one = "GET / HTTP/1.1\r\nHost: other.example\r\n\r\n";
 	size_t n1 = strlen(one), total = 0;
 	for (unsigned i = 0; i < HS_PIPELINE_MAX + 10; i++) {
@@ -795,7 +780,7 @@ END_TEST
 
 /* ---- real clients ------------------------------------------------------- */
 
-/* Runs the shell command CMD (with $PORT set) as a client of a loopback
+/* Runs the shell command CMD (with $PORT ts_set) as a client of a loopback
  * listener made here; what it sends goes through a filter for
  * api.example.com, each forwarded request is answered "200 ok", and a
  * refusal is answered with the filter's reply.  R gets the upstream bytes;
@@ -832,7 +817,7 @@ static void capture(const char *cmd, uint64_t nreq, struct result *r, char *clie
 	int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
 	ck_assert_int_ge(c, 0);
 	struct hs *h;
-	ck_assert_int_eq(hs_new(set, API, on_audit, &r->ev, &h), 0);
+	ck_assert_int_eq(hs_new(ts_set, API, on_audit, &r->ev, &h), 0);
 	uint64_t answered = 0;
 	time_t start = time(NULL);
 	while (answered < nreq && hs_state(h) == HS_OPEN && time(NULL) - start < 10) {
@@ -987,9 +972,10 @@ END_TEST
 
 Suite *http_sub_suite(void)
 {
+	ts_yaml = secrets_yaml;
 	Suite *s = suite_create("http_sub");
 	TCase *tc = tcase_create("http_sub");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, ts_setup, ts_teardown);
 	tcase_set_timeout(tc, 120);
 	int n = (int)(sizeof cases / sizeof cases[0]);
 	tcase_add_loop_test(tc, table_whole, 0, n);
@@ -1006,7 +992,7 @@ Suite *http_sub_suite(void)
 	tcase_add_test(tc, request_queue);
 	suite_add_tcase(s, tc);
 	TCase *rc = tcase_create("real clients");
-	tcase_add_checked_fixture(rc, setup, teardown);
+	tcase_add_checked_fixture(rc, ts_setup, ts_teardown);
 	tcase_set_timeout(rc, 60);
 	tcase_add_test(rc, real_curl);
 	tcase_add_test(rc, real_python);

@@ -1,6 +1,8 @@
 /* secrets.env, read once and split in place into KEY/VALUE pointers. */
 #include "lib/secenv.h"
 
+#include "lib/grow.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,14 +106,9 @@ static int senv_line(struct senv *e, char *s, size_t n, unsigned line, char *err
 				      "the value of %.*s contains a control character; expected "
 				      "printable text",
 				      (int)klen, s + k);
-	if (e->n == e->cap) {
-		size_t cap = e->cap ? 2 * e->cap : 16;
-		char **kv = realloc(e->kv, 2 * cap * sizeof *kv);
-		if (!kv)
-			return -ENOMEM;
-		e->kv = kv;
-		e->cap = cap;
-	}
+	/* Two pointers an entry: its key and its value. */
+	if (grow_array(&e->kv, &e->cap, e->n + 1, 2 * sizeof *e->kv, 16, 0) < 0)
+		return -ENOMEM;
 	s[k + klen] = '\0';
 	s[v + vlen] = '\0';
 	e->kv[2 * e->n] = s + k;

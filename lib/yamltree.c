@@ -11,6 +11,7 @@
 #include <yaml.h>
 
 #include "lib/fileio.h"
+#include "lib/grow.h"
 
 void yt_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
 {
@@ -97,14 +98,8 @@ struct yt_builder {
 
 static int yt_attach(struct yt_node *parent, struct yt_node *kid)
 {
-	if (parent->n == parent->cap) {
-		size_t cap = parent->cap ? parent->cap * 2 : 4;
-		struct yt_node **k = realloc(parent->kids, cap * sizeof *k);
-		if (!k)
-			return -ENOMEM;
-		parent->kids = k;
-		parent->cap = cap;
-	}
+	if (grow_array(&parent->kids, &parent->cap, parent->n + 1, sizeof *parent->kids, 4, 0) < 0)
+		return -ENOMEM;
 	parent->kids[parent->n++] = kid;
 	return 0;
 }

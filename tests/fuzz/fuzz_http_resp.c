@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/grow.h"
 #include "netstack/http_resp.h"
 #include "netstack/secrets.h"
 
@@ -63,11 +64,7 @@ static void take(struct hr *h, struct run *r)
 	const uint8_t *p;
 	size_t n;
 	hr_output(h, &p, &n);
-	if (r->n + n > r->cap) {
-		r->cap = (r->n + n) * 2 + 64;
-		r->out = realloc(r->out, r->cap);
-		check(r->out != NULL);
-	}
+	check(grow_array(&r->out, &r->cap, r->n + n, 1, 64, 0) == 0);
 	if (n)
 		memcpy(r->out + r->n, p, n);
 	r->n += n;

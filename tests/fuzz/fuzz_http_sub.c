@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/grow.h"
 #include "netstack/http_sub.h"
 #include "netstack/secrets.h"
 
@@ -69,11 +70,7 @@ static void take(struct hs *h, struct run *r)
 	const uint8_t *p;
 	size_t n;
 	hs_output(h, &p, &n);
-	if (r->n + n > r->cap) {
-		r->cap = (r->n + n) * 2 + 64;
-		r->out = realloc(r->out, r->cap);
-		check(r->out != NULL);
-	}
+	check(grow_array(&r->out, &r->cap, r->n + n, 1, 64, 0) == 0);
 	if (n)
 		memcpy(r->out + r->n, p, n);
 	r->n += n;
@@ -143,11 +140,7 @@ struct bytes {
 
 static void put(struct bytes *b, const void *d, size_t n)
 {
-	if (b->n + n > b->cap) {
-		b->cap = (b->n + n) * 2 + 64;
-		b->p = realloc(b->p, b->cap);
-		check(b->p != NULL);
-	}
+	check(grow_array(&b->p, &b->cap, b->n + n, 1, 64, 0) == 0);
 	if (n)
 		memcpy(b->p + b->n, d, n);
 	b->n += n;

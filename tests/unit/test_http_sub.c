@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/grow.h"
 #include "netstack/http_sub.h"
 #include "netstack/secrets.h"
 #include "tests/lib/secret_set.h"
@@ -49,11 +50,7 @@ struct str {
 
 static void str_put(struct str *s, const void *d, size_t n)
 {
-	if (s->n + n + 1 > s->cap) {
-		s->cap = (s->n + n + 1) * 2;
-		s->p = realloc(s->p, s->cap);
-		ck_assert_ptr_nonnull(s->p);
-	}
+	ck_assert_int_eq(grow_array(&s->p, &s->cap, s->n + n + 1, 1, 64, 0), 0);
 	if (n)
 		memcpy(s->p + s->n, d, n);
 	s->n += n;

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/grow.h"
 #include "netstack/tls_cert.h"
 #include "netstack/tls_mitm.h"
 #include "netstack/tls_sni.h"
@@ -136,11 +137,7 @@ static bool app_step(struct end *x, bool reading)
 	st = br_ssl_engine_current_state(x->e);
 	if (reading && (st & BR_SSL_RECVAPP)) {
 		uint8_t *buf = br_ssl_engine_recvapp_buf(x->e, &len);
-		if (x->rxlen + len > x->rxcap) {
-			x->rxcap = (x->rxlen + len) * 2;
-			x->rx = realloc(x->rx, x->rxcap);
-			ck_assert_ptr_nonnull(x->rx);
-		}
+		ck_assert_int_eq(grow_array(&x->rx, &x->rxcap, x->rxlen + len, 1, 4096, 0), 0);
 		memcpy(x->rx + x->rxlen, buf, len);
 		x->rxlen += len;
 		br_ssl_engine_recvapp_ack(x->e, len);

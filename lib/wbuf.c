@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WB_MIN_CAP 256u
+#define WBUF_MIN_CAP 256u
 
-int wb_reserve(struct wbuf *b, size_t more)
+int wbuf_reserve(struct wbuf *b, size_t more)
 {
 	/* First, so that no sum below can wrap. */
 	if (more > SIZE_MAX / 4 - (b->len - b->off))
@@ -20,7 +20,7 @@ int wb_reserve(struct wbuf *b, size_t more)
 	}
 	if (b->len + more <= b->cap)
 		return 0;
-	size_t cap = b->cap ? b->cap : WB_MIN_CAP;
+	size_t cap = b->cap ? b->cap : WBUF_MIN_CAP;
 	while (cap < b->len + more)
 		cap *= 2;
 	/* Never realloc: it would free the old block unwiped. */
@@ -38,11 +38,11 @@ int wb_reserve(struct wbuf *b, size_t more)
 	return 0;
 }
 
-int wb_put(struct wbuf *b, const void *d, size_t n)
+int wbuf_put(struct wbuf *b, const void *d, size_t n)
 {
 	if (!n)
 		return 0;
-	int rc = wb_reserve(b, n);
+	int rc = wbuf_reserve(b, n);
 	if (rc)
 		return rc;
 	memcpy(b->p + b->len, d, n);
@@ -50,19 +50,19 @@ int wb_put(struct wbuf *b, const void *d, size_t n)
 	return 0;
 }
 
-int wb_puts(struct wbuf *b, const char *s)
+int wbuf_puts(struct wbuf *b, const char *s)
 {
-	return wb_put(b, s, strlen(s));
+	return wbuf_put(b, s, strlen(s));
 }
 
-void wb_drop(struct wbuf *b, size_t n)
+void wbuf_drop(struct wbuf *b, size_t n)
 {
 	b->off += n;
 	if (b->off >= b->len)
 		b->off = b->len = 0;
 }
 
-void wb_trim(struct wbuf *b, size_t n)
+void wbuf_trim(struct wbuf *b, size_t n)
 {
 	if (n > b->len - b->off)
 		n = b->len - b->off;
@@ -71,14 +71,14 @@ void wb_trim(struct wbuf *b, size_t n)
 		explicit_bzero(b->p + b->len, n);
 }
 
-void wb_reset(struct wbuf *b)
+void wbuf_reset(struct wbuf *b)
 {
 	if (b->p)
 		explicit_bzero(b->p, b->len);
 	b->off = b->len = 0;
 }
 
-void wb_free(struct wbuf *b)
+void wbuf_free(struct wbuf *b)
 {
 	if (b->p) {
 		explicit_bzero(b->p, b->cap);

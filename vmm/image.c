@@ -53,7 +53,7 @@ static int store_open(struct image_ctx *ctx, struct store *st, int create)
 	int r = image_store_dir(st->dir, sizeof st->dir);
 	if (r < 0)
 		return fail(ctx, r, "no image store: set KBOX_IMAGE_DIR or HOME");
-	if (create && (r = dd_mkdirs(st->dir)) < 0)
+	if (create && (r = datadir_mkdirs(st->dir)) < 0)
 		return fail(ctx, r, "cannot create the image store %s: %s", st->dir, strerror(-r));
 	st->fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (st->fd < 0)

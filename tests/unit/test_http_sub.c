@@ -70,11 +70,11 @@ struct events {
 	int last_status;
 };
 
-static void on_audit(void *ctx, const struct hs_audit *ev)
+static void on_audit(void *ctx, const struct http_sub_audit *ev)
 {
 	struct events *e = ctx;
 	e->n++;
-	if (ev->decision == HS_SUBSTITUTED)
+	if (ev->decision == HTTP_SUB_SUBSTITUTED)
 		e->substituted++;
 	else
 		e->blocked++;
@@ -92,7 +92,7 @@ static void on_audit(void *ctx, const struct hs_audit *ev)
 
 struct result {
 	struct str out, reply;
-	enum hs_state state;
+	enum http_sub_state state;
 	uint64_t forwarded;
 	int status;
 	struct events ev;
@@ -109,9 +109,9 @@ static void drain(struct hs *h, struct result *r)
 {
 	const uint8_t *p;
 	size_t n;
-	hs_output(h, &p, &n);
+	http_sub_output(h, &p, &n);
 	str_put(&r->out, p, n);
-	hs_consume(h, n);
+	http_sub_consume(h, n);
 }
 
 /* Feed IN in slices of SLICE bytes (the whole when 0), or split once at
@@ -121,31 +121,31 @@ static void run(const struct secrets *s, const char *sni, const char *in, size_t
 {
 	struct hs *h;
 	memset(r, 0, sizeof *r);
-	ck_assert_int_eq(hs_new(s, sni, on_audit, &r->ev, &h), 0);
+	ck_assert_int_eq(http_sub_new(s, sni, on_audit, &r->ev, &h), 0);
 	size_t off = 0;
-	while (off < n && hs_state(h) == HS_OPEN) {
+	while (off < n && http_sub_state(h) == HTTP_SUB_OPEN) {
 		size_t k = n - off;
 		if (split)
 			k = off < split ? split - off : n - off;
 		else if (slice && k > slice)
 			k = slice;
 		size_t taken;
-		ck_assert_int_eq(hs_feed(h, in + off, k, &taken), 0);
+		ck_assert_int_eq(http_sub_feed(h, in + off, k, &taken), 0);
 		ck_assert_uint_le(taken, k);
 		drain(h, r);
 		off += taken;
 	}
-	hs_finish(h);
+	http_sub_finish(h);
 	drain(h, r);
-	r->state = hs_state(h);
-	r->forwarded = hs_requests_forwarded(h);
+	r->state = http_sub_state(h);
+	r->forwarded = http_sub_requests_forwarded(h);
 	const uint8_t *p;
 	size_t rn;
-	hs_reply(h, &p, &rn);
+	http_sub_reply(h, &p, &rn);
 	str_put(&r->reply, p, rn);
 	if (rn)
 		ck_assert_int_eq(sscanf(r->reply.p, "HTTP/1.1 %d ", &r->status), 1);
-	hs_free(h);
+	http_sub_free(h);
 }
 
 /* Merge the chunks of every chunked request in S into one, so that outputs
@@ -403,7 +403,7 @@ static const struct hcase cases[] = {
 static void check_case(const struct hcase *c, const struct result *r, const char *how)
 {
 	if (c->status == 0) {
-		ck_assert_msg(r->state == HS_OPEN, "%s (%s): state %d, reply %s", c->name, how,
+		ck_assert_msg(r->state == HTTP_SUB_OPEN, "%s (%s): state %d, reply %s", c->name, how,
 			      r->state, r->reply.p ? r->reply.p : "");
 		struct str a = normalize(&r->out);
 		struct str w = { 0 };
@@ -415,7 +415,7 @@ static void check_case(const struct hcase *c, const struct result *r, const char
 		free(b.p);
 		free(w.p);
 	} else {
-		ck_assert_msg(r->state == HS_CLOSE_AFTER_REPLY, "%s (%s): state %d", c->name, how,
+		ck_assert_msg(r->state == HTTP_SUB_CLOSE_AFTER_REPLY, "%s (%s): state %d", c->name, how,
 			      r->state);
 		ck_assert_msg(r->status == c->status, "%s (%s): status %d, want %d: %s", c->name,
 			      how, r->status, c->status, r->reply.p);
@@ -545,7 +545,7 @@ START_TEST(limits)
 	}
 	str_put(&in, "\r\n", 2);
 	run(ts_set, API, in.p, in.n, 0, 0, &r);
-	ck_assert_int_eq(r.state, HS_OPEN);
+	ck_assert_int_eq(r.state, HTTP_SUB_OPEN);
 	result_free(&r);
 	in.n -= 2;
 	str_put(&in, "X-last: v\r\n\r\n", 13);
@@ -620,58 +620,58 @@ START_TEST(limits)
 END_TEST
 
 /* Large bodies stream when no secret may be substituted in a body for this
- * host; hs_feed stops taking when output piles up. */
+ * host; http_sub_feed stops taking when output piles up. */
 START_TEST(streaming_and_backpressure)
 {
 	struct hs *h;
-	ck_assert_int_eq(hs_new(ts_set, "a.svc.example", NULL, NULL, &h), 0);
+	ck_assert_int_eq(http_sub_new(ts_set, "a.svc.example", NULL, NULL, &h), 0);
 	const char *head = "POST / HTTP/1.1\r\nHost: a.svc.example\r\nContent-Length: 10000000\r\n\r\n";
 	size_t taken;
-	ck_assert_int_eq(hs_feed(h, head, strlen(head), &taken), 0);
+	ck_assert_int_eq(http_sub_feed(h, head, strlen(head), &taken), 0);
 	ck_assert_uint_eq(taken, strlen(head));
 	static char chunk[1 << 20];
 	memset(chunk, 'z', sizeof chunk);
-	ck_assert_int_eq(hs_feed(h, chunk, sizeof chunk, &taken), 0);
+	ck_assert_int_eq(http_sub_feed(h, chunk, sizeof chunk, &taken), 0);
 	ck_assert_uint_lt(taken, sizeof chunk);
 	const uint8_t *p;
 	size_t n, total = 0;
-	hs_output(h, &p, &n);
-	ck_assert_uint_ge(n, HS_OUT_HIGH);
-	ck_assert_uint_le(n, HS_OUT_HIGH + 2 * 16384 + 256);
+	http_sub_output(h, &p, &n);
+	ck_assert_uint_ge(n, HTTP_SUB_OUT_HIGH);
+	ck_assert_uint_le(n, HTTP_SUB_OUT_HIGH + 2 * 16384 + 256);
 	uint64_t sent = taken;
 	total += n;
-	hs_consume(h, n);
+	http_sub_consume(h, n);
 	while (sent < 10000000) {
 		size_t k = 10000000 - sent < sizeof chunk ? 10000000 - sent : sizeof chunk;
-		ck_assert_int_eq(hs_feed(h, chunk, k, &taken), 0);
+		ck_assert_int_eq(http_sub_feed(h, chunk, k, &taken), 0);
 		sent += taken;
-		hs_output(h, &p, &n);
+		http_sub_output(h, &p, &n);
 		total += n;
-		hs_consume(h, n);
+		http_sub_consume(h, n);
 	}
 	ck_assert_uint_eq(total, strlen(head) + strlen("Accept-Encoding: identity\r\n") + 10000000);
-	ck_assert_uint_eq(hs_requests_forwarded(h), 1);
-	ck_assert_int_eq(hs_state(h), HS_OPEN);
-	hs_free(h);
+	ck_assert_uint_eq(http_sub_requests_forwarded(h), 1);
+	ck_assert_int_eq(http_sub_state(h), HTTP_SUB_OPEN);
+	http_sub_free(h);
 }
 END_TEST
 
 START_TEST(no_secrets_and_bad_sni)
 {
 	struct hs *h = (struct hs *)1;
-	ck_assert_int_eq(hs_new(ts_set, "", NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(http_sub_new(ts_set, "", NULL, NULL, &h), -EINVAL);
 	ck_assert_ptr_null(h);
-	ck_assert_int_eq(hs_new(ts_set, "a b", NULL, NULL, &h), -EINVAL);
-	ck_assert_int_eq(hs_new(ts_set, "evil\r\nx", NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(http_sub_new(ts_set, "a b", NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(http_sub_new(ts_set, "evil\r\nx", NULL, NULL, &h), -EINVAL);
 	char longname[300];
 	memset(longname, 'a', sizeof longname - 1);
 	longname[sizeof longname - 1] = '\0';
-	ck_assert_int_eq(hs_new(ts_set, longname, NULL, NULL, &h), -EINVAL);
+	ck_assert_int_eq(http_sub_new(ts_set, longname, NULL, NULL, &h), -EINVAL);
 
 	struct result r;
 	const char *in = GET("/", "Authorization: $KBOX_KEY\r\n");
 	run(NULL, "API.example.com.", in, strlen(in), 0, 0, &r);
-	ck_assert_int_eq(r.state, HS_OPEN);
+	ck_assert_int_eq(r.state, HTTP_SUB_OPEN);
 	ck_assert_uint_eq(r.out.n, strlen(in));
 	ck_assert(memcmp(r.out.p, in, r.out.n) == 0);
 	result_free(&r);
@@ -684,7 +684,7 @@ START_TEST(finish_mid_body)
 	struct result r;
 	const char *in = POST("Content-Length: 100\r\n", "x=$KBOX_BK");
 	run(ts_set, API, in, strlen(in), 0, 0, &r);
-	ck_assert_int_eq(r.state, HS_OPEN);
+	ck_assert_int_eq(r.state, HTTP_SUB_OPEN);
 	ck_assert_uint_eq(r.out.n, 0); /* the head waits for the whole body */
 	result_free(&r);
 }
@@ -699,7 +699,7 @@ START_TEST(identity_asked_where_secrets_go)
 	const char *in = GET("/", "Accept-Encoding: gzip, br\r\nTE: gzip\r\nSec-WebSocket-Extensions: "
 				  "permessage-deflate\r\nRange: bytes=0-3\r\nIf-Range: \"x\"\r\nAccept: */*\r\n");
 	run(ts_set, API, in, strlen(in), 0, 0, &r);
-	ck_assert_int_eq(r.state, HS_OPEN);
+	ck_assert_int_eq(r.state, HTTP_SUB_OPEN);
 	ck_assert(str_has(&r.out, "Accept: */*\r\nAccept-Encoding: identity\r\n\r\n"));
 	ck_assert(!str_has(&r.out, "gzip"));
 	ck_assert(!str_has(&r.out, "permessage"));
@@ -724,7 +724,7 @@ START_TEST(trace_refused_405)
 			 m[i]);
 		struct result r;
 		run(ts_set, API, in, strlen(in), 0, 0, &r);
-		ck_assert_int_eq(r.state, HS_CLOSE_AFTER_REPLY);
+		ck_assert_int_eq(r.state, HTTP_SUB_CLOSE_AFTER_REPLY);
 		ck_assert_int_eq(r.status, 405);
 		ck_assert_uint_eq(r.out.n, 0);
 		result_free(&r);
@@ -733,45 +733,45 @@ START_TEST(trace_refused_405)
 END_TEST
 
 /* Each forwarded request is queued for the response side, in order, with
- * what its response depends on; at HS_PIPELINE_MAX queued the filter
+ * what its response depends on; at HTTP_SUB_PIPELINE_MAX queued the filter
  * takes no more until one is popped. */
 START_TEST(request_queue)
 {
 	struct hs *h;
-	ck_assert_int_eq(hs_new(ts_set, API, NULL, NULL, &h), 0);
+	ck_assert_int_eq(http_sub_new(ts_set, API, NULL, NULL, &h), 0);
 	const char *in = "HEAD / HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
 			 "POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\n\r\nabc"
 			 "GET /ws HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: websocket\r\n\r\n";
 	size_t taken;
-	ck_assert_int_eq(hs_feed(h, in, strlen(in), &taken), 0);
+	ck_assert_int_eq(http_sub_feed(h, in, strlen(in), &taken), 0);
 	ck_assert_uint_eq(taken, strlen(in));
-	struct hs_req q;
-	ck_assert(hs_pop_request(h, &q));
+	struct http_sub_req q;
+	ck_assert(http_sub_pop_request(h, &q));
 	ck_assert(q.head && !q.upgrade && q.identity);
-	ck_assert(hs_pop_request(h, &q));
+	ck_assert(http_sub_pop_request(h, &q));
 	ck_assert(!q.head && !q.upgrade);
-	ck_assert(hs_pop_request(h, &q));
+	ck_assert(http_sub_pop_request(h, &q));
 	ck_assert(!q.head && q.upgrade);
-	ck_assert(!hs_pop_request(h, &q));
-	hs_free(h);
+	ck_assert(!http_sub_pop_request(h, &q));
+	http_sub_free(h);
 
-	ck_assert_int_eq(hs_new(ts_set, "other.example", NULL, NULL, &h), 0);
+	ck_assert_int_eq(http_sub_new(ts_set, "other.example", NULL, NULL, &h), 0);
 	const char *one = "GET / HTTP/1.1\r\nHost: other.example\r\n\r\n";
 	size_t n1 = strlen(one), total = 0;
-	for (unsigned i = 0; i < HS_PIPELINE_MAX + 10; i++) {
-		ck_assert_int_eq(hs_feed(h, one, n1, &taken), 0);
+	for (unsigned i = 0; i < HTTP_SUB_PIPELINE_MAX + 10; i++) {
+		ck_assert_int_eq(http_sub_feed(h, one, n1, &taken), 0);
 		total += taken;
 		const uint8_t *p;
 		size_t n;
-		hs_output(h, &p, &n);
-		hs_consume(h, n);
+		http_sub_output(h, &p, &n);
+		http_sub_consume(h, n);
 	}
-	ck_assert_uint_eq(total, (size_t)HS_PIPELINE_MAX * n1);
-	ck_assert(hs_pop_request(h, &q));
+	ck_assert_uint_eq(total, (size_t)HTTP_SUB_PIPELINE_MAX * n1);
+	ck_assert(http_sub_pop_request(h, &q));
 	ck_assert(!q.identity);
-	ck_assert_int_eq(hs_feed(h, one, n1, &taken), 0);
+	ck_assert_int_eq(http_sub_feed(h, one, n1, &taken), 0);
 	ck_assert_uint_eq(taken, n1);
-	hs_free(h);
+	http_sub_free(h);
 }
 END_TEST
 
@@ -814,10 +814,10 @@ static void capture(const char *cmd, uint64_t nreq, struct result *r, char *clie
 	int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
 	ck_assert_int_ge(c, 0);
 	struct hs *h;
-	ck_assert_int_eq(hs_new(ts_set, API, on_audit, &r->ev, &h), 0);
+	ck_assert_int_eq(http_sub_new(ts_set, API, on_audit, &r->ev, &h), 0);
 	uint64_t answered = 0;
 	time_t start = time(NULL);
-	while (answered < nreq && hs_state(h) == HS_OPEN && time(NULL) - start < 10) {
+	while (answered < nreq && http_sub_state(h) == HTTP_SUB_OPEN && time(NULL) - start < 10) {
 		p = (struct pollfd){ .fd = c, .events = POLLIN };
 		if (poll(&p, 1, 1000) != 1)
 			continue;
@@ -826,26 +826,26 @@ static void capture(const char *cmd, uint64_t nreq, struct result *r, char *clie
 		if (n <= 0)
 			break;
 		size_t off = 0;
-		while (off < (size_t)n && hs_state(h) == HS_OPEN) {
+		while (off < (size_t)n && http_sub_state(h) == HTTP_SUB_OPEN) {
 			size_t taken;
-			ck_assert_int_eq(hs_feed(h, buf + off, (size_t)n - off, &taken), 0);
+			ck_assert_int_eq(http_sub_feed(h, buf + off, (size_t)n - off, &taken), 0);
 			drain(h, r);
 			off += taken;
 		}
-		for (; answered < hs_requests_forwarded(h); answered++) {
+		for (; answered < http_sub_requests_forwarded(h); answered++) {
 			static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 			ck_assert_int_eq(write(c, ok, sizeof ok - 1), (ssize_t)sizeof ok - 1);
 		}
 	}
-	r->state = hs_state(h);
-	r->forwarded = hs_requests_forwarded(h);
+	r->state = http_sub_state(h);
+	r->forwarded = http_sub_requests_forwarded(h);
 	const uint8_t *rp;
 	size_t rn;
-	hs_reply(h, &rp, &rn);
+	http_sub_reply(h, &rp, &rn);
 	str_put(&r->reply, rp, rn);
 	if (rn)
 		ck_assert_int_eq(write(c, rp, rn), (ssize_t)rn);
-	hs_free(h);
+	http_sub_free(h);
 	close(c);
 	close(ls);
 
@@ -881,7 +881,7 @@ START_TEST(real_curl)
 		"\"http://127.0.0.1:$PORT/v1?q=\\$KBOX_QK\" "
 		"-H 'Host: api.example.com' \"http://127.0.0.1:$PORT/two\"",
 		2, &r, out, sizeof out);
-	ck_assert_msg(r.state == HS_OPEN && r.forwarded == 2, "state %d, %llu requests: %s",
+	ck_assert_msg(r.state == HTTP_SUB_OPEN && r.forwarded == 2, "state %d, %llu requests: %s",
 		      r.state, (unsigned long long)r.forwarded, r.reply.p);
 	ck_assert_str_eq(out, "okok");
 	ck_assert(str_has(&r.out, "POST /v1?q=q%20v%26%3D%2F%2B HTTP/1.1\r\n"));
@@ -895,7 +895,7 @@ START_TEST(real_curl)
 	capture("curl -sS --max-time 8 -H 'Host: api.example.com' -H 'Transfer-Encoding: chunked' "
 		"--data-binary 'x=$KBOX_BK&y=1' \"http://127.0.0.1:$PORT/c\"",
 		1, &r, out, sizeof out);
-	ck_assert_int_eq(r.state, HS_OPEN);
+	ck_assert_int_eq(r.state, HTTP_SUB_OPEN);
 	struct str norm = normalize(&r.out);
 	ck_assert_msg(str_has(&norm, "\r\n\r\na\r\nx=b\"v\\&y=1\r\n0\r\n\r\n"),
 		      "%s", norm.p);
@@ -906,7 +906,7 @@ START_TEST(real_curl)
 	capture("curl -sS --max-time 8 -H 'Host: api.example.com' -H 'Cookie: s=$KBOX_KEY' "
 		"\"http://127.0.0.1:$PORT/\"",
 		1, &r, out, sizeof out);
-	ck_assert_int_eq(r.state, HS_CLOSE_AFTER_REPLY);
+	ck_assert_int_eq(r.state, HTTP_SUB_CLOSE_AFTER_REPLY);
 	ck_assert_uint_eq(r.out.n, 0);
 	ck_assert_msg(strstr(out, "kbox: the secret KEY may be sent to api.example.com only in "
 				  "header fields: authorization, x-api-key; it was found in the "
@@ -931,7 +931,7 @@ START_TEST(real_python)
 		"          encode_chunked=True)\n"
 		"print(c.getresponse().status)\n'",
 		1, &r, out, sizeof out);
-	ck_assert_msg(r.state == HS_OPEN && r.forwarded == 1, "state %d: %s", r.state, r.reply.p);
+	ck_assert_msg(r.state == HTTP_SUB_OPEN && r.forwarded == 1, "state %d: %s", r.state, r.reply.p);
 	ck_assert_str_eq(out, "200\n");
 	ck_assert(str_has(&r.out, "\r\nAuthorization: Basic dTpzay1SRUFMLWtleQ==\r\n"));
 	struct str norm = normalize(&r.out);
@@ -956,7 +956,7 @@ START_TEST(real_node)
 		"  res => { console.log(res.statusCode); res.resume(); });\n"
 		"req.write(\"[\\\"\\\\u0024KBO\"); setTimeout(() => { req.end(\"X_BK\\\"]\"); }, 50);\n'",
 		1, &r, out, sizeof out);
-	ck_assert_msg(r.state == HS_OPEN && r.forwarded == 1, "state %d: %s", r.state, r.reply.p);
+	ck_assert_msg(r.state == HTTP_SUB_OPEN && r.forwarded == 1, "state %d: %s", r.state, r.reply.p);
 	ck_assert_str_eq(out, "200\n");
 	ck_assert(str_has(&r.out, "\r\nX-Api-Key: sk-REAL-key\r\n"));
 	struct str norm = normalize(&r.out);

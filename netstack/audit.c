@@ -1,6 +1,8 @@
 /* JSON-lines audit log; see audit.h. */
 #include "netstack/audit.h"
 
+#include "lib/grow.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -329,16 +331,9 @@ int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_ad
 			l->lost++;
 			return 0;
 		}
-		if (l->n == l->cap) {
-			size_t cap = l->cap ? l->cap * 2 : 64;
-			struct audit_learn_entry *ne = realloc(l->e, cap * sizeof *ne);
-
-			if (!ne) {
-				l->lost++;
-				return -ENOMEM;
-			}
-			l->e = ne;
-			l->cap = cap;
+		if (grow_array(&l->e, &l->cap, l->n + 1, sizeof *l->e, 64, 0) < 0) {
+			l->lost++;
+			return -ENOMEM;
 		}
 		e = &l->e[l->n++];
 		memset(e, 0, sizeof *e);

@@ -341,7 +341,7 @@ void ns_dispatch(struct ns *s)
 	LOCK_TCPIP_CORE();
 	round_begin(s);
 	for (i = 0; i < n; i++) {
-		struct ft_entry *e;
+		struct flowtab_entry *e;
 
 		if (ev[i].data.u64 == 0) {
 			uint64_t ticks;
@@ -361,7 +361,7 @@ void ns_dispatch(struct ns *s)
 				ns_fwd_accept(s, &s->fwd[ev[i].data.u64 - 1]);
 			continue;
 		}
-		e = ft_from_handle(&s->ft, ev[i].data.u64);
+		e = flowtab_from_handle(&s->ft, ev[i].data.u64);
 		if (e)
 			ns_flow_event((struct flow *)((char *)e - offsetof(struct flow, ft)), ev[i].events);
 	}
@@ -423,7 +423,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	seed = ns_now_ms() ^ (uint64_t)(uintptr_t)s;
 	r = -ENOMEM;
 	s->listen = calloc(65536, sizeof *s->listen);
-	if (!s->listen || ft_init(&s->ft, NS_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
+	if (!s->listen || flowtab_init(&s->ft, NS_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
 		goto fail;
 	if (cfg->output_gso) {
 		if (!(s->gso = malloc(sizeof *s->gso)))
@@ -464,7 +464,7 @@ fail:
 	if (s->efd >= 0)
 		close(s->efd);
 	dns_memo_free(&s->memo);
-	ft_free(&s->ft);
+	flowtab_free(&s->ft);
 	free(s->listen);
 	free(s->gso);
 	free(s);
@@ -493,7 +493,7 @@ void ns_destroy(struct ns *s)
 	close(s->tfd);
 	close(s->efd);
 	dns_memo_free(&s->memo);
-	ft_free(&s->ft);
+	flowtab_free(&s->ft);
 	free(s->listen);
 	free(s->gso);
 	free(s);

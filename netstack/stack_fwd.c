@@ -65,7 +65,7 @@ static void fwd_start(struct ns *s, const struct fwd *w, int fd)
 	memcpy(f->ft.key.dip, gw_ip, 4);
 	f->ft.key.gport = w->fw.guest_port;
 	f->ft.key.dport = pcb->local_port;
-	if (ft_insert(&s->ft, &f->ft) < 0) {
+	if (flowtab_insert(&s->ft, &f->ft) < 0) {
 		tcp_close(pcb);
 		goto fail;
 	}

@@ -36,7 +36,7 @@ enum flow_state {
 };
 
 struct flow {
-	struct ft_entry ft;
+	struct flowtab_entry ft;
 	struct ns *s;
 	enum flow_state state;
 	bool inbound;         /* from a forwarded port */

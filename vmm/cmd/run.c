@@ -516,13 +516,13 @@ static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
 	if (slash && slash != runtime)
 		*slash = '\0';
 	bool have_store = image_store_dir(store, sizeof store) == 0;
-	bool have_data = dd_path(NULL, "", data, sizeof data) == 0;
+	bool have_data = datadir_path(NULL, "", data, sizeof data) == 0;
 	if (have_data && strlen(data) > 1 && data[strlen(data) - 1] == '/')
 		data[strlen(data) - 1] = '\0';
 	const struct hf_folder folders[] = {
 		{ have_data ? data : NULL,
 		  "kbox's data folder (its CA key, the trust record, images)" },
-		{ tc_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
+		{ tls_cert_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
 		{ have_store ? store : NULL, "kbox's image store" },
 		{ runtime, "kbox's runtime folder (sandboxes' sockets and output)" },
 	};

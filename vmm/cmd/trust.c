@@ -24,7 +24,7 @@
 
 int trust_store_path(char *buf, size_t len)
 {
-	return dd_path("KBOX_TRUST_FILE", "trusted", buf, len);
+	return datadir_path("KBOX_TRUST_FILE", "trusted", buf, len);
 }
 
 /* Feed the file at path to h, preceded by a tag and followed by its length,
@@ -154,7 +154,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	 * rules, name servers.  Nothing stops a repository from carrying
 	 * one, so a change to it (a pull) is a change to the sandbox. */
 	char env[PATH_MAX + 16];
-	if (senv_path(env, sizeof env, conf_real) < 0) {
+	if (secenv_path(env, sizeof env, conf_real) < 0) {
 		eb_say(err, errlen, "%s: path too long", conf_real);
 		return -ENAMETOOLONG;
 	}
@@ -223,7 +223,7 @@ static int make_parent(const char *store)
 	if (!slash || slash == dir)
 		return 0;
 	*slash = '\0';
-	return dd_mkdirs(dir);
+	return datadir_mkdirs(dir);
 }
 
 int trust_record(const char *store, const char *conf_real, const char *hex, char *err,

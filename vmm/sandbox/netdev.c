@@ -92,7 +92,7 @@ int netdev_add_dns(struct netdev *n, const char *spec, char *err, size_t errlen)
 {
 	char msg[256];
 	n->dns_set = true;
-	int r = nres_upstream_add(&n->dns, spec, msg, sizeof msg);
+	int r = resolver_upstream_add(&n->dns, spec, msg, sizeof msg);
 	if (r < 0)
 		snprintf(err, errlen, "--dns: %s", msg);
 	return r;
@@ -158,7 +158,7 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 	}
 	for (size_t i = 0; i < c->n_dns && !n->dns_set; i++) {
 		const struct config_str *e = &c->dns[i];
-		if ((r = nres_upstream_add(&n->dns, e->s, msg, sizeof msg)) < 0) {
+		if ((r = resolver_upstream_add(&n->dns, e->s, msg, sizeof msg)) < 0) {
 			snprintf(err, errlen, "%s:%u:%u: network.dns: %s", file, e->line, e->col, msg);
 			return r;
 		}
@@ -240,14 +240,14 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	/* The host's own addresses are blocked like a class (policy.h),
 	 * judged as the kernel routes them at each decision: opened here,
 	 * before the lock-down forbids new sockets of most kinds. */
-	if ((r = ha_open(&n->ha)) < 0) {
+	if ((r = hostaddr_open(&n->ha)) < 0) {
 		snprintf(err, errlen,
 			 "cannot open a netlink socket to tell the host's own addresses from others: %s "
 			 "(kbox needs NETLINK_ROUTE to keep the guest off them; --network none needs nothing)",
 			 strerror(-r));
 		return r;
 	}
-	pol_set_host_fn(&n->pol, ha_pol_host, &n->ha);
+	pol_set_host_fn(&n->pol, hostaddr_pol_host, &n->ha);
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { to_stack, n };
 	if ((r = vnet_init(&n->nic, mac, &be)) < 0) {
@@ -264,7 +264,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		.output_gso = to_guest,
 		.output_ctx = n,
 		.guest_mac = mac,
-		.resolve = n->dns.n ? nres_upstream_resolve : nres_resolve,
+		.resolve = n->dns.n ? resolver_upstream_resolve : resolver_resolve,
 		.resolve_ctx = n->dns.n ? &n->dns : NULL,
 		.dns_per_sec = n->dns_rate,
 		.icpt = n->icpt,
@@ -341,7 +341,7 @@ void netdev_destroy(struct netdev *n)
 	n->nic_made = false;
 	audit_close(&n->audit);
 	pol_free(&n->pol);
-	ha_close(&n->ha);
+	hostaddr_close(&n->ha);
 	free(n->hosts);
 	n->hosts = NULL;
 	n->nhosts = 0;

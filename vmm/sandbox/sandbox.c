@@ -26,7 +26,7 @@ int sandbox_runtime_dir(char *buf, size_t len)
 		n = snprintf(buf, len, "/tmp/kbox-%u", (unsigned)geteuid());
 	if (n < 0 || (size_t)n >= len)
 		return -ENAMETOOLONG;
-	int rc = dd_mkdirs(buf);
+	int rc = datadir_mkdirs(buf);
 	if (rc < 0)
 		return rc;
 	/* Someone else's directory in a shared place is not ours to use. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "lib/datadir.h"
+#include "lib/fileio.h"
 
 int sandbox_runtime_dir(char *buf, size_t len)
 {
@@ -106,7 +107,7 @@ static int read_info(const struct sandbox *sb, struct sandbox_info *info)
 
 int sandbox_write_image(const struct sandbox *sb, const char *dir)
 {
-	char path[PATH_MAX], tmp[PATH_MAX], real[PATH_MAX];
+	char path[PATH_MAX], real[PATH_MAX + 1];
 	/* `kbox image rm` finds users by stat: a relative path would be
 	 * resolved against its directory, not ours. */
 	if (!realpath(dir, real))
@@ -114,17 +115,9 @@ int sandbox_write_image(const struct sandbox *sb, const char *dir)
 	if (strchr(real, '\n'))
 		return -EINVAL;
 	snprintf(path, sizeof path, "%s/image", sb->dir);
-	snprintf(tmp, sizeof tmp, "%s/image.tmp", sb->dir);
-	FILE *f = fopen(tmp, "we");
-	if (!f)
-		return -errno;
-	fprintf(f, "%s\n", real);
-	if (fclose(f) != 0 || rename(tmp, path) < 0) {
-		int e = errno;
-		unlink(tmp);
-		return -e;
-	}
-	return 0;
+	size_t n = strlen(real);
+	real[n++] = '\n';
+	return fio_write_atomic(AT_FDCWD, path, NULL, real, n, 0600);
 }
 
 /* The files a sandbox (or a crashed one) leaves in its directory. */
@@ -262,10 +255,10 @@ int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long lo
 int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
 			     char *const argv[], const char *ports)
 {
-	char path[PATH_MAX], tmp[PATH_MAX];
+	char path[PATH_MAX], *text = NULL;
+	size_t len = 0;
 	snprintf(path, sizeof path, "%s/info", sb->dir);
-	snprintf(tmp, sizeof tmp, "%s/info.tmp", sb->dir);
-	FILE *f = fopen(tmp, "we");
+	FILE *f = open_memstream(&text, &len);
 	if (!f)
 		return -errno;
 	fprintf(f, "pid=%d\nstarted=%lld\ncpus=%u\nmemory=%llu\ncommand=", (int)getpid(),
@@ -280,12 +273,10 @@ int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned l
 	fputc('\n', f);
 	if (ports && *ports && !strchr(ports, '\n'))
 		fprintf(f, "ports=%s\n", ports);
-	if (fclose(f) != 0 || rename(tmp, path) < 0) {
-		int e = errno;
-		unlink(tmp);
-		return -e;
-	}
-	return 0;
+	int rc = fclose(f) == 0 && text ? fio_write_atomic(AT_FDCWD, path, NULL, text, len, 0600)
+					: -ENOMEM;
+	free(text);
+	return rc;
 }
 
 int sandbox_lookup(const char *name, struct sandbox *sb, struct sandbox_info *info)

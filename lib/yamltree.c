@@ -1,6 +1,7 @@
 /* The tree is built from libyaml's event stream, not its document API, so
  * that an anchor, an alias or a tag is refused the moment it appears and a
  * "billion laughs" file never gets to grow. */
+#include "lib/errbuf.h"
 #include "lib/yamltree.h"
 
 #include <errno.h>
@@ -56,8 +57,8 @@ int yt_err(char *err, size_t errlen, const char *name, unsigned line, unsigned c
 int yt_nomem(char *err, size_t errlen, const char *name)
 {
 	if (err && errlen)
-		snprintf(err, errlen, "%s: out of memory while loading; free some memory and retry",
-			 name);
+		eb_say(err, errlen, "%s: out of memory while loading; free some memory and retry",
+		       name);
 	return -ENOMEM;
 }
 

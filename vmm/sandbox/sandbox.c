@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "lib/datadir.h"
+#include "lib/errbuf.h"
 #include "lib/fileio.h"
 
 int sandbox_runtime_dir(char *buf, size_t len)
@@ -167,38 +168,33 @@ static int claim_busy(const struct sandbox *sb, char *err, size_t errlen)
 {
 	struct sandbox_info info;
 	if (read_info(sb, &info) == 0 && info.alive)
-		snprintf(err, errlen,
-			 "a sandbox named '%s' is already running (pid %d); pick another --name "
-			 "or 'kbox stop %s'", sb->name, (int)info.pid, sb->name);
+		eb_say(err, errlen,
+		       "a sandbox named '%s' is already running (pid %d); pick another --name "
+		       "or 'kbox stop %s'", sb->name, (int)info.pid, sb->name);
 	else
-		snprintf(err, errlen,
-			 "a sandbox named '%s' is starting (or stopping); pick another --name "
-			 "or 'kbox stop %s'", sb->name, sb->name);
+		eb_say(err, errlen,
+		       "a sandbox named '%s' is starting (or stopping); pick another --name "
+		       "or 'kbox stop %s'", sb->name, sb->name);
 	return -EEXIST;
 }
 
 int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen)
 {
-	if (!sandbox_name_ok(name)) {
-		snprintf(err, errlen,
-			 "invalid sandbox name '%s': use 1-64 letters, digits, '_', '.' or '-'",
-			 name);
-		return -EINVAL;
-	}
+	if (!sandbox_name_ok(name))
+		return eb_fail(err, errlen, -EINVAL,
+			       "invalid sandbox name '%s': use 1-64 letters, digits, '_', '.' or '-'",
+			       name);
 	char rt[PATH_MAX - 128];
 	int rc = sandbox_runtime_dir(rt, sizeof rt);
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot use the runtime directory %s: %s", rt, strerror(-rc));
-		return rc;
-	}
+	if (rc < 0)
+		return eb_fail(err, errlen, rc, "cannot use the runtime directory %s: %s", rt,
+			       strerror(-rc));
 	paths(sb, rt, name);
 	/* Unix socket paths are short (sun_path), and guest-initiated vsock
 	 * ports add "_PORT" to this one. */
-	if (strlen(sb->sock) + 12 > 100) {
-		snprintf(err, errlen, "the socket path %s is too long; use a shorter --name",
-			 sb->sock);
-		return -ENAMETOOLONG;
-	}
+	if (strlen(sb->sock) + 12 > 100)
+		return eb_fail(err, errlen, -ENAMETOOLONG,
+			       "the socket path %s is too long; use a shorter --name", sb->sock);
 	/* The directory's flock says who owns the name: an info file alone
 	 * cannot, as a starting sandbox has none yet. */
 	for (int tries = 0; tries < 16; tries++) {
@@ -242,8 +238,7 @@ int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen
 	}
 	if (rc == 0) /* it kept being removed under us */
 		rc = -EAGAIN;
-	snprintf(err, errlen, "cannot create %s: %s", sb->dir, strerror(-rc));
-	return rc;
+	return eb_fail(err, errlen, rc, "cannot create %s: %s", sb->dir, strerror(-rc));
 }
 
 int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,

@@ -1,7 +1,6 @@
 /* The tree is built from libyaml's event stream, not its document API, so
  * that an anchor, an alias or a tag is refused the moment it appears and a
  * "billion laughs" file never gets to grow. */
-#include "lib/errbuf.h"
 #include "lib/yamltree.h"
 
 #include <errno.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "lib/errbuf.h"
 #include "lib/fileio.h"
 
 void yt_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
@@ -56,10 +56,8 @@ int yt_err(char *err, size_t errlen, const char *name, unsigned line, unsigned c
 
 int yt_nomem(char *err, size_t errlen, const char *name)
 {
-	if (err && errlen)
-		eb_say(err, errlen, "%s: out of memory while loading; free some memory and retry",
-		       name);
-	return -ENOMEM;
+	return eb_fail(err, errlen, -ENOMEM,
+		       "%s: out of memory while loading; free some memory and retry", name);
 }
 
 /* ---- the tree ---------------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "lib/errbuf.h"
 #include "lib/fileio.h"
 #include "lib/grow.h"
 
@@ -56,10 +57,8 @@ int yamltree_err(char *err, size_t errlen, const char *name, unsigned line, unsi
 
 int yamltree_nomem(char *err, size_t errlen, const char *name)
 {
-	if (err && errlen)
-		snprintf(err, errlen, "%s: out of memory while loading; free some memory and retry",
-			 name);
-	return -ENOMEM;
+	return eb_fail(err, errlen, -ENOMEM,
+		       "%s: out of memory while loading; free some memory and retry", name);
 }
 
 /* ---- the tree ---------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/errbuf.h"
 #include "lib/secenv.h"
 #include "lib/yamltree.h"
 #include "netstack/policy.h"
@@ -514,11 +515,10 @@ int secrets_reload(struct secrets *set, const char *path, const char *name, char
 		if (!old || !nw) {
 			char nshow[YAMLTREE_SHOW_BUF];
 			yamltree_show(nshow, sizeof nshow, name, strlen(name), YAMLTREE_SHOW_MAX);
-			if (err && errlen)
-				snprintf(err, errlen,
-					 "%s: no secret %s %s; expected the name of a secret the "
-					 "sandbox was started with",
-					 show, nshow, old ? "in the file any more" : "in the sandbox");
+			eb_say(err, errlen,
+			       "%s: no secret %s %s; expected the name of a secret the "
+			       "sandbox was started with", show, nshow,
+			       old ? "in the file any more" : "in the sandbox");
 			secrets_free(fresh);
 			return -ENOENT;
 		}
@@ -530,11 +530,10 @@ int secrets_reload(struct secrets *set, const char *path, const char *name, char
 	for (size_t i = 0; same && i < set->n; i++)
 		same = secrets_find(fresh, set->v[i].name, strlen(set->v[i].name)) != NULL;
 	if (!same) {
-		if (err && errlen)
-			snprintf(err, errlen,
-				 "%s: secrets were added or removed; expected the same names as "
-				 "when the sandbox started (restart it to change the names)",
-				 show);
+		eb_say(err, errlen,
+		       "%s: secrets were added or removed; expected the same names as "
+		       "when the sandbox started (restart it to change the names)",
+		       show);
 		secrets_free(fresh);
 		return -EINVAL;
 	}

@@ -1106,29 +1106,6 @@ static int slurp(const char *path, char **out, size_t *len, struct stat *st)
 	return rc == -EISDIR || rc == -EFBIG ? -EINVAL : rc;
 }
 
-/* Write DATA to PATH atomically (temporary file, fsync, rename) with
- * exactly MODE, whatever the umask. */
-static int write_file(const char *path, const char *data, size_t len, mode_t mode)
-{
-	char tmp[PATH_MAX];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-		return -ENAMETOOLONG;
-	unlink(tmp);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		return -errno;
-	int rc = fio_write_all(fd, data, len);
-	if (!rc && (fchmod(fd, mode) < 0 || fsync(fd) < 0))
-		rc = -errno;
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path) < 0)
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
-	return rc;
-}
-
 int tls_cert_key_pem(const br_ec_private_key *sk, char **out)
 {
 	unsigned char pub[P256_POINT], buf[256];
@@ -1188,9 +1165,10 @@ static int ca_create(const char *dir, const char *key_path, const char *cert_pat
 	}
 	rc = tls_cert_key_pem(&ca->ca_sk, &kp);
 	/* the key first: a certificate alone on disk would be useless */
-	if (!rc && (rc = write_file(key_path, kp, strlen(kp), 0600)) < 0)
+	if (!rc && (rc = fio_write_atomic(AT_FDCWD, key_path, NULL, kp, strlen(kp), 0600)) < 0)
 		eb_say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));
-	else if (!rc && (rc = write_file(cert_path, ca->pem, strlen(ca->pem), 0644)) < 0) {
+	else if (!rc &&
+		 (rc = fio_write_atomic(AT_FDCWD, cert_path, NULL, ca->pem, strlen(ca->pem), 0644)) < 0) {
 		eb_say(err, errlen, "cannot write %s: %s", cert_path, strerror(-rc));
 		unlink(key_path);
 	} else if (rc) {

@@ -2,6 +2,7 @@
  * certificate through br_x509_decoder; every anchor lives in one
  * allocation (DN then key bytes) owned by the set. */
 #include "netstack/tls_trust.h"
+#include "lib/errbuf.h"
 #include "lib/fileio.h"
 #include "lib/grow.h"
 
@@ -166,8 +167,7 @@ int tls_trust_add_file(struct tls_trust *t, const char *path, int strict, char *
 	size_t len = 0, added = 0, skipped = 0;
 	int rc = read_file(path, &text, &len);
 	if (rc < 0) {
-		if (err)
-			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+		eb_say(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
 	rc = tls_trust_add_pem(t, text, len, &added, &skipped);
@@ -176,13 +176,15 @@ int tls_trust_add_file(struct tls_trust *t, const char *path, int strict, char *
 		rc = -EINVAL;
 	if (rc < 0 && err) {
 		if (rc == -EINVAL && added + skipped == 0)
-			snprintf(err, errlen, "%s: no PEM certificate found (expected -----BEGIN CERTIFICATE-----)",
-				 path);
+			eb_say(err, errlen,
+			       "%s: no PEM certificate found (expected -----BEGIN CERTIFICATE-----)",
+			       path);
 		else if (rc == -EINVAL)
-			snprintf(err, errlen, "%s: %zu of %zu certificates could not be used (RSA or EC keys only)",
-				 path, skipped, added + skipped);
+			eb_say(err, errlen,
+			       "%s: %zu of %zu certificates could not be used (RSA or EC keys only)",
+			       path, skipped, added + skipped);
 		else
-			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+			eb_say(err, errlen, "%s: %s", path, strerror(-rc));
 	}
 	return rc;
 }

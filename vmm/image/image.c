@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "lib/datadir.h"
+#include "lib/fileio.h"
 #include "lib/grow.h"
 #include "vmm/image/image_priv.h"
 #include "vmm/sandbox/sandbox.h"
@@ -195,17 +196,9 @@ static int write_ref(struct image_ctx *ctx, struct store *st, const char *nameta
 	memcpy(tmp, "tmp/", 4);
 	snprintf(path, sizeof path, "refs/%s", nametag);
 	snprintf(line, sizeof line, "%s\n", id);
-	int fd = openat(st->fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return fail(ctx, -errno, "writing %s/%s: %s", st->dir, tmp, strerror(errno));
-	int r = write(fd, line, strlen(line)) == (ssize_t)strlen(line) ? 0 : -EIO;
-	close(fd);
-	if (r == 0 && renameat(st->fd, tmp, st->fd, path) < 0)
-		r = -errno;
-	if (r < 0) {
-		unlinkat(st->fd, tmp, 0);
+	int r = fio_write_atomic(st->fd, path, tmp, line, strlen(line), 0600);
+	if (r < 0)
 		return fail(ctx, r, "writing %s/%s: %s", st->dir, path, strerror(-r));
-	}
 	return 0;
 }
 

@@ -84,6 +84,15 @@ static uint64_t meta_sum(const uint8_t *meta, size_t len)
 	return fnv1a(h, meta + OFF_SUM + 8, len - OFF_SUM - 8);
 }
 
+void snapf_seal(uint8_t *meta, size_t len)
+{
+	if (len < SNAPF_HDR_LEN)
+		return;
+	uint64_t h = meta_sum(meta, len);
+	for (unsigned i = 0; i < 8; i++)
+		meta[OFF_SUM + i] = (uint8_t)(h >> (8 * i));
+}
+
 int snapf_header(const uint8_t *hdr, size_t len, uint64_t *meta_len, char *err, size_t errlen)
 {
 	if (len < SNAPF_HDR_LEN || memcmp(hdr + OFF_MAGIC, SNAPF_MAGIC, 8) != 0)
@@ -429,7 +438,8 @@ int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct sb_writ
 	uint64_t ram_off = ((uint64_t)meta->len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1);
 	sb_set_u64(meta, OFF_METALEN, meta->len);
 	sb_set_u64(meta, OFF_RAMOFF, ram_off);
-	sb_set_u64(meta, OFF_SUM, meta_sum(meta->buf, meta->len));
+	if (!meta->err)
+		snapf_seal(meta->buf, meta->len);
 	return meta->err;
 }
 

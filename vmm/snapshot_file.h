@@ -111,6 +111,11 @@ int snapf_header(const uint8_t *hdr, size_t len, uint64_t *meta_len, char *err, 
 int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct snapf_view *v,
 		char *err, size_t errlen);
 
+/* Write the checksum of meta (len bytes, a header first) into its header:
+ * for snapf_build_finish, and for tests and the fuzzer, which change a
+ * file on purpose and want its other checks reached. */
+void snapf_seal(uint8_t *meta, size_t len);
+
 /* The section of this kind and id, or NULL. */
 const struct snapf_sec *snapf_find(const struct snapf_view *v, uint32_t type, uint32_t id);
 

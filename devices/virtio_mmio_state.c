@@ -141,8 +141,8 @@ int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err
 	struct sb_reader r;
 	sb_reader_init(&r, blob, len);
 	struct vmmio nt = { 0 };
-	uint64_t accepted;
-	bool live;
+	uint64_t accepted = 0;
+	bool live = false;
 	int rc = check_header(t, &r, &nt, &accepted, &live, err, errlen);
 	if (rc < 0) {
 		reset_all(t);

@@ -191,6 +191,11 @@ static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, si
 	void *xsave = NULL;
 
 	snapf_build_section(b, SNAPF_SEC_CPU, i);
+	/* The MP state first: reading it makes KVM take a pending INIT or
+	 * SIPI, which resets the vCPU or points it at the SIPI vector, so the
+	 * registers are only final after it.  (Read last, a SIPI taken there
+	 * was lost: the vCPU came back runnable at the reset vector.) */
+	GET(fd, KVM_GET_MP_STATE, &mp, "KVM_GET_MP_STATE");
 	GET(fd, KVM_GET_REGS, &regs, "KVM_GET_REGS");
 	GET(fd, KVM_GET_SREGS, &sregs, "KVM_GET_SREGS");
 	snapf_build_rec(b, SNAPF_C_REGS, &regs, sizeof regs);
@@ -213,7 +218,6 @@ static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, si
 		snapf_build_rec(b, SNAPF_C_FPU, &fpu, sizeof fpu);
 	}
 	GET(fd, KVM_GET_LAPIC, &lapic, "KVM_GET_LAPIC");
-	GET(fd, KVM_GET_MP_STATE, &mp, "KVM_GET_MP_STATE");
 	GET(fd, KVM_GET_VCPU_EVENTS, &ev, "KVM_GET_VCPU_EVENTS");
 	GET(fd, KVM_GET_DEBUGREGS, &dr, "KVM_GET_DEBUGREGS");
 	snapf_build_rec(b, SNAPF_C_LAPIC, &lapic, sizeof lapic);

@@ -9,12 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/kvm.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1121,6 +1123,38 @@ static int mapped_from(const void *addr, const char *name)
 	return found == 1;
 }
 
+/* vCPU 0's TSC as the guest reads it, or 0. */
+static uint64_t guest_tsc(struct vm *vm)
+{
+	struct {
+		struct kvm_msrs h;
+		struct kvm_msr_entry e;
+	} m = { .h.nmsrs = 1, .e.index = 0x10 };
+	return ioctl(vm->cpu[0].fd, KVM_GET_MSRS, &m) == 1 ? m.e.data : 0;
+}
+
+/* Set every vCPU's TSC as a VMM may (host-initiated).  Returns 0 or -1. */
+static int set_guest_tsc(struct vm *vm, uint64_t v)
+{
+	for (unsigned i = 0; i < vm->ncpus; i++) {
+		struct {
+			struct kvm_msrs h;
+			struct kvm_msr_entry e;
+		} m = { .h.nmsrs = 1, .e = { .index = 0x10, .data = v } };
+		if (ioctl(vm->cpu[i].fd, KVM_SET_MSRS, &m) != 1)
+			return -1;
+	}
+	return 0;
+}
+
+#define SNAP_SHELF_MS 300 /* the snapshot's time "on disk" */
+/* The snapshot cases start the guest's TSC this far on, as if it had run
+ * that long: KVM takes a TSC written within a second of the one it
+ * expects as an attempt to synchronise vCPUs and keeps its own, which a
+ * template that booted for seconds never meets but a test guest of a few
+ * milliseconds would. */
+#define SNAP_TSC_START_S 10
+
 /* The VM stopped at h->snap_at: save it, destroy it, make a fresh VM,
  * restore the file into it and run that to the end.  Returns how the
  * second VM ended (VM_END_ERROR when it could not start). */
@@ -1150,6 +1184,9 @@ static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harn
 	if (!tg_check(mkdtemp(dir) != NULL, "%s: private folder for the snapshot", t->name))
 		return end;
 	snprintf(path, sizeof path, "%s/t", dir);
+	unsigned khz = vm_tsc_khz(vm);
+	uint64_t tsc0 = guest_tsc(vm);
+	double h0 = tg_now();
 	int rc = snap_save(vm, key, &dev, 1, dir, "t", &ss, err, sizeof err);
 	tg_check(rc == 0, "%s: saved %u vCPUs, %u MSRs each, XSAVE %u bytes, in %.1f ms (state "
 			  "%.1f ms): file %" PRIu64 " KiB, %" PRIu64 " KiB on disk%s%s",
@@ -1158,6 +1195,7 @@ static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harn
 	unsigned ncpus = vm->ncpus;
 	uint64_t mib = vm->ram_size >> 20;
 	vm_destroy(vm);
+	usleep(SNAP_SHELF_MS * 1000);
 	/* What the devices counted so far must come back from the file. */
 	for (unsigned c = 0; c < TG_MAX_CPUS; c++)
 		h->log[c].pio_k = h->log[c].mmio_k = h->log[c].str_n = 0xdead;
@@ -1177,6 +1215,26 @@ static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harn
 	if (rc == 0)
 		tg_check(mapped_from(vm->ram, path),
 			 "%s: guest RAM is a private (copy-on-write) mapping of the file", t->name);
+	if (rc == 0 && khz) {
+		/* On hardware KVM the guest's TSC goes on from the save: the
+		 * time the VM spent saved, destroyed and on the shelf never
+		 * reaches it.  PVM runs the guest's rdtsc natively, with no
+		 * offset, so its TSC is the host's and takes the shelf time
+		 * too (docs/snapshots.md). */
+		uint64_t tsc1 = guest_tsc(vm);
+		double host_ms = (tg_now() - h0) * 1e3;
+		double guest_ms = (double)(int64_t)(tsc1 - tsc0) / khz;
+		if (vm_is_pvm())
+			tg_check(tsc0 && tsc1 && guest_ms > host_ms * 0.9 && guest_ms < host_ms * 1.1,
+				 "%s: PVM: the restored guest's TSC is the host's, as before the "
+				 "save (%.1f ms later for it, %.1f ms for the host)",
+				 t->name, guest_ms, host_ms);
+		else
+			tg_check(tsc0 && tsc1 && guest_ms >= 0 &&
+					 guest_ms < host_ms - SNAP_SHELF_MS * 0.8,
+				 "%s: the restored guest's TSC went on from the saved one: %.1f ms "
+				 "later for it, %.1f ms for the host", t->name, guest_ms, host_ms);
+	}
 	if (rc == 0) {
 		double t0 = tg_now();
 		end = vm_run(vm);
@@ -1272,6 +1330,11 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	}
 	if (ok)
 		ok = vm_setup_cpus(&vm, k.entry, err, sizeof err) == 0;
+	if (ok && t->snap_at && vm_tsc_khz(&vm) &&
+	    set_guest_tsc(&vm, (uint64_t)SNAP_TSC_START_S * 1000 * vm_tsc_khz(&vm)) < 0) {
+		snprintf(err, sizeof err, "cannot set the guest's TSC");
+		ok = 0;
+	}
 	if (!tg_check(ok, "%s: set up a %u-vCPU VM%s%s", t->name, t->ncpus, ok ? "" : ": ",
 		   err)) {
 		if (bus_made)

@@ -393,6 +393,20 @@ START_TEST(refuses_what_kbox_did_not_write)
 	ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), 0);
 	snapf_close(&f);
 
+	/* Another user's folder or file (as root, where chown is allowed). */
+	if (geteuid() == 0) {
+		ck_assert_int_eq(chown(dir, 1002, 1002), 0);
+		ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EPERM);
+		ck_assert_int_eq(snapf_write(dir, "t", &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+		ck_assert_int_eq(chown(dir, 0, 0), 0);
+		ck_assert_int_eq(chown(path, 1002, 1002), 0);
+		ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EPERM);
+		ck_assert_ptr_nonnull(strstr(err, "not written by kbox"));
+		ck_assert_int_eq(chown(path, 0, 0), 0);
+		ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), 0);
+		snapf_close(&f);
+	}
+
 	/* A symlink as the folder. */
 	char slink[128];
 	snprintf(slink, sizeof slink, "%s-link", dir);

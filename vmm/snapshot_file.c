@@ -543,6 +543,11 @@ int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
 	char tmp[SNAPF_NAME_MAX + 40];
 	snprintf(tmp, sizeof tmp, ".%s.tmp-%ld", name, (long)getpid());
 	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		/* Left by a kbox that died with our pid: no live process owns it. */
+		unlinkat(dfd, tmp, 0);
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	}
 	if (fd < 0) {
 		int e = errno;
 		close(dfd);

@@ -354,6 +354,15 @@ START_TEST(write_then_open)
 	snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", dir);
 	ck_assert_int_eq(system(cmd), 0);
 
+	/* A temporary left by a kbox that died with this pid is replaced. */
+	char stale[160];
+	snprintf(stale, sizeof stale, "%s/.tmpl-1.tmp-%ld", dir, (long)getpid());
+	FILE *sf = fopen(stale, "w");
+	ck_assert_ptr_nonnull(sf);
+	fclose(sf);
+	ck_assert_int_eq(snapf_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(system(cmd), 0);
+
 	/* The metadata must describe the RAM it is written with. */
 	ck_assert_int_eq(snapf_write(dir, "t2", &m, ram, RAM_LEN - SNAPF_PAGE, err, sizeof err),
 			 -EINVAL);

@@ -24,7 +24,8 @@ GUEST=$B/test-guest.elf
 mult=${KBOX_TIMEOUT_MULT:-1}
 srcs="tests/guest/harness.c tests/guest/tg.h vmm/core/vm.c lib/guest_mem.c vmm/core/boot.c vmm/core/mptable.c
 	vmm/core/serial.c vmm/core/virtio_bus.c devices/virtio_mmio.c devices/virtqueue.c
-	devices/virtio_vsock.c devices/vsock_unix.c lib/errbuf.c lib/fileio.c"
+	devices/virtio_vsock.c devices/vsock_unix.c lib/errbuf.c lib/fileio.c lib/statebuf.c
+	vmm/core/snapshot.c vmm/core/snapshot_file.c"
 # Built here unless a build newer than every source is at hand (the
 # hardware-KVM lane builds it on the host before it boots L1).
 if [ ! -x "$B/kvm-harness" ] || [ -n "$(find $srcs lib/*.h vmm/*.h vmm/*/*.h devices/*.h netstack/*.h -newer "$B/kvm-harness" 2>/dev/null)" ]; then

@@ -71,7 +71,7 @@ fi
 mkdir -p "$BUILD/bench"
 RAW=$BUILD/bench/net.txt
 : >"$RAW"
-NET_SAN=0 nl_build_harness "$BUILD/bench/net-harness"
+NET_SAN=0 nl_build_harness "$BUILD/bench/net-harness" "$BUILD"
 CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. -O2 -g"
 # shellcheck disable=SC2086
 ${CC:-cc} $CF -o "$BUILD/bench/netbench" bench/net/netbench.c -lpthread || exit 1

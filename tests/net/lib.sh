@@ -39,13 +39,17 @@ nl_require() {
 	fi
 }
 
-# nl_build_harness OUT: build tests/net/harness with the netstack and
-# vmm/tlsconf.c (interception set up as kbox run does) into OUT
-# (start_harness runs it), under ASan+UBSan unless NET_SAN=0; a failed
-# build ends the test.
+# nl_build_harness OUT BUILD: build tests/net/harness with the netstack
+# and vmm/tlsconf.c (interception set up as kbox run does) into OUT
+# (start_harness runs it), under ASan+UBSan unless NET_SAN=0, against the
+# lwIP the Makefile builds into BUILD/lwip; a failed build ends the test.
 nl_build_harness() {
-	local cf opt
-	cf="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. $(pkg-config --cflags lwip)"
+	local cf opt lw=$2/lwip
+	if ! make -s BUILD="$2" "$lw/liblwip.a"; then
+		bad "lwIP builds"
+		finish
+	fi
+	cf="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. -I$lw/include"
 	if [ "${NET_SAN:-1}" = 1 ]; then
 		opt="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 	else
@@ -53,7 +57,7 @@ nl_build_harness() {
 	fi
 	mkdir -p "$(dirname "$1")"
 	# shellcheck disable=SC2086,SC2046
-	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/tlsconf.c $(pkg-config --libs lwip) \
+	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/tlsconf.c "$lw/liblwip.a" \
 		-lbearssl -lyaml -lpthread; then
 		bad "harness builds"
 		finish

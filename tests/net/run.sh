@@ -30,7 +30,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=tests/net/lib.sh
 . tests/net/lib.sh
 nl_require
-nl_build_harness "${1:-build}/net/harness"
+nl_build_harness "${1:-build}/net/harness" "${1:-build}"
 nl_namespaces kbox-nh kbox-net kbtap
 FNS=kbox-nf-$$
 trap 'nl_cleanup; ip netns del "$FNS" 2>/dev/null' EXIT

@@ -102,7 +102,8 @@ static int do_tx(struct vnet *v)
 			break;
 		}
 		uint32_t flen = c.read_len - VNET_HDR_SIZE;
-		if (hdr[HDR_GSO_TYPE] != GSO_NONE || flen < VNET_ETH_HLEN || flen > VNET_MAX_FRAME) {
+		uint32_t fmax = negotiated(v, VIRTIO_NET_F_MTU) ? VNET_MAX_FRAME : VNET_BASE_FRAME;
+		if (hdr[HDR_GSO_TYPE] != GSO_NONE || flen < VNET_ETH_HLEN || flen > fmax) {
 			v->stats.tx_dropped++;
 		} else {
 			gather(&c, VNET_HDR_SIZE, v->txbuf, flen);
@@ -229,7 +230,7 @@ static void enqueue_seg(void *ctx, const struct gso_hdr *h, const uint8_t *frame
 {
 	struct vnet *v = ctx;
 
-	if (enqueue_locked(v, h, frame, (uint32_t)len) < 0)
+	if (len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME) || enqueue_locked(v, h, frame, (uint32_t)len) < 0)
 		v->rx_dropped++;
 }
 
@@ -239,7 +240,7 @@ int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *
 
 	pthread_mutex_lock(&v->rxq_lock);
 	if (h->gso_type == GSO_TYPE_NONE && h->flags == 0) {
-		if (len < VNET_ETH_HLEN || len > VNET_MAX_FRAME)
+		if (len < VNET_ETH_HLEN || len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME))
 			rc = -EMSGSIZE;
 		else
 			rc = enqueue_locked(v, h, frame, (uint32_t)len);
@@ -293,6 +294,7 @@ static void net_activate(struct vq_dev *d)
 
 	pthread_mutex_lock(&v->rxq_lock);
 	v->rx_tso = negotiated(v, VIRTIO_NET_F_GUEST_TSO4) && negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
+	v->rx_mtu = negotiated(v, VIRTIO_NET_F_MTU);
 	pthread_mutex_unlock(&v->rxq_lock);
 	vnet_rx_flush(v);
 }
@@ -308,6 +310,7 @@ static void net_reset(struct vq_dev *d)
 	v->rxq_n = 0;
 	v->rxq_wr = 0;
 	v->rx_tso = false;
+	v->rx_mtu = false;
 	pthread_mutex_unlock(&v->rxq_lock);
 }
 

@@ -125,7 +125,7 @@ if [ ! -f "$dest/liblwip.a" ]; then
 	for s in $srcs; do
 		o="$out/obj/$(echo "$s" | tr / _).o"
 		# shellcheck disable=SC2086
-		$cc -std=gnu11 -O2 -g -fno-strict-aliasing -Wall -Wno-address -I"$inc" -c -o "$o" "$out/src/$s"
+		$cc -std=gnu11 -O2 -g -fno-strict-aliasing -Wall -Wno-address -Werror=overflow -I"$inc" -c -o "$o" "$out/src/$s"
 		objs="$objs $o"
 	done
 	mkdir -p "$dest.tmp"

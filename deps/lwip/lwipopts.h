@@ -49,13 +49,43 @@
 #define LWIP_TCP_KEEPALIVE 1
 #define LWIP_RANDOMIZE_INITIAL_LOCAL_PORTS 1
 
-/* TCP: the packaged library's sizes, for now. */
-#define TCP_MSS 1460
-#define TCP_WND 0xFFFF
+/* TCP sized for a virtual link, not for a microcontroller.
+ *
+ * The MSS lets one segment fill a 64 KiB frame: the guest's NIC offers
+ * a 65520-byte MTU (devices/virtio_net.h), and a pbuf's length is 16
+ * bits, so the segment plus lwIP's header room (Ethernet, IPv6's 40-byte
+ * IP header, TCP, each rounded to MEM_ALIGNMENT) must stay below 64 KiB.
+ * A guest at MTU 1500 states its MSS in its SYN and gets segments of
+ * that size (merged into large frames by lib/gso.h where it takes them).
+ *
+ * Windows of 2 MiB with window scaling: receive and send, per
+ * connection.  Memory is bounded by them: lwIP holds at most TCP_WND of
+ * the guest's bytes (tcp_recved is called only for bytes the host socket
+ * took) and TCP_SND_BUF of the host's. */
+#define TCP_MSS 65448
+#define TCP_WND (2 * 1024 * 1024)
 #define LWIP_WND_SCALE 1
-#define TCP_RCV_SCALE 1
-#define TCP_SND_BUF TCP_WND
-#define LWIP_CHECKSUM_ON_COPY 1
+#define TCP_RCV_SCALE 6 /* 65535 << 6 is just under 4 MiB */
+#define TCP_SND_BUF (2 * 1024 * 1024)
+/* Queue entries for TCP_SND_BUF in 1460-byte segments too. */
+#define TCP_SND_QUEUELEN 2048
+#define LWIP_CHECKSUM_ON_COPY 0
+/* init.c's sanity checks assume a small MSS: one wants TCP_SNDLOWAT (the
+ * writable mark of the socket API, which is not built) 4 MSS below 64 KiB.
+ * The others hold for the values above: TCP_SND_BUF >= 2 MSS,
+ * TCP_SND_QUEUELEN >= 2 TCP_SND_BUF / MSS, TCP_WND >= MSS. */
+#define LWIP_DISABLE_TCP_SANITY_CHECKS 1
+/* Pool pbufs (which nothing kbox uses takes) keep their usual size: the
+ * default, MSS plus headers, would overflow memp's 16-bit sizes. */
+#define PBUF_POOL_BUFSIZE 1536
+
+/* Checksums: every frame from the guest had its IP and TCP checksums
+ * verified by lib/frame.c before it reaches lwIP, so lwIP does not check
+ * them again. */
+#define CHECKSUM_CHECK_IP 0
+#define CHECKSUM_CHECK_TCP 0
+#define CHECKSUM_CHECK_UDP 0
+#define CHECKSUM_CHECK_ICMP 0
 
 /* lwIP's argument checks (LWIP_ERROR) return an error instead of
  * aborting; its assertions of its own invariants still abort. */

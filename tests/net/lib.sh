@@ -117,7 +117,8 @@ G() { ip netns exec "$GNS" timeout "${TMO:-30}" env "${GUEST_ENV[@]}" "$@"; }
 # start_harness OUT ERR ARGS...: the stack in the host namespace on a new
 # $TAP (with ARGS; it ends itself after NL_LIFETIME seconds, 150), then the
 # TAP moved into the guest namespace as 10.0.2.15/24 with its default
-# route via the stack; sets HARNESS to its PID.  Variables assigned on the
+# route via the stack, at MTU NL_MTU (65520, what virtio-net offers);
+# sets HARNESS to its PID.  Variables assigned on the
 # call reach the harness's environment.  A failure ends the test.
 start_harness() {
 	local out=$1 err=$2
@@ -133,7 +134,7 @@ start_harness() {
 	fi
 	ip -n "$HNS" link set "$TAP" netns "$GNS" &&
 		ip -n "$GNS" addr add 10.0.2.15/24 dev "$TAP" &&
-		ip -n "$GNS" link set "$TAP" up &&
+		ip -n "$GNS" link set "$TAP" mtu "${NL_MTU:-65520}" up &&
 		ip -n "$GNS" route add default via 10.0.2.2 || { bad "guest namespace set-up"; finish; }
 }
 

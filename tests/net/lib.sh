@@ -40,7 +40,7 @@ nl_require() {
 }
 
 # nl_build_harness OUT BUILD: build tests/net/harness with the netstack
-# and vmm/tlsconf.c (interception set up as kbox run does) into OUT
+# and vmm/sandbox/tlsconf.c (interception set up as kbox run does) into OUT
 # (start_harness runs it), under ASan+UBSan unless NET_SAN=0, against the
 # lwIP the Makefile builds into BUILD/lwip; a failed build ends the test.
 nl_build_harness() {
@@ -57,7 +57,7 @@ nl_build_harness() {
 	fi
 	mkdir -p "$(dirname "$1")"
 	# shellcheck disable=SC2086,SC2046
-	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/tlsconf.c "$lw/liblwip.a" \
+	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/sandbox/tlsconf.c "$lw/liblwip.a" \
 		-lbearssl -lyaml -lpthread; then
 		bad "harness builds"
 		finish

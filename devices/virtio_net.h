@@ -107,6 +107,7 @@ struct vnet {
 	uint32_t rxq_wr;      /* where the next frame's bytes go */
 	bool rx_tso;          /* the driver took GUEST_TSO4 and GUEST_CSUM */
 	bool rx_mtu;          /* the driver took MTU: frames up to VNET_MAX_FRAME */
+	bool rx_csum;         /* the driver took GUEST_CSUM: NEEDS_CSUM frames reach it whole */
 	uint8_t rx_seg[VNET_MAX_FRAME]; /* one segment cut from a merged frame */
 	uint64_t rx_dropped;
 	uint8_t txbuf[VNET_MAX_FRAME];
@@ -129,8 +130,10 @@ void vnet_destroy(struct vnet *v);
 int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len);
 
 /* vnet_rx_enqueue for a frame described by *h (lib/gso.h): a plain
- * one (zero header), or a merged TCPv4 frame of up to VNET_MAX_GSO_FRAME
- * bytes, queued whole for a driver with GUEST_TSO4 and as its segments
+ * one (zero header); one whose checksum is partial (NEEDS_CSUM, no GSO),
+ * queued whole for a driver with GUEST_CSUM and completed first for
+ * another; or a merged TCPv4 frame of up to VNET_MAX_GSO_FRAME bytes,
+ * queued whole for a driver with GUEST_TSO4 and as its segments
  * otherwise.  Also -EINVAL (counted) for a header gso_segment refuses. */
 int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *frame, size_t len);
 

@@ -28,15 +28,10 @@
 
 #include "netstack/peek.h"
 
-#define UP_CAP (2u * TCP_WND) /* guest bytes the host socket has not taken yet */
+/* Guest bytes the host socket has not taken yet: lwIP's window bounds
+ * them, since tcp_recved is called only for bytes the socket took. */
+#define UP_CAP ((size_t)TCP_WND)
 #define TIME_WAIT_MAX 64u /* lwIP's TIME-WAIT pcbs kept; the oldest go beyond */
-/* lwIP's send buffer per connection when the guest takes merged frames:
- * the packaged TCP_SND_BUF (64 KiB) is one merged frame, so the sender
- * would stop after each until the guest's ACK came back.  snd_buf is a
- * 32-bit field (window scaling is on) that lwIP only ever adds ACKed
- * bytes to and subtracts written ones from, so a larger start holds; the
- * real bound is TCP_SND_QUEUELEN segments, kept below by guest_room. */
-#define SND_BUF_GSO ((tcpwnd_size_t)(TCP_SND_QUEUELEN - 4) * TCP_MSS)
 #define IC_DOWN_CAP 16384u /* upstream ciphertext an intercepted flow holds */
 
 /* Give the IPv4 packet ip[0, len) (already validated, carrying TCP) to
@@ -226,18 +221,55 @@ static int flush_up(struct flow *f)
 }
 
 
+/* The connection's segment size towards the guest (the smaller of
+ * lwIP's MSS and the one the guest stated). */
+static size_t seg_size(const struct flow *f)
+{
+	size_t mss = tcp_mss(f->pcb);
+
+	return mss ? mss : 536;
+}
+
 /* Bytes lwIP takes for the guest now: its send buffer, at most
- * HOST_READ_MAX (tcp_write's u16), and 0 when the write's about len/MSS
- * queue entries would not fit (better to wait than meet ERR_MEM). */
+ * NS_RX_MAX, and no more segments than its send queue still holds (with
+ * a few entries spare: better to wait than meet ERR_MEM).  Whole
+ * segments where it is at least one, so no write leaves a runt behind. */
 static size_t guest_room(const struct flow *f)
 {
-	size_t max = tcp_sndbuf(f->pcb);
+	size_t max = tcp_sndbuf(f->pcb), mss = seg_size(f), q = tcp_sndqueuelen(f->pcb);
 
-	if (max > HOST_READ_MAX)
-		max = HOST_READ_MAX;
-	if (tcp_sndqueuelen(f->pcb) + max / TCP_MSS + 2 > TCP_SND_QUEUELEN)
+	if (max > NS_RX_MAX)
+		max = NS_RX_MAX;
+	if (q + 8 >= TCP_SND_QUEUELEN)
 		return 0;
+	if (max > (TCP_SND_QUEUELEN - 8 - q) * mss)
+		max = (TCP_SND_QUEUELEN - 8 - q) * mss;
+	if (max > mss)
+		max -= max % mss;
 	return max;
+}
+
+/* Give up to n bytes of b to lwIP for the guest, in tcp_write's 16-bit
+ * pieces cut at whole segments.  The bytes taken (fewer than n when
+ * lwIP's buffer or queue filled), or -1 on any error but ERR_MEM. */
+static ssize_t guest_write(struct flow *f, const uint8_t *b, size_t n)
+{
+	size_t mss = seg_size(f), piece = 0xffff, done = 0;
+
+	if (piece >= mss)
+		piece -= piece % mss;
+	while (done < n) {
+		size_t k = n - done < piece ? n - done : piece;
+		err_t e = tcp_write(f->pcb, b + done, (u16_t)k,
+				    TCP_WRITE_FLAG_COPY | (done + k < n ? TCP_WRITE_FLAG_MORE : 0));
+
+		if (e == ERR_MEM)
+			break;
+		if (e != ERR_OK)
+			return -1;
+		done += k;
+	}
+	return (ssize_t)done;
 }
 
 /* Queue p's bytes behind f->up (made on first use) and free p.  ERR_MEM
@@ -370,16 +402,17 @@ static int ic_pump(struct flow *f)
 			if (n > room)
 				n = room;
 			if (n > 0) {
-				err_t e = tcp_write(f->pcb, b, (u16_t)n, TCP_WRITE_FLAG_COPY);
+				ssize_t w = guest_write(f, b, n);
 
-				if (e == ERR_OK) {
-					intercept_guest_out_done(f->ic, n);
-					f->s->st.bytes_to_guest += n;
-					f->bytes_down += n;
-					prog = true;
-				} else if (e != ERR_MEM) {
+				if (w < 0) {
 					ns_flow_abort(f);
 					return IC_ABORTED;
+				}
+				if (w > 0) {
+					intercept_guest_out_done(f->ic, (size_t)w);
+					f->s->st.bytes_to_guest += (size_t)w;
+					f->bytes_down += (size_t)w;
+					prog = true;
 				}
 			}
 		}
@@ -618,30 +651,36 @@ static void maybe_fin(struct flow *f)
 	}
 }
 
-/* Queue host bytes for the guest; on ERR_MEM keep them and stop reading
- * until lwIP's send buffer drains.  0, or -1 when f was aborted. */
+/* Queue host bytes for the guest; what lwIP does not take now (ERR_MEM)
+ * is kept in f->down and reading stops until lwIP's send buffer drains.
+ * 0, or -1 when f was aborted. */
 static int to_guest(struct flow *f, const uint8_t *b, size_t n)
 {
-	err_t e = tcp_write(f->pcb, b, (u16_t)n, TCP_WRITE_FLAG_COPY);
+	ssize_t w = guest_write(f, b, n);
+	size_t rest;
 
-	if (e == ERR_MEM) {
-		if (f->down != b) {
-			if (!(f->down = malloc(n))) {
-				ns_flow_abort(f);
-				return -1;
-			}
-			memcpy(f->down, b, n);
-		}
-		f->down_len = n;
-		f->reading = false;
-		return 0;
-	}
-	if (e != ERR_OK) {
+	if (w < 0) {
 		ns_flow_abort(f);
 		return -1;
 	}
-	f->s->st.bytes_to_guest += n;
-	f->bytes_down += n;
+	f->s->st.bytes_to_guest += (size_t)w;
+	f->bytes_down += (size_t)w;
+	rest = n - (size_t)w;
+	if (rest > 0) {
+		if (f->down == b) {
+			memmove(f->down, f->down + w, rest);
+		} else {
+			free(f->down);
+			if (!(f->down = malloc(rest))) {
+				ns_flow_abort(f);
+				return -1;
+			}
+			memcpy(f->down, b + w, rest);
+		}
+		f->down_len = rest;
+		f->reading = false;
+		return 0;
+	}
 	if (f->down == b) {
 		free(f->down);
 		f->down = NULL;
@@ -827,11 +866,6 @@ void ns_flow_open(struct flow *f)
 	tcp_sent(f->pcb, on_sent);
 	tcp_err(f->pcb, ns_flow_on_err);
 	tcp_nagle_disable(f->pcb);
-	if (f->s->gso) {
-		/* See SND_BUF_GSO. */
-		f->pcb->snd_buf = SND_BUF_GSO;
-		f->pcb->ssthresh = SND_BUF_GSO;
-	}
 	f->state = FL_OPEN;
 	f->reading = true;
 	flow_events(f);

@@ -644,13 +644,23 @@ START_TEST(csum_matches_reference)
 }
 END_TEST
 
+static void count_syns_done(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
+{
+	count_syns(ctx, frame, len);
+}
+
 static void count_syns_gso(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
-	/* A SYN never merges: a plain frame with a zero header. */
-	ck_assert_uint_eq(h->flags, 0);
+	static uint8_t done[FR_FRAME_MAX];
+
+	/* A SYN never merges: a lone frame whose TCP checksum lwIP left to
+	 * the peer (NEEDS_CSUM at the TCP header); completed, it parses. */
 	ck_assert_uint_eq(h->gso_type, GSO_TYPE_NONE);
 	ck_assert_uint_le(len, FR_FRAME_MAX);
-	count_syns(ctx, frame, len);
+	ck_assert_uint_eq(h->flags, GSO_F_NEEDS_CSUM);
+	ck_assert_uint_eq(h->csum_start, 34);
+	ck_assert_uint_eq(h->csum_offset, 16);
+	ck_assert_int_eq(gso_segment(h, frame, len, done, sizeof done, count_syns_done, ctx), 0);
 }
 
 /* The stack's output with segmentation offload: ns_create wants one of

@@ -1115,7 +1115,7 @@ static int cfg_dns(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox
 static int cfg_sub_keys(struct cfg_ctx *x, const struct yamltree_node *v, const char *section,
 			const char *const *keys, size_t n, struct kbox_config *c,
 			int (*fn)(struct cfg_ctx *x, size_t key, const struct yamltree_node *val,
-				  struct kbox_config *c))
+			struct kbox_config *c))
 {
 	unsigned seen[CFG_SUB_KEYS_MAX] = { 0 };
 	for (size_t i = 0; i + 1 < v->n; i += 2) {

@@ -261,7 +261,7 @@ static int fs_hidden_add(struct fsh *h, const char *pat)
 }
 
 int fs_hidden_new(const char *const *a, size_t na, const char *const *b, size_t nb,
-	    struct fsh **out)
+		  struct fsh **out)
 {
 	if ((na && !a) || (nb && !b) || !out)
 		return -EINVAL;

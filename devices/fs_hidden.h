@@ -32,7 +32,7 @@ struct fsh;
  * NULL when its count is 0).  Returns 0 and *out, -EINVAL for an empty
  * pattern or "/" alone, -ENOMEM. */
 int fs_hidden_new(const char *const *a, size_t na, const char *const *b, size_t nb,
-	    struct fsh **out);
+		  struct fsh **out);
 
 /* Frees the set.  NULL is a no-op. */
 void fs_hidden_free(struct fsh *h);

@@ -99,11 +99,13 @@ struct fsp {
 	unsigned fds, max_fds;
 };
 
+/* Take p->mu ("lock held" in the contracts below). */
 static inline void fsp_lock(struct fsp *p)
 {
 	pthread_mutex_lock(&p->mu);
 }
 
+/* Let go of p->mu. */
 static inline void fsp_unlock(struct fsp *p)
 {
 	pthread_mutex_unlock(&p->mu);

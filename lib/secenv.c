@@ -172,7 +172,7 @@ int secenv_lookup(struct senv *e, const char *var, const char **val, char *err, 
  * its value in *VAL and the bytes the reference spans, "${" and '}' too,
  * in *SPAN. */
 static int secenv_ref(struct senv *e, const char *s, size_t n, size_t max_name, const char **val,
-		    size_t *span, struct secenv_result *r, char *err, size_t errlen)
+		      size_t *span, struct secenv_result *r, char *err, size_t errlen)
 {
 	const char *close = memchr(s, '}', n);
 	if (!close) {
@@ -204,7 +204,7 @@ static int secenv_ref(struct senv *e, const char *s, size_t n, size_t max_name, 
 }
 
 int secenv_expand(struct senv *e, const char *val, size_t len, size_t max_name, size_t max_out,
-		struct secenv_result *r, char *err, size_t errlen)
+		  struct secenv_result *r, char *err, size_t errlen)
 {
 	memset(r, 0, sizeof *r);
 	if (max_name > SECENV_NAME_MAX)

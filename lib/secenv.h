@@ -85,7 +85,7 @@ struct secenv_result {
  * untouched) or secenv_lookup's, with ERR set.  Every byte built on the way
  * that is not handed back is wiped before it is freed. */
 int secenv_expand(struct senv *e, const char *val, size_t len, size_t max_name, size_t max_out,
-		struct secenv_result *r, char *err, size_t errlen);
+		  struct secenv_result *r, char *err, size_t errlen);
 
 /* Wipe and free what E holds (safe on a zeroed or failed E, and twice). */
 void secenv_free(struct senv *e);

@@ -34,7 +34,7 @@ void yamltree_show(char *out, size_t outlen, const char *s, size_t len, size_t m
 }
 
 int yamltree_verr(char *err, size_t errlen, const char *name, unsigned line, unsigned col,
-	    const char *fmt, va_list ap)
+		  const char *fmt, va_list ap)
 {
 	if (!err || !errlen)
 		return -EINVAL;
@@ -46,7 +46,7 @@ int yamltree_verr(char *err, size_t errlen, const char *name, unsigned line, uns
 }
 
 int yamltree_err(char *err, size_t errlen, const char *name, unsigned line, unsigned col,
-	   const char *fmt, ...)
+		 const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -104,7 +104,7 @@ static int yamltree_attach(struct yamltree_node *parent, struct yamltree_node *k
 }
 
 static int yamltree_refuse_decoration(struct yamltree_builder *b, unsigned line, unsigned col,
-				const yaml_char_t *anchor, const yaml_char_t *tag)
+				      const yaml_char_t *anchor, const yaml_char_t *tag)
 {
 	char show[YAMLTREE_SHOW_BUF];
 	if (anchor) {
@@ -224,7 +224,7 @@ static int yamltree_event(struct yamltree_builder *b, const yaml_event_t *ev)
  * from the buffer.  The text around the problem is never quoted: it may be
  * a value. */
 static int yamltree_syntax_err(struct yamltree_builder *b, const yaml_parser_t *p, const char *buf,
-			 size_t len)
+			       size_t len)
 {
 	const char *problem = p->problem ? p->problem : "unknown error";
 
@@ -263,7 +263,7 @@ static int yamltree_syntax_err(struct yamltree_builder *b, const yaml_parser_t *
 }
 
 int yamltree_parse(const char *buf, size_t len, const struct yamltree_rules *rules, const char *name,
-	     char *err, size_t errlen, struct yamltree_node **root)
+		   char *err, size_t errlen, struct yamltree_node **root)
 {
 	struct yamltree_builder b = {
 		.rules = rules,

@@ -72,7 +72,7 @@ int yamltree_nomem(char *err, size_t errlen, const char *name);
  * file.  0, -ENOMEM or -EINVAL, with a message naming NAME (printable) and
  * the position in ERR.  Free the tree with yamltree_free. */
 int yamltree_parse(const char *buf, size_t len, const struct yamltree_rules *rules, const char *name,
-	     char *err, size_t errlen, struct yamltree_node **root);
+		   char *err, size_t errlen, struct yamltree_node **root);
 
 /* Free a tree from yamltree_parse (NULL is fine).  Every scalar (and raw text)
  * is wiped first: a value may be a secret. */

@@ -522,7 +522,7 @@ static int step(struct hr *r, const uint8_t *p, size_t n, size_t *used)
 /* ---- public ---- */
 
 int http_resp_new(const struct secrets *set, const char *sni, bool strict, http_resp_next_fn next, http_resp_event_fn cb, void *ctx,
-	   struct hr **out)
+		  struct hr **out)
 {
 	*out = NULL;
 	if (!sni || !next)

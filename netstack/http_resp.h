@@ -78,7 +78,7 @@ struct hr;
  * for must be uncompressed (as if kbox asked for identity).  NEXT is
  * required; CB may be NULL.  0, -EINVAL or -ENOMEM. */
 int http_resp_new(const struct secrets *set, const char *sni, bool strict, http_resp_next_fn next, http_resp_event_fn cb,
-	   void *ctx, struct hr **out);
+		  void *ctx, struct hr **out);
 
 /* Feed N response bytes; *TAKEN gets how many were consumed (fewer when
  * the pending output reached HTTP_RESP_OUT_HIGH, or the state left HTTP_RESP_OPEN).

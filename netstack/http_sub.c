@@ -99,7 +99,7 @@ static bool http_sub_eq_ci(const uint8_t *a, size_t n, const char *b)
 /* ---- replies and audit ------------------------------------------------- */
 
 static void http_sub_audit_emit(struct hs *h, const char *secret, const char *where,
-			  const char *encoding, enum http_sub_decision d, int status, const char *reason)
+				const char *encoding, enum http_sub_decision d, int status, const char *reason)
 {
 	if (!h->cb)
 		return;
@@ -140,7 +140,7 @@ static const char *http_sub_status_text(int status)
 /* Stop the connection: nothing more goes upstream, the guest gets STATUS
  * with MSG as the body.  Returns 1 ("stopped") for the callers to pass up. */
 static int http_sub_stop(struct hs *h, int status, const char *msg, const char *secret,
-		   const char *where, const char *encoding)
+			 const char *where, const char *encoding)
 {
 	char head[256];
 	size_t mlen = strlen(msg);
@@ -194,7 +194,7 @@ struct http_sub_match {
 /* One character, decoded from %XX or \uXXXX if written so.  M_MORE when
  * the data ends inside what may be an escape and more may follow. */
 static int http_sub_lchar(const uint8_t *s, size_t n, size_t i, bool final, int *c, size_t *adv,
-		    unsigned *forms)
+			  unsigned *forms)
 {
 	*c = s[i];
 	*adv = 1;
@@ -242,7 +242,7 @@ static bool http_sub_namechar(int c)
  * characters starts with: "$KBOX_FOOBAR" is FOO's placeholder followed by
  * "BAR" when only FOO exists, as a shell would have built it. */
 static int http_sub_find_text(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
-			struct http_sub_match *m)
+			      struct http_sub_match *m)
 {
 	if (s[i] != '$' && s[i] != '%' && s[i] != '\\')
 		return M_NO;
@@ -296,7 +296,7 @@ static int http_sub_find_text(const struct hs *h, const uint8_t *s, size_t n, si
  * byte alignments.  Found by the prefix's fixed characters, then decoded
  * far enough to read the name. */
 static int http_sub_find_b64(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
-		       struct http_sub_match *m)
+			     struct http_sub_match *m)
 {
 	if (!h->b64first[s[i]])
 		return M_NO;
@@ -348,7 +348,7 @@ static int http_sub_find_b64(const struct hs *h, const uint8_t *s, size_t n, siz
 }
 
 static int http_sub_find(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
-		   struct http_sub_match *m)
+			 struct http_sub_match *m)
 {
 	int r = http_sub_find_text(h, s, n, i, final, m);
 	if (r != M_NO)
@@ -574,7 +574,7 @@ static int http_sub_pct_value(struct wbuf *dst, const struct secret *s)
 
 /* The value, in the same dress as the placeholder it replaces. */
 static int http_sub_put_value(struct wbuf *dst, const struct http_sub_place *pl, const struct secret *s,
-			unsigned form)
+			      unsigned form)
 {
 	if (pl->kind == PL_QUERY || form == F_PCT)
 		return http_sub_pct_value(dst, s);
@@ -595,7 +595,7 @@ static int http_sub_put_value(struct wbuf *dst, const struct http_sub_place *pl,
  * possible placeholder that the end of the data cuts; *DONE gets how many
  * bytes were dealt with.  0, 1 (blocked) or -ENOMEM. */
 static int http_sub_rewrite(struct hs *h, const struct http_sub_place *pl, const uint8_t *s, size_t n,
-		      bool final, struct wbuf *dst, size_t *done)
+			    bool final, struct wbuf *dst, size_t *done)
 {
 	size_t i = 0, emit = 0;
 	int rc = 0;
@@ -673,7 +673,7 @@ static int http_sub_b64_encode(const uint8_t *s, size_t n, struct wbuf *out)
  * 0 (handled, written to DST), 1 (blocked), 2 (not Basic credentials),
  * -ENOMEM. */
 static int http_sub_basic(struct hs *h, const char *field, const uint8_t *v, size_t n,
-		    struct wbuf *dst)
+			  struct wbuf *dst)
 {
 	if (strcmp(field, "authorization") != 0 && strcmp(field, "proxy-authorization") != 0)
 		return 2;
@@ -709,7 +709,7 @@ struct http_sub_field {
 /* Split B (field lines, each ending in CRLF, then the final CRLF) into
  * fields.  0, or 1 when refused. */
 static int http_sub_fields(struct hs *h, const uint8_t *b, size_t n, struct http_sub_field *f, size_t *nf,
-		     const char *what)
+			   const char *what)
 {
 	size_t i = 0;
 	*nf = 0;
@@ -763,7 +763,7 @@ static int http_sub_fields(struct hs *h, const uint8_t *b, size_t n, struct http
 
 /* Rewrite one field into DST as "Name: value\r\n".  0, 1, -ENOMEM. */
 static int http_sub_put_field(struct hs *h, const struct http_sub_field *f, enum http_sub_place_kind kind,
-			struct wbuf *dst)
+			      struct wbuf *dst)
 {
 	struct http_sub_place npl = { .kind = PL_HEADER_NAME };
 	int rc = http_sub_rewrite(h, &npl, f->name, f->nlen, true, dst, NULL);
@@ -1076,7 +1076,7 @@ static int http_sub_cl_done(struct hs *h)
  * line, an empty line for a head or trailer section.  Sets *USED and
  * *END (length of the block in h->head, 0 while incomplete).  0 or 1. */
 static int http_sub_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size_t *used,
-		      size_t *end)
+			    size_t *end)
 {
 	size_t old = wbuf_size(&h->head);
 	/* Room for the block and its terminator; what lies beyond is given
@@ -1191,7 +1191,7 @@ static int http_sub_chunk_line(struct hs *h, const uint8_t *b, size_t n)
 /* ---- public ------------------------------------------------------------ */
 
 int http_sub_new(const struct secrets *set, const char *sni, http_sub_audit_fn cb, void *ctx,
-	   struct hs **out)
+		 struct hs **out)
 {
 	size_t n = strlen(sni);
 	*out = NULL;

@@ -76,7 +76,7 @@ struct hs;
  * gets one event per substitution or block.  0, -EINVAL (SNI not a DNS
  * name) or -ENOMEM. */
 int http_sub_new(const struct secrets *set, const char *sni, http_sub_audit_fn cb, void *ctx,
-	   struct hs **out);
+		 struct hs **out);
 
 /* Feed N request bytes.  *TAKEN gets how many were consumed: fewer than N
  * when pending output reached HTTP_SUB_OUT_HIGH (drain it with http_sub_output /

@@ -193,7 +193,7 @@ static int filter_down(void *ctx, struct tls_mitm_io *io)
 }
 
 int intercept_new(const struct intercept_config *cfg, const char *const *names, size_t n, intercept_event_fn cb, void *ctx,
-	     struct icpt **out)
+		  struct icpt **out)
 {
 	if (!cfg || !cfg->ca || !cfg->trust)
 		return -EINVAL;

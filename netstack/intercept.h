@@ -83,7 +83,7 @@ bool intercept_bypassed(const struct intercept_config *cfg, const char *name);
  * and NAMES are copied as needed; CB (may be NULL) gets events.
  * 0, -EINVAL (no CA or trust) or -ENOMEM. */
 int intercept_new(const struct intercept_config *cfg, const char *const *names, size_t n, intercept_event_fn cb, void *ctx,
-	     struct icpt **out);
+		  struct icpt **out);
 
 /* Same contracts as tls_mitm's functions of the same shape; once the
  * held bytes are draining or spliced, intercept_guest_in takes nothing (the
@@ -94,11 +94,27 @@ int intercept_new(const struct intercept_config *cfg, const char *const *names, 
  * the guest itself, after calling intercept_server_spoke (a server that
  * speaks first is never intercepted). */
 int intercept_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken);
+
+/* The engine's ciphertext for the guest once intercepted: a pointer and
+ * *n bytes (NULL, 0 if none or not intercepted), valid until the next call
+ * on c; intercept_guest_out_done says n of them were sent. */
 const uint8_t *intercept_guest_out(struct icpt *c, size_t *n);
 void intercept_guest_out_done(struct icpt *c, size_t n);
+
+/* Ciphertext from the upstream once intercepted: *taken gets how many
+ * bytes were consumed.  0, or -EPIPE when not intercepted or once the
+ * engine takes no more. */
 int intercept_upstream_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken);
+
+/* Bytes for the upstream socket: the guest's held first bytes while a
+ * connection to be spliced drains them, or the engine's ciphertext once
+ * intercepted (NULL, 0 otherwise); intercept_upstream_out_done says n of
+ * them were sent. */
 const uint8_t *intercept_upstream_out(struct icpt *c, size_t *n);
 void intercept_upstream_out_done(struct icpt *c, size_t n);
+
+/* TCP EOF from the guest / from the upstream: no more *_in calls from
+ * that side. */
 void intercept_close_guest(struct icpt *c);
 void intercept_close_upstream(struct icpt *c);
 

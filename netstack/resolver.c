@@ -94,7 +94,7 @@ static size_t collect(const struct job *j, struct dns_rr *out, size_t max)
 }
 
 int resolver_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
-		 size_t *n)
+		     size_t *n)
 {
 	(void)ctx;
 	*n = 0;
@@ -251,7 +251,7 @@ int resolver_upstream_add(struct resolver_upstream *u, const char *spec, char *e
 }
 
 int resolver_answer(const uint8_t *pkt, size_t len, const struct dns_query *q, struct dns_rr *out,
-		size_t max, size_t *n)
+		    size_t max, size_t *n)
 {
 	int rcode;
 	int r = dns_parse_response(pkt, len, q, &rcode, out, max, n);
@@ -456,7 +456,7 @@ static int ask_udp(const struct resolver_server *s, const char *name, uint16_t q
 }
 
 int resolver_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out,
-			  size_t max, size_t *n)
+			      size_t max, size_t *n)
 {
 	const struct resolver_upstream *u = ctx;
 	bool done[RESOLVER_MAX_SERVERS] = { false };

@@ -29,7 +29,7 @@
  * -ETIMEDOUT, -EAGAIN (too many pending), -EINVAL (bad qtype or name),
  * -EIO (resolver failure) for SERVFAIL. */
 int resolver_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
-		 size_t *n);
+		     size_t *n);
 
 /* With configured servers (sandbox.yaml network.dns, --dns): kbox asks
  * them itself over UDP instead of the host's resolver, one A or AAAA
@@ -79,7 +79,7 @@ int resolver_upstream_add(struct resolver_upstream *u, const char *spec, char *e
  * -ETIMEDOUT (no server answered) or -EIO (every server failed or
  * refused) for SERVFAIL. */
 int resolver_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out,
-			  size_t max, size_t *n);
+			      size_t max, size_t *n);
 
 /* Judge one message received for q: the addresses for q into out[0, max)
  * (count in *n) and DNS_RCODE_NOERROR or DNS_RCODE_NXDOMAIN; -EPROTO (not
@@ -87,6 +87,6 @@ int resolver_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struc
  * (truncated: ask over TCP); -EAGAIN (the server failed or refused: ask
  * the next one).  Pure; exposed for the tests and the fuzzer. */
 int resolver_answer(const uint8_t *pkt, size_t len, const struct dns_query *q, struct dns_rr *out,
-		size_t max, size_t *n);
+		    size_t max, size_t *n);
 
 #endif

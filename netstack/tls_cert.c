@@ -484,7 +484,7 @@ int tls_cert_pem_encode(const char *label, const unsigned char *der, size_t len,
 }
 
 int tls_cert_pem_decode(const char *text, size_t len, const char *label, unsigned char **der,
-		  size_t *der_len)
+			size_t *der_len)
 {
 	char begin[96], end[96];
 	if (strlen(label) > 64)
@@ -902,7 +902,7 @@ void tls_cert_ca_free(struct tls_cert_ca *ca)
 }
 
 int tls_cert_ca_from_parts(const unsigned char *cert_der, size_t cert_len, const unsigned char *priv,
-		     size_t priv_len, struct tls_cert_ca **out)
+			   size_t priv_len, struct tls_cert_ca **out)
 {
 	struct tls_cert_ca *ca = ca_alloc();
 	if (!ca)
@@ -1025,7 +1025,7 @@ static size_t slot_of(const char *name)
 }
 
 int tls_cert_leaf(struct tls_cert_ca *ca, const char *name, const br_x509_certificate **chain,
-	    size_t *chain_len, const br_ec_private_key **key)
+		  size_t *chain_len, const br_ec_private_key **key)
 {
 	char cname[TLS_CERT_NAME_MAX + 1];
 	unsigned char ip[16];

@@ -45,7 +45,7 @@ int tls_cert_ca_generate(const char *cn, time_t now, struct tls_cert_ca **out);
  * 0, -EINVAL (unparsable, not a CA, wrong curve, key mismatch), -ENOMEM,
  * -EIO (random source). */
 int tls_cert_ca_from_parts(const unsigned char *cert_der, size_t cert_len, const unsigned char *priv,
-		     size_t priv_len, struct tls_cert_ca **out);
+			   size_t priv_len, struct tls_cert_ca **out);
 
 /* Free the CA and every leaf it minted (all pointers from tls_cert_leaf die). */
 void tls_cert_ca_free(struct tls_cert_ca *ca);
@@ -75,7 +75,7 @@ const br_ec_private_key *tls_cert_ca_key(const struct tls_cert_ca *ca);
  * empty or > 63-byte label, a malformed IP literal), -ENOMEM, -EIO
  * (signing failed), -ENOSPC. */
 int tls_cert_leaf(struct tls_cert_ca *ca, const char *name, const br_x509_certificate **chain,
-	    size_t *chain_len, const br_ec_private_key **key);
+		  size_t *chain_len, const br_ec_private_key **key);
 
 /* How many distinct names have a leaf (tests). */
 size_t tls_cert_cache_count(struct tls_cert_ca *ca);
@@ -142,7 +142,7 @@ int tls_cert_pem_encode(const char *label, const unsigned char *der, size_t len,
  * inside the base64 is ignored; anything else invalid fails.  0, -EINVAL
  * (no such block, bad base64, empty), -ENOMEM. */
 int tls_cert_pem_decode(const char *text, size_t len, const char *label, unsigned char **der,
-		  size_t *der_len);
+			size_t *der_len);
 
 /* A P-256 private key as PEM "EC PRIVATE KEY" (SEC1 / RFC 5915, what
  * `openssl ec` reads and writes): malloc'd, NUL-terminated, in *OUT.

@@ -140,13 +140,20 @@ const uint8_t *tls_mitm_guest_out(struct mitm *m, size_t *n);
 /* N of the bytes shown by tls_mitm_guest_out were sent. */
 void tls_mitm_guest_out_done(struct mitm *m, size_t n);
 
-/* Same three for the upstream socket. */
+/* Ciphertext from the upstream server.  *TAKEN gets how many bytes were
+ * consumed.  0, or -EPIPE once the engine accepts no more upstream input. */
 int tls_mitm_upstream_in(struct mitm *m, const uint8_t *buf, size_t n, size_t *taken);
+
+/* Ciphertext for the upstream: a pointer and *N bytes (NULL, 0 if none). */
 const uint8_t *tls_mitm_upstream_out(struct mitm *m, size_t *n);
+
+/* N of the bytes shown by tls_mitm_upstream_out were sent. */
 void tls_mitm_upstream_out_done(struct mitm *m, size_t n);
 
-/* TCP EOF from the guest / from the upstream (no more *_in calls). */
+/* TCP EOF from the guest: no more tls_mitm_guest_in calls. */
 void tls_mitm_close_guest(struct mitm *m);
+
+/* TCP EOF from the upstream: no more tls_mitm_upstream_in calls. */
 void tls_mitm_close_upstream(struct mitm *m);
 
 /* What the engine wants now: TLS_MITM_WANT_* and TLS_MITM_DONE bits. */

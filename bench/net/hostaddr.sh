@@ -12,7 +12,7 @@ ADDRS=${1:-100} ROUNDS=${2:-20000}
 NS=kbox-ha-$$ FAR=kbox-hf-$$ BIN=$(mktemp)
 trap 'ip netns del "$NS" 2>/dev/null; ip netns del "$FAR" 2>/dev/null; rm -f "$BIN"' EXIT
 cc -std=c11 -D_GNU_SOURCE -O2 -I. -o "$BIN" bench/net/hostaddr.c netstack/hostaddr.c netstack/policy.c \
-	lib/errbuf.c -lpthread
+	lib/errbuf.c lib/grow.c -lpthread
 ip netns add "$NS"
 ip netns add "$FAR"
 ip -n "$NS" link set lo up

@@ -29,7 +29,7 @@ check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "expected '$2', got '$
 has() { if grep -q -- "$3" "$2"; then ok "$1"; else bad "$1" "no '$3' in $2: $(tail -3 "$2" | tr '\n' '|')"; fi; }
 
 SRCS="tests/tls/mitm_proxy.c netstack/tls_sni.c netstack/tls_trust.c netstack/tls_mitm.c
-	netstack/tls_cert.c lib/datadir.c lib/b64.c lib/errbuf.c lib/fileio.c"
+	netstack/tls_cert.c lib/datadir.c lib/b64.c lib/errbuf.c lib/fileio.c lib/grow.c"
 stale=0
 [ -x "$P" ] || stale=1
 for s in $SRCS lib/*.h netstack/*.h; do [ "$s" -nt "$P" ] && stale=1; done

@@ -23,23 +23,14 @@
 set -u
 # shellcheck source=tests/e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
-image=${KBOX_TOOLCHAIN_IMAGE:-toolchain}
 kbox="$(cd "$(dirname "$kbox")" && pwd)/$(basename "$kbox")"
-
-case $image in
-*/*) [ -d "$image/usr/bin" ] || e2e_skip "the image folder $image is not there" ;;
-*) "$kbox" image path "$image" >/dev/null 2>&1 ||
-	e2e_skip "the $image image is not in the store; build it with: sudo make toolchain-image" ;;
-esac
+e2e_toolchain_image
 for t in python3 git curl tar; do
 	command -v "$t" >/dev/null 2>&1 || e2e_skip "$t is missing on the host"
 done
 e2e_need_kvm "the boot"
 
-if [ "$(id -u)" = 0 ] && [ "${KBOX_E2E_IN_NETNS:-}" != 1 ] && command -v unshare >/dev/null 2>&1; then
-	KBOX_E2E_IN_NETNS=1 exec unshare -n -- "$0" "$@"
-fi
-[ "${KBOX_E2E_IN_NETNS:-}" = 1 ] && { ip link set lo up || { echo "e2e: no lo in the namespace" >&2; exit 1; }; }
+e2e_own_netns "$@"
 
 tmp=$(mktemp -d)
 sbx="kbox-e2e-workflow-$$"

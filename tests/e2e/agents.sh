@@ -101,22 +101,28 @@ mkdir -p "$CODEX_HOME" && cp /workspace/codex-home/config.toml "$CODEX_HOME/"
 echo "env ANTHROPIC_API_KEY=$ANTHROPIC_API_KEY"
 echo "env OPENAI_API_KEY=$OPENAI_API_KEY"
 echo "env OPENCODE_API_KEY=$OPENCODE_API_KEY"
-one() { # one NAME SECONDS COMMAND...
+one() { # one NAME SECONDS COMMAND...: its report in /tmp/NAME.report
 	n=$1 lim=$2; shift 2
 	s=$(date +%s)
 	timeout "$lim" "$@" </dev/null >/tmp/$n.out 2>/tmp/$n.err
-	echo "$n-rc $? $(($(date +%s) - s))s"
-	sed "s/^/$n-out /" /tmp/$n.out | head -20
-	{ head -5 /tmp/$n.err; echo ...; tail -10 /tmp/$n.err; } | sed "s/^/$n-err /"
+	{
+		echo "$n-rc $? $(($(date +%s) - s))s"
+		sed "s/^/$n-out /" /tmp/$n.out | head -20
+		{ head -5 /tmp/$n.err; echo ...; tail -10 /tmp/$n.err; } | sed "s/^/$n-err /"
+	} >/tmp/$n.report
 }
+# OpenCode's 185 MB binary is the slowest to start under emulation (about
+# as long as the other two together): it runs beside Claude Code and then
+# Codex, which the guest's two CPUs allow.
+one opencode 600 opencode run --model kboxtest/kbox-test "say hi" &
 one claude 300 claude -p "say hi"
 # Codex's native binary itself: the npm package's `codex` is a node
 # wrapper around it, and Debian's node 18 died in its garbage collector
 # (SIGTRAP) after a completed exchange once, under nested emulation.
 cx=$(ls /usr/local/lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/*/bin/codex 2>/dev/null | head -1)
 one codex 300 "${cx:-codex}" exec --skip-git-repo-check "say hi"
-# OpenCode's 185 MB binary is slow to start under emulation.
-one opencode 540 opencode run --model kboxtest/kbox-test "say hi"
+wait
+cat /tmp/claude.report /tmp/codex.report /tmp/opencode.report
 EOF
 
 start=$(date +%s)

@@ -217,7 +217,7 @@ bench-agent: all kernel
 	bench/agent/run.sh 3 $(BUILD)
 
 hw-bench-agent: hw-prep
-	KBOX_HWKVM_NAME=hw-bench-agent KBOX_HWKVM_SUITE_TIMEOUT=1800 tests/hwkvm/run.sh $(BUILD) bench-agent
+	KBOX_HWKVM_NAME=hw-bench-agent KBOX_HWKVM_SUITE_TIMEOUT=1800 tests/hwkvm/run.sh $(BUILD) bench-agent bench-agent-opencode
 
 hw-tests: hw-prep
 	KBOX_HWKVM_NAME=hw-tests tests/hwkvm/run.sh $(BUILD) $(HW_SUITES)

@@ -19,7 +19,7 @@
 # test CA through tls.extra_ca and the real keys through secrets.yaml; the
 # host: an /etc/hosts line and the test CA in the agents' CA variables).
 #
-# Environment: AGENTS (default "claude codex opencode"), EMULATED=WHAT
+# Environment: AGENTS (default "claude codex opencode"; commas work too), EMULATED=WHAT
 # (this machine is itself emulated, e.g. tcg on the hardware-KVM lane; the
 # output says so), KBOX_RUN_ARGS (extra `kbox run` options), OUT (the raw
 # figures, default BUILD/bench/agent), LIMIT (s per run; default 600 times
@@ -34,7 +34,7 @@ e2e_dir=tests/e2e
 . tests/e2e/lib.sh
 set +e
 kbox="$(cd "$(dirname "$kbox")" && pwd)/$(basename "$kbox")"
-agents=${AGENTS:-claude codex opencode}
+agents=$(echo "${AGENTS:-claude codex opencode}" | tr , " ")
 limit=${LIMIT:-$((600 * ${KBOX_TIMEOUT_MULT:-1}))}
 out=${OUT:-$build/bench/agent}
 
@@ -181,26 +181,28 @@ one() {
 }
 
 med() { grep -v '^-$' "$1" 2>/dev/null | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.1f\n", a / b; else print "-" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f\n", a / b; else print "-" }'; }
 
 : >"$out/runs.txt"
+: >"$out/table.md"
 echo "# bench/agent: $(date -u +%Y-%m-%dT%H:%MZ), $iters iteration(s), image $image, kbox $("$kbox" --version 2>&1 | head -1)"
 [ -n "${EMULATED:-}" ] && echo "# this machine is emulated ($EMULATED): only the ratios mean something"
 grep -qw hypervisor /proc/cpuinfo && echo "# a hypervisor CPU flag: the host is itself a VM"
-i=1
-while [ "$i" -le "$iters" ]; do
-	for a in $agents; do
-		one host "$a" "$i"
-		one kbox "$a" "$i"
-	done
-	i=$((i + 1))
-done
-
-echo
+# One agent at a time, its row as soon as it is measured (a run stopped
+# by an outer bound keeps the rows before it).
 echo "| agent | host: first request (ms) | kbox: first request (ms) | kbox/host | host: exit (ms) | kbox: exit (ms) | kbox/host |"
 echo "|---|---|---|---|---|---|---|"
 for a in $agents; do
+	i=1
+	while [ "$i" -le "$iters" ]; do
+		one host "$a" "$i" | sed 's/^/# /'
+		one kbox "$a" "$i" | sed 's/^/# /'
+		i=$((i + 1))
+	done
 	hf=$(med "$tmp/first-host-$a") kf=$(med "$tmp/first-kbox-$a")
 	he=$(med "$tmp/exit-host-$a") ke=$(med "$tmp/exit-kbox-$a")
-	echo "| $a | $hf | $kf | $(ratio "$kf" "$hf") | $he | $ke | $(ratio "$ke" "$he") |"
-done | tee "$out/table.md"
+	echo "| $a | $hf | $kf | $(ratio "$kf" "$hf") | $he | $ke | $(ratio "$ke" "$he") |" | tee -a "$out/table.md"
+done
+# A summary for the hardware-KVM lane's suite runner: a run that got the
+# model's answer passes.
+echo "bench-agent: $(grep -c ' ok$' "$out/runs.txt") passed, $(grep -vc ' ok$' "$out/runs.txt") failed"

@@ -28,7 +28,8 @@ e2e-secrets:both:tests/e2e/secrets.sh BUILD
 bench-boot:user:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
 e2e-workflow:both:tests/e2e/workflow.sh BUILD
 e2e-agents:both:tests/e2e/agents.sh BUILD
-bench-agent:root:env EMULATED=tcg OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
+bench-agent:root:env EMULATED=tcg AGENTS=claude,codex OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
+bench-agent-opencode:root:env EMULATED=tcg AGENTS=opencode OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
 T
 }
 

@@ -227,6 +227,15 @@ hw-smoke: hw-prep
 hw-workflow: hw-prep
 	KBOX_HWKVM_NAME=hw-workflow tests/hwkvm/run.sh $(BUILD) e2e-workflow@user e2e-agents@user
 
+# bench/agent: kbox run to each agent's first request, beside the agent on
+# the host (docs/benchmarks.md); needs root and the toolchain image.
+.PHONY: bench-agent hw-bench-agent
+bench-agent: all kernel
+	bench/agent/run.sh 3 $(BUILD)
+
+hw-bench-agent: hw-prep
+	KBOX_HWKVM_NAME=hw-bench-agent KBOX_HWKVM_SUITE_TIMEOUT=1800 tests/hwkvm/run.sh $(BUILD) bench-agent bench-agent-opencode
+
 hw-tests: hw-prep
 	KBOX_HWKVM_NAME=hw-tests tests/hwkvm/run.sh $(BUILD) $(HW_SUITES)
 

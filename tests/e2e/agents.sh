@@ -21,26 +21,16 @@
 set -u
 # shellcheck source=tests/e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
-image=${KBOX_TOOLCHAIN_IMAGE:-toolchain}
 # One bound around the whole boot (three agents, each a big binary).
 run_timeout=${KBOX_E2E_AGENT_TIMEOUT:-2400}
 kbox="$(cd "$(dirname "$kbox")" && pwd)/$(basename "$kbox")"
-here=$(cd "$(dirname "$0")" && pwd)
 
-case $image in
-*/*) [ -d "$image/usr/bin" ] || e2e_skip "the image folder $image is not there" ;;
-*) "$kbox" image path "$image" >/dev/null 2>&1 ||
-	e2e_skip "the $image image is not in the store; build it with: sudo make toolchain-image" ;;
-esac
+e2e_toolchain_image
 for t in openssl python3; do
 	command -v "$t" >/dev/null 2>&1 || e2e_skip "$t is missing"
 done
 e2e_need_kvm "the boot"
-
-if [ "$(id -u)" = 0 ] && [ "${KBOX_E2E_IN_NETNS:-}" != 1 ] && command -v unshare >/dev/null 2>&1; then
-	KBOX_E2E_IN_NETNS=1 exec unshare -n -- "$0" "$@"
-fi
-[ "${KBOX_E2E_IN_NETNS:-}" = 1 ] && { ip link set lo up || { echo "e2e: no lo in the namespace" >&2; exit 1; }; }
+e2e_own_netns "$@"
 
 tmp=$(mktemp -d)
 srv_pid=
@@ -51,22 +41,36 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-export KBOX_CA_DIR="$tmp/ca"
 key() { echo "sk-$1-real-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"; }
 k_ant=$(key ant)
 k_oai=$(key oai)
 k_oc=$(key oc)
 
-e2e_test_ca "kbox test model CA"
-port=$(e2e_free_port)
-python3 "$here/model_server.py" 127.0.0.1 "$port" "$tmp/srv.pem" "$tmp/srv.key" "$tmp/model.log" \
-	"Hi from the kbox test model." 2>"$tmp/server.err" &
-srv_pid=$!
-
+e2e_model_server
 proj="$tmp/proj"
 mkdir -p "$proj"
-cp "$tmp/upca.pem" "$proj/model-ca.pem"
-cat >"$proj/kbox.yaml" <<EOF
+cat >"$proj/secrets.yaml" <<'EOF'
+ANTHROPIC_API_KEY:
+  value: "${ANTHROPIC_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["x-api-key"]
+OPENAI_API_KEY:
+  value: "${OPENAI_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["authorization"]
+OPENCODE_API_KEY:
+  value: "${OPENCODE_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["authorization"]
+EOF
+printf 'ANTHROPIC_API_KEY=%s\nOPENAI_API_KEY=%s\nOPENCODE_API_KEY=%s\n' "$k_ant" "$k_oai" "$k_oc" >"$proj/secrets.env"
+chmod 600 "$proj/secrets.env"
+# The project (with opencode.json and codex-home/config.toml from
+# lib.sh), trusted once its secrets files are there.
+e2e_agent_project "$proj" <<EOF
 image: $image
 cpus: 2
 memory: 3G
@@ -89,57 +93,6 @@ tls:
   extra_ca: model-ca.pem
 secrets: secrets.yaml
 EOF
-cat >"$proj/secrets.yaml" <<'EOF'
-ANTHROPIC_API_KEY:
-  value: "${ANTHROPIC_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["x-api-key"]
-OPENAI_API_KEY:
-  value: "${OPENAI_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-OPENCODE_API_KEY:
-  value: "${OPENCODE_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-EOF
-printf 'ANTHROPIC_API_KEY=%s\nOPENAI_API_KEY=%s\nOPENCODE_API_KEY=%s\n' "$k_ant" "$k_oai" "$k_oc" >"$proj/secrets.env"
-chmod 600 "$proj/secrets.env"
-cat >"$proj/opencode.json" <<EOF
-{
-  "\$schema": "https://opencode.ai/config.json",
-  "autoupdate": false,
-  "share": "disabled",
-  "provider": {
-    "kboxtest": {
-      "npm": "@ai-sdk/openai-compatible",
-      "name": "kbox test model",
-      "options": {
-        "baseURL": "https://host.kbox.internal:$port/v1",
-        "apiKey": "{env:OPENCODE_API_KEY}"
-      },
-      "models": { "kbox-test": { "name": "kbox test" } }
-    }
-  },
-  "model": "kboxtest/kbox-test",
-  "small_model": "kboxtest/kbox-test"
-}
-EOF
-# Codex reads its provider from \$CODEX_HOME/config.toml.
-mkdir -p "$proj/codex-home"
-cat >"$proj/codex-home/config.toml" <<EOF
-model = "kbox-test"
-model_provider = "kboxtest"
-
-[model_providers.kboxtest]
-name = "kbox test model"
-base_url = "https://host.kbox.internal:$port/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-EOF
 cat >"$proj/checks.sh" <<'EOF'
 # HOME in the RAM layer: an image imported by root keeps /root 0700 on
 # the host, which the kbox of an ordinary user cannot enter.
@@ -148,26 +101,29 @@ mkdir -p "$CODEX_HOME" && cp /workspace/codex-home/config.toml "$CODEX_HOME/"
 echo "env ANTHROPIC_API_KEY=$ANTHROPIC_API_KEY"
 echo "env OPENAI_API_KEY=$OPENAI_API_KEY"
 echo "env OPENCODE_API_KEY=$OPENCODE_API_KEY"
-one() { # one NAME SECONDS COMMAND...
+one() { # one NAME SECONDS COMMAND...: its report in /tmp/NAME.report
 	n=$1 lim=$2; shift 2
 	s=$(date +%s)
 	timeout "$lim" "$@" </dev/null >/tmp/$n.out 2>/tmp/$n.err
-	echo "$n-rc $? $(($(date +%s) - s))s"
-	sed "s/^/$n-out /" /tmp/$n.out | head -20
-	{ head -5 /tmp/$n.err; echo ...; tail -10 /tmp/$n.err; } | sed "s/^/$n-err /"
+	{
+		echo "$n-rc $? $(($(date +%s) - s))s"
+		sed "s/^/$n-out /" /tmp/$n.out | head -20
+		{ head -5 /tmp/$n.err; echo ...; tail -10 /tmp/$n.err; } | sed "s/^/$n-err /"
+	} >/tmp/$n.report
 }
+# OpenCode's 185 MB binary is the slowest to start under emulation (about
+# as long as the other two together): it runs beside Claude Code and then
+# Codex, which the guest's two CPUs allow.
+one opencode 600 opencode run --model kboxtest/kbox-test "say hi" &
 one claude 300 claude -p "say hi"
 # Codex's native binary itself: the npm package's `codex` is a node
 # wrapper around it, and Debian's node 18 died in its garbage collector
 # (SIGTRAP) after a completed exchange once, under nested emulation.
 cx=$(ls /usr/local/lib/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/*/bin/codex 2>/dev/null | head -1)
 one codex 300 "${cx:-codex}" exec --skip-git-repo-check "say hi"
-# OpenCode's 185 MB binary is slow to start under emulation.
-one opencode 540 opencode run --model kboxtest/kbox-test "say hi"
+wait
+cat /tmp/claude.report /tmp/codex.report /tmp/opencode.report
 EOF
-
-export KBOX_TRUST_FILE="$tmp/trusted"
-(cd "$proj" && "$kbox" trust >/dev/null) || echo "# kbox trust failed" >&2
 
 start=$(date +%s)
 (cd "$proj" && timeout "$run_timeout" "$kbox" run -- /bin/sh /workspace/checks.sh) >"$tmp/out" 2>"$tmp/run.err"

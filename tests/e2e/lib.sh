@@ -117,3 +117,103 @@ e2e_test_ca() {
 	openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/upca.pem" -CAkey "$tmp/upca.key" -CAcreateserial -days 1 \
 		-extfile "$tmp/ext" -out "$tmp/srv.pem" >/dev/null 2>&1
 }
+
+# The toolchain image's suites (workflow.sh, agents.sh, opencode.sh) and
+# bench/agent share what follows.
+#
+# e2e_toolchain_image: sets image to KBOX_TOOLCHAIN_IMAGE (a name in the
+# store or a root folder; default "toolchain"), or skips the whole script
+# when it is not there (sudo make toolchain-image builds it).
+e2e_toolchain_image() {
+	image=${KBOX_TOOLCHAIN_IMAGE:-${KBOX_AGENT_IMAGE:-toolchain}}
+	case $image in
+	*/*) [ -d "$image/usr/bin" ] || e2e_skip "the image folder $image is not there" ;;
+	*) "$kbox" image path "$image" >/dev/null 2>&1 ||
+		e2e_skip "the $image image is not in the store; build it with: sudo make toolchain-image" ;;
+	esac
+}
+
+# e2e_own_netns "$@": as root, run this script again (with its arguments)
+# in a network namespace of its own, which has only a loopback, and bring
+# that up; an ordinary user stays where it is (the tests' allowlists then
+# keep everything on the loopback).
+e2e_own_netns() {
+	if [ "$(id -u)" = 0 ] && [ "${KBOX_E2E_IN_NETNS:-}" != 1 ] && command -v unshare >/dev/null 2>&1; then
+		KBOX_E2E_IN_NETNS=1 exec unshare -n -- "$0" "$@"
+	fi
+	if [ "${KBOX_E2E_IN_NETNS:-}" = 1 ]; then
+		ip link set lo up || { echo "e2e: no lo in the namespace" >&2; exit 1; }
+	fi
+}
+
+# e2e_model_server: the test model server (tests/e2e/model_server.py) on
+# 127.0.0.1:$port, TLS with a certificate for host.kbox.internal from a
+# test CA ($tmp/upca.pem, e2e_test_ca), logging each request to
+# $tmp/model.log (e2e_dir: the folder of model_server.py, default the
+# script's own); sets port and srv_pid (the caller's EXIT trap kills it)
+# and KBOX_CA_DIR=$tmp/ca, so kbox's own CA is this run's.
+e2e_model_server() {
+	export KBOX_CA_DIR="$tmp/ca"
+	e2e_test_ca "kbox test model CA"
+	port=$(e2e_free_port)
+	python3 "${e2e_dir:-$(dirname "$0")}/model_server.py" 127.0.0.1 "$port" "$tmp/srv.pem" "$tmp/srv.key" \
+		"$tmp/model.log" "Hi from the kbox test model." 2>"$tmp/server.err" &
+	srv_pid=$!
+	e2e_wait_port "$port"
+}
+
+# e2e_wait_port PORT: wait up to 10 s for a listener on 127.0.0.1:PORT.
+e2e_wait_port() {
+	python3 - "$1" <<'PY'
+import socket, sys, time
+for _ in range(100):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2).close()
+        break
+    except OSError:
+        time.sleep(0.1)
+PY
+}
+
+# e2e_agent_project DIR: a project folder for the agents against the model
+# server of e2e_model_server: the test CA (model-ca.pem, for tls.extra_ca),
+# OpenCode's opencode.json and Codex's codex-home/config.toml naming the
+# server as host.kbox.internal:$port, and a kbox.yaml trusted for this run
+# (KBOX_TRUST_FILE in $tmp) made of the lines on stdin.
+e2e_agent_project() {
+	mkdir -p "$1/codex-home"
+	cp "$tmp/upca.pem" "$1/model-ca.pem"
+	cat >"$1/kbox.yaml"
+	cat >"$1/opencode.json" <<EOJ
+{
+  "\$schema": "https://opencode.ai/config.json",
+  "autoupdate": false,
+  "share": "disabled",
+  "provider": {
+    "kboxtest": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "kbox test model",
+      "options": {
+        "baseURL": "https://host.kbox.internal:$port/v1",
+        "apiKey": "{env:OPENCODE_API_KEY}"
+      },
+      "models": { "kbox-test": { "name": "kbox test" } }
+    }
+  },
+  "model": "kboxtest/kbox-test",
+  "small_model": "kboxtest/kbox-test"
+}
+EOJ
+	cat >"$1/codex-home/config.toml" <<EOT
+model = "kbox-test"
+model_provider = "kboxtest"
+
+[model_providers.kboxtest]
+name = "kbox test model"
+base_url = "https://host.kbox.internal:$port/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+EOT
+	export KBOX_TRUST_FILE="$tmp/trusted"
+	(cd "$1" && "$kbox" trust >/dev/null) || echo "# kbox trust failed" >&2
+}

@@ -10,7 +10,8 @@ JSON object otherwise:
     .../messages/count_tokens.
 GET .../models lists the one model.  Each request is logged to LOG as a
 JSON line with its request line, Host, Authorization and X-Api-Key
-headers (the tests check which key arrived).
+headers (the tests check which key arrived) and the time its request
+line was read ("t", seconds since the epoch: bench/agent's first request).
 
   model_server.py ADDR PORT CERT KEY LOG [REPLY]
 
@@ -61,6 +62,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "x-api-key": self.headers.get("X-Api-Key"),
                 "stream": bool(req.get("stream")) if isinstance(req, dict) else None,
                 "model": req.get("model") if isinstance(req, dict) else None,
+                "t": self.t0,
             }) + "\n")
 
     def send_json(self, code, obj):
@@ -150,6 +152,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.chunk(b"")
 
     def do_GET(self):
+        self.t0 = time.time()
         self.record({})
         if self.route().endswith("/responses"):
             # No WebSocket here: the client falls back to POST.
@@ -161,6 +164,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_json(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
 
     def do_POST(self):
+        self.t0 = time.time()
         raw = self.read_body()
         try:
             req = json.loads(raw or b"{}")

@@ -9,8 +9,8 @@
 # loopback, allowed by an allowlist policy; the server must receive the
 # real key, the guest never holds it.
 #
-# Nothing leaves the machine: kbox and the model server run in a network
-# namespace made here (unshare -n: only a loopback), the policy allows only
+# Nothing leaves the machine: as root, kbox and the model server run in a
+# network namespace made here (unshare -n: only a loopback); the policy allows only
 # host.kbox.internal:PORT (every other name is refused before resolving),
 # and OpenCode is configured not to fetch models, updates or plugins.
 # Skips when the toolchain image is not in the store
@@ -19,24 +19,18 @@
 set -u
 # shellcheck source=tests/e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
-image=${KBOX_AGENT_IMAGE:-toolchain}
 # OpenCode under PVM is slow: a 185 MB Bun binary, started twice; the
 # whole boot took ~740 s here (docs/agent.md).
 run_timeout=${KBOX_E2E_AGENT_TIMEOUT:-2400}
 
 # The sandbox is started from the project folder.
 kbox="$(cd "$(dirname "$kbox")" && pwd)/$(basename "$kbox")"
-"$kbox" image path "$image" >/dev/null 2>&1 ||
-	e2e_skip "the $image image is not in the store; build it with: sudo make toolchain-image"
-for t in openssl python3 unshare ip; do
+e2e_toolchain_image
+for t in openssl python3; do
 	command -v "$t" >/dev/null 2>&1 || e2e_skip "$t is missing"
 done
-
-# Everything below runs in a network namespace of our own.
-if [ "${KBOX_E2E_IN_NETNS:-}" != 1 ]; then
-	KBOX_E2E_IN_NETNS=1 exec unshare -n -- "$0" "$@"
-fi
-ip link set lo up || { echo "e2e: cannot bring up lo in the namespace" >&2; exit 1; }
+e2e_need_kvm "the boot"
+e2e_own_netns "$@"
 
 tmp=$(mktemp -d)
 srv_pid=
@@ -51,22 +45,26 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-export KBOX_CA_DIR="$tmp/ca"
 real="sk-real-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 
 # --- the model server: TLS for host.kbox.internal from a test CA ---
-e2e_test_ca "kbox test model CA"
-port=$(e2e_free_port)
-here=$(cd "$(dirname "$0")" && pwd)
-python3 "$here/model_server.py" 127.0.0.1 "$port" "$tmp/srv.pem" "$tmp/srv.key" "$tmp/model.log" \
-	"Hi from the kbox test model." 2>"$tmp/server.err" &
-srv_pid=$!
+e2e_model_server
 
 # --- the project ---
 proj="$tmp/proj"
 mkdir -p "$proj"
-cp "$tmp/upca.pem" "$proj/model-ca.pem"
-cat >"$proj/kbox.yaml" <<EOF
+cat >"$proj/secrets.yaml" <<'EOF'
+OPENCODE_API_KEY:
+  value: "${OPENCODE_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["authorization"]
+EOF
+echo "OPENCODE_API_KEY=$real" >"$proj/secrets.env"
+# The project's kbox.yaml, trusted once its secrets files are there;
+# OpenCode's opencode.json (an OpenAI-compatible provider at the test
+# server, its key from the placeholder variable) comes from lib.sh.
+e2e_agent_project "$proj" <<EOF
 image: $image
 cpus: 2
 memory: 2G
@@ -86,36 +84,6 @@ tls:
   extra_ca: model-ca.pem
 secrets: secrets.yaml
 EOF
-cat >"$proj/secrets.yaml" <<'EOF'
-OPENCODE_API_KEY:
-  value: "${OPENCODE_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-EOF
-echo "OPENCODE_API_KEY=$real" >"$proj/secrets.env"
-# OpenCode's project config: an OpenAI-compatible provider at the test
-# server, its key from the (placeholder) environment variable.
-cat >"$proj/opencode.json" <<EOF
-{
-  "\$schema": "https://opencode.ai/config.json",
-  "autoupdate": false,
-  "share": "disabled",
-  "provider": {
-    "kboxtest": {
-      "npm": "@ai-sdk/openai-compatible",
-      "name": "kbox test model",
-      "options": {
-        "baseURL": "https://host.kbox.internal:$port/v1",
-        "apiKey": "{env:OPENCODE_API_KEY}"
-      },
-      "models": { "kbox-test": { "name": "kbox test" } }
-    }
-  },
-  "model": "kboxtest/kbox-test",
-  "small_model": "kboxtest/kbox-test"
-}
-EOF
 cat >"$proj/checks.sh" <<'EOF'
 echo "env OPENCODE_API_KEY=$OPENCODE_API_KEY"
 echo "node $(node --version 2>&1)"
@@ -128,11 +96,6 @@ echo "run-rc $?"
 sed 's/^/run-out /' /tmp/run.out | head -40
 tail -20 /tmp/run.err | sed 's/^/run-err /'
 EOF
-
-# The user accepts the project's kbox.yaml once (vmm/cmd/trust.h); this run's
-# record, not the user's.
-export KBOX_TRUST_FILE="$tmp/trusted"
-(cd "$proj" && "$kbox" trust >/dev/null) || echo "# kbox trust failed" >&2
 
 # A slow first start of OpenCode must not be mistaken for a hang: one
 # generous bound around the whole boot.

@@ -14,7 +14,7 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # Every module source joins kbox and the unit tests; adding a file is enough.
-LIB_SRCS := $(sort $(filter-out vmm/main.c,$(wildcard lib/*.c proto/*.c devices/*.c netstack/*.c vmm/*.c)))
+LIB_SRCS := $(sort $(filter-out vmm/cmd/main.c,$(wildcard lib/*.c proto/*.c devices/*.c netstack/*.c vmm/*.c vmm/*/*.c)))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 SAN_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/%.o)
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -44,7 +44,7 @@ $(BUILD)/san/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(KBOX_CFLAGS) -O1 -g $(SAN) -c -o $@ $<
 
-$(BUILD)/kbox: $(BUILD)/obj/vmm/main.o $(LIB_OBJS)
+$(BUILD)/kbox: $(BUILD)/obj/vmm/cmd/main.o $(LIB_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # guest-init is PID 1 in the guest: static, no dependencies.  musl keeps it
@@ -83,25 +83,31 @@ unit: $(BUILD)/unit-tests layering
 
 # The layering, enforced (make unit runs it): lib/ and proto/ stand on
 # their own, devices/ and netstack/ use only themselves and lib/,
-# guest-init/ only proto/, and vmm/ sits on top of them all.  A lower
-# folder's #include of a higher one fails the grep (a type or an inline
-# function, which no link sees); its objects, linked with a bare main()
-# and the folders it may use alone, fail the link on any call up the tree.
-# guest-init/ needs only the grep: its build compiles nothing but it and
-# proto/.
+# guest-init/ only proto/, and vmm/ sits on top of them all.  Inside vmm/
+# the same holds a floor higher: core/ (the VM) uses lib/ and devices/,
+# sandbox/ (what `kbox run` wires to it) core/ and every lower folder,
+# image/ (the store) sandbox/ and below, and cmd/ (the subcommands) sits on
+# top; vmm/cli.h, the exit status and error line, is for all of vmm/.  A
+# lower folder's #include of a higher one fails the grep (a type or an
+# inline function, which no link sees); its objects, linked with a bare
+# main() and the folders it may use alone, fail the link on any call up
+# the tree.  guest-init/ needs only the grep: its build compiles nothing
+# but it and proto/.
 LAYER_DIRS := lib proto devices netstack vmm guest-init tests
+VMM_LAYER_DIRS := lib proto devices netstack vmm/core vmm/sandbox vmm/image vmm/cmd guest-init tests
 empty :=
 space := $(empty) $(empty)
-# $(call layer,FOLDER,FOLDERS IT MAY USE)
+# $(call layer,FOLDER,FOLDERS IT MAY USE[,THE FOLDERS IT IS CHECKED AGAINST])
+# (a FOLDER IT MAY USE names a file too: vmm/cli is vmm/cli.o)
 define layer
 .PHONY: layering-$(1)
 layering: layering-$(1)
-layering-$(1): $(BUILD)/san/layering-main.o $(filter $(foreach d,$(1) $(2),$(BUILD)/san/$(d)/%),$(SAN_OBJS))
-	@if grep -nE '^\s*#\s*include\s*["<]($(subst $(space),|,$(filter-out $(1) $(2),$(LAYER_DIRS))))/' $(1)/*.[ch]; then \
+layering-$(1): $(BUILD)/san/layering-main.o $(filter $(foreach d,$(1) $(2),$(BUILD)/san/$(d)/% $(BUILD)/san/$(d).o),$(SAN_OBJS))
+	@if grep -nE '^\s*#\s*include\s*["<]($(subst $(space),|,$(filter-out $(1) $(2),$(or $(3),$(LAYER_DIRS)))))/' $(1)/*.[ch]; then \
 		echo "layering: $(1)/ may include only $(1)/ $(addsuffix /,$(2)) (README.md, Layout)"; exit 1; fi
 	@mkdir -p $(BUILD)/layering
-	@$(CC) $(SAN) -o $(BUILD)/layering/$(1) $$(filter %.o,$$^) $(LDLIBS) 2>$(BUILD)/layering/$(1).log || \
-		{ grep -o "undefined reference to .*" $(BUILD)/layering/$(1).log | sort -u; \
+	@$(CC) $(SAN) -o $(BUILD)/layering/$(subst /,-,$(1)) $$(filter %.o,$$^) $(LDLIBS) 2>$(BUILD)/layering/$(subst /,-,$(1)).log || \
+		{ grep -o "undefined reference to .*" $(BUILD)/layering/$(subst /,-,$(1)).log | sort -u; \
 		echo "layering: $(1)/ calls outside $(1)/ $(addsuffix /,$(2)) (README.md, Layout)"; exit 1; }
 endef
 $(eval $(call layer,lib,))
@@ -109,8 +115,11 @@ $(eval $(call layer,proto,))
 $(eval $(call layer,devices,lib))
 $(eval $(call layer,netstack,lib))
 $(eval $(call layer,guest-init,proto))
+$(eval $(call layer,vmm/core,lib devices,$(VMM_LAYER_DIRS)))
+$(eval $(call layer,vmm/sandbox,vmm/core vmm/cli lib proto devices netstack,$(VMM_LAYER_DIRS)))
+$(eval $(call layer,vmm/image,vmm/sandbox vmm/core vmm/cli lib proto devices netstack,$(VMM_LAYER_DIRS)))
 layering:
-	@echo "layering: lib/ proto/ devices/ netstack/ guest-init/ stand without the folders above them"
+	@echo "layering: lib/ proto/ devices/ netstack/ guest-init/, and vmm/'s core/ sandbox/ image/, stand without the folders above them"
 
 $(BUILD)/san/layering-main.o:
 	@mkdir -p $(dir $@)

@@ -1,4 +1,4 @@
-/* The YAML reading that sandbox.yaml (vmm/config.c) and secrets.yaml
+/* The YAML reading that sandbox.yaml (vmm/sandbox/config.c) and secrets.yaml
  * (netstack/secrets.c) share: libyaml's events become a small tree, bounded
  * in nesting and node count, with anchors, aliases, tags and a second
  * document refused as they arrive; plus the pieces of their messages

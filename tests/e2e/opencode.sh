@@ -129,7 +129,7 @@ sed 's/^/run-out /' /tmp/run.out | head -40
 tail -20 /tmp/run.err | sed 's/^/run-err /'
 EOF
 
-# The user accepts the project's kbox.yaml once (vmm/trust.h); this run's
+# The user accepts the project's kbox.yaml once (vmm/cmd/trust.h); this run's
 # record, not the user's.
 export KBOX_TRUST_FILE="$tmp/trusted"
 (cd "$proj" && "$kbox" trust >/dev/null) || echo "# kbox trust failed" >&2

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/snapshot_file.h"
+#include "vmm/core/snapshot_file.h"
 
 static void check(int ok)
 {

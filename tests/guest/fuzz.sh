@@ -17,7 +17,7 @@ fi
 
 # The VM, the bus, the mounts, the shared pieces (lib/) and every device
 # and network module: what `kbox run` wires the guest's devices with.
-srcs=$(ls vmm/vm.c vmm/boot.c vmm/mptable.c vmm/virtio_bus.c vmm/mounts.c \
+srcs=$(ls vmm/core/vm.c vmm/core/boot.c vmm/core/mptable.c vmm/core/virtio_bus.c vmm/sandbox/mounts.c \
 	lib/*.c devices/*.c netstack/*.c)
 objs=$(for s in $srcs; do printf '%s ' "$B/san/${s%.c}.o"; done)
 # Same objects as `make unit` builds (the Makefile's sanitizer rule).

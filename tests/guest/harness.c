@@ -26,13 +26,13 @@
 #include "devices/irq_sink.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
-#include "vmm/boot.h"
-#include "vmm/mptable.h"
-#include "vmm/serial.h"
-#include "vmm/snapshot.h"
-#include "vmm/virtio_bus.h"
-#include "vmm/vm.h"
 #include "tests/guest/tg.h"
+#include "vmm/core/boot.h"
+#include "vmm/core/mptable.h"
+#include "vmm/core/serial.h"
+#include "vmm/core/snapshot.h"
+#include "vmm/core/virtio_bus.h"
+#include "vmm/core/vm.h"
 
 /* The guest's side of these lives in guest.S; keep the two in step. */
 #define TG_MAX_CPUS   8u
@@ -267,7 +267,7 @@ static void line_irq_set(struct irq_sink *s, int level)
 
 /* A virtio device that hands every buffer straight back: enough for the
  * garbage runs to drive the real virtio-mmio transport, ioeventfd and irqfd
- * wiring and device thread of vmm/virtio_bus.c. */
+ * wiring and device thread of vmm/core/virtio_bus.c. */
 struct echo_dev {
 	struct vq_dev dev;
 	struct vq q[1];

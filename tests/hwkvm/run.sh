@@ -32,7 +32,7 @@
 # heartbeat included, after which L1 counts as frozen: 240),
 # KBOX_HWKVM_ATTEMPTS (L1 boots, the suites left after a freeze run again in
 # a fresh one: 3), KBOX_HWKVM_SUITE_TIMEOUT (s per
-# suite, 900), KBOX_HWKVM_LOG (file for L1's whole console; default in
+# suite, 900), KBOX_HWKVM_CMD (what the suite cmd runs), KBOX_HWKVM_LOG (file for L1's whole console; default in
 # BUILD_DIR/hwkvm/console.log), KBOX_TIMEOUT_MULT (stretches the harnesses'
 # watchdogs inside L1; 4 by default).
 set -u
@@ -221,6 +221,7 @@ boot_l1() {
 		echo "kbox_kver=$(q "$kver")"
 		echo "kbox_moddir=$(q "$moddir")"
 		echo "KBOX_E2E_STDIN_MB=$(q "${KBOX_E2E_STDIN_MB:-4}")"
+		echo "kbox_cmd=$(q "${KBOX_HWKVM_CMD:-}")"
 	} >"$run/seed/job.env"
 	# The job goes on the scratch disk, not on the kernel command line, so
 	# that a path may hold any character; the disk is sparse.

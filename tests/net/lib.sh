@@ -40,7 +40,7 @@ nl_require() {
 }
 
 # nl_build_harness OUT: build tests/net/harness with the netstack and
-# vmm/tlsconf.c (interception set up as kbox run does) into OUT
+# vmm/sandbox/tlsconf.c (interception set up as kbox run does) into OUT
 # (start_harness runs it), under ASan+UBSan unless NET_SAN=0; a failed
 # build ends the test.
 nl_build_harness() {
@@ -53,7 +53,7 @@ nl_build_harness() {
 	fi
 	mkdir -p "$(dirname "$1")"
 	# shellcheck disable=SC2086,SC2046
-	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/tlsconf.c $(pkg-config --libs lwip) \
+	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/sandbox/tlsconf.c $(pkg-config --libs lwip) \
 		-lbearssl -lyaml -lpthread; then
 		bad "harness builds"
 		finish

@@ -14,7 +14,7 @@
 
 #include "lwip/tcpip.h"
 #include "netstack/hostaddr.h"
-#include "vmm/lockdown.h"
+#include "vmm/sandbox/lockdown.h"
 
 static struct pol_addr A(const char *s)
 {

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "netstack/resolver.h"
-#include "vmm/config.h"
-#include "vmm/netdev.h"
+#include "vmm/sandbox/config.h"
+#include "vmm/sandbox/netdev.h"
 
 START_TEST(options)
 {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "lib/statebuf.h"
-#include "vmm/snapshot_file.h"
+#include "vmm/core/snapshot_file.h"
 
 #define RAM_LEN (16u * SNAPF_PAGE)
 #define IRQCHIP_LEN sizeof(((struct kvm_irqchip *)0)->chip)

@@ -4,8 +4,8 @@
  * state, debug registers and CPUID; the VM's PIC, IO-APIC, PIT and clock;
  * each device's own blob; guest RAM, mapped back from the file
  * copy-on-write.  The file format and its checks are snapshot_file.h's. */
-#ifndef KBOX_VMM_SNAPSHOT_H
-#define KBOX_VMM_SNAPSHOT_H
+#ifndef KBOX_VMM_CORE_SNAPSHOT_H
+#define KBOX_VMM_CORE_SNAPSHOT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -11,8 +11,8 @@
  * copy-on-write.  Numbers are little-endian; the vCPU and VM records are
  * the x86-64 KVM structures byte for byte, whose values KVM itself checks
  * when they are set. */
-#ifndef KBOX_VMM_SNAPSHOT_FILE_H
-#define KBOX_VMM_SNAPSHOT_FILE_H
+#ifndef KBOX_VMM_CORE_SNAPSHOT_FILE_H
+#define KBOX_VMM_CORE_SNAPSHOT_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,9 +9,11 @@
 #   images/toolchain/build.sh BUILD_DIR
 #
 # Environment: FORCE=1 rebuilds even if the image is in the store;
-# NAME=toolchain the image name; MIRROR the Debian mirror; SUITE=bookworm;
+# NAME=toolchain the image name; MIRROR the Debian mirror (default: the
+# one this machine's apt uses for SUITE main); SUITE=bookworm;
 # WORK=DIR where the root is built (default BUILD_DIR/toolchain-rootfs,
-# removed after the import unless KEEP=1); NPM_REGISTRY the npm registry;
+# removed after the import unless KEEP=1); NPM_REGISTRY the npm registry (default: the one
+# this machine's npm is configured with);
 # AGENTS the npm packages of the agents (pinned to the versions the tests
 # were written against; "" for none).
 set -eu
@@ -19,8 +21,9 @@ set -eu
 build=${1:-build}
 name=${NAME:-toolchain}
 suite=${SUITE:-bookworm}
-mirror=${MIRROR:-http://deb.debian.org/debian}
-registry=${NPM_REGISTRY:-https://registry.npmjs.org/}
+# The machine's own mirror, as its apt knows it (either sources format).
+mirror=${MIRROR:-$(apt-cache policy 2>/dev/null | awk -v s="$suite" '$3 == s "/main" && $2 ~ /^(https?|file):/ { print $2; exit }')}
+registry=${NPM_REGISTRY:-$(npm config get registry 2>/dev/null)}
 agents=${AGENTS-@anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0 opencode-ai@1.18.33}
 kbox="$build/kbox"
 root=${WORK:-$build/toolchain-rootfs}
@@ -33,6 +36,8 @@ say() { echo "toolchain-image: $*"; }
 command -v debootstrap >/dev/null 2>&1 ||
 	die "debootstrap is missing; install the Debian package: apt-get install debootstrap (or sudo make deps)"
 [ -x "$kbox" ] || die "$kbox is missing; run make first"
+[ -n "$registry" ] || [ -z "$agents" ] || die "no npm registry: this machine's npm has none configured (or no npm); set NPM_REGISTRY=URI"
+[ -n "$mirror" ] || die "this machine's apt has no source for $suite main; set MIRROR=URI of a Debian mirror"
 
 if [ "${FORCE:-0}" != 1 ] && "$kbox" image path "$name" >/dev/null 2>&1; then
 	say "$name is already in the store ($("$kbox" image path "$name")); FORCE=1 rebuilds"

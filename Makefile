@@ -8,13 +8,17 @@ CFLAGS   ?= -O2 -g
 KBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 	-Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing -I. \
 	-MMD -MP
-PKGS     := yaml-0.1 lwip libarchive
-KBOX_CFLAGS += $(shell pkg-config --cflags $(PKGS))
-LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
+PKGS     := yaml-0.1 libarchive
+# lwIP: Debian's source package built with kbox's options (deps/lwip/),
+# cached outside the checkout; every object sees those headers.
+LWIP     := $(BUILD)/lwip
+LWIP_LIB := $(LWIP)/liblwip.a
+KBOX_CFLAGS += -I$(LWIP)/include $(shell pkg-config --cflags $(PKGS))
+LDLIBS   := $(LWIP_LIB) $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # Every module source joins kbox and the unit tests; adding a file is enough.
-LIB_SRCS := $(sort $(filter-out vmm/main.c,$(wildcard lib/*.c proto/*.c devices/*.c netstack/*.c vmm/*.c)))
+LIB_SRCS := $(sort $(filter-out vmm/cmd/main.c,$(wildcard lib/*.c proto/*.c devices/*.c netstack/*.c vmm/*.c vmm/*/*.c)))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 SAN_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/%.o)
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -24,7 +28,7 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc \
 	libelf-dev libssl-dev cpio busybox-static libyaml-dev check \
-	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
+	libbearssl-dev dpkg-dev libseccomp-dev xz-utils patch python3 musl-tools \
 	iproute2 curl git sqlite3 bsdutils libarchive-dev openssl ca-certificates python3-requests debootstrap \
 	qemu-system-x86 kmod e2fsprogs \
 	dosfstools python3-fusepy
@@ -36,15 +40,19 @@ deps:
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEB_PACKAGES)
 
-$(BUILD)/obj/%.o: %.c
+$(LWIP_LIB): deps/lwip/build.sh deps/lwip/lwipopts.h
+	CC="$(CC)" deps/lwip/build.sh $(LWIP)
+
+# An option changes the layout of lwIP's structures: everything rebuilds.
+$(BUILD)/obj/%.o: %.c $(LWIP_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KBOX_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/san/%.o: %.c
+$(BUILD)/san/%.o: %.c $(LWIP_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KBOX_CFLAGS) -O1 -g $(SAN) -c -o $@ $<
 
-$(BUILD)/kbox: $(BUILD)/obj/vmm/main.o $(LIB_OBJS)
+$(BUILD)/kbox: $(BUILD)/obj/vmm/cmd/main.o $(LIB_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # guest-init is PID 1 in the guest: static, no dependencies.  musl keeps it
@@ -83,25 +91,31 @@ unit: $(BUILD)/unit-tests layering
 
 # The layering, enforced (make unit runs it): lib/ and proto/ stand on
 # their own, devices/ and netstack/ use only themselves and lib/,
-# guest-init/ only proto/, and vmm/ sits on top of them all.  A lower
-# folder's #include of a higher one fails the grep (a type or an inline
-# function, which no link sees); its objects, linked with a bare main()
-# and the folders it may use alone, fail the link on any call up the tree.
-# guest-init/ needs only the grep: its build compiles nothing but it and
-# proto/.
+# guest-init/ only proto/, and vmm/ sits on top of them all.  Inside vmm/
+# the same holds a floor higher: core/ (the VM) uses lib/ and devices/,
+# sandbox/ (what `kbox run` wires to it) core/ and every lower folder,
+# image/ (the store) sandbox/ and below, and cmd/ (the subcommands) sits on
+# top; vmm/cli.h, the exit status and error line, is for all of vmm/.  A
+# lower folder's #include of a higher one fails the grep (a type or an
+# inline function, which no link sees); its objects, linked with a bare
+# main() and the folders it may use alone, fail the link on any call up
+# the tree.  guest-init/ needs only the grep: its build compiles nothing
+# but it and proto/.
 LAYER_DIRS := lib proto devices netstack vmm guest-init tests
+VMM_LAYER_DIRS := lib proto devices netstack vmm/core vmm/sandbox vmm/image vmm/cmd guest-init tests
 empty :=
 space := $(empty) $(empty)
-# $(call layer,FOLDER,FOLDERS IT MAY USE)
+# $(call layer,FOLDER,FOLDERS IT MAY USE[,THE FOLDERS IT IS CHECKED AGAINST])
+# (a FOLDER IT MAY USE names a file too: vmm/cli is vmm/cli.o)
 define layer
 .PHONY: layering-$(1)
 layering: layering-$(1)
-layering-$(1): $(BUILD)/san/layering-main.o $(filter $(foreach d,$(1) $(2),$(BUILD)/san/$(d)/%),$(SAN_OBJS))
-	@if grep -nE '^\s*#\s*include\s*["<]($(subst $(space),|,$(filter-out $(1) $(2),$(LAYER_DIRS))))/' $(1)/*.[ch]; then \
+layering-$(1): $(BUILD)/san/layering-main.o $(filter $(foreach d,$(1) $(2),$(BUILD)/san/$(d)/% $(BUILD)/san/$(d).o),$(SAN_OBJS))
+	@if grep -nE '^\s*#\s*include\s*["<]($(subst $(space),|,$(filter-out $(1) $(2),$(or $(3),$(LAYER_DIRS)))))/' $(1)/*.[ch]; then \
 		echo "layering: $(1)/ may include only $(1)/ $(addsuffix /,$(2)) (README.md, Layout)"; exit 1; fi
 	@mkdir -p $(BUILD)/layering
-	@$(CC) $(SAN) -o $(BUILD)/layering/$(1) $$(filter %.o,$$^) $(LDLIBS) 2>$(BUILD)/layering/$(1).log || \
-		{ grep -o "undefined reference to .*" $(BUILD)/layering/$(1).log | sort -u; \
+	@$(CC) $(SAN) -o $(BUILD)/layering/$(subst /,-,$(1)) $$(filter %.o,$$^) $(LDLIBS) 2>$(BUILD)/layering/$(subst /,-,$(1)).log || \
+		{ grep -o "undefined reference to .*" $(BUILD)/layering/$(subst /,-,$(1)).log | sort -u; \
 		echo "layering: $(1)/ calls outside $(1)/ $(addsuffix /,$(2)) (README.md, Layout)"; exit 1; }
 endef
 $(eval $(call layer,lib,))
@@ -109,8 +123,11 @@ $(eval $(call layer,proto,))
 $(eval $(call layer,devices,lib))
 $(eval $(call layer,netstack,lib))
 $(eval $(call layer,guest-init,proto))
+$(eval $(call layer,vmm/core,lib devices,$(VMM_LAYER_DIRS)))
+$(eval $(call layer,vmm/sandbox,vmm/core vmm/cli lib proto devices netstack,$(VMM_LAYER_DIRS)))
+$(eval $(call layer,vmm/image,vmm/sandbox vmm/core vmm/cli lib proto devices netstack,$(VMM_LAYER_DIRS)))
 layering:
-	@echo "layering: lib/ proto/ devices/ netstack/ guest-init/ stand without the folders above them"
+	@echo "layering: lib/ proto/ devices/ netstack/ guest-init/, and vmm/'s core/ sandbox/ image/, stand without the folders above them"
 
 $(BUILD)/san/layering-main.o:
 	@mkdir -p $(dir $@)
@@ -139,7 +156,7 @@ exec-tests:
 
 # The network stack on a TAP device in namespaces of its own, with real
 # clients (curl, git, python3, node) on the "guest" side.
-net-tests:
+net-tests: $(LWIP_LIB)
 	tests/net/run.sh $(BUILD)
 
 # TLS: the kbox CA's certificates against strict verifiers, the
@@ -241,7 +258,7 @@ check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests tls-tests lockd
 # libFuzzer targets; FUZZ_SECONDS bounds each run.
 FUZZ_SECONDS ?= 30
 FUZZ_OBJS := $(LIB_SRCS:%.c=$(BUILD)/fuzzobj/%.o)
-$(BUILD)/fuzzobj/%.o: %.c
+$(BUILD)/fuzzobj/%.o: %.c $(LWIP_LIB)
 	@mkdir -p $(dir $@)
 	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -c -o $@ $<
 

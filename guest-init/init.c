@@ -163,7 +163,7 @@ static void switch_to_image(const char *tag)
 		die("switch to the root image: %s", strerror(errno));
 }
 
-/* list: kbox.mounts=TAG:PATH:rw|ro[,...] (vmm/mounts.c writes it; paths hold
+/* list: kbox.mounts=TAG:PATH:rw|ro[,...] (vmm/sandbox/mounts.c writes it; paths hold
  * no ',', ':' or spaces).  Every share must be mounted before the agent runs
  * a command, so any failure stops the guest. */
 static void mount_shares(char *list)

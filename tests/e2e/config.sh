@@ -14,7 +14,7 @@ set -u
 kbox=$(cd "$(dirname "$kbox")" && pwd)/kbox
 e2e_tmp
 unset KBOX_E2E_SECRET KBOX_E2E_UNSET
-# Trust records of this run only (vmm/trust.h), not the user's.
+# Trust records of this run only (vmm/cmd/trust.h), not the user's.
 export KBOX_TRUST_FILE="$tmp/trusted"
 
 # --- mistakes, no boot: each names kbox.yaml, line, column and the fix ---

@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "guest-init/agent.h"
-#include "vmm/agent_conn.h"
-#include "vmm/exec_client.h"
+#include "vmm/sandbox/agent_conn.h"
+#include "vmm/sandbox/exec_client.h"
 
 #define MAX_ENV 64
 

@@ -24,7 +24,7 @@ bad() { echo "FAIL $1${2:+: $2}"; fail=$((fail + 1)); }
 # check NAME EXPECTED ACTUAL
 check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "expected '$2', got '$3'"; fi; }
 
-SRCS="tests/exec/loopback.c guest-init/agent.c guest-init/senv.c proto/exec_proto.c vmm/exec_client.c vmm/agent_conn.c"
+SRCS="tests/exec/loopback.c guest-init/agent.c guest-init/senv.c proto/exec_proto.c vmm/sandbox/exec_client.c vmm/sandbox/agent_conn.c"
 CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wvla -Wformat=2 -I."
 if ! ${CC:-cc} $CF -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer -o "$B/loopback-san" $SRCS ||

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/boot.h"
+#include "vmm/core/boot.h"
 
 #define RAM_SIZE (32u << 20)
 

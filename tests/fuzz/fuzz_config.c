@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/config.h"
+#include "vmm/sandbox/config.h"
 
 static void check(int ok)
 {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/image.h"
+#include "vmm/image/image.h"
 
 static void check(int ok)
 {

@@ -53,12 +53,12 @@
 #include "netstack/audit.h"
 #include "netstack/policy.h"
 #include "netstack/stack.h"
-#include "vmm/boot.h"
-#include "vmm/mounts.h"
-#include "vmm/mptable.h"
-#include "vmm/virtio_bus.h"
-#include "vmm/vm.h"
 #include "tests/guest/tg.h"
+#include "vmm/core/boot.h"
+#include "vmm/core/mptable.h"
+#include "vmm/core/virtio_bus.h"
+#include "vmm/core/vm.h"
+#include "vmm/sandbox/mounts.h"
 
 enum sop { SOP_END, SOP_MW, SOP_MR, SOP_ST, SOP_WAIT, SOP_MWAIT, SOP_REP, SOP_IRQS,
 	   SOP_NEXT, SOP_MWX, SOP_MRX };

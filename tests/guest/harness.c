@@ -9,12 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/kvm.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,12 +26,14 @@
 #include "devices/irq_sink.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
-#include "vmm/boot.h"
-#include "vmm/mptable.h"
-#include "vmm/serial.h"
-#include "vmm/virtio_bus.h"
-#include "vmm/vm.h"
+#include "lib/fileio.h"
 #include "tests/guest/tg.h"
+#include "vmm/core/boot.h"
+#include "vmm/core/mptable.h"
+#include "vmm/core/serial.h"
+#include "vmm/core/snapshot.h"
+#include "vmm/core/virtio_bus.h"
+#include "vmm/core/vm.h"
 
 /* The guest's side of these lives in guest.S; keep the two in step. */
 #define TG_MAX_CPUS   8u
@@ -41,6 +45,7 @@
 #define TG_MMIO_LEN   (0x1000ull * TG_MAX_CPUS)
 #define TG_DONE_MAGIC 0x454e4f4420424b47ull
 #define TG_SEL_UCODE  0x2bu
+#define GUEST_IMAGE_MAX (64u << 20) /* the test guest is a few KiB: far more is not it */
 #define COM1          0x3f8u
 /* The line finish_gate prints, as Linux would for `reboot kbox-exit=5`. */
 #define EXIT_LINE     "\nreboot: Restarting system with command 'kbox-exit=5'\n"
@@ -93,6 +98,8 @@ struct harness {
 	uint64_t uart_bytes;
 	uint64_t rep[REP_MAX]; /* MODE_SCRIPT reports, in order */
 	unsigned nrep;
+	unsigned snap_at;      /* pause the VM once vCPU 0 logged this many events */
+	int snap_fired;
 };
 
 /* ---- the values both sides compute (guest.S: xval, yval) ---- */
@@ -131,6 +138,10 @@ static void log_ev(struct harness *h, unsigned cpu, struct ev e)
 		l->ev[l->n++] = e;
 	else
 		l->overflow = 1;
+	if (h->snap_at && !h->snap_fired && cpu == 0 && l->n == h->snap_at) {
+		h->snap_fired = 1;
+		vm_stop(h->vm, VM_END_STOPPED);
+	}
 }
 
 /* The vCPU a window belongs to must exist: a window of an absent vCPU is
@@ -258,7 +269,7 @@ static void line_irq_set(struct irq_sink *s, int level)
 
 /* A virtio device that hands every buffer straight back: enough for the
  * garbage runs to drive the real virtio-mmio transport, ioeventfd and irqfd
- * wiring and device thread of vmm/virtio_bus.c. */
+ * wiring and device thread of vmm/core/virtio_bus.c. */
 struct echo_dev {
 	struct vq_dev dev;
 	struct vq q[1];
@@ -939,6 +950,7 @@ struct tcase {
 	unsigned mmio_pages;
 	enum vm_end want;
 	double limit_s; /* watchdog; a run that needs it fails */
+	unsigned snap_at; /* MODE_EXITS: save at this event of vCPU 0, go on in a fresh VM */
 };
 
 static const char *end_name(enum vm_end e)
@@ -952,34 +964,6 @@ static const char *end_name(enum vm_end e)
 	case VM_END_ERROR: return "error";
 	}
 	return "?";
-}
-
-static uint8_t *read_all(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	uint8_t *buf = NULL;
-	size_t cap = 0, n = 0;
-	for (;;) {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 1 << 20;
-			uint8_t *nb = realloc(buf, cap);
-			if (!nb) {
-				free(buf);
-				fclose(f);
-				return NULL;
-			}
-			buf = nb;
-		}
-		size_t r = fread(buf + n, 1, cap - n, f);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	fclose(f);
-	*len = n;
-	return buf;
 }
 
 /* The events vCPU cpu must produce in MODE_EXITS, in order: port I/O from
@@ -1049,6 +1033,192 @@ static void check_sequence(const struct tcase *t, struct harness *h, unsigned cp
 		      cpu, l->n, nwant, i);
 }
 
+static int add_test_devices(struct vm *vm, struct harness *h)
+{
+	int rc = vm_add_pio(vm, &(struct vm_pio){ TG_PORT, TG_PORT_LEN, test_pio_in, test_pio_out,
+						  h });
+	rc |= vm_add_pio(vm, &(struct vm_pio){ TG_EXC_PORT, TG_EXC_LEN, exc_in, exc_out, h });
+	rc |= vm_add_pio(vm, &(struct vm_pio){ COM1, 8, uart_in, uart_out, &h->uart });
+	rc |= vm_add_mmio(vm, &(struct vm_mmio){ TG_MMIO, TG_MMIO_LEN, test_mmio_read,
+						 test_mmio_write, h });
+	return rc;
+}
+
+/* ---- snapshots: pause, save, go on in a fresh VM ----
+ *
+ * The test devices' answers count on (pio_k, mmio_k, str_n per vCPU): that
+ * is their state outside guest RAM, saved as their device blob. */
+
+#define SNAP_DEV_LEN (TG_MAX_CPUS * 12u)
+
+static int testdev_save(void *ctx, struct sb_writer *w, char *err, size_t errlen)
+{
+	struct harness *h = ctx;
+	for (unsigned c = 0; c < TG_MAX_CPUS; c++) {
+		sb_u32(w, h->log[c].pio_k);
+		sb_u32(w, h->log[c].mmio_k);
+		sb_u32(w, h->log[c].str_n);
+	}
+	return 0;
+}
+
+static int testdev_load(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen)
+{
+	struct harness *h = ctx;
+	if (len != SNAP_DEV_LEN) {
+		snprintf(err, errlen, "test device state is %zu bytes, want %u", len, SNAP_DEV_LEN);
+		return -EINVAL;
+	}
+	struct sb_reader r;
+	sb_reader_init(&r, blob, len);
+	for (unsigned c = 0; c < TG_MAX_CPUS; c++) {
+		h->log[c].pio_k = sb_get_u32(&r);
+		h->log[c].mmio_k = sb_get_u32(&r);
+		h->log[c].str_n = sb_get_u32(&r);
+	}
+	return 0;
+}
+
+/* Whether the mapping holding addr is a private one of a file named name. */
+static int mapped_from(const void *addr, const char *name)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int found = 0;
+	uintptr_t a = (uintptr_t)addr;
+	while (f && !found && fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && a >= lo && a < hi)
+			found = perms[3] == 'p' && strstr(line, name) != NULL ? 1 : -1;
+	}
+	if (f)
+		fclose(f);
+	return found == 1;
+}
+
+/* vCPU 0's TSC as the guest reads it, or 0. */
+static uint64_t guest_tsc(struct vm *vm)
+{
+	struct {
+		struct kvm_msrs h;
+		struct kvm_msr_entry e;
+	} m = { .h.nmsrs = 1, .e.index = 0x10 };
+	return ioctl(vm->cpu[0].fd, KVM_GET_MSRS, &m) == 1 ? m.e.data : 0;
+}
+
+/* Set every vCPU's TSC as a VMM may (host-initiated).  Returns 0 or -1. */
+static int set_guest_tsc(struct vm *vm, uint64_t v)
+{
+	for (unsigned i = 0; i < vm->ncpus; i++) {
+		struct {
+			struct kvm_msrs h;
+			struct kvm_msr_entry e;
+		} m = { .h.nmsrs = 1, .e = { .index = 0x10, .data = v } };
+		if (ioctl(vm->cpu[i].fd, KVM_SET_MSRS, &m) != 1)
+			return -1;
+	}
+	return 0;
+}
+
+#define SNAP_SHELF_MS 300 /* the snapshot's time "on disk" */
+/* The snapshot cases start the guest's TSC this far on, as if it had run
+ * that long: KVM takes a TSC written within a second of the one it
+ * expects as an attempt to synchronise vCPUs and keeps its own, which a
+ * template that booted for seconds never meets but a test guest of a few
+ * milliseconds would. */
+#define SNAP_TSC_START_S 10
+
+/* The VM stopped at h->snap_at: save it, destroy it, make a fresh VM,
+ * restore the file into it and run that to the end.  Returns how the
+ * second VM ended (VM_END_ERROR when it could not start). */
+static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harness *h,
+			       enum vm_end first)
+{
+	static int probed;
+	char err[512] = "", report[512] = "", dir[] = "/tmp/kbox-snap-XXXXXX", path[64];
+	uint8_t key[SNAPF_KEY_LEN], bad[SNAPF_KEY_LEN];
+	memset(key, 0x5a, sizeof key);
+	memcpy(bad, key, sizeof bad);
+	bad[7] ^= 1;
+	const struct snap_dev dev = { "testdev", 3, h, testdev_save, testdev_load };
+	struct snap_stats ss, rs;
+	enum vm_end end = VM_END_ERROR;
+
+	int prc = snap_probe(vm, report, sizeof report, err, sizeof err);
+	if (!probed++)
+		printf("# snapshot capabilities of this /dev/kvm: %s\n", report);
+	if (!tg_check(prc == 0, "%s: /dev/kvm has what snapshots need%s%s", t->name,
+		      prc ? ": " : "", err))
+		return end;
+	if (!tg_check(first == VM_END_STOPPED && h->snap_fired,
+		      "%s: paused at event %u of vCPU 0 (the first VM ended: %s)", t->name,
+		      t->snap_at, first == VM_END_STOPPED ? "stopped" : end_name(first)))
+		return end;
+	if (!tg_check(mkdtemp(dir) != NULL, "%s: private folder for the snapshot", t->name))
+		return end;
+	snprintf(path, sizeof path, "%s/t", dir);
+	unsigned khz = vm_tsc_khz(vm);
+	uint64_t tsc0 = guest_tsc(vm);
+	double h0 = tg_now();
+	int rc = snap_save(vm, key, &dev, 1, dir, "t", &ss, err, sizeof err);
+	tg_check(rc == 0, "%s: saved %u vCPUs, %u MSRs each, XSAVE %u bytes, in %.1f ms (state "
+			  "%.1f ms): file %" PRIu64 " KiB, %" PRIu64 " KiB on disk%s%s",
+		 t->name, vm->ncpus, ss.msrs, ss.xsave_bytes, ss.ms, ss.state_ms,
+		 ss.file_bytes >> 10, ss.disk_bytes >> 10, rc ? ": " : "", err);
+	unsigned ncpus = vm->ncpus;
+	uint64_t mib = vm->ram_size >> 20;
+	vm_destroy(vm);
+	usleep(SNAP_SHELF_MS * 1000);
+	/* What the devices counted so far must come back from the file. */
+	for (unsigned c = 0; c < TG_MAX_CPUS; c++)
+		h->log[c].pio_k = h->log[c].mmio_k = h->log[c].str_n = 0xdead;
+	if (rc == 0 && vm_create(vm, ncpus, mib, err, sizeof err) < 0)
+		rc = tg_check(0, "%s: fresh VM: %s", t->name, err) - 1;
+	if (rc == 0 && add_test_devices(vm, h) != 0)
+		rc = tg_check(0, "%s: fresh VM: cannot register the test devices", t->name) - 1;
+	if (rc == 0) {
+		int wrong = snap_restore(vm, bad, &dev, 1, dir, "t", NULL, err, sizeof err);
+		tg_check(wrong == -ESTALE, "%s: a restore under another layout key is refused (%s)",
+			 t->name, err);
+		err[0] = 0;
+		rc = snap_restore(vm, key, &dev, 1, dir, "t", &rs, err, sizeof err);
+		tg_check(rc == 0, "%s: restored into a fresh VM in %.1f ms (state %.1f ms)%s%s",
+			 t->name, rs.ms, rs.state_ms, rc ? ": " : "", err);
+	}
+	if (rc == 0)
+		tg_check(mapped_from(vm->ram, path),
+			 "%s: guest RAM is a private (copy-on-write) mapping of the file", t->name);
+	if (rc == 0 && khz) {
+		/* On hardware KVM the guest's TSC goes on from the save: the
+		 * time the VM spent saved, destroyed and on the shelf never
+		 * reaches it.  PVM runs the guest's rdtsc natively, with no
+		 * offset, so its TSC is the host's and takes the shelf time
+		 * too (docs/snapshots.md). */
+		uint64_t tsc1 = guest_tsc(vm);
+		double host_ms = (tg_now() - h0) * 1e3;
+		double guest_ms = (double)(int64_t)(tsc1 - tsc0) / khz;
+		if (vm_is_pvm())
+			tg_check(tsc0 && tsc1 && guest_ms > host_ms * 0.9 && guest_ms < host_ms * 1.1,
+				 "%s: PVM: the restored guest's TSC is the host's, as before the "
+				 "save (%.1f ms later for it, %.1f ms for the host)",
+				 t->name, guest_ms, host_ms);
+		else
+			tg_check(tsc0 && tsc1 && guest_ms >= 0 &&
+					 guest_ms < host_ms - SNAP_SHELF_MS * 0.8,
+				 "%s: the restored guest's TSC went on from the saved one: %.1f ms "
+				 "later for it, %.1f ms for the host", t->name, guest_ms, host_ms);
+	}
+	if (rc == 0) {
+		double t0 = tg_now();
+		end = vm_run(vm);
+		printf("# %s: the restored VM ran %.3f s\n", t->name, tg_now() - t0);
+	}
+	unlink(path);
+	rmdir(dir);
+	return end;
+}
+
 static void run_case(const struct tcase *t, const char *guest_path)
 {
 	static struct vm vm;
@@ -1059,14 +1229,17 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	int bus_made = 0, rig_made = 0;
 	char err[512] = "";
 	size_t img_len = 0;
-	uint8_t *img = read_all(guest_path, &img_len);
-	if (!tg_check(img != NULL, "%s: read %s", t->name, guest_path))
+	char *img_text = NULL;
+	int rr = fio_slurp(guest_path, 0, GUEST_IMAGE_MAX, &img_text, &img_len, NULL, NULL);
+	uint8_t *img = (uint8_t *)img_text;
+	if (!tg_check(rr == 0, "%s: read %s: %s", t->name, guest_path, strerror(-rr)))
 		return;
 
 	memset(&h, 0, sizeof h);
 	pthread_mutex_init(&h.lock, NULL);
 	h.vm = &vm;
 	h.garbage = t->mode == MODE_GARBAGE;
+	h.snap_at = t->snap_at;
 	h.uart_irq = (struct line_irq){ { line_irq_set }, &vm, COM1_IRQ };
 	serial_init(&h.uart, &h.uart_irq.sink, uart_capture, &h);
 
@@ -1101,13 +1274,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		ok = gm_write(&vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg) == 0;
 	}
 	if (ok) {
-		int rc = vm_add_pio(&vm, &(struct vm_pio){ TG_PORT, TG_PORT_LEN, test_pio_in,
-							   test_pio_out, &h });
-		rc |= vm_add_pio(&vm, &(struct vm_pio){ TG_EXC_PORT, TG_EXC_LEN, exc_in, exc_out,
-							&h });
-		rc |= vm_add_pio(&vm, &(struct vm_pio){ COM1, 8, uart_in, uart_out, &h.uart });
-		rc |= vm_add_mmio(&vm, &(struct vm_mmio){ TG_MMIO, TG_MMIO_LEN, test_mmio_read,
-							  test_mmio_write, &h });
+		int rc = add_test_devices(&vm, &h);
 		if (rc)
 			snprintf(err, sizeof err, "cannot register the test devices");
 		ok = rc == 0;
@@ -1139,6 +1306,11 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	}
 	if (ok)
 		ok = vm_setup_cpus(&vm, k.entry, err, sizeof err) == 0;
+	if (ok && t->snap_at && vm_tsc_khz(&vm) &&
+	    set_guest_tsc(&vm, (uint64_t)SNAP_TSC_START_S * 1000 * vm_tsc_khz(&vm)) < 0) {
+		snprintf(err, sizeof err, "cannot set the guest's TSC");
+		ok = 0;
+	}
 	if (!tg_check(ok, "%s: set up a %u-vCPU VM%s%s", t->name, t->ncpus, ok ? "" : ": ",
 		   err)) {
 		if (bus_made)
@@ -1166,6 +1338,8 @@ static void run_case(const struct tcase *t, const char *guest_path)
 
 	double t0 = tg_now();
 	enum vm_end end = vm_run(&vm);
+	if (t->snap_at)
+		end = snap_resume(t, &vm, &h, end);
 	double dt = tg_now() - t0;
 
 	if (have_wd) {
@@ -1286,18 +1460,26 @@ static void run_case(const struct tcase *t, const char *guest_path)
 }
 
 static const struct tcase cases[] = {
-	{ "exits-1cpu", 1, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 20 },
-	{ "exits-2cpu", 2, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 20 },
-	{ "exits-4cpu", 4, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 20 },
-	{ "triple-1cpu", 1, MODE_EXITS, FINISH_TRIPLE, 8, 0, VM_END_TRIPLE_FAULT, 20 },
-	{ "triple-2cpu", 2, MODE_EXITS, FINISH_TRIPLE, 8, 0, VM_END_TRIPLE_FAULT, 20 },
-	{ "fault-1cpu", 1, MODE_FAULT, FINISH_RESET, 0, 0, VM_END_RESET, 20 },
-	{ "iopl-1cpu", 1, MODE_IOPL, FINISH_RESET, 0, 0, VM_END_RESET, 20 },
-	{ "vsock-1cpu", 1, MODE_SCRIPT, FINISH_RESET, 0, 0, VM_END_RESET, 30 },
-	{ "garbage-1cpu", 1, MODE_GARBAGE, FINISH_RESET, 0, 4096, VM_END_RESET, 30 },
-	{ "garbage-2cpu", 2, MODE_GARBAGE, FINISH_RESET, 0, 4096, VM_END_RESET, 30 },
+	{ "exits-1cpu", 1, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 20, 0 },
+	{ "exits-2cpu", 2, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 20, 0 },
+	{ "exits-4cpu", 4, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 20, 0 },
+	{ "triple-1cpu", 1, MODE_EXITS, FINISH_TRIPLE, 8, 0, VM_END_TRIPLE_FAULT, 20, 0 },
+	{ "triple-2cpu", 2, MODE_EXITS, FINISH_TRIPLE, 8, 0, VM_END_TRIPLE_FAULT, 20, 0 },
+	{ "fault-1cpu", 1, MODE_FAULT, FINISH_RESET, 0, 0, VM_END_RESET, 20, 0 },
+	{ "iopl-1cpu", 1, MODE_IOPL, FINISH_RESET, 0, 0, VM_END_RESET, 20, 0 },
+	{ "vsock-1cpu", 1, MODE_SCRIPT, FINISH_RESET, 0, 0, VM_END_RESET, 30, 0 },
+	{ "garbage-1cpu", 1, MODE_GARBAGE, FINISH_RESET, 0, 4096, VM_END_RESET, 30, 0 },
+	{ "garbage-2cpu", 2, MODE_GARBAGE, FINISH_RESET, 0, 4096, VM_END_RESET, 30, 0 },
 	/* The VMM that took the garbage runs a clean guest again. */
-	{ "exits-after-garbage", 2, MODE_EXITS, FINISH_RESET, 16, 0, VM_END_RESET, 20 },
+	{ "exits-after-garbage", 2, MODE_EXITS, FINISH_RESET, 16, 0, VM_END_RESET, 20, 0 },
+	/* Saved mid-run and resumed in a fresh VM: the exact sequence of
+	 * exits must go on where it stopped.  At 684 vCPU 0 is in ring 3,
+	 * its MMIO read of round 20 answered but not yet completed; at 200
+	 * in ring 0, inside a 4-byte port read; at 1 the second vCPU may not
+	 * have taken its INIT and SIPI yet. */
+	{ "snapshot-ring3-1cpu", 1, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 30, 684 },
+	{ "snapshot-ring0-2cpu", 2, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 30, 200 },
+	{ "snapshot-sipi-2cpu", 2, MODE_EXITS, FINISH_RESET, 64, 0, VM_END_RESET, 30, 1 },
 };
 
 int main(int argc, char **argv)

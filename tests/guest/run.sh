@@ -22,12 +22,13 @@ GUEST=$B/test-guest.elf
 # KBOX_TIMEOUT_MULT (whole number) stretches the waits below and the
 # harness's own watchdogs, for a loaded or emulated host.
 mult=${KBOX_TIMEOUT_MULT:-1}
-srcs="tests/guest/harness.c tests/guest/tg.h vmm/vm.c lib/guest_mem.c vmm/boot.c vmm/mptable.c
-	vmm/serial.c vmm/virtio_bus.c devices/virtio_mmio.c devices/virtqueue.c
-	devices/virtio_vsock.c devices/vsock_unix.c lib/errbuf.c"
+srcs="tests/guest/harness.c tests/guest/tg.h vmm/core/vm.c lib/guest_mem.c vmm/core/boot.c vmm/core/mptable.c
+	vmm/core/serial.c vmm/core/virtio_bus.c devices/virtio_mmio.c devices/virtqueue.c
+	devices/virtio_vsock.c devices/vsock_unix.c lib/errbuf.c lib/fileio.c lib/statebuf.c
+	vmm/core/snapshot.c vmm/core/snapshot_file.c"
 # Built here unless a build newer than every source is at hand (the
 # hardware-KVM lane builds it on the host before it boots L1).
-if [ ! -x "$B/kvm-harness" ] || [ -n "$(find $srcs lib/*.h vmm/*.h devices/*.h netstack/*.h -newer "$B/kvm-harness" 2>/dev/null)" ]; then
+if [ ! -x "$B/kvm-harness" ] || [ -n "$(find $srcs lib/*.h vmm/*.h vmm/*/*.h devices/*.h netstack/*.h -newer "$B/kvm-harness" 2>/dev/null)" ]; then
 	# shellcheck disable=SC2046
 	$CC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla \
 		-O2 -g -I. -o "$B/kvm-harness" $(echo "$srcs" | tr ' \t\n' '\n\n\n' | grep '\.c$') -lpthread

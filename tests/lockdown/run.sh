@@ -3,7 +3,7 @@
 #   tests/lockdown/run.sh [BUILD_DIR]       after `make all` and the kernel
 # A second kbox is built into BUILD_DIR/lockdown with -DKBOX_TEST_HOOKS: its
 # KBOX_TEST_LOCKDOWN variable makes the process act right after lock-down
-# (vmm/lockdown.c, test_hooks), so refusals are tested from inside it.
+# (vmm/sandbox/lockdown.c, test_hooks), so refusals are tested from inside it.
 # The hook tests stop before the guest boots; four boots of the real
 # kbox show that the guest still works locked down.  Network traffic
 # stays on loopback (an HTTP server on 127.0.0.1, and a DNS server on the
@@ -183,7 +183,7 @@ timeout $t60 "$kbox" exec "$name" -- sh -c 'exit 3' >"$T/out" 2>"$T/err" </dev/n
 rc=$?
 expect "boot 3: exec exit codes come back (3)" '[ $rc -eq 3 ]'
 # The client commands read what the sandbox sends: they are locked down
-# before they do (vmm/lockdown.c, lockdown_client).
+# before they do (vmm/sandbox/lockdown.c, lockdown_client).
 timeout $t60 "$hooked" exec "$name" -- cat /w/in.txt >"$T/out" 2>"$T/err" </dev/null
 rc=$?
 expect "client: kbox exec works locked down (exit $rc)" '[ $rc -eq 0 ] && grep -qx input "$T/out"'

@@ -39,7 +39,7 @@
 #include "netstack/policy.h"
 #include "netstack/stack.h"
 #include "tests/net/tap.h"
-#include "vmm/tlsconf.h"
+#include "vmm/sandbox/tlsconf.h"
 
 #define MAX_TABLE 64
 
@@ -127,7 +127,7 @@ int main(int argc, char **argv)
 	size_t nhosts = 0;
 	size_t nfwd = 0, j;
 	int i, r;
-	/* TLS interception, as kbox run sets it up (vmm/tlsconf.c). */
+	/* TLS interception, as kbox run sets it up (vmm/sandbox/tlsconf.c). */
 	static struct tlsconf tls;
 	static struct hostaddr ha;
 
@@ -205,12 +205,12 @@ int main(int argc, char **argv)
 	if (!tap || !audit_path)
 		usage();
 	pol.mode = mode;
-	/* The host's own addresses, as kbox run judges them (vmm/netdev.c). */
-	if ((r = ha_open(&ha)) < 0) {
+	/* The host's own addresses, as kbox run judges them (vmm/sandbox/netdev.c). */
+	if ((r = hostaddr_open(&ha)) < 0) {
 		fprintf(stderr, "harness: setup: %s\n", strerror(-r));
 		return 1;
 	}
-	pol_set_host_fn(&pol, ha_pol_host, &ha);
+	pol_set_host_fn(&pol, hostaddr_pol_host, &ha);
 	if (audit_open(&au, audit_path, err, sizeof err) < 0) {
 		fprintf(stderr, "harness: %s\n", err);
 		return 1;
@@ -316,6 +316,6 @@ int main(int argc, char **argv)
 	close(tap_fd);
 	audit_close(&au);
 	pol_free(&pol);
-	ha_close(&ha);
+	hostaddr_close(&ha);
 	return 0;
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/boot.h"
+#include "vmm/core/boot.h"
 
 #define RAM_SIZE (16ull << 20)
 #define CANARY   0xa5

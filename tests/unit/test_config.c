@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "vmm/config.h"
-#include "vmm/mounts.h"
+#include "vmm/sandbox/config.h"
+#include "vmm/sandbox/mounts.h"
 
 #define ERRLEN 512
 #define ALL_KEYS                                                                  \

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/cpio.h"
+#include "vmm/core/cpio.h"
 
 struct entry {
 	char name[1100];

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/guestfiles.h"
+#include "vmm/sandbox/guestfiles.h"
 
 static uint8_t *find(uint8_t *b, size_t len, const char *s)
 {

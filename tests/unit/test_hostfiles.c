@@ -1,4 +1,4 @@
-/* kbox's own files against the shared folders (vmm/hostfiles.c and
+/* kbox's own files against the shared folders (vmm/sandbox/hostfiles.c and
  * config_protect_mounts): paths through links, files not made yet, hard
  * links, the image root, and kbox's folders inside or around a share.
  * Real folders, files and links under /tmp. */
@@ -13,9 +13,9 @@
 
 #include "devices/fs_passthrough.h"
 #include "tests/lib/tmp_tree.h"
-#include "vmm/config.h"
-#include "vmm/hostfiles.h"
-#include "vmm/mounts.h"
+#include "vmm/sandbox/config.h"
+#include "vmm/sandbox/hostfiles.h"
+#include "vmm/sandbox/mounts.h"
 
 static char top[64];
 

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "vmm/image.h"
+#include "vmm/image/image.h"
 
 static char tmp[64];
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "tests/lib/tmp_tree.h"
-#include "vmm/klog.h"
+#include "vmm/core/klog.h"
 
 static void feed_str(struct klog *k, const char *s)
 {

@@ -7,7 +7,7 @@
 
 #include <linux/landlock.h>
 
-#include "vmm/lockdown.h"
+#include "vmm/sandbox/lockdown.h"
 
 START_TEST(refusal_names_call_and_request)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "vmm/mounts.h"
+#include "vmm/sandbox/mounts.h"
 
 static char dir[64], file[96], envf[96], pem[96];
 static struct mounts ms;

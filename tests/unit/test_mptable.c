@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/mptable.h"
+#include "vmm/core/mptable.h"
 
 #define RAM_SIZE 0x100000u
 

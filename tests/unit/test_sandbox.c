@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "vmm/image.h"
-#include "vmm/sandbox.h"
+#include "vmm/image/image.h"
+#include "vmm/sandbox/sandbox.h"
 
 static char rt[64];
 

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "vmm/serial.h"
+#include "vmm/core/serial.h"
 
 enum { DATA = 0, IER = 1, IIR = 2, FCR = 2, LCR = 3, MCR = 4, LSR = 5, MSR = 6, SCR = 7 };
 

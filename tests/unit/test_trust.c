@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "vmm/config.h"
-#include "vmm/trust.h"
+#include "vmm/cmd/trust.h"
+#include "vmm/sandbox/config.h"
 
 static char dir[64], conf[256], store[256];
 

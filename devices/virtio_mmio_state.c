@@ -1,0 +1,218 @@
+#include "devices/virtio_mmio_state.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "lib/errbuf.h"
+
+#define HDR_LEN   64u
+#define QUEUE_LEN 36u
+#define USED_IDX  2u
+
+#define KNOWN_STATUS                                                                       \
+	(VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_DRIVER_OK |      \
+	 VIRTIO_STATUS_FEATURES_OK | VIRTIO_STATUS_NEEDS_RESET | VIRTIO_STATUS_FAILED)
+
+size_t vmmio_state_len(unsigned nr_queues) { return HDR_LEN + (size_t)nr_queues * QUEUE_LEN; }
+
+int vmmio_state_save(const struct vmmio *t, struct sb_writer *w)
+{
+	const struct vq_dev *d = t->dev;
+	size_t start = w->len;
+	sb_u32(w, VMMIO_STATE_MAGIC);
+	sb_u16(w, VMMIO_STATE_VERSION);
+	sb_u16(w, (uint16_t)d->nr_queues);
+	sb_u32(w, d->device_id);
+	sb_u32(w, t->status);
+	sb_u32(w, t->int_status);
+	sb_u32(w, t->config_gen);
+	sb_u32(w, t->dev_feat_sel);
+	sb_u32(w, t->drv_feat_sel);
+	sb_u32(w, t->queue_sel);
+	sb_u32(w, t->shm_sel);
+	sb_u64(w, t->drv_features);
+	sb_u64(w, d->driver_features);
+	sb_u64(w, d->live ? 1 : 0);
+	for (unsigned i = 0; i < d->nr_queues; i++) {
+		const struct vq *q = &d->vqs[i];
+		sb_u16(w, q->max_size);
+		sb_u16(w, q->size);
+		sb_u16(w, q->last_avail);
+		sb_u16(w, q->used_idx);
+		sb_u16(w, q->signalled_used);
+		sb_put(w, (const uint8_t[]){ q->ready, q->broken }, 2);
+		sb_u64(w, q->desc_gpa);
+		sb_u64(w, q->avail_gpa);
+		sb_u64(w, q->used_gpa);
+	}
+	if (!w->err && w->len - start != vmmio_state_len(d->nr_queues))
+		w->err = -EINVAL;
+	return w->err;
+}
+
+struct saved_queue {
+	uint16_t max_size, size, last_avail, used_idx, signalled_used;
+	uint8_t ready, broken;
+	uint64_t desc, avail, used;
+};
+
+static uint64_t offered(const struct vmmio *t)
+{
+	return t->dev->features | (1ull << VIRTIO_F_VERSION_1);
+}
+
+/* The whole transport back to its state after vmmio_init. */
+static void reset_all(struct vmmio *t)
+{
+	struct vq_dev *d = t->dev;
+	for (unsigned i = 0; i < d->nr_queues; i++)
+		vq_reset(&d->vqs[i]);
+	d->driver_features = 0;
+	d->live = false;
+	struct irq_sink *irq = t->irq;
+	memset(t, 0, sizeof *t);
+	t->dev = d;
+	t->irq = irq;
+}
+
+static int check_header(const struct vmmio *t, struct sb_reader *r, struct vmmio *nt,
+			uint64_t *accepted, bool *live, char *err, size_t errlen)
+{
+	const struct vq_dev *d = t->dev;
+	uint32_t magic = sb_get_u32(r);
+	uint16_t ver = sb_get_u16(r), nq = sb_get_u16(r);
+	uint32_t id = sb_get_u32(r);
+	if (magic != VMMIO_STATE_MAGIC || ver != VMMIO_STATE_VERSION)
+		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state: not version %u",
+			       VMMIO_STATE_VERSION);
+	if (id != d->device_id || nq != d->nr_queues)
+		return eb_fail(err, errlen, -EINVAL,
+			       "virtio-mmio state of device %u with %u queues, this is device %u "
+			       "with %u", id, nq, d->device_id, d->nr_queues);
+	nt->status = sb_get_u32(r);
+	nt->int_status = sb_get_u32(r);
+	nt->config_gen = sb_get_u32(r);
+	nt->dev_feat_sel = sb_get_u32(r);
+	nt->drv_feat_sel = sb_get_u32(r);
+	nt->queue_sel = sb_get_u32(r);
+	nt->shm_sel = sb_get_u32(r);
+	nt->drv_features = sb_get_u64(r);
+	*accepted = sb_get_u64(r);
+	uint64_t l = sb_get_u64(r);
+	uint32_t s = nt->status;
+	if (s & ~KNOWN_STATUS)
+		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown status bits 0x%x",
+			       s);
+	if (((s & VIRTIO_STATUS_FEATURES_OK) && !(s & VIRTIO_STATUS_DRIVER)) ||
+	    ((s & VIRTIO_STATUS_DRIVER_OK) && !(s & VIRTIO_STATUS_FEATURES_OK)))
+		return eb_fail(err, errlen, -EINVAL,
+			       "virtio-mmio state: status 0x%x no driver could reach", s);
+	if (s & VIRTIO_STATUS_FEATURES_OK) {
+		if (*accepted != nt->drv_features || (*accepted & ~offered(t)) ||
+		    !(*accepted & (1ull << VIRTIO_F_VERSION_1)))
+			return eb_fail(err, errlen, -EINVAL,
+				       "virtio-mmio state: accepted features 0x%llx not offered "
+				       "or not the driver's", (unsigned long long)*accepted);
+	} else if (*accepted) {
+		return eb_fail(err, errlen, -EINVAL,
+			       "virtio-mmio state: features accepted without FEATURES_OK");
+	}
+	bool want_live = (s & VIRTIO_STATUS_DRIVER_OK) &&
+			 !(s & (VIRTIO_STATUS_NEEDS_RESET | VIRTIO_STATUS_FAILED));
+	if (l > 1 || (l == 1) != want_live)
+		return eb_fail(err, errlen, -EINVAL,
+			       "virtio-mmio state: 'live' does not follow from status 0x%x", s);
+	*live = l == 1;
+	if (nt->int_status & ~(VMMIO_INT_USED | VMMIO_INT_CONFIG))
+		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown interrupt bits");
+	return 0;
+}
+
+int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err,
+		     size_t errlen)
+{
+	struct vq_dev *d = t->dev;
+	if (d->nr_queues > VQ_MAX_SIZE || len != vmmio_state_len(d->nr_queues)) {
+		reset_all(t);
+		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state is %zu bytes, want %zu", len,
+			       vmmio_state_len(d->nr_queues));
+	}
+	struct sb_reader r;
+	sb_reader_init(&r, blob, len);
+	struct vmmio nt = { 0 };
+	uint64_t accepted = 0;
+	bool live = false;
+	int rc = check_header(t, &r, &nt, &accepted, &live, err, errlen);
+	if (rc < 0) {
+		reset_all(t);
+		return rc;
+	}
+	/* Queues: all checked before the first is touched. */
+	for (unsigned pass = 0; pass < 2; pass++) {
+		sb_reader_init(&r, blob + HDR_LEN, len - HDR_LEN);
+		for (unsigned i = 0; i < d->nr_queues; i++) {
+			struct saved_queue q;
+			q.max_size = sb_get_u16(&r);
+			q.size = sb_get_u16(&r);
+			q.last_avail = sb_get_u16(&r);
+			q.used_idx = sb_get_u16(&r);
+			q.signalled_used = sb_get_u16(&r);
+			uint8_t flags[2];
+			sb_get(&r, flags, 2);
+			q.ready = flags[0];
+			q.broken = flags[1];
+			q.desc = sb_get_u64(&r);
+			q.avail = sb_get_u64(&r);
+			q.used = sb_get_u64(&r);
+			if (pass == 0) {
+				const char *why = NULL;
+				if (q.max_size != d->vqs[i].max_size)
+					why = "a maximum size not the device's";
+				else if (q.ready > 1 || q.broken > 1 || (q.ready && q.broken))
+					why = "bad ready/broken flags";
+				else if (q.ready && !(nt.status & VIRTIO_STATUS_FEATURES_OK))
+					why = "ready before FEATURES_OK";
+				else if (!q.ready && !q.broken &&
+					 (q.last_avail || q.used_idx || q.signalled_used))
+					why = "ring indexes on a queue that is off";
+				if (why) {
+					reset_all(t);
+					return eb_fail(err, errlen, -EINVAL,
+						       "virtio-mmio state: queue %u: %s", i, why);
+				}
+				continue;
+			}
+			struct vq *vq = &d->vqs[i];
+			vq_reset(vq);
+			vq->size = q.size;
+			vq->desc_gpa = q.desc;
+			vq->avail_gpa = q.avail;
+			vq->used_gpa = q.used;
+			if (q.ready) {
+				uint8_t idx[2] = { 0, 0 };
+				if (vq_activate(vq, d->gm, accepted) < 0 ||
+				    gm_read(d->gm, idx, q.used + USED_IDX, 2) < 0 ||
+				    (uint16_t)(idx[0] | idx[1] << 8) != q.used_idx) {
+					reset_all(t);
+					return eb_fail(err, errlen, -EINVAL,
+						       "virtio-mmio state: queue %u does not fit "
+						       "guest memory (rings outside RAM, or its used "
+						       "index not the one saved)", i);
+				}
+			}
+			vq->last_avail = q.last_avail;
+			vq->used_idx = q.used_idx;
+			vq->signalled_used = q.signalled_used;
+			vq->broken = q.broken;
+		}
+	}
+	nt.dev = t->dev;
+	nt.irq = t->irq;
+	*t = nt;
+	d->driver_features = accepted;
+	d->live = live;
+	if (t->int_status)
+		irq_raise(t->irq);
+	return 0;
+}

@@ -1,0 +1,84 @@
+/* libFuzzer target for vmmio_state_load: a 2-queue device's saved
+ * transport state from any bytes (the first 32 KiB of guest RAM follow
+ * it).  Accepted or not, the transport must be consistent afterwards:
+ * refused means reset; accepted means every ready queue's rings lie in
+ * RAM, and a driver kicking every queue and touching every register
+ * cannot make the device misbehave. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices/virtio_mmio_state.h"
+#include "tests/lib/fake_virtio.h"
+
+#define RAM 0x8000u
+
+static void check(int ok)
+{
+	if (!ok)
+		abort();
+}
+
+static int f_notify(struct vq_dev *d, unsigned q)
+{
+	static struct vq_chain c;
+	int r, n = 0;
+	while (n++ < 4 * VQ_MAX_SIZE && (r = vq_pop(&d->vqs[q], &c)) > 0) {
+		for (unsigned i = 0; i < c.nr; i++)
+			if (c.seg[i].write)
+				memset(c.seg[i].ptr, 0x5a, c.seg[i].len);
+		vq_push(&d->vqs[q], c.head, c.write_len);
+	}
+	vq_dev_used(d, q);
+	return 0;
+}
+
+static const struct vq_dev_ops ops = { .notify = f_notify };
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	size_t slen = vmmio_state_len(2);
+	if (size < slen)
+		return 0;
+	struct fv_driver drv;
+	struct vq_dev dev;
+	struct vq vqs[2];
+	struct vmmio t;
+	check(fv_init(&drv, 0, RAM) == 0);
+	memcpy(drv.ram, data + slen, size - slen < RAM ? size - slen : RAM);
+	dev = (struct vq_dev){ .ops = &ops, .device_id = 19, .nr_queues = 2, .vqs = vqs,
+			       .features = 1ull << VIRTIO_F_EVENT_IDX |
+					   1ull << VIRTIO_F_INDIRECT_DESC };
+	vq_init(&vqs[0], 64);
+	vq_init(&vqs[1], 16);
+	check(vmmio_init(&t, &dev, &drv.gm, NULL) == 0);
+	char err[256] = "";
+	int rc = vmmio_state_load(&t, data, slen, err, sizeof err);
+	if (rc < 0) {
+		check(rc == -EINVAL && err[0] && t.status == 0 && !dev.live && !vqs[0].ready &&
+		      !vqs[1].ready && dev.driver_features == 0);
+	} else {
+		for (unsigned q = 0; q < 2; q++) {
+			check(!(vqs[q].ready && vqs[q].broken));
+			if (vqs[q].ready)
+				check(gm_ptr(&drv.gm, vqs[q].used_gpa, 4) != NULL &&
+				      vqs[q].size <= vqs[q].max_size);
+		}
+		check(dev.live == ((t.status & VIRTIO_STATUS_DRIVER_OK) &&
+				   !(t.status & (VIRTIO_STATUS_NEEDS_RESET | VIRTIO_STATUS_FAILED))));
+		drv.mmio = &t;
+		for (unsigned q = 0; q < 3; q++)
+			fv_kick(&drv, q);
+		for (uint32_t off = 0; off < 0x100; off += 4)
+			(void)fv_rd(&drv, off);
+		struct sb_writer w;
+		sb_init(&w);
+		check(vmmio_state_save(&t, &w) == 0 && w.len == slen);
+		sb_free(&w);
+	}
+	fv_free(&drv);
+	return 0;
+}

@@ -1,0 +1,805 @@
+#include <check.h>
+#include <endian.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "devices/virtio_mmio.h"
+#include "devices/virtio_vsock.h"
+#include "devices/vsock_unix.h"
+#include "tests/lib/fake_virtio.h"
+
+/* A fake guest driver over 1 MiB of RAM: queue q has its rings at
+ * FV_RING_BASE(q), rx buffers (44 + 4096 bytes each) from RXBUF, and one tx
+ * packet buffer at TXBUF (tx is consumed synchronously on notify). */
+#define RAM 0x100000u
+#define QSIZE 64u
+#define RXBUF 0x80000u
+#define RXSLOT 0x1100u
+#define RXLEN (VSOCK_HDR_SIZE + 4096u)
+#define TXBUF 0x40000u
+#define CID 3u
+
+enum { RXQ, TXQ, EVQ };
+
+struct backend_log {
+	uint32_t accept_port;
+	unsigned requests, readable, writable, closed, connected;
+	int connected_err;
+	uint32_t shut;
+	struct vsock_conn *last;
+	bool close_on_shutdown;
+};
+
+struct counting_irq {
+	struct irq_sink sink;
+	unsigned raises;
+};
+
+static struct fv_driver drv;
+static struct vsock vs;
+static struct vmmio t;
+static struct backend_log bl;
+static struct counting_irq irq;
+
+static int b_request(void *ctx, struct vsock_conn *c, uint32_t port)
+{
+	struct backend_log *l = ctx;
+	l->requests++;
+	l->last = c;
+	return port == l->accept_port ? 0 : -ECONNREFUSED;
+}
+
+static void b_connected(void *ctx, struct vsock_conn *c, int err)
+{
+	struct backend_log *l = ctx;
+	l->connected++;
+	l->connected_err = err;
+}
+
+static void b_readable(void *ctx, struct vsock_conn *c)
+{
+	((struct backend_log *)ctx)->readable++;
+}
+
+static void b_writable(void *ctx, struct vsock_conn *c)
+{
+	((struct backend_log *)ctx)->writable++;
+}
+
+static void b_shutdown(void *ctx, struct vsock_conn *c, uint32_t flags)
+{
+	struct backend_log *l = ctx;
+	l->shut = flags;
+	if (l->close_on_shutdown && flags == (VSOCK_SHUT_RCV | VSOCK_SHUT_SEND))
+		vsock_host_close(&vs, c);
+}
+
+static void b_closed(void *ctx, struct vsock_conn *c)
+{
+	((struct backend_log *)ctx)->closed++;
+}
+
+static const struct vsock_backend backend = {
+	.connect_request = b_request,
+	.connected = b_connected,
+	.readable = b_readable,
+	.writable = b_writable,
+	.shutdown = b_shutdown,
+	.closed = b_closed,
+};
+
+static void set_level(struct irq_sink *s, int level)
+{
+	((struct counting_irq *)s)->raises += level;
+}
+
+static void setup(void)
+{
+	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
+	memset(&bl, 0, sizeof bl);
+	memset(&irq, 0, sizeof irq);
+	irq.sink.set_level = set_level;
+	bl.accept_port = 1234;
+	ck_assert_int_eq(vsock_init(&vs, CID, &backend, &bl), 0);
+	ck_assert_int_eq(vmmio_init(&t, &vs.dev, &drv.gm, &irq.sink), 0);
+	drv.mmio = &t;
+	ck_assert_int_eq(fv_driver_up(&drv, 1ull << VIRTIO_F_VERSION_1, 3, QSIZE), 0);
+	ck_assert(vs.dev.live);
+}
+
+static void teardown(void)
+{
+	vsock_destroy(&vs);
+	fv_free(&drv);
+}
+
+static bool needs_reset(void)
+{
+	return fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET;
+}
+
+/* Give the device n rx buffers. */
+static void rx_fill(unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint16_t s = fv_avail_idx(&drv, RXQ) % QSIZE;
+		fv_desc(&drv, drv.q[RXQ].desc, s, RXBUF + RXSLOT * s, RXLEN, FV_DESC_F_WRITE, 0);
+		fv_offer(&drv, RXQ, s);
+	}
+	fv_kick(&drv, RXQ);
+}
+
+/* The next packet the device put in rx; false if there is none. */
+static bool rx_get(struct vsock_hdr *h, uint8_t *payload)
+{
+	uint32_t id, len;
+	if (!fv_used(&drv, RXQ, &id, &len))
+		return false;
+	ck_assert_uint_lt(id, QSIZE);
+	ck_assert_uint_ge(len, VSOCK_HDR_SIZE);
+	ck_assert_uint_le(len, RXLEN);
+	const uint8_t *b = fv_at(&drv, RXBUF + RXSLOT * id, RXLEN);
+	vsock_hdr_decode(h, b);
+	ck_assert_uint_eq(h->len, len - VSOCK_HDR_SIZE);
+	ck_assert_uint_eq(h->src_cid, VSOCK_HOST_CID);
+	ck_assert_uint_eq(h->dst_cid, CID);
+	if (payload)
+		memcpy(payload, b + VSOCK_HDR_SIZE, h->len);
+	return true;
+}
+
+static struct vsock_hdr hdr(uint16_t op, uint32_t src_port, uint32_t dst_port)
+{
+	return (struct vsock_hdr){
+		.src_cid = CID,
+		.dst_cid = VSOCK_HOST_CID,
+		.src_port = src_port,
+		.dst_port = dst_port,
+		.type = VSOCK_TYPE_STREAM,
+		.op = op,
+		.buf_alloc = 65536,
+	};
+}
+
+/* Send one tx packet: header and payload in two descriptors, the payload
+ * descriptor buf_len long (normally h->len). */
+static void tx_raw(const struct vsock_hdr *h, uint32_t hdr_len, const void *payload,
+		   uint32_t buf_len)
+{
+	uint16_t s = (fv_avail_idx(&drv, TXQ) % (QSIZE / 2)) * 2;
+	uint64_t table = drv.q[TXQ].desc;
+	vsock_hdr_encode(fv_at(&drv, TXBUF, VSOCK_HDR_SIZE), h);
+	if (payload)
+		memcpy(fv_at(&drv, TXBUF + 0x100, buf_len), payload, buf_len);
+	fv_desc(&drv, table, s, TXBUF, hdr_len, buf_len ? FV_DESC_F_NEXT : 0, s + 1);
+	fv_desc(&drv, table, s + 1, TXBUF + 0x100, buf_len, 0, 0);
+	fv_offer(&drv, TXQ, s);
+	fv_kick(&drv, TXQ);
+}
+
+static void tx(const struct vsock_hdr *h, const void *payload)
+{
+	tx_raw(h, VSOCK_HDR_SIZE, payload, h->len);
+}
+
+static struct vsock_conn *guest_connect(uint32_t guest_port)
+{
+	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, guest_port, 1234), r;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
+	ck_assert_uint_eq(r.src_port, 1234);
+	ck_assert_uint_eq(r.dst_port, guest_port);
+	ck_assert_uint_eq(r.buf_alloc, VSOCK_BUF_ALLOC);
+	return bl.last;
+}
+
+START_TEST(config_has_guest_cid)
+{
+	uint64_t cid = 0;
+	vmmio_read(&t, 0x100, &cid, 8);
+	ck_assert_uint_eq(le64toh(cid), CID);
+	uint32_t lo = 0;
+	vmmio_read(&t, 0x104, &lo, 4);
+	ck_assert_uint_eq(lo, 0);
+	ck_assert_uint_eq(fv_rd(&drv, 0x8), VSOCK_DEVICE_ID);
+	struct vsock bad;
+	ck_assert_int_eq(vsock_init(&bad, 2, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(vsock_init(&bad, 0xffffffffull, NULL, NULL), -EINVAL);
+}
+END_TEST
+
+START_TEST(connect_accept_and_refuse)
+{
+	rx_fill(8);
+	struct vsock_conn *c = guest_connect(5000);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_uint_eq(c->peer_port, 5000);
+	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 5001, 999), r;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.src_port, 999);
+	ck_assert_uint_eq(r.dst_port, 5001);
+	ck_assert_uint_eq(bl.requests, 2);
+	ck_assert(!needs_reset());
+	ck_assert_uint_gt(irq.raises, 0);
+}
+END_TEST
+
+START_TEST(guest_to_host_data)
+{
+	rx_fill(8);
+	struct vsock_conn *c = guest_connect(5000);
+	struct vsock_hdr h = hdr(VSOCK_OP_RW, 5000, 1234);
+	h.len = 11;
+	tx(&h, "hello world");
+	ck_assert_uint_eq(bl.readable, 1);
+	char buf[32] = { 0 };
+	ck_assert_uint_eq(vsock_host_pending(c), 11);
+	ck_assert_uint_eq(vsock_host_recv(&vs, c, buf, 5), 5);
+	ck_assert_uint_eq(vsock_host_recv(&vs, c, buf + 5, sizeof buf), 6);
+	ck_assert_str_eq(buf, "hello world");
+	ck_assert_uint_eq(vsock_host_recv(&vs, c, buf, sizeof buf), 0);
+}
+END_TEST
+
+START_TEST(host_to_guest_within_credit)
+{
+	rx_fill(16);
+	struct vsock_conn *c = guest_connect(5000);
+	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
+	h.buf_alloc = 100;
+	tx(&h, NULL);
+	uint8_t data[300], got[4096];
+	for (unsigned i = 0; i < sizeof data; i++)
+		data[i] = (uint8_t)i;
+	ck_assert_int_eq(vsock_host_send(&vs, c, data, sizeof data), 300);
+	ck_assert(rx_get(&r, got));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.len, 100);
+	ck_assert_mem_eq(got, data, 100);
+	/* nothing more until the guest frees credit (a CREDIT_REQUEST may
+	 * ask for it) */
+	while (rx_get(&r, NULL))
+		ck_assert_uint_ne(r.op, VSOCK_OP_RW);
+	h.fwd_cnt = 100;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, got));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.len, 100);
+	ck_assert_mem_eq(got, data + 100, 100);
+	ck_assert_uint_gt(bl.writable, 0);
+	ck_assert(!rx_get(&r, NULL));
+}
+END_TEST
+
+START_TEST(large_send_is_split_by_buffer)
+{
+	rx_fill(16);
+	struct vsock_conn *c = guest_connect(5000);
+	static uint8_t data[10000];
+	memset(data, 0x5a, sizeof data);
+	ck_assert_int_eq(vsock_host_send(&vs, c, data, sizeof data), (ssize_t)sizeof data);
+	struct vsock_hdr r;
+	uint32_t total = 0;
+	while (rx_get(&r, NULL)) {
+		ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+		ck_assert_uint_le(r.len, 4096);
+		total += r.len;
+	}
+	ck_assert_uint_eq(total, sizeof data);
+}
+END_TEST
+
+START_TEST(guest_overrun_resets)
+{
+	rx_fill(8);
+	struct vsock_conn *c = guest_connect(5000);
+	struct vsock_hdr h = hdr(VSOCK_OP_RW, 5000, 1234), r;
+	/* fill our buffer to exactly the advertised credit */
+	h.len = VSOCK_MAX_PKT;
+	for (unsigned i = 0; i < VSOCK_BUF_ALLOC / VSOCK_MAX_PKT; i++)
+		tx_raw(&h, VSOCK_HDR_SIZE, NULL, VSOCK_MAX_PKT);
+	ck_assert_uint_eq(vsock_host_pending(c), VSOCK_BUF_ALLOC);
+	ck_assert_uint_eq(bl.closed, 0);
+	h.len = 1;
+	tx(&h, "x");
+	ck_assert_uint_eq(bl.closed, 1);
+	ck_assert_uint_eq(vs.stats.overruns, 1);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert(!needs_reset());
+}
+END_TEST
+
+START_TEST(bad_fields_are_dropped_or_reset)
+{
+	rx_fill(16);
+	struct vsock_hdr h, r;
+	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	h.src_cid = 77; /* not the guest: dropped silently */
+	tx(&h, NULL);
+	ck_assert(!rx_get(&r, NULL));
+	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	h.dst_cid = 42; /* not us */
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	h.type = 2; /* seqpacket */
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	h = hdr(99, 1, 1234);
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	h.len = 4; /* payload on a control packet */
+	tx(&h, "abcd");
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	h = hdr(VSOCK_OP_RW, 1, 1234); /* no such connection */
+	h.len = 1;
+	tx(&h, "a");
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	h = hdr(VSOCK_OP_RST, 1, 1234); /* RST for nothing: ignored */
+	tx(&h, NULL);
+	ck_assert(!rx_get(&r, NULL));
+	ck_assert_uint_eq(vs.stats.bad_packets, 5);
+	ck_assert_uint_eq(bl.requests, 0);
+	ck_assert(!needs_reset());
+}
+END_TEST
+
+START_TEST(bad_lengths_need_reset)
+{
+	struct vsock_hdr h = hdr(VSOCK_OP_RW, 1, 1234);
+	h.len = 100;
+	tx_raw(&h, VSOCK_HDR_SIZE, "short", 5); /* len beyond the buffer */
+	ck_assert(needs_reset());
+	ck_assert(!vs.dev.live);
+	teardown();
+	setup();
+	h.len = 0;
+	tx_raw(&h, 20, NULL, 0); /* header cut short */
+	ck_assert(needs_reset());
+	teardown();
+	setup();
+	h.len = VSOCK_MAX_PKT + 1;
+	tx_raw(&h, VSOCK_HDR_SIZE, NULL, VSOCK_MAX_PKT + 1);
+	ck_assert(needs_reset());
+}
+END_TEST
+
+START_TEST(fwd_cnt_past_sent_resets)
+{
+	rx_fill(8);
+	struct vsock_conn *c = guest_connect(5000);
+	ck_assert_int_eq(vsock_host_send(&vs, c, "abc", 3), 3);
+	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
+	ck_assert(rx_get(&r, NULL));
+	h.fwd_cnt = 3; /* all we sent: fine */
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.closed, 0);
+	h.fwd_cnt = 4; /* one byte never sent */
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.closed, 1);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	/* a huge buf_alloc cannot make us send more than we hold */
+	c = guest_connect(5001);
+	h = hdr(VSOCK_OP_CREDIT_UPDATE, 5001, 1234);
+	h.buf_alloc = 0xffffffffu;
+	tx(&h, NULL);
+	ck_assert_int_eq(vsock_host_send(&vs, c, "z", 1), 1);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.len, 1);
+}
+END_TEST
+
+START_TEST(counters_wrap)
+{
+	rx_fill(32);
+	struct vsock_conn *c = guest_connect(5000);
+	/* pretend 4 GiB minus a little already flowed both ways */
+	c->tx_cnt = c->peer_fwd_cnt = 0xffffff00u;
+	c->rx_cnt = c->fwd_cnt = c->fwd_cnt_sent = 0xffffff00u;
+	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
+	h.fwd_cnt = 0xffffff00u;
+	h.buf_alloc = 1024;
+	tx(&h, NULL);
+	static uint8_t data[1024];
+	memset(data, 1, sizeof data);
+	ck_assert_int_eq(vsock_host_send(&vs, c, data, 1024), 1024);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.len, 1024);
+	ck_assert_uint_eq(c->tx_cnt, 0x300);
+	ck_assert_int_eq(vsock_host_send(&vs, c, data, 10), 10);
+	ck_assert(rx_get(&r, NULL)); /* no credit left: we ask for some */
+	ck_assert_uint_eq(r.op, VSOCK_OP_CREDIT_REQUEST);
+	ck_assert(!rx_get(&r, NULL));
+	h.fwd_cnt = 0x300; /* after the wrap */
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.len, 10);
+	/* guest → host across the wrap, and overrun still caught */
+	h = hdr(VSOCK_OP_RW, 5000, 1234);
+	h.len = 1024;
+	h.fwd_cnt = 0x300; /* fwd_cnt going back would be a violation */
+	tx_raw(&h, VSOCK_HDR_SIZE, data, 1024);
+	ck_assert_uint_eq(vsock_host_pending(c), 1024);
+	ck_assert_uint_eq(c->rx_cnt, 0x300);
+	uint8_t out[2048];
+	ck_assert_uint_eq(vsock_host_recv(&vs, c, out, sizeof out), 1024);
+	ck_assert_mem_eq(out, data, 1024);
+	ck_assert_uint_eq(bl.closed, 0);
+}
+END_TEST
+
+START_TEST(host_initiated)
+{
+	struct vsock_conn *c;
+	rx_fill(8);
+	ck_assert_int_eq(vsock_host_connect(&vs, 52, NULL, &c), 0);
+	struct vsock_hdr r, h;
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_REQUEST);
+	ck_assert_uint_eq(r.dst_port, 52);
+	ck_assert_uint_ge(r.src_port, VSOCK_EPHEMERAL_BASE);
+	/* data queued before the answer waits for it */
+	ck_assert_int_eq(vsock_host_send(&vs, c, "hi", 2), 2);
+	ck_assert(!rx_get(&r, NULL));
+	h = hdr(VSOCK_OP_RESPONSE, 52, c->local_port);
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.connected, 1);
+	ck_assert_int_eq(bl.connected_err, 0);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	/* a second one is refused */
+	ck_assert_int_eq(vsock_host_connect(&vs, 53, NULL, &c), 0);
+	ck_assert(rx_get(&r, NULL));
+	h = hdr(VSOCK_OP_RST, 53, c->local_port);
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.connected, 2);
+	ck_assert_int_eq(bl.connected_err, -ECONNREFUSED);
+	/* a stray RESPONSE on an established connection resets it */
+	h = hdr(VSOCK_OP_RESPONSE, 52, r.src_port - 1);
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.closed, 1);
+}
+END_TEST
+
+START_TEST(shutdown_both_ways)
+{
+	rx_fill(8);
+	struct vsock_conn *c = guest_connect(5000);
+	struct vsock_hdr h = hdr(VSOCK_OP_SHUTDOWN, 5000, 1234), r;
+	/* host half-close: SHUTDOWN leaves after the queued data */
+	ck_assert_int_eq(vsock_host_send(&vs, c, "bye", 3), 3);
+	ck_assert_int_eq(vsock_host_shutdown(&vs, c, VSOCK_SHUT_SEND), 0);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_SHUTDOWN);
+	ck_assert_uint_eq(r.flags, VSOCK_SHUT_SEND);
+	ck_assert_int_eq(vsock_host_send(&vs, c, "x", 1), -ENOTCONN);
+	/* guest half-close, then data from it is a protocol error */
+	h.flags = VSOCK_SHUT_SEND;
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.shut, VSOCK_SHUT_SEND);
+	h = hdr(VSOCK_OP_RW, 5000, 1234);
+	h.len = 1;
+	tx(&h, "x");
+	ck_assert_uint_eq(bl.closed, 1);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	/* full close from the guest answered with RST by the backend */
+	bl.close_on_shutdown = true;
+	guest_connect(5001);
+	h = hdr(VSOCK_OP_SHUTDOWN, 5001, 1234);
+	h.flags = 3;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.dst_port, 5001);
+}
+END_TEST
+
+START_TEST(credit_request_answered)
+{
+	rx_fill(8);
+	guest_connect(5000);
+	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_REQUEST, 5000, 1234), r;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_CREDIT_UPDATE);
+	ck_assert_uint_eq(r.buf_alloc, VSOCK_BUF_ALLOC);
+}
+END_TEST
+
+START_TEST(credit_update_after_reads)
+{
+	rx_fill(8);
+	struct vsock_conn *c = guest_connect(5000);
+	struct vsock_hdr h = hdr(VSOCK_OP_RW, 5000, 1234), r;
+	h.len = VSOCK_MAX_PKT;
+	for (unsigned i = 0; i < VSOCK_BUF_ALLOC / VSOCK_MAX_PKT; i++)
+		tx_raw(&h, VSOCK_HDR_SIZE, NULL, VSOCK_MAX_PKT);
+	ck_assert(!rx_get(&r, NULL));
+	static uint8_t sink[VSOCK_BUF_ALLOC];
+	ck_assert_uint_eq(vsock_host_recv(&vs, c, sink, VSOCK_BUF_ALLOC / 8), VSOCK_BUF_ALLOC / 8);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_CREDIT_UPDATE);
+	ck_assert_uint_eq(r.fwd_cnt, VSOCK_BUF_ALLOC / 8);
+	/* small reads do not each cause an update */
+	ck_assert_uint_eq(vsock_host_recv(&vs, c, sink, 10), 10);
+	ck_assert(!rx_get(&r, NULL));
+}
+END_TEST
+
+START_TEST(connection_table_bounded)
+{
+	rx_fill(QSIZE);
+	for (unsigned i = 0; i < VSOCK_MAX_CONNS; i++) {
+		struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 100 + i, 1234), r;
+		tx(&h, NULL);
+		ck_assert(rx_get(&r, NULL));
+		ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
+		if (fv_avail_idx(&drv, RXQ) - drv.q[RXQ].used_seen < 4)
+			rx_fill(8);
+	}
+	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 99, 1234), r;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	struct vsock_conn *c;
+	ck_assert_int_eq(vsock_host_connect(&vs, 1, NULL, &c), -ENOSPC);
+	/* a device reset drops them all */
+	fv_wr(&drv, 0x70, 0);
+	ck_assert_uint_eq(bl.closed, VSOCK_MAX_CONNS);
+	ck_assert_int_eq(vsock_host_connect(&vs, 1, NULL, &c), -ENOTCONN);
+}
+END_TEST
+
+START_TEST(rst_backlog_bounded_without_rx_buffers)
+{
+	/* no rx buffers: answers queue up to the bound and no further */
+	for (unsigned i = 0; i < 3 * VSOCK_MAX_RST; i++) {
+		struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, i, 999);
+		tx(&h, NULL);
+	}
+	ck_assert_uint_eq(vs.nr_rst, VSOCK_MAX_RST);
+	rx_fill(QSIZE);
+	struct vsock_hdr r;
+	unsigned n = 0;
+	while (rx_get(&r, NULL))
+		n++;
+	ck_assert_uint_eq(n, VSOCK_MAX_RST);
+}
+END_TEST
+
+START_TEST(tiny_rx_buffer_needs_reset)
+{
+	fv_desc(&drv, drv.q[RXQ].desc, 0, RXBUF, 20, FV_DESC_F_WRITE, 0);
+	fv_offer(&drv, RXQ, 0);
+	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 1, 999);
+	tx(&h, NULL);
+	ck_assert(needs_reset());
+}
+END_TEST
+
+START_TEST(broken_tx_ring_needs_reset)
+{
+	/* loops on itself */
+	fv_desc(&drv, drv.q[TXQ].desc, 0, TXBUF, VSOCK_HDR_SIZE, FV_DESC_F_NEXT, 0);
+	fv_offer(&drv, TXQ, 0);
+	fv_kick(&drv, TXQ);
+	ck_assert(needs_reset());
+	ck_assert_uint_eq(fv_rd(&drv, 0x60) & VMMIO_INT_CONFIG, VMMIO_INT_CONFIG);
+}
+END_TEST
+
+
+/* ---- the Unix-socket backend, over real sockets ---- */
+
+static struct vsock_unix vu;
+static char dir[64];
+
+static void pump(void)
+{
+	for (unsigned k = 0; k < 4; k++) {
+		struct pollfd pfds[VU_MAX + 1];
+		unsigned n = vsock_unix_pollfds(&vu, pfds, VU_MAX + 1);
+		ck_assert_int_ge(poll(pfds, n, 0), 0);
+		vsock_unix_handle(&vu, pfds, n);
+	}
+}
+
+static void set_sun(struct sockaddr_un *sa, const char *path)
+{
+	ck_assert_uint_lt(strlen(path), sizeof sa->sun_path);
+	memcpy(sa->sun_path, path, strlen(path) + 1);
+}
+
+static int listen_at(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	set_sun(&sa, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert_int_eq(listen(fd, 4), 0);
+	return fd;
+}
+
+static void unix_setup(void)
+{
+	setup();
+	snprintf(dir, sizeof dir, "/tmp/kbox-vsock-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char base[96];
+	snprintf(base, sizeof base, "%s/v.sock", dir);
+	ck_assert_int_eq(vsock_unix_init(&vu, &vs, base, true), 0);
+}
+
+static void unix_teardown(void)
+{
+	char p[128];
+	vsock_unix_destroy(&vu);
+	snprintf(p, sizeof p, "%s/v.sock_1234", dir);
+	unlink(p);
+	rmdir(dir);
+	teardown();
+}
+
+START_TEST(unix_host_initiated)
+{
+	int sv[2];
+	char buf[64] = { 0 };
+	struct vsock_hdr h, r;
+	uint8_t payload[64];
+
+	rx_fill(8);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ck_assert_int_eq(vsock_unix_adopt(&vu, sv[0]), 0);
+	ck_assert_int_eq(write(sv[1], "CONNECT 52\n", 11), 11);
+	pump();
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_REQUEST);
+	ck_assert_uint_eq(r.dst_port, 52);
+	h = hdr(VSOCK_OP_RESPONSE, 52, r.src_port);
+	tx(&h, NULL);
+	ssize_t n = read(sv[1], buf, sizeof buf - 1);
+	char want[32];
+	snprintf(want, sizeof want, "OK %u\n", r.src_port);
+	ck_assert_int_eq(n, (ssize_t)strlen(want));
+	ck_assert_str_eq(buf, want);
+	ck_assert_int_eq(write(sv[1], "ping", 4), 4);
+	pump();
+	ck_assert(rx_get(&r, payload));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.len, 4);
+	ck_assert_mem_eq(payload, "ping", 4);
+	h = hdr(VSOCK_OP_RW, 52, r.src_port);
+	h.len = 4;
+	tx(&h, "pong");
+	ck_assert_int_eq(read(sv[1], buf, sizeof buf), 4);
+	ck_assert_mem_eq(buf, "pong", 4);
+	/* host closes: the guest hears SHUTDOWN */
+	close(sv[1]);
+	pump();
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_SHUTDOWN);
+	ck_assert_uint_eq(r.flags, VSOCK_SHUT_SEND);
+}
+END_TEST
+
+START_TEST(unix_guest_initiated)
+{
+	char path[128], buf[16];
+	struct vsock_hdr h, r;
+	uint8_t payload[64];
+
+	rx_fill(8);
+	snprintf(path, sizeof path, "%s/v.sock_1234", dir);
+	int l = listen_at(path);
+	h = hdr(VSOCK_OP_REQUEST, 7000, 1234);
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
+	int a = accept(l, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	h = hdr(VSOCK_OP_RW, 7000, 1234);
+	h.len = 2;
+	tx(&h, "hi");
+	ck_assert_int_eq(read(a, buf, sizeof buf), 2);
+	ck_assert_mem_eq(buf, "hi", 2);
+	ck_assert_int_eq(write(a, "yo", 2), 2);
+	pump();
+	ck_assert(rx_get(&r, payload));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_mem_eq(payload, "yo", 2);
+	/* guest closes both ways: fd closed, RST to the guest */
+	h = hdr(VSOCK_OP_SHUTDOWN, 7000, 1234);
+	h.flags = 3;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_int_eq(read(a, buf, sizeof buf), 0);
+	/* nobody listens on 999 */
+	h = hdr(VSOCK_OP_REQUEST, 7001, 999);
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	close(a);
+	close(l);
+}
+END_TEST
+
+START_TEST(unix_control_socket)
+{
+	char path[128], buf[8];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(path, sizeof path, "%s/v.sock", dir);
+	set_sun(&sa, path);
+	/* a second backend cannot take over a live control socket */
+	struct vsock_unix other;
+	ck_assert_int_eq(vsock_unix_init(&other, &vs, path, true), -EADDRINUSE);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert_int_eq(write(fd, "HELLO\n", 6), 6);
+	pump();
+	ck_assert_int_eq(read(fd, buf, sizeof buf), 0); /* dropped */
+	close(fd);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert_int_eq(write(fd, "CONNECT 99999999999\n", 20), 20);
+	pump();
+	ck_assert_int_eq(read(fd, buf, sizeof buf), 0);
+	close(fd);
+}
+END_TEST
+
+Suite *virtio_vsock_suite(void)
+{
+	Suite *s = suite_create("virtio_vsock");
+	TCase *tc = tcase_create("core");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, config_has_guest_cid);
+	tcase_add_test(tc, connect_accept_and_refuse);
+	tcase_add_test(tc, guest_to_host_data);
+	tcase_add_test(tc, host_to_guest_within_credit);
+	tcase_add_test(tc, large_send_is_split_by_buffer);
+	tcase_add_test(tc, guest_overrun_resets);
+	tcase_add_test(tc, bad_fields_are_dropped_or_reset);
+	tcase_add_test(tc, bad_lengths_need_reset);
+	tcase_add_test(tc, fwd_cnt_past_sent_resets);
+	tcase_add_test(tc, counters_wrap);
+	tcase_add_test(tc, host_initiated);
+	tcase_add_test(tc, shutdown_both_ways);
+	tcase_add_test(tc, credit_request_answered);
+	tcase_add_test(tc, credit_update_after_reads);
+	tcase_add_test(tc, connection_table_bounded);
+	tcase_add_test(tc, rst_backlog_bounded_without_rx_buffers);
+	tcase_add_test(tc, tiny_rx_buffer_needs_reset);
+	tcase_add_test(tc, broken_tx_ring_needs_reset);
+	suite_add_tcase(s, tc);
+	TCase *tu = tcase_create("unix");
+	tcase_add_checked_fixture(tu, unix_setup, unix_teardown);
+	tcase_add_test(tu, unix_host_initiated);
+	tcase_add_test(tu, unix_guest_initiated);
+	tcase_add_test(tu, unix_control_socket);
+	suite_add_tcase(s, tu);
+	return s;
+}

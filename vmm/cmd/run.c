@@ -1,0 +1,1140 @@
+#include "vmm/cmd/run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/datadir.h"
+#include "lib/errbuf.h"
+#include "lib/fileio.h"
+#include "netstack/tls_cert.h"
+#include "vmm/cli.h"
+#include "vmm/cmd/trust.h"
+#include "vmm/core/boot.h"
+#include "vmm/core/klog.h"
+#include "vmm/core/mptable.h"
+#include "vmm/core/paths.h"
+#include "vmm/core/serial.h"
+#include "vmm/core/virtio_bus.h"
+#include "vmm/core/vm.h"
+#include "vmm/image/image.h"
+#include "vmm/sandbox/agent_conn.h"
+#include "vmm/sandbox/config.h"
+#include "vmm/sandbox/exec_client.h"
+#include "vmm/sandbox/guestfiles.h"
+#include "vmm/sandbox/hostfiles.h"
+#include "vmm/sandbox/lockdown.h"
+#include "vmm/sandbox/mounts.h"
+#include "vmm/sandbox/netdev.h"
+#include "vmm/sandbox/sandbox.h"
+#include "vmm/sandbox/tlsconf.h"
+#include "vmm/sandbox/vsockdev.h"
+
+#define COM1_BASE 0x3f8
+#define COM1_IRQ  4
+#define GUEST_CID 3
+#define MAX_ENV   256
+#define MAX_IMAGE (512ull << 20)
+
+/* Switches for a guest kernel that is not PVM-aware running on a PVM host
+ * (docs/pvm.md says which instruction each one avoids). */
+static const char PVM_CMDLINE[] =
+	" noxsave clearcpuid=smap,popcnt,cx16";
+
+/* KBOX_PVM_CMDLINE replaces the PVM switches: for finding out which ones a
+ * new kernel or host still needs (docs/pvm.md). */
+static const char *pvm_cmdline(void)
+{
+	static char buf[512];
+	const char *e = getenv("KBOX_PVM_CMDLINE");
+	if (!e)
+		return PVM_CMDLINE;
+	snprintf(buf, sizeof buf, " %s", e);
+	return buf;
+}
+
+struct run_opts {
+	unsigned cpus;
+	uint64_t memory_mib;
+	const char *kernel, *initrd, *conf, *klog_path, *append, *name, *workdir, *image;
+	int verbose, detach, tty, no_lockdown;
+	char **argv;
+	const char *env[MAX_ENV];
+	unsigned nenv;
+	/* The sandbox-wide environment (every command, kbox exec's too) and
+	 * kbox's CA: handed to guest-init with the initramfs (guestfiles.h). */
+	const char *senv[MAX_ENV];
+	unsigned nsenv;
+	const char *ca_pem;
+	struct mounts *mounts;
+	struct netdev *net;
+	struct tlsconf *tls;
+	const char *secret_conf; /* --secret-conf */
+};
+
+void run_usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kbox run [OPTIONS] -- COMMAND [ARG...]\n"
+		"\n"
+		"Boot a microVM, run COMMAND inside it and exit with COMMAND's exit code\n"
+		"(128+N if it was killed by signal N; 125 if kbox itself failed).\n"
+		"\n"
+		"Options:\n"
+		"  -c, --cpus N          virtual CPUs (1-%u; default 1)\n"
+		"  -m, --memory MIB      guest RAM in MiB (default 512; 256 on PVM hosts)\n"
+		"  -n, --name NAME       sandbox name for 'kbox exec/ps/stop/logs' and the\n"
+		"                        guest's host name (default kbox-PID)\n"
+		"  -d, --detach          start in the background; print the name and return\n"
+		"  -t, --tty             give COMMAND a terminal (interactive programs)\n"
+		"  -e, --env K=V         set an environment variable for COMMAND (repeatable)\n"
+		"  -w, --workdir DIR     directory COMMAND starts in (default /)\n"
+		"  -v, --volume HOST:GUEST[:ro]\n"
+		"                        share the host folder HOST at GUEST in the guest,\n"
+		"                        read-only with :ro (repeatable, at most %u); .env*,\n"
+		"                        secrets.env*, kbox.yaml* and their editor copies\n"
+		"                        stay hidden, whatever the case\n"
+		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
+		"                        (default: the one built by 'make kernel' for this host)\n"
+		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
+		"      --image NAME|DIR  an image from 'kbox image ls', or a root filesystem\n"
+		"                        folder (a path with '/', e.g. made with debootstrap),\n"
+		"                        shared read-only under a writable layer in guest RAM\n"
+		"                        that vanishes with the sandbox (default: the initramfs)\n"
+		"      --conf FILE       sandbox.yaml (docs/config.md; its mounts come before\n"
+		"                        the -v ones)\n"
+		"      --no-project      do not look for ./kbox.yaml (see below)\n"
+		"      --kernel-log FILE where the guest kernel's log goes\n"
+		"                        (default: $XDG_STATE_HOME/kbox/kernel.log, else\n"
+		"                        ~/.local/state/kbox/kernel.log; if that cannot be\n"
+		"                        written, the runtime folder's .kernel.log)\n"
+		"      --append ARGS     extra kernel command-line arguments\n"
+		"      --network MODE    none (no NIC), public (default: the internet but no\n"
+		"                        private, loopback, link-local or host addresses) or\n"
+		"                        allowlist (only what --allow names)\n"
+		"      --allow RULE      allow a destination: name, *.suffix, address or CIDR,\n"
+		"                        with :PORT; host.kbox.internal:PORT reaches the\n"
+		"                        host's 127.0.0.1:PORT (repeatable)\n"
+		"      --deny RULE       deny a destination; beats every allow (repeatable)\n"
+		"      --audit-log FILE  append every network decision to FILE (JSON lines)\n"
+		"      --add-host NAME:ADDR\n"
+		"                        our DNS answers NAME with ADDR and never asks the\n"
+		"                        host's resolver; connections are still judged by the\n"
+		"                        policy under NAME (repeatable)\n"
+		"      --dns ADDR[:PORT] a name server kbox asks for the guest instead of the\n"
+		"                        host's resolver (IPv6: [ADDR]:PORT; repeatable, at\n"
+		"                        most 3, tried in order; replaces the file's\n"
+		"                        network.dns); answers pass the same rebinding and\n"
+		"                        policy checks; kbox, not the guest, reaches them\n"
+		"      --learn FILE      record every destination the guest tries (the policy\n"
+		"                        still applies) and write a suggested allowlist to FILE\n"
+		"  -p, --publish [ADDR:]HOSTPORT:GUESTPORT\n"
+		"                        forward the host's ADDR:HOSTPORT (loopback only,\n"
+		"                        default 127.0.0.1; HOSTPORT 0 picks a free port) to\n"
+		"                        the guest's GUESTPORT (repeatable; 'kbox ps' shows them)\n"
+		"      --secret-conf FILE\n"
+		"                        secrets.yaml (docs/secrets.md): the guest sees only\n"
+		"                        placeholders ($KBOX_NAME); kbox puts the real values\n"
+		"                        into HTTPS requests to the hosts each secret allows\n"
+		"      --tls-intercept all|secrets\n"
+		"                        which TLS connections kbox opens: only those to hosts\n"
+		"                        a secret may go to (default), or all with a server name\n"
+		"      --tls-bypass HOST never intercept HOST (or *.suffix) (repeatable)\n"
+		"      --tls-extra-ca FILE\n"
+		"                        PEM CA certificates trusted for upstream servers\n"
+		"                        besides the host's bundle\n"
+		"      --verbose         kernel log and kbox's decisions on stderr\n"
+		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
+		"  -h, --help            this help\n"
+		"\n"
+		"Options on the command line override the same settings in --conf.\n"
+		"Without --conf, a kbox.yaml in the current directory is the config and\n"
+		"that directory the project: shared read-write at /workspace (unless the\n"
+		"file mounts something there), where COMMAND starts, once its content\n"
+		"is trusted ('kbox trust'; on a terminal kbox asks).  kbox.yaml,\n"
+		"secrets.env and the file's secrets file are hidden from the guest.\n"
+		"A detached sandbox stops when COMMAND exits or on 'kbox stop NAME';\n"
+		"'kbox logs NAME' shows COMMAND's output.  Without -v the guest sees no\n"
+		"host files.\n",
+		VM_MAX_CPUS, MOUNTS_MAX);
+}
+
+static int parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+	if (!s || !*s)
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || s[0] == '-' || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* A kernel or initramfs image: a regular file of 1 byte to 512 MiB, into
+ * a malloc'd *data.  0 or a negative errno with the message in err. */
+static int read_image(const char *path, uint8_t **data, size_t *len, char *err, size_t errlen)
+{
+	char *buf;
+	const char *stage;
+	int rc = fio_slurp(path, 0, MAX_IMAGE, &buf, len, NULL, &stage);
+	if (rc == -ENOMEM)
+		return eb_fail(err, errlen, rc, "out of memory reading %s", path);
+	if (rc == -EFBIG)
+		return eb_fail(err, errlen, rc, "%s is larger than 512 MiB", path);
+	if (rc < 0 && strcmp(stage, "open") == 0)
+		return eb_fail(err, errlen, rc, "cannot open %s: %s", path, strerror(-rc));
+	if (rc < 0 && strcmp(stage, "stat") == 0)
+		return eb_fail(err, errlen, -EINVAL, "%s is not a regular file", path);
+	if (rc < 0)
+		return eb_fail(err, errlen, -EIO, "cannot read %s: %s", path, strerror(-rc));
+	if (*len == 0) {
+		free(buf);
+		return eb_fail(err, errlen, -EFBIG, "%s is empty", path);
+	}
+	*data = (uint8_t *)buf;
+	return 0;
+}
+
+/* The project folder (the current directory) at /workspace, unless a mount
+ * is there already; COMMAND starts in /workspace unless told otherwise. */
+static int project_mount(struct run_opts *o)
+{
+	static char cwd[PATH_MAX];
+	char err[512];
+	if (!o->workdir)
+		o->workdir = "/workspace";
+	for (unsigned i = 0; i < o->mounts->n; i++)
+		if (strcmp(o->mounts->m[i].guest, "/workspace") == 0)
+			return 0;
+	if (!getcwd(cwd, sizeof cwd))
+		return cli_die("cannot find the current directory: %s", strerror(errno));
+	const struct mount_spec sp = { .host = cwd, .guest = "/workspace" };
+	if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
+		return cli_die("project folder %s: %s", cwd, err);
+	return 0;
+}
+
+enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG, OPT_IMAGE, OPT_NO_PROJECT };
+
+/* The network options beyond the ones above. */
+enum { OPT_ADD_HOST = 0x200, OPT_LEARN, OPT_DNS };
+
+/* Secrets and TLS interception. */
+enum { OPT_SECRET_CONF = 0x300, OPT_TLS_INTERCEPT, OPT_TLS_BYPASS, OPT_TLS_EXTRA_CA };
+
+static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_config *cfg)
+{
+	static const struct option opts[] = {
+		{ "cpus", required_argument, NULL, 'c' },
+		{ "memory", required_argument, NULL, 'm' },
+		{ "name", required_argument, NULL, 'n' },
+		{ "detach", no_argument, NULL, 'd' },
+		{ "tty", no_argument, NULL, 't' },
+		{ "env", required_argument, NULL, 'e' },
+		{ "workdir", required_argument, NULL, 'w' },
+		{ "kernel", required_argument, NULL, 'K' },
+		{ "initrd", required_argument, NULL, 'I' },
+		{ "conf", required_argument, NULL, 'C' },
+		{ "kernel-log", required_argument, NULL, 'L' },
+		{ "append", required_argument, NULL, 'A' },
+		{ "volume", required_argument, NULL, 'v' },
+		{ "verbose", no_argument, NULL, 'V' },
+		{ "no-lockdown", no_argument, NULL, 'N' },
+		{ "network", required_argument, NULL, OPT_NETWORK },
+		{ "allow", required_argument, NULL, OPT_ALLOW },
+		{ "deny", required_argument, NULL, OPT_DENY },
+		{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
+		{ "publish", required_argument, NULL, 'p' },
+		{ "add-host", required_argument, NULL, OPT_ADD_HOST },
+		{ "learn", required_argument, NULL, OPT_LEARN },
+		{ "dns", required_argument, NULL, OPT_DNS },
+		{ "image", required_argument, NULL, OPT_IMAGE },
+		{ "no-project", no_argument, NULL, OPT_NO_PROJECT },
+		{ "secret-conf", required_argument, NULL, OPT_SECRET_CONF },
+		{ "tls-intercept", required_argument, NULL, OPT_TLS_INTERCEPT },
+		{ "tls-bypass", required_argument, NULL, OPT_TLS_BYPASS },
+		{ "tls-extra-ca", required_argument, NULL, OPT_TLS_EXTRA_CA },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *vols[MOUNTS_MAX];
+	unsigned nvols = 0;
+	int no_project = 0, project = 0;
+	uint64_t v;
+	int c;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:c:m:n:dte:w:v:p:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			if (parse_uint(optarg, VM_MAX_CPUS, &v) || v == 0)
+				return cli_die("--cpus takes a number from 1 to %u, not '%s'",
+					   VM_MAX_CPUS, optarg);
+			o->cpus = (unsigned)v;
+			break;
+		case 'm':
+			if (parse_uint(optarg, 1u << 20, &v) || v < 64)
+				return cli_die("--memory takes MiB from 64 to 1048576, not '%s'",
+					   optarg);
+			o->memory_mib = v;
+			break;
+		case 'n':
+			if (!sandbox_name_ok(optarg))
+				return cli_die("--name takes 1-64 letters, digits, '_', '.' or '-', "
+					   "not '%s'", optarg);
+			o->name = optarg;
+			break;
+		case 'd': o->detach = 1; break;
+		case 't': o->tty = 1; break;
+		case 'e':
+			if (!strchr(optarg, '=') || optarg[0] == '=')
+				return cli_die("--env takes KEY=VALUE, not '%s'", optarg);
+			if (o->nenv >= MAX_ENV - 4)
+				return cli_die("too many --env options (at most %d)", MAX_ENV - 4);
+			o->env[o->nenv++] = optarg;
+			break;
+		case 'w': o->workdir = optarg; break;
+		case 'K': o->kernel = optarg; break;
+		case 'I': o->initrd = optarg; break;
+		case 'C': o->conf = optarg; break;
+		case 'L': o->klog_path = optarg; break;
+		case 'A': o->append = optarg; break;
+		case 'v':
+			/* Added after --conf's mounts, which come first. */
+			if (nvols >= MOUNTS_MAX)
+				return cli_die("too many -v mounts (at most %d)", MOUNTS_MAX);
+			vols[nvols++] = optarg;
+			break;
+		case 'V': o->verbose = 1; break;
+		case 'N': o->no_lockdown = 1; break;
+		case OPT_NETWORK:
+		case OPT_ALLOW:
+		case OPT_DENY: {
+			char err[512];
+			if ((c == OPT_NETWORK ? netdev_set_mode(o->net, optarg, err, sizeof err)
+					      : netdev_add_rule(o->net, optarg, c == OPT_DENY, err,
+								sizeof err)) < 0)
+				return cli_die("%s", err);
+			break;
+		}
+		case OPT_AUDIT_LOG: o->net->audit_path = optarg; break;
+		case OPT_LEARN: o->net->learn_path = optarg; break;
+		case 'p':
+		case OPT_DNS:
+		case OPT_ADD_HOST: {
+			char err[512];
+			if ((c == 'p'       ? netdev_add_forward(o->net, optarg, err, sizeof err)
+			     : c == OPT_DNS ? netdev_add_dns(o->net, optarg, err, sizeof err)
+					    : netdev_add_host(o->net, optarg, err, sizeof err)) < 0)
+				return cli_die("%s", err);
+			break;
+		}
+		case OPT_IMAGE: o->image = optarg; break;
+		case OPT_NO_PROJECT: no_project = 1; break;
+		case OPT_SECRET_CONF: o->secret_conf = optarg; break;
+		case OPT_TLS_EXTRA_CA: o->tls->extra_ca = optarg; break;
+		case OPT_TLS_INTERCEPT:
+		case OPT_TLS_BYPASS: {
+			char err[512];
+			if ((c == OPT_TLS_INTERCEPT ? tlsconf_set_scope(o->tls, optarg, err, sizeof err)
+						    : tlsconf_add_bypass(o->tls, optarg, err, sizeof err)) < 0)
+				return cli_die("%s", err);
+			break;
+		}
+		case 'h':
+			run_usage(stdout);
+			return -1;
+		case ':':
+			return cli_die("option '%s' needs a value (see 'kbox run --help')",
+				   argv[optind - 1]);
+		default:
+			return cli_die("unknown option '%s' (see 'kbox run --help')", argv[optind - 1]);
+		}
+	}
+	/* A dangling kbox.yaml symlink counts, so its error is shown. */
+	if (!o->conf && !no_project &&
+	    faccessat(AT_FDCWD, "kbox.yaml", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		o->conf = "kbox.yaml";
+		project = 1;
+	}
+	if (o->conf) {
+		char err[512];
+		if (config_load(o->conf, cfg, err, sizeof err) < 0)
+			return cli_die("%s", err);
+		if (project && trust_project(o->conf, cfg, err, sizeof err) < 0)
+			return cli_die("%s", err);
+		if (!o->workdir)
+			o->workdir = cfg->workdir;
+		/* Sandbox-wide, so kbox exec's commands get it too; -e still
+		 * wins for COMMAND. */
+		for (size_t i = 0; i < cfg->n_env; i++) {
+			if (o->nsenv >= MAX_ENV)
+				return cli_die("%s: too many environment variables (at most %d)",
+					   o->conf, MAX_ENV);
+			o->senv[o->nsenv++] = cfg->env[i];
+		}
+		if (!o->cpus)
+			o->cpus = cfg->cpus;
+		if (!o->memory_mib)
+			o->memory_mib = cfg->memory_mib;
+		if (!o->kernel)
+			o->kernel = cfg->kernel;
+		if (!o->initrd)
+			o->initrd = cfg->initrd;
+		if (!o->verbose && cfg->verbose == 1)
+			o->verbose = 1;
+		for (unsigned i = 0; i < cfg->n_mounts; i++) {
+			const struct config_mount *cm = &cfg->mounts[i];
+			const struct mount_spec sp = {
+				.host = cm->source, .guest = cm->target, .readonly = cm->readonly,
+				.hidden = (const char *const *)cm->hidden,
+				.n_hidden = cm->n_hidden, .hidden_set = cm->hidden_set,
+				.hidden_extra = (const char *const *)cm->hidden_extra,
+				.n_hidden_extra = cm->n_hidden_extra,
+			};
+			if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
+				return cli_die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,
+					   err);
+		}
+		if (netdev_apply_config(o->net, cfg, o->conf, err, sizeof err) < 0)
+			return cli_die("%s", err);
+		if (o->tls->scope < 0 && cfg->tls_intercept &&
+		    tlsconf_set_scope(o->tls, cfg->tls_intercept, err, sizeof err) < 0)
+			return cli_die("%s: tls.intercept: %s", o->conf, err);
+		for (size_t i = 0; i < cfg->n_tls_bypass; i++)
+			if (tlsconf_add_bypass(o->tls, cfg->tls_bypass[i].s, err, sizeof err) < 0)
+				return cli_die("%s:%u:%u: %s", o->conf, cfg->tls_bypass[i].line,
+					   cfg->tls_bypass[i].col, err);
+		if (!o->tls->extra_ca)
+			o->tls->extra_ca = cfg->tls_extra_ca;
+	}
+	/* --secret-conf wins over the file's, and is hidden like it. */
+	if (o->secret_conf) {
+		char *dup = strdup(o->secret_conf);
+		if (!dup)
+			return cli_die("out of memory");
+		free(cfg->secrets);
+		cfg->secrets = dup;
+	}
+	o->tls->secrets_path = cfg->secrets;
+	for (unsigned i = 0; i < nvols; i++) {
+		char err[512];
+		if (mounts_parse(o->mounts, vols[i], err, sizeof err) < 0)
+			return cli_die("%s", err);
+	}
+	if (project) {
+		int rc = project_mount(o);
+		if (rc)
+			return rc;
+	}
+	if (!o->image)
+		o->image = cfg->image;
+	if (o->image) {
+		char err[512], dir[PATH_MAX];
+		int rc = image_resolve(o->image, dir, sizeof dir);
+		if (rc == -ENOTUNIQ)
+			return cli_die("--image %s: matches several image ids; give more digits",
+				   o->image);
+		if (rc < 0)
+			return cli_die("--image %s: no such image (see 'kbox image ls'; a folder "
+				   "needs a '/', e.g. ./%s)", o->image, o->image);
+		if (mounts_set_image(o->mounts, dir, err, sizeof err) < 0)
+			return cli_die("%s", err);
+	}
+	if (optind < argc)
+		o->argv = argv + optind;
+	else if (cfg->argv)
+		o->argv = cfg->argv;
+	else
+		return cli_die("no command given: kbox run [OPTIONS] -- COMMAND [ARG...]");
+	if (o->tty && o->detach)
+		return cli_die("--tty and --detach do not go together; use 'kbox exec -t' later");
+	return 0;
+}
+
+/* Keep kbox's own files from the guest (docs/security.md, "kbox's own
+ * files"): the names of the files it reads and writes for the host are
+ * hidden in the shares their paths pass through, and a share that holds
+ * one of its folders, or lies inside one, is refused.  After the kernel
+ * log is open (its place is known then) and before the mounts are
+ * served.  0, or the exit code with the message written. */
+static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
+			      const struct sandbox *sb, const char *klog)
+{
+	char err[1024], trust[PATH_MAX], data[PATH_MAX], ca[PATH_MAX], store[PATH_MAX];
+	char runtime[sizeof sb->dir], trust_tmp[PATH_MAX + 8], trust_lock[PATH_MAX + 8];
+	bool have_trust = trust_store_path(trust, sizeof trust) == 0;
+	if (!have_trust)
+		trust[0] = '\0';
+	/* kbox trust writes the record through these two (vmm/cmd/trust.c). */
+	snprintf(trust_tmp, sizeof trust_tmp, "%s.tmp", trust);
+	snprintf(trust_lock, sizeof trust_lock, "%s.lock", trust);
+	const struct config_hostfile extra[] = {
+		{ o->net->audit_path, "the audit log" },
+		{ o->net->learn_path, "the --learn file" },
+		{ klog, "the kernel log" },
+		{ have_trust ? trust : NULL, "the trust record" },
+		{ have_trust ? trust_tmp : NULL, "the trust record's temporary file" },
+		{ have_trust ? trust_lock : NULL, "the trust record's lock" },
+		{ o->tls->extra_ca, "the extra CA file (--tls-extra-ca)" },
+	};
+	if (config_protect_mounts(cfg, o->conf, extra, sizeof extra / sizeof extra[0], o->mounts, err,
+				  sizeof err) < 0)
+		return cli_die("%s", err);
+	snprintf(runtime, sizeof runtime, "%s", sb->dir);
+	char *slash = strrchr(runtime, '/');
+	if (slash && slash != runtime)
+		*slash = '\0';
+	bool have_store = image_store_dir(store, sizeof store) == 0;
+	bool have_data = datadir_path(NULL, "", data, sizeof data) == 0;
+	if (have_data && strlen(data) > 1 && data[strlen(data) - 1] == '/')
+		data[strlen(data) - 1] = '\0';
+	const struct hf_folder folders[] = {
+		{ have_data ? data : NULL,
+		  "kbox's data folder (its CA key, the trust record, images)" },
+		{ tls_cert_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
+		{ have_store ? store : NULL, "kbox's image store" },
+		{ runtime, "kbox's runtime folder (sandboxes' sockets and output)" },
+	};
+	struct hf_share shares[MOUNTS_MAX];
+	for (unsigned i = 0; i < o->mounts->n; i++)
+		shares[i] = (struct hf_share){ o->mounts->m[i].host,
+					       o->mounts->m[i].root ? "/" : o->mounts->m[i].guest,
+					       o->mounts->m[i].root };
+	if (hf_check_folders(folders, sizeof folders / sizeof folders[0], shares, o->mounts->n,
+			     have_store ? store : NULL, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	return 0;
+}
+
+/* SIGHUP: re-read the secrets' values (kbox secrets reload). */
+static void *reload_main(void *arg)
+{
+	struct tlsconf *t = arg;
+	sigset_t hup;
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	for (;;) {
+		char err[512];
+		if (sigwaitinfo(&hup, NULL) != SIGHUP)
+			continue;
+		if (tlsconf_reload(t, err, sizeof err) < 0)
+			fprintf(stderr, "kbox: secrets not reloaded: %s\n", err);
+		else
+			fprintf(stderr, "kbox: secrets reloaded from %s\n", t->secrets_path);
+	}
+	return NULL;
+}
+
+struct line_irq {
+	struct irq_sink sink;
+	struct vm *vm;
+	unsigned irq;
+};
+
+static void line_irq_set(struct irq_sink *s, int level)
+{
+	struct line_irq *l = (struct line_irq *)s;
+	vm_irq_line(l->vm, l->irq, level);
+}
+
+static uint8_t uart_in(void *ctx, unsigned off) { return serial_in(ctx, off); }
+static void uart_out(void *ctx, unsigned off, uint8_t v) { serial_out(ctx, off, v); }
+
+/* Everything the VM thread and the main thread share. */
+struct session {
+	struct vm vm;
+	struct vbus bus;
+	struct vsockdev vd;
+	struct serial com1;
+	struct line_irq irq1;
+	struct klog kl;
+	atomic_int agent_fd;  /* the main command's connection, -1 if none */
+	atomic_int vm_done;
+	enum vm_end end;
+};
+
+/* SIGTERM/SIGINT/SIGHUP before the main command runs (exec_run forwards
+ * them to the command while it does): give up waiting for the agent. */
+static atomic_int *stop_flag;
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+	if (stop_flag)
+		atomic_store(stop_flag, 1);
+}
+
+static void *vm_thread(void *arg)
+{
+	struct session *s = arg;
+	s->end = vm_run(&s->vm);
+	atomic_store(&s->vm_done, 1);
+	/* Wake the main thread if it is still talking to a guest that is
+	 * gone. */
+	int fd = atomic_load(&s->agent_fd);
+	if (fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+	return NULL;
+}
+
+/* -d: the parent waits for the child to report that the sandbox is up
+ * (one byte: 0 ok, else failure), prints its name and returns. */
+static int detach(int *ready_fd, const char *name)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return cli_die("cannot create a pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0)
+		return cli_die("cannot fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(p[0]);
+		*ready_fd = p[1];
+		setsid();
+		return 0;
+	}
+	close(p[1]);
+	unsigned char b = 1;
+	ssize_t r;
+	do
+		r = read(p[0], &b, 1);
+	while (r < 0 && errno == EINTR);
+	close(p[0]);
+	if (r == 1 && b == 0) {
+		/* The child is up; the parent's job is done. */
+		if (name)
+			printf("%s\n", name);
+		else
+			printf("kbox-%d\n", (int)pid);
+		return -1;
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	return KBOX_EXIT_FAILURE;
+}
+
+static void report_ready(int *ready_fd, unsigned char v)
+{
+	if (*ready_fd < 0)
+		return;
+	ssize_t w = write(*ready_fd, &v, 1);
+	(void)w;
+	close(*ready_fd);
+	*ready_fd = -1;
+}
+
+/* Everything one `kbox run` holds, each part released by run_cleanup
+ * alone.  static (run_main's): the devices live on the bus, and the VM
+ * thread may still be unwinding when run_main returns. */
+struct run {
+	struct run_opts o;
+	struct kbox_config cfg;
+	struct mounts mnt;
+	struct netdev net;
+	struct tlsconf tls;
+	struct session s;
+	struct sandbox sb;
+	int pvm;
+	char kpath[PATH_MAX], ipath[PATH_MAX], defname[32];
+	int ready_fd;  /* -d: the pipe to the waiting parent, else -1 */
+	bool began;    /* the session's parts are set up (run_begin) */
+	bool claimed, vm_made, bus_made, vmt_started;
+	int klog_fd;
+	char klog_used[PATH_MAX];
+	uint8_t *kimg, *initrd;
+	size_t klen, ilen;
+	struct boot_image k;
+	uint64_t initrd_addr;
+	char cmdline[4096];
+	pthread_t vmt;
+};
+
+static void run_init(struct run *r)
+{
+	memset(r, 0, sizeof *r);
+	netdev_init(&r->net);
+	tlsconf_init(&r->tls);
+	config_init(&r->cfg);
+	r->o.mounts = &r->mnt;
+	r->o.net = &r->net;
+	r->o.tls = &r->tls;
+	r->ready_fd = -1;
+	r->klog_fd = -1;
+}
+
+/* The options, the config and what TLS interception loads, then what the
+ * host decides (PVM or not).  0, -1 after --help, or the exit code with
+ * the message written. */
+static int run_configure(struct run *r, int argc, char **argv)
+{
+	struct run_opts *o = &r->o;
+	int rc = parse_args(argc, argv, o, &r->cfg);
+	if (!rc) {
+		char terr[512];
+		if (tlsconf_load(&r->tls, terr, sizeof terr) < 0)
+			rc = cli_die("%s", terr);
+	}
+	if (rc)
+		return rc;
+	if (r->tls.secrets) {
+		/* SIGHUP (kbox secrets reload) goes to the reload thread only:
+		 * blocked here, before any thread exists, so every thread
+		 * inherits the block and the reload thread waits for it. */
+		sigset_t hup;
+		sigemptyset(&hup);
+		sigaddset(&hup, SIGHUP);
+		pthread_sigmask(SIG_BLOCK, &hup, NULL);
+	}
+	if (tlsconf_active(&r->tls)) {
+		/* Placeholders and the CA variables join the sandbox-wide
+		 * environment, unless the config sets the same names. */
+		const char *tenv[MAX_ENV];
+		size_t tn = tlsconf_guest_env(&r->tls, tenv, MAX_ENV);
+		for (size_t i = 0; i < tn && o->nsenv < MAX_ENV; i++) {
+			size_t nl = strcspn(tenv[i], "=");
+			bool dup = false;
+			for (unsigned j = 0; j < o->nsenv && !dup; j++)
+				dup = strncmp(o->senv[j], tenv[i], nl + 1) == 0;
+			if (!dup)
+				o->senv[o->nsenv++] = tenv[i];
+		}
+		o->ca_pem = tlsconf_ca_pem(&r->tls);
+		r->net.icpt = tlsconf_icpt(&r->tls);
+	}
+
+	r->pvm = vm_is_pvm();
+	if (!o->cpus)
+		o->cpus = 1;
+	if (!o->memory_mib)
+		o->memory_mib = r->pvm ? 256 : 512;
+	if (!o->kernel) {
+		paths_default(r->pvm ? "kernel/vmlinux-pvm" : "kernel/vmlinux-std", r->kpath,
+			      sizeof r->kpath);
+		o->kernel = r->kpath;
+	}
+	if (!o->initrd) {
+		paths_default("initramfs.cpio", r->ipath, sizeof r->ipath);
+		o->initrd = r->ipath;
+	}
+	return 0;
+}
+
+/* The sandbox's name, and the session's parts in their idle state. */
+static void run_begin(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	if (!o->name) {
+		snprintf(r->defname, sizeof r->defname, "kbox-%d", (int)getpid());
+		o->name = r->defname;
+	}
+	if (o->verbose)
+		fprintf(stderr, "kbox: /dev/kvm is %s; kernel %s, %u vCPU(s), %llu MiB\n",
+			r->pvm ? "PVM (no hardware virtualization: PVM-compat kernel and switches)"
+			       : "hardware KVM",
+			o->kernel, o->cpus, (unsigned long long)o->memory_mib);
+	atomic_store(&r->s.agent_fd, -1);
+	klog_init(&r->s.kl);
+	serial_init(&r->s.com1, NULL, NULL, NULL);
+	r->began = true;
+}
+
+/* The sandbox's runtime folder, the kernel log, and kbox's own files kept
+ * from the shares. */
+static int claim_sandbox(struct run *r)
+{
+	char err[512];
+	if (sandbox_claim(&r->sb, r->o.name, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	r->claimed = true;
+	/* The runtime folder is the user's own (sandbox_runtime_dir checks):
+	 * the kernel log's place when the state folder cannot be written.
+	 * Opened before -d sends stderr to output.log, so a warning is seen. */
+	char klog_fallback[sizeof r->sb.dir + 16];
+	snprintf(klog_fallback, sizeof klog_fallback, "%s", r->sb.dir);
+	char *rtslash = strrchr(klog_fallback, '/');
+	if (rtslash)
+		snprintf(rtslash, sizeof klog_fallback - (size_t)(rtslash - klog_fallback),
+			 "/.kernel.log");
+	r->klog_fd = klog_open(r->o.klog_path, rtslash ? klog_fallback : NULL, r->klog_used,
+			       sizeof r->klog_used, err, sizeof err);
+	if (err[0])
+		fprintf(stderr, "kbox: %s\n", err);
+	int rc = protect_host_files(&r->o, &r->cfg, &r->sb, r->klog_fd >= 0 ? r->klog_used : NULL);
+	if (rc)
+		return rc;
+	if (!r->klog_used[0])
+		snprintf(r->klog_used, sizeof r->klog_used, "none (see the warning above)");
+	return 0;
+}
+
+/* What `kbox ps` and `kbox image rm` see of the sandbox. */
+static int record_sandbox(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	/* `kbox image rm` must see that this sandbox runs on the image, from
+	 * before the root folder is opened: it counts only sandboxes whose
+	 * info names a live pid (rewritten with the ports once bound).  The
+	 * store's lock (shared) closes the gap since --image was resolved: a
+	 * removal either ended before (the rootfs is gone, recording fails)
+	 * or waits and then sees the record. */
+	int hold = o->image ? image_store_hold() : -ENOENT;
+	int ir = sandbox_write_info(&r->sb, o->cpus, o->memory_mib, o->argv);
+	for (unsigned i = 0; !ir && i < o->mounts->n; i++)
+		if (o->mounts->m[i].root)
+			ir = sandbox_write_image(&r->sb, o->mounts->m[i].host);
+	if (hold >= 0)
+		close(hold);
+	if (ir == -ENOENT)
+		return cli_die("--image %s: its root folder is gone (removed meanwhile?)", o->image);
+	if (ir < 0)
+		return cli_die("cannot record the sandbox in %s: %s", r->sb.dir, strerror(-ir));
+	return 0;
+}
+
+/* -d: stdin from /dev/null, stdout and stderr to the sandbox's
+ * output.log (`kbox logs`). */
+static int redirect_output(struct run *r)
+{
+	if (!r->o.detach)
+		return 0;
+	char out_path[sizeof r->sb.dir + 16];
+	snprintf(out_path, sizeof out_path, "%s/output.log", r->sb.dir);
+	int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd < 0 || nul < 0)
+		return cli_die("cannot create %s: %s", out_path, strerror(errno));
+	dup2(nul, 0);
+	dup2(fd, 1);
+	dup2(fd, 2);
+	close(fd);
+	close(nul);
+	return 0;
+}
+
+/* The kernel and the initramfs, with the files kbox hands the guest
+ * appended to the latter. */
+static int load_boot_files(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	char err[512];
+	if (read_image(o->kernel, &r->kimg, &r->klen, err, sizeof err) < 0)
+		return cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
+	if (read_image(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
+		return cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
+	int gf = gf_append(&r->initrd, &r->ilen, o->senv, o->nsenv, o->ca_pem, r->sb.name);
+	if (gf < 0)
+		return cli_die("cannot hand the guest its environment: %s", strerror(-gf));
+	return 0;
+}
+
+/* The VM with the kernel, the initramfs and the MP table in its RAM, and
+ * the start of the kernel command line. */
+static int create_vm(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	struct vm *vm = &r->s.vm;
+	char err[512];
+	r->vm_made = true; /* vm_destroy undoes a vm_create that failed half-way */
+	if (vm_create(vm, o->cpus, o->memory_mib, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	if (boot_load_kernel(&vm->mem, r->kimg, r->klen, &r->k, err, sizeof err) < 0)
+		return cli_die("%s: %s", o->kernel, err);
+	if (boot_place_initrd(&vm->mem, &r->k, r->initrd, r->ilen, &r->initrd_addr, err,
+			      sizeof err) < 0)
+		return cli_die("%s", err);
+	if (mptable_write(&vm->mem, o->cpus) < 0)
+		return cli_die("cannot write the MP table");
+	/* Without kvmclock (the PVM variant) the kernel would calibrate the
+	 * TSC against the PIT, which fails under emulation. */
+	char tsc[40] = "";
+	unsigned khz = r->pvm ? vm_tsc_khz(vm) : 0;
+	if (khz)
+		snprintf(tsc, sizeof tsc, " tsc_early_khz=%u", khz);
+	snprintf(r->cmdline, sizeof r->cmdline,
+		 "console=ttyS0 reboot=k panic=-1 8250.nr_uarts=1 mitigations=off%s%s%s",
+		 o->verbose ? "" : " quiet", r->pvm ? pvm_cmdline() : "", tsc);
+	return 0;
+}
+
+/* The device thread and the devices on it (vsock, the shared folders,
+ * the NIC), each adding itself to the kernel command line. */
+static int attach_devices(struct run *r)
+{
+	struct session *s = &r->s;
+	char err[512];
+	if (vbus_init(&s->bus, &s->vm) < 0)
+		return cli_die("cannot set up the device thread: %s", strerror(errno));
+	r->bus_made = true;
+	if (vsockdev_attach(&s->vd, &s->bus, GUEST_CID, r->sb.sock, r->cmdline, sizeof r->cmdline,
+			    err, sizeof err) < 0 ||
+	    mounts_attach(&r->mnt, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0 ||
+	    netdev_attach(&r->net, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	return 0;
+}
+
+/* The finished kernel command line and boot_params; the images' copies
+ * in kbox's memory are no longer needed. */
+static int write_boot_params(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	char err[512];
+	if (o->append) {
+		size_t used = strlen(r->cmdline);
+		if (snprintf(r->cmdline + used, sizeof r->cmdline - used, " %s", o->append) >=
+		    (int)(sizeof r->cmdline - used))
+			return cli_die("--append is too long");
+	}
+	struct boot_setup bs = {
+		.low_ram = r->s.vm.low_ram, .high_ram = r->s.vm.high_ram, .cmdline = r->cmdline,
+		.initrd_addr = r->initrd_addr, .initrd_len = r->ilen,
+	};
+	if (boot_write_params(&r->s.vm.mem, &r->k, &bs, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	free(r->kimg);
+	free(r->initrd);
+	r->kimg = r->initrd = NULL;
+	if (o->verbose)
+		fprintf(stderr, "kbox: sandbox %s, kernel entry 0x%llx, command line: %s\n",
+			r->sb.name, (unsigned long long)r->k.entry, r->cmdline);
+	return 0;
+}
+
+/* COM1 writing to the kernel log, and the vCPUs at the kernel's entry. */
+static int setup_console_and_cpus(struct run *r)
+{
+	struct session *s = &r->s;
+	char err[512];
+	s->kl.fd = r->klog_fd;
+	s->kl.echo = r->o.verbose;
+	s->irq1 = (struct line_irq){ { line_irq_set }, &s->vm, COM1_IRQ };
+	serial_destroy(&s->com1);
+	serial_init(&s->com1, &s->irq1.sink, klog_write, &s->kl);
+	vm_add_pio(&s->vm, &(struct vm_pio){ COM1_BASE, 8, uart_in, uart_out, &s->com1 });
+	if (vm_setup_cpus(&s->vm, r->k.entry, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	return 0;
+}
+
+/* The forwarded ports on stderr and in the sandbox's info, and the stop
+ * signals caught. */
+static void publish_and_catch_signals(struct run *r)
+{
+	char ports[256];
+	netdev_ports(&r->net, ports, sizeof ports);
+	if (ports[0])
+		fprintf(stderr, "kbox: forwarded ports (host->guest): %s\n", ports);
+	sandbox_write_info_ports(&r->sb, r->o.cpus, r->o.memory_mib, r->o.argv, ports);
+	signal(SIGPIPE, SIG_IGN);
+	stop_flag = &r->s.vm_done;
+	struct sigaction sa = { .sa_handler = on_stop_signal };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+/* Everything the guest needs exists and no VM thread runs yet: the
+ * secrets' reload thread, then the lock-down (docs/security.md). */
+static int lock_down(struct run *r)
+{
+	char err[512];
+	const char *reread[2];
+	struct lockdown_cfg lc = {
+		.mounts = &r->mnt, .sandbox_dir = r->sb.dir,
+		.klog_path = r->klog_fd >= 0 ? r->klog_used : NULL,
+		.network = netdev_enabled(&r->net), .verbose = r->o.verbose, .off = r->o.no_lockdown,
+		.read_files = reread, .n_read_files = tlsconf_read_files(&r->tls, reread, 2),
+	};
+	if (r->tls.secrets) {
+		/* SIGHUP was blocked at start-up, before any thread. */
+		r->tls.stack_running = netdev_enabled(&r->net);
+		pthread_t rt;
+		if (pthread_create(&rt, NULL, reload_main, &r->tls) != 0)
+			return cli_die("cannot start the secrets reload thread");
+		pthread_detach(rt);
+	}
+	if (lockdown_apply(&lc, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	return 0;
+}
+
+static int start_vm(struct run *r)
+{
+	if (vbus_start(&r->s.bus) < 0 || pthread_create(&r->vmt, NULL, vm_thread, &r->s) != 0)
+		return cli_die("cannot start the VM threads");
+	r->vmt_started = true;
+	return 0;
+}
+
+/* The main command, through the exec agent like 'kbox exec'.  Its exit
+ * code (exec_run's), or a negative errno: the agent's connection's
+ * (agent_connect) or the session's (exec_run). */
+static int run_command(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	struct session *s = &r->s;
+	int fd = agent_connect(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
+	if (fd < 0)
+		return fd;
+	atomic_store(&s->agent_fd, fd);
+	if (atomic_load(&s->vm_done))
+		shutdown(fd, SHUT_RDWR);
+	report_ready(&r->ready_fd, 0);
+	const char *envp[MAX_ENV];
+	unsigned ne = 0;
+	const char *term = o->tty ? getenv("TERM") : NULL;
+	static char termvar[128];
+	snprintf(termvar, sizeof termvar, "TERM=%s", term && *term ? term : "dumb");
+	/* The user's entries first: the first of a name wins. */
+	for (unsigned i = 0; i < o->nenv; i++)
+		envp[ne++] = o->env[i];
+	envp[ne++] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+	envp[ne++] = "HOME=/root";
+	envp[ne++] = termvar;
+	envp[ne] = NULL;
+	unsigned argc = 0;
+	while (o->argv[argc])
+		argc++;
+	struct ep_exec req = {
+		.flags = o->tty ? EP_FLAG_TTY : 0,
+		.argc = argc,
+		.argv = o->argv,
+		.envc = ne,
+		.envp = (char **)envp,
+		.cwd = o->workdir ? o->workdir : "",
+	};
+	int code = exec_run(fd, &req);
+	atomic_store(&s->agent_fd, -1);
+	close(fd);
+	return code;
+}
+
+/* The VM and its device thread stopped, the kernel log flushed. */
+static void stop_vm(struct run *r)
+{
+	vm_stop(&r->s.vm, VM_END_STOPPED);
+	pthread_join(r->vmt, NULL);
+	r->vmt_started = false;
+	vbus_stop(&r->s.bus);
+	klog_flush(&r->s.kl);
+	if (r->o.verbose)
+		netdev_report(&r->net, stderr);
+}
+
+/* kbox run's exit code from what run_command returned and how the guest
+ * ended, with the message written when kbox or the guest failed. */
+static int run_outcome(const struct run *r, int code)
+{
+	const struct session *s = &r->s;
+	const char *klog = r->klog_used;
+	if (code >= 0)
+		return code;
+	if (stop_signal)
+		return 128 + stop_signal;
+	if (s->end == VM_END_ERROR)
+		return cli_die("%s%s; kernel log: %s", s->vm.error,
+			       r->pvm ? " (PVM host: the guest ran an instruction its emulator lacks)"
+				      : "",
+			       klog);
+	if (s->kl.exit_code >= 0)
+		return s->kl.exit_code;
+	if (s->kl.panic)
+		return cli_die("the guest kernel panicked: %s; kernel log: %s", s->kl.panic_msg, klog);
+	if (s->kl.init_failed)
+		return cli_die("guest-init failed: %s; kernel log: %s", s->kl.init_msg, klog);
+	if (s->end == VM_END_STOPPED)
+		return cli_die("lost the connection to the guest's exec agent (%s); kernel log: %s",
+			       strerror(-code), klog);
+	return cli_die("the guest stopped (%s) before the command finished; kernel log: %s",
+		       s->end == VM_END_TRIPLE_FAULT ? "triple fault"
+		       : s->end == VM_END_RESET      ? "reset"
+						     : "power off",
+		       klog);
+}
+
+/* The sandbox from its claim to the guest's end, one step after the
+ * other; whatever a failed step leaves is run_cleanup's.  The exit code,
+ * with the message written when kbox or the guest failed. */
+static int run_sandbox(struct run *r)
+{
+	if (claim_sandbox(r) || record_sandbox(r) || redirect_output(r) ||
+	    load_boot_files(r) || create_vm(r) || attach_devices(r) ||
+	    write_boot_params(r) || setup_console_and_cpus(r))
+		return KBOX_EXIT_FAILURE;
+	publish_and_catch_signals(r);
+	if (lock_down(r) || start_vm(r))
+		return KBOX_EXIT_FAILURE;
+	int code = run_command(r);
+	stop_vm(r);
+	return run_outcome(r, code);
+}
+
+/* The one unwinding path: every part run_init to run_sandbox set up, in
+ * the reverse order of its making (the NIC after the bus: no thread
+ * calls it then). */
+static void run_cleanup(struct run *r)
+{
+	struct session *s = &r->s;
+	report_ready(&r->ready_fd, 1);
+	if (r->vmt_started) {
+		vm_stop(&s->vm, VM_END_STOPPED);
+		pthread_join(r->vmt, NULL);
+	}
+	if (r->bus_made)
+		vbus_destroy(&s->bus);
+	if (r->began) {
+		char err[512];
+		if (netdev_write_learned(&r->net, err, sizeof err) < 0)
+			fprintf(stderr, "kbox: %s\n", err);
+	}
+	netdev_destroy(&r->net);
+	mounts_free(&r->mnt);
+	if (r->began) {
+		vsockdev_destroy(&s->vd);
+		if (r->vm_made)
+			vm_destroy(&s->vm);
+		if (r->klog_fd >= 0)
+			close(r->klog_fd);
+		serial_destroy(&s->com1);
+	}
+	if (r->claimed)
+		sandbox_release(&r->sb);
+	free(r->initrd);
+	free(r->kimg);
+	tlsconf_free(&r->tls);
+	config_free(&r->cfg);
+}
+
+int run_main(int argc, char **argv)
+{
+	char perr[256];
+	if (lockdown_prepare(perr, sizeof perr) < 0)
+		return cli_die("%s", perr);
+	static struct run r;
+	run_init(&r);
+	int rc = run_configure(&r, argc, argv);
+	if (!rc && r.o.detach)
+		rc = detach(&r.ready_fd, r.o.name); /* the parent returns here */
+	if (!rc) {
+		run_begin(&r);
+		rc = run_sandbox(&r);
+	}
+	run_cleanup(&r);
+	return rc < 0 ? 0 : rc;
+}

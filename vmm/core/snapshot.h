@@ -1,0 +1,71 @@
+/* Saving a paused VM to a snapshot file and starting a fresh VM from one
+ * (docs/snapshots.md): every vCPU's registers, special registers,
+ * FPU/XSAVE, XCRs, MSRs (the TSC among them), LAPIC, pending events, MP
+ * state, debug registers and CPUID; the VM's PIC, IO-APIC, PIT and clock;
+ * each device's own blob; guest RAM, mapped back from the file
+ * copy-on-write.  The file format and its checks are snapshot_file.h's. */
+#ifndef KBOX_VMM_SNAPSHOT_H
+#define KBOX_VMM_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/statebuf.h"
+#include "vmm/core/snapshot_file.h"
+#include "vmm/core/vm.h"
+
+/* A device that keeps state outside guest RAM: save appends its state to
+ * w; load gets back exactly those bytes, checks every one of them (they
+ * come from a file) and either takes them whole or refuses with a line
+ * in err.  Both return 0 or a negative errno.  name is 1..31 bytes of
+ * [a-z0-9_-], slot < SNAPF_MAX_DEVS and unique. */
+struct snap_dev {
+	const char *name;
+	uint32_t slot;
+	void *ctx;
+	int (*save)(void *ctx, struct sb_writer *w, char *err, size_t errlen);
+	int (*load)(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen);
+};
+
+/* Figures of one save or restore. */
+struct snap_stats {
+	double ms;              /* the whole call */
+	double state_ms;        /* vCPU, VM and device state, RAM excluded */
+	uint64_t file_bytes;    /* the file's size */
+	uint64_t disk_bytes;    /* what it takes on disk (RAM's zero pages are holes) */
+	unsigned msrs;          /* MSRs per vCPU */
+	unsigned xsave_bytes;   /* 0 when the FPU state stood in for XSAVE */
+};
+
+/* Whether this /dev/kvm can save and restore a VM as snap_save does: the
+ * capabilities it needs (KVM_CAP_IMMEDIATE_EXIT, VCPU_EVENTS, DEBUGREGS,
+ * MP_STATE, ADJUST_CLOCK, PIT_STATE2) are all there.  0, or -ENOTSUP
+ * with the first one missing named in why.  report, when not NULL, gets
+ * one "NAME=VALUE" word per capability looked at, for --verbose. */
+int snap_probe(struct vm *vm, char *report, size_t replen, char *why, size_t whylen);
+
+/* Save vm to dir/name (snapf_write: atomically, in a private folder).
+ * vm's vCPU threads must have ended (vm_run returned); each vCPU first
+ * re-enters KVM_RUN once with immediate_exit set, so that the port or
+ * MMIO access it stopped on is complete in its state.  key goes into the
+ * layout (the hash of what the VM was booted from).  The vCPUs may run
+ * again afterwards.  0 or a negative errno with a line in err; st, when
+ * not NULL, gets the figures. */
+int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap_dev *devs,
+	      unsigned ndev, const char *dir, const char *name, struct snap_stats *st, char *err,
+	      size_t errlen);
+
+/* Load dir/name into vm, made by vm_create with the snapshot's vCPU count
+ * and RAM size and not yet run (vm_setup_cpus is not needed): the file
+ * must be one snapf_open accepts whose layout key is key, made on a host
+ * with the same TSC frequency; guest RAM becomes a copy-on-write mapping
+ * of the file (MAP_PRIVATE: VMs started from one file share the pages
+ * none of them wrote); then the VM, vCPU and device state, each device
+ * getting its own section (a device without one, or a section without a
+ * device, fails the restore).  On failure vm is half-restored and must be
+ * destroyed.  0 or a negative errno with a line in err. */
+int snap_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap_dev *devs,
+		 unsigned ndev, const char *dir, const char *name, struct snap_stats *st,
+		 char *err, size_t errlen);
+
+#endif

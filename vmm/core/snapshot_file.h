@@ -1,0 +1,181 @@
+/* The snapshot file: a paused VM as kbox saves it (docs/snapshots.md).
+ *
+ *   header (64 bytes) | section table | section payloads  = the metadata
+ *   zero padding to a page | guest RAM (ram_len bytes, sparse)
+ *
+ * The metadata is read whole into memory and checked here before anything
+ * uses it: every size and offset, the section kinds and the records each
+ * kind must hold with their exact sizes, and a checksum (which finds
+ * damage, not forgery: only the file's owner and place are trusted, see
+ * snapf_open).  Guest RAM is never read: the caller maps it from the file
+ * copy-on-write.  Numbers are little-endian; the vCPU and VM records are
+ * the x86-64 KVM structures byte for byte, whose values KVM itself checks
+ * when they are set. */
+#ifndef KBOX_VMM_SNAPSHOT_FILE_H
+#define KBOX_VMM_SNAPSHOT_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/statebuf.h"
+
+#define SNAPF_MAGIC        "KBOXSNAP"
+#define SNAPF_VERSION      1u
+#define SNAPF_HDR_LEN      64u
+#define SNAPF_ENT_LEN      24u
+#define SNAPF_MAX_SECTIONS 160u
+#define SNAPF_MAX_CPUS     64u
+#define SNAPF_MAX_DEVS     32u
+#define SNAPF_MAX_META     (64u << 20)
+#define SNAPF_MAX_DEV_BLOB (1u << 20)
+#define SNAPF_MAX_RAM      (1ull << 40)
+#define SNAPF_PAGE         4096u
+#define SNAPF_KEY_LEN      32u
+#define SNAPF_NAME_MAX     100u
+
+/* Section kinds, and the id each takes. */
+enum snapf_sec_type {
+	SNAPF_SEC_LAYOUT = 1, /* id 0: what the template was made for */
+	SNAPF_SEC_VM = 2,     /* id 0: in-kernel irqchip, PIT, clock */
+	SNAPF_SEC_CPU = 3,    /* id = vCPU index, 0 .. ncpus-1, each once */
+	SNAPF_SEC_DEV = 4,    /* id = device slot < SNAPF_MAX_DEVS */
+};
+
+/* Records: {u32 tag, u32 len, len bytes, zeros to a multiple of 8}. */
+enum snapf_tag {
+	/* SNAPF_SEC_LAYOUT */
+	SNAPF_L_KEY = 1,      /* SNAPF_KEY_LEN bytes: hash of the boot layout */
+	SNAPF_L_GEOMETRY = 2, /* u32 ncpus, u32 tsc_khz, u64 ram_size, low_ram, high_base */
+	/* SNAPF_SEC_VM */
+	SNAPF_V_CLOCK = 16,   /* struct kvm_clock_data */
+	SNAPF_V_PIT2,         /* struct kvm_pit_state2 */
+	SNAPF_V_PIC0,         /* kvm_irqchip.chip of KVM_IRQCHIP_PIC_MASTER */
+	SNAPF_V_PIC1,         /* ... KVM_IRQCHIP_PIC_SLAVE */
+	SNAPF_V_IOAPIC,       /* ... KVM_IRQCHIP_IOAPIC */
+	/* SNAPF_SEC_CPU */
+	SNAPF_C_REGS = 32,    /* struct kvm_regs */
+	SNAPF_C_SREGS,        /* struct kvm_sregs */
+	SNAPF_C_FPU,          /* struct kvm_fpu (only without XSAVE) */
+	SNAPF_C_XSAVE,        /* KVM_GET_XSAVE(2) area, 4096 .. 1 MiB, a multiple of 64 */
+	SNAPF_C_XCRS,         /* struct kvm_xcrs (optional) */
+	SNAPF_C_LAPIC,        /* struct kvm_lapic_state */
+	SNAPF_C_MP_STATE,     /* struct kvm_mp_state */
+	SNAPF_C_EVENTS,       /* struct kvm_vcpu_events */
+	SNAPF_C_DEBUGREGS,    /* struct kvm_debugregs */
+	SNAPF_C_MSRS,         /* struct kvm_msr_entry[n], 1 <= n <= 1024 */
+	SNAPF_C_CPUID,        /* struct kvm_cpuid_entry2[n], 1 <= n <= 256 */
+	/* SNAPF_SEC_DEV */
+	SNAPF_D_NAME = 64,    /* 1..31 bytes [a-z0-9_-]: the device model's name */
+	SNAPF_D_BLOB,         /* 0..SNAPF_MAX_DEV_BLOB bytes the device checks itself */
+};
+
+#define SNAPF_MAX_MSRS  1024u
+#define SNAPF_MAX_CPUID 256u
+
+struct snapf_layout {
+	uint8_t key[SNAPF_KEY_LEN];
+	uint32_t ncpus, tsc_khz;
+	uint64_t ram_size, low_ram, high_base;
+};
+
+struct snapf_sec {
+	uint32_t type, id;
+	const uint8_t *data; /* inside the metadata buffer parsed */
+	uint64_t len;
+};
+
+/* A parsed, checked file: sections point into the metadata buffer. */
+struct snapf_view {
+	uint64_t meta_len, ram_off, ram_len;
+	unsigned nsec, ndev;
+	struct snapf_sec sec[SNAPF_MAX_SECTIONS];
+	struct snapf_layout layout;
+};
+
+/* The first SNAPF_HDR_LEN bytes of a file: magic, version, header length
+ * and a metadata length between the header's and SNAPF_MAX_META, which
+ * goes to *meta_len so the caller knows how much to read.  0 or -EBADMSG
+ * (-EPROTO for another version), with a line in err. */
+int snapf_header(const uint8_t *hdr, size_t len, uint64_t *meta_len, char *err, size_t errlen);
+
+/* Check the whole metadata (meta_len bytes, the header included) of a file
+ * of file_size bytes and fill v: the header again, the checksum, the
+ * section table (kinds known, ids in range, no (kind, id) twice, payloads
+ * 8-aligned, inside the metadata, in order, not overlapping), every
+ * section's records (inside it, each tag known to its kind and at most
+ * once, the exact size its kind needs, the ones it requires present),
+ * one layout and one VM section, a CPU section for each of the layout's
+ * vCPUs and no other, RAM of the layout's size at a page-aligned offset
+ * right after the metadata, ending the file.  0, or -EBADMSG/-EPROTO with
+ * the first fault in err. */
+int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct snapf_view *v,
+		char *err, size_t errlen);
+
+/* Write the checksum of meta (len bytes, a header first) into its header:
+ * for snapf_build_finish, and for tests and the fuzzer, which change a
+ * file on purpose and want its other checks reached. */
+void snapf_seal(uint8_t *meta, size_t len);
+
+/* The section of this kind and id, or NULL. */
+const struct snapf_sec *snapf_find(const struct snapf_view *v, uint32_t type, uint32_t id);
+
+/* The record tagged tag in a section snapf_parse accepted: 0 with *data
+ * and *len set, or -ENOENT. */
+int snapf_rec(const struct snapf_sec *s, uint32_t tag, const uint8_t **data, uint32_t *len);
+
+/* Building the metadata of a file: sections one after the other, records
+ * into the one begun last.  Errors latch; snapf_build_finish reports. */
+struct snapf_builder {
+	struct sb_writer body; /* payloads, offsets from the first one */
+	unsigned nsec;
+	uint32_t type[SNAPF_MAX_SECTIONS], id[SNAPF_MAX_SECTIONS];
+	uint64_t off[SNAPF_MAX_SECTIONS], len[SNAPF_MAX_SECTIONS];
+	int err;
+};
+
+void snapf_build_init(struct snapf_builder *b);
+void snapf_build_free(struct snapf_builder *b);
+void snapf_build_section(struct snapf_builder *b, uint32_t type, uint32_t id);
+void snapf_build_rec(struct snapf_builder *b, uint32_t tag, const void *data, size_t len);
+/* A layout section holding l. */
+void snapf_build_layout(struct snapf_builder *b, const struct snapf_layout *l);
+
+/* The finished metadata for ram_len bytes of RAM into *meta (initialised
+ * here; the caller frees it with sb_free): 0, or the first error of the
+ * builder (-ENOSPC for too many sections, -EFBIG, -ENOMEM). */
+int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct sb_writer *meta);
+
+/* 0 if name can name a snapshot in its folder: 1..SNAPF_NAME_MAX bytes of
+ * [A-Za-z0-9._-], not starting with '.'; -EINVAL otherwise. */
+int snapf_name_ok(const char *name);
+
+/* Write dir/name atomically: a temporary file (0600, O_EXCL) in dir, the
+ * metadata, ram_len bytes of RAM from ram with its all-zero pages left as
+ * holes, fsync, rename over name, fsync of dir.  dir must be a folder (not
+ * a symlink) owned by the effective user with no group or other access
+ * (0700); nothing is written otherwise.  0 or a negative errno, with a
+ * line in err; no temporary file is left behind. */
+int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
+		const void *ram, uint64_t ram_len, char *err, size_t errlen);
+
+/* An opened, checked snapshot. */
+struct snapf_file {
+	int fd;
+	uint8_t *meta;
+	uint64_t size;       /* bytes */
+	uint64_t disk_bytes; /* what it takes on disk (st_blocks) */
+	struct snapf_view v;
+};
+
+/* Open dir/name and check it: dir as for snapf_write; the file a regular
+ * file (no symlink, no FIFO), owned by the effective user, with one link
+ * and no group or other access; its metadata as snapf_parse.  Only a file
+ * kbox itself wrote into its private folder passes (another user's file,
+ * or one a hard link put there, does not).  0 with f filled, or a
+ * negative errno with a line in err and nothing left open. */
+int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *err, size_t errlen);
+
+/* Close what snapf_open opened; safe after a failed snapf_open and twice. */
+void snapf_close(struct snapf_file *f);
+
+#endif

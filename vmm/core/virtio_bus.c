@@ -1,0 +1,188 @@
+#include "vmm/core/virtio_bus.h"
+
+#include <errno.h>
+#include <linux/kvm.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "lib/errbuf.h"
+
+int vbus_init(struct vbus *b, struct vm *vm)
+{
+	memset(b, 0, sizeof *b);
+	b->vm = vm;
+	pthread_mutex_init(&b->lock, NULL);
+	b->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	return b->stop_fd < 0 ? -errno : 0;
+}
+
+/* Edge-triggered through the irqfd: the guest driver reads and acks
+ * InterruptStatus, so lowering the line needs no action. */
+static void slot_irq(struct irq_sink *s, int level)
+{
+	struct vbus_slot *sl = (struct vbus_slot *)((char *)s - offsetof(struct vbus_slot, sink));
+	if (level) {
+		uint64_t one = 1;
+		ssize_t w = write(sl->irqfd, &one, sizeof one);
+		(void)w; /* an eventfd counter cannot overflow at this rate */
+	}
+}
+
+static void slot_read(void *ctx, uint64_t off, uint8_t *data, unsigned len)
+{
+	struct vbus_slot *sl = ctx;
+	pthread_mutex_lock(&sl->bus->lock);
+	vmmio_read(&sl->t, off, data, len);
+	pthread_mutex_unlock(&sl->bus->lock);
+}
+
+static void slot_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
+{
+	struct vbus_slot *sl = ctx;
+	pthread_mutex_lock(&sl->bus->lock);
+	vmmio_write(&sl->t, off, data, len);
+	pthread_mutex_unlock(&sl->bus->lock);
+}
+
+int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *poller,
+	     char *cmdline, size_t cmdlen, char *err, size_t errlen)
+{
+	if (b->n >= VBUS_MAX_DEVS || dev->nr_queues > VBUS_MAX_QUEUES)
+		return eb_fail(err, errlen, -ENOSPC, "too many virtio devices or queues");
+	struct vbus_slot *sl = &b->slot[b->n];
+	memset(sl, 0, sizeof *sl);
+	sl->bus = b;
+	sl->base = VBUS_BASE + b->n * (uint64_t)VMMIO_WINDOW;
+	sl->irq = VBUS_FIRST_IRQ + b->n;
+	sl->nq = dev->nr_queues;
+	sl->irqfd = -1;
+	for (unsigned q = 0; q < VBUS_MAX_QUEUES; q++)
+		sl->qfd[q] = -1;
+	if (poller)
+		sl->poller = *poller;
+	sl->sink.set_level = slot_irq;
+
+	sl->irqfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (sl->irqfd < 0)
+		goto sys;
+	struct kvm_irqfd irqfd = { .fd = (uint32_t)sl->irqfd, .gsi = sl->irq };
+	if (ioctl(b->vm->vm_fd, KVM_IRQFD, &irqfd) < 0)
+		goto sys;
+	for (unsigned q = 0; q < sl->nq; q++) {
+		sl->qfd[q] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (sl->qfd[q] < 0)
+			goto sys;
+		struct kvm_ioeventfd io = {
+			.datamatch = q,
+			.addr = sl->base + VMMIO_QUEUE_NOTIFY,
+			.len = 4,
+			.fd = sl->qfd[q],
+			.flags = KVM_IOEVENTFD_FLAG_DATAMATCH,
+		};
+		if (ioctl(b->vm->vm_fd, KVM_IOEVENTFD, &io) < 0)
+			goto sys;
+	}
+	int rc = vmmio_init(&sl->t, dev, &b->vm->mem, &sl->sink);
+	if (rc < 0)
+		return eb_fail(err, errlen, rc, "virtio-mmio set-up failed: %s", strerror(-rc));
+	struct vm_mmio h = { sl->base, VMMIO_WINDOW, slot_read, slot_write, sl };
+	if ((rc = vm_add_mmio(b->vm, &h)) < 0)
+		return eb_fail(err, errlen, rc, "cannot map the virtio-mmio window: %s",
+			       strerror(-rc));
+	size_t used = strlen(cmdline);
+	int n = snprintf(cmdline + used, cmdlen - used, " virtio_mmio.device=4K@0x%llx:%u",
+			 (unsigned long long)sl->base, sl->irq);
+	if (n < 0 || (size_t)n >= cmdlen - used)
+		return eb_fail(err, errlen, -E2BIG, "kernel command line too long");
+	b->n++;
+	return 0;
+sys:
+	rc = -errno;
+	return eb_fail(err, errlen, rc, "cannot wire a virtio device to KVM: %s", strerror(errno));
+}
+
+static void *vbus_thread(void *arg)
+{
+	struct vbus *b = arg;
+	struct pollfd p[VBUS_MAX_POLL];
+	struct dev_fds { unsigned slot, first, n; } dev_fds[VBUS_MAX_DEVS];
+	for (;;) {
+		unsigned n = 0;
+		p[n++] = (struct pollfd){ .fd = b->stop_fd, .events = POLLIN };
+		for (unsigned s = 0; s < b->n; s++)
+			for (unsigned q = 0; q < b->slot[s].nq; q++)
+				p[n++] = (struct pollfd){ .fd = b->slot[s].qfd[q], .events = POLLIN };
+		unsigned nd = 0;
+		pthread_mutex_lock(&b->lock);
+		for (unsigned s = 0; s < b->n; s++) {
+			struct vbus_poller *pl = &b->slot[s].poller;
+			if (!pl->fds)
+				continue;
+			unsigned k = pl->fds(pl->ctx, p + n, VBUS_MAX_POLL - n);
+			dev_fds[nd++] = (struct dev_fds){ s, n, k };
+			n += k;
+		}
+		pthread_mutex_unlock(&b->lock);
+		if (poll(p, n, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[0].revents)
+			break;
+		unsigned i = 1;
+		pthread_mutex_lock(&b->lock);
+		for (unsigned s = 0; s < b->n; s++)
+			for (unsigned q = 0; q < b->slot[s].nq; q++, i++) {
+				if (!(p[i].revents & POLLIN))
+					continue;
+				uint64_t cnt;
+				if (read(p[i].fd, &cnt, sizeof cnt) == sizeof cnt)
+					vmmio_notify(&b->slot[s].t, q);
+			}
+		for (unsigned d = 0; d < nd; d++) {
+			struct vbus_poller *pl = &b->slot[dev_fds[d].slot].poller;
+			pl->handle(pl->ctx, p + dev_fds[d].first, dev_fds[d].n);
+		}
+		pthread_mutex_unlock(&b->lock);
+	}
+	return NULL;
+}
+
+int vbus_start(struct vbus *b)
+{
+	if (pthread_create(&b->thread, NULL, vbus_thread, b) != 0)
+		return -EAGAIN;
+	b->running = 1;
+	return 0;
+}
+
+void vbus_stop(struct vbus *b)
+{
+	if (!b->running)
+		return;
+	uint64_t one = 1;
+	ssize_t w = write(b->stop_fd, &one, sizeof one);
+	(void)w;
+	pthread_join(b->thread, NULL);
+	b->running = 0;
+}
+
+void vbus_destroy(struct vbus *b)
+{
+	vbus_stop(b);
+	for (unsigned s = 0; s < b->n; s++) {
+		struct vbus_slot *sl = &b->slot[s];
+		for (unsigned q = 0; q < VBUS_MAX_QUEUES; q++)
+			if (sl->qfd[q] >= 0)
+				close(sl->qfd[q]);
+		if (sl->irqfd >= 0)
+			close(sl->irqfd);
+	}
+	if (b->stop_fd >= 0)
+		close(b->stop_fd);
+	pthread_mutex_destroy(&b->lock);
+}

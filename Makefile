@@ -218,8 +218,8 @@ hw-prep: all kernel $(BUILD)/test-guest.bin
 	ln -sf ../initramfs.cpio $(BUILD)/lockdown/initramfs.cpio
 
 
-# e2e-workflow and e2e-agents need the toolchain image (hw-prep builds it
-# when run as root, as in CI; else sudo make toolchain-image) and run as
+# e2e-workflow and e2e-agents need the toolchain image (hw-toolchain builds
+# it when run as root, as in CI, ~6.5 minutes; else sudo make toolchain-image) and run as
 # the ordinary user only (docs/agent.md); make hw-workflow runs just them.
 HW_SUITES := smoke kvm lockdown $(E2E_SUITES:%=e2e-%) e2e-workflow@user e2e-agents@user
 # The toolchain image, built when run as root (cached in root's store).

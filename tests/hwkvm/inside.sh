@@ -32,7 +32,7 @@ e2e-secrets:both:60:tests/e2e/secrets.sh BUILD
 bench-boot:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
 e2e-workflow:both:300:tests/e2e/workflow.sh BUILD
 e2e-agents:both:500:tests/e2e/agents.sh BUILD
-bench-agent:root:600:env EMULATED=tcg AGENTS=claude,codex OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
+bench-agent:root:250:env EMULATED=tcg AGENTS=claude,codex OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
 bench-agent-opencode:root:600:env EMULATED=tcg AGENTS=opencode OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
 cmd:user:0:CMD
 T

@@ -8,9 +8,13 @@ CFLAGS   ?= -O2 -g
 KBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 	-Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing -I. \
 	-MMD -MP
-PKGS     := yaml-0.1 lwip libarchive
-KBOX_CFLAGS += $(shell pkg-config --cflags $(PKGS))
-LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
+PKGS     := yaml-0.1 libarchive
+# lwIP: Debian's source package built with kbox's options (deps/lwip/),
+# cached outside the checkout; every object sees those headers.
+LWIP     := $(BUILD)/lwip
+LWIP_LIB := $(LWIP)/liblwip.a
+KBOX_CFLAGS += -I$(LWIP)/include $(shell pkg-config --cflags $(PKGS))
+LDLIBS   := $(LWIP_LIB) $(shell pkg-config --libs $(PKGS)) -lbearssl -lseccomp -lpthread
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 # Every module source joins kbox and the unit tests; adding a file is enough.
@@ -24,7 +28,7 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 DEB_PACKAGES := build-essential clang pkg-config linux-source-6.1 flex bison bc \
 	libelf-dev libssl-dev cpio busybox-static libyaml-dev check \
-	libbearssl-dev liblwip-dev libseccomp-dev xz-utils patch python3 musl-tools \
+	libbearssl-dev dpkg-dev libseccomp-dev xz-utils patch python3 musl-tools \
 	iproute2 curl git sqlite3 bsdutils libarchive-dev openssl ca-certificates python3-requests debootstrap \
 	qemu-system-x86 kmod e2fsprogs \
 	dosfstools python3-fusepy
@@ -36,11 +40,15 @@ deps:
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEB_PACKAGES)
 
-$(BUILD)/obj/%.o: %.c
+$(LWIP_LIB): deps/lwip/build.sh deps/lwip/lwipopts.h
+	CC="$(CC)" deps/lwip/build.sh $(LWIP)
+
+# An option changes the layout of lwIP's structures: everything rebuilds.
+$(BUILD)/obj/%.o: %.c $(LWIP_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KBOX_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/san/%.o: %.c
+$(BUILD)/san/%.o: %.c $(LWIP_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(KBOX_CFLAGS) -O1 -g $(SAN) -c -o $@ $<
 
@@ -148,7 +156,7 @@ exec-tests:
 
 # The network stack on a TAP device in namespaces of its own, with real
 # clients (curl, git, python3, node) on the "guest" side.
-net-tests:
+net-tests: $(LWIP_LIB)
 	tests/net/run.sh $(BUILD)
 
 # TLS: the kbox CA's certificates against strict verifiers, the
@@ -241,7 +249,7 @@ check: unit fuzz-smoke kvm-tests fuse-tests exec-tests net-tests tls-tests lockd
 # libFuzzer targets; FUZZ_SECONDS bounds each run.
 FUZZ_SECONDS ?= 30
 FUZZ_OBJS := $(LIB_SRCS:%.c=$(BUILD)/fuzzobj/%.o)
-$(BUILD)/fuzzobj/%.o: %.c
+$(BUILD)/fuzzobj/%.o: %.c $(LWIP_LIB)
 	@mkdir -p $(dir $@)
 	$(CLANG) $(KBOX_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -c -o $@ $<
 

@@ -1,7 +1,7 @@
 /* Hidden-name patterns; see fs_hidden.h.
  *
  * Matching is fnmatch(3) with FNM_CASEFOLD, on the name (or path) as given
- * and on its folded form (fsh_fold): what a case-insensitive or
+ * and on its folded form (fs_hidden_fold): what a case-insensitive or
  * dot-dropping host file system would take it for.  Folding only ever
  * hides more. */
 #include "devices/fs_hidden.h"
@@ -16,16 +16,16 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-struct fsh_pat {
+struct fs_hidden_pat {
 	char *pat; /* without the anchoring '/' */
 	/* Components when matched against the path from the root (the
 	 * pattern had a leading '/' or has one inside), else 0. */
 	unsigned ncomp;
-	uint8_t first[32]; /* fsh_first_bytes, for name patterns */
+	uint8_t first[32]; /* fs_hidden_first_bytes, for name patterns */
 };
 
 struct fsh {
-	struct fsh_pat *pats;
+	struct fs_hidden_pat *pats;
 	size_t n;
 	bool any_path; /* some pattern has ncomp > 0 */
 };
@@ -41,7 +41,7 @@ struct fsh {
  * creating such names anywhere. */
 static const struct {
 	const char *utf8, *ascii;
-} fsh_folds[] = {
+} fs_hidden_folds[] = {
 	{ "\xc3\x9f", "ss" },	  /* U+00DF sharp s */
 	{ "\xc4\xb0", "i" },	  /* U+0130 capital I with dot (lowercases to i) */
 	{ "\xc4\xb1", "i" },	  /* U+0131 dotless i (uppercases to I) */
@@ -78,7 +78,7 @@ static const struct {
 
 /* Drops the trailing dots and spaces of the component out[start..*len),
  * unless nothing else is left of it. */
-static void fsh_strip_tail(char *out, size_t start, size_t *len)
+static void fs_hidden_strip_tail(char *out, size_t start, size_t *len)
 {
 	size_t e = *len;
 	while (e > start && (out[e - 1] == '.' || out[e - 1] == ' '))
@@ -93,31 +93,31 @@ static void fsh_strip_tail(char *out, size_t start, size_t *len)
  * trailing dots and spaces dropped (vfat, exFAT and Windows servers drop
  * them, so "secrets.env." opens secrets.env).  ASCII case is left to
  * FNM_CASEFOLD.  Returns whether out differs from in. */
-static bool fsh_fold(const char *in, char *out)
+static bool fs_hidden_fold(const char *in, char *out)
 {
 	size_t o = 0, start = 0;
 
 	for (size_t i = 0; in[i];) {
-		size_t k = ARRAY_SIZE(fsh_folds);
+		size_t k = ARRAY_SIZE(fs_hidden_folds);
 		if ((unsigned char)in[i] >= 0x80)
-			for (k = 0; k < ARRAY_SIZE(fsh_folds); k++)
-				if (strncmp(in + i, fsh_folds[k].utf8,
-					    strlen(fsh_folds[k].utf8)) == 0)
+			for (k = 0; k < ARRAY_SIZE(fs_hidden_folds); k++)
+				if (strncmp(in + i, fs_hidden_folds[k].utf8,
+					    strlen(fs_hidden_folds[k].utf8)) == 0)
 					break;
-		if (k < ARRAY_SIZE(fsh_folds)) {
-			size_t l = strlen(fsh_folds[k].ascii);
-			memcpy(out + o, fsh_folds[k].ascii, l);
+		if (k < ARRAY_SIZE(fs_hidden_folds)) {
+			size_t l = strlen(fs_hidden_folds[k].ascii);
+			memcpy(out + o, fs_hidden_folds[k].ascii, l);
 			o += l;
-			i += strlen(fsh_folds[k].utf8);
+			i += strlen(fs_hidden_folds[k].utf8);
 			continue;
 		}
 		if (in[i] == '/') {
-			fsh_strip_tail(out, start, &o);
+			fs_hidden_strip_tail(out, start, &o);
 			start = o + 1;
 		}
 		out[o++] = in[i++];
 	}
-	fsh_strip_tail(out, start, &o);
+	fs_hidden_strip_tail(out, start, &o);
 	out[o] = '\0';
 	return strcmp(in, out) != 0;
 }
@@ -125,7 +125,7 @@ static bool fsh_fold(const char *in, char *out)
 /* Whether pattern pat matches s, or its folded form f (NULL: the same),
  * whatever the case of ASCII letters: a case-insensitive host serves
  * .ENV as .env, and hiding a harmless .ENV elsewhere costs nothing. */
-static bool fsh_match(const char *pat, const char *s, const char *f, int flags)
+static bool fs_hidden_match(const char *pat, const char *s, const char *f, int flags)
 {
 	flags |= FNM_CASEFOLD;
 	return fnmatch(pat, s, flags) == 0 || (f && fnmatch(pat, f, flags) == 0);
@@ -136,7 +136,7 @@ static bool fsh_match(const char *pat, const char *s, const char *f, int flags)
  * first byte rejects most at once.  A literal character in either case,
  * the members of a plain bracket expression ("[.#]"); anything else
  * (wildcards, ranges, classes, negation, escapes) allows every byte. */
-static void fsh_first_bytes(const char *pat, uint8_t first[32])
+static void fs_hidden_first_bytes(const char *pat, uint8_t first[32])
 {
 	unsigned char c = (unsigned char)pat[0];
 
@@ -163,14 +163,14 @@ static void fsh_first_bytes(const char *pat, uint8_t first[32])
 	memset(first, 0xff, 32);
 }
 
-static bool fsh_may_start(const uint8_t first[32], const char *s)
+static bool fs_hidden_may_start(const uint8_t first[32], const char *s)
 {
 	unsigned char c = (unsigned char)s[0];
 	return first[c >> 3] & (1u << (c & 7));
 }
 
 /* Components of a path from the root ("" has none). */
-static unsigned fsh_depth(const char *path)
+static unsigned fs_hidden_depth(const char *path)
 {
 	unsigned n = path[0] != '\0';
 	for (const char *c = path; *c; c++)
@@ -180,7 +180,7 @@ static unsigned fsh_depth(const char *path)
 
 /* Whether path (k components) matches the first k components of pattern
  * pat (which has more), whatever the ASCII case. */
-static bool fsh_prefix_match(const char *pat, unsigned k, const char *path)
+static bool fs_hidden_prefix_match(const char *pat, unsigned k, const char *path)
 {
 	char pre[PATH_MAX];
 	const char *e = pat;
@@ -201,26 +201,26 @@ static bool fsh_prefix_match(const char *pat, unsigned k, const char *path)
 
 /* See fs_hidden.h.  As for lookups, the folded forms count too: what src
  * matched in either form, dst must match in the same form. */
-bool fsh_moves_hidden(const struct fsh *h, const char *src, const char *dst)
+bool fs_hidden_moves_hidden(const struct fsh *h, const char *src, const char *dst)
 {
 	char fsrc[PATH_MAX + NAME_MAX + 2], fdst[PATH_MAX + NAME_MAX + 2];
-	unsigned ks = fsh_depth(src), kd = fsh_depth(dst);
+	unsigned ks = fs_hidden_depth(src), kd = fs_hidden_depth(dst);
 
-	fsh_fold(src, fsrc);
-	fsh_fold(dst, fdst);
+	fs_hidden_fold(src, fsrc);
+	fs_hidden_fold(dst, fdst);
 	for (size_t i = 0; i < h->n; i++) {
-		const struct fsh_pat *pt = &h->pats[i];
+		const struct fs_hidden_pat *pt = &h->pats[i];
 		if (pt->ncomp <= ks)
 			continue;
-		bool raw = fsh_prefix_match(pt->pat, ks, src);
-		bool folded = fsh_prefix_match(pt->pat, ks, fsrc);
+		bool raw = fs_hidden_prefix_match(pt->pat, ks, src);
+		bool folded = fs_hidden_prefix_match(pt->pat, ks, fsrc);
 		if (!raw && !folded)
 			continue;
 		if (kd != ks)
 			return true;
-		if (raw && !fsh_prefix_match(pt->pat, ks, dst))
+		if (raw && !fs_hidden_prefix_match(pt->pat, ks, dst))
 			return true;
-		if (folded && !fsh_prefix_match(pt->pat, ks, fdst))
+		if (folded && !fs_hidden_prefix_match(pt->pat, ks, fdst))
 			return true;
 	}
 	return false;
@@ -228,7 +228,7 @@ bool fsh_moves_hidden(const struct fsh *h, const char *src, const char *dst)
 
 /* Components of pattern pat when it is matched against paths ('/'
  * separated), 0 for a pattern matched against names alone. */
-static unsigned fsh_components(const char *pat, bool anchored)
+static unsigned fs_hidden_components(const char *pat, bool anchored)
 {
 	if (!anchored && !strchr(pat, '/'))
 		return 0;
@@ -239,9 +239,9 @@ static unsigned fsh_components(const char *pat, bool anchored)
 }
 
 /* Copies pattern pat into slot h->n. */
-static int fsh_add(struct fsh *h, const char *pat)
+static int fs_hidden_add(struct fsh *h, const char *pat)
 {
-	struct fsh_pat *pt = &h->pats[h->n];
+	struct fs_hidden_pat *pt = &h->pats[h->n];
 
 	if (!pat || !pat[0])
 		return -EINVAL;
@@ -253,14 +253,14 @@ static int fsh_add(struct fsh *h, const char *pat)
 	pt->pat = strdup(pat);
 	if (!pt->pat)
 		return -ENOMEM;
-	pt->ncomp = fsh_components(pat, anchored);
-	fsh_first_bytes(pat, pt->first);
+	pt->ncomp = fs_hidden_components(pat, anchored);
+	fs_hidden_first_bytes(pat, pt->first);
 	h->any_path |= pt->ncomp > 0;
 	h->n++;
 	return 0;
 }
 
-int fsh_new(const char *const *a, size_t na, const char *const *b, size_t nb,
+int fs_hidden_new(const char *const *a, size_t na, const char *const *b, size_t nb,
 	    struct fsh **out)
 {
 	if ((na && !a) || (nb && !b) || !out)
@@ -274,9 +274,9 @@ int fsh_new(const char *const *a, size_t na, const char *const *b, size_t nb,
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < na + nb; i++) {
-		int rc = fsh_add(h, i < na ? a[i] : b[i - na]);
+		int rc = fs_hidden_add(h, i < na ? a[i] : b[i - na]);
 		if (rc < 0) {
-			fsh_free(h);
+			fs_hidden_free(h);
 			return rc;
 		}
 	}
@@ -284,7 +284,7 @@ int fsh_new(const char *const *a, size_t na, const char *const *b, size_t nb,
 	return 0;
 }
 
-void fsh_free(struct fsh *h)
+void fs_hidden_free(struct fsh *h)
 {
 	if (!h)
 		return;
@@ -294,12 +294,12 @@ void fsh_free(struct fsh *h)
 	free(h);
 }
 
-bool fsh_needs_path(const struct fsh *h)
+bool fs_hidden_needs_path(const struct fsh *h)
 {
 	return h->any_path;
 }
 
-int fsh_hidden(const struct fsh *h, const char *dirrel, const char *name)
+int fs_hidden_hidden(const struct fsh *h, const char *dirrel, const char *name)
 {
 	char fname[NAME_MAX + 1];
 	char path[PATH_MAX + NAME_MAX + 2], fpath[PATH_MAX + NAME_MAX + 2];
@@ -308,15 +308,15 @@ int fsh_hidden(const struct fsh *h, const char *dirrel, const char *name)
 
 	if (strlen(name) > NAME_MAX)
 		return -ENAMETOOLONG;
-	if (fsh_fold(name, fname))
+	if (fs_hidden_fold(name, fname))
 		fn = fname;
 	for (size_t i = 0; i < h->n; i++) {
-		const struct fsh_pat *pt = &h->pats[i];
+		const struct fs_hidden_pat *pt = &h->pats[i];
 		if (!pt->ncomp) {
-			if (!fsh_may_start(pt->first, name) &&
-			    (!fn || !fsh_may_start(pt->first, fn)))
+			if (!fs_hidden_may_start(pt->first, name) &&
+			    (!fn || !fs_hidden_may_start(pt->first, fn)))
 				continue;
-			if (fsh_match(pt->pat, name, fn, 0))
+			if (fs_hidden_match(pt->pat, name, fn, 0))
 				return 1;
 			continue;
 		}
@@ -327,11 +327,11 @@ int fsh_hidden(const struct fsh *h, const char *dirrel, const char *name)
 			if (path[0])
 				strcat(path, "/");
 			strcat(path, name);
-			if (fsh_fold(path, fpath))
+			if (fs_hidden_fold(path, fpath))
 				fp = fpath;
 			have_path = true;
 		}
-		if (fsh_match(pt->pat, path, fp, FNM_PATHNAME))
+		if (fs_hidden_match(pt->pat, path, fp, FNM_PATHNAME))
 			return 1;
 	}
 	return 0;

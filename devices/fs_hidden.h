@@ -31,22 +31,22 @@ struct fsh;
 /* A set of the na patterns of a followed by the nb of b (either may be
  * NULL when its count is 0).  Returns 0 and *out, -EINVAL for an empty
  * pattern or "/" alone, -ENOMEM. */
-int fsh_new(const char *const *a, size_t na, const char *const *b, size_t nb,
+int fs_hidden_new(const char *const *a, size_t na, const char *const *b, size_t nb,
 	    struct fsh **out);
 
 /* Frees the set.  NULL is a no-op. */
-void fsh_free(struct fsh *h);
+void fs_hidden_free(struct fsh *h);
 
-/* Whether some pattern is matched against paths: then fsh_hidden needs
- * the directory's path, and renames need fsh_moves_hidden. */
-bool fsh_needs_path(const struct fsh *h);
+/* Whether some pattern is matched against paths: then fs_hidden_hidden needs
+ * the directory's path, and renames need fs_hidden_moves_hidden. */
+bool fs_hidden_needs_path(const struct fsh *h);
 
 /* 1 if name (one component) in the directory at dirrel (its path from
  * the mount root, "" for the root, no leading or trailing '/'; may be
- * NULL when !fsh_needs_path) is hidden, 0 if not, -ENAMETOOLONG if name
+ * NULL when !fs_hidden_needs_path) is hidden, 0 if not, -ENAMETOOLONG if name
  * or the path is too long to judge (callers treat any nonzero as
  * hidden). */
-int fsh_hidden(const struct fsh *h, const char *dirrel, const char *name);
+int fs_hidden_hidden(const struct fsh *h, const char *dirrel, const char *name);
 
 /* Whether renaming the directory at src (its path from the root) to dst
  * would take something below it out from under a path pattern: src
@@ -55,6 +55,6 @@ int fsh_hidden(const struct fsh *h, const char *dirrel, const char *name);
  * pattern hides below src would not be hidden below dst.  The check is on
  * patterns, not on what lies below (that may be made later).  Name
  * patterns follow the name and need no such check. */
-bool fsh_moves_hidden(const struct fsh *h, const char *src, const char *dst);
+bool fs_hidden_moves_hidden(const struct fsh *h, const char *src, const char *dst);
 
 #endif

@@ -465,7 +465,7 @@ static int fsp_rename_guard(struct fsp *p, int dfd, const char *name, int ndfd,
 	char src[PATH_MAX + NAME_MAX + 2], dst[PATH_MAX + NAME_MAX + 2];
 	struct stat st;
 
-	if (!fsh_needs_path(p->hid))
+	if (!fs_hidden_needs_path(p->hid))
 		return 0;
 	int rc = fsp_path_of(p, dfd, name, src);
 	if (rc == 0)
@@ -473,11 +473,11 @@ static int fsp_rename_guard(struct fsp *p, int dfd, const char *name, int ndfd,
 	if (rc < 0)
 		return -EACCES;
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    S_ISDIR(st.st_mode) && fsh_moves_hidden(p->hid, src, dst))
+	    S_ISDIR(st.st_mode) && fs_hidden_moves_hidden(p->hid, src, dst))
 		return -EACCES;
 	if ((flags & RENAME_EXCHANGE) &&
 	    fstatat(ndfd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    S_ISDIR(st.st_mode) && fsh_moves_hidden(p->hid, dst, src))
+	    S_ISDIR(st.st_mode) && fs_hidden_moves_hidden(p->hid, dst, src))
 		return -EACCES;
 	return 0;
 }
@@ -1292,7 +1292,7 @@ int fsp_new(const struct fsp_config *cfg, struct fsp **out)
 	else
 		while (FSP_DEFAULT_HIDDEN[nl])
 			nl++;
-	rc = fsh_new(list, nl, cfg->hidden_extra, cfg->n_hidden_extra, &p->hid);
+	rc = fs_hidden_new(list, nl, cfg->hidden_extra, cfg->n_hidden_extra, &p->hid);
 	if (rc < 0)
 		goto fail;
 	p->proc_fd = open("/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -1360,7 +1360,7 @@ void fsp_free(struct fsp *p)
 	}
 	if (p->proc_fd >= 0)
 		close(p->proc_fd);
-	fsh_free(p->hid);
+	fs_hidden_free(p->hid);
 	free(p->root_path);
 	free(p->nodes);
 	free(p->hash);

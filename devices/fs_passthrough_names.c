@@ -51,7 +51,7 @@ int fsp_rel_path(struct fsp *p, int dirfd, char *buf, size_t size)
 	return 0;
 }
 
-/* fsh_hidden for name in directory dirfd, whose path from the root is
+/* fs_hidden_hidden for name in directory dirfd, whose path from the root is
  * dirrel when the caller knows it (else it is read from dirfd when a
  * pattern needs it).  1 hidden, 0 not, <0 unknown (callers treat it as
  * hidden). */
@@ -60,13 +60,13 @@ static int fsp_hidden_at(struct fsp *p, int dirfd, const char *dirrel,
 {
 	char path[PATH_MAX];
 
-	if (!dirrel && fsh_needs_path(p->hid)) {
+	if (!dirrel && fs_hidden_needs_path(p->hid)) {
 		int rc = fsp_rel_path(p, dirfd, path, sizeof path);
 		if (rc < 0)
 			return rc;
 		dirrel = path;
 	}
-	return fsh_hidden(p->hid, dirrel, name);
+	return fs_hidden_hidden(p->hid, dirrel, name);
 }
 
 int fsp_hidden(struct fsp *p, int dirfd, const char *name)

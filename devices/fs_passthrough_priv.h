@@ -87,13 +87,15 @@ struct fsp {
 	char *root_path;
 	size_t root_len;
 	struct fsp_node *nodes; /* nodeid = index + 1; index 0 is the root */
-	uint32_t n_nodes, cap_nodes, free_node;
+	uint32_t n_nodes, free_node;
+	size_t cap_nodes;
 	uint32_t *hash; /* bucket heads, FSP_NONE terminated */
 	uint32_t hash_size, n_live;
 	uint32_t lru_head, lru_tail; /* most and least recently used */
 	uint64_t gen; /* bumped by every reopen walk and fd reservation */
 	struct fsp_handle *fhs; /* fh = index */
-	uint32_t n_fhs, cap_fhs, free_fh;
+	uint32_t n_fhs, free_fh;
+	size_t cap_fhs;
 	unsigned fds, max_fds;
 };
 

@@ -4,6 +4,8 @@
  * handles.  The operations that use them are in fs_passthrough.c. */
 #include "devices/fs_passthrough_priv.h"
 
+#include "lib/grow.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -146,16 +148,11 @@ int64_t fsp_insert(struct fsp *p, const struct stat *st, uint32_t parent,
 		i = p->free_node;
 		p->free_node = p->nodes[i].hnext;
 	} else {
-		if (p->n_nodes == p->cap_nodes) {
-			uint32_t cap = p->cap_nodes ? p->cap_nodes * 2 : 64;
-			struct fsp_node *nn =
-				realloc(p->nodes, sizeof *nn * cap);
-			if (!nn) {
-				free(nm);
-				return -ENOMEM;
-			}
-			p->nodes = nn;
-			p->cap_nodes = cap;
+		/* Indices stay below FSP_NONE. */
+		if (grow_array(&p->nodes, &p->cap_nodes, (size_t)p->n_nodes + 1, sizeof *p->nodes, 64,
+			       FSP_NONE) < 0) {
+			free(nm);
+			return -ENOMEM;
 		}
 		i = p->n_nodes++;
 	}
@@ -437,17 +434,10 @@ int fsp_fh_new(struct fsp *p, int fd, bool dir, uint32_t node, uint64_t *fh)
 		i = p->free_fh;
 		p->free_fh = p->fhs[i].next_free;
 	} else {
-		if (p->n_fhs == p->cap_fhs) {
-			uint32_t cap = p->cap_fhs ? p->cap_fhs * 2 : 16;
-			struct fsp_handle *nh =
-				realloc(p->fhs, sizeof *nh * cap);
-			if (!nh) {
-				close(fd);
-				fsp_unreserve(p);
-				return -ENOMEM;
-			}
-			p->fhs = nh;
-			p->cap_fhs = cap;
+		if (grow_array(&p->fhs, &p->cap_fhs, (size_t)p->n_fhs + 1, sizeof *p->fhs, 16, FSP_NONE) < 0) {
+			close(fd);
+			fsp_unreserve(p);
+			return -ENOMEM;
 		}
 		i = p->n_fhs++;
 	}

@@ -102,7 +102,8 @@ static int do_tx(struct vnet *v)
 			break;
 		}
 		uint32_t flen = c.read_len - VNET_HDR_SIZE;
-		if (hdr[HDR_GSO_TYPE] != GSO_NONE || flen < VNET_ETH_HLEN || flen > VNET_MAX_FRAME) {
+		uint32_t fmax = negotiated(v, VIRTIO_NET_F_MTU) ? VNET_MAX_FRAME : VNET_BASE_FRAME;
+		if (hdr[HDR_GSO_TYPE] != GSO_NONE || flen < VNET_ETH_HLEN || flen > fmax) {
 			v->stats.tx_dropped++;
 		} else {
 			gather(&c, VNET_HDR_SIZE, v->txbuf, flen);
@@ -159,8 +160,9 @@ void vnet_rx_flush(struct vnet *v)
 			break;
 		}
 		uint8_t hdr[VNET_HDR_SIZE] = { 0 };
-		if (q->h.gso_type != GSO_TYPE_NONE) {
-			/* Only queued while rx_tso holds (see enqueue_locked). */
+		if (q->h.flags & GSO_F_NEEDS_CSUM) {
+			/* Only queued while rx_tso (merged frames) or rx_csum
+			 * holds (see vnet_rx_enqueue_gso). */
 			uint16_t f[4] = {htole16(q->h.hdr_len), htole16(q->h.gso_size), htole16(q->h.csum_start),
 					 htole16(q->h.csum_offset)};
 			hdr[HDR_FLAGS] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
@@ -229,7 +231,7 @@ static void enqueue_seg(void *ctx, const struct gso_hdr *h, const uint8_t *frame
 {
 	struct vnet *v = ctx;
 
-	if (enqueue_locked(v, h, frame, (uint32_t)len) < 0)
+	if (len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME) || enqueue_locked(v, h, frame, (uint32_t)len) < 0)
 		v->rx_dropped++;
 }
 
@@ -239,10 +241,22 @@ int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *
 
 	pthread_mutex_lock(&v->rxq_lock);
 	if (h->gso_type == GSO_TYPE_NONE && h->flags == 0) {
-		if (len < VNET_ETH_HLEN || len > VNET_MAX_FRAME)
+		if (len < VNET_ETH_HLEN || len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME))
 			rc = -EMSGSIZE;
 		else
 			rc = enqueue_locked(v, h, frame, (uint32_t)len);
+	} else if (h->gso_type == GSO_TYPE_NONE) {
+		/* One frame whose checksum is left to the guest: whole for a
+		 * driver that took GUEST_CSUM, completed here for another. */
+		if (len < VNET_ETH_HLEN || len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME))
+			rc = -EMSGSIZE;
+		else if (h->flags != GSO_F_NEEDS_CSUM || h->csum_start < VNET_ETH_HLEN || h->csum_start >= len ||
+			 h->csum_offset > len - h->csum_start - 2u)
+			rc = -EINVAL;
+		else if (v->rx_csum)
+			rc = enqueue_locked(v, h, frame, (uint32_t)len);
+		else
+			rc = gso_segment(h, frame, len, v->rx_seg, sizeof v->rx_seg, enqueue_seg, v);
 	} else if (len < VNET_ETH_HLEN || len > VNET_MAX_GSO_FRAME) {
 		rc = -EMSGSIZE;
 	} else if (!v->rx_tso) {
@@ -293,6 +307,8 @@ static void net_activate(struct vq_dev *d)
 
 	pthread_mutex_lock(&v->rxq_lock);
 	v->rx_tso = negotiated(v, VIRTIO_NET_F_GUEST_TSO4) && negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
+	v->rx_mtu = negotiated(v, VIRTIO_NET_F_MTU);
+	v->rx_csum = negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
 	pthread_mutex_unlock(&v->rxq_lock);
 	vnet_rx_flush(v);
 }
@@ -308,6 +324,8 @@ static void net_reset(struct vq_dev *d)
 	v->rxq_n = 0;
 	v->rxq_wr = 0;
 	v->rx_tso = false;
+	v->rx_mtu = false;
+	v->rx_csum = false;
 	pthread_mutex_unlock(&v->rxq_lock);
 }
 

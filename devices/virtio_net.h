@@ -1,5 +1,5 @@
 /* virtio-net device (virtio 1.2 §5.1): one receive and one transmit
- * queue, no control queue.  Features offered: MAC, MTU (1500), STATUS
+ * queue, no control queue.  Features offered: MAC, MTU (65520), STATUS
  * (link always up), CSUM and GUEST_CSUM (checksum offload both ways) and
  * GUEST_TSO4, plus the ring features; VERSION_1 is added by the
  * transport, so every buffer starts with the 12-byte virtio_net_hdr
@@ -49,12 +49,17 @@
 #define VIRTIO_NET_HDR_F_DATA_VALID 2
 
 #define VNET_HDR_SIZE 12
-#define VNET_MTU 1500
+/* The MTU offered (VIRTIO_NET_F_MTU): a TCP segment fills a 64 KiB
+ * frame.  A driver that does not take the feature keeps Ethernet's 1500,
+ * and frames larger than that neither leave nor reach it. */
+#define VNET_MTU 65520
+#define VNET_BASE_MTU 1500
 #define VNET_ETH_HLEN 14
 #define VNET_MAX_FRAME (VNET_ETH_HLEN + VNET_MTU) /* no FCS, no VLAN tag */
+#define VNET_BASE_FRAME (VNET_ETH_HLEN + VNET_BASE_MTU)
 #define VNET_QUEUE_SIZE 256
 #define VNET_RXQ_FRAMES 256 /* frames waiting for guest receive buffers ... */
-#define VNET_RXQ_BYTES (1u << 20) /* ... and their bytes at most */
+#define VNET_RXQ_BYTES (8u << 20) /* ... and their bytes at most (128 of 64 KiB) */
 #define VNET_MAX_GSO_FRAME GSO_FRAME_MAX
 #define VNET_CONFIG_SIZE 12 /* mac, status, max_virtqueue_pairs, mtu */
 
@@ -101,6 +106,8 @@ struct vnet {
 	unsigned rxq_head, rxq_n;
 	uint32_t rxq_wr;      /* where the next frame's bytes go */
 	bool rx_tso;          /* the driver took GUEST_TSO4 and GUEST_CSUM */
+	bool rx_mtu;          /* the driver took MTU: frames up to VNET_MAX_FRAME */
+	bool rx_csum;         /* the driver took GUEST_CSUM: NEEDS_CSUM frames reach it whole */
 	uint8_t rx_seg[VNET_MAX_FRAME]; /* one segment cut from a merged frame */
 	uint64_t rx_dropped;
 	uint8_t txbuf[VNET_MAX_FRAME];
@@ -115,15 +122,18 @@ int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be
 /* Free what vnet_init took; v is unusable afterwards. */
 void vnet_destroy(struct vnet *v);
 
-/* Queue one frame (VNET_ETH_HLEN to VNET_MAX_FRAME bytes, copied) for the
+/* Queue one frame (VNET_ETH_HLEN to VNET_MAX_FRAME bytes, or to
+ * VNET_BASE_FRAME for a driver that did not take MTU; copied) for the
  * guest.  Safe from any thread and with any lock held except rxq_lock.
  * Returns 0, -EMSGSIZE for a bad length or -ENOBUFS when the queue is
  * full (both counted as rx_dropped). */
 int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len);
 
 /* vnet_rx_enqueue for a frame described by *h (lib/gso.h): a plain
- * one (zero header), or a merged TCPv4 frame of up to VNET_MAX_GSO_FRAME
- * bytes, queued whole for a driver with GUEST_TSO4 and as its segments
+ * one (zero header); one whose checksum is partial (NEEDS_CSUM, no GSO),
+ * queued whole for a driver with GUEST_CSUM and completed first for
+ * another; or a merged TCPv4 frame of up to VNET_MAX_GSO_FRAME bytes,
+ * queued whole for a driver with GUEST_TSO4 and as its segments
  * otherwise.  Also -EINVAL (counted) for a header gso_segment refuses. */
 int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *frame, size_t len);
 

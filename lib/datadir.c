@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int dd_path(const char *override, const char *name, char *buf, size_t len)
+int datadir_path(const char *override, const char *name, char *buf, size_t len)
 {
 	const char *v = override ? getenv(override) : NULL;
 	int n;
@@ -24,7 +24,7 @@ int dd_path(const char *override, const char *name, char *buf, size_t len)
 	return 0;
 }
 
-int dd_mkdirs(const char *dir)
+int datadir_mkdirs(const char *dir)
 {
 	char p[PATH_MAX];
 	size_t n = strlen(dir);

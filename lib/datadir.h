@@ -10,10 +10,10 @@
  * $HOME/.local/share/kbox/NAME if $HOME is (override NULL: no variable;
  * NAME "" gives the folder itself).  Returns 0, -ENOENT when none
  * applies, or -ENAMETOOLONG. */
-int dd_path(const char *override, const char *name, char *buf, size_t len);
+int datadir_path(const char *override, const char *name, char *buf, size_t len);
 
 /* mkdir -p of dir (absolute or relative), new components mode 0700: what
  * these folders hold is the user's alone.  0 or a negative errno. */
-int dd_mkdirs(const char *dir);
+int datadir_mkdirs(const char *dir);
 
 #endif

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,15 +29,29 @@ int fio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len,
 		rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
 	else if (st->st_size > (off_t)max)
 		rc = -EFBIG;
-	/* One byte more than allowed, to notice a file that grew. */
-	char *b = rc ? NULL : malloc(max + 2);
+	/* Sized from the file, one byte more to notice one that grew (then
+	 * up to max, and one byte more again). */
+	size_t cap = rc ? 0 : (size_t)st->st_size < max ? (size_t)st->st_size : max;
+	char *b = rc ? NULL : malloc(cap + 2);
 	if (!rc && !b)
 		rc = -ENOMEM;
 	size_t n = 0;
 	if (!rc)
 		*stage = "read";
 	while (!rc && n <= max) {
-		ssize_t r = read(fd, b + n, max + 1 - n);
+		if (n > cap) {
+			char *g = malloc(max + 2);
+			if (!g) {
+				rc = -ENOMEM;
+				break;
+			}
+			memcpy(g, b, n);
+			explicit_bzero(b, cap + 2);
+			free(b);
+			b = g;
+			cap = max;
+		}
+		ssize_t r = read(fd, b + n, cap + 1 - n);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
@@ -50,7 +66,7 @@ int fio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len,
 	close(fd);
 	if (rc) {
 		if (b)
-			explicit_bzero(b, max + 2);
+			explicit_bzero(b, cap + 2);
 		free(b);
 		return rc;
 	}
@@ -72,5 +88,63 @@ int fio_write_all(int fd, const void *buf, size_t n)
 		p += w;
 		n -= (size_t)w;
 	}
+	return 0;
+}
+
+/* The folder path lies in, relative to dirfd, fsync'd. */
+static void sync_parent(int dirfd, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[PATH_MAX];
+	if (!slash)
+		snprintf(dir, sizeof dir, ".");
+	else if (slash == path)
+		snprintf(dir, sizeof dir, "/");
+	else if ((size_t)(slash - path) < sizeof dir)
+		snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+	else
+		return;
+	int fd = openat(dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	(void)fsync(fd);
+	close(fd);
+}
+
+int fio_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf, size_t n,
+		     mode_t mode)
+{
+	char own[PATH_MAX];
+	if (!tmp) {
+		if (snprintf(own, sizeof own, "%s.tmp", path) >= (int)sizeof own)
+			return -ENAMETOOLONG;
+		tmp = own;
+	}
+	/* Created afresh, so that a hard link planted there is not written
+	 * through; a symlink there is refused (someone put it there). */
+	const int oflags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = openat(dirfd, tmp, oflags, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		struct stat st;
+		if (fstatat(dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+			return -ELOOP;
+		if (unlinkat(dirfd, tmp, 0) < 0)
+			return -errno;
+		fd = openat(dirfd, tmp, oflags, 0600);
+	}
+	if (fd < 0)
+		return -errno;
+	int rc = fio_write_all(fd, buf, n);
+	if (!rc && (fchmod(fd, mode) < 0 || fsync(fd) < 0))
+		rc = -errno;
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	if (!rc && renameat(dirfd, tmp, dirfd, path) < 0)
+		rc = -errno;
+	if (rc) {
+		unlinkat(dirfd, tmp, 0);
+		return rc;
+	}
+	sync_parent(dirfd, path);
 	return 0;
 }

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 
 /* Read the regular file at path, at most max bytes, into a malloc'd
- * NUL-terminated *buf of *len bytes (the block is max + 2 bytes long; wipe
- * *len + 1 of them if they matter).  The file is opened O_RDONLY |
+ * NUL-terminated *buf of *len bytes (the block is sized from the file, at
+ * most max + 2 bytes; wipe *len + 1 of them if they matter).  The file is opened O_RDONLY |
  * O_CLOEXEC | oflags: O_NONBLOCK refuses a FIFO in the file's place
  * instead of waiting on it, O_NOFOLLOW a symlink.  st, when not NULL, gets
  * the file's attributes; *stage, when stage is not NULL, the step reached:
@@ -24,5 +24,19 @@ int fio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len,
 /* Write the n bytes at buf to fd whole, again after EINTR and short
  * writes.  0, write's negative errno, or -EIO when it wrote nothing. */
 int fio_write_all(int fd, const void *buf, size_t n);
+
+/* Replace the file at path (relative to the folder dirfd, or AT_FDCWD)
+ * with the n bytes at buf so that a crash leaves the old content or the
+ * new one, never a part: they go to the temporary file tmp (relative to
+ * dirfd too, in the same file system; NULL: path with ".tmp" appended),
+ * created afresh (a file left there is removed first; a symlink there is
+ * -ELOOP, never followed) with exactly mode whatever the umask, fsync'd
+ * and renamed
+ * over path; then path's folder is fsync'd, at best effort (the new
+ * content is in place either way).  0 or a negative errno (-ENAMETOOLONG
+ * when path with ".tmp" does not fit PATH_MAX); on failure tmp is gone
+ * and path untouched. */
+int fio_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf, size_t n,
+		     mode_t mode);
 
 #endif

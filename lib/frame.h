@@ -40,7 +40,7 @@ static inline void fr_put32(uint8_t *b, uint32_t v)
 }
 
 #define FR_ETH_HLEN 14u
-#define FR_MTU 1500u                            /* largest IPv4 packet either side sends */
+#define FR_MTU 65520u                           /* largest IPv4 packet either side sends (virtio-net's MTU) */
 #define FR_FRAME_MAX (FR_ETH_HLEN + FR_MTU)     /* no VLAN tags, no FCS */
 #define FR_ETH_IPV4 0x0800u
 #define FR_ETH_ARP 0x0806u

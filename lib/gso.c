@@ -8,8 +8,8 @@
 
 void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx)
 {
-	if (max < FR_FRAME_MAX)
-		max = FR_FRAME_MAX;
+	if (max < GSO_MIN_BOUND)
+		max = GSO_MIN_BOUND;
 	if (max > GSO_FRAME_MAX)
 		max = GSO_FRAME_MAX;
 	g->emit = emit;
@@ -40,12 +40,12 @@ static size_t candidate(const uint8_t *f, size_t len)
 }
 
 /* Whether segment f (headers hlen) continues the pending frame. */
-static int continues(const struct gso *g, const uint8_t *f, size_t len, size_t hlen)
+static int continues(const struct gso *g, const uint8_t *f, size_t len, size_t hlen, int partial)
 {
 	const uint8_t *p = g->buf;
 	size_t plen = len - hlen;
 
-	if (g->len == 0 || hlen != g->hlen || plen > g->mss || g->len + plen > g->max)
+	if (g->len == 0 || hlen != g->hlen || plen > g->mss || g->len + plen > g->max || partial != g->partial)
 		return 0;
 	/* Only the last segment may be short or pushed. */
 	if (g->len - g->hlen != (size_t)g->segs * g->mss || (p[TCP_OFF + 13] & FR_TCP_PSH))
@@ -61,12 +61,34 @@ static int continues(const struct gso *g, const uint8_t *f, size_t len, size_t h
 	       memcmp(f + TCP_OFF + 18, p + TCP_OFF + 18, hlen - TCP_OFF - 18) == 0;
 }
 
-static void emit_plain(struct gso *g, const uint8_t *f, size_t len)
+/* A frame that leaves alone: unchanged, with a zero header or, when its
+ * TCP checksum is partial, with NEEDS_CSUM for the peer to complete. */
+static void emit_plain(struct gso *g, const uint8_t *f, size_t len, int partial)
 {
 	struct gso_hdr h;
 
 	memset(&h, 0, sizeof h);
+	if (partial) {
+		h.flags = GSO_F_NEEDS_CSUM;
+		h.csum_start = TCP_OFF;
+		h.csum_offset = 16;
+	}
 	g->emit(g->ctx, &h, f, len);
+}
+
+int gso_tcp_partial(uint8_t *f, size_t len)
+{
+	uint8_t ph[12];
+
+	if (len < TCP_OFF + 20 || fr_get16(f + 12) != FR_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FR_IP_TCP ||
+	    fr_get16(f + IP_OFF + 2) != len - FR_ETH_HLEN)
+		return -EINVAL;
+	memcpy(ph, f + IP_OFF + 12, 8);
+	ph[8] = 0;
+	ph[9] = FR_IP_TCP;
+	fr_put16(ph + 10, (uint16_t)(len - TCP_OFF));
+	fr_put16(f + TCP_OFF + 16, (uint16_t)~fr_csum(ph, sizeof ph, 0));
+	return 0;
 }
 
 void gso_flush(struct gso *g)
@@ -79,7 +101,7 @@ void gso_flush(struct gso *g)
 		return;
 	if (g->segs == 1) {
 		/* Unchanged, checksums and all. */
-		emit_plain(g, p, g->len);
+		emit_plain(g, p, g->len, g->partial);
 		g->len = 0;
 		return;
 	}
@@ -103,11 +125,11 @@ void gso_flush(struct gso *g)
 	g->len = 0;
 }
 
-void gso_add(struct gso *g, const uint8_t *f, size_t len)
+static void add(struct gso *g, const uint8_t *f, size_t len, int partial)
 {
 	size_t hlen = candidate(f, len);
 
-	if (hlen && continues(g, f, len, hlen)) {
+	if (hlen && continues(g, f, len, hlen, partial)) {
 		memcpy(g->buf + g->len, f + hlen, len - hlen);
 		g->len += len - hlen;
 		g->buf[TCP_OFF + 13] = f[TCP_OFF + 13];
@@ -117,15 +139,26 @@ void gso_add(struct gso *g, const uint8_t *f, size_t len)
 	}
 	gso_flush(g);
 	if (!hlen) {
-		emit_plain(g, f, len);
+		emit_plain(g, f, len, partial);
 		return;
 	}
 	memcpy(g->buf, f, len);
+	g->partial = partial;
 	g->len = len;
 	g->hlen = hlen;
 	g->mss = len - hlen;
 	g->segs = 1;
 	g->next_seq = fr_get32(f + TCP_OFF + 4) + (uint32_t)g->mss;
+}
+
+void gso_add(struct gso *g, const uint8_t *f, size_t len)
+{
+	add(g, f, len, 0);
+}
+
+void gso_add_partial(struct gso *g, const uint8_t *f, size_t len)
+{
+	add(g, f, len, 1);
 }
 
 int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *out, size_t cap, gso_emit_fn emit,
@@ -139,6 +172,18 @@ int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *
 
 	if (h->gso_type == GSO_TYPE_NONE && h->flags == 0) {
 		emit(ctx, &none, f, len);
+		return 0;
+	}
+	if (h->gso_type == GSO_TYPE_NONE && h->flags == GSO_F_NEEDS_CSUM) {
+		/* One frame: the checksum from csum_start to the end, stored
+		 * at csum_offset over the partial sum already there. */
+		size_t at = (size_t)h->csum_start + h->csum_offset;
+
+		if (h->csum_start < FR_ETH_HLEN || h->csum_start >= len || at + 2 > len || len > cap)
+			return -EINVAL;
+		memcpy(out, f, len);
+		fr_put16(out + at, fr_csum(out + h->csum_start, len - h->csum_start, 0));
+		emit(ctx, &none, out, len);
 		return 0;
 	}
 	if (h->gso_type != GSO_TYPE_TCPV4 || h->flags != GSO_F_NEEDS_CSUM || h->csum_start != TCP_OFF ||

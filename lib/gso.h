@@ -37,6 +37,7 @@
 #define GSO_TYPE_TCPV4 1u
 #define GSO_IP_MAX 65535u                       /* IPv4 total length */
 #define GSO_FRAME_MAX (FR_ETH_HLEN + GSO_IP_MAX) /* largest merged frame */
+#define GSO_MIN_BOUND (FR_ETH_HLEN + 1500u)      /* the smallest bound: an Ethernet frame */
 
 /* virtio_net_hdr (virtio 1.2 §5.1.6) without num_buffers, in host byte
  * order: the layout a TAP device with IFF_VNET_HDR reads and writes on a
@@ -63,11 +64,13 @@ struct gso {
 	size_t mss;       /* payload of the first segment */
 	unsigned segs;    /* segments merged */
 	uint32_t next_seq;
+	int partial;      /* the pending frame's TCP checksum is the pseudo-header's sum only */
 	uint8_t buf[GSO_FRAME_MAX];
 };
 
-/* Start empty; emitted frames are at most max bytes (clamped to
- * FR_FRAME_MAX..GSO_FRAME_MAX). */
+/* Start empty; merged frames are at most max bytes (clamped to
+ * GSO_MIN_BOUND..GSO_FRAME_MAX); a frame offered larger than max leaves
+ * alone. */
 void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx);
 
 /* Offer frame f[0, len) (copied; len at most FR_FRAME_MAX, longer frames
@@ -75,14 +78,28 @@ void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx);
  * itself, or emitted after what was pending. */
 void gso_add(struct gso *g, const uint8_t *f, size_t len);
 
+/* gso_add for a frame whose TCP checksum is left to the peer: f is an
+ * IPv4 TCP segment (no IP options) whose checksum field holds only the
+ * pseudo-header's sum (gso_tcp_partial), as a sender that leaves
+ * checksums to the hardware writes it.  It merges as gso_add's frames do
+ * and leaves with NEEDS_CSUM (csum_start 34, csum_offset 16), merged or
+ * alone; frames of the two kinds never merge with each other. */
+void gso_add_partial(struct gso *g, const uint8_t *f, size_t len);
+
+/* Put the pseudo-header's sum into the TCP checksum field of f[0, len)
+ * (an IPv4 TCP frame without IP options): 0, or -EINVAL when f is not
+ * one. */
+int gso_tcp_partial(uint8_t *f, size_t len);
+
 /* Emit what is pending, if anything. */
 void gso_flush(struct gso *g);
 
 /* What the peer does with a frame from gso_flush: cut frame f[0, len)
- * described by *h (as emitted: TCPV4 with NEEDS_CSUM, or a plain frame
- * with a zero header, passed on unchanged) into the segments it was made
- * of, each built in out[0, cap) with its checksums and given to emit
- * with a zero header.  For a link whose peer cannot take merged frames.
+ * described by *h (as emitted: TCPV4 with NEEDS_CSUM; a lone NEEDS_CSUM
+ * frame, whose checksum it completes in out; or a plain frame with a
+ * zero header, passed on unchanged) into the segments it was made of,
+ * each built in out[0, cap) with its checksums and given to emit with a
+ * zero header.  For a link whose peer cannot take merged frames.
  * 0, or -EINVAL when *h and the frame do not describe such a frame or a
  * segment would not fit cap (nothing emitted then). */
 int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *out, size_t cap, gso_emit_fn emit,

@@ -1,5 +1,5 @@
 /* Saved state as bytes: a growable little-endian writer and a bounded
- * reader, shared by the snapshot file (vmm/snapshot_file.c) and the
+ * reader, shared by the snapshot file (vmm/core/snapshot_file.c) and the
  * devices that save their own state into it.  Both latch their first
  * error, so a caller may chain puts or gets and check once at the end. */
 #ifndef KBOX_LIB_STATEBUF_H

@@ -10,9 +10,11 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "lib/errbuf.h"
 #include "lib/fileio.h"
+#include "lib/grow.h"
 
-void yt_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
+void yamltree_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < len && i < max; i++) {
@@ -31,7 +33,7 @@ void yt_show(char *out, size_t outlen, const char *s, size_t len, size_t max)
 	out[o] = '\0';
 }
 
-int yt_verr(char *err, size_t errlen, const char *name, unsigned line, unsigned col,
+int yamltree_verr(char *err, size_t errlen, const char *name, unsigned line, unsigned col,
 	    const char *fmt, va_list ap)
 {
 	if (!err || !errlen)
@@ -43,27 +45,25 @@ int yt_verr(char *err, size_t errlen, const char *name, unsigned line, unsigned 
 	return -EINVAL;
 }
 
-int yt_err(char *err, size_t errlen, const char *name, unsigned line, unsigned col,
+int yamltree_err(char *err, size_t errlen, const char *name, unsigned line, unsigned col,
 	   const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int rc = yt_verr(err, errlen, name, line, col, fmt, ap);
+	int rc = yamltree_verr(err, errlen, name, line, col, fmt, ap);
 	va_end(ap);
 	return rc;
 }
 
-int yt_nomem(char *err, size_t errlen, const char *name)
+int yamltree_nomem(char *err, size_t errlen, const char *name)
 {
-	if (err && errlen)
-		snprintf(err, errlen, "%s: out of memory while loading; free some memory and retry",
-			 name);
-	return -ENOMEM;
+	return eb_fail(err, errlen, -ENOMEM,
+		       "%s: out of memory while loading; free some memory and retry", name);
 }
 
 /* ---- the tree ---------------------------------------------------------- */
 
-static void yt_wipe_free(char *p, size_t len)
+static void yamltree_wipe_free(char *p, size_t len)
 {
 	if (p) {
 		explicit_bzero(p, len);
@@ -71,110 +71,104 @@ static void yt_wipe_free(char *p, size_t len)
 	}
 }
 
-void yt_free(struct yt_node *n)
+void yamltree_free(struct yamltree_node *n)
 {
 	if (!n)
 		return;
-	/* Recursion depth is bounded by YT_DEPTH_MAX. */
+	/* Recursion depth is bounded by YAMLTREE_DEPTH_MAX. */
 	for (size_t i = 0; i < n->n; i++)
-		yt_free(n->kids[i]);
+		yamltree_free(n->kids[i]);
 	free(n->kids);
-	yt_wipe_free(n->str, n->len);
-	yt_wipe_free(n->raw, n->rawlen);
+	yamltree_wipe_free(n->str, n->len);
+	yamltree_wipe_free(n->raw, n->rawlen);
 	free(n);
 }
 
-struct yt_builder {
-	const struct yt_rules *rules;
+struct yamltree_builder {
+	const struct yamltree_rules *rules;
 	const char *name;
 	char *err;
 	size_t errlen;
-	struct yt_node *root;
-	struct yt_node *open[YT_DEPTH_MAX]; /* containers not yet ended */
+	struct yamltree_node *root;
+	struct yamltree_node *open[YAMLTREE_DEPTH_MAX]; /* containers not yet ended */
 	unsigned depth, max_depth;
 	unsigned docs, nodes;
 };
 
-static int yt_attach(struct yt_node *parent, struct yt_node *kid)
+static int yamltree_attach(struct yamltree_node *parent, struct yamltree_node *kid)
 {
-	if (parent->n == parent->cap) {
-		size_t cap = parent->cap ? parent->cap * 2 : 4;
-		struct yt_node **k = realloc(parent->kids, cap * sizeof *k);
-		if (!k)
-			return -ENOMEM;
-		parent->kids = k;
-		parent->cap = cap;
-	}
+	if (grow_array(&parent->kids, &parent->cap, parent->n + 1, sizeof *parent->kids, 4, 0) < 0)
+		return -ENOMEM;
 	parent->kids[parent->n++] = kid;
 	return 0;
 }
 
-static int yt_refuse_decoration(struct yt_builder *b, unsigned line, unsigned col,
+static int yamltree_refuse_decoration(struct yamltree_builder *b, unsigned line, unsigned col,
 				const yaml_char_t *anchor, const yaml_char_t *tag)
 {
-	char show[YT_SHOW_BUF];
+	char show[YAMLTREE_SHOW_BUF];
 	if (anchor) {
-		yt_show(show, sizeof show, (const char *)anchor, strlen((const char *)anchor),
-			YT_SHOW_MAX);
-		return yt_err(b->err, b->errlen, b->name, line, col,
+		yamltree_show(show, sizeof show, (const char *)anchor, strlen((const char *)anchor),
+			YAMLTREE_SHOW_MAX);
+		return yamltree_err(b->err, b->errlen, b->name, line, col,
 			      "anchor '&%s' is not allowed; expected plain values (anchors and "
 			      "aliases are refused)",
 			      show);
 	}
 	if (tag) {
-		yt_show(show, sizeof show, (const char *)tag, strlen((const char *)tag),
-			YT_SHOW_MAX);
-		return yt_err(b->err, b->errlen, b->name, line, col,
+		yamltree_show(show, sizeof show, (const char *)tag, strlen((const char *)tag),
+			YAMLTREE_SHOW_MAX);
+		return yamltree_err(b->err, b->errlen, b->name, line, col,
 			      "tag '%s' is not allowed; expected an untagged value", show);
 	}
 	return 0;
 }
 
-static int yt_alias(struct yt_builder *b, unsigned line, unsigned col, const yaml_char_t *anchor)
+static int yamltree_alias(struct yamltree_builder *b, unsigned line, unsigned col, const yaml_char_t *anchor)
 {
-	char show[YT_SHOW_BUF];
+	char show[YAMLTREE_SHOW_BUF];
 	if (b->rules->secret)
-		return yt_err(b->err, b->errlen, b->name, line, col,
+		return yamltree_err(b->err, b->errlen, b->name, line, col,
 			      "an alias is not allowed; expected plain values (anchors and "
 			      "aliases are refused)");
-	yt_show(show, sizeof show, (const char *)anchor, strlen((const char *)anchor),
-		YT_SHOW_MAX);
-	return yt_err(b->err, b->errlen, b->name, line, col,
+	yamltree_show(show, sizeof show, (const char *)anchor, strlen((const char *)anchor),
+		YAMLTREE_SHOW_MAX);
+	return yamltree_err(b->err, b->errlen, b->name, line, col,
 		      "alias '*%s' is not allowed; expected plain values (anchors and aliases "
 		      "are refused)",
 		      show);
 }
 
-static int yt_event(struct yt_builder *b, const yaml_event_t *ev)
+static int yamltree_event(struct yamltree_builder *b, const yaml_event_t *ev)
 {
 	unsigned line = (unsigned)ev->start_mark.line + 1;
 	unsigned col = (unsigned)ev->start_mark.column + 1;
-	enum yt_kind kind;
+	enum yamltree_kind kind;
 	int rc;
 
 	switch (ev->type) {
 	case YAML_DOCUMENT_START_EVENT:
 		if (++b->docs > 1)
-			return yt_err(b->err, b->errlen, b->name, line, col,
+			return yamltree_err(b->err, b->errlen, b->name, line, col,
 				      "a second YAML document starts here; expected one document "
 				      "(remove the extra '---')");
 		return 0;
 	case YAML_ALIAS_EVENT:
-		return yt_alias(b, line, col, ev->data.alias.anchor);
+		return yamltree_alias(b, line, col, ev->data.alias.anchor);
 	case YAML_SCALAR_EVENT:
-		rc = yt_refuse_decoration(b, line, col, ev->data.scalar.anchor,
+		rc = yamltree_refuse_decoration(b, line, col, ev->data.scalar.anchor,
 					  ev->data.scalar.tag);
-		kind = YT_SCALAR;
+		kind = YAMLTREE_SCALAR;
 		break;
 	case YAML_SEQUENCE_START_EVENT:
-		rc = yt_refuse_decoration(b, line, col, ev->data.sequence_start.anchor,
+		rc = yamltree_refuse_decoration(b, line, col, ev->data.sequence_start.anchor,
 					  ev->data.sequence_start.tag);
-		kind = YT_SEQ;
+		kind = YAMLTREE_SEQ;
 		break;
 	case YAML_MAPPING_START_EVENT:
-		rc = yt_refuse_decoration(b, line, col, ev->data.mapping_start.anchor,
+		rc = yamltree_refuse_decoration(b, line, col, ev->data.mapping_start.anchor,
 					  ev->data.mapping_start.tag);
-		kind = YT_MAP;
+		kind = YAMLTREE_MAP;
 		break;
 	case YAML_SEQUENCE_END_EVENT:
 	case YAML_MAPPING_END_EVENT:
@@ -187,27 +181,27 @@ static int yt_event(struct yt_builder *b, const yaml_event_t *ev)
 	if (rc)
 		return rc;
 	if (b->nodes >= b->rules->max_nodes)
-		return yt_err(b->err, b->errlen, b->name, line, col,
+		return yamltree_err(b->err, b->errlen, b->name, line, col,
 			      "more than %u values in the file; expected a smaller %s",
 			      b->rules->max_nodes, b->rules->smaller);
-	if (kind != YT_SCALAR && b->depth >= b->max_depth)
-		return yt_err(b->err, b->errlen, b->name, line, col,
+	if (kind != YAMLTREE_SCALAR && b->depth >= b->max_depth)
+		return yamltree_err(b->err, b->errlen, b->name, line, col,
 			      "nesting deeper than %u levels; expected a flatter structure",
 			      b->max_depth);
 
-	struct yt_node *n = calloc(1, sizeof *n);
+	struct yamltree_node *n = calloc(1, sizeof *n);
 	if (!n)
-		return yt_nomem(b->err, b->errlen, b->name);
+		return yamltree_nomem(b->err, b->errlen, b->name);
 	n->kind = kind;
 	n->line = line;
 	n->col = col;
-	if (kind == YT_SCALAR) {
+	if (kind == YAMLTREE_SCALAR) {
 		n->len = ev->data.scalar.length;
 		n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
 		n->str = malloc(n->len + 1);
 		if (!n->str) {
 			free(n);
-			return yt_nomem(b->err, b->errlen, b->name);
+			return yamltree_nomem(b->err, b->errlen, b->name);
 		}
 		if (n->len)
 			memcpy(n->str, ev->data.scalar.value, n->len);
@@ -215,12 +209,12 @@ static int yt_event(struct yt_builder *b, const yaml_event_t *ev)
 	}
 	if (b->depth == 0) {
 		b->root = n; /* one document, so one root */
-	} else if (yt_attach(b->open[b->depth - 1], n)) {
-		yt_free(n);
-		return yt_nomem(b->err, b->errlen, b->name);
+	} else if (yamltree_attach(b->open[b->depth - 1], n)) {
+		yamltree_free(n);
+		return yamltree_nomem(b->err, b->errlen, b->name);
 	}
 	b->nodes++;
-	if (kind != YT_SCALAR)
+	if (kind != YAMLTREE_SCALAR)
 		b->open[b->depth++] = n;
 	return 0;
 }
@@ -229,13 +223,13 @@ static int yt_event(struct yt_builder *b, const yaml_event_t *ev)
  * characters) carry only a byte offset, so line and column are counted
  * from the buffer.  The text around the problem is never quoted: it may be
  * a value. */
-static int yt_syntax_err(struct yt_builder *b, const yaml_parser_t *p, const char *buf,
+static int yamltree_syntax_err(struct yamltree_builder *b, const yaml_parser_t *p, const char *buf,
 			 size_t len)
 {
 	const char *problem = p->problem ? p->problem : "unknown error";
 
 	if (p->error == YAML_MEMORY_ERROR)
-		return yt_nomem(b->err, b->errlen, b->name);
+		return yamltree_nomem(b->err, b->errlen, b->name);
 	if (p->error == YAML_READER_ERROR) {
 		size_t off = p->problem_offset < len ? p->problem_offset : len;
 		unsigned line = 1, col = 1;
@@ -248,35 +242,35 @@ static int yt_syntax_err(struct yt_builder *b, const yaml_parser_t *p, const cha
 			}
 		}
 		if (p->problem_value >= 0 && !b->rules->secret)
-			return yt_err(b->err, b->errlen, b->name, line, col,
+			return yamltree_err(b->err, b->errlen, b->name, line, col,
 				      "invalid text: %s (0x%x); expected UTF-8 text without "
 				      "control characters",
 				      problem, (unsigned)p->problem_value);
-		return yt_err(b->err, b->errlen, b->name, line, col,
+		return yamltree_err(b->err, b->errlen, b->name, line, col,
 			      "invalid text: %s; expected UTF-8 text without control characters",
 			      problem);
 	}
 	unsigned line = (unsigned)p->problem_mark.line + 1;
 	unsigned col = (unsigned)p->problem_mark.column + 1;
 	if (p->context)
-		return yt_err(b->err, b->errlen, b->name, line, col,
+		return yamltree_err(b->err, b->errlen, b->name, line, col,
 			      "invalid YAML: %s (%s at line %u, column %u); expected valid YAML "
 			      "syntax",
 			      problem, p->context, (unsigned)p->context_mark.line + 1,
 			      (unsigned)p->context_mark.column + 1);
-	return yt_err(b->err, b->errlen, b->name, line, col,
+	return yamltree_err(b->err, b->errlen, b->name, line, col,
 		      "invalid YAML: %s; expected valid YAML syntax", problem);
 }
 
-int yt_parse(const char *buf, size_t len, const struct yt_rules *rules, const char *name,
-	     char *err, size_t errlen, struct yt_node **root)
+int yamltree_parse(const char *buf, size_t len, const struct yamltree_rules *rules, const char *name,
+	     char *err, size_t errlen, struct yamltree_node **root)
 {
-	struct yt_builder b = {
+	struct yamltree_builder b = {
 		.rules = rules,
 		.name = name,
 		.err = err,
 		.errlen = errlen,
-		.max_depth = rules->max_depth < YT_DEPTH_MAX ? rules->max_depth : YT_DEPTH_MAX,
+		.max_depth = rules->max_depth < YAMLTREE_DEPTH_MAX ? rules->max_depth : YAMLTREE_DEPTH_MAX,
 	};
 	yaml_parser_t p;
 	int rc = 0;
@@ -284,16 +278,16 @@ int yt_parse(const char *buf, size_t len, const struct yt_rules *rules, const ch
 
 	*root = NULL;
 	if (!yaml_parser_initialize(&p))
-		return yt_nomem(err, errlen, name);
+		return yamltree_nomem(err, errlen, name);
 	yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
 	yaml_parser_set_encoding(&p, YAML_UTF8_ENCODING);
 	while (!done && !rc) {
 		yaml_event_t ev;
 		if (!yaml_parser_parse(&p, &ev)) {
-			rc = yt_syntax_err(&b, &p, buf, len);
+			rc = yamltree_syntax_err(&b, &p, buf, len);
 			break;
 		}
-		rc = yt_event(&b, &ev);
+		rc = yamltree_event(&b, &ev);
 		done = ev.type == YAML_STREAM_END_EVENT;
 		yaml_event_delete(&ev);
 	}
@@ -301,17 +295,17 @@ int yt_parse(const char *buf, size_t len, const struct yt_rules *rules, const ch
 	 * no allocator hooks); values written as ${VAR} never pass through it. */
 	yaml_parser_delete(&p);
 	if (rc) {
-		yt_free(b.root);
+		yamltree_free(b.root);
 		return rc;
 	}
 	*root = b.root;
 	return 0;
 }
 
-bool yt_is_null(const struct yt_node *v)
+bool yamltree_is_null(const struct yamltree_node *v)
 {
 	static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
-	if (v->kind != YT_SCALAR || !v->plain)
+	if (v->kind != YAMLTREE_SCALAR || !v->plain)
 		return false;
 	for (size_t i = 0; i < sizeof nulls / sizeof nulls[0]; i++)
 		if (strcmp(v->str, nulls[i]) == 0)
@@ -319,18 +313,18 @@ bool yt_is_null(const struct yt_node *v)
 	return false;
 }
 
-const char *yt_kind_name(const struct yt_node *v)
+const char *yamltree_kind_name(const struct yamltree_node *v)
 {
-	if (v->kind == YT_SEQ)
+	if (v->kind == YAMLTREE_SEQ)
 		return "a list";
-	if (v->kind == YT_MAP)
+	if (v->kind == YAMLTREE_MAP)
 		return "a mapping";
 	return "an empty value";
 }
 
 /* ---- files ------------------------------------------------------------- */
 
-int yt_slurp(const char *path, size_t max, char **buf, size_t *len, const char **stage)
+int yamltree_slurp(const char *path, size_t max, char **buf, size_t *len, const char **stage)
 {
 	/* O_NONBLOCK: a FIFO planted where the file should be must not hang
 	 * us before fstat refuses it. */

@@ -13,18 +13,18 @@
 #include <stddef.h>
 
 /* Bytes of a user's value a message shows; the rest becomes "...". */
-#define YT_SHOW_MAX 40
-#define YT_SHOW_BUF (4 * YT_SHOW_MAX + 4)
+#define YAMLTREE_SHOW_MAX 40
+#define YAMLTREE_SHOW_BUF (4 * YAMLTREE_SHOW_MAX + 4)
 /* Bytes of a file name a message shows. */
-#define YT_NAME_MAX 256
-#define YT_NAME_BUF (4 * YT_NAME_MAX + 4)
+#define YAMLTREE_NAME_MAX 256
+#define YAMLTREE_NAME_BUF (4 * YAMLTREE_NAME_MAX + 4)
 /* The deepest nesting any caller may allow. */
-#define YT_DEPTH_MAX 16u
+#define YAMLTREE_DEPTH_MAX 16u
 
-enum yt_kind { YT_SCALAR, YT_SEQ, YT_MAP };
+enum yamltree_kind { YAMLTREE_SCALAR, YAMLTREE_SEQ, YAMLTREE_MAP };
 
-struct yt_node {
-	enum yt_kind kind;
+struct yamltree_node {
+	enum yamltree_kind kind;
 	unsigned line, col; /* 1-based */
 	bool plain;         /* scalar written without quotes */
 	char *str;          /* scalar text, NUL-terminated; may hold NULs */
@@ -32,13 +32,13 @@ struct yt_node {
 	char *raw;          /* the text as written, kept by a caller whose
 			     * ${VAR} expansion replaced str; NULL otherwise */
 	size_t rawlen;
-	struct yt_node **kids; /* seq: items; map: key, value, key, value... */
+	struct yamltree_node **kids; /* seq: items; map: key, value, key, value... */
 	size_t n, cap;
 };
 
 /* What one kind of file allows, and how its messages read. */
-struct yt_rules {
-	unsigned max_depth;  /* nesting of lists and mappings, <= YT_DEPTH_MAX */
+struct yamltree_rules {
+	unsigned max_depth;  /* nesting of lists and mappings, <= YAMLTREE_DEPTH_MAX */
 	unsigned max_nodes;  /* values in the whole file */
 	const char *smaller; /* what "expected a smaller ..." names */
 	/* The file may hold real secret values: a message quotes neither an
@@ -50,41 +50,41 @@ struct yt_rules {
 /* Copy LEN bytes of S into OUT (OUTLEN bytes, NUL-terminated) as printable
  * ASCII, other bytes and '\\' as \xNN, so a message stays one safe line;
  * input beyond MAX bytes becomes "...". */
-void yt_show(char *out, size_t outlen, const char *s, size_t len, size_t max);
+void yamltree_show(char *out, size_t outlen, const char *s, size_t len, size_t max);
 
 /* Write "NAME:LINE:COL: " (or "NAME: " when LINE is 0) and the formatted
  * text into ERR (ERRLEN bytes; nothing when ERR is NULL or ERRLEN 0).  NAME
  * is already printable.  Returns -EINVAL, so a caller can return it. */
-__attribute__((format(printf, 6, 7))) int yt_err(char *err, size_t errlen, const char *name,
+__attribute__((format(printf, 6, 7))) int yamltree_err(char *err, size_t errlen, const char *name,
 						 unsigned line, unsigned col, const char *fmt, ...);
 
-/* As yt_err, with the arguments in AP. */
-__attribute__((format(printf, 6, 0))) int yt_verr(char *err, size_t errlen, const char *name,
+/* As yamltree_err, with the arguments in AP. */
+__attribute__((format(printf, 6, 0))) int yamltree_verr(char *err, size_t errlen, const char *name,
 						  unsigned line, unsigned col, const char *fmt,
 						  va_list ap);
 
 /* The message for a load that ran out of memory, naming NAME.  Returns
  * -ENOMEM. */
-int yt_nomem(char *err, size_t errlen, const char *name);
+int yamltree_nomem(char *err, size_t errlen, const char *name);
 
 /* Parse the LEN bytes at BUF (UTF-8, need not be NUL-terminated) into a
  * tree under RULES: *root is the one document's root, or NULL for an empty
  * file.  0, -ENOMEM or -EINVAL, with a message naming NAME (printable) and
- * the position in ERR.  Free the tree with yt_free. */
-int yt_parse(const char *buf, size_t len, const struct yt_rules *rules, const char *name,
-	     char *err, size_t errlen, struct yt_node **root);
+ * the position in ERR.  Free the tree with yamltree_free. */
+int yamltree_parse(const char *buf, size_t len, const struct yamltree_rules *rules, const char *name,
+	     char *err, size_t errlen, struct yamltree_node **root);
 
-/* Free a tree from yt_parse (NULL is fine).  Every scalar (and raw text)
+/* Free a tree from yamltree_parse (NULL is fine).  Every scalar (and raw text)
  * is wiped first: a value may be a secret. */
-void yt_free(struct yt_node *n);
+void yamltree_free(struct yamltree_node *n);
 
 /* True for YAML's spellings of null ("", "~", "null", "Null", "NULL"),
  * which count only when written unquoted. */
-bool yt_is_null(const struct yt_node *v);
+bool yamltree_is_null(const struct yamltree_node *v);
 
 /* What V is, for "got ..." messages: "a list", "a mapping" or, for a
  * scalar, "an empty value" (callers ask about scalars only when null). */
-const char *yt_kind_name(const struct yt_node *v);
+const char *yamltree_kind_name(const struct yamltree_node *v);
 
 /* Read the regular file at PATH, at most MAX bytes, into a malloc'd
  * NUL-terminated *buf of *len bytes (the block is MAX + 2 bytes long; wipe
@@ -92,6 +92,6 @@ const char *yt_kind_name(const struct yt_node *v);
  * open/stat/read errno (*stage says "open", "stat" or "read"), -EISDIR,
  * -EINVAL for another kind of file (stage "stat"), -EFBIG or -ENOMEM.  A
  * FIFO in the file's place is refused, never waited on. */
-int yt_slurp(const char *path, size_t max, char **buf, size_t *len, const char **stage);
+int yamltree_slurp(const char *path, size_t max, char **buf, size_t *len, const char **stage);
 
 #endif

@@ -1,6 +1,8 @@
 /* JSON-lines audit log; see audit.h. */
 #include "netstack/audit.h"
 
+#include "lib/grow.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,6 +11,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "lib/errbuf.h"
 
 /* Append to buf[*pos, len), keeping one byte for the NUL. */
 static int put(char *buf, size_t len, size_t *pos, const char *s, size_t n)
@@ -198,12 +202,10 @@ int audit_open_file(const char *path, bool learn, char *err, size_t errlen)
 		fd = open(path, mode | O_CREAT | O_EXCL, 0600);
 	else if (fd < 0 && r == -ELOOP) {
 		/* A link only to a terminal or a pipe. */
-		if (stat(path, &st) < 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
-			snprintf(err, errlen,
-				 "%s: %s is a symbolic link: %s, so it follows none; name the file "
-				 "itself", what, path, why);
-			return -ELOOP;
-		}
+		if (stat(path, &st) < 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
+			return eb_fail(err, errlen, -ELOOP,
+				       "%s: %s is a symbolic link: %s, so it follows none; name the file "
+				       "itself", what, path, why);
 		fd = open(path, mode & ~O_NOFOLLOW);
 		linked = true;
 	}
@@ -211,32 +213,32 @@ int audit_open_file(const char *path, bool learn, char *err, size_t errlen)
 		r = -errno;
 		if (fd >= 0)
 			close(fd);
-		snprintf(err, errlen, "%s: cannot write %s: %s", what, path, strerror(-r));
-		return r;
+		return eb_fail(err, errlen, r, "%s: cannot write %s: %s", what, path, strerror(-r));
 	}
 	if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))
 		return fd;
 	if (linked) { /* it was a device a moment ago */
-		snprintf(err, errlen, "%s: %s is a symbolic link: %s, so it follows none; name the "
-			 "file itself", what, path, why);
+		eb_say(err, errlen, "%s: %s is a symbolic link: %s, so it follows none; name the "
+		       "file itself", what, path, why);
 		r = -ELOOP;
 	} else if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: %s is not a regular file: name a file", what, path);
+		eb_say(err, errlen, "%s: %s is not a regular file: name a file", what, path);
 		r = -EINVAL;
 	} else if (st.st_mode & 0111) {
-		snprintf(err, errlen,
-			 "%s: %s is executable: %s, so it writes to no file that may be run; "
-			 "name a new file (or chmod a-x it)", what, path, why);
+		eb_say(err, errlen,
+		       "%s: %s is executable: %s, so it writes to no file that may be run; "
+		       "name a new file (or chmod a-x it)", what, path, why);
 		r = -EPERM;
 	} else if (st.st_size > 0 && !own_fd && !file_is_ours(fd, path, learn)) {
-		snprintf(err, errlen,
-			 "%s: %s is not empty and was not written by kbox (its first line is not "
-			 "%s): %s, so it writes into no other file; name a new file or remove "
-			 "this one", what, path, learn ? "a --learn header" : "an audit log line", why);
+		eb_say(err, errlen,
+		       "%s: %s is not empty and was not written by kbox (its first line is not "
+		       "%s): %s, so it writes into no other file; name a new file or remove "
+		       "this one", what, path, learn ? "a --learn header" : "an audit log line",
+		       why);
 		r = -EEXIST;
 	} else if (learn && ftruncate(fd, 0) < 0) {
 		r = -errno;
-		snprintf(err, errlen, "%s: cannot write %s: %s", what, path, strerror(-r));
+		eb_say(err, errlen, "%s: cannot write %s: %s", what, path, strerror(-r));
 	} else {
 		return fd;
 	}
@@ -329,16 +331,9 @@ int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_ad
 			l->lost++;
 			return 0;
 		}
-		if (l->n == l->cap) {
-			size_t cap = l->cap ? l->cap * 2 : 64;
-			struct audit_learn_entry *ne = realloc(l->e, cap * sizeof *ne);
-
-			if (!ne) {
-				l->lost++;
-				return -ENOMEM;
-			}
-			l->e = ne;
-			l->cap = cap;
+		if (grow_array(&l->e, &l->cap, l->n + 1, sizeof *l->e, 64, 0) < 0) {
+			l->lost++;
+			return -ENOMEM;
 		}
 		e = &l->e[l->n++];
 		memset(e, 0, sizeof *e);

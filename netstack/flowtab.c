@@ -15,7 +15,7 @@ static uint64_t mix(uint64_t x)
 	return x;
 }
 
-static size_t hash(const struct ft *t, const struct ft_key *k)
+static size_t hash(const struct ft *t, const struct flowtab_key *k)
 {
 	uint64_t a = (uint64_t)k->gip[0] << 24 | (uint64_t)k->gip[1] << 16 | (uint64_t)k->gip[2] << 8 | k->gip[3];
 	uint64_t b = (uint64_t)k->dip[0] << 24 | (uint64_t)k->dip[1] << 16 | (uint64_t)k->dip[2] << 8 | k->dip[3];
@@ -25,18 +25,18 @@ static size_t hash(const struct ft *t, const struct ft_key *k)
 	return (size_t)(mix(mix(a ^ t->seed) ^ b) & (t->nbuckets - 1));
 }
 
-static int key_eq(const struct ft_key *x, const struct ft_key *y)
+static int key_eq(const struct flowtab_key *x, const struct flowtab_key *y)
 {
 	return memcmp(x->gip, y->gip, 4) == 0 && memcmp(x->dip, y->dip, 4) == 0 && x->gport == y->gport &&
 	       x->dport == y->dport;
 }
 
-int ft_init(struct ft *t, size_t cap, uint64_t seed)
+int flowtab_init(struct ft *t, size_t cap, uint64_t seed)
 {
 	size_t i;
 
 	memset(t, 0, sizeof *t);
-	if (cap == 0 || cap > FT_MAX_CAP)
+	if (cap == 0 || cap > FLOWTAB_MAX_CAP)
 		return -EINVAL;
 	t->nbuckets = 16;
 	while (t->nbuckets < cap)
@@ -46,7 +46,7 @@ int ft_init(struct ft *t, size_t cap, uint64_t seed)
 	t->gens = calloc(cap, sizeof *t->gens);
 	t->free = calloc(cap, sizeof *t->free);
 	if (!t->bucket || !t->slots || !t->gens || !t->free) {
-		ft_free(t);
+		flowtab_free(t);
 		return -ENOMEM;
 	}
 	/* Lowest slots first, so small tables stay dense in tests. */
@@ -58,7 +58,7 @@ int ft_init(struct ft *t, size_t cap, uint64_t seed)
 	return 0;
 }
 
-void ft_free(struct ft *t)
+void flowtab_free(struct ft *t)
 {
 	free(t->bucket);
 	free(t->slots);
@@ -67,9 +67,9 @@ void ft_free(struct ft *t)
 	memset(t, 0, sizeof *t);
 }
 
-struct ft_entry *ft_find(const struct ft *t, const struct ft_key *k)
+struct flowtab_entry *flowtab_find(const struct ft *t, const struct flowtab_key *k)
 {
-	struct ft_entry *e;
+	struct flowtab_entry *e;
 
 	for (e = t->bucket[hash(t, k)]; e; e = e->next)
 		if (key_eq(&e->key, k))
@@ -77,11 +77,11 @@ struct ft_entry *ft_find(const struct ft *t, const struct ft_key *k)
 	return NULL;
 }
 
-int ft_insert(struct ft *t, struct ft_entry *e)
+int flowtab_insert(struct ft *t, struct flowtab_entry *e)
 {
 	size_t h = hash(t, &e->key);
 
-	if (ft_find(t, &e->key))
+	if (flowtab_find(t, &e->key))
 		return -EEXIST;
 	if (t->nfree == 0)
 		return -ENOSPC;
@@ -97,9 +97,9 @@ int ft_insert(struct ft *t, struct ft_entry *e)
 	return 0;
 }
 
-void ft_remove(struct ft *t, struct ft_entry *e)
+void flowtab_remove(struct ft *t, struct flowtab_entry *e)
 {
-	struct ft_entry **pp;
+	struct flowtab_entry **pp;
 
 	for (pp = &t->bucket[hash(t, &e->key)]; *pp; pp = &(*pp)->next) {
 		if (*pp == e) {
@@ -113,15 +113,15 @@ void ft_remove(struct ft *t, struct ft_entry *e)
 	}
 }
 
-uint64_t ft_handle(const struct ft_entry *e)
+uint64_t flowtab_handle(const struct flowtab_entry *e)
 {
 	return (uint64_t)e->gen << 32 | e->slot;
 }
 
-struct ft_entry *ft_from_handle(const struct ft *t, uint64_t h)
+struct flowtab_entry *flowtab_from_handle(const struct ft *t, uint64_t h)
 {
 	uint32_t slot = (uint32_t)h, gen = (uint32_t)(h >> 32);
-	struct ft_entry *e;
+	struct flowtab_entry *e;
 
 	if (slot >= t->cap || gen == 0)
 		return NULL;

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int ha_open(struct hostaddr *h)
+int hostaddr_open(struct hostaddr *h)
 {
 	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
 
@@ -29,7 +29,7 @@ int ha_open(struct hostaddr *h)
 	return 0;
 }
 
-void ha_close(struct hostaddr *h)
+void hostaddr_close(struct hostaddr *h)
 {
 	if (h->fd < 0)
 		return;
@@ -46,10 +46,10 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-enum { HA_LOCAL = 1, HA_NOT_LOCAL = 0, HA_UNKNOWN = -1 };
+enum { HOSTADDR_LOCAL = 1, HOSTADDR_NOT_LOCAL = 0, HOSTADDR_UNKNOWN = -1 };
 
-/* The answer to question seq in buf[0, n): HA_LOCAL, HA_NOT_LOCAL,
- * HA_UNKNOWN (an answer we cannot read), or 2 when buf holds no answer
+/* The answer to question seq in buf[0, n): HOSTADDR_LOCAL, HOSTADDR_NOT_LOCAL,
+ * HOSTADDR_UNKNOWN (an answer we cannot read), or 2 when buf holds no answer
  * to seq (an old question's, which a timeout left behind). */
 static int read_answer(const uint8_t *buf, size_t n, uint32_t seq)
 {
@@ -63,7 +63,7 @@ static int read_answer(const uint8_t *buf, size_t n, uint32_t seq)
 		size_t len = m->nlmsg_len;
 
 		if (len < sizeof *m || len > n - off)
-			return HA_UNKNOWN;
+			return HOSTADDR_UNKNOWN;
 		off += NLMSG_ALIGN(len) < n - off ? NLMSG_ALIGN(len) : n - off;
 		if (m->nlmsg_seq != seq)
 			continue;
@@ -71,7 +71,7 @@ static int read_answer(const uint8_t *buf, size_t n, uint32_t seq)
 			const struct nlmsgerr *e = NLMSG_DATA(m);
 
 			if (m->nlmsg_len < NLMSG_LENGTH(sizeof *e))
-				return HA_UNKNOWN;
+				return HOSTADDR_UNKNOWN;
 			/* No route: a connection could reach nothing, local or
 			 * not.  Anything else (EINVAL included: a question we
 			 * got wrong) is not knowing. */
@@ -80,28 +80,28 @@ static int read_answer(const uint8_t *buf, size_t n, uint32_t seq)
 			case EHOSTUNREACH:
 			case EACCES:
 			case EAFNOSUPPORT:
-				return HA_NOT_LOCAL;
+				return HOSTADDR_NOT_LOCAL;
 			default:
-				return HA_UNKNOWN;
+				return HOSTADDR_UNKNOWN;
 			}
 		}
 		if (m->nlmsg_type == RTM_NEWROUTE) {
 			const struct rtmsg *r = NLMSG_DATA(m);
 
 			if (m->nlmsg_len < NLMSG_LENGTH(sizeof *r))
-				return HA_UNKNOWN;
+				return HOSTADDR_UNKNOWN;
 			switch (r->rtm_type) {
 			case RTN_UNICAST:
 			case RTN_UNREACHABLE:
 			case RTN_PROHIBIT:
 			case RTN_BLACKHOLE:
 			case RTN_THROW:
-				return HA_NOT_LOCAL;
+				return HOSTADDR_NOT_LOCAL;
 			default: /* local, broadcast, anycast, multicast, and types we do not know */
-				return HA_LOCAL;
+				return HOSTADDR_LOCAL;
 			}
 		}
-		return HA_UNKNOWN;
+		return HOSTADDR_UNKNOWN;
 	}
 	return 2;
 }
@@ -123,7 +123,7 @@ static int ask(struct hostaddr *h, const struct pol_addr *a)
 	int64_t end;
 
 	if (h->fd < 0 || (a->family != 4 && a->family != 6))
-		return HA_UNKNOWN;
+		return HOSTADDR_UNKNOWN;
 	memset(&req, 0, sizeof req);
 	req.n.nlmsg_len = NLMSG_LENGTH(sizeof *r);
 	req.n.nlmsg_type = RTM_GETROUTE;
@@ -139,10 +139,10 @@ static int ask(struct hostaddr *h, const struct pol_addr *a)
 	req.n.nlmsg_len = NLMSG_ALIGN(req.n.nlmsg_len) + RTA_ALIGN(rta->rta_len);
 	if (sendto(h->fd, &req, req.n.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel) !=
 	    (ssize_t)req.n.nlmsg_len)
-		return HA_UNKNOWN;
+		return HOSTADDR_UNKNOWN;
 	/* The kernel queues its answer before sendto returns; the wait is
 	 * only for a kernel that one day does not. */
-	end = mono_ms() + HA_TIMEOUT_MS;
+	end = mono_ms() + HOSTADDR_TIMEOUT_MS;
 	for (;;) {
 		struct sockaddr_nl from;
 		socklen_t fl = sizeof from;
@@ -154,7 +154,7 @@ static int ask(struct hostaddr *h, const struct pol_addr *a)
 			int64_t left = end - mono_ms();
 
 			if ((errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || left <= 0)
-				return HA_UNKNOWN;
+				return HOSTADDR_UNKNOWN;
 			poll(&p, 1, (int)left);
 			continue;
 		}
@@ -166,7 +166,7 @@ static int ask(struct hostaddr *h, const struct pol_addr *a)
 	}
 }
 
-bool ha_is_local(struct hostaddr *h, const struct pol_addr *a)
+bool hostaddr_is_local(struct hostaddr *h, const struct pol_addr *a)
 {
 	int v;
 
@@ -175,13 +175,13 @@ bool ha_is_local(struct hostaddr *h, const struct pol_addr *a)
 	pthread_mutex_lock(&h->m);
 	v = ask(h, a);
 	h->asked++;
-	if (v == HA_UNKNOWN)
+	if (v == HOSTADDR_UNKNOWN)
 		h->failed++;
 	pthread_mutex_unlock(&h->m);
-	return v != HA_NOT_LOCAL;
+	return v != HOSTADDR_NOT_LOCAL;
 }
 
-bool ha_pol_host(void *ctx, const struct pol_addr *a)
+bool hostaddr_pol_host(void *ctx, const struct pol_addr *a)
 {
-	return ha_is_local(ctx, a);
+	return hostaddr_is_local(ctx, a);
 }

@@ -24,7 +24,7 @@
 
 #include "netstack/policy.h"
 
-#define HA_TIMEOUT_MS 200 /* wait for the kernel's answer (it is queued before send returns) */
+#define HOSTADDR_TIMEOUT_MS 200 /* wait for the kernel's answer (it is queued before send returns) */
 
 struct hostaddr {
 	int fd;
@@ -35,17 +35,17 @@ struct hostaddr {
 
 /* Open the netlink socket (call before any lock-down that forbids
  * socket()).  0 or a negative errno (h->fd stays -1). */
-int ha_open(struct hostaddr *h);
+int hostaddr_open(struct hostaddr *h);
 
-/* Close it; h may be one ha_open failed on. */
-void ha_close(struct hostaddr *h);
+/* Close it; h may be one hostaddr_open failed on. */
+void hostaddr_close(struct hostaddr *h);
 
 /* Whether a connection to a (IPv4 or IPv6, canonical) would be delivered
  * on this host, as the kernel routes it now.  True also when the kernel
  * could not be asked (fail closed).  Thread-safe. */
-bool ha_is_local(struct hostaddr *h, const struct pol_addr *a);
+bool hostaddr_is_local(struct hostaddr *h, const struct pol_addr *a);
 
-/* ha_is_local in pol_host_fn's shape (ctx is the struct hostaddr). */
-bool ha_pol_host(void *ctx, const struct pol_addr *a);
+/* hostaddr_is_local in pol_host_fn's shape (ctx is the struct hostaddr). */
+bool hostaddr_pol_host(void *ctx, const struct pol_addr *a);
 
 #endif

@@ -6,6 +6,7 @@
  * is sent (as a chunk of kbox's own for a chunked body) and the rest, a
  * possible value cut by the end of the data, waits for what follows. */
 #include "netstack/http_resp.h"
+#include "lib/wbuf.h"
 #include "netstack/scrub.h"
 
 #include <errno.h>
@@ -15,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum hr_phase {
+enum http_resp_phase {
 	P_HEAD,
 	P_BODY_CL,
 	P_CHUNK_LINE,
@@ -27,104 +28,28 @@ enum hr_phase {
 	P_DONE,
 };
 
-#define HR_LEAD_MAX 8u /* CRLFs tolerated between responses */
-
-struct rbuf {
-	uint8_t *p;
-	size_t off, len, cap;
-};
+#define HTTP_RESP_LEAD_MAX 8u /* CRLFs tolerated between responses */
 
 struct hr {
 	struct scrub *sc;
 	char sni[256];
 	bool strict;
-	hr_next_fn next;
-	hr_event_fn cb;
+	http_resp_next_fn next;
+	http_resp_event_fn cb;
 	void *ctx;
-	enum hr_state state;
-	enum hr_phase phase;
-	struct rbuf head, out, win, reply;
+	enum http_resp_state state;
+	enum http_resp_phase phase;
+	struct wbuf head, out, win, reply;
 	size_t lead;
 	uint64_t remaining;
 	unsigned crlf_got;
 	bool have_req;
-	struct hr_req req;
+	struct http_resp_req req;
 	int status;
 	unsigned hits;
 	char hit_name[SECRETS_NAME_MAX + 1];
 	char reason[1024];
 };
-
-/* ---- buffers (may hold real values until scrubbed: wiped) ---- */
-
-static size_t rb_size(const struct rbuf *b)
-{
-	return b->len - b->off;
-}
-
-static uint8_t *rb_data(const struct rbuf *b)
-{
-	return b->p ? b->p + b->off : NULL;
-}
-
-static int rb_put(struct rbuf *b, const void *d, size_t n)
-{
-	if (!n)
-		return 0;
-	if (b->off && b->len + n > b->cap) {
-		memmove(b->p, b->p + b->off, b->len - b->off);
-		explicit_bzero(b->p + (b->len - b->off), b->off);
-		b->len -= b->off;
-		b->off = 0;
-	}
-	if (b->len + n > b->cap) {
-		if (n > SIZE_MAX / 4 - b->len)
-			return -ENOMEM;
-		size_t cap = b->cap ? b->cap : 512;
-		while (cap < b->len + n)
-			cap *= 2;
-		uint8_t *p = malloc(cap);
-		if (!p)
-			return -ENOMEM;
-		if (b->len)
-			memcpy(p, b->p, b->len);
-		if (b->p) {
-			explicit_bzero(b->p, b->cap);
-			free(b->p);
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, d, n);
-	b->len += n;
-	return 0;
-}
-
-/* Dropped bytes are not wiped: only scrubbed bytes are ever dropped (the
- * output, the decided part of the window); what may still hold a value
- * (a head, the undecided tail) is wiped by rb_reset and rb_free. */
-static void rb_drop(struct rbuf *b, size_t n)
-{
-	b->off += n;
-	if (b->off >= b->len)
-		b->off = b->len = 0;
-}
-
-static void rb_reset(struct rbuf *b)
-{
-	if (b->p)
-		explicit_bzero(b->p, b->len);
-	b->off = b->len = 0;
-}
-
-static void rb_free(struct rbuf *b)
-{
-	if (b->p) {
-		explicit_bzero(b->p, b->cap);
-		free(b->p);
-	}
-	memset(b, 0, sizeof *b);
-}
 
 /* ---- outcomes ---- */
 
@@ -132,7 +57,7 @@ static void event(struct hr *r, const char *ev, int status, const char *reason)
 {
 	if (!r->cb)
 		return;
-	struct hr_event e = {
+	struct http_resp_event e = {
 		.event = ev,
 		.secret = r->hit_name[0] ? r->hit_name : NULL,
 		.count = r->hits,
@@ -159,14 +84,14 @@ __attribute__((format(printf, 2, 3))) static int refuse(struct hr *r, const char
 			 "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
 			 "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
 			 blen);
-	rb_reset(&r->reply);
-	if (rb_put(&r->reply, head, (size_t)k) || rb_put(&r->reply, r->reason, blen - 1) || rb_put(&r->reply, "\n", 1))
-		r->state = HR_ERROR;
+	wbuf_reset(&r->reply);
+	if (wbuf_put(&r->reply, head, (size_t)k) || wbuf_put(&r->reply, r->reason, blen - 1) || wbuf_put(&r->reply, "\n", 1))
+		r->state = HTTP_RESP_ERROR;
 	else
-		r->state = HR_CLOSE_AFTER_REPLY;
+		r->state = HTTP_RESP_CLOSE_AFTER_REPLY;
 	r->phase = P_DONE;
-	rb_reset(&r->head);
-	rb_reset(&r->win);
+	wbuf_reset(&r->head);
+	wbuf_reset(&r->win);
 	event(r, "response-refused", 502, r->reason);
 	return 1;
 }
@@ -180,10 +105,10 @@ __attribute__((format(printf, 2, 3))) static int cut(struct hr *r, const char *f
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	snprintf(r->reason, sizeof r->reason, "response from %s cut: %s", r->sni, msg);
-	r->state = HR_FAILED;
+	r->state = HTTP_RESP_FAILED;
 	r->phase = P_DONE;
-	rb_reset(&r->head);
-	rb_reset(&r->win);
+	wbuf_reset(&r->head);
+	wbuf_reset(&r->win);
 	event(r, "response-refused", r->status, r->reason);
 	return 1;
 }
@@ -221,12 +146,12 @@ static int scrub_all(struct hr *r, uint8_t *b, size_t n)
  * chunk when CHUNK).  FINAL: nothing follows in this body.  0, -ENOMEM. */
 static int payload(struct hr *r, const uint8_t *d, size_t n, bool final, bool chunk)
 {
-	if (rb_put(&r->win, d, n))
+	if (wbuf_put(&r->win, d, n))
 		return -ENOMEM;
-	size_t have = rb_size(&r->win);
+	size_t have = wbuf_size(&r->win);
 	if (!have)
 		return 0;
-	size_t k = scrub_run(r->sc, rb_data(&r->win), have, final, on_hit, r);
+	size_t k = scrub_run(r->sc, wbuf_data(&r->win), have, final, on_hit, r);
 	if (k == (size_t)-1)
 		return -ENOMEM;
 	if (!k)
@@ -234,12 +159,12 @@ static int payload(struct hr *r, const uint8_t *d, size_t n, bool final, bool ch
 	if (chunk) {
 		char sz[24];
 		int m = snprintf(sz, sizeof sz, "%zx\r\n", k);
-		if (rb_put(&r->out, sz, (size_t)m))
+		if (wbuf_put(&r->out, sz, (size_t)m))
 			return -ENOMEM;
 	}
-	if (rb_put(&r->out, rb_data(&r->win), k) || (chunk && rb_put(&r->out, "\r\n", 2)))
+	if (wbuf_put(&r->out, wbuf_data(&r->win), k) || (chunk && wbuf_put(&r->out, "\r\n", 2)))
 		return -ENOMEM;
-	rb_drop(&r->win, k);
+	wbuf_drop(&r->win, k);
 	return 0;
 }
 
@@ -319,7 +244,7 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 	if (!r->have_req) {
 		r->have_req = true;
 		if (!r->next(r->ctx, &r->req))
-			r->req = (struct hr_req){ .identity = r->strict };
+			r->req = (struct http_resp_req){ .identity = r->strict };
 	}
 
 	int cls = 0, tes = 0;
@@ -331,8 +256,8 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 	while (p < end) {
 		const uint8_t *e = memmem(p, (size_t)(end - p) + 2, "\r\n", 2);
 		size_t len = (size_t)(e - p);
-		if (++nf > HR_FIELDS_MAX)
-			return refuse(r, "more than %u header fields", HR_FIELDS_MAX);
+		if (++nf > HTTP_RESP_FIELDS_MAX)
+			return refuse(r, "more than %u header fields", HTTP_RESP_FIELDS_MAX);
 		if (p[0] == ' ' || p[0] == '\t')
 			return refuse(r, "a header field folded over several lines (obs-fold)");
 		size_t c = 0;
@@ -389,7 +314,7 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 		return refuse(r, "a partial response (206) where kbox asked for the whole body; a part of a "
 			      "secret value could not be recognised");
 
-	enum hr_phase next = P_HEAD;
+	enum http_resp_phase next = P_HEAD;
 	bool final = r->status >= 200 || r->status == 101;
 	if (r->status == 101) {
 		if (!r->req.upgrade)
@@ -419,7 +344,7 @@ static int head_done(struct hr *r, uint8_t *h, size_t n)
 		next = P_CLOSE;
 	}
 
-	if (scrub_all(r, h, n) || rb_put(&r->out, h, n))
+	if (scrub_all(r, h, n) || wbuf_put(&r->out, h, n))
 		return -ENOMEM;
 	if (final)
 		r->have_req = false;
@@ -437,7 +362,7 @@ static int trailer_done(struct hr *r, uint8_t *b, size_t n)
 	int rc = payload(r, NULL, 0, true, true);
 	if (rc)
 		return rc;
-	if (scrub_all(r, b, n) || rb_put(&r->out, "0\r\n", 3) || rb_put(&r->out, b, n))
+	if (scrub_all(r, b, n) || wbuf_put(&r->out, "0\r\n", 3) || wbuf_put(&r->out, b, n))
 		return -ENOMEM;
 	r->phase = P_HEAD;
 	response_done(r);
@@ -478,7 +403,7 @@ static int chunk_line(struct hr *r, const uint8_t *b, size_t n)
 static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t *used, size_t *end)
 {
 	bool line = r->phase == P_CHUNK_LINE;
-	size_t old = rb_size(&r->head);
+	size_t old = wbuf_size(&r->head);
 	*end = 0;
 	*used = 0;
 	/* CRLFs between responses (some servers add one after a body). */
@@ -486,7 +411,7 @@ static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t 
 		uint8_t c = p[*used];
 		if (c != '\r' && c != '\n')
 			break;
-		if (++r->lead > 2 * HR_LEAD_MAX)
+		if (++r->lead > 2 * HTTP_RESP_LEAD_MAX)
 			return refuse(r, "empty lines instead of a response");
 		(*used)++;
 	}
@@ -494,10 +419,10 @@ static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t 
 	n -= *used;
 	size_t room = max + 4 - old;
 	size_t k = n < room ? n : room;
-	if (rb_put(&r->head, p, k))
+	if (wbuf_put(&r->head, p, k))
 		return -ENOMEM;
-	const uint8_t *b = rb_data(&r->head);
-	size_t len = rb_size(&r->head), e = 0;
+	const uint8_t *b = wbuf_data(&r->head);
+	size_t len = wbuf_size(&r->head), e = 0;
 	if (!len)
 		return 0; /* only the CRLFs between responses so far */
 	if (line) {
@@ -522,7 +447,7 @@ static int collect(struct hr *r, const uint8_t *p, size_t n, size_t max, size_t 
 						  : cut(r, "bare CR or LF, or control bytes, in the chunked framing");
 	}
 	if (e) {
-		r->head.len -= len - e;
+		wbuf_trim(&r->head, len - e);
 		*used += k - (len - e);
 		*end = e;
 		return 0;
@@ -544,22 +469,22 @@ static int step(struct hr *r, const uint8_t *p, size_t n, size_t *used)
 	case P_HEAD:
 	case P_TRAILER:
 	case P_CHUNK_LINE:
-		rc = collect(r, p, n, r->phase == P_CHUNK_LINE ? HR_CHUNK_LINE_MAX : HR_HEAD_MAX, used, &end);
+		rc = collect(r, p, n, r->phase == P_CHUNK_LINE ? HTTP_RESP_CHUNK_LINE_MAX : HTTP_RESP_HEAD_MAX, used, &end);
 		if (rc || !end)
 			return rc;
 		if (r->phase == P_HEAD) {
 			r->lead = 0;
-			rc = head_done(r, rb_data(&r->head), end);
+			rc = head_done(r, wbuf_data(&r->head), end);
 		} else if (r->phase == P_TRAILER) {
-			rc = trailer_done(r, rb_data(&r->head), end);
+			rc = trailer_done(r, wbuf_data(&r->head), end);
 		} else {
-			rc = chunk_line(r, rb_data(&r->head), end);
+			rc = chunk_line(r, wbuf_data(&r->head), end);
 		}
-		rb_reset(&r->head);
+		wbuf_reset(&r->head);
 		return rc;
 	case P_BODY_CL:
 	case P_CHUNK_DATA:
-		k = n < HR_STEP ? n : HR_STEP;
+		k = n < HTTP_RESP_STEP ? n : HTTP_RESP_STEP;
 		if (k > r->remaining)
 			k = (size_t)r->remaining;
 		*used = k;
@@ -584,7 +509,7 @@ static int step(struct hr *r, const uint8_t *p, size_t n, size_t *used)
 		return 0;
 	case P_CLOSE:
 	case P_OPAQUE:
-		k = n < HR_STEP ? n : HR_STEP;
+		k = n < HTTP_RESP_STEP ? n : HTTP_RESP_STEP;
 		*used = k;
 		return payload(r, p, k, false, false);
 	case P_DONE:
@@ -596,7 +521,7 @@ static int step(struct hr *r, const uint8_t *p, size_t n, size_t *used)
 
 /* ---- public ---- */
 
-int hr_new(const struct secrets *set, const char *sni, bool strict, hr_next_fn next, hr_event_fn cb, void *ctx,
+int http_resp_new(const struct secrets *set, const char *sni, bool strict, http_resp_next_fn next, http_resp_event_fn cb, void *ctx,
 	   struct hr **out)
 {
 	*out = NULL;
@@ -614,23 +539,23 @@ int hr_new(const struct secrets *set, const char *sni, bool strict, hr_next_fn n
 	r->next = next;
 	r->cb = cb;
 	r->ctx = ctx;
-	r->state = HR_OPEN;
+	r->state = HTTP_RESP_OPEN;
 	r->phase = P_HEAD;
 	*out = r;
 	return 0;
 }
 
-int hr_feed(struct hr *r, const void *in, size_t n, size_t *taken)
+int http_resp_feed(struct hr *r, const void *in, size_t n, size_t *taken)
 {
 	const uint8_t *p = in;
 	size_t t = 0;
 	int rc = 0;
-	while (t < n && r->state == HR_OPEN && rb_size(&r->out) < HR_OUT_HIGH) {
+	while (t < n && r->state == HTTP_RESP_OPEN && wbuf_size(&r->out) < HTTP_RESP_OUT_HIGH) {
 		size_t used;
 		rc = step(r, p + t, n - t, &used);
 		t += used;
 		if (rc < 0) {
-			r->state = HR_ERROR;
+			r->state = HTTP_RESP_ERROR;
 			r->phase = P_DONE;
 			snprintf(r->reason, sizeof r->reason, "out of memory in the response filter");
 			break;
@@ -640,65 +565,65 @@ int hr_feed(struct hr *r, const void *in, size_t n, size_t *taken)
 	return rc < 0 ? rc : 0;
 }
 
-int hr_finish(struct hr *r)
+int http_resp_finish(struct hr *r)
 {
-	if (r->state != HR_OPEN)
+	if (r->state != HTTP_RESP_OPEN)
 		return 0;
 	if (r->phase == P_CLOSE || r->phase == P_OPAQUE) {
 		if (payload(r, NULL, 0, true, false) < 0) {
-			r->state = HR_ERROR;
+			r->state = HTTP_RESP_ERROR;
 			snprintf(r->reason, sizeof r->reason, "out of memory in the response filter");
 		}
 		response_done(r);
 	}
 	/* Anything else cut short: what is held back (a head, a possible value
 	 * at the end of a body) is dropped, the guest sees the truncation. */
-	rb_reset(&r->head);
-	rb_reset(&r->win);
+	wbuf_reset(&r->head);
+	wbuf_reset(&r->win);
 	r->phase = P_DONE;
 	return 0;
 }
 
-void hr_output(struct hr *r, const uint8_t **p, size_t *len)
+void http_resp_output(struct hr *r, const uint8_t **p, size_t *len)
 {
-	*p = rb_data(&r->out);
-	*len = rb_size(&r->out);
+	*p = wbuf_data(&r->out);
+	*len = wbuf_size(&r->out);
 }
 
-void hr_consume(struct hr *r, size_t n)
+void http_resp_consume(struct hr *r, size_t n)
 {
-	rb_drop(&r->out, n);
+	wbuf_drop(&r->out, n);
 }
 
-void hr_reply(struct hr *r, const uint8_t **p, size_t *len)
+void http_resp_reply(struct hr *r, const uint8_t **p, size_t *len)
 {
-	if (r->state != HR_CLOSE_AFTER_REPLY) {
+	if (r->state != HTTP_RESP_CLOSE_AFTER_REPLY) {
 		*p = NULL;
 		*len = 0;
 		return;
 	}
-	*p = rb_data(&r->reply);
-	*len = rb_size(&r->reply);
+	*p = wbuf_data(&r->reply);
+	*len = wbuf_size(&r->reply);
 }
 
-enum hr_state hr_state(const struct hr *r)
+enum http_resp_state http_resp_state(const struct hr *r)
 {
 	return r->state;
 }
 
-const char *hr_reason(const struct hr *r)
+const char *http_resp_reason(const struct hr *r)
 {
-	return r->state == HR_OPEN ? NULL : r->reason;
+	return r->state == HTTP_RESP_OPEN ? NULL : r->reason;
 }
 
-void hr_free(struct hr *r)
+void http_resp_free(struct hr *r)
 {
 	if (!r)
 		return;
 	scrub_free(r->sc);
-	rb_free(&r->head);
-	rb_free(&r->out);
-	rb_free(&r->win);
-	rb_free(&r->reply);
+	wbuf_free(&r->head);
+	wbuf_free(&r->out);
+	wbuf_free(&r->win);
+	wbuf_free(&r->reply);
 	free(r);
 }

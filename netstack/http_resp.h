@@ -23,8 +23,8 @@
  * nobody asked for, oversized parts).  Once bytes of a response went to
  * the guest, a later failure can only cut the connection.
  *
- * Memory per connection: the head being collected (HR_HEAD_MAX), the scan
- * window (scrub_holdback + HR_STEP) and the pending output (HR_OUT_HIGH). */
+ * Memory per connection: the head being collected (HTTP_RESP_HEAD_MAX), the scan
+ * window (scrub_holdback + HTTP_RESP_STEP) and the pending output (HTTP_RESP_OUT_HIGH). */
 #ifndef KBOX_NETSTACK_HTTP_RESP_H
 #define KBOX_NETSTACK_HTTP_RESP_H
 
@@ -34,15 +34,15 @@
 
 #include "netstack/secrets.h"
 
-#define HR_HEAD_MAX (64u * 1024)   /* a response head or trailer section */
-#define HR_FIELDS_MAX 200u         /* fields in one */
-#define HR_CHUNK_LINE_MAX 4096u    /* a chunk-size line with extensions */
-#define HR_STEP (16u * 1024)       /* body bytes scanned per step */
-#define HR_OUT_HIGH (256u * 1024)  /* pending output before hr_feed stops taking */
-#define HR_REPLY_MAX 2048u
+#define HTTP_RESP_HEAD_MAX (64u * 1024)   /* a response head or trailer section */
+#define HTTP_RESP_FIELDS_MAX 200u         /* fields in one */
+#define HTTP_RESP_CHUNK_LINE_MAX 4096u    /* a chunk-size line with extensions */
+#define HTTP_RESP_STEP (16u * 1024)       /* body bytes scanned per step */
+#define HTTP_RESP_OUT_HIGH (256u * 1024)  /* pending output before http_resp_feed stops taking */
+#define HTTP_RESP_REPLY_MAX 2048u
 
 /* What the response being parsed answers (from http_sub, in order). */
-struct hr_req {
+struct http_resp_req {
 	bool head;     /* a HEAD request: the response has no body */
 	bool upgrade;  /* the request asked for a protocol switch */
 	bool identity; /* kbox asked for an uncompressed response */
@@ -51,10 +51,10 @@ struct hr_req {
 /* The next request's description, in the order the requests went
  * upstream; false when none is known (the upstream answers something the
  * guest did not send yet, e.g. a 408 before closing). */
-typedef bool (*hr_next_fn)(void *ctx, struct hr_req *out);
+typedef bool (*http_resp_next_fn)(void *ctx, struct http_resp_req *out);
 
 /* One outcome for the audit log; never a value. */
-struct hr_event {
+struct http_resp_event {
 	const char *event;  /* "secret-scrubbed" or "response-refused" */
 	const char *secret; /* the first secret found, or NULL */
 	unsigned count;     /* replacements in this response */
@@ -62,13 +62,13 @@ struct hr_event {
 	const char *reason; /* one line */
 };
 
-typedef void (*hr_event_fn)(void *ctx, const struct hr_event *ev);
+typedef void (*http_resp_event_fn)(void *ctx, const struct http_resp_event *ev);
 
-enum hr_state {
-	HR_OPEN,              /* keep feeding */
-	HR_CLOSE_AFTER_REPLY, /* send hr_output, then hr_reply to the guest; close */
-	HR_FAILED,            /* send hr_output, then cut the connection (hr_reason) */
-	HR_ERROR,             /* out of memory: close without sending more */
+enum http_resp_state {
+	HTTP_RESP_OPEN,              /* keep feeding */
+	HTTP_RESP_CLOSE_AFTER_REPLY, /* send http_resp_output, then http_resp_reply to the guest; close */
+	HTTP_RESP_FAILED,            /* send http_resp_output, then cut the connection (http_resp_reason) */
+	HTTP_RESP_ERROR,             /* out of memory: close without sending more */
 };
 
 struct hr;
@@ -77,34 +77,34 @@ struct hr;
  * must outlive the filter; STRICT says whether a response nobody asked
  * for must be uncompressed (as if kbox asked for identity).  NEXT is
  * required; CB may be NULL.  0, -EINVAL or -ENOMEM. */
-int hr_new(const struct secrets *set, const char *sni, bool strict, hr_next_fn next, hr_event_fn cb,
+int http_resp_new(const struct secrets *set, const char *sni, bool strict, http_resp_next_fn next, http_resp_event_fn cb,
 	   void *ctx, struct hr **out);
 
 /* Feed N response bytes; *TAKEN gets how many were consumed (fewer when
- * the pending output reached HR_OUT_HIGH, or the state left HR_OPEN).
- * 0, or -ENOMEM (HR_ERROR). */
-int hr_feed(struct hr *r, const void *in, size_t n, size_t *taken);
+ * the pending output reached HTTP_RESP_OUT_HIGH, or the state left HTTP_RESP_OPEN).
+ * 0, or -ENOMEM (HTTP_RESP_ERROR). */
+int http_resp_feed(struct hr *r, const void *in, size_t n, size_t *taken);
 
 /* The upstream's stream ended: a close-delimited body is complete, the
  * held-back bytes are scrubbed and let out; a response cut inside its head
  * or framing is dropped.  0. */
-int hr_finish(struct hr *r);
+int http_resp_finish(struct hr *r);
 
 /* Bytes ready for the guest (valid until the next call on R), and how
  * many of them were sent. */
-void hr_output(struct hr *r, const uint8_t **p, size_t *len);
-void hr_consume(struct hr *r, size_t n);
+void http_resp_output(struct hr *r, const uint8_t **p, size_t *len);
+void http_resp_consume(struct hr *r, size_t n);
 
-/* The 502 for the guest once the state is HR_CLOSE_AFTER_REPLY, else
+/* The 502 for the guest once the state is HTTP_RESP_CLOSE_AFTER_REPLY, else
  * *LEN = 0. */
-void hr_reply(struct hr *r, const uint8_t **p, size_t *len);
+void http_resp_reply(struct hr *r, const uint8_t **p, size_t *len);
 
-enum hr_state hr_state(const struct hr *r);
+enum http_resp_state http_resp_state(const struct hr *r);
 
-/* Why the state is not HR_OPEN (one line), or NULL. */
-const char *hr_reason(const struct hr *r);
+/* Why the state is not HTTP_RESP_OPEN (one line), or NULL. */
+const char *http_resp_reason(const struct hr *r);
 
 /* Free R (NULL is fine), wiping what it held. */
-void hr_free(struct hr *r);
+void http_resp_free(struct hr *r);
 
 #endif

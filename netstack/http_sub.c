@@ -9,6 +9,7 @@
  * placeholder's worth of bytes is ever held back. */
 #include "netstack/http_sub.h"
 #include "lib/b64.h"
+#include "lib/wbuf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,11 +19,11 @@
 #include <string.h>
 #include <strings.h>
 
-#define HS_STEP (16u * 1024) /* body bytes handled per step */
-#define HS_LEAD_MAX 64u      /* empty lines tolerated before a request line */
-#define HS_MSG_MAX 2048u
+#define HTTP_SUB_STEP (16u * 1024) /* body bytes handled per step */
+#define HTTP_SUB_LEAD_MAX 64u      /* empty lines tolerated before a request line */
+#define HTTP_SUB_MSG_MAX 2048u
 
-enum hs_phase {
+enum http_sub_phase {
 	PH_HEAD,
 	PH_BODY_CL,
 	PH_CHUNK_LINE,
@@ -33,40 +34,33 @@ enum hs_phase {
 	PH_DONE,
 };
 
-/* A byte buffer whose live data is p[off, len).  Buffers may hold real
- * values, so old blocks are wiped before they are freed. */
-struct hs_buf {
-	uint8_t *p;
-	size_t off, len, cap;
-};
-
 struct hs {
 	const struct secrets *set;
-	char sni[HS_SNI_MAX + 1];
-	hs_audit_fn cb;
+	char sni[HTTP_SUB_SNI_MAX + 1];
+	http_sub_audit_fn cb;
 	void *ctx;
-	enum hs_state state;
-	enum hs_phase phase;
+	enum http_sub_state state;
+	enum http_sub_phase phase;
 
-	struct hs_buf head;  /* head, trailer section or chunk-size line being collected */
+	struct wbuf head;  /* head, trailer section or chunk-size line being collected */
 	size_t scan;         /* bytes of head already searched for the end */
 	size_t line_start;   /* where the last line in head begins */
 	size_t lead;         /* empty lines (CRLF pairs) before the request line */
 	bool lead_done;
 
-	struct hs_buf out;   /* for upstream */
-	struct hs_buf reply; /* for the guest */
-	struct hs_buf win;   /* body bytes not yet decided */
-	struct hs_buf held;  /* rewritten body held until its length is known */
-	struct hs_buf held_head;
-	struct hs_buf tmp;
+	struct wbuf out;   /* for upstream */
+	struct wbuf reply; /* for the guest */
+	struct wbuf win;   /* body bytes not yet decided */
+	struct wbuf held;  /* rewritten body held until its length is known */
+	struct wbuf held_head;
+	struct wbuf tmp;
 
 	uint64_t remaining;  /* Content-Length or chunk bytes left */
 	unsigned crlf_got;   /* bytes of a chunk's trailing CRLF seen */
 	bool chunked, buffering, upgrade;
 	unsigned n_subst;
 	uint64_t forwarded;
-	struct hs_req queue[HS_PIPELINE_MAX]; /* forwarded, not popped: a ring */
+	struct http_sub_req queue[HTTP_SUB_PIPELINE_MAX]; /* forwarded, not popped: a ring */
 	size_t q_head, q_len;
 
 	/* base64 of "$KBOX_" at the three byte alignments, standard and URL
@@ -78,96 +72,15 @@ struct hs {
 	bool start[256]; /* bytes that may begin a placeholder in some form */
 };
 
-/* ---- buffers ----------------------------------------------------------- */
-
-static size_t hb_size(const struct hs_buf *b)
-{
-	return b->len - b->off;
-}
-
-static uint8_t *hb_data(const struct hs_buf *b)
-{
-	return b->p ? b->p + b->off : NULL;
-}
-
-static int hb_reserve(struct hs_buf *b, size_t more)
-{
-	if (b->off && b->len + more > b->cap) {
-		memmove(b->p, b->p + b->off, b->len - b->off);
-		explicit_bzero(b->p + (b->len - b->off), b->off);
-		b->len -= b->off;
-		b->off = 0;
-	}
-	if (b->len + more <= b->cap)
-		return 0;
-	if (more > SIZE_MAX / 4 - b->len)
-		return -ENOMEM;
-	size_t cap = b->cap ? b->cap : 256;
-	while (cap < b->len + more)
-		cap *= 2;
-	uint8_t *p = malloc(cap);
-	if (!p)
-		return -ENOMEM;
-	if (b->len)
-		memcpy(p, b->p, b->len);
-	if (b->p) {
-		explicit_bzero(b->p, b->cap);
-		free(b->p);
-	}
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-static int hb_put(struct hs_buf *b, const void *d, size_t n)
-{
-	if (!n)
-		return 0;
-	int rc = hb_reserve(b, n);
-	if (rc)
-		return rc;
-	memcpy(b->p + b->len, d, n);
-	b->len += n;
-	return 0;
-}
-
-static int hb_puts(struct hs_buf *b, const char *s)
-{
-	return hb_put(b, s, strlen(s));
-}
-
-static void hb_drop(struct hs_buf *b, size_t n)
-{
-	b->off += n;
-	if (b->off >= b->len)
-		b->off = b->len = 0;
-}
-
-static void hb_reset(struct hs_buf *b)
-{
-	if (b->p)
-		explicit_bzero(b->p, b->len);
-	b->off = b->len = 0;
-}
-
-static void hb_free(struct hs_buf *b)
-{
-	if (b->p) {
-		explicit_bzero(b->p, b->cap);
-		free(b->p);
-	}
-	memset(b, 0, sizeof *b);
-}
-
 /* ---- small helpers ----------------------------------------------------- */
 
-static bool hs_tchar(uint8_t c)
+static bool http_sub_tchar(uint8_t c)
 {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
 	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-static int hs_hexval(uint8_t c)
+static int http_sub_hexval(uint8_t c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -178,19 +91,19 @@ static int hs_hexval(uint8_t c)
 	return -1;
 }
 
-static bool hs_eq_ci(const uint8_t *a, size_t n, const char *b)
+static bool http_sub_eq_ci(const uint8_t *a, size_t n, const char *b)
 {
 	return strlen(b) == n && strncasecmp((const char *)a, b, n) == 0;
 }
 
 /* ---- replies and audit ------------------------------------------------- */
 
-static void hs_audit_emit(struct hs *h, const char *secret, const char *where,
-			  const char *encoding, enum hs_decision d, int status, const char *reason)
+static void http_sub_audit_emit(struct hs *h, const char *secret, const char *where,
+			  const char *encoding, enum http_sub_decision d, int status, const char *reason)
 {
 	if (!h->cb)
 		return;
-	struct hs_audit ev = {
+	struct http_sub_audit ev = {
 		.secret = secret,
 		.host = h->sni,
 		.where = where,
@@ -202,7 +115,7 @@ static void hs_audit_emit(struct hs *h, const char *secret, const char *where,
 	h->cb(h->ctx, &ev);
 }
 
-static const char *hs_status_text(int status)
+static const char *http_sub_status_text(int status)
 {
 	switch (status) {
 	case 400:
@@ -226,7 +139,7 @@ static const char *hs_status_text(int status)
 
 /* Stop the connection: nothing more goes upstream, the guest gets STATUS
  * with MSG as the body.  Returns 1 ("stopped") for the callers to pass up. */
-static int hs_stop(struct hs *h, int status, const char *msg, const char *secret,
+static int http_sub_stop(struct hs *h, int status, const char *msg, const char *secret,
 		   const char *where, const char *encoding)
 {
 	char head[256];
@@ -234,28 +147,28 @@ static int hs_stop(struct hs *h, int status, const char *msg, const char *secret
 	int n = snprintf(head, sizeof head,
 			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
 			 "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-			 status, hs_status_text(status), mlen + 1);
-	hb_reset(&h->reply);
-	if (hb_put(&h->reply, head, (size_t)n) || hb_put(&h->reply, msg, mlen) ||
-	    hb_put(&h->reply, "\n", 1)) {
-		h->state = HS_ERROR;
+			 status, http_sub_status_text(status), mlen + 1);
+	wbuf_reset(&h->reply);
+	if (wbuf_put(&h->reply, head, (size_t)n) || wbuf_put(&h->reply, msg, mlen) ||
+	    wbuf_put(&h->reply, "\n", 1)) {
+		h->state = HTTP_SUB_ERROR;
 	} else {
-		h->state = HS_CLOSE_AFTER_REPLY;
+		h->state = HTTP_SUB_CLOSE_AFTER_REPLY;
 	}
 	h->phase = PH_DONE;
-	hb_reset(&h->win);
-	hb_reset(&h->held);
-	hb_reset(&h->held_head);
-	hb_reset(&h->head);
-	hs_audit_emit(h, secret, where, encoding, HS_BLOCKED, status, msg);
+	wbuf_reset(&h->win);
+	wbuf_reset(&h->held);
+	wbuf_reset(&h->held_head);
+	wbuf_reset(&h->head);
+	http_sub_audit_emit(h, secret, where, encoding, HTTP_SUB_BLOCKED, status, msg);
 	return 1;
 }
 
 /* A request refused for its form rather than for a secret. */
-__attribute__((format(printf, 3, 4))) static int hs_fail(struct hs *h, int status,
+__attribute__((format(printf, 3, 4))) static int http_sub_fail(struct hs *h, int status,
 							  const char *fmt, ...)
 {
-	char msg[HS_MSG_MAX];
+	char msg[HTTP_SUB_MSG_MAX];
 	int n = snprintf(msg, sizeof msg, "kbox: ");
 	va_list ap;
 	va_start(ap, fmt);
@@ -264,15 +177,15 @@ __attribute__((format(printf, 3, 4))) static int hs_fail(struct hs *h, int statu
 	if (n > 0 && (size_t)n < sizeof msg)
 		snprintf(msg + n, sizeof msg - (size_t)n,
 			 "; this request to %s was refused and the connection closed", h->sni);
-	return hs_stop(h, status, msg, NULL, "request", NULL);
+	return http_sub_stop(h, status, msg, NULL, "request", NULL);
 }
 
 /* ---- finding placeholders ---------------------------------------------- */
 
-enum hs_form { F_PLAIN = 0, F_PCT = 1, F_JSON = 2, F_MIXED = 3, F_B64 = 4 };
+enum http_sub_form { F_PLAIN = 0, F_PCT = 1, F_JSON = 2, F_MIXED = 3, F_B64 = 4 };
 enum { M_NO, M_YES, M_MORE };
 
-struct hs_match {
+struct http_sub_match {
 	const struct secret *s;
 	size_t start, end;
 	unsigned form;
@@ -280,7 +193,7 @@ struct hs_match {
 
 /* One character, decoded from %XX or \uXXXX if written so.  M_MORE when
  * the data ends inside what may be an escape and more may follow. */
-static int hs_lchar(const uint8_t *s, size_t n, size_t i, bool final, int *c, size_t *adv,
+static int http_sub_lchar(const uint8_t *s, size_t n, size_t i, bool final, int *c, size_t *adv,
 		    unsigned *forms)
 {
 	*c = s[i];
@@ -289,10 +202,10 @@ static int hs_lchar(const uint8_t *s, size_t n, size_t i, bool final, int *c, si
 		for (size_t k = 1; k <= 2; k++) {
 			if (i + k >= n)
 				return final ? M_YES : M_MORE;
-			if (hs_hexval(s[i + k]) < 0)
+			if (http_sub_hexval(s[i + k]) < 0)
 				return M_YES;
 		}
-		*c = hs_hexval(s[i + 1]) * 16 + hs_hexval(s[i + 2]);
+		*c = http_sub_hexval(s[i + 1]) * 16 + http_sub_hexval(s[i + 2]);
 		*adv = 3;
 		*forms |= F_PCT;
 	} else if (s[i] == '\\') {
@@ -305,7 +218,7 @@ static int hs_lchar(const uint8_t *s, size_t n, size_t i, bool final, int *c, si
 					return M_YES;
 				continue;
 			}
-			int d = hs_hexval(s[i + k]);
+			int d = http_sub_hexval(s[i + k]);
 			if (d < 0)
 				return M_YES;
 			v = v * 16 + d;
@@ -319,7 +232,7 @@ static int hs_lchar(const uint8_t *s, size_t n, size_t i, bool final, int *c, si
 	return M_YES;
 }
 
-static bool hs_namechar(int c)
+static bool http_sub_namechar(int c)
 {
 	return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
@@ -328,8 +241,8 @@ static bool hs_namechar(int c)
  * freely).  NAME is the longest secret name that the run of name
  * characters starts with: "$KBOX_FOOBAR" is FOO's placeholder followed by
  * "BAR" when only FOO exists, as a shell would have built it. */
-static int hs_find_text(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
-			struct hs_match *m)
+static int http_sub_find_text(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
+			struct http_sub_match *m)
 {
 	if (s[i] != '$' && s[i] != '%' && s[i] != '\\')
 		return M_NO;
@@ -339,7 +252,7 @@ static int hs_find_text(const struct hs *h, const uint8_t *s, size_t n, size_t i
 	for (size_t k = 0; k < SECRETS_PLACEHOLDER_PREFIX_LEN; k++) {
 		if (p >= n)
 			return final ? M_NO : M_MORE;
-		if (hs_lchar(s, n, p, final, &c, &adv, &forms) == M_MORE)
+		if (http_sub_lchar(s, n, p, final, &c, &adv, &forms) == M_MORE)
 			return M_MORE;
 		if (c != SECRETS_PLACEHOLDER_PREFIX[k])
 			return M_NO;
@@ -356,9 +269,9 @@ static int hs_find_text(const struct hs *h, const uint8_t *s, size_t n, size_t i
 			break;
 		}
 		unsigned f = forms;
-		if (hs_lchar(s, n, p, final, &c, &adv, &f) == M_MORE)
+		if (http_sub_lchar(s, n, p, final, &c, &adv, &f) == M_MORE)
 			return M_MORE;
-		if (!hs_namechar(c))
+		if (!http_sub_namechar(c))
 			break;
 		forms = f;
 		name[len] = (char)c;
@@ -382,8 +295,8 @@ static int hs_find_text(const struct hs *h, const uint8_t *s, size_t n, size_t i
 /* A placeholder inside base64 text starting at s[i], in any of the three
  * byte alignments.  Found by the prefix's fixed characters, then decoded
  * far enough to read the name. */
-static int hs_find_b64(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
-		       struct hs_match *m)
+static int http_sub_find_b64(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
+		       struct http_sub_match *m)
 {
 	if (!h->b64first[s[i]])
 		return M_NO;
@@ -419,8 +332,8 @@ static int hs_find_b64(const struct hs *h, const uint8_t *s, size_t n, size_t i,
 				nb -= 8;
 			}
 		}
-		struct hs_match dm;
-		int r = hs_find_text(h, dec, dn, 0, !cut, &dm);
+		struct http_sub_match dm;
+		int r = http_sub_find_text(h, dec, dn, 0, !cut, &dm);
 		if (r == M_MORE)
 			return M_MORE;
 		if (r == M_YES) {
@@ -434,16 +347,16 @@ static int hs_find_b64(const struct hs *h, const uint8_t *s, size_t n, size_t i,
 	return more && !final ? M_MORE : M_NO;
 }
 
-static int hs_find(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
-		   struct hs_match *m)
+static int http_sub_find(const struct hs *h, const uint8_t *s, size_t n, size_t i, bool final,
+		   struct http_sub_match *m)
 {
-	int r = hs_find_text(h, s, n, i, final, m);
+	int r = http_sub_find_text(h, s, n, i, final, m);
 	if (r != M_NO)
 		return r;
-	return hs_find_b64(h, s, n, i, final, m);
+	return http_sub_find_b64(h, s, n, i, final, m);
 }
 
-static void hs_b64_patterns(struct hs *h)
+static void http_sub_b64_patterns(struct hs *h)
 {
 	const char *pre = SECRETS_PLACEHOLDER_PREFIX;
 	for (unsigned t = 0; t < 6; t++) {
@@ -473,15 +386,15 @@ static void hs_b64_patterns(struct hs *h)
 
 /* ---- deciding and substituting ------------------------------------------ */
 
-enum hs_place_kind { PL_LINE, PL_QUERY, PL_HEADER, PL_HEADER_NAME, PL_TRAILER, PL_BODY, PL_STREAM };
+enum http_sub_place_kind { PL_LINE, PL_QUERY, PL_HEADER, PL_HEADER_NAME, PL_TRAILER, PL_BODY, PL_STREAM };
 
-struct hs_place {
-	enum hs_place_kind kind;
+struct http_sub_place {
+	enum http_sub_place_kind kind;
 	const char *field; /* lower-case field name for PL_HEADER / PL_TRAILER */
 	bool basic;        /* inside decoded Basic credentials */
 };
 
-static bool hs_field_enabled(const struct secret *s, const char *field)
+static bool http_sub_field_enabled(const struct secret *s, const char *field)
 {
 	if (!s->sub_headers)
 		return false;
@@ -493,7 +406,7 @@ static bool hs_field_enabled(const struct secret *s, const char *field)
 	return false;
 }
 
-static void hs_where(const struct hs_place *pl, char *buf, size_t len)
+static void http_sub_where(const struct http_sub_place *pl, char *buf, size_t len)
 {
 	switch (pl->kind) {
 	case PL_LINE:
@@ -520,7 +433,7 @@ static void hs_where(const struct hs_place *pl, char *buf, size_t len)
 	}
 }
 
-static void hs_where_words(const struct hs_place *pl, char *buf, size_t len)
+static void http_sub_where_words(const struct http_sub_place *pl, char *buf, size_t len)
 {
 	switch (pl->kind) {
 	case PL_LINE:
@@ -546,7 +459,7 @@ static void hs_where_words(const struct hs_place *pl, char *buf, size_t len)
 	}
 }
 
-static const char *hs_form_name(unsigned form, bool basic)
+static const char *http_sub_form_name(unsigned form, bool basic)
 {
 	if (form & F_B64)
 		return "base64";
@@ -565,7 +478,7 @@ static const char *hs_form_name(unsigned form, bool basic)
 }
 
 /* Where S may go, as "header fields: a, b; query string; body". */
-static void hs_places_of(const struct secret *s, char *buf, size_t len)
+static void http_sub_places_of(const struct secret *s, char *buf, size_t len)
 {
 	char fields[256] = "";
 	if (s->n_fields)
@@ -583,17 +496,17 @@ static void hs_places_of(const struct secret *s, char *buf, size_t len)
 }
 
 /* 0: substitute M here.  1: the request was blocked. */
-static int hs_decide(struct hs *h, const struct hs_place *pl, const struct hs_match *m)
+static int http_sub_decide(struct hs *h, const struct http_sub_place *pl, const struct http_sub_match *m)
 {
 	const struct secret *s = m->s;
 	bool allowed = secrets_hosts_match(s, h->sni);
 	bool here = false;
-	char where[128], words[160], msg[HS_MSG_MAX];
+	char where[128], words[160], msg[HTTP_SUB_MSG_MAX];
 
 	switch (pl->kind) {
 	case PL_HEADER:
 	case PL_TRAILER:
-		here = hs_field_enabled(s, pl->field);
+		here = http_sub_field_enabled(s, pl->field);
 		break;
 	case PL_QUERY:
 		here = s->sub_query;
@@ -604,21 +517,21 @@ static int hs_decide(struct hs *h, const struct hs_place *pl, const struct hs_ma
 	default:
 		break;
 	}
-	hs_where(pl, where, sizeof where);
-	const char *enc = hs_form_name(m->form, pl->basic);
+	http_sub_where(pl, where, sizeof where);
+	const char *enc = http_sub_form_name(m->form, pl->basic);
 	if (allowed && here && m->form <= F_JSON) {
-		if (++h->n_subst > HS_SUBST_MAX)
-			return hs_fail(h, 400,
+		if (++h->n_subst > HTTP_SUB_SUBST_MAX)
+			return http_sub_fail(h, 400,
 				       "more than %u secret placeholders in one request",
-				       HS_SUBST_MAX);
-		hs_audit_emit(h, s->name, where, enc, HS_SUBSTITUTED, 0, NULL);
+				       HTTP_SUB_SUBST_MAX);
+		http_sub_audit_emit(h, s->name, where, enc, HTTP_SUB_SUBSTITUTED, 0, NULL);
 		return 0;
 	}
-	hs_where_words(pl, words, sizeof words);
+	http_sub_where_words(pl, words, sizeof words);
 	if (!allowed) {
 		char allow[512], places[384];
 		secrets_describe_allow(s, allow, sizeof allow);
-		hs_places_of(s, places, sizeof places);
+		http_sub_places_of(s, places, sizeof places);
 		snprintf(msg, sizeof msg,
 			 "kbox: the secret %s may only be sent to %s (%s); this request to %s was "
 			 "blocked",
@@ -633,26 +546,26 @@ static int hs_decide(struct hs *h, const struct hs_place *pl, const struct hs_ma
 			 words, h->sni);
 	} else {
 		char places[384];
-		hs_places_of(s, places, sizeof places);
+		http_sub_places_of(s, places, sizeof places);
 		snprintf(msg, sizeof msg,
 			 "kbox: the secret %s may be sent to %s only in %s; it was found in %s "
 			 "(%s), so this request was blocked",
 			 s->name, h->sni, places, words, enc);
 	}
-	return hs_stop(h, 403, msg, s->name, where, enc);
+	return http_sub_stop(h, 403, msg, s->name, where, enc);
 }
 
-static int hs_pct_value(struct hs_buf *dst, const struct secret *s)
+static int http_sub_pct_value(struct wbuf *dst, const struct secret *s)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	for (size_t i = 0; i < s->value_len; i++) {
 		uint8_t c = (uint8_t)s->value[i];
 		if (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-			if (hb_put(dst, &c, 1))
+			if (wbuf_put(dst, &c, 1))
 				return -ENOMEM;
 		} else {
 			uint8_t e[3] = { '%', (uint8_t)hex[c >> 4], (uint8_t)hex[c & 15] };
-			if (hb_put(dst, e, 3))
+			if (wbuf_put(dst, e, 3))
 				return -ENOMEM;
 		}
 	}
@@ -660,29 +573,29 @@ static int hs_pct_value(struct hs_buf *dst, const struct secret *s)
 }
 
 /* The value, in the same dress as the placeholder it replaces. */
-static int hs_put_value(struct hs_buf *dst, const struct hs_place *pl, const struct secret *s,
+static int http_sub_put_value(struct wbuf *dst, const struct http_sub_place *pl, const struct secret *s,
 			unsigned form)
 {
 	if (pl->kind == PL_QUERY || form == F_PCT)
-		return hs_pct_value(dst, s);
+		return http_sub_pct_value(dst, s);
 	if (form == F_JSON) {
 		for (size_t i = 0; i < s->value_len; i++) {
 			char c = s->value[i];
-			if ((c == '"' || c == '\\') && hb_put(dst, "\\", 1))
+			if ((c == '"' || c == '\\') && wbuf_put(dst, "\\", 1))
 				return -ENOMEM;
-			if (hb_put(dst, &c, 1))
+			if (wbuf_put(dst, &c, 1))
 				return -ENOMEM;
 		}
 		return 0;
 	}
-	return hb_put(dst, s->value, s->value_len);
+	return wbuf_put(dst, s->value, s->value_len);
 }
 
 /* Rewrite S[0, N) found in place PL into DST.  Unless FINAL, stops before a
  * possible placeholder that the end of the data cuts; *DONE gets how many
  * bytes were dealt with.  0, 1 (blocked) or -ENOMEM. */
-static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s, size_t n,
-		      bool final, struct hs_buf *dst, size_t *done)
+static int http_sub_rewrite(struct hs *h, const struct http_sub_place *pl, const uint8_t *s, size_t n,
+		      bool final, struct wbuf *dst, size_t *done)
 {
 	size_t i = 0, emit = 0;
 	int rc = 0;
@@ -696,22 +609,22 @@ static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s,
 			i++;
 			continue;
 		}
-		struct hs_match m;
-		int r = hs_find(h, s, n, i, final, &m);
+		struct http_sub_match m;
+		int r = http_sub_find(h, s, n, i, final, &m);
 		if (r == M_MORE)
 			break;
 		if (r == M_NO) {
 			i++;
 			continue;
 		}
-		rc = hs_decide(h, pl, &m);
+		rc = http_sub_decide(h, pl, &m);
 		if (rc)
 			return rc;
-		if (hb_put(dst, s + emit, i - emit) || hs_put_value(dst, pl, m.s, m.form))
+		if (wbuf_put(dst, s + emit, i - emit) || http_sub_put_value(dst, pl, m.s, m.form))
 			return -ENOMEM;
 		emit = i = m.end;
 	}
-	if (hb_put(dst, s + emit, i - emit))
+	if (wbuf_put(dst, s + emit, i - emit))
 		return -ENOMEM;
 	if (done)
 		*done = i;
@@ -721,7 +634,7 @@ static int hs_rewrite(struct hs *h, const struct hs_place *pl, const uint8_t *s,
 /* ---- Basic credentials -------------------------------------------------- */
 
 /* Strict base64 (standard alphabet, padding optional) into OUT. */
-static bool hs_b64_decode(const uint8_t *s, size_t n, struct hs_buf *out)
+static bool http_sub_b64_decode(const uint8_t *s, size_t n, struct wbuf *out)
 {
 	while (n && s[n - 1] == '=')
 		n--;
@@ -737,19 +650,19 @@ static bool hs_b64_decode(const uint8_t *s, size_t n, struct hs_buf *out)
 		if (nb >= 8) {
 			uint8_t b = (uint8_t)(acc >> (nb - 8));
 			nb -= 8;
-			if (hb_put(out, &b, 1))
+			if (wbuf_put(out, &b, 1))
 				return false;
 		}
 	}
 	return true;
 }
 
-static int hs_b64_encode(const uint8_t *s, size_t n, struct hs_buf *out)
+static int http_sub_b64_encode(const uint8_t *s, size_t n, struct wbuf *out)
 {
 	for (size_t i = 0; i < n; i += 3) {
 		char e[4];
 		b64_quantum(s + i, n - i < 3 ? n - i : 3, e);
-		if (hb_put(out, e, 4))
+		if (wbuf_put(out, e, 4))
 			return -ENOMEM;
 	}
 	return 0;
@@ -759,8 +672,8 @@ static int hs_b64_encode(const uint8_t *s, size_t n, struct hs_buf *out)
  * in the decoded credentials, and they are re-encoded after substitution.
  * 0 (handled, written to DST), 1 (blocked), 2 (not Basic credentials),
  * -ENOMEM. */
-static int hs_basic(struct hs *h, const char *field, const uint8_t *v, size_t n,
-		    struct hs_buf *dst)
+static int http_sub_basic(struct hs *h, const char *field, const uint8_t *v, size_t n,
+		    struct wbuf *dst)
 {
 	if (strcmp(field, "authorization") != 0 && strcmp(field, "proxy-authorization") != 0)
 		return 2;
@@ -769,25 +682,25 @@ static int hs_basic(struct hs *h, const char *field, const uint8_t *v, size_t n,
 	size_t t = 6;
 	while (t < n && v[t] == ' ')
 		t++;
-	struct hs_buf dec = { 0 }, rew = { 0 };
+	struct wbuf dec = { 0 }, rew = { 0 };
 	int rc = 2;
-	if (t < n && hs_b64_decode(v + t, n - t, &dec)) {
-		struct hs_place pl = { .kind = PL_HEADER, .field = field, .basic = true };
+	if (t < n && http_sub_b64_decode(v + t, n - t, &dec)) {
+		struct http_sub_place pl = { .kind = PL_HEADER, .field = field, .basic = true };
 		unsigned before = h->n_subst;
-		rc = hs_rewrite(h, &pl, hb_data(&dec), hb_size(&dec), true, &rew, NULL);
+		rc = http_sub_rewrite(h, &pl, wbuf_data(&dec), wbuf_size(&dec), true, &rew, NULL);
 		if (rc == 0 && h->n_subst == before)
-			rc = hb_put(dst, v, n);
-		else if (rc == 0 && (hb_put(dst, v, t) || hs_b64_encode(hb_data(&rew), hb_size(&rew), dst)))
+			rc = wbuf_put(dst, v, n);
+		else if (rc == 0 && (wbuf_put(dst, v, t) || http_sub_b64_encode(wbuf_data(&rew), wbuf_size(&rew), dst)))
 			rc = -ENOMEM;
 	}
-	hb_free(&dec);
-	hb_free(&rew);
+	wbuf_free(&dec);
+	wbuf_free(&rew);
 	return rc;
 }
 
 /* ---- heads and trailers ------------------------------------------------- */
 
-struct hs_field {
+struct http_sub_field {
 	const uint8_t *name, *val;
 	size_t nlen, vlen;
 	char lname[SECRETS_FIELD_MAX + 1]; /* lower case, cut */
@@ -795,7 +708,7 @@ struct hs_field {
 
 /* Split B (field lines, each ending in CRLF, then the final CRLF) into
  * fields.  0, or 1 when refused. */
-static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *f, size_t *nf,
+static int http_sub_fields(struct hs *h, const uint8_t *b, size_t n, struct http_sub_field *f, size_t *nf,
 		     const char *what)
 {
 	size_t i = 0;
@@ -805,22 +718,22 @@ static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *
 		const uint8_t *eol = memmem(line, n - i, "\r\n", 2);
 		size_t len = (size_t)(eol - line);
 		i += len + 2;
-		if (len > HS_LINE_MAX)
-			return hs_fail(h, 431, "a %s field line is longer than %u bytes",
-				       what, HS_LINE_MAX);
-		if (*nf == HS_FIELDS_MAX)
-			return hs_fail(h, 431, "more than %u %s fields",
-				       HS_FIELDS_MAX, what);
+		if (len > HTTP_SUB_LINE_MAX)
+			return http_sub_fail(h, 431, "a %s field line is longer than %u bytes",
+				       what, HTTP_SUB_LINE_MAX);
+		if (*nf == HTTP_SUB_FIELDS_MAX)
+			return http_sub_fail(h, 431, "more than %u %s fields",
+				       HTTP_SUB_FIELDS_MAX, what);
 		if (line[0] == ' ' || line[0] == '\t')
-			return hs_fail(h, 400,
+			return http_sub_fail(h, 400,
 				       "a %s field is folded over several lines (obs-fold)", what);
 		size_t c = 0;
-		while (c < len && hs_tchar(line[c]))
+		while (c < len && http_sub_tchar(line[c]))
 			c++;
 		if (c == 0 || c == len || line[c] != ':')
-			return hs_fail(h, 400,
+			return http_sub_fail(h, 400,
 				       "malformed %s field line (expected 'name: value')", what);
-		struct hs_field *fl = &f[(*nf)++];
+		struct http_sub_field *fl = &f[(*nf)++];
 		fl->name = line;
 		fl->nlen = c;
 		/* A name too long to be any configured field gets a marker that
@@ -839,7 +752,7 @@ static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *
 			ve--;
 		for (size_t j = vs; j < ve; j++)
 			if ((line[j] < 0x20 && line[j] != '\t') || line[j] == 0x7f)
-				return hs_fail(h, 400,
+				return http_sub_fail(h, 400,
 					       "a control character in the %s field '%s'", what,
 					       fl->lname);
 		fl->val = line + vs;
@@ -849,27 +762,27 @@ static int hs_fields(struct hs *h, const uint8_t *b, size_t n, struct hs_field *
 }
 
 /* Rewrite one field into DST as "Name: value\r\n".  0, 1, -ENOMEM. */
-static int hs_put_field(struct hs *h, const struct hs_field *f, enum hs_place_kind kind,
-			struct hs_buf *dst)
+static int http_sub_put_field(struct hs *h, const struct http_sub_field *f, enum http_sub_place_kind kind,
+			struct wbuf *dst)
 {
-	struct hs_place npl = { .kind = PL_HEADER_NAME };
-	int rc = hs_rewrite(h, &npl, f->name, f->nlen, true, dst, NULL);
+	struct http_sub_place npl = { .kind = PL_HEADER_NAME };
+	int rc = http_sub_rewrite(h, &npl, f->name, f->nlen, true, dst, NULL);
 	if (rc)
 		return rc;
-	if (hb_put(dst, ": ", 2))
+	if (wbuf_put(dst, ": ", 2))
 		return -ENOMEM;
-	rc = hs_basic(h, f->lname, f->val, f->vlen, dst);
+	rc = http_sub_basic(h, f->lname, f->val, f->vlen, dst);
 	if (rc == 2) {
-		struct hs_place pl = { .kind = kind, .field = f->lname };
-		rc = hs_rewrite(h, &pl, f->val, f->vlen, true, dst, NULL);
+		struct http_sub_place pl = { .kind = kind, .field = f->lname };
+		rc = http_sub_rewrite(h, &pl, f->val, f->vlen, true, dst, NULL);
 	}
 	if (rc)
 		return rc;
-	return hb_put(dst, "\r\n", 2) ? -ENOMEM : 0;
+	return wbuf_put(dst, "\r\n", 2) ? -ENOMEM : 0;
 }
 
 /* Host must name the connection's server (port allowed). */
-static bool hs_host_ok(const struct hs *h, const uint8_t *v, size_t n)
+static bool http_sub_host_ok(const struct hs *h, const uint8_t *v, size_t n)
 {
 	size_t hn = n;
 	for (size_t i = 0; i < n; i++)
@@ -896,7 +809,7 @@ static bool hs_host_ok(const struct hs *h, const uint8_t *v, size_t n)
 }
 
 /* Some secret may be sent to this connection's server. */
-static bool hs_secret_host(const struct hs *h)
+static bool http_sub_secret_host(const struct hs *h)
 {
 	for (size_t i = 0; i < secrets_count(h->set); i++)
 		if (secrets_hosts_match(secrets_at(h->set, i), h->sni))
@@ -904,7 +817,7 @@ static bool hs_secret_host(const struct hs *h)
 	return false;
 }
 
-static bool hs_body_enabled(const struct hs *h)
+static bool http_sub_body_enabled(const struct hs *h)
 {
 	for (size_t i = 0; i < secrets_count(h->set); i++) {
 		const struct secret *s = secrets_at(h->set, i);
@@ -914,7 +827,7 @@ static bool hs_body_enabled(const struct hs *h)
 	return false;
 }
 
-static int hs_request_done(struct hs *h)
+static int http_sub_request_done(struct hs *h)
 {
 	h->forwarded++;
 	h->n_subst = 0;
@@ -924,48 +837,48 @@ static int hs_request_done(struct hs *h)
 }
 
 /* A complete head B[0, N) (request line to the empty line).  0, 1, -ENOMEM. */
-static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
+static int http_sub_head_done(struct hs *h, const uint8_t *b, size_t n)
 {
 	const uint8_t *eol = memmem(b, n, "\r\n", 2);
 	size_t ll = (size_t)(eol - b);
-	if (ll > HS_LINE_MAX)
-		return hs_fail(h, 414, "the request line is longer than %u bytes",
-			       HS_LINE_MAX);
+	if (ll > HTTP_SUB_LINE_MAX)
+		return http_sub_fail(h, 414, "the request line is longer than %u bytes",
+			       HTTP_SUB_LINE_MAX);
 	if (ll >= 3 && memcmp(b, "PRI", 3) == 0)
-		return hs_fail(h, 400,
+		return http_sub_fail(h, 400,
 			       "HTTP/2 is not available through kbox's secret substitution; use "
 			       "HTTP/1.1 (ALPN http/1.1)");
 	/* method SP target SP version */
 	size_t m = 0;
-	while (m < ll && hs_tchar(b[m]))
+	while (m < ll && http_sub_tchar(b[m]))
 		m++;
 	size_t t0 = m + 1, t1 = t0;
 	while (t1 < ll && b[t1] > 0x20 && b[t1] < 0x7f)
 		t1++;
 	if (m == 0 || m >= ll || b[m] != ' ' || t1 == t0 || t1 >= ll || b[t1] != ' ')
-		return hs_fail(h, 400, "malformed request line (expected 'METHOD /path HTTP/1.1')");
+		return http_sub_fail(h, 400, "malformed request line (expected 'METHOD /path HTTP/1.1')");
 	const uint8_t *ver = b + t1 + 1;
 	size_t vl = ll - t1 - 1;
-	bool v11 = hs_eq_ci(ver, vl, "HTTP/1.1") && memcmp(ver, "HTTP", 4) == 0;
-	bool v10 = hs_eq_ci(ver, vl, "HTTP/1.0") && memcmp(ver, "HTTP", 4) == 0;
+	bool v11 = http_sub_eq_ci(ver, vl, "HTTP/1.1") && memcmp(ver, "HTTP", 4) == 0;
+	bool v10 = http_sub_eq_ci(ver, vl, "HTTP/1.0") && memcmp(ver, "HTTP", 4) == 0;
 	if (!v11 && !v10)
-		return hs_fail(h, 400, "only HTTP/1.1 and HTTP/1.0 requests pass kbox's secret substitution");
-	if (hs_eq_ci(b, m, "CONNECT") && memcmp(b, "CONNECT", 7) == 0)
-		return hs_fail(h, 400, "CONNECT is not available inside an intercepted connection");
+		return http_sub_fail(h, 400, "only HTTP/1.1 and HTTP/1.0 requests pass kbox's secret substitution");
+	if (http_sub_eq_ci(b, m, "CONNECT") && memcmp(b, "CONNECT", 7) == 0)
+		return http_sub_fail(h, 400, "CONNECT is not available inside an intercepted connection");
 	/* TRACE (and IIS's TRACK) answers with the request as the server got
 	 * it: after substitution that is the real value. */
-	if (hs_eq_ci(b, m, "TRACE") || hs_eq_ci(b, m, "TRACK"))
-		return hs_stop(h, 405,
+	if (http_sub_eq_ci(b, m, "TRACE") || http_sub_eq_ci(b, m, "TRACK"))
+		return http_sub_stop(h, 405,
 			       "kbox: TRACE is not available through kbox's TLS interception (the server would "
 			       "echo the request as it received it); this request was refused",
 			       NULL, "request line", NULL);
 	if (b[t0] != '/' && !(t1 - t0 == 1 && b[t0] == '*' && m == 7 && memcmp(b, "OPTIONS", 7) == 0))
-		return hs_fail(h, 400,
+		return http_sub_fail(h, 400,
 			       "the request target must be a path starting with '/' (absolute URLs are not accepted)");
 
-	struct hs_field f[HS_FIELDS_MAX];
+	struct http_sub_field f[HTTP_SUB_FIELDS_MAX];
 	size_t nf;
-	int rc = hs_fields(h, eol + 2, n - ll - 2, f, &nf, "header");
+	int rc = http_sub_fields(h, eol + 2, n - ll - 2, f, &nf, "header");
 	if (rc)
 		return rc;
 	int hosts = 0, cls = 0, tes = 0;
@@ -978,20 +891,20 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 			continue;
 		if (!strcmp(ln, "host")) {
 			hosts++;
-			host_ok = hs_host_ok(h, f[i].val, f[i].vlen);
+			host_ok = http_sub_host_ok(h, f[i].val, f[i].vlen);
 		} else if (!strcmp(ln, "content-length")) {
 			cls++;
 			if (f[i].vlen == 0 || f[i].vlen > 15)
-				return hs_fail(h, 400, "invalid Content-Length");
+				return http_sub_fail(h, 400, "invalid Content-Length");
 			cl = 0;
 			for (size_t j = 0; j < f[i].vlen; j++) {
 				if (f[i].val[j] < '0' || f[i].val[j] > '9')
-					return hs_fail(h, 400, "invalid Content-Length");
+					return http_sub_fail(h, 400, "invalid Content-Length");
 				cl = cl * 10 + (uint64_t)(f[i].val[j] - '0');
 			}
 		} else if (!strcmp(ln, "transfer-encoding")) {
 			tes++;
-			te_ok = hs_eq_ci(f[i].val, f[i].vlen, "chunked");
+			te_ok = http_sub_eq_ci(f[i].val, f[i].vlen, "chunked");
 		} else if (!strcmp(ln, "expect")) {
 			expect = true;
 		} else if (!strcmp(ln, "upgrade")) {
@@ -999,52 +912,52 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 		}
 	}
 	if (hosts != 1)
-		return hs_fail(h, 400, "a request needs exactly one Host field (this one has %d)",
+		return http_sub_fail(h, 400, "a request needs exactly one Host field (this one has %d)",
 			       hosts);
 	if (!host_ok)
-		return hs_stop(h, 421,
+		return http_sub_stop(h, 421,
 			       "kbox: the Host field does not name the server this connection "
 			       "was opened to (TLS server name); the request was refused",
 			       NULL, "header host", NULL);
 	if (cls > 1 || tes > 1 || (cls && tes))
-		return hs_fail(h, 400,
+		return http_sub_fail(h, 400,
 			       "ambiguous body length (several Content-Length or "
 			       "Transfer-Encoding fields, or both)");
 	if (tes && (!te_ok || v10))
-		return hs_fail(h, 400,
+		return http_sub_fail(h, 400,
 			       "only 'Transfer-Encoding: chunked' (HTTP/1.1) is accepted");
 
 	h->chunked = tes == 1;
 	h->buffering = false;
-	if (cls && cl > 0 && hs_body_enabled(h)) {
-		if (cl > HS_BODY_BUFFER_MAX)
-			return hs_fail(h, 413,
+	if (cls && cl > 0 && http_sub_body_enabled(h)) {
+		if (cl > HTTP_SUB_BODY_BUFFER_MAX)
+			return http_sub_fail(h, 413,
 				       "a request body in which secrets may be substituted is "
 				       "limited to %u bytes (this one has %llu)",
-				       HS_BODY_BUFFER_MAX, (unsigned long long)cl);
+				       HTTP_SUB_BODY_BUFFER_MAX, (unsigned long long)cl);
 		h->buffering = true;
 	}
 
 	/* The rewritten head. */
-	struct hs_buf *dst = h->buffering ? &h->held_head : &h->out;
-	struct hs_buf *hd = &h->tmp;
-	hb_reset(hd);
+	struct wbuf *dst = h->buffering ? &h->held_head : &h->out;
+	struct wbuf *hd = &h->tmp;
+	wbuf_reset(hd);
 	const uint8_t *q = memchr(b + t0, '?', t1 - t0);
 	size_t pathlen = q ? (size_t)(q - (b + t0)) : t1 - t0;
-	struct hs_place line = { .kind = PL_LINE };
-	rc = hs_rewrite(h, &line, b, t0 + pathlen, true, hd, NULL);
+	struct http_sub_place line = { .kind = PL_LINE };
+	rc = http_sub_rewrite(h, &line, b, t0 + pathlen, true, hd, NULL);
 	if (!rc && q) {
-		struct hs_place query = { .kind = PL_QUERY };
-		rc = hs_rewrite(h, &query, q, (size_t)(b + t1 - q), true, hd, NULL);
+		struct http_sub_place query = { .kind = PL_QUERY };
+		rc = http_sub_rewrite(h, &query, q, (size_t)(b + t1 - q), true, hd, NULL);
 	}
 	if (rc)
 		return rc;
-	if (hb_put(hd, b + t1, ll - t1 + 2))
+	if (wbuf_put(hd, b + t1, ll - t1 + 2))
 		return -ENOMEM;
 	/* Where a secret may be substituted, the response must stay
 	 * readable for http_resp's scrubbing: no content or transfer coding,
 	 * no WebSocket extension (permessage-deflate), whole (no Range). */
-	bool identity = hs_secret_host(h);
+	bool identity = http_sub_secret_host(h);
 	for (size_t i = 0; i < nf; i++) {
 		/* A held body gets its Content-Length when its size is known; and
 		 * the client would wait for a 100 that its Expect cannot get
@@ -1058,103 +971,103 @@ static int hs_head_done(struct hs *h, const uint8_t *b, size_t n)
 				 !strcmp(f[i].lname, "sec-websocket-extensions") || !strcmp(f[i].lname, "range") ||
 				 !strcmp(f[i].lname, "if-range")))
 			continue;
-		rc = hs_put_field(h, &f[i], PL_HEADER, hd);
+		rc = http_sub_put_field(h, &f[i], PL_HEADER, hd);
 		if (rc)
 			return rc;
 	}
-	if (identity && hb_puts(hd, "Accept-Encoding: identity\r\n"))
+	if (identity && wbuf_puts(hd, "Accept-Encoding: identity\r\n"))
 		return -ENOMEM;
-	if (!h->buffering && hb_put(hd, "\r\n", 2))
+	if (!h->buffering && wbuf_put(hd, "\r\n", 2))
 		return -ENOMEM;
-	if (hb_put(dst, hb_data(hd), hb_size(hd)))
+	if (wbuf_put(dst, wbuf_data(hd), wbuf_size(hd)))
 		return -ENOMEM;
-	hb_reset(hd);
+	wbuf_reset(hd);
 	/* Queued now: the response may come before the body went. */
-	h->queue[(h->q_head + h->q_len) % HS_PIPELINE_MAX] = (struct hs_req){
+	h->queue[(h->q_head + h->q_len) % HTTP_SUB_PIPELINE_MAX] = (struct http_sub_req){
 		.head = m == 4 && memcmp(b, "HEAD", 4) == 0,
 		.upgrade = h->upgrade,
 		.identity = identity,
 	};
 	h->q_len++;
 
-	hb_reset(&h->win);
+	wbuf_reset(&h->win);
 	if (h->chunked) {
 		h->phase = PH_CHUNK_LINE;
 	} else if (cl > 0) {
 		h->remaining = cl;
 		h->phase = PH_BODY_CL;
 	} else {
-		return hs_request_done(h);
+		return http_sub_request_done(h);
 	}
 	return 0;
 }
 
 /* The trailer section B[0, N) (fields, then the empty line) ends a chunked
  * body.  0, 1, -ENOMEM. */
-static int hs_trailer_done(struct hs *h, const uint8_t *b, size_t n)
+static int http_sub_trailer_done(struct hs *h, const uint8_t *b, size_t n)
 {
-	struct hs_field f[HS_FIELDS_MAX];
+	struct http_sub_field f[HTTP_SUB_FIELDS_MAX];
 	size_t nf;
-	int rc = hs_fields(h, b, n, f, &nf, "trailer");
+	int rc = http_sub_fields(h, b, n, f, &nf, "trailer");
 	if (rc)
 		return rc;
-	struct hs_buf *hd = &h->tmp;
-	hb_reset(hd);
-	if (hb_puts(hd, "0\r\n"))
+	struct wbuf *hd = &h->tmp;
+	wbuf_reset(hd);
+	if (wbuf_puts(hd, "0\r\n"))
 		return -ENOMEM;
 	for (size_t i = 0; i < nf; i++) {
-		rc = hs_put_field(h, &f[i], PL_TRAILER, hd);
+		rc = http_sub_put_field(h, &f[i], PL_TRAILER, hd);
 		if (rc)
 			return rc;
 	}
-	if (hb_put(hd, "\r\n", 2) || hb_put(&h->out, hb_data(hd), hb_size(hd)))
+	if (wbuf_put(hd, "\r\n", 2) || wbuf_put(&h->out, wbuf_data(hd), wbuf_size(hd)))
 		return -ENOMEM;
-	hb_reset(hd);
-	return hs_request_done(h);
+	wbuf_reset(hd);
+	return http_sub_request_done(h);
 }
 
 /* ---- bodies ------------------------------------------------------------ */
 
 /* Body bytes D[0, N) join the window; whatever can be decided is rewritten
  * and sent on (or held).  FINAL at the body's end.  0, 1, -ENOMEM. */
-static int hs_payload(struct hs *h, const uint8_t *d, size_t n, bool final)
+static int http_sub_payload(struct hs *h, const uint8_t *d, size_t n, bool final)
 {
-	if (hb_put(&h->win, d, n))
+	if (wbuf_put(&h->win, d, n))
 		return -ENOMEM;
-	struct hs_place pl = { .kind = h->phase == PH_OPAQUE ? PL_STREAM : PL_BODY };
-	struct hs_buf *dst = h->buffering ? &h->held : h->chunked ? &h->tmp : &h->out;
+	struct http_sub_place pl = { .kind = h->phase == PH_OPAQUE ? PL_STREAM : PL_BODY };
+	struct wbuf *dst = h->buffering ? &h->held : h->chunked ? &h->tmp : &h->out;
 	size_t done = 0;
 	if (h->chunked)
-		hb_reset(&h->tmp);
-	int rc = hs_rewrite(h, &pl, hb_data(&h->win), hb_size(&h->win), final, dst, &done);
+		wbuf_reset(&h->tmp);
+	int rc = http_sub_rewrite(h, &pl, wbuf_data(&h->win), wbuf_size(&h->win), final, dst, &done);
 	if (rc)
 		return rc;
-	hb_drop(&h->win, done);
-	if (h->chunked && hb_size(&h->tmp)) {
+	wbuf_drop(&h->win, done);
+	if (h->chunked && wbuf_size(&h->tmp)) {
 		char sz[24];
-		int k = snprintf(sz, sizeof sz, "%zx\r\n", hb_size(&h->tmp));
-		if (hb_put(&h->out, sz, (size_t)k) ||
-		    hb_put(&h->out, hb_data(&h->tmp), hb_size(&h->tmp)) ||
-		    hb_put(&h->out, "\r\n", 2))
+		int k = snprintf(sz, sizeof sz, "%zx\r\n", wbuf_size(&h->tmp));
+		if (wbuf_put(&h->out, sz, (size_t)k) ||
+		    wbuf_put(&h->out, wbuf_data(&h->tmp), wbuf_size(&h->tmp)) ||
+		    wbuf_put(&h->out, "\r\n", 2))
 			return -ENOMEM;
-		hb_reset(&h->tmp);
+		wbuf_reset(&h->tmp);
 	}
 	return 0;
 }
 
-static int hs_cl_done(struct hs *h)
+static int http_sub_cl_done(struct hs *h)
 {
 	if (h->buffering) {
 		char cl[48];
-		int k = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n\r\n", hb_size(&h->held));
-		if (hb_put(&h->out, hb_data(&h->held_head), hb_size(&h->held_head)) ||
-		    hb_put(&h->out, cl, (size_t)k) ||
-		    hb_put(&h->out, hb_data(&h->held), hb_size(&h->held)))
+		int k = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n\r\n", wbuf_size(&h->held));
+		if (wbuf_put(&h->out, wbuf_data(&h->held_head), wbuf_size(&h->held_head)) ||
+		    wbuf_put(&h->out, cl, (size_t)k) ||
+		    wbuf_put(&h->out, wbuf_data(&h->held), wbuf_size(&h->held)))
 			return -ENOMEM;
-		hb_reset(&h->held_head);
-		hb_reset(&h->held);
+		wbuf_reset(&h->held_head);
+		wbuf_reset(&h->held);
 	}
-	return hs_request_done(h);
+	return http_sub_request_done(h);
 }
 
 /* ---- collecting heads, trailers and chunk lines -------------------------- */
@@ -1162,27 +1075,27 @@ static int hs_cl_done(struct hs *h)
 /* Append up to N bytes to h->head until the block ends: a CRLF for a chunk
  * line, an empty line for a head or trailer section.  Sets *USED and
  * *END (length of the block in h->head, 0 while incomplete).  0 or 1. */
-static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size_t *used,
+static int http_sub_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size_t *used,
 		      size_t *end)
 {
-	size_t old = hb_size(&h->head);
+	size_t old = wbuf_size(&h->head);
 	/* Room for the block and its terminator; what lies beyond is given
 	 * back below.  The checks after each append keep old <= max + lead. */
 	size_t room = max + 4 + (h->phase == PH_HEAD ? h->lead : 0) - old;
 	size_t k = n < room ? n : room;
 	*end = 0;
-	if (hb_put(&h->head, p, k))
+	if (wbuf_put(&h->head, p, k))
 		return -ENOMEM;
-	const uint8_t *b = hb_data(&h->head);
-	size_t len = hb_size(&h->head);
+	const uint8_t *b = wbuf_data(&h->head);
+	size_t len = wbuf_size(&h->head);
 	bool head = h->phase == PH_HEAD;
 	bool chunkline = h->phase == PH_CHUNK_LINE;
 
 	if (head && !h->lead_done) {
 		while (h->lead + 1 < len && b[h->lead] == '\r' && b[h->lead + 1] == '\n')
 			h->lead += 2;
-		if (h->lead > HS_LEAD_MAX)
-			return hs_fail(h, 400, "too many empty lines before a request");
+		if (h->lead > HTTP_SUB_LEAD_MAX)
+			return http_sub_fail(h, 400, "too many empty lines before a request");
 		if (h->lead < len && !(b[h->lead] == '\r' && h->lead + 1 == len))
 			h->lead_done = true;
 	}
@@ -1210,17 +1123,17 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 		if (c == '\n')
 			h->line_start = i + 1;
 		if (c == '\n' && (i == 0 || b[i - 1] != '\r'))
-			return hs_fail(h, 400, "a line ends in a bare LF (expected CRLF)");
+			return http_sub_fail(h, 400, "a line ends in a bare LF (expected CRLF)");
 		if (i > 0 && b[i - 1] == '\r' && c != '\n')
-			return hs_fail(h, 400, "a bare CR in the request");
+			return http_sub_fail(h, 400, "a bare CR in the request");
 		if ((c < 0x20 && c != '\r' && c != '\n' && c != '\t') || c == 0x7f)
-			return hs_fail(h, 400,
+			return http_sub_fail(h, 400,
 				       "not an HTTP/1.1 request (control bytes in the %s)",
 				       head ? "head" : "framing");
 	}
 	if (e) {
 		size_t excess = len - e;
-		h->head.len -= excess;
+		wbuf_trim(&h->head, excess);
 		*used = k - excess;
 		*end = e;
 		h->scan = 0;
@@ -1231,40 +1144,40 @@ static int hs_collect(struct hs *h, const uint8_t *p, size_t n, size_t max, size
 	h->scan = len;
 	if (chunkline) {
 		if (len > max)
-			return hs_fail(h, 400, "a chunk-size line is longer than %u bytes",
-				       HS_CHUNK_LINE_MAX);
+			return http_sub_fail(h, 400, "a chunk-size line is longer than %u bytes",
+				       HTTP_SUB_CHUNK_LINE_MAX);
 		return 0;
 	}
 	if (len - (head ? h->lead : 0) > max)
-		return hs_fail(h, 431, "the %s is larger than %zu bytes",
+		return http_sub_fail(h, 431, "the %s is larger than %zu bytes",
 			       head ? "request head" : "trailer section", max);
 	size_t from = h->line_start > h->lead || !head ? h->line_start : h->lead;
-	if (len - from > HS_LINE_MAX) {
+	if (len - from > HTTP_SUB_LINE_MAX) {
 		bool first = head && h->line_start <= h->lead;
-		return hs_fail(h, first ? 414 : 431,
+		return http_sub_fail(h, first ? 414 : 431,
 			       "a %s is longer than %u bytes",
-			       first ? "request line" : "field line", HS_LINE_MAX);
+			       first ? "request line" : "field line", HTTP_SUB_LINE_MAX);
 	}
 	return 0;
 }
 
-static int hs_chunk_line(struct hs *h, const uint8_t *b, size_t n)
+static int http_sub_chunk_line(struct hs *h, const uint8_t *b, size_t n)
 {
 	size_t i = 0;
 	uint64_t size = 0;
-	while (i < n && hs_hexval(b[i]) >= 0) {
+	while (i < n && http_sub_hexval(b[i]) >= 0) {
 		if (i == 16)
-			return hs_fail(h, 400, "a chunk size has more than 16 hex digits");
-		size = size * 16 + (uint64_t)hs_hexval(b[i]);
+			return http_sub_fail(h, 400, "a chunk size has more than 16 hex digits");
+		size = size * 16 + (uint64_t)http_sub_hexval(b[i]);
 		i++;
 	}
 	if (i == 0)
-		return hs_fail(h, 400, "malformed chunk size");
+		return http_sub_fail(h, 400, "malformed chunk size");
 	size_t j = i;
 	while (j < n - 2 && (b[j] == ' ' || b[j] == '\t'))
 		j++;
 	if (j < n - 2 && b[j] != ';')
-		return hs_fail(h, 400, "malformed chunk size");
+		return http_sub_fail(h, 400, "malformed chunk size");
 	/* Extensions are dropped: the body is re-chunked anyway. */
 	if (size == 0) {
 		h->phase = PH_TRAILER;
@@ -1277,14 +1190,14 @@ static int hs_chunk_line(struct hs *h, const uint8_t *b, size_t n)
 
 /* ---- public ------------------------------------------------------------ */
 
-int hs_new(const struct secrets *set, const char *sni, hs_audit_fn cb, void *ctx,
+int http_sub_new(const struct secrets *set, const char *sni, http_sub_audit_fn cb, void *ctx,
 	   struct hs **out)
 {
 	size_t n = strlen(sni);
 	*out = NULL;
 	if (n && sni[n - 1] == '.')
 		n--;
-	if (n == 0 || n > HS_SNI_MAX)
+	if (n == 0 || n > HTTP_SUB_SNI_MAX)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		char c = sni[i];
@@ -1300,91 +1213,91 @@ int hs_new(const struct secrets *set, const char *sni, hs_audit_fn cb, void *ctx
 	h->set = set;
 	h->cb = cb;
 	h->ctx = ctx;
-	h->state = HS_OPEN;
+	h->state = HTTP_SUB_OPEN;
 	h->phase = PH_HEAD;
-	hs_b64_patterns(h);
+	http_sub_b64_patterns(h);
 	*out = h;
 	return 0;
 }
 
-static int hs_step(struct hs *h, const uint8_t *p, size_t n, size_t *used)
+static int http_sub_step(struct hs *h, const uint8_t *p, size_t n, size_t *used)
 {
 	size_t end = 0, k;
 	int rc;
 	*used = 0;
 	switch (h->phase) {
 	case PH_HEAD:
-		rc = hs_collect(h, p, n, HS_HEAD_MAX, used, &end);
+		rc = http_sub_collect(h, p, n, HTTP_SUB_HEAD_MAX, used, &end);
 		if (rc || !end)
 			return rc;
-		rc = hs_head_done(h, hb_data(&h->head) + h->lead, end - h->lead);
-		hb_reset(&h->head);
+		rc = http_sub_head_done(h, wbuf_data(&h->head) + h->lead, end - h->lead);
+		wbuf_reset(&h->head);
 		h->lead = 0;
 		h->lead_done = false;
 		return rc;
 	case PH_TRAILER:
-		rc = hs_collect(h, p, n, HS_HEAD_MAX, used, &end);
+		rc = http_sub_collect(h, p, n, HTTP_SUB_HEAD_MAX, used, &end);
 		if (rc || !end)
 			return rc;
-		rc = hs_payload(h, NULL, 0, true);
+		rc = http_sub_payload(h, NULL, 0, true);
 		if (!rc)
-			rc = hs_trailer_done(h, hb_data(&h->head), end);
-		hb_reset(&h->head);
+			rc = http_sub_trailer_done(h, wbuf_data(&h->head), end);
+		wbuf_reset(&h->head);
 		return rc;
 	case PH_CHUNK_LINE:
-		rc = hs_collect(h, p, n, HS_CHUNK_LINE_MAX, used, &end);
+		rc = http_sub_collect(h, p, n, HTTP_SUB_CHUNK_LINE_MAX, used, &end);
 		if (rc || !end)
 			return rc;
-		rc = hs_chunk_line(h, hb_data(&h->head), end);
-		hb_reset(&h->head);
+		rc = http_sub_chunk_line(h, wbuf_data(&h->head), end);
+		wbuf_reset(&h->head);
 		return rc;
 	case PH_BODY_CL:
 	case PH_CHUNK_DATA:
-		k = n < HS_STEP ? n : HS_STEP;
+		k = n < HTTP_SUB_STEP ? n : HTTP_SUB_STEP;
 		if (k > h->remaining)
 			k = (size_t)h->remaining;
 		*used = k;
 		h->remaining -= k;
-		rc = hs_payload(h, p, k, h->phase == PH_BODY_CL && h->remaining == 0);
+		rc = http_sub_payload(h, p, k, h->phase == PH_BODY_CL && h->remaining == 0);
 		if (rc || h->remaining)
 			return rc;
 		if (h->phase == PH_BODY_CL)
-			return hs_cl_done(h);
+			return http_sub_cl_done(h);
 		h->phase = PH_CHUNK_CRLF;
 		h->crlf_got = 0;
 		return 0;
 	case PH_CHUNK_CRLF:
 		*used = 1;
 		if (p[0] != (h->crlf_got ? '\n' : '\r'))
-			return hs_fail(h, 400, "a chunk is not followed by CRLF (wrong chunk size?)");
+			return http_sub_fail(h, 400, "a chunk is not followed by CRLF (wrong chunk size?)");
 		if (++h->crlf_got == 2)
 			h->phase = PH_CHUNK_LINE;
 		return 0;
 	case PH_OPAQUE:
 		/* Nothing is substituted after an upgrade, so nothing needs to be
 		 * held back either: an interactive protocol must not stall. */
-		k = n < HS_STEP ? n : HS_STEP;
+		k = n < HTTP_SUB_STEP ? n : HTTP_SUB_STEP;
 		*used = k;
-		return hs_payload(h, p, k, true);
+		return http_sub_payload(h, p, k, true);
 	case PH_DONE:
 		break;
 	}
 	return 0;
 }
 
-int hs_feed(struct hs *h, const void *in, size_t n, size_t *taken)
+int http_sub_feed(struct hs *h, const void *in, size_t n, size_t *taken)
 {
 	const uint8_t *p = in;
 	size_t t = 0;
 	int rc = 0;
-	while (t < n && h->state == HS_OPEN && h->phase != PH_DONE &&
-	       hb_size(&h->out) < HS_OUT_HIGH &&
-	       !(h->phase == PH_HEAD && h->q_len == HS_PIPELINE_MAX)) {
+	while (t < n && h->state == HTTP_SUB_OPEN && h->phase != PH_DONE &&
+	       wbuf_size(&h->out) < HTTP_SUB_OUT_HIGH &&
+	       !(h->phase == PH_HEAD && h->q_len == HTTP_SUB_PIPELINE_MAX)) {
 		size_t used;
-		rc = hs_step(h, p + t, n - t, &used);
+		rc = http_sub_step(h, p + t, n - t, &used);
 		t += used;
 		if (rc < 0) {
-			h->state = HS_ERROR;
+			h->state = HTTP_SUB_ERROR;
 			h->phase = PH_DONE;
 			break;
 		}
@@ -1393,70 +1306,70 @@ int hs_feed(struct hs *h, const void *in, size_t n, size_t *taken)
 	return rc < 0 ? rc : 0;
 }
 
-int hs_finish(struct hs *h)
+int http_sub_finish(struct hs *h)
 {
-	hb_reset(&h->win);
-	hb_reset(&h->held);
-	hb_reset(&h->held_head);
-	hb_reset(&h->head);
-	if (h->state == HS_OPEN)
+	wbuf_reset(&h->win);
+	wbuf_reset(&h->held);
+	wbuf_reset(&h->held_head);
+	wbuf_reset(&h->head);
+	if (h->state == HTTP_SUB_OPEN)
 		h->phase = PH_DONE;
 	return 0;
 }
 
-void hs_output(struct hs *h, const uint8_t **p, size_t *len)
+void http_sub_output(struct hs *h, const uint8_t **p, size_t *len)
 {
-	*p = hb_data(&h->out);
-	*len = hb_size(&h->out);
+	*p = wbuf_data(&h->out);
+	*len = wbuf_size(&h->out);
 }
 
-void hs_consume(struct hs *h, size_t n)
+void http_sub_consume(struct hs *h, size_t n)
 {
-	size_t have = hb_size(&h->out);
-	hb_drop(&h->out, n < have ? n : have);
+	size_t have = wbuf_size(&h->out);
+	wbuf_drop(&h->out, n < have ? n : have);
 }
 
-void hs_reply(struct hs *h, const uint8_t **p, size_t *len)
+void http_sub_reply(struct hs *h, const uint8_t **p, size_t *len)
 {
-	if (h->state != HS_CLOSE_AFTER_REPLY) {
+	if (h->state != HTTP_SUB_CLOSE_AFTER_REPLY) {
 		*p = NULL;
 		*len = 0;
 		return;
 	}
-	*p = hb_data(&h->reply);
-	*len = hb_size(&h->reply);
+	*p = wbuf_data(&h->reply);
+	*len = wbuf_size(&h->reply);
 }
 
-enum hs_state hs_state(const struct hs *h)
+enum http_sub_state http_sub_state(const struct hs *h)
 {
 	return h->state;
 }
 
-uint64_t hs_requests_forwarded(const struct hs *h)
+uint64_t http_sub_requests_forwarded(const struct hs *h)
 {
 	return h->forwarded;
 }
 
-bool hs_pop_request(struct hs *h, struct hs_req *out)
+bool http_sub_pop_request(struct hs *h, struct http_sub_req *out)
 {
 	if (!h->q_len)
 		return false;
 	*out = h->queue[h->q_head];
-	h->q_head = (h->q_head + 1) % HS_PIPELINE_MAX;
+	h->q_head = (h->q_head + 1) % HTTP_SUB_PIPELINE_MAX;
 	h->q_len--;
 	return true;
 }
 
-void hs_free(struct hs *h)
+void http_sub_free(struct hs *h)
 {
 	if (!h)
 		return;
-	hb_free(&h->head);
-	hb_free(&h->out);
-	hb_free(&h->reply);
-	hb_free(&h->win);
-	hb_free(&h->held);
-	hb_free(&h->held_head);
-	hb_free(&h->tmp);
+	wbuf_free(&h->head);
+	wbuf_free(&h->out);
+	wbuf_free(&h->reply);
+	wbuf_free(&h->win);
+	wbuf_free(&h->held);
+	wbuf_free(&h->held_head);
+	wbuf_free(&h->tmp);
 	free(h);
 }

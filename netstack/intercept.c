@@ -11,13 +11,13 @@
 #include "netstack/policy.h"
 #include "netstack/tls_sni.h"
 
-enum icpt_mode { M_SNIFF, M_DRAIN, M_SPLICED, M_MITM, M_REFUSED };
+enum intercept_mode { M_SNIFF, M_DRAIN, M_SPLICED, M_MITM, M_REFUSED };
 
 struct icpt {
-	const struct icpt_config *cfg;
-	icpt_event_fn cb;
+	const struct intercept_config *cfg;
+	intercept_event_fn cb;
 	void *ctx;
-	enum icpt_mode mode;
+	enum intercept_mode mode;
 	char **names;
 	size_t n_names;
 	uint8_t held[TLS_HELLO_STREAM_MAX];
@@ -25,8 +25,8 @@ struct icpt {
 	bool guest_fin;            /* EOF from the guest while held bytes remain */
 	bool server_spoke;
 	char sni[TLS_NAME_MAX + 1];
-	struct mitm_config mcfg;
-	struct mitm_filter_ops ops;
+	struct tls_mitm_config mcfg;
+	struct tls_mitm_filter_ops ops;
 	struct mitm *m;
 	struct hs *hs;
 	struct hr *hr;
@@ -37,7 +37,7 @@ static void emit(struct icpt *c, const char *event, bool allow, const char *reas
 {
 	if (!c->cb)
 		return;
-	struct icpt_event ev = {
+	struct intercept_event ev = {
 		.event = event,
 		.sni = c->sni[0] ? c->sni : NULL,
 		.reason = reason,
@@ -46,7 +46,7 @@ static void emit(struct icpt *c, const char *event, bool allow, const char *reas
 	c->cb(c->ctx, &ev);
 }
 
-bool icpt_bypassed(const struct icpt_config *cfg, const char *name)
+bool intercept_bypassed(const struct intercept_config *cfg, const char *name)
 {
 	for (size_t i = 0; i < cfg->n_bypass; i++)
 		if (pol_pattern_match(cfg->bypass[i], name))
@@ -54,7 +54,7 @@ bool icpt_bypassed(const struct icpt_config *cfg, const char *name)
 	return false;
 }
 
-static bool some_secret_for(const struct icpt_config *cfg, const char *name)
+static bool some_secret_for(const struct intercept_config *cfg, const char *name)
 {
 	size_t n = cfg->secrets ? secrets_count(cfg->secrets) : 0;
 	for (size_t i = 0; i < n; i++)
@@ -71,7 +71,7 @@ static bool dns_gave(const struct icpt *c, const char *name)
 	return false;
 }
 
-static void hs_event(void *ctx, const struct hs_audit *a)
+static void hs_event(void *ctx, const struct http_sub_audit *a)
 {
 	struct icpt *c = ctx;
 	if (!c->cb)
@@ -79,71 +79,71 @@ static void hs_event(void *ctx, const struct hs_audit *a)
 	char where[160];
 	snprintf(where, sizeof where, "%s%s%s%s", a->where ? a->where : "", a->encoding ? " (" : "",
 		 a->encoding ? a->encoding : "", a->encoding ? ")" : "");
-	struct icpt_event ev = {
+	struct intercept_event ev = {
 		.event = !a->secret ? "request-refused"
-			 : a->decision == HS_SUBSTITUTED ? "secret-substituted" : "secret-blocked",
+			 : a->decision == HTTP_SUB_SUBSTITUTED ? "secret-substituted" : "secret-blocked",
 		.sni = c->sni,
 		.secret = a->secret,
 		.where = where[0] ? where : NULL,
 		.reason = a->reason,
 		.status = a->status,
-		.allow = a->decision == HS_SUBSTITUTED,
+		.allow = a->decision == HTTP_SUB_SUBSTITUTED,
 	};
 	c->cb(c->ctx, &ev);
 }
 
 /* The request filter: http_sub behind tls_mitm's filter interface. */
-static int filter_up(void *ctx, struct mitm_io *io)
+static int filter_up(void *ctx, struct tls_mitm_io *io)
 {
 	struct icpt *c = ctx;
 	size_t taken = 0;
-	if (io->in_len > 0 && hs_feed(c->hs, io->in, io->in_len, &taken) < 0) {
+	if (io->in_len > 0 && http_sub_feed(c->hs, io->in, io->in_len, &taken) < 0) {
 		snprintf(io->reason, sizeof io->reason, "out of memory in the request filter");
 		return -ENOMEM;
 	}
 	io->taken = taken;
 	if (io->eof && taken == io->in_len)
-		hs_finish(c->hs);
+		http_sub_finish(c->hs);
 	const uint8_t *p;
 	size_t len;
-	hs_output(c->hs, &p, &len);
+	http_sub_output(c->hs, &p, &len);
 	size_t k = len < io->out_cap ? len : io->out_cap;
 	if (k)
 		memcpy(io->out, p, k);
-	hs_consume(c->hs, k);
+	http_sub_consume(c->hs, k);
 	io->made = k;
-	enum hs_state st = hs_state(c->hs);
-	if (st == HS_ERROR) {
+	enum http_sub_state st = http_sub_state(c->hs);
+	if (st == HTTP_SUB_ERROR) {
 		snprintf(io->reason, sizeof io->reason, "out of memory in the request filter");
 		return -ENOMEM;
 	}
 	if (len > k)
-		return MITM_FILTER_MORE;
-	if (st == HS_CLOSE_AFTER_REPLY) {
-		hs_reply(c->hs, &io->reply, &io->reply_len);
+		return TLS_MITM_FILTER_MORE;
+	if (st == HTTP_SUB_CLOSE_AFTER_REPLY) {
+		http_sub_reply(c->hs, &io->reply, &io->reply_len);
 		snprintf(io->reason, sizeof io->reason, "request to %.200s refused by kbox", c->sni);
-		return MITM_FILTER_REPLY;
+		return TLS_MITM_FILTER_REPLY;
 	}
-	return taken < io->in_len && st == HS_OPEN ? MITM_FILTER_MORE : MITM_FILTER_OK;
+	return taken < io->in_len && st == HTTP_SUB_OPEN ? TLS_MITM_FILTER_MORE : TLS_MITM_FILTER_OK;
 }
 
 /* What the response filter is told about the request it answers. */
-static bool next_request(void *ctx, struct hr_req *out)
+static bool next_request(void *ctx, struct http_resp_req *out)
 {
 	struct icpt *c = ctx;
-	struct hs_req q;
-	if (!hs_pop_request(c->hs, &q))
+	struct http_sub_req q;
+	if (!http_sub_pop_request(c->hs, &q))
 		return false;
-	*out = (struct hr_req){ .head = q.head, .upgrade = q.upgrade, .identity = q.identity };
+	*out = (struct http_resp_req){ .head = q.head, .upgrade = q.upgrade, .identity = q.identity };
 	return true;
 }
 
-static void hr_event_cb(void *ctx, const struct hr_event *e)
+static void hr_event_cb(void *ctx, const struct http_resp_event *e)
 {
 	struct icpt *c = ctx;
 	if (!c->cb)
 		return;
-	struct icpt_event ev = {
+	struct intercept_event ev = {
 		.event = e->event,
 		.sni = c->sni,
 		.secret = e->secret,
@@ -156,7 +156,7 @@ static void hr_event_cb(void *ctx, const struct hr_event *e)
 }
 
 /* The response filter: http_resp behind tls_mitm's filter interface. */
-static int filter_down(void *ctx, struct mitm_io *io)
+static int filter_down(void *ctx, struct tls_mitm_io *io)
 {
 	struct icpt *c = ctx;
 	size_t taken = 0;
@@ -164,35 +164,35 @@ static int filter_down(void *ctx, struct mitm_io *io)
 	size_t len;
 	/* New input only once the last output is out: the pending output
 	 * stays about one record, never moved around in a large buffer. */
-	hr_output(c->hr, &p, &len);
-	if (len == 0 && io->in_len > 0 && hr_feed(c->hr, io->in, io->in_len, &taken) < 0) {
+	http_resp_output(c->hr, &p, &len);
+	if (len == 0 && io->in_len > 0 && http_resp_feed(c->hr, io->in, io->in_len, &taken) < 0) {
 		snprintf(io->reason, sizeof io->reason, "out of memory in the response filter");
 		return -ENOMEM;
 	}
 	io->taken = taken;
 	if (io->eof && taken == io->in_len)
-		hr_finish(c->hr);
-	hr_output(c->hr, &p, &len);
+		http_resp_finish(c->hr);
+	http_resp_output(c->hr, &p, &len);
 	size_t k = len < io->out_cap ? len : io->out_cap;
 	if (k)
 		memcpy(io->out, p, k);
-	hr_consume(c->hr, k);
+	http_resp_consume(c->hr, k);
 	io->made = k;
-	enum hr_state st = hr_state(c->hr);
+	enum http_resp_state st = http_resp_state(c->hr);
 	if (len > k)
-		return MITM_FILTER_MORE;
-	if (st == HR_ERROR || st == HR_FAILED) {
-		snprintf(io->reason, sizeof io->reason, "%s", hr_reason(c->hr));
+		return TLS_MITM_FILTER_MORE;
+	if (st == HTTP_RESP_ERROR || st == HTTP_RESP_FAILED) {
+		snprintf(io->reason, sizeof io->reason, "%s", http_resp_reason(c->hr));
 		return -EPROTO;
 	}
-	if (st == HR_CLOSE_AFTER_REPLY) {
-		hr_reply(c->hr, &io->reply, &io->reply_len);
-		return MITM_FILTER_REPLY;
+	if (st == HTTP_RESP_CLOSE_AFTER_REPLY) {
+		http_resp_reply(c->hr, &io->reply, &io->reply_len);
+		return TLS_MITM_FILTER_REPLY;
 	}
-	return taken < io->in_len ? MITM_FILTER_MORE : MITM_FILTER_OK;
+	return taken < io->in_len ? TLS_MITM_FILTER_MORE : TLS_MITM_FILTER_OK;
 }
 
-int icpt_new(const struct icpt_config *cfg, const char *const *names, size_t n, icpt_event_fn cb, void *ctx,
+int intercept_new(const struct intercept_config *cfg, const char *const *names, size_t n, intercept_event_fn cb, void *ctx,
 	     struct icpt **out)
 {
 	if (!cfg || !cfg->ca || !cfg->trust)
@@ -212,7 +212,7 @@ int icpt_new(const struct icpt_config *cfg, const char *const *names, size_t n, 
 		for (size_t i = 0; i < n; i++) {
 			if (!(c->names[i] = strdup(names[i]))) {
 				c->n_names = i;
-				icpt_free(c);
+				intercept_free(c);
 				return -ENOMEM;
 			}
 		}
@@ -230,12 +230,12 @@ static void to_drain(struct icpt *c)
 
 static void start_mitm(struct icpt *c)
 {
-	if (hs_new(c->cfg->secrets, c->sni, hs_event, c, &c->hs) < 0) {
+	if (http_sub_new(c->cfg->secrets, c->sni, hs_event, c, &c->hs) < 0) {
 		emit(c, "tls-refuse", false, "cannot set up the request filter");
 		c->mode = M_REFUSED;
 		return;
 	}
-	if (hr_new(c->cfg->secrets, c->sni, some_secret_for(c->cfg, c->sni), next_request, hr_event_cb, c,
+	if (http_resp_new(c->cfg->secrets, c->sni, some_secret_for(c->cfg, c->sni), next_request, hr_event_cb, c,
 		   &c->hr) < 0) {
 		emit(c, "tls-refuse", false, "cannot set up the response filter");
 		c->mode = M_REFUSED;
@@ -246,7 +246,7 @@ static void start_mitm(struct icpt *c)
 	c->mcfg.ca = c->cfg->ca;
 	c->mcfg.trust = c->cfg->trust;
 	c->mcfg.filter = &c->ops;
-	int rc = mitm_new(&c->mcfg, c->sni, c, &c->m);
+	int rc = tls_mitm_new(&c->mcfg, c->sni, c, &c->m);
 	if (rc < 0) {
 		char why[96];
 		snprintf(why, sizeof why, "cannot start interception: %s", strerror(-rc));
@@ -283,12 +283,12 @@ static void decide(struct icpt *c)
 		return;
 	}
 	snprintf(c->sni, sizeof c->sni, "%s", h.sni);
-	if (icpt_bypassed(c->cfg, c->sni)) {
+	if (intercept_bypassed(c->cfg, c->sni)) {
 		emit(c, "tls-splice", true, "on the bypass list");
 		to_drain(c);
 		return;
 	}
-	if (c->cfg->scope == ICPT_SCOPE_SECRETS && !some_secret_for(c->cfg, c->sni)) {
+	if (c->cfg->scope == INTERCEPT_SCOPE_SECRETS && !some_secret_for(c->cfg, c->sni)) {
 		/* No secret may go there: nothing to gain by looking. */
 		emit(c, "tls-splice", true, "no secret may be sent to this name (scope secrets): not intercepted");
 		to_drain(c);
@@ -310,26 +310,26 @@ static void feed_held(struct icpt *c)
 {
 	while (c->mode == M_MITM && c->held_off < c->held_len) {
 		size_t t = 0;
-		if (mitm_guest_in(c->m, c->held + c->held_off, c->held_len - c->held_off, &t) < 0 || t == 0)
+		if (tls_mitm_guest_in(c->m, c->held + c->held_off, c->held_len - c->held_off, &t) < 0 || t == 0)
 			break;
 		c->held_off += t;
 	}
 	if (c->mode == M_MITM && c->held_off == c->held_len && c->guest_fin) {
 		c->guest_fin = false;
-		mitm_close_guest(c->m);
+		tls_mitm_close_guest(c->m);
 	}
 }
 
 static void note_failure(struct icpt *c)
 {
-	const char *e = c->m ? mitm_error(c->m) : NULL;
+	const char *e = c->m ? tls_mitm_error(c->m) : NULL;
 	if (e && !c->fail_reported) {
 		c->fail_reported = true;
 		emit(c, "tls-fail", false, e);
 	}
 }
 
-int icpt_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken)
+int intercept_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken)
 {
 	*taken = 0;
 	switch (c->mode) {
@@ -352,7 +352,7 @@ int icpt_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken)
 	case M_MITM: {
 		if (c->held_off < c->held_len)
 			return 0; /* held bytes first */
-		int rc = mitm_guest_in(c->m, buf, n, taken);
+		int rc = tls_mitm_guest_in(c->m, buf, n, taken);
 		note_failure(c);
 		return rc;
 	}
@@ -364,36 +364,36 @@ int icpt_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken)
 	}
 }
 
-const uint8_t *icpt_guest_out(struct icpt *c, size_t *n)
+const uint8_t *intercept_guest_out(struct icpt *c, size_t *n)
 {
 	*n = 0;
 	if (c->mode != M_MITM)
 		return NULL;
 	feed_held(c);
-	return mitm_guest_out(c->m, n);
+	return tls_mitm_guest_out(c->m, n);
 }
 
-void icpt_guest_out_done(struct icpt *c, size_t n)
+void intercept_guest_out_done(struct icpt *c, size_t n)
 {
 	if (c->mode == M_MITM) {
-		mitm_guest_out_done(c->m, n);
+		tls_mitm_guest_out_done(c->m, n);
 		feed_held(c);
 		note_failure(c);
 	}
 }
 
-int icpt_upstream_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken)
+int intercept_upstream_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken)
 {
 	*taken = 0;
 	if (c->mode != M_MITM)
 		return -EPIPE;
-	int rc = mitm_upstream_in(c->m, buf, n, taken);
+	int rc = tls_mitm_upstream_in(c->m, buf, n, taken);
 	feed_held(c);
 	note_failure(c);
 	return rc;
 }
 
-const uint8_t *icpt_upstream_out(struct icpt *c, size_t *n)
+const uint8_t *intercept_upstream_out(struct icpt *c, size_t *n)
 {
 	*n = 0;
 	if (c->mode == M_DRAIN) {
@@ -403,10 +403,10 @@ const uint8_t *icpt_upstream_out(struct icpt *c, size_t *n)
 	if (c->mode != M_MITM)
 		return NULL;
 	feed_held(c);
-	return mitm_upstream_out(c->m, n);
+	return tls_mitm_upstream_out(c->m, n);
 }
 
-void icpt_upstream_out_done(struct icpt *c, size_t n)
+void intercept_upstream_out_done(struct icpt *c, size_t n)
 {
 	if (c->mode == M_DRAIN) {
 		size_t left = c->held_len - c->held_off;
@@ -416,13 +416,13 @@ void icpt_upstream_out_done(struct icpt *c, size_t n)
 		return;
 	}
 	if (c->mode == M_MITM) {
-		mitm_upstream_out_done(c->m, n);
+		tls_mitm_upstream_out_done(c->m, n);
 		feed_held(c);
 		note_failure(c);
 	}
 }
 
-void icpt_close_guest(struct icpt *c)
+void intercept_close_guest(struct icpt *c)
 {
 	if (c->mode == M_SNIFF) {
 		c->guest_fin = true;
@@ -432,20 +432,20 @@ void icpt_close_guest(struct icpt *c)
 		if (c->held_off < c->held_len)
 			c->guest_fin = true; /* after the held bytes */
 		else
-			mitm_close_guest(c->m);
+			tls_mitm_close_guest(c->m);
 	}
 	/* Drained or spliced: the caller forwards the EOF itself. */
 }
 
-void icpt_close_upstream(struct icpt *c)
+void intercept_close_upstream(struct icpt *c)
 {
 	if (c->mode == M_MITM) {
-		mitm_close_upstream(c->m);
+		tls_mitm_close_upstream(c->m);
 		note_failure(c);
 	}
 }
 
-void icpt_server_spoke(struct icpt *c)
+void intercept_server_spoke(struct icpt *c)
 {
 	if (c->mode == M_SNIFF) {
 		c->server_spoke = true;
@@ -453,35 +453,35 @@ void icpt_server_spoke(struct icpt *c)
 	}
 }
 
-bool icpt_upstream_direct(const struct icpt *c)
+bool intercept_upstream_direct(const struct icpt *c)
 {
 	return c->mode != M_MITM;
 }
 
-unsigned icpt_want(const struct icpt *c)
+unsigned intercept_want(const struct icpt *c)
 {
 	switch (c->mode) {
 	case M_SNIFF:
-		return MITM_WANT_GUEST_IN;
+		return TLS_MITM_WANT_GUEST_IN;
 	case M_DRAIN:
-		return c->held_off < c->held_len ? MITM_WANT_UP_OUT : ICPT_SPLICE;
+		return c->held_off < c->held_len ? TLS_MITM_WANT_UP_OUT : INTERCEPT_SPLICE;
 	case M_SPLICED:
-		return ICPT_SPLICE;
+		return INTERCEPT_SPLICE;
 	case M_REFUSED:
-		return ICPT_REFUSE;
+		return INTERCEPT_REFUSE;
 	case M_MITM:
-		return mitm_want(c->m);
+		return tls_mitm_want(c->m);
 	}
-	return ICPT_REFUSE;
+	return INTERCEPT_REFUSE;
 }
 
-void icpt_free(struct icpt *c)
+void intercept_free(struct icpt *c)
 {
 	if (!c)
 		return;
-	mitm_free(c->m);
-	hs_free(c->hs);
-	hr_free(c->hr);
+	tls_mitm_free(c->m);
+	http_sub_free(c->hs);
+	http_resp_free(c->hr);
 	for (size_t i = 0; i < c->n_names; i++)
 		free(c->names[i]);
 	free(c->names);

@@ -9,11 +9,11 @@
  *   - not TLS, or TLS without a server name, or a name the scope does not
  *     cover, or on the bypass list, or the server spoke first:
  *     SPLICE — the held bytes go upstream unchanged and the caller drops
- *     this object and copies the rest itself (icpt_want has
- *     ICPT_SPLICE once the held bytes were taken);
+ *     this object and copies the rest itself (intercept_want has
+ *     INTERCEPT_SPLICE once the held bytes were taken);
  *   - a malformed hello, or a server name that is not one our DNS gave
  *     for the address the guest dialled (SNI spoofing): REFUSE — the
- *     caller resets both sides (ICPT_REFUSE);
+ *     caller resets both sides (INTERCEPT_REFUSE);
  *   - otherwise MITM: a tls_mitm engine whose request filter is an
  *     http_sub instance for the name (secrets are substituted where
  *     allowed and requests that would carry a placeholder elsewhere are
@@ -35,18 +35,18 @@
 #include "netstack/tls_mitm.h"
 #include "netstack/tls_trust.h"
 
-#define ICPT_BYPASS_MAX 64u
+#define INTERCEPT_BYPASS_MAX 64u
 
-enum icpt_scope {
-	ICPT_SCOPE_SECRETS, /* only names some secret may be sent to */
-	ICPT_SCOPE_ALL,     /* every TLS connection with a server name */
+enum intercept_scope {
+	INTERCEPT_SCOPE_SECRETS, /* only names some secret may be sent to */
+	INTERCEPT_SCOPE_ALL,     /* every TLS connection with a server name */
 };
 
-struct icpt_config {
-	struct tc_ca *ca;              /* required */
+struct intercept_config {
+	struct tls_cert_ca *ca;              /* required */
 	const struct tls_trust *trust; /* required: upstream anchors */
 	const struct secrets *secrets; /* may be NULL */
-	enum icpt_scope scope;
+	enum intercept_scope scope;
 	/* Names spliced untouched: "host" or "*.suffix" (lower case, no
 	 * trailing dot); borrowed, must outlive every connection. */
 	const char *const *bypass;
@@ -54,7 +54,7 @@ struct icpt_config {
 };
 
 /* One outcome, for the audit log.  Never carries a real secret value. */
-struct icpt_event {
+struct intercept_event {
 	const char *event;    /* "tls-intercept", "tls-splice", "tls-refuse",
 			       * "tls-fail", "secret-substituted", "secret-blocked",
 			       * "request-refused" */
@@ -66,53 +66,53 @@ struct icpt_event {
 	bool allow;
 };
 
-typedef void (*icpt_event_fn)(void *ctx, const struct icpt_event *ev);
+typedef void (*intercept_event_fn)(void *ctx, const struct intercept_event *ev);
 
 struct icpt;
 
-/* icpt_want bits: the tls_mitm ones, and these. */
-#define ICPT_SPLICE 0x100u /* the held bytes are out: go on without this object */
-#define ICPT_REFUSE 0x200u /* reset both sides */
+/* intercept_want bits: the tls_mitm ones, and these. */
+#define INTERCEPT_SPLICE 0x100u /* the held bytes are out: go on without this object */
+#define INTERCEPT_REFUSE 0x200u /* reset both sides */
 
 /* Whether a name is covered by a bypass entry (exact, or a subdomain of
  * "*.suffix"; case-insensitive, trailing dot ignored). */
-bool icpt_bypassed(const struct icpt_config *cfg, const char *name);
+bool intercept_bypassed(const struct intercept_config *cfg, const char *name);
 
 /* A pump for a new connection to an address our DNS gave NAMES for
  * (n may be 0; the gateway's name for connections to the host).  CFG
  * and NAMES are copied as needed; CB (may be NULL) gets events.
  * 0, -EINVAL (no CA or trust) or -ENOMEM. */
-int icpt_new(const struct icpt_config *cfg, const char *const *names, size_t n, icpt_event_fn cb, void *ctx,
+int intercept_new(const struct intercept_config *cfg, const char *const *names, size_t n, intercept_event_fn cb, void *ctx,
 	     struct icpt **out);
 
 /* Same contracts as tls_mitm's functions of the same shape; once the
- * held bytes are draining or spliced, icpt_guest_in takes nothing (the
- * caller keeps the bytes and sends them itself after ICPT_SPLICE); after
+ * held bytes are draining or spliced, intercept_guest_in takes nothing (the
+ * caller keeps the bytes and sends them itself after INTERCEPT_SPLICE); after
  * a refusal it returns -EPIPE.  The
  * upstream_in/guest_out pair is only for an intercepted connection:
- * while icpt_upstream_direct is true the caller copies upstream bytes to
- * the guest itself, after calling icpt_server_spoke (a server that
+ * while intercept_upstream_direct is true the caller copies upstream bytes to
+ * the guest itself, after calling intercept_server_spoke (a server that
  * speaks first is never intercepted). */
-int icpt_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken);
-const uint8_t *icpt_guest_out(struct icpt *c, size_t *n);
-void icpt_guest_out_done(struct icpt *c, size_t n);
-int icpt_upstream_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken);
-const uint8_t *icpt_upstream_out(struct icpt *c, size_t *n);
-void icpt_upstream_out_done(struct icpt *c, size_t n);
-void icpt_close_guest(struct icpt *c);
-void icpt_close_upstream(struct icpt *c);
+int intercept_guest_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken);
+const uint8_t *intercept_guest_out(struct icpt *c, size_t *n);
+void intercept_guest_out_done(struct icpt *c, size_t n);
+int intercept_upstream_in(struct icpt *c, const uint8_t *buf, size_t n, size_t *taken);
+const uint8_t *intercept_upstream_out(struct icpt *c, size_t *n);
+void intercept_upstream_out_done(struct icpt *c, size_t n);
+void intercept_close_guest(struct icpt *c);
+void intercept_close_upstream(struct icpt *c);
 
-/* MITM_WANT_* / MITM_DONE bits and ICPT_SPLICE / ICPT_REFUSE. */
-unsigned icpt_want(const struct icpt *c);
+/* TLS_MITM_WANT_* / TLS_MITM_DONE bits and INTERCEPT_SPLICE / INTERCEPT_REFUSE. */
+unsigned intercept_want(const struct icpt *c);
 
 /* True until the connection is intercepted: upstream bytes go to the
  * guest without this object. */
-bool icpt_upstream_direct(const struct icpt *c);
+bool intercept_upstream_direct(const struct icpt *c);
 
 /* The upstream sent bytes before the decision: splice. */
-void icpt_server_spoke(struct icpt *c);
+void intercept_server_spoke(struct icpt *c);
 
 /* Free (NULL is fine); wipes what it held. */
-void icpt_free(struct icpt *c);
+void intercept_free(struct icpt *c);
 
 #endif

@@ -7,35 +7,35 @@
 #define METHOD_MAX 32u  /* longest method token taken for HTTP */
 #define LEADING_EOL 4u  /* empty-line bytes a server may skip before the request (RFC 9112 2.2) */
 
-static int tls(const uint8_t *buf, size_t n, struct pk_result *r)
+static int tls(const uint8_t *buf, size_t n, struct peek_result *r)
 {
 	struct tls_hello h;
 
 	switch (tls_sni_parse(buf, n, &h)) {
 	case TLS_SNI_NEED_MORE:
-		return PK_NEED_MORE;
+		return PEEK_NEED_MORE;
 	case TLS_SNI_OK:
 		break;
 	case TLS_SNI_NOT_TLS:
 		r->why = "not TLS";
-		return PK_NONE;
+		return PEEK_NONE;
 	default:
 		r->why = h.why ? h.why : "malformed TLS hello";
-		return PK_BAD;
+		return PEEK_BAD;
 	}
 	if (!h.has_sni) {
 		r->why = "TLS without a server name";
-		return PK_NONE;
+		return PEEK_NONE;
 	}
 	if (h.sni_invalid || !h.sni[0]) {
 		r->why = "TLS server name that is no host name";
-		return PK_BAD;
+		return PEEK_BAD;
 	}
 	memcpy(r->name[0], h.sni, sizeof h.sni < sizeof r->name[0] ? sizeof h.sni : sizeof r->name[0]);
 	r->name[0][POL_NAME_MAX] = '\0';
 	r->what[0] = "sni";
 	r->n = 1;
-	return PK_NAMES_FOUND;
+	return PEEK_NAMES_FOUND;
 }
 
 static bool is_tchar(uint8_t c)
@@ -47,7 +47,7 @@ static bool is_tchar(uint8_t c)
 /* Add the host of authority a[0, len) ("host", "host:port", "[v6]:port")
  * to r under what.  0, or -1 when it is no name and no IP literal
  * (r->why set).  IP literals and an empty authority name nothing. */
-static int add_authority(struct pk_result *r, const uint8_t *a, size_t len, const char *what)
+static int add_authority(struct peek_result *r, const uint8_t *a, size_t len, const char *what)
 {
 	char host[POL_NAME_MAX + 2], norm[POL_NAME_MAX + 1];
 	size_t hl = len, i;
@@ -105,7 +105,7 @@ static int add_authority(struct pk_result *r, const uint8_t *a, size_t len, cons
 	for (i = 0; i < r->n; i++)
 		if (strcmp(r->name[i], norm) == 0)
 			return 0;
-	if (r->n == PK_NAMES)
+	if (r->n == PEEK_NAMES)
 		return 0; /* cannot happen: one target and one Host */
 	memcpy(r->name[r->n], norm, sizeof norm);
 	r->what[r->n++] = what;
@@ -114,7 +114,7 @@ static int add_authority(struct pk_result *r, const uint8_t *a, size_t len, cons
 
 /* The authority of an absolute-form target ("http://user@host:port/...")
  * or of CONNECT's authority-form one, into r.  0 or -1 (r->why). */
-static int target_authority(struct pk_result *r, const uint8_t *t, size_t len, bool connect)
+static int target_authority(struct peek_result *r, const uint8_t *t, size_t len, bool connect)
 {
 	size_t i, at = 0, end;
 
@@ -134,7 +134,7 @@ static int target_authority(struct pk_result *r, const uint8_t *t, size_t len, b
 	return add_authority(r, t + i, end - i, "target");
 }
 
-static int http(const uint8_t *buf, size_t n, struct pk_result *r)
+static int http(const uint8_t *buf, size_t n, struct peek_result *r)
 {
 	static const char ver[] = "HTTP/";
 	size_t i = 0, m, t, v, p;
@@ -143,24 +143,24 @@ static int http(const uint8_t *buf, size_t n, struct pk_result *r)
 	while (i < n && i < LEADING_EOL && (buf[i] == '\r' || buf[i] == '\n'))
 		i++;
 	if (i == n)
-		return PK_NEED_MORE;
+		return PEEK_NEED_MORE;
 	/* The request line: METHOD SP TARGET SP HTTP/d.d CRLF. */
 	for (m = i; m < n && m - i < METHOD_MAX && is_tchar(buf[m]); m++)
 		;
 	if (m == n)
-		return PK_NEED_MORE;
+		return PEEK_NEED_MORE;
 	if (m == i || buf[m] != ' ') {
 		r->why = "neither TLS nor HTTP/1.x";
-		return PK_NONE;
+		return PEEK_NONE;
 	}
 	for (t = m + 1; t < n && buf[t] > 0x20 && buf[t] < 0x7f; t++)
-		if (t - i > PK_HTTP_HEAD_MAX)
+		if (t - i > PEEK_HTTP_HEAD_MAX)
 			goto too_long;
 	if (t == n)
-		return PK_NEED_MORE;
+		return PEEK_NEED_MORE;
 	if (t == m + 1 || buf[t] != ' ') {
 		r->why = "neither TLS nor HTTP/1.x";
-		return PK_NONE;
+		return PEEK_NONE;
 	}
 	for (v = 0; v < 8 && t + 1 + v < n; v++) {
 		uint8_t c = buf[t + 1 + v];
@@ -168,40 +168,40 @@ static int http(const uint8_t *buf, size_t n, struct pk_result *r)
 
 		if (!fits) {
 			r->why = "neither TLS nor HTTP/1.x";
-			return PK_NONE;
+			return PEEK_NONE;
 		}
 	}
 	if (v < 8)
-		return PK_NEED_MORE;
+		return PEEK_NEED_MORE;
 	if (buf[t + 6] != '1') {
 		/* "PRI * HTTP/2.0": HTTP/2 with prior knowledge carries its
 		 * authority in compressed headers, which kbox does not read. */
 		r->why = "HTTP/2 with prior knowledge";
-		return PK_NONE;
+		return PEEK_NONE;
 	}
 	p = t + 9;
 	if (p < n && buf[p] == '\r')
 		p++;
 	if (p == n)
-		return PK_NEED_MORE;
+		return PEEK_NEED_MORE;
 	if (buf[p] != '\n') {
 		r->why = "request line with bytes after the version";
-		return PK_BAD;
+		return PEEK_BAD;
 	}
 	p++;
 	if (target_authority(r, buf + m + 1, t - m - 1, m - i == 7 && memcmp(buf + i, "CONNECT", 7) == 0) < 0)
-		return PK_BAD;
+		return PEEK_BAD;
 	/* Header lines up to the empty one. */
 	for (;;) {
 		const uint8_t *lf = memchr(buf + p, '\n', n - p), *line = buf + p, *colon;
 		size_t len, k;
 
 		if (!lf) {
-			if (n - i > PK_HTTP_HEAD_MAX)
+			if (n - i > PEEK_HTTP_HEAD_MAX)
 				goto too_long;
-			return PK_NEED_MORE;
+			return PEEK_NEED_MORE;
 		}
-		if ((size_t)(lf - buf) - i > PK_HTTP_HEAD_MAX)
+		if ((size_t)(lf - buf) - i > PEEK_HTTP_HEAD_MAX)
 			goto too_long;
 		len = (size_t)(lf - line);
 		if (len > 0 && line[len - 1] == '\r')
@@ -211,29 +211,29 @@ static int http(const uint8_t *buf, size_t n, struct pk_result *r)
 			break;
 		if (line[0] == ' ' || line[0] == '\t') {
 			r->why = "folded header line";
-			return PK_BAD;
+			return PEEK_BAD;
 		}
 		colon = memchr(line, ':', len);
 		if (!colon || colon == line) {
 			r->why = "header line without a name";
-			return PK_BAD;
+			return PEEK_BAD;
 		}
 		for (k = 0; line + k < colon; k++)
 			if (!is_tchar(line[k])) {
 				r->why = "header name with a character no token has";
-				return PK_BAD;
+				return PEEK_BAD;
 			}
 		for (k = 0; k < len; k++)
 			if ((line[k] < 0x20 && line[k] != '\t') || line[k] == 0x7f) {
 				r->why = "control character in a header line";
-				return PK_BAD;
+				return PEEK_BAD;
 			}
 		if (colon - line == 4 && strncasecmp((const char *)line, "host", 4) == 0) {
 			const uint8_t *vs = colon + 1, *ve = line + len;
 
 			if (host_seen) {
 				r->why = "two Host headers";
-				return PK_BAD;
+				return PEEK_BAD;
 			}
 			host_seen = true;
 			while (vs < ve && (*vs == ' ' || *vs == '\t'))
@@ -241,28 +241,28 @@ static int http(const uint8_t *buf, size_t n, struct pk_result *r)
 			while (ve > vs && (ve[-1] == ' ' || ve[-1] == '\t'))
 				ve--;
 			if (add_authority(r, vs, (size_t)(ve - vs), "host") < 0)
-				return PK_BAD;
+				return PEEK_BAD;
 		}
 	}
 	if (r->n == 0) {
 		r->why = host_seen ? "Host is an address" : "HTTP request without a Host";
-		return PK_NONE;
+		return PEEK_NONE;
 	}
-	return PK_NAMES_FOUND;
+	return PEEK_NAMES_FOUND;
 too_long:
 	r->why = "HTTP request head longer than kbox reads";
-	return PK_BAD;
+	return PEEK_BAD;
 }
 
-int pk_parse(const uint8_t *buf, size_t n, struct pk_result *r)
+int peek_parse(const uint8_t *buf, size_t n, struct peek_result *r)
 {
 	int st;
 
 	memset(r, 0, sizeof *r);
 	if (n == 0)
-		return PK_NEED_MORE;
+		return PEEK_NEED_MORE;
 	st = buf[0] == 0x16 ? tls(buf, n, r) : http(buf, n, r);
-	if (st != PK_NAMES_FOUND)
+	if (st != PEEK_NAMES_FOUND)
 		r->n = 0; /* names read before the verdict are no result */
 	return st;
 }

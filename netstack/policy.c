@@ -3,6 +3,7 @@
  * view of it. */
 #include "netstack/policy.h"
 #include "lib/errbuf.h"
+#include "lib/grow.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -532,14 +533,8 @@ int pol_add_rule(struct pol *p, const char *s, char *err, size_t errlen)
 	int rc = pol_parse_rule(s, &r, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (p->nrules == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 8;
-		struct pol_rule *n = realloc(p->rules, cap * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		p->rules = n;
-		p->cap = cap;
-	}
+	if (grow_array(&p->rules, &p->cap, p->nrules + 1, sizeof *p->rules, 8, 0) < 0)
+		return -ENOMEM;
 	r.text = strdup(s);
 	if (!r.text)
 		return -ENOMEM;

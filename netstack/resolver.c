@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/errbuf.h"
 #include "netstack/policy.h"
 
 /* Shared by the asker and the worker; the last of the two frees it. */
@@ -71,7 +72,7 @@ static size_t collect(const struct job *j, struct dns_rr *out, size_t max)
 	size_t n = 0;
 
 	for (const struct addrinfo *a = j->res; a && n < max; a = a->ai_next) {
-		struct dns_rr r = { .ttl = NRES_TTL };
+		struct dns_rr r = { .ttl = RESOLVER_TTL };
 		if (a->ai_family == AF_INET && j->family == AF_INET &&
 		    a->ai_addrlen >= sizeof(struct sockaddr_in)) {
 			r.addr.family = 4;
@@ -92,7 +93,7 @@ static size_t collect(const struct job *j, struct dns_rr *out, size_t max)
 	return n;
 }
 
-int nres_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
+int resolver_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
 		 size_t *n)
 {
 	(void)ctx;
@@ -100,7 +101,7 @@ int nres_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out
 	size_t len = name ? strnlen(name, POL_NAME_MAX + 1) : 0;
 	if (len == 0 || len > POL_NAME_MAX || (qtype != DNS_TYPE_A && qtype != DNS_TYPE_AAAA))
 		return -EINVAL;
-	if (atomic_fetch_add(&pending, 1) >= NRES_MAX_PENDING) {
+	if (atomic_fetch_add(&pending, 1) >= RESOLVER_MAX_PENDING) {
 		atomic_fetch_sub(&pending, 1);
 		return -EAGAIN;
 	}
@@ -134,8 +135,8 @@ int nres_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out
 
 	struct timespec dl;
 	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += NRES_TIMEOUT_MS / 1000;
-	dl.tv_nsec += (long)(NRES_TIMEOUT_MS % 1000) * 1000000L;
+	dl.tv_sec += RESOLVER_TIMEOUT_MS / 1000;
+	dl.tv_nsec += (long)(RESOLVER_TIMEOUT_MS % 1000) * 1000000L;
 	if (dl.tv_nsec >= 1000000000L) {
 		dl.tv_sec++;
 		dl.tv_nsec -= 1000000000L;
@@ -168,7 +169,7 @@ int nres_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out
 
 /* ---- configured upstream servers ------------------------------------- */
 
-int nres_server_parse(const char *spec, struct nres_server *s, char *err, size_t errlen)
+int resolver_server_parse(const char *spec, struct resolver_server *s, char *err, size_t errlen)
 {
 	static const char expected[] = "expected ADDR or ADDR:PORT (IPv6: ADDR or [ADDR]:PORT), "
 				       "PORT from 1 to 65535";
@@ -180,10 +181,9 @@ int nres_server_parse(const char *spec, struct nres_server *s, char *err, size_t
 	const char *colon = strchr(spec, ':');
 	if (spec[0] == '[') {
 		const char *close = strchr(spec, ']');
-		if (!close || (close[1] && close[1] != ':')) {
-			snprintf(err, errlen, "'%.80s': bad brackets; %s", spec, expected);
-			return -EINVAL;
-		}
+		if (!close || (close[1] && close[1] != ':'))
+			return eb_fail(err, errlen, -EINVAL, "'%.80s': bad brackets; %s", spec,
+				       expected);
 		h = spec + 1;
 		hl = (size_t)(close - h);
 		port = close[1] ? close + 2 : NULL;
@@ -193,25 +193,22 @@ int nres_server_parse(const char *spec, struct nres_server *s, char *err, size_t
 		hl = colon ? (size_t)(colon - spec) : strlen(spec);
 		port = colon ? colon + 1 : NULL;
 	}
-	unsigned p = NRES_DEFAULT_PORT;
+	unsigned p = RESOLVER_DEFAULT_PORT;
 	if (port) {
 		size_t pl = strlen(port);
 		p = 0;
-		if (pl == 0 || pl > 5 || strspn(port, "0123456789") != pl || port[0] == '0') {
-			snprintf(err, errlen, "'%.80s': bad port; %s", spec, expected);
-			return -EINVAL;
-		}
+		if (pl == 0 || pl > 5 || strspn(port, "0123456789") != pl || port[0] == '0')
+			return eb_fail(err, errlen, -EINVAL, "'%.80s': bad port; %s", spec,
+				       expected);
 		for (size_t i = 0; i < pl; i++)
 			p = p * 10 + (unsigned)(port[i] - '0');
-		if (p > 65535) {
-			snprintf(err, errlen, "'%.80s': port %u is out of range; %s", spec, p, expected);
-			return -EINVAL;
-		}
+		if (p > 65535)
+			return eb_fail(err, errlen, -EINVAL, "'%.80s': port %u is out of range; %s",
+				       spec, p, expected);
 	}
-	if (hl == 0 || hl >= sizeof host) {
-		snprintf(err, errlen, "'%.80s' is not an IP address; %s", spec, expected);
-		return -EINVAL;
-	}
+	if (hl == 0 || hl >= sizeof host)
+		return eb_fail(err, errlen, -EINVAL, "'%.80s' is not an IP address; %s", spec,
+			       expected);
 	memcpy(host, h, hl);
 	host[hl] = '\0';
 	struct sockaddr_in *v4 = (struct sockaddr_in *)&s->sa;
@@ -230,32 +227,30 @@ int nres_server_parse(const char *spec, struct nres_server *s, char *err, size_t
 		s->len = sizeof *v6;
 		bad = IN6_IS_ADDR_UNSPECIFIED(&v6->sin6_addr) || IN6_IS_ADDR_MULTICAST(&v6->sin6_addr);
 	} else {
-		snprintf(err, errlen, "'%.80s' is not an IP address (a name server is given by "
-				      "address, not by name); %s", spec, expected);
-		return -EINVAL;
+		return eb_fail(err, errlen, -EINVAL,
+			       "'%.80s' is not an IP address (a name server is given by "
+			       "address, not by name); %s", spec, expected);
 	}
-	if (bad) {
-		snprintf(err, errlen, "'%.80s': not a unicast address; expected the address of a "
-				      "name server", spec);
-		return -EINVAL;
-	}
+	if (bad)
+		return eb_fail(err, errlen, -EINVAL,
+			       "'%.80s': not a unicast address; expected the address of a "
+			       "name server", spec);
 	return 0;
 }
 
-int nres_upstream_add(struct nres_upstream *u, const char *spec, char *err, size_t errlen)
+int resolver_upstream_add(struct resolver_upstream *u, const char *spec, char *err, size_t errlen)
 {
-	if (u->n >= NRES_MAX_SERVERS) {
-		snprintf(err, errlen, "more than %u name servers; expected at most %u",
-			 NRES_MAX_SERVERS, NRES_MAX_SERVERS);
-		return -ENOSPC;
-	}
-	int r = nres_server_parse(spec, &u->srv[u->n], err, errlen);
+	if (u->n >= RESOLVER_MAX_SERVERS)
+		return eb_fail(err, errlen, -ENOSPC,
+			       "more than %u name servers; expected at most %u", RESOLVER_MAX_SERVERS,
+			       RESOLVER_MAX_SERVERS);
+	int r = resolver_server_parse(spec, &u->srv[u->n], err, errlen);
 	if (r == 0)
 		u->n++;
 	return r;
 }
 
-int nres_answer(const uint8_t *pkt, size_t len, const struct dns_query *q, struct dns_rr *out,
+int resolver_answer(const uint8_t *pkt, size_t len, const struct dns_query *q, struct dns_rr *out,
 		size_t max, size_t *n)
 {
 	int rcode;
@@ -296,7 +291,7 @@ static int wait_fd(int fd, short ev, uint64_t deadline)
 	}
 }
 
-static bool same_peer(const struct nres_server *s, const struct sockaddr_storage *from,
+static bool same_peer(const struct resolver_server *s, const struct sockaddr_storage *from,
 		      socklen_t flen)
 {
 	if (from->ss_family != s->sa.ss_family)
@@ -313,7 +308,7 @@ static bool same_peer(const struct nres_server *s, const struct sockaddr_storage
 
 /* A non-blocking socket connected to s (UDP: the kernel then drops
  * datagrams from elsewhere; TCP: the connect may still be under way). */
-static int open_to(const struct nres_server *s, int type)
+static int open_to(const struct resolver_server *s, int type)
 {
 	int fd = socket(s->sa.ss_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -363,7 +358,7 @@ static int recv_all(int fd, uint8_t *b, size_t len, uint64_t deadline)
 }
 
 /* The question again over TCP (RFC 7766), after a truncated answer. */
-static int ask_tcp(const struct nres_server *s, const uint8_t *qm, size_t qlen,
+static int ask_tcp(const struct resolver_server *s, const uint8_t *qm, size_t qlen,
 		   const struct dns_query *q, uint64_t deadline, struct dns_rr *out, size_t max,
 		   size_t *n)
 {
@@ -393,7 +388,7 @@ static int ask_tcp(const struct nres_server *s, const uint8_t *qm, size_t qlen,
 	if (r == 0)
 		r = recv_all(fd, buf, len, deadline);
 	if (r == 0) {
-		r = nres_answer(buf, len, q, out, max, n);
+		r = resolver_answer(buf, len, q, out, max, n);
 		/* Over TCP the peer is the server: a bad message is its failure. */
 		if (r == -EPROTO || r == -EMSGSIZE)
 			r = -EAGAIN;
@@ -405,7 +400,7 @@ static int ask_tcp(const struct nres_server *s, const uint8_t *qm, size_t qlen,
 
 /* One attempt at one server: DNS_RCODE_NOERROR/NXDOMAIN, -EAGAIN (the
  * server failed or refused), -ETIMEDOUT, or another negative errno. */
-static int ask_udp(const struct nres_server *s, const char *name, uint16_t qtype, unsigned ms,
+static int ask_udp(const struct resolver_server *s, const char *name, uint16_t qtype, unsigned ms,
 		   struct dns_rr *out, size_t max, size_t *n)
 {
 	uint8_t qm[DNS_MAX_MSG], rm[DNS_MAX_MSG];
@@ -449,7 +444,7 @@ static int ask_udp(const struct nres_server *s, const char *name, uint16_t qtype
 		}
 		if (!same_peer(s, &from, flen))
 			continue;
-		r = nres_answer(rm, (size_t)got, &q, out, max, n);
+		r = resolver_answer(rm, (size_t)got, &q, out, max, n);
 		if (r == -EMSGSIZE)
 			r = ask_tcp(s, qm, qlen, &q, deadline, out, max, n);
 		if (r != -EPROTO)
@@ -460,19 +455,19 @@ static int ask_udp(const struct nres_server *s, const char *name, uint16_t qtype
 	return r;
 }
 
-int nres_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out,
+int resolver_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out,
 			  size_t max, size_t *n)
 {
-	const struct nres_upstream *u = ctx;
-	bool done[NRES_MAX_SERVERS] = { false };
+	const struct resolver_upstream *u = ctx;
+	bool done[RESOLVER_MAX_SERVERS] = { false };
 	bool failed = false;
 	*n = 0;
 	size_t len = name ? strnlen(name, POL_NAME_MAX + 1) : 0;
-	if (!u || u->n == 0 || u->n > NRES_MAX_SERVERS || len == 0 || len > POL_NAME_MAX ||
+	if (!u || u->n == 0 || u->n > RESOLVER_MAX_SERVERS || len == 0 || len > POL_NAME_MAX ||
 	    (qtype != DNS_TYPE_A && qtype != DNS_TYPE_AAAA))
 		return -EINVAL;
-	unsigned ms = u->try_ms ? u->try_ms : NRES_TRY_MS;
-	for (unsigned round = 0; round < NRES_ROUNDS; round++) {
+	unsigned ms = u->try_ms ? u->try_ms : RESOLVER_TRY_MS;
+	for (unsigned round = 0; round < RESOLVER_ROUNDS; round++) {
 		for (size_t i = 0; i < u->n; i++) {
 			if (done[i])
 				continue;

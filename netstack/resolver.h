@@ -1,15 +1,15 @@
 /* The resolvers behind the stack's DNS (ns_resolve_fn, netstack/stack.h).
  *
- * Without configured servers (nres_resolve): the host's getaddrinfo, run in a short-lived worker thread per question and
+ * Without configured servers (resolver_resolve): the host's getaddrinfo, run in a short-lived worker thread per question and
  * waited for with a timeout, so a slow or dead upstream costs the caller
- * at most NRES_TIMEOUT_MS.  A question that times out is answered
+ * at most RESOLVER_TIMEOUT_MS.  A question that times out is answered
  * SERVFAIL and its worker finishes on its own and frees the job; at most
- * NRES_MAX_PENDING such workers exist at once (more questions get
+ * RESOLVER_MAX_PENDING such workers exist at once (more questions get
  * SERVFAIL at once), so a guest cannot pile up threads.
  *
  * Blocking: the stack calls it on its resolver threads (netstack/stack.h),
  * without its lock, and replies when it returns; the timeout frees such a
- * thread for the next question after NRES_TIMEOUT_MS at most. */
+ * thread for the next question after RESOLVER_TIMEOUT_MS at most. */
 #ifndef KBOX_NETSTACK_RESOLVER_H
 #define KBOX_NETSTACK_RESOLVER_H
 
@@ -20,15 +20,15 @@
 
 #include "netstack/dns.h"
 
-#define NRES_TIMEOUT_MS 2000u
-#define NRES_MAX_PENDING 8u
-#define NRES_TTL 60u /* getaddrinfo gives no TTL */
+#define RESOLVER_TIMEOUT_MS 2000u
+#define RESOLVER_MAX_PENDING 8u
+#define RESOLVER_TTL 60u /* getaddrinfo gives no TTL */
 
 /* ns_resolve_fn (netstack/stack.h) over getaddrinfo; ctx is unused.
  * Returns DNS_RCODE_NOERROR (maybe with *n == 0), DNS_RCODE_NXDOMAIN, or
  * -ETIMEDOUT, -EAGAIN (too many pending), -EINVAL (bad qtype or name),
  * -EIO (resolver failure) for SERVFAIL. */
-int nres_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
+int resolver_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out, size_t max,
 		 size_t *n);
 
 /* With configured servers (sandbox.yaml network.dns, --dns): kbox asks
@@ -43,21 +43,21 @@ int nres_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out
  * the same attempt's time.  Answers are parsed by dns_parse_response:
  * hostile bytes, bounds-checked.  No EDNS: answers fit 512 bytes or come
  * over TCP. */
-#define NRES_MAX_SERVERS 3u   /* as resolv.conf's MAXNS */
-#define NRES_TRY_MS 1000u     /* one attempt at one server */
-#define NRES_ROUNDS 2u        /* so each server gets one retry */
-#define NRES_DEFAULT_PORT 53u
-#define NRES_TCP_MAX 65535u   /* largest DNS message over TCP */
+#define RESOLVER_MAX_SERVERS 3u   /* as resolv.conf's MAXNS */
+#define RESOLVER_TRY_MS 1000u     /* one attempt at one server */
+#define RESOLVER_ROUNDS 2u        /* so each server gets one retry */
+#define RESOLVER_DEFAULT_PORT 53u
+#define RESOLVER_TCP_MAX 65535u   /* largest DNS message over TCP */
 
-struct nres_server {
+struct resolver_server {
 	struct sockaddr_storage sa; /* AF_INET or AF_INET6, with the port */
 	socklen_t len;
 };
 
-struct nres_upstream {
-	struct nres_server srv[NRES_MAX_SERVERS];
+struct resolver_upstream {
+	struct resolver_server srv[RESOLVER_MAX_SERVERS];
 	size_t n;
-	unsigned try_ms; /* 0: NRES_TRY_MS (tests shorten it) */
+	unsigned try_ms; /* 0: RESOLVER_TRY_MS (tests shorten it) */
 };
 
 /* Parse "ADDR[:PORT]": an IPv4 address, an IPv6 one bare or in brackets
@@ -65,20 +65,20 @@ struct nres_upstream {
  * unspecified and multicast addresses are refused.  0, or -EINVAL with a
  * message for the user in err (without the option's or the setting's
  * name: the caller adds it). */
-int nres_server_parse(const char *spec, struct nres_server *s, char *err, size_t errlen);
+int resolver_server_parse(const char *spec, struct resolver_server *s, char *err, size_t errlen);
 
 /* Append the server spec to u: 0, -EINVAL (bad spec, message in err) or
- * -ENOSPC (already NRES_MAX_SERVERS, message in err). */
-int nres_upstream_add(struct nres_upstream *u, const char *spec, char *err, size_t errlen);
+ * -ENOSPC (already RESOLVER_MAX_SERVERS, message in err). */
+int resolver_upstream_add(struct resolver_upstream *u, const char *spec, char *err, size_t errlen);
 
-/* ns_resolve_fn over the servers of ctx (a const struct nres_upstream *
+/* ns_resolve_fn over the servers of ctx (a const struct resolver_upstream *
  * with n >= 1, which must outlive the stack).  Thread-safe: several
  * questions may be asked at once.  Blocks at most about
- * n * NRES_ROUNDS * try_ms.  Returns DNS_RCODE_NOERROR (maybe with
+ * n * RESOLVER_ROUNDS * try_ms.  Returns DNS_RCODE_NOERROR (maybe with
  * *n == 0) or DNS_RCODE_NXDOMAIN, or -EINVAL (bad qtype or name),
  * -ETIMEDOUT (no server answered) or -EIO (every server failed or
  * refused) for SERVFAIL. */
-int nres_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out,
+int resolver_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *out,
 			  size_t max, size_t *n);
 
 /* Judge one message received for q: the addresses for q into out[0, max)
@@ -86,7 +86,7 @@ int nres_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struct dn
  * an answer to q, or malformed: drop it and keep waiting); -EMSGSIZE
  * (truncated: ask over TCP); -EAGAIN (the server failed or refused: ask
  * the next one).  Pure; exposed for the tests and the fuzzer. */
-int nres_answer(const uint8_t *pkt, size_t len, const struct dns_query *q, struct dns_rr *out,
+int resolver_answer(const uint8_t *pkt, size_t len, const struct dns_query *q, struct dns_rr *out,
 		size_t max, size_t *n);
 
 #endif

@@ -13,13 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/errbuf.h"
 #include "lib/secenv.h"
 #include "lib/yamltree.h"
 #include "netstack/policy.h"
 
 /* The tree keeps literal values written in the file: they are secrets too,
  * so no message quotes an alias name or a refused byte. */
-static const struct yt_rules sec_rules = {
+static const struct yamltree_rules sec_rules = {
 	.max_depth = SECRETS_MAX_DEPTH,
 	.max_nodes = SECRETS_MAX_NODES,
 	.smaller = "file",
@@ -27,7 +28,7 @@ static const struct yt_rules sec_rules = {
 };
 
 struct sec_ctx {
-	char name[YT_NAME_BUF]; /* printable form of the file name */
+	char name[YAMLTREE_NAME_BUF]; /* printable form of the file name */
 	char *err;
 	size_t errlen;
 	struct senv env;
@@ -38,7 +39,7 @@ sec_err_at(struct sec_ctx *x, unsigned line, unsigned col, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int rc = yt_verr(x->err, x->errlen, x->name, line, col, fmt, ap);
+	int rc = yamltree_verr(x->err, x->errlen, x->name, line, col, fmt, ap);
 	va_end(ap);
 	return rc;
 }
@@ -47,7 +48,7 @@ sec_err_at(struct sec_ctx *x, unsigned line, unsigned col, const char *fmt, ...)
 
 static int sec_nomem(struct sec_ctx *x)
 {
-	return yt_nomem(x->err, x->errlen, x->name);
+	return yamltree_nomem(x->err, x->errlen, x->name);
 }
 
 /* Free after wiping: any of these bytes may be a real value. */
@@ -77,32 +78,32 @@ static void sec_secret_clear(struct secret *s)
 }
 
 /* Expand ${VAR} and $$ in the value node into s->value. */
-static int sec_expand(struct sec_ctx *x, const struct yt_node *v, struct secret *s)
+static int sec_expand(struct sec_ctx *x, const struct yamltree_node *v, struct secret *s)
 {
-	if (v->kind != YT_SCALAR || yt_is_null(v))
+	if (v->kind != YAMLTREE_SCALAR || yamltree_is_null(v))
 		return sec_err(x, v,
 			       "secret %s: value is %s; expected a string such as "
 			       "\"${%s}\"",
-			       s->name, yt_kind_name(v), s->name);
-	struct senv_result r;
-	int rc = senv_expand(&x->env, v->str, v->len, SENV_NAME_MAX, SECRETS_VALUE_MAX, &r,
+			       s->name, yamltree_kind_name(v), s->name);
+	struct secenv_result r;
+	int rc = secenv_expand(&x->env, v->str, v->len, SECENV_NAME_MAX, SECRETS_VALUE_MAX, &r,
 			     x->err, x->errlen);
 	switch (r.fault) {
-	case SENV_UNTERMINATED:
-	case SENV_BAD_NAME:
-	case SENV_LONG_NAME:
+	case SECENV_UNTERMINATED:
+	case SECENV_BAD_NAME:
+	case SECENV_LONG_NAME:
 		return sec_err(x, v,
 			       "secret %s: '${' at byte %zu of the value does not start a "
 			       "variable; expected ${NAME} with NAME made of letters, digits "
 			       "and '_' (write $$ for a literal $)",
 			       s->name, r.at + 1);
-	case SENV_UNSET:
+	case SECENV_UNSET:
 		return sec_err(x, v,
 			       "secret %s: ${%.*s} is not set; expected %.*s in kbox's "
 			       "environment or a line %.*s=... in %s",
 			       s->name, (int)r.name_len, r.name, (int)r.name_len, r.name,
 			       (int)r.name_len, r.name, x->env.name);
-	case SENV_TOO_BIG:
+	case SECENV_TOO_BIG:
 		return sec_err(x, v,
 			       "secret %s: the value is longer than %u bytes; expected a "
 			       "shorter value",
@@ -150,12 +151,12 @@ static bool sec_hostname_ok(const char *h, size_t n)
 	return true;
 }
 
-static int sec_str_list(struct sec_ctx *x, const struct yt_node *v, const struct secret *s,
+static int sec_str_list(struct sec_ctx *x, const struct yamltree_node *v, const struct secret *s,
 			const char *key, size_t max, char ***out, size_t *n_out)
 {
-	if (v->kind != YT_SEQ)
+	if (v->kind != YAMLTREE_SEQ)
 		return sec_err(x, v, "secret %s: %s is %s; expected a list such as [\"a\", \"b\"]",
-			       s->name, key, v->kind == YT_MAP ? "a mapping" : "a single value");
+			       s->name, key, v->kind == YAMLTREE_MAP ? "a mapping" : "a single value");
 	if (v->n > max)
 		return sec_err(x, v, "secret %s: %s has %zu entries; expected at most %zu",
 			       s->name, key, v->n, max);
@@ -164,10 +165,10 @@ static int sec_str_list(struct sec_ctx *x, const struct yt_node *v, const struct
 		return sec_nomem(x);
 	*n_out = 0;
 	for (size_t i = 0; i < v->n; i++) {
-		const struct yt_node *e = v->kids[i];
-		if (e->kind != YT_SCALAR || yt_is_null(e))
+		const struct yamltree_node *e = v->kids[i];
+		if (e->kind != YAMLTREE_SCALAR || yamltree_is_null(e))
 			return sec_err(x, e, "secret %s: an entry of %s is %s; expected a name",
-				       s->name, key, yt_kind_name(e));
+				       s->name, key, yamltree_kind_name(e));
 		if (strlen(e->str) != e->len)
 			return sec_err(x, e,
 				       "secret %s: an entry of %s contains a NUL byte; expected a "
@@ -184,7 +185,7 @@ static int sec_str_list(struct sec_ctx *x, const struct yt_node *v, const struct
 	return 0;
 }
 
-static int sec_allow(struct sec_ctx *x, const struct yt_node *v, struct secret *s)
+static int sec_allow(struct sec_ctx *x, const struct yamltree_node *v, struct secret *s)
 {
 	int rc = sec_str_list(x, v, s, "allow", SECRETS_ALLOW_MAX, &s->allow, &s->n_allow);
 	if (rc)
@@ -203,8 +204,8 @@ static int sec_allow(struct sec_ctx *x, const struct yt_node *v, struct secret *
 		if (n >= 2 && h[0] == '*' && h[1] == '.')
 			name += 2;
 		if (!sec_hostname_ok(name, strlen(name))) {
-			char show[YT_SHOW_BUF];
-			yt_show(show, sizeof show, h, n, YT_SHOW_MAX);
+			char show[YAMLTREE_SHOW_BUF];
+			yamltree_show(show, sizeof show, h, n, YAMLTREE_SHOW_MAX);
 			return sec_err(x, v->kids[i],
 				       "secret %s: '%s' is not a host name; expected a name such "
 				       "as \"api.example.com\" or \"*.example.com\"",
@@ -220,10 +221,10 @@ static bool sec_token_char(int c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-static int sec_bool(struct sec_ctx *x, const struct yt_node *v, const struct secret *s,
+static int sec_bool(struct sec_ctx *x, const struct yamltree_node *v, const struct secret *s,
 		    const char *key, bool *out)
 {
-	if (v->kind == YT_SCALAR && v->plain) {
+	if (v->kind == YAMLTREE_SCALAR && v->plain) {
 		if (!strcmp(v->str, "true") || !strcmp(v->str, "True") || !strcmp(v->str, "TRUE")) {
 			*out = true;
 			return 0;
@@ -242,16 +243,16 @@ static int sec_bool(struct sec_ctx *x, const struct yt_node *v, const struct sec
  * seen[] holding the line each key first stood on: an unknown or repeated
  * key is refused, the message naming it after within ("substitution." or
  * "").  The index, or a negative errno. */
-static int sec_key(struct sec_ctx *x, const struct yt_node *k, const struct secret *s,
+static int sec_key(struct sec_ctx *x, const struct yamltree_node *k, const struct secret *s,
 		   const char *within, const char *const *keys, size_t n, unsigned *seen)
 {
 	size_t w = 0;
-	while (w < n && (k->kind != YT_SCALAR || strcmp(k->str, keys[w]) != 0))
+	while (w < n && (k->kind != YAMLTREE_SCALAR || strcmp(k->str, keys[w]) != 0))
 		w++;
 	if (w == n) {
-		char show[YT_SHOW_BUF] = "", list[128] = "";
-		if (k->kind == YT_SCALAR)
-			yt_show(show, sizeof show, k->str, k->len, YT_SHOW_MAX);
+		char show[YAMLTREE_SHOW_BUF] = "", list[128] = "";
+		if (k->kind == YAMLTREE_SCALAR)
+			yamltree_show(show, sizeof show, k->str, k->len, YAMLTREE_SHOW_MAX);
 		for (size_t i = 0, o = 0; i < n && o < sizeof list; i++)
 			o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "",
 					      keys[i]);
@@ -267,19 +268,19 @@ static int sec_key(struct sec_ctx *x, const struct yt_node *k, const struct secr
 	return (int)w;
 }
 
-static int sec_substitution(struct sec_ctx *x, const struct yt_node *v, struct secret *s)
+static int sec_substitution(struct sec_ctx *x, const struct yamltree_node *v, struct secret *s)
 {
 	static const char *const keys[] = { "headers", "header_fields", "query", "body" };
 	unsigned seen[4] = { 0 };
-	if (yt_is_null(v))
+	if (yamltree_is_null(v))
 		return 0;
-	if (v->kind != YT_MAP)
+	if (v->kind != YAMLTREE_MAP)
 		return sec_err(x, v,
 			       "secret %s: substitution is %s; expected a mapping with headers, "
 			       "header_fields, query and body",
-			       s->name, yt_kind_name(v));
+			       s->name, yamltree_kind_name(v));
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
-		const struct yt_node *e = v->kids[i + 1];
+		const struct yamltree_node *e = v->kids[i + 1];
 		int w = sec_key(x, v->kids[i], s, "substitution.", keys, 4, seen);
 		if (w < 0)
 			return w;
@@ -300,8 +301,8 @@ static int sec_substitution(struct sec_ctx *x, const struct yt_node *v, struct s
 				for (size_t j = 0; ok && j < n; j++)
 					ok = sec_token_char((unsigned char)h[j]);
 				if (!ok) {
-					char show[YT_SHOW_BUF];
-					yt_show(show, sizeof show, h, n, YT_SHOW_MAX);
+					char show[YAMLTREE_SHOW_BUF];
+					yamltree_show(show, sizeof show, h, n, YAMLTREE_SHOW_MAX);
 					rc = sec_err(x, e->kids[f],
 						     "secret %s: '%s' is not a header field name; "
 						     "expected a name such as \"authorization\"",
@@ -315,16 +316,16 @@ static int sec_substitution(struct sec_ctx *x, const struct yt_node *v, struct s
 	return 0;
 }
 
-static int sec_one(struct sec_ctx *x, const struct yt_node *k, const struct yt_node *v,
+static int sec_one(struct sec_ctx *x, const struct yamltree_node *k, const struct yamltree_node *v,
 		   struct secret *s)
 {
 	static const char *const keys[] = { "value", "allow", "substitution" };
 	unsigned seen[3] = { 0 };
 
-	if (k->kind != YT_SCALAR)
+	if (k->kind != YAMLTREE_SCALAR)
 		return sec_err(x, k, "a secret's name is %s; expected a name such as "
 				     "OPENCODE_API_KEY",
-			       yt_kind_name(k));
+			       yamltree_kind_name(k));
 	bool ok = k->len > 0 && k->len <= SECRETS_NAME_MAX &&
 		  ((k->str[0] >= 'A' && k->str[0] <= 'Z') || k->str[0] == '_');
 	for (size_t i = 1; ok && i < k->len; i++)
@@ -345,16 +346,16 @@ static int sec_one(struct sec_ctx *x, const struct yt_node *k, const struct yt_n
 	sprintf(s->env, "%s=%s", s->name, s->placeholder);
 	s->sub_headers = true;
 
-	if (v->kind != YT_MAP)
+	if (v->kind != YAMLTREE_MAP)
 		return sec_err(x, v,
 			       "secret %s is %s; expected a mapping with value, allow and "
 			       "substitution",
-			       s->name, v->kind == YT_SEQ ? "a list" : "a single value");
+			       s->name, v->kind == YAMLTREE_SEQ ? "a list" : "a single value");
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
 		int w = sec_key(x, v->kids[i], s, "", keys, 3, seen);
 		if (w < 0)
 			return w;
-		const struct yt_node *e = v->kids[i + 1];
+		const struct yamltree_node *e = v->kids[i + 1];
 		int rc = w == 0 ? sec_expand(x, e, s)
 			 : w == 1 ? sec_allow(x, e, s)
 				  : sec_substitution(x, e, s);
@@ -372,15 +373,15 @@ static int sec_one(struct sec_ctx *x, const struct yt_node *k, const struct yt_n
 	return 0;
 }
 
-static int sec_top(struct sec_ctx *x, const struct yt_node *root, struct secrets *set)
+static int sec_top(struct sec_ctx *x, const struct yamltree_node *root, struct secrets *set)
 {
-	if (!root || yt_is_null(root))
+	if (!root || yamltree_is_null(root))
 		return 0;
-	if (root->kind != YT_MAP)
+	if (root->kind != YAMLTREE_MAP)
 		return sec_err(x, root,
 			       "the top level is %s; expected a mapping of secret names such "
 			       "as 'OPENCODE_API_KEY:'",
-			       root->kind == YT_SEQ ? "a list" : "a single value");
+			       root->kind == YAMLTREE_SEQ ? "a list" : "a single value");
 	size_t n = root->n / 2;
 	if (n > SECRETS_MAX)
 		return sec_err(x, root, "%zu secrets; expected at most %u", n, SECRETS_MAX);
@@ -388,7 +389,7 @@ static int sec_top(struct sec_ctx *x, const struct yt_node *root, struct secrets
 	if (!set->v)
 		return sec_nomem(x);
 	for (size_t i = 0; i < n; i++) {
-		const struct yt_node *k = root->kids[2 * i];
+		const struct yamltree_node *k = root->kids[2 * i];
 		struct secret *s = &set->v[set->n++];
 		int rc = sec_one(x, k, root->kids[2 * i + 1], s);
 		if (rc)
@@ -418,26 +419,26 @@ int secrets_load_buf(const char *name, const char *buf, size_t len, struct secre
 		     char *err, size_t errlen)
 {
 	struct sec_ctx x = { .err = err, .errlen = errlen };
-	struct yt_node *root = NULL;
+	struct yamltree_node *root = NULL;
 	struct secrets *set = NULL;
 
 	*out = NULL;
 	if (err && errlen)
 		err[0] = '\0';
-	yt_show(x.name, sizeof x.name, name, strlen(name), YT_NAME_MAX);
+	yamltree_show(x.name, sizeof x.name, name, strlen(name), YAMLTREE_NAME_MAX);
 	if (len > SECRETS_MAX_BYTES) {
-		yt_err(err, errlen, x.name, 0, 0,
+		yamltree_err(err, errlen, x.name, 0, 0,
 		       "file is larger than %u bytes; expected a smaller file", SECRETS_MAX_BYTES);
 		return -EFBIG;
 	}
-	int rc = senv_init(&x.env, name) ? sec_nomem(&x)
-					  : yt_parse(buf, len, &sec_rules, x.name, err, errlen, &root);
+	int rc = secenv_init(&x.env, name) ? sec_nomem(&x)
+					  : yamltree_parse(buf, len, &sec_rules, x.name, err, errlen, &root);
 	if (!rc) {
 		set = calloc(1, sizeof *set);
 		rc = set ? sec_top(&x, root, set) : sec_nomem(&x);
 	}
-	yt_free(root);
-	senv_free(&x.env);
+	yamltree_free(root);
+	secenv_free(&x.env);
 	if (rc) {
 		secrets_free(set);
 		return rc;
@@ -448,25 +449,25 @@ int secrets_load_buf(const char *name, const char *buf, size_t len, struct secre
 
 int secrets_load(const char *path, struct secrets **out, char *err, size_t errlen)
 {
-	char name[YT_NAME_BUF], *buf;
+	char name[YAMLTREE_NAME_BUF], *buf;
 	const char *stage;
 	size_t len;
 
 	*out = NULL;
 	if (err && errlen)
 		err[0] = '\0';
-	yt_show(name, sizeof name, path, strlen(path), YT_NAME_MAX);
-	int rc = yt_slurp(path, SECRETS_MAX_BYTES, &buf, &len, &stage);
+	yamltree_show(name, sizeof name, path, strlen(path), YAMLTREE_NAME_MAX);
+	int rc = yamltree_slurp(path, SECRETS_MAX_BYTES, &buf, &len, &stage);
 	if (rc == -EFBIG)
-		yt_err(err, errlen, name, 0, 0,
+		yamltree_err(err, errlen, name, 0, 0,
 		       "file is larger than %u bytes; expected a smaller file", SECRETS_MAX_BYTES);
 	else if (rc && !strcmp(stage, "open"))
-		yt_err(err, errlen, name, 0, 0, "cannot open: %s; expected a readable secrets file",
+		yamltree_err(err, errlen, name, 0, 0, "cannot open: %s; expected a readable secrets file",
 		       strerror(-rc));
 	else if (rc && !strcmp(stage, "stat"))
-		rc = yt_err(err, errlen, name, 0, 0, "not a regular file; expected a YAML file");
+		rc = yamltree_err(err, errlen, name, 0, 0, "not a regular file; expected a YAML file");
 	else if (rc && rc != -ENOMEM)
-		yt_err(err, errlen, name, 0, 0, "cannot read: %s; expected a readable file",
+		yamltree_err(err, errlen, name, 0, 0, "cannot read: %s; expected a readable file",
 		       strerror(-rc));
 	if (rc)
 		return rc;
@@ -503,22 +504,21 @@ int secrets_reload(struct secrets *set, const char *path, const char *name, char
 		   size_t errlen)
 {
 	struct secrets *fresh;
-	char show[YT_SHOW_BUF];
+	char show[YAMLTREE_SHOW_BUF];
 	int rc = secrets_load(path, &fresh, err, errlen);
 	if (rc)
 		return rc;
-	yt_show(show, sizeof show, path, strlen(path), YT_SHOW_MAX);
+	yamltree_show(show, sizeof show, path, strlen(path), YAMLTREE_SHOW_MAX);
 	if (name) {
 		struct secret *old = (struct secret *)secrets_find(set, name, strlen(name));
 		struct secret *nw = (struct secret *)secrets_find(fresh, name, strlen(name));
 		if (!old || !nw) {
-			char nshow[YT_SHOW_BUF];
-			yt_show(nshow, sizeof nshow, name, strlen(name), YT_SHOW_MAX);
-			if (err && errlen)
-				snprintf(err, errlen,
-					 "%s: no secret %s %s; expected the name of a secret the "
-					 "sandbox was started with",
-					 show, nshow, old ? "in the file any more" : "in the sandbox");
+			char nshow[YAMLTREE_SHOW_BUF];
+			yamltree_show(nshow, sizeof nshow, name, strlen(name), YAMLTREE_SHOW_MAX);
+			eb_say(err, errlen,
+			       "%s: no secret %s %s; expected the name of a secret the "
+			       "sandbox was started with", show, nshow,
+			       old ? "in the file any more" : "in the sandbox");
 			secrets_free(fresh);
 			return -ENOENT;
 		}
@@ -530,11 +530,10 @@ int secrets_reload(struct secrets *set, const char *path, const char *name, char
 	for (size_t i = 0; same && i < set->n; i++)
 		same = secrets_find(fresh, set->v[i].name, strlen(set->v[i].name)) != NULL;
 	if (!same) {
-		if (err && errlen)
-			snprintf(err, errlen,
-				 "%s: secrets were added or removed; expected the same names as "
-				 "when the sandbox started (restart it to change the names)",
-				 show);
+		eb_say(err, errlen,
+		       "%s: secrets were added or removed; expected the same names as "
+		       "when the sandbox started (restart it to change the names)",
+		       show);
 		secrets_free(fresh);
 		return -EINVAL;
 	}

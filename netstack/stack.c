@@ -108,15 +108,25 @@ void ns_audit(struct ns *s, const char *proto, const char *direction, const stru
 		audit_learn_add(s->cfg.learn, name, dst, port, d);
 }
 
-void ns_send_frame(struct ns *s, size_t n)
+/* s->tx[0, n) to the guest; partial: a TCP segment of lwIP's whose
+ * checksum the peer completes (only with the merger, see ns_create). */
+static void send_frame(struct ns *s, size_t n, bool partial)
 {
 	if (!s->gso) {
 		s->cfg.output(s->cfg.output_ctx, s->tx, n);
 		return;
 	}
-	gso_add(s->gso, s->tx, n);
+	if (partial)
+		gso_add_partial(s->gso, s->tx, n);
+	else
+		gso_add(s->gso, s->tx, n);
 	if (!s->round)
 		gso_flush(s->gso); /* lwIP's timers: nobody would flush later */
+}
+
+void ns_send_frame(struct ns *s, size_t n)
+{
+	send_frame(s, n, false);
 }
 
 static void gso_out(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
@@ -172,7 +182,11 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 	s->tx[13] = FR_ETH_IPV4 & 0xff;
 	if (pbuf_copy_partial(p, s->tx + FR_ETH_HLEN, p->tot_len, 0) != p->tot_len)
 		return ERR_OK;
-	ns_send_frame(s, FR_ETH_HLEN + p->tot_len);
+	/* With the merger lwIP computes no TCP checksum (ns_create): the
+	 * frame leaves with the pseudo-header's sum and NEEDS_CSUM, which
+	 * the guest's kernel trusts or completes as from any NIC. */
+	send_frame(s, FR_ETH_HLEN + p->tot_len,
+		   s->gso && gso_tcp_partial(s->tx, FR_ETH_HLEN + p->tot_len) == 0);
 	return ERR_OK;
 }
 
@@ -341,7 +355,7 @@ void ns_dispatch(struct ns *s)
 	LOCK_TCPIP_CORE();
 	round_begin(s);
 	for (i = 0; i < n; i++) {
-		struct ft_entry *e;
+		struct flowtab_entry *e;
 
 		if (ev[i].data.u64 == 0) {
 			uint64_t ticks;
@@ -361,7 +375,7 @@ void ns_dispatch(struct ns *s)
 				ns_fwd_accept(s, &s->fwd[ev[i].data.u64 - 1]);
 			continue;
 		}
-		e = ft_from_handle(&s->ft, ev[i].data.u64);
+		e = flowtab_from_handle(&s->ft, ev[i].data.u64);
 		if (e)
 			ns_flow_event((struct flow *)((char *)e - offsetof(struct flow, ft)), ev[i].events);
 	}
@@ -423,7 +437,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	seed = ns_now_ms() ^ (uint64_t)(uintptr_t)s;
 	r = -ENOMEM;
 	s->listen = calloc(65536, sizeof *s->listen);
-	if (!s->listen || ft_init(&s->ft, NS_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
+	if (!s->listen || flowtab_init(&s->ft, NS_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
 		goto fail;
 	if (cfg->output_gso) {
 		if (!(s->gso = malloc(sizeof *s->gso)))
@@ -449,6 +463,12 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 		goto fail;
 	}
 	s->netif_added = true;
+	/* A peer that takes merged frames takes partial checksums too
+	 * (virtio-net's GUEST_CSUM, a TAP with a virtio_net_hdr; virtio-net
+	 * completes them for a driver without): lwIP's checksum over every
+	 * byte it sends is left out. */
+	if (s->gso)
+		NETIF_SET_CHECKSUM_CTRL(&s->netif, NETIF_CHECKSUM_ENABLE_ALL & ~NETIF_CHECKSUM_GEN_TCP);
 	netif_set_default(&s->netif);
 	netif_set_up(&s->netif);
 	UNLOCK_TCPIP_CORE();
@@ -464,7 +484,7 @@ fail:
 	if (s->efd >= 0)
 		close(s->efd);
 	dns_memo_free(&s->memo);
-	ft_free(&s->ft);
+	flowtab_free(&s->ft);
 	free(s->listen);
 	free(s->gso);
 	free(s);
@@ -493,7 +513,7 @@ void ns_destroy(struct ns *s)
 	close(s->tfd);
 	close(s->efd);
 	dns_memo_free(&s->memo);
-	ft_free(&s->ft);
+	flowtab_free(&s->ft);
 	free(s->listen);
 	free(s->gso);
 	free(s);

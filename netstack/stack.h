@@ -138,7 +138,7 @@ struct ns_config {
 	unsigned connect_timeout_ms; /* 0: NS_CONNECT_TIMEOUT_MS */
 	/* TLS interception and secret substitution for outgoing TCP, or
 	 * NULL for none; must outlive the stack. */
-	const struct icpt_config *icpt;
+	const struct intercept_config *icpt;
 };
 
 struct ns;

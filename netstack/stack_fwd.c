@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib/errbuf.h"
 #include "lwip/tcpip.h"
 
 static err_t on_guest_connected(void *arg, struct tcp_pcb *pcb, err_t err)
@@ -65,7 +66,7 @@ static void fwd_start(struct ns *s, const struct fwd *w, int fd)
 	memcpy(f->ft.key.dip, gw_ip, 4);
 	f->ft.key.gport = w->fw.guest_port;
 	f->ft.key.dport = pcb->local_port;
-	if (ft_insert(&s->ft, &f->ft) < 0) {
+	if (flowtab_insert(&s->ft, &f->ft) < 0) {
 		tcp_close(pcb);
 		goto fail;
 	}
@@ -141,22 +142,19 @@ int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t 
 
 	memset(fw, 0, sizeof *fw);
 	gp = strrchr(spec, ':');
-	if (!gp) {
-		snprintf(err, errlen, "-p takes [ADDR:]HOSTPORT:GUESTPORT, not '%.64s'", spec);
-		return -EINVAL;
-	}
-	if (parse_port(gp + 1, strlen(gp + 1), &fw->guest_port) < 0 || fw->guest_port == 0) {
-		snprintf(err, errlen, "-p '%.64s': the guest port must be a number from 1 to 65535", spec);
-		return -EINVAL;
-	}
+	if (!gp)
+		return eb_fail(err, errlen, -EINVAL,
+			       "-p takes [ADDR:]HOSTPORT:GUESTPORT, not '%.64s'", spec);
+	if (parse_port(gp + 1, strlen(gp + 1), &fw->guest_port) < 0 || fw->guest_port == 0)
+		return eb_fail(err, errlen, -EINVAL,
+			       "-p '%.64s': the guest port must be a number from 1 to 65535", spec);
 	/* The host port is what follows the last ':' before gp, or the start. */
 	for (hp = gp; hp > spec && hp[-1] != ':'; hp--)
 		;
-	if (parse_port(hp, (size_t)(gp - hp), &fw->host_port) < 0) {
-		snprintf(err, errlen, "-p '%.64s': the host port must be a number from 0 (any free port) to 65535",
-			 spec);
-		return -EINVAL;
-	}
+	if (parse_port(hp, (size_t)(gp - hp), &fw->host_port) < 0)
+		return eb_fail(err, errlen, -EINVAL,
+			       "-p '%.64s': the host port must be a number from 0 (any free port) to 65535",
+			       spec);
 	if (hp == spec) {
 		fw->host.family = 4;
 		fw->host.b[0] = 127;
@@ -168,23 +166,17 @@ int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t 
 		spec++;
 		alen -= 2;
 	}
-	if (alen >= sizeof addr) {
-		snprintf(err, errlen, "-p '%.64s': the address is too long", spec);
-		return -EINVAL;
-	}
+	if (alen >= sizeof addr)
+		return eb_fail(err, errlen, -EINVAL, "-p '%.64s': the address is too long", spec);
 	memcpy(addr, spec, alen);
 	addr[alen] = '\0';
-	if (pol_addr_parse(addr, &fw->host) < 0) {
-		snprintf(err, errlen, "-p: '%s' is no IP address (write an IPv6 one as [::1])", addr);
-		return -EINVAL;
-	}
-	if (!is_loopback(&fw->host)) {
-		snprintf(err, errlen,
-			 "-p: kbox listens only on loopback addresses (127.0.0.0/8 or [::1]), not %s: "
-			 "a forwarded port must not be reachable from other machines",
-			 addr);
-		return -EINVAL;
-	}
+	if (pol_addr_parse(addr, &fw->host) < 0)
+		return eb_fail(err, errlen, -EINVAL,
+			       "-p: '%s' is no IP address (write an IPv6 one as [::1])", addr);
+	if (!is_loopback(&fw->host))
+		return eb_fail(err, errlen, -EINVAL,
+			       "-p: kbox listens only on loopback addresses (127.0.0.0/8 or [::1]), not %s: "
+			       "a forwarded port must not be reachable from other machines", addr);
 	return 0;
 }
 

@@ -23,7 +23,7 @@
 #include "netstack/intercept.h"
 #include "netstack/stack.h"
 
-#define HOST_READ_MAX 0xffffu /* tcp_write takes a u16 length */
+#define NS_RX_MAX (256u * 1024) /* host bytes read at once for a flow (several tcp_writes) */
 
 static const uint8_t gw_ip[4] = NS_GATEWAY_IP;
 static const uint8_t guest_ip[4] = NS_GUEST_IP;
@@ -36,7 +36,7 @@ enum flow_state {
 };
 
 struct flow {
-	struct ft_entry ft;
+	struct flowtab_entry ft;
 	struct ns *s;
 	enum flow_state state;
 	bool inbound;         /* from a forwarded port */
@@ -112,7 +112,7 @@ struct ns {
 	struct dq *dns_done; /* answered, not replied yet (guarded by rp.m, stack_dns.c) */
 	unsigned dns_running; /* resolver calls under way (guarded by rp.m) */
 	uint8_t tx[FR_FRAME_MAX];
-	uint8_t rx[HOST_READ_MAX];
+	uint8_t rx[NS_RX_MAX];
 	/* cfg.output_gso: frames go through the merger; while a call into
 	 * the stack runs (round) they may wait in it, and the call flushes
 	 * it before letting go of the lock. */

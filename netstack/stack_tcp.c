@@ -28,15 +28,10 @@
 
 #include "netstack/peek.h"
 
-#define UP_CAP (2u * TCP_WND) /* guest bytes the host socket has not taken yet */
+/* Guest bytes the host socket has not taken yet: lwIP's window bounds
+ * them, since tcp_recved is called only for bytes the socket took. */
+#define UP_CAP ((size_t)TCP_WND)
 #define TIME_WAIT_MAX 64u /* lwIP's TIME-WAIT pcbs kept; the oldest go beyond */
-/* lwIP's send buffer per connection when the guest takes merged frames:
- * the packaged TCP_SND_BUF (64 KiB) is one merged frame, so the sender
- * would stop after each until the guest's ACK came back.  snd_buf is a
- * 32-bit field (window scaling is on) that lwIP only ever adds ACKed
- * bytes to and subtracts written ones from, so a larger start holds; the
- * real bound is TCP_SND_QUEUELEN segments, kept below by guest_room. */
-#define SND_BUF_GSO ((tcpwnd_size_t)(TCP_SND_QUEUELEN - 4) * TCP_MSS)
 #define IC_DOWN_CAP 16384u /* upstream ciphertext an intercepted flow holds */
 
 /* Give the IPv4 packet ip[0, len) (already validated, carrying TCP) to
@@ -80,9 +75,9 @@ static void flow_events(struct flow *f)
 	if (f->fd < 0)
 		return;
 	if (f->ic && f->state == FL_OPEN) {
-		if (icpt_want(f->ic) & MITM_WANT_UP_OUT)
+		if (intercept_want(f->ic) & TLS_MITM_WANT_UP_OUT)
 			want |= EPOLLOUT;
-		if (icpt_upstream_direct(f->ic) ? f->reading : !f->host_eof && f->down_len < IC_DOWN_CAP)
+		if (intercept_upstream_direct(f->ic) ? f->reading : !f->host_eof && f->down_len < IC_DOWN_CAP)
 			want |= EPOLLIN;
 	} else {
 		if (f->state == FL_CONNECTING || (f->up_len > 0 && !f->peek))
@@ -101,7 +96,7 @@ static void flow_events(struct flow *f)
 	}
 	op = f->ev ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 	ev.events = want;
-	ev.data.u64 = ft_handle(&f->ft);
+	ev.data.u64 = flowtab_handle(&f->ft);
 	if (epoll_ctl(f->s->epfd, op, f->fd, &ev) == 0)
 		f->ev = want;
 }
@@ -137,7 +132,7 @@ void ns_flow_free(struct flow *f, bool reset)
 	if (f->err && !e.error)
 		e.error = "error";
 	audit_write(s->cfg.audit, &e);
-	ft_remove(&s->ft, &f->ft);
+	flowtab_remove(&s->ft, &f->ft);
 	if (f->fd >= 0) {
 		if (reset) {
 			struct linger lg = {.l_onoff = 1, .l_linger = 0};
@@ -146,7 +141,7 @@ void ns_flow_free(struct flow *f, bool reset)
 		}
 		close(f->fd); /* also leaves the epoll set */
 	}
-	icpt_free(f->ic);
+	intercept_free(f->ic);
 	free(f->syn);
 	free(f->up);
 	free(f->down);
@@ -226,18 +221,55 @@ static int flush_up(struct flow *f)
 }
 
 
+/* The connection's segment size towards the guest (the smaller of
+ * lwIP's MSS and the one the guest stated). */
+static size_t seg_size(const struct flow *f)
+{
+	size_t mss = tcp_mss(f->pcb);
+
+	return mss ? mss : 536;
+}
+
 /* Bytes lwIP takes for the guest now: its send buffer, at most
- * HOST_READ_MAX (tcp_write's u16), and 0 when the write's about len/MSS
- * queue entries would not fit (better to wait than meet ERR_MEM). */
+ * NS_RX_MAX, and no more segments than its send queue still holds (with
+ * a few entries spare: better to wait than meet ERR_MEM).  Whole
+ * segments where it is at least one, so no write leaves a runt behind. */
 static size_t guest_room(const struct flow *f)
 {
-	size_t max = tcp_sndbuf(f->pcb);
+	size_t max = tcp_sndbuf(f->pcb), mss = seg_size(f), q = tcp_sndqueuelen(f->pcb);
 
-	if (max > HOST_READ_MAX)
-		max = HOST_READ_MAX;
-	if (tcp_sndqueuelen(f->pcb) + max / TCP_MSS + 2 > TCP_SND_QUEUELEN)
+	if (max > NS_RX_MAX)
+		max = NS_RX_MAX;
+	if (q + 8 >= TCP_SND_QUEUELEN)
 		return 0;
+	if (max > (TCP_SND_QUEUELEN - 8 - q) * mss)
+		max = (TCP_SND_QUEUELEN - 8 - q) * mss;
+	if (max > mss)
+		max -= max % mss;
 	return max;
+}
+
+/* Give up to n bytes of b to lwIP for the guest, in tcp_write's 16-bit
+ * pieces cut at whole segments.  The bytes taken (fewer than n when
+ * lwIP's buffer or queue filled), or -1 on any error but ERR_MEM. */
+static ssize_t guest_write(struct flow *f, const uint8_t *b, size_t n)
+{
+	size_t mss = seg_size(f), piece = 0xffff, done = 0;
+
+	if (piece >= mss)
+		piece -= piece % mss;
+	while (done < n) {
+		size_t k = n - done < piece ? n - done : piece;
+		err_t e = tcp_write(f->pcb, b + done, (u16_t)k,
+				    TCP_WRITE_FLAG_COPY | (done + k < n ? TCP_WRITE_FLAG_MORE : 0));
+
+		if (e == ERR_MEM)
+			break;
+		if (e != ERR_OK)
+			return -1;
+		done += k;
+	}
+	return (ssize_t)done;
 }
 
 /* Queue p's bytes behind f->up (made on first use) and free p.  ERR_MEM
@@ -267,7 +299,7 @@ static void maybe_fin(struct flow *f);
 
 enum { IC_OK = 0, IC_FREED = -1, IC_ABORTED = -2 };
 
-static void ic_event(void *ctx, const struct icpt_event *ev)
+static void ic_event(void *ctx, const struct intercept_event *ev)
 {
 	struct flow *f = ctx;
 	struct audit_event e = {
@@ -305,7 +337,7 @@ static int ic_attach(struct ns *s, struct flow *f, const struct pol_addr *dst)
 	} else {
 		n = dns_memo_names(&s->memo, dst, ns_now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
 	}
-	return icpt_new(s->cfg.icpt, names, n, ic_event, f, &f->ic);
+	return intercept_new(s->cfg.icpt, names, n, ic_event, f, &f->ic);
 }
 
 /* Move bytes through an intercepted flow until nothing moves.  IC_OK,
@@ -318,7 +350,7 @@ static int ic_pump(struct flow *f)
 		size_t n, t;
 
 		if (f->up_len > 0 && !f->peek) {
-			if (icpt_guest_in(f->ic, f->up + f->up_off, f->up_len, &t) < 0)
+			if (intercept_guest_in(f->ic, f->up + f->up_off, f->up_len, &t) < 0)
 				t = f->up_len; /* the engine is closing: drop */
 			if (t) {
 				f->up_off += t;
@@ -331,12 +363,12 @@ static int ic_pump(struct flow *f)
 		}
 		if (f->guest_fin && f->up_len == 0 && !f->ic_guest_told) {
 			f->ic_guest_told = true;
-			icpt_close_guest(f->ic);
+			intercept_close_guest(f->ic);
 			prog = true;
 		}
-		if (!icpt_upstream_direct(f->ic)) {
+		if (!intercept_upstream_direct(f->ic)) {
 			if (f->down_len > 0) {
-				if (icpt_upstream_in(f->ic, f->down, f->down_len, &t) < 0)
+				if (intercept_upstream_in(f->ic, f->down, f->down_len, &t) < 0)
 					t = f->down_len;
 				if (t) {
 					memmove(f->down, f->down + t, f->down_len - t);
@@ -346,11 +378,11 @@ static int ic_pump(struct flow *f)
 			}
 			if (f->host_eof && f->down_len == 0 && !f->ic_host_told) {
 				f->ic_host_told = true;
-				icpt_close_upstream(f->ic);
+				intercept_close_upstream(f->ic);
 				prog = true;
 			}
 		}
-		b = icpt_upstream_out(f->ic, &n);
+		b = intercept_upstream_out(f->ic, &n);
 		if (b && n > 0 && !f->host_shut) {
 			ssize_t r = send(f->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 
@@ -359,42 +391,43 @@ static int ic_pump(struct flow *f)
 				return IC_ABORTED;
 			}
 			if (r > 0) {
-				icpt_upstream_out_done(f->ic, (size_t)r);
+				intercept_upstream_out_done(f->ic, (size_t)r);
 				prog = true;
 			}
 		}
-		b = icpt_guest_out(f->ic, &n);
+		b = intercept_guest_out(f->ic, &n);
 		if (b && n > 0 && f->pcb) {
 			size_t room = guest_room(f);
 
 			if (n > room)
 				n = room;
 			if (n > 0) {
-				err_t e = tcp_write(f->pcb, b, (u16_t)n, TCP_WRITE_FLAG_COPY);
+				ssize_t w = guest_write(f, b, n);
 
-				if (e == ERR_OK) {
-					icpt_guest_out_done(f->ic, n);
-					f->s->st.bytes_to_guest += n;
-					f->bytes_down += n;
-					prog = true;
-				} else if (e != ERR_MEM) {
+				if (w < 0) {
 					ns_flow_abort(f);
 					return IC_ABORTED;
+				}
+				if (w > 0) {
+					intercept_guest_out_done(f->ic, (size_t)w);
+					f->s->st.bytes_to_guest += (size_t)w;
+					f->bytes_down += (size_t)w;
+					prog = true;
 				}
 			}
 		}
 
-		unsigned w = icpt_want(f->ic);
+		unsigned w = intercept_want(f->ic);
 
-		if (w & ICPT_REFUSE) {
+		if (w & INTERCEPT_REFUSE) {
 			ns_flow_abort(f);
 			return IC_ABORTED;
 		}
-		if (w & ICPT_SPLICE) {
+		if (w & INTERCEPT_SPLICE) {
 			/* A plain flow from here: f->up holds guest bytes for
 			 * the host, f->down is empty (the upstream went straight
 			 * to the guest while the first bytes were judged). */
-			icpt_free(f->ic);
+			intercept_free(f->ic);
 			f->ic = NULL;
 			if (f->pcb)
 				tcp_output(f->pcb);
@@ -410,7 +443,7 @@ static int ic_pump(struct flow *f)
 			}
 			return IC_OK;
 		}
-		if ((w & MITM_DONE) && !(w & (MITM_WANT_GUEST_OUT | MITM_WANT_UP_OUT))) {
+		if ((w & TLS_MITM_DONE) && !(w & (TLS_MITM_WANT_GUEST_OUT | TLS_MITM_WANT_UP_OUT))) {
 			if (f->pcb) {
 				tcp_output(f->pcb);
 				flow_detach_pcb(f);
@@ -495,24 +528,24 @@ static void flow_refuse(struct flow *f, const char *name, const struct pol_decis
 static int peek_judge(struct flow *f)
 {
 	static const struct pol_decision unreadable = {false, POL_WHY_BAD_NAME, "tcp:unreadable-name"};
-	struct pk_result res;
+	struct peek_result res;
 	struct pol_decision d;
-	int st = pk_parse(f->up ? f->up + f->up_off : NULL, f->up_len, &res);
+	int st = peek_parse(f->up ? f->up + f->up_off : NULL, f->up_len, &res);
 	size_t i;
 
-	if (st == PK_NEED_MORE) {
-		if (!f->guest_fin && f->up_len < PK_MAX)
+	if (st == PEEK_NEED_MORE) {
+		if (!f->guest_fin && f->up_len < PEEK_MAX)
 			return 1;
 		/* A client that closes before its first request or hello is
 		 * whole names nothing; one that goes on past the bounds is
 		 * not judged and not let through. */
-		st = f->guest_fin ? PK_NONE : PK_BAD;
+		st = f->guest_fin ? PEEK_NONE : PEEK_BAD;
 	}
-	if (st == PK_BAD) {
+	if (st == PEEK_BAD) {
 		flow_refuse(f, NULL, &unreadable);
 		return -1;
 	}
-	for (i = 0; st == PK_NAMES_FOUND && i < res.n; i++) {
+	for (i = 0; st == PEEK_NAMES_FOUND && i < res.n; i++) {
 		pol_check_stated(f->s->cfg.policy, res.name[i], &f->dst, f->dport, &f->first, &d);
 		if (!d.allow) {
 			flow_refuse(f, res.name[i], &d);
@@ -618,30 +651,36 @@ static void maybe_fin(struct flow *f)
 	}
 }
 
-/* Queue host bytes for the guest; on ERR_MEM keep them and stop reading
- * until lwIP's send buffer drains.  0, or -1 when f was aborted. */
+/* Queue host bytes for the guest; what lwIP does not take now (ERR_MEM)
+ * is kept in f->down and reading stops until lwIP's send buffer drains.
+ * 0, or -1 when f was aborted. */
 static int to_guest(struct flow *f, const uint8_t *b, size_t n)
 {
-	err_t e = tcp_write(f->pcb, b, (u16_t)n, TCP_WRITE_FLAG_COPY);
+	ssize_t w = guest_write(f, b, n);
+	size_t rest;
 
-	if (e == ERR_MEM) {
-		if (f->down != b) {
-			if (!(f->down = malloc(n))) {
-				ns_flow_abort(f);
-				return -1;
-			}
-			memcpy(f->down, b, n);
-		}
-		f->down_len = n;
-		f->reading = false;
-		return 0;
-	}
-	if (e != ERR_OK) {
+	if (w < 0) {
 		ns_flow_abort(f);
 		return -1;
 	}
-	f->s->st.bytes_to_guest += n;
-	f->bytes_down += n;
+	f->s->st.bytes_to_guest += (size_t)w;
+	f->bytes_down += (size_t)w;
+	rest = n - (size_t)w;
+	if (rest > 0) {
+		if (f->down == b) {
+			memmove(f->down, f->down + w, rest);
+		} else {
+			free(f->down);
+			if (!(f->down = malloc(rest))) {
+				ns_flow_abort(f);
+				return -1;
+			}
+			memcpy(f->down, b + w, rest);
+		}
+		f->down_len = rest;
+		f->reading = false;
+		return 0;
+	}
 	if (f->down == b) {
 		free(f->down);
 		f->down = NULL;
@@ -656,7 +695,7 @@ static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
 
 	if (!f)
 		return ERR_OK;
-	if (f->ic && !icpt_upstream_direct(f->ic))
+	if (f->ic && !intercept_upstream_direct(f->ic))
 		return ic_pump(f) == IC_ABORTED ? ERR_ABRT : ERR_OK;
 	if (f->down_len > 0 && to_guest(f, f->down, f->down_len) < 0)
 		return ERR_ABRT;
@@ -698,7 +737,7 @@ static void read_host(struct flow *f)
 	size_t max;
 	ssize_t r;
 
-	if (f->ic && !icpt_upstream_direct(f->ic)) {
+	if (f->ic && !intercept_upstream_direct(f->ic)) {
 		ic_read_host(f);
 		return;
 	}
@@ -736,7 +775,7 @@ static void read_host(struct flow *f)
 		/* The server spoke before the guest's first bytes were
 		 * judged: not TLS from a client, so never intercepted. */
 		if (r > 0)
-			icpt_server_spoke(f->ic);
+			intercept_server_spoke(f->ic);
 		ic_pump(f);
 		return;
 	}
@@ -827,11 +866,6 @@ void ns_flow_open(struct flow *f)
 	tcp_sent(f->pcb, on_sent);
 	tcp_err(f->pcb, ns_flow_on_err);
 	tcp_nagle_disable(f->pcb);
-	if (f->s->gso) {
-		/* See SND_BUF_GSO. */
-		f->pcb->snd_buf = SND_BUF_GSO;
-		f->pcb->ssthresh = SND_BUF_GSO;
-	}
 	f->state = FL_OPEN;
 	f->reading = true;
 	flow_events(f);
@@ -975,7 +1009,7 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 	memcpy(f->ft.key.dip, p->dst, 4);
 	f->ft.key.gport = p->sport;
 	f->ft.key.dport = p->dport;
-	if (ft_insert(&s->ft, &f->ft) < 0) {
+	if (flowtab_insert(&s->ft, &f->ft) < 0) {
 		free(f->syn);
 		free(f);
 		s->st.tcp_failed++;
@@ -1011,15 +1045,15 @@ fail:
 
 void ns_tcp_input(struct ns *s, const struct fr_pkt *p)
 {
-	struct ft_key k;
-	struct ft_entry *e;
+	struct flowtab_key k;
+	struct flowtab_entry *e;
 	struct flow *f;
 
 	memcpy(k.gip, p->src, 4);
 	memcpy(k.dip, p->dst, 4);
 	k.gport = p->sport;
 	k.dport = p->dport;
-	e = ft_find(&s->ft, &k);
+	e = flowtab_find(&s->ft, &k);
 	f = e ? (struct flow *)((char *)e - offsetof(struct flow, ft)) : NULL;
 	if (f && f->state == FL_CONNECTING) {
 		/* The guest gave up before the host answered; anything else
@@ -1063,7 +1097,7 @@ void ns_tcp_timeouts(struct ns *s, uint64_t now)
 	size_t i;
 
 	for (i = 0; i < s->ft.cap; i++) {
-		struct ft_entry *e = s->ft.slots[i];
+		struct flowtab_entry *e = s->ft.slots[i];
 		struct flow *f = e ? (struct flow *)((char *)e - offsetof(struct flow, ft)) : NULL;
 
 		if (f && f->state == FL_CONNECTING && now >= f->deadline_ms) {
@@ -1084,7 +1118,7 @@ void ns_flow_abort_all(struct ns *s)
 	size_t i;
 
 	for (i = 0; i < s->ft.cap; i++) {
-		struct ft_entry *e = s->ft.slots[i];
+		struct flowtab_entry *e = s->ft.slots[i];
 
 		if (e)
 			ns_flow_abort((struct flow *)((char *)e - offsetof(struct flow, ft)));

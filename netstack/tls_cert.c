@@ -27,7 +27,7 @@
 #define DN_MAX 1024u     /* longest CA subject DN we carry over */
 #define CERT_MAX 4096u   /* room for any certificate we build */
 #define CN_MAX 64u       /* RFC 5280 ub-common-name */
-#define TC_SLOTS (2u * TC_MINT_MAX) /* hash table: at most half full */
+#define TLS_CERT_SLOTS (2u * TLS_CERT_MINT_MAX) /* hash table: at most half full */
 #define RENEW_MARGIN 86400 /* re-mint a cached leaf this close to expiry */
 
 #define OID_EC_PUBKEY "1.2.840.10045.2.1"
@@ -53,15 +53,15 @@
 #define T_SEQ 0x30u
 #define T_SET 0x31u
 
-struct tc_entry {
-	struct tc_entry *all_next; /* every leaf ever minted, freed with the CA */
+struct tls_cert_entry {
+	struct tls_cert_entry *all_next; /* every leaf ever minted, freed with the CA */
 	time_t not_after;
 	br_x509_certificate chain[2];
 	unsigned char *der;
-	char name[TC_NAME_MAX + 1];
+	char name[TLS_CERT_NAME_MAX + 1];
 };
 
-struct tc_ca {
+struct tls_cert_ca {
 	pthread_mutex_t mu;
 	br_hmac_drbg_context drbg;
 
@@ -81,14 +81,14 @@ struct tc_ca {
 	unsigned char leaf_pub[P256_POINT];
 	unsigned char leaf_keyid[20];
 
-	struct tc_entry *slots[TC_SLOTS];
-	struct tc_entry *all;
+	struct tls_cert_entry *slots[TLS_CERT_SLOTS];
+	struct tls_cert_entry *all;
 	size_t minted, names;
 };
 
 /* ---------------------------------------------------------------- DER out */
 
-void tc_der_init(struct tc_der *d, unsigned char *buf, size_t cap)
+void tls_cert_der_init(struct tls_cert_der *d, unsigned char *buf, size_t cap)
 {
 	d->buf = buf;
 	d->cap = cap;
@@ -96,7 +96,7 @@ void tc_der_init(struct tc_der *d, unsigned char *buf, size_t cap)
 	d->err = 0;
 }
 
-static int der_room(struct tc_der *d, size_t n)
+static int der_room(struct tls_cert_der *d, size_t n)
 {
 	if (d->err)
 		return 0;
@@ -107,7 +107,7 @@ static int der_room(struct tc_der *d, size_t n)
 	return 1;
 }
 
-void tc_der_raw(struct tc_der *d, const void *p, size_t n)
+void tls_cert_der_raw(struct tls_cert_der *d, const void *p, size_t n)
 {
 	if (!der_room(d, n))
 		return;
@@ -140,7 +140,7 @@ static void put_len(unsigned char *out, size_t len, size_t octets)
 	}
 }
 
-void tc_der_hdr(struct tc_der *d, unsigned tag, size_t len)
+void tls_cert_der_hdr(struct tls_cert_der *d, unsigned tag, size_t len)
 {
 	if (!d->err && tag > 0xffu)
 		d->err = -EINVAL;
@@ -152,13 +152,13 @@ void tc_der_hdr(struct tc_der *d, unsigned tag, size_t len)
 	d->len += 1 + lo;
 }
 
-void tc_der_tlv(struct tc_der *d, unsigned tag, const void *p, size_t n)
+void tls_cert_der_tlv(struct tls_cert_der *d, unsigned tag, const void *p, size_t n)
 {
-	tc_der_hdr(d, tag, n);
-	tc_der_raw(d, p, n);
+	tls_cert_der_hdr(d, tag, n);
+	tls_cert_der_raw(d, p, n);
 }
 
-void tc_der_uint(struct tc_der *d, const unsigned char *p, size_t n)
+void tls_cert_der_uint(struct tls_cert_der *d, const unsigned char *p, size_t n)
 {
 	while (n > 1 && p[0] == 0) {
 		p++;
@@ -166,14 +166,14 @@ void tc_der_uint(struct tc_der *d, const unsigned char *p, size_t n)
 	}
 	if (n == 0) {
 		static const unsigned char zero = 0;
-		tc_der_tlv(d, T_INTEGER, &zero, 1);
+		tls_cert_der_tlv(d, T_INTEGER, &zero, 1);
 		return;
 	}
 	int pad = (p[0] & 0x80u) != 0;
-	tc_der_hdr(d, T_INTEGER, n + (size_t)pad);
+	tls_cert_der_hdr(d, T_INTEGER, n + (size_t)pad);
 	if (pad)
-		tc_der_raw(d, "", 1);
-	tc_der_raw(d, p, n);
+		tls_cert_der_raw(d, "", 1);
+	tls_cert_der_raw(d, p, n);
 }
 
 /* Base-128 arc into OUT (at most 10 bytes for 64 bits); returns its size. */
@@ -190,7 +190,7 @@ static size_t oid_arc(unsigned char *out, unsigned long long v)
 	return n;
 }
 
-void tc_der_oid(struct tc_der *d, const char *dotted)
+void tls_cert_der_oid(struct tls_cert_der *d, const char *dotted)
 {
 	unsigned char body[64];
 	size_t blen = 0;
@@ -227,7 +227,7 @@ void tc_der_oid(struct tc_der *d, const char *dotted)
 	}
 	if (narcs < 2)
 		goto bad;
-	tc_der_tlv(d, T_OID, body, blen);
+	tls_cert_der_tlv(d, T_OID, body, blen);
 	return;
 bad:
 	if (!d->err)
@@ -239,7 +239,7 @@ bad:
  * builder can nest without knowing sizes in advance. */
 #define OPEN_HDR 6u
 
-size_t tc_der_open(struct tc_der *d, unsigned tag)
+size_t tls_cert_der_open(struct tls_cert_der *d, unsigned tag)
 {
 	size_t mark = d->len;
 	if (!d->err && tag > 0xffu)
@@ -251,7 +251,7 @@ size_t tc_der_open(struct tc_der *d, unsigned tag)
 	return mark;
 }
 
-void tc_der_close(struct tc_der *d, size_t mark)
+void tls_cert_der_close(struct tls_cert_der *d, size_t mark)
 {
 	if (d->err)
 		return;
@@ -270,7 +270,7 @@ void tc_der_close(struct tc_der *d, size_t mark)
 	d->len = mark + 1 + lo + content;
 }
 
-void tc_der_time(struct tc_der *d, time_t t)
+void tls_cert_der_time(struct tls_cert_der *d, time_t t)
 {
 	struct tm tm;
 	char s[32];
@@ -291,7 +291,7 @@ void tc_der_time(struct tc_der *d, time_t t)
 		n = snprintf(s, sizeof s, "%04d%02d%02d%02d%02d%02dZ", year, tm.tm_mon + 1,
 			     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 	}
-	tc_der_tlv(d, tag, s, (size_t)n);
+	tls_cert_der_tlv(d, tag, s, (size_t)n);
 }
 
 /* ----------------------------------------------------------------- DER in */
@@ -455,7 +455,7 @@ static int cert_scan(const unsigned char *der, size_t len, struct cert_info *ci)
 
 /* -------------------------------------------------------------------- PEM */
 
-int tc_pem_encode(const char *label, const unsigned char *der, size_t len, char **out)
+int tls_cert_pem_encode(const char *label, const unsigned char *der, size_t len, char **out)
 {
 	size_t llen = strlen(label);
 	if (len > (SIZE_MAX - 2 * llen - 64) / 2)
@@ -483,7 +483,7 @@ int tc_pem_encode(const char *label, const unsigned char *der, size_t len, char 
 	return 0;
 }
 
-int tc_pem_decode(const char *text, size_t len, const char *label, unsigned char **der,
+int tls_cert_pem_decode(const char *text, size_t len, const char *label, unsigned char **der,
 		  size_t *der_len)
 {
 	char begin[96], end[96];
@@ -594,69 +594,69 @@ static void key_id(const unsigned char pub[P256_POINT], unsigned char id[20])
 	br_sha1_out(&c, id);
 }
 
-static void put_alg(struct tc_der *d)
+static void put_alg(struct tls_cert_der *d)
 {
-	size_t m = tc_der_open(d, T_SEQ);
-	tc_der_oid(d, OID_ECDSA_SHA256);
-	tc_der_close(d, m);
+	size_t m = tls_cert_der_open(d, T_SEQ);
+	tls_cert_der_oid(d, OID_ECDSA_SHA256);
+	tls_cert_der_close(d, m);
 }
 
-static void put_cn(struct tc_der *d, const char *cn)
+static void put_cn(struct tls_cert_der *d, const char *cn)
 {
-	size_t name = tc_der_open(d, T_SEQ);
+	size_t name = tls_cert_der_open(d, T_SEQ);
 	if (cn) {
-		size_t set = tc_der_open(d, T_SET);
-		size_t atv = tc_der_open(d, T_SEQ);
-		tc_der_oid(d, OID_CN);
-		tc_der_tlv(d, T_UTF8, cn, strlen(cn));
-		tc_der_close(d, atv);
-		tc_der_close(d, set);
+		size_t set = tls_cert_der_open(d, T_SET);
+		size_t atv = tls_cert_der_open(d, T_SEQ);
+		tls_cert_der_oid(d, OID_CN);
+		tls_cert_der_tlv(d, T_UTF8, cn, strlen(cn));
+		tls_cert_der_close(d, atv);
+		tls_cert_der_close(d, set);
 	}
-	tc_der_close(d, name);
+	tls_cert_der_close(d, name);
 }
 
-static void put_spki(struct tc_der *d, const unsigned char pub[P256_POINT])
+static void put_spki(struct tls_cert_der *d, const unsigned char pub[P256_POINT])
 {
-	size_t spki = tc_der_open(d, T_SEQ);
-	size_t alg = tc_der_open(d, T_SEQ);
-	tc_der_oid(d, OID_EC_PUBKEY);
-	tc_der_oid(d, OID_P256);
-	tc_der_close(d, alg);
-	tc_der_hdr(d, T_BITSTR, 1 + P256_POINT);
-	tc_der_raw(d, "", 1);
-	tc_der_raw(d, pub, P256_POINT);
-	tc_der_close(d, spki);
+	size_t spki = tls_cert_der_open(d, T_SEQ);
+	size_t alg = tls_cert_der_open(d, T_SEQ);
+	tls_cert_der_oid(d, OID_EC_PUBKEY);
+	tls_cert_der_oid(d, OID_P256);
+	tls_cert_der_close(d, alg);
+	tls_cert_der_hdr(d, T_BITSTR, 1 + P256_POINT);
+	tls_cert_der_raw(d, "", 1);
+	tls_cert_der_raw(d, pub, P256_POINT);
+	tls_cert_der_close(d, spki);
 }
 
 /* Open an Extension: SEQUENCE { extnID, critical?, OCTET STRING {...} }.
  * Returns the two marks to close, inner first. */
-static void ext_open(struct tc_der *d, const char *oid, int critical, size_t m[2])
+static void ext_open(struct tls_cert_der *d, const char *oid, int critical, size_t m[2])
 {
 	static const unsigned char yes = 0xff;
-	m[0] = tc_der_open(d, T_SEQ);
-	tc_der_oid(d, oid);
+	m[0] = tls_cert_der_open(d, T_SEQ);
+	tls_cert_der_oid(d, oid);
 	if (critical)
-		tc_der_tlv(d, T_BOOLEAN, &yes, 1);
-	m[1] = tc_der_open(d, T_OCTSTR);
+		tls_cert_der_tlv(d, T_BOOLEAN, &yes, 1);
+	m[1] = tls_cert_der_open(d, T_OCTSTR);
 }
 
-static void ext_close(struct tc_der *d, size_t m[2])
+static void ext_close(struct tls_cert_der *d, size_t m[2])
 {
-	tc_der_close(d, m[1]);
-	tc_der_close(d, m[0]);
+	tls_cert_der_close(d, m[1]);
+	tls_cert_der_close(d, m[0]);
 }
 
-static void put_key_ids(struct tc_der *d, const unsigned char *ski, size_t ski_len,
+static void put_key_ids(struct tls_cert_der *d, const unsigned char *ski, size_t ski_len,
 			const unsigned char *aki, size_t aki_len)
 {
 	size_t m[2];
 	ext_open(d, OID_SKI, 0, m);
-	tc_der_tlv(d, T_OCTSTR, ski, ski_len);
+	tls_cert_der_tlv(d, T_OCTSTR, ski, ski_len);
 	ext_close(d, m);
 	ext_open(d, OID_AKI, 0, m);
-	size_t seq = tc_der_open(d, T_SEQ);
-	tc_der_tlv(d, 0x80u, aki, aki_len); /* [0] keyIdentifier */
-	tc_der_close(d, seq);
+	size_t seq = tls_cert_der_open(d, T_SEQ);
+	tls_cert_der_tlv(d, 0x80u, aki, aki_len); /* [0] keyIdentifier */
+	tls_cert_der_close(d, seq);
 	ext_close(d, m);
 }
 
@@ -677,15 +677,15 @@ static int sign_cert(const unsigned char *tbs, size_t tbs_len, const br_ec_priva
 	unsigned char *buf = malloc(cap);
 	if (!buf)
 		return -ENOMEM;
-	struct tc_der d;
-	tc_der_init(&d, buf, cap);
-	size_t c = tc_der_open(&d, T_SEQ);
-	tc_der_raw(&d, tbs, tbs_len);
+	struct tls_cert_der d;
+	tls_cert_der_init(&d, buf, cap);
+	size_t c = tls_cert_der_open(&d, T_SEQ);
+	tls_cert_der_raw(&d, tbs, tbs_len);
 	put_alg(&d);
-	tc_der_hdr(&d, T_BITSTR, 1 + sl);
-	tc_der_raw(&d, "", 1);
-	tc_der_raw(&d, sig, sl);
-	tc_der_close(&d, c);
+	tls_cert_der_hdr(&d, T_BITSTR, 1 + sl);
+	tls_cert_der_raw(&d, "", 1);
+	tls_cert_der_raw(&d, sig, sl);
+	tls_cert_der_close(&d, c);
 	if (d.err) {
 		free(buf);
 		return d.err;
@@ -695,33 +695,33 @@ static int sign_cert(const unsigned char *tbs, size_t tbs_len, const br_ec_priva
 	return 0;
 }
 
-static void put_serial(struct tc_der *d, br_hmac_drbg_context *drbg)
+static void put_serial(struct tls_cert_der *d, br_hmac_drbg_context *drbg)
 {
 	unsigned char serial[16];
 	br_hmac_drbg_generate(drbg, serial, sizeof serial);
 	/* positive (top bit clear) and always 16 bytes long (next bit set) */
 	serial[0] = (unsigned char)((serial[0] & 0x7fu) | 0x40u);
-	tc_der_uint(d, serial, sizeof serial);
+	tls_cert_der_uint(d, serial, sizeof serial);
 }
 
 /* A TBSCertificate's fields up to its issuer: version 3, a fresh serial,
  * the signature algorithm. */
-static void put_version_serial(struct tc_der *d, br_hmac_drbg_context *drbg)
+static void put_version_serial(struct tls_cert_der *d, br_hmac_drbg_context *drbg)
 {
-	size_t ver = tc_der_open(d, 0xa0u);
-	tc_der_uint(d, (const unsigned char *)"\x02", 1);
-	tc_der_close(d, ver);
+	size_t ver = tls_cert_der_open(d, 0xa0u);
+	tls_cert_der_uint(d, (const unsigned char *)"\x02", 1);
+	tls_cert_der_close(d, ver);
 	put_serial(d, drbg);
 	put_alg(d);
 }
 
 /* Valid from a little before now (clocks differ) until not_after. */
-static void put_validity(struct tc_der *d, time_t now, time_t not_after)
+static void put_validity(struct tls_cert_der *d, time_t now, time_t not_after)
 {
-	size_t val = tc_der_open(d, T_SEQ);
-	tc_der_time(d, now - TC_LEAF_BACKDATE);
-	tc_der_time(d, not_after);
-	tc_der_close(d, val);
+	size_t val = tls_cert_der_open(d, T_SEQ);
+	tls_cert_der_time(d, now - TLS_CERT_LEAF_BACKDATE);
+	tls_cert_der_time(d, not_after);
+	tls_cert_der_close(d, val);
 }
 
 /* The self-signed CA certificate for SK, subject CN=CN. */
@@ -733,29 +733,29 @@ static int build_ca_cert(br_hmac_drbg_context *drbg, const br_ec_private_key *sk
 	if (rc)
 		return rc;
 	key_id(pub, id);
-	struct tc_der d;
-	tc_der_init(&d, buf, sizeof buf);
-	size_t tbs = tc_der_open(&d, T_SEQ);
+	struct tls_cert_der d;
+	tls_cert_der_init(&d, buf, sizeof buf);
+	size_t tbs = tls_cert_der_open(&d, T_SEQ);
 	put_version_serial(&d, drbg);
 	put_cn(&d, cn);
-	put_validity(&d, now, now + (time_t)TC_CA_LIFETIME);
+	put_validity(&d, now, now + (time_t)TLS_CERT_CA_LIFETIME);
 	put_cn(&d, cn);
 	put_spki(&d, pub);
-	size_t x = tc_der_open(&d, 0xa3u);
-	size_t exts = tc_der_open(&d, T_SEQ);
+	size_t x = tls_cert_der_open(&d, 0xa3u);
+	size_t exts = tls_cert_der_open(&d, T_SEQ);
 	size_t m[2];
 	ext_open(&d, OID_BC, 1, m);
 	static const unsigned char ca_true[] = {T_SEQ, 3, T_BOOLEAN, 1, 0xff};
-	tc_der_raw(&d, ca_true, sizeof ca_true);
+	tls_cert_der_raw(&d, ca_true, sizeof ca_true);
 	ext_close(&d, m);
 	ext_open(&d, OID_KU, 1, m);
 	static const unsigned char ku_ca[] = {T_BITSTR, 2, 1, 0x06}; /* keyCertSign, cRLSign */
-	tc_der_raw(&d, ku_ca, sizeof ku_ca);
+	tls_cert_der_raw(&d, ku_ca, sizeof ku_ca);
 	ext_close(&d, m);
 	put_key_ids(&d, id, sizeof id, id, sizeof id);
-	tc_der_close(&d, exts);
-	tc_der_close(&d, x);
-	tc_der_close(&d, tbs);
+	tls_cert_der_close(&d, exts);
+	tls_cert_der_close(&d, x);
+	tls_cert_der_close(&d, tbs);
 	if (d.err)
 		return d.err;
 	return sign_cert(buf, d.len, sk, der, der_len);
@@ -763,7 +763,7 @@ static int build_ca_cert(br_hmac_drbg_context *drbg, const br_ec_private_key *sk
 
 /* NAME is canonical (see canon_name); IP is its address (4 or 16 bytes)
  * or IPLEN 0 for a DNS name. */
-static int build_leaf_cert(struct tc_ca *ca, const char *name, const unsigned char *ip,
+static int build_leaf_cert(struct tls_cert_ca *ca, const char *name, const unsigned char *ip,
 			   size_t iplen, time_t now, time_t not_after, unsigned char **der,
 			   size_t *der_len)
 {
@@ -772,41 +772,41 @@ static int build_leaf_cert(struct tc_ca *ca, const char *name, const unsigned ch
 	/* A CN holds at most 64 characters; a longer name lives in the SAN
 	 * alone, under an empty subject, which makes the SAN critical. */
 	int cn_fits = nlen <= CN_MAX;
-	struct tc_der d;
-	tc_der_init(&d, buf, sizeof buf);
-	size_t tbs = tc_der_open(&d, T_SEQ);
+	struct tls_cert_der d;
+	tls_cert_der_init(&d, buf, sizeof buf);
+	size_t tbs = tls_cert_der_open(&d, T_SEQ);
 	put_version_serial(&d, &ca->drbg);
-	tc_der_raw(&d, ca->dn, ca->dn_len);
+	tls_cert_der_raw(&d, ca->dn, ca->dn_len);
 	put_validity(&d, now, not_after);
 	put_cn(&d, cn_fits ? name : NULL);
 	put_spki(&d, ca->leaf_pub);
-	size_t x = tc_der_open(&d, 0xa3u);
-	size_t exts = tc_der_open(&d, T_SEQ);
+	size_t x = tls_cert_der_open(&d, 0xa3u);
+	size_t exts = tls_cert_der_open(&d, T_SEQ);
 	size_t m[2];
 	ext_open(&d, OID_BC, 1, m);
-	tc_der_hdr(&d, T_SEQ, 0); /* cA defaults to FALSE */
+	tls_cert_der_hdr(&d, T_SEQ, 0); /* cA defaults to FALSE */
 	ext_close(&d, m);
 	ext_open(&d, OID_KU, 1, m);
 	static const unsigned char ku_leaf[] = {T_BITSTR, 2, 7, 0x80}; /* digitalSignature */
-	tc_der_raw(&d, ku_leaf, sizeof ku_leaf);
+	tls_cert_der_raw(&d, ku_leaf, sizeof ku_leaf);
 	ext_close(&d, m);
 	ext_open(&d, OID_EKU, 0, m);
-	size_t eku = tc_der_open(&d, T_SEQ);
-	tc_der_oid(&d, OID_SERVER_AUTH);
-	tc_der_close(&d, eku);
+	size_t eku = tls_cert_der_open(&d, T_SEQ);
+	tls_cert_der_oid(&d, OID_SERVER_AUTH);
+	tls_cert_der_close(&d, eku);
 	ext_close(&d, m);
 	ext_open(&d, OID_SAN, !cn_fits, m);
-	size_t san = tc_der_open(&d, T_SEQ);
+	size_t san = tls_cert_der_open(&d, T_SEQ);
 	if (iplen)
-		tc_der_tlv(&d, 0x87u, ip, iplen); /* [7] iPAddress */
+		tls_cert_der_tlv(&d, 0x87u, ip, iplen); /* [7] iPAddress */
 	else
-		tc_der_tlv(&d, 0x82u, name, nlen); /* [2] dNSName */
-	tc_der_close(&d, san);
+		tls_cert_der_tlv(&d, 0x82u, name, nlen); /* [2] dNSName */
+	tls_cert_der_close(&d, san);
 	ext_close(&d, m);
 	put_key_ids(&d, ca->leaf_keyid, sizeof ca->leaf_keyid, ca->keyid, ca->keyid_len);
-	tc_der_close(&d, exts);
-	tc_der_close(&d, x);
-	tc_der_close(&d, tbs);
+	tls_cert_der_close(&d, exts);
+	tls_cert_der_close(&d, x);
+	tls_cert_der_close(&d, tbs);
 	if (d.err)
 		return d.err;
 	return sign_cert(buf, d.len, &ca->ca_sk, der, der_len);
@@ -815,7 +815,7 @@ static int build_leaf_cert(struct tc_ca *ca, const char *name, const unsigned ch
 /* ------------------------------------------------------------------- CA */
 
 /* Fill CA from its certificate (copied) and key scalar X. */
-static int ca_init(struct tc_ca *ca, const unsigned char *cert, size_t cert_len,
+static int ca_init(struct tls_cert_ca *ca, const unsigned char *cert, size_t cert_len,
 		   const unsigned char *x, size_t xlen)
 {
 	if (xlen != P256_SCALAR || cert_len == 0 || cert_len > CERT_MAX)
@@ -864,7 +864,7 @@ static int ca_init(struct tc_ca *ca, const unsigned char *cert, size_t cert_len,
 		return -ENOMEM;
 	memcpy(ca->der, cert, cert_len);
 	ca->der_len = cert_len;
-	int rc = tc_pem_encode("CERTIFICATE", cert, cert_len, &ca->pem);
+	int rc = tls_cert_pem_encode("CERTIFICATE", cert, cert_len, &ca->pem);
 	if (rc)
 		return rc;
 	if (!ca->drbg.vtable && (rc = drbg_seed(&ca->drbg)))
@@ -875,9 +875,9 @@ static int ca_init(struct tc_ca *ca, const unsigned char *cert, size_t cert_len,
 	return 0;
 }
 
-static struct tc_ca *ca_alloc(void)
+static struct tls_cert_ca *ca_alloc(void)
 {
-	struct tc_ca *ca = calloc(1, sizeof *ca);
+	struct tls_cert_ca *ca = calloc(1, sizeof *ca);
 	if (ca && pthread_mutex_init(&ca->mu, NULL) != 0) {
 		free(ca);
 		return NULL;
@@ -885,11 +885,11 @@ static struct tc_ca *ca_alloc(void)
 	return ca;
 }
 
-void tc_ca_free(struct tc_ca *ca)
+void tls_cert_ca_free(struct tls_cert_ca *ca)
 {
 	if (!ca)
 		return;
-	for (struct tc_entry *e = ca->all, *next; e; e = next) {
+	for (struct tls_cert_entry *e = ca->all, *next; e; e = next) {
 		next = e->all_next;
 		free(e->der);
 		free(e);
@@ -901,26 +901,26 @@ void tc_ca_free(struct tc_ca *ca)
 	free(ca);
 }
 
-int tc_ca_from_parts(const unsigned char *cert_der, size_t cert_len, const unsigned char *priv,
-		     size_t priv_len, struct tc_ca **out)
+int tls_cert_ca_from_parts(const unsigned char *cert_der, size_t cert_len, const unsigned char *priv,
+		     size_t priv_len, struct tls_cert_ca **out)
 {
-	struct tc_ca *ca = ca_alloc();
+	struct tls_cert_ca *ca = ca_alloc();
 	if (!ca)
 		return -ENOMEM;
 	int rc = ca_init(ca, cert_der, cert_len, priv, priv_len);
 	if (rc) {
-		tc_ca_free(ca);
+		tls_cert_ca_free(ca);
 		return rc;
 	}
 	*out = ca;
 	return 0;
 }
 
-int tc_ca_generate(const char *cn, time_t now, struct tc_ca **out)
+int tls_cert_ca_generate(const char *cn, time_t now, struct tls_cert_ca **out)
 {
 	if (!cn || !*cn || strlen(cn) > CN_MAX)
 		return -EINVAL;
-	struct tc_ca *ca = ca_alloc();
+	struct tls_cert_ca *ca = ca_alloc();
 	if (!ca)
 		return -ENOMEM;
 	unsigned char x[P256_SCALAR], *der = NULL;
@@ -936,30 +936,30 @@ int tc_ca_generate(const char *cn, time_t now, struct tc_ca **out)
 	free(der);
 	explicit_bzero(x, sizeof x);
 	if (rc) {
-		tc_ca_free(ca);
+		tls_cert_ca_free(ca);
 		return rc;
 	}
 	*out = ca;
 	return 0;
 }
 
-const char *tc_ca_pem(const struct tc_ca *ca)
+const char *tls_cert_ca_pem(const struct tls_cert_ca *ca)
 {
 	return ca->pem;
 }
 
-const unsigned char *tc_ca_der(const struct tc_ca *ca, size_t *len)
+const unsigned char *tls_cert_ca_der(const struct tls_cert_ca *ca, size_t *len)
 {
 	*len = ca->der_len;
 	return ca->der;
 }
 
-time_t tc_ca_not_after(const struct tc_ca *ca)
+time_t tls_cert_ca_not_after(const struct tls_cert_ca *ca)
 {
 	return ca->not_after;
 }
 
-const br_ec_private_key *tc_ca_key(const struct tc_ca *ca)
+const br_ec_private_key *tls_cert_ca_key(const struct tls_cert_ca *ca)
 {
 	return &ca->ca_sk;
 }
@@ -969,27 +969,27 @@ const br_ec_private_key *tc_ca_key(const struct tc_ca *ca)
 /* Check NAME and write its canonical form into OUT: an IP literal in
  * inet_ntop's form (address bytes into IP, *IPLEN 4 or 16), or a DNS name
  * in lower case without a trailing dot (*IPLEN 0). */
-static int canon_name(const char *name, char out[TC_NAME_MAX + 1], unsigned char ip[16],
+static int canon_name(const char *name, char out[TLS_CERT_NAME_MAX + 1], unsigned char ip[16],
 		      size_t *iplen)
 {
-	size_t n = strnlen(name, TC_NAME_MAX + 2);
-	if (n == 0 || n > TC_NAME_MAX + 1)
+	size_t n = strnlen(name, TLS_CERT_NAME_MAX + 2);
+	if (n == 0 || n > TLS_CERT_NAME_MAX + 1)
 		return -EINVAL;
 	if (inet_pton(AF_INET, name, ip) == 1) {
 		*iplen = 4;
-		inet_ntop(AF_INET, ip, out, TC_NAME_MAX + 1);
+		inet_ntop(AF_INET, ip, out, TLS_CERT_NAME_MAX + 1);
 		return 0;
 	}
 	if (memchr(name, ':', n)) {
 		if (inet_pton(AF_INET6, name, ip) != 1)
 			return -EINVAL;
 		*iplen = 16;
-		inet_ntop(AF_INET6, ip, out, TC_NAME_MAX + 1);
+		inet_ntop(AF_INET6, ip, out, TLS_CERT_NAME_MAX + 1);
 		return 0;
 	}
 	if (name[n - 1] == '.')
 		n--;
-	if (n == 0 || n > TC_NAME_MAX)
+	if (n == 0 || n > TLS_CERT_NAME_MAX)
 		return -EINVAL;
 	size_t label = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -1021,13 +1021,13 @@ static size_t slot_of(const char *name)
 	uint32_t h = 2166136261u; /* FNV-1a */
 	for (; *name; name++)
 		h = (h ^ (unsigned char)*name) * 16777619u;
-	return h % TC_SLOTS;
+	return h % TLS_CERT_SLOTS;
 }
 
-int tc_leaf(struct tc_ca *ca, const char *name, const br_x509_certificate **chain,
+int tls_cert_leaf(struct tls_cert_ca *ca, const char *name, const br_x509_certificate **chain,
 	    size_t *chain_len, const br_ec_private_key **key)
 {
-	char cname[TC_NAME_MAX + 1];
+	char cname[TLS_CERT_NAME_MAX + 1];
 	unsigned char ip[16];
 	size_t iplen;
 	if (!name || canon_name(name, cname, ip, &iplen))
@@ -1037,14 +1037,14 @@ int tc_leaf(struct tc_ca *ca, const char *name, const br_x509_certificate **chai
 	pthread_mutex_lock(&ca->mu);
 	size_t s = slot_of(cname);
 	while (ca->slots[s] && strcmp(ca->slots[s]->name, cname) != 0)
-		s = (s + 1) % TC_SLOTS;
-	struct tc_entry *e = ca->slots[s];
+		s = (s + 1) % TLS_CERT_SLOTS;
+	struct tls_cert_entry *e = ca->slots[s];
 	/* (a leaf clamped to the CA's own end cannot be renewed) */
 	if (e && (e->not_after - now > RENEW_MARGIN || e->not_after >= ca->not_after))
 		goto found;
 	/* Not known, or about to expire: mint.  An expiring entry stays
 	 * alive (a connection may hold it) and its slot takes the new one. */
-	if (ca->minted >= TC_MINT_MAX) {
+	if (ca->minted >= TLS_CERT_MINT_MAX) {
 		rc = -ENOSPC;
 		goto out;
 	}
@@ -1053,7 +1053,7 @@ int tc_leaf(struct tc_ca *ca, const char *name, const br_x509_certificate **chai
 		rc = -ENOMEM;
 		goto out;
 	}
-	time_t not_after = now + TC_LEAF_LIFETIME;
+	time_t not_after = now + TLS_CERT_LEAF_LIFETIME;
 	if (ca->not_after < not_after)
 		not_after = ca->not_after;
 	size_t der_len;
@@ -1081,7 +1081,7 @@ out:
 	return rc;
 }
 
-size_t tc_cache_count(struct tc_ca *ca)
+size_t tls_cert_cache_count(struct tls_cert_ca *ca)
 {
 	pthread_mutex_lock(&ca->mu);
 	size_t n = ca->names;
@@ -1093,9 +1093,9 @@ size_t tc_cache_count(struct tc_ca *ca)
 
 #define FILE_MAX 65536 /* ca.pem and ca.key are a few hundred bytes */
 
-int tc_ca_default_dir(char *buf, size_t len)
+int tls_cert_ca_default_dir(char *buf, size_t len)
 {
-	return dd_path("KBOX_CA_DIR", "ca", buf, len);
+	return datadir_path("KBOX_CA_DIR", "ca", buf, len);
 }
 
 /* Read a small regular file into a NUL-terminated malloc'd buffer; ST
@@ -1106,30 +1106,7 @@ static int slurp(const char *path, char **out, size_t *len, struct stat *st)
 	return rc == -EISDIR || rc == -EFBIG ? -EINVAL : rc;
 }
 
-/* Write DATA to PATH atomically (temporary file, fsync, rename) with
- * exactly MODE, whatever the umask. */
-static int write_file(const char *path, const char *data, size_t len, mode_t mode)
-{
-	char tmp[PATH_MAX];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-		return -ENAMETOOLONG;
-	unlink(tmp);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		return -errno;
-	int rc = fio_write_all(fd, data, len);
-	if (!rc && (fchmod(fd, mode) < 0 || fsync(fd) < 0))
-		rc = -errno;
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path) < 0)
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
-	return rc;
-}
-
-int tc_key_pem(const br_ec_private_key *sk, char **out)
+int tls_cert_key_pem(const br_ec_private_key *sk, char **out)
 {
 	unsigned char pub[P256_POINT], buf[256];
 	if (sk->curve != BR_EC_secp256r1 || sk->xlen != P256_SCALAR)
@@ -1137,21 +1114,21 @@ int tc_key_pem(const br_ec_private_key *sk, char **out)
 	int rc = pubkey(sk, pub);
 	if (rc)
 		return rc;
-	struct tc_der d;
-	tc_der_init(&d, buf, sizeof buf);
-	size_t k = tc_der_open(&d, T_SEQ);
-	tc_der_uint(&d, (const unsigned char *)"\x01", 1);
-	tc_der_tlv(&d, T_OCTSTR, sk->x, P256_SCALAR);
-	size_t params = tc_der_open(&d, 0xa0u);
-	tc_der_oid(&d, OID_P256);
-	tc_der_close(&d, params);
-	size_t pk = tc_der_open(&d, 0xa1u);
-	tc_der_hdr(&d, T_BITSTR, 1 + P256_POINT);
-	tc_der_raw(&d, "", 1);
-	tc_der_raw(&d, pub, P256_POINT);
-	tc_der_close(&d, pk);
-	tc_der_close(&d, k);
-	rc = d.err ? d.err : tc_pem_encode("EC PRIVATE KEY", buf, d.len, out);
+	struct tls_cert_der d;
+	tls_cert_der_init(&d, buf, sizeof buf);
+	size_t k = tls_cert_der_open(&d, T_SEQ);
+	tls_cert_der_uint(&d, (const unsigned char *)"\x01", 1);
+	tls_cert_der_tlv(&d, T_OCTSTR, sk->x, P256_SCALAR);
+	size_t params = tls_cert_der_open(&d, 0xa0u);
+	tls_cert_der_oid(&d, OID_P256);
+	tls_cert_der_close(&d, params);
+	size_t pk = tls_cert_der_open(&d, 0xa1u);
+	tls_cert_der_hdr(&d, T_BITSTR, 1 + P256_POINT);
+	tls_cert_der_raw(&d, "", 1);
+	tls_cert_der_raw(&d, pub, P256_POINT);
+	tls_cert_der_close(&d, pk);
+	tls_cert_der_close(&d, k);
+	rc = d.err ? d.err : tls_cert_pem_encode("EC PRIVATE KEY", buf, d.len, out);
 	explicit_bzero(buf, sizeof buf);
 	return rc;
 }
@@ -1176,21 +1153,22 @@ static void ca_common_name(char cn[CN_MAX + 1])
 }
 
 static int ca_create(const char *dir, const char *key_path, const char *cert_path,
-		     struct tc_ca **out, char *err, size_t errlen)
+		     struct tls_cert_ca **out, char *err, size_t errlen)
 {
 	char cn[CN_MAX + 1], *kp = NULL;
 	ca_common_name(cn);
-	struct tc_ca *ca;
-	int rc = tc_ca_generate(cn, time(NULL), &ca);
+	struct tls_cert_ca *ca;
+	int rc = tls_cert_ca_generate(cn, time(NULL), &ca);
 	if (rc) {
 		eb_say(err, errlen, "cannot make a CA key: %s", strerror(-rc));
 		return rc;
 	}
-	rc = tc_key_pem(&ca->ca_sk, &kp);
+	rc = tls_cert_key_pem(&ca->ca_sk, &kp);
 	/* the key first: a certificate alone on disk would be useless */
-	if (!rc && (rc = write_file(key_path, kp, strlen(kp), 0600)) < 0)
+	if (!rc && (rc = fio_write_atomic(AT_FDCWD, key_path, NULL, kp, strlen(kp), 0600)) < 0)
 		eb_say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));
-	else if (!rc && (rc = write_file(cert_path, ca->pem, strlen(ca->pem), 0644)) < 0) {
+	else if (!rc &&
+		 (rc = fio_write_atomic(AT_FDCWD, cert_path, NULL, ca->pem, strlen(ca->pem), 0644)) < 0) {
 		eb_say(err, errlen, "cannot write %s: %s", cert_path, strerror(-rc));
 		unlink(key_path);
 	} else if (rc) {
@@ -1201,7 +1179,7 @@ static int ca_create(const char *dir, const char *key_path, const char *cert_pat
 		free(kp);
 	}
 	if (rc) {
-		tc_ca_free(ca);
+		tls_cert_ca_free(ca);
 		return rc;
 	}
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1213,7 +1191,7 @@ static int ca_create(const char *dir, const char *key_path, const char *cert_pat
 	return 0;
 }
 
-static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **out, char *err,
+static int ca_load(const char *key_path, const char *cert_path, struct tls_cert_ca **out, char *err,
 		   size_t errlen)
 {
 	char *kt = NULL, *ct = NULL;
@@ -1240,7 +1218,7 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 		    rc == -EINVAL ? "not a small regular file" : strerror(-rc));
 		goto out;
 	}
-	if ((rc = tc_pem_decode(kt, kl, "EC PRIVATE KEY", &kder, &kdl))) {
+	if ((rc = tls_cert_pem_decode(kt, kl, "EC PRIVATE KEY", &kder, &kdl))) {
 		eb_say(err, errlen, "%s holds no PEM 'EC PRIVATE KEY': remove ca.key and ca.pem to "
 				 "make a new CA (guests then trust the new one)", key_path);
 		goto out;
@@ -1255,7 +1233,7 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 		rc = -EINVAL;
 		goto wipe;
 	}
-	if ((rc = tc_pem_decode(ct, cl, "CERTIFICATE", &cder, &cdl))) {
+	if ((rc = tls_cert_pem_decode(ct, cl, "CERTIFICATE", &cder, &cdl))) {
 		eb_say(err, errlen, "%s holds no PEM certificate: restore it, or remove ca.key and "
 				 "ca.pem to make a new CA", cert_path);
 		goto wipe;
@@ -1264,7 +1242,7 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 	 * leading zero bytes */
 	unsigned char x[P256_SCALAR] = {0};
 	memcpy(x + P256_SCALAR - sk->xlen, sk->x, sk->xlen);
-	rc = tc_ca_from_parts(cder, cdl, x, sizeof x, out);
+	rc = tls_cert_ca_from_parts(cder, cdl, x, sizeof x, out);
 	explicit_bzero(x, sizeof x);
 	if (rc == -EINVAL)
 		eb_say(err, errlen, "%s is not a CA certificate for %s: restore the pair, or remove "
@@ -1274,7 +1252,7 @@ static int ca_load(const char *key_path, const char *cert_path, struct tc_ca **o
 	else if ((*out)->not_after <= time(NULL)) {
 		eb_say(err, errlen, "%s has expired: remove ca.key and ca.pem to make a new CA",
 		    cert_path);
-		tc_ca_free(*out);
+		tls_cert_ca_free(*out);
 		*out = NULL;
 		rc = -EKEYEXPIRED;
 	}
@@ -1294,7 +1272,7 @@ out:
 	return rc;
 }
 
-int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen)
+int tls_cert_ca_open(const char *dir, struct tls_cert_ca **out, char *err, size_t errlen)
 {
 	char key_path[PATH_MAX], cert_path[PATH_MAX];
 	if (!dir || !*dir || snprintf(key_path, sizeof key_path, "%s/ca.key", dir) >=
@@ -1303,7 +1281,7 @@ int tc_ca_open(const char *dir, struct tc_ca **out, char *err, size_t errlen)
 		eb_say(err, errlen, "CA directory name is empty or too long");
 		return -ENAMETOOLONG;
 	}
-	int rc = dd_mkdirs(dir);
+	int rc = datadir_mkdirs(dir);
 	if (rc) {
 		eb_say(err, errlen, "cannot create the CA directory %s: %s", dir, strerror(-rc));
 		return rc;

@@ -49,7 +49,7 @@ struct mitm {
 	br_x509_minimal_context xc;
 	unsigned char sbuf[BR_SSL_BUFSIZE_BIDI];
 	unsigned char cbuf[BR_SSL_BUFSIZE_BIDI];
-	const struct mitm_filter_ops *ops;
+	const struct tls_mitm_filter_ops *ops;
 	void *fctx;
 	char sni[TLS_NAME_MAX + 1];
 	int phase;
@@ -58,7 +58,7 @@ struct mitm {
 	uint8_t alert[7];
 	size_t alert_len, alert_off;
 	bool failed;
-	char reason[MITM_REASON_MAX];
+	char reason[TLS_MITM_REASON_MAX];
 	bool guest_eof, up_eof;   /* TCP EOF seen */
 	bool up_more, down_more;  /* the filter has output pending */
 	bool up_fin, down_fin;    /* direction over: nothing more is forwarded */
@@ -195,13 +195,13 @@ static bool finished(const struct mitm *m)
 	return m->failed || (m->up_fin && m->down_fin && !m->reply);
 }
 
-static int pass_through(struct mitm_io *io)
+static int pass_through(struct tls_mitm_io *io)
 {
 	size_t k = io->in_len < io->out_cap ? io->in_len : io->out_cap;
 	if (k)
 		memcpy(io->out, io->in, k);
 	io->taken = io->made = k;
-	return MITM_FILTER_OK;
+	return TLS_MITM_FILTER_OK;
 }
 
 static int start_upstream(struct mitm *m)
@@ -396,10 +396,10 @@ static bool move(struct mitm *m, bool up)
 		return false; /* backpressure: wait until its records are sent */
 	}
 	uint8_t *out = br_ssl_engine_sendapp_buf(to, &ocap);
-	struct mitm_io io = { .in = in, .in_len = ilen, .eof = eof, .out = out, .out_cap = ocap };
-	int (*fn)(void *, struct mitm_io *) = m->ops ? (up ? m->ops->up : m->ops->down) : NULL;
+	struct tls_mitm_io io = { .in = in, .in_len = ilen, .eof = eof, .out = out, .out_cap = ocap };
+	int (*fn)(void *, struct tls_mitm_io *) = m->ops ? (up ? m->ops->up : m->ops->down) : NULL;
 	int rc = fn ? fn(m->fctx, &io) : pass_through(&io);
-	if (io.taken > ilen || io.made > ocap || (rc == MITM_FILTER_REPLY && !io.reply && io.reply_len)) {
+	if (io.taken > ilen || io.made > ocap || (rc == TLS_MITM_FILTER_REPLY && !io.reply && io.reply_len)) {
 		fail(m, 0, "filter broke its contract (%s)", up ? "up" : "down");
 		return true;
 	}
@@ -415,8 +415,8 @@ static bool move(struct mitm *m, bool up)
 		fail(m, 0, "%s", io.reason[0] ? io.reason : "the filter refused the stream");
 		return true;
 	}
-	*more = rc == MITM_FILTER_MORE;
-	if (rc == MITM_FILTER_REPLY) {
+	*more = rc == TLS_MITM_FILTER_MORE;
+	if (rc == TLS_MITM_FILTER_REPLY) {
 		m->reply = io.reply;
 		m->reply_len = io.reply_len;
 		m->reply_off = 0;
@@ -496,15 +496,15 @@ static void pump(struct mitm *m)
 	}
 }
 
-int mitm_new(const struct mitm_config *cfg, const char *sni, void *filter_ctx, struct mitm **out)
+int tls_mitm_new(const struct tls_mitm_config *cfg, const char *sni, void *filter_ctx, struct mitm **out)
 {
 	char name[TLS_NAME_MAX + 1];
-	if (!cfg || !cfg->ca || !cfg->trust || !sni || tls_name_normalize(sni, strlen(sni), name) < 0)
+	if (!cfg || !cfg->ca || !cfg->trust || !sni || tls_sni_name_normalize(sni, strlen(sni), name) < 0)
 		return -EINVAL;
 	const br_x509_certificate *chain;
 	size_t chain_len;
 	const br_ec_private_key *key;
-	int rc = tc_leaf(cfg->ca, name, &chain, &chain_len, &key);
+	int rc = tls_cert_leaf(cfg->ca, name, &chain, &chain_len, &key);
 	if (rc < 0)
 		return rc;
 	struct mitm *m = calloc(1, sizeof *m);
@@ -548,7 +548,7 @@ static int feed(struct mitm *m, br_ssl_engine_context *e, unsigned want, const u
 		size_t *taken)
 {
 	*taken = 0;
-	while (*taken < n && (mitm_want(m) & want)) {
+	while (*taken < n && (tls_mitm_want(m) & want)) {
 		size_t len;
 		unsigned char *rb = br_ssl_engine_recvrec_buf(e, &len);
 		if (!rb)
@@ -562,7 +562,7 @@ static int feed(struct mitm *m, br_ssl_engine_context *e, unsigned want, const u
 	return 0;
 }
 
-int mitm_guest_in(struct mitm *m, const uint8_t *buf, size_t n, size_t *taken)
+int tls_mitm_guest_in(struct mitm *m, const uint8_t *buf, size_t n, size_t *taken)
 {
 	*taken = 0;
 	if (finished(m) || m->guest_eof)
@@ -576,18 +576,18 @@ int mitm_guest_in(struct mitm *m, const uint8_t *buf, size_t n, size_t *taken)
 		pump(m);
 		return 0;
 	}
-	return feed(m, S(m), MITM_WANT_GUEST_IN, buf, n, taken);
+	return feed(m, S(m), TLS_MITM_WANT_GUEST_IN, buf, n, taken);
 }
 
-int mitm_upstream_in(struct mitm *m, const uint8_t *buf, size_t n, size_t *taken)
+int tls_mitm_upstream_in(struct mitm *m, const uint8_t *buf, size_t n, size_t *taken)
 {
 	*taken = 0;
 	if (finished(m) || m->up_eof)
 		return -EPIPE;
-	return feed(m, C(m), MITM_WANT_UP_IN, buf, n, taken);
+	return feed(m, C(m), TLS_MITM_WANT_UP_IN, buf, n, taken);
 }
 
-const uint8_t *mitm_guest_out(struct mitm *m, size_t *n)
+const uint8_t *tls_mitm_guest_out(struct mitm *m, size_t *n)
 {
 	*n = 0;
 	if (m->alert_off < m->alert_len) {
@@ -599,7 +599,7 @@ const uint8_t *mitm_guest_out(struct mitm *m, size_t *n)
 	return br_ssl_engine_sendrec_buf(S(m), n);
 }
 
-void mitm_guest_out_done(struct mitm *m, size_t n)
+void tls_mitm_guest_out_done(struct mitm *m, size_t n)
 {
 	if (m->alert_off < m->alert_len) {
 		size_t left = m->alert_len - m->alert_off;
@@ -615,7 +615,7 @@ void mitm_guest_out_done(struct mitm *m, size_t n)
 	}
 }
 
-const uint8_t *mitm_upstream_out(struct mitm *m, size_t *n)
+const uint8_t *tls_mitm_upstream_out(struct mitm *m, size_t *n)
 {
 	*n = 0;
 	if (m->failed || m->up_drop || m->phase < PH_UPSTREAM)
@@ -623,7 +623,7 @@ const uint8_t *mitm_upstream_out(struct mitm *m, size_t *n)
 	return br_ssl_engine_sendrec_buf(C(m), n);
 }
 
-void mitm_upstream_out_done(struct mitm *m, size_t n)
+void tls_mitm_upstream_out_done(struct mitm *m, size_t n)
 {
 	if (m->failed || m->up_drop || m->phase < PH_UPSTREAM || n == 0)
 		return;
@@ -634,7 +634,7 @@ void mitm_upstream_out_done(struct mitm *m, size_t n)
 	}
 }
 
-void mitm_close_guest(struct mitm *m)
+void tls_mitm_close_guest(struct mitm *m)
 {
 	if (m->guest_eof)
 		return;
@@ -646,56 +646,56 @@ void mitm_close_guest(struct mitm *m)
 	pump(m);
 }
 
-void mitm_close_upstream(struct mitm *m)
+void tls_mitm_close_upstream(struct mitm *m)
 {
 	m->up_eof = true;
 	pump(m);
 }
 
-unsigned mitm_want(const struct mitm *m)
+unsigned tls_mitm_want(const struct mitm *m)
 {
 	unsigned w = 0;
 	if (m->alert_off < m->alert_len)
-		w |= MITM_WANT_GUEST_OUT;
+		w |= TLS_MITM_WANT_GUEST_OUT;
 	if (!m->failed && !m->guest_drop && m->phase >= PH_GUEST &&
 	    (br_ssl_engine_current_state(&m->sc.eng) & BR_SSL_SENDREC))
-		w |= MITM_WANT_GUEST_OUT;
+		w |= TLS_MITM_WANT_GUEST_OUT;
 	if (!m->failed && !m->up_drop && m->phase >= PH_UPSTREAM &&
 	    (br_ssl_engine_current_state(&m->cc.eng) & BR_SSL_SENDREC))
-		w |= MITM_WANT_UP_OUT;
+		w |= TLS_MITM_WANT_UP_OUT;
 	if (finished(m)) {
-		if (!(w & (MITM_WANT_GUEST_OUT | MITM_WANT_UP_OUT)))
-			w |= MITM_DONE;
+		if (!(w & (TLS_MITM_WANT_GUEST_OUT | TLS_MITM_WANT_UP_OUT)))
+			w |= TLS_MITM_DONE;
 		return w;
 	}
 	if (m->phase == PH_HELLO && !m->guest_eof && m->hlen < TLS_HELLO_STREAM_MAX)
-		w |= MITM_WANT_GUEST_IN;
+		w |= TLS_MITM_WANT_GUEST_IN;
 	if (m->phase >= PH_GUEST && !m->hello && !m->guest_eof && !m->up_fin &&
 	    (br_ssl_engine_current_state(&m->sc.eng) & BR_SSL_RECVREC))
-		w |= MITM_WANT_GUEST_IN;
+		w |= TLS_MITM_WANT_GUEST_IN;
 	if (m->phase >= PH_UPSTREAM && !m->up_eof && !m->down_fin &&
 	    (br_ssl_engine_current_state(&m->cc.eng) & BR_SSL_RECVREC))
-		w |= MITM_WANT_UP_IN;
+		w |= TLS_MITM_WANT_UP_IN;
 	return w;
 }
 
-const char *mitm_error(const struct mitm *m)
+const char *tls_mitm_error(const struct mitm *m)
 {
 	return m->failed ? m->reason : NULL;
 }
 
-bool mitm_established(const struct mitm *m)
+bool tls_mitm_established(const struct mitm *m)
 {
 	return m->phase == PH_RUN;
 }
 
-void mitm_counts(const struct mitm *m, uint64_t *up, uint64_t *down)
+void tls_mitm_counts(const struct mitm *m, uint64_t *up, uint64_t *down)
 {
 	*up = m->n_up;
 	*down = m->n_down;
 }
 
-void mitm_free(struct mitm *m)
+void tls_mitm_free(struct mitm *m)
 {
 	if (!m)
 		return;

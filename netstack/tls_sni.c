@@ -58,7 +58,7 @@ static struct rd rd_sub(struct rd *r, size_t len)
 	return s;
 }
 
-int tls_name_normalize(const char *name, size_t len, char *out)
+int tls_sni_name_normalize(const char *name, size_t len, char *out)
 {
 	if (len > 0 && name[len - 1] == '.')
 		len--;
@@ -119,7 +119,7 @@ static int parse_sni(struct rd *e, struct tls_hello *h)
 		if (h->has_sni || name.n == 0)
 			return -1;
 		h->has_sni = true;
-		if (tls_name_normalize((const char *)name.p, name.n, h->sni) < 0) {
+		if (tls_sni_name_normalize((const char *)name.p, name.n, h->sni) < 0) {
 			h->sni[0] = '\0';
 			h->sni_invalid = true;
 		}

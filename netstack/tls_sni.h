@@ -64,6 +64,6 @@ int tls_sni_parse(const uint8_t *buf, size_t n, struct tls_hello *h);
  * lower case without the trailing dot into OUT (TLS_NAME_MAX + 1
  * bytes).  0 or -EINVAL.  A string that is an IP literal fails: SNI
  * carries names only. */
-int tls_name_normalize(const char *name, size_t len, char *out);
+int tls_sni_name_normalize(const char *name, size_t len, char *out);
 
 #endif

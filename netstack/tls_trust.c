@@ -2,7 +2,9 @@
  * certificate through br_x509_decoder; every anchor lives in one
  * allocation (DN then key bytes) owned by the set. */
 #include "netstack/tls_trust.h"
+#include "lib/errbuf.h"
 #include "lib/fileio.h"
+#include "lib/grow.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,19 +36,9 @@ static void acc_push(void *ctx, const void *p, size_t k)
 		a->over = true;
 		return;
 	}
-	if (a->len + k > a->cap) {
-		size_t cap = a->cap ? a->cap : 1024;
-		while (cap < a->len + k)
-			cap *= 2;
-		if (cap > a->max)
-			cap = a->max;
-		unsigned char *nb = realloc(a->buf, cap);
-		if (!nb) {
-			a->over = true;
-			return;
-		}
-		a->buf = nb;
-		a->cap = cap;
+	if (grow_array(&a->buf, &a->cap, a->len + k, 1, 1024, a->max) < 0) {
+		a->over = true;
+		return;
 	}
 	memcpy(a->buf + a->len, p, k);
 	a->len += k;
@@ -74,15 +66,9 @@ int tls_trust_add_der(struct tls_trust *t, const unsigned char *der, size_t len)
 	size_t k2 = pk->key_type == BR_KEYTYPE_RSA ? pk->key.rsa.elen : 0;
 	if ((pk->key_type != BR_KEYTYPE_RSA && pk->key_type != BR_KEYTYPE_EC) || k1 == 0)
 		goto out;
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 64;
-		br_x509_trust_anchor *nt = realloc(t->ta, cap * sizeof *nt);
-		rc = -ENOMEM;
-		if (!nt)
-			goto out;
-		t->ta = nt;
-		t->cap = cap;
-	}
+	rc = -ENOMEM;
+	if (grow_array(&t->ta, &t->cap, t->n + 1, sizeof *t->ta, 64, 0) < 0)
+		goto out;
 	unsigned char *blk = malloc(dn.len + k1 + k2);
 	rc = -ENOMEM;
 	if (!blk)
@@ -181,8 +167,7 @@ int tls_trust_add_file(struct tls_trust *t, const char *path, int strict, char *
 	size_t len = 0, added = 0, skipped = 0;
 	int rc = read_file(path, &text, &len);
 	if (rc < 0) {
-		if (err)
-			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+		eb_say(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
 	rc = tls_trust_add_pem(t, text, len, &added, &skipped);
@@ -191,13 +176,15 @@ int tls_trust_add_file(struct tls_trust *t, const char *path, int strict, char *
 		rc = -EINVAL;
 	if (rc < 0 && err) {
 		if (rc == -EINVAL && added + skipped == 0)
-			snprintf(err, errlen, "%s: no PEM certificate found (expected -----BEGIN CERTIFICATE-----)",
-				 path);
+			eb_say(err, errlen,
+			       "%s: no PEM certificate found (expected -----BEGIN CERTIFICATE-----)",
+			       path);
 		else if (rc == -EINVAL)
-			snprintf(err, errlen, "%s: %zu of %zu certificates could not be used (RSA or EC keys only)",
-				 path, skipped, added + skipped);
+			eb_say(err, errlen,
+			       "%s: %zu of %zu certificates could not be used (RSA or EC keys only)",
+			       path, skipped, added + skipped);
 		else
-			snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+			eb_say(err, errlen, "%s: %s", path, strerror(-rc));
 	}
 	return rc;
 }

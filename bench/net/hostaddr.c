@@ -47,19 +47,19 @@ int main(int argc, char **argv)
 	unsigned hits = 0;
 	double t0, t1, t2, t3;
 
-	if (ha_open(&h) < 0) {
+	if (hostaddr_open(&h) < 0) {
 		perror("hostaddr: netlink");
 		return 1;
 	}
 	t0 = now_ns();
 	for (i = 0; i < rounds; i++)
-		hits += ha_is_local(&h, i & 1 ? &own : &remote);
+		hits += hostaddr_is_local(&h, i & 1 ? &own : &remote);
 	t1 = now_ns();
 	for (i = 0; i < rounds / 10; i++)
 		hits += listed(i & 1 ? &own : &remote);
 	t2 = now_ns();
 	for (i = 0; i < rounds; i++)
-		hits += ha_is_local(&h, &remote);
+		hits += hostaddr_is_local(&h, &remote);
 	t3 = now_ns();
 	printf("route look-up (RTM_GETROUTE), half own, half not: %.0f ns each (%ld rounds, %llu failed)\n",
 	       (t1 - t0) / (double)rounds, rounds, (unsigned long long)h.failed);
@@ -67,6 +67,6 @@ int main(int argc, char **argv)
 	printf("getifaddrs and compare (the list, read afresh):    %.0f ns each (%ld rounds)\n",
 	       (t2 - t1) / (double)(rounds / 10), rounds / 10);
 	printf("(%u hits)\n", hits);
-	ha_close(&h);
+	hostaddr_close(&h);
 	return 0;
 }

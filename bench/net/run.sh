@@ -13,9 +13,10 @@
 #                interface is one end of a veth pair (10.0.2.15/24, default
 #                via 10.0.2.2: pasta copies it as its template);
 #   kbox-bx-PID  the veth's other end, alone: what goes there stays there;
-#   kbox-bk-PID  guest of kbox's stack (TAP, 10.0.2.15, gateway 10.0.2.2),
-#                merged TCP segments towards the guest (lib/gso.h);
-#   kbox-bK-PID  the same without them (--gso off: one frame per segment);
+#   kbox-bk-PID  guest of kbox's stack (TAP, 10.0.2.15, gateway 10.0.2.2)
+#                at MTU 65520, what kbox's virtio-net offers;
+#   kbox-bK-PID  the same at MTU 1500 (a guest that does not take the MTU),
+#                lwIP's segments merged into large frames (lib/gso.h);
 #   kbox-bs-PID  guest of slirp4netns, MTU 1500 (its default);
 #   kbox-bS-PID  guest of slirp4netns --mtu 65520;
 #   kbox-bp-PID  guest of pasta (MTU 65520, its default).
@@ -39,7 +40,13 @@
 #               succeeded) and the whole request p50, in ms
 # Environment: BULK_MB (200), REPS (3), RATE_S (5), RATE_THREADS (8),
 # LAT_N (300), IPERF_S (5), MAXTIME (900 s for the whole run, through
-# timeout(1)), ONLY (a subset of "kbox kbox0 slirp slirp65k pasta").
+# timeout(1)), ONLY (a subset of "kbox kbox1500 slirp slirp65k pasta").
+# Also: cpu_s_per_gib, the CPU seconds (user + system) the contestant's
+# own process spent per GiB moved by the down and up transfers (the
+# clients and the server are the same for all and are not counted).
+# The last line, "bench-net ratios: down X up Y rps Z", is kbox's median
+# over the best peer's (slirp4netns, pasta) for each row; a peer whose run
+# had errors in that row does not count for it.
 # Raw runs go to BUILD_DIR/bench/net.txt; everything made is removed on exit.
 set -u
 cd "$(dirname "$0")/../.."
@@ -71,7 +78,7 @@ fi
 mkdir -p "$BUILD/bench"
 RAW=$BUILD/bench/net.txt
 : >"$RAW"
-NET_SAN=0 nl_build_harness "$BUILD/bench/net-harness"
+NET_SAN=0 nl_build_harness "$BUILD/bench/net-harness" "$BUILD"
 CF="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. -O2 -g"
 # shellcheck disable=SC2086
 ${CC:-cc} $CF -o "$BUILD/bench/netbench" bench/net/netbench.c -lpthread || exit 1
@@ -79,9 +86,11 @@ NB=$BUILD/bench/netbench
 
 ID=$$
 HNS=kbox-bh-$ID XNS=kbox-bx-$ID
-declare -A GNS=([kbox]=kbox-bk-$ID [kbox0]=kbox-bK-$ID [slirp]=kbox-bs-$ID [slirp65k]=kbox-bS-$ID
+declare -A GNS=([kbox]=kbox-bk-$ID [kbox1500]=kbox-bK-$ID [slirp]=kbox-bs-$ID [slirp65k]=kbox-bS-$ID
 	[pasta]=kbox-bp-$ID)
-PEERS="kbox kbox0"
+declare -A MTU=([kbox]=65520 [kbox1500]=1500 [slirp]=1500 [slirp65k]=65520 [pasta]=65520)
+declare -A PPID_OF=()
+PEERS="kbox kbox1500"
 if command -v slirp4netns >/dev/null; then
 	PEERS="$PEERS slirp slirp65k"
 else
@@ -142,27 +151,28 @@ if [ -n "$IPERF" ]; then
 fi
 
 # kbox: the harness's stack on a TAP that then moves to the guest.
-# start_kbox PEER TAP GSO
+# start_kbox PEER TAP
 HARNESSES=
 start_kbox() {
 	local p=$1 tap=$2 g=${GNS[$1]}
-	ip netns exec "$HNS" "$BUILD/bench/net-harness" --tap "$tap" --lifetime "$MAXTIME" --gso "$3" \
+	ip netns exec "$HNS" "$BUILD/bench/net-harness" --tap "$tap" --lifetime "$MAXTIME" --gso on \
 		--audit "$T/$p.audit" --allow host.kbox.internal:$PORT --allow host.kbox.internal:$IPORT \
 		>"$T/$p.out" 2>"$T/$p.err" &
 	HARNESSES="$HARNESSES $p:$!"
 	PIDS="$PIDS $!"
+	PPID_OF[$p]=$!
 	for _ in $(seq 50); do grep -q '^ready' "$T/$p.out" 2>/dev/null && break; sleep 0.1; done
 	grep -q '^ready' "$T/$p.out" || { echo "harness did not start:"; cat "$T/$p.err"; exit 1; }
 	ip -n "$HNS" link set "$tap" netns "$g" &&
 		ip -n "$g" addr add 10.0.2.15/24 dev "$tap" &&
-		ip -n "$g" link set "$tap" up &&
+		ip -n "$g" link set "$tap" mtu "${MTU[$p]}" up &&
 		ip -n "$g" route add default via 10.0.2.2 || exit 1
 }
 
 for p in $PEERS; do
 	case $p in
-	kbox) start_kbox kbox "kbbt$ID" on; continue ;;
-	kbox0) start_kbox kbox0 "kbbu$ID" off; continue ;;
+	kbox) start_kbox kbox "kbbt$ID"; continue ;;
+	kbox1500) start_kbox kbox1500 "kbbu$ID"; continue ;;
 	slirp) ip netns exec "$HNS" slirp4netns --configure --mtu=1500 --netns-type=path \
 		"/run/netns/${GNS[$p]}" tap0 >"$T/$p.log" 2>&1 & ;;
 	slirp65k) ip netns exec "$HNS" slirp4netns --configure --mtu=65520 --netns-type=path \
@@ -172,6 +182,7 @@ for p in $PEERS; do
 	*) continue ;;
 	esac
 	PIDS="$PIDS $!"
+	PPID_OF[$p]=$!
 done
 
 URL=http://10.0.2.2:$PORT
@@ -197,29 +208,43 @@ echo "# set-up done: $PEERS, and direct; $BULK_MB MiB bulk, $REPS runs, rate ${R
 # A failed transfer is left out of the medians and counted (bulk_errors)
 # rather than ending the run: one contestant's reset must not lose the
 # others' figures.
-failed() {
-	echo "# $1: $2 (left out)"
+failed() { # failed PEER ROW WHY
+	echo "# $1 $2: $3 (left out)"
 	echo "$1 bulk_failed 1" >>"$RAW"
+	echo "$1 failed_$2 1" >>"$RAW"
 }
+# cpu PEER: the CPU time (clock ticks, user + system, all threads) of
+# PEER's process so far; nothing for direct.
+cpu() {
+	local pid=${PPID_OF[$1]:-}
+	[ -n "$pid" ] && awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null
+}
+HZ=$(getconf CLK_TCK)
 BYTES=$((BULK_MB * 1048576))
 head -c "$BYTES" /dev/zero >"$T/bulk.bin"
 r=0
 while [ $r -lt "$REPS" ]; do
 	for p in direct $PEERS; do
 		a=$(addr_of "$p")
+		c0=$(cpu "$p")
 		out=$(client "$p" curl -sS -o /dev/null -w '%{size_download} %{speed_download}' "http://$a:$PORT/$BYTES")
+		c1=$(cpu "$p")
 		set -- $out
 		if [ "${1:-0}" = "$BYTES" ]; then
 			echo "$p down $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+			[ -n "$c0" ] && echo "$p cpu_s_per_gib_down $(awk -v t=$((c1 - c0)) -v hz="$HZ" -v b="$BYTES" 'BEGIN { printf "%.2f", t / hz / (b / 1073741824) }')" >>"$RAW"
 		else
-			failed "$p" "download got ${1:-nothing} bytes"
+			failed "$p" down "download got ${1:-nothing} bytes"
 		fi
+		c0=$(cpu "$p")
 		out=$(client "$p" curl -sS -o "$T/put.out" -H 'Expect:' -T "$T/bulk.bin" -w '%{size_upload} %{speed_upload}' "http://$a:$PORT/up")
+		c1=$(cpu "$p")
 		set -- $out
 		if [ "${1:-0}" = "$BYTES" ] && grep -q '^ok' "$T/put.out"; then
 			echo "$p up $(awk -v s="$2" 'BEGIN { printf "%.1f", s / 1048576 }')" >>"$RAW"
+			[ -n "$c0" ] && echo "$p cpu_s_per_gib_up $(awk -v t=$((c1 - c0)) -v hz="$HZ" -v b="$BYTES" 'BEGIN { printf "%.2f", t / hz / (b / 1073741824) }')" >>"$RAW"
 		else
-			failed "$p" "upload sent ${1:-nothing} bytes"
+			failed "$p" up "upload sent ${1:-nothing} bytes"
 		fi
 		if [ -n "$IPERF" ]; then
 			for dir in down up; do
@@ -232,7 +257,7 @@ print("%.1f" % (d["bytes"] / d["seconds"] / 1048576))' "$T/iperf.json" 2>/dev/nu
 				if [ -n "$v" ]; then
 					echo "$p iperf_$dir $v" >>"$RAW"
 				else
-					failed "$p" "iperf3 $dir: $(head -c 300 "$T/iperf.json" | tr -s '\n' ' ')"
+					failed "$p" "iperf_$dir" "iperf3 $dir: $(head -c 300 "$T/iperf.json" | tr -s '\n' ' ')"
 				fi
 			done
 		fi
@@ -258,11 +283,14 @@ ratio() {
 echo
 printf '%-22s' metric
 for p in direct $PEERS; do printf '%10s' "$p"; done
+echo
+printf '%-22s' "MTU"
+for p in direct $PEERS; do printf '%10s' "${MTU[$p]:-lo}"; done
 for p in $PEERS; do [ "$p" != kbox ] && printf '%14s' "kbox/$p"; done
 echo
 errors() { awk -v p="$1" '$1 == p && $2 == "bulk_failed" { n++ } END { print n + 0 }' "$RAW"; }
-for m in down up iperf_down iperf_up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors bulk_errors; do
-	case $m in iperf_*) [ -z "$IPERF" ] && continue; label="$m (MiB/s)" ;; down | up) label="$m (MiB/s)" ;; rate) label="rate (req/s)" ;; *) label=$m ;; esac
+for m in down up cpu_s_per_gib_down cpu_s_per_gib_up iperf_down iperf_up rate connect_p50_ms connect_p99_ms request_p50_ms rate_errors bulk_errors; do
+	case $m in iperf_*) [ -z "$IPERF" ] && continue; label="$m (MiB/s)" ;; down | up) label="$m (MiB/s)" ;; rate) label="rate (req/s)" ;; cpu_s_per_gib_*) label=cpu_s/GiB_${m#cpu_s_per_gib_} ;; *) label=$m ;; esac
 	printf '%-22s' "$label"
 	if [ "$m" = bulk_errors ]; then
 		for p in direct $PEERS; do printf '%10s' "$(errors "$p")"; done
@@ -275,9 +303,38 @@ for m in down up iperf_down iperf_up rate connect_p50_ms connect_p99_ms request_
 	done
 	echo
 done
-echo "# kbox/PEER: above 1 means kbox is faster for MiB/s and req/s, slower for the ms rows."
-echo "# kbox, kbox0: lwIP's fixed MSS 1460 (MTU 1500), kbox with segments merged into frames of up to 64 KiB;"
-echo "# slirp65k and pasta use a 65520-byte MTU."
+echo "# kbox/PEER: above 1 means kbox is faster for MiB/s and req/s, slower for the ms and cpu rows."
+echo "# kbox1500: a guest at MTU 1500, lwIP's 1460-byte segments merged into frames of up to 64 KiB."
+# The best peer of a row: the highest median among slirp4netns and pasta
+# whose runs had no error in that row.
+best() { # best ROW
+	local p v b=- bp=-
+	for p in $PEERS; do
+		case $p in kbox*) continue ;; esac
+		if [ "$1" = rate ]; then
+			[ "$(awk -v p="$p" '$1 == p && $2 == "rate_errors" { n += $3 } END { print n + 0 }' "$RAW")" = 0 ] || continue
+		else
+			grep -q "^$p failed_$1 " "$RAW" && continue
+		fi
+		v=$(median "$p" "$1")
+		[ "$v" = - ] && continue
+		if [ "$b" = - ] || awk -v a="$v" -v b="$b" 'BEGIN { exit !(a > b) }'; then b=$v bp=$p; fi
+	done
+	echo "$bp $b"
+}
+line="bench-net ratios:"
+for m in down up rate; do
+	set -- $(best $m)
+	k=$(median kbox $m)
+	[ "$m" = rate ] && [ "$(awk '$1 == "kbox" && $2 == "rate_errors" { n += $3 } END { print n + 0 }' "$RAW")" != 0 ] && k=-
+	case $m in down | up) grep -q "^kbox failed_$m " "$RAW" && k=- ;; esac
+	label=$m
+	[ $m = rate ] && label=rps
+	line="$line $label $(ratio "$k" "$2")"
+	detail="${detail:-}${detail:+, }$label: kbox $k vs $1 $2"
+done
+echo "# ratios against the best working peer per row: $detail"
+echo "# kbox's CPU per GiB moved: down $(median kbox cpu_s_per_gib_down) s, up $(median kbox cpu_s_per_gib_up) s"
 for h in $HARNESSES; do
 	p=${h%%:*} pid=${h#*:}
 	kill -TERM "$pid" 2>/dev/null
@@ -287,3 +344,4 @@ for h in $HARNESSES; do
 	[ -n "$errs" ] && echo "# $p audit log, failed host connects: $errs"
 done
 echo "# raw runs: $RAW"
+echo "$line"

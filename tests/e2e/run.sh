@@ -117,8 +117,7 @@ rm -f "$tmp/back"
 
 # Bytes in through stdin and back, compared.  Smaller on PVM hosts, where
 # each way costs seconds per MiB.
-# KBOX_E2E_STDIN_MB sets the size (the hardware-KVM lane sets 4 while the
-# sandbox dying during a 100 MiB stdin there is open: docs/testing.md).
+# KBOX_E2E_STDIN_MB sets the size in MiB (default 100, 4 on PVM).
 if [ -n "${KBOX_E2E_STDIN_MB:-}" ]; then size=$((KBOX_E2E_STDIN_MB * 1024 * 1024))
 elif [ -e /sys/module/kvm_pvm ]; then size=$((4 * 1024 * 1024)); else size=$((100 * 1024 * 1024)); fi
 head -c "$size" /dev/urandom > "$tmp/blob"

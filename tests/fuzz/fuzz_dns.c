@@ -5,7 +5,7 @@
  *   odd:  an upstream response to a fixed question (bit 1: A or AAAA,
  *         the id taken from the message), whose addresses then go through
  *         the rebinding filter and the name memory; with bit 2, judged as
- *         the configured-server resolver does (nres_answer), the question
+ *         the configured-server resolver does (resolver_answer), the question
  *         made by dns_build_query.
  * The message's bytes as a name must build a query that parses back to
  * that name, or be refused.
@@ -102,7 +102,7 @@ static void check_upstream(const uint8_t *m, size_t len, int aaaa)
 	    dns_parse_query(qm, qlen, &q) < 0)
 		abort();
 	struct dns_rr rr[DNS_MAX_ANSWERS];
-	int r = nres_answer(m, len, &q, rr, DNS_MAX_ANSWERS, &n);
+	int r = resolver_answer(m, len, &q, rr, DNS_MAX_ANSWERS, &n);
 	if (r >= 0 && (n > DNS_MAX_ANSWERS || (r == DNS_RCODE_NXDOMAIN && n != 0)))
 		abort();
 	if (r != DNS_RCODE_NOERROR && r != DNS_RCODE_NXDOMAIN && r != -EPROTO && r != -EMSGSIZE && r != -EAGAIN)

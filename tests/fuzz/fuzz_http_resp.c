@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/grow.h"
 #include "netstack/http_resp.h"
 #include "netstack/secrets.h"
 
@@ -30,17 +31,17 @@ static const char *const vals[] = { "Vk3y-REAL-alpha", "p w\"d/REAL\\x" };
 static struct secrets *set;
 
 struct run {
-	struct hr_req q[2];
+	struct http_resp_req q[2];
 	unsigned nq, next;
 	unsigned hits;
-	enum hr_state state;
+	enum http_resp_state state;
 	uint8_t *out;
 	size_t n, cap;
-	uint8_t reply[HR_REPLY_MAX + 2048];
+	uint8_t reply[HTTP_RESP_REPLY_MAX + 2048];
 	size_t reply_len;
 };
 
-static bool next_req(void *ctx, struct hr_req *out)
+static bool next_req(void *ctx, struct http_resp_req *out)
 {
 	struct run *r = ctx;
 	if (r->next == r->nq)
@@ -49,7 +50,7 @@ static bool next_req(void *ctx, struct hr_req *out)
 	return true;
 }
 
-static void on_event(void *ctx, const struct hr_event *e)
+static void on_event(void *ctx, const struct http_resp_event *e)
 {
 	struct run *r = ctx;
 	if (!strcmp(e->event, "secret-scrubbed"))
@@ -62,29 +63,25 @@ static void take(struct hr *h, struct run *r)
 {
 	const uint8_t *p;
 	size_t n;
-	hr_output(h, &p, &n);
-	if (r->n + n > r->cap) {
-		r->cap = (r->n + n) * 2 + 64;
-		r->out = realloc(r->out, r->cap);
-		check(r->out != NULL);
-	}
+	http_resp_output(h, &p, &n);
+	check(grow_array(&r->out, &r->cap, r->n + n, 1, 64, 0) == 0);
 	if (n)
 		memcpy(r->out + r->n, p, n);
 	r->n += n;
-	hr_consume(h, n);
+	http_resp_consume(h, n);
 }
 
 static void run(uint8_t mode, const uint8_t *d, size_t n, unsigned seed, struct run *r)
 {
 	memset(r, 0, sizeof *r);
 	for (int i = 0; i < 2; i++)
-		r->q[i] = (struct hr_req){ .head = mode >> (3 * i) & 1, .upgrade = mode >> (3 * i + 1) & 1,
+		r->q[i] = (struct http_resp_req){ .head = mode >> (3 * i) & 1, .upgrade = mode >> (3 * i + 1) & 1,
 					   .identity = mode >> (3 * i + 2) & 1 };
 	r->nq = 2;
 	struct hr *h;
-	check(hr_new(set, "api.example.com", mode & 0x40, next_req, on_event, r, &h) == 0);
+	check(http_resp_new(set, "api.example.com", mode & 0x40, next_req, on_event, r, &h) == 0);
 	size_t off = 0;
-	while (off < n && hr_state(h) == HR_OPEN) {
+	while (off < n && http_resp_state(h) == HTTP_RESP_OPEN) {
 		size_t k = n - off;
 		if (seed) {
 			seed = seed * 1103515245u + 12345u;
@@ -93,23 +90,23 @@ static void run(uint8_t mode, const uint8_t *d, size_t n, unsigned seed, struct 
 				k = s;
 		}
 		size_t taken;
-		check(hr_feed(h, d + off, k, &taken) == 0 && taken <= k);
+		check(http_resp_feed(h, d + off, k, &taken) == 0 && taken <= k);
 		const uint8_t *p;
 		size_t pending;
-		hr_output(h, &p, &pending);
-		check(pending <= HR_OUT_HIGH + HR_HEAD_MAX + 2 * HR_STEP + 1024);
+		http_resp_output(h, &p, &pending);
+		check(pending <= HTTP_RESP_OUT_HIGH + HTTP_RESP_HEAD_MAX + 2 * HTTP_RESP_STEP + 1024);
 		take(h, r);
 		off += taken;
-		if (!taken && hr_state(h) == HR_OPEN)
+		if (!taken && http_resp_state(h) == HTTP_RESP_OPEN)
 			check(0);
 	}
-	hr_finish(h);
+	http_resp_finish(h);
 	take(h, r);
-	r->state = hr_state(h);
+	r->state = http_resp_state(h);
 	const uint8_t *p;
 	size_t rn;
-	hr_reply(h, &p, &rn);
-	check((rn > 0) == (r->state == HR_CLOSE_AFTER_REPLY));
+	http_resp_reply(h, &p, &rn);
+	check((rn > 0) == (r->state == HTTP_RESP_CLOSE_AFTER_REPLY));
 	check(rn <= sizeof r->reply);
 	if (rn) {
 		memcpy(r->reply, p, rn);
@@ -120,7 +117,7 @@ static void run(uint8_t mode, const uint8_t *d, size_t n, unsigned seed, struct 
 		check(!r->n || !memmem(r->out, r->n, vals[i], strlen(vals[i])));
 		check(!memmem(r->reply, r->reply_len, vals[i], strlen(vals[i])));
 	}
-	hr_free(h);
+	http_resp_free(h);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -138,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	run(mode, data + 1, size - 1, 1u + mode, b);
 	check(a->state == b->state);
 	check(a->reply_len == b->reply_len && !memcmp(a->reply, b->reply, a->reply_len));
-	if (a->state == HR_OPEN)
+	if (a->state == HTTP_RESP_OPEN)
 		check(a->hits == b->hits);
 	free(a->out);
 	free(b->out);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/grow.h"
 #include "netstack/http_sub.h"
 #include "netstack/secrets.h"
 
@@ -49,17 +50,17 @@ struct run {
 	uint8_t *out;
 	size_t n, cap;
 	size_t subs[NSEC];
-	enum hs_state state;
+	enum http_sub_state state;
 	uint8_t reply[8192];
 	size_t reply_len;
 };
 
-static void on_audit(void *ctx, const struct hs_audit *ev)
+static void on_audit(void *ctx, const struct http_sub_audit *ev)
 {
 	struct run *r = ctx;
 	for (int i = 0; i < NSEC; i++) {
 		check(!ev->reason || !strstr(ev->reason, vals[i]));
-		if (ev->secret && ev->decision == HS_SUBSTITUTED && !strcmp(ev->secret, names[i]))
+		if (ev->secret && ev->decision == HTTP_SUB_SUBSTITUTED && !strcmp(ev->secret, names[i]))
 			r->subs[i]++;
 	}
 }
@@ -68,16 +69,12 @@ static void take(struct hs *h, struct run *r)
 {
 	const uint8_t *p;
 	size_t n;
-	hs_output(h, &p, &n);
-	if (r->n + n > r->cap) {
-		r->cap = (r->n + n) * 2 + 64;
-		r->out = realloc(r->out, r->cap);
-		check(r->out != NULL);
-	}
+	http_sub_output(h, &p, &n);
+	check(grow_array(&r->out, &r->cap, r->n + n, 1, 64, 0) == 0);
 	if (n)
 		memcpy(r->out + r->n, p, n);
 	r->n += n;
-	hs_consume(h, n);
+	http_sub_consume(h, n);
 }
 
 static size_t count(const uint8_t *hay, size_t n, const char *needle)
@@ -93,9 +90,9 @@ static void run(const char *sni, const uint8_t *d, size_t n, unsigned seed, stru
 {
 	struct hs *h;
 	memset(r, 0, sizeof *r);
-	check(hs_new(set, sni, on_audit, r, &h) == 0);
+	check(http_sub_new(set, sni, on_audit, r, &h) == 0);
 	size_t off = 0;
-	while (off < n && hs_state(h) == HS_OPEN) {
+	while (off < n && http_sub_state(h) == HTTP_SUB_OPEN) {
 		size_t k = n - off;
 		if (seed) {
 			seed = seed * 1103515245u + 12345u;
@@ -104,36 +101,36 @@ static void run(const char *sni, const uint8_t *d, size_t n, unsigned seed, stru
 				k = s;
 		}
 		size_t taken;
-		int rc = hs_feed(h, d + off, k, &taken);
+		int rc = http_sub_feed(h, d + off, k, &taken);
 		check(rc == 0 && taken <= k);
 		const uint8_t *p;
 		size_t pending;
-		hs_output(h, &p, &pending);
-		check(pending <= HS_OUT_HIGH + HS_HEAD_MAX + 64 * 1024 + (1u << 20));
+		http_sub_output(h, &p, &pending);
+		check(pending <= HTTP_SUB_OUT_HIGH + HTTP_SUB_HEAD_MAX + 64 * 1024 + (1u << 20));
 		take(h, r);
 		/* The responses came: the request queue empties (at
-		 * HS_PIPELINE_MAX queued the filter would rightly wait). */
-		struct hs_req q;
-		while (hs_pop_request(h, &q))
+		 * HTTP_SUB_PIPELINE_MAX queued the filter would rightly wait). */
+		struct http_sub_req q;
+		while (http_sub_pop_request(h, &q))
 			;
 		off += taken;
-		if (!taken && hs_state(h) == HS_OPEN)
+		if (!taken && http_sub_state(h) == HTTP_SUB_OPEN)
 			check(0); /* no progress with the output drained */
 	}
-	hs_finish(h);
+	http_sub_finish(h);
 	take(h, r);
-	r->state = hs_state(h);
+	r->state = http_sub_state(h);
 	const uint8_t *p;
 	size_t rn;
-	hs_reply(h, &p, &rn);
-	check((rn > 0) == (r->state == HS_CLOSE_AFTER_REPLY));
+	http_sub_reply(h, &p, &rn);
+	check((rn > 0) == (r->state == HTTP_SUB_CLOSE_AFTER_REPLY));
 	check(rn <= sizeof r->reply);
 	if (rn)
 		memcpy(r->reply, p, rn);
 	r->reply_len = rn;
 	if (rn)
 		check(rn > 9 && !memcmp(p, "HTTP/1.1 ", 9));
-	hs_free(h);
+	http_sub_free(h);
 }
 
 struct bytes {
@@ -143,11 +140,7 @@ struct bytes {
 
 static void put(struct bytes *b, const void *d, size_t n)
 {
-	if (b->n + n > b->cap) {
-		b->cap = (b->n + n) * 2 + 64;
-		b->p = realloc(b->p, b->cap);
-		check(b->p != NULL);
-	}
+	check(grow_array(&b->p, &b->cap, b->n + n, 1, 64, 0) == 0);
 	if (n)
 		memcpy(b->p + b->n, d, n);
 	b->n += n;
@@ -256,7 +249,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(whole.state == sliced.state);
 		check(whole.reply_len == sliced.reply_len &&
 		      !memcmp(whole.reply, sliced.reply, whole.reply_len));
-		if (whole.state == HS_OPEN) {
+		if (whole.state == HTTP_SUB_OPEN) {
 			struct bytes a = { 0 }, b = { 0 };
 			unchunk(whole.out, whole.n, &a);
 			unchunk(sliced.out, sliced.n, &b);

@@ -1,7 +1,7 @@
 /* Input: the first bytes of a client's TCP stream (netstack/peek.h).
- *   - pk_parse must never read outside them;
- *   - what it reports must hold: a status it knows, 1..PK_NAMES names
- *     only with PK_NAMES_FOUND, each a normalised DNS name (lower case,
+ *   - peek_parse must never read outside them;
+ *   - what it reports must hold: a status it knows, 1..PEEK_NAMES names
+ *     only with PEEK_NAMES_FOUND, each a normalised DNS name (lower case,
  *     no trailing dot, not numeric), with where it came from;
  *   - a verdict never turns back into "more, please" when bytes are
  *     appended, except that none is reached from fewer bytes than the
@@ -14,12 +14,12 @@
 
 static int check(const uint8_t *data, size_t size)
 {
-	struct pk_result r;
-	int st = pk_parse(data, size, &r);
+	struct peek_result r;
+	int st = peek_parse(data, size, &r);
 
-	if (st < PK_NEED_MORE || st > PK_BAD)
+	if (st < PEEK_NEED_MORE || st > PEEK_BAD)
 		abort();
-	if ((st == PK_NAMES_FOUND) != (r.n > 0) || r.n > PK_NAMES)
+	if ((st == PEEK_NAMES_FOUND) != (r.n > 0) || r.n > PEEK_NAMES)
 		abort();
 	for (size_t i = 0; i < r.n; i++) {
 		char again[POL_NAME_MAX + 1];
@@ -28,7 +28,7 @@ static int check(const uint8_t *data, size_t size)
 		    pol_name_is_numeric(r.name[i]))
 			abort();
 	}
-	if ((st == PK_BAD || st == PK_NONE) && !r.why)
+	if ((st == PEEK_BAD || st == PEEK_NONE) && !r.why)
 		abort();
 	return st;
 }
@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	/* A copy of exactly size bytes, so that ASan sees any over-read. */
 	uint8_t *b = malloc(size ? size : 1);
-	int last = PK_NEED_MORE;
+	int last = PEEK_NEED_MORE;
 
 	if (!b)
 		return 0;
@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		/* Once an HTTP head or a hello is judged, more bytes do not
 		 * unjudge it (a TLS hello is judged on its own records). */
-		if (last != PK_NEED_MORE && st == PK_NEED_MORE)
+		if (last != PEEK_NEED_MORE && st == PEEK_NEED_MORE)
 			abort();
 		last = st;
 	}

@@ -28,7 +28,7 @@ static void check_parse(const uint8_t *data, size_t size)
 		abort();
 	if (h.has_sni && !h.sni_invalid) {
 		char again[TLS_NAME_MAX + 1];
-		if (tls_name_normalize(h.sni, strlen(h.sni), again) < 0 || strcmp(again, h.sni) != 0)
+		if (tls_sni_name_normalize(h.sni, strlen(h.sni), again) < 0 || strcmp(again, h.sni) != 0)
 			abort();
 	} else if (h.sni[0] != '\0') {
 		abort();
@@ -44,33 +44,33 @@ static void check_parse(const uint8_t *data, size_t size)
 		abort();
 }
 
-static struct tc_ca *ca;
+static struct tls_cert_ca *ca;
 static struct tls_trust *trust;
 
 static void check_engine(const uint8_t *data, size_t size)
 {
-	if (!ca && (tc_ca_generate("fuzz CA", time(NULL), &ca) < 0 || tls_trust_new(&trust) < 0))
+	if (!ca && (tls_cert_ca_generate("fuzz CA", time(NULL), &ca) < 0 || tls_trust_new(&trust) < 0))
 		abort();
-	struct mitm_config cfg = { .ca = ca, .trust = trust };
+	struct tls_mitm_config cfg = { .ca = ca, .trust = trust };
 	struct mitm *m;
-	if (mitm_new(&cfg, "api.example.test", NULL, &m) < 0)
+	if (tls_mitm_new(&cfg, "api.example.test", NULL, &m) < 0)
 		abort();
 	size_t piece = size > 0 ? (size_t)data[size - 1] % 64 + 1 : 1;
 	size_t off = 0, taken;
-	while (off < size && mitm_guest_in(m, data + off, size - off < piece ? size - off : piece, &taken) == 0 &&
+	while (off < size && tls_mitm_guest_in(m, data + off, size - off < piece ? size - off : piece, &taken) == 0 &&
 	       taken > 0)
 		off += taken;
 	size_t n;
-	const uint8_t *out = mitm_guest_out(m, &n);
-	if (mitm_error(m)) {
+	const uint8_t *out = tls_mitm_guest_out(m, &n);
+	if (tls_mitm_error(m)) {
 		/* failed: at most our own alert toward the guest, nothing upstream */
-		if ((out && n != 7) || mitm_upstream_out(m, &n))
+		if ((out && n != 7) || tls_mitm_upstream_out(m, &n))
 			abort();
 	}
-	mitm_close_guest(m);
-	if (!mitm_error(m) || !(mitm_want(m) & (MITM_DONE | MITM_WANT_GUEST_OUT)))
+	tls_mitm_close_guest(m);
+	if (!tls_mitm_error(m) || !(tls_mitm_want(m) & (TLS_MITM_DONE | TLS_MITM_WANT_GUEST_OUT)))
 		abort();
-	mitm_free(m);
+	tls_mitm_free(m);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

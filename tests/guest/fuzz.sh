@@ -21,11 +21,11 @@ srcs=$(ls vmm/core/vm.c vmm/core/boot.c vmm/core/mptable.c vmm/core/virtio_bus.c
 	lib/*.c devices/*.c netstack/*.c)
 objs=$(for s in $srcs; do printf '%s ' "$B/san/${s%.c}.o"; done)
 # Same objects as `make unit` builds (the Makefile's sanitizer rule).
-make -s BUILD="$B" "$B/test-guest.bin" $objs
+make -s BUILD="$B" "$B/test-guest.bin" "$B/lwip/liblwip.a" $objs
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 $CC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -fno-strict-aliasing \
-	-O1 -g $SAN -I. $(pkg-config --cflags yaml-0.1 lwip) -o "$B/guest-fuzz" \
-	tests/guest/fuzz.c $objs $(pkg-config --libs yaml-0.1 lwip) -lbearssl -lseccomp -lpthread
+	-O1 -g $SAN -I. -I"$B/lwip/include" $(pkg-config --cflags yaml-0.1) -o "$B/guest-fuzz" \
+	tests/guest/fuzz.c $objs "$B/lwip/liblwip.a" $(pkg-config --libs yaml-0.1) -lbearssl -lseccomp -lpthread
 
 seed=${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 tmp=$(mktemp -d)

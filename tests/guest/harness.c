@@ -26,6 +26,7 @@
 #include "devices/irq_sink.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
+#include "lib/fileio.h"
 #include "tests/guest/tg.h"
 #include "vmm/core/boot.h"
 #include "vmm/core/mptable.h"
@@ -44,6 +45,7 @@
 #define TG_MMIO_LEN   (0x1000ull * TG_MAX_CPUS)
 #define TG_DONE_MAGIC 0x454e4f4420424b47ull
 #define TG_SEL_UCODE  0x2bu
+#define GUEST_IMAGE_MAX (64u << 20) /* the test guest is a few KiB: far more is not it */
 #define COM1          0x3f8u
 /* The line finish_gate prints, as Linux would for `reboot kbox-exit=5`. */
 #define EXIT_LINE     "\nreboot: Restarting system with command 'kbox-exit=5'\n"
@@ -964,34 +966,6 @@ static const char *end_name(enum vm_end e)
 	return "?";
 }
 
-static uint8_t *read_all(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	uint8_t *buf = NULL;
-	size_t cap = 0, n = 0;
-	for (;;) {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 1 << 20;
-			uint8_t *nb = realloc(buf, cap);
-			if (!nb) {
-				free(buf);
-				fclose(f);
-				return NULL;
-			}
-			buf = nb;
-		}
-		size_t r = fread(buf + n, 1, cap - n, f);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	fclose(f);
-	*len = n;
-	return buf;
-}
-
 /* The events vCPU cpu must produce in MODE_EXITS, in order: port I/O from
  * ring 0, then MMIO from ring 3 (see guest.S for why). */
 static unsigned expected_exits(unsigned cpu, unsigned rounds, struct ev *out, unsigned max)
@@ -1255,8 +1229,10 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	int bus_made = 0, rig_made = 0;
 	char err[512] = "";
 	size_t img_len = 0;
-	uint8_t *img = read_all(guest_path, &img_len);
-	if (!tg_check(img != NULL, "%s: read %s", t->name, guest_path))
+	char *img_text = NULL;
+	int rr = fio_slurp(guest_path, 0, GUEST_IMAGE_MAX, &img_text, &img_len, NULL, NULL);
+	uint8_t *img = (uint8_t *)img_text;
+	if (!tg_check(rr == 0, "%s: read %s: %s", t->name, guest_path, strerror(-rr)))
 		return;
 
 	memset(&h, 0, sizeof h);

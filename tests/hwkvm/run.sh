@@ -47,6 +47,8 @@ mem=${KBOX_HWKVM_MEM:-6144}
 total_timeout=${KBOX_HWKVM_TIMEOUT:-3600}
 suite_timeout=${KBOX_HWKVM_SUITE_TIMEOUT:-900}
 mult=${KBOX_TIMEOUT_MULT:-4}
+jobs=${KBOX_HWKVM_JOBS:-1}
+case $jobs in 1 | 2) ;; *) echo "hwkvm: KBOX_HWKVM_JOBS is 1 or 2, not '$jobs'" >&2; exit 2 ;; esac
 
 # The final line's name (make hw-smoke: "hw-smoke").
 label=${KBOX_HWKVM_NAME:-hwkvm}
@@ -220,8 +222,9 @@ boot_l1() {
 		echo "kbox_mult=$(q "$mult")"
 		echo "kbox_kver=$(q "$kver")"
 		echo "kbox_moddir=$(q "$moddir")"
-		echo "KBOX_E2E_STDIN_MB=$(q "${KBOX_E2E_STDIN_MB:-4}")"
+		echo "KBOX_E2E_STDIN_MB=$(q "${KBOX_E2E_STDIN_MB:-}")"
 		echo "kbox_cmd=$(q "${KBOX_HWKVM_CMD:-}")"
+		echo "kbox_jobs=$(q "$jobs")"
 	} >"$run/seed/job.env"
 	# The job goes on the scratch disk, not on the kernel command line, so
 	# that a path may hold any character; the disk is sparse.

@@ -206,11 +206,11 @@ int main(int argc, char **argv)
 		usage();
 	pol.mode = mode;
 	/* The host's own addresses, as kbox run judges them (vmm/sandbox/netdev.c). */
-	if ((r = ha_open(&ha)) < 0) {
+	if ((r = hostaddr_open(&ha)) < 0) {
 		fprintf(stderr, "harness: setup: %s\n", strerror(-r));
 		return 1;
 	}
-	pol_set_host_fn(&pol, ha_pol_host, &ha);
+	pol_set_host_fn(&pol, hostaddr_pol_host, &ha);
 	if (audit_open(&au, audit_path, err, sizeof err) < 0) {
 		fprintf(stderr, "harness: %s\n", err);
 		return 1;
@@ -316,6 +316,6 @@ int main(int argc, char **argv)
 	close(tap_fd);
 	audit_close(&au);
 	pol_free(&pol);
-	ha_close(&ha);
+	hostaddr_close(&ha);
 	return 0;
 }

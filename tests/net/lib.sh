@@ -39,13 +39,17 @@ nl_require() {
 	fi
 }
 
-# nl_build_harness OUT: build tests/net/harness with the netstack and
-# vmm/sandbox/tlsconf.c (interception set up as kbox run does) into OUT
-# (start_harness runs it), under ASan+UBSan unless NET_SAN=0; a failed
-# build ends the test.
+# nl_build_harness OUT BUILD: build tests/net/harness with the netstack
+# and vmm/sandbox/tlsconf.c (interception set up as kbox run does) into OUT
+# (start_harness runs it), under ASan+UBSan unless NET_SAN=0, against the
+# lwIP the Makefile builds into BUILD/lwip; a failed build ends the test.
 nl_build_harness() {
-	local cf opt
-	cf="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. $(pkg-config --cflags lwip)"
+	local cf opt lw=$2/lwip
+	if ! make -s BUILD="$2" "$lw/liblwip.a"; then
+		bad "lwIP builds"
+		finish
+	fi
+	cf="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wvla -Wformat=2 -I. -I$lw/include"
 	if [ "${NET_SAN:-1}" = 1 ]; then
 		opt="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 	else
@@ -53,7 +57,7 @@ nl_build_harness() {
 	fi
 	mkdir -p "$(dirname "$1")"
 	# shellcheck disable=SC2086,SC2046
-	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/sandbox/tlsconf.c $(pkg-config --libs lwip) \
+	if ! ${CC:-cc} $cf $opt -o "$1" tests/net/harness.c tests/net/tap.c lib/*.c netstack/*.c vmm/sandbox/tlsconf.c "$lw/liblwip.a" \
 		-lbearssl -lyaml -lpthread; then
 		bad "harness builds"
 		finish
@@ -113,7 +117,8 @@ G() { ip netns exec "$GNS" timeout "${TMO:-30}" env "${GUEST_ENV[@]}" "$@"; }
 # start_harness OUT ERR ARGS...: the stack in the host namespace on a new
 # $TAP (with ARGS; it ends itself after NL_LIFETIME seconds, 150), then the
 # TAP moved into the guest namespace as 10.0.2.15/24 with its default
-# route via the stack; sets HARNESS to its PID.  Variables assigned on the
+# route via the stack, at MTU NL_MTU (65520, what virtio-net offers);
+# sets HARNESS to its PID.  Variables assigned on the
 # call reach the harness's environment.  A failure ends the test.
 start_harness() {
 	local out=$1 err=$2
@@ -129,7 +134,7 @@ start_harness() {
 	fi
 	ip -n "$HNS" link set "$TAP" netns "$GNS" &&
 		ip -n "$GNS" addr add 10.0.2.15/24 dev "$TAP" &&
-		ip -n "$GNS" link set "$TAP" up &&
+		ip -n "$GNS" link set "$TAP" mtu "${NL_MTU:-65520}" up &&
 		ip -n "$GNS" route add default via 10.0.2.2 || { bad "guest namespace set-up"; finish; }
 }
 

@@ -8,7 +8,7 @@
 #                 via 10.0.2.2, resolv.conf -> 10.0.2.2) and real curl, git,
 #                 python3, node.
 # Checks: allowed connections work byte-exact both ways (10 MiB each way
-# with sha256), keep-alive, git clone over dumb HTTP, 100 requests 25 at a
+# with sha256, 1 GiB each way compared byte for byte), keep-alive, git clone over dumb HTTP, 100 requests 25 at a
 # time, 500 connections open at once; denied ones are reset within 1 s; DNS denials and rebinding; one
 # audit line per decision and one with byte counts per closed connection;
 # forwarded ports (-p): curl in the host namespace reaches a server in the
@@ -30,7 +30,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=tests/net/lib.sh
 . tests/net/lib.sh
 nl_require
-nl_build_harness "${1:-build}/net/harness"
+nl_build_harness "${1:-build}/net/harness" "${1:-build}"
 nl_namespaces kbox-nh kbox-net kbtap
 FNS=kbox-nf-$$
 trap 'nl_cleanup; ip netns del "$FNS" 2>/dev/null' EXIT
@@ -78,7 +78,7 @@ ip netns exec "$FNS" python3 tests/net/server.py 5.7.0.1 8004 "$T/www" &
 PIDS="$PIDS $!"
 RESOLVE="--resolve meta.test=169.254.169.254 --resolve named.test=1.2.3.4 --resolve pinned.test=1.2.3.4"
 # shellcheck disable=SC2086
-start_harness "$T/harness.out" "$T/harness.err" --audit "$T/audit.log" --learn "$T/learned.yaml" $RESOLVE \
+NL_LIFETIME=600 start_harness "$T/harness.out" "$T/harness.err" --audit "$T/audit.log" --learn "$T/learned.yaml" $RESOLVE \
 	--allow host.kbox.internal:8000 --allow host.kbox.internal:8002 --deny deny.test --deny named.test:80 \
 	--deny blocked.test \
 	--forward 127.0.0.1:0:8000 --forward 0:8009 --forward '[::1]:0:8000' \
@@ -134,6 +134,20 @@ echo "     download: $(awk -v s="${speed:-0}" 'BEGIN{printf "%.1f MiB/s", s/1048
 up=$(G curl -sS --max-time 60 -w '%{speed_upload}' --data-binary @"$T/www/big.bin" http://host.kbox.internal:8000/sha | tr '\n' ' ')
 check "curl: 10 MiB upload, sha256" "$BIGSUM" "${up%% *}"
 echo "     upload: $(awk -v s="${up##* }" 'BEGIN{printf "%.1f MiB/s", s/1048576}')"
+# 1 GiB each way (KBOX_NET_BULK_MB), every byte compared with the seeded
+# stream it should be (tests/net/bulk.py): with 64 KiB segments and
+# windows of megabytes, a piece lost, doubled or put in the wrong place
+# shows.
+BULK=$((${KBOX_NET_BULK_MB:-1024} * 1048576))
+for dir in get put; do
+	t0=$(date +%s%N)
+	out=$(TMO=600 G python3 tests/net/bulk.py $dir host.kbox.internal 8000 "$BULK" 21 2>&1)
+	t1=$(date +%s%N)
+	label=download
+	[ $dir = put ] && label=upload
+	check "python: ${KBOX_NET_BULK_MB:-1024} MiB $label, every byte checked" "ok" "${out%% *}"
+	echo "     $label: $(awk -v b="$BULK" -v t=$((t1 - t0)) 'BEGIN{printf "%.1f MiB/s", b / 1048576 / (t / 1e9)}') (${out#ok })"
+done
 check "curl: keep-alive (3 requests, 1 connection)" "100" \
 	"$(G curl -sS --max-time 10 -o /dev/null -o /dev/null -o /dev/null -w '%{num_connects}' http://host.kbox.internal:8000/small.txt \
 		http://host.kbox.internal:8000/small.txt http://host.kbox.internal:8000/small.txt)"

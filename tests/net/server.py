@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """HTTP server for tests/net/run.sh, run on the loopback of a test-made
-namespace: GET serves files from DIR (HTTP/1.1, keep-alive), POST /sha
+namespace: GET serves files from DIR (HTTP/1.1, keep-alive), GET
+/stream?n=N&seed=S the N bytes of tests/net/bulk.py's stream S, POST /sha
 answers the sha256 of the request body.  Usage: server.py ADDR PORT DIR"""
 import hashlib
 import http.server
+import os
 import sys
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bulk  # noqa: E402
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -24,6 +30,18 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_GET(self):
+        u = urllib.parse.urlparse(self.path)
+        if u.path != "/stream":
+            return super().do_GET()
+        q = urllib.parse.parse_qs(u.query)
+        n, seed = int(q["n"][0]), int(q["seed"][0])
+        self.send_response(200)
+        self.send_header("Content-Length", str(n))
+        self.end_headers()
+        for b in bulk.stream(n, seed):
+            self.wfile.write(b)
 
     def log_message(self, *args):
         pass

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=tests/net/lib.sh
 . tests/net/lib.sh
 nl_require openssl
-nl_build_harness "${1:-build}/tls/harness"
+nl_build_harness "${1:-build}/tls/harness" "${1:-build}"
 nl_namespaces kbox-th kbox-tg kbtls
 # A second "remote" address in the host namespace (not 127/8, which the
 # guest namespace would keep for itself).

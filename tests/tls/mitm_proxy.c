@@ -40,7 +40,7 @@ struct upper {
 	bool in_secret;  /* inside an x-secret value */
 };
 
-static int upper_up(void *ctx, struct mitm_io *io)
+static int upper_up(void *ctx, struct tls_mitm_io *io)
 {
 	struct upper *u = ctx;
 	size_t k = io->in_len < io->out_cap ? io->in_len : io->out_cap;
@@ -60,10 +60,10 @@ static int upper_up(void *ctx, struct mitm_io *io)
 			u->in_secret = true;
 	}
 	io->taken = io->made = k;
-	return MITM_FILTER_OK;
+	return TLS_MITM_FILTER_OK;
 }
 
-static const struct mitm_filter_ops upper_ops = { .up = upper_up };
+static const struct tls_mitm_filter_ops upper_ops = { .up = upper_up };
 
 /* A side's bytes read from its socket but not yet taken by the engine. */
 struct carry {
@@ -76,16 +76,16 @@ static int flush_out(struct mitm *m, int fd, bool guest)
 {
 	for (;;) {
 		size_t n;
-		const uint8_t *p = guest ? mitm_guest_out(m, &n) : mitm_upstream_out(m, &n);
+		const uint8_t *p = guest ? tls_mitm_guest_out(m, &n) : tls_mitm_upstream_out(m, &n);
 		if (!p || n == 0)
 			return 0;
 		ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k < 0)
 			return errno == EAGAIN ? 0 : -errno;
 		if (guest)
-			mitm_guest_out_done(m, (size_t)k);
+			tls_mitm_guest_out_done(m, (size_t)k);
 		else
-			mitm_upstream_out_done(m, (size_t)k);
+			tls_mitm_upstream_out_done(m, (size_t)k);
 	}
 }
 
@@ -93,8 +93,8 @@ static void feed(struct mitm *m, struct carry *c, bool guest)
 {
 	while (c->off < c->len) {
 		size_t taken = 0;
-		int rc = guest ? mitm_guest_in(m, c->buf + c->off, c->len - c->off, &taken)
-			       : mitm_upstream_in(m, c->buf + c->off, c->len - c->off, &taken);
+		int rc = guest ? tls_mitm_guest_in(m, c->buf + c->off, c->len - c->off, &taken)
+			       : tls_mitm_upstream_in(m, c->buf + c->off, c->len - c->off, &taken);
 		if (rc < 0) {
 			c->off = c->len; /* the engine takes no more from this side */
 			break;
@@ -105,9 +105,9 @@ static void feed(struct mitm *m, struct carry *c, bool guest)
 	}
 	if (c->off == c->len && c->eof && !c->eof_told) {
 		if (guest)
-			mitm_close_guest(m);
+			tls_mitm_close_guest(m);
 		else
-			mitm_close_upstream(m);
+			tls_mitm_close_upstream(m);
 		c->eof_told = true;
 	}
 }
@@ -145,7 +145,7 @@ static int dial(int port)
 	return fd;
 }
 
-static void serve(int g, int uport, struct tc_ca *ca, const struct tls_trust *trust, bool filter)
+static void serve(int g, int uport, struct tls_cert_ca *ca, const struct tls_trust *trust, bool filter)
 {
 	struct carry gc = { 0 }, uc = { 0 };
 	struct tls_hello h;
@@ -172,11 +172,11 @@ static void serve(int g, int uport, struct tc_ca *ca, const struct tls_trust *tr
 		return;
 	}
 	struct upper up = { 0 };
-	struct mitm_config cfg = { .ca = ca, .trust = trust, .filter = filter ? &upper_ops : NULL };
+	struct tls_mitm_config cfg = { .ca = ca, .trust = trust, .filter = filter ? &upper_ops : NULL };
 	struct mitm *m;
-	int rc = mitm_new(&cfg, h.sni, &up, &m);
+	int rc = tls_mitm_new(&cfg, h.sni, &up, &m);
 	if (rc < 0) {
-		printf("mitm %s fail: mitm_new: %s\n", h.sni, strerror(-rc));
+		printf("mitm %s fail: tls_mitm_new: %s\n", h.sni, strerror(-rc));
 		close(u);
 		return;
 	}
@@ -188,17 +188,17 @@ static void serve(int g, int uport, struct tc_ca *ca, const struct tls_trust *tr
 			why = "socket error";
 			break;
 		}
-		unsigned w = mitm_want(m);
-		if (w & MITM_DONE)
+		unsigned w = tls_mitm_want(m);
+		if (w & TLS_MITM_DONE)
 			break;
 		struct pollfd p[2] = { { .fd = g }, { .fd = u } };
-		if ((w & MITM_WANT_GUEST_IN) && gc.off == gc.len && !gc.eof)
+		if ((w & TLS_MITM_WANT_GUEST_IN) && gc.off == gc.len && !gc.eof)
 			p[0].events |= POLLIN;
-		if (w & MITM_WANT_GUEST_OUT)
+		if (w & TLS_MITM_WANT_GUEST_OUT)
 			p[0].events |= POLLOUT;
-		if ((w & MITM_WANT_UP_IN) && uc.off == uc.len && !uc.eof)
+		if ((w & TLS_MITM_WANT_UP_IN) && uc.off == uc.len && !uc.eof)
 			p[1].events |= POLLIN;
-		if (w & MITM_WANT_UP_OUT)
+		if (w & TLS_MITM_WANT_UP_OUT)
 			p[1].events |= POLLOUT;
 		if (!p[0].events && !p[1].events) {
 			why = "stalled";
@@ -214,14 +214,14 @@ static void serve(int g, int uport, struct tc_ca *ca, const struct tls_trust *tr
 			uc.len = uc.off = 0, uc.eof = true;
 	}
 	uint64_t nu, nd;
-	mitm_counts(m, &nu, &nd);
-	if (mitm_error(m))
-		printf("mitm %s fail: %s\n", h.sni, mitm_error(m));
+	tls_mitm_counts(m, &nu, &nd);
+	if (tls_mitm_error(m))
+		printf("mitm %s fail: %s\n", h.sni, tls_mitm_error(m));
 	else if (why)
 		printf("mitm %s fail: %s\n", h.sni, why);
 	else
 		printf("mitm %s ok up=%llu down=%llu\n", h.sni, (unsigned long long)nu, (unsigned long long)nd);
-	mitm_free(m);
+	tls_mitm_free(m);
 	close(u);
 }
 
@@ -255,9 +255,9 @@ int main(int argc, char **argv)
 	if (!ca_dir || uport <= 0 || max <= 0)
 		goto usage;
 	char err[512];
-	struct tc_ca *ca;
+	struct tls_cert_ca *ca;
 	struct tls_trust *trust;
-	if (tc_ca_open(ca_dir, &ca, err, sizeof err) < 0 || tls_trust_load(bundle, extra, &trust, err, sizeof err) < 0) {
+	if (tls_cert_ca_open(ca_dir, &ca, err, sizeof err) < 0 || tls_trust_load(bundle, extra, &trust, err, sizeof err) < 0) {
 		fprintf(stderr, "mitm_proxy: %s\n", err);
 		return 1;
 	}
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
 	while (wait(NULL) > 0)
 		;
 	tls_trust_free(trust);
-	tc_ca_free(ca);
+	tls_cert_ca_free(ca);
 	return 0;
 usage:
 	fprintf(stderr, "usage: mitm_proxy --port P --upstream-port U --ca-dir DIR [--extra-ca FILE] "

@@ -116,6 +116,64 @@ START_TEST(write_all_writes_everything)
 }
 END_TEST
 
+START_TEST(slurp_procfs_file)
+{
+	/* procfs reports size 0: the buffer grows past what stat said. */
+	char *buf = NULL;
+	size_t len = 0;
+	ck_assert_int_eq(fio_slurp("/proc/self/status", 0, 1 << 20, &buf, &len, NULL, NULL), 0);
+	ck_assert_uint_gt(len, 0);
+	ck_assert_ptr_nonnull(strstr(buf, "Name:"));
+	free(buf);
+	ck_assert_int_eq(fio_slurp("/proc/self/status", 0, 8, &buf, &len, NULL, NULL), -EFBIG);
+}
+END_TEST
+
+START_TEST(write_atomic_replaces)
+{
+	put(file, "old", 3);
+	char tmp[160], *buf;
+	size_t len;
+	struct stat st;
+	snprintf(tmp, sizeof tmp, "%s.tmp", file);
+	/* A symlink planted at the temporary name is refused, not followed;
+	 * a file left there is replaced. */
+	char victim[160];
+	snprintf(victim, sizeof victim, "%s/victim", dir);
+	put(victim, "keep", 4);
+	ck_assert_int_eq(symlink(victim, tmp), 0);
+	ck_assert_int_eq(fio_write_atomic(AT_FDCWD, file, NULL, "new!", 4, 0644), -ELOOP);
+	ck_assert_int_eq(unlink(tmp), 0);
+	ck_assert_int_eq(link(victim, tmp), 0);
+	mode_t old = umask(077);
+	ck_assert_int_eq(fio_write_atomic(AT_FDCWD, file, NULL, "new!", 4, 0644), 0);
+	umask(old);
+	ck_assert_int_eq(fio_slurp(file, 0, 16, &buf, &len, &st, NULL), 0);
+	ck_assert_str_eq(buf, "new!");
+	ck_assert_uint_eq(st.st_mode & 07777, 0644);
+	free(buf);
+	ck_assert_int_eq(access(tmp, F_OK), -1);
+	ck_assert_int_eq(fio_slurp(victim, 0, 16, &buf, &len, NULL, NULL), 0);
+	ck_assert_str_eq(buf, "keep");
+	free(buf);
+
+	/* Relative to a folder, with a temporary name of the caller's. */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(dfd, 0);
+	ck_assert_int_eq(mkdir(tmp, 0700), 0);
+	ck_assert_int_eq(fio_write_atomic(dfd, "f", "f.tmp", "x", 1, 0600), -EISDIR);
+	ck_assert_int_eq(fio_slurp(file, 0, 16, &buf, &len, NULL, NULL), 0);
+	ck_assert_str_eq(buf, "new!");
+	free(buf);
+	ck_assert_int_eq(fio_write_atomic(dfd, "f", "other", "x", 1, 0600), 0);
+	ck_assert_int_eq(fio_slurp(file, 0, 16, &buf, &len, NULL, NULL), 0);
+	ck_assert_str_eq(buf, "x");
+	free(buf);
+	ck_assert_int_eq(fio_write_atomic(dfd, "nosuch/f", NULL, "x", 1, 0600), -ENOENT);
+	close(dfd);
+}
+END_TEST
+
 Suite *fileio_suite(void)
 {
 	Suite *s = suite_create("fileio");
@@ -124,6 +182,8 @@ Suite *fileio_suite(void)
 	tcase_add_test(tc, slurp_whole_file);
 	tcase_add_test(tc, slurp_refusals);
 	tcase_add_test(tc, write_all_writes_everything);
+	tcase_add_test(tc, slurp_procfs_file);
+	tcase_add_test(tc, write_atomic_replaces);
 	suite_add_tcase(s, tc);
 	return s;
 }

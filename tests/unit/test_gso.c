@@ -120,10 +120,16 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 	unsigned id = get16(f + 18);
 
 	if (o->h.gso_type == GSO_TYPE_NONE) {
-		ck_assert_uint_eq(o->h.flags, 0);
 		ck_assert_uint_le(o->len, FR_FRAME_MAX);
 		segs[*n] = malloc(o->len);
 		memcpy(segs[*n], f, o->len);
+		if (o->h.flags) {
+			/* A lone frame with its checksum left to us. */
+			ck_assert_uint_eq(o->h.flags, GSO_F_NEEDS_CSUM);
+			ck_assert_uint_eq(o->h.csum_start, 34);
+			ck_assert_uint_eq(o->h.csum_offset, 16);
+			put16(segs[*n] + 50, fr_csum(segs[*n] + 34, o->len - 34, 0));
+		}
 		lens[(*n)++] = o->len;
 		return;
 	}
@@ -190,6 +196,8 @@ static void cut(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t len
 /* Feed frames in[0, n) through a merger of max bytes and check that the
  * emitted frames segment back into exactly them; returns how many frames
  * were emitted. */
+static int partial_in; /* roundtrip offers its frames with partial checksums */
+
 static size_t roundtrip(uint8_t **in, const size_t *inlen, size_t n, size_t max)
 {
 	static struct gso g;
@@ -199,8 +207,17 @@ static size_t roundtrip(uint8_t **in, const size_t *inlen, size_t n, size_t max)
 
 	reset_outs();
 	gso_init(&g, max, collect, NULL);
-	for (i = 0; i < n; i++)
-		gso_add(&g, in[i], inlen[i]);
+	for (i = 0; i < n; i++) {
+		if (partial_in) {
+			static uint8_t c[FR_FRAME_MAX];
+
+			memcpy(c, in[i], inlen[i]);
+			ck_assert_int_eq(gso_tcp_partial(c, inlen[i]), 0);
+			gso_add_partial(&g, c, inlen[i]);
+		} else {
+			gso_add(&g, in[i], inlen[i]);
+		}
+	}
 	gso_flush(&g);
 	gso_flush(&g); /* nothing pending: no frame */
 	for (k = 0; k < nouts; k++) {
@@ -492,6 +509,54 @@ START_TEST(hostile_lengths)
 }
 END_TEST
 
+/* Segments whose checksum the sender left to the peer (lwIP with
+ * checksum generation off): merged as before, and alone with
+ * NEEDS_CSUM; completed, they are the fully checksummed originals. */
+START_TEST(partial_checksums)
+{
+	static uint8_t one[FR_FRAME_MAX], out[FR_FRAME_MAX];
+	uint32_t seq = 1;
+	size_t i, len;
+	struct gso_hdr h;
+
+	for (i = 0; i < 300; i++) {
+		flen[i] = seg(frames[i], 80, seq, 7, FR_TCP_ACK, (uint16_t)i, 1460, 3);
+		seq += 1460;
+	}
+	partial_in = 1;
+	ck_assert_uint_eq(roundtrip(frames, flen, 300, GSO_FRAME_MAX), 7);
+	/* A SYN, a FIN, a 64 KiB segment: alone, NEEDS_CSUM. */
+	flen[0] = seg(frames[0], 80, 5, 0, FR_TCP_SYN, 1, 0, 0);
+	flen[1] = seg(frames[1], 80, 6, 9, FR_TCP_ACK | FR_TCP_FIN, 2, 10, 1);
+	flen[2] = seg(frames[2], 81, 6, 9, FR_TCP_ACK, 3, FR_MTU - 40, 2);
+	ck_assert_uint_eq(roundtrip(frames, flen, 3, GSO_FRAME_MAX), 3);
+	for (i = 0; i < 3; i++)
+		ck_assert_uint_eq(outs[i].h.flags, GSO_F_NEEDS_CSUM);
+	partial_in = 0;
+	/* gso_segment completes a lone one as the peer would. */
+	len = flen[1];
+	memcpy(one, frames[1], len);
+	ck_assert_int_eq(gso_tcp_partial(one, len), 0);
+	memset(&h, 0, sizeof h);
+	h.flags = GSO_F_NEEDS_CSUM;
+	h.csum_start = 34;
+	h.csum_offset = 16;
+	ncut = 0;
+	ck_assert_int_eq(gso_segment(&h, one, len, out, sizeof out, cut, &frames[1]), 0);
+	ck_assert_uint_eq(ncut, 1);
+	h.csum_offset = (uint16_t)(len - 34 - 1);
+	ck_assert_int_eq(gso_segment(&h, one, len, out, sizeof out, cut, &frames[1]), -EINVAL);
+	h.csum_offset = 16;
+	h.csum_start = 13;
+	ck_assert_int_eq(gso_segment(&h, one, len, out, sizeof out, cut, &frames[1]), -EINVAL);
+	ck_assert_int_eq(gso_segment(&h, one, len, out, len - 1, cut, &frames[1]), -EINVAL);
+	/* Not a TCP frame: no partial sum. */
+	one[23] = FR_IP_UDP;
+	ck_assert_int_eq(gso_tcp_partial(one, len), -EINVAL);
+	reset_outs();
+}
+END_TEST
+
 Suite *gso_suite(void)
 {
 	Suite *s = suite_create("gso");
@@ -507,6 +572,7 @@ Suite *gso_suite(void)
 	tcase_add_test(tc, other_frames);
 	tcase_add_test(tc, segment_refuses);
 	tcase_add_test(tc, hostile_lengths);
+	tcase_add_test(tc, partial_checksums);
 	suite_add_tcase(s, tc);
 	return s;
 }

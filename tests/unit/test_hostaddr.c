@@ -26,7 +26,7 @@ static struct pol_addr A(const char *s)
 static bool local(struct hostaddr *h, const char *s)
 {
 	struct pol_addr a = A(s);
-	return ha_is_local(h, &a);
+	return hostaddr_is_local(h, &a);
 }
 
 static void sh(const char *cmd)
@@ -49,7 +49,7 @@ START_TEST(addresses_as_they_are_now)
 	struct hostaddr h;
 	if (!own_namespace())
 		return;
-	ck_assert_int_eq(ha_open(&h), 0);
+	ck_assert_int_eq(hostaddr_open(&h), 0);
 	ck_assert(local(&h, "127.0.0.1"));
 	ck_assert(local(&h, "127.255.0.9"));
 	ck_assert(!local(&h, "5.5.5.5")); /* no route at all */
@@ -92,7 +92,7 @@ START_TEST(addresses_as_they_are_now)
 	ck_assert(local(&h, "5.6.0.70"));
 	ck_assert(h.failed == 0);
 	ck_assert(h.asked >= 15);
-	ha_close(&h);
+	hostaddr_close(&h);
 	/* closed: cannot tell, so the host's (fail closed) */
 	ck_assert(local(&h, "8.8.8.8"));
 }
@@ -107,7 +107,7 @@ START_TEST(ipv6)
 		printf("skip hostaddr ipv6: no IPv6 in this kernel\n");
 		return;
 	}
-	ck_assert_int_eq(ha_open(&h), 0);
+	ck_assert_int_eq(hostaddr_open(&h), 0);
 	sh("ip -6 addr add 2001:db8::5/128 dev lo nodad");
 	/* IPv6 installs an address's local route from a work queue, a few
 	 * milliseconds after `ip` returns (until then the kernel would not
@@ -121,7 +121,7 @@ START_TEST(ipv6)
 	ck_assert(seen);
 	ck_assert(!local(&h, "2001:db8::6"));
 	ck_assert(h.failed == 0);
-	ha_close(&h);
+	hostaddr_close(&h);
 }
 END_TEST
 
@@ -141,7 +141,7 @@ START_TEST(under_the_lockdown)
 		printf("skip hostaddr under the lock-down: CK_FORK=no would lock the runner down\n");
 		_exit(0);
 	}
-	ck_assert_int_eq(ha_open(&h), 0);
+	ck_assert_int_eq(hostaddr_open(&h), 0);
 	tcpip_init(NULL, NULL); /* lwIP's thread, as netdev_attach leaves it */
 	ck_assert_msg(lockdown_apply(&c, err, sizeof err) == 0, "%s", err);
 	ck_assert(local(&h, "127.0.0.1"));

@@ -10,35 +10,23 @@
 
 #include "netstack/http_resp.h"
 #include "netstack/secrets.h"
+#include "tests/lib/secret_set.h"
 
 #define V "ghp_R3alT0kenValue42"
 #define PH "$KBOX_TOK***********" /* as long as V */
 
 static const char yaml[] = "TOK: {value: \"" V "\", allow: [api.example.com]}\n";
-static struct secrets *set;
-
-static void setup(void)
-{
-	char err[256];
-	ck_assert_int_eq(secrets_load_buf("t/secrets.yaml", yaml, strlen(yaml), &set, err, sizeof err), 0);
-}
-
-static void teardown(void)
-{
-	secrets_free(set);
-	set = NULL;
-}
 
 /* The requests the responses answer, as http_sub would queue them. */
 struct reqs {
-	struct hr_req q[8];
+	struct http_resp_req q[8];
 	size_t n, next;
 };
 
 struct out;
 static struct reqs *reqs_of(struct out *o);
 
-static bool next_req(void *ctx, struct hr_req *out)
+static bool next_req(void *ctx, struct http_resp_req *out)
 {
 	struct reqs *r = reqs_of(ctx);
 	if (r->next == r->n)
@@ -50,8 +38,8 @@ static bool next_req(void *ctx, struct hr_req *out)
 struct out {
 	char *p;
 	size_t n;
-	char reply[HR_REPLY_MAX + 1024];
-	enum hr_state state;
+	char reply[HTTP_RESP_REPLY_MAX + 1024];
+	enum http_resp_state state;
 	unsigned scrubbed, refused;
 	struct reqs rq;
 };
@@ -61,7 +49,7 @@ static struct reqs *reqs_of(struct out *o)
 	return &o->rq;
 }
 
-static void on_event(void *ctx, const struct hr_event *e)
+static void on_event(void *ctx, const struct http_resp_event *e)
 {
 	struct out *o = ctx;
 	if (!strcmp(e->event, "secret-scrubbed"))
@@ -75,14 +63,14 @@ static void drain(struct hr *h, struct out *o)
 {
 	const uint8_t *p;
 	size_t n;
-	hr_output(h, &p, &n);
+	http_resp_output(h, &p, &n);
 	o->p = realloc(o->p, o->n + n + 1);
 	ck_assert_ptr_nonnull(o->p);
 	if (n)
 		memcpy(o->p + o->n, p, n);
 	o->n += n;
 	o->p[o->n] = '\0';
-	hr_consume(h, n);
+	http_resp_consume(h, n);
 }
 
 /* Feed IN split once at SPLIT (0: whole) or in SLICE-byte pieces. */
@@ -91,32 +79,32 @@ static void run(const char *in, size_t n, const struct reqs *rq, size_t split, s
 	struct hr *h;
 	memset(o, 0, sizeof *o);
 	o->rq = *rq;
-	ck_assert_int_eq(hr_new(set, "api.example.com", true, next_req, on_event, o, &h), 0);
+	ck_assert_int_eq(http_resp_new(ts_set, "api.example.com", true, next_req, on_event, o, &h), 0);
 	size_t off = 0;
-	while (off < n && hr_state(h) == HR_OPEN) {
+	while (off < n && http_resp_state(h) == HTTP_RESP_OPEN) {
 		size_t k = n - off;
 		if (split)
 			k = off < split ? split - off : n - off;
 		else if (slice && k > slice)
 			k = slice;
 		size_t t;
-		ck_assert_int_eq(hr_feed(h, in + off, k, &t), 0);
+		ck_assert_int_eq(http_resp_feed(h, in + off, k, &t), 0);
 		drain(h, o);
-		if (hr_state(h) != HR_OPEN)
+		if (http_resp_state(h) != HTTP_RESP_OPEN)
 			break;
 		ck_assert_uint_eq(t, k);
 		off += t;
 	}
-	hr_finish(h);
+	http_resp_finish(h);
 	drain(h, o);
-	o->state = hr_state(h);
+	o->state = http_resp_state(h);
 	const uint8_t *p;
 	size_t rn;
-	hr_reply(h, &p, &rn);
+	http_resp_reply(h, &p, &rn);
 	snprintf(o->reply, sizeof o->reply, "%.*s", (int)rn, (const char *)p);
 	if (!o->p)
 		o->p = calloc(1, 1);
-	hr_free(h);
+	http_resp_free(h);
 }
 
 /* The same output for the whole and for every split and 1-byte pieces,
@@ -202,7 +190,7 @@ START_TEST(content_length_body_and_head)
 	const char *in = "HTTP/1.1 200 OK\r\nX-Echo: Bearer " V "\r\nContent-Length: 29\r\n\r\n{\"t\":\"" V "\"}\n";
 	struct out o;
 	run(in, strlen(in), &GET1, 0, 0, &o);
-	ck_assert_int_eq(o.state, HR_OPEN);
+	ck_assert_int_eq(o.state, HTTP_RESP_OPEN);
 	ck_assert_str_eq(o.p, "HTTP/1.1 200 OK\r\nX-Echo: Bearer " PH "\r\nContent-Length: 29\r\n\r\n{\"t\":\"" PH "\"}\n");
 	ck_assert_uint_eq(o.scrubbed, 2);
 	same_everywhere(in, &GET1, &o);
@@ -216,7 +204,7 @@ START_TEST(chunked_across_chunks_and_trailer)
 			 "3;a=b\r\nghp\r\n5\r\n_R3al\r\nc\r\nT0kenValue42\r\n1\r\n!\r\n0\r\nX-T: " V "\r\n\r\n";
 	struct out o;
 	run(in, strlen(in), &GET1, 0, 0, &o);
-	ck_assert_int_eq(o.state, HR_OPEN);
+	ck_assert_int_eq(o.state, HTTP_RESP_OPEN);
 	char *d = dechunk_all(o.p);
 	ck_assert_str_eq(d, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" PH "![end]X-T: " PH "\r\n\r\n");
 	ck_assert_ptr_null(strstr(o.p, ";a=b"));
@@ -256,7 +244,7 @@ START_TEST(no_body_interim_and_pipelined)
 			 "HTTP/1.1 304 Not Modified\r\nETag: \"" V "\"\r\n\r\n";
 	struct out o;
 	run(in, strlen(in), &rq, 0, 0, &o);
-	ck_assert_int_eq(o.state, HR_OPEN);
+	ck_assert_int_eq(o.state, HTTP_RESP_OPEN);
 	ck_assert_str_eq(o.p, "HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n"
 			      "HTTP/1.1 100 Continue\r\n\r\n"
 			      "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n" PH
@@ -269,41 +257,41 @@ END_TEST
 
 struct rcase {
 	const char *name, *in;
-	struct hr_req req;
-	enum hr_state state;
+	struct http_resp_req req;
+	enum http_resp_state state;
 	const char *reply; /* in the 502's text */
 };
 
 static const struct rcase refusals[] = {
 	{ "gzip where identity was asked", "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc",
-	  { .identity = true }, HR_CLOSE_AFTER_REPLY, "compressed (Content-Encoding: gzip)" },
+	  { .identity = true }, HTTP_RESP_CLOSE_AFTER_REPLY, "compressed (Content-Encoding: gzip)" },
 	{ "br, identity listed", "HTTP/1.1 200 OK\r\nContent-Encoding: identity, br\r\n\r\n", { .identity = true },
-	  HR_CLOSE_AFTER_REPLY, "Content-Encoding: br" },
+	  HTTP_RESP_CLOSE_AFTER_REPLY, "Content-Encoding: br" },
 	{ "a coding name carrying a value", "HTTP/1.1 200 OK\r\nContent-Encoding: x" V "\r\n\r\n", { .identity = true },
-	  HR_CLOSE_AFTER_REPLY, "Content-Encoding: an unknown coding" },
+	  HTTP_RESP_CLOSE_AFTER_REPLY, "Content-Encoding: an unknown coding" },
 	{ "206 where identity was asked", "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-4/20\r\n"
-	  "Content-Length: 5\r\n\r\nghp_R", { .identity = true }, HR_CLOSE_AFTER_REPLY, "partial response (206)" },
+	  "Content-Length: 5\r\n\r\nghp_R", { .identity = true }, HTTP_RESP_CLOSE_AFTER_REPLY, "partial response (206)" },
 	{ "gzip elsewhere passes", "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc", {},
-	  HR_OPEN, NULL },
+	  HTTP_RESP_OPEN, NULL },
 	{ "transfer coding gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
-	  { .identity = true }, HR_CLOSE_AFTER_REPLY, "transfer coding 'gzip'" },
+	  { .identity = true }, HTTP_RESP_CLOSE_AFTER_REPLY, "transfer coding 'gzip'" },
 	{ "TE and CL", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", {},
-	  HR_CLOSE_AFTER_REPLY, "ambiguous" },
-	{ "two lengths", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", {}, HR_CLOSE_AFTER_REPLY,
+	  HTTP_RESP_CLOSE_AFTER_REPLY, "ambiguous" },
+	{ "two lengths", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", {}, HTTP_RESP_CLOSE_AFTER_REPLY,
 	  "different Content-Length" },
-	{ "not HTTP", "\x00\x00\x12\x04\x00\x00\x00\x00\x00", {}, HR_CLOSE_AFTER_REPLY, "control bytes" },
-	{ "TLS bytes", "\x16\x03\x03\x00\x02\r\n\r\n", {}, HR_CLOSE_AFTER_REPLY, "control bytes" },
-	{ "garbage line", "SSH-2.0-x\r\n\r\n", {}, HR_CLOSE_AFTER_REPLY, "not an HTTP/1.x response" },
-	{ "HTTP/2 status line", "HTTP/2 200\r\n\r\n", {}, HR_CLOSE_AFTER_REPLY, "not an HTTP/1.x response" },
-	{ "bare LF", "HTTP/1.1 200 OK\nContent-Length: 0\n\n", {}, HR_CLOSE_AFTER_REPLY, "bare CR or LF" },
-	{ "obs-fold", "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\n\r\n", {}, HR_CLOSE_AFTER_REPLY, "obs-fold" },
-	{ "101 unasked", "HTTP/1.1 101 Switching Protocols\r\n\r\n", {}, HR_CLOSE_AFTER_REPLY, "asked for no upgrade" },
+	{ "not HTTP", "\x00\x00\x12\x04\x00\x00\x00\x00\x00", {}, HTTP_RESP_CLOSE_AFTER_REPLY, "control bytes" },
+	{ "TLS bytes", "\x16\x03\x03\x00\x02\r\n\r\n", {}, HTTP_RESP_CLOSE_AFTER_REPLY, "control bytes" },
+	{ "garbage line", "SSH-2.0-x\r\n\r\n", {}, HTTP_RESP_CLOSE_AFTER_REPLY, "not an HTTP/1.x response" },
+	{ "HTTP/2 status line", "HTTP/2 200\r\n\r\n", {}, HTTP_RESP_CLOSE_AFTER_REPLY, "not an HTTP/1.x response" },
+	{ "bare LF", "HTTP/1.1 200 OK\nContent-Length: 0\n\n", {}, HTTP_RESP_CLOSE_AFTER_REPLY, "bare CR or LF" },
+	{ "obs-fold", "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\n\r\n", {}, HTTP_RESP_CLOSE_AFTER_REPLY, "obs-fold" },
+	{ "101 unasked", "HTTP/1.1 101 Switching Protocols\r\n\r\n", {}, HTTP_RESP_CLOSE_AFTER_REPLY, "asked for no upgrade" },
 	{ "101 with deflate", "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
-	  { .upgrade = true, .identity = true }, HR_CLOSE_AFTER_REPLY, "WebSocket extension" },
+	  { .upgrade = true, .identity = true }, HTTP_RESP_CLOSE_AFTER_REPLY, "WebSocket extension" },
 	{ "101 to h2c", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", { .upgrade = true, .identity = true },
-	  HR_CLOSE_AFTER_REPLY, "other than WebSocket" },
-	{ "bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", {}, HR_FAILED, NULL },
-	{ "chunk without CRLF", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab", {}, HR_FAILED, NULL },
+	  HTTP_RESP_CLOSE_AFTER_REPLY, "other than WebSocket" },
+	{ "bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", {}, HTTP_RESP_FAILED, NULL },
+	{ "chunk without CRLF", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab", {}, HTTP_RESP_FAILED, NULL },
 };
 
 START_TEST(refused)
@@ -314,7 +302,7 @@ START_TEST(refused)
 	size_t n = strlen(c->in) ? strlen(c->in) : 9;
 	run(c->in, n, &rq, 0, 0, &o);
 	ck_assert_msg(o.state == c->state, "%s: state %d (%s)", c->name, o.state, o.reply);
-	if (c->state == HR_CLOSE_AFTER_REPLY) {
+	if (c->state == HTTP_RESP_CLOSE_AFTER_REPLY) {
 		ck_assert_msg(strncmp(o.reply, "HTTP/1.1 502 Bad Gateway\r\n", 26) == 0, "%s", c->name);
 		ck_assert_msg(strstr(o.reply, c->reply), "%s: %s", c->name, o.reply);
 		ck_assert_msg(strstr(o.reply, "\r\nConnection: close\r\n"), "%s", c->name);
@@ -322,7 +310,7 @@ START_TEST(refused)
 		ck_assert_uint_eq(o.refused, 1);
 		ck_assert_ptr_null(strstr(o.reply, V));
 	}
-	if (c->state == HR_FAILED)
+	if (c->state == HTTP_RESP_FAILED)
 		ck_assert_uint_eq(o.refused, 1);
 	free(o.p);
 }
@@ -342,9 +330,10 @@ END_TEST
 
 Suite *http_resp_suite(void)
 {
+	ts_yaml = yaml;
 	Suite *s = suite_create("http_resp");
 	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, ts_setup, ts_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, content_length_body_and_head);
 	tcase_add_test(tc, chunked_across_chunks_and_trailer);

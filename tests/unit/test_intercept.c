@@ -19,7 +19,7 @@
 
 #define NAME "api.example.test"
 
-static struct tc_ca *kbox_ca, *up_ca;
+static struct tls_cert_ca *kbox_ca, *up_ca;
 static struct tls_trust *up_trust, *kbox_trust;
 static struct secrets *secs;
 
@@ -33,15 +33,15 @@ static const char SECRETS_YAML[] = "TOKEN:\n"
 static void setup(void)
 {
 	time_t now = time(NULL);
-	ck_assert_int_eq(tc_ca_generate("kbox test CA", now, &kbox_ca), 0);
-	ck_assert_int_eq(tc_ca_generate("upstream test CA", now, &up_ca), 0);
+	ck_assert_int_eq(tls_cert_ca_generate("kbox test CA", now, &kbox_ca), 0);
+	ck_assert_int_eq(tls_cert_ca_generate("upstream test CA", now, &up_ca), 0);
 	size_t len;
 	const unsigned char *der;
 	ck_assert_int_eq(tls_trust_new(&up_trust), 0);
-	der = tc_ca_der(up_ca, &len);
+	der = tls_cert_ca_der(up_ca, &len);
 	ck_assert_int_eq(tls_trust_add_der(up_trust, der, len), 0);
 	ck_assert_int_eq(tls_trust_new(&kbox_trust), 0);
-	der = tc_ca_der(kbox_ca, &len);
+	der = tls_cert_ca_der(kbox_ca, &len);
 	ck_assert_int_eq(tls_trust_add_der(kbox_trust, der, len), 0);
 	char err[256];
 	ck_assert_int_eq(secrets_load_buf("secrets.yaml", SECRETS_YAML, strlen(SECRETS_YAML), &secs, err,
@@ -54,8 +54,8 @@ static void teardown(void)
 	secrets_free(secs);
 	tls_trust_free(up_trust);
 	tls_trust_free(kbox_trust);
-	tc_ca_free(kbox_ca);
-	tc_ca_free(up_ca);
+	tls_cert_ca_free(kbox_ca);
+	tls_cert_ca_free(up_ca);
 }
 
 /* Events seen. */
@@ -65,7 +65,7 @@ struct seen {
 	unsigned n, substituted, blocked;
 };
 
-static void on_event(void *ctx, const struct icpt_event *ev)
+static void on_event(void *ctx, const struct intercept_event *ev)
 {
 	struct seen *s = ctx;
 	s->n++;
@@ -98,41 +98,41 @@ static size_t hello_for(const char *name, uint8_t *out, size_t cap)
 	return len;
 }
 
-static struct icpt_config cfg_of(enum icpt_scope scope, const char *const *bypass, size_t nb)
+static struct intercept_config cfg_of(enum intercept_scope scope, const char *const *bypass, size_t nb)
 {
-	struct icpt_config c = {
+	struct intercept_config c = {
 		.ca = kbox_ca, .trust = up_trust, .secrets = secs, .scope = scope, .bypass = bypass, .n_bypass = nb,
 	};
 	return c;
 }
 
-/* Feed BYTES as the guest's first bytes; return icpt_want. */
-static unsigned first_bytes(const struct icpt_config *cfg, const char *const *names, size_t nn,
+/* Feed BYTES as the guest's first bytes; return intercept_want. */
+static unsigned first_bytes(const struct intercept_config *cfg, const char *const *names, size_t nn,
 			    const uint8_t *bytes, size_t n, struct seen *s, struct icpt **out)
 {
-	ck_assert_int_eq(icpt_new(cfg, names, nn, on_event, s, out), 0);
+	ck_assert_int_eq(intercept_new(cfg, names, nn, on_event, s, out), 0);
 	size_t taken = 0;
-	ck_assert_int_eq(icpt_guest_in(*out, bytes, n, &taken), 0);
+	ck_assert_int_eq(intercept_guest_in(*out, bytes, n, &taken), 0);
 	ck_assert_uint_eq(taken, n);
-	return icpt_want(*out);
+	return intercept_want(*out);
 }
 
 START_TEST(plain_http_is_spliced_byte_exact)
 {
 	static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-	struct icpt_config cfg = cfg_of(ICPT_SCOPE_ALL, NULL, 0);
+	struct intercept_config cfg = cfg_of(INTERCEPT_SCOPE_ALL, NULL, 0);
 	struct seen s = { 0 };
 	struct icpt *c;
 	unsigned w = first_bytes(&cfg, NULL, 0, (const uint8_t *)req, strlen(req), &s, &c);
-	ck_assert(w & MITM_WANT_UP_OUT);
+	ck_assert(w & TLS_MITM_WANT_UP_OUT);
 	size_t n;
-	const uint8_t *p = icpt_upstream_out(c, &n);
+	const uint8_t *p = intercept_upstream_out(c, &n);
 	ck_assert_uint_eq(n, strlen(req));
 	ck_assert_mem_eq(p, req, n);
-	icpt_upstream_out_done(c, n);
-	ck_assert(icpt_want(c) & ICPT_SPLICE);
+	intercept_upstream_out_done(c, n);
+	ck_assert(intercept_want(c) & INTERCEPT_SPLICE);
 	ck_assert_uint_eq(s.n, 0);
-	icpt_free(c);
+	intercept_free(c);
 }
 END_TEST
 
@@ -147,66 +147,66 @@ START_TEST(decisions_by_name)
 	struct icpt *c;
 
 	/* The name our DNS gave: intercepted. */
-	struct icpt_config all = cfg_of(ICPT_SCOPE_ALL, NULL, 0);
+	struct intercept_config all = cfg_of(INTERCEPT_SCOPE_ALL, NULL, 0);
 	memset(&s, 0, sizeof s);
 	unsigned w = first_bytes(&all, right, 2, h, n, &s, &c);
-	ck_assert(!(w & (ICPT_SPLICE | ICPT_REFUSE)));
-	ck_assert(!icpt_upstream_direct(c));
+	ck_assert(!(w & (INTERCEPT_SPLICE | INTERCEPT_REFUSE)));
+	ck_assert(!intercept_upstream_direct(c));
 	ck_assert_str_eq(s.last, "tls-intercept");
 	/* The engine's own hello goes upstream first. */
 	size_t k;
-	ck_assert_ptr_nonnull(icpt_upstream_out(c, &k));
+	ck_assert_ptr_nonnull(intercept_upstream_out(c, &k));
 	ck_assert_uint_gt(k, 0);
-	icpt_free(c);
+	intercept_free(c);
 
 	/* SNI naming another host than the address's: refused. */
 	memset(&s, 0, sizeof s);
 	w = first_bytes(&all, wrong, 1, h, n, &s, &c);
-	ck_assert(w & ICPT_REFUSE);
+	ck_assert(w & INTERCEPT_REFUSE);
 	ck_assert_str_eq(s.last, "tls-refuse");
 	ck_assert_ptr_nonnull(strstr(s.reasons, "not a name our DNS gave"));
-	icpt_free(c);
+	intercept_free(c);
 
 	/* A name the guest asked our DNS for is a name, not a pattern: an
 	 * answer for "*.example.test" vouches for no other host. */
 	const char *star[] = { "*.example.test" };
 	memset(&s, 0, sizeof s);
 	w = first_bytes(&all, star, 1, h, n, &s, &c);
-	ck_assert(w & ICPT_REFUSE);
+	ck_assert(w & INTERCEPT_REFUSE);
 	ck_assert_str_eq(s.last, "tls-refuse");
-	icpt_free(c);
+	intercept_free(c);
 
 	/* Bypass: spliced, the hello unchanged. */
-	struct icpt_config by = cfg_of(ICPT_SCOPE_ALL, bypass, 1);
+	struct intercept_config by = cfg_of(INTERCEPT_SCOPE_ALL, bypass, 1);
 	memset(&s, 0, sizeof s);
 	w = first_bytes(&by, right, 2, h, n, &s, &c);
-	ck_assert(w & MITM_WANT_UP_OUT);
-	const uint8_t *p = icpt_upstream_out(c, &k);
+	ck_assert(w & TLS_MITM_WANT_UP_OUT);
+	const uint8_t *p = intercept_upstream_out(c, &k);
 	ck_assert_uint_eq(k, n);
 	ck_assert_mem_eq(p, h, n);
-	icpt_upstream_out_done(c, k);
-	ck_assert(icpt_want(c) & ICPT_SPLICE);
+	intercept_upstream_out_done(c, k);
+	ck_assert(intercept_want(c) & INTERCEPT_SPLICE);
 	ck_assert_str_eq(s.last, "tls-splice");
-	icpt_free(c);
+	intercept_free(c);
 
 	/* Scope "secrets": a name no secret may go to is spliced, and the
 	 * audit log says so (one line per outcome). */
 	uint8_t h2[4096];
 	size_t n2 = hello_for("elsewhere.example", h2, sizeof h2);
 	const char *else_names[] = { "elsewhere.example" };
-	struct icpt_config sec = cfg_of(ICPT_SCOPE_SECRETS, NULL, 0);
+	struct intercept_config sec = cfg_of(INTERCEPT_SCOPE_SECRETS, NULL, 0);
 	memset(&s, 0, sizeof s);
 	w = first_bytes(&sec, else_names, 1, h2, n2, &s, &c);
-	ck_assert(w & MITM_WANT_UP_OUT);
+	ck_assert(w & TLS_MITM_WANT_UP_OUT);
 	ck_assert_uint_eq(s.n, 1);
 	ck_assert_str_eq(s.last, "tls-splice");
 	ck_assert_ptr_nonnull(strstr(s.reasons, "no secret may be sent"));
-	icpt_free(c);
+	intercept_free(c);
 	/* ... and the secret's host is intercepted. */
 	memset(&s, 0, sizeof s);
 	w = first_bytes(&sec, right, 2, h, n, &s, &c);
 	ck_assert_str_eq(s.last, "tls-intercept");
-	icpt_free(c);
+	intercept_free(c);
 }
 END_TEST
 
@@ -215,39 +215,39 @@ START_TEST(partial_hello_waits_then_decides)
 	uint8_t h[4096];
 	size_t n = hello_for(NAME, h, sizeof h);
 	const char *right[] = { NAME };
-	struct icpt_config all = cfg_of(ICPT_SCOPE_ALL, NULL, 0);
+	struct intercept_config all = cfg_of(INTERCEPT_SCOPE_ALL, NULL, 0);
 	struct seen s = { 0 };
 	struct icpt *c;
-	ck_assert_int_eq(icpt_new(&all, right, 1, on_event, &s, &c), 0);
+	ck_assert_int_eq(intercept_new(&all, right, 1, on_event, &s, &c), 0);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_eq(s.n, 0);
 		size_t t;
-		ck_assert_int_eq(icpt_guest_in(c, h + i, 1, &t), 0);
+		ck_assert_int_eq(intercept_guest_in(c, h + i, 1, &t), 0);
 		ck_assert_uint_eq(t, 1);
 	}
 	ck_assert_str_eq(s.last, "tls-intercept");
-	icpt_free(c);
+	intercept_free(c);
 }
 END_TEST
 
 START_TEST(malformed_hello_refused_server_first_spliced)
 {
 	uint8_t bad[] = { 22, 3, 1, 0, 4, 2, 0, 0, 0 }; /* a handshake record, but a ServerHello */
-	struct icpt_config all = cfg_of(ICPT_SCOPE_ALL, NULL, 0);
+	struct intercept_config all = cfg_of(INTERCEPT_SCOPE_ALL, NULL, 0);
 	struct seen s = { 0 };
 	struct icpt *c;
 	unsigned w = first_bytes(&all, NULL, 0, bad, sizeof bad, &s, &c);
-	ck_assert(w & ICPT_REFUSE);
-	icpt_free(c);
+	ck_assert(w & INTERCEPT_REFUSE);
+	intercept_free(c);
 
 	/* SSH-like: the server talks first; whatever the guest says then is
 	 * not intercepted. */
 	memset(&s, 0, sizeof s);
-	ck_assert_int_eq(icpt_new(&all, NULL, 0, on_event, &s, &c), 0);
-	ck_assert(icpt_upstream_direct(c));
-	icpt_server_spoke(c);
-	ck_assert(icpt_want(c) & ICPT_SPLICE);
-	icpt_free(c);
+	ck_assert_int_eq(intercept_new(&all, NULL, 0, on_event, &s, &c), 0);
+	ck_assert(intercept_upstream_direct(c));
+	intercept_server_spoke(c);
+	ck_assert(intercept_want(c) & INTERCEPT_SPLICE);
+	intercept_free(c);
 }
 END_TEST
 
@@ -311,7 +311,7 @@ static void exchange(const char *sni, const char *const *names, size_t nn, const
 	const br_x509_certificate *chain;
 	size_t chain_len;
 	const br_ec_private_key *key;
-	ck_assert_int_eq(tc_leaf(up_ca, sni, &chain, &chain_len, &key), 0);
+	ck_assert_int_eq(tls_cert_leaf(up_ca, sni, &chain, &chain_len, &key), 0);
 	br_ssl_server_init_full_ec(&sc, chain, chain_len, BR_KEYTYPE_EC, key);
 	br_ssl_engine_set_buffer(&sc.eng, sbuf, sizeof sbuf, 1);
 	br_ssl_engine_set_protocol_names(&sc.eng, alpn, 1);
@@ -323,9 +323,9 @@ static void exchange(const char *sni, const char *const *names, size_t nn, const
 	sv->e = &sc.eng;
 	sv->tx = NULL;
 
-	struct icpt_config cfg = cfg_of(ICPT_SCOPE_SECRETS, NULL, 0);
+	struct intercept_config cfg = cfg_of(INTERCEPT_SCOPE_SECRETS, NULL, 0);
 	struct icpt *c;
-	ck_assert_int_eq(icpt_new(&cfg, names, nn, on_event, s, &c), 0);
+	ck_assert_int_eq(intercept_new(&cfg, names, nn, on_event, s, &c), 0);
 	bool answered = false;
 	for (int round = 0; round < 10000; round++) {
 		bool prog = end_app(cl);
@@ -338,48 +338,48 @@ static void exchange(const char *sni, const char *const *names, size_t nn, const
 		unsigned char *b;
 		/* client -> icpt */
 		if ((b = br_ssl_engine_sendrec_buf(cl->e, &len)) && len) {
-			ck_assert_int_ge(icpt_guest_in(c, b, len, &t), -EPIPE);
+			ck_assert_int_ge(intercept_guest_in(c, b, len, &t), -EPIPE);
 			if (t) {
 				br_ssl_engine_sendrec_ack(cl->e, t);
 				prog = true;
 			}
 		}
 		/* icpt -> server */
-		const uint8_t *o = icpt_upstream_out(c, &len);
+		const uint8_t *o = intercept_upstream_out(c, &len);
 		if (o && len) {
 			unsigned char *r = br_ssl_engine_recvrec_buf(sv->e, &t);
 			if (r && t) {
 				size_t k = len < t ? len : t;
 				memcpy(r, o, k);
 				br_ssl_engine_recvrec_ack(sv->e, k);
-				icpt_upstream_out_done(c, k);
+				intercept_upstream_out_done(c, k);
 				prog = true;
 			}
 		}
 		/* server -> icpt */
 		if ((b = br_ssl_engine_sendrec_buf(sv->e, &len)) && len) {
-			ck_assert_int_ge(icpt_upstream_in(c, b, len, &t), -EPIPE);
+			ck_assert_int_ge(intercept_upstream_in(c, b, len, &t), -EPIPE);
 			if (t) {
 				br_ssl_engine_sendrec_ack(sv->e, t);
 				prog = true;
 			}
 		}
 		/* icpt -> client */
-		o = icpt_guest_out(c, &len);
+		o = intercept_guest_out(c, &len);
 		if (o && len) {
 			unsigned char *r = br_ssl_engine_recvrec_buf(cl->e, &t);
 			if (r && t) {
 				size_t k = len < t ? len : t;
 				memcpy(r, o, k);
 				br_ssl_engine_recvrec_ack(cl->e, k);
-				icpt_guest_out_done(c, k);
+				intercept_guest_out_done(c, k);
 				prog = true;
 			}
 		}
 		if (!prog)
 			break;
 	}
-	icpt_free(c);
+	intercept_free(c);
 }
 
 START_TEST(secret_substituted_for_its_host)

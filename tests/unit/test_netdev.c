@@ -193,20 +193,20 @@ START_TEST(resolver)
 {
 	struct dns_rr rr[8];
 	size_t n = 99;
-	ck_assert_int_eq(nres_resolve(NULL, "localhost", DNS_TYPE_A, rr, 8, &n), DNS_RCODE_NOERROR);
+	ck_assert_int_eq(resolver_resolve(NULL, "localhost", DNS_TYPE_A, rr, 8, &n), DNS_RCODE_NOERROR);
 	ck_assert_uint_ge(n, 1);
 	ck_assert_uint_eq(rr[0].addr.family, 4);
 	ck_assert_uint_eq(rr[0].addr.b[0], 127);
-	ck_assert_uint_eq(rr[0].ttl, NRES_TTL);
-	ck_assert_int_eq(nres_resolve(NULL, "localhost", 15 /* MX */, rr, 8, &n), -EINVAL);
+	ck_assert_uint_eq(rr[0].ttl, RESOLVER_TTL);
+	ck_assert_int_eq(resolver_resolve(NULL, "localhost", 15 /* MX */, rr, 8, &n), -EINVAL);
 	ck_assert_uint_eq(n, 0);
-	ck_assert_int_eq(nres_resolve(NULL, "", DNS_TYPE_A, rr, 8, &n), -EINVAL);
+	ck_assert_int_eq(resolver_resolve(NULL, "", DNS_TYPE_A, rr, 8, &n), -EINVAL);
 	char big[300];
 	memset(big, 'a', sizeof big - 1);
 	big[sizeof big - 1] = '\0';
-	ck_assert_int_eq(nres_resolve(NULL, big, DNS_TYPE_A, rr, 8, &n), -EINVAL);
+	ck_assert_int_eq(resolver_resolve(NULL, big, DNS_TYPE_A, rr, 8, &n), -EINVAL);
 	/* max bounds the answers. */
-	ck_assert_int_eq(nres_resolve(NULL, "localhost", DNS_TYPE_A, rr, 0, &n), DNS_RCODE_NOERROR);
+	ck_assert_int_eq(resolver_resolve(NULL, "localhost", DNS_TYPE_A, rr, 0, &n), DNS_RCODE_NOERROR);
 	ck_assert_uint_eq(n, 0);
 }
 END_TEST

@@ -49,42 +49,42 @@ static size_t hello(const char *sni, uint8_t *out)
 }
 
 /* Every strict prefix of buf needs more; the whole gives want. */
-static void prefixes(const uint8_t *buf, size_t n, int want, struct pk_result *r)
+static void prefixes(const uint8_t *buf, size_t n, int want, struct peek_result *r)
 {
 	for (size_t i = 0; i < n; i++) {
-		int st = pk_parse(buf, i, r);
-		ck_assert_msg(st == PK_NEED_MORE, "prefix %zu of %zu: %d (%s)", i, n, st, r->why ? r->why : "");
+		int st = peek_parse(buf, i, r);
+		ck_assert_msg(st == PEEK_NEED_MORE, "prefix %zu of %zu: %d (%s)", i, n, st, r->why ? r->why : "");
 	}
-	ck_assert_int_eq(pk_parse(buf, n, r), want);
+	ck_assert_int_eq(peek_parse(buf, n, r), want);
 }
 
-static int parse(const char *s, struct pk_result *r)
+static int parse(const char *s, struct peek_result *r)
 {
-	return pk_parse((const uint8_t *)s, strlen(s), r);
+	return peek_parse((const uint8_t *)s, strlen(s), r);
 }
 
 START_TEST(tls_server_name)
 {
 	uint8_t b[512];
-	struct pk_result r;
+	struct peek_result r;
 	size_t n = hello("Deny.Test", b);
-	prefixes(b, n, PK_NAMES_FOUND, &r);
+	prefixes(b, n, PEEK_NAMES_FOUND, &r);
 	ck_assert_uint_eq(r.n, 1);
 	ck_assert_str_eq(r.name[0], "deny.test");
 	ck_assert_str_eq(r.what[0], "sni");
 	n = hello("1.2.3.4", b); /* an address where a name belongs */
-	ck_assert_int_eq(pk_parse(b, n, &r), PK_BAD);
+	ck_assert_int_eq(peek_parse(b, n, &r), PEEK_BAD);
 	b[0] = 0x16;
 	b[5] = 2; /* not a client hello */
-	ck_assert_int_eq(pk_parse(b, n, &r), PK_BAD);
+	ck_assert_int_eq(peek_parse(b, n, &r), PEEK_BAD);
 }
 END_TEST
 
 START_TEST(http_host)
 {
 	static const char req[] = "GET /x HTTP/1.1\r\nUser-Agent: t\r\nHost: Deny.Test.:8000\r\nAccept: */*\r\n\r\n";
-	struct pk_result r;
-	prefixes((const uint8_t *)req, strlen(req), PK_NAMES_FOUND, &r);
+	struct peek_result r;
+	prefixes((const uint8_t *)req, strlen(req), PEEK_NAMES_FOUND, &r);
 	ck_assert_uint_eq(r.n, 1);
 	ck_assert_str_eq(r.name[0], "deny.test");
 	ck_assert_str_eq(r.what[0], "host");
@@ -97,25 +97,25 @@ START_TEST(http_host)
 		{ "CONNECT d.test:443 HTTP/1.1\r\nHost: d.test:443\r\n\r\n", "d.test" },
 	};
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-		ck_assert_msg(parse(ok[i].req, &r) == PK_NAMES_FOUND, "%zu: %s", i, r.why ? r.why : "");
+		ck_assert_msg(parse(ok[i].req, &r) == PEEK_NAMES_FOUND, "%zu: %s", i, r.why ? r.why : "");
 		ck_assert_uint_eq(r.n, 1);
 		ck_assert_str_eq(r.name[0], ok[i].name);
 	}
 	/* the absolute form's authority wins at the server: both are judged */
 	ck_assert_int_eq(parse("GET http://u:p@DENY.test.:80/a?b HTTP/1.1\r\nHost: fine.test\r\n\r\n", &r),
-			 PK_NAMES_FOUND);
+			 PEEK_NAMES_FOUND);
 	ck_assert_uint_eq(r.n, 2);
 	ck_assert_str_eq(r.name[0], "deny.test");
 	ck_assert_str_eq(r.what[0], "target");
 	ck_assert_str_eq(r.name[1], "fine.test");
-	ck_assert_int_eq(parse("GET HTTPS://x.test HTTP/1.1\r\nHost: x.test\r\n\r\n", &r), PK_NAMES_FOUND);
+	ck_assert_int_eq(parse("GET HTTPS://x.test HTTP/1.1\r\nHost: x.test\r\n\r\n", &r), PEEK_NAMES_FOUND);
 	ck_assert_uint_eq(r.n, 1);
 }
 END_TEST
 
 START_TEST(names_nothing)
 {
-	struct pk_result r;
+	struct peek_result r;
 	static const char *const none[] = {
 		"GET / HTTP/1.1\r\nAccept: x\r\n\r\n", /* no Host */
 		"GET / HTTP/1.1\r\nHost: 1.2.3.4:80\r\n\r\n",
@@ -130,13 +130,13 @@ START_TEST(names_nothing)
 		"\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: a.test\r\n\r\n", /* more empty lines than a server skips */
 	};
 	for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
-		ck_assert_msg(parse(none[i], &r) == PK_NONE, "%zu: %s", i, none[i]);
+		ck_assert_msg(parse(none[i], &r) == PEEK_NONE, "%zu: %s", i, none[i]);
 }
 END_TEST
 
 START_TEST(refused_when_ambiguous)
 {
-	struct pk_result r;
+	struct peek_result r;
 	static const char *const bad[] = {
 		"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n",
 		"GET / HTTP/1.1\r\nX: y\r\n  folded\r\nHost: a.test\r\n\r\n",
@@ -152,22 +152,22 @@ START_TEST(refused_when_ambiguous)
 		"GET http://a%2e.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-		ck_assert_msg(parse(bad[i], &r) == PK_BAD, "%zu: %s", i, bad[i]);
+		ck_assert_msg(parse(bad[i], &r) == PEEK_BAD, "%zu: %s", i, bad[i]);
 	/* a head longer than kbox reads, with or without an end */
-	size_t n = PK_HTTP_HEAD_MAX + 64;
+	size_t n = PEEK_HTTP_HEAD_MAX + 64;
 	char *big = malloc(n + 32);
 	ck_assert_ptr_nonnull(big);
 	strcpy(big, "GET / HTTP/1.1\r\nX-Pad: ");
 	memset(big + strlen(big), 'a', n);
 	big[n] = '\0';
-	ck_assert_int_eq(parse(big, &r), PK_BAD);
+	ck_assert_int_eq(parse(big, &r), PEEK_BAD);
 	strcat(big, "\r\nHost: a.test\r\n\r\n");
-	ck_assert_int_eq(parse(big, &r), PK_BAD);
+	ck_assert_int_eq(parse(big, &r), PEEK_BAD);
 	/* a long request line without its end */
 	strcpy(big, "GET /");
 	memset(big + 5, 'a', n - 5);
 	big[n] = '\0';
-	ck_assert_int_eq(parse(big, &r), PK_BAD);
+	ck_assert_int_eq(parse(big, &r), PEEK_BAD);
 	free(big);
 }
 END_TEST

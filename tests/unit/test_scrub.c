@@ -12,6 +12,7 @@
 #include "lib/b64.h"
 #include "netstack/scrub.h"
 #include "netstack/secrets.h"
+#include "tests/lib/secret_set.h"
 
 static const char yaml[] = "TOK:\n"
 			   "  value: \"ghp_R3alT0kenValue42\"\n"
@@ -23,20 +24,6 @@ static const char yaml[] = "TOK:\n"
 
 static const char *const V1 = "ghp_R3alT0kenValue42";
 static const char *const V2 = "p@ss w/rd\"\\+%";
-
-static struct secrets *set;
-
-static void setup(void)
-{
-	char err[256];
-	ck_assert_int_eq(secrets_load_buf("t/secrets.yaml", yaml, strlen(yaml), &set, err, sizeof err), 0);
-}
-
-static void teardown(void)
-{
-	secrets_free(set);
-	set = NULL;
-}
 
 /* ---- encoders, written here independently of the code under test ---- */
 
@@ -116,7 +103,7 @@ static void mixed(const char *v, char *out)
 static void streamed(const char *in, size_t n, size_t split, size_t slice, char *out)
 {
 	struct scrub *s;
-	ck_assert_int_eq(scrub_new(set, &s), 0);
+	ck_assert_int_eq(scrub_new(ts_set, &s), 0);
 	uint8_t buf[8192];
 	size_t have = 0, off = 0, o = 0;
 	while (off < n) {
@@ -155,7 +142,7 @@ static void on_hit(void *ctx, const struct secret *sec)
 static void whole(char *buf)
 {
 	struct scrub *s;
-	ck_assert_int_eq(scrub_new(set, &s), 0);
+	ck_assert_int_eq(scrub_new(ts_set, &s), 0);
 	size_t n = strlen(buf);
 	ck_assert_uint_eq(scrub_run(s, (uint8_t *)buf, n, true, on_hit, NULL), n);
 	scrub_free(s);
@@ -275,7 +262,7 @@ START_TEST(nothing_else_changes)
 	char got[sizeof in];
 	memcpy(got, in, sizeof in);
 	struct scrub *s;
-	ck_assert_int_eq(scrub_new(set, &s), 0);
+	ck_assert_int_eq(scrub_new(ts_set, &s), 0);
 	ck_assert_uint_eq(scrub_run(s, (uint8_t *)got, sizeof in - 1, true, NULL, NULL), sizeof in - 1);
 	ck_assert_str_eq(got, "ghp_R3alT0kenValue4 ghp_R3alT0kenValue4X %67hp_R3alT0kenValuex p@ss w/rd \\u0067hp "
 			      "YWJj Z2hwX1IzYWxUMGtlblZhbHVl QUFB %%%% \\\\\\\\ ++++");
@@ -307,7 +294,7 @@ END_TEST
 START_TEST(holds_back_only_a_possible_start)
 {
 	struct scrub *s;
-	ck_assert_int_eq(scrub_new(set, &s), 0);
+	ck_assert_int_eq(scrub_new(ts_set, &s), 0);
 	char a[] = "hello world, ghp_R3al";
 	ck_assert_uint_eq(scrub_run(s, (uint8_t *)a, strlen(a), false, NULL, NULL), 13);
 	char b[] = "hello world}";
@@ -355,9 +342,10 @@ END_TEST
 
 Suite *scrub_suite(void)
 {
+	ts_yaml = yaml;
 	Suite *s = suite_create("scrub");
 	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, ts_setup, ts_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, text_forms);
 	tcase_add_test(tc, base64_forms);

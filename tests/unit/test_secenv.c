@@ -45,11 +45,11 @@ static int lookup(const char *text, const char *var, char *val, size_t vlen, cha
 	const char *v;
 	if (text)
 		write_env(text, strlen(text));
-	ck_assert_int_eq(senv_init(&e, file), 0);
+	ck_assert_int_eq(secenv_init(&e, file), 0);
 	err[0] = '\0';
-	int rc = senv_lookup(&e, var, &v, err, ERRLEN);
+	int rc = secenv_lookup(&e, var, &v, err, ERRLEN);
 	snprintf(val, vlen, "%s", rc == 0 && v ? v : "(unset)");
-	senv_free(&e);
+	secenv_free(&e);
 	return rc;
 }
 
@@ -105,10 +105,10 @@ START_TEST(environment_first_file_optional)
 
 	/* A file name without a directory looks in the current one. */
 	struct senv e;
-	ck_assert_int_eq(senv_init(&e, "kbox.yaml"), 0);
+	ck_assert_int_eq(secenv_init(&e, "kbox.yaml"), 0);
 	ck_assert_str_eq(e.path, "secrets.env");
-	senv_free(&e);
-	senv_free(&e);
+	secenv_free(&e);
+	secenv_free(&e);
 }
 END_TEST
 
@@ -134,11 +134,11 @@ START_TEST(errors_say_where_never_what)
 				    "lines", envpath);
 	ck_assert_str_eq(err, want);
 
-	char *big = malloc(SENV_MAX_BYTES + 2);
-	memset(big, '#', SENV_MAX_BYTES + 1);
-	write_env(big, SENV_MAX_BYTES);
+	char *big = malloc(SECENV_MAX_BYTES + 2);
+	memset(big, '#', SECENV_MAX_BYTES + 1);
+	write_env(big, SECENV_MAX_BYTES);
 	ck_assert_int_eq(lookup(NULL, "KBOX_T_SENV", val, sizeof val, err), 0);
-	write_env(big, SENV_MAX_BYTES + 1);
+	write_env(big, SECENV_MAX_BYTES + 1);
 	free(big);
 	ck_assert_int_eq(lookup(NULL, "KBOX_T_SENV", val, sizeof val, err), -EFBIG);
 	snprintf(want, sizeof want, "%s: cannot read: larger than 64 KiB; expected a readable "
@@ -157,29 +157,29 @@ END_TEST
 
 START_TEST(variable_name_characters)
 {
-	ck_assert(senv_var_start('a') && senv_var_start('Z') && senv_var_start('_'));
-	ck_assert(!senv_var_start('0') && !senv_var_start('-') && !senv_var_start('\xc3'));
-	ck_assert(senv_var_char('0') && senv_var_char('9') && senv_var_char('_'));
-	ck_assert(!senv_var_char('.') && !senv_var_char('$') && !senv_var_char('\0'));
+	ck_assert(secenv_var_start('a') && secenv_var_start('Z') && secenv_var_start('_'));
+	ck_assert(!secenv_var_start('0') && !secenv_var_start('-') && !secenv_var_start('\xc3'));
+	ck_assert(secenv_var_char('0') && secenv_var_char('9') && secenv_var_char('_'));
+	ck_assert(!secenv_var_char('.') && !secenv_var_char('$') && !secenv_var_char('\0'));
 }
 END_TEST
 
 /* Expand val with a fresh senv (over whatever secrets.env there is). */
-static int expand(const char *val, size_t max_name, size_t max_out, struct senv_result *r,
+static int expand(const char *val, size_t max_name, size_t max_out, struct secenv_result *r,
 		  char *err)
 {
 	struct senv e;
-	ck_assert_int_eq(senv_init(&e, file), 0);
+	ck_assert_int_eq(secenv_init(&e, file), 0);
 	err[0] = '\0';
-	int rc = senv_expand(&e, val, strlen(val), max_name, max_out, r, err, ERRLEN);
-	senv_free(&e);
+	int rc = secenv_expand(&e, val, strlen(val), max_name, max_out, r, err, ERRLEN);
+	secenv_free(&e);
 	return rc;
 }
 
 /* val must expand to want within the limits. */
 static void expect_within(const char *val, size_t max_name, size_t max_out, const char *want)
 {
-	struct senv_result r;
+	struct secenv_result r;
 	char err[ERRLEN];
 	ck_assert_msg(expand(val, max_name, max_out, &r, err) == 0, "'%.40s': %s", val, err);
 	ck_assert_uint_eq(r.fault, 0);
@@ -190,14 +190,14 @@ static void expect_within(const char *val, size_t max_name, size_t max_out, cons
 
 static void expect_expand(const char *val, const char *want)
 {
-	expect_within(val, SENV_NAME_MAX, 1 << 20, want);
+	expect_within(val, SECENV_NAME_MAX, 1 << 20, want);
 }
 
 /* val must be refused with fault at byte at, naming name (NULL: none). */
 static void expect_fault(const char *val, size_t max_name, size_t max_out,
-			 enum senv_fault fault, size_t at, const char *name)
+			 enum secenv_fault fault, size_t at, const char *name)
 {
-	struct senv_result r;
+	struct secenv_result r;
 	char err[ERRLEN];
 	ck_assert_int_eq(expand(val, max_name, max_out, &r, err), -EINVAL);
 	ck_assert_msg(r.fault == fault, "'%s': fault %d", val, (int)r.fault);
@@ -241,52 +241,52 @@ END_TEST
 
 START_TEST(expand_faults)
 {
-	expect_fault("${", SENV_NAME_MAX, 100, SENV_UNTERMINATED, 0, NULL);
-	expect_fault("ab${KBOX_T_SENV", SENV_NAME_MAX, 100, SENV_UNTERMINATED, 2, NULL);
-	expect_fault("$${${", SENV_NAME_MAX, 100, SENV_UNTERMINATED, 3, NULL);
-	expect_fault("${}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "");
-	expect_fault("x${A-B}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 1, "A-B");
-	expect_fault("${1A}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "1A");
-	expect_fault("${ A}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, " A");
-	expect_fault("${A }", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "A ");
-	expect_fault("${\xc3\xa9}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "\xc3\xa9");
-	expect_fault("${$}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "$");
+	expect_fault("${", SECENV_NAME_MAX, 100, SECENV_UNTERMINATED, 0, NULL);
+	expect_fault("ab${KBOX_T_SENV", SECENV_NAME_MAX, 100, SECENV_UNTERMINATED, 2, NULL);
+	expect_fault("$${${", SECENV_NAME_MAX, 100, SECENV_UNTERMINATED, 3, NULL);
+	expect_fault("${}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0, "");
+	expect_fault("x${A-B}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 1, "A-B");
+	expect_fault("${1A}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0, "1A");
+	expect_fault("${ A}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0, " A");
+	expect_fault("${A }", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0, "A ");
+	expect_fault("${\xc3\xa9}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0, "\xc3\xa9");
+	expect_fault("${$}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0, "$");
 	/* Nested: the name runs to the first '}', and is no name. */
 	setenv("KBOX_T_SENV2", "B", 1);
-	expect_fault("${A${KBOX_T_SENV2}}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0,
+	expect_fault("${A${KBOX_T_SENV2}}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0,
 		     "A${KBOX_T_SENV2");
 	unsetenv("KBOX_T_SENV2");
-	expect_fault("a${KBOX_T_SENV}", SENV_NAME_MAX, 100, SENV_UNSET, 1, "KBOX_T_SENV");
+	expect_fault("a${KBOX_T_SENV}", SECENV_NAME_MAX, 100, SECENV_UNSET, 1, "KBOX_T_SENV");
 	/* The first fault counts. */
-	expect_fault("${KBOX_T_SENV}${", SENV_NAME_MAX, 100, SENV_UNSET, 0, "KBOX_T_SENV");
-	expect_fault("${-}${KBOX_T_SENV}", SENV_NAME_MAX, 100, SENV_BAD_NAME, 0, "-");
+	expect_fault("${KBOX_T_SENV}${", SECENV_NAME_MAX, 100, SECENV_UNSET, 0, "KBOX_T_SENV");
+	expect_fault("${-}${KBOX_T_SENV}", SECENV_NAME_MAX, 100, SECENV_BAD_NAME, 0, "-");
 }
 END_TEST
 
 START_TEST(expand_limits)
 {
 	/* Names: up to max_name are looked up, longer ones are not even when
-	 * set; max_name is capped at SENV_NAME_MAX. */
-	char name[SENV_NAME_MAX + 2], val[SENV_NAME_MAX + 8];
+	 * set; max_name is capped at SECENV_NAME_MAX. */
+	char name[SECENV_NAME_MAX + 2], val[SECENV_NAME_MAX + 8];
 	memset(name, 'N', sizeof name - 1);
 	name[sizeof name - 1] = '\0';
 	setenv(name, "long", 1);
 	snprintf(val, sizeof val, "${%s}", name);
-	expect_fault(val, SIZE_MAX, 100, SENV_LONG_NAME, 0, name);
+	expect_fault(val, SIZE_MAX, 100, SECENV_LONG_NAME, 0, name);
 	unsetenv(name);
-	name[SENV_NAME_MAX] = '\0';
+	name[SECENV_NAME_MAX] = '\0';
 	setenv(name, "long", 1);
 	snprintf(val, sizeof val, "${%s}", name);
 	expect_expand(val, "long");
-	expect_fault(val, SENV_NAME_MAX - 1, 100, SENV_LONG_NAME, 0, name);
+	expect_fault(val, SECENV_NAME_MAX - 1, 100, SECENV_LONG_NAME, 0, name);
 	unsetenv(name);
 
 	/* The result: max_out bytes at most, literal text counted too. */
 	expect_within("", 8, 0, "");
 	expect_within("abc", 8, 3, "abc");
 	expect_within("$$$$", 8, 2, "$$");
-	expect_fault("abcd", 8, 3, SENV_TOO_BIG, 3, NULL);
-	expect_fault("ab$$", 8, 2, SENV_TOO_BIG, 2, NULL);
+	expect_fault("abcd", 8, 3, SECENV_TOO_BIG, 3, NULL);
+	expect_fault("ab$$", 8, 2, SECENV_TOO_BIG, 2, NULL);
 
 	/* Long values from secrets.env, the buffer growing many times over. */
 	enum { VLEN = 4000, REFS = 10 };
@@ -303,8 +303,8 @@ START_TEST(expand_limits)
 	memset(want, 'v', REFS * VLEN);
 	strcpy(want + REFS * VLEN, "$");
 	expect_within(big, 64, REFS * VLEN + 1, want);
-	expect_fault(big, 64, REFS * VLEN, SENV_TOO_BIG, REFS * 14, NULL);
-	expect_fault(big, 64, REFS * VLEN - 1, SENV_TOO_BIG, (REFS - 1) * 14, NULL);
+	expect_fault(big, 64, REFS * VLEN, SECENV_TOO_BIG, REFS * 14, NULL);
+	expect_fault(big, 64, REFS * VLEN - 1, SECENV_TOO_BIG, (REFS - 1) * 14, NULL);
 	free(text);
 	free(big);
 	free(want);
@@ -315,7 +315,7 @@ START_TEST(expand_broken_file)
 {
 	/* A bad secrets.env is secenv's message, not a fault in the value;
 	 * it is read only once a variable is not in the environment. */
-	struct senv_result r;
+	struct secenv_result r;
 	char err[ERRLEN], want[ERRLEN];
 	write_env("not a line\n", 11);
 	expect_expand("$$ $x", "$ $x");
@@ -334,19 +334,19 @@ END_TEST
 START_TEST(secrets_env_path)
 {
 	char out[32];
-	ck_assert_int_eq(senv_path(out, sizeof out, "a/b/kbox.yaml"), 0);
+	ck_assert_int_eq(secenv_path(out, sizeof out, "a/b/kbox.yaml"), 0);
 	ck_assert_str_eq(out, "a/b/secrets.env");
-	ck_assert_int_eq(senv_path(out, sizeof out, "kbox.yaml"), 0);
+	ck_assert_int_eq(secenv_path(out, sizeof out, "kbox.yaml"), 0);
 	ck_assert_str_eq(out, "secrets.env");
-	ck_assert_int_eq(senv_path(out, sizeof out, "/x/"), 0);
+	ck_assert_int_eq(secenv_path(out, sizeof out, "/x/"), 0);
 	ck_assert_str_eq(out, "/x/secrets.env");
 	/* Exactly full fits; a byte less is refused, never cut short. */
-	ck_assert_int_eq(senv_path(out, 15, "/x/y"), 0);
+	ck_assert_int_eq(secenv_path(out, 15, "/x/y"), 0);
 	ck_assert_str_eq(out, "/x/secrets.env");
-	ck_assert_int_eq(senv_path(out, 14, "/x/y"), -ENAMETOOLONG);
+	ck_assert_int_eq(secenv_path(out, 14, "/x/y"), -ENAMETOOLONG);
 	ck_assert_str_eq(out, "");
-	ck_assert_int_eq(senv_path(out, 12, "name"), 0);
-	ck_assert_int_eq(senv_path(out, 11, "name"), -ENAMETOOLONG);
+	ck_assert_int_eq(secenv_path(out, 12, "name"), 0);
+	ck_assert_int_eq(secenv_path(out, 11, "name"), -ENAMETOOLONG);
 }
 END_TEST
 

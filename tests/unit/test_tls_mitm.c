@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/grow.h"
 #include "netstack/tls_cert.h"
 #include "netstack/tls_mitm.h"
 #include "netstack/tls_sni.h"
@@ -21,22 +22,22 @@
 
 #define NAME "api.example.test"
 
-static struct tc_ca *kbox_ca, *up_ca, *other_ca;
+static struct tls_cert_ca *kbox_ca, *up_ca, *other_ca;
 static struct tls_trust *up_trust, *kbox_trust;
 
 static void setup(void)
 {
 	time_t now = time(NULL);
-	ck_assert_int_eq(tc_ca_generate("kbox test CA", now, &kbox_ca), 0);
-	ck_assert_int_eq(tc_ca_generate("upstream test CA", now, &up_ca), 0);
-	ck_assert_int_eq(tc_ca_generate("unknown test CA", now, &other_ca), 0);
+	ck_assert_int_eq(tls_cert_ca_generate("kbox test CA", now, &kbox_ca), 0);
+	ck_assert_int_eq(tls_cert_ca_generate("upstream test CA", now, &up_ca), 0);
+	ck_assert_int_eq(tls_cert_ca_generate("unknown test CA", now, &other_ca), 0);
 	size_t len;
 	const unsigned char *der;
 	ck_assert_int_eq(tls_trust_new(&up_trust), 0);
-	der = tc_ca_der(up_ca, &len);
+	der = tls_cert_ca_der(up_ca, &len);
 	ck_assert_int_eq(tls_trust_add_der(up_trust, der, len), 0);
 	ck_assert_int_eq(tls_trust_new(&kbox_trust), 0);
-	der = tc_ca_der(kbox_ca, &len);
+	der = tls_cert_ca_der(kbox_ca, &len);
 	ck_assert_int_eq(tls_trust_add_der(kbox_trust, der, len), 0);
 }
 
@@ -44,9 +45,9 @@ static void teardown(void)
 {
 	tls_trust_free(up_trust);
 	tls_trust_free(kbox_trust);
-	tc_ca_free(kbox_ca);
-	tc_ca_free(up_ca);
-	tc_ca_free(other_ca);
+	tls_cert_ca_free(kbox_ca);
+	tls_cert_ca_free(up_ca);
+	tls_cert_ca_free(other_ca);
 }
 
 /* One TLS end (the test client or the test server) with its plaintext
@@ -74,7 +75,7 @@ struct rig {
 
 static const char *alpn_both[] = { "h2", "http/1.1" };
 
-static void rig_init(struct rig *r, const struct mitm_filter_ops *ops, void *fctx, struct tc_ca *server_ca,
+static void rig_init(struct rig *r, const struct tls_mitm_filter_ops *ops, void *fctx, struct tls_cert_ca *server_ca,
 		     const char *server_name)
 {
 	memset(r, 0, sizeof *r);
@@ -90,20 +91,20 @@ static void rig_init(struct rig *r, const struct mitm_filter_ops *ops, void *fct
 	const br_x509_certificate *chain;
 	size_t chain_len;
 	const br_ec_private_key *key;
-	ck_assert_int_eq(tc_leaf(server_ca, server_name, &chain, &chain_len, &key), 0);
+	ck_assert_int_eq(tls_cert_leaf(server_ca, server_name, &chain, &chain_len, &key), 0);
 	br_ssl_server_init_full_ec(&r->sc, chain, chain_len, BR_KEYTYPE_EC, key);
 	br_ssl_engine_set_buffer(&r->sc.eng, r->sbuf, sizeof r->sbuf, 1);
 	br_ssl_engine_set_protocol_names(&r->sc.eng, alpn_both + 1, 1);
 	ck_assert(br_ssl_server_reset(&r->sc));
 	r->server.e = &r->sc.eng;
 
-	struct mitm_config cfg = { .ca = kbox_ca, .trust = up_trust, .filter = ops };
-	ck_assert_int_eq(mitm_new(&cfg, NAME, fctx, &r->m), 0);
+	struct tls_mitm_config cfg = { .ca = kbox_ca, .trust = up_trust, .filter = ops };
+	ck_assert_int_eq(tls_mitm_new(&cfg, NAME, fctx, &r->m), 0);
 }
 
 static void rig_free(struct rig *r)
 {
-	mitm_free(r->m);
+	tls_mitm_free(r->m);
 	free(r->client.rx);
 	free(r->server.rx);
 }
@@ -136,11 +137,7 @@ static bool app_step(struct end *x, bool reading)
 	st = br_ssl_engine_current_state(x->e);
 	if (reading && (st & BR_SSL_RECVAPP)) {
 		uint8_t *buf = br_ssl_engine_recvapp_buf(x->e, &len);
-		if (x->rxlen + len > x->rxcap) {
-			x->rxcap = (x->rxlen + len) * 2;
-			x->rx = realloc(x->rx, x->rxcap);
-			ck_assert_ptr_nonnull(x->rx);
-		}
+		ck_assert_int_eq(grow_array(&x->rx, &x->rxcap, x->rxlen + len, 1, 4096, 0), 0);
 		memcpy(x->rx + x->rxlen, buf, len);
 		x->rxlen += len;
 		br_ssl_engine_recvapp_ack(x->e, len);
@@ -157,7 +154,7 @@ static bool to_mitm(struct rig *r, struct end *x, bool guest)
 	if (!buf)
 		return false;
 	len = len < r->chunk ? len : r->chunk;
-	int rc = guest ? mitm_guest_in(r->m, buf, len, &taken) : mitm_upstream_in(r->m, buf, len, &taken);
+	int rc = guest ? tls_mitm_guest_in(r->m, buf, len, &taken) : tls_mitm_upstream_in(r->m, buf, len, &taken);
 	if (rc == -EPIPE)
 		taken = len; /* written to a socket the other end closed */
 	if (taken)
@@ -169,7 +166,7 @@ static bool to_mitm(struct rig *r, struct end *x, bool guest)
 static bool from_mitm(struct rig *r, struct end *x, bool guest)
 {
 	size_t n, len;
-	const uint8_t *out = guest ? mitm_guest_out(r->m, &n) : mitm_upstream_out(r->m, &n);
+	const uint8_t *out = guest ? tls_mitm_guest_out(r->m, &n) : tls_mitm_upstream_out(r->m, &n);
 	if (!out || n == 0)
 		return false;
 	uint8_t *buf = br_ssl_engine_recvrec_buf(x->e, &len);
@@ -179,9 +176,9 @@ static bool from_mitm(struct rig *r, struct end *x, bool guest)
 	memcpy(buf, out, k);
 	br_ssl_engine_recvrec_ack(x->e, k);
 	if (guest) {
-		mitm_guest_out_done(r->m, k);
+		tls_mitm_guest_out_done(r->m, k);
 	} else {
-		mitm_upstream_out_done(r->m, k);
+		tls_mitm_upstream_out_done(r->m, k);
 		r->up_sent += k;
 	}
 	return true;
@@ -224,8 +221,8 @@ START_TEST(pass_through)
 	struct rig *r = malloc(sizeof *r);
 	rig_init(r, NULL, NULL, up_ca, NAME);
 	exchange(r);
-	ck_assert_ptr_null(mitm_error(r->m));
-	ck_assert(mitm_established(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
+	ck_assert(tls_mitm_established(r->m));
 	ck_assert_uint_eq(r->server.rxlen, strlen(req));
 	ck_assert_mem_eq(r->server.rx, req, strlen(req));
 	ck_assert_uint_eq(r->client.rxlen, strlen(resp));
@@ -234,7 +231,7 @@ START_TEST(pass_through)
 	ck_assert_str_eq(br_ssl_engine_get_selected_protocol(&r->cc.eng), "http/1.1");
 	ck_assert_uint_eq(br_ssl_engine_get_version(&r->cc.eng), BR_TLS12);
 	uint64_t up, down;
-	mitm_counts(r->m, &up, &down);
+	tls_mitm_counts(r->m, &up, &down);
 	ck_assert_uint_eq(up, strlen(req));
 	ck_assert_uint_eq(down, strlen(resp));
 
@@ -243,8 +240,8 @@ START_TEST(pass_through)
 	rig_run(r);
 	ck_assert(br_ssl_engine_current_state(&r->cc.eng) & BR_SSL_CLOSED);
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_OK);
-	ck_assert_uint_eq(mitm_want(r->m), MITM_DONE);
-	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_uint_eq(tls_mitm_want(r->m), TLS_MITM_DONE);
+	ck_assert_ptr_null(tls_mitm_error(r->m));
 	rig_free(r);
 	free(r);
 }
@@ -256,7 +253,7 @@ START_TEST(one_byte_pieces)
 	rig_init(r, NULL, NULL, up_ca, NAME);
 	r->chunk = 1;
 	exchange(r);
-	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
 	ck_assert_uint_eq(r->server.rxlen, strlen(req));
 	ck_assert_mem_eq(r->server.rx, req, strlen(req));
 	ck_assert_uint_eq(r->client.rxlen, strlen(resp));
@@ -265,7 +262,7 @@ START_TEST(one_byte_pieces)
 	rig_run(r);
 	ck_assert(br_ssl_engine_current_state(&r->sc.eng) & BR_SSL_CLOSED);
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->sc.eng), BR_ERR_OK);
-	ck_assert(mitm_want(r->m) & MITM_DONE);
+	ck_assert(tls_mitm_want(r->m) & TLS_MITM_DONE);
 	rig_free(r);
 	free(r);
 }
@@ -282,7 +279,7 @@ struct subst {
 	bool body;
 };
 
-static int subst_up(void *ctx, struct mitm_io *io)
+static int subst_up(void *ctx, struct tls_mitm_io *io)
 {
 	struct subst *s = ctx;
 	io->taken = io->made = 0;
@@ -294,17 +291,17 @@ static int subst_up(void *ctx, struct mitm_io *io)
 			io->made += k;
 			s->out_off += k;
 			if (s->out_off < s->out_len)
-				return MITM_FILTER_MORE;
+				return TLS_MITM_FILTER_MORE;
 		}
 		if (io->taken == io->in_len)
-			return MITM_FILTER_OK;
+			return TLS_MITM_FILTER_OK;
 		if (s->body) {
 			size_t k = io->in_len - io->taken;
 			k = k < io->out_cap - io->made ? k : io->out_cap - io->made;
 			memcpy(io->out + io->made, io->in + io->taken, k);
 			io->made += k;
 			io->taken += k;
-			return MITM_FILTER_OK;
+			return TLS_MITM_FILTER_OK;
 		}
 		uint8_t c = io->in[io->taken++];
 		if (s->len == sizeof s->line) {
@@ -329,7 +326,7 @@ static int subst_up(void *ctx, struct mitm_io *io)
 	}
 }
 
-static const struct mitm_filter_ops subst_ops = { .up = subst_up };
+static const struct tls_mitm_filter_ops subst_ops = { .up = subst_up };
 
 START_TEST(modifying_filter)
 {
@@ -341,7 +338,7 @@ START_TEST(modifying_filter)
 		rig_init(r, &subst_ops, &s, up_ca, NAME);
 		r->chunk = pass ? 1 : 1 << 20;
 		exchange(r);
-		ck_assert_ptr_null(mitm_error(r->m));
+		ck_assert_ptr_null(tls_mitm_error(r->m));
 		ck_assert_uint_eq(r->server.rxlen, strlen(want));
 		ck_assert_mem_eq(r->server.rx, want, strlen(want));
 		ck_assert_uint_eq(r->client.rxlen, strlen(resp));
@@ -378,13 +375,13 @@ START_TEST(large_both_ways)
 	 * from the upstream once its buffers are full, not grow. */
 	r->stall_client = true;
 	rig_run(r);
-	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
 	ck_assert_uint_eq(r->server.rxlen, big);
 	ck_assert_uint_lt(r->server.txoff, big);
-	ck_assert(!(mitm_want(r->m) & MITM_WANT_UP_IN));
+	ck_assert(!(tls_mitm_want(r->m) & TLS_MITM_WANT_UP_IN));
 	r->stall_client = false;
 	rig_run(r);
-	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
 	ck_assert_uint_eq(r->server.rxlen, big);
 	ck_assert_mem_eq(r->server.rx, up, big);
 	ck_assert_uint_eq(r->client.rxlen, big);
@@ -398,19 +395,19 @@ END_TEST
 
 /* The upstream's certificate does not verify: the guest's handshake
  * fails with an alert, and the server never gets a byte of plaintext. */
-static void bad_upstream(struct tc_ca *ca, const char *name, const char *why)
+static void bad_upstream(struct tls_cert_ca *ca, const char *name, const char *why)
 {
 	struct rig *r = malloc(sizeof *r);
 	rig_init(r, NULL, NULL, ca, name);
 	exchange(r);
-	ck_assert_ptr_nonnull(mitm_error(r->m));
-	ck_assert_msg(strstr(mitm_error(r->m), why), "%s", mitm_error(r->m));
+	ck_assert_ptr_nonnull(tls_mitm_error(r->m));
+	ck_assert_msg(strstr(tls_mitm_error(r->m), why), "%s", tls_mitm_error(r->m));
 	ck_assert_uint_eq(r->server.rxlen, 0);
 	ck_assert_uint_eq(r->client.rxlen, 0);
 	ck_assert(br_ssl_engine_current_state(&r->cc.eng) & BR_SSL_CLOSED);
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_RECV_FATAL_ALERT + 40);
-	ck_assert(!mitm_established(r->m));
-	ck_assert(mitm_want(r->m) & MITM_DONE);
+	ck_assert(!tls_mitm_established(r->m));
+	ck_assert(tls_mitm_want(r->m) & TLS_MITM_DONE);
 	rig_free(r);
 	free(r);
 }
@@ -474,38 +471,38 @@ START_TEST(tls13_only_client)
 	static const uint16_t v13[] = { 0x0304 };
 	size_t n = craft_hello(hello, 0x0303, v13, 1);
 	struct mitm *m;
-	struct mitm_config cfg = { .ca = kbox_ca, .trust = up_trust };
-	ck_assert_int_eq(mitm_new(&cfg, NAME, NULL, &m), 0);
+	struct tls_mitm_config cfg = { .ca = kbox_ca, .trust = up_trust };
+	ck_assert_int_eq(tls_mitm_new(&cfg, NAME, NULL, &m), 0);
 	size_t taken;
 	/* in pieces */
-	ck_assert_int_eq(mitm_guest_in(m, hello, 10, &taken), 0);
+	ck_assert_int_eq(tls_mitm_guest_in(m, hello, 10, &taken), 0);
 	ck_assert_uint_eq(taken, 10);
-	ck_assert_ptr_null(mitm_error(m));
-	ck_assert_int_eq(mitm_guest_in(m, hello + 10, n - 10, &taken), 0);
-	ck_assert_ptr_nonnull(mitm_error(m));
-	ck_assert_ptr_nonnull(strstr(mitm_error(m), "only TLS 1.3"));
+	ck_assert_ptr_null(tls_mitm_error(m));
+	ck_assert_int_eq(tls_mitm_guest_in(m, hello + 10, n - 10, &taken), 0);
+	ck_assert_ptr_nonnull(tls_mitm_error(m));
+	ck_assert_ptr_nonnull(strstr(tls_mitm_error(m), "only TLS 1.3"));
 	/* protocol_version alert for the guest, nothing for the upstream */
 	size_t k;
-	const uint8_t *out = mitm_guest_out(m, &k);
+	const uint8_t *out = tls_mitm_guest_out(m, &k);
 	static const uint8_t alert[] = { 21, 3, 3, 0, 2, 2, 70 };
 	ck_assert_uint_eq(k, sizeof alert);
 	ck_assert_mem_eq(out, alert, sizeof alert);
-	mitm_guest_out_done(m, k);
-	ck_assert_ptr_null(mitm_upstream_out(m, &k));
-	ck_assert_uint_eq(mitm_want(m), MITM_DONE);
-	ck_assert_int_eq(mitm_guest_in(m, hello, 1, &taken), -EPIPE);
-	mitm_free(m);
+	tls_mitm_guest_out_done(m, k);
+	ck_assert_ptr_null(tls_mitm_upstream_out(m, &k));
+	ck_assert_uint_eq(tls_mitm_want(m), TLS_MITM_DONE);
+	ck_assert_int_eq(tls_mitm_guest_in(m, hello, 1, &taken), -EPIPE);
+	tls_mitm_free(m);
 
 	/* the same client offering 1.2 as well gets through to the upstream */
 	static const uint16_t both[] = { 0x0304, 0x0303 };
 	n = craft_hello(hello, 0x0303, both, 2);
-	ck_assert_int_eq(mitm_new(&cfg, NAME, NULL, &m), 0);
-	ck_assert_int_eq(mitm_guest_in(m, hello, n, &taken), 0);
-	ck_assert_ptr_null(mitm_error(m));
-	ck_assert_ptr_nonnull(mitm_upstream_out(m, &k));
+	ck_assert_int_eq(tls_mitm_new(&cfg, NAME, NULL, &m), 0);
+	ck_assert_int_eq(tls_mitm_guest_in(m, hello, n, &taken), 0);
+	ck_assert_ptr_null(tls_mitm_error(m));
+	ck_assert_ptr_nonnull(tls_mitm_upstream_out(m, &k));
 	ck_assert_uint_gt(k, 0);
-	ck_assert(mitm_want(m) & MITM_WANT_UP_OUT);
-	mitm_free(m);
+	ck_assert(tls_mitm_want(m) & TLS_MITM_WANT_UP_OUT);
+	tls_mitm_free(m);
 }
 END_TEST
 
@@ -514,41 +511,41 @@ START_TEST(sni_mismatch_and_garbage)
 	uint8_t hello[600];
 	size_t n = craft_hello(hello, 0x0303, NULL, 0), taken, k;
 	struct mitm *m;
-	struct mitm_config cfg = { .ca = kbox_ca, .trust = up_trust };
-	ck_assert_int_eq(mitm_new(&cfg, "other.example.test", NULL, &m), 0);
-	ck_assert_int_eq(mitm_guest_in(m, hello, n, &taken), 0);
-	ck_assert_ptr_nonnull(strstr(mitm_error(m), "names " NAME));
-	ck_assert_ptr_null(mitm_upstream_out(m, &k));
-	mitm_free(m);
+	struct tls_mitm_config cfg = { .ca = kbox_ca, .trust = up_trust };
+	ck_assert_int_eq(tls_mitm_new(&cfg, "other.example.test", NULL, &m), 0);
+	ck_assert_int_eq(tls_mitm_guest_in(m, hello, n, &taken), 0);
+	ck_assert_ptr_nonnull(strstr(tls_mitm_error(m), "names " NAME));
+	ck_assert_ptr_null(tls_mitm_upstream_out(m, &k));
+	tls_mitm_free(m);
 
-	ck_assert_int_eq(mitm_new(&cfg, "bad_name.test", NULL, &m), -EINVAL);
-	ck_assert_int_eq(mitm_new(&cfg, "10.0.0.1", NULL, &m), -EINVAL);
+	ck_assert_int_eq(tls_mitm_new(&cfg, "bad_name.test", NULL, &m), -EINVAL);
+	ck_assert_int_eq(tls_mitm_new(&cfg, "10.0.0.1", NULL, &m), -EINVAL);
 
 	/* plain HTTP, random bytes, and a truncated hello with an EOF */
 	static const char http[] = "GET / HTTP/1.1\r\n\r\n";
-	ck_assert_int_eq(mitm_new(&cfg, NAME, NULL, &m), 0);
-	ck_assert_int_eq(mitm_guest_in(m, (const uint8_t *)http, sizeof http - 1, &taken), 0);
-	ck_assert_ptr_nonnull(strstr(mitm_error(m), "did not start TLS"));
-	ck_assert_ptr_null(mitm_guest_out(m, &k));
-	ck_assert_uint_eq(mitm_want(m), MITM_DONE);
-	mitm_free(m);
+	ck_assert_int_eq(tls_mitm_new(&cfg, NAME, NULL, &m), 0);
+	ck_assert_int_eq(tls_mitm_guest_in(m, (const uint8_t *)http, sizeof http - 1, &taken), 0);
+	ck_assert_ptr_nonnull(strstr(tls_mitm_error(m), "did not start TLS"));
+	ck_assert_ptr_null(tls_mitm_guest_out(m, &k));
+	ck_assert_uint_eq(tls_mitm_want(m), TLS_MITM_DONE);
+	tls_mitm_free(m);
 
 	for (int i = 0; i < 200; i++) {
 		uint8_t junk[3000];
 		ck_assert_int_eq(getrandom(junk, sizeof junk, 0), (ssize_t)sizeof junk);
 		junk[0] = 22;
 		junk[1] = 3;
-		ck_assert_int_eq(mitm_new(&cfg, NAME, NULL, &m), 0);
+		ck_assert_int_eq(tls_mitm_new(&cfg, NAME, NULL, &m), 0);
 		size_t off = 0;
-		while (off < sizeof junk && mitm_guest_in(m, junk + off, sizeof junk - off, &taken) == 0 && taken)
+		while (off < sizeof junk && tls_mitm_guest_in(m, junk + off, sizeof junk - off, &taken) == 0 && taken)
 			off += taken;
-		if (!mitm_error(m))
-			mitm_close_guest(m);
-		ck_assert_ptr_nonnull(mitm_error(m));
-		while ((mitm_guest_out(m, &k), k))
-			mitm_guest_out_done(m, k);
-		ck_assert_uint_eq(mitm_want(m), MITM_DONE);
-		mitm_free(m);
+		if (!tls_mitm_error(m))
+			tls_mitm_close_guest(m);
+		ck_assert_ptr_nonnull(tls_mitm_error(m));
+		while ((tls_mitm_guest_out(m, &k), k))
+			tls_mitm_guest_out_done(m, k);
+		ck_assert_uint_eq(tls_mitm_want(m), TLS_MITM_DONE);
+		tls_mitm_free(m);
 	}
 }
 END_TEST
@@ -561,8 +558,8 @@ START_TEST(h2_only_client)
 	br_ssl_engine_set_protocol_names(&r->cc.eng, alpn_both, 1);
 	ck_assert(br_ssl_client_reset(&r->cc, NAME, 0));
 	exchange(r);
-	ck_assert_ptr_nonnull(mitm_error(r->m));
-	ck_assert_ptr_nonnull(strstr(mitm_error(r->m), "ALPN h2 but not http/1.1"));
+	ck_assert_ptr_nonnull(tls_mitm_error(r->m));
+	ck_assert_ptr_nonnull(strstr(tls_mitm_error(r->m), "ALPN h2 but not http/1.1"));
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_RECV_FATAL_ALERT + 120);
 	ck_assert_uint_eq(r->up_sent, 0);
 	ck_assert_uint_eq(r->server.rxlen, 0);
@@ -580,8 +577,8 @@ START_TEST(no_common_suite)
 	br_ssl_engine_set_suites(&r->cc.eng, rsa_only, 1);
 	ck_assert(br_ssl_client_reset(&r->cc, NAME, 0));
 	exchange(r);
-	ck_assert_ptr_nonnull(mitm_error(r->m));
-	ck_assert_ptr_nonnull(strstr(mitm_error(r->m), "sent fatal alert handshake_failure"));
+	ck_assert_ptr_nonnull(tls_mitm_error(r->m));
+	ck_assert_ptr_nonnull(strstr(tls_mitm_error(r->m), "sent fatal alert handshake_failure"));
 	/* BearSSL's own alert reached the client */
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_RECV_FATAL_ALERT + 40);
 	ck_assert_uint_eq(r->server.rxlen, 0);
@@ -603,12 +600,12 @@ START_TEST(guest_distrusts_kbox)
 	exchange(r);
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_X509_NOT_TRUSTED);
 	/* BearSSL's client just closes (curl and python send an alert first) */
-	ck_assert_ptr_null(mitm_error(r->m));
-	mitm_close_guest(r->m);
-	ck_assert_ptr_nonnull(mitm_error(r->m));
-	ck_assert_msg(strstr(mitm_error(r->m), "trust the kbox CA"), "%s", mitm_error(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
+	tls_mitm_close_guest(r->m);
+	ck_assert_ptr_nonnull(tls_mitm_error(r->m));
+	ck_assert_msg(strstr(tls_mitm_error(r->m), "trust the kbox CA"), "%s", tls_mitm_error(r->m));
 	ck_assert_uint_eq(r->server.rxlen, 0);
-	ck_assert(mitm_want(r->m) & MITM_DONE);
+	ck_assert(tls_mitm_want(r->m) & TLS_MITM_DONE);
 	rig_free(r);
 	free(r);
 }
@@ -620,28 +617,28 @@ START_TEST(upstream_garbage)
 	uint8_t hello[600], junk[2000];
 	size_t n = craft_hello(hello, 0x0303, NULL, 0), taken, k;
 	struct mitm *m;
-	struct mitm_config cfg = { .ca = kbox_ca, .trust = up_trust };
+	struct tls_mitm_config cfg = { .ca = kbox_ca, .trust = up_trust };
 	for (int i = 0; i < 50; i++) {
-		ck_assert_int_eq(mitm_new(&cfg, NAME, NULL, &m), 0);
-		ck_assert_int_eq(mitm_guest_in(m, hello, n, &taken), 0);
+		ck_assert_int_eq(tls_mitm_new(&cfg, NAME, NULL, &m), 0);
+		ck_assert_int_eq(tls_mitm_guest_in(m, hello, n, &taken), 0);
 		ck_assert_uint_eq(taken, n);
-		while (mitm_upstream_out(m, &k) && k)
-			mitm_upstream_out_done(m, k);
+		while (tls_mitm_upstream_out(m, &k) && k)
+			tls_mitm_upstream_out_done(m, k);
 		ck_assert_int_eq(getrandom(junk, sizeof junk, 0), (ssize_t)sizeof junk);
 		junk[0] = (uint8_t)(i & 1 ? 22 : junk[0]);
 		size_t off = 0;
-		while (off < sizeof junk && mitm_upstream_in(m, junk + off, sizeof junk - off, &taken) == 0 && taken)
+		while (off < sizeof junk && tls_mitm_upstream_in(m, junk + off, sizeof junk - off, &taken) == 0 && taken)
 			off += taken;
-		if (!mitm_error(m))
-			mitm_close_upstream(m);
-		ck_assert_ptr_nonnull(mitm_error(m));
-		ck_assert_ptr_nonnull(strstr(mitm_error(m), "upstream"));
-		const uint8_t *out = mitm_guest_out(m, &k);
+		if (!tls_mitm_error(m))
+			tls_mitm_close_upstream(m);
+		ck_assert_ptr_nonnull(tls_mitm_error(m));
+		ck_assert_ptr_nonnull(strstr(tls_mitm_error(m), "upstream"));
+		const uint8_t *out = tls_mitm_guest_out(m, &k);
 		ck_assert_uint_eq(k, 7);
 		ck_assert_uint_eq(out[6], 40);
-		mitm_guest_out_done(m, k);
-		ck_assert_uint_eq(mitm_want(m), MITM_DONE);
-		mitm_free(m);
+		tls_mitm_guest_out_done(m, k);
+		ck_assert_uint_eq(tls_mitm_want(m), TLS_MITM_DONE);
+		tls_mitm_free(m);
 	}
 }
 END_TEST
@@ -652,16 +649,16 @@ START_TEST(garbage_after_hello)
 	struct rig *r = malloc(sizeof *r);
 	rig_init(r, NULL, NULL, up_ca, NAME);
 	rig_run(r);
-	ck_assert(mitm_established(r->m));
+	ck_assert(tls_mitm_established(r->m));
 	uint8_t junk[300];
 	memset(junk, 0x17, sizeof junk); /* application_data records with absurd lengths */
 	size_t taken;
-	mitm_guest_in(r->m, junk, sizeof junk, &taken);
+	tls_mitm_guest_in(r->m, junk, sizeof junk, &taken);
 	rig_run(r);
-	ck_assert_ptr_nonnull(mitm_error(r->m));
-	ck_assert_ptr_nonnull(strstr(mitm_error(r->m), "guest TLS"));
+	ck_assert_ptr_nonnull(tls_mitm_error(r->m));
+	ck_assert_ptr_nonnull(strstr(tls_mitm_error(r->m), "guest TLS"));
 	ck_assert_uint_eq(r->server.rxlen, 0);
-	ck_assert(mitm_want(r->m) & MITM_DONE);
+	ck_assert(tls_mitm_want(r->m) & TLS_MITM_DONE);
 	rig_free(r);
 	free(r);
 }
@@ -678,25 +675,25 @@ START_TEST(broken_guest_handshake_gets_an_alert)
 	ck_assert(to_mitm(r, &r->client, true)); /* the client's hello */
 	for (int i = 0; i < 10000; i++) {
 		size_t k;
-		if (mitm_guest_out(r->m, &k) && k)
+		if (tls_mitm_guest_out(r->m, &k) && k)
 			break; /* the answer to the guest's hello */
 		bool p = app_step(&r->server, true);
 		p |= from_mitm(r, &r->server, false);
 		p |= to_mitm(r, &r->server, false);
 		ck_assert(p);
 	}
-	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
 	static const uint8_t junk[] = { 0x63, 3, 3, 0, 1, 0 };
 	size_t taken;
-	mitm_guest_in(r->m, junk, sizeof junk, &taken);
-	ck_assert_ptr_nonnull(mitm_error(r->m));
-	ck_assert_msg(strstr(mitm_error(r->m), "guest TLS for"), "%s", mitm_error(r->m));
+	tls_mitm_guest_in(r->m, junk, sizeof junk, &taken);
+	ck_assert_ptr_nonnull(tls_mitm_error(r->m));
+	ck_assert_msg(strstr(tls_mitm_error(r->m), "guest TLS for"), "%s", tls_mitm_error(r->m));
 	size_t k;
-	const uint8_t *out = mitm_guest_out(r->m, &k);
+	const uint8_t *out = tls_mitm_guest_out(r->m, &k);
 	ck_assert_uint_eq(k, 7);
 	ck_assert(out[0] == 21 && out[1] == 3 && out[2] == 3 && out[3] == 0 && out[4] == 2 && out[5] == 2);
-	mitm_guest_out_done(r->m, k);
-	ck_assert_uint_eq(mitm_want(r->m), MITM_DONE);
+	tls_mitm_guest_out_done(r->m, k);
+	ck_assert_uint_eq(tls_mitm_want(r->m), TLS_MITM_DONE);
 	ck_assert_uint_eq(r->server.rxlen, 0);
 	rig_free(r);
 	free(r);
@@ -707,16 +704,16 @@ END_TEST
  * a placeholder bound for a host that may not get it). */
 static const char forbidden[] = "HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\nConnection: close\r\n\r\nno\n";
 
-static int refuse_up(void *ctx, struct mitm_io *io)
+static int refuse_up(void *ctx, struct tls_mitm_io *io)
 {
 	io->taken = io->in_len;
 	io->made = 0;
 	io->reply = (const uint8_t *)forbidden;
 	io->reply_len = strlen(forbidden);
-	return MITM_FILTER_REPLY;
+	return TLS_MITM_FILTER_REPLY;
 }
 
-static const struct mitm_filter_ops refuse_ops = { .up = refuse_up };
+static const struct tls_mitm_filter_ops refuse_ops = { .up = refuse_up };
 
 START_TEST(filter_reply)
 {
@@ -725,7 +722,7 @@ START_TEST(filter_reply)
 	r->client.tx = (const uint8_t *)req;
 	r->client.txlen = strlen(req);
 	rig_run(r);
-	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
 	ck_assert_uint_eq(r->server.rxlen, 0);
 	ck_assert_uint_eq(r->client.rxlen, strlen(forbidden));
 	ck_assert_mem_eq(r->client.rx, forbidden, strlen(forbidden));
@@ -733,7 +730,7 @@ START_TEST(filter_reply)
 	ck_assert(br_ssl_engine_current_state(&r->cc.eng) & BR_SSL_CLOSED);
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_OK);
 	ck_assert(br_ssl_engine_current_state(&r->sc.eng) & BR_SSL_CLOSED);
-	ck_assert(mitm_want(r->m) & MITM_DONE);
+	ck_assert(tls_mitm_want(r->m) & TLS_MITM_DONE);
 	rig_free(r);
 	free(r);
 }
@@ -745,7 +742,7 @@ struct hold {
 	size_t len, off;
 };
 
-static int hold_down(void *ctx, struct mitm_io *io)
+static int hold_down(void *ctx, struct tls_mitm_io *io)
 {
 	struct hold *h = ctx;
 	if (io->in_len > sizeof h->buf - h->len)
@@ -756,15 +753,15 @@ static int hold_down(void *ctx, struct mitm_io *io)
 	io->taken = io->in_len;
 	io->made = 0;
 	if (!io->eof)
-		return MITM_FILTER_OK;
+		return TLS_MITM_FILTER_OK;
 	size_t k = h->len - h->off < io->out_cap ? h->len - h->off : io->out_cap;
 	memcpy(io->out, h->buf + h->off, k);
 	h->off += k;
 	io->made = k;
-	return h->off < h->len ? MITM_FILTER_MORE : MITM_FILTER_OK;
+	return h->off < h->len ? TLS_MITM_FILTER_MORE : TLS_MITM_FILTER_OK;
 }
 
-static const struct mitm_filter_ops hold_ops = { .down = hold_down };
+static const struct tls_mitm_filter_ops hold_ops = { .down = hold_down };
 
 /* The upstream answers and closes while the guest is still uploading:
  * what the down filter held is delivered before the guest's close. */
@@ -782,12 +779,12 @@ START_TEST(close_while_both_busy)
 	r->server.txlen = 40000;
 	r->server.close_when_sent = true;
 	rig_run(r);
-	ck_assert_ptr_null(mitm_error(r->m));
+	ck_assert_ptr_null(tls_mitm_error(r->m));
 	ck_assert_uint_eq(r->client.rxlen, 40000);
 	ck_assert_mem_eq(r->client.rx, down, 40000);
 	ck_assert(br_ssl_engine_current_state(&r->cc.eng) & BR_SSL_CLOSED);
 	ck_assert_int_eq(br_ssl_engine_last_error(&r->cc.eng), BR_ERR_OK);
-	ck_assert(mitm_want(r->m) & MITM_DONE);
+	ck_assert(tls_mitm_want(r->m) & TLS_MITM_DONE);
 	rig_free(r);
 	free(r);
 	free(h);
@@ -803,10 +800,10 @@ START_TEST(upstream_eof_is_not_a_close_notify)
 	struct rig *r = malloc(sizeof *r);
 	rig_init(r, NULL, NULL, up_ca, NAME);
 	exchange(r);
-	mitm_close_upstream(r->m);
+	tls_mitm_close_upstream(r->m);
 	rig_run(r);
-	ck_assert_ptr_null(mitm_error(r->m));
-	ck_assert_uint_eq(mitm_want(r->m), MITM_DONE);
+	ck_assert_ptr_null(tls_mitm_error(r->m));
+	ck_assert_uint_eq(tls_mitm_want(r->m), TLS_MITM_DONE);
 	ck_assert(!(br_ssl_engine_current_state(&r->cc.eng) & BR_SSL_CLOSED));
 	ck_assert_uint_eq(r->client.rxlen, strlen(resp));
 	rig_free(r);
@@ -819,8 +816,8 @@ START_TEST(trust_files)
 	char path[] = "/tmp/kbox-trust-XXXXXX";
 	int fd = mkstemp(path);
 	ck_assert_int_ge(fd, 0);
-	const char *pem = tc_ca_pem(up_ca);
-	const char *pem2 = tc_ca_pem(other_ca);
+	const char *pem = tls_cert_ca_pem(up_ca);
+	const char *pem2 = tls_cert_ca_pem(other_ca);
 	ck_assert_int_eq(write(fd, "junk before\n", 12), 12);
 	ck_assert_int_eq(write(fd, pem, strlen(pem)), (ssize_t)strlen(pem));
 	ck_assert_int_eq(write(fd, pem2, strlen(pem2)), (ssize_t)strlen(pem2));

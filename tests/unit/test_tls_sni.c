@@ -196,16 +196,16 @@ START_TEST(server_names)
 	memset(name, 'a', 63);
 	strcpy(name + 63, ".test");
 	char out[TLS_NAME_MAX + 1];
-	ck_assert_int_eq(tls_name_normalize(name, strlen(name), out), 0);
+	ck_assert_int_eq(tls_sni_name_normalize(name, strlen(name), out), 0);
 	memset(name, 'a', 64);
 	strcpy(name + 64, ".test");
-	ck_assert_int_eq(tls_name_normalize(name, strlen(name), out), -EINVAL);
+	ck_assert_int_eq(tls_sni_name_normalize(name, strlen(name), out), -EINVAL);
 	for (int i = 0; i < 126; i++)
 		memcpy(name + 2 * i, "a.", 2);
 	memcpy(name + 252, "b", 2); /* 253 bytes */
-	ck_assert_int_eq(tls_name_normalize(name, 253, out), 0);
+	ck_assert_int_eq(tls_sni_name_normalize(name, 253, out), 0);
 	memcpy(name + 252, "bc", 3);
-	ck_assert_int_eq(tls_name_normalize(name, 254, out), -EINVAL);
+	ck_assert_int_eq(tls_sni_name_normalize(name, 254, out), -EINVAL);
 
 	/* two host names, and two server_name extensions */
 	size_t e = sni_ext(ext, "a.test", 6);

@@ -24,7 +24,7 @@ static struct vnet net;
 static struct vmmio t;
 
 /* What the backend saw. */
-static uint8_t last_tx[2048];
+static uint8_t last_tx[VNET_MAX_FRAME];
 static size_t last_tx_len;
 static unsigned ntx;
 static bool echo;
@@ -41,6 +41,7 @@ static void be_tx(void *ctx, const uint8_t *frame, size_t len)
 }
 
 static uint32_t extra_features; /* offloads a test negotiates */
+static bool no_mtu;              /* a driver that does not take MTU */
 
 static void driver_up(void)
 {
@@ -49,7 +50,7 @@ static void driver_up(void)
 	ck_assert(f & (1u << VIRTIO_NET_F_MAC));
 	ck_assert(f & (1u << VIRTIO_NET_F_MTU));
 	uint64_t want = 1ull << VIRTIO_F_VERSION_1 | 1u << VIRTIO_NET_F_MAC |
-			1u << VIRTIO_NET_F_MTU | 1u << VIRTIO_NET_F_STATUS | extra_features;
+			(no_mtu ? 0 : 1u << VIRTIO_NET_F_MTU) | 1u << VIRTIO_NET_F_STATUS | extra_features;
 	ck_assert_int_eq(fv_driver_up(&drv, want, 2, QSIZE), 0);
 	ck_assert(net.dev.live);
 }
@@ -151,7 +152,7 @@ START_TEST(tx_bad_frames_dropped)
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(VNET_MAX_FRAME + 1, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
-	tx(9000, 0, 0);
+	tx(VNET_MAX_FRAME + 100, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(100, 1 /* TCPv4 GSO */, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
@@ -163,6 +164,31 @@ START_TEST(tx_bad_frames_dropped)
 	tx(60, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, 1);
+}
+END_TEST
+
+/* A driver that did not take MTU stays at Ethernet's 1500 both ways. */
+START_TEST(base_mtu_without_feature)
+{
+	uint32_t n;
+	struct vnet_stats st;
+	uint8_t f[VNET_BASE_FRAME + 1] = { 0 };
+
+	no_mtu = true;
+	driver_up();
+	no_mtu = false;
+	tx(VNET_BASE_FRAME + 1, 0, 0);
+	ck_assert(fv_used(&drv, TX, NULL, &n));
+	ck_assert_uint_eq(ntx, 0);
+	tx(VNET_BASE_FRAME, 0, 0);
+	ck_assert(fv_used(&drv, TX, NULL, &n));
+	ck_assert_uint_eq(ntx, 1);
+	ck_assert_uint_eq(last_tx_len, VNET_BASE_FRAME);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_BASE_FRAME + 1), -EMSGSIZE);
+	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_BASE_FRAME), 0);
+	vnet_get_stats(&net, &st);
+	ck_assert_uint_eq(st.tx_dropped, 1);
+	ck_assert(!needs_reset());
 }
 END_TEST
 
@@ -664,6 +690,7 @@ Suite *virtio_net_suite(void)
 	tcase_add_test(tc, config_space);
 	tcase_add_test(tc, tx_frames);
 	tcase_add_test(tc, tx_bad_frames_dropped);
+	tcase_add_test(tc, base_mtu_without_feature);
 	tcase_add_test(tc, tx_short_header_stops);
 	tcase_add_test(tc, tx_ring_garbage_stops);
 	tcase_add_test(tc, rx_waits_for_buffers);

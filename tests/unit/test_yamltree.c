@@ -10,28 +10,28 @@
 
 #define ERRLEN 512
 
-static const struct yt_rules plain_rules = {
+static const struct yamltree_rules plain_rules = {
 	.max_depth = 3,
 	.max_nodes = 8,
 	.smaller = "thing",
 };
 
-static const struct yt_rules secret_rules = {
+static const struct yamltree_rules secret_rules = {
 	.max_depth = 3,
 	.max_nodes = 8,
 	.smaller = "thing",
 	.secret = true,
 };
 
-static int parse(const char *text, const struct yt_rules *r, struct yt_node **root, char *err)
+static int parse(const char *text, const struct yamltree_rules *r, struct yamltree_node **root, char *err)
 {
-	return yt_parse(text, strlen(text), r, "f.yaml", err, ERRLEN, root);
+	return yamltree_parse(text, strlen(text), r, "f.yaml", err, ERRLEN, root);
 }
 
 /* text must fail with -EINVAL and exactly "f.yaml:" + msg. */
-static void expect_err(const char *text, const struct yt_rules *r, const char *msg)
+static void expect_err(const char *text, const struct yamltree_rules *r, const char *msg)
 {
-	struct yt_node *root = (struct yt_node *)1;
+	struct yamltree_node *root = (struct yamltree_node *)1;
 	char err[ERRLEN], want[ERRLEN];
 	ck_assert_int_eq(parse(text, r, &root, err), -EINVAL);
 	ck_assert_ptr_null(root);
@@ -41,40 +41,40 @@ static void expect_err(const char *text, const struct yt_rules *r, const char *m
 
 START_TEST(builds_the_tree_with_positions)
 {
-	const struct yt_rules wide = { .max_depth = 3, .max_nodes = 100, .smaller = "x" };
-	struct yt_node *root;
+	const struct yamltree_rules wide = { .max_depth = 3, .max_nodes = 100, .smaller = "x" };
+	struct yamltree_node *root;
 	char err[ERRLEN];
 	ck_assert_int_eq(parse("a: 1\nb: [x, 'y']\nc:\n", &wide, &root, err), 0);
-	ck_assert_int_eq(root->kind, YT_MAP);
+	ck_assert_int_eq(root->kind, YAMLTREE_MAP);
 	ck_assert_uint_eq(root->n, 6);
-	const struct yt_node *b = root->kids[3];
-	ck_assert_int_eq(b->kind, YT_SEQ);
+	const struct yamltree_node *b = root->kids[3];
+	ck_assert_int_eq(b->kind, YAMLTREE_SEQ);
 	ck_assert_uint_eq(b->line, 2);
 	ck_assert_uint_eq(b->col, 4);
 	ck_assert_str_eq(b->kids[0]->str, "x");
 	ck_assert(b->kids[0]->plain);
 	ck_assert(!b->kids[1]->plain);
 	ck_assert_uint_eq(b->kids[1]->col, 8);
-	ck_assert(yt_is_null(root->kids[5]));
-	ck_assert(!yt_is_null(b->kids[1]));
-	ck_assert_str_eq(yt_kind_name(b), "a list");
-	ck_assert_str_eq(yt_kind_name(root), "a mapping");
-	ck_assert_str_eq(yt_kind_name(root->kids[5]), "an empty value");
-	yt_free(root);
+	ck_assert(yamltree_is_null(root->kids[5]));
+	ck_assert(!yamltree_is_null(b->kids[1]));
+	ck_assert_str_eq(yamltree_kind_name(b), "a list");
+	ck_assert_str_eq(yamltree_kind_name(root), "a mapping");
+	ck_assert_str_eq(yamltree_kind_name(root->kids[5]), "an empty value");
+	yamltree_free(root);
 
 	/* Quoted nulls are text; NUL bytes survive with their length. */
 	ck_assert_int_eq(parse("[\"null\", null, ~, \"a\\0b\"]", &wide, &root, err), 0);
-	ck_assert(!yt_is_null(root->kids[0]));
-	ck_assert(yt_is_null(root->kids[1]));
-	ck_assert(yt_is_null(root->kids[2]));
+	ck_assert(!yamltree_is_null(root->kids[0]));
+	ck_assert(yamltree_is_null(root->kids[1]));
+	ck_assert(yamltree_is_null(root->kids[2]));
 	ck_assert_uint_eq(root->kids[3]->len, 3);
-	yt_free(root);
+	yamltree_free(root);
 
 	ck_assert_int_eq(parse("", &plain_rules, &root, err), 0);
 	ck_assert_ptr_null(root);
 	ck_assert_int_eq(parse("# only a comment\n", &plain_rules, &root, err), 0);
 	ck_assert_ptr_null(root);
-	yt_free(NULL);
+	yamltree_free(NULL);
 }
 END_TEST
 
@@ -102,25 +102,25 @@ END_TEST
 
 START_TEST(limits_hold)
 {
-	struct yt_node *root;
+	struct yamltree_node *root;
 	char err[ERRLEN];
 	ck_assert_int_eq(parse("[[[1]]]", &plain_rules, &root, err), 0);
-	yt_free(root);
+	yamltree_free(root);
 	expect_err("[[[[1]]]]", &plain_rules,
 		   "1:4: nesting deeper than 3 levels; expected a flatter structure");
 	ck_assert_int_eq(parse("[1, 2, 3, 4, 5, 6, 7]", &plain_rules, &root, err), 0);
-	yt_free(root);
+	yamltree_free(root);
 	expect_err("[1, 2, 3, 4, 5, 6, 7, 8]", &plain_rules,
 		   "1:23: more than 8 values in the file; expected a smaller thing");
-	/* Depth is capped at YT_DEPTH_MAX whatever a caller asks. */
-	struct yt_rules deep = { .max_depth = 1000, .max_nodes = 1000, .smaller = "x" };
+	/* Depth is capped at YAMLTREE_DEPTH_MAX whatever a caller asks. */
+	struct yamltree_rules deep = { .max_depth = 1000, .max_nodes = 1000, .smaller = "x" };
 	char text[64];
 	memset(text, '[', 17);
 	memset(text + 17, ']', 17);
 	text[34] = '\0';
 	char want[ERRLEN];
 	snprintf(want, sizeof want, "f.yaml:1:17: nesting deeper than %u levels; expected a "
-				    "flatter structure", YT_DEPTH_MAX);
+				    "flatter structure", YAMLTREE_DEPTH_MAX);
 	ck_assert_int_eq(parse(text, &deep, &root, err), -EINVAL);
 	ck_assert_str_eq(err, want);
 }
@@ -147,23 +147,23 @@ END_TEST
 
 START_TEST(messages_are_safe_lines)
 {
-	char out[YT_SHOW_BUF], err[16];
-	yt_show(out, sizeof out, "a\\b\n\xff", 5, YT_SHOW_MAX);
+	char out[YAMLTREE_SHOW_BUF], err[16];
+	yamltree_show(out, sizeof out, "a\\b\n\xff", 5, YAMLTREE_SHOW_MAX);
 	ck_assert_str_eq(out, "a\\x5cb\\x0a\\xff");
-	yt_show(out, sizeof out, "abcdef", 6, 3);
+	yamltree_show(out, sizeof out, "abcdef", 6, 3);
 	ck_assert_str_eq(out, "abc...");
-	char big[YT_SHOW_MAX * 2];
+	char big[YAMLTREE_SHOW_MAX * 2];
 	memset(big, 1, sizeof big);
-	yt_show(out, sizeof out, big, sizeof big, YT_SHOW_MAX);
-	ck_assert_uint_eq(strlen(out), 4 * YT_SHOW_MAX + 3);
+	yamltree_show(out, sizeof out, big, sizeof big, YAMLTREE_SHOW_MAX);
+	ck_assert_uint_eq(strlen(out), 4 * YAMLTREE_SHOW_MAX + 3);
 
-	ck_assert_int_eq(yt_err(err, sizeof err, "n", 0, 0, "%s", "whole"), -EINVAL);
+	ck_assert_int_eq(yamltree_err(err, sizeof err, "n", 0, 0, "%s", "whole"), -EINVAL);
 	ck_assert_str_eq(err, "n: whole");
-	ck_assert_int_eq(yt_err(err, sizeof err, "n", 2, 3, "a long message"), -EINVAL);
+	ck_assert_int_eq(yamltree_err(err, sizeof err, "n", 2, 3, "a long message"), -EINVAL);
 	ck_assert_str_eq(err, "n:2:3: a long m");
-	ck_assert_int_eq(yt_err(NULL, 0, "n", 1, 1, "x"), -EINVAL);
-	ck_assert_int_eq(yt_nomem(err, sizeof err, "n"), -ENOMEM);
-	ck_assert_int_eq(yt_nomem(NULL, 0, "n"), -ENOMEM);
+	ck_assert_int_eq(yamltree_err(NULL, 0, "n", 1, 1, "x"), -EINVAL);
+	ck_assert_int_eq(yamltree_nomem(err, sizeof err, "n"), -ENOMEM);
+	ck_assert_int_eq(yamltree_nomem(NULL, 0, "n"), -ENOMEM);
 }
 END_TEST
 
@@ -174,22 +174,22 @@ START_TEST(slurp_reads_regular_files_only)
 	size_t len;
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(path, sizeof path, "%s/f", dir);
-	ck_assert_int_eq(yt_slurp(path, 8, &buf, &len, &stage), -ENOENT);
+	ck_assert_int_eq(yamltree_slurp(path, 8, &buf, &len, &stage), -ENOENT);
 	ck_assert_str_eq(stage, "open");
 	FILE *f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("12345678", f);
 	fclose(f);
-	ck_assert_int_eq(yt_slurp(path, 8, &buf, &len, &stage), 0);
+	ck_assert_int_eq(yamltree_slurp(path, 8, &buf, &len, &stage), 0);
 	ck_assert_uint_eq(len, 8);
 	ck_assert_str_eq(buf, "12345678");
 	free(buf);
-	ck_assert_int_eq(yt_slurp(path, 7, &buf, &len, &stage), -EFBIG);
-	ck_assert_int_eq(yt_slurp(dir, 8, &buf, &len, &stage), -EISDIR);
+	ck_assert_int_eq(yamltree_slurp(path, 7, &buf, &len, &stage), -EFBIG);
+	ck_assert_int_eq(yamltree_slurp(dir, 8, &buf, &len, &stage), -EISDIR);
 	unlink(path);
 	/* A FIFO is refused at once, not waited on. */
 	ck_assert_int_eq(mkfifo(path, 0600), 0);
-	ck_assert_int_eq(yt_slurp(path, 8, &buf, &len, &stage), -EINVAL);
+	ck_assert_int_eq(yamltree_slurp(path, 8, &buf, &len, &stage), -EINVAL);
 	ck_assert_str_eq(stage, "stat");
 	unlink(path);
 	rmdir(dir);

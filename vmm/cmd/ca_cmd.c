@@ -30,10 +30,10 @@ static void usage(FILE *f)
 		   "                            leaf private key to FILE (0600) for a test server\n");
 }
 
-static int open_ca(const char *dir, struct tc_ca **ca)
+static int open_ca(const char *dir, struct tls_cert_ca **ca)
 {
 	char err[512] = "";
-	int rc = tc_ca_open(dir, ca, err, sizeof err);
+	int rc = tls_cert_ca_open(dir, ca, err, sizeof err);
 	if (rc)
 		fprintf(stderr, "kbox ca: %s\n", err[0] ? err : strerror(-rc));
 	return rc;
@@ -42,7 +42,7 @@ static int open_ca(const char *dir, struct tc_ca **ca)
 static int write_key(const char *path, const br_ec_private_key *key)
 {
 	char *pem;
-	int rc = tc_key_pem(key, &pem);
+	int rc = tls_cert_key_pem(key, &pem);
 	if (rc)
 		return rc;
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -62,13 +62,13 @@ static int write_key(const char *path, const br_ec_private_key *key)
 
 /* Print the chain for each of NAMES (N of them); then write the leaf key
  * to KEY_OUT if asked. */
-static int mint(struct tc_ca *ca, char **names, int n, const char *key_out)
+static int mint(struct tls_cert_ca *ca, char **names, int n, const char *key_out)
 {
 	const br_ec_private_key *key = NULL;
 	for (int i = 0; i < n; i++) {
 		const br_x509_certificate *chain;
 		size_t len;
-		int rc = tc_leaf(ca, names[i], &chain, &len, &key);
+		int rc = tls_cert_leaf(ca, names[i], &chain, &len, &key);
 		if (rc) {
 			fprintf(stderr, "kbox ca mint: %s: %s\n", names[i],
 				rc == -EINVAL ? "not a DNS name or IP address" : strerror(-rc));
@@ -76,7 +76,7 @@ static int mint(struct tc_ca *ca, char **names, int n, const char *key_out)
 		}
 		for (size_t c = 0; c < len; c++) {
 			char *pem;
-			if (tc_pem_encode("CERTIFICATE", chain[c].data, chain[c].data_len, &pem))
+			if (tls_cert_pem_encode("CERTIFICATE", chain[c].data, chain[c].data_len, &pem))
 				return 1;
 			fputs(pem, stdout);
 			free(pem);
@@ -128,7 +128,7 @@ int ca_main(int argc, char **argv)
 		return KBOX_EXIT_FAILURE;
 	}
 	char dir[PATH_MAX - 16];
-	int rc = tc_ca_default_dir(dir, sizeof dir);
+	int rc = tls_cert_ca_default_dir(dir, sizeof dir);
 	if (rc) {
 		fprintf(stderr, "kbox ca: no CA directory: set KBOX_CA_DIR or HOME to an "
 				"absolute path\n");
@@ -138,17 +138,17 @@ int ca_main(int argc, char **argv)
 		printf("%s\n", dir);
 		return 0;
 	}
-	struct tc_ca *ca;
+	struct tls_cert_ca *ca;
 	if (open_ca(dir, &ca))
 		return 1;
 	int ret = 0;
 	if (strcmp(cmd, "init") == 0)
 		printf("%s/ca.pem\n", dir);
 	else if (strcmp(cmd, "show") == 0)
-		fputs(tc_ca_pem(ca), stdout);
+		fputs(tls_cert_ca_pem(ca), stdout);
 	else
 		ret = mint(ca, argv + first, argc - first, key_out);
-	tc_ca_free(ca);
+	tls_cert_ca_free(ca);
 	if (fflush(stdout) != 0 && ret == 0)
 		ret = 1;
 	return ret;

@@ -76,7 +76,7 @@ static void check_file(const char *what, const char *name, const char *fix)
 static void check_ca(void)
 {
 	char dir[PATH_MAX - 16], key[PATH_MAX], cert[PATH_MAX], err[512] = "";
-	if (tc_ca_default_dir(dir, sizeof dir) < 0) {
+	if (tls_cert_ca_default_dir(dir, sizeof dir) < 0) {
 		line(0, "TLS CA: no directory for it: set KBOX_CA_DIR or HOME to an absolute path");
 		return;
 	}
@@ -87,13 +87,13 @@ static void check_ca(void)
 		     dir);
 		return;
 	}
-	struct tc_ca *ca;
-	if (tc_ca_open(dir, &ca, err, sizeof err) < 0) {
+	struct tls_cert_ca *ca;
+	if (tls_cert_ca_open(dir, &ca, err, sizeof err) < 0) {
 		line(0, "TLS CA: %s", err);
 		return;
 	}
-	time_t end = tc_ca_not_after(ca);
-	tc_ca_free(ca);
+	time_t end = tls_cert_ca_not_after(ca);
+	tls_cert_ca_free(ca);
 	struct tm tm;
 	char day[32] = "?";
 	if (gmtime_r(&end, &tm))

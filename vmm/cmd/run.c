@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "lib/datadir.h"
+#include "lib/errbuf.h"
+#include "lib/fileio.h"
 #include "netstack/tls_cert.h"
 #include "vmm/cli.h"
 #include "vmm/cmd/trust.h"
@@ -181,47 +183,28 @@ static int parse_uint(const char *s, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-static int read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t errlen)
+/* A kernel or initramfs image: a regular file of 1 byte to 512 MiB, into
+ * a malloc'd *data.  0 or a negative errno with the message in err. */
+static int read_image(const char *path, uint8_t **data, size_t *len, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-		return -errno;
+	char *buf;
+	const char *stage;
+	int rc = fio_slurp(path, 0, MAX_IMAGE, &buf, len, NULL, &stage);
+	if (rc == -ENOMEM)
+		return eb_fail(err, errlen, rc, "out of memory reading %s", path);
+	if (rc == -EFBIG)
+		return eb_fail(err, errlen, rc, "%s is larger than 512 MiB", path);
+	if (rc < 0 && strcmp(stage, "open") == 0)
+		return eb_fail(err, errlen, rc, "cannot open %s: %s", path, strerror(-rc));
+	if (rc < 0 && strcmp(stage, "stat") == 0)
+		return eb_fail(err, errlen, -EINVAL, "%s is not a regular file", path);
+	if (rc < 0)
+		return eb_fail(err, errlen, -EIO, "cannot read %s: %s", path, strerror(-rc));
+	if (*len == 0) {
+		free(buf);
+		return eb_fail(err, errlen, -EFBIG, "%s is empty", path);
 	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s is not a regular file", path);
-		close(fd);
-		return -EINVAL;
-	}
-	if ((uint64_t)st.st_size > MAX_IMAGE || st.st_size == 0) {
-		snprintf(err, errlen, "%s is %s", path, st.st_size ? "larger than 512 MiB" : "empty");
-		close(fd);
-		return -EFBIG;
-	}
-	uint8_t *buf = malloc((size_t)st.st_size);
-	if (!buf) {
-		close(fd);
-		snprintf(err, errlen, "out of memory reading %s", path);
-		return -ENOMEM;
-	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			snprintf(err, errlen, "cannot read %s: %s", path,
-				 r < 0 ? strerror(errno) : "file shrank while reading");
-			free(buf);
-			close(fd);
-			return -EIO;
-		}
-		got += (size_t)r;
-	}
-	close(fd);
-	*data = buf;
-	*len = got;
+	*data = (uint8_t *)buf;
 	return 0;
 }
 
@@ -516,13 +499,13 @@ static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
 	if (slash && slash != runtime)
 		*slash = '\0';
 	bool have_store = image_store_dir(store, sizeof store) == 0;
-	bool have_data = dd_path(NULL, "", data, sizeof data) == 0;
+	bool have_data = datadir_path(NULL, "", data, sizeof data) == 0;
 	if (have_data && strlen(data) > 1 && data[strlen(data) - 1] == '/')
 		data[strlen(data) - 1] = '\0';
 	const struct hf_folder folders[] = {
 		{ have_data ? data : NULL,
 		  "kbox's data folder (its CA key, the trust record, images)" },
-		{ tc_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
+		{ tls_cert_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
 		{ have_store ? store : NULL, "kbox's image store" },
 		{ runtime, "kbox's runtime folder (sandboxes' sockets and output)" },
 	};
@@ -849,9 +832,9 @@ static int load_boot_files(struct run *r)
 {
 	struct run_opts *o = &r->o;
 	char err[512];
-	if (read_file(o->kernel, &r->kimg, &r->klen, err, sizeof err) < 0)
+	if (read_image(o->kernel, &r->kimg, &r->klen, err, sizeof err) < 0)
 		return cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
-	if (read_file(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
+	if (read_image(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
 		return cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
 	int gf = gf_append(&r->initrd, &r->ilen, o->senv, o->nsenv, o->ca_pem, r->sb.name);
 	if (gf < 0)

@@ -24,7 +24,7 @@
 
 int trust_store_path(char *buf, size_t len)
 {
-	return dd_path("KBOX_TRUST_FILE", "trusted", buf, len);
+	return datadir_path("KBOX_TRUST_FILE", "trusted", buf, len);
 }
 
 /* Feed the file at path to h, preceded by a tag and followed by its length,
@@ -154,7 +154,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	 * rules, name servers.  Nothing stops a repository from carrying
 	 * one, so a change to it (a pull) is a change to the sandbox. */
 	char env[PATH_MAX + 16];
-	if (senv_path(env, sizeof env, conf_real) < 0) {
+	if (secenv_path(env, sizeof env, conf_real) < 0) {
 		eb_say(err, errlen, "%s: path too long", conf_real);
 		return -ENAMETOOLONG;
 	}
@@ -223,7 +223,7 @@ static int make_parent(const char *store)
 	if (!slash || slash == dir)
 		return 0;
 	*slash = '\0';
-	return dd_mkdirs(dir);
+	return datadir_mkdirs(dir);
 }
 
 int trust_record(const char *store, const char *conf_real, const char *hex, char *err,
@@ -256,46 +256,36 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		return rc;
 	}
 	char *buf = NULL;
-	int fd = -1;
 	rc = read_store(store, &buf);
 	if (rc) {
 		eb_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
 		goto out;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0) {
+	/* The record without conf_real's line, then its new one. */
+	char *text = NULL;
+	size_t tlen = 0;
+	FILE *f = open_memstream(&text, &tlen);
+	if (!f) {
 		rc = -errno;
-		eb_say(err, errlen, "%s: cannot write: %s", tmp, strerror(-rc));
+		eb_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
 		goto out;
 	}
-	for (char *p = buf; p && *p && !rc;) {
+	for (char *p = buf; p && *p;) {
 		char *nl = strchr(p, '\n');
 		size_t len = nl ? (size_t)(nl - p) : strlen(p);
 		const char *h;
-		if (!line_is(p, len, conf_real, &h) && len) {
-			rc = fio_write_all(fd, p, len);
-			if (!rc)
-				rc = fio_write_all(fd, "\n", 1);
-		}
+		if (!line_is(p, len, conf_real, &h) && len)
+			fprintf(f, "%.*s\n", (int)len, p);
 		p += len + (nl ? 1 : 0);
 	}
-	if (!rc && hex) {
-		char line[PATH_MAX + TRUST_HEX_LEN + 8];
-		int n = snprintf(line, sizeof line, "v1 %.*s %s\n", TRUST_HEX_LEN, hex, conf_real);
-		rc = n > 0 && (size_t)n < sizeof line ? fio_write_all(fd, line, (size_t)n)
-						       : -ENAMETOOLONG;
-	}
-	if (!rc && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	fd = -1;
-	if (!rc && rename(tmp, store) < 0)
-		rc = -errno;
-	if (rc) {
+	if (hex)
+		fprintf(f, "v1 %.*s %s\n", TRUST_HEX_LEN, hex, conf_real);
+	rc = fclose(f) == 0 && text ? 0 : -ENOMEM;
+	if (!rc)
+		rc = fio_write_atomic(AT_FDCWD, store, tmp, text, tlen, 0600);
+	free(text);
+	if (rc)
 		eb_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
-		unlink(tmp);
-	}
 out:
 	free(buf);
 	close(lfd);

@@ -1,5 +1,7 @@
 #include "vmm/core/cpio.h"
 
+#include "lib/grow.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,17 +30,9 @@ static void append(struct cpio *c, const void *p, size_t n)
 		return;
 	}
 	size_t need = c->len + n + 4; /* room for padding */
-	if (need > c->cap) {
-		size_t cap = c->cap ? c->cap : 1024;
-		while (cap < need)
-			cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-		uint8_t *nb = realloc(c->buf, cap);
-		if (!nb) {
-			c->err = -ENOMEM;
-			return;
-		}
-		c->buf = nb;
-		c->cap = cap;
+	if (grow_array(&c->buf, &c->cap, need, 1, 1024, 0) < 0) {
+		c->err = -ENOMEM;
+		return;
 	}
 	if (n)
 		memcpy(c->buf + c->len, p, n);

@@ -43,7 +43,7 @@ static int klog_try(const char *path, bool ours)
 		if (n && n < sizeof dir) {
 			memcpy(dir, path, n);
 			dir[n] = '\0';
-			int rc = dd_mkdirs(dir);
+			int rc = datadir_mkdirs(dir);
 			if (rc < 0)
 				return rc;
 		}

@@ -8,6 +8,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "lib/errbuf.h"
+
 int vbus_init(struct vbus *b, struct vm *vm)
 {
 	memset(b, 0, sizeof *b);
@@ -48,10 +50,8 @@ static void slot_write(void *ctx, uint64_t off, const uint8_t *data, unsigned le
 int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *poller,
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen)
 {
-	if (b->n >= VBUS_MAX_DEVS || dev->nr_queues > VBUS_MAX_QUEUES) {
-		snprintf(err, errlen, "too many virtio devices or queues");
-		return -ENOSPC;
-	}
+	if (b->n >= VBUS_MAX_DEVS || dev->nr_queues > VBUS_MAX_QUEUES)
+		return eb_fail(err, errlen, -ENOSPC, "too many virtio devices or queues");
 	struct vbus_slot *sl = &b->slot[b->n];
 	memset(sl, 0, sizeof *sl);
 	sl->bus = b;
@@ -86,28 +86,22 @@ int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *polle
 			goto sys;
 	}
 	int rc = vmmio_init(&sl->t, dev, &b->vm->mem, &sl->sink);
-	if (rc < 0) {
-		snprintf(err, errlen, "virtio-mmio set-up failed: %s", strerror(-rc));
-		return rc;
-	}
+	if (rc < 0)
+		return eb_fail(err, errlen, rc, "virtio-mmio set-up failed: %s", strerror(-rc));
 	struct vm_mmio h = { sl->base, VMMIO_WINDOW, slot_read, slot_write, sl };
-	if ((rc = vm_add_mmio(b->vm, &h)) < 0) {
-		snprintf(err, errlen, "cannot map the virtio-mmio window: %s", strerror(-rc));
-		return rc;
-	}
+	if ((rc = vm_add_mmio(b->vm, &h)) < 0)
+		return eb_fail(err, errlen, rc, "cannot map the virtio-mmio window: %s",
+			       strerror(-rc));
 	size_t used = strlen(cmdline);
 	int n = snprintf(cmdline + used, cmdlen - used, " virtio_mmio.device=4K@0x%llx:%u",
 			 (unsigned long long)sl->base, sl->irq);
-	if (n < 0 || (size_t)n >= cmdlen - used) {
-		snprintf(err, errlen, "kernel command line too long");
-		return -E2BIG;
-	}
+	if (n < 0 || (size_t)n >= cmdlen - used)
+		return eb_fail(err, errlen, -E2BIG, "kernel command line too long");
 	b->n++;
 	return 0;
 sys:
 	rc = -errno;
-	snprintf(err, errlen, "cannot wire a virtio device to KVM: %s", strerror(errno));
-	return rc;
+	return eb_fail(err, errlen, rc, "cannot wire a virtio device to KVM: %s", strerror(errno));
 }
 
 static void *vbus_thread(void *arg)

@@ -61,8 +61,14 @@ int vbus_init(struct vbus *b, struct vm *vm);
 int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *poller,
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen);
 
-/* Start / stop the device thread. */
+/* Start the device thread, which from then on serves the queue notifies
+ * and the pollers' fds under the bus lock.  0, or -EAGAIN when no thread
+ * could be made (the bus stays as it was). */
 int vbus_start(struct vbus *b);
+
+/* Stop the device thread and wait for it; nothing when it does not run.
+ * The devices are not called from it afterwards (the vCPUs' MMIO exits
+ * still may, until they stop). */
 void vbus_stop(struct vbus *b);
 
 /* Stop the device thread if it runs, then close every slot's ioeventfds

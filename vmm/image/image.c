@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "lib/datadir.h"
+#include "lib/fileio.h"
+#include "lib/grow.h"
 #include "vmm/image/image_priv.h"
 #include "vmm/sandbox/sandbox.h"
 
@@ -52,7 +54,7 @@ static int store_open(struct image_ctx *ctx, struct store *st, int create)
 	int r = image_store_dir(st->dir, sizeof st->dir);
 	if (r < 0)
 		return fail(ctx, r, "no image store: set KBOX_IMAGE_DIR or HOME");
-	if (create && (r = dd_mkdirs(st->dir)) < 0)
+	if (create && (r = datadir_mkdirs(st->dir)) < 0)
 		return fail(ctx, r, "cannot create the image store %s: %s", st->dir, strerror(-r));
 	st->fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (st->fd < 0)
@@ -194,17 +196,9 @@ static int write_ref(struct image_ctx *ctx, struct store *st, const char *nameta
 	memcpy(tmp, "tmp/", 4);
 	snprintf(path, sizeof path, "refs/%s", nametag);
 	snprintf(line, sizeof line, "%s\n", id);
-	int fd = openat(st->fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return fail(ctx, -errno, "writing %s/%s: %s", st->dir, tmp, strerror(errno));
-	int r = write(fd, line, strlen(line)) == (ssize_t)strlen(line) ? 0 : -EIO;
-	close(fd);
-	if (r == 0 && renameat(st->fd, tmp, st->fd, path) < 0)
-		r = -errno;
-	if (r < 0) {
-		unlinkat(st->fd, tmp, 0);
+	int r = fio_write_atomic(st->fd, path, tmp, line, strlen(line), 0600);
+	if (r < 0)
 		return fail(ctx, r, "writing %s/%s: %s", st->dir, path, strerror(-r));
-	}
 	return 0;
 }
 
@@ -628,15 +622,9 @@ static int stage_archive(struct load *l)
 			r = fail(l->ctx, r, "%s: member '%s' links outside the archive", l->file, p);
 			break;
 		}
-		if (l->n == l->cap) {
-			size_t cap = l->cap ? l->cap * 2 : 64;
-			struct member *nm = cap <= OUTER_MEMBERS_MAX ? realloc(l->m, cap * sizeof *nm) : NULL;
-			if (!nm) {
-				r = fail(l->ctx, -E2BIG, "%s: too many members", l->file);
-				break;
-			}
-			l->m = nm;
-			l->cap = cap;
+		if (grow_array(&l->m, &l->cap, l->n + 1, sizeof *l->m, 64, OUTER_MEMBERS_MAX) < 0) {
+			r = fail(l->ctx, -E2BIG, "%s: too many members", l->file);
+			break;
 		}
 		struct member *m = &l->m[l->n];
 		memset(m, 0, sizeof *m);
@@ -973,14 +961,8 @@ static int import_link(struct import *im, const struct stat *sb, const char *pat
 			return 0;
 		}
 	*first = NULL;
-	if (im->nlinks == im->caplinks) {
-		size_t cap = im->caplinks ? im->caplinks * 2 : 16;
-		void *n = realloc(im->links, cap * sizeof *im->links);
-		if (!n)
-			return -ENOMEM;
-		im->links = n;
-		im->caplinks = cap;
-	}
+	if (grow_array(&im->links, &im->caplinks, im->nlinks + 1, sizeof *im->links, 16, 0) < 0)
+		return -ENOMEM;
 	char *p = strdup(path);
 	if (!p)
 		return -ENOMEM;
@@ -1009,14 +991,9 @@ static int import_dir(struct import *im, int sfd, const char *rel, unsigned dept
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 32;
-			char **nn = realloc(names, cap * sizeof *nn);
-			if (!nn) {
-				r = -ENOMEM;
-				break;
-			}
-			names = nn;
+		if (grow_array(&names, &cap, n + 1, sizeof *names, 32, 0) < 0) {
+			r = -ENOMEM;
+			break;
 		}
 		if (!(names[n] = strdup(de->d_name))) {
 			r = -ENOMEM;
@@ -1196,14 +1173,8 @@ static int list_add(void *arg, const char *nametag, const char *id)
 	snprintf(path, sizeof path, "rootfs/%s", id);
 	if (fstatat(a->st->fd, path, &sb, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 16;
-		struct image_info *n = realloc(a->v, cap * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		a->v = n;
-		a->cap = cap;
-	}
+	if (grow_array(&a->v, &a->cap, a->n + 1, sizeof *a->v, 16, 0) < 0)
+		return -ENOMEM;
 	struct image_info *info = &a->v[a->n++];
 	memset(info, 0, sizeof *info);
 	snprintf(info->ref, sizeof info->ref, "%s", nametag);

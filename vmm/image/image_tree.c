@@ -2,6 +2,8 @@
  * layer to it (image.h, image_priv.h). */
 #include "vmm/image/image_priv.h"
 
+#include "lib/grow.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
@@ -295,14 +297,8 @@ int wr_file(struct writer *w, const char *path, const struct wmeta *m,
 
 static int fix_add(struct writer *w, const char *path, const struct wmeta *m)
 {
-	if (w->nfix == w->capfix) {
-		size_t cap = w->capfix ? w->capfix * 2 : 64;
-		struct dirfix *n = realloc(w->fix, cap * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		w->fix = n;
-		w->capfix = cap;
-	}
+	if (grow_array(&w->fix, &w->capfix, w->nfix + 1, sizeof *w->fix, 64, 0) < 0)
+		return -ENOMEM;
 	char *p = strdup(path);
 	if (!p)
 		return -ENOMEM;

@@ -28,7 +28,7 @@
  *              hosts:     mapping NAME: ADDRESS
  *              audit_log: path; relative to the file's directory
  *              dns:       name servers kbox asks instead of the host's
- *                         resolver: a list of "ADDR[:PORT]" (1..NRES_MAX_SERVERS,
+ *                         resolver: a list of "ADDR[:PORT]" (1..RESOLVER_MAX_SERVERS,
  *                         IPv6 as "[ADDR]:PORT"), or a mapping with
  *                         servers (that list) and rate (questions per
  *                         second, 1..CONFIG_DNS_RATE_MAX; burst twice that)

@@ -17,8 +17,8 @@
  * No thread holds a later lock while waiting for an earlier one, so no
  * cycle exists.  The DNS resolver (netstack/resolver.h) runs on the
  * stack's resolver threads without the core lock, takes none of these
- * locks, and waits at most NRES_TIMEOUT_MS (with --dns: NRES_ROUNDS
- * tries of NRES_TRY_MS per server). */
+ * locks, and waits at most RESOLVER_TIMEOUT_MS (with --dns: RESOLVER_ROUNDS
+ * tries of RESOLVER_TRY_MS per server). */
 #ifndef KBOX_VMM_NETDEV_H
 #define KBOX_VMM_NETDEV_H
 
@@ -54,10 +54,10 @@ struct netdev {
 	struct audit_learn learn;
 	/* TLS interception (vmm/sandbox/tlsconf.h), set before netdev_attach; NULL:
 	 * none.  Must outlive the device. */
-	const struct icpt_config *icpt;
+	const struct intercept_config *icpt;
 	/* Name servers kbox asks instead of the host's resolver (--dns,
 	 * which replaces the file's network.dns); dns.n 0: the host's. */
-	struct nres_upstream dns;
+	struct resolver_upstream dns;
 	bool dns_set;      /* --dns given: the file's servers do not apply */
 	unsigned dns_rate; /* network.dns.rate; 0: the stack's default */
 };

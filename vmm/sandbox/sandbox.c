@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "lib/datadir.h"
+#include "lib/errbuf.h"
+#include "lib/fileio.h"
 
 int sandbox_runtime_dir(char *buf, size_t len)
 {
@@ -26,7 +28,7 @@ int sandbox_runtime_dir(char *buf, size_t len)
 		n = snprintf(buf, len, "/tmp/kbox-%u", (unsigned)geteuid());
 	if (n < 0 || (size_t)n >= len)
 		return -ENAMETOOLONG;
-	int rc = dd_mkdirs(buf);
+	int rc = datadir_mkdirs(buf);
 	if (rc < 0)
 		return rc;
 	/* Someone else's directory in a shared place is not ours to use. */
@@ -106,7 +108,7 @@ static int read_info(const struct sandbox *sb, struct sandbox_info *info)
 
 int sandbox_write_image(const struct sandbox *sb, const char *dir)
 {
-	char path[PATH_MAX], tmp[PATH_MAX], real[PATH_MAX];
+	char path[PATH_MAX], real[PATH_MAX + 1];
 	/* `kbox image rm` finds users by stat: a relative path would be
 	 * resolved against its directory, not ours. */
 	if (!realpath(dir, real))
@@ -114,17 +116,9 @@ int sandbox_write_image(const struct sandbox *sb, const char *dir)
 	if (strchr(real, '\n'))
 		return -EINVAL;
 	snprintf(path, sizeof path, "%s/image", sb->dir);
-	snprintf(tmp, sizeof tmp, "%s/image.tmp", sb->dir);
-	FILE *f = fopen(tmp, "we");
-	if (!f)
-		return -errno;
-	fprintf(f, "%s\n", real);
-	if (fclose(f) != 0 || rename(tmp, path) < 0) {
-		int e = errno;
-		unlink(tmp);
-		return -e;
-	}
-	return 0;
+	size_t n = strlen(real);
+	real[n++] = '\n';
+	return fio_write_atomic(AT_FDCWD, path, NULL, real, n, 0600);
 }
 
 /* The files a sandbox (or a crashed one) leaves in its directory. */
@@ -174,38 +168,33 @@ static int claim_busy(const struct sandbox *sb, char *err, size_t errlen)
 {
 	struct sandbox_info info;
 	if (read_info(sb, &info) == 0 && info.alive)
-		snprintf(err, errlen,
-			 "a sandbox named '%s' is already running (pid %d); pick another --name "
-			 "or 'kbox stop %s'", sb->name, (int)info.pid, sb->name);
+		eb_say(err, errlen,
+		       "a sandbox named '%s' is already running (pid %d); pick another --name "
+		       "or 'kbox stop %s'", sb->name, (int)info.pid, sb->name);
 	else
-		snprintf(err, errlen,
-			 "a sandbox named '%s' is starting (or stopping); pick another --name "
-			 "or 'kbox stop %s'", sb->name, sb->name);
+		eb_say(err, errlen,
+		       "a sandbox named '%s' is starting (or stopping); pick another --name "
+		       "or 'kbox stop %s'", sb->name, sb->name);
 	return -EEXIST;
 }
 
 int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen)
 {
-	if (!sandbox_name_ok(name)) {
-		snprintf(err, errlen,
-			 "invalid sandbox name '%s': use 1-64 letters, digits, '_', '.' or '-'",
-			 name);
-		return -EINVAL;
-	}
+	if (!sandbox_name_ok(name))
+		return eb_fail(err, errlen, -EINVAL,
+			       "invalid sandbox name '%s': use 1-64 letters, digits, '_', '.' or '-'",
+			       name);
 	char rt[PATH_MAX - 128];
 	int rc = sandbox_runtime_dir(rt, sizeof rt);
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot use the runtime directory %s: %s", rt, strerror(-rc));
-		return rc;
-	}
+	if (rc < 0)
+		return eb_fail(err, errlen, rc, "cannot use the runtime directory %s: %s", rt,
+			       strerror(-rc));
 	paths(sb, rt, name);
 	/* Unix socket paths are short (sun_path), and guest-initiated vsock
 	 * ports add "_PORT" to this one. */
-	if (strlen(sb->sock) + 12 > 100) {
-		snprintf(err, errlen, "the socket path %s is too long; use a shorter --name",
-			 sb->sock);
-		return -ENAMETOOLONG;
-	}
+	if (strlen(sb->sock) + 12 > 100)
+		return eb_fail(err, errlen, -ENAMETOOLONG,
+			       "the socket path %s is too long; use a shorter --name", sb->sock);
 	/* The directory's flock says who owns the name: an info file alone
 	 * cannot, as a starting sandbox has none yet. */
 	for (int tries = 0; tries < 16; tries++) {
@@ -249,8 +238,7 @@ int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen
 	}
 	if (rc == 0) /* it kept being removed under us */
 		rc = -EAGAIN;
-	snprintf(err, errlen, "cannot create %s: %s", sb->dir, strerror(-rc));
-	return rc;
+	return eb_fail(err, errlen, rc, "cannot create %s: %s", sb->dir, strerror(-rc));
 }
 
 int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
@@ -262,10 +250,10 @@ int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long lo
 int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
 			     char *const argv[], const char *ports)
 {
-	char path[PATH_MAX], tmp[PATH_MAX];
+	char path[PATH_MAX], *text = NULL;
+	size_t len = 0;
 	snprintf(path, sizeof path, "%s/info", sb->dir);
-	snprintf(tmp, sizeof tmp, "%s/info.tmp", sb->dir);
-	FILE *f = fopen(tmp, "we");
+	FILE *f = open_memstream(&text, &len);
 	if (!f)
 		return -errno;
 	fprintf(f, "pid=%d\nstarted=%lld\ncpus=%u\nmemory=%llu\ncommand=", (int)getpid(),
@@ -280,12 +268,10 @@ int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned l
 	fputc('\n', f);
 	if (ports && *ports && !strchr(ports, '\n'))
 		fprintf(f, "ports=%s\n", ports);
-	if (fclose(f) != 0 || rename(tmp, path) < 0) {
-		int e = errno;
-		unlink(tmp);
-		return -e;
-	}
-	return 0;
+	int rc = fclose(f) == 0 && text ? fio_write_atomic(AT_FDCWD, path, NULL, text, len, 0600)
+					: -ENOMEM;
+	free(text);
+	return rc;
 }
 
 int sandbox_lookup(const char *name, struct sandbox *sb, struct sandbox_info *info)

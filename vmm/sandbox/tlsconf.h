@@ -2,7 +2,7 @@
  * docs/tls-interception.md): the options (--secret-conf, --tls-extra-ca,
  * --tls-bypass, --tls-intercept and their sandbox.yaml keys), and what
  * they load before the guest starts: the secrets, the kbox CA, the
- * upstream trust anchors.  The result is the stack's icpt_config, the
+ * upstream trust anchors.  The result is the stack's intercept_config, the
  * placeholders for the guest's environment and the CA for its trust
  * store. */
 #ifndef KBOX_VMM_TLSCONF_H
@@ -22,16 +22,16 @@
 struct tlsconf {
 	const char *secrets_path; /* NULL: no secrets */
 	const char *extra_ca;     /* NULL: the host bundle only */
-	const char *ca_dir;       /* NULL: tc_ca_default_dir */
+	const char *ca_dir;       /* NULL: tls_cert_ca_default_dir */
 	size_t n_bypass;
-	int scope; /* -1 unset, else enum icpt_scope */
+	int scope; /* -1 unset, else enum intercept_scope */
 	/* Loaded by tlsconf_load: */
 	struct secrets *secrets;
-	struct tc_ca *ca;
+	struct tls_cert_ca *ca;
 	struct tls_trust *trust;
-	struct icpt_config icpt;
-	char bypass_norm[ICPT_BYPASS_MAX][256];
-	const char *bypass_ptr[ICPT_BYPASS_MAX];
+	struct intercept_config icpt;
+	char bypass_norm[INTERCEPT_BYPASS_MAX][256];
+	const char *bypass_ptr[INTERCEPT_BYPASS_MAX];
 	char secrets_env[4096]; /* secrets.env next to the secrets file */
 	bool stack_running;     /* set once lwIP runs: reloads take its lock */
 };
@@ -50,13 +50,13 @@ int tlsconf_add_bypass(struct tlsconf *t, const char *host, char *err, size_t er
 bool tlsconf_active(const struct tlsconf *t);
 
 /* Load the secrets, the CA (created on first use in ca_dir, else in
- * tc_ca_default_dir) and the trust anchors (the host bundle plus extra_ca), when active.
+ * tls_cert_ca_default_dir) and the trust anchors (the host bundle plus extra_ca), when active.
  * 0, or a negative errno with one line in err (never a secret value). */
 int tlsconf_load(struct tlsconf *t, char *err, size_t errlen);
 
 /* After a successful load: the stack's configuration, or NULL when not
  * active. */
-const struct icpt_config *tlsconf_icpt(const struct tlsconf *t);
+const struct intercept_config *tlsconf_icpt(const struct tlsconf *t);
 
 /* After load: up to max "NAME=VALUE" strings (owned by t) for the guest's
  * environment: the secret placeholders and the CA variables.  Returns

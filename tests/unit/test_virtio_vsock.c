@@ -771,9 +771,9 @@ START_TEST(unix_control_socket)
 }
 END_TEST
 
-Suite *vsock_suite(void)
+Suite *virtio_vsock_suite(void)
 {
-	Suite *s = suite_create("vsock");
+	Suite *s = suite_create("virtio_vsock");
 	TCase *tc = tcase_create("core");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, config_has_guest_cid);

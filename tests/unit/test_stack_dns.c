@@ -405,9 +405,9 @@ START_TEST(destroy_while_resolving)
 }
 END_TEST
 
-Suite *net_dns_async_suite(void)
+Suite *stack_dns_suite(void)
 {
-	Suite *s = suite_create("net_dns_async");
+	Suite *s = suite_create("stack_dns");
 	TCase *tc = tcase_create("core");
 
 	tcase_set_timeout(tc, 30);

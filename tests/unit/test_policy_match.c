@@ -66,9 +66,9 @@ START_TEST(host_and_below)
 }
 END_TEST
 
-Suite *host_match_suite(void)
+Suite *policy_match_suite(void)
 {
-	Suite *s = suite_create("host_match");
+	Suite *s = suite_create("policy_match");
 	TCase *tc = tcase_create("host_match");
 	tcase_add_test(tc, exact_names);
 	tcase_add_test(tc, wildcards_cover_strict_subdomains);

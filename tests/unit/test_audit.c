@@ -316,9 +316,9 @@ START_TEST(open_refuses_foreign_files)
 }
 END_TEST
 
-Suite *net_audit_suite(void)
+Suite *audit_suite(void)
 {
-	Suite *s = suite_create("net_audit");
+	Suite *s = suite_create("audit");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, format_lines);
 	tcase_add_test(tc, escaping_and_bounds);

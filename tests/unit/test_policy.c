@@ -718,9 +718,9 @@ START_TEST(stated_names)
 }
 END_TEST
 
-Suite *net_policy_suite(void)
+Suite *policy_suite(void)
 {
-	Suite *s = suite_create("net_policy");
+	Suite *s = suite_create("policy");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, public_table);
 	tcase_add_test(tc, allowlist_table);

@@ -1,5 +1,5 @@
 /* Input: the first byte picks the path, the rest is hostile data.
- *   0: a server name (as SNI would bring it) for tc_leaf.  A name that is
+ *   0: a server name (as SNI would bring it) for tls_cert_leaf.  A name that is
  *      accepted must come back as a leaf that BearSSL parses, that is not
  *      a CA, and (for DNS names) that BearSSL validates for that name
  *      under our CA.
@@ -17,7 +17,7 @@
 
 #include "netstack/tls_cert.h"
 
-static struct tc_ca *ca;
+static struct tls_cert_ca *ca;
 static br_x509_trust_anchor ta;
 static unsigned char ta_dn[512], ta_q[65];
 static size_t minted;
@@ -32,15 +32,15 @@ static void dn_add(void *ctx, const void *buf, size_t len)
 
 static void setup(void)
 {
-	if (ca && minted < TC_MINT_MAX - 16)
+	if (ca && minted < TLS_CERT_MINT_MAX - 16)
 		return;
 	/* a fresh CA before the old one runs out of leaves */
-	tc_ca_free(ca);
+	tls_cert_ca_free(ca);
 	minted = 0;
-	if (tc_ca_generate("kbox fuzz CA", time(NULL), &ca))
+	if (tls_cert_ca_generate("kbox fuzz CA", time(NULL), &ca))
 		abort();
 	size_t len, dn_len = 0;
-	const unsigned char *der = tc_ca_der(ca, &len);
+	const unsigned char *der = tls_cert_ca_der(ca, &len);
 	br_x509_decoder_context xd;
 	br_x509_decoder_init(&xd, dn_add, &dn_len);
 	br_x509_decoder_push(&xd, der, len);
@@ -75,13 +75,13 @@ static void leaf(const uint8_t *data, size_t size)
 	const br_x509_certificate *chain;
 	size_t clen;
 	const br_ec_private_key *key;
-	size_t before = tc_cache_count(ca);
-	int rc = tc_leaf(ca, name, &chain, &clen, &key);
+	size_t before = tls_cert_cache_count(ca);
+	int rc = tls_cert_leaf(ca, name, &chain, &clen, &key);
 	if (rc == -EINVAL || rc == -ENOSPC)
 		return;
 	if (rc != 0 || clen != 2 || !key)
 		abort();
-	if (tc_cache_count(ca) != before)
+	if (tls_cert_cache_count(ca) != before)
 		minted++;
 	br_x509_decoder_context xd;
 	br_x509_decoder_init(&xd, NULL, NULL);
@@ -111,51 +111,51 @@ static void leaf(const uint8_t *data, size_t size)
 static void offer_ca(const unsigned char *der, size_t len)
 {
 	static const unsigned char x[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-	struct tc_ca *other;
-	if (tc_ca_from_parts(der, len, x, sizeof x, &other) == 0)
-		tc_ca_free(other);
+	struct tls_cert_ca *other;
+	if (tls_cert_ca_from_parts(der, len, x, sizeof x, &other) == 0)
+		tls_cert_ca_free(other);
 }
 
 static void der_program(const uint8_t *data, size_t size)
 {
 	unsigned char buf[64 + 8];
 	memset(buf + 64, 0xa5, 8);
-	struct tc_der d;
-	tc_der_init(&d, buf, 64);
+	struct tls_cert_der d;
+	tls_cert_der_init(&d, buf, 64);
 	size_t marks[8], nm = 0;
 	char text[40];
 	for (size_t i = 0; i + 2 < size; i += 3) {
 		unsigned op = data[i] & 7, a = data[i + 1], b = data[i + 2];
 		switch (op) {
 		case 0:
-			tc_der_hdr(&d, a, (size_t)b << (a & 15));
+			tls_cert_der_hdr(&d, a, (size_t)b << (a & 15));
 			break;
 		case 1:
-			tc_der_raw(&d, data, b < size ? b : size);
+			tls_cert_der_raw(&d, data, b < size ? b : size);
 			break;
 		case 2:
-			tc_der_uint(&d, data + i, size - i < b ? size - i : b);
+			tls_cert_der_uint(&d, data + i, size - i < b ? size - i : b);
 			break;
 		case 3: {
 			size_t n = size - i < sizeof text - 1 ? size - i : sizeof text - 1;
 			memcpy(text, data + i + 1, n - 1);
 			text[n - 1] = 0;
-			tc_der_oid(&d, text);
+			tls_cert_der_oid(&d, text);
 			break;
 		}
 		case 4:
 			if (nm < 8)
-				marks[nm++] = tc_der_open(&d, a);
+				marks[nm++] = tls_cert_der_open(&d, a);
 			break;
 		case 5:
 			if (nm)
-				tc_der_close(&d, marks[--nm]);
+				tls_cert_der_close(&d, marks[--nm]);
 			break;
 		case 6:
-			tc_der_time(&d, (time_t)((int64_t)(int8_t)a * 100000000 + b * 1000003));
+			tls_cert_der_time(&d, (time_t)((int64_t)(int8_t)a * 100000000 + b * 1000003));
 			break;
 		default:
-			tc_der_tlv(&d, a, data, b < size ? b : size);
+			tls_cert_der_tlv(&d, a, data, b < size ? b : size);
 		}
 		if (d.len > d.cap)
 			abort();
@@ -181,7 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		leaf(data, size);
 		break;
 	case 1:
-		if (tc_pem_decode((const char *)data, size, "CERTIFICATE", &der, &len) == 0) {
+		if (tls_cert_pem_decode((const char *)data, size, "CERTIFICATE", &der, &len) == 0) {
 			offer_ca(der, len);
 			free(der);
 		}
@@ -192,9 +192,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 3:
 		if (size == 0)
 			break;
-		if (tc_pem_encode("X", data, size, &pem) != 0)
+		if (tls_cert_pem_encode("X", data, size, &pem) != 0)
 			abort();
-		if (tc_pem_decode(pem, strlen(pem), "X", &der, &len) != 0 || len != size ||
+		if (tls_cert_pem_decode(pem, strlen(pem), "X", &der, &len) != 0 || len != size ||
 		    memcmp(der, data, size) != 0)
 			abort();
 		free(der);

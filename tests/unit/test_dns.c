@@ -541,21 +541,21 @@ END_TEST
 
 START_TEST(server_specs)
 {
-	struct nres_server s;
+	struct resolver_server s;
 	char err[256];
 	const struct sockaddr_in *v4 = (const void *)&s.sa;
 	const struct sockaddr_in6 *v6 = (const void *)&s.sa;
-	ck_assert_int_eq(nres_server_parse("10.0.0.53", &s, err, sizeof err), 0);
+	ck_assert_int_eq(resolver_server_parse("10.0.0.53", &s, err, sizeof err), 0);
 	ck_assert_int_eq(v4->sin_family, AF_INET);
 	ck_assert_uint_eq(ntohs(v4->sin_port), 53);
-	ck_assert_int_eq(nres_server_parse("127.0.0.1:5353", &s, err, sizeof err), 0);
+	ck_assert_int_eq(resolver_server_parse("127.0.0.1:5353", &s, err, sizeof err), 0);
 	ck_assert_uint_eq(ntohs(v4->sin_port), 5353);
-	ck_assert_int_eq(nres_server_parse("fd00::53", &s, err, sizeof err), 0);
+	ck_assert_int_eq(resolver_server_parse("fd00::53", &s, err, sizeof err), 0);
 	ck_assert_int_eq(v6->sin6_family, AF_INET6);
 	ck_assert_uint_eq(ntohs(v6->sin6_port), 53);
-	ck_assert_int_eq(nres_server_parse("[fd00::53]:5353", &s, err, sizeof err), 0);
+	ck_assert_int_eq(resolver_server_parse("[fd00::53]:5353", &s, err, sizeof err), 0);
 	ck_assert_uint_eq(ntohs(v6->sin6_port), 5353);
-	ck_assert_int_eq(nres_server_parse("[::1]", &s, err, sizeof err), 0);
+	ck_assert_int_eq(resolver_server_parse("[::1]", &s, err, sizeof err), 0);
 	static const char *const bad[] = {
 		"", "dns.example", "10.0.0.53:", "10.0.0.53:0", "10.0.0.53:65536", "10.0.0.53:053",
 		"10.0.0.53:x", "[10.0.0.53]:53", "[fd00::53", "[fd00::53]53", "0.0.0.0", "224.0.0.251",
@@ -563,14 +563,14 @@ START_TEST(server_specs)
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		err[0] = '\0';
-		ck_assert_msg(nres_server_parse(bad[i], &s, err, sizeof err) == -EINVAL, "%s", bad[i]);
+		ck_assert_msg(resolver_server_parse(bad[i], &s, err, sizeof err) == -EINVAL, "%s", bad[i]);
 		ck_assert_msg(err[0] != '\0', "%s", bad[i]);
 	}
-	struct nres_upstream u = { .n = 0 };
-	for (unsigned i = 0; i < NRES_MAX_SERVERS; i++)
-		ck_assert_int_eq(nres_upstream_add(&u, "127.0.0.1", err, sizeof err), 0);
-	ck_assert_int_eq(nres_upstream_add(&u, "127.0.0.1", err, sizeof err), -ENOSPC);
-	ck_assert_uint_eq(u.n, NRES_MAX_SERVERS);
+	struct resolver_upstream u = { .n = 0 };
+	for (unsigned i = 0; i < RESOLVER_MAX_SERVERS; i++)
+		ck_assert_int_eq(resolver_upstream_add(&u, "127.0.0.1", err, sizeof err), 0);
+	ck_assert_int_eq(resolver_upstream_add(&u, "127.0.0.1", err, sizeof err), -ENOSPC);
+	ck_assert_uint_eq(u.n, RESOLVER_MAX_SERVERS);
 }
 END_TEST
 
@@ -775,20 +775,20 @@ static void responder_stop(struct responder *r)
 	close(r->other);
 }
 
-static void add_server(struct nres_upstream *u, uint16_t port)
+static void add_server(struct resolver_upstream *u, uint16_t port)
 {
 	char spec[32], err[256];
 	snprintf(spec, sizeof spec, "127.0.0.1:%u", port);
-	ck_assert_int_eq(nres_upstream_add(u, spec, err, sizeof err), 0);
+	ck_assert_int_eq(resolver_upstream_add(u, spec, err, sizeof err), 0);
 }
 
 /* Ask name (A) of one responder in mode; returns the resolver's result. */
 static int ask_one(enum rmode mode, uint16_t qtype, struct dns_rr *rr, size_t *n, struct responder *r)
 {
-	struct nres_upstream u = { .try_ms = 300 };
+	struct resolver_upstream u = { .try_ms = 300 };
 	responder_start(r, mode);
 	add_server(&u, r->port);
-	int rc = nres_upstream_resolve(&u, "www.example.com", qtype, rr, DNS_MAX_ANSWERS, n);
+	int rc = resolver_upstream_resolve(&u, "www.example.com", qtype, rr, DNS_MAX_ANSWERS, n);
 	responder_stop(r);
 	return rc;
 }
@@ -810,11 +810,11 @@ START_TEST(upstream_answers)
 	ck_assert_uint_eq(n, 0);
 	ck_assert_int_eq(ask_one(R_SERVFAIL, DNS_TYPE_A, rr, &n, &r), -EIO);
 	ck_assert_uint_eq(atomic_load(&r.udp_queries), 1); /* a refusal is not retried */
-	struct nres_upstream u = { .try_ms = 300 };
+	struct resolver_upstream u = { .try_ms = 300 };
 	add_server(&u, 53);
-	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", 15, rr, 4, &n), -EINVAL);
-	ck_assert_int_eq(nres_upstream_resolve(&u, "", DNS_TYPE_A, rr, 4, &n), -EINVAL);
-	ck_assert_int_eq(nres_upstream_resolve(&u, "a..b", DNS_TYPE_A, rr, 4, &n), -EINVAL);
+	ck_assert_int_eq(resolver_upstream_resolve(&u, "www.example.com", 15, rr, 4, &n), -EINVAL);
+	ck_assert_int_eq(resolver_upstream_resolve(&u, "", DNS_TYPE_A, rr, 4, &n), -EINVAL);
+	ck_assert_int_eq(resolver_upstream_resolve(&u, "a..b", DNS_TYPE_A, rr, 4, &n), -EINVAL);
 }
 END_TEST
 
@@ -834,7 +834,7 @@ START_TEST(upstream_forgeries)
 	uint64_t t0 = ms_now();
 	ck_assert_int_eq(ask_one(R_ONLY_WRONG, DNS_TYPE_A, rr, &n, &r), -ETIMEDOUT);
 	ck_assert_uint_eq(n, 0);
-	ck_assert_uint_eq(atomic_load(&r.udp_queries), NRES_ROUNDS);
+	ck_assert_uint_eq(atomic_load(&r.udp_queries), RESOLVER_ROUNDS);
 	ck_assert_uint_ge(ms_now() - t0, 2 * 300 - 20);
 	/* The right answer from another port of the server's address. */
 	ck_assert_int_eq(ask_one(R_OTHER_PORT, DNS_TYPE_A, rr, &n, &r), -ETIMEDOUT);
@@ -861,13 +861,13 @@ START_TEST(upstream_failover)
 	struct responder dead, good;
 	struct dns_rr rr[DNS_MAX_ANSWERS];
 	size_t n;
-	struct nres_upstream u = { .try_ms = 300 };
+	struct resolver_upstream u = { .try_ms = 300 };
 	responder_start(&dead, R_SILENT);
 	responder_start(&good, R_ANSWER);
 	add_server(&u, dead.port);
 	add_server(&u, good.port);
 	uint64_t t0 = ms_now();
-	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
+	ck_assert_int_eq(resolver_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
 			 DNS_RCODE_NOERROR);
 	uint64_t took = ms_now() - t0;
 	ck_assert_uint_eq(n, 1);
@@ -880,17 +880,17 @@ START_TEST(upstream_failover)
 	u.n = 0;
 	add_server(&u, dead.port);
 	add_server(&u, good.port);
-	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
+	ck_assert_int_eq(resolver_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
 			 DNS_RCODE_NOERROR);
 	responder_stop(&good);
 	/* All silent: both rounds, then -ETIMEDOUT. */
 	responder_start(&dead, R_SILENT);
 	u.n = 0;
 	add_server(&u, dead.port);
-	ck_assert_int_eq(nres_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
+	ck_assert_int_eq(resolver_upstream_resolve(&u, "www.example.com", DNS_TYPE_A, rr, DNS_MAX_ANSWERS, &n),
 			 -ETIMEDOUT);
 	responder_stop(&dead);
-	ck_assert_uint_eq(atomic_load(&dead.udp_queries), NRES_ROUNDS);
+	ck_assert_uint_eq(atomic_load(&dead.udp_queries), RESOLVER_ROUNDS);
 }
 END_TEST
 
@@ -903,23 +903,23 @@ START_TEST(answer_judged)
 	ck_assert_int_eq(dns_build_query(7, "a.example", DNS_TYPE_A, qm, sizeof qm, &ql), 0);
 	ck_assert_int_eq(dns_parse_query(qm, ql, &q), 0);
 	n = answer(qm, ql, out, sizeof out, DNS_RCODE_NOERROR);
-	ck_assert_int_eq(nres_answer(out, n, &q, rr, 4, &k), DNS_RCODE_NOERROR);
+	ck_assert_int_eq(resolver_answer(out, n, &q, rr, 4, &k), DNS_RCODE_NOERROR);
 	ck_assert_uint_eq(k, 1);
 	n = answer(qm, ql, out, sizeof out, DNS_RCODE_REFUSED);
-	ck_assert_int_eq(nres_answer(out, n, &q, rr, 4, &k), -EAGAIN);
+	ck_assert_int_eq(resolver_answer(out, n, &q, rr, 4, &k), -EAGAIN);
 	ck_assert_uint_eq(k, 0);
 	n = answer(qm, ql, out, sizeof out, DNS_RCODE_NOERROR);
 	out[2] |= 0x02;
-	ck_assert_int_eq(nres_answer(out, n, &q, rr, 4, &k), -EMSGSIZE);
-	ck_assert_int_eq(nres_answer(qm, ql, &q, rr, 4, &k), -EPROTO); /* a query, not an answer */
+	ck_assert_int_eq(resolver_answer(out, n, &q, rr, 4, &k), -EMSGSIZE);
+	ck_assert_int_eq(resolver_answer(qm, ql, &q, rr, 4, &k), -EPROTO); /* a query, not an answer */
 	for (size_t cut = 0; cut < n; cut++) /* every truncation of a good answer */
-		ck_assert_int_lt(nres_answer(out, cut, &q, rr, 4, &k), 0);
+		ck_assert_int_lt(resolver_answer(out, cut, &q, rr, 4, &k), 0);
 }
 END_TEST
 
-Suite *net_dns_suite(void)
+Suite *dns_suite(void)
 {
-	Suite *s = suite_create("net_dns");
+	Suite *s = suite_create("dns");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, query_reply_round_trip);
 	tcase_add_test(tc, error_replies);

@@ -84,10 +84,10 @@ static int check_header(const struct vmmio *t, struct sb_reader *r, struct vmmio
 	uint16_t ver = sb_get_u16(r), nq = sb_get_u16(r);
 	uint32_t id = sb_get_u32(r);
 	if (magic != VMMIO_STATE_MAGIC || ver != VMMIO_STATE_VERSION)
-		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state: not version %u",
+		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state: not version %u",
 			       VMMIO_STATE_VERSION);
 	if (id != d->device_id || nq != d->nr_queues)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "virtio-mmio state of device %u with %u queues, this is device %u "
 			       "with %u", id, nq, d->device_id, d->nr_queues);
 	nt->status = sb_get_u32(r);
@@ -102,30 +102,30 @@ static int check_header(const struct vmmio *t, struct sb_reader *r, struct vmmio
 	uint64_t l = sb_get_u64(r);
 	uint32_t s = nt->status;
 	if (s & ~KNOWN_STATUS)
-		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown status bits 0x%x",
+		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown status bits 0x%x",
 			       s);
 	if (((s & VIRTIO_STATUS_FEATURES_OK) && !(s & VIRTIO_STATUS_DRIVER)) ||
 	    ((s & VIRTIO_STATUS_DRIVER_OK) && !(s & VIRTIO_STATUS_FEATURES_OK)))
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "virtio-mmio state: status 0x%x no driver could reach", s);
 	if (s & VIRTIO_STATUS_FEATURES_OK) {
 		if (*accepted != nt->drv_features || (*accepted & ~offered(t)) ||
 		    !(*accepted & (1ull << VIRTIO_F_VERSION_1)))
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				       "virtio-mmio state: accepted features 0x%llx not offered "
 				       "or not the driver's", (unsigned long long)*accepted);
 	} else if (*accepted) {
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "virtio-mmio state: features accepted without FEATURES_OK");
 	}
 	bool want_live = (s & VIRTIO_STATUS_DRIVER_OK) &&
 			 !(s & (VIRTIO_STATUS_NEEDS_RESET | VIRTIO_STATUS_FAILED));
 	if (l > 1 || (l == 1) != want_live)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "virtio-mmio state: 'live' does not follow from status 0x%x", s);
 	*live = l == 1;
 	if (nt->int_status & ~(VMMIO_INT_USED | VMMIO_INT_CONFIG))
-		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown interrupt bits");
+		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown interrupt bits");
 	return 0;
 }
 
@@ -135,7 +135,7 @@ int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err
 	struct vq_dev *d = t->dev;
 	if (d->nr_queues > VQ_MAX_SIZE || len != vmmio_state_len(d->nr_queues)) {
 		reset_all(t);
-		return eb_fail(err, errlen, -EINVAL, "virtio-mmio state is %zu bytes, want %zu", len,
+		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state is %zu bytes, want %zu", len,
 			       vmmio_state_len(d->nr_queues));
 	}
 	struct sb_reader r;
@@ -178,7 +178,7 @@ int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err
 					why = "ring indexes on a queue that is off";
 				if (why) {
 					reset_all(t);
-					return eb_fail(err, errlen, -EINVAL,
+					return errbuf_fail(err, errlen, -EINVAL,
 						       "virtio-mmio state: queue %u: %s", i, why);
 				}
 				continue;
@@ -195,7 +195,7 @@ int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err
 				    gm_read(d->gm, idx, q.used + USED_IDX, 2) < 0 ||
 				    (uint16_t)(idx[0] | idx[1] << 8) != q.used_idx) {
 					reset_all(t);
-					return eb_fail(err, errlen, -EINVAL,
+					return errbuf_fail(err, errlen, -EINVAL,
 						       "virtio-mmio state: queue %u does not fit "
 						       "guest memory (rings outside RAM, or its used "
 						       "index not the one saved)", i);

@@ -4,25 +4,25 @@
 #include <stdio.h>
 
 __attribute__((format(printf, 3, 0)))
-static void eb_vsay(char *err, size_t errlen, const char *fmt, va_list ap)
+static void errbuf_vsay(char *err, size_t errlen, const char *fmt, va_list ap)
 {
 	if (err && errlen)
 		vsnprintf(err, errlen, fmt, ap);
 }
 
-void eb_say(char *err, size_t errlen, const char *fmt, ...)
+void errbuf_say(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	eb_vsay(err, errlen, fmt, ap);
+	errbuf_vsay(err, errlen, fmt, ap);
 	va_end(ap);
 }
 
-int eb_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+int errbuf_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	eb_vsay(err, errlen, fmt, ap);
+	errbuf_vsay(err, errlen, fmt, ap);
 	va_end(ap);
 	return rc;
 }

@@ -9,11 +9,11 @@
 /* printf into err (errlen bytes, always NUL-terminated, cut to fit);
  * nothing when err is NULL or errlen 0. */
 __attribute__((format(printf, 3, 4)))
-void eb_say(char *err, size_t errlen, const char *fmt, ...);
+void errbuf_say(char *err, size_t errlen, const char *fmt, ...);
 
-/* eb_say, then return rc: a failure reported and returned in one
+/* errbuf_say, then return rc: a failure reported and returned in one
  * statement. */
 __attribute__((format(printf, 4, 5)))
-int eb_fail(char *err, size_t errlen, int rc, const char *fmt, ...);
+int errbuf_fail(char *err, size_t errlen, int rc, const char *fmt, ...);
 
 #endif

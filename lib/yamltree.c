@@ -57,7 +57,7 @@ int yamltree_err(char *err, size_t errlen, const char *name, unsigned line, unsi
 
 int yamltree_nomem(char *err, size_t errlen, const char *name)
 {
-	return eb_fail(err, errlen, -ENOMEM,
+	return errbuf_fail(err, errlen, -ENOMEM,
 		       "%s: out of memory while loading; free some memory and retry", name);
 }
 

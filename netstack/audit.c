@@ -203,7 +203,7 @@ int audit_open_file(const char *path, bool learn, char *err, size_t errlen)
 	else if (fd < 0 && r == -ELOOP) {
 		/* A link only to a terminal or a pipe. */
 		if (stat(path, &st) < 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
-			return eb_fail(err, errlen, -ELOOP,
+			return errbuf_fail(err, errlen, -ELOOP,
 				       "%s: %s is a symbolic link: %s, so it follows none; name the file "
 				       "itself", what, path, why);
 		fd = open(path, mode & ~O_NOFOLLOW);
@@ -213,24 +213,24 @@ int audit_open_file(const char *path, bool learn, char *err, size_t errlen)
 		r = -errno;
 		if (fd >= 0)
 			close(fd);
-		return eb_fail(err, errlen, r, "%s: cannot write %s: %s", what, path, strerror(-r));
+		return errbuf_fail(err, errlen, r, "%s: cannot write %s: %s", what, path, strerror(-r));
 	}
 	if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))
 		return fd;
 	if (linked) { /* it was a device a moment ago */
-		eb_say(err, errlen, "%s: %s is a symbolic link: %s, so it follows none; name the "
+		errbuf_say(err, errlen, "%s: %s is a symbolic link: %s, so it follows none; name the "
 		       "file itself", what, path, why);
 		r = -ELOOP;
 	} else if (!S_ISREG(st.st_mode)) {
-		eb_say(err, errlen, "%s: %s is not a regular file: name a file", what, path);
+		errbuf_say(err, errlen, "%s: %s is not a regular file: name a file", what, path);
 		r = -EINVAL;
 	} else if (st.st_mode & 0111) {
-		eb_say(err, errlen,
+		errbuf_say(err, errlen,
 		       "%s: %s is executable: %s, so it writes to no file that may be run; "
 		       "name a new file (or chmod a-x it)", what, path, why);
 		r = -EPERM;
 	} else if (st.st_size > 0 && !own_fd && !file_is_ours(fd, path, learn)) {
-		eb_say(err, errlen,
+		errbuf_say(err, errlen,
 		       "%s: %s is not empty and was not written by kbox (its first line is not "
 		       "%s): %s, so it writes into no other file; name a new file or remove "
 		       "this one", what, path, learn ? "a --learn header" : "an audit log line",
@@ -238,7 +238,7 @@ int audit_open_file(const char *path, bool learn, char *err, size_t errlen)
 		r = -EEXIST;
 	} else if (learn && ftruncate(fd, 0) < 0) {
 		r = -errno;
-		eb_say(err, errlen, "%s: cannot write %s: %s", what, path, strerror(-r));
+		errbuf_say(err, errlen, "%s: cannot write %s: %s", what, path, strerror(-r));
 	} else {
 		return fd;
 	}

@@ -338,26 +338,26 @@ static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_
 {
 	char buf[64];
 	if (len >= sizeof buf) {
-		eb_say(err, errlen, "address too long");
+		errbuf_say(err, errlen, "address too long");
 		return -EINVAL;
 	}
 	memcpy(buf, s, len);
 	buf[len] = '\0';
 	if (strchr(buf, '%')) {
-		eb_say(err, errlen, "\"%s\": zone indexes (%%eth0) have no meaning in a rule; drop them", buf);
+		errbuf_say(err, errlen, "\"%s\": zone indexes (%%eth0) have no meaning in a rule; drop them", buf);
 		return -EINVAL;
 	}
 	if (pol_addr_parse(buf, &r->net) < 0) {
 		if (strchr(buf, ':'))
-			eb_say(err, errlen, "\"%s\" is not a valid IPv6 address", buf);
+			errbuf_say(err, errlen, "\"%s\" is not a valid IPv6 address", buf);
 		else
-			eb_say(err, errlen, "\"%s\" is not a valid IPv4 address (write four decimal numbers, a.b.c.d)",
+			errbuf_say(err, errlen, "\"%s\" is not a valid IPv4 address (write four decimal numbers, a.b.c.d)",
 			       buf);
 		return -EINVAL;
 	}
 	unsigned full = r->net.family == 4 ? 32 : 128, plen = full;
 	if (plen_s && parse_num(plen_s, plen_len, full, &plen) < 0) {
-		eb_say(err, errlen, "bad prefix length \"/%.*s\" for %s (0 to %u)", (int)plen_len, plen_s, buf, full);
+		errbuf_say(err, errlen, "bad prefix length \"/%.*s\" for %s (0 to %u)", (int)plen_len, plen_s, buf, full);
 		return -EINVAL;
 	}
 	r->plen = (uint8_t)plen;
@@ -367,7 +367,7 @@ static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_
 	if (memcmp(masked.b, r->net.b, sizeof masked.b) != 0) {
 		char m[64];
 		pol_addr_format(&masked, m, sizeof m);
-		eb_say(err, errlen, "host bits set in %s/%u: did you mean %s/%u?", buf, plen, m, plen);
+		errbuf_say(err, errlen, "host bits set in %s/%u: did you mean %s/%u?", buf, plen, m, plen);
 		return -EINVAL;
 	}
 	if (r->net.family == 6 && plen >= 96 && memcmp(r->net.b, v4mapped, 12) == 0) {
@@ -387,28 +387,28 @@ static int parse_domain(const char *s, size_t len, struct pol_rule *r, char *err
 		len -= 2;
 	}
 	if (len > POL_NAME_MAX + 1) {
-		eb_say(err, errlen, "name longer than %d characters", POL_NAME_MAX);
+		errbuf_say(err, errlen, "name longer than %d characters", POL_NAME_MAX);
 		return -EINVAL;
 	}
 	memcpy(buf, s, len);
 	buf[len] = '\0';
 	for (size_t i = 0; i < len; i++) {
 		if ((unsigned char)buf[i] >= 0x80) {
-			eb_say(err, errlen, "\"%s\" is not ASCII: write an internationalised name in its xn-- form",
+			errbuf_say(err, errlen, "\"%s\" is not ASCII: write an internationalised name in its xn-- form",
 			       buf);
 			return -EINVAL;
 		}
 		if (buf[i] == '*') {
-			eb_say(err, errlen, "a wildcard is allowed only as a whole first label, as in *.example.com");
+			errbuf_say(err, errlen, "a wildcard is allowed only as a whole first label, as in *.example.com");
 			return -EINVAL;
 		}
 	}
 	if (pol_name_normalize(buf, r->name) < 0 || !ldh_name(r->name)) {
-		eb_say(err, errlen, "\"%s\" is not a valid domain name", buf);
+		errbuf_say(err, errlen, "\"%s\" is not a valid domain name", buf);
 		return -EINVAL;
 	}
 	if (numeric_normalized(r->name)) {
-		eb_say(err, errlen, "\"%s\" looks like a numeric address: write it as a.b.c.d", buf);
+		errbuf_say(err, errlen, "\"%s\" looks like a numeric address: write it as a.b.c.d", buf);
 		return -EINVAL;
 	}
 	r->kind = wild ? POL_RULE_SUFFIX : POL_RULE_DOMAIN;
@@ -437,7 +437,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		s += 6;
 	}
 	if (*s == '\0') {
-		eb_say(err, errlen, "empty rule \"%s\"", orig);
+		errbuf_say(err, errlen, "empty rule \"%s\"", orig);
 		return -EINVAL;
 	}
 	const char *port_s = NULL;
@@ -446,7 +446,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 	if (s[0] == '[') {
 		const char *close = strchr(s, ']');
 		if (!close) {
-			eb_say(err, errlen, "\"%s\": missing ']'", orig);
+			errbuf_say(err, errlen, "\"%s\": missing ']'", orig);
 			return -EINVAL;
 		}
 		const char *in = s + 1, *slash = memchr(in, '/', (size_t)(close - in));
@@ -454,7 +454,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		size_t plen_len = 0;
 		if (*after == '/') {
 			if (slash) {
-				eb_say(err, errlen, "\"%s\": two prefix lengths", orig);
+				errbuf_say(err, errlen, "\"%s\": two prefix lengths", orig);
 				return -EINVAL;
 			}
 			plen_s = after + 1;
@@ -468,12 +468,12 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 			port_s = after + 1;
 			port_len = strlen(port_s);
 		} else if (*after) {
-			eb_say(err, errlen, "\"%s\": unexpected \"%s\" after ']'", orig, after);
+			errbuf_say(err, errlen, "\"%s\": unexpected \"%s\" after ']'", orig, after);
 			return -EINVAL;
 		}
 		size_t alen = (size_t)((slash ? slash : close) - in);
 		if (!memchr(in, ':', alen)) {
-			eb_say(err, errlen, "\"%s\": brackets are for IPv6 addresses only", orig);
+			errbuf_say(err, errlen, "\"%s\": brackets are for IPv6 addresses only", orig);
 			return -EINVAL;
 		}
 		rc = parse_net(in, alen, plen_s, plen_len, r, err, errlen);
@@ -501,13 +501,13 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 	if (port_s) {
 		unsigned port;
 		if (parse_num(port_s, port_len, 65535, &port) < 0 || port == 0) {
-			eb_say(err, errlen, "\"%s\": bad port \"%s\" (1 to 65535)", orig, port_s);
+			errbuf_say(err, errlen, "\"%s\": bad port \"%s\" (1 to 65535)", orig, port_s);
 			return -EINVAL;
 		}
 		r->port = (uint16_t)port;
 	}
 	if (r->kind == POL_RULE_ANY && r->port == 0) {
-		eb_say(err, errlen, "\"%s\": '*' needs a port (*:443); for every destination use --network public",
+		errbuf_say(err, errlen, "\"%s\": '*' needs a port (*:443); for every destination use --network public",
 		       orig);
 		return -EINVAL;
 	}
@@ -515,7 +515,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		const struct pol_class *c = net_inside_class(r);
 		unsigned full = r->net.family == 4 ? 32 : 128;
 		if (c && r->port == 0) {
-			eb_say(err, errlen,
+			errbuf_say(err, errlen,
 			       "\"%s\" lies in a blocked range (%s): an exception must name a port, as in %s:PORT",
 			       orig, c->label + strlen("class:"), s);
 			return -EINVAL;

@@ -182,7 +182,7 @@ int resolver_server_parse(const char *spec, struct resolver_server *s, char *err
 	if (spec[0] == '[') {
 		const char *close = strchr(spec, ']');
 		if (!close || (close[1] && close[1] != ':'))
-			return eb_fail(err, errlen, -EINVAL, "'%.80s': bad brackets; %s", spec,
+			return errbuf_fail(err, errlen, -EINVAL, "'%.80s': bad brackets; %s", spec,
 				       expected);
 		h = spec + 1;
 		hl = (size_t)(close - h);
@@ -198,16 +198,16 @@ int resolver_server_parse(const char *spec, struct resolver_server *s, char *err
 		size_t pl = strlen(port);
 		p = 0;
 		if (pl == 0 || pl > 5 || strspn(port, "0123456789") != pl || port[0] == '0')
-			return eb_fail(err, errlen, -EINVAL, "'%.80s': bad port; %s", spec,
+			return errbuf_fail(err, errlen, -EINVAL, "'%.80s': bad port; %s", spec,
 				       expected);
 		for (size_t i = 0; i < pl; i++)
 			p = p * 10 + (unsigned)(port[i] - '0');
 		if (p > 65535)
-			return eb_fail(err, errlen, -EINVAL, "'%.80s': port %u is out of range; %s",
+			return errbuf_fail(err, errlen, -EINVAL, "'%.80s': port %u is out of range; %s",
 				       spec, p, expected);
 	}
 	if (hl == 0 || hl >= sizeof host)
-		return eb_fail(err, errlen, -EINVAL, "'%.80s' is not an IP address; %s", spec,
+		return errbuf_fail(err, errlen, -EINVAL, "'%.80s' is not an IP address; %s", spec,
 			       expected);
 	memcpy(host, h, hl);
 	host[hl] = '\0';
@@ -227,12 +227,12 @@ int resolver_server_parse(const char *spec, struct resolver_server *s, char *err
 		s->len = sizeof *v6;
 		bad = IN6_IS_ADDR_UNSPECIFIED(&v6->sin6_addr) || IN6_IS_ADDR_MULTICAST(&v6->sin6_addr);
 	} else {
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "'%.80s' is not an IP address (a name server is given by "
 			       "address, not by name); %s", spec, expected);
 	}
 	if (bad)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "'%.80s': not a unicast address; expected the address of a "
 			       "name server", spec);
 	return 0;
@@ -241,7 +241,7 @@ int resolver_server_parse(const char *spec, struct resolver_server *s, char *err
 int resolver_upstream_add(struct resolver_upstream *u, const char *spec, char *err, size_t errlen)
 {
 	if (u->n >= RESOLVER_MAX_SERVERS)
-		return eb_fail(err, errlen, -ENOSPC,
+		return errbuf_fail(err, errlen, -ENOSPC,
 			       "more than %u name servers; expected at most %u", RESOLVER_MAX_SERVERS,
 			       RESOLVER_MAX_SERVERS);
 	int r = resolver_server_parse(spec, &u->srv[u->n], err, errlen);

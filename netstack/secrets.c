@@ -515,7 +515,7 @@ int secrets_reload(struct secrets *set, const char *path, const char *name, char
 		if (!old || !nw) {
 			char nshow[YAMLTREE_SHOW_BUF];
 			yamltree_show(nshow, sizeof nshow, name, strlen(name), YAMLTREE_SHOW_MAX);
-			eb_say(err, errlen,
+			errbuf_say(err, errlen,
 			       "%s: no secret %s %s; expected the name of a secret the "
 			       "sandbox was started with", show, nshow,
 			       old ? "in the file any more" : "in the sandbox");
@@ -530,7 +530,7 @@ int secrets_reload(struct secrets *set, const char *path, const char *name, char
 	for (size_t i = 0; same && i < set->n; i++)
 		same = secrets_find(fresh, set->v[i].name, strlen(set->v[i].name)) != NULL;
 	if (!same) {
-		eb_say(err, errlen,
+		errbuf_say(err, errlen,
 		       "%s: secrets were added or removed; expected the same names as "
 		       "when the sandbox started (restart it to change the names)",
 		       show);

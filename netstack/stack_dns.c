@@ -283,16 +283,16 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 
 	memset(h, 0, sizeof *h);
 	if (!colon || colon == spec || !colon[1])
-		return eb_fail(err, errlen, -EINVAL, "'%.64s' is not NAME:ADDR", spec);
+		return errbuf_fail(err, errlen, -EINVAL, "'%.64s' is not NAME:ADDR", spec);
 	nlen = (size_t)(colon - spec);
 	if (nlen >= sizeof name)
-		return eb_fail(err, errlen, -EINVAL, "'%.64s...': the name is too long", spec);
+		return errbuf_fail(err, errlen, -EINVAL, "'%.64s...': the name is too long", spec);
 	memcpy(name, spec, nlen);
 	name[nlen] = '\0';
 	if (pol_name_normalize(name, h->name) < 0 || pol_name_is_numeric(h->name) || strchr(h->name, '*'))
-		return eb_fail(err, errlen, -EINVAL, "'%.64s': '%s' is no DNS name", spec, name);
+		return errbuf_fail(err, errlen, -EINVAL, "'%.64s': '%s' is no DNS name", spec, name);
 	if (strcmp(h->name, POL_HOST_NAME) == 0)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "%s is kbox's own name for the host and cannot be pinned",
 			       POL_HOST_NAME);
 	a = colon + 1;
@@ -307,7 +307,7 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 		if (pol_addr_parse(addr, &h->addr) == 0)
 			return 0;
 	}
-	return eb_fail(err, errlen, -EINVAL, "'%.64s': '%.64s' is no IP address", spec, colon + 1);
+	return errbuf_fail(err, errlen, -EINVAL, "'%.64s': '%.64s' is no IP address", spec, colon + 1);
 }
 
 void ns_dns_input(struct ns *s, const struct fr_pkt *p)

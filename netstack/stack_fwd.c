@@ -143,16 +143,16 @@ int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t 
 	memset(fw, 0, sizeof *fw);
 	gp = strrchr(spec, ':');
 	if (!gp)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "-p takes [ADDR:]HOSTPORT:GUESTPORT, not '%.64s'", spec);
 	if (parse_port(gp + 1, strlen(gp + 1), &fw->guest_port) < 0 || fw->guest_port == 0)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "-p '%.64s': the guest port must be a number from 1 to 65535", spec);
 	/* The host port is what follows the last ':' before gp, or the start. */
 	for (hp = gp; hp > spec && hp[-1] != ':'; hp--)
 		;
 	if (parse_port(hp, (size_t)(gp - hp), &fw->host_port) < 0)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "-p '%.64s': the host port must be a number from 0 (any free port) to 65535",
 			       spec);
 	if (hp == spec) {
@@ -167,14 +167,14 @@ int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t 
 		alen -= 2;
 	}
 	if (alen >= sizeof addr)
-		return eb_fail(err, errlen, -EINVAL, "-p '%.64s': the address is too long", spec);
+		return errbuf_fail(err, errlen, -EINVAL, "-p '%.64s': the address is too long", spec);
 	memcpy(addr, spec, alen);
 	addr[alen] = '\0';
 	if (pol_addr_parse(addr, &fw->host) < 0)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "-p: '%s' is no IP address (write an IPv6 one as [::1])", addr);
 	if (!is_loopback(&fw->host))
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "-p: kbox listens only on loopback addresses (127.0.0.0/8 or [::1]), not %s: "
 			       "a forwarded port must not be reachable from other machines", addr);
 	return 0;

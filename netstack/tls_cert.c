@@ -1160,19 +1160,19 @@ static int ca_create(const char *dir, const char *key_path, const char *cert_pat
 	struct tls_cert_ca *ca;
 	int rc = tls_cert_ca_generate(cn, time(NULL), &ca);
 	if (rc) {
-		eb_say(err, errlen, "cannot make a CA key: %s", strerror(-rc));
+		errbuf_say(err, errlen, "cannot make a CA key: %s", strerror(-rc));
 		return rc;
 	}
 	rc = tls_cert_key_pem(&ca->ca_sk, &kp);
 	/* the key first: a certificate alone on disk would be useless */
 	if (!rc && (rc = fio_write_atomic(AT_FDCWD, key_path, NULL, kp, strlen(kp), 0600)) < 0)
-		eb_say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));
+		errbuf_say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));
 	else if (!rc &&
 		 (rc = fio_write_atomic(AT_FDCWD, cert_path, NULL, ca->pem, strlen(ca->pem), 0644)) < 0) {
-		eb_say(err, errlen, "cannot write %s: %s", cert_path, strerror(-rc));
+		errbuf_say(err, errlen, "cannot write %s: %s", cert_path, strerror(-rc));
 		unlink(key_path);
 	} else if (rc) {
-		eb_say(err, errlen, "cannot encode the CA key: %s", strerror(-rc));
+		errbuf_say(err, errlen, "cannot encode the CA key: %s", strerror(-rc));
 	}
 	if (kp) {
 		explicit_bzero(kp, strlen(kp));
@@ -1200,12 +1200,12 @@ static int ca_load(const char *key_path, const char *cert_path, struct tls_cert_
 	struct stat st;
 	int rc = slurp(key_path, &kt, &kl, &st);
 	if (rc) {
-		eb_say(err, errlen, "cannot read %s: %s", key_path,
+		errbuf_say(err, errlen, "cannot read %s: %s", key_path,
 		    rc == -EINVAL ? "not a small regular file" : strerror(-rc));
 		goto out;
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & 077)) {
-		eb_say(err, errlen, "%s is %s (mode %04o): run 'chmod 600 %s'%s", key_path,
+		errbuf_say(err, errlen, "%s is %s (mode %04o): run 'chmod 600 %s'%s", key_path,
 		    st.st_uid != geteuid() ? "owned by someone else" : "readable by others",
 		    (unsigned)(st.st_mode & 07777), key_path,
 		    st.st_uid != geteuid() ? " as its owner, or use your own KBOX_CA_DIR" : "");
@@ -1214,12 +1214,12 @@ static int ca_load(const char *key_path, const char *cert_path, struct tls_cert_
 	}
 	rc = slurp(cert_path, &ct, &cl, &st);
 	if (rc) {
-		eb_say(err, errlen, "cannot read %s: %s", cert_path,
+		errbuf_say(err, errlen, "cannot read %s: %s", cert_path,
 		    rc == -EINVAL ? "not a small regular file" : strerror(-rc));
 		goto out;
 	}
 	if ((rc = tls_cert_pem_decode(kt, kl, "EC PRIVATE KEY", &kder, &kdl))) {
-		eb_say(err, errlen, "%s holds no PEM 'EC PRIVATE KEY': remove ca.key and ca.pem to "
+		errbuf_say(err, errlen, "%s holds no PEM 'EC PRIVATE KEY': remove ca.key and ca.pem to "
 				 "make a new CA (guests then trust the new one)", key_path);
 		goto out;
 	}
@@ -1228,13 +1228,13 @@ static int ca_load(const char *key_path, const char *cert_path, struct tls_cert_
 	br_skey_decoder_push(&sd, kder, kdl);
 	const br_ec_private_key *sk = br_skey_decoder_get_ec(&sd);
 	if (!sk || sk->curve != BR_EC_secp256r1 || sk->xlen == 0 || sk->xlen > P256_SCALAR) {
-		eb_say(err, errlen, "%s is not a P-256 EC private key: remove ca.key and ca.pem to "
+		errbuf_say(err, errlen, "%s is not a P-256 EC private key: remove ca.key and ca.pem to "
 				 "make a new CA", key_path);
 		rc = -EINVAL;
 		goto wipe;
 	}
 	if ((rc = tls_cert_pem_decode(ct, cl, "CERTIFICATE", &cder, &cdl))) {
-		eb_say(err, errlen, "%s holds no PEM certificate: restore it, or remove ca.key and "
+		errbuf_say(err, errlen, "%s holds no PEM certificate: restore it, or remove ca.key and "
 				 "ca.pem to make a new CA", cert_path);
 		goto wipe;
 	}
@@ -1245,12 +1245,12 @@ static int ca_load(const char *key_path, const char *cert_path, struct tls_cert_
 	rc = tls_cert_ca_from_parts(cder, cdl, x, sizeof x, out);
 	explicit_bzero(x, sizeof x);
 	if (rc == -EINVAL)
-		eb_say(err, errlen, "%s is not a CA certificate for %s: restore the pair, or remove "
+		errbuf_say(err, errlen, "%s is not a CA certificate for %s: restore the pair, or remove "
 				 "both to make a new CA", cert_path, key_path);
 	else if (rc)
-		eb_say(err, errlen, "cannot load the CA: %s", strerror(-rc));
+		errbuf_say(err, errlen, "cannot load the CA: %s", strerror(-rc));
 	else if ((*out)->not_after <= time(NULL)) {
-		eb_say(err, errlen, "%s has expired: remove ca.key and ca.pem to make a new CA",
+		errbuf_say(err, errlen, "%s has expired: remove ca.key and ca.pem to make a new CA",
 		    cert_path);
 		tls_cert_ca_free(*out);
 		*out = NULL;
@@ -1278,12 +1278,12 @@ int tls_cert_ca_open(const char *dir, struct tls_cert_ca **out, char *err, size_
 	if (!dir || !*dir || snprintf(key_path, sizeof key_path, "%s/ca.key", dir) >=
 				     (int)sizeof key_path - 4 ||
 	    snprintf(cert_path, sizeof cert_path, "%s/ca.pem", dir) >= (int)sizeof cert_path - 4) {
-		eb_say(err, errlen, "CA directory name is empty or too long");
+		errbuf_say(err, errlen, "CA directory name is empty or too long");
 		return -ENAMETOOLONG;
 	}
 	int rc = datadir_mkdirs(dir);
 	if (rc) {
-		eb_say(err, errlen, "cannot create the CA directory %s: %s", dir, strerror(-rc));
+		errbuf_say(err, errlen, "cannot create the CA directory %s: %s", dir, strerror(-rc));
 		return rc;
 	}
 	/* Two kbox processes starting at once must not both create a CA and
@@ -1291,7 +1291,7 @@ int tls_cert_ca_open(const char *dir, struct tls_cert_ca **out, char *err, size_
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
 		rc = -errno;
-		eb_say(err, errlen, "cannot open the CA directory %s: %s", dir, strerror(-rc));
+		errbuf_say(err, errlen, "cannot open the CA directory %s: %s", dir, strerror(-rc));
 		return rc;
 	}
 	while (flock(dfd, LOCK_EX) < 0 && errno == EINTR)
@@ -1301,11 +1301,11 @@ int tls_cert_ca_open(const char *dir, struct tls_cert_ca **out, char *err, size_
 	if (!have_key && !have_cert)
 		rc = ca_create(dir, key_path, cert_path, out, err, errlen);
 	else if (!have_cert) {
-		eb_say(err, errlen, "%s exists but %s is missing: restore ca.pem, or remove ca.key to "
+		errbuf_say(err, errlen, "%s exists but %s is missing: restore ca.pem, or remove ca.key to "
 				 "make a new CA (guests then trust the new one)", key_path, cert_path);
 		rc = -ENOENT;
 	} else if (!have_key) {
-		eb_say(err, errlen, "%s exists but its key %s is missing: restore ca.key, or remove "
+		errbuf_say(err, errlen, "%s exists but its key %s is missing: restore ca.key, or remove "
 				 "ca.pem to make a new CA", cert_path, key_path);
 		rc = -ENOENT;
 	} else {

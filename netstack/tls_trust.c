@@ -167,7 +167,7 @@ int tls_trust_add_file(struct tls_trust *t, const char *path, int strict, char *
 	size_t len = 0, added = 0, skipped = 0;
 	int rc = read_file(path, &text, &len);
 	if (rc < 0) {
-		eb_say(err, errlen, "%s: %s", path, strerror(-rc));
+		errbuf_say(err, errlen, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
 	rc = tls_trust_add_pem(t, text, len, &added, &skipped);
@@ -176,15 +176,15 @@ int tls_trust_add_file(struct tls_trust *t, const char *path, int strict, char *
 		rc = -EINVAL;
 	if (rc < 0 && err) {
 		if (rc == -EINVAL && added + skipped == 0)
-			eb_say(err, errlen,
+			errbuf_say(err, errlen,
 			       "%s: no PEM certificate found (expected -----BEGIN CERTIFICATE-----)",
 			       path);
 		else if (rc == -EINVAL)
-			eb_say(err, errlen,
+			errbuf_say(err, errlen,
 			       "%s: %zu of %zu certificates could not be used (RSA or EC keys only)",
 			       path, skipped, added + skipped);
 		else
-			eb_say(err, errlen, "%s: %s", path, strerror(-rc));
+			errbuf_say(err, errlen, "%s: %s", path, strerror(-rc));
 	}
 	return rc;
 }

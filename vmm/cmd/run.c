@@ -191,18 +191,18 @@ static int read_image(const char *path, uint8_t **data, size_t *len, char *err, 
 	const char *stage;
 	int rc = fio_slurp(path, 0, MAX_IMAGE, &buf, len, NULL, &stage);
 	if (rc == -ENOMEM)
-		return eb_fail(err, errlen, rc, "out of memory reading %s", path);
+		return errbuf_fail(err, errlen, rc, "out of memory reading %s", path);
 	if (rc == -EFBIG)
-		return eb_fail(err, errlen, rc, "%s is larger than 512 MiB", path);
+		return errbuf_fail(err, errlen, rc, "%s is larger than 512 MiB", path);
 	if (rc < 0 && strcmp(stage, "open") == 0)
-		return eb_fail(err, errlen, rc, "cannot open %s: %s", path, strerror(-rc));
+		return errbuf_fail(err, errlen, rc, "cannot open %s: %s", path, strerror(-rc));
 	if (rc < 0 && strcmp(stage, "stat") == 0)
-		return eb_fail(err, errlen, -EINVAL, "%s is not a regular file", path);
+		return errbuf_fail(err, errlen, -EINVAL, "%s is not a regular file", path);
 	if (rc < 0)
-		return eb_fail(err, errlen, -EIO, "cannot read %s: %s", path, strerror(-rc));
+		return errbuf_fail(err, errlen, -EIO, "cannot read %s: %s", path, strerror(-rc));
 	if (*len == 0) {
 		free(buf);
-		return eb_fail(err, errlen, -EFBIG, "%s is empty", path);
+		return errbuf_fail(err, errlen, -EFBIG, "%s is empty", path);
 	}
 	*data = (uint8_t *)buf;
 	return 0;

@@ -134,7 +134,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	br_sha256_update(&h, "kbox-trust-v1", 14);
 	int rc = hash_file(&h, "config", conf_real, false);
 	if (rc) {
-		eb_say(err, errlen, "%s: cannot read: %s", conf_real, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot read: %s", conf_real, strerror(-rc));
 		return rc;
 	}
 	if (secrets) {
@@ -145,7 +145,7 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 			br_sha256_update(&h, sp, strlen(sp) + 1);
 			rc = hash_file(&h, "secrets", sp, true);
 			if (rc) {
-				eb_say(err, errlen, "%s: cannot read: %s", sp, strerror(-rc));
+				errbuf_say(err, errlen, "%s: cannot read: %s", sp, strerror(-rc));
 				return rc;
 			}
 		}
@@ -155,12 +155,12 @@ int trust_digest(const char *conf_real, const char *secrets, char hex[TRUST_HEX_
 	 * one, so a change to it (a pull) is a change to the sandbox. */
 	char env[PATH_MAX + 16];
 	if (secenv_path(env, sizeof env, conf_real) < 0) {
-		eb_say(err, errlen, "%s: path too long", conf_real);
+		errbuf_say(err, errlen, "%s: path too long", conf_real);
 		return -ENAMETOOLONG;
 	}
 	rc = hash_file(&h, "secrets.env", env, true);
 	if (rc) {
-		eb_say(err, errlen, "%s: cannot read: %s", env, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot read: %s", env, strerror(-rc));
 		return rc;
 	}
 	unsigned char out[br_sha256_SIZE];
@@ -230,19 +230,19 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		 size_t errlen)
 {
 	if (conf_real[0] != '/' || strchr(conf_real, '\n')) {
-		eb_say(err, errlen, "%s: only an absolute path without a newline can be trusted",
+		errbuf_say(err, errlen, "%s: only an absolute path without a newline can be trusted",
 		    conf_real);
 		return -EINVAL;
 	}
 	int rc = make_parent(store);
 	if (rc) {
-		eb_say(err, errlen, "%s: cannot create its folder: %s", store, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot create its folder: %s", store, strerror(-rc));
 		return rc;
 	}
 	char lock[PATH_MAX], tmp[PATH_MAX];
 	if (snprintf(lock, sizeof lock, "%s.lock", store) >= (int)sizeof lock ||
 	    snprintf(tmp, sizeof tmp, "%s.tmp", store) >= (int)sizeof tmp) {
-		eb_say(err, errlen, "%s: path too long", store);
+		errbuf_say(err, errlen, "%s: path too long", store);
 		return -ENAMETOOLONG;
 	}
 	/* Neither follows a link: one planted there would send the record
@@ -250,7 +250,7 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 	int lfd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (lfd < 0 || flock(lfd, LOCK_EX) < 0) {
 		rc = -errno;
-		eb_say(err, errlen, "%s: cannot lock: %s", lock, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot lock: %s", lock, strerror(-rc));
 		if (lfd >= 0)
 			close(lfd);
 		return rc;
@@ -258,7 +258,7 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 	char *buf = NULL;
 	rc = read_store(store, &buf);
 	if (rc) {
-		eb_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
 		goto out;
 	}
 	/* The record without conf_real's line, then its new one. */
@@ -267,7 +267,7 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 	FILE *f = open_memstream(&text, &tlen);
 	if (!f) {
 		rc = -errno;
-		eb_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
 		goto out;
 	}
 	for (char *p = buf; p && *p;) {
@@ -285,7 +285,7 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		rc = fio_write_atomic(AT_FDCWD, store, tmp, text, tlen, 0600);
 	free(text);
 	if (rc)
-		eb_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));
 out:
 	free(buf);
 	close(lfd);
@@ -376,12 +376,12 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 	 * given to the link's target elsewhere does not carry over. */
 	int rc = located(conf, real);
 	if (rc) {
-		eb_say(err, errlen, "%s: %s", conf, strerror(-rc));
+		errbuf_say(err, errlen, "%s: %s", conf, strerror(-rc));
 		return rc;
 	}
 	rc = trust_store_path(store, sizeof store);
 	if (rc) {
-		eb_say(err, errlen, "%s: cannot find where trusted files are recorded (set HOME)",
+		errbuf_say(err, errlen, "%s: cannot find where trusted files are recorded (set HOME)",
 		    conf);
 		return rc;
 	}
@@ -390,7 +390,7 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 		return rc;
 	rc = trust_check(store, real, hex);
 	if (rc < 0) {
-		eb_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
+		errbuf_say(err, errlen, "%s: cannot read: %s", store, strerror(-rc));
 		return rc;
 	}
 	if (rc == 1)
@@ -422,7 +422,7 @@ int trust_project(const char *conf, const struct kbox_config *cfg, char *err, si
 			return 0;
 		}
 	}
-	eb_say(err, errlen,
+	errbuf_say(err, errlen,
 	    "%s: not trusted: %s; a project's kbox.yaml chooses mounts, network and secrets, "
 	    "so read it, then run 'kbox trust %s' (or use --no-project, or --conf to use it once)",
 	    conf, why, conf);

@@ -29,18 +29,18 @@ static int load_elf(const struct guest_mem *gm, const uint8_t *img, size_t len,
 {
 	Elf64_Ehdr eh;
 	if (len < sizeof eh)
-		return eb_fail(err, errlen, -ENOEXEC, "ELF image truncated (%zu bytes)", len);
+		return errbuf_fail(err, errlen, -ENOEXEC, "ELF image truncated (%zu bytes)", len);
 	memcpy(&eh, img, sizeof eh);
 	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB ||
 	    eh.e_machine != EM_X86_64)
-		return eb_fail(err, errlen, -ENOEXEC, "not an x86_64 little-endian ELF64 kernel");
+		return errbuf_fail(err, errlen, -ENOEXEC, "not an x86_64 little-endian ELF64 kernel");
 	if (eh.e_type != ET_EXEC)
-		return eb_fail(err, errlen, -ENOEXEC, "ELF image is not an executable (type %u)",
+		return errbuf_fail(err, errlen, -ENOEXEC, "ELF image is not an executable (type %u)",
 			    eh.e_type);
 	if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum > MAX_PHDRS)
-		return eb_fail(err, errlen, -EINVAL, "ELF program header table is malformed");
+		return errbuf_fail(err, errlen, -EINVAL, "ELF program header table is malformed");
 	if (eh.e_phoff > len || (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > len - eh.e_phoff)
-		return eb_fail(err, errlen, -EINVAL, "ELF program headers lie outside the file");
+		return errbuf_fail(err, errlen, -EINVAL, "ELF program headers lie outside the file");
 
 	Elf64_Phdr ph[MAX_PHDRS];
 	memcpy(ph, img + eh.e_phoff, eh.e_phnum * sizeof(Elf64_Phdr));
@@ -51,17 +51,17 @@ static int load_elf(const struct guest_mem *gm, const uint8_t *img, size_t len,
 		if (p->p_type != PT_LOAD || p->p_memsz == 0)
 			continue;
 		if (p->p_offset > len || p->p_filesz > len - p->p_offset)
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				    "ELF segment %u lies outside the file", i);
 		if (p->p_filesz > p->p_memsz)
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				    "ELF segment %u has more file bytes than memory", i);
 		if (p->p_paddr < BOOT_HIMEM_START)
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				    "ELF segment %u at 0x%llx overlaps the boot area below 1 MiB",
 				    i, (unsigned long long)p->p_paddr);
 		if (gm_ptr(gm, p->p_paddr, p->p_memsz) == NULL)
-			return eb_fail(err, errlen, -ENOMEM,
+			return errbuf_fail(err, errlen, -ENOMEM,
 				    "ELF segment %u (0x%llx, %llu bytes) does not fit in guest RAM",
 				    i, (unsigned long long)p->p_paddr,
 				    (unsigned long long)p->p_memsz);
@@ -73,7 +73,7 @@ static int load_elf(const struct guest_mem *gm, const uint8_t *img, size_t len,
 			 * below cannot wrap. */
 			if (p->p_paddr < q->p_paddr + q->p_memsz &&
 			    q->p_paddr < p->p_paddr + p->p_memsz)
-				return eb_fail(err, errlen, -EINVAL,
+				return errbuf_fail(err, errlen, -EINVAL,
 					    "ELF segments %u and %u overlap", j, i);
 		}
 		if (eh.e_entry >= p->p_paddr && eh.e_entry - p->p_paddr < p->p_filesz)
@@ -85,9 +85,9 @@ static int load_elf(const struct guest_mem *gm, const uint8_t *img, size_t len,
 		loads++;
 	}
 	if (!loads)
-		return eb_fail(err, errlen, -EINVAL, "ELF image has no loadable segment");
+		return errbuf_fail(err, errlen, -EINVAL, "ELF image has no loadable segment");
 	if (!entry_ok)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			    "ELF entry point 0x%llx is not inside a loaded segment",
 			    (unsigned long long)eh.e_entry);
 
@@ -133,28 +133,28 @@ static int load_bzimage(const struct guest_mem *gm, const uint8_t *img, size_t l
 {
 	uint16_t version = rd16(img + BZ_VERSION);
 	if (version < 0x020c)
-		return eb_fail(err, errlen, -ENOEXEC,
+		return errbuf_fail(err, errlen, -ENOEXEC,
 			    "bzImage boot protocol %u.%02u is too old (need 2.12 for 64-bit entry)",
 			    version >> 8, version & 0xff);
 	if (!(img[BZ_XLOADFLAGS] & 1))
-		return eb_fail(err, errlen, -ENOEXEC, "bzImage has no 64-bit entry point");
+		return errbuf_fail(err, errlen, -ENOEXEC, "bzImage has no 64-bit entry point");
 	if (!(img[BZ_LOADFLAGS] & 1))
-		return eb_fail(err, errlen, -ENOEXEC, "bzImage is not loaded high");
+		return errbuf_fail(err, errlen, -ENOEXEC, "bzImage is not loaded high");
 	unsigned sects = img[BZ_SETUP_SECTS] ? img[BZ_SETUP_SECTS] : 4;
 	size_t setup_len = (size_t)(sects + 1) * 512;
 	if (setup_len >= len)
-		return eb_fail(err, errlen, -EINVAL, "bzImage truncated inside its setup code");
+		return errbuf_fail(err, errlen, -EINVAL, "bzImage truncated inside its setup code");
 	uint64_t payload = len - setup_len;
 	/* syssize counts the protected-mode kernel in 16-byte units: a file
 	 * cut short is refused here instead of crashing the guest later. */
 	uint64_t sys = (uint64_t)rd32(img + BZ_SYSSIZE) * 16;
 	if (payload < sys)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			    "bzImage truncated: %llu bytes of kernel after the setup code, "
 			    "its header says %llu", (unsigned long long)payload,
 			    (unsigned long long)sys);
 	if (payload <= 0x200)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			    "bzImage truncated before its 64-bit entry point");
 	uint64_t load = BOOT_HIMEM_START;
 	if (img[BZ_RELOCATABLE]) {
@@ -166,7 +166,7 @@ static int load_bzimage(const struct guest_mem *gm, const uint8_t *img, size_t l
 	if (need < payload)
 		need = payload;
 	if (gm_ptr(gm, load, need) == NULL)
-		return eb_fail(err, errlen, -ENOMEM,
+		return errbuf_fail(err, errlen, -ENOMEM,
 			    "bzImage needs %llu bytes at 0x%llx, beyond guest RAM",
 			    (unsigned long long)need, (unsigned long long)load);
 	memcpy(gm_ptr(gm, load, payload), img + setup_len, payload);
@@ -204,7 +204,7 @@ int boot_load_kernel(const struct guest_mem *gm, const uint8_t *img, size_t len,
 	if (len >= BZ_MIN_LEN && rd16(img + BZ_BOOT_FLAG) == 0xaa55 &&
 	    memcmp(img + BZ_HEADER, "HdrS", 4) == 0)
 		return load_bzimage(gm, img, len, out, err, errlen);
-	return eb_fail(err, errlen, -ENOEXEC,
+	return errbuf_fail(err, errlen, -ENOEXEC,
 		    "not a Linux kernel image (expected a vmlinux ELF or a bzImage)");
 }
 
@@ -221,7 +221,7 @@ int boot_place_initrd(const struct guest_mem *gm, const struct boot_image *k,
 		top = (uint64_t)k->initrd_max + 1;
 	uint64_t floor = (k->load_end + 0xfff) & ~0xfffull;
 	if (len == 0 || len > top || ((top - len) & ~0xfffull) < floor)
-		return eb_fail(err, errlen, -ENOMEM,
+		return errbuf_fail(err, errlen, -ENOMEM,
 			    "initrd of %zu bytes does not fit in guest RAM above the kernel; "
 			    "give the guest more memory", len);
 	uint64_t at = (top - len) & ~0xfffull;
@@ -257,11 +257,11 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 	uint64_t max = k->cmdline_max < BOOT_CMDLINE_MAX - 1 ? k->cmdline_max
 							     : BOOT_CMDLINE_MAX - 1;
 	if (cl > max)
-		return eb_fail(err, errlen, -E2BIG,
+		return errbuf_fail(err, errlen, -E2BIG,
 			    "kernel command line is %zu bytes; this kernel accepts at most %llu",
 			    cl, (unsigned long long)max);
 	if (gm_write(gm, BOOT_CMDLINE_ADDR, s->cmdline, cl + 1))
-		return eb_fail(err, errlen, -EFAULT, "no guest RAM for the command line");
+		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for the command line");
 
 	struct boot_params bp;
 	memset(&bp, 0, sizeof bp);
@@ -288,7 +288,7 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 	}
 	bp.e820_entries = (uint8_t)n;
 	if (gm_write(gm, BOOT_PARAMS_ADDR, &bp, sizeof bp))
-		return eb_fail(err, errlen, -EFAULT, "no guest RAM for boot_params");
+		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for boot_params");
 
 	/* Selectors 0x10 (code) and 0x18 (data) as the 64-bit boot protocol
 	 * requires; 0x20 is a TSS the VMM loads so the task register is
@@ -296,7 +296,7 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 	uint64_t gdt[5] = { 0, 0, 0x00af9b000000ffffull, 0x00cf93000000ffffull,
 			    0x00008b0000000067ull };
 	if (gm_write(gm, BOOT_GDT_ADDR, gdt, sizeof gdt))
-		return eb_fail(err, errlen, -EFAULT, "no guest RAM for the GDT");
+		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for the GDT");
 
 	/* Identity map of the first 4 GiB with 2 MiB pages. */
 	uint64_t pml4[512] = { BOOT_PDPT_ADDR | 3 };
@@ -305,11 +305,11 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 		pdpt[i] = (BOOT_PD_ADDR + i * 0x1000ull) | 3;
 	if (gm_write(gm, BOOT_PML4_ADDR, pml4, sizeof pml4) ||
 	    gm_write(gm, BOOT_PDPT_ADDR, pdpt, sizeof pdpt))
-		return eb_fail(err, errlen, -EFAULT, "no guest RAM for page tables");
+		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for page tables");
 	for (unsigned i = 0; i < 4 * 512; i++) {
 		uint64_t pde = ((uint64_t)i << 21) | 0x83;
 		if (gm_write(gm, BOOT_PD_ADDR + i * 8ull, &pde, 8))
-			return eb_fail(err, errlen, -EFAULT, "no guest RAM for page tables");
+			return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for page tables");
 	}
 	return 0;
 }

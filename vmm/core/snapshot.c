@@ -57,7 +57,7 @@ int snap_probe(struct vm *vm, char *report, size_t replen, char *why, size_t why
 			off += (size_t)snprintf(report + off, replen - off, "%s%s=%d", off ? " " : "",
 						caps[i].name, v);
 		if (caps[i].needed && v <= 0 && rc == 0)
-			rc = eb_fail(why, whylen, -ENOTSUP,
+			rc = errbuf_fail(why, whylen, -ENOTSUP,
 				     "this /dev/kvm lacks KVM_CAP_%s, which snapshots need",
 				     caps[i].name);
 	}
@@ -154,12 +154,12 @@ static int complete_io(struct vm *vm, char *err, size_t errlen)
 		int e = errno;
 		__atomic_store_n(&c->run->immediate_exit, 0, __ATOMIC_SEQ_CST);
 		if (r == 0)
-			return eb_fail(err, errlen, -EAGAIN,
+			return errbuf_fail(err, errlen, -EAGAIN,
 				       "vCPU %u exited again while its last access completed "
 				       "(exit %u): resume the VM and save later",
 				       i, c->run->exit_reason);
 		if (e != EINTR)
-			return eb_fail(err, errlen, -e, "vCPU %u: KVM_RUN to complete its last "
+			return errbuf_fail(err, errlen, -e, "vCPU %u: KVM_RUN to complete its last "
 						       "access failed: %s", i, strerror(e));
 	}
 	return 0;
@@ -168,7 +168,7 @@ static int complete_io(struct vm *vm, char *err, size_t errlen)
 #define GET(fd, req, p, what)                                                              \
 	do {                                                                               \
 		if (ioctl(fd, req, p) < 0) {                                               \
-			rc = eb_fail(err, errlen, -errno, "%s failed: %s", what,            \
+			rc = errbuf_fail(err, errlen, -errno, "%s failed: %s", what,            \
 				     strerror(errno));                                     \
 			goto out;                                                          \
 		}                                                                          \
@@ -203,7 +203,7 @@ static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, si
 	if (xs) {
 		xsave = calloc(1, xs);
 		if (!xsave) {
-			rc = eb_fail(err, errlen, -ENOMEM, "out of memory");
+			rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 			goto out;
 		}
 		GET(fd, xs > sizeof(struct kvm_xsave) ? KVM_GET_XSAVE2 : KVM_GET_XSAVE, xsave,
@@ -226,13 +226,13 @@ static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, si
 	snapf_build_rec(b, SNAPF_C_DEBUGREGS, &dr, sizeof dr);
 	msrs = read_msrs(fd, ml);
 	if (!msrs || msrs->nmsrs == 0) {
-		rc = eb_fail(err, errlen, -EIO, "vCPU %u: KVM_GET_MSRS failed", i);
+		rc = errbuf_fail(err, errlen, -EIO, "vCPU %u: KVM_GET_MSRS failed", i);
 		goto out;
 	}
 	snapf_build_rec(b, SNAPF_C_MSRS, msrs->entries, msrs->nmsrs * sizeof msrs->entries[0]);
 	cpuid = read_cpuid(fd);
 	if (!cpuid) {
-		rc = eb_fail(err, errlen, -EIO, "vCPU %u: KVM_GET_CPUID2 failed: %s", i,
+		rc = errbuf_fail(err, errlen, -EIO, "vCPU %u: KVM_GET_CPUID2 failed: %s", i,
 			     strerror(errno));
 		goto out;
 	}
@@ -275,16 +275,16 @@ out:
 static int check_devs(const struct snap_dev *devs, unsigned ndev, char *err, size_t errlen)
 {
 	if (ndev > SNAPF_MAX_DEVS)
-		return eb_fail(err, errlen, -EINVAL, "too many devices for a snapshot");
+		return errbuf_fail(err, errlen, -EINVAL, "too many devices for a snapshot");
 	for (unsigned i = 0; i < ndev; i++) {
 		size_t n = strlen(devs[i].name);
 		if (n == 0 || n > 31 || strspn(devs[i].name, "abcdefghijklmnopqrstuvwxyz0123456789_-") != n ||
 		    devs[i].slot >= SNAPF_MAX_DEVS || !devs[i].save || !devs[i].load)
-			return eb_fail(err, errlen, -EINVAL, "device '%s' cannot be saved",
+			return errbuf_fail(err, errlen, -EINVAL, "device '%s' cannot be saved",
 				       devs[i].name);
 		for (unsigned j = 0; j < i; j++)
 			if (devs[j].slot == devs[i].slot)
-				return eb_fail(err, errlen, -EINVAL, "devices '%s' and '%s' share slot %u",
+				return errbuf_fail(err, errlen, -EINVAL, "devices '%s' and '%s' share slot %u",
 					       devs[j].name, devs[i].name, devs[i].slot);
 	}
 	return 0;
@@ -299,7 +299,7 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 		memset(st, 0, sizeof *st);
 	for (unsigned i = 0; i < vm->ncpus; i++)
 		if (vm->cpu[i].started)
-			return eb_fail(err, errlen, -EBUSY, "cannot save a VM whose vCPUs run");
+			return errbuf_fail(err, errlen, -EBUSY, "cannot save a VM whose vCPUs run");
 	int rc = snap_probe(vm, NULL, 0, err, errlen);
 	if (rc < 0 || (rc = check_devs(devs, ndev, err, errlen)) < 0)
 		return rc;
@@ -307,7 +307,7 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 		return rc;
 	struct kvm_msr_list *ml = msr_index_list(vm);
 	if (!ml)
-		return eb_fail(err, errlen, -EIO, "KVM_GET_MSR_INDEX_LIST failed");
+		return errbuf_fail(err, errlen, -EIO, "KVM_GET_MSR_INDEX_LIST failed");
 	size_t xs = xsave_size(vm);
 	struct snapf_builder b;
 	struct sb_writer meta;
@@ -328,10 +328,10 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 		sb_init(&w);
 		rc = devs[i].save(devs[i].ctx, &w, err, errlen);
 		if (rc == 0 && w.err)
-			rc = eb_fail(err, errlen, w.err, "device '%s': cannot hold its state",
+			rc = errbuf_fail(err, errlen, w.err, "device '%s': cannot hold its state",
 				     devs[i].name);
 		if (rc == 0 && w.len > SNAPF_MAX_DEV_BLOB)
-			rc = eb_fail(err, errlen, -EFBIG, "device '%s': state too large",
+			rc = errbuf_fail(err, errlen, -EFBIG, "device '%s': state too large",
 				     devs[i].name);
 		if (rc == 0) {
 			snapf_build_section(&b, SNAPF_SEC_DEV, devs[i].slot);
@@ -343,7 +343,7 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 			goto out;
 	}
 	if ((rc = snapf_build_finish(&b, vm->ram_size, &meta)) < 0) {
-		eb_fail(err, errlen, rc, "cannot build the snapshot: %s", strerror(-rc));
+		errbuf_fail(err, errlen, rc, "cannot build the snapshot: %s", strerror(-rc));
 		goto out;
 	}
 	double t1 = now_ms();
@@ -370,7 +370,7 @@ out:
 #define SET(fd, req, p, what)                                                              \
 	do {                                                                               \
 		if (ioctl(fd, req, p) < 0) {                                               \
-			rc = eb_fail(err, errlen, -errno, "vCPU %u: %s of the snapshot failed: %s", \
+			rc = errbuf_fail(err, errlen, -errno, "vCPU %u: %s of the snapshot failed: %s", \
 				     i, what, strerror(errno));                            \
 			goto out;                                                          \
 		}                                                                          \
@@ -400,7 +400,7 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 	unsigned nent = len / sizeof(struct kvm_cpuid_entry2);
 	cpuid = calloc(1, sizeof *cpuid + len);
 	if (!cpuid)
-		return eb_fail(err, errlen, -ENOMEM, "out of memory");
+		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	cpuid->nent = nent;
 	memcpy(cpuid->entries, d, len);
 	SET(fd, KVM_SET_CPUID2, cpuid, "KVM_SET_CPUID2");
@@ -414,14 +414,14 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 
 	if (snapf_rec(s, SNAPF_C_XSAVE, &d, &len) == 0) {
 		if (len != xs) {
-			rc = eb_fail(err, errlen, -EINVAL,
+			rc = errbuf_fail(err, errlen, -EINVAL,
 				     "vCPU %u: the snapshot's XSAVE area is %u bytes, this KVM's %zu",
 				     i, len, xs);
 			goto out;
 		}
 		xsave = malloc(len);
 		if (!xsave) {
-			rc = eb_fail(err, errlen, -ENOMEM, "out of memory");
+			rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 			goto out;
 		}
 		memcpy(xsave, d, len);
@@ -433,7 +433,7 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 		}
 	} else {
 		if (xs) {
-			rc = eb_fail(err, errlen, -EINVAL,
+			rc = errbuf_fail(err, errlen, -EINVAL,
 				     "vCPU %u: the snapshot has no XSAVE area, this KVM uses one", i);
 			goto out;
 		}
@@ -452,7 +452,7 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 	unsigned n = len / sizeof(struct kvm_msr_entry);
 	msrs = calloc(1, sizeof *msrs + len);
 	if (!msrs) {
-		rc = eb_fail(err, errlen, -ENOMEM, "out of memory");
+		rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 		goto out;
 	}
 	msrs->nmsrs = n;
@@ -461,7 +461,7 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 		msrs->entries[k].reserved = 0;
 	int r = ioctl(fd, KVM_SET_MSRS, msrs);
 	if (r < 0 || (unsigned)r != n) {
-		rc = eb_fail(err, errlen, r < 0 ? -errno : -EINVAL,
+		rc = errbuf_fail(err, errlen, r < 0 ? -errno : -EINVAL,
 			     "vCPU %u: KVM_SET_MSRS took %d of the snapshot's %u MSRs (MSR 0x%x "
 			     "refused)", i, r, n, r >= 0 && (unsigned)r < n ? msrs->entries[r].index : 0);
 		goto out;
@@ -518,18 +518,18 @@ static int restore_devs(const struct snapf_view *v, const struct snap_dev *devs,
 			char *err, size_t errlen)
 {
 	if (v->ndev != ndev)
-		return eb_fail(err, errlen, -EINVAL, "the snapshot holds %u devices, this VM has %u",
+		return errbuf_fail(err, errlen, -EINVAL, "the snapshot holds %u devices, this VM has %u",
 			       v->ndev, ndev);
 	for (unsigned i = 0; i < ndev; i++) {
 		const struct snapf_sec *s = snapf_find(v, SNAPF_SEC_DEV, devs[i].slot);
 		const uint8_t *d;
 		uint32_t len;
 		if (!s)
-			return eb_fail(err, errlen, -EINVAL, "the snapshot has no state for device '%s'",
+			return errbuf_fail(err, errlen, -EINVAL, "the snapshot has no state for device '%s'",
 				       devs[i].name);
 		snapf_rec(s, SNAPF_D_NAME, &d, &len);
 		if (len != strlen(devs[i].name) || memcmp(d, devs[i].name, len) != 0)
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				       "the snapshot's device in slot %u is '%.*s', not '%s'",
 				       devs[i].slot, (int)len, (const char *)d, devs[i].name);
 		snapf_rec(s, SNAPF_D_BLOB, &d, &len);
@@ -557,17 +557,17 @@ int snap_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct s
 	unsigned khz = vm_tsc_khz(vm);
 	size_t xs = xsave_size(vm);
 	if (memcmp(l->key, key, SNAPF_KEY_LEN) != 0)
-		rc = eb_fail(err, errlen, -ESTALE, "snapshot %s was made for another boot layout",
+		rc = errbuf_fail(err, errlen, -ESTALE, "snapshot %s was made for another boot layout",
 			     name);
 	else if (l->ncpus != vm->ncpus || l->ram_size != vm->ram_size ||
 		 l->low_ram != vm->low_ram ||
 		 l->high_base != (vm->high_ram ? BOOT_HIGH_RAM_BASE : 0))
-		rc = eb_fail(err, errlen, -ESTALE,
+		rc = errbuf_fail(err, errlen, -ESTALE,
 			     "snapshot %s is of %u vCPUs and %llu MiB, this VM has %u and %llu", name,
 			     l->ncpus, (unsigned long long)(l->ram_size >> 20), vm->ncpus,
 			     (unsigned long long)(vm->ram_size >> 20));
 	else if (l->tsc_khz != khz)
-		rc = eb_fail(err, errlen, -ESTALE,
+		rc = errbuf_fail(err, errlen, -ESTALE,
 			     "snapshot %s was made at a TSC of %u kHz, this host's is %u kHz", name,
 			     l->tsc_khz, khz);
 	if (rc < 0)
@@ -575,7 +575,7 @@ int snap_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct s
 	void *ram = mmap(vm->ram, vm->ram_size, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, f.fd, (off_t)f.v.ram_off);
 	if (ram == MAP_FAILED) {
-		rc = eb_fail(err, errlen, -errno, "cannot map the snapshot's RAM: %s",
+		rc = errbuf_fail(err, errlen, -errno, "cannot map the snapshot's RAM: %s",
 			     strerror(errno));
 		goto out;
 	}

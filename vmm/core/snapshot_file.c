@@ -96,18 +96,18 @@ void snapf_seal(uint8_t *meta, size_t len)
 int snapf_header(const uint8_t *hdr, size_t len, uint64_t *meta_len, char *err, size_t errlen)
 {
 	if (len < SNAPF_HDR_LEN || memcmp(hdr + OFF_MAGIC, SNAPF_MAGIC, 8) != 0)
-		return eb_fail(err, errlen, -EBADMSG, "not a kbox snapshot (no KBOXSNAP header)");
+		return errbuf_fail(err, errlen, -EBADMSG, "not a kbox snapshot (no KBOXSNAP header)");
 	uint32_t ver = sb_le32(hdr + OFF_VERSION);
 	if (ver != SNAPF_VERSION)
-		return eb_fail(err, errlen, -EPROTO,
+		return errbuf_fail(err, errlen, -EPROTO,
 			       "snapshot format version %u, this kbox reads version %u", ver,
 			       SNAPF_VERSION);
 	if (sb_le32(hdr + OFF_HDRLEN) != SNAPF_HDR_LEN)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot header length %u, want %u",
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot header length %u, want %u",
 			       sb_le32(hdr + OFF_HDRLEN), SNAPF_HDR_LEN);
 	uint64_t m = sb_le64(hdr + OFF_METALEN);
 	if (m < SNAPF_HDR_LEN || m > SNAPF_MAX_META)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot metadata length %llu out of range",
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata length %llu out of range",
 			       (unsigned long long)m);
 	*meta_len = m;
 	return 0;
@@ -148,53 +148,53 @@ static int check_records(const struct snapf_sec *s, char *err, size_t errlen)
 	uint64_t off = 0;
 	while (off < s->len) {
 		if (s->len - off < 8)
-			return eb_fail(err, errlen, -EBADMSG, "%s section %u: record header cut short",
+			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u: record header cut short",
 				       type_name(s->type), s->id);
 		uint32_t tag = sb_le32(s->data + off), len = sb_le32(s->data + off + 4);
 		const struct rule *r = rule_for(s->type, tag);
 		if (!r)
-			return eb_fail(err, errlen, -EBADMSG, "%s section %u: unknown record %u",
+			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u: unknown record %u",
 				       type_name(s->type), s->id, tag);
 		uint64_t bit = 1ull << (r - rules);
 		if (seen & bit)
-			return eb_fail(err, errlen, -EBADMSG, "%s section %u: record %u twice",
+			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u: record %u twice",
 				       type_name(s->type), s->id, tag);
 		seen |= bit;
 		if (len < r->min || len > r->max || len % r->unit)
-			return eb_fail(err, errlen, -EBADMSG,
+			return errbuf_fail(err, errlen, -EBADMSG,
 				       "%s section %u: record %u has %u bytes (want %u..%u, a "
 				       "multiple of %u)",
 				       type_name(s->type), s->id, tag, len, r->min, r->max, r->unit);
 		uint64_t padded = ((uint64_t)len + 7) & ~7ull;
 		if (padded > s->len - off - 8)
-			return eb_fail(err, errlen, -EBADMSG,
+			return errbuf_fail(err, errlen, -EBADMSG,
 				       "%s section %u: record %u runs past the section",
 				       type_name(s->type), s->id, tag);
 		const uint8_t *d = s->data + off + 8;
 		for (uint64_t i = len; i < padded; i++)
 			if (d[i])
-				return eb_fail(err, errlen, -EBADMSG,
+				return errbuf_fail(err, errlen, -EBADMSG,
 					       "%s section %u: record %u padding not zero",
 					       type_name(s->type), s->id, tag);
 		if (tag == SNAPF_D_NAME && !name_chars_ok(d, len))
-			return eb_fail(err, errlen, -EBADMSG, "device section %u: bad device name",
+			return errbuf_fail(err, errlen, -EBADMSG, "device section %u: bad device name",
 				       s->id);
 		off += 8 + padded;
 	}
 	for (size_t i = 0; i < NRULES; i++)
 		if (rules[i].type == s->type && rules[i].required && !(seen & (1ull << i)))
-			return eb_fail(err, errlen, -EBADMSG, "%s section %u: record %u missing",
+			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u: record %u missing",
 				       type_name(s->type), s->id, rules[i].tag);
 	if (s->type == SNAPF_SEC_CPU) {
 		int fpu = snapf_rec(s, SNAPF_C_FPU, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
 		int xs = snapf_rec(s, SNAPF_C_XSAVE, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
 		int xcr = snapf_rec(s, SNAPF_C_XCRS, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
 		if (fpu == xs)
-			return eb_fail(err, errlen, -EBADMSG,
+			return errbuf_fail(err, errlen, -EBADMSG,
 				       "vCPU section %u: needs the FPU state or the XSAVE area, "
 				       "exactly one", s->id);
 		if (xcr && !xs)
-			return eb_fail(err, errlen, -EBADMSG,
+			return errbuf_fail(err, errlen, -EBADMSG,
 				       "vCPU section %u: XCRs without an XSAVE area", s->id);
 	}
 	return 0;
@@ -214,15 +214,15 @@ static int parse_layout(const struct snapf_sec *s, struct snapf_layout *l, char 
 	l->low_ram = sb_le64(d + 16);
 	l->high_base = sb_le64(d + 24);
 	if (l->ncpus < 1 || l->ncpus > SNAPF_MAX_CPUS)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot for %u vCPUs (1..%u)", l->ncpus,
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot for %u vCPUs (1..%u)", l->ncpus,
 			       SNAPF_MAX_CPUS);
 	if (l->ram_size == 0 || l->ram_size > SNAPF_MAX_RAM || l->ram_size % SNAPF_PAGE ||
 	    l->low_ram == 0 || l->low_ram > l->ram_size || l->low_ram % SNAPF_PAGE)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot RAM geometry out of range");
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot RAM geometry out of range");
 	/* Both below 2^41, so high_base + the high part cannot wrap. */
 	if (l->low_ram < l->ram_size && (l->high_base < l->low_ram || l->high_base % SNAPF_PAGE ||
 					 l->high_base > SNAPF_MAX_RAM))
-		return eb_fail(err, errlen, -EBADMSG, "snapshot high RAM placement out of range");
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot high RAM placement out of range");
 	return 0;
 }
 
@@ -235,20 +235,20 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 	if (rc < 0)
 		return rc;
 	if (m != meta_len)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot metadata is %zu bytes, header says %llu",
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata is %zu bytes, header says %llu",
 			       meta_len, (unsigned long long)m);
 	if (sb_le32(meta + OFF_FLAGS) != 0 || sb_le64(meta + OFF_RSVD) != 0)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot header has unknown flags");
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot header has unknown flags");
 	if (sb_le64(meta + OFF_SUM) != meta_sum(meta, meta_len))
-		return eb_fail(err, errlen, -EBADMSG, "snapshot metadata checksum does not match");
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata checksum does not match");
 	uint32_t nsec = sb_le32(meta + OFF_NSEC);
 	if (nsec > SNAPF_MAX_SECTIONS || (uint64_t)nsec * SNAPF_ENT_LEN > meta_len - SNAPF_HDR_LEN)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot section count %u out of range", nsec);
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot section count %u out of range", nsec);
 	uint64_t ram_off = sb_le64(meta + OFF_RAMOFF), ram_len = sb_le64(meta + OFF_RAMLEN);
 	uint64_t want_off = (meta_len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1);
 	if (ram_off != want_off || ram_len == 0 || ram_len > SNAPF_MAX_RAM ||
 	    ram_len % SNAPF_PAGE || file_size < ram_off || file_size - ram_off != ram_len)
-		return eb_fail(err, errlen, -EBADMSG,
+		return errbuf_fail(err, errlen, -EBADMSG,
 			       "snapshot RAM (%llu bytes at %llu) does not fill the %llu-byte file",
 			       (unsigned long long)ram_len, (unsigned long long)ram_off,
 			       (unsigned long long)file_size);
@@ -263,19 +263,19 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 		uint32_t type = sb_le32(e), id = sb_le32(e + 4);
 		uint64_t off = sb_le64(e + 8), len = sb_le64(e + 16);
 		if (type < SNAPF_SEC_LAYOUT || type > SNAPF_SEC_DEV)
-			return eb_fail(err, errlen, -EBADMSG, "snapshot section %u of unknown kind %u",
+			return errbuf_fail(err, errlen, -EBADMSG, "snapshot section %u of unknown kind %u",
 				       i, type);
 		uint32_t max_id = type == SNAPF_SEC_CPU ? SNAPF_MAX_CPUS
 				  : type == SNAPF_SEC_DEV ? SNAPF_MAX_DEVS : 1;
 		if (id >= max_id)
-			return eb_fail(err, errlen, -EBADMSG, "%s section id %u out of range",
+			return errbuf_fail(err, errlen, -EBADMSG, "%s section id %u out of range",
 				       type_name(type), id);
 		if (snapf_find(v, type, id))
-			return eb_fail(err, errlen, -EBADMSG, "%s section %u twice", type_name(type),
+			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u twice", type_name(type),
 				       id);
 		/* In order, 8-aligned, inside the metadata: no overlap. */
 		if (off < next || off % 8 || off > meta_len || len > meta_len - off)
-			return eb_fail(err, errlen, -EBADMSG,
+			return errbuf_fail(err, errlen, -EBADMSG,
 				       "%s section %u at %llu (+%llu) out of place", type_name(type),
 				       id, (unsigned long long)off, (unsigned long long)len);
 		next = off + len;
@@ -287,25 +287,25 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 	}
 	const struct snapf_sec *ls = snapf_find(v, SNAPF_SEC_LAYOUT, 0);
 	if (!ls)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot has no layout section");
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot has no layout section");
 	if (!snapf_find(v, SNAPF_SEC_VM, 0))
-		return eb_fail(err, errlen, -EBADMSG, "snapshot has no VM section");
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot has no VM section");
 	if ((rc = parse_layout(ls, &v->layout, err, errlen)) < 0)
 		return rc;
 	if (v->layout.ram_size != ram_len)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot RAM is %llu bytes, layout says %llu",
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot RAM is %llu bytes, layout says %llu",
 			       (unsigned long long)ram_len, (unsigned long long)v->layout.ram_size);
 	unsigned ncpu = 0;
 	for (unsigned i = 0; i < v->nsec; i++)
 		if (v->sec[i].type == SNAPF_SEC_CPU) {
 			if (v->sec[i].id >= v->layout.ncpus)
-				return eb_fail(err, errlen, -EBADMSG,
+				return errbuf_fail(err, errlen, -EBADMSG,
 					       "vCPU section %u in a snapshot of %u vCPUs",
 					       v->sec[i].id, v->layout.ncpus);
 			ncpu++;
 		}
 	if (ncpu != v->layout.ncpus)
-		return eb_fail(err, errlen, -EBADMSG, "snapshot has %u vCPU sections for %u vCPUs",
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot has %u vCPU sections for %u vCPUs",
 			       ncpu, v->layout.ncpus);
 	return 0;
 }
@@ -462,16 +462,16 @@ static int open_private_dir(const char *dir, char *err, size_t errlen)
 {
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
-		return eb_fail(err, errlen, -errno, "snapshot folder %s: %s", dir, strerror(errno));
+		return errbuf_fail(err, errlen, -errno, "snapshot folder %s: %s", dir, strerror(errno));
 	struct stat st;
 	if (fstat(dfd, &st) < 0) {
 		int e = errno;
 		close(dfd);
-		return eb_fail(err, errlen, -e, "snapshot folder %s: %s", dir, strerror(e));
+		return errbuf_fail(err, errlen, -e, "snapshot folder %s: %s", dir, strerror(e));
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & 077)) {
 		close(dfd);
-		return eb_fail(err, errlen, -EPERM,
+		return errbuf_fail(err, errlen, -EPERM,
 			       "snapshot folder %s is not private to this user (owner %u, mode "
 			       "%03o; want %u, 0700): remove it and let kbox make it again",
 			       dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777),
@@ -531,12 +531,12 @@ int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
 		const void *ram, uint64_t ram_len, char *err, size_t errlen)
 {
 	if (snapf_name_ok(name) < 0)
-		return eb_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
+		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
 	uint64_t hdr_meta;
 	if (meta->err || snapf_header(meta->buf, meta->len, &hdr_meta, err, errlen) < 0 ||
 	    hdr_meta != meta->len || sb_le64(meta->buf + OFF_RAMLEN) != ram_len ||
 	    ram_len % SNAPF_PAGE)
-		return eb_fail(err, errlen, -EINVAL, "snapshot metadata does not describe this RAM");
+		return errbuf_fail(err, errlen, -EINVAL, "snapshot metadata does not describe this RAM");
 	int dfd = open_private_dir(dir, err, errlen);
 	if (dfd < 0)
 		return dfd;
@@ -551,7 +551,7 @@ int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
 	if (fd < 0) {
 		int e = errno;
 		close(dfd);
-		return eb_fail(err, errlen, -e, "cannot create a snapshot in %s: %s", dir,
+		return errbuf_fail(err, errlen, -e, "cannot create a snapshot in %s: %s", dir,
 			       strerror(e));
 	}
 	const char *step = "write";
@@ -573,7 +573,7 @@ int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
 	if (rc < 0) {
 		unlinkat(dfd, tmp, 0);
 		close(dfd);
-		return eb_fail(err, errlen, rc, "cannot save snapshot %s/%s (%s): %s", dir, name,
+		return errbuf_fail(err, errlen, rc, "cannot save snapshot %s/%s (%s): %s", dir, name,
 			       step, strerror(-rc));
 	}
 	fsync(dfd);
@@ -601,7 +601,7 @@ int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *er
 	memset(f, 0, sizeof *f);
 	f->fd = -1;
 	if (snapf_name_ok(name) < 0)
-		return eb_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
+		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
 	int dfd = open_private_dir(dir, err, errlen);
 	if (dfd < 0)
 		return dfd;
@@ -609,16 +609,16 @@ int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *er
 	int e = errno;
 	close(dfd);
 	if (fd < 0)
-		return eb_fail(err, errlen, -e, "snapshot %s/%s: %s", dir, name, strerror(e));
+		return errbuf_fail(err, errlen, -e, "snapshot %s/%s: %s", dir, name, strerror(e));
 	struct stat st;
 	int rc;
 	if (fstat(fd, &st) < 0) {
-		rc = eb_fail(err, errlen, -errno, "snapshot %s/%s: %s", dir, name, strerror(errno));
+		rc = errbuf_fail(err, errlen, -errno, "snapshot %s/%s: %s", dir, name, strerror(errno));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) ||
 	    st.st_nlink != 1) {
-		rc = eb_fail(err, errlen, -EPERM,
+		rc = errbuf_fail(err, errlen, -EPERM,
 			     "snapshot %s/%s was not written by kbox for this user (a regular "
 			     "file of uid %u, mode 0600, one link): not used",
 			     dir, name, (unsigned)geteuid());
@@ -627,26 +627,26 @@ int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *er
 	uint8_t hdr[SNAPF_HDR_LEN];
 	uint64_t meta_len;
 	if ((uint64_t)st.st_size < SNAPF_HDR_LEN) {
-		rc = eb_fail(err, errlen, -EBADMSG, "snapshot %s/%s is too short", dir, name);
+		rc = errbuf_fail(err, errlen, -EBADMSG, "snapshot %s/%s is too short", dir, name);
 		goto fail;
 	}
 	if ((rc = read_at(fd, hdr, sizeof hdr, 0)) < 0) {
-		eb_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
+		errbuf_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
 		goto fail;
 	}
 	if ((rc = snapf_header(hdr, sizeof hdr, &meta_len, err, errlen)) < 0)
 		goto fail;
 	if (meta_len > (uint64_t)st.st_size) {
-		rc = eb_fail(err, errlen, -EBADMSG, "snapshot %s/%s is cut short", dir, name);
+		rc = errbuf_fail(err, errlen, -EBADMSG, "snapshot %s/%s is cut short", dir, name);
 		goto fail;
 	}
 	f->meta = malloc((size_t)meta_len);
 	if (!f->meta) {
-		rc = eb_fail(err, errlen, -ENOMEM, "out of memory");
+		rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 		goto fail;
 	}
 	if ((rc = read_at(fd, f->meta, (size_t)meta_len, 0)) < 0) {
-		eb_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
+		errbuf_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
 		goto fail;
 	}
 	if ((rc = snapf_parse(f->meta, (size_t)meta_len, (uint64_t)st.st_size, &f->v, err,

@@ -51,7 +51,7 @@ int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *polle
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen)
 {
 	if (b->n >= VBUS_MAX_DEVS || dev->nr_queues > VBUS_MAX_QUEUES)
-		return eb_fail(err, errlen, -ENOSPC, "too many virtio devices or queues");
+		return errbuf_fail(err, errlen, -ENOSPC, "too many virtio devices or queues");
 	struct vbus_slot *sl = &b->slot[b->n];
 	memset(sl, 0, sizeof *sl);
 	sl->bus = b;
@@ -87,21 +87,21 @@ int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *polle
 	}
 	int rc = vmmio_init(&sl->t, dev, &b->vm->mem, &sl->sink);
 	if (rc < 0)
-		return eb_fail(err, errlen, rc, "virtio-mmio set-up failed: %s", strerror(-rc));
+		return errbuf_fail(err, errlen, rc, "virtio-mmio set-up failed: %s", strerror(-rc));
 	struct vm_mmio h = { sl->base, VMMIO_WINDOW, slot_read, slot_write, sl };
 	if ((rc = vm_add_mmio(b->vm, &h)) < 0)
-		return eb_fail(err, errlen, rc, "cannot map the virtio-mmio window: %s",
+		return errbuf_fail(err, errlen, rc, "cannot map the virtio-mmio window: %s",
 			       strerror(-rc));
 	size_t used = strlen(cmdline);
 	int n = snprintf(cmdline + used, cmdlen - used, " virtio_mmio.device=4K@0x%llx:%u",
 			 (unsigned long long)sl->base, sl->irq);
 	if (n < 0 || (size_t)n >= cmdlen - used)
-		return eb_fail(err, errlen, -E2BIG, "kernel command line too long");
+		return errbuf_fail(err, errlen, -E2BIG, "kernel command line too long");
 	b->n++;
 	return 0;
 sys:
 	rc = -errno;
-	return eb_fail(err, errlen, rc, "cannot wire a virtio device to KVM: %s", strerror(errno));
+	return errbuf_fail(err, errlen, rc, "cannot wire a virtio device to KVM: %s", strerror(errno));
 }
 
 static void *vbus_thread(void *arg)

@@ -47,26 +47,26 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 		vm->cpu[i].fd = -1;
 	pthread_mutex_init(&vm->irq_lock, NULL);
 	if (ncpus == 0 || ncpus > VM_MAX_CPUS)
-		return eb_fail(err, errlen, -EINVAL, "--cpus must be between 1 and %u", VM_MAX_CPUS);
+		return errbuf_fail(err, errlen, -EINVAL, "--cpus must be between 1 and %u", VM_MAX_CPUS);
 	if (mem_mib < 64 || mem_mib > (1ull << 20))
-		return eb_fail(err, errlen, -EINVAL, "--memory must be between 64 and 1048576 MiB");
+		return errbuf_fail(err, errlen, -EINVAL, "--memory must be between 64 and 1048576 MiB");
 
 	vm->kvm_fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 	if (vm->kvm_fd < 0) {
 		int e = errno;
 		if (e == ENOENT)
-			return eb_fail(err, errlen, -e,
+			return errbuf_fail(err, errlen, -e,
 				    "/dev/kvm does not exist: enable virtualization in the "
 				    "firmware and load kvm_intel or kvm_amd");
 		if (e == EACCES || e == EPERM)
-			return eb_fail(err, errlen, -e,
+			return errbuf_fail(err, errlen, -e,
 				    "no permission to open /dev/kvm: add your user to the "
 				    "'kvm' group (sudo usermod -aG kvm $USER) and log in again");
-		return eb_fail(err, errlen, -e, "cannot open /dev/kvm: %s", strerror(e));
+		return errbuf_fail(err, errlen, -e, "cannot open /dev/kvm: %s", strerror(e));
 	}
 	int api = ioctl(vm->kvm_fd, KVM_GET_API_VERSION, 0);
 	if (api != KVM_API_VERSION)
-		return eb_fail(err, errlen, -ENOTSUP, "/dev/kvm speaks API %d, kbox needs %d", api,
+		return errbuf_fail(err, errlen, -ENOTSUP, "/dev/kvm speaks API %d, kbox needs %d", api,
 			    KVM_API_VERSION);
 	static const struct { int cap; const char *name; } caps[] = {
 		{ KVM_CAP_IRQCHIP, "KVM_CAP_IRQCHIP" },
@@ -77,25 +77,25 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 	};
 	for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
 		if (ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, caps[i].cap) <= 0)
-			return eb_fail(err, errlen, -ENOTSUP, "/dev/kvm lacks %s, which kbox needs",
+			return errbuf_fail(err, errlen, -ENOTSUP, "/dev/kvm lacks %s, which kbox needs",
 				    caps[i].name);
 	int rs = ioctl(vm->kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0);
 	if (rs < (int)sizeof(struct kvm_run))
-		return eb_fail(err, errlen, -EIO, "KVM_GET_VCPU_MMAP_SIZE failed: %s", strerror(errno));
+		return errbuf_fail(err, errlen, -EIO, "KVM_GET_VCPU_MMAP_SIZE failed: %s", strerror(errno));
 	vm->run_size = (size_t)rs;
 
 	vm->vm_fd = ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
 	if (vm->vm_fd < 0)
-		return eb_fail(err, errlen, -errno, "KVM_CREATE_VM failed: %s", strerror(errno));
+		return errbuf_fail(err, errlen, -errno, "KVM_CREATE_VM failed: %s", strerror(errno));
 	if (ioctl(vm->vm_fd, KVM_SET_TSS_ADDR, (unsigned long)TSS_ADDR) < 0)
-		return eb_fail(err, errlen, -errno, "KVM_SET_TSS_ADDR failed: %s", strerror(errno));
+		return errbuf_fail(err, errlen, -errno, "KVM_SET_TSS_ADDR failed: %s", strerror(errno));
 	uint64_t idmap = TSS_ADDR - 0x1000;
 	ioctl(vm->vm_fd, KVM_SET_IDENTITY_MAP_ADDR, &idmap); /* VMX only; harmless elsewhere */
 	if (ioctl(vm->vm_fd, KVM_CREATE_IRQCHIP, 0) < 0)
-		return eb_fail(err, errlen, -errno, "KVM_CREATE_IRQCHIP failed: %s", strerror(errno));
+		return errbuf_fail(err, errlen, -errno, "KVM_CREATE_IRQCHIP failed: %s", strerror(errno));
 	struct kvm_pit_config pit = { .flags = KVM_PIT_SPEAKER_DUMMY };
 	if (ioctl(vm->vm_fd, KVM_CREATE_PIT2, &pit) < 0)
-		return eb_fail(err, errlen, -errno, "KVM_CREATE_PIT2 failed: %s", strerror(errno));
+		return errbuf_fail(err, errlen, -errno, "KVM_CREATE_PIT2 failed: %s", strerror(errno));
 
 	vm->ram_size = mem_mib << 20;
 	vm->low_ram = vm->ram_size < BOOT_LOW_RAM_MAX ? vm->ram_size : BOOT_LOW_RAM_MAX;
@@ -104,7 +104,7 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (vm->ram == MAP_FAILED) {
 		vm->ram = NULL;
-		return eb_fail(err, errlen, -ENOMEM, "cannot reserve %llu MiB for guest RAM: %s",
+		return errbuf_fail(err, errlen, -ENOMEM, "cannot reserve %llu MiB for guest RAM: %s",
 			    (unsigned long long)mem_mib, strerror(errno));
 	}
 	madvise(vm->ram, vm->ram_size, MADV_DONTDUMP);
@@ -113,7 +113,7 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 		.userspace_addr = (uintptr_t)vm->ram,
 	};
 	if (ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r0) < 0)
-		return eb_fail(err, errlen, -errno, "KVM_SET_USER_MEMORY_REGION failed: %s",
+		return errbuf_fail(err, errlen, -errno, "KVM_SET_USER_MEMORY_REGION failed: %s",
 			    strerror(errno));
 	gm_add_region(&vm->mem, 0, vm->low_ram, vm->ram);
 	if (vm->high_ram) {
@@ -123,7 +123,7 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 			.userspace_addr = (uintptr_t)vm->ram + vm->low_ram,
 		};
 		if (ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r1) < 0)
-			return eb_fail(err, errlen, -errno, "KVM_SET_USER_MEMORY_REGION failed: %s",
+			return errbuf_fail(err, errlen, -errno, "KVM_SET_USER_MEMORY_REGION failed: %s",
 				    strerror(errno));
 		gm_add_region(&vm->mem, BOOT_HIGH_RAM_BASE, vm->high_ram,
 			      (uint8_t *)vm->ram + vm->low_ram);
@@ -136,12 +136,12 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 		c->id = i;
 		c->fd = ioctl(vm->vm_fd, KVM_CREATE_VCPU, (unsigned long)i);
 		if (c->fd < 0)
-			return eb_fail(err, errlen, -errno, "KVM_CREATE_VCPU %u failed: %s", i,
+			return errbuf_fail(err, errlen, -errno, "KVM_CREATE_VCPU %u failed: %s", i,
 				    strerror(errno));
 		c->run = mmap(NULL, vm->run_size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
 		if (c->run == MAP_FAILED) {
 			c->run = NULL;
-			return eb_fail(err, errlen, -errno, "cannot map vCPU %u state: %s", i,
+			return errbuf_fail(err, errlen, -errno, "cannot map vCPU %u state: %s", i,
 				    strerror(errno));
 		}
 	}
@@ -238,13 +238,13 @@ int vm_setup_cpus(struct vm *vm, uint64_t entry, char *err, size_t errlen)
 {
 	struct kvm_cpuid2 *base = supported_cpuid(vm->kvm_fd);
 	if (!base)
-		return eb_fail(err, errlen, -EIO, "KVM_GET_SUPPORTED_CPUID failed: %s",
+		return errbuf_fail(err, errlen, -EIO, "KVM_GET_SUPPORTED_CPUID failed: %s",
 			    strerror(errno));
 	size_t sz = sizeof *base + base->nent * sizeof(struct kvm_cpuid_entry2);
 	struct kvm_cpuid2 *mine = malloc(sz);
 	if (!mine) {
 		free(base);
-		return eb_fail(err, errlen, -ENOMEM, "out of memory");
+		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	}
 	int rc = 0;
 	for (unsigned i = 0; i < vm->ncpus && rc == 0; i++) {
@@ -266,11 +266,11 @@ int vm_setup_cpus(struct vm *vm, uint64_t entry, char *err, size_t errlen)
 			}
 		}
 		if (ioctl(c->fd, KVM_SET_CPUID2, mine) < 0)
-			rc = eb_fail(err, errlen, -errno, "KVM_SET_CPUID2 failed: %s", strerror(errno));
+			rc = errbuf_fail(err, errlen, -errno, "KVM_SET_CPUID2 failed: %s", strerror(errno));
 		else if ((rc = setup_lapic(c)) < 0)
-			eb_fail(err, errlen, rc, "cannot set up the local APIC: %s", strerror(-rc));
+			errbuf_fail(err, errlen, rc, "cannot set up the local APIC: %s", strerror(-rc));
 		else if (i == 0 && (rc = setup_boot_regs(c, entry)) < 0)
-			eb_fail(err, errlen, rc, "cannot set the boot CPU state: %s", strerror(-rc));
+			errbuf_fail(err, errlen, rc, "cannot set the boot CPU state: %s", strerror(-rc));
 	}
 	free(mine);
 	free(base);

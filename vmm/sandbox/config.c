@@ -971,7 +971,7 @@ static int cfg_protect_file(const struct config_hostfile *f, const struct mounts
 	 * inside one, and finding it would mean searching every share: the
 	 * only answer that holds is to refuse. */
 	if (ms->n && w.exists && S_ISREG(w.st.st_mode) && w.st.st_nlink > 1)
-		return eb_fail(err, errlen, -EPERM,
+		return errbuf_fail(err, errlen, -EPERM,
 			       "%s %s has %lu names (hard links): the guest could reach it "
 			       "through one kbox cannot hide; give it a file of its own (copy it "
 			       "and remove the other names)",
@@ -980,13 +980,13 @@ static int cfg_protect_file(const struct config_hostfile *f, const struct mounts
 		if (!(w.crossed & (1u << i)))
 			continue;
 		if (ms->m[i].root)
-			return eb_fail(err, errlen, -EPERM,
+			return errbuf_fail(err, errlen, -EPERM,
 				       "%s %s is inside the image's root folder %s, which the "
 				       "guest sees whole: keep it outside",
 				       f->what, f->path, ms->m[i].host);
 		for (size_t k = 0; k < w.n_names; k++)
 			if (cfg_add_name(&names[i], &nnames[i], w.names[k]) < 0)
-				return eb_fail(err, errlen, -ENOMEM, "out of memory");
+				return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	}
 	return 0;
 }
@@ -1018,7 +1018,7 @@ int config_protect_mounts(struct kbox_config *c, const char *conf,
 				      roots, names, nnames, err, errlen);
 	char ***lists = rc ? NULL : realloc(c->protect, (c->n_protect + ms->n + 1) * sizeof *lists);
 	if (!rc && !lists)
-		rc = eb_fail(err, errlen, -ENOMEM, "out of memory");
+		rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	else if (!rc)
 		c->protect = lists;
 	for (unsigned i = 0; !rc && i < ms->n; i++) {
@@ -1029,7 +1029,7 @@ int config_protect_mounts(struct kbox_config *c, const char *conf,
 		if (!rc && l)
 			c->protect[c->n_protect++] = l;
 		else if (rc)
-			eb_say(err, errlen, "out of memory");
+			errbuf_say(err, errlen, "out of memory");
 	}
 	for (unsigned i = 0; i < ms->n; i++) {
 		for (size_t k = 0; k < nnames[i]; k++)

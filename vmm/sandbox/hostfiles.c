@@ -196,7 +196,7 @@ int hf_check_folders(const struct hf_folder *f, size_t nf, const struct hf_share
 	for (size_t i = 0; i < ns; i++) {
 		int rc = hf_root_of(s[i].host, &roots[i]);
 		if (rc < 0)
-			return eb_fail(err, errlen, rc, "shared folder %s: %s", s[i].host,
+			return errbuf_fail(err, errlen, rc, "shared folder %s: %s", s[i].host,
 				       strerror(-rc));
 	}
 	for (size_t k = 0; k < nf; k++) {
@@ -205,7 +205,7 @@ int hf_check_folders(const struct hf_folder *f, size_t nf, const struct hf_share
 			continue; /* kbox cannot reach it either */
 		for (size_t i = 0; i < ns; i++)
 			if (w.crossed & (1u << i))
-				return eb_fail(err, errlen, -EPERM,
+				return errbuf_fail(err, errlen, -EPERM,
 					       "%s %s is inside the shared folder %s (%s in the "
 					       "guest), or reached through it: the guest could read "
 					       "or rewrite it; share a folder that does not hold it, "
@@ -217,7 +217,7 @@ int hf_check_folders(const struct hf_folder *f, size_t nf, const struct hf_share
 		for (size_t i = 0; i < ns; i++) {
 			char *real = realpath(s[i].host, NULL);
 			if (!real)
-				return eb_fail(err, errlen, -errno, "shared folder %s: %s", s[i].host,
+				return errbuf_fail(err, errlen, -errno, "shared folder %s: %s", s[i].host,
 					       strerror(errno));
 			bool inside = hf_holders(real, &fr, 1) != 0;
 			/* An image's root folder lives in the store, and the
@@ -226,7 +226,7 @@ int hf_check_folders(const struct hf_folder *f, size_t nf, const struct hf_share
 				inside = false;
 			free(real);
 			if (inside)
-				return eb_fail(err, errlen, -EPERM,
+				return errbuf_fail(err, errlen, -EPERM,
 					       "the shared folder %s (%s in the guest) is inside %s "
 					       "%s: the guest could read or rewrite kbox's files "
 					       "there; share another folder",

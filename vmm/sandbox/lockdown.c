@@ -127,13 +127,13 @@ int lockdown_prepare(char *err, size_t errlen)
 {
 	if (lockdown_ids_differ((unsigned)getuid(), (unsigned)geteuid(), (unsigned)getgid(),
 				(unsigned)getegid()))
-		return eb_fail(err, errlen, -EPERM,
+		return errbuf_fail(err, errlen, -EPERM,
 			       "kbox must not be installed setuid or setgid; run it as a user in the "
 			       "kvm group instead (docs/security.md)");
 	/* Whatever the parent leaked (its sockets, files) is not ours. */
 	if (syscall(SYS_close_range, 3u, ~0u, 0u) < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "cannot close inherited file descriptors: %s",
+		return errbuf_fail(err, errlen, -e, "cannot close inherited file descriptors: %s",
 			       strerror(e));
 	}
 	/* A core dump would hold guest memory, and with it the agent's
@@ -141,17 +141,17 @@ int lockdown_prepare(char *err, size_t errlen)
 	struct rlimit rl = { 0, 0 };
 	if (setrlimit(RLIMIT_CORE, &rl) < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "cannot turn core dumps off: %s", strerror(e));
+		return errbuf_fail(err, errlen, -e, "cannot turn core dumps off: %s", strerror(e));
 	}
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "cannot read the open-file limit: %s", strerror(e));
+		return errbuf_fail(err, errlen, -e, "cannot read the open-file limit: %s", strerror(e));
 	}
 	rlim_t n = rl.rlim_max < LOCKDOWN_NOFILE ? rl.rlim_max : LOCKDOWN_NOFILE;
 	rl.rlim_cur = rl.rlim_max = n;
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "cannot set the open-file limit to %llu: %s",
+		return errbuf_fail(err, errlen, -e, "cannot set the open-file limit to %llu: %s",
 			       (unsigned long long)n, strerror(e));
 	}
 	return 0;
@@ -475,14 +475,14 @@ static int ll_add(int ruleset, const char *path, uint64_t access, char *err, siz
 	int fd = open(path, O_PATH | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "lock-down: cannot open %s: %s", path, strerror(e));
+		return errbuf_fail(err, errlen, -e, "lock-down: cannot open %s: %s", path, strerror(e));
 	}
 	struct landlock_path_beneath_attr pb = { .allowed_access = access, .parent_fd = fd };
 	long r = syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
 	int e = errno;
 	close(fd);
 	if (r < 0)
-		return eb_fail(err, errlen, -e, "lock-down: Landlock refused a rule for %s: %s",
+		return errbuf_fail(err, errlen, -e, "lock-down: Landlock refused a rule for %s: %s",
 			       path, strerror(e));
 	return 0;
 }
@@ -492,7 +492,7 @@ static int ll_create(const struct ld_ruleset_attr *attr, char *err, size_t errle
 	int rs = (int)syscall(SYS_landlock_create_ruleset, attr, sizeof *attr, 0);
 	if (rs < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "lock-down: cannot create a Landlock ruleset: %s",
+		return errbuf_fail(err, errlen, -e, "lock-down: cannot create a Landlock ruleset: %s",
 			       strerror(e));
 	}
 	return rs;
@@ -502,7 +502,7 @@ static int ll_restrict(int ruleset, char *err, size_t errlen)
 {
 	if (syscall(SYS_landlock_restrict_self, ruleset, 0) < 0) {
 		int rc = -errno;
-		return eb_fail(err, errlen, rc, "lock-down: Landlock refused to apply: %s",
+		return errbuf_fail(err, errlen, rc, "lock-down: Landlock refused to apply: %s",
 			       strerror(-rc));
 	}
 	return 0;
@@ -512,7 +512,7 @@ static int no_new_privs(char *err, size_t errlen)
 {
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "lock-down: cannot set no_new_privs: %s",
+		return errbuf_fail(err, errlen, -e, "lock-down: cannot set no_new_privs: %s",
 			       strerror(e));
 	}
 	return 0;
@@ -527,7 +527,7 @@ static int catch_sigsys(char *err, size_t errlen)
 	sigfillset(&sa.sa_mask);
 	if (sigaction(SIGSYS, &sa, NULL) < 0) {
 		int e = errno;
-		return eb_fail(err, errlen, -e, "lock-down: cannot catch SIGSYS: %s", strerror(e));
+		return errbuf_fail(err, errlen, -e, "lock-down: cannot catch SIGSYS: %s", strerror(e));
 	}
 	return 0;
 }
@@ -539,13 +539,13 @@ static int seccomp_install(int built, scmp_filter_ctx f, const char *hint, char 
 			   size_t errlen)
 {
 	if (built < 0)
-		return eb_fail(err, errlen, built,
+		return errbuf_fail(err, errlen, built,
 			       "lock-down: cannot build the system-call allowlist: %s",
 			       strerror(-built));
 	int rc = seccomp_load(f);
 	seccomp_release(f);
 	if (rc < 0)
-		eb_say(err, errlen, "lock-down: cannot install the system-call allowlist: %s%s",
+		errbuf_say(err, errlen, "lock-down: cannot install the system-call allowlist: %s%s",
 		       strerror(-rc), hint);
 	return rc;
 }
@@ -683,7 +683,7 @@ static int landlock_apply(const struct lockdown_cfg *c, int abi, char *summary, 
 		rc = ll_restrict(rs, err, errlen);
 	ld_lwip_running = c->network;
 	if (!rc && c->network && (rc = ld_on_lwip_thread(rs, NULL)) < 0)
-		eb_say(err, errlen, "lock-down: cannot apply Landlock on lwIP's thread: %s",
+		errbuf_say(err, errlen, "lock-down: cannot apply Landlock on lwIP's thread: %s",
 		       strerror(-rc));
 	close(rs);
 	if (rc)

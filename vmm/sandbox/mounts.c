@@ -33,27 +33,27 @@ static int guest_path(const char *g, size_t len, char *out, const char *who, cha
 	while (len > 1 && g[len - 1] == '/')
 		len--;
 	if (len == 0 || g[0] != '/')
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "%sthe guest path must be absolute, not '%.*s'", who, (int)len, g);
 	if (len > MOUNTS_GUEST_MAX)
-		return eb_fail(err, errlen, -ENAMETOOLONG,
+		return errbuf_fail(err, errlen, -ENAMETOOLONG,
 			       "%sthe guest path is longer than %d bytes", who, MOUNTS_GUEST_MAX);
 	memcpy(out, g, len);
 	out[len] = '\0';
 	for (size_t i = 0; i < len; i++) {
 		if (!guest_char_ok(out[i]))
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				       "%sthe guest path '%s' may not contain ',', ':', '\"', spaces "
 				       "or control characters", who, out);
 	}
 	if (strcmp(out, "/") == 0)
-		return eb_fail(err, errlen, -EINVAL, "%scannot mount over the guest's root '/'",
+		return errbuf_fail(err, errlen, -EINVAL, "%scannot mount over the guest's root '/'",
 			       who);
 	for (const char *c = out + 1;; ) {
 		const char *e = strchr(c, '/');
 		size_t cl = e ? (size_t)(e - c) : strlen(c);
 		if (cl == 0 || (cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.'))
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				       "%sthe guest path '%s' has an empty, '.' or '..' component",
 				       who, out);
 		if (!e)
@@ -63,7 +63,7 @@ static int guest_path(const char *g, size_t len, char *out, const char *who, cha
 	static const char *const reserved[] = { "/proc", "/sys", "/dev" };
 	for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
 		if (under(out, reserved[i]))
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				       "%s%s belongs to the guest kernel; pick another "
 				       "guest path than '%s'", who, reserved[i], out);
 	}
@@ -76,13 +76,13 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 	       bool ro, const char *who, char *err, size_t errlen, struct mount **out)
 {
 	if (ms->n >= MOUNTS_MAX)
-		return eb_fail(err, errlen, -E2BIG, "%stoo many mounts (at most %d)", who,
+		return errbuf_fail(err, errlen, -E2BIG, "%stoo many mounts (at most %d)", who,
 			       MOUNTS_MAX);
 	struct mount *m = &ms->m[ms->n];
 	if (hl == 0)
-		return eb_fail(err, errlen, -EINVAL, "%sthe host path is empty", who);
+		return errbuf_fail(err, errlen, -EINVAL, "%sthe host path is empty", who);
 	if (hl >= sizeof m->host)
-		return eb_fail(err, errlen, -ENAMETOOLONG, "%sthe host path is too long", who);
+		return errbuf_fail(err, errlen, -ENAMETOOLONG, "%sthe host path is too long", who);
 	memcpy(m->host, host, hl);
 	m->host[hl] = '\0';
 	int rc = guest_path(guest, gl, m->guest, who, err, errlen);
@@ -91,16 +91,16 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 	struct stat st;
 	if (stat(m->host, &st) < 0) {
 		rc = -errno;
-		return eb_fail(err, errlen, rc, "%scannot use %s: %s", who, m->host,
+		return errbuf_fail(err, errlen, rc, "%scannot use %s: %s", who, m->host,
 			       strerror(errno));
 	}
 	if (!S_ISDIR(st.st_mode))
-		return eb_fail(err, errlen, -ENOTDIR,
+		return errbuf_fail(err, errlen, -ENOTDIR,
 			       "%s%s is not a directory (only folders can be shared)", who,
 			       m->host);
 	for (unsigned i = 0; i < ms->n; i++) {
 		if (strcmp(ms->m[i].guest, m->guest) == 0)
-			return eb_fail(err, errlen, -EEXIST, "%stwo mounts on %s", who, m->guest);
+			return errbuf_fail(err, errlen, -EEXIST, "%stwo mounts on %s", who, m->guest);
 	}
 	m->readonly = ro;
 	m->hidden = NULL;
@@ -121,7 +121,7 @@ int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t 
 	struct mount *m;
 	if ((s->hidden_set && s->n_hidden && !s->hidden) ||
 	    (s->n_hidden_extra && !s->hidden_extra))
-		return eb_fail(err, errlen, -EINVAL, "no hidden patterns given");
+		return errbuf_fail(err, errlen, -EINVAL, "no hidden patterns given");
 	int rc = add(ms, s->host, strlen(s->host), s->guest, strlen(s->guest), s->readonly, "",
 		     err, errlen, &m);
 	if (rc < 0)
@@ -137,7 +137,7 @@ int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t 
 int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen)
 {
 	if (ms->n >= MOUNTS_MAX)
-		return eb_fail(err, errlen, -E2BIG,
+		return errbuf_fail(err, errlen, -E2BIG,
 			       "too many -v mounts (at most %d, with those of --conf)", MOUNTS_MAX);
 	size_t end = strlen(arg);
 	bool ro = false;
@@ -154,7 +154,7 @@ int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen)
 		}
 	}
 	if (!colon || colon == arg)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "-v takes HOST:GUEST or HOST:GUEST:ro, not '%s'", arg);
 	size_t hl = (size_t)(colon - arg);
 	struct mount *m;
@@ -165,25 +165,25 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 {
 	for (unsigned i = 0; i < ms->n; i++) {
 		if (ms->m[i].root)
-			return eb_fail(err, errlen, -EEXIST, "only one root image");
+			return errbuf_fail(err, errlen, -EEXIST, "only one root image");
 	}
 	if (ms->n >= MOUNTS_MAX)
-		return eb_fail(err, errlen, -E2BIG, "too many mounts (at most %d with the image)",
+		return errbuf_fail(err, errlen, -E2BIG, "too many mounts (at most %d with the image)",
 			       MOUNTS_MAX);
 	struct mount *m = &ms->m[ms->n];
 	size_t hl = strlen(dir);
 	if (hl == 0 || hl >= sizeof m->host) {
-		eb_say(err, errlen, "the image path is %s", hl ? "too long" : "empty");
+		errbuf_say(err, errlen, "the image path is %s", hl ? "too long" : "empty");
 		return hl ? -ENAMETOOLONG : -EINVAL;
 	}
 	struct stat st;
 	if (stat(dir, &st) < 0) {
 		int rc = -errno;
-		return eb_fail(err, errlen, rc, "cannot use the image %s: %s", dir,
+		return errbuf_fail(err, errlen, rc, "cannot use the image %s: %s", dir,
 			       strerror(errno));
 	}
 	if (!S_ISDIR(st.st_mode))
-		return eb_fail(err, errlen, -ENOTDIR,
+		return errbuf_fail(err, errlen, -ENOTDIR,
 			       "the image %s is not a directory (a root filesystem "
 			       "folder, e.g. made with debootstrap)", dir);
 	/* The image is the system, not the user's files: nothing hidden, and
@@ -225,7 +225,7 @@ static int cmd_append(char *cmdline, size_t cmdlen, char *err, size_t errlen,
 	va_end(ap);
 	if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > KERNEL_CMDLINE_MAX) {
 		cmdline[used] = '\0';
-		return eb_fail(err, errlen, -E2BIG, "the mounts do not fit on the kernel command "
+		return errbuf_fail(err, errlen, -E2BIG, "the mounts do not fit on the kernel command "
 			       "line (%u bytes at most); use shorter guest paths",
 			       KERNEL_CMDLINE_MAX);
 	}
@@ -278,13 +278,13 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 		mounts_fsp_config(m, (unsigned)cap, &fc);
 		int rc = fsp_new(&fc, &m->fs);
 		if (rc < 0)
-			return eb_fail(err, errlen, rc, "cannot serve %s: %s", m->host,
+			return errbuf_fail(err, errlen, rc, "cannot serve %s: %s", m->host,
 				       strerror(-rc));
 		struct fuse_server_config c = m->root ? image_sc : sc;
 		c.ids = mounts_ids(m);
 		if ((rc = fuse_server_new(&fsp_ops, m->fs, &c, &m->srv)) < 0 ||
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0)
-			return eb_fail(err, errlen, rc, "cannot set up the file server: %s",
+			return errbuf_fail(err, errlen, rc, "cannot set up the file server: %s",
 				       strerror(-rc));
 		if ((rc = vbus_add(b, &m->vfs.dev, NULL, cmdline, cmdlen, err, errlen)) < 0)
 			return rc;

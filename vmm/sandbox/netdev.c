@@ -26,7 +26,7 @@ void netdev_init(struct netdev *n)
 int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen)
 {
 	if (pol_parse_mode(mode, &n->pol.mode) < 0)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "--network takes none, public or allowlist, not '%s'", mode);
 	n->mode_set = true;
 	return 0;
@@ -37,10 +37,10 @@ int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, si
 	char buf[POL_NAME_MAX + 64];
 	char msg[256];
 	if (snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", rule) >= (int)sizeof buf)
-		return eb_fail(err, errlen, -EINVAL, "rule too long: '%.64s...'", rule);
+		return errbuf_fail(err, errlen, -EINVAL, "rule too long: '%.64s...'", rule);
 	int r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
 	if (r < 0)
-		eb_say(err, errlen, "%s '%s': %s", deny ? "--deny" : "--allow", rule,
+		errbuf_say(err, errlen, "%s '%s': %s", deny ? "--deny" : "--allow", rule,
 		       r == -ENOMEM ? "out of memory" : msg);
 	return r;
 }
@@ -48,7 +48,7 @@ int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, si
 int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen)
 {
 	if (n->nfwd >= NS_MAX_FORWARDS)
-		return eb_fail(err, errlen, -ENOSPC, "too many -p options (at most %u)",
+		return errbuf_fail(err, errlen, -ENOSPC, "too many -p options (at most %u)",
 			       NS_MAX_FORWARDS);
 	int r = ns_forward_parse(spec, &n->fwd[n->nfwd], err, errlen);
 	if (r == 0)
@@ -63,13 +63,13 @@ static int add_host(struct netdev *n, const char *spec, const char *what, char *
 	char msg[256];
 	int r = ns_host_parse(spec, &h, msg, sizeof msg);
 	if (r < 0)
-		return eb_fail(err, errlen, r, "%s: %s", what, msg);
+		return errbuf_fail(err, errlen, r, "%s: %s", what, msg);
 	if (n->nhosts >= NS_MAX_HOSTS)
-		return eb_fail(err, errlen, -ENOSPC, "%s: too many pinned names (at most %u)", what,
+		return errbuf_fail(err, errlen, -ENOSPC, "%s: too many pinned names (at most %u)", what,
 			       NS_MAX_HOSTS);
 	struct ns_host *p = realloc(n->hosts, (n->nhosts + 1) * sizeof *p);
 	if (!p)
-		return eb_fail(err, errlen, -ENOMEM, "%s: out of memory", what);
+		return errbuf_fail(err, errlen, -ENOMEM, "%s: out of memory", what);
 	n->hosts = p;
 	n->hosts[n->nhosts++] = h;
 	return 0;
@@ -86,7 +86,7 @@ int netdev_add_dns(struct netdev *n, const char *spec, char *err, size_t errlen)
 	n->dns_set = true;
 	int r = resolver_upstream_add(&n->dns, spec, msg, sizeof msg);
 	if (r < 0)
-		eb_say(err, errlen, "--dns: %s", msg);
+		errbuf_say(err, errlen, "--dns: %s", msg);
 	return r;
 }
 
@@ -117,7 +117,7 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 	char msg[256], buf[POL_NAME_MAX + 64];
 	int r;
 	if (c->network_policy && !n->mode_set && pol_parse_mode(c->network_policy, &n->pol.mode) < 0)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "%s: network.policy: '%s' is not none, public or allowlist", file,
 			       c->network_policy);
 	if (c->audit_log && !n->audit_path)
@@ -134,7 +134,7 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 				r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
 			}
 			if (r < 0)
-				return eb_fail(err, errlen, r, "%s:%u:%u: network.%s: '%.64s': %s",
+				return errbuf_fail(err, errlen, r, "%s:%u:%u: network.%s: '%.64s': %s",
 					       file, e->line, e->col, k ? "deny" : "allow", e->s,
 					       r == -ENOMEM ? "out of memory" : msg);
 		}
@@ -142,12 +142,12 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 	for (size_t i = 0; i < c->n_hosts; i++) {
 		const struct config_str *e = &c->hosts[i];
 		if ((r = add_host(n, e->s, "network.hosts", msg, sizeof msg)) < 0)
-			return eb_fail(err, errlen, r, "%s:%u:%u: %s", file, e->line, e->col, msg);
+			return errbuf_fail(err, errlen, r, "%s:%u:%u: %s", file, e->line, e->col, msg);
 	}
 	for (size_t i = 0; i < c->n_dns && !n->dns_set; i++) {
 		const struct config_str *e = &c->dns[i];
 		if ((r = resolver_upstream_add(&n->dns, e->s, msg, sizeof msg)) < 0)
-			return eb_fail(err, errlen, r, "%s:%u:%u: network.dns: %s", file, e->line,
+			return errbuf_fail(err, errlen, r, "%s:%u:%u: network.dns: %s", file, e->line,
 				       e->col, msg);
 	}
 	if (c->dns_rate)
@@ -155,7 +155,7 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 	for (size_t i = 0; i < c->n_ports; i++) {
 		const struct config_str *e = &c->ports[i];
 		if ((r = netdev_add_forward(n, e->s, msg, sizeof msg)) < 0)
-			return eb_fail(err, errlen, r, "%s:%u:%u: ports: %s", file, e->line, e->col,
+			return errbuf_fail(err, errlen, r, "%s:%u:%u: ports: %s", file, e->line, e->col,
 				       msg);
 	}
 	return 0;
@@ -207,7 +207,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 
 	if (!netdev_enabled(n)) {
 		if (n->nfwd || n->learn_path)
-			return eb_fail(err, errlen, -EINVAL,
+			return errbuf_fail(err, errlen, -EINVAL,
 				       "%s needs a network: not with --network none",
 				       n->nfwd ? "-p" : "--learn");
 		return 0;
@@ -226,7 +226,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	 * judged as the kernel routes them at each decision: opened here,
 	 * before the lock-down forbids new sockets of most kinds. */
 	if ((r = hostaddr_open(&n->ha)) < 0)
-		return eb_fail(err, errlen, r,
+		return errbuf_fail(err, errlen, r,
 			       "cannot open a netlink socket to tell the host's own addresses from others: %s "
 			       "(kbox needs NETLINK_ROUTE to keep the guest off them; --network none needs nothing)",
 			       strerror(-r));
@@ -234,7 +234,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { to_stack, n };
 	if ((r = vnet_init(&n->nic, mac, &be)) < 0)
-		return eb_fail(err, errlen, r, "cannot create the network device: %s",
+		return errbuf_fail(err, errlen, r, "cannot create the network device: %s",
 			       strerror(-r));
 	n->nic_made = true;
 	struct ns_config cfg = {
@@ -252,19 +252,19 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		.icpt = n->icpt,
 	};
 	if ((r = ns_create(&cfg, &n->stack)) < 0)
-		return eb_fail(err, errlen, r, "cannot start the network stack: %s", strerror(-r));
+		return errbuf_fail(err, errlen, r, "cannot start the network stack: %s", strerror(-r));
 	for (size_t i = 0; i < n->nfwd; i++) {
 		char ip[64];
 		if (pol_addr_format(&n->fwd[i].host, ip, sizeof ip) < 0)
 			snprintf(ip, sizeof ip, "?");
 		if ((r = ns_forward_add(n->stack, &n->fwd[i])) < 0)
-			return eb_fail(err, errlen, r, "-p: cannot listen on %s port %u: %s", ip,
+			return errbuf_fail(err, errlen, r, "-p: cannot listen on %s port %u: %s", ip,
 				       n->fwd[i].host_port, strerror(-r));
 	}
 	struct vbus_poller vp = { poll_fds, poll_handle, n };
 	r = vbus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);
 	if (r == -ENOSPC)
-		eb_say(err, errlen, "no room for the network device on the virtio bus "
+		errbuf_say(err, errlen, "no room for the network device on the virtio bus "
 		       "(%u devices at most)", VBUS_MAX_DEVS);
 	return r;
 }
@@ -276,7 +276,7 @@ int netdev_write_learned(struct netdev *n, char *err, size_t errlen)
 		return 0;
 	int r = audit_learn_write(&n->learn, modes[n->pol.mode], n->learn_fd);
 	if (r < 0)
-		eb_say(err, errlen, "--learn: cannot write %s: %s", n->learn_path, strerror(-r));
+		errbuf_say(err, errlen, "--learn: cannot write %s: %s", n->learn_path, strerror(-r));
 	return r;
 }
 

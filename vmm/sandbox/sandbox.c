@@ -168,11 +168,11 @@ static int claim_busy(const struct sandbox *sb, char *err, size_t errlen)
 {
 	struct sandbox_info info;
 	if (read_info(sb, &info) == 0 && info.alive)
-		eb_say(err, errlen,
+		errbuf_say(err, errlen,
 		       "a sandbox named '%s' is already running (pid %d); pick another --name "
 		       "or 'kbox stop %s'", sb->name, (int)info.pid, sb->name);
 	else
-		eb_say(err, errlen,
+		errbuf_say(err, errlen,
 		       "a sandbox named '%s' is starting (or stopping); pick another --name "
 		       "or 'kbox stop %s'", sb->name, sb->name);
 	return -EEXIST;
@@ -181,19 +181,19 @@ static int claim_busy(const struct sandbox *sb, char *err, size_t errlen)
 int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen)
 {
 	if (!sandbox_name_ok(name))
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "invalid sandbox name '%s': use 1-64 letters, digits, '_', '.' or '-'",
 			       name);
 	char rt[PATH_MAX - 128];
 	int rc = sandbox_runtime_dir(rt, sizeof rt);
 	if (rc < 0)
-		return eb_fail(err, errlen, rc, "cannot use the runtime directory %s: %s", rt,
+		return errbuf_fail(err, errlen, rc, "cannot use the runtime directory %s: %s", rt,
 			       strerror(-rc));
 	paths(sb, rt, name);
 	/* Unix socket paths are short (sun_path), and guest-initiated vsock
 	 * ports add "_PORT" to this one. */
 	if (strlen(sb->sock) + 12 > 100)
-		return eb_fail(err, errlen, -ENAMETOOLONG,
+		return errbuf_fail(err, errlen, -ENAMETOOLONG,
 			       "the socket path %s is too long; use a shorter --name", sb->sock);
 	/* The directory's flock says who owns the name: an info file alone
 	 * cannot, as a starting sandbox has none yet. */
@@ -238,7 +238,7 @@ int sandbox_claim(struct sandbox *sb, const char *name, char *err, size_t errlen
 	}
 	if (rc == 0) /* it kept being removed under us */
 		rc = -EAGAIN;
-	return eb_fail(err, errlen, rc, "cannot create %s: %s", sb->dir, strerror(-rc));
+	return errbuf_fail(err, errlen, rc, "cannot create %s: %s", sb->dir, strerror(-rc));
 }
 
 int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,

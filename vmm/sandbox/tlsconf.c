@@ -34,7 +34,7 @@ int tlsconf_set_scope(struct tlsconf *t, const char *word, char *err, size_t err
 	else if (strcmp(word, "secrets") == 0)
 		t->scope = INTERCEPT_SCOPE_SECRETS;
 	else {
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "--tls-intercept: '%.64s' is not a scope; use all or secrets", word);
 	}
 	return 0;
@@ -43,12 +43,12 @@ int tlsconf_set_scope(struct tlsconf *t, const char *word, char *err, size_t err
 int tlsconf_add_bypass(struct tlsconf *t, const char *host, char *err, size_t errlen)
 {
 	if (t->n_bypass == INTERCEPT_BYPASS_MAX)
-		return eb_fail(err, errlen, -ENOSPC, "--tls-bypass: at most %u names",
+		return errbuf_fail(err, errlen, -ENOSPC, "--tls-bypass: at most %u names",
 			       INTERCEPT_BYPASS_MAX);
 	const char *name = host[0] == '*' && host[1] == '.' ? host + 2 : host;
 	char norm[TLS_NAME_MAX + 1];
 	if (tls_sni_name_normalize(name, strlen(name), norm) < 0)
-		return eb_fail(err, errlen, -EINVAL,
+		return errbuf_fail(err, errlen, -EINVAL,
 			       "--tls-bypass: '%.64s' is not a host name or *.suffix", host);
 	size_t i = t->n_bypass;
 	snprintf(t->bypass_norm[i], sizeof t->bypass_norm[i], "%s%s", name == host ? "" : "*.", norm);
@@ -69,7 +69,7 @@ int tlsconf_load(struct tlsconf *t, char *err, size_t errlen)
 	char msg[512];
 	int rc;
 	if (t->secrets_path && (rc = secrets_load(t->secrets_path, &t->secrets, msg, sizeof msg)) < 0)
-		return eb_fail(err, errlen, rc, "%s", msg);
+		return errbuf_fail(err, errlen, rc, "%s", msg);
 	/* A name too long to fit leaves no secrets.env to list: none could be
 	 * opened by it. */
 	if (t->secrets_path)
@@ -77,11 +77,11 @@ int tlsconf_load(struct tlsconf *t, char *err, size_t errlen)
 	char dir[PATH_MAX];
 	const char *ca_dir = t->ca_dir;
 	if (!ca_dir && (rc = tls_cert_ca_default_dir(dir, sizeof dir)) < 0)
-		return eb_fail(err, errlen, rc, "no place for kbox's CA: set KBOX_CA_DIR or HOME");
+		return errbuf_fail(err, errlen, rc, "no place for kbox's CA: set KBOX_CA_DIR or HOME");
 	if ((rc = tls_cert_ca_open(ca_dir ? ca_dir : dir, &t->ca, msg, sizeof msg)) < 0)
-		return eb_fail(err, errlen, rc, "%s", msg);
+		return errbuf_fail(err, errlen, rc, "%s", msg);
 	if ((rc = tls_trust_load(NULL, t->extra_ca, &t->trust, msg, sizeof msg)) < 0)
-		return eb_fail(err, errlen, rc, "%s", msg);
+		return errbuf_fail(err, errlen, rc, "%s", msg);
 	t->icpt.ca = t->ca;
 	t->icpt.trust = t->trust;
 	t->icpt.secrets = t->secrets;
@@ -118,7 +118,7 @@ const char *tlsconf_ca_pem(const struct tlsconf *t)
 int tlsconf_reload(struct tlsconf *t, char *err, size_t errlen)
 {
 	if (!t->secrets)
-		return eb_fail(err, errlen, -ENOENT, "no secrets file to reload (--secret-conf)");
+		return errbuf_fail(err, errlen, -ENOENT, "no secrets file to reload (--secret-conf)");
 	if (t->stack_running)
 		LOCK_TCPIP_CORE();
 	int rc = secrets_reload(t->secrets, t->secrets_path, NULL, err, errlen);

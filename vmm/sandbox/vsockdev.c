@@ -19,11 +19,11 @@ int vsockdev_attach(struct vsockdev *d, struct vbus *bus, uint64_t cid, const ch
 {
 	int rc = vsock_init(&d->vs, cid, NULL, NULL);
 	if (rc < 0)
-		return eb_fail(err, errlen, rc, "cannot create the vsock device: %s", strerror(-rc));
+		return errbuf_fail(err, errlen, rc, "cannot create the vsock device: %s", strerror(-rc));
 	d->vs_made = true;
 	rc = vsock_unix_init(&d->vu, &d->vs, sock_path, true);
 	if (rc < 0)
-		return eb_fail(err, errlen, rc, "cannot listen on %s: %s", sock_path, strerror(-rc));
+		return errbuf_fail(err, errlen, rc, "cannot listen on %s: %s", sock_path, strerror(-rc));
 	d->vu_made = true;
 	struct vbus_poller vp = { vsock_fds, vsock_handle, &d->vu };
 	return vbus_add(bus, &d->vs.dev, &vp, cmdline, cmdlen, err, errlen);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int fio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len, struct stat *st,
+int fileio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len, struct stat *st,
 	      const char **stage)
 {
 	struct stat own;
@@ -76,7 +76,7 @@ int fio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len,
 	return 0;
 }
 
-int fio_write_all(int fd, const void *buf, size_t n)
+int fileio_write_all(int fd, const void *buf, size_t n)
 {
 	const char *p = buf;
 	while (n) {
@@ -111,7 +111,7 @@ static void sync_parent(int dirfd, const char *path)
 	close(fd);
 }
 
-int fio_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf, size_t n,
+int fileio_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf, size_t n,
 		     mode_t mode)
 {
 	char own[PATH_MAX];
@@ -134,7 +134,7 @@ int fio_write_atomic(int dirfd, const char *path, const char *tmp, const void *b
 	}
 	if (fd < 0)
 		return -errno;
-	int rc = fio_write_all(fd, buf, n);
+	int rc = fileio_write_all(fd, buf, n);
 	if (!rc && (fchmod(fd, mode) < 0 || fsync(fd) < 0))
 		rc = -errno;
 	if (close(fd) < 0 && !rc)

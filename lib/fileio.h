@@ -18,12 +18,12 @@
  * kind of file, -EFBIG for more than max bytes (also when the file grew
  * past max while read), -ENOMEM.  On failure nothing stays allocated and
  * what was read is wiped. */
-int fio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len, struct stat *st,
+int fileio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *len, struct stat *st,
 	      const char **stage);
 
 /* Write the n bytes at buf to fd whole, again after EINTR and short
  * writes.  0, write's negative errno, or -EIO when it wrote nothing. */
-int fio_write_all(int fd, const void *buf, size_t n);
+int fileio_write_all(int fd, const void *buf, size_t n);
 
 /* Replace the file at path (relative to the folder dirfd, or AT_FDCWD)
  * with the n bytes at buf so that a crash leaves the old content or the
@@ -36,7 +36,7 @@ int fio_write_all(int fd, const void *buf, size_t n);
  * content is in place either way).  0 or a negative errno (-ENAMETOOLONG
  * when path with ".tmp" does not fit PATH_MAX); on failure tmp is gone
  * and path untouched. */
-int fio_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf, size_t n,
+int fileio_write_atomic(int dirfd, const char *path, const char *tmp, const void *buf, size_t n,
 		     mode_t mode);
 
 #endif

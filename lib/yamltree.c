@@ -328,5 +328,5 @@ int yamltree_slurp(const char *path, size_t max, char **buf, size_t *len, const 
 {
 	/* O_NONBLOCK: a FIFO planted where the file should be must not hang
 	 * us before fstat refuses it. */
-	return fio_slurp(path, O_NOCTTY | O_NONBLOCK, max, buf, len, NULL, stage);
+	return fileio_slurp(path, O_NOCTTY | O_NONBLOCK, max, buf, len, NULL, stage);
 }

@@ -1102,7 +1102,7 @@ int tls_cert_ca_default_dir(char *buf, size_t len)
  * gets its attributes.  Anything but a small regular file is -EINVAL. */
 static int slurp(const char *path, char **out, size_t *len, struct stat *st)
 {
-	int rc = fio_slurp(path, 0, FILE_MAX, out, len, st, NULL);
+	int rc = fileio_slurp(path, 0, FILE_MAX, out, len, st, NULL);
 	return rc == -EISDIR || rc == -EFBIG ? -EINVAL : rc;
 }
 
@@ -1165,10 +1165,10 @@ static int ca_create(const char *dir, const char *key_path, const char *cert_pat
 	}
 	rc = tls_cert_key_pem(&ca->ca_sk, &kp);
 	/* the key first: a certificate alone on disk would be useless */
-	if (!rc && (rc = fio_write_atomic(AT_FDCWD, key_path, NULL, kp, strlen(kp), 0600)) < 0)
+	if (!rc && (rc = fileio_write_atomic(AT_FDCWD, key_path, NULL, kp, strlen(kp), 0600)) < 0)
 		errbuf_say(err, errlen, "cannot write %s: %s", key_path, strerror(-rc));
 	else if (!rc &&
-		 (rc = fio_write_atomic(AT_FDCWD, cert_path, NULL, ca->pem, strlen(ca->pem), 0644)) < 0) {
+		 (rc = fileio_write_atomic(AT_FDCWD, cert_path, NULL, ca->pem, strlen(ca->pem), 0644)) < 0) {
 		errbuf_say(err, errlen, "cannot write %s: %s", cert_path, strerror(-rc));
 		unlink(key_path);
 	} else if (rc) {

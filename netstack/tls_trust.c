@@ -157,7 +157,7 @@ int tls_trust_add_pem(struct tls_trust *t, const char *text, size_t len, size_t 
 /* PATH whole, NUL-terminated; anything but a regular file is -EINVAL. */
 static int read_file(const char *path, char **text, size_t *len)
 {
-	int rc = fio_slurp(path, 0, TLS_TRUST_FILE_MAX, text, len, NULL, NULL);
+	int rc = fileio_slurp(path, 0, TLS_TRUST_FILE_MAX, text, len, NULL, NULL);
 	return rc == -EISDIR ? -EINVAL : rc;
 }
 

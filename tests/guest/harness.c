@@ -1230,7 +1230,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	char err[512] = "";
 	size_t img_len = 0;
 	char *img_text = NULL;
-	int rr = fio_slurp(guest_path, 0, GUEST_IMAGE_MAX, &img_text, &img_len, NULL, NULL);
+	int rr = fileio_slurp(guest_path, 0, GUEST_IMAGE_MAX, &img_text, &img_len, NULL, NULL);
 	uint8_t *img = (uint8_t *)img_text;
 	if (!tg_check(rr == 0, "%s: read %s: %s", t->name, guest_path, strerror(-rr)))
 		return;

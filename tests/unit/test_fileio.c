@@ -41,7 +41,7 @@ START_TEST(slurp_whole_file)
 	size_t len = 0;
 	struct stat st;
 	const char *stage = NULL;
-	ck_assert_int_eq(fio_slurp(file, 0, 5, &buf, &len, &st, &stage), 0);
+	ck_assert_int_eq(fileio_slurp(file, 0, 5, &buf, &len, &st, &stage), 0);
 	ck_assert_uint_eq(len, 5);
 	ck_assert_mem_eq(buf, "ab\0cd", 6);
 	ck_assert(S_ISREG(st.st_mode));
@@ -50,7 +50,7 @@ START_TEST(slurp_whole_file)
 	free(buf);
 
 	put(file, "", 0);
-	ck_assert_int_eq(fio_slurp(file, 0, 5, &buf, &len, NULL, NULL), 0);
+	ck_assert_int_eq(fileio_slurp(file, 0, 5, &buf, &len, NULL, NULL), 0);
 	ck_assert_uint_eq(len, 0);
 	ck_assert_str_eq(buf, "");
 	free(buf);
@@ -63,30 +63,30 @@ START_TEST(slurp_refusals)
 	size_t len = 7;
 	const char *stage = NULL;
 	put(file, "123456", 6);
-	ck_assert_int_eq(fio_slurp(file, 0, 5, &buf, &len, NULL, &stage), -EFBIG);
+	ck_assert_int_eq(fileio_slurp(file, 0, 5, &buf, &len, NULL, &stage), -EFBIG);
 	ck_assert_str_eq(stage, "stat");
-	ck_assert_int_eq(fio_slurp(dir, 0, 5, &buf, &len, NULL, &stage), -EISDIR);
+	ck_assert_int_eq(fileio_slurp(dir, 0, 5, &buf, &len, NULL, &stage), -EISDIR);
 	ck_assert_str_eq(stage, "stat");
 
 	char missing[160];
 	snprintf(missing, sizeof missing, "%s/none", dir);
-	ck_assert_int_eq(fio_slurp(missing, 0, 5, &buf, &len, NULL, &stage), -ENOENT);
+	ck_assert_int_eq(fileio_slurp(missing, 0, 5, &buf, &len, NULL, &stage), -ENOENT);
 	ck_assert_str_eq(stage, "open");
 
 	/* Waiting on a FIFO nobody writes would hang the test. */
 	char fifo[160];
 	snprintf(fifo, sizeof fifo, "%s/fifo", dir);
 	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
-	ck_assert_int_eq(fio_slurp(fifo, O_NONBLOCK, 5, &buf, &len, NULL, &stage), -EINVAL);
+	ck_assert_int_eq(fileio_slurp(fifo, O_NONBLOCK, 5, &buf, &len, NULL, &stage), -EINVAL);
 	ck_assert_str_eq(stage, "stat");
 
 	char link[160];
 	snprintf(link, sizeof link, "%s/link", dir);
 	ck_assert_int_eq(symlink(file, link), 0);
-	ck_assert_int_eq(fio_slurp(link, O_NOFOLLOW, 10, &buf, &len, NULL, &stage), -ELOOP);
+	ck_assert_int_eq(fileio_slurp(link, O_NOFOLLOW, 10, &buf, &len, NULL, &stage), -ELOOP);
 	ck_assert_ptr_null(buf);
 	ck_assert_uint_eq(len, 7);
-	ck_assert_int_eq(fio_slurp(link, 0, 10, &buf, &len, NULL, NULL), 0);
+	ck_assert_int_eq(fileio_slurp(link, 0, 10, &buf, &len, NULL, NULL), 0);
 	ck_assert_str_eq(buf, "123456");
 	free(buf);
 }
@@ -99,19 +99,19 @@ START_TEST(write_all_writes_everything)
 		big[i] = (char)('a' + i % 26);
 	int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(fio_write_all(fd, big, sizeof big), 0);
-	ck_assert_int_eq(fio_write_all(fd, big, 0), 0);
+	ck_assert_int_eq(fileio_write_all(fd, big, sizeof big), 0);
+	ck_assert_int_eq(fileio_write_all(fd, big, 0), 0);
 	ck_assert_int_eq(close(fd), 0);
 	char *buf;
 	size_t len;
-	ck_assert_int_eq(fio_slurp(file, 0, sizeof big, &buf, &len, NULL, NULL), 0);
+	ck_assert_int_eq(fileio_slurp(file, 0, sizeof big, &buf, &len, NULL, NULL), 0);
 	ck_assert_uint_eq(len, sizeof big);
 	ck_assert_mem_eq(buf, big, sizeof big);
 	free(buf);
 
 	fd = open(file, O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(fio_write_all(fd, "x", 1), -EBADF);
+	ck_assert_int_eq(fileio_write_all(fd, "x", 1), -EBADF);
 	close(fd);
 }
 END_TEST
@@ -121,11 +121,11 @@ START_TEST(slurp_procfs_file)
 	/* procfs reports size 0: the buffer grows past what stat said. */
 	char *buf = NULL;
 	size_t len = 0;
-	ck_assert_int_eq(fio_slurp("/proc/self/status", 0, 1 << 20, &buf, &len, NULL, NULL), 0);
+	ck_assert_int_eq(fileio_slurp("/proc/self/status", 0, 1 << 20, &buf, &len, NULL, NULL), 0);
 	ck_assert_uint_gt(len, 0);
 	ck_assert_ptr_nonnull(strstr(buf, "Name:"));
 	free(buf);
-	ck_assert_int_eq(fio_slurp("/proc/self/status", 0, 8, &buf, &len, NULL, NULL), -EFBIG);
+	ck_assert_int_eq(fileio_slurp("/proc/self/status", 0, 8, &buf, &len, NULL, NULL), -EFBIG);
 }
 END_TEST
 
@@ -142,18 +142,18 @@ START_TEST(write_atomic_replaces)
 	snprintf(victim, sizeof victim, "%s/victim", dir);
 	put(victim, "keep", 4);
 	ck_assert_int_eq(symlink(victim, tmp), 0);
-	ck_assert_int_eq(fio_write_atomic(AT_FDCWD, file, NULL, "new!", 4, 0644), -ELOOP);
+	ck_assert_int_eq(fileio_write_atomic(AT_FDCWD, file, NULL, "new!", 4, 0644), -ELOOP);
 	ck_assert_int_eq(unlink(tmp), 0);
 	ck_assert_int_eq(link(victim, tmp), 0);
 	mode_t old = umask(077);
-	ck_assert_int_eq(fio_write_atomic(AT_FDCWD, file, NULL, "new!", 4, 0644), 0);
+	ck_assert_int_eq(fileio_write_atomic(AT_FDCWD, file, NULL, "new!", 4, 0644), 0);
 	umask(old);
-	ck_assert_int_eq(fio_slurp(file, 0, 16, &buf, &len, &st, NULL), 0);
+	ck_assert_int_eq(fileio_slurp(file, 0, 16, &buf, &len, &st, NULL), 0);
 	ck_assert_str_eq(buf, "new!");
 	ck_assert_uint_eq(st.st_mode & 07777, 0644);
 	free(buf);
 	ck_assert_int_eq(access(tmp, F_OK), -1);
-	ck_assert_int_eq(fio_slurp(victim, 0, 16, &buf, &len, NULL, NULL), 0);
+	ck_assert_int_eq(fileio_slurp(victim, 0, 16, &buf, &len, NULL, NULL), 0);
 	ck_assert_str_eq(buf, "keep");
 	free(buf);
 
@@ -161,15 +161,15 @@ START_TEST(write_atomic_replaces)
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	ck_assert_int_ge(dfd, 0);
 	ck_assert_int_eq(mkdir(tmp, 0700), 0);
-	ck_assert_int_eq(fio_write_atomic(dfd, "f", "f.tmp", "x", 1, 0600), -EISDIR);
-	ck_assert_int_eq(fio_slurp(file, 0, 16, &buf, &len, NULL, NULL), 0);
+	ck_assert_int_eq(fileio_write_atomic(dfd, "f", "f.tmp", "x", 1, 0600), -EISDIR);
+	ck_assert_int_eq(fileio_slurp(file, 0, 16, &buf, &len, NULL, NULL), 0);
 	ck_assert_str_eq(buf, "new!");
 	free(buf);
-	ck_assert_int_eq(fio_write_atomic(dfd, "f", "other", "x", 1, 0600), 0);
-	ck_assert_int_eq(fio_slurp(file, 0, 16, &buf, &len, NULL, NULL), 0);
+	ck_assert_int_eq(fileio_write_atomic(dfd, "f", "other", "x", 1, 0600), 0);
+	ck_assert_int_eq(fileio_slurp(file, 0, 16, &buf, &len, NULL, NULL), 0);
 	ck_assert_str_eq(buf, "x");
 	free(buf);
-	ck_assert_int_eq(fio_write_atomic(dfd, "nosuch/f", NULL, "x", 1, 0600), -ENOENT);
+	ck_assert_int_eq(fileio_write_atomic(dfd, "nosuch/f", NULL, "x", 1, 0600), -ENOENT);
 	close(dfd);
 }
 END_TEST

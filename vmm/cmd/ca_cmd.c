@@ -51,7 +51,7 @@ static int write_key(const char *path, const br_ec_private_key *key)
 		if (fd >= 0)
 			close(fd);
 	} else {
-		rc = fio_write_all(fd, pem, strlen(pem));
+		rc = fileio_write_all(fd, pem, strlen(pem));
 		if (close(fd) < 0 && !rc)
 			rc = -errno;
 	}

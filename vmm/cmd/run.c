@@ -189,7 +189,7 @@ static int read_image(const char *path, uint8_t **data, size_t *len, char *err, 
 {
 	char *buf;
 	const char *stage;
-	int rc = fio_slurp(path, 0, MAX_IMAGE, &buf, len, NULL, &stage);
+	int rc = fileio_slurp(path, 0, MAX_IMAGE, &buf, len, NULL, &stage);
 	if (rc == -ENOMEM)
 		return errbuf_fail(err, errlen, rc, "out of memory reading %s", path);
 	if (rc == -EFBIG)

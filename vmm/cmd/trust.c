@@ -176,7 +176,7 @@ static int read_store(const char *store, char **out)
 {
 	*out = NULL;
 	size_t len;
-	int rc = fio_slurp(store, 0, STORE_MAX_BYTES, out, &len, NULL, NULL);
+	int rc = fileio_slurp(store, 0, STORE_MAX_BYTES, out, &len, NULL, NULL);
 	if (rc == -ENOENT)
 		return 0;
 	return rc == -EISDIR ? -EINVAL : rc;
@@ -282,7 +282,7 @@ int trust_record(const char *store, const char *conf_real, const char *hex, char
 		fprintf(f, "v1 %.*s %s\n", TRUST_HEX_LEN, hex, conf_real);
 	rc = fclose(f) == 0 && text ? 0 : -ENOMEM;
 	if (!rc)
-		rc = fio_write_atomic(AT_FDCWD, store, tmp, text, tlen, 0600);
+		rc = fileio_write_atomic(AT_FDCWD, store, tmp, text, tlen, 0600);
 	free(text);
 	if (rc)
 		errbuf_say(err, errlen, "%s: cannot write: %s", store, strerror(-rc));

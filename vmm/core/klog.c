@@ -134,12 +134,12 @@ static void end_line(struct klog *k)
 		k->len--;
 	k->line[k->len] = '\0';
 	if (k->fd >= 0) {
-		(void)fio_write_all(k->fd, k->line, k->len);
-		(void)fio_write_all(k->fd, "\n", 1);
+		(void)fileio_write_all(k->fd, k->line, k->len);
+		(void)fileio_write_all(k->fd, "\n", 1);
 	}
 	if (k->echo) {
-		(void)fio_write_all(STDERR_FILENO, k->line, k->len);
-		(void)fio_write_all(STDERR_FILENO, "\n", 1);
+		(void)fileio_write_all(STDERR_FILENO, k->line, k->len);
+		(void)fileio_write_all(STDERR_FILENO, "\n", 1);
 	}
 	parse_line(k, k->line);
 	k->len = 0;

@@ -555,7 +555,7 @@ int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
 			       strerror(e));
 	}
 	const char *step = "write";
-	int rc = fio_write_all(fd, meta->buf, meta->len);
+	int rc = fileio_write_all(fd, meta->buf, meta->len);
 	if (rc == 0)
 		rc = write_ram(fd, sb_le64(meta->buf + OFF_RAMOFF), ram, ram_len);
 	if (rc == 0 && fsync(fd) < 0) {

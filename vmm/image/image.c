@@ -196,7 +196,7 @@ static int write_ref(struct image_ctx *ctx, struct store *st, const char *nameta
 	memcpy(tmp, "tmp/", 4);
 	snprintf(path, sizeof path, "refs/%s", nametag);
 	snprintf(line, sizeof line, "%s\n", id);
-	int r = fio_write_atomic(st->fd, path, tmp, line, strlen(line), 0600);
+	int r = fileio_write_atomic(st->fd, path, tmp, line, strlen(line), 0600);
 	if (r < 0)
 		return fail(ctx, r, "writing %s/%s: %s", st->dir, path, strerror(-r));
 	return 0;

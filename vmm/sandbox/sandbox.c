@@ -118,7 +118,7 @@ int sandbox_write_image(const struct sandbox *sb, const char *dir)
 	snprintf(path, sizeof path, "%s/image", sb->dir);
 	size_t n = strlen(real);
 	real[n++] = '\n';
-	return fio_write_atomic(AT_FDCWD, path, NULL, real, n, 0600);
+	return fileio_write_atomic(AT_FDCWD, path, NULL, real, n, 0600);
 }
 
 /* The files a sandbox (or a crashed one) leaves in its directory. */
@@ -268,7 +268,7 @@ int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned l
 	fputc('\n', f);
 	if (ports && *ports && !strchr(ports, '\n'))
 		fprintf(f, "ports=%s\n", ports);
-	int rc = fclose(f) == 0 && text ? fio_write_atomic(AT_FDCWD, path, NULL, text, len, 0600)
+	int rc = fclose(f) == 0 && text ? fileio_write_atomic(AT_FDCWD, path, NULL, text, len, 0600)
 					: -ENOMEM;
 	free(text);
 	return rc;

@@ -192,7 +192,7 @@ int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err
 			if (q.ready) {
 				uint8_t idx[2] = { 0, 0 };
 				if (vq_activate(vq, d->gm, accepted) < 0 ||
-				    gm_read(d->gm, idx, q.used + USED_IDX, 2) < 0 ||
+				    guest_mem_read(d->gm, idx, q.used + USED_IDX, 2) < 0 ||
 				    (uint16_t)(idx[0] | idx[1] << 8) != q.used_idx) {
 					reset_all(t);
 					return errbuf_fail(err, errlen, -EINVAL,

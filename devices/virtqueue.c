@@ -92,7 +92,7 @@ static uint8_t *map_ring(const struct guest_mem *gm, uint64_t gpa, uint64_t len,
 {
 	if (gpa & (align - 1))
 		return NULL;
-	uint8_t *p = gm_ptr(gm, gpa, len);
+	uint8_t *p = guest_mem_ptr(gm, gpa, len);
 	if (p == NULL || ((uintptr_t)p & (align - 1)))
 		return NULL;
 	return p;
@@ -138,7 +138,7 @@ static int add_seg(struct vq *vq, struct vq_chain *c, const struct vq_desc *d,
 {
 	if (d->len == 0)
 		return 0;
-	uint8_t *p = gm_ptr(vq->gm, d->addr, d->len);
+	uint8_t *p = guest_mem_ptr(vq->gm, d->addr, d->len);
 	if (p == NULL)
 		return -EFAULT;
 	bool write = d->flags & VRING_DESC_F_WRITE;
@@ -183,7 +183,7 @@ static int walk(struct vq *vq, uint16_t head, struct vq_chain *c)
 			if (d.len == 0 || d.len % DESC_SIZE ||
 			    d.len / DESC_SIZE > VQ_MAX_INDIRECT)
 				return -EINVAL;
-			table = gm_ptr(vq->gm, d.addr, d.len);
+			table = guest_mem_ptr(vq->gm, d.addr, d.len);
 			if (table == NULL)
 				return -EFAULT;
 			table_size = d.len / DESC_SIZE;

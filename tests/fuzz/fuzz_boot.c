@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const uint8_t initrd[3000] = { '0', '7', '0', '7', '0', '1' };
 	if (!ram) {
 		ram = calloc(1, RAM_SIZE);
-		check(ram && gm_add_region(&gm, 0, RAM_SIZE, ram) == 0);
+		check(ram && guest_mem_add_region(&gm, 0, RAM_SIZE, ram) == 0);
 	}
 
 	struct boot_image k;
@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(rc == 0);
 	check(k.kind == BOOT_ELF || k.kind == BOOT_BZIMAGE);
 	check(k.load_start >= BOOT_HIMEM_START && k.load_start < k.load_end);
-	check(gm_ptr(&gm, k.load_start, k.load_end - k.load_start) != NULL);
+	check(guest_mem_ptr(&gm, k.load_start, k.load_end - k.load_start) != NULL);
 	check(k.entry >= k.load_start && k.entry < k.load_end);
 	check(k.setup_hdr_len <= sizeof k.setup_hdr);
 

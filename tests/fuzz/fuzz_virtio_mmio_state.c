@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (unsigned q = 0; q < 2; q++) {
 			check(!(vqs[q].ready && vqs[q].broken));
 			if (vqs[q].ready)
-				check(gm_ptr(&drv.gm, vqs[q].used_gpa, 4) != NULL &&
+				check(guest_mem_ptr(&drv.gm, vqs[q].used_gpa, 4) != NULL &&
 				      vqs[q].size <= vqs[q].max_size);
 		}
 		check(dev.live == ((t.status & VIRTIO_STATUS_DRIVER_OK) &&

@@ -319,7 +319,7 @@ static unsigned payload_segs(unsigned d, const uint8_t *p, size_t len, struct se
 {
 	unsigned np = (unsigned)((len + PAGE - 1) / PAGE);
 	uint64_t a = pages(d, np ? np : 1);
-	gm_write(&g_vm->mem, a, p, len);
+	guest_mem_write(&g_vm->mem, a, p, len);
 	unsigned n = 0;
 	size_t at = 0;
 	unsigned parts = 1 + rn(3);
@@ -421,7 +421,7 @@ static void post_chain(unsigned d, unsigned q, struct seg *s, unsigned n, int ho
 			memcpy(tab + 16 * i + 12, &fl, 2);
 			memcpy(tab + 16 * i + 14, &nx, 2);
 		}
-		gm_write(&g_vm->mem, t, tab, 16u * m);
+		guest_mem_write(&g_vm->mem, t, tab, 16u * m);
 		uint32_t tl = 16u * m;
 		if (indirect == 2 && pct(50))
 			tl = pct(50) ? tl + 1 + rn(15) : (uint32_t)interesting();
@@ -1051,7 +1051,7 @@ static void gen_final(void)
 	/* vsock: a REQUEST to a port nobody listens on must bring an RST. */
 	uint64_t a = C->dev[D_VSOCK].arena + CHECK_OFF;
 	fin.vs_rx = a;
-	gm_write(&g_vm->mem, a, (uint8_t[PAGE]){ 0 }, PAGE);
+	guest_mem_write(&g_vm->mem, a, (uint8_t[PAGE]){ 0 }, PAGE);
 	s[0] = (struct seg){ a, PAGE, VRING_F_WRITE };
 	clean_post(D_VSOCK, 0, s, 1);
 	memset(b, 0, sizeof b);
@@ -1062,7 +1062,7 @@ static void gen_final(void)
 	put16(b + 28, VSOCK_TYPE_STREAM);
 	put16(b + 30, 1);
 	put32(b + 36, VSOCK_BUF_ALLOC);
-	gm_write(&g_vm->mem, a + PAGE, b, VSOCK_HDR_SIZE);
+	guest_mem_write(&g_vm->mem, a + PAGE, b, VSOCK_HDR_SIZE);
 	s[0] = (struct seg){ a + PAGE, VSOCK_HDR_SIZE, 0 };
 	clean_post(D_VSOCK, 1, s, 1);
 	sop(SOP_WAIT, q_used(D_VSOCK, 0) + 2, 1, FINAL_POLLS, 1);
@@ -1077,9 +1077,9 @@ static void gen_final(void)
 	put32(b + 40, 7);
 	put32(b + 44, 31);
 	put32(b + 48, 65536);
-	gm_write(&g_vm->mem, a, b, 104);
+	guest_mem_write(&g_vm->mem, a, b, 104);
 	fin.fs_reply = a + PAGE;
-	gm_write(&g_vm->mem, fin.fs_reply, (uint8_t[PAGE]){ 0 }, PAGE);
+	guest_mem_write(&g_vm->mem, fin.fs_reply, (uint8_t[PAGE]){ 0 }, PAGE);
 	s[0] = (struct seg){ a, 104, 0 };
 	s[1] = (struct seg){ fin.fs_reply, PAGE, VRING_F_WRITE };
 	clean_post(D_FS, 1, s, 2);
@@ -1090,7 +1090,7 @@ static void gen_final(void)
 	a = C->dev[D_NET].arena + CHECK_OFF;
 	fin.net_rx = a;
 	for (unsigned i = 0; i < 8; i++) {
-		gm_write(&g_vm->mem, a + i * 2048ull, (uint8_t[2048]){ 0 }, 2048);
+		guest_mem_write(&g_vm->mem, a + i * 2048ull, (uint8_t[2048]){ 0 }, 2048);
 		s[0] = (struct seg){ a + i * 2048ull, 2048, VRING_F_WRITE };
 		clean_post(D_NET, 0, s, 1);
 	}
@@ -1100,7 +1100,7 @@ static void gen_final(void)
 	memset(e, 0xff, 6);
 	memcpy(e + 6, g_mac, 6);
 	arp_who_has(e, gwip);
-	gm_write(&g_vm->mem, a + 8 * 2048ull, b, VNET_HDR_SIZE + 42);
+	guest_mem_write(&g_vm->mem, a + 8 * 2048ull, b, VNET_HDR_SIZE + 42);
 	s[0] = (struct seg){ a + 8 * 2048ull, VNET_HDR_SIZE + 42, 0 };
 	clean_post(D_NET, 1, s, 1);
 	sop(SOP_WAIT, q_used(D_NET, 0) + 2, 1, FINAL_POLLS, 1);
@@ -1287,8 +1287,8 @@ static void final_checks(void)
 	uint8_t b[2048];
 	uint16_t used = 0;
 	struct vsock_hdr h = { 0 };
-	gm_read(&R.vm.mem, &used, q_used(D_VSOCK, 0) + 2, 2);
-	gm_read(&R.vm.mem, b, fin.vs_rx, VSOCK_HDR_SIZE);
+	guest_mem_read(&R.vm.mem, &used, q_used(D_VSOCK, 0) + 2, 2);
+	guest_mem_read(&R.vm.mem, b, fin.vs_rx, VSOCK_HDR_SIZE);
 	vsock_hdr_decode(&h, b);
 	R.final_ok[D_VSOCK] = used >= 1 && h.op == 3 && h.dst_port == 7000 &&
 			      h.src_port == PORT_ECHO + 7;
@@ -1297,8 +1297,8 @@ static void final_checks(void)
 
 	uint32_t olen = 0, unique_lo = 0;
 	int32_t oerr = 1;
-	gm_read(&R.vm.mem, &used, q_used(D_FS, 1) + 2, 2);
-	gm_read(&R.vm.mem, b, fin.fs_reply, 16);
+	guest_mem_read(&R.vm.mem, &used, q_used(D_FS, 1) + 2, 2);
+	guest_mem_read(&R.vm.mem, b, fin.fs_reply, 16);
 	memcpy(&olen, b, 4);
 	memcpy(&oerr, b + 4, 4);
 	memcpy(&unique_lo, b + 8, 4);
@@ -1307,10 +1307,10 @@ static void final_checks(void)
 	snprintf(R.final_why[D_FS], sizeof R.final_why[0],
 		 "used idx %u, reply len %u error %d unique 0x%x", used, olen, oerr, unique_lo);
 
-	gm_read(&R.vm.mem, &used, q_used(D_NET, 0) + 2, 2);
+	guest_mem_read(&R.vm.mem, &used, q_used(D_NET, 0) + 2, 2);
 	int arp = 0;
 	for (unsigned i = 0; i < 8 && i < used; i++) {
-		gm_read(&R.vm.mem, b, fin.net_rx + i * 2048ull, VNET_HDR_SIZE + 42);
+		guest_mem_read(&R.vm.mem, b, fin.net_rx + i * 2048ull, VNET_HDR_SIZE + 42);
 		const uint8_t *e = b + VNET_HDR_SIZE;
 		arp |= e[12] == 0x08 && e[13] == 0x06 && e[20] == 0 && e[21] == 2 &&
 		       e[28] == 10 && e[29] == 0 && e[30] == 2 && e[31] == 2;
@@ -1332,7 +1332,7 @@ static void script_write(void)
 {
 	if (C->scr.n < SCRIPT_MAX)
 		C->scr.op[C->scr.n][0] = SOP_END;
-	gm_write(&R.vm.mem, SCRIPT_ADDR + C->cpu * SCRIPT_STRIDE, C->scr.op,
+	guest_mem_write(&R.vm.mem, SCRIPT_ADDR + C->cpu * SCRIPT_STRIDE, C->scr.op,
 		 sizeof C->scr.op[0] * (C->scr.n + 1));
 }
 
@@ -1526,7 +1526,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		return -1;
 	}
 	struct tg_cfg cfg;
-	if (gm_read(&R.vm.mem, &cfg, TG_CFG_ADDR, sizeof cfg) < 0 || cfg.magic != TG_CFG_MAGIC) {
+	if (guest_mem_read(&R.vm.mem, &cfg, TG_CFG_ADDR, sizeof cfg) < 0 || cfg.magic != TG_CFG_MAGIC) {
 		snprintf(err, errlen, "no configuration block in the guest");
 		return -1;
 	}
@@ -1534,7 +1534,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 			       .rounds = 0, .seed = (uint32_t)seed, .exit_digit = 5,
 			       .mmio_base = TG_MMIO, .virtio_base = VBUS_BASE,
 			       .virtio_irq = VBUS_FIRST_IRQ, .script = SCRIPT_ADDR };
-	gm_write(&R.vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg);
+	guest_mem_write(&R.vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg);
 	if (vm_add_mmio(&R.vm, &(struct vm_mmio){ TG_MMIO, 0x1000ull * R.ncpus, tg_read, tg_write,
 						  NULL }) < 0) {
 		snprintf(err, errlen, "cannot add the harness window");
@@ -1542,7 +1542,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	}
 	/* Every page of RAM touched now, so RSS measures the host, not the
 	 * guest's first writes. */
-	uint8_t *ram = gm_ptr(&R.vm.mem, ARENA, RAM_END - ARENA);
+	uint8_t *ram = guest_mem_ptr(&R.vm.mem, ARENA, RAM_END - ARENA);
 	if (ram)
 		memset(ram, 0, RAM_END - ARENA);
 

@@ -720,7 +720,7 @@ static int rig_setup(struct vs_rig *r, struct vm *vm, struct vbus *bus, char *er
 		snprintf(err, errlen, "script longer than %u ops", SCRIPT_MAX);
 		return -1;
 	}
-	if (gm_write(&vm->mem, SCRIPT_ADDR, r->script.op, sizeof r->script.op) < 0) {
+	if (guest_mem_write(&vm->mem, SCRIPT_ADDR, r->script.op, sizeof r->script.op) < 0) {
 		snprintf(err, errlen, "cannot write the script to guest RAM");
 		return -1;
 	}
@@ -1257,7 +1257,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	}
 	/* The configuration block must be where guest.S put it. */
 	struct tg_cfg cfg;
-	if (ok && (gm_read(&vm.mem, &cfg, TG_CFG_ADDR, sizeof cfg) < 0 ||
+	if (ok && (guest_mem_read(&vm.mem, &cfg, TG_CFG_ADDR, sizeof cfg) < 0 ||
 		   cfg.magic != TG_CFG_MAGIC)) {
 		snprintf(err, sizeof err, "no configuration block at 0x%llx in the guest",
 			 TG_CFG_ADDR);
@@ -1271,7 +1271,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 			.virtio_base = VBUS_BASE, .virtio_hits = t->mode == MODE_GARBAGE ? 4096 : 0,
 			.virtio_irq = VBUS_FIRST_IRQ, .script = SCRIPT_ADDR,
 		};
-		ok = gm_write(&vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg) == 0;
+		ok = guest_mem_write(&vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg) == 0;
 	}
 	if (ok) {
 		int rc = add_test_devices(&vm, &h);

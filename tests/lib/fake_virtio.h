@@ -72,7 +72,7 @@ struct fv_driver {
 };
 
 /* Zero *d, allocate size bytes of zeroed RAM at guest address base and map
- * it in d->gm.  Returns 0, -ENOMEM or gm_add_region's error; release with
+ * it in d->gm.  Returns 0, -ENOMEM or guest_mem_add_region's error; release with
  * fv_free. */
 static inline int fv_init(struct fv_driver *d, uint64_t base, uint64_t size)
 {
@@ -82,7 +82,7 @@ static inline int fv_init(struct fv_driver *d, uint64_t base, uint64_t size)
 		return -ENOMEM;
 	d->base = base;
 	d->size = size;
-	int r = gm_add_region(&d->gm, base, size, d->ram);
+	int r = guest_mem_add_region(&d->gm, base, size, d->ram);
 	if (r < 0) {
 		free(d->ram);
 		d->ram = NULL;

@@ -24,7 +24,7 @@ static void ram_setup(void)
 	ck_assert_ptr_nonnull(ram);
 	memset(ram, CANARY, RAM_SIZE);
 	memset(&gm, 0, sizeof gm);
-	ck_assert_int_eq(gm_add_region(&gm, 0, RAM_SIZE, ram), 0);
+	ck_assert_int_eq(guest_mem_add_region(&gm, 0, RAM_SIZE, ram), 0);
 }
 
 static void ram_teardown(void)
@@ -850,7 +850,7 @@ START_TEST(params_tiny_ram_efault)
 {
 	static uint8_t small[0x8000];
 	struct guest_mem g = { 0 };
-	ck_assert_int_eq(gm_add_region(&g, 0, sizeof small, small), 0);
+	ck_assert_int_eq(guest_mem_add_region(&g, 0, sizeof small, small), 0);
 	struct boot_image k = elf_kernel();
 	struct boot_setup s = { .low_ram = sizeof small, .cmdline = "x" };
 	char err[256] = "";

@@ -18,7 +18,7 @@ static void ram_setup(void)
 	ck_assert_ptr_nonnull(ram);
 	memset(ram, 0xa5, RAM_SIZE);
 	memset(&gm, 0, sizeof gm);
-	ck_assert_int_eq(gm_add_region(&gm, 0, RAM_SIZE, ram), 0);
+	ck_assert_int_eq(guest_mem_add_region(&gm, 0, RAM_SIZE, ram), 0);
 }
 
 static void ram_teardown(void)
@@ -182,11 +182,11 @@ START_TEST(small_ram_efault)
 {
 	static uint8_t small[0xf0200]; /* room for 1 CPU, not for 64 */
 	struct guest_mem g = { 0 };
-	ck_assert_int_eq(gm_add_region(&g, 0, 0x80000, small), 0);
+	ck_assert_int_eq(guest_mem_add_region(&g, 0, 0x80000, small), 0);
 	ck_assert_int_eq(mptable_write(&g, 2), -EFAULT);
 	/* Ending inside the table is as bad as ending before it. */
 	struct guest_mem g2 = { 0 };
-	ck_assert_int_eq(gm_add_region(&g2, 0, sizeof small, small), 0);
+	ck_assert_int_eq(guest_mem_add_region(&g2, 0, sizeof small, small), 0);
 	ck_assert_int_eq(mptable_write(&g2, MPTABLE_MAX_CPUS), -EFAULT);
 	ck_assert_int_eq(mptable_write(&g2, 1), 0);
 }

@@ -60,7 +60,7 @@ static int load_elf(const struct guest_mem *gm, const uint8_t *img, size_t len,
 			return errbuf_fail(err, errlen, -EINVAL,
 				    "ELF segment %u at 0x%llx overlaps the boot area below 1 MiB",
 				    i, (unsigned long long)p->p_paddr);
-		if (gm_ptr(gm, p->p_paddr, p->p_memsz) == NULL)
+		if (guest_mem_ptr(gm, p->p_paddr, p->p_memsz) == NULL)
 			return errbuf_fail(err, errlen, -ENOMEM,
 				    "ELF segment %u (0x%llx, %llu bytes) does not fit in guest RAM",
 				    i, (unsigned long long)p->p_paddr,
@@ -95,7 +95,7 @@ static int load_elf(const struct guest_mem *gm, const uint8_t *img, size_t len,
 		const Elf64_Phdr *p = &ph[i];
 		if (p->p_type != PT_LOAD || p->p_memsz == 0)
 			continue;
-		uint8_t *dst = gm_ptr(gm, p->p_paddr, p->p_memsz);
+		uint8_t *dst = guest_mem_ptr(gm, p->p_paddr, p->p_memsz);
 		memcpy(dst, img + p->p_offset, p->p_filesz);
 		memset(dst + p->p_filesz, 0, p->p_memsz - p->p_filesz);
 	}
@@ -165,11 +165,11 @@ static int load_bzimage(const struct guest_mem *gm, const uint8_t *img, size_t l
 	uint64_t need = rd32(img + BZ_INIT_SIZE);
 	if (need < payload)
 		need = payload;
-	if (gm_ptr(gm, load, need) == NULL)
+	if (guest_mem_ptr(gm, load, need) == NULL)
 		return errbuf_fail(err, errlen, -ENOMEM,
 			    "bzImage needs %llu bytes at 0x%llx, beyond guest RAM",
 			    (unsigned long long)need, (unsigned long long)load);
-	memcpy(gm_ptr(gm, load, payload), img + setup_len, payload);
+	memcpy(guest_mem_ptr(gm, load, payload), img + setup_len, payload);
 
 	*out = (struct boot_image){
 		.kind = BOOT_BZIMAGE,
@@ -225,7 +225,7 @@ int boot_place_initrd(const struct guest_mem *gm, const struct boot_image *k,
 			    "initrd of %zu bytes does not fit in guest RAM above the kernel; "
 			    "give the guest more memory", len);
 	uint64_t at = (top - len) & ~0xfffull;
-	memcpy(gm_ptr(gm, at, len), data, len);
+	memcpy(guest_mem_ptr(gm, at, len), data, len);
 	*addr = at;
 	return 0;
 }
@@ -260,7 +260,7 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 		return errbuf_fail(err, errlen, -E2BIG,
 			    "kernel command line is %zu bytes; this kernel accepts at most %llu",
 			    cl, (unsigned long long)max);
-	if (gm_write(gm, BOOT_CMDLINE_ADDR, s->cmdline, cl + 1))
+	if (guest_mem_write(gm, BOOT_CMDLINE_ADDR, s->cmdline, cl + 1))
 		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for the command line");
 
 	struct boot_params bp;
@@ -287,7 +287,7 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 		bp.e820_table[i].type = map[i].type;
 	}
 	bp.e820_entries = (uint8_t)n;
-	if (gm_write(gm, BOOT_PARAMS_ADDR, &bp, sizeof bp))
+	if (guest_mem_write(gm, BOOT_PARAMS_ADDR, &bp, sizeof bp))
 		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for boot_params");
 
 	/* Selectors 0x10 (code) and 0x18 (data) as the 64-bit boot protocol
@@ -295,7 +295,7 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 	 * valid. */
 	uint64_t gdt[5] = { 0, 0, 0x00af9b000000ffffull, 0x00cf93000000ffffull,
 			    0x00008b0000000067ull };
-	if (gm_write(gm, BOOT_GDT_ADDR, gdt, sizeof gdt))
+	if (guest_mem_write(gm, BOOT_GDT_ADDR, gdt, sizeof gdt))
 		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for the GDT");
 
 	/* Identity map of the first 4 GiB with 2 MiB pages. */
@@ -303,12 +303,12 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 	uint64_t pdpt[512] = { 0 };
 	for (unsigned i = 0; i < 4; i++)
 		pdpt[i] = (BOOT_PD_ADDR + i * 0x1000ull) | 3;
-	if (gm_write(gm, BOOT_PML4_ADDR, pml4, sizeof pml4) ||
-	    gm_write(gm, BOOT_PDPT_ADDR, pdpt, sizeof pdpt))
+	if (guest_mem_write(gm, BOOT_PML4_ADDR, pml4, sizeof pml4) ||
+	    guest_mem_write(gm, BOOT_PDPT_ADDR, pdpt, sizeof pdpt))
 		return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for page tables");
 	for (unsigned i = 0; i < 4 * 512; i++) {
 		uint64_t pde = ((uint64_t)i << 21) | 0x83;
-		if (gm_write(gm, BOOT_PD_ADDR + i * 8ull, &pde, 8))
+		if (guest_mem_write(gm, BOOT_PD_ADDR + i * 8ull, &pde, 8))
 			return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for page tables");
 	}
 	return 0;

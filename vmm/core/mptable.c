@@ -130,5 +130,5 @@ int mptable_write(const struct guest_mem *gm, unsigned ncpus)
 	m.b[hdr + 35] = (uint8_t)(entries >> 8);
 	m.b[hdr + 7] = checksum(m.b + hdr, len);
 
-	return gm_write(gm, MPTABLE_ADDR, m.b, m.len);
+	return guest_mem_write(gm, MPTABLE_ADDR, m.b, m.len);
 }

@@ -115,7 +115,7 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 	if (ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r0) < 0)
 		return errbuf_fail(err, errlen, -errno, "KVM_SET_USER_MEMORY_REGION failed: %s",
 			    strerror(errno));
-	gm_add_region(&vm->mem, 0, vm->low_ram, vm->ram);
+	guest_mem_add_region(&vm->mem, 0, vm->low_ram, vm->ram);
 	if (vm->high_ram) {
 		struct kvm_userspace_memory_region r1 = {
 			.slot = 1, .guest_phys_addr = BOOT_HIGH_RAM_BASE,
@@ -125,7 +125,7 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 		if (ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r1) < 0)
 			return errbuf_fail(err, errlen, -errno, "KVM_SET_USER_MEMORY_REGION failed: %s",
 				    strerror(errno));
-		gm_add_region(&vm->mem, BOOT_HIGH_RAM_BASE, vm->high_ram,
+		guest_mem_add_region(&vm->mem, BOOT_HIGH_RAM_BASE, vm->high_ram,
 			      (uint8_t *)vm->ram + vm->low_ram);
 	}
 

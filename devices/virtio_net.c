@@ -77,7 +77,7 @@ static bool fill_csum(uint8_t *f, uint32_t len, const uint8_t *hdr)
 	uint16_t off = (uint16_t)(hdr[HDR_CSUM_OFFSET] | hdr[HDR_CSUM_OFFSET + 1] << 8);
 	if (start < VNET_ETH_HLEN || start >= len || off > len - start || len - start - off < 2)
 		return false;
-	uint16_t c = fr_csum(f + start, len - start, 0);
+	uint16_t c = frame_csum(f + start, len - start, 0);
 	f[start + off] = (uint8_t)(c >> 8);
 	f[start + off + 1] = (uint8_t)c;
 	return true;

@@ -41,7 +41,7 @@ static uint32_t sum_bytes(const uint8_t *b, size_t len, uint32_t sum)
 	return (uint32_t)s;
 }
 
-uint16_t fr_csum(const void *buf, size_t len, uint32_t sum)
+uint16_t frame_csum(const void *buf, size_t len, uint32_t sum)
 {
 	return (uint16_t)~sum_bytes(buf, len, sum);
 }
@@ -55,18 +55,18 @@ static uint32_t pseudo_sum(const uint8_t src[4], const uint8_t dst[4], uint8_t p
 	memcpy(ph + 4, dst, 4);
 	ph[8] = 0;
 	ph[9] = proto;
-	fr_put16(ph + 10, (uint16_t)len);
+	frame_put16(ph + 10, (uint16_t)len);
 	return sum_bytes(ph, sizeof ph, 0);
 }
 
-static int parse_arp(const uint8_t *a, size_t len, struct fr_pkt *p)
+static int parse_arp(const uint8_t *a, size_t len, struct frame_pkt *p)
 {
 	if (len < 28)
 		return -EPROTO;
 	/* Ethernet hardware, IPv4 protocol, 6- and 4-byte addresses. */
-	if (fr_get16(a) != 1 || fr_get16(a + 2) != FR_ETH_IPV4 || a[4] != 6 || a[5] != 4)
+	if (frame_get16(a) != 1 || frame_get16(a + 2) != FRAME_ETH_IPV4 || a[4] != 6 || a[5] != 4)
 		return -ENOTSUP;
-	p->arp_op = fr_get16(a + 6);
+	p->arp_op = frame_get16(a + 6);
 	memcpy(p->arp_sha, a + 8, 6);
 	memcpy(p->arp_spa, a + 14, 4);
 	memcpy(p->arp_tha, a + 18, 6);
@@ -74,7 +74,7 @@ static int parse_arp(const uint8_t *a, size_t len, struct fr_pkt *p)
 	return 0;
 }
 
-static int parse_tcp(struct fr_pkt *p, const uint8_t *t, size_t len)
+static int parse_tcp(struct frame_pkt *p, const uint8_t *t, size_t len)
 {
 	size_t hlen;
 
@@ -83,43 +83,43 @@ static int parse_tcp(struct fr_pkt *p, const uint8_t *t, size_t len)
 	hlen = (size_t)(t[12] >> 4) * 4;
 	if (hlen < 20 || hlen > len)
 		return -EPROTO;
-	if (fr_csum(t, len, pseudo_sum(p->src, p->dst, FR_IP_TCP, len)) != 0)
+	if (frame_csum(t, len, pseudo_sum(p->src, p->dst, FRAME_IP_TCP, len)) != 0)
 		return -EPROTO;
-	p->sport = fr_get16(t);
-	p->dport = fr_get16(t + 2);
-	p->seq = fr_get32(t + 4);
-	p->ack = fr_get32(t + 8);
+	p->sport = frame_get16(t);
+	p->dport = frame_get16(t + 2);
+	p->seq = frame_get32(t + 4);
+	p->ack = frame_get32(t + 8);
 	p->tcp_flags = t[13];
 	p->data = t + hlen;
 	p->data_len = len - hlen;
 	return 0;
 }
 
-static int parse_udp(struct fr_pkt *p, const uint8_t *u, size_t len)
+static int parse_udp(struct frame_pkt *p, const uint8_t *u, size_t len)
 {
 	size_t ulen;
 
 	if (len < 8)
 		return -EPROTO;
-	ulen = fr_get16(u + 4);
+	ulen = frame_get16(u + 4);
 	/* The UDP length must fill the IP payload exactly: a shorter one
 	 * would hide bytes another parser might read. */
 	if (ulen != len)
 		return -EPROTO;
-	if (fr_get16(u + 6) != 0 && fr_csum(u, len, pseudo_sum(p->src, p->dst, FR_IP_UDP, len)) != 0)
+	if (frame_get16(u + 6) != 0 && frame_csum(u, len, pseudo_sum(p->src, p->dst, FRAME_IP_UDP, len)) != 0)
 		return -EPROTO;
-	p->sport = fr_get16(u);
-	p->dport = fr_get16(u + 2);
+	p->sport = frame_get16(u);
+	p->dport = frame_get16(u + 2);
 	p->data = u + 8;
 	p->data_len = len - 8;
 	return 0;
 }
 
-static int parse_icmp(struct fr_pkt *p, const uint8_t *c, size_t len)
+static int parse_icmp(struct frame_pkt *p, const uint8_t *c, size_t len)
 {
 	if (len < 8)
 		return -EPROTO;
-	if (fr_csum(c, len, 0) != 0)
+	if (frame_csum(c, len, 0) != 0)
 		return -EPROTO;
 	p->icmp_type = c[0];
 	p->icmp_code = c[1];
@@ -128,7 +128,7 @@ static int parse_icmp(struct fr_pkt *p, const uint8_t *c, size_t len)
 	return 0;
 }
 
-static int parse_ipv4(const uint8_t *ip, size_t avail, struct fr_pkt *p)
+static int parse_ipv4(const uint8_t *ip, size_t avail, struct frame_pkt *p)
 {
 	size_t hlen, tot;
 	uint16_t frag;
@@ -136,14 +136,14 @@ static int parse_ipv4(const uint8_t *ip, size_t avail, struct fr_pkt *p)
 	if (avail < 20 || ip[0] >> 4 != 4)
 		return -EPROTO;
 	hlen = (size_t)(ip[0] & 0xf) * 4;
-	tot = fr_get16(ip + 2);
+	tot = frame_get16(ip + 2);
 	/* Frames may be padded past the packet (60-byte minimum), never
 	 * shorter than it. */
 	if (hlen < 20 || tot < hlen || tot > avail)
 		return -EPROTO;
-	if (fr_csum(ip, hlen, 0) != 0)
+	if (frame_csum(ip, hlen, 0) != 0)
 		return -EPROTO;
-	frag = fr_get16(ip + 6);
+	frag = frame_get16(ip + 6);
 	if (frag & 0x8000)
 		return -EPROTO; /* reserved bit */
 	if (frag & 0x3fff)
@@ -155,32 +155,32 @@ static int parse_ipv4(const uint8_t *ip, size_t avail, struct fr_pkt *p)
 	memcpy(p->src, ip + 12, 4);
 	memcpy(p->dst, ip + 16, 4);
 	switch (p->proto) {
-	case FR_IP_TCP:
+	case FRAME_IP_TCP:
 		return parse_tcp(p, ip + hlen, tot - hlen);
-	case FR_IP_UDP:
+	case FRAME_IP_UDP:
 		return parse_udp(p, ip + hlen, tot - hlen);
-	case FR_IP_ICMP:
+	case FRAME_IP_ICMP:
 		return parse_icmp(p, ip + hlen, tot - hlen);
 	default:
 		return -ENOTSUP;
 	}
 }
 
-int fr_parse(const uint8_t *f, size_t len, struct fr_pkt *p)
+int frame_parse(const uint8_t *f, size_t len, struct frame_pkt *p)
 {
 	memset(p, 0, sizeof *p);
-	if (len > FR_FRAME_MAX)
+	if (len > FRAME_MAX)
 		return -EMSGSIZE;
-	if (len < FR_ETH_HLEN)
+	if (len < FRAME_ETH_HLEN)
 		return -EPROTO;
 	memcpy(p->eth_dst, f, 6);
 	memcpy(p->eth_src, f + 6, 6);
-	p->ethertype = fr_get16(f + 12);
+	p->ethertype = frame_get16(f + 12);
 	switch (p->ethertype) {
-	case FR_ETH_ARP:
-		return parse_arp(f + FR_ETH_HLEN, len - FR_ETH_HLEN, p);
-	case FR_ETH_IPV4:
-		return parse_ipv4(f + FR_ETH_HLEN, len - FR_ETH_HLEN, p);
+	case FRAME_ETH_ARP:
+		return parse_arp(f + FRAME_ETH_HLEN, len - FRAME_ETH_HLEN, p);
+	case FRAME_ETH_IPV4:
+		return parse_ipv4(f + FRAME_ETH_HLEN, len - FRAME_ETH_HLEN, p);
 	default:
 		return -ENOTSUP;
 	}
@@ -190,7 +190,7 @@ static void put_eth(uint8_t *out, const uint8_t dmac[6], const uint8_t smac[6], 
 {
 	memcpy(out, dmac, 6);
 	memcpy(out + 6, smac, 6);
-	fr_put16(out + 12, type);
+	frame_put16(out + 12, type);
 }
 
 /* A 20-byte IPv4 header without options, DF set, TTL 64. */
@@ -198,162 +198,162 @@ static void put_ipv4(uint8_t *ip, const uint8_t src[4], const uint8_t dst[4], ui
 {
 	memset(ip, 0, 20);
 	ip[0] = 0x45;
-	fr_put16(ip + 2, (uint16_t)total);
-	fr_put16(ip + 6, 0x4000);
+	frame_put16(ip + 2, (uint16_t)total);
+	frame_put16(ip + 6, 0x4000);
 	ip[8] = 64;
 	ip[9] = proto;
 	memcpy(ip + 12, src, 4);
 	memcpy(ip + 16, dst, 4);
-	fr_put16(ip + 10, fr_csum(ip, 20, 0));
+	frame_put16(ip + 10, frame_csum(ip, 20, 0));
 }
 
-int fr_build_arp_reply(const struct fr_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n)
+int frame_build_arp_reply(const struct frame_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n)
 {
-	uint8_t *a = out + FR_ETH_HLEN;
+	uint8_t *a = out + FRAME_ETH_HLEN;
 
-	if (req->ethertype != FR_ETH_ARP || req->arp_op != FR_ARP_REQUEST)
+	if (req->ethertype != FRAME_ETH_ARP || req->arp_op != FRAME_ARP_REQUEST)
 		return -EINVAL;
-	if (cap < FR_ETH_HLEN + 28)
+	if (cap < FRAME_ETH_HLEN + 28)
 		return -ENOSPC;
-	put_eth(out, req->arp_sha, mac, FR_ETH_ARP);
-	fr_put16(a, 1);
-	fr_put16(a + 2, FR_ETH_IPV4);
+	put_eth(out, req->arp_sha, mac, FRAME_ETH_ARP);
+	frame_put16(a, 1);
+	frame_put16(a + 2, FRAME_ETH_IPV4);
 	a[4] = 6;
 	a[5] = 4;
-	fr_put16(a + 6, FR_ARP_REPLY);
+	frame_put16(a + 6, FRAME_ARP_REPLY);
 	memcpy(a + 8, mac, 6);
 	memcpy(a + 14, req->arp_tpa, 4);
 	memcpy(a + 18, req->arp_sha, 6);
 	memcpy(a + 24, req->arp_spa, 4);
-	*n = FR_ETH_HLEN + 28;
+	*n = FRAME_ETH_HLEN + 28;
 	return 0;
 }
 
-int fr_build_echo_reply(const struct fr_pkt *req, uint8_t *out, size_t cap, size_t *n)
+int frame_build_echo_reply(const struct frame_pkt *req, uint8_t *out, size_t cap, size_t *n)
 {
 	size_t icmp_len, total;
 	uint8_t *c;
 
-	if (req->ethertype != FR_ETH_IPV4 || req->proto != FR_IP_ICMP || req->icmp_type != FR_ICMP_ECHO)
+	if (req->ethertype != FRAME_ETH_IPV4 || req->proto != FRAME_IP_ICMP || req->icmp_type != FRAME_ICMP_ECHO)
 		return -EINVAL;
 	icmp_len = 4 + req->data_len;
 	total = 20 + icmp_len;
-	if (total > FR_MTU || cap < FR_ETH_HLEN + total)
+	if (total > FRAME_MTU || cap < FRAME_ETH_HLEN + total)
 		return -ENOSPC;
-	put_eth(out, req->eth_src, req->eth_dst, FR_ETH_IPV4);
-	put_ipv4(out + FR_ETH_HLEN, req->dst, req->src, FR_IP_ICMP, total);
-	c = out + FR_ETH_HLEN + 20;
-	c[0] = FR_ICMP_ECHO_REPLY;
+	put_eth(out, req->eth_src, req->eth_dst, FRAME_ETH_IPV4);
+	put_ipv4(out + FRAME_ETH_HLEN, req->dst, req->src, FRAME_IP_ICMP, total);
+	c = out + FRAME_ETH_HLEN + 20;
+	c[0] = FRAME_ICMP_ECHO_REPLY;
 	c[1] = 0;
 	c[2] = c[3] = 0;
 	memmove(c + 4, req->data, req->data_len);
-	fr_put16(c + 2, fr_csum(c, icmp_len, 0));
-	*n = FR_ETH_HLEN + total;
+	frame_put16(c + 2, frame_csum(c, icmp_len, 0));
+	*n = FRAME_ETH_HLEN + total;
 	return 0;
 }
 
-int fr_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src[4], uint16_t sport,
+int frame_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src[4], uint16_t sport,
 		 const uint8_t dst[4], uint16_t dport, const uint8_t *data, size_t len, uint8_t *out, size_t cap,
 		 size_t *n)
 {
 	size_t total = 20 + 8 + len;
-	uint8_t *u = out + FR_ETH_HLEN + 20;
+	uint8_t *u = out + FRAME_ETH_HLEN + 20;
 	uint16_t ck;
 
-	if (len > FR_MTU || total > FR_MTU || cap < FR_ETH_HLEN + total)
+	if (len > FRAME_MTU || total > FRAME_MTU || cap < FRAME_ETH_HLEN + total)
 		return -ENOSPC;
-	put_eth(out, dmac, smac, FR_ETH_IPV4);
-	put_ipv4(out + FR_ETH_HLEN, src, dst, FR_IP_UDP, total);
-	fr_put16(u, sport);
-	fr_put16(u + 2, dport);
-	fr_put16(u + 4, (uint16_t)(8 + len));
-	fr_put16(u + 6, 0);
+	put_eth(out, dmac, smac, FRAME_ETH_IPV4);
+	put_ipv4(out + FRAME_ETH_HLEN, src, dst, FRAME_IP_UDP, total);
+	frame_put16(u, sport);
+	frame_put16(u + 2, dport);
+	frame_put16(u + 4, (uint16_t)(8 + len));
+	frame_put16(u + 6, 0);
 	memmove(u + 8, data, len);
-	ck = fr_csum(u, 8 + len, pseudo_sum(src, dst, FR_IP_UDP, 8 + len));
-	fr_put16(u + 6, ck ? ck : 0xffff); /* 0 means "no checksum" in UDP */
-	*n = FR_ETH_HLEN + total;
+	ck = frame_csum(u, 8 + len, pseudo_sum(src, dst, FRAME_IP_UDP, 8 + len));
+	frame_put16(u + 6, ck ? ck : 0xffff); /* 0 means "no checksum" in UDP */
+	*n = FRAME_ETH_HLEN + total;
 	return 0;
 }
 
-int fr_build_tcp_rst(const struct fr_pkt *seg, uint8_t *out, size_t cap, size_t *n)
+int frame_build_tcp_rst(const struct frame_pkt *seg, uint8_t *out, size_t cap, size_t *n)
 {
 	const size_t total = 20 + 20;
-	uint8_t *t = out + FR_ETH_HLEN + 20;
+	uint8_t *t = out + FRAME_ETH_HLEN + 20;
 	uint32_t seq, ack, seglen;
 	uint8_t flags;
 
-	if (seg->ethertype != FR_ETH_IPV4 || seg->proto != FR_IP_TCP || (seg->tcp_flags & FR_TCP_RST))
+	if (seg->ethertype != FRAME_ETH_IPV4 || seg->proto != FRAME_IP_TCP || (seg->tcp_flags & FRAME_TCP_RST))
 		return -EINVAL;
-	if (cap < FR_ETH_HLEN + total)
+	if (cap < FRAME_ETH_HLEN + total)
 		return -ENOSPC;
-	if (seg->tcp_flags & FR_TCP_ACK) {
+	if (seg->tcp_flags & FRAME_TCP_ACK) {
 		seq = seg->ack;
 		ack = 0;
-		flags = FR_TCP_RST;
+		flags = FRAME_TCP_RST;
 	} else {
-		seglen = (uint32_t)seg->data_len + !!(seg->tcp_flags & FR_TCP_SYN) + !!(seg->tcp_flags & FR_TCP_FIN);
+		seglen = (uint32_t)seg->data_len + !!(seg->tcp_flags & FRAME_TCP_SYN) + !!(seg->tcp_flags & FRAME_TCP_FIN);
 		seq = 0;
 		ack = seg->seq + seglen;
-		flags = FR_TCP_RST | FR_TCP_ACK;
+		flags = FRAME_TCP_RST | FRAME_TCP_ACK;
 	}
-	put_eth(out, seg->eth_src, seg->eth_dst, FR_ETH_IPV4);
-	put_ipv4(out + FR_ETH_HLEN, seg->dst, seg->src, FR_IP_TCP, total);
+	put_eth(out, seg->eth_src, seg->eth_dst, FRAME_ETH_IPV4);
+	put_ipv4(out + FRAME_ETH_HLEN, seg->dst, seg->src, FRAME_IP_TCP, total);
 	memset(t, 0, 20);
-	fr_put16(t, seg->dport);
-	fr_put16(t + 2, seg->sport);
-	fr_put32(t + 4, seq);
-	fr_put32(t + 8, ack);
+	frame_put16(t, seg->dport);
+	frame_put16(t + 2, seg->sport);
+	frame_put32(t + 4, seq);
+	frame_put32(t + 8, ack);
 	t[12] = 5 << 4;
 	t[13] = flags;
-	fr_put16(t + 16, fr_csum(t, 20, pseudo_sum(seg->dst, seg->src, FR_IP_TCP, 20)));
-	*n = FR_ETH_HLEN + total;
+	frame_put16(t + 16, frame_csum(t, 20, pseudo_sum(seg->dst, seg->src, FRAME_IP_TCP, 20)));
+	*n = FRAME_ETH_HLEN + total;
 	return 0;
 }
 
-int fr_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const uint8_t tpa[4], uint8_t *out,
+int frame_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const uint8_t tpa[4], uint8_t *out,
 			 size_t cap, size_t *n)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-	uint8_t *a = out + FR_ETH_HLEN;
+	uint8_t *a = out + FRAME_ETH_HLEN;
 
-	if (cap < FR_ETH_HLEN + 28)
+	if (cap < FRAME_ETH_HLEN + 28)
 		return -ENOSPC;
-	put_eth(out, bcast, smac, FR_ETH_ARP);
-	fr_put16(a, 1);
-	fr_put16(a + 2, FR_ETH_IPV4);
+	put_eth(out, bcast, smac, FRAME_ETH_ARP);
+	frame_put16(a, 1);
+	frame_put16(a + 2, FRAME_ETH_IPV4);
 	a[4] = 6;
 	a[5] = 4;
-	fr_put16(a + 6, FR_ARP_REQUEST);
+	frame_put16(a + 6, FRAME_ARP_REQUEST);
 	memcpy(a + 8, smac, 6);
 	memcpy(a + 14, spa, 4);
 	memset(a + 18, 0, 6);
 	memcpy(a + 24, tpa, 4);
-	*n = FR_ETH_HLEN + 28;
+	*n = FRAME_ETH_HLEN + 28;
 	return 0;
 }
 
-int fr_build_port_unreach(const struct fr_pkt *dg, uint8_t *out, size_t cap, size_t *n)
+int frame_build_port_unreach(const struct frame_pkt *dg, uint8_t *out, size_t cap, size_t *n)
 {
 	/* RFC 792: the offending IP header and the first 8 bytes of its
 	 * payload (the UDP header), enough for the sender to find its socket. */
 	size_t quoted, total;
-	uint8_t *c = out + FR_ETH_HLEN + 20;
+	uint8_t *c = out + FRAME_ETH_HLEN + 20;
 
-	if (dg->ethertype != FR_ETH_IPV4 || dg->proto != FR_IP_UDP || !dg->ip)
+	if (dg->ethertype != FRAME_ETH_IPV4 || dg->proto != FRAME_IP_UDP || !dg->ip)
 		return -EINVAL;
 	quoted = dg->ip_hlen + 8;
 	if (quoted > dg->ip_len)
 		quoted = dg->ip_len;
 	total = 20 + 8 + quoted;
-	if (cap < FR_ETH_HLEN + total)
+	if (cap < FRAME_ETH_HLEN + total)
 		return -ENOSPC;
-	put_eth(out, dg->eth_src, dg->eth_dst, FR_ETH_IPV4);
-	put_ipv4(out + FR_ETH_HLEN, dg->dst, dg->src, FR_IP_ICMP, total);
+	put_eth(out, dg->eth_src, dg->eth_dst, FRAME_ETH_IPV4);
+	put_ipv4(out + FRAME_ETH_HLEN, dg->dst, dg->src, FRAME_IP_ICMP, total);
 	memset(c, 0, 8);
-	c[0] = FR_ICMP_UNREACH;
-	c[1] = FR_ICMP_PORT_UNREACH;
+	c[0] = FRAME_ICMP_UNREACH;
+	c[1] = FRAME_ICMP_PORT_UNREACH;
 	memcpy(c + 8, dg->ip, quoted);
-	fr_put16(c + 2, fr_csum(c, 8 + quoted, 0));
-	*n = FR_ETH_HLEN + total;
+	frame_put16(c + 2, frame_csum(c, 8 + quoted, 0));
+	*n = FRAME_ETH_HLEN + total;
 	return 0;
 }

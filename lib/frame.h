@@ -14,57 +14,57 @@
  * checked that the 2 or 4 bytes lie inside the frame. */
 
 /* The big-endian 16-bit field at b. */
-static inline uint16_t fr_get16(const uint8_t *b)
+static inline uint16_t frame_get16(const uint8_t *b)
 {
 	return (uint16_t)(b[0] << 8 | b[1]);
 }
 
 /* The big-endian 32-bit field at b. */
-static inline uint32_t fr_get32(const uint8_t *b)
+static inline uint32_t frame_get32(const uint8_t *b)
 {
 	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
 /* Store v big-endian in b[0..2). */
-static inline void fr_put16(uint8_t *b, uint16_t v)
+static inline void frame_put16(uint8_t *b, uint16_t v)
 {
 	b[0] = (uint8_t)(v >> 8);
 	b[1] = (uint8_t)v;
 }
 
 /* Store v big-endian in b[0..4). */
-static inline void fr_put32(uint8_t *b, uint32_t v)
+static inline void frame_put32(uint8_t *b, uint32_t v)
 {
-	fr_put16(b, (uint16_t)(v >> 16));
-	fr_put16(b + 2, (uint16_t)v);
+	frame_put16(b, (uint16_t)(v >> 16));
+	frame_put16(b + 2, (uint16_t)v);
 }
 
-#define FR_ETH_HLEN 14u
-#define FR_MTU 65520u                           /* largest IPv4 packet either side sends (virtio-net's MTU) */
-#define FR_FRAME_MAX (FR_ETH_HLEN + FR_MTU)     /* no VLAN tags, no FCS */
-#define FR_ETH_IPV4 0x0800u
-#define FR_ETH_ARP 0x0806u
-#define FR_ETH_IPV6 0x86ddu
-#define FR_IP_ICMP 1u
-#define FR_IP_TCP 6u
-#define FR_IP_UDP 17u
-#define FR_TCP_FIN 0x01u
-#define FR_TCP_SYN 0x02u
-#define FR_TCP_RST 0x04u
-#define FR_TCP_PSH 0x08u
-#define FR_TCP_ACK 0x10u
-#define FR_ARP_REQUEST 1u
-#define FR_ARP_REPLY 2u
-#define FR_ICMP_ECHO_REPLY 0u
-#define FR_ICMP_ECHO 8u
-#define FR_ICMP_UNREACH 3u
-#define FR_ICMP_PORT_UNREACH 3u
+#define FRAME_ETH_HLEN 14u
+#define FRAME_MTU 65520u                           /* largest IPv4 packet either side sends (virtio-net's MTU) */
+#define FRAME_MAX (FRAME_ETH_HLEN + FRAME_MTU)     /* no VLAN tags, no FCS */
+#define FRAME_ETH_IPV4 0x0800u
+#define FRAME_ETH_ARP 0x0806u
+#define FRAME_ETH_IPV6 0x86ddu
+#define FRAME_IP_ICMP 1u
+#define FRAME_IP_TCP 6u
+#define FRAME_IP_UDP 17u
+#define FRAME_TCP_FIN 0x01u
+#define FRAME_TCP_SYN 0x02u
+#define FRAME_TCP_RST 0x04u
+#define FRAME_TCP_PSH 0x08u
+#define FRAME_TCP_ACK 0x10u
+#define FRAME_ARP_REQUEST 1u
+#define FRAME_ARP_REPLY 2u
+#define FRAME_ICMP_ECHO_REPLY 0u
+#define FRAME_ICMP_ECHO 8u
+#define FRAME_ICMP_UNREACH 3u
+#define FRAME_ICMP_PORT_UNREACH 3u
 
-/* One parsed frame.  Pointers point into the frame given to fr_parse. */
-struct fr_pkt {
+/* One parsed frame.  Pointers point into the frame given to frame_parse. */
+struct frame_pkt {
 	uint8_t eth_dst[6], eth_src[6];
 	uint16_t ethertype;
-	/* ARP (ethertype FR_ETH_ARP): Ethernet/IPv4 only. */
+	/* ARP (ethertype FRAME_ETH_ARP): Ethernet/IPv4 only. */
 	uint16_t arp_op;
 	uint8_t arp_sha[6], arp_spa[4], arp_tha[6], arp_tpa[4];
 	/* IPv4: the packet is ip[0, ip_len), its header ip[0, ip_hlen). */
@@ -85,29 +85,29 @@ struct fr_pkt {
 /* Parse frame f of len bytes into *p.  Returns 0 for an ARP packet
  * (Ethernet/IPv4, 28 bytes) or an unfragmented IPv4 packet carrying TCP,
  * UDP or ICMP whose lengths and checksums (IP header, TCP, ICMP, UDP
- * unless zero) are right; -EMSGSIZE for a frame longer than FR_FRAME_MAX;
+ * unless zero) are right; -EMSGSIZE for a frame longer than FRAME_MAX;
  * -ENOTSUP for what kbox does not handle (IPv6, other protocols, IP
  * options are fine, fragments are not); -EPROTO for anything malformed. */
-int fr_parse(const uint8_t *f, size_t len, struct fr_pkt *p);
+int frame_parse(const uint8_t *f, size_t len, struct frame_pkt *p);
 
 /* The Internet checksum over buf[0, len) continuing from the 32-bit
  * running sum sum (0 to start); returns the folded, complemented value. */
-uint16_t fr_csum(const void *buf, size_t len, uint32_t sum);
+uint16_t frame_csum(const void *buf, size_t len, uint32_t sum);
 
 /* Reply to ARP request req (as parsed) for an address kbox owns: "tpa is
  * at mac".  Writes the frame to out and its length to *n.  0, -EINVAL (req
  * is no ARP request) or -ENOSPC. */
-int fr_build_arp_reply(const struct fr_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n);
+int frame_build_arp_reply(const struct frame_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n);
 
 /* Answer ICMP echo request req: same identifier, sequence and data,
  * addresses and MACs swapped (our MAC is req->eth_dst).  0, -EINVAL or
  * -ENOSPC. */
-int fr_build_echo_reply(const struct fr_pkt *req, uint8_t *out, size_t cap, size_t *n);
+int frame_build_echo_reply(const struct frame_pkt *req, uint8_t *out, size_t cap, size_t *n);
 
 /* Build an IPv4/UDP frame from src:sport (MAC smac) to dst:dport (MAC
  * dmac) carrying data[0, len), with its checksum.  0 or -ENOSPC (also
- * when the packet would exceed FR_MTU). */
-int fr_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src[4], uint16_t sport,
+ * when the packet would exceed FRAME_MTU). */
+int frame_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src[4], uint16_t sport,
 		 const uint8_t dst[4], uint16_t dport, const uint8_t *data, size_t len, uint8_t *out, size_t cap,
 		 size_t *n);
 
@@ -115,15 +115,15 @@ int fr_build_udp(const uint8_t dmac[6], const uint8_t smac[6], const uint8_t src
  * set in seg, seq = seg.ack and flags RST; otherwise seq 0, ack = seg.seq +
  * the segment's length (SYN and FIN count one) and flags RST|ACK.  No
  * reset answers a reset (-EINVAL). 0, -EINVAL or -ENOSPC. */
-int fr_build_tcp_rst(const struct fr_pkt *seg, uint8_t *out, size_t cap, size_t *n);
+int frame_build_tcp_rst(const struct frame_pkt *seg, uint8_t *out, size_t cap, size_t *n);
 
 /* Ask who has tpa (ARP request, broadcast) as smac/spa.  0 or -ENOSPC. */
-int fr_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const uint8_t tpa[4], uint8_t *out,
+int frame_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const uint8_t tpa[4], uint8_t *out,
 			 size_t cap, size_t *n);
 
 /* Answer UDP datagram dg (as parsed, dg->ip still valid) with ICMP
  * "port unreachable" from the address it was sent to, quoting its IP
  * header and 8 bytes (RFC 792).  0, -EINVAL (no UDP) or -ENOSPC. */
-int fr_build_port_unreach(const struct fr_pkt *dg, uint8_t *out, size_t cap, size_t *n);
+int frame_build_port_unreach(const struct frame_pkt *dg, uint8_t *out, size_t cap, size_t *n);
 
 #endif

@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <string.h>
 
-#define IP_OFF FR_ETH_HLEN
-#define TCP_OFF (FR_ETH_HLEN + 20u) /* only option-less IP headers merge */
+#define IP_OFF FRAME_ETH_HLEN
+#define TCP_OFF (FRAME_ETH_HLEN + 20u) /* only option-less IP headers merge */
 
 void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx)
 {
@@ -26,15 +26,15 @@ static size_t candidate(const uint8_t *f, size_t len)
 	size_t hlen;
 	uint8_t flags;
 
-	if (len < TCP_OFF + 20 || len > FR_FRAME_MAX || fr_get16(f + 12) != FR_ETH_IPV4)
+	if (len < TCP_OFF + 20 || len > FRAME_MAX || frame_get16(f + 12) != FRAME_ETH_IPV4)
 		return 0;
-	if (f[IP_OFF] != 0x45 || fr_get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || (fr_get16(f + IP_OFF + 6) & 0x3fff) != 0 ||
-	    f[IP_OFF + 9] != FR_IP_TCP)
+	if (f[IP_OFF] != 0x45 || frame_get16(f + IP_OFF + 2) != len - FRAME_ETH_HLEN || (frame_get16(f + IP_OFF + 6) & 0x3fff) != 0 ||
+	    f[IP_OFF + 9] != FRAME_IP_TCP)
 		return 0;
 	hlen = TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4;
 	flags = f[TCP_OFF + 13];
-	if (hlen < TCP_OFF + 20 || hlen >= len || (flags & ~(FR_TCP_ACK | FR_TCP_PSH)) != 0 || !(flags & FR_TCP_ACK) ||
-	    fr_get16(f + TCP_OFF + 18) != 0)
+	if (hlen < TCP_OFF + 20 || hlen >= len || (flags & ~(FRAME_TCP_ACK | FRAME_TCP_PSH)) != 0 || !(flags & FRAME_TCP_ACK) ||
+	    frame_get16(f + TCP_OFF + 18) != 0)
 		return 0;
 	return hlen;
 }
@@ -48,9 +48,9 @@ static int continues(const struct gso *g, const uint8_t *f, size_t len, size_t h
 	if (g->len == 0 || hlen != g->hlen || plen > g->mss || g->len + plen > g->max || partial != g->partial)
 		return 0;
 	/* Only the last segment may be short or pushed. */
-	if (g->len - g->hlen != (size_t)g->segs * g->mss || (p[TCP_OFF + 13] & FR_TCP_PSH))
+	if (g->len - g->hlen != (size_t)g->segs * g->mss || (p[TCP_OFF + 13] & FRAME_TCP_PSH))
 		return 0;
-	if (fr_get32(f + TCP_OFF + 4) != g->next_seq)
+	if (frame_get32(f + TCP_OFF + 4) != g->next_seq)
 		return 0;
 	/* Ethernet header; IP version to TOS; flags to protocol; addresses;
 	 * TCP ports; acknowledgement to window (flags differ: checked
@@ -80,21 +80,21 @@ int gso_tcp_partial(uint8_t *f, size_t len)
 {
 	uint8_t ph[12];
 
-	if (len < TCP_OFF + 20 || fr_get16(f + 12) != FR_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FR_IP_TCP ||
-	    fr_get16(f + IP_OFF + 2) != len - FR_ETH_HLEN)
+	if (len < TCP_OFF + 20 || frame_get16(f + 12) != FRAME_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FRAME_IP_TCP ||
+	    frame_get16(f + IP_OFF + 2) != len - FRAME_ETH_HLEN)
 		return -EINVAL;
 	memcpy(ph, f + IP_OFF + 12, 8);
 	ph[8] = 0;
-	ph[9] = FR_IP_TCP;
-	fr_put16(ph + 10, (uint16_t)(len - TCP_OFF));
-	fr_put16(f + TCP_OFF + 16, (uint16_t)~fr_csum(ph, sizeof ph, 0));
+	ph[9] = FRAME_IP_TCP;
+	frame_put16(ph + 10, (uint16_t)(len - TCP_OFF));
+	frame_put16(f + TCP_OFF + 16, (uint16_t)~frame_csum(ph, sizeof ph, 0));
 	return 0;
 }
 
 void gso_flush(struct gso *g)
 {
 	uint8_t *p = g->buf, ph[12];
-	size_t iplen = g->len - FR_ETH_HLEN;
+	size_t iplen = g->len - FRAME_ETH_HLEN;
 	struct gso_hdr h;
 
 	if (g->len == 0)
@@ -105,16 +105,16 @@ void gso_flush(struct gso *g)
 		g->len = 0;
 		return;
 	}
-	fr_put16(p + IP_OFF + 2, (uint16_t)iplen);
-	fr_put16(p + IP_OFF + 10, 0);
-	fr_put16(p + IP_OFF + 10, fr_csum(p + IP_OFF, 20, 0));
+	frame_put16(p + IP_OFF + 2, (uint16_t)iplen);
+	frame_put16(p + IP_OFF + 10, 0);
+	frame_put16(p + IP_OFF + 10, frame_csum(p + IP_OFF, 20, 0));
 	/* The pseudo-header's sum, folded and not complemented: the peer
 	 * adds the segment's bytes and complements (NEEDS_CSUM). */
 	memcpy(ph, p + IP_OFF + 12, 8);
 	ph[8] = 0;
-	ph[9] = FR_IP_TCP;
-	fr_put16(ph + 10, (uint16_t)(iplen - 20));
-	fr_put16(p + TCP_OFF + 16, (uint16_t)~fr_csum(ph, sizeof ph, 0));
+	ph[9] = FRAME_IP_TCP;
+	frame_put16(ph + 10, (uint16_t)(iplen - 20));
+	frame_put16(p + TCP_OFF + 16, (uint16_t)~frame_csum(ph, sizeof ph, 0));
 	h.flags = GSO_F_NEEDS_CSUM;
 	h.gso_type = GSO_TYPE_TCPV4;
 	h.hdr_len = (uint16_t)g->hlen;
@@ -148,7 +148,7 @@ static void add(struct gso *g, const uint8_t *f, size_t len, int partial)
 	g->hlen = hlen;
 	g->mss = len - hlen;
 	g->segs = 1;
-	g->next_seq = fr_get32(f + TCP_OFF + 4) + (uint32_t)g->mss;
+	g->next_seq = frame_get32(f + TCP_OFF + 4) + (uint32_t)g->mss;
 }
 
 void gso_add(struct gso *g, const uint8_t *f, size_t len)
@@ -179,38 +179,38 @@ int gso_segment(const struct gso_hdr *h, const uint8_t *f, size_t len, uint8_t *
 		 * at csum_offset over the partial sum already there. */
 		size_t at = (size_t)h->csum_start + h->csum_offset;
 
-		if (h->csum_start < FR_ETH_HLEN || h->csum_start >= len || at + 2 > len || len > cap)
+		if (h->csum_start < FRAME_ETH_HLEN || h->csum_start >= len || at + 2 > len || len > cap)
 			return -EINVAL;
 		memcpy(out, f, len);
-		fr_put16(out + at, fr_csum(out + h->csum_start, len - h->csum_start, 0));
+		frame_put16(out + at, frame_csum(out + h->csum_start, len - h->csum_start, 0));
 		emit(ctx, &none, out, len);
 		return 0;
 	}
 	if (h->gso_type != GSO_TYPE_TCPV4 || h->flags != GSO_F_NEEDS_CSUM || h->csum_start != TCP_OFF ||
 	    h->csum_offset != 16 || mss == 0 || hlen < TCP_OFF + 20 || hlen >= len || len > GSO_FRAME_MAX ||
-	    hlen + mss > cap || fr_get16(f + 12) != FR_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FR_IP_TCP ||
-	    fr_get16(f + IP_OFF + 2) != len - FR_ETH_HLEN || hlen != TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4)
+	    hlen + mss > cap || frame_get16(f + 12) != FRAME_ETH_IPV4 || f[IP_OFF] != 0x45 || f[IP_OFF + 9] != FRAME_IP_TCP ||
+	    frame_get16(f + IP_OFF + 2) != len - FRAME_ETH_HLEN || hlen != TCP_OFF + (size_t)(f[TCP_OFF + 12] >> 4) * 4)
 		return -EINVAL;
-	seq = fr_get32(f + TCP_OFF + 4);
-	id = fr_get16(f + IP_OFF + 4);
+	seq = frame_get32(f + TCP_OFF + 4);
+	id = frame_get16(f + IP_OFF + 4);
 	memcpy(ph, f + IP_OFF + 12, 8);
 	ph[8] = 0;
-	ph[9] = FR_IP_TCP;
+	ph[9] = FRAME_IP_TCP;
 	for (off = hlen, i = 0; off < len; off += mss, i++) {
 		size_t plen = len - off < mss ? len - off : mss, n = hlen + plen;
 
 		memcpy(out, f, hlen);
 		memcpy(out + hlen, f + off, plen);
-		fr_put16(out + IP_OFF + 2, (uint16_t)(n - FR_ETH_HLEN));
-		fr_put16(out + IP_OFF + 4, (uint16_t)(id + i));
-		fr_put16(out + IP_OFF + 10, 0);
-		fr_put16(out + IP_OFF + 10, fr_csum(out + IP_OFF, 20, 0));
-		fr_put32(out + TCP_OFF + 4, seq + (uint32_t)(off - hlen));
+		frame_put16(out + IP_OFF + 2, (uint16_t)(n - FRAME_ETH_HLEN));
+		frame_put16(out + IP_OFF + 4, (uint16_t)(id + i));
+		frame_put16(out + IP_OFF + 10, 0);
+		frame_put16(out + IP_OFF + 10, frame_csum(out + IP_OFF, 20, 0));
+		frame_put32(out + TCP_OFF + 4, seq + (uint32_t)(off - hlen));
 		if (off + plen < len)
-			out[TCP_OFF + 13] &= (uint8_t)~(FR_TCP_PSH | FR_TCP_FIN);
-		fr_put16(ph + 10, (uint16_t)(n - TCP_OFF));
-		fr_put16(out + TCP_OFF + 16, 0);
-		fr_put16(out + TCP_OFF + 16, fr_csum(out + TCP_OFF, n - TCP_OFF, (uint16_t)~fr_csum(ph, sizeof ph, 0)));
+			out[TCP_OFF + 13] &= (uint8_t)~(FRAME_TCP_PSH | FRAME_TCP_FIN);
+		frame_put16(ph + 10, (uint16_t)(n - TCP_OFF));
+		frame_put16(out + TCP_OFF + 16, 0);
+		frame_put16(out + TCP_OFF + 16, frame_csum(out + TCP_OFF, n - TCP_OFF, (uint16_t)~frame_csum(ph, sizeof ph, 0)));
 		emit(ctx, &none, out, n);
 	}
 	return 0;

@@ -36,8 +36,8 @@
 #define GSO_TYPE_NONE 0u    /* virtio_net_hdr gso_type */
 #define GSO_TYPE_TCPV4 1u
 #define GSO_IP_MAX 65535u                       /* IPv4 total length */
-#define GSO_FRAME_MAX (FR_ETH_HLEN + GSO_IP_MAX) /* largest merged frame */
-#define GSO_MIN_BOUND (FR_ETH_HLEN + 1500u)      /* the smallest bound: an Ethernet frame */
+#define GSO_FRAME_MAX (FRAME_ETH_HLEN + GSO_IP_MAX) /* largest merged frame */
+#define GSO_MIN_BOUND (FRAME_ETH_HLEN + 1500u)      /* the smallest bound: an Ethernet frame */
 
 /* virtio_net_hdr (virtio 1.2 §5.1.6) without num_buffers, in host byte
  * order: the layout a TAP device with IFF_VNET_HDR reads and writes on a
@@ -73,7 +73,7 @@ struct gso {
  * alone. */
 void gso_init(struct gso *g, size_t max, gso_emit_fn emit, void *ctx);
 
-/* Offer frame f[0, len) (copied; len at most FR_FRAME_MAX, longer frames
+/* Offer frame f[0, len) (copied; len at most FRAME_MAX, longer frames
  * are emitted alone unchanged): merged with what is pending, or pending
  * itself, or emitted after what was pending. */
 void gso_add(struct gso *g, const uint8_t *f, size_t len);

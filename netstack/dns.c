@@ -74,21 +74,21 @@ int dns_parse_query(const uint8_t *pkt, size_t len, struct dns_query *q)
 	memset(q, 0, sizeof *q);
 	if (len < DNS_HDR)
 		return -EBADMSG;
-	q->id = fr_get16(pkt);
-	q->flags = fr_get16(pkt + 2);
+	q->id = frame_get16(pkt);
+	q->flags = frame_get16(pkt + 2);
 	if (q->flags & FLAG_QR)
 		return -EBADMSG;
 	if (len > DNS_MAX_MSG)
 		return -EMSGSIZE;
 	if (q->flags & OPCODE_MASK)
 		return -ENOTSUP;
-	if (fr_get16(pkt + 4) != 1 || fr_get16(pkt + 6) != 0 || fr_get16(pkt + 8) != 0)
+	if (frame_get16(pkt + 4) != 1 || frame_get16(pkt + 6) != 0 || frame_get16(pkt + 8) != 0)
 		return -EPROTO;
 	size_t next;
 	if (dns_read_name(pkt, len, DNS_HDR, q->name, &next) < 0 || len - next < 4)
 		return -EPROTO;
-	q->qtype = fr_get16(pkt + next);
-	q->qclass = fr_get16(pkt + next + 2);
+	q->qtype = frame_get16(pkt + next);
+	q->qclass = frame_get16(pkt + next + 2);
 	if (q->qclass != DNS_CLASS_IN)
 		return -ENOTSUP;
 	q->qend = next + 4;
@@ -105,9 +105,9 @@ int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, c
 	if (outlen < DNS_HDR || outlen - DNS_HDR < qlen)
 		return -ENOSPC;
 	memset(out, 0, DNS_HDR);
-	fr_put16(out, q->id);
-	fr_put16(out + 2, (uint16_t)(FLAG_QR | (q->flags & (OPCODE_MASK | FLAG_RD)) | FLAG_RA | (unsigned)rcode));
-	fr_put16(out + 4, q->has_question ? 1 : 0);
+	frame_put16(out, q->id);
+	frame_put16(out + 2, (uint16_t)(FLAG_QR | (q->flags & (OPCODE_MASK | FLAG_RD)) | FLAG_RA | (unsigned)rcode));
+	frame_put16(out + 4, q->has_question ? 1 : 0);
 	memcpy(out + DNS_HDR, qpkt + DNS_HDR, qlen);
 	size_t pos = DNS_HDR + qlen;
 	uint16_t count = 0;
@@ -118,16 +118,16 @@ int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, c
 		size_t rdlen = want == 4 ? 4 : 16;
 		if (outlen - pos < 12 + rdlen)
 			break;
-		fr_put16(out + pos, 0xc000 | DNS_HDR); /* the name in the question */
-		fr_put16(out + pos + 2, q->qtype);
-		fr_put16(out + pos + 4, DNS_CLASS_IN);
-		fr_put32(out + pos + 6, ttl);
-		fr_put16(out + pos + 10, (uint16_t)rdlen);
+		frame_put16(out + pos, 0xc000 | DNS_HDR); /* the name in the question */
+		frame_put16(out + pos + 2, q->qtype);
+		frame_put16(out + pos + 4, DNS_CLASS_IN);
+		frame_put32(out + pos + 6, ttl);
+		frame_put16(out + pos + 10, (uint16_t)rdlen);
 		memcpy(out + pos + 12, addrs[i].b, rdlen);
 		pos += 12 + rdlen;
 		count++;
 	}
-	fr_put16(out + 6, count);
+	frame_put16(out + 6, count);
 	*outn = pos;
 	return 0;
 }
@@ -142,9 +142,9 @@ int dns_build_query(uint16_t id, const char *name, uint16_t qtype, uint8_t *out,
 	if (outlen < DNS_HDR || outlen - DNS_HDR < len + 2 + 4)
 		return -ENOSPC;
 	memset(out, 0, DNS_HDR);
-	fr_put16(out, id);
-	fr_put16(out + 2, FLAG_RD);
-	fr_put16(out + 4, 1);
+	frame_put16(out, id);
+	frame_put16(out + 2, FLAG_RD);
+	frame_put16(out + 4, 1);
 	size_t pos = DNS_HDR;
 	const char *l = name;
 	for (;;) {
@@ -163,8 +163,8 @@ int dns_build_query(uint16_t id, const char *name, uint16_t qtype, uint8_t *out,
 		l += ll + 1;
 	}
 	out[pos++] = 0;
-	fr_put16(out + pos, qtype);
-	fr_put16(out + pos + 2, DNS_CLASS_IN);
+	frame_put16(out + pos, qtype);
+	frame_put16(out + pos + 2, DNS_CLASS_IN);
 	*outn = pos + 4;
 	return 0;
 }
@@ -173,23 +173,23 @@ int dns_parse_response(const uint8_t *pkt, size_t len, const struct dns_query *q
 		       struct dns_rr *out, size_t max, size_t *n)
 {
 	*n = 0;
-	if (len < DNS_HDR || fr_get16(pkt) != q->id)
+	if (len < DNS_HDR || frame_get16(pkt) != q->id)
 		return -EPROTO;
-	uint16_t flags = fr_get16(pkt + 2);
+	uint16_t flags = frame_get16(pkt + 2);
 	if (!(flags & FLAG_QR) || (flags & OPCODE_MASK))
 		return -EPROTO;
 	if (flags & FLAG_TC)
 		return -EMSGSIZE;
-	uint16_t an = fr_get16(pkt + 6);
-	if (fr_get16(pkt + 4) != 1 || an > DNS_MAX_RRS)
+	uint16_t an = frame_get16(pkt + 6);
+	if (frame_get16(pkt + 4) != 1 || an > DNS_MAX_RRS)
 		return -EPROTO;
 	*rcode = flags & 0xf;
 	char name[DNS_NAME_TEXT];
 	size_t pos;
 	if (dns_read_name(pkt, len, DNS_HDR, name, &pos) < 0 || len - pos < 4)
 		return -EPROTO;
-	if (strcasecmp(name, q->name) != 0 || fr_get16(pkt + pos) != q->qtype ||
-	    fr_get16(pkt + pos + 2) != q->qclass)
+	if (strcasecmp(name, q->name) != 0 || frame_get16(pkt + pos) != q->qtype ||
+	    frame_get16(pkt + pos + 2) != q->qclass)
 		return -EPROTO;
 	pos += 4;
 	char chain[DNS_MAX_CNAMES + 1][DNS_NAME_TEXT];
@@ -198,9 +198,9 @@ int dns_parse_response(const uint8_t *pkt, size_t len, const struct dns_query *q
 	for (uint16_t i = 0; i < an; i++) {
 		if (dns_read_name(pkt, len, pos, name, &pos) < 0 || len - pos < 10)
 			return -EPROTO;
-		uint16_t type = fr_get16(pkt + pos), cls = fr_get16(pkt + pos + 2);
-		uint32_t ttl = fr_get32(pkt + pos + 4);
-		size_t rdlen = fr_get16(pkt + pos + 8), rd = pos + 10;
+		uint16_t type = frame_get16(pkt + pos), cls = frame_get16(pkt + pos + 2);
+		uint32_t ttl = frame_get32(pkt + pos + 4);
+		size_t rdlen = frame_get16(pkt + pos + 8), rd = pos + 10;
 		if (len - rd < rdlen)
 			return -EPROTO;
 		pos = rd + rdlen;

@@ -149,11 +149,11 @@ static void round_end(struct ns *s)
 	s->round = false;
 }
 
-void ns_send_rst(struct ns *s, const struct fr_pkt *seg)
+void ns_send_rst(struct ns *s, const struct frame_pkt *seg)
 {
 	size_t n;
 
-	if (fr_build_tcp_rst(seg, s->tx, sizeof s->tx, &n) == 0)
+	if (frame_build_tcp_rst(seg, s->tx, sizeof s->tx, &n) == 0)
 		ns_send_frame(s, n);
 }
 
@@ -164,7 +164,7 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 	struct ns *s = netif->state;
 
 	/* Everything lwIP sends goes to the guest, whatever the next hop. */
-	if (p->tot_len > FR_MTU)
+	if (p->tot_len > FRAME_MTU)
 		return ERR_OK;
 	if (!s->have_mac) {
 		/* A forwarded connection before the guest sent anything: ask,
@@ -172,21 +172,21 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 		 * guest's ARP reply taught us its MAC. */
 		size_t n;
 
-		if (fr_build_arp_request(gw_mac, gw_ip, guest_ip, s->tx, sizeof s->tx, &n) == 0)
+		if (frame_build_arp_request(gw_mac, gw_ip, guest_ip, s->tx, sizeof s->tx, &n) == 0)
 			ns_send_frame(s, n);
 		return ERR_OK;
 	}
 	memcpy(s->tx, s->guest_mac, 6);
 	memcpy(s->tx + 6, gw_mac, 6);
-	s->tx[12] = FR_ETH_IPV4 >> 8;
-	s->tx[13] = FR_ETH_IPV4 & 0xff;
-	if (pbuf_copy_partial(p, s->tx + FR_ETH_HLEN, p->tot_len, 0) != p->tot_len)
+	s->tx[12] = FRAME_ETH_IPV4 >> 8;
+	s->tx[13] = FRAME_ETH_IPV4 & 0xff;
+	if (pbuf_copy_partial(p, s->tx + FRAME_ETH_HLEN, p->tot_len, 0) != p->tot_len)
 		return ERR_OK;
 	/* With the merger lwIP computes no TCP checksum (ns_create): the
 	 * frame leaves with the pseudo-header's sum and NEEDS_CSUM, which
 	 * the guest's kernel trusts or completes as from any NIC. */
-	send_frame(s, FR_ETH_HLEN + p->tot_len,
-		   s->gso && gso_tcp_partial(s->tx, FR_ETH_HLEN + p->tot_len) == 0);
+	send_frame(s, FRAME_ETH_HLEN + p->tot_len,
+		   s->gso && gso_tcp_partial(s->tx, FRAME_ETH_HLEN + p->tot_len) == 0);
 	return ERR_OK;
 }
 
@@ -213,7 +213,7 @@ static err_t netif_setup(struct netif *netif)
 	netif->output = netif_out4;
 	netif->output_ip6 = netif_out6;
 	netif->linkoutput = netif_link_out;
-	netif->mtu = FR_MTU;
+	netif->mtu = FRAME_MTU;
 	netif->hwaddr_len = 6;
 	memcpy(netif->hwaddr, gw_mac, 6);
 	netif->flags = NETIF_FLAG_LINK_UP;
@@ -232,7 +232,7 @@ static bool ip_group(const uint8_t dst[4])
 
 /* UDP other than DNS to the gateway: port unreachable, so the sender
  * (QUIC above all) gives up at once instead of timing out. */
-static void refuse_udp(struct ns *s, const struct fr_pkt *p)
+static void refuse_udp(struct ns *s, const struct frame_pkt *p)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 	struct pol_addr dst = {.family = 4};
@@ -248,7 +248,7 @@ static void refuse_udp(struct ns *s, const struct fr_pkt *p)
 	s->st.udp_refused++;
 	/* No ICMP errors about broadcast or multicast (RFC 1122 3.2.2). */
 	if (memcmp(p->eth_dst, bcast, 6) != 0 && !ip_group(p->dst) &&
-	    fr_build_port_unreach(p, s->tx, sizeof s->tx, &n) == 0)
+	    frame_build_port_unreach(p, s->tx, sizeof s->tx, &n) == 0)
 		ns_send_frame(s, n);
 	if (!ns_bucket_take(&s->udp_log, ns_now_ms())) {
 		s->udp_unlogged++;
@@ -261,19 +261,19 @@ static void refuse_udp(struct ns *s, const struct fr_pkt *p)
 	s->udp_unlogged = 0;
 }
 
-static void handle_arp(struct ns *s, const struct fr_pkt *p)
+static void handle_arp(struct ns *s, const struct frame_pkt *p)
 {
 	size_t n;
 
 	if (memcmp(p->arp_spa, guest_ip, 4) != 0)
 		return;
-	if (p->arp_op == FR_ARP_REPLY) {
+	if (p->arp_op == FRAME_ARP_REPLY) {
 		/* The answer to our question in netif_out4. */
 		memcpy(s->guest_mac, p->arp_sha, 6);
 		s->have_mac = true;
 		return;
 	}
-	if (p->arp_op != FR_ARP_REQUEST)
+	if (p->arp_op != FRAME_ARP_REQUEST)
 		return;
 	memcpy(s->guest_mac, p->arp_sha, 6);
 	s->have_mac = true;
@@ -282,22 +282,22 @@ static void handle_arp(struct ns *s, const struct fr_pkt *p)
 	 * reset instead of an ARP timeout. */
 	if (memcmp(p->arp_tpa, gw_ip, 3) != 0 || memcmp(p->arp_tpa, guest_ip, 4) == 0)
 		return;
-	if (fr_build_arp_reply(p, gw_mac, s->tx, sizeof s->tx, &n) == 0)
+	if (frame_build_arp_reply(p, gw_mac, s->tx, sizeof s->tx, &n) == 0)
 		ns_send_frame(s, n);
 }
 
 void ns_input(struct ns *s, const uint8_t *frame, size_t len)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-	struct fr_pkt p;
+	struct frame_pkt p;
 	size_t n;
 
 	LOCK_TCPIP_CORE();
 	round_begin(s);
 	s->st.frames_in++;
-	if (fr_parse(frame, len, &p) < 0)
+	if (frame_parse(frame, len, &p) < 0)
 		goto drop;
-	if (p.ethertype == FR_ETH_ARP) {
+	if (p.ethertype == FRAME_ETH_ARP) {
 		handle_arp(s, &p);
 		goto out;
 	}
@@ -309,19 +309,19 @@ void ns_input(struct ns *s, const uint8_t *frame, size_t len)
 	memcpy(s->guest_mac, p.eth_src, 6);
 	s->have_mac = true;
 	switch (p.proto) {
-	case FR_IP_TCP:
+	case FRAME_IP_TCP:
 		ns_tcp_input(s, &p);
 		goto out;
-	case FR_IP_UDP:
+	case FRAME_IP_UDP:
 		if (memcmp(p.dst, gw_ip, 4) == 0 && p.dport == NS_DNS_PORT) {
 			ns_dns_input(s, &p);
 			goto out;
 		}
 		refuse_udp(s, &p);
 		goto out;
-	case FR_IP_ICMP:
-		if (memcmp(p.dst, gw_ip, 4) == 0 && p.icmp_type == FR_ICMP_ECHO &&
-		    fr_build_echo_reply(&p, s->tx, sizeof s->tx, &n) == 0) {
+	case FRAME_IP_ICMP:
+		if (memcmp(p.dst, gw_ip, 4) == 0 && p.icmp_type == FRAME_ICMP_ECHO &&
+		    frame_build_echo_reply(&p, s->tx, sizeof s->tx, &n) == 0) {
 			ns_send_frame(s, n);
 			goto out;
 		}

@@ -125,11 +125,11 @@ static void dns_send(struct ns *s, const uint8_t mac[6], uint16_t port, const st
 
 	if (dns_build_reply(q, qmsg, rcode, a, n, ttl, msg, sizeof msg, &len) < 0)
 		return;
-	if (fr_build_udp(mac, gw_mac, gw_ip, NS_DNS_PORT, guest_ip, port, msg, len, s->tx, sizeof s->tx, &fl) == 0)
+	if (frame_build_udp(mac, gw_mac, gw_ip, NS_DNS_PORT, guest_ip, port, msg, len, s->tx, sizeof s->tx, &fl) == 0)
 		ns_send_frame(s, fl);
 }
 
-static void dns_reply(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, int rcode,
+static void dns_reply(struct ns *s, const struct frame_pkt *p, const struct dns_query *q, int rcode,
 		      const struct pol_addr *a, size_t n, uint32_t ttl)
 {
 	dns_send(s, p->eth_src, p->sport, q, p->data, rcode, a, n, ttl);
@@ -137,7 +137,7 @@ static void dns_reply(struct ns *s, const struct fr_pkt *p, const struct dns_que
 
 /* A question refused before the resolver saw it, for asking too fast or
  * too much at once: told in the log, itself rate-limited. */
-static void dns_refuse_load(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, const char *rule)
+static void dns_refuse_load(struct ns *s, const struct frame_pkt *p, const struct dns_query *q, const char *rule)
 {
 	if (ns_bucket_take(&s->dns_rate_log, ns_now_ms())) {
 		struct audit_event e = {
@@ -159,7 +159,7 @@ static void dns_refuse_load(struct ns *s, const struct fr_pkt *p, const struct d
 
 /* Hand an allowed question to the resolver threads; the reply goes out
  * from dns_answered. */
-static void dns_ask(struct ns *s, const struct fr_pkt *p, const struct dns_query *q, const char *norm)
+static void dns_ask(struct ns *s, const struct frame_pkt *p, const struct dns_query *q, const char *norm)
 {
 	struct dq *j;
 
@@ -310,7 +310,7 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 	return errbuf_fail(err, errlen, -EINVAL, "'%.64s': '%.64s' is no IP address", spec, colon + 1);
 }
 
-void ns_dns_input(struct ns *s, const struct fr_pkt *p)
+void ns_dns_input(struct ns *s, const struct frame_pkt *p)
 {
 	struct dns_query q;
 	struct pol_decision d;

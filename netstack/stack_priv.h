@@ -52,7 +52,7 @@ struct flow {
 	uint64_t deadline_ms; /* FL_CONNECTING */
 	uint8_t *syn;         /* the guest's SYN (IPv4 packet) while connecting */
 	size_t syn_len;
-	struct fr_pkt syn_pkt; /* its parsed fields, pointers cleared, to answer with a reset */
+	struct frame_pkt syn_pkt; /* its parsed fields, pointers cleared, to answer with a reset */
 	/* guest -> host */
 	uint8_t *up;
 	size_t up_off, up_len;
@@ -111,7 +111,7 @@ struct ns {
 	int efd;             /* the resolver threads' "answers are in" */
 	struct dq *dns_done; /* answered, not replied yet (guarded by rp.m, stack_dns.c) */
 	unsigned dns_running; /* resolver calls under way (guarded by rp.m) */
-	uint8_t tx[FR_FRAME_MAX];
+	uint8_t tx[FRAME_MAX];
 	uint8_t rx[NS_RX_MAX];
 	/* cfg.output_gso: frames go through the merger; while a call into
 	 * the stack runs (round) they may wait in it, and the call flushes
@@ -148,13 +148,13 @@ void ns_audit(struct ns *s, const char *proto, const char *direction, const stru
 void ns_send_frame(struct ns *s, size_t n);
 
 /* Answer the guest's TCP segment seg with a reset. */
-void ns_send_rst(struct ns *s, const struct fr_pkt *seg);
+void ns_send_rst(struct ns *s, const struct frame_pkt *seg);
 
 /* ---- stack_tcp.c ---- */
 
 /* A TCP segment from the guest (p validated, from the guest's address):
  * a new connection is judged and dialled, the rest goes to lwIP. */
-void ns_tcp_input(struct ns *s, const struct fr_pkt *p);
+void ns_tcp_input(struct ns *s, const struct frame_pkt *p);
 
 /* The host socket of f reported ev (epoll events). */
 void ns_flow_event(struct flow *f, uint32_t ev);
@@ -199,7 +199,7 @@ void ns_fwd_resume(struct ns *s);
 
 /* A DNS question from the guest to the gateway's port 53 (p validated):
  * judged, answered at once or handed to the resolver threads. */
-void ns_dns_input(struct ns *s, const struct fr_pkt *p);
+void ns_dns_input(struct ns *s, const struct frame_pkt *p);
 
 /* Reply to the questions whose answers are in (the eventfd s->efd was
  * readable). */

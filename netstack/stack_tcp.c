@@ -951,7 +951,7 @@ static void decide(struct ns *s, const struct pol_addr *dst, uint16_t port, stru
 	}
 }
 
-static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
+static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
 {
 	struct pol_addr dst = {.family = 4}, dial;
 	struct pol_decision d;
@@ -965,7 +965,7 @@ static void tcp_new_conn(struct ns *s, const struct fr_pkt *p)
 	/* SYN|FIN opens nothing a real client wants; lwIP would answer it
 	 * with a SYN-ACK, so it is refused here whatever the destination,
 	 * audited like any SYN. */
-	if (d.allow && (p->tcp_flags & FR_TCP_FIN)) {
+	if (d.allow && (p->tcp_flags & FRAME_TCP_FIN)) {
 		/* Not a destination the guest wants, so not one to learn. */
 		d = (struct pol_decision){false, POL_WHY_BAD_NAME, "tcp:syn-fin"};
 		ns_audit_line(s, "tcp", "out", &dial, p->dport, name, &d);
@@ -1043,7 +1043,7 @@ fail:
 	ns_flow_free(f, false);
 }
 
-void ns_tcp_input(struct ns *s, const struct fr_pkt *p)
+void ns_tcp_input(struct ns *s, const struct frame_pkt *p)
 {
 	struct flowtab_key k;
 	struct flowtab_entry *e;
@@ -1058,14 +1058,14 @@ void ns_tcp_input(struct ns *s, const struct fr_pkt *p)
 	if (f && f->state == FL_CONNECTING) {
 		/* The guest gave up before the host answered; anything else
 		 * (a repeated SYN) waits for the decision already under way. */
-		if (p->tcp_flags & FR_TCP_RST)
+		if (p->tcp_flags & FRAME_TCP_RST)
 			ns_flow_free(f, false);
 		return;
 	}
 	/* Every segment that would open a connection is judged, whatever
 	 * else it carries: lwIP's listener answers any SYN without ACK or
 	 * RST (SYN|FIN too) with a SYN-ACK. */
-	if (!f && (p->tcp_flags & (FR_TCP_SYN | FR_TCP_ACK | FR_TCP_RST)) == FR_TCP_SYN) {
+	if (!f && (p->tcp_flags & (FRAME_TCP_SYN | FRAME_TCP_ACK | FRAME_TCP_RST)) == FRAME_TCP_SYN) {
 		tcp_new_conn(s, p);
 		return;
 	}

@@ -9,7 +9,7 @@
  * segment it sent), so inputs can finish handshakes and move data
  * through the pump.  The stack merges its TCP segments (output_gso);
  * every merged frame must cut back (gso_segment) into segments.  Nothing
- * may crash, leak, hang or write a segment longer than FR_FRAME_MAX.
+ * may crash, leak, hang or write a segment longer than FRAME_MAX.
  *
  * No traffic leaves the process except to loopback (TESTING.md): the
  * policy is an allowlist whose only rule opens one port of
@@ -42,13 +42,13 @@ static uint32_t next_seq, next_ack; /* what the stack expects from the guest nex
 
 static void output(void *ctx, const uint8_t *frame, size_t len)
 {
-	struct fr_pkt p;
+	struct frame_pkt p;
 
-	if (len > FR_FRAME_MAX || (len > 0 && !frame))
+	if (len > FRAME_MAX || (len > 0 && !frame))
 		abort();
-	if (fr_parse(frame, len, &p) == 0 && p.ethertype == FR_ETH_IPV4 && p.proto == FR_IP_TCP) {
+	if (frame_parse(frame, len, &p) == 0 && p.ethertype == FRAME_ETH_IPV4 && p.proto == FRAME_IP_TCP) {
 		next_seq = p.ack;
-		next_ack = p.seq + (uint32_t)p.data_len + !!(p.tcp_flags & FR_TCP_SYN) + !!(p.tcp_flags & FR_TCP_FIN);
+		next_ack = p.seq + (uint32_t)p.data_len + !!(p.tcp_flags & FRAME_TCP_SYN) + !!(p.tcp_flags & FRAME_TCP_FIN);
 	}
 }
 
@@ -61,7 +61,7 @@ static void cut_out(void *ctx, const struct gso_hdr *h, const uint8_t *frame, si
  * must cut back into segments as a guest's kernel would cut it. */
 static void output_gso(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
-	static uint8_t seg[FR_FRAME_MAX];
+	static uint8_t seg[FRAME_MAX];
 
 	if (len > GSO_FRAME_MAX || gso_segment(h, frame, len, seg, sizeof seg, cut_out, ctx) < 0)
 		abort();
@@ -126,24 +126,24 @@ static void put32(uint8_t *b, uint32_t v)
 static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 {
 	static const uint8_t gw[4] = NS_GATEWAY_IP;
-	uint8_t *ip = f + FR_ETH_HLEN, ph[12];
+	uint8_t *ip = f + FRAME_ETH_HLEN, ph[12];
 	size_t hl, tot, l4len;
 	uint32_t sum = 0;
 	uint8_t *l4;
 	size_t i;
 
-	if (len < FR_ETH_HLEN)
+	if (len < FRAME_ETH_HLEN)
 		return;
 	memcpy(f, gw_mac, 6);
 	memcpy(f + 6, guest_mac, 6);
-	if (f[12] == (FR_ETH_ARP >> 8) && f[13] == (FR_ETH_ARP & 0xff))
+	if (f[12] == (FRAME_ETH_ARP >> 8) && f[13] == (FRAME_ETH_ARP & 0xff))
 		return;
-	put16(f + 12, FR_ETH_IPV4);
-	if (len < FR_ETH_HLEN + 20)
+	put16(f + 12, FRAME_ETH_IPV4);
+	if (len < FRAME_ETH_HLEN + 20)
 		return;
 	ip[0] = (ip[0] & 0xf) < 5 ? 0x45 : (uint8_t)(0x40 | (ip[0] & 0xf));
 	hl = (size_t)(ip[0] & 0xf) * 4;
-	tot = len - FR_ETH_HLEN;
+	tot = len - FRAME_ETH_HLEN;
 	if (hl > tot) {
 		ip[0] = 0x45;
 		hl = 20;
@@ -153,7 +153,7 @@ static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 	ip[7] = 0;
 	memcpy(ip + 12, guest_ip, 4);
 	put16(ip + 10, 0);
-	put16(ip + 10, fr_csum(ip, hl, 0));
+	put16(ip + 10, frame_csum(ip, hl, 0));
 	l4 = ip + hl;
 	l4len = tot - hl;
 	memcpy(ph, ip + 12, 8);
@@ -162,12 +162,12 @@ static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 	put16(ph + 10, (unsigned)l4len);
 	for (i = 0; i < 12; i += 2)
 		sum += (uint32_t)(ph[i] << 8 | ph[i + 1]);
-	if (ip[9] == FR_IP_TCP && l4len >= 20) {
+	if (ip[9] == FRAME_IP_TCP && l4len >= 20) {
 		if (ctl & 4) {
 			memcpy(ip + 16, gw, 4);
 			put16(l4 + 2, lport);
 			put16(ip + 10, 0);
-			put16(ip + 10, fr_csum(ip, hl, 0));
+			put16(ip + 10, frame_csum(ip, hl, 0));
 			memcpy(ph + 4, gw, 4);
 			sum = 0;
 			for (i = 0; i < 12; i += 2)
@@ -178,20 +178,20 @@ static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 			put32(l4 + 8, next_ack);
 		}
 		put16(l4 + 16, 0);
-		put16(l4 + 16, fr_csum(l4, l4len, sum));
-	} else if (ip[9] == FR_IP_UDP && l4len >= 8) {
+		put16(l4 + 16, frame_csum(l4, l4len, sum));
+	} else if (ip[9] == FRAME_IP_UDP && l4len >= 8) {
 		put16(l4 + 4, (unsigned)l4len);
 		put16(l4 + 6, 0);
-		put16(l4 + 6, fr_csum(l4, l4len, sum));
-	} else if (ip[9] == FR_IP_ICMP && l4len >= 8) {
+		put16(l4 + 6, frame_csum(l4, l4len, sum));
+	} else if (ip[9] == FRAME_IP_ICMP && l4len >= 8) {
 		put16(l4 + 2, 0);
-		put16(l4 + 2, fr_csum(l4, l4len, 0));
+		put16(l4 + 2, frame_csum(l4, l4len, 0));
 	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static uint8_t frame[FR_FRAME_MAX + 64];
+	static uint8_t frame[FRAME_MAX + 64];
 	struct ns_config cfg = {
 		.policy = &pol,
 		.audit = &au,

@@ -73,9 +73,9 @@ static uint16_t tcp_sum(const uint8_t *f, size_t tcplen)
 
 	memcpy(ph, f + 26, 8);
 	ph[8] = 0;
-	ph[9] = FR_IP_TCP;
+	ph[9] = FRAME_IP_TCP;
 	put16(ph + 10, (unsigned)tcplen);
-	return fr_csum(f + 34, tcplen, (uint32_t)(uint16_t)~fr_csum(ph, 12, 0));
+	return frame_csum(f + 34, tcplen, (uint32_t)(uint16_t)~frame_csum(ph, 12, 0));
 }
 
 /* Build a segment from 10.0.2.2:sport to the guest as lwIP sends it. */
@@ -87,15 +87,15 @@ static size_t seg(uint8_t *f, uint16_t sport, uint32_t seq, uint32_t ack, uint8_
 	memset(f, 0, 54);
 	memcpy(f, gmac, 6);
 	memcpy(f + 6, wmac, 6);
-	put16(f + 12, FR_ETH_IPV4);
+	put16(f + 12, FRAME_ETH_IPV4);
 	f[14] = 0x45;
 	put16(f + 16, (unsigned)(len - 14));
 	put16(f + 18, ipid);
 	f[22] = 255;
-	f[23] = FR_IP_TCP;
+	f[23] = FRAME_IP_TCP;
 	f[26] = 10, f[27] = 0, f[28] = 2, f[29] = 2;
 	f[30] = 10, f[31] = 0, f[32] = 2, f[33] = 15;
-	put16(f + 24, fr_csum(f + 14, 20, 0));
+	put16(f + 24, frame_csum(f + 14, 20, 0));
 	put16(f + 34, sport);
 	put16(f + 36, 40000);
 	put32(f + 38, seq);
@@ -120,7 +120,7 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 	unsigned id = get16(f + 18);
 
 	if (o->h.gso_type == GSO_TYPE_NONE) {
-		ck_assert_uint_le(o->len, FR_FRAME_MAX);
+		ck_assert_uint_le(o->len, FRAME_MAX);
 		segs[*n] = malloc(o->len);
 		memcpy(segs[*n], f, o->len);
 		if (o->h.flags) {
@@ -128,7 +128,7 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 			ck_assert_uint_eq(o->h.flags, GSO_F_NEEDS_CSUM);
 			ck_assert_uint_eq(o->h.csum_start, 34);
 			ck_assert_uint_eq(o->h.csum_offset, 16);
-			put16(segs[*n] + 50, fr_csum(segs[*n] + 34, o->len - 34, 0));
+			put16(segs[*n] + 50, frame_csum(segs[*n] + 34, o->len - 34, 0));
 		}
 		lens[(*n)++] = o->len;
 		return;
@@ -141,23 +141,23 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 	ck_assert_uint_le(o->len, GSO_FRAME_MAX);
 	ck_assert_uint_gt(o->len, hlen + mss); /* more than one segment */
 	ck_assert_uint_eq(get16(f + 16), o->len - 14);
-	ck_assert_uint_eq(fr_csum(f + 14, 20, 0), 0);
+	ck_assert_uint_eq(frame_csum(f + 14, 20, 0), 0);
 	/* The partial checksum: the pseudo-header with the whole TCP length. */
 	{
 		uint8_t ph[12];
 
 		memcpy(ph, f + 26, 8);
 		ph[8] = 0;
-		ph[9] = FR_IP_TCP;
+		ph[9] = FRAME_IP_TCP;
 		put16(ph + 10, (unsigned)(o->len - 34));
-		ck_assert_uint_eq(get16(f + 50), (uint16_t)~fr_csum(ph, 12, 0));
+		ck_assert_uint_eq(get16(f + 50), (uint16_t)~frame_csum(ph, 12, 0));
 		/* Completing it gives the checksum of the whole segment. */
 		uint8_t *c = malloc(o->len);
 		memcpy(c, f, o->len);
 		put16(c + 50, 0);
 		uint16_t want = tcp_sum(c, o->len - 34);
 		put16(c + 50, get16(f + 50));
-		ck_assert_uint_eq(fr_csum(c + 34, o->len - 34, 0), want);
+		ck_assert_uint_eq(frame_csum(c + 34, o->len - 34, 0), want);
 		free(c);
 	}
 	for (off = hlen; off < o->len; off += mss, i++) {
@@ -169,10 +169,10 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 		put16(s + 16, (unsigned)(len - 14));
 		put16(s + 18, (id + i) & 0xffff);
 		put16(s + 24, 0);
-		put16(s + 24, fr_csum(s + 14, 20, 0));
+		put16(s + 24, frame_csum(s + 14, 20, 0));
 		put32(s + 38, seq + (uint32_t)(off - hlen));
 		if (off + plen < o->len)
-			s[47] &= (uint8_t)~(FR_TCP_PSH | FR_TCP_FIN);
+			s[47] &= (uint8_t)~(FRAME_TCP_PSH | FRAME_TCP_FIN);
 		put16(s + 50, 0);
 		put16(s + 50, tcp_sum(s, len - 34));
 		segs[*n] = s;
@@ -209,7 +209,7 @@ static size_t roundtrip(uint8_t **in, const size_t *inlen, size_t n, size_t max)
 	gso_init(&g, max, collect, NULL);
 	for (i = 0; i < n; i++) {
 		if (partial_in) {
-			static uint8_t c[FR_FRAME_MAX];
+			static uint8_t c[FRAME_MAX];
 
 			memcpy(c, in[i], inlen[i]);
 			ck_assert_int_eq(gso_tcp_partial(c, inlen[i]), 0);
@@ -233,7 +233,7 @@ static size_t roundtrip(uint8_t **in, const size_t *inlen, size_t n, size_t max)
 	/* gso_segment, kbox's own cutter, agrees. */
 	ncut = 0;
 	for (k = 0; k < nouts; k++) {
-		uint8_t out[FR_FRAME_MAX];
+		uint8_t out[FRAME_MAX];
 
 		ck_assert_int_eq(gso_segment(&outs[k].h, outs[k].f, outs[k].len, out, sizeof out, cut, in), 0);
 	}
@@ -247,7 +247,7 @@ static size_t flen[MAXF];
 static void setup(void)
 {
 	for (size_t i = 0; i < MAXF; i++) {
-		frames[i] = malloc(FR_FRAME_MAX);
+		frames[i] = malloc(FRAME_MAX);
 		ck_assert_ptr_nonnull(frames[i]);
 	}
 }
@@ -265,21 +265,21 @@ START_TEST(one_burst)
 	size_t i;
 
 	for (i = 0; i < 44; i++) {
-		flen[i] = seg(frames[i], 80, seq, 7, FR_TCP_ACK, (uint16_t)(0xfff0 + i), 1460, (uint8_t)i);
+		flen[i] = seg(frames[i], 80, seq, 7, FRAME_TCP_ACK, (uint16_t)(0xfff0 + i), 1460, (uint8_t)i);
 		seq += 1460;
 	}
-	flen[44] = seg(frames[44], 80, seq, 7, FR_TCP_ACK | FR_TCP_PSH, (uint16_t)(0xfff0 + 44), 333, 9);
+	flen[44] = seg(frames[44], 80, seq, 7, FRAME_TCP_ACK | FRAME_TCP_PSH, (uint16_t)(0xfff0 + 44), 333, 9);
 	ck_assert_uint_eq(roundtrip(frames, flen, 45, GSO_FRAME_MAX), 1);
 	ck_assert_uint_eq(outs[0].h.gso_size, 1460);
 	ck_assert_uint_eq(outs[0].h.hdr_len, 54);
 	ck_assert_uint_eq(outs[0].len, 54 + 44 * 1460 + 333);
-	ck_assert_uint_eq(outs[0].f[47], FR_TCP_ACK | FR_TCP_PSH);
+	ck_assert_uint_eq(outs[0].f[47], FRAME_TCP_ACK | FRAME_TCP_PSH);
 }
 END_TEST
 
 START_TEST(alone_unchanged)
 {
-	flen[0] = seg(frames[0], 80, 1, 7, FR_TCP_ACK | FR_TCP_PSH, 1, 100, 1);
+	flen[0] = seg(frames[0], 80, 1, 7, FRAME_TCP_ACK | FRAME_TCP_PSH, 1, 100, 1);
 	ck_assert_uint_eq(roundtrip(frames, flen, 1, GSO_FRAME_MAX), 1);
 	ck_assert_uint_eq(outs[0].h.gso_type, GSO_TYPE_NONE);
 	ck_assert_mem_eq(outs[0].f, frames[0], flen[0]);
@@ -292,7 +292,7 @@ START_TEST(bounded)
 	size_t i, k, total = 0;
 
 	for (i = 0; i < 300; i++) {
-		flen[i] = seg(frames[i], 80, seq, 7, FR_TCP_ACK, (uint16_t)i, 1460, 3);
+		flen[i] = seg(frames[i], 80, seq, 7, FRAME_TCP_ACK, (uint16_t)i, 1460, 3);
 		seq += 1460;
 	}
 	/* 44 segments of 1460 fit in 65535 bytes of IP packet, 45 do not. */
@@ -318,10 +318,10 @@ START_TEST(interleaved)
 	static const int who[] = {0, 0, 1, 0, 1, 1};
 	for (i = 0; i < 6; i++) {
 		if (who[i] == 0) {
-			flen[n] = seg(frames[n], 80, a, 1, FR_TCP_ACK, (uint16_t)n, 1000, 1);
+			flen[n] = seg(frames[n], 80, a, 1, FRAME_TCP_ACK, (uint16_t)n, 1000, 1);
 			a += 1000;
 		} else {
-			flen[n] = seg(frames[n], 443, b, 1, FR_TCP_ACK, (uint16_t)n, 1000, 2);
+			flen[n] = seg(frames[n], 443, b, 1, FRAME_TCP_ACK, (uint16_t)n, 1000, 2);
 			b += 1000;
 		}
 		n++;
@@ -343,15 +343,15 @@ START_TEST(stoppers)
 		int seq_gap, ack_diff, win_diff, mss_diff;
 		size_t frames; /* emitted for: 2 merged, the odd one, 2 merged */
 	} cases[] = {
-		{FR_TCP_ACK | FR_TCP_FIN, 100, 0, 0, 0, 0, 3},
-		{FR_TCP_ACK | FR_TCP_SYN, 0, 0, 0, 0, 0, 3},
-		{FR_TCP_RST, 0, 0, 0, 0, 0, 3},
-		{FR_TCP_ACK, 0, 0, 0, 0, 0, 3},          /* pure ACK */
-		{FR_TCP_ACK | 0x20, 100, 0, 0, 0, 0, 3}, /* URG */
-		{FR_TCP_ACK, 100, 1, 0, 0, 0, 3},        /* sequence gap */
-		{FR_TCP_ACK, 100, 0, 1, 0, 0, 3},        /* other acknowledgement */
-		{FR_TCP_ACK, 100, 0, 0, 1, 0, 3},        /* other window */
-		{FR_TCP_ACK, 1200, 0, 0, 0, 1, 3},       /* longer than the first */
+		{FRAME_TCP_ACK | FRAME_TCP_FIN, 100, 0, 0, 0, 0, 3},
+		{FRAME_TCP_ACK | FRAME_TCP_SYN, 0, 0, 0, 0, 0, 3},
+		{FRAME_TCP_RST, 0, 0, 0, 0, 0, 3},
+		{FRAME_TCP_ACK, 0, 0, 0, 0, 0, 3},          /* pure ACK */
+		{FRAME_TCP_ACK | 0x20, 100, 0, 0, 0, 0, 3}, /* URG */
+		{FRAME_TCP_ACK, 100, 1, 0, 0, 0, 3},        /* sequence gap */
+		{FRAME_TCP_ACK, 100, 0, 1, 0, 0, 3},        /* other acknowledgement */
+		{FRAME_TCP_ACK, 100, 0, 0, 1, 0, 3},        /* other window */
+		{FRAME_TCP_ACK, 1200, 0, 0, 0, 1, 3},       /* longer than the first */
 	};
 	size_t c;
 
@@ -360,7 +360,7 @@ START_TEST(stoppers)
 		size_t n = 0, i;
 
 		for (i = 0; i < 2; i++, seq += 1000, n++)
-			flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, (uint16_t)n, 1000, 1);
+			flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, (uint16_t)n, 1000, 1);
 		if (cases[c].seq_gap)
 			seq += 5;
 		flen[n] = seg(frames[n], 80, seq, 1 + (uint32_t)cases[c].ack_diff, cases[c].flags, (uint16_t)n,
@@ -370,11 +370,11 @@ START_TEST(stoppers)
 			put16(frames[n] + 50, 0);
 			put16(frames[n] + 50, tcp_sum(frames[n], flen[n] - 34));
 		}
-		seq += (uint32_t)cases[c].plen + ((cases[c].flags & (FR_TCP_SYN | FR_TCP_FIN)) ? 1 : 0);
+		seq += (uint32_t)cases[c].plen + ((cases[c].flags & (FRAME_TCP_SYN | FRAME_TCP_FIN)) ? 1 : 0);
 		n++;
 		/* Two more that cannot continue the odd one (new ack). */
 		for (i = 0; i < 2; i++, seq += 1000, n++)
-			flen[n] = seg(frames[n], 80, seq, 99, FR_TCP_ACK, (uint16_t)n, 1000, 1);
+			flen[n] = seg(frames[n], 80, seq, 99, FRAME_TCP_ACK, (uint16_t)n, 1000, 1);
 		ck_assert_msg(roundtrip(frames, flen, n, GSO_FRAME_MAX) == cases[c].frames, "case %zu: %zu frames", c,
 			      nouts);
 		ck_assert_uint_eq(outs[0].h.gso_type, GSO_TYPE_TCPV4);
@@ -389,13 +389,13 @@ START_TEST(push_and_short_end_a_frame)
 	size_t n = 0;
 
 	/* PSH in the middle: the next segment starts a new frame. */
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 0, 1000, 1), seq += 1000, n++;
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK | FR_TCP_PSH, 1, 1000, 1), seq += 1000, n++;
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 2, 1000, 1), seq += 1000, n++;
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 3, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 0, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK | FRAME_TCP_PSH, 1, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 2, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 3, 1000, 1), seq += 1000, n++;
 	/* A short one, then more: the short one ends the frame. */
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 4, 10, 1), seq += 10, n++;
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 5, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 4, 10, 1), seq += 10, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 5, 1000, 1), seq += 1000, n++;
 	ck_assert_uint_eq(roundtrip(frames, flen, n, GSO_FRAME_MAX), 3);
 	ck_assert_uint_eq(outs[0].len, 54 + 2000);
 	ck_assert_uint_eq(outs[1].len, 54 + 2010);
@@ -408,19 +408,19 @@ START_TEST(other_frames)
 	uint32_t seq = 1;
 	size_t n = 0;
 
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 0, 1000, 1), seq += 1000, n++;
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 1, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 0, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 1, 1000, 1), seq += 1000, n++;
 	/* An ARP request: flushes, goes out alone. */
-	ck_assert_int_eq(fr_build_arp_request(wmac, (const uint8_t[]){10, 0, 2, 2}, (const uint8_t[]){10, 0, 2, 15},
-					      frames[n], FR_FRAME_MAX, &flen[n]),
+	ck_assert_int_eq(frame_build_arp_request(wmac, (const uint8_t[]){10, 0, 2, 2}, (const uint8_t[]){10, 0, 2, 15},
+					      frames[n], FRAME_MAX, &flen[n]),
 			 0);
 	n++;
 	/* A segment with IP options never merges. */
-	flen[n] = seg(frames[n], 80, seq, 1, FR_TCP_ACK, 2, 1000, 1), seq += 1000, n++;
+	flen[n] = seg(frames[n], 80, seq, 1, FRAME_TCP_ACK, 2, 1000, 1), seq += 1000, n++;
 	reset_outs();
 	{
 		static struct gso g;
-		uint8_t opt[FR_FRAME_MAX];
+		uint8_t opt[FRAME_MAX];
 
 		memcpy(opt, frames[3], 34);
 		opt[14] = 0x46;
@@ -435,7 +435,7 @@ START_TEST(other_frames)
 		gso_flush(&g);
 		ck_assert_uint_eq(nouts, 4);
 		ck_assert_uint_eq(outs[0].h.gso_type, GSO_TYPE_TCPV4);
-		ck_assert_uint_eq(get16(outs[1].f + 12), FR_ETH_ARP);
+		ck_assert_uint_eq(get16(outs[1].f + 12), FRAME_ETH_ARP);
 		ck_assert_mem_eq(outs[2].f, opt, flen[3] + 4);
 		ck_assert_uint_eq(outs[3].h.gso_type, GSO_TYPE_NONE);
 	}
@@ -446,13 +446,13 @@ END_TEST
 START_TEST(segment_refuses)
 {
 	static struct gso g;
-	uint8_t out[FR_FRAME_MAX];
+	uint8_t out[FRAME_MAX];
 	struct gso_hdr h;
 	uint32_t seq = 1;
 	size_t i;
 
 	for (i = 0; i < 3; i++, seq += 1000)
-		flen[i] = seg(frames[i], 80, seq, 1, FR_TCP_ACK, (uint16_t)i, 1000, 1);
+		flen[i] = seg(frames[i], 80, seq, 1, FRAME_TCP_ACK, (uint16_t)i, 1000, 1);
 	reset_outs();
 	gso_init(&g, GSO_FRAME_MAX, collect, NULL);
 	for (i = 0; i < 3; i++)
@@ -470,7 +470,7 @@ START_TEST(segment_refuses)
 		case 4: h.gso_size = 0; break;
 		case 5: h.hdr_len = 50; break;
 		case 6: h.hdr_len = (uint16_t)outs[0].len; break;
-		case 7: h.gso_size = FR_FRAME_MAX; break;
+		case 7: h.gso_size = FRAME_MAX; break;
 		case 8: h.flags = 2, h.gso_type = GSO_TYPE_NONE; break;
 		}
 		ncut = 0;
@@ -485,8 +485,8 @@ END_TEST
 START_TEST(hostile_lengths)
 {
 	static struct gso g;
-	uint8_t f[FR_FRAME_MAX + 10];
-	size_t len = seg(f, 80, 1, 1, FR_TCP_ACK, 0, 1000, 1), cut;
+	uint8_t f[FRAME_MAX + 10];
+	size_t len = seg(f, 80, 1, 1, FRAME_TCP_ACK, 0, 1000, 1), cut;
 
 	/* Truncations and lying length fields never merge nor overrun. */
 	gso_init(&g, GSO_FRAME_MAX, collect, NULL);
@@ -497,7 +497,7 @@ START_TEST(hostile_lengths)
 		gso_flush(&g);
 		ck_assert_uint_eq(nouts, 2);
 	}
-	len = seg(f, 80, 1, 1, FR_TCP_ACK, 0, 20, 1);
+	len = seg(f, 80, 1, 1, FRAME_TCP_ACK, 0, 20, 1);
 	f[46] = 15 << 4; /* a TCP header longer than the segment */
 	reset_outs();
 	gso_add(&g, f, len);
@@ -514,21 +514,21 @@ END_TEST
  * NEEDS_CSUM; completed, they are the fully checksummed originals. */
 START_TEST(partial_checksums)
 {
-	static uint8_t one[FR_FRAME_MAX], out[FR_FRAME_MAX];
+	static uint8_t one[FRAME_MAX], out[FRAME_MAX];
 	uint32_t seq = 1;
 	size_t i, len;
 	struct gso_hdr h;
 
 	for (i = 0; i < 300; i++) {
-		flen[i] = seg(frames[i], 80, seq, 7, FR_TCP_ACK, (uint16_t)i, 1460, 3);
+		flen[i] = seg(frames[i], 80, seq, 7, FRAME_TCP_ACK, (uint16_t)i, 1460, 3);
 		seq += 1460;
 	}
 	partial_in = 1;
 	ck_assert_uint_eq(roundtrip(frames, flen, 300, GSO_FRAME_MAX), 7);
 	/* A SYN, a FIN, a 64 KiB segment: alone, NEEDS_CSUM. */
-	flen[0] = seg(frames[0], 80, 5, 0, FR_TCP_SYN, 1, 0, 0);
-	flen[1] = seg(frames[1], 80, 6, 9, FR_TCP_ACK | FR_TCP_FIN, 2, 10, 1);
-	flen[2] = seg(frames[2], 81, 6, 9, FR_TCP_ACK, 3, FR_MTU - 40, 2);
+	flen[0] = seg(frames[0], 80, 5, 0, FRAME_TCP_SYN, 1, 0, 0);
+	flen[1] = seg(frames[1], 80, 6, 9, FRAME_TCP_ACK | FRAME_TCP_FIN, 2, 10, 1);
+	flen[2] = seg(frames[2], 81, 6, 9, FRAME_TCP_ACK, 3, FRAME_MTU - 40, 2);
 	ck_assert_uint_eq(roundtrip(frames, flen, 3, GSO_FRAME_MAX), 3);
 	for (i = 0; i < 3; i++)
 		ck_assert_uint_eq(outs[i].h.flags, GSO_F_NEEDS_CSUM);
@@ -551,7 +551,7 @@ START_TEST(partial_checksums)
 	ck_assert_int_eq(gso_segment(&h, one, len, out, sizeof out, cut, &frames[1]), -EINVAL);
 	ck_assert_int_eq(gso_segment(&h, one, len, out, len - 1, cut, &frames[1]), -EINVAL);
 	/* Not a TCP frame: no partial sum. */
-	one[23] = FR_IP_UDP;
+	one[23] = FRAME_IP_UDP;
 	ck_assert_int_eq(gso_tcp_partial(one, len), -EINVAL);
 	reset_outs();
 }

@@ -38,7 +38,7 @@ static void put16(uint8_t *b, unsigned v)
  * frame f after a test changed a field. */
 static void fix_sums(uint8_t *f)
 {
-	uint8_t *ip = f + FR_ETH_HLEN;
+	uint8_t *ip = f + FRAME_ETH_HLEN;
 	size_t hl = (size_t)(ip[0] & 0xf) * 4, tot = (size_t)(ip[2] << 8 | ip[3]);
 	uint8_t *l4 = ip + hl, ph[12];
 	size_t l4len = tot - hl;
@@ -46,40 +46,40 @@ static void fix_sums(uint8_t *f)
 	size_t i;
 
 	put16(ip + 10, 0);
-	put16(ip + 10, fr_csum(ip, hl, 0));
+	put16(ip + 10, frame_csum(ip, hl, 0));
 	memcpy(ph, ip + 12, 8);
 	ph[8] = 0;
 	ph[9] = ip[9];
 	put16(ph + 10, (unsigned)l4len);
 	for (i = 0; i < 12; i += 2)
 		s += (uint32_t)(ph[i] << 8 | ph[i + 1]);
-	if (ip[9] == FR_IP_TCP) {
+	if (ip[9] == FRAME_IP_TCP) {
 		put16(l4 + 16, 0);
-		put16(l4 + 16, fr_csum(l4, l4len, s));
-	} else if (ip[9] == FR_IP_UDP) {
+		put16(l4 + 16, frame_csum(l4, l4len, s));
+	} else if (ip[9] == FRAME_IP_UDP) {
 		put16(l4 + 6, 0);
-		put16(l4 + 6, fr_csum(l4, l4len, s));
-	} else if (ip[9] == FR_IP_ICMP) {
+		put16(l4 + 6, frame_csum(l4, l4len, s));
+	} else if (ip[9] == FRAME_IP_ICMP) {
 		put16(l4 + 2, 0);
-		put16(l4 + 2, fr_csum(l4, l4len, 0));
+		put16(l4 + 2, frame_csum(l4, l4len, 0));
 	}
 }
 
 /* A guest TCP segment to far:443 with flags and payload len bytes. */
 static size_t tcp_frame(uint8_t *f, uint8_t flags, size_t len)
 {
-	uint8_t *ip = f + FR_ETH_HLEN, *t = ip + 20;
+	uint8_t *ip = f + FRAME_ETH_HLEN, *t = ip + 20;
 	size_t tot = 20 + 20 + len;
 
-	memset(f, 0, FR_ETH_HLEN + tot);
+	memset(f, 0, FRAME_ETH_HLEN + tot);
 	memcpy(f, wmac, 6);
 	memcpy(f + 6, gmac, 6);
-	put16(f + 12, FR_ETH_IPV4);
+	put16(f + 12, FRAME_ETH_IPV4);
 	ip[0] = 0x45;
 	put16(ip + 2, (unsigned)tot);
 	put16(ip + 6, 0x4000);
 	ip[8] = 64;
-	ip[9] = FR_IP_TCP;
+	ip[9] = FRAME_IP_TCP;
 	memcpy(ip + 12, gip, 4);
 	memcpy(ip + 16, far, 4);
 	put16(t, 40000);
@@ -91,40 +91,40 @@ static size_t tcp_frame(uint8_t *f, uint8_t flags, size_t len)
 	put16(t + 14, 65535);
 	memset(t + 20, 'x', len);
 	fix_sums(f);
-	return FR_ETH_HLEN + tot;
+	return FRAME_ETH_HLEN + tot;
 }
 
 static size_t arp_request(uint8_t *f, const uint8_t tpa[4])
 {
-	uint8_t *a = f + FR_ETH_HLEN;
+	uint8_t *a = f + FRAME_ETH_HLEN;
 
 	memset(f, 0xff, 6);
 	memcpy(f + 6, gmac, 6);
-	put16(f + 12, FR_ETH_ARP);
+	put16(f + 12, FRAME_ETH_ARP);
 	put16(a, 1);
-	put16(a + 2, FR_ETH_IPV4);
+	put16(a + 2, FRAME_ETH_IPV4);
 	a[4] = 6;
 	a[5] = 4;
-	put16(a + 6, FR_ARP_REQUEST);
+	put16(a + 6, FRAME_ARP_REQUEST);
 	memcpy(a + 8, gmac, 6);
 	memcpy(a + 14, gip, 4);
 	memset(a + 18, 0, 6);
 	memcpy(a + 24, tpa, 4);
-	return FR_ETH_HLEN + 28;
+	return FRAME_ETH_HLEN + 28;
 }
 
 START_TEST(tcp_parse_and_truncation)
 {
-	uint8_t f[FR_FRAME_MAX];
-	struct fr_pkt p;
-	size_t n = tcp_frame(f, FR_TCP_SYN, 0), k;
+	uint8_t f[FRAME_MAX];
+	struct frame_pkt p;
+	size_t n = tcp_frame(f, FRAME_TCP_SYN, 0), k;
 
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_uint_eq(p.proto, FR_IP_TCP);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_uint_eq(p.proto, FRAME_IP_TCP);
 	ck_assert_uint_eq(p.sport, 40000);
 	ck_assert_uint_eq(p.dport, 443);
 	ck_assert_uint_eq(p.seq, 0x11223344u);
-	ck_assert_uint_eq(p.tcp_flags, FR_TCP_SYN);
+	ck_assert_uint_eq(p.tcp_flags, FRAME_TCP_SYN);
 	ck_assert_uint_eq(p.ip_len, 40);
 	ck_assert_mem_eq(p.dst, far, 4);
 	/* Every truncation fails; none reads past the end (ASan). */
@@ -132,40 +132,40 @@ START_TEST(tcp_parse_and_truncation)
 		uint8_t *c = malloc(k ? k : 1);
 
 		memcpy(c, f, k);
-		ck_assert_int_eq(fr_parse(c, k, &p), -EPROTO);
+		ck_assert_int_eq(frame_parse(c, k, &p), -EPROTO);
 		free(c);
 	}
 	/* With data, and padded frames: the IP length rules. */
-	n = tcp_frame(f, FR_TCP_ACK | FR_TCP_PSH, 100);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
+	n = tcp_frame(f, FRAME_TCP_ACK | FRAME_TCP_PSH, 100);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
 	ck_assert_uint_eq(p.data_len, 100);
 	ck_assert_int_eq(p.data[99], 'x');
-	n = tcp_frame(f, FR_TCP_ACK, 0);
+	n = tcp_frame(f, FRAME_TCP_ACK, 0);
 	memset(f + n, 0xee, 60 - n);
-	ck_assert_int_eq(fr_parse(f, 60, &p), 0);
+	ck_assert_int_eq(frame_parse(f, 60, &p), 0);
 	ck_assert_uint_eq(p.data_len, 0);
 }
 END_TEST
 
 START_TEST(bad_fields)
 {
-	uint8_t f[FR_FRAME_MAX + 16];
-	uint8_t *ip = f + FR_ETH_HLEN, *t = ip + 20;
-	struct fr_pkt p;
+	uint8_t f[FRAME_MAX + 16];
+	uint8_t *ip = f + FRAME_ETH_HLEN, *t = ip + 20;
+	struct frame_pkt p;
 	size_t n;
 
 	/* Oversized frames, whatever they hold. */
-	n = tcp_frame(f, FR_TCP_ACK, FR_MTU - 40);
-	ck_assert_uint_eq(n, FR_FRAME_MAX);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_parse(f, n + 1, &p), -EMSGSIZE);
-	ck_assert_int_eq(fr_parse(f, (size_t)-1, &p), -EMSGSIZE);
+	n = tcp_frame(f, FRAME_TCP_ACK, FRAME_MTU - 40);
+	ck_assert_uint_eq(n, FRAME_MAX);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_parse(f, n + 1, &p), -EMSGSIZE);
+	ck_assert_int_eq(frame_parse(f, (size_t)-1, &p), -EMSGSIZE);
 
 #define BAD(expr, want)                                         \
 	do {                                                    \
-		n = tcp_frame(f, FR_TCP_ACK, 10);               \
+		n = tcp_frame(f, FRAME_TCP_ACK, 10);               \
 		expr;                                           \
-		ck_assert_int_eq(fr_parse(f, n, &p), want);     \
+		ck_assert_int_eq(frame_parse(f, n, &p), want);     \
 	} while (0)
 	BAD(ip[0] = 0x44; fix_sums(f), -EPROTO);                      /* IHL 4 */
 	BAD(ip[0] = 0x4f, -EPROTO);                                   /* header past the packet */
@@ -181,17 +181,17 @@ START_TEST(bad_fields)
 	BAD(put16(ip + 6, 0x0001); fix_sums(f), -ENOTSUP);            /* offset */
 	BAD(put16(ip + 6, 0x8000); fix_sums(f), -EPROTO);             /* reserved bit */
 	BAD(ip[9] = 47; fix_sums(f), -ENOTSUP);                       /* GRE */
-	BAD(put16(f + 12, FR_ETH_IPV6), -ENOTSUP);
+	BAD(put16(f + 12, FRAME_ETH_IPV6), -ENOTSUP);
 	BAD(put16(f + 12, 0x8100), -ENOTSUP);                         /* VLAN tag */
 	/* IP options are fine: a 24-byte header. */
-	n = tcp_frame(f, FR_TCP_ACK, 10);
+	n = tcp_frame(f, FRAME_TCP_ACK, 10);
 	memmove(ip + 24, ip + 20, 30);
 	memset(ip + 20, 1, 4); /* four NOPs */
 	ip[0] = 0x46;
 	put16(ip + 2, 54);
 	n += 4;
 	fix_sums(f);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
 	ck_assert_uint_eq(p.data_len, 10);
 	ck_assert_uint_eq(p.dport, 443);
 #undef BAD
@@ -200,120 +200,120 @@ END_TEST
 
 START_TEST(udp_and_icmp)
 {
-	uint8_t f[FR_FRAME_MAX], out[FR_FRAME_MAX], big[FR_MTU + 1];
-	uint8_t *u = f + FR_ETH_HLEN + 20;
-	struct fr_pkt p, q;
+	uint8_t f[FRAME_MAX], out[FRAME_MAX], big[FRAME_MTU + 1];
+	uint8_t *u = f + FRAME_ETH_HLEN + 20;
+	struct frame_pkt p, q;
 	size_t n, m, k;
 
-	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 5353, wip, 53, (const uint8_t *)"query", 5, f, sizeof f, &n),
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 5353, wip, 53, (const uint8_t *)"query", 5, f, sizeof f, &n),
 			 0);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_uint_eq(p.proto, FR_IP_UDP);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_uint_eq(p.proto, FRAME_IP_UDP);
 	ck_assert_uint_eq(p.sport, 5353);
 	ck_assert_uint_eq(p.dport, 53);
 	ck_assert_uint_eq(p.data_len, 5);
 	ck_assert_mem_eq(p.data, "query", 5);
 	for (k = 0; k < n; k++)
-		ck_assert_int_lt(fr_parse(f, k, &q), 0);
+		ck_assert_int_lt(frame_parse(f, k, &q), 0);
 	/* Zero checksum means "none"; a wrong one is refused. */
 	put16(u + 6, 0);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
 	put16(u + 6, 0x1234);
-	ck_assert_int_eq(fr_parse(f, n, &p), -EPROTO);
+	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
 	/* UDP length must match the IP payload exactly. */
-	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 1, wip, 53, (const uint8_t *)"query", 5, f, sizeof f, &n), 0);
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 1, wip, 53, (const uint8_t *)"query", 5, f, sizeof f, &n), 0);
 	put16(u + 4, 12);
 	fix_sums(f);
-	ck_assert_int_eq(fr_parse(f, n, &p), -EPROTO);
+	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
 	put16(u + 4, 14);
 	fix_sums(f);
-	ck_assert_int_eq(fr_parse(f, n, &p), -EPROTO);
+	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
 	put16(u + 4, 7);
-	ck_assert_int_eq(fr_parse(f, n, &p), -EPROTO);
+	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
 	/* Too big for one packet, or for the buffer. */
 	memset(big, 0, sizeof big);
-	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 1, wip, 2, big, FR_MTU - 28, out, sizeof out, &m), 0);
-	ck_assert_uint_eq(m, FR_FRAME_MAX);
-	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 1, wip, 2, big, FR_MTU - 27, out, sizeof out, &m), -ENOSPC);
-	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 1, wip, 2, big, 10, out, 40, &m), -ENOSPC);
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 1, wip, 2, big, FRAME_MTU - 28, out, sizeof out, &m), 0);
+	ck_assert_uint_eq(m, FRAME_MAX);
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 1, wip, 2, big, FRAME_MTU - 27, out, sizeof out, &m), -ENOSPC);
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 1, wip, 2, big, 10, out, 40, &m), -ENOSPC);
 
 	/* ICMP echo: the reply carries the same identifier, sequence and data. */
 	n = tcp_frame(f, 0, 20);
-	f[FR_ETH_HLEN + 9] = FR_IP_ICMP;
-	memcpy(f + FR_ETH_HLEN + 16, wip, 4);
-	u[0] = FR_ICMP_ECHO;
+	f[FRAME_ETH_HLEN + 9] = FRAME_IP_ICMP;
+	memcpy(f + FRAME_ETH_HLEN + 16, wip, 4);
+	u[0] = FRAME_ICMP_ECHO;
 	u[1] = 0;
 	fix_sums(f);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_uint_eq(p.icmp_type, FR_ICMP_ECHO);
-	ck_assert_int_eq(fr_build_echo_reply(&p, out, sizeof out, &m), 0);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_uint_eq(p.icmp_type, FRAME_ICMP_ECHO);
+	ck_assert_int_eq(frame_build_echo_reply(&p, out, sizeof out, &m), 0);
 	ck_assert_uint_eq(m, n);
-	ck_assert_int_eq(fr_parse(out, m, &q), 0);
-	ck_assert_uint_eq(q.icmp_type, FR_ICMP_ECHO_REPLY);
+	ck_assert_int_eq(frame_parse(out, m, &q), 0);
+	ck_assert_uint_eq(q.icmp_type, FRAME_ICMP_ECHO_REPLY);
 	ck_assert_mem_eq(q.src, wip, 4);
 	ck_assert_mem_eq(q.dst, gip, 4);
 	ck_assert_mem_eq(q.eth_dst, gmac, 6);
 	ck_assert_uint_eq(q.data_len, p.data_len);
 	ck_assert_mem_eq(q.data, p.data, p.data_len);
-	ck_assert_int_eq(fr_build_echo_reply(&q, out, sizeof out, &m), -EINVAL); /* a reply is not answered */
-	ck_assert_int_eq(fr_build_echo_reply(&p, out, 60, &m), -ENOSPC);
+	ck_assert_int_eq(frame_build_echo_reply(&q, out, sizeof out, &m), -EINVAL); /* a reply is not answered */
+	ck_assert_int_eq(frame_build_echo_reply(&p, out, 60, &m), -ENOSPC);
 	u[2] ^= 1;
-	ck_assert_int_eq(fr_parse(f, n, &p), -EPROTO); /* ICMP checksum */
+	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO); /* ICMP checksum */
 }
 END_TEST
 
 START_TEST(port_unreach_and_arp_request)
 {
-	uint8_t f[FR_FRAME_MAX], out[FR_FRAME_MAX];
-	struct fr_pkt p, q;
+	uint8_t f[FRAME_MAX], out[FRAME_MAX];
+	struct frame_pkt p, q;
 	size_t n, m;
 
 	/* A QUIC datagram to far:443 is answered from far with type 3 code 3,
 	 * quoting its IP header and UDP header. */
-	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 40000, far, 443, (const uint8_t *)"quic-initial", 12, f,
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 40000, far, 443, (const uint8_t *)"quic-initial", 12, f,
 				      sizeof f, &n), 0);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_build_port_unreach(&p, out, sizeof out, &m), 0);
-	ck_assert_uint_eq(m, FR_ETH_HLEN + 20 + 8 + 20 + 8);
-	ck_assert_int_eq(fr_parse(out, m, &q), 0);
-	ck_assert_uint_eq(q.proto, FR_IP_ICMP);
-	ck_assert_uint_eq(q.icmp_type, FR_ICMP_UNREACH);
-	ck_assert_uint_eq(q.icmp_code, FR_ICMP_PORT_UNREACH);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_build_port_unreach(&p, out, sizeof out, &m), 0);
+	ck_assert_uint_eq(m, FRAME_ETH_HLEN + 20 + 8 + 20 + 8);
+	ck_assert_int_eq(frame_parse(out, m, &q), 0);
+	ck_assert_uint_eq(q.proto, FRAME_IP_ICMP);
+	ck_assert_uint_eq(q.icmp_type, FRAME_ICMP_UNREACH);
+	ck_assert_uint_eq(q.icmp_code, FRAME_ICMP_PORT_UNREACH);
 	ck_assert_mem_eq(q.src, far, 4);
 	ck_assert_mem_eq(q.dst, gip, 4);
 	ck_assert_mem_eq(q.eth_dst, gmac, 6);
 	ck_assert_mem_eq(q.eth_src, wmac, 6);
 	ck_assert_uint_eq(q.data_len, 4 + 28); /* the unused word, then the quote */
-	ck_assert_mem_eq(q.data + 4, f + FR_ETH_HLEN, 28);
-	ck_assert_int_eq(fr_build_port_unreach(&p, out, m - 1, &m), -ENOSPC);
+	ck_assert_mem_eq(q.data + 4, f + FRAME_ETH_HLEN, 28);
+	ck_assert_int_eq(frame_build_port_unreach(&p, out, m - 1, &m), -ENOSPC);
 	/* Only UDP is answered this way. */
-	n = tcp_frame(f, FR_TCP_SYN, 0);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_build_port_unreach(&p, out, sizeof out, &m), -EINVAL);
+	n = tcp_frame(f, FRAME_TCP_SYN, 0);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_build_port_unreach(&p, out, sizeof out, &m), -EINVAL);
 
 	/* "Who has the guest's address", from the gateway, parses back. */
-	ck_assert_int_eq(fr_build_arp_request(wmac, wip, gip, out, sizeof out, &m), 0);
-	ck_assert_int_eq(fr_parse(out, m, &q), 0);
-	ck_assert_uint_eq(q.arp_op, FR_ARP_REQUEST);
+	ck_assert_int_eq(frame_build_arp_request(wmac, wip, gip, out, sizeof out, &m), 0);
+	ck_assert_int_eq(frame_parse(out, m, &q), 0);
+	ck_assert_uint_eq(q.arp_op, FRAME_ARP_REQUEST);
 	ck_assert_mem_eq(q.arp_sha, wmac, 6);
 	ck_assert_mem_eq(q.arp_spa, wip, 4);
 	ck_assert_mem_eq(q.arp_tpa, gip, 4);
-	ck_assert_int_eq(fr_build_arp_request(wmac, wip, gip, out, 41, &m), -ENOSPC);
+	ck_assert_int_eq(frame_build_arp_request(wmac, wip, gip, out, 41, &m), -ENOSPC);
 }
 END_TEST
 
 START_TEST(resets)
 {
-	uint8_t f[FR_FRAME_MAX], out[FR_FRAME_MAX];
-	struct fr_pkt p, r;
+	uint8_t f[FRAME_MAX], out[FRAME_MAX];
+	struct frame_pkt p, r;
 	size_t n, m;
 
 	/* SYN: seq 0, ack = seq + 1, RST|ACK, addresses swapped. */
-	n = tcp_frame(f, FR_TCP_SYN, 0);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_build_tcp_rst(&p, out, sizeof out, &m), 0);
-	ck_assert_int_eq(fr_parse(out, m, &r), 0);
-	ck_assert_uint_eq(r.tcp_flags, FR_TCP_RST | FR_TCP_ACK);
+	n = tcp_frame(f, FRAME_TCP_SYN, 0);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_build_tcp_rst(&p, out, sizeof out, &m), 0);
+	ck_assert_int_eq(frame_parse(out, m, &r), 0);
+	ck_assert_uint_eq(r.tcp_flags, FRAME_TCP_RST | FRAME_TCP_ACK);
 	ck_assert_uint_eq(r.seq, 0);
 	ck_assert_uint_eq(r.ack, 0x11223345u);
 	ck_assert_uint_eq(r.sport, 443);
@@ -323,67 +323,67 @@ START_TEST(resets)
 	ck_assert_mem_eq(r.eth_dst, gmac, 6);
 	ck_assert_mem_eq(r.eth_src, wmac, 6);
 	/* Data and FIN count; the sequence wraps. */
-	n = tcp_frame(f, FR_TCP_FIN, 10);
-	memset(f + FR_ETH_HLEN + 24, 0xff, 4);
+	n = tcp_frame(f, FRAME_TCP_FIN, 10);
+	memset(f + FRAME_ETH_HLEN + 24, 0xff, 4);
 	fix_sums(f);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_build_tcp_rst(&p, out, sizeof out, &m), 0);
-	ck_assert_int_eq(fr_parse(out, m, &r), 0);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_build_tcp_rst(&p, out, sizeof out, &m), 0);
+	ck_assert_int_eq(frame_parse(out, m, &r), 0);
 	ck_assert_uint_eq(r.ack, 10u); /* 0xffffffff + 11 */
 	/* With ACK: seq = their ack, no ACK of ours. */
-	n = tcp_frame(f, FR_TCP_ACK, 5);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_build_tcp_rst(&p, out, sizeof out, &m), 0);
-	ck_assert_int_eq(fr_parse(out, m, &r), 0);
-	ck_assert_uint_eq(r.tcp_flags, FR_TCP_RST);
+	n = tcp_frame(f, FRAME_TCP_ACK, 5);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_build_tcp_rst(&p, out, sizeof out, &m), 0);
+	ck_assert_int_eq(frame_parse(out, m, &r), 0);
+	ck_assert_uint_eq(r.tcp_flags, FRAME_TCP_RST);
 	ck_assert_uint_eq(r.seq, 0x1001u);
 	/* Never a reset for a reset, nor for what is not TCP. */
-	ck_assert_int_eq(fr_build_tcp_rst(&r, out, sizeof out, &m), -EINVAL);
+	ck_assert_int_eq(frame_build_tcp_rst(&r, out, sizeof out, &m), -EINVAL);
 	n = arp_request(f, wip);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_build_tcp_rst(&p, out, sizeof out, &m), -EINVAL);
-	n = tcp_frame(f, FR_TCP_SYN, 0);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_int_eq(fr_build_tcp_rst(&p, out, 53, &m), -ENOSPC);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_build_tcp_rst(&p, out, sizeof out, &m), -EINVAL);
+	n = tcp_frame(f, FRAME_TCP_SYN, 0);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_int_eq(frame_build_tcp_rst(&p, out, 53, &m), -ENOSPC);
 }
 END_TEST
 
 START_TEST(arp)
 {
 	uint8_t f[64], out[64];
-	struct fr_pkt p, r;
+	struct frame_pkt p, r;
 	size_t n, m, k;
 
 	n = arp_request(f, wip);
-	ck_assert_int_eq(fr_parse(f, n, &p), 0);
-	ck_assert_uint_eq(p.arp_op, FR_ARP_REQUEST);
+	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+	ck_assert_uint_eq(p.arp_op, FRAME_ARP_REQUEST);
 	ck_assert_mem_eq(p.arp_tpa, wip, 4);
-	ck_assert_int_eq(fr_build_arp_reply(&p, wmac, out, sizeof out, &m), 0);
-	ck_assert_int_eq(fr_parse(out, m, &r), 0);
-	ck_assert_uint_eq(r.arp_op, FR_ARP_REPLY);
+	ck_assert_int_eq(frame_build_arp_reply(&p, wmac, out, sizeof out, &m), 0);
+	ck_assert_int_eq(frame_parse(out, m, &r), 0);
+	ck_assert_uint_eq(r.arp_op, FRAME_ARP_REPLY);
 	ck_assert_mem_eq(r.arp_sha, wmac, 6);
 	ck_assert_mem_eq(r.arp_spa, wip, 4);
 	ck_assert_mem_eq(r.arp_tha, gmac, 6);
 	ck_assert_mem_eq(r.arp_tpa, gip, 4);
 	ck_assert_mem_eq(r.eth_dst, gmac, 6);
-	ck_assert_int_eq(fr_build_arp_reply(&r, wmac, out, sizeof out, &m), -EINVAL);
-	ck_assert_int_eq(fr_build_arp_reply(&p, wmac, out, 41, &m), -ENOSPC);
+	ck_assert_int_eq(frame_build_arp_reply(&r, wmac, out, sizeof out, &m), -EINVAL);
+	ck_assert_int_eq(frame_build_arp_reply(&p, wmac, out, 41, &m), -ENOSPC);
 	for (k = 0; k < n; k++)
-		ck_assert_int_eq(fr_parse(f, k, &r), -EPROTO);
+		ck_assert_int_eq(frame_parse(f, k, &r), -EPROTO);
 	/* Other hardware or protocol types, other address sizes. */
-	f[FR_ETH_HLEN + 1] = 6;
-	ck_assert_int_eq(fr_parse(f, n, &r), -ENOTSUP);
+	f[FRAME_ETH_HLEN + 1] = 6;
+	ck_assert_int_eq(frame_parse(f, n, &r), -ENOTSUP);
 	n = arp_request(f, wip);
-	f[FR_ETH_HLEN + 5] = 16;
-	ck_assert_int_eq(fr_parse(f, n, &r), -ENOTSUP);
+	f[FRAME_ETH_HLEN + 5] = 16;
+	ck_assert_int_eq(frame_parse(f, n, &r), -ENOTSUP);
 }
 END_TEST
 
 START_TEST(random_frames)
 {
 	/* Random bytes behind plausible headers: every path, no crash. */
-	uint8_t f[FR_FRAME_MAX];
-	struct fr_pkt p;
+	uint8_t f[FRAME_MAX];
+	struct frame_pkt p;
 	uint32_t x = 12345;
 	int i, ok = 0;
 	size_t n, k;
@@ -391,9 +391,9 @@ START_TEST(random_frames)
 	for (i = 0; i < 20000; i++) {
 		/* Odd rounds keep the IP version, header and total lengths
 		 * (which fix_sums trusts) and then make the checksums right. */
-		size_t from = i & 1 ? FR_ETH_HLEN + 4 : 0;
+		size_t from = i & 1 ? FRAME_ETH_HLEN + 4 : 0;
 
-		n = tcp_frame(f, FR_TCP_ACK, 64);
+		n = tcp_frame(f, FRAME_TCP_ACK, 64);
 		for (k = 0; k < 4; k++) {
 			x = x * 1103515245u + 12345u;
 			f[from + (x >> 8) % (n - from)] = (uint8_t)(x >> 20);
@@ -401,9 +401,9 @@ START_TEST(random_frames)
 		if (i & 1)
 			fix_sums(f);
 		x = x * 1103515245u + 12345u;
-		if (fr_parse(f, (x >> 8) % (n + 1), &p) == 0) {
+		if (frame_parse(f, (x >> 8) % (n + 1), &p) == 0) {
 			ok++;
-			ck_assert_uint_le(p.ip_len, n - FR_ETH_HLEN);
+			ck_assert_uint_le(p.ip_len, n - FRAME_ETH_HLEN);
 			ck_assert(p.data + p.data_len <= f + n);
 		}
 	}
@@ -496,9 +496,9 @@ static uint16_t syn_dport;
 
 static void count_syns(void *ctx, const uint8_t *frame, size_t len)
 {
-	struct fr_pkt p;
+	struct frame_pkt p;
 
-	if (fr_parse(frame, len, &p) == 0 && p.proto == FR_IP_TCP && p.tcp_flags == FR_TCP_SYN &&
+	if (frame_parse(frame, len, &p) == 0 && p.proto == FRAME_IP_TCP && p.tcp_flags == FRAME_TCP_SYN &&
 	    memcmp(p.src, wip, 4) == 0 && memcmp(p.eth_dst, gmac, 6) == 0) {
 		memcpy(syn_dst, p.dst, 4);
 		syn_dport = p.dport;
@@ -624,7 +624,7 @@ static uint16_t ref_csum(const uint8_t *b, size_t len, uint32_t sum)
 	return (uint16_t)~s;
 }
 
-/* fr_csum sums eight bytes at a time in host order: the same result for
+/* frame_csum sums eight bytes at a time in host order: the same result for
  * every length, alignment, starting sum and content (all zero, all ones,
  * random). */
 START_TEST(csum_matches_reference)
@@ -639,7 +639,7 @@ START_TEST(csum_matches_reference)
 
 		for (size_t i = 0; i < off + len; i++)
 			buf[i] = mode == 0 ? 0 : mode == 1 ? 0xff : (uint8_t)rand_r(&seed);
-		ck_assert_uint_eq(fr_csum(buf + off, len, sum), ref_csum(buf + off, len, sum));
+		ck_assert_uint_eq(frame_csum(buf + off, len, sum), ref_csum(buf + off, len, sum));
 	}
 }
 END_TEST
@@ -651,12 +651,12 @@ static void count_syns_done(void *ctx, const struct gso_hdr *h, const uint8_t *f
 
 static void count_syns_gso(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
-	static uint8_t done[FR_FRAME_MAX];
+	static uint8_t done[FRAME_MAX];
 
 	/* A SYN never merges: a lone frame whose TCP checksum lwIP left to
 	 * the peer (NEEDS_CSUM at the TCP header); completed, it parses. */
 	ck_assert_uint_eq(h->gso_type, GSO_TYPE_NONE);
-	ck_assert_uint_le(len, FR_FRAME_MAX);
+	ck_assert_uint_le(len, FRAME_MAX);
 	ck_assert_uint_eq(h->flags, GSO_F_NEEDS_CSUM);
 	ck_assert_uint_eq(h->csum_start, 34);
 	ck_assert_uint_eq(h->csum_offset, 16);

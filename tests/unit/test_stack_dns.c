@@ -58,19 +58,19 @@ static uint64_t now_ms(void)
 
 static void output(void *ctx, const uint8_t *frame, size_t len)
 {
-	struct fr_pkt p;
+	struct frame_pkt p;
 
 	(void)ctx;
-	if (fr_parse(frame, len, &p) < 0 || memcmp(p.eth_dst, gmac, 6) != 0)
+	if (frame_parse(frame, len, &p) < 0 || memcmp(p.eth_dst, gmac, 6) != 0)
 		return;
 	pthread_mutex_lock(&seen_m);
-	if (p.proto == FR_IP_UDP && p.sport == NS_DNS_PORT && p.data_len >= 12 && nseen < MAX_SEEN) {
+	if (p.proto == FRAME_IP_UDP && p.sport == NS_DNS_PORT && p.data_len >= 12 && nseen < MAX_SEEN) {
 		seen[nseen].id = (uint16_t)(p.data[0] << 8 | p.data[1]);
 		seen[nseen].rcode = p.data[3] & 15;
 		seen[nseen].answers = (unsigned)(p.data[6] << 8 | p.data[7]);
 		seen[nseen].at_ms = now_ms();
 		nseen++;
-	} else if (p.proto == FR_IP_TCP && p.tcp_flags == (FR_TCP_SYN | FR_TCP_ACK) && !synack_ms) {
+	} else if (p.proto == FRAME_IP_TCP && p.tcp_flags == (FRAME_TCP_SYN | FRAME_TCP_ACK) && !synack_ms) {
 		synack_ms = now_ms();
 	}
 	pthread_mutex_unlock(&seen_m);
@@ -101,7 +101,7 @@ static int resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *o
 
 static void send_query(struct ns *s, uint16_t id, const char *name)
 {
-	uint8_t q[300], f[FR_FRAME_MAX];
+	uint8_t q[300], f[FRAME_MAX];
 	size_t len = 12, n;
 	const char *l = name;
 
@@ -124,7 +124,7 @@ static void send_query(struct ns *s, uint16_t id, const char *name)
 	q[len++] = DNS_TYPE_A;
 	q[len++] = 0;
 	q[len++] = DNS_CLASS_IN;
-	ck_assert_int_eq(fr_build_udp(wmac, gmac, gip, 40000, wip, NS_DNS_PORT, q, len, f, sizeof f, &n), 0);
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 40000, wip, NS_DNS_PORT, q, len, f, sizeof f, &n), 0);
 	ns_input(s, f, n);
 }
 
@@ -149,19 +149,19 @@ static void send_syn(struct ns *s, uint16_t port)
 	ip[9] = 6;
 	memcpy(ip + 12, gip, 4);
 	memcpy(ip + 16, wip, 4);
-	put16(ip + 10, fr_csum(ip, 20, 0));
+	put16(ip + 10, frame_csum(ip, 20, 0));
 	put16(tcp, 41000);
 	put16(tcp + 2, port);
 	put16(tcp + 4, 0x1234);
 	tcp[12] = 5 << 4;
-	tcp[13] = FR_TCP_SYN;
+	tcp[13] = FRAME_TCP_SYN;
 	put16(tcp + 14, 65535);
 	memcpy(ph, gip, 4);
 	memcpy(ph + 4, wip, 4);
 	ph[9] = 6;
 	put16(ph + 10, 20);
 	memcpy(ph + 12, tcp, 20);
-	put16(tcp + 16, fr_csum(ph, sizeof ph, 0));
+	put16(tcp + 16, frame_csum(ph, sizeof ph, 0));
 	ns_input(s, f, sizeof f);
 }
 

@@ -556,7 +556,7 @@ static void make_merged(void)
 		f[19] = (uint8_t)i;
 		f[22] = 64, f[23] = 6;
 		memcpy(f + 26, ph_addrs, 8);
-		uint16_t c = fr_csum(f + 14, 20, 0);
+		uint16_t c = frame_csum(f + 14, 20, 0);
 		f[24] = (uint8_t)(c >> 8), f[25] = (uint8_t)c;
 		f[35] = 80, f[36] = 0x9c;
 		uint32_t seq = 1000 + i * 1460;
@@ -566,7 +566,7 @@ static void make_merged(void)
 		uint8_t ph[12];
 		memcpy(ph, ph_addrs, 8);
 		ph[8] = 0, ph[9] = 6, ph[10] = (uint8_t)((len - 34) >> 8), ph[11] = (uint8_t)(len - 34);
-		c = fr_csum(f + 34, len - 34, (uint16_t)~fr_csum(ph, 12, 0));
+		c = frame_csum(f + 34, len - 34, (uint16_t)~frame_csum(ph, 12, 0));
 		f[50] = (uint8_t)(c >> 8), f[51] = (uint8_t)c;
 		seglen[i] = len;
 	}

@@ -77,7 +77,7 @@ int audit_format(const struct audit_event *e, char *buf, size_t len, size_t *n)
 	}
 	if (e->dst) {
 		char ip[64];
-		if (pol_addr_format(e->dst, ip, sizeof ip) < 0)
+		if (policy_addr_format(e->dst, ip, sizeof ip) < 0)
 			snprintf(ip, sizeof ip, "invalid");
 		snprintf(tmp, sizeof tmp, e->dst->family == 6 ? "[%s]:%u" : "%s:%u", ip, e->port);
 		rc = rc ? rc : puts_(buf, len, &pos, ",\"dst\":");
@@ -292,12 +292,12 @@ void audit_learn_free(struct audit_learn *l)
 	audit_learn_init(l);
 }
 
-int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_addr *dst, uint16_t port,
-		    const struct pol_decision *d)
+int audit_learn_add(struct audit_learn *l, const char *name, const struct policy_addr *dst, uint16_t port,
+		    const struct policy_decision *d)
 {
-	char target[POL_NAME_MAX + 3];
+	char target[POLICY_NAME_MAX + 3];
 	struct audit_learn_entry *e = NULL;
-	bool widen = d->allow || d->why == POL_WHY_NO_MATCH;
+	bool widen = d->allow || d->why == POLICY_WHY_NO_MATCH;
 	size_t i;
 
 	if (d->allow)
@@ -306,7 +306,7 @@ int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_ad
 		l->denied++;
 	if (name) {
 		/* Names come from the guest: keep only what a rule can say. */
-		if (pol_name_normalize(name, target) < 0 || pol_name_is_numeric(target))
+		if (policy_name_normalize(name, target) < 0 || policy_name_is_numeric(target))
 			return 0;
 		for (i = 0; target[i]; i++)
 			if (!(target[i] == '-' || target[i] == '.' || target[i] == '_' ||
@@ -315,7 +315,7 @@ int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_ad
 	} else if (dst) {
 		char ip[64];
 
-		if (pol_addr_format(dst, ip, sizeof ip) < 0)
+		if (policy_addr_format(dst, ip, sizeof ip) < 0)
 			return 0;
 		snprintf(target, sizeof target, dst->family == 6 ? "[%s]" : "%s", ip);
 	} else {

@@ -19,11 +19,11 @@ struct audit_event {
 	uint64_t time_ms;           /* wall clock, milliseconds since the epoch */
 	const char *proto;          /* "tcp", "udp" or "dns" */
 	const char *direction;      /* TCP: "out" (the guest dialled) or "in" (forwarded port); else NULL */
-	const struct pol_addr *dst; /* NULL for a DNS question */
+	const struct policy_addr *dst; /* NULL for a DNS question */
 	uint16_t port;
 	const char *name;           /* DNS name, or NULL */
 	bool allow;
-	const char *rule;           /* pol_decision.rule */
+	const char *rule;           /* policy_decision.rule */
 	/* A connection's end instead of a decision: bytes from the guest
 	 * (up) and to it (down), and its lifetime. */
 	bool close;
@@ -86,7 +86,7 @@ void audit_close(struct audit *a);
 #define AUDIT_LEARN_MAX 4096u /* distinct destinations kept; later ones are counted only */
 
 struct audit_learn_entry {
-	char target[POL_NAME_MAX + 3]; /* name, or address ("[v6]" in brackets) when no name was seen */
+	char target[POLICY_NAME_MAX + 3]; /* name, or address ("[v6]" in brackets) when no name was seen */
 	uint16_t port;                 /* 0: a name refused at DNS, no connection seen */
 	bool allowed;                  /* allowed at least once */
 	bool widen;                    /* an allowlist would let it through: allowed, or denied only for
@@ -111,8 +111,8 @@ void audit_learn_free(struct audit_learn *l);
  * (NULL if none), or a DNS question for name (dst NULL, port 0; only
  * denials are worth recording, allowed names show up as connections).
  * 0 or -ENOMEM (counted in lost). */
-int audit_learn_add(struct audit_learn *l, const char *name, const struct pol_addr *dst, uint16_t port,
-		    const struct pol_decision *d);
+int audit_learn_add(struct audit_learn *l, const char *name, const struct policy_addr *dst, uint16_t port,
+		    const struct policy_decision *d);
 
 /* The suggested network: section as YAML (sorted by target and port)
  * after a comment header naming mode, the decision counts and the time

@@ -96,7 +96,7 @@ int dns_parse_query(const uint8_t *pkt, size_t len, struct dns_query *q)
 	return 0;
 }
 
-int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, const struct pol_addr *addrs,
+int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, const struct policy_addr *addrs,
 		    size_t n, uint32_t ttl, uint8_t *out, size_t outlen, size_t *outn)
 {
 	if (rcode < 0 || rcode > 15)
@@ -135,9 +135,9 @@ int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, c
 int dns_build_query(uint16_t id, const char *name, uint16_t qtype, uint8_t *out, size_t outlen,
 		    size_t *outn)
 {
-	size_t len = strnlen(name, POL_NAME_MAX + 1);
+	size_t len = strnlen(name, POLICY_NAME_MAX + 1);
 	/* Labels plus one length byte each, the root byte and qtype/qclass. */
-	if (len == 0 || len > POL_NAME_MAX)
+	if (len == 0 || len > POLICY_NAME_MAX)
 		return -EINVAL;
 	if (outlen < DNS_HDR || outlen - DNS_HDR < len + 2 + 4)
 		return -ENOSPC;
@@ -233,13 +233,13 @@ int dns_parse_response(const uint8_t *pkt, size_t len, const struct dns_query *q
 	return 0;
 }
 
-size_t dns_filter_answers(const struct pol *p, const char *name, struct dns_rr *rr, size_t n,
-			  struct pol_decision *why)
+size_t dns_filter_answers(const struct policy *p, const char *name, struct dns_rr *rr, size_t n,
+			  struct policy_decision *why)
 {
 	size_t kept = 0;
 	for (size_t i = 0; i < n; i++) {
-		struct pol_decision d;
-		pol_check_answer(p, name, &rr[i].addr, &d);
+		struct policy_decision d;
+		policy_check_answer(p, name, &rr[i].addr, &d);
 		if (d.allow)
 			rr[kept++] = rr[i];
 		else if (why)
@@ -266,7 +266,7 @@ void dns_memo_free(struct dns_memo *m)
 	memset(m, 0, sizeof *m);
 }
 
-static bool same_addr(const struct pol_addr *a, const struct pol_addr *b)
+static bool same_addr(const struct policy_addr *a, const struct policy_addr *b)
 {
 	return a->family == b->family && memcmp(a->b, b->b, a->family == 4 ? 4 : 16) == 0;
 }
@@ -276,10 +276,10 @@ static bool live(const struct dns_memo_entry *e, uint64_t now)
 	return e->used && e->expires > now;
 }
 
-void dns_memo_put(struct dns_memo *m, const char *name, const struct pol_addr *a, uint32_t ttl, uint64_t now)
+void dns_memo_put(struct dns_memo *m, const char *name, const struct policy_addr *a, uint32_t ttl, uint64_t now)
 {
-	char n[POL_NAME_MAX + 1];
-	if (pol_name_normalize(name, n) < 0 || (a->family != 4 && a->family != 6))
+	char n[POLICY_NAME_MAX + 1];
+	if (policy_name_normalize(name, n) < 0 || (a->family != 4 && a->family != 6))
 		return;
 	if (ttl < DNS_MEMO_MIN_TTL)
 		ttl = DNS_MEMO_MIN_TTL;
@@ -303,7 +303,7 @@ void dns_memo_put(struct dns_memo *m, const char *name, const struct pol_addr *a
 	slot->used = ++m->tick;
 }
 
-size_t dns_memo_names(struct dns_memo *m, const struct pol_addr *a, uint64_t now, const char **names, size_t max)
+size_t dns_memo_names(struct dns_memo *m, const struct policy_addr *a, uint64_t now, const char **names, size_t max)
 {
 	struct dns_memo_entry *picked[DNS_MEMO_MAX_NAMES];
 	size_t k = 0;

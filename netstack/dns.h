@@ -54,7 +54,7 @@ struct dns_query {
 
 /* One address from a response, with its TTL in seconds. */
 struct dns_rr {
-	struct pol_addr addr;
+	struct policy_addr addr;
 	uint32_t ttl;
 };
 
@@ -79,7 +79,7 @@ int dns_parse_query(const uint8_t *pkt, size_t len, struct dns_query *q);
  * AAAA: IPv6), at most DNS_MAX_ANSWERS and as many as fit in outlen, each
  * with ttl.  *outn gets the length.  0, -EINVAL (bad rcode) or -ENOSPC
  * (not even the header and question fit). */
-int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, const struct pol_addr *addrs,
+int dns_build_reply(const struct dns_query *q, const uint8_t *qpkt, int rcode, const struct policy_addr *addrs,
 		    size_t n, uint32_t ttl, uint8_t *out, size_t outlen, size_t *outn);
 
 /* Build a recursive query (RD set) with id for name (text form, no
@@ -100,17 +100,17 @@ int dns_parse_response(const uint8_t *pkt, size_t len, const struct dns_query *q
 		       struct dns_rr *out, size_t max, size_t *n);
 
 /* Rebinding protection and allowlist filtering: keep, in order, only the
- * records pol_check_answer allows for name, and return how many are left.
+ * records policy_check_answer allows for name, and return how many are left.
  * If some were dropped and why is not NULL, *why gets the decision for
  * the last one dropped (for the audit log). */
-size_t dns_filter_answers(const struct pol *p, const char *name, struct dns_rr *rr, size_t n,
-			  struct pol_decision *why);
+size_t dns_filter_answers(const struct policy *p, const char *name, struct dns_rr *rr, size_t n,
+			  struct policy_decision *why);
 
 /* The name memory: which name our DNS gave each address for, bounded
  * (least recently used entries go first) and with expiry. */
 struct dns_memo_entry {
-	struct pol_addr addr;
-	char name[POL_NAME_MAX + 1];
+	struct policy_addr addr;
+	char name[POLICY_NAME_MAX + 1];
 	uint64_t expires; /* seconds, same clock as the now arguments */
 	uint64_t used;    /* LRU stamp; 0: free slot */
 };
@@ -131,11 +131,11 @@ void dns_memo_free(struct dns_memo *m);
  * a for ttl seconds (clamped to [DNS_MEMO_MIN_TTL, DNS_MEMO_MAX_TTL]),
  * refreshing an existing pair or replacing an expired or the least
  * recently used entry. */
-void dns_memo_put(struct dns_memo *m, const char *name, const struct pol_addr *a, uint32_t ttl, uint64_t now);
+void dns_memo_put(struct dns_memo *m, const char *name, const struct policy_addr *a, uint32_t ttl, uint64_t now);
 
 /* Store in names[0, max) (max capped at DNS_MEMO_MAX_NAMES) the live names remembered for a, most recently
  * used first, and return their count.  The pointers are valid until the
  * next dns_memo_put or dns_memo_free.  Marks those entries used. */
-size_t dns_memo_names(struct dns_memo *m, const struct pol_addr *a, uint64_t now, const char **names, size_t max);
+size_t dns_memo_names(struct dns_memo *m, const struct policy_addr *a, uint64_t now, const char **names, size_t max);
 
 #endif

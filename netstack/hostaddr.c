@@ -106,7 +106,7 @@ static int read_answer(const uint8_t *buf, size_t n, uint32_t seq)
 	return 2;
 }
 
-static int ask(struct hostaddr *h, const struct pol_addr *a)
+static int ask(struct hostaddr *h, const struct policy_addr *a)
 {
 	union {
 		struct nlmsghdr n;
@@ -166,7 +166,7 @@ static int ask(struct hostaddr *h, const struct pol_addr *a)
 	}
 }
 
-bool hostaddr_is_local(struct hostaddr *h, const struct pol_addr *a)
+bool hostaddr_is_local(struct hostaddr *h, const struct policy_addr *a)
 {
 	int v;
 
@@ -181,7 +181,7 @@ bool hostaddr_is_local(struct hostaddr *h, const struct pol_addr *a)
 	return v != HOSTADDR_NOT_LOCAL;
 }
 
-bool hostaddr_pol_host(void *ctx, const struct pol_addr *a)
+bool hostaddr_pol_host(void *ctx, const struct policy_addr *a)
 {
 	return hostaddr_is_local(ctx, a);
 }

@@ -43,9 +43,9 @@ void hostaddr_close(struct hostaddr *h);
 /* Whether a connection to a (IPv4 or IPv6, canonical) would be delivered
  * on this host, as the kernel routes it now.  True also when the kernel
  * could not be asked (fail closed).  Thread-safe. */
-bool hostaddr_is_local(struct hostaddr *h, const struct pol_addr *a);
+bool hostaddr_is_local(struct hostaddr *h, const struct policy_addr *a);
 
-/* hostaddr_is_local in pol_host_fn's shape (ctx is the struct hostaddr). */
-bool hostaddr_pol_host(void *ctx, const struct pol_addr *a);
+/* hostaddr_is_local in policy_host_fn's shape (ctx is the struct hostaddr). */
+bool hostaddr_pol_host(void *ctx, const struct policy_addr *a);
 
 #endif

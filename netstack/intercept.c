@@ -49,7 +49,7 @@ static void emit(struct icpt *c, const char *event, bool allow, const char *reas
 bool intercept_bypassed(const struct intercept_config *cfg, const char *name)
 {
 	for (size_t i = 0; i < cfg->n_bypass; i++)
-		if (pol_pattern_match(cfg->bypass[i], name))
+		if (policy_pattern_match(cfg->bypass[i], name))
 			return true;
 	return false;
 }
@@ -66,7 +66,7 @@ static bool some_secret_for(const struct intercept_config *cfg, const char *name
 static bool dns_gave(const struct icpt *c, const char *name)
 {
 	for (size_t i = 0; i < c->n_names; i++)
-		if (pol_host_match(c->names[i], false, name))
+		if (policy_host_match(c->names[i], false, name))
 			return true;
 	return false;
 }

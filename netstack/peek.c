@@ -32,7 +32,7 @@ static int tls(const uint8_t *buf, size_t n, struct peek_result *r)
 		return PEEK_BAD;
 	}
 	memcpy(r->name[0], h.sni, sizeof h.sni < sizeof r->name[0] ? sizeof h.sni : sizeof r->name[0]);
-	r->name[0][POL_NAME_MAX] = '\0';
+	r->name[0][POLICY_NAME_MAX] = '\0';
 	r->what[0] = "sni";
 	r->n = 1;
 	return PEEK_NAMES_FOUND;
@@ -49,7 +49,7 @@ static bool is_tchar(uint8_t c)
  * (r->why set).  IP literals and an empty authority name nothing. */
 static int add_authority(struct peek_result *r, const uint8_t *a, size_t len, const char *what)
 {
-	char host[POL_NAME_MAX + 2], norm[POL_NAME_MAX + 1];
+	char host[POLICY_NAME_MAX + 2], norm[POLICY_NAME_MAX + 1];
 	size_t hl = len, i;
 
 	if (len == 0)
@@ -81,7 +81,7 @@ static int add_authority(struct peek_result *r, const uint8_t *a, size_t len, co
 		if (a[i] < '0' || a[i] > '9')
 			break;
 	}
-	if (hl == 0 || hl > POL_NAME_MAX + 1) {
+	if (hl == 0 || hl > POLICY_NAME_MAX + 1) {
 		r->why = "host that is no name";
 		return -1;
 	}
@@ -96,11 +96,11 @@ static int add_authority(struct peek_result *r, const uint8_t *a, size_t len, co
 	}
 	memcpy(host, a, hl);
 	host[hl] = '\0';
-	if (pol_name_normalize(host, norm) < 0) {
+	if (policy_name_normalize(host, norm) < 0) {
 		r->why = "host that is no name";
 		return -1;
 	}
-	if (pol_name_is_numeric(norm))
+	if (policy_name_is_numeric(norm))
 		return 0; /* an IPv4 literal (in any form libc reads) names nothing */
 	for (i = 0; i < r->n; i++)
 		if (strcmp(r->name[i], norm) == 0)

@@ -3,7 +3,7 @@
  * states"): the server name of a TLS ClientHello (SNI, through tls_sni),
  * or on plain HTTP/1.x the Host header of the first request and the
  * authority of an absolute-form target ("GET http://x/ HTTP/1.1").  The
- * stack judges them against the name rules (pol_check_stated), so that
+ * stack judges them against the name rules (policy_check_stated), so that
  * dialling an address directly does not get around `--deny NAME`.
  *
  * Pure, no state: the caller appends what arrives and asks again (each
@@ -33,7 +33,7 @@ enum peek_status {
 };
 
 struct peek_result {
-	char name[PEEK_NAMES][POL_NAME_MAX + 1]; /* lower case, no trailing dot, no port */
+	char name[PEEK_NAMES][POLICY_NAME_MAX + 1]; /* lower case, no trailing dot, no port */
 	const char *what[PEEK_NAMES];            /* "sni", "host", "target": where each came from */
 	size_t n;
 	const char *why; /* PEEK_BAD, PEEK_NONE: a static reason */

@@ -14,9 +14,9 @@
 
 /* A blocked range.  host_only ranges reach the host itself (loopback,
  * "this network"), so a domain exception opens them only for
- * POL_HOST_NAME: otherwise a name that resolves to 127.0.0.1 would be a
+ * POLICY_HOST_NAME: otherwise a name that resolves to 127.0.0.1 would be a
  * way into the host's loopback. */
-struct pol_class {
+struct policy_class {
 	uint8_t family, plen;
 	uint8_t b[16];
 	const char *label; /* "class:NAME", as the audit log shows it */
@@ -25,7 +25,7 @@ struct pol_class {
 
 /* Specific ranges come before the ranges that contain them, so that the
  * audit log names the most precise class. */
-static const struct pol_class classes[] = {
+static const struct policy_class classes[] = {
 	{ 4, 8, { 0 }, "class:this-network", true },
 	{ 4, 8, { 10 }, "class:private", false },
 	{ 4, 10, { 100, 64 }, "class:cgnat", false },
@@ -76,9 +76,9 @@ static bool prefix_eq(const uint8_t *a, const uint8_t *b, unsigned plen)
 
 /* ::ffff:a.b.c.d is the IPv4 address itself on a dual-stack socket:
  * judge it as such everywhere. */
-static struct pol_addr canon(const struct pol_addr *a)
+static struct policy_addr canon(const struct policy_addr *a)
 {
-	struct pol_addr c = *a;
+	struct policy_addr c = *a;
 	if (a->family == 6 && memcmp(a->b, v4mapped, 12) == 0) {
 		memset(&c, 0, sizeof c);
 		c.family = 4;
@@ -89,7 +89,7 @@ static struct pol_addr canon(const struct pol_addr *a)
 
 /* The IPv4 address a NAT64 (64:ff9b::/96) or 6to4 (2002::/16) address
  * leads to; false if a has none. */
-static bool embedded_v4(const struct pol_addr *a, struct pol_addr *v4)
+static bool embedded_v4(const struct policy_addr *a, struct policy_addr *v4)
 {
 	if (a->family != 6)
 		return false;
@@ -106,10 +106,10 @@ static bool embedded_v4(const struct pol_addr *a, struct pol_addr *v4)
 	return false;
 }
 
-static const struct pol_class *class_of_plain(const struct pol_addr *a)
+static const struct policy_class *class_of_plain(const struct policy_addr *a)
 {
 	for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
-		const struct pol_class *c = &classes[i];
+		const struct policy_class *c = &classes[i];
 		if (c->family == a->family && prefix_eq(a->b, c->b, c->plen))
 			return c;
 	}
@@ -119,17 +119,17 @@ static const struct pol_class *class_of_plain(const struct pol_addr *a)
 /* Label of the class of a canonical address: the table, then embedded IPv4, then the
  * catch-all for IPv6 outside global unicast.  *host_only tells whether
  * the class reaches the host itself. */
-static const char *classify(const struct pol_addr *a, bool *host_only)
+static const char *classify(const struct policy_addr *a, bool *host_only)
 {
 	*host_only = false;
-	const struct pol_class *c = class_of_plain(a);
+	const struct policy_class *c = class_of_plain(a);
 	if (c) {
 		*host_only = c->host_only;
 		return c->label;
 	}
 	if (a->family != 6)
 		return NULL;
-	struct pol_addr v4;
+	struct policy_addr v4;
 	if (embedded_v4(a, &v4)) {
 		c = class_of_plain(&v4);
 		if (c) {
@@ -143,21 +143,21 @@ static const char *classify(const struct pol_addr *a, bool *host_only)
 	return NULL;
 }
 
-const char *pol_addr_class(const struct pol_addr *a)
+const char *policy_addr_class(const struct policy_addr *a)
 {
-	struct pol_addr c = canon(a);
+	struct policy_addr c = canon(a);
 	bool host_only;
 	const char *label = classify(&c, &host_only);
 	return label ? label + strlen("class:") : NULL;
 }
 
-void pol_init(struct pol *p, enum pol_mode m)
+void policy_init(struct policy *p, enum policy_mode m)
 {
 	memset(p, 0, sizeof *p);
 	p->mode = m;
 }
 
-void pol_free(struct pol *p)
+void policy_free(struct policy *p)
 {
 	for (size_t i = 0; i < p->nrules; i++)
 		free(p->rules[i].text);
@@ -166,20 +166,20 @@ void pol_free(struct pol *p)
 	memset(p, 0, sizeof *p);
 }
 
-int pol_parse_mode(const char *s, enum pol_mode *m)
+int policy_parse_mode(const char *s, enum policy_mode *m)
 {
 	if (strcmp(s, "none") == 0)
-		*m = POL_MODE_NONE;
+		*m = POLICY_MODE_NONE;
 	else if (strcmp(s, "public") == 0)
-		*m = POL_MODE_PUBLIC;
+		*m = POLICY_MODE_PUBLIC;
 	else if (strcmp(s, "allowlist") == 0)
-		*m = POL_MODE_ALLOWLIST;
+		*m = POLICY_MODE_ALLOWLIST;
 	else
 		return -EINVAL;
 	return 0;
 }
 
-int pol_addr_parse(const char *s, struct pol_addr *a)
+int policy_addr_parse(const char *s, struct policy_addr *a)
 {
 	memset(a, 0, sizeof *a);
 	/* glibc's inet_pton takes exactly four decimal parts without leading
@@ -201,7 +201,7 @@ int pol_addr_parse(const char *s, struct pol_addr *a)
 	return 0;
 }
 
-int pol_addr_format(const struct pol_addr *a, char *buf, size_t len)
+int policy_addr_format(const struct policy_addr *a, char *buf, size_t len)
 {
 	if (a->family != 4 && a->family != 6)
 		return -EINVAL;
@@ -210,12 +210,12 @@ int pol_addr_format(const struct pol_addr *a, char *buf, size_t len)
 	return 0;
 }
 
-int pol_name_normalize(const char *name, char *out)
+int policy_name_normalize(const char *name, char *out)
 {
 	size_t n = strlen(name);
 	if (n > 0 && name[n - 1] == '.')
 		n--;
-	if (n == 0 || n > POL_NAME_MAX)
+	if (n == 0 || n > POLICY_NAME_MAX)
 		return -EINVAL;
 	size_t label = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -235,7 +235,7 @@ int pol_name_normalize(const char *name, char *out)
 	return 0;
 }
 
-bool pol_host_match(const char *host, bool below, const char *name)
+bool policy_host_match(const char *host, bool below, const char *name)
 {
 	size_t nl = strlen(name), hl = strlen(host);
 	if (nl && name[nl - 1] == '.')
@@ -250,10 +250,10 @@ bool pol_host_match(const char *host, bool below, const char *name)
 	return nl == hl && strncasecmp(name, host, nl) == 0;
 }
 
-bool pol_pattern_match(const char *pattern, const char *name)
+bool policy_pattern_match(const char *pattern, const char *name)
 {
 	bool below = pattern[0] == '*' && pattern[1] == '.';
-	return pol_host_match(below ? pattern + 2 : pattern, below, name);
+	return policy_host_match(below ? pattern + 2 : pattern, below, name);
 }
 
 static bool is_digit(char c)
@@ -287,12 +287,12 @@ static bool numeric_normalized(const char *n)
 	return true;
 }
 
-bool pol_name_is_numeric(const char *name)
+bool policy_name_is_numeric(const char *name)
 {
-	char n[POL_NAME_MAX + 1];
+	char n[POLICY_NAME_MAX + 1];
 	if (strchr(name, ':'))
 		return true;
-	if (pol_name_normalize(name, n) < 0)
+	if (policy_name_normalize(name, n) < 0)
 		return false;
 	return numeric_normalized(n);
 }
@@ -333,7 +333,7 @@ static int parse_num(const char *s, size_t len, unsigned max, unsigned *v)
 	return 0;
 }
 
-static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_len, struct pol_rule *r,
+static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_len, struct policy_rule *r,
 		     char *err, size_t errlen)
 {
 	char buf[64];
@@ -347,7 +347,7 @@ static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_
 		errbuf_say(err, errlen, "\"%s\": zone indexes (%%eth0) have no meaning in a rule; drop them", buf);
 		return -EINVAL;
 	}
-	if (pol_addr_parse(buf, &r->net) < 0) {
+	if (policy_addr_parse(buf, &r->net) < 0) {
 		if (strchr(buf, ':'))
 			errbuf_say(err, errlen, "\"%s\" is not a valid IPv6 address", buf);
 		else
@@ -361,12 +361,12 @@ static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_
 		return -EINVAL;
 	}
 	r->plen = (uint8_t)plen;
-	struct pol_addr masked = r->net;
+	struct policy_addr masked = r->net;
 	for (unsigned i = plen; i < full; i++)
 		masked.b[i / 8] &= (uint8_t)~(0x80 >> (i % 8));
 	if (memcmp(masked.b, r->net.b, sizeof masked.b) != 0) {
 		char m[64];
-		pol_addr_format(&masked, m, sizeof m);
+		policy_addr_format(&masked, m, sizeof m);
 		errbuf_say(err, errlen, "host bits set in %s/%u: did you mean %s/%u?", buf, plen, m, plen);
 		return -EINVAL;
 	}
@@ -374,20 +374,20 @@ static int parse_net(const char *s, size_t len, const char *plen_s, size_t plen_
 		r->net = canon(&r->net);
 		r->plen = (uint8_t)(plen - 96);
 	}
-	r->kind = POL_RULE_NET;
+	r->kind = POLICY_RULE_NET;
 	return 0;
 }
 
-static int parse_domain(const char *s, size_t len, struct pol_rule *r, char *err, size_t errlen)
+static int parse_domain(const char *s, size_t len, struct policy_rule *r, char *err, size_t errlen)
 {
-	char buf[POL_NAME_MAX + 2];
+	char buf[POLICY_NAME_MAX + 2];
 	bool wild = len >= 2 && s[0] == '*' && s[1] == '.';
 	if (wild) {
 		s += 2;
 		len -= 2;
 	}
-	if (len > POL_NAME_MAX + 1) {
-		errbuf_say(err, errlen, "name longer than %d characters", POL_NAME_MAX);
+	if (len > POLICY_NAME_MAX + 1) {
+		errbuf_say(err, errlen, "name longer than %d characters", POLICY_NAME_MAX);
 		return -EINVAL;
 	}
 	memcpy(buf, s, len);
@@ -403,7 +403,7 @@ static int parse_domain(const char *s, size_t len, struct pol_rule *r, char *err
 			return -EINVAL;
 		}
 	}
-	if (pol_name_normalize(buf, r->name) < 0 || !ldh_name(r->name)) {
+	if (policy_name_normalize(buf, r->name) < 0 || !ldh_name(r->name)) {
 		errbuf_say(err, errlen, "\"%s\" is not a valid domain name", buf);
 		return -EINVAL;
 	}
@@ -411,22 +411,22 @@ static int parse_domain(const char *s, size_t len, struct pol_rule *r, char *err
 		errbuf_say(err, errlen, "\"%s\" looks like a numeric address: write it as a.b.c.d", buf);
 		return -EINVAL;
 	}
-	r->kind = wild ? POL_RULE_SUFFIX : POL_RULE_DOMAIN;
+	r->kind = wild ? POLICY_RULE_SUFFIX : POLICY_RULE_DOMAIN;
 	return 0;
 }
 
 /* Does the rule's network lie entirely inside one blocked class? */
-static const struct pol_class *net_inside_class(const struct pol_rule *r)
+static const struct policy_class *net_inside_class(const struct policy_rule *r)
 {
 	for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
-		const struct pol_class *c = &classes[i];
+		const struct policy_class *c = &classes[i];
 		if (c->family == r->net.family && c->plen <= r->plen && prefix_eq(r->net.b, c->b, c->plen))
 			return c;
 	}
 	return NULL;
 }
 
-int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
+int policy_parse_rule(const char *s, struct policy_rule *r, char *err, size_t errlen)
 {
 	const char *orig = s;
 	memset(r, 0, sizeof *r);
@@ -487,7 +487,7 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		}
 		const char *slash = memchr(s, '/', tlen);
 		if (tlen == 1 && s[0] == '*') {
-			r->kind = POL_RULE_ANY;
+			r->kind = POLICY_RULE_ANY;
 			rc = 0;
 		} else if (memchr(s, ':', tlen) || slash || strspn(s, "0123456789.") >= tlen) {
 			size_t alen = slash ? (size_t)(slash - s) : tlen;
@@ -506,13 +506,13 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		}
 		r->port = (uint16_t)port;
 	}
-	if (r->kind == POL_RULE_ANY && r->port == 0) {
+	if (r->kind == POLICY_RULE_ANY && r->port == 0) {
 		errbuf_say(err, errlen, "\"%s\": '*' needs a port (*:443); for every destination use --network public",
 		       orig);
 		return -EINVAL;
 	}
-	if (r->kind == POL_RULE_NET && !r->deny) {
-		const struct pol_class *c = net_inside_class(r);
+	if (r->kind == POLICY_RULE_NET && !r->deny) {
+		const struct policy_class *c = net_inside_class(r);
 		unsigned full = r->net.family == 4 ? 32 : 128;
 		if (c && r->port == 0) {
 			errbuf_say(err, errlen,
@@ -522,15 +522,15 @@ int pol_parse_rule(const char *s, struct pol_rule *r, char *err, size_t errlen)
 		}
 		r->exception = r->port != 0 && (c || r->plen == full);
 	}
-	if (r->kind == POL_RULE_DOMAIN && !r->deny)
+	if (r->kind == POLICY_RULE_DOMAIN && !r->deny)
 		r->exception = r->port != 0;
 	return 0;
 }
 
-int pol_add_rule(struct pol *p, const char *s, char *err, size_t errlen)
+int policy_add_rule(struct policy *p, const char *s, char *err, size_t errlen)
 {
-	struct pol_rule r;
-	int rc = pol_parse_rule(s, &r, err, errlen);
+	struct policy_rule r;
+	int rc = policy_parse_rule(s, &r, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (grow_array(&p->rules, &p->cap, p->nrules + 1, sizeof *p->rules, 8, 0) < 0)
@@ -542,9 +542,9 @@ int pol_add_rule(struct pol *p, const char *s, char *err, size_t errlen)
 	return 0;
 }
 
-int pol_set_host_addrs(struct pol *p, const struct pol_addr *a, size_t n)
+int policy_set_host_addrs(struct policy *p, const struct policy_addr *a, size_t n)
 {
-	struct pol_addr *h = NULL;
+	struct policy_addr *h = NULL;
 	if (n) {
 		h = calloc(n, sizeof *h);
 		if (!h)
@@ -558,7 +558,7 @@ int pol_set_host_addrs(struct pol *p, const struct pol_addr *a, size_t n)
 	return 0;
 }
 
-void pol_set_host_fn(struct pol *p, pol_host_fn fn, void *ctx)
+void policy_set_host_fn(struct policy *p, policy_host_fn fn, void *ctx)
 {
 	p->host_fn = fn;
 	p->host_ctx = ctx;
@@ -567,37 +567,37 @@ void pol_set_host_fn(struct pol *p, pol_host_fn fn, void *ctx)
 /* What a decision looks at, computed once. */
 struct dest {
 	const char *name; /* normalised, or NULL */
-	struct pol_addr addr;
-	struct pol_addr emb;
+	struct policy_addr addr;
+	struct policy_addr emb;
 	bool has_emb;
 	uint16_t port;
 	bool any_port; /* DNS time: no port yet, a rule for any port matches */
 };
 
-static bool net_match(const struct pol_rule *r, const struct pol_addr *a)
+static bool net_match(const struct policy_rule *r, const struct policy_addr *a)
 {
 	return r->net.family == a->family && prefix_eq(a->b, r->net.b, r->plen);
 }
 
 /* use_emb: match the embedded IPv4 address too (deny rules: what the
  * connection really reaches must not escape a deny). */
-static bool rule_match(const struct pol_rule *r, const struct dest *d, bool use_emb)
+static bool rule_match(const struct policy_rule *r, const struct dest *d, bool use_emb)
 {
 	if (!d->any_port && r->port != 0 && r->port != d->port)
 		return false;
 	switch (r->kind) {
-	case POL_RULE_ANY:
+	case POLICY_RULE_ANY:
 		return true;
-	case POL_RULE_DOMAIN:
-	case POL_RULE_SUFFIX:
-		return d->name && pol_host_match(r->name, r->kind == POL_RULE_SUFFIX, d->name);
-	case POL_RULE_NET:
+	case POLICY_RULE_DOMAIN:
+	case POLICY_RULE_SUFFIX:
+		return d->name && policy_host_match(r->name, r->kind == POLICY_RULE_SUFFIX, d->name);
+	case POLICY_RULE_NET:
 		return net_match(r, &d->addr) || (use_emb && d->has_emb && net_match(r, &d->emb));
 	}
 	return false;
 }
 
-static bool is_host_addr(const struct pol *p, const struct pol_addr *a)
+static bool is_host_addr(const struct policy *p, const struct policy_addr *a)
 {
 	for (size_t i = 0; i < p->nhost; i++)
 		if (p->host[i].family == a->family && memcmp(p->host[i].b, a->b, a->family == 4 ? 4 : 16) == 0)
@@ -605,31 +605,31 @@ static bool is_host_addr(const struct pol *p, const struct pol_addr *a)
 	return p->host_fn && p->host_fn(p->host_ctx, a);
 }
 
-static void decide(struct pol_decision *d, bool allow, enum pol_why why, const char *rule)
+static void decide(struct policy_decision *d, bool allow, enum policy_why why, const char *rule)
 {
 	d->allow = allow;
 	d->why = why;
 	d->rule = rule;
 }
 
-static const struct pol_rule *find_deny(const struct pol *p, const struct dest *d)
+static const struct policy_rule *find_deny(const struct policy *p, const struct dest *d)
 {
 	for (size_t i = 0; i < p->nrules; i++) {
-		const struct pol_rule *r = &p->rules[i];
+		const struct policy_rule *r = &p->rules[i];
 		if (r->deny && rule_match(r, d, true))
 			return r;
 	}
 	return NULL;
 }
 
-static const struct pol_rule *find_allow(const struct pol *p, const struct dest *d, bool exceptions_only,
+static const struct policy_rule *find_allow(const struct policy *p, const struct dest *d, bool exceptions_only,
 					 bool host_only)
 {
 	for (size_t i = 0; i < p->nrules; i++) {
-		const struct pol_rule *r = &p->rules[i];
+		const struct policy_rule *r = &p->rules[i];
 		if (r->deny || (exceptions_only && !r->exception))
 			continue;
-		if (exceptions_only && host_only && r->kind == POL_RULE_DOMAIN && strcmp(r->name, POL_HOST_NAME) != 0)
+		if (exceptions_only && host_only && r->kind == POLICY_RULE_DOMAIN && strcmp(r->name, POLICY_HOST_NAME) != 0)
 			continue;
 		if (rule_match(r, d, false))
 			return r;
@@ -638,39 +638,39 @@ static const struct pol_rule *find_allow(const struct pol *p, const struct dest 
 }
 
 /* Steps 3-5 of policy.h, shared by connections and DNS answers. */
-static void judge_addr(const struct pol *p, const struct dest *d, struct pol_decision *out)
+static void judge_addr(const struct policy *p, const struct dest *d, struct policy_decision *out)
 {
 	bool host_only = false;
 	const char *cls = classify(&d->addr, &host_only);
 	bool host = !cls && (is_host_addr(p, &d->addr) || (d->has_emb && is_host_addr(p, &d->emb)));
 	if (cls || host) {
-		const struct pol_rule *r = find_allow(p, d, true, host_only || host);
+		const struct policy_rule *r = find_allow(p, d, true, host_only || host);
 		if (r) {
-			decide(out, true, POL_WHY_EXCEPTION, r->text);
+			decide(out, true, POLICY_WHY_EXCEPTION, r->text);
 			return;
 		}
 		if (host) {
-			decide(out, false, POL_WHY_HOST, "host");
+			decide(out, false, POLICY_WHY_HOST, "host");
 			return;
 		}
-		decide(out, false, POL_WHY_CLASS, cls);
+		decide(out, false, POLICY_WHY_CLASS, cls);
 		return;
 	}
-	if (p->mode == POL_MODE_PUBLIC) {
-		decide(out, true, POL_WHY_PUBLIC, "mode:public");
+	if (p->mode == POLICY_MODE_PUBLIC) {
+		decide(out, true, POLICY_WHY_PUBLIC, "mode:public");
 		return;
 	}
-	const struct pol_rule *r = find_allow(p, d, false, false);
+	const struct policy_rule *r = find_allow(p, d, false, false);
 	if (r)
-		decide(out, true, POL_WHY_ALLOW_RULE, r->text);
+		decide(out, true, POLICY_WHY_ALLOW_RULE, r->text);
 	else
-		decide(out, false, POL_WHY_NO_MATCH, "allowlist");
+		decide(out, false, POLICY_WHY_NO_MATCH, "allowlist");
 }
 
-static void fill_dest(struct dest *d, const char *name, char *buf, const struct pol_addr *a, uint16_t port)
+static void fill_dest(struct dest *d, const char *name, char *buf, const struct policy_addr *a, uint16_t port)
 {
 	memset(d, 0, sizeof *d);
-	if (name && pol_name_normalize(name, buf) == 0)
+	if (name && policy_name_normalize(name, buf) == 0)
 		d->name = buf;
 	if (a) {
 		d->addr = canon(a);
@@ -679,23 +679,23 @@ static void fill_dest(struct dest *d, const char *name, char *buf, const struct 
 	d->port = port;
 }
 
-void pol_check(const struct pol *p, const char *name, const struct pol_addr *dst, uint16_t port,
-	       struct pol_decision *out)
+void policy_check(const struct policy *p, const char *name, const struct policy_addr *dst, uint16_t port,
+	       struct policy_decision *out)
 {
-	char buf[POL_NAME_MAX + 1];
+	char buf[POLICY_NAME_MAX + 1];
 	struct dest d;
-	if (p->mode == POL_MODE_NONE) {
-		decide(out, false, POL_WHY_MODE_NONE, "mode:none");
+	if (p->mode == POLICY_MODE_NONE) {
+		decide(out, false, POLICY_WHY_MODE_NONE, "mode:none");
 		return;
 	}
 	if (dst->family != 4 && dst->family != 6) {
-		decide(out, false, POL_WHY_CLASS, "class:reserved");
+		decide(out, false, POLICY_WHY_CLASS, "class:reserved");
 		return;
 	}
 	fill_dest(&d, name, buf, dst, port);
-	const struct pol_rule *r = find_deny(p, &d);
+	const struct policy_rule *r = find_deny(p, &d);
 	if (r) {
-		decide(out, false, POL_WHY_DENY_RULE, r->text);
+		decide(out, false, POLICY_WHY_DENY_RULE, r->text);
 		return;
 	}
 	judge_addr(p, &d, out);
@@ -705,31 +705,31 @@ void pol_check(const struct pol *p, const char *name, const struct pol_addr *dst
  * address, is refused before it reaches the host's resolver. */
 static bool name_ok(const char *name, char *buf)
 {
-	return pol_name_normalize(name, buf) == 0 && ldh_name(buf) && !numeric_normalized(buf);
+	return policy_name_normalize(name, buf) == 0 && ldh_name(buf) && !numeric_normalized(buf);
 }
 
-void pol_check_name(const struct pol *p, const char *name, struct pol_decision *out)
+void policy_check_name(const struct policy *p, const char *name, struct policy_decision *out)
 {
-	char buf[POL_NAME_MAX + 1];
-	if (p->mode == POL_MODE_NONE) {
-		decide(out, false, POL_WHY_MODE_NONE, "mode:none");
+	char buf[POLICY_NAME_MAX + 1];
+	if (p->mode == POLICY_MODE_NONE) {
+		decide(out, false, POLICY_WHY_MODE_NONE, "mode:none");
 		return;
 	}
 	if (!name_ok(name, buf)) {
-		decide(out, false, POL_WHY_BAD_NAME, "name:invalid");
+		decide(out, false, POLICY_WHY_BAD_NAME, "name:invalid");
 		return;
 	}
 	struct dest d = { .name = buf, .any_port = true };
 	for (size_t i = 0; i < p->nrules; i++) {
-		const struct pol_rule *r = &p->rules[i];
-		if (r->deny && r->port == 0 && (r->kind == POL_RULE_DOMAIN || r->kind == POL_RULE_SUFFIX) &&
+		const struct policy_rule *r = &p->rules[i];
+		if (r->deny && r->port == 0 && (r->kind == POLICY_RULE_DOMAIN || r->kind == POLICY_RULE_SUFFIX) &&
 		    rule_match(r, &d, false)) {
-			decide(out, false, POL_WHY_DENY_RULE, r->text);
+			decide(out, false, POLICY_WHY_DENY_RULE, r->text);
 			return;
 		}
 	}
-	if (p->mode == POL_MODE_PUBLIC) {
-		decide(out, true, POL_WHY_PUBLIC, "mode:public");
+	if (p->mode == POLICY_MODE_PUBLIC) {
+		decide(out, true, POLICY_WHY_PUBLIC, "mode:public");
 		return;
 	}
 	/* Only a name rule lets a name reach the resolver: with address
@@ -737,66 +737,66 @@ void pol_check_name(const struct pol *p, const char *name, struct pol_decision *
 	 * upstream resolver in the question (its answers would be dropped,
 	 * the question would not). */
 	for (size_t i = 0; i < p->nrules; i++) {
-		const struct pol_rule *r = &p->rules[i];
+		const struct policy_rule *r = &p->rules[i];
 		if (r->deny)
 			continue;
-		if ((r->kind == POL_RULE_DOMAIN || r->kind == POL_RULE_SUFFIX) && rule_match(r, &d, false)) {
-			decide(out, true, POL_WHY_ALLOW_RULE, r->text);
+		if ((r->kind == POLICY_RULE_DOMAIN || r->kind == POLICY_RULE_SUFFIX) && rule_match(r, &d, false)) {
+			decide(out, true, POLICY_WHY_ALLOW_RULE, r->text);
 			return;
 		}
 	}
-	decide(out, false, POL_WHY_NO_MATCH, "allowlist");
+	decide(out, false, POLICY_WHY_NO_MATCH, "allowlist");
 }
 
-bool pol_judges_stated_names(const struct pol *p)
+bool policy_judges_stated_names(const struct policy *p)
 {
-	if (p->mode == POL_MODE_NONE)
+	if (p->mode == POLICY_MODE_NONE)
 		return false;
 	for (size_t i = 0; i < p->nrules; i++) {
-		const struct pol_rule *r = &p->rules[i];
-		if (r->kind != POL_RULE_DOMAIN && r->kind != POL_RULE_SUFFIX)
+		const struct policy_rule *r = &p->rules[i];
+		if (r->kind != POLICY_RULE_DOMAIN && r->kind != POLICY_RULE_SUFFIX)
 			continue;
-		if (r->deny || p->mode == POL_MODE_ALLOWLIST)
+		if (r->deny || p->mode == POLICY_MODE_ALLOWLIST)
 			return true;
 	}
 	return false;
 }
 
-void pol_check_stated(const struct pol *p, const char *stated, const struct pol_addr *dst, uint16_t port,
-		      const struct pol_decision *first, struct pol_decision *out)
+void policy_check_stated(const struct policy *p, const char *stated, const struct policy_addr *dst, uint16_t port,
+		      const struct policy_decision *first, struct policy_decision *out)
 {
-	struct pol_decision d;
+	struct policy_decision d;
 	*out = *first;
 	if (!first->allow)
 		return;
-	pol_check(p, stated, dst, port, &d);
+	policy_check(p, stated, dst, port, &d);
 	if (d.allow)
 		return;
 	/* A blocked class or the host itself was opened by an exception
 	 * for the name our DNS gave (or the host alias): the stated name
 	 * has no say there beyond deny rules. */
-	if (d.why == POL_WHY_DENY_RULE || (first->why == POL_WHY_ALLOW_RULE && d.why == POL_WHY_NO_MATCH))
+	if (d.why == POLICY_WHY_DENY_RULE || (first->why == POLICY_WHY_ALLOW_RULE && d.why == POLICY_WHY_NO_MATCH))
 		*out = d;
 }
 
-void pol_check_answer(const struct pol *p, const char *name, const struct pol_addr *a, struct pol_decision *out)
+void policy_check_answer(const struct policy *p, const char *name, const struct policy_addr *a, struct policy_decision *out)
 {
-	char buf[POL_NAME_MAX + 1];
-	if (p->mode == POL_MODE_NONE) {
-		decide(out, false, POL_WHY_MODE_NONE, "mode:none");
+	char buf[POLICY_NAME_MAX + 1];
+	if (p->mode == POLICY_MODE_NONE) {
+		decide(out, false, POLICY_WHY_MODE_NONE, "mode:none");
 		return;
 	}
 	if (!name_ok(name, buf) || (a->family != 4 && a->family != 6)) {
-		decide(out, false, POL_WHY_BAD_NAME, "name:invalid");
+		decide(out, false, POLICY_WHY_BAD_NAME, "name:invalid");
 		return;
 	}
 	struct dest d;
 	fill_dest(&d, buf, buf, a, 0);
 	d.any_port = true;
 	for (size_t i = 0; i < p->nrules; i++) {
-		const struct pol_rule *r = &p->rules[i];
+		const struct policy_rule *r = &p->rules[i];
 		if (r->deny && r->port == 0 && rule_match(r, &d, true)) {
-			decide(out, false, POL_WHY_DENY_RULE, r->text);
+			decide(out, false, POLICY_WHY_DENY_RULE, r->text);
 			return;
 		}
 	}

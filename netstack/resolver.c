@@ -28,7 +28,7 @@ struct job {
 	int family;
 	int gai;
 	struct addrinfo *res;
-	char name[POL_NAME_MAX + 1];
+	char name[POLICY_NAME_MAX + 1];
 };
 
 static atomic_uint pending;
@@ -98,8 +98,8 @@ int resolver_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr 
 {
 	(void)ctx;
 	*n = 0;
-	size_t len = name ? strnlen(name, POL_NAME_MAX + 1) : 0;
-	if (len == 0 || len > POL_NAME_MAX || (qtype != DNS_TYPE_A && qtype != DNS_TYPE_AAAA))
+	size_t len = name ? strnlen(name, POLICY_NAME_MAX + 1) : 0;
+	if (len == 0 || len > POLICY_NAME_MAX || (qtype != DNS_TYPE_A && qtype != DNS_TYPE_AAAA))
 		return -EINVAL;
 	if (atomic_fetch_add(&pending, 1) >= RESOLVER_MAX_PENDING) {
 		atomic_fetch_sub(&pending, 1);
@@ -462,8 +462,8 @@ int resolver_upstream_resolve(void *ctx, const char *name, uint16_t qtype, struc
 	bool done[RESOLVER_MAX_SERVERS] = { false };
 	bool failed = false;
 	*n = 0;
-	size_t len = name ? strnlen(name, POL_NAME_MAX + 1) : 0;
-	if (!u || u->n == 0 || u->n > RESOLVER_MAX_SERVERS || len == 0 || len > POL_NAME_MAX ||
+	size_t len = name ? strnlen(name, POLICY_NAME_MAX + 1) : 0;
+	if (!u || u->n == 0 || u->n > RESOLVER_MAX_SERVERS || len == 0 || len > POLICY_NAME_MAX ||
 	    (qtype != DNS_TYPE_A && qtype != DNS_TYPE_AAAA))
 		return -EINVAL;
 	unsigned ms = u->try_ms ? u->try_ms : RESOLVER_TRY_MS;

@@ -578,7 +578,7 @@ size_t secrets_env(const struct secrets *set, const char **out, size_t max)
 bool secrets_hosts_match(const struct secret *s, const char *host)
 {
 	for (size_t i = 0; i < s->n_allow; i++)
-		if (pol_pattern_match(s->allow[i], host))
+		if (policy_pattern_match(s->allow[i], host))
 			return true;
 	return false;
 }

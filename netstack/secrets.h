@@ -91,7 +91,7 @@ const char *secrets_placeholder(const struct secret *s);
 size_t secrets_env(const struct secrets *set, const char **out, size_t max);
 
 /* True when HOST may receive S's value: an allow entry matches it by
- * pol_pattern_match (netstack/policy.h): equal to HOST, or "*.suffix" and
+ * policy_pattern_match (netstack/policy.h): equal to HOST, or "*.suffix" and
  * HOST a strict subdomain of suffix.  Case-insensitive; a trailing dot on
  * HOST is ignored. */
 bool secrets_hosts_match(const struct secret *s, const char *host);

@@ -81,8 +81,8 @@ uint64_t ns_wall_ms(void)
 }
 
 /* The audit line for a decision, and nothing for --learn. */
-void ns_audit_line(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
-		   uint16_t port, const char *name, const struct pol_decision *d)
+void ns_audit_line(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+		   uint16_t port, const char *name, const struct policy_decision *d)
 {
 	struct audit_event e = {
 		.time_ms = ns_wall_ms(),
@@ -98,8 +98,8 @@ void ns_audit_line(struct ns *s, const char *proto, const char *direction, const
 	audit_write(s->cfg.audit, &e);
 }
 
-void ns_audit(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
-	      uint16_t port, const char *name, const struct pol_decision *d)
+void ns_audit(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+	      uint16_t port, const char *name, const struct policy_decision *d)
 {
 	ns_audit_line(s, proto, direction, dst, port, name, d);
 	/* --learn wants what the guest tried: its connections, and the
@@ -235,7 +235,7 @@ static bool ip_group(const uint8_t dst[4])
 static void refuse_udp(struct ns *s, const struct frame_pkt *p)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-	struct pol_addr dst = {.family = 4};
+	struct policy_addr dst = {.family = 4};
 	struct audit_event e = {
 		.proto = "udp",
 		.dst = &dst,
@@ -424,7 +424,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 		s->have_mac = true;
 	}
 	s->cfg.guest_mac = NULL; /* copied: the caller's buffer need not live on */
-	s->judge_stated = pol_judges_stated_names(cfg->policy);
+	s->judge_stated = policy_judges_stated_names(cfg->policy);
 	if (!s->cfg.connect_timeout_ms)
 		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
 	s->epfd = s->tfd = s->efd = -1;

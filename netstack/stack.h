@@ -10,7 +10,7 @@
  *             at NS_DNS_PER_SEC, NS_DNS_BURST at once, and NS_DNS_INFLIGHT
  *             waiting for an answer: REFUSED beyond);
  *   guest     10.0.2.15 (frames from any other source are dropped);
- *   host      the gateway address is also POL_HOST_NAME: a connection to
+ *   host      the gateway address is also POLICY_HOST_NAME: a connection to
  *             10.0.2.2:PORT is dialled to the host's 127.0.0.1:PORT and
  *             judged under that name.
  *
@@ -20,7 +20,7 @@
  * (lwIP's); a denial or a failed connect is answered at once with a
  * reset.  Any segment without ACK or RST that carries SYN takes that
  * path (SYN|FIN is then always reset).  When the policy has name rules
- * that a stated name could trip (pol_judges_stated_names), the guest's
+ * that a stated name could trip (policy_judges_stated_names), the guest's
  * first bytes are held until the names in them (TLS SNI, HTTP Host:
  * netstack/peek.h) are judged; a refusal resets both sides before any
  * byte went upstream.  Every decision goes to the audit log.  Bytes are
@@ -100,18 +100,18 @@ typedef int (*ns_resolve_fn)(void *ctx, const char *name, uint16_t qtype, struct
  * and never asks the resolver; connections are still judged by the
  * policy, under the name. */
 struct ns_host {
-	char name[POL_NAME_MAX + 1]; /* normalised */
-	struct pol_addr addr;
+	char name[POLICY_NAME_MAX + 1]; /* normalised */
+	struct policy_addr addr;
 };
 
 /* Parse "NAME:ADDR" (ADDR IPv4, or IPv6 bare or in brackets) into *h.
- * NAME must be a DNS name, neither numeric nor POL_HOST_NAME.  0, or
+ * NAME must be a DNS name, neither numeric nor POLICY_HOST_NAME.  0, or
  * -EINVAL with a message for the user in err (without the option's or
  * the setting's name: the caller adds it). */
 int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen);
 
 struct ns_config {
-	const struct pol *policy; /* must outlive the stack */
+	const struct policy *policy; /* must outlive the stack */
 	const struct ns_host *hosts; /* pinned names, nhosts of them; must outlive the stack */
 	size_t nhosts;
 	struct audit *audit;      /* may be "logging off" (fd -1), not NULL */
@@ -146,7 +146,7 @@ struct ns;
 /* One forwarded port.  host must be a loopback address (127.0.0.0/8 or
  * ::1): kbox never listens where other machines could reach it. */
 struct ns_forward {
-	struct pol_addr host;
+	struct policy_addr host;
 	uint16_t host_port; /* 0: any free port; ns_forward_add stores the one it got */
 	uint16_t guest_port;
 };

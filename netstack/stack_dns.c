@@ -27,7 +27,7 @@ struct dq {
 	uint8_t qmsg[DNS_MAX_MSG]; /* the query, up to the end of its question */
 	uint8_t mac[6];            /* the guest's, and its port */
 	uint16_t sport;
-	char norm[POL_NAME_MAX + 1];
+	char norm[POLICY_NAME_MAX + 1];
 	/* the resolver's answer */
 	int rc;
 	size_t n;
@@ -118,7 +118,7 @@ static int rp_ensure(void)
 
 /* Reply to q (parsed from qmsg) to the guest's MAC and port. */
 static void dns_send(struct ns *s, const uint8_t mac[6], uint16_t port, const struct dns_query *q,
-		     const uint8_t *qmsg, int rcode, const struct pol_addr *a, size_t n, uint32_t ttl)
+		     const uint8_t *qmsg, int rcode, const struct policy_addr *a, size_t n, uint32_t ttl)
 {
 	uint8_t msg[DNS_MAX_MSG];
 	size_t len, fl;
@@ -130,7 +130,7 @@ static void dns_send(struct ns *s, const uint8_t mac[6], uint16_t port, const st
 }
 
 static void dns_reply(struct ns *s, const struct frame_pkt *p, const struct dns_query *q, int rcode,
-		      const struct pol_addr *a, size_t n, uint32_t ttl)
+		      const struct policy_addr *a, size_t n, uint32_t ttl)
 {
 	dns_send(s, p->eth_src, p->sport, q, p->data, rcode, a, n, ttl);
 }
@@ -203,8 +203,8 @@ static void dns_ask(struct ns *s, const struct frame_pkt *p, const struct dns_qu
  * reply. */
 static void dns_answered(struct ns *s, struct dq *j)
 {
-	struct pol_decision d;
-	struct pol_addr a[DNS_MAX_ANSWERS];
+	struct policy_decision d;
+	struct policy_addr a[DNS_MAX_ANSWERS];
 	uint32_t ttl = DNS_MEMO_MAX_TTL;
 	size_t n = j->n, kept, i;
 	int r = j->rc;
@@ -256,7 +256,7 @@ void ns_dns_collect(struct ns *s)
  * qtype go to out[0, *n) (at most DNS_MAX_ANSWERS).  The user's own
  * mapping skips the rebinding filter: a private address is what they
  * asked for, and connections to it are still judged by the policy. */
-static bool pinned_answer(const struct ns *s, const char *name, uint16_t qtype, struct pol_addr *out, size_t *n)
+static bool pinned_answer(const struct ns *s, const char *name, uint16_t qtype, struct policy_addr *out, size_t *n)
 {
 	bool found = false;
 	size_t i;
@@ -277,7 +277,7 @@ static bool pinned_answer(const struct ns *s, const char *name, uint16_t qtype, 
 int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 {
 	const char *colon = strchr(spec, ':');
-	char name[POL_NAME_MAX + 2], addr[64];
+	char name[POLICY_NAME_MAX + 2], addr[64];
 	size_t nlen, alen;
 	const char *a;
 
@@ -289,12 +289,12 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 		return errbuf_fail(err, errlen, -EINVAL, "'%.64s...': the name is too long", spec);
 	memcpy(name, spec, nlen);
 	name[nlen] = '\0';
-	if (pol_name_normalize(name, h->name) < 0 || pol_name_is_numeric(h->name) || strchr(h->name, '*'))
+	if (policy_name_normalize(name, h->name) < 0 || policy_name_is_numeric(h->name) || strchr(h->name, '*'))
 		return errbuf_fail(err, errlen, -EINVAL, "'%.64s': '%s' is no DNS name", spec, name);
-	if (strcmp(h->name, POL_HOST_NAME) == 0)
+	if (strcmp(h->name, POLICY_HOST_NAME) == 0)
 		return errbuf_fail(err, errlen, -EINVAL,
 			       "%s is kbox's own name for the host and cannot be pinned",
-			       POL_HOST_NAME);
+			       POLICY_HOST_NAME);
 	a = colon + 1;
 	alen = strlen(a);
 	if (alen >= 2 && a[0] == '[' && a[alen - 1] == ']') {
@@ -304,7 +304,7 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 	if (alen < sizeof addr) {
 		memcpy(addr, a, alen);
 		addr[alen] = '\0';
-		if (pol_addr_parse(addr, &h->addr) == 0)
+		if (policy_addr_parse(addr, &h->addr) == 0)
 			return 0;
 	}
 	return errbuf_fail(err, errlen, -EINVAL, "'%.64s': '%.64s' is no IP address", spec, colon + 1);
@@ -313,9 +313,9 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 void ns_dns_input(struct ns *s, const struct frame_pkt *p)
 {
 	struct dns_query q;
-	struct pol_decision d;
-	struct pol_addr a[DNS_MAX_ANSWERS];
-	char norm[POL_NAME_MAX + 1];
+	struct policy_decision d;
+	struct policy_addr a[DNS_MAX_ANSWERS];
+	char norm[POLICY_NAME_MAX + 1];
 	size_t n = 0, i;
 	int r;
 
@@ -327,15 +327,15 @@ void ns_dns_input(struct ns *s, const struct frame_pkt *p)
 		dns_reply(s, p, &q, r == -ENOTSUP ? DNS_RCODE_NOTIMP : DNS_RCODE_FORMERR, NULL, 0, 0);
 		return;
 	}
-	pol_check_name(s->cfg.policy, q.name, &d);
-	if (d.allow && pol_name_normalize(q.name, norm) < 0)
+	policy_check_name(s->cfg.policy, q.name, &d);
+	if (d.allow && policy_name_normalize(q.name, norm) < 0)
 		d.allow = false;
 	/* A pinned name is answered here and never asked upstream, so an
 	 * allowlist without a rule for it need not refuse it (its
 	 * connections are judged all the same). */
-	if (!d.allow && d.why == POL_WHY_NO_MATCH && pol_name_normalize(q.name, norm) == 0 &&
+	if (!d.allow && d.why == POLICY_WHY_NO_MATCH && policy_name_normalize(q.name, norm) == 0 &&
 	    pinned_answer(s, norm, q.qtype, a, &n))
-		d = (struct pol_decision){true, POL_WHY_ALLOW_RULE, "add-host"};
+		d = (struct policy_decision){true, POLICY_WHY_ALLOW_RULE, "add-host"};
 	ns_audit(s, "dns", NULL, NULL, 0, q.name, &d);
 	if (!d.allow) {
 		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
@@ -345,7 +345,7 @@ void ns_dns_input(struct ns *s, const struct frame_pkt *p)
 		dns_reply(s, p, &q, DNS_RCODE_NOERROR, NULL, 0, 0);
 		return;
 	}
-	if (strcmp(norm, POL_HOST_NAME) == 0) {
+	if (strcmp(norm, POLICY_HOST_NAME) == 0) {
 		/* Ours: the gateway stands for the host (see decide). */
 		if (q.qtype == DNS_TYPE_A) {
 			a[0].family = 4;

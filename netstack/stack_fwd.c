@@ -32,7 +32,7 @@ static err_t on_guest_connected(void *arg, struct tcp_pcb *pcb, err_t err)
  * the gateway.  The host socket is not read until the guest accepted. */
 static void fwd_start(struct ns *s, const struct fwd *w, int fd)
 {
-	struct pol_decision d = {.allow = true, .why = POL_WHY_EXCEPTION, .rule = w->label};
+	struct policy_decision d = {.allow = true, .why = POLICY_WHY_EXCEPTION, .rule = w->label};
 	ip_addr_t local, remote;
 	struct tcp_pcb *pcb;
 	struct flow *f;
@@ -127,7 +127,7 @@ static int parse_port(const char *s, size_t n, uint16_t *out)
 	return 0;
 }
 
-static bool is_loopback(const struct pol_addr *a)
+static bool is_loopback(const struct policy_addr *a)
 {
 	static const uint8_t lo6[16] = {[15] = 1};
 
@@ -170,7 +170,7 @@ int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t 
 		return errbuf_fail(err, errlen, -EINVAL, "-p '%.64s': the address is too long", spec);
 	memcpy(addr, spec, alen);
 	addr[alen] = '\0';
-	if (pol_addr_parse(addr, &fw->host) < 0)
+	if (policy_addr_parse(addr, &fw->host) < 0)
 		return errbuf_fail(err, errlen, -EINVAL,
 			       "-p: '%s' is no IP address (write an IPv6 one as [::1])", addr);
 	if (!is_loopback(&fw->host))
@@ -227,7 +227,7 @@ int ns_forward_add(struct ns *s, struct ns_forward *fw)
 	w = &s->fwd[s->nfwd++];
 	w->fd = fd;
 	w->fw = *fw;
-	if (pol_addr_format(&fw->host, ip, sizeof ip) < 0)
+	if (policy_addr_format(&fw->host, ip, sizeof ip) < 0)
 		snprintf(ip, sizeof ip, "?");
 	snprintf(w->label, sizeof w->label, fw->host.family == 6 ? "forward:[%s]:%u:%u" : "forward:%s:%u:%u", ip,
 		 fw->host_port, fw->guest_port);

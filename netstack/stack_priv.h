@@ -41,9 +41,9 @@ struct flow {
 	enum flow_state state;
 	bool inbound;         /* from a forwarded port */
 	/* For the close line of the audit log. */
-	struct pol_addr dst;  /* outgoing: the address dialled; forwarded: the guest's */
+	struct policy_addr dst;  /* outgoing: the address dialled; forwarded: the guest's */
 	uint16_t dport;
-	char name[POL_NAME_MAX + 1]; /* "" without a name */
+	char name[POLICY_NAME_MAX + 1]; /* "" without a name */
 	uint64_t opened_ms, bytes_up, bytes_down;
 	int err; /* why it failed (an errno), for the close line; 0: it did not */
 	int fd;               /* host socket */
@@ -68,9 +68,9 @@ struct flow {
 	bool ic_guest_told, ic_host_told;
 	/* The names the client states (netstack/peek.h) are still to be
 	 * judged: its bytes wait in f->up, none go upstream, until they are
-	 * (pol_check_stated against first, the decision at the SYN). */
+	 * (policy_check_stated against first, the decision at the SYN). */
 	bool peek;
-	struct pol_decision first;
+	struct policy_decision first;
 };
 
 /* A token bucket: rate tokens a second, at most burst saved up.  Kept
@@ -118,7 +118,7 @@ struct ns {
 	 * it before letting go of the lock. */
 	struct gso *gso;
 	bool round;
-	bool judge_stated; /* pol_judges_stated_names: new flows start with peek */
+	bool judge_stated; /* policy_judges_stated_names: new flows start with peek */
 };
 
 /* ---- stack.c ---- */
@@ -138,10 +138,10 @@ bool ns_bucket_take(struct bucket *b, uint64_t now);
  * (direction "out", "in", or NULL for DNS; dst and name may be NULL).
  * ns_audit also tells --learn what the guest tried; ns_audit_line does
  * not, for decisions that are no destination the guest wants. */
-void ns_audit_line(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
-		   uint16_t port, const char *name, const struct pol_decision *d);
-void ns_audit(struct ns *s, const char *proto, const char *direction, const struct pol_addr *dst,
-	      uint16_t port, const char *name, const struct pol_decision *d);
+void ns_audit_line(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+		   uint16_t port, const char *name, const struct policy_decision *d);
+void ns_audit(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+	      uint16_t port, const char *name, const struct policy_decision *d);
 
 /* Send the frame s->tx[0, n) to the guest (through the merger when the
  * guest takes merged frames). */

@@ -326,13 +326,13 @@ static void ic_event(void *ctx, const struct intercept_event *ev)
 
 /* A pump for f when interception is configured; the names our DNS gave
  * dst (or the host alias) are what the guest's SNI must be. */
-static int ic_attach(struct ns *s, struct flow *f, const struct pol_addr *dst)
+static int ic_attach(struct ns *s, struct flow *f, const struct policy_addr *dst)
 {
 	const char *names[DNS_MEMO_MAX_NAMES];
 	size_t n;
 
 	if (memcmp(dst->b, gw_ip, 4) == 0) {
-		names[0] = POL_HOST_NAME;
+		names[0] = POLICY_HOST_NAME;
 		n = 1;
 	} else {
 		n = dns_memo_names(&s->memo, dst, ns_now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
@@ -512,7 +512,7 @@ static void ic_read_host(struct flow *f)
 /* A refusal after the SYN was allowed: the name the client stated (or
  * its unreadable first bytes) decided.  Audited like the SYN's decision;
  * both sides get a reset and the host has seen none of the guest's bytes. */
-static void flow_refuse(struct flow *f, const char *name, const struct pol_decision *d)
+static void flow_refuse(struct flow *f, const char *name, const struct policy_decision *d)
 {
 	struct ns *s = f->s;
 
@@ -527,9 +527,9 @@ static void flow_refuse(struct flow *f, const char *name, const struct pol_decis
  * (f is gone). */
 static int peek_judge(struct flow *f)
 {
-	static const struct pol_decision unreadable = {false, POL_WHY_BAD_NAME, "tcp:unreadable-name"};
+	static const struct policy_decision unreadable = {false, POLICY_WHY_BAD_NAME, "tcp:unreadable-name"};
 	struct peek_result res;
-	struct pol_decision d;
+	struct policy_decision d;
 	int st = peek_parse(f->up ? f->up + f->up_off : NULL, f->up_len, &res);
 	size_t i;
 
@@ -546,7 +546,7 @@ static int peek_judge(struct flow *f)
 		return -1;
 	}
 	for (i = 0; st == PEEK_NAMES_FOUND && i < res.n; i++) {
-		pol_check_stated(f->s->cfg.policy, res.name[i], &f->dst, f->dport, &f->first, &d);
+		policy_check_stated(f->s->cfg.policy, res.name[i], &f->dst, f->dport, &f->first, &d);
 		if (!d.allow) {
 			flow_refuse(f, res.name[i], &d);
 			return -1;
@@ -917,8 +917,8 @@ static void connect_done(struct flow *f)
 
 /* Decide a new connection, in the name our DNS gave the address (or the
  * host alias), and what to dial. */
-static void decide(struct ns *s, const struct pol_addr *dst, uint16_t port, struct pol_addr *dial,
-		   const char **name, struct pol_decision *d)
+static void decide(struct ns *s, const struct policy_addr *dst, uint16_t port, struct policy_addr *dial,
+		   const char **name, struct policy_decision *d)
 {
 	const char *names[DNS_MEMO_MAX_NAMES];
 	size_t n, i;
@@ -929,32 +929,32 @@ static void decide(struct ns *s, const struct pol_addr *dst, uint16_t port, stru
 		static const uint8_t lo[4] = {127, 0, 0, 1};
 
 		memcpy(dial->b, lo, 4);
-		*name = POL_HOST_NAME;
-		pol_check(s->cfg.policy, *name, dial, port, d);
+		*name = POLICY_HOST_NAME;
+		policy_check(s->cfg.policy, *name, dial, port, d);
 		return;
 	}
 	n = dns_memo_names(&s->memo, dst, ns_now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
 	if (n == 0) {
-		pol_check(s->cfg.policy, NULL, dial, port, d);
+		policy_check(s->cfg.policy, NULL, dial, port, d);
 		return;
 	}
 	/* Several names may share an address (CDNs): any that is allowed
 	 * lets the connection through; otherwise the most recent one's
 	 * denial is reported. */
 	for (i = n; i-- > 0;) {
-		pol_check(s->cfg.policy, names[i], dial, port, d);
+		policy_check(s->cfg.policy, names[i], dial, port, d);
 		*name = names[i];
 		/* The host's own address is refused whatever the name (and
 		 * each judgement asks the kernel again: hostaddr.h). */
-		if (d->allow || d->why == POL_WHY_HOST)
+		if (d->allow || d->why == POLICY_WHY_HOST)
 			return;
 	}
 }
 
 static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
 {
-	struct pol_addr dst = {.family = 4}, dial;
-	struct pol_decision d;
+	struct policy_addr dst = {.family = 4}, dial;
+	struct policy_decision d;
 	struct sockaddr_in sin;
 	const char *name;
 	struct flow *f;
@@ -967,7 +967,7 @@ static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
 	 * audited like any SYN. */
 	if (d.allow && (p->tcp_flags & FRAME_TCP_FIN)) {
 		/* Not a destination the guest wants, so not one to learn. */
-		d = (struct pol_decision){false, POL_WHY_BAD_NAME, "tcp:syn-fin"};
+		d = (struct policy_decision){false, POLICY_WHY_BAD_NAME, "tcp:syn-fin"};
 		ns_audit_line(s, "tcp", "out", &dial, p->dport, name, &d);
 	} else {
 		ns_audit(s, "tcp", "out", &dial, p->dport, name, &d);

@@ -24,7 +24,7 @@ static double now_ns(void)
 }
 
 /* The old way: list every address and compare. */
-static bool listed(const struct pol_addr *a)
+static bool listed(const struct policy_addr *a)
 {
 	struct ifaddrs *ifa, *i;
 	bool found = false;
@@ -42,7 +42,7 @@ static bool listed(const struct pol_addr *a)
 int main(int argc, char **argv)
 {
 	long rounds = argc > 1 ? atol(argv[1]) : 20000, i;
-	struct pol_addr remote = {.family = 4, .b = {5, 7, 0, 1}}, own = {.family = 4, .b = {5, 6, 0, 1}};
+	struct policy_addr remote = {.family = 4, .b = {5, 7, 0, 1}}, own = {.family = 4, .b = {5, 6, 0, 1}};
 	struct hostaddr h;
 	unsigned hits = 0;
 	double t0, t1, t2, t3;

@@ -21,7 +21,7 @@
 
 static void check_query(const uint8_t *m, size_t len)
 {
-	static const struct pol_addr addrs[] = {
+	static const struct policy_addr addrs[] = {
 		{ 4, { 93, 184, 216, 34 } },
 		{ 6, { 0x26, 0x06, 0x28, 0x00, [15] = 1 } },
 		{ 4, { 8, 8, 8, 8 } },
@@ -51,11 +51,11 @@ static void check_query(const uint8_t *m, size_t len)
 	size_t want = q.qtype == DNS_TYPE_A ? 2 : q.qtype == DNS_TYPE_AAAA ? 1 : 0;
 	if (nrr != want)
 		abort();
-	struct pol_decision d;
-	struct pol p;
-	pol_init(&p, POL_MODE_PUBLIC);
-	pol_check_name(&p, q.name, &d);
-	pol_free(&p);
+	struct policy_decision d;
+	struct policy p;
+	policy_init(&p, POLICY_MODE_PUBLIC);
+	policy_check_name(&p, q.name, &d);
+	policy_free(&p);
 }
 
 static void check_response(const uint8_t *m, size_t len, int aaaa)
@@ -74,9 +74,9 @@ static void check_response(const uint8_t *m, size_t len, int aaaa)
 		return;
 	if (n > DNS_MAX_ANSWERS)
 		abort();
-	struct pol p;
-	pol_init(&p, POL_MODE_PUBLIC);
-	struct pol_decision why;
+	struct policy p;
+	policy_init(&p, POLICY_MODE_PUBLIC);
+	struct policy_decision why;
 	n = dns_filter_answers(&p, q.name, rr, n, &why);
 	struct dns_memo memo;
 	if (dns_memo_init(&memo, 4) == 0) {
@@ -85,11 +85,11 @@ static void check_response(const uint8_t *m, size_t len, int aaaa)
 			dns_memo_put(&memo, q.name, &rr[i].addr, rr[i].ttl, i);
 			if (dns_memo_names(&memo, &rr[i].addr, i, names, DNS_MEMO_MAX_NAMES) == 0)
 				abort();
-			pol_check(&p, names[0], &rr[i].addr, 443, &why);
+			policy_check(&p, names[0], &rr[i].addr, 443, &why);
 		}
 		dns_memo_free(&memo);
 	}
-	pol_free(&p);
+	policy_free(&p);
 }
 
 static void check_upstream(const uint8_t *m, size_t len, int aaaa)
@@ -142,7 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char name[DNS_NAME_TEXT];
 	size_t next;
 	for (size_t off = 0; off < len && off < 48; off++)
-		if (dns_read_name(m, len, off, name, &next) == 0 && (next > len || strlen(name) > POL_NAME_MAX))
+		if (dns_read_name(m, len, off, name, &next) == 0 && (next > len || strlen(name) > POLICY_NAME_MAX))
 			abort();
 	return 0;
 }

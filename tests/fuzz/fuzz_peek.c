@@ -22,10 +22,10 @@ static int check(const uint8_t *data, size_t size)
 	if ((st == PEEK_NAMES_FOUND) != (r.n > 0) || r.n > PEEK_NAMES)
 		abort();
 	for (size_t i = 0; i < r.n; i++) {
-		char again[POL_NAME_MAX + 1];
+		char again[POLICY_NAME_MAX + 1];
 
-		if (!r.what[i] || pol_name_normalize(r.name[i], again) < 0 || strcmp(again, r.name[i]) != 0 ||
-		    pol_name_is_numeric(r.name[i]))
+		if (!r.what[i] || policy_name_normalize(r.name[i], again) < 0 || strcmp(again, r.name[i]) != 0 ||
+		    policy_name_is_numeric(r.name[i]))
 			abort();
 	}
 	if ((st == PEEK_BAD || st == PEEK_NONE) && !r.why)

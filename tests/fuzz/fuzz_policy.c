@@ -20,44 +20,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(text, data, size);
 	text[size] = '\0';
-	struct pol p;
-	pol_init(&p, (data[0] & 1) ? POL_MODE_ALLOWLIST : POL_MODE_PUBLIC);
-	struct pol_decision d;
+	struct policy p;
+	policy_init(&p, (data[0] & 1) ? POLICY_MODE_ALLOWLIST : POLICY_MODE_PUBLIC);
+	struct policy_decision d;
 	char *save = NULL;
 	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char err[256] = "";
-		struct pol_rule r;
-		int rc = pol_parse_rule(line, &r, err, sizeof err);
+		struct policy_rule r;
+		int rc = policy_parse_rule(line, &r, err, sizeof err);
 		if (rc < 0 && (rc != -EINVAL || err[0] == '\0'))
 			abort();
 		if (rc == 0) {
-			if (r.kind == POL_RULE_NET && r.plen > (r.net.family == 4 ? 32 : 128))
+			if (r.kind == POLICY_RULE_NET && r.plen > (r.net.family == 4 ? 32 : 128))
 				abort();
-			if (pol_add_rule(&p, line, err, sizeof err) != 0)
+			if (policy_add_rule(&p, line, err, sizeof err) != 0)
 				abort();
 		}
-		pol_check_name(&p, line, &d);
+		policy_check_name(&p, line, &d);
 		if (!d.rule)
 			abort();
 	}
 	if (size >= 18) {
-		struct pol_addr a = { .family = (data[size - 18] & 1) ? 6 : 4 };
+		struct policy_addr a = { .family = (data[size - 18] & 1) ? 6 : 4 };
 		memcpy(a.b, data + size - 16, 16);
 		if (a.family == 4)
 			memset(a.b + 4, 0, 12);
 		uint16_t port = (uint16_t)(data[size - 17] << 8 | data[size - 18]);
-		pol_check(&p, NULL, &a, port, &d);
+		policy_check(&p, NULL, &a, port, &d);
 		if (!d.rule)
 			abort();
-		pol_check_answer(&p, "example.com", &a, &d);
+		policy_check_answer(&p, "example.com", &a, &d);
 		char buf[64];
-		if (pol_addr_format(&a, buf, sizeof buf) != 0)
+		if (policy_addr_format(&a, buf, sizeof buf) != 0)
 			abort();
-		struct pol_addr back;
-		if (pol_addr_parse(buf, &back) != 0 || memcmp(back.b, a.b, 16) != 0)
+		struct policy_addr back;
+		if (policy_addr_parse(buf, &back) != 0 || memcmp(back.b, a.b, 16) != 0)
 			abort();
 	}
-	pol_free(&p);
+	policy_free(&p);
 	free(text);
 	return 0;
 }

@@ -33,7 +33,7 @@ static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
 static const uint8_t guest_mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
 static const uint8_t guest_ip[4] = NS_GUEST_IP;
 
-static struct pol pol;
+static struct policy pol;
 static struct audit au = {.fd = -1};
 static struct ns_host hosts[1];
 static int lfd = -1; /* host.kbox.internal's allowed port */
@@ -100,10 +100,10 @@ static void setup(void)
 	    getsockname(lfd, (struct sockaddr *)&sin, &sl) < 0)
 		abort();
 	lport = ntohs(sin.sin_port);
-	pol_init(&pol, POL_MODE_ALLOWLIST);
-	snprintf(rule, sizeof rule, "%s:%u", POL_HOST_NAME, ntohs(sin.sin_port));
-	if (pol_add_rule(&pol, rule, err, sizeof err) < 0 || pol_add_rule(&pol, "*.fuzz.test:443", err, sizeof err) < 0 ||
-	    pol_add_rule(&pol, "deny:evil.fuzz.test", err, sizeof err) < 0)
+	policy_init(&pol, POLICY_MODE_ALLOWLIST);
+	snprintf(rule, sizeof rule, "%s:%u", POLICY_HOST_NAME, ntohs(sin.sin_port));
+	if (policy_add_rule(&pol, rule, err, sizeof err) < 0 || policy_add_rule(&pol, "*.fuzz.test:443", err, sizeof err) < 0 ||
+	    policy_add_rule(&pol, "deny:evil.fuzz.test", err, sizeof err) < 0)
 		abort();
 	if (ns_host_parse("pinned.fuzz.test:198.51.100.7", &hosts[0], err, sizeof err) < 0)
 		abort();

@@ -1223,7 +1223,7 @@ struct rig {
 	struct vsock vs;
 	struct vsock_unix vu;
 	struct mounts mnt;
-	struct pol pol;
+	struct policy pol;
 	struct audit audit;
 	struct vnet nic;
 	struct ns *stack;
@@ -1593,7 +1593,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	    mounts_attach(&R.mnt, &R.bus, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
 	/* virtio-net: slot 2, kbox's stack with an allowlist of nothing. */
-	pol_init(&R.pol, POL_MODE_ALLOWLIST);
+	policy_init(&R.pol, POLICY_MODE_ALLOWLIST);
 	R.audit.fd = -1;
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { to_stack, NULL };
@@ -1778,7 +1778,7 @@ int main(int argc, char **argv)
 	vbus_destroy(&R.bus);
 	ns_destroy(R.stack);
 	vnet_destroy(&R.nic);
-	pol_free(&R.pol);
+	policy_free(&R.pol);
 	mounts_free(&R.mnt);
 	vsock_unix_destroy(&R.vu);
 	vsock_destroy(&R.vs);

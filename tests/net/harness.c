@@ -44,8 +44,8 @@
 #define MAX_TABLE 64
 
 struct entry {
-	char name[POL_NAME_MAX + 1];
-	struct pol_addr addr;
+	char name[POLICY_NAME_MAX + 1];
+	struct policy_addr addr;
 };
 
 static struct entry table[MAX_TABLE];
@@ -115,9 +115,9 @@ int main(int argc, char **argv)
 	struct ns_config cfg;
 	struct ns_stats st;
 	struct audit au;
-	struct pol pol;
+	struct policy pol;
 	struct ns *s;
-	enum pol_mode mode = POL_MODE_PUBLIC;
+	enum policy_mode mode = POLICY_MODE_PUBLIC;
 	long lifetime = 150;
 	int gso = 1;
 	time_t end;
@@ -131,7 +131,7 @@ int main(int argc, char **argv)
 	static struct tlsconf tls;
 	static struct hostaddr ha;
 
-	pol_init(&pol, POL_MODE_PUBLIC);
+	policy_init(&pol, POLICY_MODE_PUBLIC);
 	tlsconf_init(&tls);
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -144,24 +144,24 @@ int main(int argc, char **argv)
 		} else if (strcmp(a, "--audit") == 0) {
 			audit_path = v;
 		} else if (strcmp(a, "--mode") == 0) {
-			if (pol_parse_mode(v, &mode) < 0)
+			if (policy_parse_mode(v, &mode) < 0)
 				usage();
 		} else if (strcmp(a, "--allow") == 0 || strcmp(a, "--deny") == 0) {
 			char rule[512];
 
 			snprintf(rule, sizeof rule, "%s:%s", a + 2, v);
-			if (pol_add_rule(&pol, rule, err, sizeof err) < 0) {
+			if (policy_add_rule(&pol, rule, err, sizeof err) < 0) {
 				fprintf(stderr, "harness: %s: %s\n", v, err);
 				return 2;
 			}
 		} else if (strcmp(a, "--resolve") == 0) {
 			const char *eq = strchr(v, '=');
 
-			if (!eq || ntable == MAX_TABLE || (size_t)(eq - v) > POL_NAME_MAX)
+			if (!eq || ntable == MAX_TABLE || (size_t)(eq - v) > POLICY_NAME_MAX)
 				usage();
 			memcpy(table[ntable].name, v, (size_t)(eq - v));
 			table[ntable].name[eq - v] = '\0';
-			if (pol_addr_parse(eq + 1, &table[ntable].addr) < 0)
+			if (policy_addr_parse(eq + 1, &table[ntable].addr) < 0)
 				usage();
 			ntable++;
 		} else if (strcmp(a, "--forward") == 0) {
@@ -210,7 +210,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "harness: setup: %s\n", strerror(-r));
 		return 1;
 	}
-	pol_set_host_fn(&pol, hostaddr_pol_host, &ha);
+	policy_set_host_fn(&pol, hostaddr_pol_host, &ha);
 	if (audit_open(&au, audit_path, err, sizeof err) < 0) {
 		fprintf(stderr, "harness: %s\n", err);
 		return 1;
@@ -253,7 +253,7 @@ int main(int argc, char **argv)
 	for (j = 0; j < nfwd; j++) {
 		char ip[64];
 
-		pol_addr_format(&fwd[j].host, ip, sizeof ip);
+		policy_addr_format(&fwd[j].host, ip, sizeof ip);
 		if ((r = ns_forward_add(s, &fwd[j])) < 0) {
 			fprintf(stderr, "harness: forward %s:%u: %s\n", ip, fwd[j].host_port, strerror(-r));
 			return 1;
@@ -315,7 +315,7 @@ int main(int argc, char **argv)
 	audit_learn_free(&learn);
 	close(tap_fd);
 	audit_close(&au);
-	pol_free(&pol);
+	policy_free(&pol);
 	hostaddr_close(&ha);
 	return 0;
 }

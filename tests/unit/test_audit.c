@@ -16,9 +16,9 @@ START_TEST(format_lines)
 {
 	char buf[AUDIT_LINE_MAX];
 	size_t n;
-	struct pol_addr v4, v6;
-	ck_assert_int_eq(pol_addr_parse("93.184.216.34", &v4), 0);
-	ck_assert_int_eq(pol_addr_parse("2001:db8::1", &v6), 0);
+	struct policy_addr v4, v6;
+	ck_assert_int_eq(policy_addr_parse("93.184.216.34", &v4), 0);
+	ck_assert_int_eq(policy_addr_parse("2001:db8::1", &v6), 0);
 	struct audit_event e = { .time_ms = 1700000000123ull, .proto = "tcp", .dst = &v4, .port = 443,
 				 .name = "example.com", .allow = true, .rule = "mode:public" };
 	ck_assert_int_eq(audit_format(&e, buf, sizeof buf, &n), 0);
@@ -39,8 +39,8 @@ START_TEST(format_lines)
 	ck_assert_ptr_null(strstr(buf, "dst"));
 	ck_assert_ptr_nonnull(strstr(buf, "\"proto\":\"dns\",\"name\":\"x.evil.com\""));
 	/* A forwarded connection's decision, then its close with counts. */
-	struct pol_addr g;
-	ck_assert_int_eq(pol_addr_parse("10.0.2.15", &g), 0);
+	struct policy_addr g;
+	ck_assert_int_eq(policy_addr_parse("10.0.2.15", &g), 0);
 	struct audit_event in = { .time_ms = 0, .proto = "tcp", .direction = "in", .dst = &g, .port = 8000,
 				  .allow = true, .rule = "forward:127.0.0.1:41000:8000" };
 	ck_assert_int_eq(audit_format(&in, buf, sizeof buf, &n), 0);
@@ -101,15 +101,15 @@ END_TEST
 START_TEST(learn)
 {
 	struct audit_learn l;
-	struct pol_addr a1, a6, meta;
-	struct pol_decision ok = { .allow = true, .why = POL_WHY_PUBLIC, .rule = "mode:public" };
-	struct pol_decision nomatch = { .allow = false, .why = POL_WHY_NO_MATCH, .rule = "allowlist" };
-	struct pol_decision cls = { .allow = false, .why = POL_WHY_CLASS, .rule = "class:metadata" };
-	struct pol_decision rule = { .allow = false, .why = POL_WHY_DENY_RULE, .rule = "deny:evil.test\nx" };
+	struct policy_addr a1, a6, meta;
+	struct policy_decision ok = { .allow = true, .why = POLICY_WHY_PUBLIC, .rule = "mode:public" };
+	struct policy_decision nomatch = { .allow = false, .why = POLICY_WHY_NO_MATCH, .rule = "allowlist" };
+	struct policy_decision cls = { .allow = false, .why = POLICY_WHY_CLASS, .rule = "class:metadata" };
+	struct policy_decision rule = { .allow = false, .why = POLICY_WHY_DENY_RULE, .rule = "deny:evil.test\nx" };
 	char *text;
-	ck_assert_int_eq(pol_addr_parse("93.184.216.34", &a1), 0);
-	ck_assert_int_eq(pol_addr_parse("2001:db8::1", &a6), 0);
-	ck_assert_int_eq(pol_addr_parse("169.254.169.254", &meta), 0);
+	ck_assert_int_eq(policy_addr_parse("93.184.216.34", &a1), 0);
+	ck_assert_int_eq(policy_addr_parse("2001:db8::1", &a6), 0);
+	ck_assert_int_eq(policy_addr_parse("169.254.169.254", &meta), 0);
 	audit_learn_init(&l);
 	/* Connections by name (deduplicated, case and trailing dot folded),
 	 * by address without a name, DNS-only refusals. */
@@ -178,8 +178,8 @@ START_TEST(file_append)
 	struct audit a;
 	char err[512];
 	ck_assert_int_eq(audit_open(&a, path, err, sizeof err), 0);
-	struct pol_addr v4;
-	ck_assert_int_eq(pol_addr_parse("10.0.0.1", &v4), 0);
+	struct policy_addr v4;
+	ck_assert_int_eq(policy_addr_parse("10.0.0.1", &v4), 0);
 	struct audit_event e = { .time_ms = 1, .proto = "tcp", .dst = &v4, .port = 22, .rule = "class:private" };
 	ck_assert_int_eq(audit_write(&a, &e), 0);
 	e.allow = true;
@@ -231,8 +231,8 @@ START_TEST(open_refuses_foreign_files)
 		snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
 
 	/* Every kind of line is recognised as ours. */
-	struct pol_addr v4;
-	ck_assert_int_eq(pol_addr_parse("10.0.0.1", &v4), 0);
+	struct policy_addr v4;
+	ck_assert_int_eq(policy_addr_parse("10.0.0.1", &v4), 0);
 	struct audit_event ev[] = {
 		{ .time_ms = 1, .proto = "tcp", .dst = &v4, .port = 22, .rule = "x" },
 		{ .time_ms = 2, .proto = "tcp", .dst = &v4, .port = 22, .close = true, .error = "E" },

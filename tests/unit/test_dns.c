@@ -76,10 +76,10 @@ static void query(struct pkt *p, uint16_t id, const char *name, uint16_t type)
 	p16(p, DNS_CLASS_IN);
 }
 
-static struct pol_addr A(const char *s)
+static struct policy_addr A(const char *s)
 {
-	struct pol_addr a;
-	ck_assert_int_eq(pol_addr_parse(s, &a), 0);
+	struct policy_addr a;
+	ck_assert_int_eq(policy_addr_parse(s, &a), 0);
 	return a;
 }
 
@@ -92,7 +92,7 @@ START_TEST(query_reply_round_trip)
 	ck_assert_str_eq(q.name, "Example.COM");
 	ck_assert_uint_eq(q.qtype, DNS_TYPE_A);
 	ck_assert_uint_eq(q.qend, p.n);
-	struct pol_addr addrs[] = { A("1.2.3.4"), A("2001:db8::1"), A("5.6.7.8") };
+	struct policy_addr addrs[] = { A("1.2.3.4"), A("2001:db8::1"), A("5.6.7.8") };
 	uint8_t out[DNS_MAX_MSG];
 	size_t n;
 	ck_assert_int_eq(dns_build_reply(&q, p.b, DNS_RCODE_NOERROR, addrs, 3, 60, out, sizeof out, &n), 0);
@@ -128,7 +128,7 @@ START_TEST(error_replies)
 	struct dns_query q;
 	uint8_t out[DNS_MAX_MSG];
 	size_t n;
-	struct pol_addr a = A("1.2.3.4");
+	struct policy_addr a = A("1.2.3.4");
 	query(&p, 9, "denied.example", DNS_TYPE_A);
 	ck_assert_int_eq(dns_parse_query(p.b, p.n, &q), 0);
 	static const int codes[] = { DNS_RCODE_NXDOMAIN, DNS_RCODE_REFUSED, DNS_RCODE_SERVFAIL };
@@ -143,7 +143,7 @@ START_TEST(error_replies)
 	ck_assert_int_eq(dns_build_reply(&q, p.b, 16, NULL, 0, 0, out, sizeof out, &n), -EINVAL);
 	ck_assert_int_eq(dns_build_reply(&q, p.b, 0, NULL, 0, 0, out, p.n - 1, &n), -ENOSPC);
 	/* answers that do not fit are left out, never overflow */
-	struct pol_addr many[40];
+	struct policy_addr many[40];
 	for (size_t i = 0; i < 40; i++)
 		many[i] = a;
 	ck_assert_int_eq(dns_build_reply(&q, p.b, 0, many, 40, 60, out, p.n + 16 * 2 + 5, &n), 0);
@@ -439,19 +439,19 @@ END_TEST
 
 START_TEST(filter_rebinding)
 {
-	struct pol p;
-	pol_init(&p, POL_MODE_PUBLIC);
+	struct policy p;
+	policy_init(&p, POLICY_MODE_PUBLIC);
 	struct dns_rr rr[] = {
 		{ A("8.8.8.8"), 60 }, { A("127.0.0.1"), 60 }, { A("1.1.1.1"), 60 }, { A("10.0.0.1"), 60 },
 	};
-	struct pol_decision why = { 0 };
+	struct policy_decision why = { 0 };
 	ck_assert_uint_eq(dns_filter_answers(&p, "example.com", rr, 4, &why), 2);
 	ck_assert_uint_eq(rr[0].addr.b[0], 8);
 	ck_assert_uint_eq(rr[1].addr.b[0], 1);
 	ck_assert_str_eq(why.rule, "class:private");
 	struct dns_rr all_bad[] = { { A("::1"), 1 } };
 	ck_assert_uint_eq(dns_filter_answers(&p, "example.com", all_bad, 1, NULL), 0);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
@@ -459,7 +459,7 @@ START_TEST(memo)
 {
 	struct dns_memo m;
 	const char *names[DNS_MEMO_MAX_NAMES + 4];
-	struct pol_addr a = A("1.2.3.4"), b = A("5.6.7.8"), c = A("2001:db8::9");
+	struct policy_addr a = A("1.2.3.4"), b = A("5.6.7.8"), c = A("2001:db8::9");
 	ck_assert_int_eq(dns_memo_init(&m, 0), -EINVAL);
 	ck_assert_int_eq(dns_memo_init(&m, 3), 0);
 	dns_memo_put(&m, "WWW.Example.com.", &a, 10, 1000);
@@ -486,7 +486,7 @@ START_TEST(memo)
 	ck_assert_uint_eq(dns_memo_names(&m, &c, 2006, names, 4), 1);
 	ck_assert_str_eq(names[0], "c.example");
 	/* invalid names and addresses are ignored; max is capped */
-	struct pol_addr junk = { .family = 9 };
+	struct policy_addr junk = { .family = 9 };
 	dns_memo_put(&m, "a..b", &b, 600, 2007);
 	dns_memo_put(&m, "ok.example", &junk, 600, 2007);
 	ck_assert_uint_eq(dns_memo_names(&m, &b, 2007, names, 4), 1);
@@ -609,7 +609,7 @@ struct responder {
 static size_t answer(const uint8_t *qm, size_t qlen, uint8_t *out, size_t outlen, int rcode)
 {
 	struct dns_query q;
-	struct pol_addr a[2] = { A("198.51.100.7"), A("2001:db8::7") };
+	struct policy_addr a[2] = { A("198.51.100.7"), A("2001:db8::7") };
 	size_t n;
 	ck_assert_int_eq(dns_parse_query(qm, qlen, &q), 0);
 	ck_assert_int_eq(dns_build_reply(&q, qm, rcode, a, 2, 120, out, outlen, &n), 0);

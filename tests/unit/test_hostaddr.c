@@ -16,16 +16,16 @@
 #include "netstack/hostaddr.h"
 #include "vmm/sandbox/lockdown.h"
 
-static struct pol_addr A(const char *s)
+static struct policy_addr A(const char *s)
 {
-	struct pol_addr a;
-	ck_assert_msg(pol_addr_parse(s, &a) == 0, "address %s", s);
+	struct policy_addr a;
+	ck_assert_msg(policy_addr_parse(s, &a) == 0, "address %s", s);
 	return a;
 }
 
 static bool local(struct hostaddr *h, const char *s)
 {
-	struct pol_addr a = A(s);
+	struct policy_addr a = A(s);
 	return hostaddr_is_local(h, &a);
 }
 

@@ -15,9 +15,9 @@ START_TEST(options)
 	char err[256];
 	netdev_init(&n);
 	ck_assert(netdev_enabled(&n));
-	ck_assert_int_eq(n.pol.mode, POL_MODE_PUBLIC);
+	ck_assert_int_eq(n.pol.mode, POLICY_MODE_PUBLIC);
 	ck_assert_int_eq(netdev_set_mode(&n, "allowlist", err, sizeof err), 0);
-	ck_assert_int_eq(n.pol.mode, POL_MODE_ALLOWLIST);
+	ck_assert_int_eq(n.pol.mode, POLICY_MODE_ALLOWLIST);
 	ck_assert_int_eq(netdev_set_mode(&n, "open", err, sizeof err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "'open'"));
 	ck_assert_int_eq(netdev_add_rule(&n, "host.kbox.internal:8080", false, err, sizeof err), 0);
@@ -152,7 +152,7 @@ START_TEST(from_config)
 	c.audit_log = "/tmp/from-config.jsonl";
 	netdev_init(&n);
 	ck_assert_int_eq(netdev_apply_config(&n, &c, "k.yaml", err, sizeof err), 0);
-	ck_assert_int_eq(n.pol.mode, POL_MODE_ALLOWLIST);
+	ck_assert_int_eq(n.pol.mode, POLICY_MODE_ALLOWLIST);
 	ck_assert_uint_eq(n.pol.nrules, 3);
 	ck_assert(n.pol.rules[2].deny);
 	ck_assert_uint_eq(n.nhosts, 1);
@@ -168,7 +168,7 @@ START_TEST(from_config)
 	ck_assert_int_eq(netdev_add_rule(&n, "deny.test", true, err, sizeof err), 0);
 	n.audit_path = "cli.jsonl";
 	ck_assert_int_eq(netdev_apply_config(&n, &c, "k.yaml", err, sizeof err), 0);
-	ck_assert_int_eq(n.pol.mode, POL_MODE_PUBLIC);
+	ck_assert_int_eq(n.pol.mode, POLICY_MODE_PUBLIC);
 	ck_assert_uint_eq(n.pol.nrules, 4);
 	ck_assert_str_eq(n.audit_path, "cli.jsonl");
 	netdev_destroy(&n);

@@ -17,26 +17,26 @@ struct row {
 	const char *rule; /* expected decision label or rule text */
 };
 
-static void add(struct pol *p, const char *rule)
+static void add(struct policy *p, const char *rule)
 {
 	char err[200] = "";
-	int rc = pol_add_rule(p, rule, err, sizeof err);
+	int rc = policy_add_rule(p, rule, err, sizeof err);
 	ck_assert_msg(rc == 0, "rule %s: %s", rule, err);
 }
 
-static struct pol_addr A(const char *s)
+static struct policy_addr A(const char *s)
 {
-	struct pol_addr a;
-	ck_assert_msg(pol_addr_parse(s, &a) == 0, "address %s", s);
+	struct policy_addr a;
+	ck_assert_msg(policy_addr_parse(s, &a) == 0, "address %s", s);
 	return a;
 }
 
-static void run_table(const struct pol *p, const struct row *t, size_t n)
+static void run_table(const struct policy *p, const struct row *t, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		struct pol_addr a = A(t[i].addr);
-		struct pol_decision d;
-		pol_check(p, t[i].name, &a, t[i].port, &d);
+		struct policy_addr a = A(t[i].addr);
+		struct policy_decision d;
+		policy_check(p, t[i].name, &a, t[i].port, &d);
 		ck_assert_msg(d.allow == t[i].allow && strcmp(d.rule, t[i].rule) == 0,
 			      "row %zu %s %s:%u: got %s by %s, want %s by %s", i, t[i].name ? t[i].name : "-",
 			      t[i].addr, t[i].port, d.allow ? "allow" : "deny", d.rule, t[i].allow ? "allow" : "deny",
@@ -44,9 +44,9 @@ static void run_table(const struct pol *p, const struct row *t, size_t n)
 	}
 }
 
-static void public_policy(struct pol *p)
+static void public_policy(struct policy *p)
 {
-	pol_init(p, POL_MODE_PUBLIC);
+	policy_init(p, POLICY_MODE_PUBLIC);
 	add(p, "host.kbox.internal:11434");
 	add(p, "10.1.2.3/32:5432");
 	add(p, "db.corp:5432");
@@ -55,8 +55,8 @@ static void public_policy(struct pol *p)
 	add(p, "deny:*.evil.com");
 	add(p, "deny:1.1.1.1");
 	add(p, "deny:*:25");
-	struct pol_addr host[] = { A("93.184.216.34"), A("2a01:4f8::5"), A("::ffff:203.0.113.200") };
-	ck_assert_int_eq(pol_set_host_addrs(p, host, 3), 0);
+	struct policy_addr host[] = { A("93.184.216.34"), A("2a01:4f8::5"), A("::ffff:203.0.113.200") };
+	ck_assert_int_eq(policy_set_host_addrs(p, host, 3), 0);
 }
 
 #define PUB "mode:public"
@@ -189,10 +189,10 @@ static const struct row public_rows[] = {
 
 START_TEST(public_table)
 {
-	struct pol p;
+	struct policy p;
 	public_policy(&p);
 	run_table(&p, public_rows, sizeof public_rows / sizeof public_rows[0]);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
@@ -224,8 +224,8 @@ static const struct row allowlist_rows[] = {
 
 START_TEST(allowlist_table)
 {
-	struct pol p;
-	pol_init(&p, POL_MODE_ALLOWLIST);
+	struct policy p;
+	policy_init(&p, POLICY_MODE_ALLOWLIST);
 	add(&p, "github.com");
 	add(&p, "*.github.com");
 	add(&p, "pypi.org:443");
@@ -236,41 +236,41 @@ START_TEST(allowlist_table)
 	add(&p, "10.1.2.3/32:5432");
 	add(&p, "*:22");
 	run_table(&p, allowlist_rows, sizeof allowlist_rows / sizeof allowlist_rows[0]);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
 START_TEST(mode_none)
 {
-	struct pol p;
-	struct pol_decision d;
-	pol_init(&p, POL_MODE_NONE);
+	struct policy p;
+	struct policy_decision d;
+	policy_init(&p, POLICY_MODE_NONE);
 	add(&p, "8.8.8.8/32:443");
-	struct pol_addr a = A("8.8.8.8");
-	pol_check(&p, NULL, &a, 443, &d);
+	struct policy_addr a = A("8.8.8.8");
+	policy_check(&p, NULL, &a, 443, &d);
 	ck_assert(!d.allow);
 	ck_assert_str_eq(d.rule, "mode:none");
-	pol_check_name(&p, "example.com", &d);
+	policy_check_name(&p, "example.com", &d);
 	ck_assert(!d.allow);
-	pol_check_answer(&p, "example.com", &a, &d);
+	policy_check_answer(&p, "example.com", &a, &d);
 	ck_assert(!d.allow);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
 START_TEST(deny_beats_exception)
 {
-	struct pol p;
-	struct pol_decision d;
-	pol_init(&p, POL_MODE_PUBLIC);
+	struct policy p;
+	struct policy_decision d;
+	policy_init(&p, POLICY_MODE_PUBLIC);
 	add(&p, "10.1.2.3/32:5432");
 	add(&p, "deny:10.0.0.0/8");
-	struct pol_addr a = A("10.1.2.3");
-	pol_check(&p, NULL, &a, 5432, &d);
+	struct policy_addr a = A("10.1.2.3");
+	policy_check(&p, NULL, &a, 5432, &d);
 	ck_assert(!d.allow);
-	ck_assert_int_eq(d.why, POL_WHY_DENY_RULE);
+	ck_assert_int_eq(d.why, POLICY_WHY_DENY_RULE);
 	ck_assert_str_eq(d.rule, "deny:10.0.0.0/8");
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
@@ -278,17 +278,17 @@ END_TEST
  * not open every private address on that port. */
 START_TEST(wide_cidr_is_no_exception)
 {
-	struct pol p;
-	struct pol_decision d;
-	pol_init(&p, POL_MODE_ALLOWLIST);
+	struct policy p;
+	struct policy_decision d;
+	policy_init(&p, POLICY_MODE_ALLOWLIST);
 	add(&p, "0.0.0.0/0:22");
-	struct pol_addr a = A("10.1.2.3"), b = A("8.8.8.8");
-	pol_check(&p, NULL, &a, 22, &d);
+	struct policy_addr a = A("10.1.2.3"), b = A("8.8.8.8");
+	policy_check(&p, NULL, &a, 22, &d);
 	ck_assert(!d.allow);
 	ck_assert_str_eq(d.rule, "class:private");
-	pol_check(&p, NULL, &b, 22, &d);
+	policy_check(&p, NULL, &b, 22, &d);
 	ck_assert(d.allow);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
@@ -323,11 +323,11 @@ START_TEST(names_public)
 		{ "api.evil.com", false, "deny:*.evil.com" },
 		{ "evil.com", true, PUB },
 	};
-	struct pol p;
+	struct policy p;
 	public_policy(&p);
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-		struct pol_decision d;
-		pol_check_name(&p, t[i].name, &d);
+		struct policy_decision d;
+		policy_check_name(&p, t[i].name, &d);
 		ck_assert_msg(d.allow == t[i].allow && strcmp(d.rule, t[i].rule) == 0, "row %zu %s: %s", i,
 			      t[i].name, d.rule);
 	}
@@ -336,37 +336,37 @@ START_TEST(names_public)
 	for (size_t i = 60; i < sizeof longname; i += 61)
 		longname[i] = '.';
 	longname[254] = '\0';
-	struct pol_decision d;
-	pol_check_name(&p, longname, &d);
+	struct policy_decision d;
+	policy_check_name(&p, longname, &d);
 	ck_assert(!d.allow);
 	longname[253] = '\0';
-	pol_check_name(&p, longname, &d);
+	policy_check_name(&p, longname, &d);
 	ck_assert(d.allow);
 	char label64[80];
 	memset(label64, 'b', 64);
 	strcpy(label64 + 64, ".com");
-	pol_check_name(&p, label64, &d);
+	policy_check_name(&p, label64, &d);
 	ck_assert(!d.allow);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
 START_TEST(names_allowlist)
 {
-	struct pol p;
-	struct pol_decision d;
-	pol_init(&p, POL_MODE_ALLOWLIST);
+	struct policy p;
+	struct policy_decision d;
+	policy_init(&p, POLICY_MODE_ALLOWLIST);
 	add(&p, "github.com:443");
 	add(&p, "*.pythonhosted.org");
-	pol_check_name(&p, "github.com", &d);
+	policy_check_name(&p, "github.com", &d);
 	ck_assert(d.allow);
-	pol_check_name(&p, "files.pythonhosted.org", &d);
+	policy_check_name(&p, "files.pythonhosted.org", &d);
 	ck_assert(d.allow);
 	ck_assert_str_eq(d.rule, "*.pythonhosted.org");
-	pol_check_name(&p, "pythonhosted.org", &d);
+	policy_check_name(&p, "pythonhosted.org", &d);
 	ck_assert(!d.allow);
-	ck_assert_int_eq(d.why, POL_WHY_NO_MATCH);
-	pol_check_name(&p, "example.com", &d);
+	ck_assert_int_eq(d.why, POLICY_WHY_NO_MATCH);
+	policy_check_name(&p, "example.com", &d);
 	ck_assert(!d.allow);
 	/* An address rule or a `*:PORT` rule lets no name reach the
 	 * resolver: the question itself would carry data out. */
@@ -374,32 +374,32 @@ START_TEST(names_allowlist)
 	add(&p, "10.1.2.3/32:5432");
 	static const char *const refused[] = { "example.com", "c2VjcmV0.exfil.test", "a.b.c.github.com.evil" };
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-		pol_check_name(&p, refused[i], &d);
+		policy_check_name(&p, refused[i], &d);
 		ck_assert_msg(!d.allow, "%s reached the resolver", refused[i]);
-		ck_assert_int_eq(d.why, POL_WHY_NO_MATCH);
+		ck_assert_int_eq(d.why, POLICY_WHY_NO_MATCH);
 		ck_assert_str_eq(d.rule, "allowlist");
 	}
-	pol_check_name(&p, "GitHub.com.", &d);
+	policy_check_name(&p, "GitHub.com.", &d);
 	ck_assert(d.allow);
 	ck_assert_str_eq(d.rule, "github.com:443");
-	struct pol_addr in = A("151.101.1.1"), out = A("8.8.8.8");
-	pol_check_answer(&p, "example.com", &in, &d);
+	struct policy_addr in = A("151.101.1.1"), out = A("8.8.8.8");
+	policy_check_answer(&p, "example.com", &in, &d);
 	ck_assert(d.allow);
-	pol_check_answer(&p, "example.com", &out, &d);
+	policy_check_answer(&p, "example.com", &out, &d);
 	ck_assert(!d.allow);
-	pol_check_answer(&p, "github.com", &out, &d);
+	policy_check_answer(&p, "github.com", &out, &d);
 	ck_assert(d.allow);
 	add(&p, "*:22"); /* every address on a port: still no name */
-	pol_check_name(&p, "example.com", &d);
+	policy_check_name(&p, "example.com", &d);
 	ck_assert(!d.allow);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
 START_TEST(answers_rebinding)
 {
-	struct pol p;
-	struct pol_decision d;
+	struct policy p;
+	struct policy_decision d;
 	public_policy(&p);
 	static const struct {
 		const char *name, *addr;
@@ -421,60 +421,60 @@ START_TEST(answers_rebinding)
 		{ "1.2.3.4", "1.2.3.4", false, "name:invalid" },
 	};
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-		struct pol_addr a = A(t[i].addr);
-		pol_check_answer(&p, t[i].name, &a, &d);
+		struct policy_addr a = A(t[i].addr);
+		policy_check_answer(&p, t[i].name, &a, &d);
 		ck_assert_msg(d.allow == t[i].allow && strcmp(d.rule, t[i].rule) == 0, "row %zu %s %s: %s", i,
 			      t[i].name, t[i].addr, d.rule);
 	}
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
 START_TEST(parse_good)
 {
-	struct pol_rule r;
+	struct policy_rule r;
 	char err[200];
-	ck_assert_int_eq(pol_parse_rule("Example.COM.", &r, err, sizeof err), 0);
-	ck_assert_int_eq(r.kind, POL_RULE_DOMAIN);
+	ck_assert_int_eq(policy_parse_rule("Example.COM.", &r, err, sizeof err), 0);
+	ck_assert_int_eq(r.kind, POLICY_RULE_DOMAIN);
 	ck_assert_str_eq(r.name, "example.com");
 	ck_assert(!r.deny && !r.exception && r.port == 0);
 
-	ck_assert_int_eq(pol_parse_rule("*.github.com", &r, err, sizeof err), 0);
-	ck_assert_int_eq(r.kind, POL_RULE_SUFFIX);
+	ck_assert_int_eq(policy_parse_rule("*.github.com", &r, err, sizeof err), 0);
+	ck_assert_int_eq(r.kind, POLICY_RULE_SUFFIX);
 	ck_assert_str_eq(r.name, "github.com");
 
-	ck_assert_int_eq(pol_parse_rule("10.1.2.3/32:5432", &r, err, sizeof err), 0);
-	ck_assert_int_eq(r.kind, POL_RULE_NET);
+	ck_assert_int_eq(policy_parse_rule("10.1.2.3/32:5432", &r, err, sizeof err), 0);
+	ck_assert_int_eq(r.kind, POLICY_RULE_NET);
 	ck_assert_uint_eq(r.plen, 32);
 	ck_assert_uint_eq(r.port, 5432);
 	ck_assert(r.exception);
 
-	ck_assert_int_eq(pol_parse_rule("[2001:db8::1]:443", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("[2001:db8::1]:443", &r, err, sizeof err), 0);
 	ck_assert_uint_eq(r.net.family, 6);
 	ck_assert_uint_eq(r.plen, 128);
 	ck_assert_uint_eq(r.port, 443);
 
-	ck_assert_int_eq(pol_parse_rule("[2001:db8::]/32:443", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("[2001:db8::]/32:443", &r, err, sizeof err), 0);
 	ck_assert_uint_eq(r.plen, 32);
-	ck_assert_int_eq(pol_parse_rule("[2001:db8::/32]:443", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("[2001:db8::/32]:443", &r, err, sizeof err), 0);
 	ck_assert_uint_eq(r.plen, 32);
 	ck_assert_uint_eq(r.port, 443);
-	ck_assert_int_eq(pol_parse_rule("2606:4700::/32", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("2606:4700::/32", &r, err, sizeof err), 0);
 	ck_assert_uint_eq(r.port, 0);
 
-	ck_assert_int_eq(pol_parse_rule("deny:*.evil.com", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("deny:*.evil.com", &r, err, sizeof err), 0);
 	ck_assert(r.deny);
-	ck_assert_int_eq(pol_parse_rule("deny:10.0.0.0/8", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("deny:10.0.0.0/8", &r, err, sizeof err), 0);
 	ck_assert(r.deny && !r.exception);
-	ck_assert_int_eq(pol_parse_rule("allow:*:443", &r, err, sizeof err), 0);
-	ck_assert_int_eq(r.kind, POL_RULE_ANY);
-	ck_assert_int_eq(pol_parse_rule("::ffff:10.0.0.0/104:22", &r, err, sizeof err), -EINVAL);
-	ck_assert_int_eq(pol_parse_rule("[::ffff:10.0.0.0/104]:22", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("allow:*:443", &r, err, sizeof err), 0);
+	ck_assert_int_eq(r.kind, POLICY_RULE_ANY);
+	ck_assert_int_eq(policy_parse_rule("::ffff:10.0.0.0/104:22", &r, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(policy_parse_rule("[::ffff:10.0.0.0/104]:22", &r, err, sizeof err), 0);
 	ck_assert_uint_eq(r.net.family, 4);
 	ck_assert_uint_eq(r.plen, 8);
 	ck_assert(r.exception);
-	ck_assert_int_eq(pol_parse_rule("_acme.example.com:80", &r, err, sizeof err), 0);
-	ck_assert_int_eq(pol_parse_rule("0.0.0.0/0", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("_acme.example.com:80", &r, err, sizeof err), 0);
+	ck_assert_int_eq(policy_parse_rule("0.0.0.0/0", &r, err, sizeof err), 0);
 	ck_assert(!r.exception);
 }
 END_TEST
@@ -521,75 +521,75 @@ START_TEST(parse_errors)
 		{ "gggg::1", "not a valid IPv6" },
 	};
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-		struct pol_rule r;
+		struct policy_rule r;
 		char err[200] = "";
-		int rc = pol_parse_rule(t[i].rule, &r, err, sizeof err);
+		int rc = policy_parse_rule(t[i].rule, &r, err, sizeof err);
 		ck_assert_msg(rc == -EINVAL, "row %zu %s: rc %d", i, t[i].rule, rc);
 		ck_assert_msg(strstr(err, t[i].msg), "row %zu %s: message \"%s\"", i, t[i].rule, err);
 	}
 	char label64[80];
 	memset(label64, 'x', 64);
 	strcpy(label64 + 64, ".com");
-	struct pol_rule r;
-	ck_assert_int_eq(pol_parse_rule(label64, &r, NULL, 0), -EINVAL);
+	struct policy_rule r;
+	ck_assert_int_eq(policy_parse_rule(label64, &r, NULL, 0), -EINVAL);
 }
 END_TEST
 
 START_TEST(addr_parse_and_class)
 {
-	struct pol_addr a;
+	struct policy_addr a;
 	static const char *bad[] = { "127.1", "0x7f.0.0.1", "2130706433", "01.2.3.4", "1.2.3", "1.2.3.4 ",
 				     "fe80::1%eth0", "[::1]", "1.2.3.256", "", "::ffff:1.2.3", ":::" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-		ck_assert_msg(pol_addr_parse(bad[i], &a) == -EINVAL, "%s", bad[i]);
+		ck_assert_msg(policy_addr_parse(bad[i], &a) == -EINVAL, "%s", bad[i]);
 	char buf[64];
-	ck_assert_int_eq(pol_addr_parse("::FFFF:1.2.3.4", &a), 0);
-	ck_assert_int_eq(pol_addr_format(&a, buf, sizeof buf), 0);
+	ck_assert_int_eq(policy_addr_parse("::FFFF:1.2.3.4", &a), 0);
+	ck_assert_int_eq(policy_addr_format(&a, buf, sizeof buf), 0);
 	ck_assert_str_eq(buf, "::ffff:1.2.3.4");
-	ck_assert_int_eq(pol_addr_format(&a, buf, 4), -ENOSPC);
-	ck_assert_ptr_null(pol_addr_class(&a));
-	ck_assert_int_eq(pol_addr_parse("::ffff:127.0.0.2", &a), 0);
-	ck_assert_str_eq(pol_addr_class(&a), "loopback");
+	ck_assert_int_eq(policy_addr_format(&a, buf, 4), -ENOSPC);
+	ck_assert_ptr_null(policy_addr_class(&a));
+	ck_assert_int_eq(policy_addr_parse("::ffff:127.0.0.2", &a), 0);
+	ck_assert_str_eq(policy_addr_class(&a), "loopback");
 }
 END_TEST
 
 START_TEST(numeric_names)
 {
-	ck_assert(pol_name_is_numeric("127.1"));
-	ck_assert(pol_name_is_numeric("0X7F.1."));
-	ck_assert(pol_name_is_numeric("0x"));
-	ck_assert(pol_name_is_numeric("fe80::1"));
-	ck_assert(!pol_name_is_numeric("1.2.3.4.example"));
-	ck_assert(!pol_name_is_numeric("0xabc.com"));
-	ck_assert(!pol_name_is_numeric("3com.com"));
-	char out[POL_NAME_MAX + 1];
-	ck_assert_int_eq(pol_name_normalize("A.B.", out), 0);
+	ck_assert(policy_name_is_numeric("127.1"));
+	ck_assert(policy_name_is_numeric("0X7F.1."));
+	ck_assert(policy_name_is_numeric("0x"));
+	ck_assert(policy_name_is_numeric("fe80::1"));
+	ck_assert(!policy_name_is_numeric("1.2.3.4.example"));
+	ck_assert(!policy_name_is_numeric("0xabc.com"));
+	ck_assert(!policy_name_is_numeric("3com.com"));
+	char out[POLICY_NAME_MAX + 1];
+	ck_assert_int_eq(policy_name_normalize("A.B.", out), 0);
 	ck_assert_str_eq(out, "a.b");
-	ck_assert_int_eq(pol_name_normalize("a.b..", out), -EINVAL);
-	ck_assert_int_eq(pol_name_normalize(".a", out), -EINVAL);
+	ck_assert_int_eq(policy_name_normalize("a.b..", out), -EINVAL);
+	ck_assert_int_eq(policy_name_normalize(".a", out), -EINVAL);
 }
 END_TEST
 
 START_TEST(modes_and_host_list)
 {
-	enum pol_mode m;
-	ck_assert_int_eq(pol_parse_mode("allowlist", &m), 0);
-	ck_assert_int_eq(m, POL_MODE_ALLOWLIST);
-	ck_assert_int_eq(pol_parse_mode("Public", &m), -EINVAL);
-	struct pol p;
-	struct pol_decision d;
-	pol_init(&p, POL_MODE_PUBLIC);
-	struct pol_addr h = A("93.184.216.34");
-	ck_assert_int_eq(pol_set_host_addrs(&p, &h, 1), 0);
-	pol_check(&p, NULL, &h, 80, &d);
-	ck_assert_int_eq(d.why, POL_WHY_HOST);
-	ck_assert_int_eq(pol_set_host_addrs(&p, NULL, 0), 0);
-	pol_check(&p, NULL, &h, 80, &d);
+	enum policy_mode m;
+	ck_assert_int_eq(policy_parse_mode("allowlist", &m), 0);
+	ck_assert_int_eq(m, POLICY_MODE_ALLOWLIST);
+	ck_assert_int_eq(policy_parse_mode("Public", &m), -EINVAL);
+	struct policy p;
+	struct policy_decision d;
+	policy_init(&p, POLICY_MODE_PUBLIC);
+	struct policy_addr h = A("93.184.216.34");
+	ck_assert_int_eq(policy_set_host_addrs(&p, &h, 1), 0);
+	policy_check(&p, NULL, &h, 80, &d);
+	ck_assert_int_eq(d.why, POLICY_WHY_HOST);
+	ck_assert_int_eq(policy_set_host_addrs(&p, NULL, 0), 0);
+	policy_check(&p, NULL, &h, 80, &d);
 	ck_assert(d.allow);
-	struct pol_addr junk = { .family = 5 };
-	pol_check(&p, NULL, &junk, 80, &d);
+	struct policy_addr junk = { .family = 5 };
+	policy_check(&p, NULL, &junk, 80, &d);
 	ck_assert(!d.allow);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
@@ -597,7 +597,7 @@ static int host_calls;
 
 /* A host whose addresses change under the policy: 5.5.5.5 only while
  * *ctx is true. */
-static bool fake_host(void *ctx, const struct pol_addr *a)
+static bool fake_host(void *ctx, const struct policy_addr *a)
 {
 	const bool *on = ctx;
 	host_calls++;
@@ -606,115 +606,115 @@ static bool fake_host(void *ctx, const struct pol_addr *a)
 
 START_TEST(host_fn_at_each_decision)
 {
-	struct pol p;
-	struct pol_decision d;
+	struct policy p;
+	struct policy_decision d;
 	bool on = false;
-	pol_init(&p, POL_MODE_PUBLIC);
-	pol_set_host_fn(&p, fake_host, &on);
-	struct pol_addr h = A("5.5.5.5"), mapped = A("::ffff:5.5.5.5"), nat64 = A("64:ff9b::505:505"),
+	policy_init(&p, POLICY_MODE_PUBLIC);
+	policy_set_host_fn(&p, fake_host, &on);
+	struct policy_addr h = A("5.5.5.5"), mapped = A("::ffff:5.5.5.5"), nat64 = A("64:ff9b::505:505"),
 			six4 = A("2002:505:505::1"), priv = A("10.0.0.1");
-	pol_check(&p, NULL, &h, 80, &d);
+	policy_check(&p, NULL, &h, 80, &d);
 	ck_assert(d.allow);
 	on = true; /* an address added while the policy runs */
-	pol_check(&p, NULL, &h, 80, &d);
+	policy_check(&p, NULL, &h, 80, &d);
 	ck_assert(!d.allow);
-	ck_assert_int_eq(d.why, POL_WHY_HOST);
-	pol_check(&p, NULL, &mapped, 80, &d);
-	ck_assert_int_eq(d.why, POL_WHY_HOST);
-	pol_check(&p, NULL, &nat64, 80, &d);
-	ck_assert_int_eq(d.why, POL_WHY_HOST);
-	pol_check(&p, NULL, &six4, 80, &d);
-	ck_assert_int_eq(d.why, POL_WHY_HOST);
-	pol_check_answer(&p, "example.com", &h, &d);
+	ck_assert_int_eq(d.why, POLICY_WHY_HOST);
+	policy_check(&p, NULL, &mapped, 80, &d);
+	ck_assert_int_eq(d.why, POLICY_WHY_HOST);
+	policy_check(&p, NULL, &nat64, 80, &d);
+	ck_assert_int_eq(d.why, POLICY_WHY_HOST);
+	policy_check(&p, NULL, &six4, 80, &d);
+	ck_assert_int_eq(d.why, POLICY_WHY_HOST);
+	policy_check_answer(&p, "example.com", &h, &d);
 	ck_assert(!d.allow);
-	ck_assert_int_eq(d.why, POL_WHY_HOST);
+	ck_assert_int_eq(d.why, POLICY_WHY_HOST);
 	/* A blocked class is decided without asking (the hook costs a
 	 * system call in kbox). */
 	host_calls = 0;
-	pol_check(&p, NULL, &priv, 80, &d);
+	policy_check(&p, NULL, &priv, 80, &d);
 	ck_assert_str_eq(d.rule, "class:private");
 	ck_assert_int_eq(host_calls, 0);
 	/* An exception for the address still opens it (--allow 5.5.5.5/32:80). */
 	add(&p, "5.5.5.5/32:80");
-	pol_check(&p, NULL, &h, 80, &d);
+	policy_check(&p, NULL, &h, 80, &d);
 	ck_assert(d.allow);
-	ck_assert_int_eq(d.why, POL_WHY_EXCEPTION);
+	ck_assert_int_eq(d.why, POLICY_WHY_EXCEPTION);
 	on = false;
-	pol_check(&p, NULL, &h, 81, &d);
+	policy_check(&p, NULL, &h, 81, &d);
 	ck_assert(d.allow);
-	pol_free(&p);
+	policy_free(&p);
 }
 END_TEST
 
 START_TEST(stated_names)
 {
-	struct pol p;
-	struct pol_decision first, d;
-	struct pol_addr cdn = A("151.101.1.1"), lo = A("127.0.0.1"), db = A("10.1.2.3");
+	struct policy p;
+	struct policy_decision first, d;
+	struct policy_addr cdn = A("151.101.1.1"), lo = A("127.0.0.1"), db = A("10.1.2.3");
 
 	/* public: only deny rules for names make stated names matter */
-	pol_init(&p, POL_MODE_PUBLIC);
+	policy_init(&p, POLICY_MODE_PUBLIC);
 	add(&p, "db.corp:5432");
-	ck_assert(!pol_judges_stated_names(&p));
+	ck_assert(!policy_judges_stated_names(&p));
 	add(&p, "deny:other.test");
 	add(&p, "deny:*.evil.test:443");
 	add(&p, "host.kbox.internal:8000");
-	ck_assert(pol_judges_stated_names(&p));
-	pol_check(&p, NULL, &cdn, 443, &first);
+	ck_assert(policy_judges_stated_names(&p));
+	policy_check(&p, NULL, &cdn, 443, &first);
 	ck_assert(first.allow);
-	pol_check_stated(&p, "Other.Test.", &cdn, 443, &first, &d);
+	policy_check_stated(&p, "Other.Test.", &cdn, 443, &first, &d);
 	ck_assert(!d.allow);
 	ck_assert_str_eq(d.rule, "deny:other.test");
-	pol_check_stated(&p, "x.evil.test", &cdn, 443, &first, &d);
+	policy_check_stated(&p, "x.evil.test", &cdn, 443, &first, &d);
 	ck_assert(!d.allow);
-	pol_check_stated(&p, "x.evil.test", &cdn, 80, &first, &d); /* the rule's port only */
+	policy_check_stated(&p, "x.evil.test", &cdn, 80, &first, &d); /* the rule's port only */
 	ck_assert(d.allow);
-	pol_check_stated(&p, "fine.test", &cdn, 443, &first, &d);
+	policy_check_stated(&p, "fine.test", &cdn, 443, &first, &d);
 	ck_assert(d.allow);
 	ck_assert_str_eq(d.rule, first.rule);
 	/* The host alias and exceptions: the stated name cannot open or
 	 * close the class, only a deny rule refuses. */
-	pol_check(&p, POL_HOST_NAME, &lo, 8000, &first);
+	policy_check(&p, POLICY_HOST_NAME, &lo, 8000, &first);
 	ck_assert(first.allow);
-	pol_check_stated(&p, "localhost", &lo, 8000, &first, &d);
+	policy_check_stated(&p, "localhost", &lo, 8000, &first, &d);
 	ck_assert(d.allow);
-	pol_check_stated(&p, "other.test", &lo, 8000, &first, &d);
+	policy_check_stated(&p, "other.test", &lo, 8000, &first, &d);
 	ck_assert(!d.allow);
-	pol_check(&p, "db.corp", &db, 5432, &first);
+	policy_check(&p, "db.corp", &db, 5432, &first);
 	ck_assert(first.allow);
-	pol_check_stated(&p, "h", &db, 5432, &first, &d);
+	policy_check_stated(&p, "h", &db, 5432, &first, &d);
 	ck_assert(d.allow);
 	/* a refused first decision stays refused */
-	pol_check(&p, NULL, &db, 80, &first);
-	pol_check_stated(&p, "db.corp", &db, 80, &first, &d);
+	policy_check(&p, NULL, &db, 80, &first);
+	policy_check_stated(&p, "db.corp", &db, 80, &first, &d);
 	ck_assert(!d.allow);
-	pol_free(&p);
+	policy_free(&p);
 
 	/* allowlist: a name rule let the address in; the stated name must
 	 * be allowed too (another name on the same CDN address is not) */
-	pol_init(&p, POL_MODE_ALLOWLIST);
-	ck_assert(!pol_judges_stated_names(&p));
+	policy_init(&p, POLICY_MODE_ALLOWLIST);
+	ck_assert(!policy_judges_stated_names(&p));
 	add(&p, "api.test:443");
 	add(&p, "10.1.2.3/32:5432");
-	ck_assert(pol_judges_stated_names(&p));
-	pol_check(&p, "api.test", &cdn, 443, &first);
+	ck_assert(policy_judges_stated_names(&p));
+	policy_check(&p, "api.test", &cdn, 443, &first);
 	ck_assert(first.allow);
-	pol_check_stated(&p, "api.test", &cdn, 443, &first, &d);
+	policy_check_stated(&p, "api.test", &cdn, 443, &first, &d);
 	ck_assert(d.allow);
-	pol_check_stated(&p, "evil.test", &cdn, 443, &first, &d);
+	policy_check_stated(&p, "evil.test", &cdn, 443, &first, &d);
 	ck_assert(!d.allow);
-	ck_assert_int_eq(d.why, POL_WHY_NO_MATCH);
+	ck_assert_int_eq(d.why, POLICY_WHY_NO_MATCH);
 	/* allowed by an address rule: any stated name the rule allows too */
-	pol_check(&p, NULL, &db, 5432, &first);
+	policy_check(&p, NULL, &db, 5432, &first);
 	ck_assert(first.allow);
-	pol_check_stated(&p, "whatever.test", &db, 5432, &first, &d);
+	policy_check_stated(&p, "whatever.test", &db, 5432, &first, &d);
 	ck_assert(d.allow);
-	pol_free(&p);
+	policy_free(&p);
 
-	pol_init(&p, POL_MODE_NONE);
+	policy_init(&p, POLICY_MODE_NONE);
 	add(&p, "deny:x.test");
-	ck_assert(!pol_judges_stated_names(&p));
-	pol_free(&p);
+	ck_assert(!policy_judges_stated_names(&p));
+	policy_free(&p);
 }
 END_TEST
 

@@ -543,7 +543,7 @@ static int refused(struct ns *s)
 
 START_TEST(forward_without_guest)
 {
-	struct pol pol;
+	struct policy pol;
 	struct audit au = {.fd = -1};
 	struct ns_forward fw;
 	struct ns_config cfg = {
@@ -561,7 +561,7 @@ START_TEST(forward_without_guest)
 	int fds[128], nfds = 0, c, c2, i;
 	struct ns *s;
 
-	pol_init(&pol, POL_MODE_PUBLIC);
+	policy_init(&pol, POLICY_MODE_PUBLIC);
 	ck_assert_int_eq(ns_create(&cfg, &s), 0);
 	/* Refused before any socket exists. */
 	ck_assert_int_eq(ns_forward_parse("0:8000", &fw, err, sizeof err), 0);
@@ -605,7 +605,7 @@ START_TEST(forward_without_guest)
 	ck_assert_int_eq(errno, ECONNRESET);
 	close(c);
 	ns_destroy(s);
-	pol_free(&pol);
+	policy_free(&pol);
 }
 END_TEST
 
@@ -669,7 +669,7 @@ static void count_syns_gso(void *ctx, const struct gso_hdr *h, const uint8_t *fr
  * returns. */
 START_TEST(gso_output)
 {
-	struct pol pol;
+	struct policy pol;
 	struct audit au = {.fd = -1};
 	struct ns_forward fw;
 	struct ns_config cfg = {
@@ -683,7 +683,7 @@ START_TEST(gso_output)
 	struct ns *s;
 	int c;
 
-	pol_init(&pol, POL_MODE_PUBLIC);
+	policy_init(&pol, POLICY_MODE_PUBLIC);
 	ck_assert_int_eq(ns_create(&cfg, &s), -EINVAL);
 	cfg.output_gso = count_syns_gso;
 	ck_assert_int_eq(ns_create(&cfg, &s), 0);
@@ -700,7 +700,7 @@ START_TEST(gso_output)
 	ck_assert_uint_eq(syn_dport, 8001);
 	close(c);
 	ns_destroy(s);
-	pol_free(&pol);
+	policy_free(&pol);
 }
 END_TEST
 

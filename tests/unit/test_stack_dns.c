@@ -240,7 +240,7 @@ START_TEST(slow_name_stalls_nothing)
 {
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t sl = sizeof sin;
-	struct pol pol;
+	struct policy pol;
 	struct audit au = {.fd = -1};
 	struct ns_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
 	const struct reply *slow, *fast, *priv, *none;
@@ -256,9 +256,9 @@ START_TEST(slow_name_stalls_nothing)
 	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sin, sizeof sin), 0);
 	ck_assert_int_eq(listen(lfd, 4), 0);
 	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sin, &sl), 0);
-	pol_init(&pol, POL_MODE_PUBLIC);
+	policy_init(&pol, POLICY_MODE_PUBLIC);
 	snprintf(rule, sizeof rule, "host.kbox.internal:%u", ntohs(sin.sin_port));
-	ck_assert_int_eq(pol_add_rule(&pol, rule, err, sizeof err), 0);
+	ck_assert_int_eq(policy_add_rule(&pol, rule, err, sizeof err), 0);
 	ck_assert_int_eq(ns_create(&cfg, &s), 0);
 
 	t0 = now_ms();
@@ -310,7 +310,7 @@ START_TEST(slow_name_stalls_nothing)
 	close(c);
 	ns_destroy(s);
 	close(lfd);
-	pol_free(&pol);
+	policy_free(&pol);
 }
 END_TEST
 
@@ -324,7 +324,7 @@ static int all_answered(struct ns *s)
 
 START_TEST(inflight_bound)
 {
-	struct pol pol;
+	struct policy pol;
 	struct audit au = {.fd = -1};
 	struct ns_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
 	struct ns_stats st;
@@ -333,7 +333,7 @@ START_TEST(inflight_bound)
 	struct ns *s;
 
 	reset_seen();
-	pol_init(&pol, POL_MODE_PUBLIC);
+	policy_init(&pol, POLICY_MODE_PUBLIC);
 	ck_assert_int_eq(ns_create(&cfg, &s), 0);
 	/* The rate cap lets NS_DNS_BURST through at once and refills, so
 	 * keep asking until the bound, not the rate, refuses. */
@@ -367,13 +367,13 @@ START_TEST(inflight_bound)
 	ck_assert(all_answered(s));
 	ck_assert_uint_eq(count(DNS_RCODE_NOERROR), NS_DNS_INFLIGHT);
 	ns_destroy(s);
-	pol_free(&pol);
+	policy_free(&pol);
 }
 END_TEST
 
 START_TEST(destroy_while_resolving)
 {
-	struct pol pol;
+	struct policy pol;
 	struct audit au = {.fd = -1};
 	struct ns_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
 	struct ns *s;
@@ -381,7 +381,7 @@ START_TEST(destroy_while_resolving)
 	uint16_t i;
 
 	reset_seen();
-	pol_init(&pol, POL_MODE_PUBLIC);
+	policy_init(&pol, POLICY_MODE_PUBLIC);
 	ck_assert_int_eq(ns_create(&cfg, &s), 0);
 	/* More slow questions than workers: some run, the rest queue. */
 	for (i = 1; i <= 2 * NS_DNS_WORKERS; i++)
@@ -401,7 +401,7 @@ START_TEST(destroy_while_resolving)
 	send_query(s, 7, "fast.test");
 	ck_assert_ptr_nonnull(wait_for(s, 7, 2000));
 	ns_destroy(s);
-	pol_free(&pol);
+	policy_free(&pol);
 }
 END_TEST
 

@@ -98,7 +98,7 @@ struct kbox_config {
 	size_t n_env;
 	char *network_policy; /* NULL = not set; "none", "public" or "allowlist" */
 	/* network.allow/deny: rules as written, each checked by
-	 * pol_parse_rule; hosts: "NAME:ADDR"; ports: "[IP:]HOSTPORT:GUESTPORT"
+	 * policy_parse_rule; hosts: "NAME:ADDR"; ports: "[IP:]HOSTPORT:GUESTPORT"
 	 * (an integer N is stored as "N:N").  NULL = not set. */
 	struct config_str *allow, *deny, *hosts, *ports;
 	size_t n_allow, n_deny, n_hosts, n_ports;

@@ -75,8 +75,8 @@ static int cfg_str_list(struct cfg_ctx *x, const struct yamltree_node *v, const 
 
 static bool cfg_check_rule(const char *s, bool deny, char *msg, size_t msglen)
 {
-	struct pol_rule r;
-	char buf[POL_NAME_MAX * 2 + 16];
+	struct policy_rule r;
+	char buf[POLICY_NAME_MAX * 2 + 16];
 	int n = snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", s);
 	if (n < 0 || (size_t)n >= sizeof buf) {
 		snprintf(msg, msglen, "rule is too long; expected a rule such as example.com, "
@@ -84,7 +84,7 @@ static bool cfg_check_rule(const char *s, bool deny, char *msg, size_t msglen)
 		return false;
 	}
 	char perr[384];
-	if (pol_parse_rule(buf, &r, perr, sizeof perr) == 0)
+	if (policy_parse_rule(buf, &r, perr, sizeof perr) == 0)
 		return true;
 	snprintf(msg, msglen, "%s; expected a rule such as example.com, *.github.com:443 or "
 			      "203.0.113.0/24", perr);
@@ -105,8 +105,8 @@ static bool cfg_check_deny(const char *s, char *msg, size_t msglen)
  * address. */
 static bool cfg_name_ok(const char *s)
 {
-	char norm[POL_NAME_MAX + 1];
-	if (pol_name_normalize(s, norm) < 0 || pol_name_is_numeric(norm))
+	char norm[POLICY_NAME_MAX + 1];
+	if (policy_name_normalize(s, norm) < 0 || policy_name_is_numeric(norm))
 		return false;
 	for (const char *p = norm; *p; p++)
 		if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.' && *p != '_')
@@ -178,13 +178,13 @@ static bool cfg_check_port(const char *s, char *msg, size_t msglen)
 			 hp, gp);
 		return false;
 	}
-	struct pol_addr a;
+	struct policy_addr a;
 	const char *cls = NULL;
 	if (iplen < sizeof ip) {
 		memcpy(ip, ips, iplen);
 		ip[iplen] = '\0';
-		if (pol_addr_parse(ip, &a) == 0)
-			cls = pol_addr_class(&a);
+		if (policy_addr_parse(ip, &a) == 0)
+			cls = policy_addr_class(&a);
 		else
 			iplen = sizeof ip;
 	}
@@ -307,7 +307,7 @@ static int cfg_hosts(struct cfg_ctx *x, const struct yamltree_node *v, struct kb
 		return cfg_nomem(x);
 	for (size_t i = 0; i < n; i++) {
 		const struct yamltree_node *k = v->kids[2 * i], *a = v->kids[2 * i + 1];
-		struct pol_addr addr;
+		struct policy_addr addr;
 		int rc = cfg_text(x, k, "network.hosts", "a host name");
 		if (rc)
 			return rc;
@@ -325,7 +325,7 @@ static int cfg_hosts(struct cfg_ctx *x, const struct yamltree_node *v, struct kb
 		rc = cfg_text(x, a, what, "an IP address such as 10.0.2.5");
 		if (rc)
 			return rc;
-		if (pol_addr_parse(a->str, &addr) < 0) {
+		if (policy_addr_parse(a->str, &addr) < 0) {
 			cfg_show_node(got, a);
 			return cfg_err(x, a, "%s: '%s' is not an IP address; expected an IPv4 "
 					     "address such as 10.0.2.5 or an IPv6 one", what, got);

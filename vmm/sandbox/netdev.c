@@ -16,7 +16,7 @@
 void netdev_init(struct netdev *n)
 {
 	memset(n, 0, sizeof *n);
-	pol_init(&n->pol, POL_MODE_PUBLIC);
+	policy_init(&n->pol, POLICY_MODE_PUBLIC);
 	n->audit.fd = -1;
 	n->learn_fd = -1;
 	n->ha.fd = -1;
@@ -25,7 +25,7 @@ void netdev_init(struct netdev *n)
 
 int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen)
 {
-	if (pol_parse_mode(mode, &n->pol.mode) < 0)
+	if (policy_parse_mode(mode, &n->pol.mode) < 0)
 		return errbuf_fail(err, errlen, -EINVAL,
 			       "--network takes none, public or allowlist, not '%s'", mode);
 	n->mode_set = true;
@@ -34,11 +34,11 @@ int netdev_set_mode(struct netdev *n, const char *mode, char *err, size_t errlen
 
 int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, size_t errlen)
 {
-	char buf[POL_NAME_MAX + 64];
+	char buf[POLICY_NAME_MAX + 64];
 	char msg[256];
 	if (snprintf(buf, sizeof buf, "%s%s", deny ? "deny:" : "", rule) >= (int)sizeof buf)
 		return errbuf_fail(err, errlen, -EINVAL, "rule too long: '%.64s...'", rule);
-	int r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
+	int r = policy_add_rule(&n->pol, buf, msg, sizeof msg);
 	if (r < 0)
 		errbuf_say(err, errlen, "%s '%s': %s", deny ? "--deny" : "--allow", rule,
 		       r == -ENOMEM ? "out of memory" : msg);
@@ -99,7 +99,7 @@ void netdev_ports(const struct netdev *n, char *buf, size_t len)
 	for (size_t i = 0; i < n->nfwd; i++) {
 		char ip[64];
 		const struct ns_forward *f = &n->fwd[i];
-		if (pol_addr_format(&f->host, ip, sizeof ip) < 0)
+		if (policy_addr_format(&f->host, ip, sizeof ip) < 0)
 			snprintf(ip, sizeof ip, "?");
 		int k = snprintf(buf + used, len - used, f->host.family == 6 ? "%s[%s]:%u->%u" : "%s%s:%u->%u",
 				 i ? "," : "", ip, f->host_port, f->guest_port);
@@ -114,9 +114,9 @@ void netdev_ports(const struct netdev *n, char *buf, size_t len)
 int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const char *file, char *err,
 			size_t errlen)
 {
-	char msg[256], buf[POL_NAME_MAX + 64];
+	char msg[256], buf[POLICY_NAME_MAX + 64];
 	int r;
-	if (c->network_policy && !n->mode_set && pol_parse_mode(c->network_policy, &n->pol.mode) < 0)
+	if (c->network_policy && !n->mode_set && policy_parse_mode(c->network_policy, &n->pol.mode) < 0)
 		return errbuf_fail(err, errlen, -EINVAL,
 			       "%s: network.policy: '%s' is not none, public or allowlist", file,
 			       c->network_policy);
@@ -131,7 +131,7 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 				snprintf(msg, sizeof msg, "rule too long");
 				r = -EINVAL;
 			} else {
-				r = pol_add_rule(&n->pol, buf, msg, sizeof msg);
+				r = policy_add_rule(&n->pol, buf, msg, sizeof msg);
 			}
 			if (r < 0)
 				return errbuf_fail(err, errlen, r, "%s:%u:%u: network.%s: '%.64s': %s",
@@ -163,7 +163,7 @@ int netdev_apply_config(struct netdev *n, const struct kbox_config *c, const cha
 
 bool netdev_enabled(const struct netdev *n)
 {
-	return n->pol.mode != POL_MODE_NONE;
+	return n->pol.mode != POLICY_MODE_NONE;
 }
 
 /* Stack → guest: only queue (see the locking note in netdev.h).  Merged
@@ -230,7 +230,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 			       "cannot open a netlink socket to tell the host's own addresses from others: %s "
 			       "(kbox needs NETLINK_ROUTE to keep the guest off them; --network none needs nothing)",
 			       strerror(-r));
-	pol_set_host_fn(&n->pol, hostaddr_pol_host, &n->ha);
+	policy_set_host_fn(&n->pol, hostaddr_pol_host, &n->ha);
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { to_stack, n };
 	if ((r = vnet_init(&n->nic, mac, &be)) < 0)
@@ -255,7 +255,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		return errbuf_fail(err, errlen, r, "cannot start the network stack: %s", strerror(-r));
 	for (size_t i = 0; i < n->nfwd; i++) {
 		char ip[64];
-		if (pol_addr_format(&n->fwd[i].host, ip, sizeof ip) < 0)
+		if (policy_addr_format(&n->fwd[i].host, ip, sizeof ip) < 0)
 			snprintf(ip, sizeof ip, "?");
 		if ((r = ns_forward_add(n->stack, &n->fwd[i])) < 0)
 			return errbuf_fail(err, errlen, r, "-p: cannot listen on %s port %u: %s", ip,
@@ -318,7 +318,7 @@ void netdev_destroy(struct netdev *n)
 		vnet_destroy(&n->nic);
 	n->nic_made = false;
 	audit_close(&n->audit);
-	pol_free(&n->pol);
+	policy_free(&n->pol);
 	hostaddr_close(&n->ha);
 	free(n->hosts);
 	n->hosts = NULL;

@@ -37,7 +37,7 @@
 struct kbox_config;
 
 struct netdev {
-	struct pol pol;
+	struct policy pol;
 	struct hostaddr ha; /* the host's own addresses, asked per decision (fd -1 until attached) */
 	bool mode_set; /* --network given: the config file's policy does not apply */
 	struct audit audit;

@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <string.h>
 
-_Static_assert(BLK_MAX_IOV >= VQ_MAX_SEGS, "one iovec per segment of a chain");
+_Static_assert(BLK_MAX_IOV >= VIRTQUEUE_MAX_SEGS, "one iovec per segment of a chain");
 
-static struct virtio_blk *to_blk(struct vq_dev *d)
+static struct virtio_blk *to_blk(struct virtqueue_dev *d)
 {
 	return (struct virtio_blk *)((char *)d - offsetof(struct virtio_blk, dev));
 }
@@ -20,7 +20,7 @@ static bool negotiated(const struct virtio_blk *b, unsigned bit)
 /* Copy up to max bytes of the readable side of c from byte off into buf;
  * returns the count.  The guest may rewrite its buffers at any time, so
  * whatever is decided is decided on this copy. */
-static uint32_t gather(const struct vq_chain *c, uint32_t off, void *buf, uint32_t max)
+static uint32_t gather(const struct virtqueue_chain *c, uint32_t off, void *buf, uint32_t max)
 {
 	uint32_t got = 0;
 
@@ -41,7 +41,7 @@ static uint32_t gather(const struct vq_chain *c, uint32_t off, void *buf, uint32
 /* Describe bytes [off, off + len) of one side of c (the writable one if
  * write) as iovecs into guest RAM; returns their number.  The caller has
  * checked that the side holds them; at most one iovec per segment. */
-static int span(const struct vq_chain *c, bool write, uint32_t off, uint32_t len, struct iovec *iov)
+static int span(const struct virtqueue_chain *c, bool write, uint32_t off, uint32_t len, struct iovec *iov)
 {
 	unsigned first = write ? c->nr_read : 0, end = write ? c->nr : c->nr_read;
 	int n = 0;
@@ -76,7 +76,7 @@ static uint8_t write_done(struct virtio_blk *b, int r)
 
 /* IN and OUT: data_len bytes at sector, the data on the writable (IN) or
  * readable (OUT, after the header) side. */
-static uint8_t do_rw(struct virtio_blk *b, const struct vq_chain *c, bool in, uint64_t sector,
+static uint8_t do_rw(struct virtio_blk *b, const struct virtqueue_chain *c, bool in, uint64_t sector,
 		     uint32_t data_len)
 {
 	struct iovec iov[BLK_MAX_IOV];
@@ -103,7 +103,7 @@ static uint8_t do_rw(struct virtio_blk *b, const struct vq_chain *c, bool in, ui
 /* DISCARD and WRITE_ZEROES: data_len bytes of segments after the header.
  * All of them are checked before any is carried out, so a bad request
  * changes nothing. */
-static uint8_t do_dwz(struct virtio_blk *b, const struct vq_chain *c, bool discard, uint32_t data_len)
+static uint8_t do_dwz(struct virtio_blk *b, const struct virtqueue_chain *c, bool discard, uint32_t data_len)
 {
 	struct { uint64_t sector; uint32_t nsect, flags; } seg[VIRTIO_BLK_MAX_DWZ_SEG];
 	uint8_t raw[VIRTIO_BLK_MAX_DWZ_SEG * VIRTIO_BLK_DWZ_SEG_SIZE];
@@ -145,7 +145,7 @@ static uint8_t do_dwz(struct virtio_blk *b, const struct vq_chain *c, bool disca
 
 /* GET_ID: the serial, zero-padded to 20 bytes and to the end of the
  * driver's buffer (the used length covers all of it). */
-static uint8_t do_get_id(struct virtio_blk *b, const struct vq_chain *c, uint32_t data_len)
+static uint8_t do_get_id(struct virtio_blk *b, const struct virtqueue_chain *c, uint32_t data_len)
 {
 	uint32_t done = 0;
 
@@ -160,7 +160,7 @@ static uint8_t do_get_id(struct virtio_blk *b, const struct vq_chain *c, uint32_
 }
 
 /* Answer one chain that has a status byte: the status. */
-static uint8_t serve(struct virtio_blk *b, const struct vq_chain *c)
+static uint8_t serve(struct virtio_blk *b, const struct virtqueue_chain *c)
 {
 	uint8_t h[VIRTIO_BLK_HDR_SIZE];
 
@@ -205,16 +205,16 @@ static uint8_t serve(struct virtio_blk *b, const struct vq_chain *c)
 	}
 }
 
-static int blk_notify(struct vq_dev *d, unsigned q)
+static int blk_notify(struct virtqueue_dev *d, unsigned q)
 {
 	struct virtio_blk *b = to_blk(d);
-	struct vq *vq = &b->vqs[q];
-	struct vq_chain c;
+	struct virtqueue *vq = &b->vqs[q];
+	struct virtqueue_chain c;
 	bool pushed = false;
 	int err = 0;
 
 	while (d->live) {
-		int r = vq_pop(vq, &c);
+		int r = virtqueue_pop(vq, &c);
 		if (r <= 0) {
 			err = r;
 			break;
@@ -231,11 +231,11 @@ static int blk_notify(struct vq_dev *d, unsigned q)
 		b->stats.ioerr += st == VIRTIO_BLK_S_IOERR;
 		b->stats.unsupp += st == VIRTIO_BLK_S_UNSUPP;
 		b->stats.requests++;
-		vq_push(vq, c.head, c.write_len);
+		virtqueue_push(vq, c.head, c.write_len);
 		pushed = true;
 	}
 	if (pushed)
-		vq_dev_used(d, q);
+		virtqueue_dev_used(d, q);
 	if (err < 0)
 		b->stats.bad_chains++;
 	return err;
@@ -247,7 +247,7 @@ static void put32(uint8_t *cfg, unsigned off, uint32_t v)
 	memcpy(cfg + off, &v, 4);
 }
 
-static void blk_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t len)
+static void blk_config_read(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len)
 {
 	struct virtio_blk *b = to_blk(d);
 	uint8_t cfg[VIRTIO_BLK_CONFIG_SIZE] = { 0 };
@@ -268,7 +268,7 @@ static void blk_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t
 	memcpy(data, cfg + off, len); /* the transport bounded off + len */
 }
 
-static const struct vq_dev_ops blk_ops = {
+static const struct virtqueue_dev_ops blk_ops = {
 	.config_read = blk_config_read,
 	.notify = blk_notify,
 };
@@ -292,7 +292,7 @@ int virtio_blk_init(struct virtio_blk *b, const struct blk_backend *be,
 	b->capacity = be->size / VIRTIO_BLK_SECTOR;
 	b->blk_size = bs;
 	memcpy(b->serial, o->serial ? o->serial : "", sl);
-	vq_init(&b->vqs[0], VIRTIO_BLK_QUEUE_SIZE);
+	virtqueue_init(&b->vqs[0], VIRTIO_BLK_QUEUE_SIZE);
 	b->dev.ops = &blk_ops;
 	b->dev.device_id = VIRTIO_BLK_DEVICE_ID;
 	b->dev.features = (1ull << VIRTIO_BLK_F_SIZE_MAX) | (1ull << VIRTIO_BLK_F_SEG_MAX) |

@@ -14,7 +14,7 @@
  * the data (IN, GET_ID) followed by the status byte, its last byte.
  * Nothing is assumed about how the descriptors split these.
  *
- * Guest errors: a malformed ring or chain (see vq_pop), or a chain with no
+ * Guest errors: a malformed ring or chain (see virtqueue_pop), or a chain with no
  * writable byte to put a status in, stops the device (DEVICE_NEEDS_RESET).
  * Every other bad request is answered VIRTIO_BLK_S_IOERR: a header shorter
  * than 16 bytes, data on the wrong side, a length that is not whole
@@ -72,7 +72,7 @@
  * the VMM spends in one) moderate.  Discard and write-zeroes ranges are
  * bounded so that the zero-writing fallback stays short too (at most
  * 16 × 64 MiB a request). */
-#define VIRTIO_BLK_SEG_MAX (VQ_MAX_SEGS - 2)
+#define VIRTIO_BLK_SEG_MAX (VIRTQUEUE_MAX_SEGS - 2)
 #define VIRTIO_BLK_SIZE_MAX (1u << 20)
 #define VIRTIO_BLK_MAX_DWZ_SECTORS (1u << 17)
 #define VIRTIO_BLK_MAX_DWZ_SEG 16u
@@ -86,8 +86,8 @@ struct virtio_blk_stats {
 };
 
 struct virtio_blk {
-	struct vq_dev dev;      /* give &dev to a transport */
-	struct vq vqs[1];
+	struct virtqueue_dev dev;      /* give &dev to a transport */
+	struct virtqueue vqs[1];
 	struct blk_backend be;
 	uint64_t capacity;      /* whole 512-byte sectors of be.size */
 	uint32_t blk_size;

@@ -8,14 +8,14 @@
 
 enum { Q_HIPRIO, Q_REQUEST };
 
-static struct virtio_fs *to_fs(struct vq_dev *d)
+static struct virtio_fs *to_fs(struct virtqueue_dev *d)
 {
 	return (struct virtio_fs *)((char *)d - offsetof(struct virtio_fs, dev));
 }
 
 /* The opcode of the request in c, or 0 if its readable side is shorter
  * than a header (the server then rejects it anyway). */
-static uint32_t chain_opcode(const struct vq_chain *c)
+static uint32_t chain_opcode(const struct virtqueue_chain *c)
 {
 	uint8_t h[offsetof(struct fuse_in_header, opcode) + 4];
 	uint32_t got = 0;
@@ -35,9 +35,9 @@ static uint32_t chain_opcode(const struct vq_chain *c)
 
 /* Serve one chain; returns the used length or a negative errno for a
  * guest error. */
-static ssize_t serve(struct virtio_fs *f, const struct vq_chain *c)
+static ssize_t serve(struct virtio_fs *f, const struct virtqueue_chain *c)
 {
-	struct iovec in[VQ_MAX_SEGS], out[VQ_MAX_SEGS];
+	struct iovec in[VIRTQUEUE_MAX_SEGS], out[VIRTQUEUE_MAX_SEGS];
 	unsigned nin = 0, nout = 0;
 	/* Requests that take no reply come without a reply area (hiprio);
 	 * the server still wants room for a header it will not write. */
@@ -63,16 +63,16 @@ static ssize_t serve(struct virtio_fs *f, const struct vq_chain *c)
 	return out[0].iov_base == scratch ? 0 : n;
 }
 
-static int fs_notify(struct vq_dev *d, unsigned q)
+static int fs_notify(struct virtqueue_dev *d, unsigned q)
 {
 	struct virtio_fs *f = to_fs(d);
-	struct vq *vq = &f->vqs[q];
-	struct vq_chain c;
+	struct virtqueue *vq = &f->vqs[q];
+	struct virtqueue_chain c;
 	bool pushed = false;
 	int err = 0;
 
 	while (d->live) {
-		int r = vq_pop(vq, &c);
+		int r = virtqueue_pop(vq, &c);
 		if (r <= 0) {
 			err = r;
 			break;
@@ -84,18 +84,18 @@ static int fs_notify(struct vq_dev *d, unsigned q)
 			err = -EINVAL;
 			break;
 		}
-		vq_push(vq, c.head, (uint32_t)n);
+		virtqueue_push(vq, c.head, (uint32_t)n);
 		f->stats.requests++;
 		pushed = true;
 	}
 	if (pushed)
-		vq_dev_used(d, q);
+		virtqueue_dev_used(d, q);
 	if (err < 0)
 		f->stats.bad_chains++;
 	return err;
 }
 
-static void fs_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t len)
+static void fs_config_read(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len)
 {
 	struct virtio_fs *f = to_fs(d);
 	uint8_t cfg[VIRTIO_FS_CONFIG_SIZE];
@@ -108,12 +108,12 @@ static void fs_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t 
 
 /* The driver forgets every inode and handle with a reset; so does the
  * server, or their host fds would stay open until the next INIT. */
-static void fs_reset(struct vq_dev *d)
+static void fs_reset(struct virtqueue_dev *d)
 {
 	fuse_server_reset(to_fs(d)->srv);
 }
 
-static const struct vq_dev_ops fs_ops = {
+static const struct virtqueue_dev_ops fs_ops = {
 	.config_read = fs_config_read,
 	.notify = fs_notify,
 	.reset = fs_reset,
@@ -131,8 +131,8 @@ int virtio_fs_init(struct virtio_fs *f, struct fuse_server *srv, const char *tag
 	memset(f, 0, sizeof *f);
 	memcpy(f->tag, tag, tl); /* NUL-padded, not terminated at 36 bytes */
 	f->srv = srv;
-	vq_init(&f->vqs[Q_HIPRIO], VIRTIO_FS_HIPRIO_SIZE);
-	vq_init(&f->vqs[Q_REQUEST], VIRTIO_FS_REQUEST_SIZE);
+	virtqueue_init(&f->vqs[Q_HIPRIO], VIRTIO_FS_HIPRIO_SIZE);
+	virtqueue_init(&f->vqs[Q_REQUEST], VIRTIO_FS_REQUEST_SIZE);
 	f->dev.ops = &fs_ops;
 	f->dev.device_id = VIRTIO_FS_DEVICE_ID;
 	f->dev.features = (1ull << VIRTIO_F_EVENT_IDX) | (1ull << VIRTIO_F_INDIRECT_DESC);

@@ -30,11 +30,11 @@
 /* The max_write a fuse_server behind this device must be configured with.
  * The Linux driver puts every data page in its own descriptor, so a
  * request of P pages is a chain of up to P + 4 segments, which must fit in
- * VQ_MAX_SEGS, in an indirect table (VQ_MAX_INDIRECT) and, for a driver
+ * VIRTQUEUE_MAX_SEGS, in an indirect table (VIRTQUEUE_MAX_INDIRECT) and, for a driver
  * that goes without indirect descriptors, in the request queue. */
 #define VIRTIO_FS_MAX_WRITE (252u * 4096)
-_Static_assert(VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VQ_MAX_SEGS &&
-		       VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VQ_MAX_INDIRECT &&
+_Static_assert(VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VIRTQUEUE_MAX_SEGS &&
+		       VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VIRTQUEUE_MAX_INDIRECT &&
 		       VIRTIO_FS_MAX_WRITE / 4096 + 4 <= VIRTIO_FS_REQUEST_SIZE,
 	       "a max_write request must fit in one chain");
 
@@ -44,8 +44,8 @@ struct virtio_fs_stats {
 };
 
 struct virtio_fs {
-	struct vq_dev dev;     /* give &dev to a transport */
-	struct vq vqs[2];
+	struct virtqueue_dev dev;     /* give &dev to a transport */
+	struct virtqueue vqs[2];
 	struct fuse_server *srv;
 	char tag[VIRTIO_FS_TAG_LEN];
 	struct virtio_fs_stats stats;

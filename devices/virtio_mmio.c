@@ -50,20 +50,20 @@ static void raise_int(struct vmmio *t, uint32_t bit)
 	irq_raise(t->irq);
 }
 
-static void on_signal(struct vq_dev *d, enum vq_signal why)
+static void on_signal(struct virtqueue_dev *d, enum virtqueue_signal why)
 {
 	struct vmmio *t = d->transport;
 
 	switch (why) {
-	case VQ_SIGNAL_USED:
+	case VIRTQUEUE_SIGNAL_USED:
 		if (d->live)
 			raise_int(t, VMMIO_INT_USED);
 		break;
-	case VQ_SIGNAL_CONFIG:
+	case VIRTQUEUE_SIGNAL_CONFIG:
 		t->config_gen++;
 		raise_int(t, VMMIO_INT_CONFIG);
 		break;
-	case VQ_SIGNAL_ERROR:
+	case VIRTQUEUE_SIGNAL_ERROR:
 		d->live = false;
 		if (t->status & VIRTIO_STATUS_NEEDS_RESET)
 			break;
@@ -73,7 +73,7 @@ static void on_signal(struct vq_dev *d, enum vq_signal why)
 	}
 }
 
-int vmmio_init(struct vmmio *t, struct vq_dev *dev, const struct guest_mem *gm,
+int vmmio_init(struct vmmio *t, struct virtqueue_dev *dev, const struct guest_mem *gm,
 	       struct irq_sink *irq)
 {
 	if (!dev || !dev->ops || !dev->ops->notify || !dev->vqs || dev->nr_queues == 0 ||
@@ -92,13 +92,13 @@ int vmmio_init(struct vmmio *t, struct vq_dev *dev, const struct guest_mem *gm,
 
 static void reset(struct vmmio *t)
 {
-	struct vq_dev *d = t->dev;
+	struct virtqueue_dev *d = t->dev;
 
 	d->live = false;
 	if (d->ops->reset)
 		d->ops->reset(d);
 	for (unsigned i = 0; i < d->nr_queues; i++)
-		vq_reset(&d->vqs[i]);
+		virtqueue_reset(&d->vqs[i]);
 	d->driver_features = 0;
 	t->status = 0;
 	t->int_status = 0;
@@ -110,21 +110,21 @@ static void reset(struct vmmio *t)
 }
 
 /* The selected queue, or NULL if there is none. */
-static struct vq *sel_queue(struct vmmio *t)
+static struct virtqueue *sel_queue(struct vmmio *t)
 {
 	return t->queue_sel < t->dev->nr_queues ? &t->dev->vqs[t->queue_sel] : NULL;
 }
 
 /* Queue registers only change while the queue is off (§4.2.2.3). */
-static struct vq *writable_queue(struct vmmio *t)
+static struct virtqueue *writable_queue(struct vmmio *t)
 {
-	struct vq *vq = sel_queue(t);
+	struct virtqueue *vq = sel_queue(t);
 	return vq && !vq->ready ? vq : NULL;
 }
 
 static uint32_t read_reg(struct vmmio *t, uint32_t off)
 {
-	struct vq *vq = sel_queue(t);
+	struct virtqueue *vq = sel_queue(t);
 
 	switch (off) {
 	case R_MAGIC:
@@ -169,7 +169,7 @@ static void set_half(uint64_t *v, int high, uint32_t val)
 
 static void write_status(struct vmmio *t, uint32_t v)
 {
-	struct vq_dev *d = t->dev;
+	struct virtqueue_dev *d = t->dev;
 	uint32_t old = t->status & ~VIRTIO_STATUS_NEEDS_RESET;
 
 	if (v == 0) {
@@ -204,23 +204,23 @@ static void write_status(struct vmmio *t, uint32_t v)
 
 static void write_queue_ready(struct vmmio *t, uint32_t v)
 {
-	struct vq *vq = sel_queue(t);
+	struct virtqueue *vq = sel_queue(t);
 
 	if (!vq)
 		return;
 	if (v == 0) {
-		vq_reset(vq);
+		virtqueue_reset(vq);
 		return;
 	}
 	if (v != 1 || vq->ready || !(t->status & VIRTIO_STATUS_FEATURES_OK))
 		return;
-	if (vq_activate(vq, t->dev->gm, t->dev->driver_features) < 0)
-		vq_dev_fail(t->dev);
+	if (virtqueue_activate(vq, t->dev->gm, t->dev->driver_features) < 0)
+		virtqueue_dev_fail(t->dev);
 }
 
 static void write_reg(struct vmmio *t, uint32_t off, uint32_t v)
 {
-	struct vq *vq = writable_queue(t);
+	struct virtqueue *vq = writable_queue(t);
 
 	switch (off) {
 	case R_DEV_FEATURES_SEL:
@@ -325,10 +325,10 @@ void vmmio_write(struct vmmio *t, uint64_t off, const void *data, uint32_t len)
 
 void vmmio_notify(struct vmmio *t, uint32_t q)
 {
-	struct vq_dev *d = t->dev;
+	struct virtqueue_dev *d = t->dev;
 
 	if (!d->live || q >= d->nr_queues || !d->vqs[q].ready)
 		return;
 	if (d->ops->notify(d, q) < 0)
-		vq_dev_fail(d);
+		virtqueue_dev_fail(d);
 }

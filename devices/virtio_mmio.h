@@ -1,6 +1,6 @@
 /* The virtio-mmio transport, modern register layout (virtio 1.2 §4.2.2,
  * Version 2).  It owns the register file of one 4 KiB window and drives a
- * struct vq_dev; it knows nothing about KVM: MMIO accesses come in through
+ * struct virtqueue_dev; it knows nothing about KVM: MMIO accesses come in through
  * vmmio_read/vmmio_write and the interrupt goes out through an irq_sink.
  *
  * Not thread-safe: the VMM serializes every call that reaches one device
@@ -28,7 +28,7 @@
 #define VIRTIO_STATUS_FAILED 0x80u
 
 struct vmmio {
-	struct vq_dev *dev;
+	struct virtqueue_dev *dev;
 	struct irq_sink *irq;
 	uint32_t status;
 	uint32_t int_status;
@@ -42,8 +42,8 @@ struct vmmio {
 /* Bind dev to a fresh transport t that reads guest RAM through gm and
  * interrupts through irq (either may be shared with other devices; irq may
  * be NULL).  dev must have ops->notify, nr_queues ≥ 1 and its queues
- * vq_init'ed.  Returns 0 or -EINVAL. */
-int vmmio_init(struct vmmio *t, struct vq_dev *dev, const struct guest_mem *gm,
+ * virtqueue_init'ed.  Returns 0 or -EINVAL. */
+int vmmio_init(struct vmmio *t, struct virtqueue_dev *dev, const struct guest_mem *gm,
 	       struct irq_sink *irq);
 
 /* A guest read of len bytes at offset off in the window.  Registers take

@@ -18,7 +18,7 @@ size_t vmmio_state_len(unsigned nr_queues) { return HDR_LEN + (size_t)nr_queues 
 
 int vmmio_state_save(const struct vmmio *t, struct sb_writer *w)
 {
-	const struct vq_dev *d = t->dev;
+	const struct virtqueue_dev *d = t->dev;
 	size_t start = w->len;
 	sb_u32(w, VMMIO_STATE_MAGIC);
 	sb_u16(w, VMMIO_STATE_VERSION);
@@ -35,7 +35,7 @@ int vmmio_state_save(const struct vmmio *t, struct sb_writer *w)
 	sb_u64(w, d->driver_features);
 	sb_u64(w, d->live ? 1 : 0);
 	for (unsigned i = 0; i < d->nr_queues; i++) {
-		const struct vq *q = &d->vqs[i];
+		const struct virtqueue *q = &d->vqs[i];
 		sb_u16(w, q->max_size);
 		sb_u16(w, q->size);
 		sb_u16(w, q->last_avail);
@@ -65,9 +65,9 @@ static uint64_t offered(const struct vmmio *t)
 /* The whole transport back to its state after vmmio_init. */
 static void reset_all(struct vmmio *t)
 {
-	struct vq_dev *d = t->dev;
+	struct virtqueue_dev *d = t->dev;
 	for (unsigned i = 0; i < d->nr_queues; i++)
-		vq_reset(&d->vqs[i]);
+		virtqueue_reset(&d->vqs[i]);
 	d->driver_features = 0;
 	d->live = false;
 	struct irq_sink *irq = t->irq;
@@ -79,7 +79,7 @@ static void reset_all(struct vmmio *t)
 static int check_header(const struct vmmio *t, struct sb_reader *r, struct vmmio *nt,
 			uint64_t *accepted, bool *live, char *err, size_t errlen)
 {
-	const struct vq_dev *d = t->dev;
+	const struct virtqueue_dev *d = t->dev;
 	uint32_t magic = sb_get_u32(r);
 	uint16_t ver = sb_get_u16(r), nq = sb_get_u16(r);
 	uint32_t id = sb_get_u32(r);
@@ -132,8 +132,8 @@ static int check_header(const struct vmmio *t, struct sb_reader *r, struct vmmio
 int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err,
 		     size_t errlen)
 {
-	struct vq_dev *d = t->dev;
-	if (d->nr_queues > VQ_MAX_SIZE || len != vmmio_state_len(d->nr_queues)) {
+	struct virtqueue_dev *d = t->dev;
+	if (d->nr_queues > VIRTQUEUE_MAX_SIZE || len != vmmio_state_len(d->nr_queues)) {
 		reset_all(t);
 		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state is %zu bytes, want %zu", len,
 			       vmmio_state_len(d->nr_queues));
@@ -183,15 +183,15 @@ int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err
 				}
 				continue;
 			}
-			struct vq *vq = &d->vqs[i];
-			vq_reset(vq);
+			struct virtqueue *vq = &d->vqs[i];
+			virtqueue_reset(vq);
 			vq->size = q.size;
 			vq->desc_gpa = q.desc;
 			vq->avail_gpa = q.avail;
 			vq->used_gpa = q.used;
 			if (q.ready) {
 				uint8_t idx[2] = { 0, 0 };
-				if (vq_activate(vq, d->gm, accepted) < 0 ||
+				if (virtqueue_activate(vq, d->gm, accepted) < 0 ||
 				    guest_mem_read(d->gm, idx, q.used + USED_IDX, 2) < 0 ||
 				    (uint16_t)(idx[0] | idx[1] << 8) != q.used_idx) {
 					reset_all(t);

@@ -4,7 +4,7 @@
  * ring addresses, readiness and ring indexes.  What a device keeps beyond
  * that (connections, sessions) is the device's own blob.  Host pointers
  * are never saved: a ready queue is activated again over the new RAM,
- * with every check vq_activate makes. */
+ * with every check virtqueue_activate makes. */
 #ifndef KBOX_VIRTIO_MMIO_STATE_H
 #define KBOX_VIRTIO_MMIO_STATE_H
 

@@ -19,14 +19,14 @@ enum { Q_RX, Q_TX };
 #define HDR_CSUM_OFFSET 8
 #define HDR_NUM_BUFFERS 10
 
-static struct vnet *to_net(struct vq_dev *d)
+static struct vnet *to_net(struct virtqueue_dev *d)
 {
 	return (struct vnet *)((char *)d - offsetof(struct vnet, dev));
 }
 
 /* Gather the readable side of c from byte off into buf (at most max
  * bytes); returns the count. */
-static uint32_t gather(const struct vq_chain *c, uint32_t off, uint8_t *buf, uint32_t max)
+static uint32_t gather(const struct virtqueue_chain *c, uint32_t off, uint8_t *buf, uint32_t max)
 {
 	uint32_t got = 0;
 
@@ -45,7 +45,7 @@ static uint32_t gather(const struct vq_chain *c, uint32_t off, uint8_t *buf, uin
 }
 
 /* Scatter len bytes of buf into the writable side of c from byte off. */
-static void scatter(const struct vq_chain *c, uint32_t off, const uint8_t *buf, uint32_t len)
+static void scatter(const struct virtqueue_chain *c, uint32_t off, const uint8_t *buf, uint32_t len)
 {
 	uint32_t put = 0;
 
@@ -85,13 +85,13 @@ static bool fill_csum(uint8_t *f, uint32_t len, const uint8_t *hdr)
 
 static int do_tx(struct vnet *v)
 {
-	struct vq *vq = &v->vqs[Q_TX];
-	struct vq_chain c;
+	struct virtqueue *vq = &v->vqs[Q_TX];
+	struct virtqueue_chain c;
 	bool pushed = false;
 	int err = 0;
 
 	while (v->dev.live) {
-		int r = vq_pop(vq, &c);
+		int r = virtqueue_pop(vq, &c);
 		if (r <= 0) {
 			err = r;
 			break;
@@ -116,22 +116,22 @@ static int do_tx(struct vnet *v)
 					v->be.tx(v->be.ctx, v->txbuf, flen);
 			}
 		}
-		vq_push(vq, c.head, 0);
+		virtqueue_push(vq, c.head, 0);
 		pushed = true;
 	}
 	if (pushed)
-		vq_dev_used(&v->dev, Q_TX);
+		virtqueue_dev_used(&v->dev, Q_TX);
 	if (err < 0) {
 		v->stats.bad_chains++;
-		vq_dev_fail(&v->dev);
+		virtqueue_dev_fail(&v->dev);
 	}
 	return err;
 }
 
 void vnet_rx_flush(struct vnet *v)
 {
-	struct vq *vq = &v->vqs[Q_RX];
-	struct vq_chain c;
+	struct virtqueue *vq = &v->vqs[Q_RX];
+	struct virtqueue_chain c;
 	bool pushed = false;
 	uint64_t cnt;
 
@@ -145,7 +145,7 @@ void vnet_rx_flush(struct vnet *v)
 		pthread_mutex_unlock(&v->rxq_lock);
 		if (n == 0)
 			break;
-		int r = vq_pop(vq, &c);
+		int r = virtqueue_pop(vq, &c);
 		if (r == 0)
 			break;
 		/* Only this function takes frames off the queue, so the
@@ -156,7 +156,7 @@ void vnet_rx_flush(struct vnet *v)
 		if (r < 0 || c.nr_read > 0 || c.write_len < VNET_HDR_SIZE + flen) {
 			pthread_mutex_unlock(&v->rxq_lock);
 			v->stats.bad_chains++;
-			vq_dev_fail(&v->dev);
+			virtqueue_dev_fail(&v->dev);
 			break;
 		}
 		uint8_t hdr[VNET_HDR_SIZE] = { 0 };
@@ -181,13 +181,13 @@ void vnet_rx_flush(struct vnet *v)
 		v->rxq_head = (v->rxq_head + 1) % VNET_RXQ_FRAMES;
 		v->rxq_n--;
 		pthread_mutex_unlock(&v->rxq_lock);
-		vq_push(vq, c.head, VNET_HDR_SIZE + flen);
+		virtqueue_push(vq, c.head, VNET_HDR_SIZE + flen);
 		v->stats.rx_frames++;
 		v->stats.rx_gso += hdr[HDR_GSO_TYPE] != GSO_TYPE_NONE;
 		pushed = true;
 	}
 	if (pushed)
-		vq_dev_used(&v->dev, Q_RX);
+		virtqueue_dev_used(&v->dev, Q_RX);
 }
 
 /* Put one frame with header *h in the queue, rxq_lock held.  0, or
@@ -287,7 +287,7 @@ int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len)
 	return vnet_rx_enqueue_gso(v, &none, frame, len);
 }
 
-static int net_notify(struct vq_dev *d, unsigned q)
+static int net_notify(struct virtqueue_dev *d, unsigned q)
 {
 	struct vnet *v = to_net(d);
 	int err = 0;
@@ -301,7 +301,7 @@ static int net_notify(struct vq_dev *d, unsigned q)
 	return err;
 }
 
-static void net_activate(struct vq_dev *d)
+static void net_activate(struct virtqueue_dev *d)
 {
 	struct vnet *v = to_net(d);
 
@@ -315,7 +315,7 @@ static void net_activate(struct vq_dev *d)
 
 /* Frames queued for a driver that reset are stale for the next one, and
  * merged ones may not suit it. */
-static void net_reset(struct vq_dev *d)
+static void net_reset(struct virtqueue_dev *d)
 {
 	struct vnet *v = to_net(d);
 
@@ -329,7 +329,7 @@ static void net_reset(struct vq_dev *d)
 	pthread_mutex_unlock(&v->rxq_lock);
 }
 
-static void net_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t len)
+static void net_config_read(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len)
 {
 	struct vnet *v = to_net(d);
 	uint8_t cfg[VNET_CONFIG_SIZE];
@@ -343,7 +343,7 @@ static void net_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t
 	memcpy(data, cfg + off, len); /* the transport bounded off + len */
 }
 
-static const struct vq_dev_ops net_ops = {
+static const struct virtqueue_dev_ops net_ops = {
 	.config_read = net_config_read,
 	.notify = net_notify,
 	.activate = net_activate,
@@ -374,8 +374,8 @@ int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be
 	memcpy(v->mac, mac, 6);
 	if (be)
 		v->be = *be;
-	vq_init(&v->vqs[Q_RX], VNET_QUEUE_SIZE);
-	vq_init(&v->vqs[Q_TX], VNET_QUEUE_SIZE);
+	virtqueue_init(&v->vqs[Q_RX], VNET_QUEUE_SIZE);
+	virtqueue_init(&v->vqs[Q_TX], VNET_QUEUE_SIZE);
 	v->dev.ops = &net_ops;
 	v->dev.device_id = VIRTIO_NET_DEVICE_ID;
 	v->dev.features = (1ull << VIRTIO_NET_F_CSUM) | (1ull << VIRTIO_NET_F_GUEST_CSUM) |

@@ -91,8 +91,8 @@ struct vnet_rxf {
 };
 
 struct vnet {
-	struct vq_dev dev;    /* give &dev to a transport */
-	struct vq vqs[2];
+	struct virtqueue_dev dev;    /* give &dev to a transport */
+	struct virtqueue vqs[2];
 	uint8_t mac[6];
 	struct net_backend be;
 	int wake_fd;          /* eventfd written when a frame is enqueued */

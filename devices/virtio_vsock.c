@@ -17,7 +17,7 @@ enum { Q_RX, Q_TX, Q_EVENT };
 #define BUF_MASK (VSOCK_BUF_ALLOC - 1)
 _Static_assert((VSOCK_BUF_ALLOC & BUF_MASK) == 0, "ring arithmetic needs a power of two");
 
-static struct vsock *to_vsock(struct vq_dev *d)
+static struct vsock *to_vsock(struct virtqueue_dev *d)
 {
 	return (struct vsock *)((char *)d - offsetof(struct vsock, dev));
 }
@@ -91,14 +91,14 @@ void vsock_hdr_encode(uint8_t raw[VSOCK_HDR_SIZE], const struct vsock_hdr *h)
 
 /* Copy len bytes at byte offset off of the chain's readable (or writable)
  * side.  The caller checked that the side holds off + len bytes. */
-static void chain_copy(const struct vq_chain *c, bool write, uint32_t off, void *buf,
+static void chain_copy(const struct virtqueue_chain *c, bool write, uint32_t off, void *buf,
 		       uint32_t len)
 {
 	uint8_t *b = buf;
 	unsigned i = write ? c->nr_read : 0, end = write ? c->nr : c->nr_read;
 
 	for (; i < end && len; i++) {
-		const struct vq_seg *s = &c->seg[i];
+		const struct virtqueue_seg *s = &c->seg[i];
 		if (off >= s->len) {
 			off -= s->len;
 			continue;
@@ -226,7 +226,7 @@ static void fill_hdr(struct vsock *v, struct vsock_hdr *h, uint32_t local, uint3
 /* Build the next packet of c into the chain; returns the payload length
  * (data was moved out of txbuf when it is non-zero). */
 static uint32_t conn_packet(struct vsock_conn *c, struct vsock_hdr *h,
-			    const struct vq_chain *ch)
+			    const struct virtqueue_chain *ch)
 {
 	uint32_t room = ch->write_len - VSOCK_HDR_SIZE;
 
@@ -283,7 +283,7 @@ static uint32_t conn_packet(struct vsock_conn *c, struct vsock_hdr *h,
  * made from here may queue more work; the loop picks it up. */
 static void flush_rx(struct vsock *v)
 {
-	struct vq *vq = &v->vqs[Q_RX];
+	struct virtqueue *vq = &v->vqs[Q_RX];
 
 	if (v->busy) {
 		v->again = true;
@@ -297,10 +297,10 @@ static void flush_rx(struct vsock *v)
 			struct vsock_conn *c = v->nr_rst ? NULL : next_conn(v);
 			if (!v->nr_rst && !c)
 				break;
-			struct vq_chain ch;
-			int r = vq_pop(vq, &ch);
+			struct virtqueue_chain ch;
+			int r = virtqueue_pop(vq, &ch);
 			if (r < 0 || (r > 0 && ch.write_len < VSOCK_HDR_SIZE)) {
-				vq_dev_fail(&v->dev);
+				virtqueue_dev_fail(&v->dev);
 				break;
 			}
 			if (r == 0)
@@ -319,13 +319,13 @@ static void flush_rx(struct vsock *v)
 			uint8_t raw[VSOCK_HDR_SIZE];
 			vsock_hdr_encode(raw, &h);
 			chain_copy(&ch, true, 0, raw, VSOCK_HDR_SIZE);
-			vq_push(vq, ch.head, VSOCK_HDR_SIZE + n);
+			virtqueue_push(vq, ch.head, VSOCK_HDR_SIZE + n);
 			pushed = true;
 			if (n && v->backend && v->backend->writable)
 				v->backend->writable(v->backend_ctx, c);
 		}
 		if (pushed)
-			vq_dev_used(&v->dev, Q_RX);
+			virtqueue_dev_used(&v->dev, Q_RX);
 	} while (v->again && v->dev.live);
 	v->busy = 0;
 }
@@ -352,7 +352,7 @@ static void guest_request(struct vsock *v, const struct vsock_hdr *h)
 	c->pending |= P_RESPONSE;
 }
 
-static void guest_data(struct vsock *v, struct vsock_conn *c, const struct vq_chain *ch,
+static void guest_data(struct vsock *v, struct vsock_conn *c, const struct virtqueue_chain *ch,
 		       uint32_t len)
 {
 	const struct vsock_backend *b = v->backend;
@@ -378,7 +378,7 @@ static void guest_data(struct vsock *v, struct vsock_conn *c, const struct vq_ch
 }
 
 static void guest_conn_packet(struct vsock *v, struct vsock_conn *c, const struct vsock_hdr *h,
-			      const struct vq_chain *ch)
+			      const struct virtqueue_chain *ch)
 {
 	const struct vsock_backend *b = v->backend;
 
@@ -440,7 +440,7 @@ static void guest_conn_packet(struct vsock *v, struct vsock_conn *c, const struc
 
 /* One tx packet.  Returns a negative errno only for a malformed buffer,
  * which stops the device; bad fields are dropped or answered with RST. */
-static int tx_packet(struct vsock *v, const struct vq_chain *ch)
+static int tx_packet(struct vsock *v, const struct virtqueue_chain *ch)
 {
 	uint8_t raw[VSOCK_HDR_SIZE];
 	struct vsock_hdr h;
@@ -476,14 +476,14 @@ static int tx_packet(struct vsock *v, const struct vq_chain *ch)
 
 static int process_tx(struct vsock *v)
 {
-	struct vq *vq = &v->vqs[Q_TX];
-	struct vq_chain ch;
+	struct virtqueue *vq = &v->vqs[Q_TX];
+	struct virtqueue_chain ch;
 	bool pushed = false;
 	int r = 0;
 
-	while (v->dev.live && (r = vq_pop(vq, &ch)) > 0) {
+	while (v->dev.live && (r = virtqueue_pop(vq, &ch)) > 0) {
 		int e = tx_packet(v, &ch);
-		vq_push(vq, ch.head, 0);
+		virtqueue_push(vq, ch.head, 0);
 		pushed = true;
 		if (e < 0) {
 			r = e;
@@ -491,7 +491,7 @@ static int process_tx(struct vsock *v)
 		}
 	}
 	if (pushed)
-		vq_dev_used(&v->dev, Q_TX);
+		virtqueue_dev_used(&v->dev, Q_TX);
 	if (r < 0)
 		return r;
 	flush_rx(v);
@@ -500,7 +500,7 @@ static int process_tx(struct vsock *v)
 
 /* ---- device ops ---- */
 
-static void vs_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t len)
+static void vs_config_read(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len)
 {
 	uint8_t cfg[8];
 
@@ -508,7 +508,7 @@ static void vs_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t 
 	memcpy(data, cfg + off, len); /* the transport bounded off + len by 8 */
 }
 
-static int vs_notify(struct vq_dev *d, unsigned q)
+static int vs_notify(struct virtqueue_dev *d, unsigned q)
 {
 	struct vsock *v = to_vsock(d);
 
@@ -534,12 +534,12 @@ static void drop_all(struct vsock *v)
 	v->nr_rst = 0;
 }
 
-static void vs_reset(struct vq_dev *d)
+static void vs_reset(struct virtqueue_dev *d)
 {
 	drop_all(to_vsock(d));
 }
 
-static const struct vq_dev_ops vsock_ops = {
+static const struct virtqueue_dev_ops vsock_ops = {
 	.config_read = vs_config_read,
 	.notify = vs_notify,
 	.reset = vs_reset,
@@ -556,7 +556,7 @@ int vsock_init(struct vsock *v, uint64_t guest_cid, const struct vsock_backend *
 	v->backend_ctx = backend_ctx;
 	v->next_port = VSOCK_EPHEMERAL_BASE;
 	for (unsigned i = 0; i < 3; i++)
-		vq_init(&v->vqs[i], VSOCK_QUEUE_SIZE);
+		virtqueue_init(&v->vqs[i], VSOCK_QUEUE_SIZE);
 	v->dev.ops = &vsock_ops;
 	v->dev.device_id = VSOCK_DEVICE_ID;
 	v->dev.features = (1ull << VIRTIO_F_EVENT_IDX) | (1ull << VIRTIO_F_INDIRECT_DESC);

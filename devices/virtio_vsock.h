@@ -127,8 +127,8 @@ struct vsock_stats {
 };
 
 struct vsock {
-	struct vq_dev dev;     /* give &dev to a transport */
-	struct vq vqs[3];
+	struct virtqueue_dev dev;     /* give &dev to a transport */
+	struct virtqueue vqs[3];
 	uint64_t guest_cid;
 	const struct vsock_backend *backend;
 	void *backend_ctx;

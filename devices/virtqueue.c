@@ -19,7 +19,7 @@
 #define USED_RING 4
 #define USED_ELEM 8
 
-struct vq_desc {
+struct virtqueue_desc {
 	uint64_t addr;
 	uint32_t len;
 	uint16_t flags;
@@ -28,7 +28,7 @@ struct vq_desc {
 
 /* Ring fields are read with single atomic loads so that a guest rewriting
  * them concurrently can at worst give us a stale or odd value, never a torn
- * one; vq_activate checked the alignment that makes the casts valid. */
+ * one; virtqueue_activate checked the alignment that makes the casts valid. */
 static uint16_t ld16(const uint8_t *p)
 {
 	return le16toh(__atomic_load_n((const uint16_t *)p, __ATOMIC_RELAXED));
@@ -45,10 +45,10 @@ static void st32(uint8_t *p, uint32_t v)
 }
 
 /* One copy of a descriptor, so each field is fetched exactly once. */
-static struct vq_desc ld_desc(const uint8_t *p)
+static struct virtqueue_desc ld_desc(const uint8_t *p)
 {
 	uint8_t raw[DESC_SIZE];
-	struct vq_desc d;
+	struct virtqueue_desc d;
 	uint64_t a;
 	uint32_t l;
 	uint16_t f, n;
@@ -73,18 +73,18 @@ static uint16_t pow2_floor(uint16_t v)
 	return v ? p : 0;
 }
 
-void vq_init(struct vq *vq, uint16_t max_size)
+void virtqueue_init(struct virtqueue *vq, uint16_t max_size)
 {
 	memset(vq, 0, sizeof *vq);
-	if (max_size > VQ_MAX_SIZE)
-		max_size = VQ_MAX_SIZE;
+	if (max_size > VIRTQUEUE_MAX_SIZE)
+		max_size = VIRTQUEUE_MAX_SIZE;
 	vq->max_size = pow2_floor(max_size);
 	vq->size = vq->max_size;
 }
 
-void vq_reset(struct vq *vq)
+void virtqueue_reset(struct virtqueue *vq)
 {
-	vq_init(vq, vq->max_size);
+	virtqueue_init(vq, vq->max_size);
 }
 
 static uint8_t *map_ring(const struct guest_mem *gm, uint64_t gpa, uint64_t len,
@@ -98,7 +98,7 @@ static uint8_t *map_ring(const struct guest_mem *gm, uint64_t gpa, uint64_t len,
 	return p;
 }
 
-int vq_activate(struct vq *vq, const struct guest_mem *gm, uint64_t features)
+int virtqueue_activate(struct virtqueue *vq, const struct guest_mem *gm, uint64_t features)
 {
 	uint64_t n = vq->size;
 
@@ -126,14 +126,14 @@ int vq_activate(struct vq *vq, const struct guest_mem *gm, uint64_t features)
 	return 0;
 }
 
-static int vq_break(struct vq *vq, int err)
+static int virtqueue_break(struct virtqueue *vq, int err)
 {
 	vq->broken = true;
 	vq->ready = false;
 	return err;
 }
 
-static int add_seg(struct vq *vq, struct vq_chain *c, const struct vq_desc *d,
+static int add_seg(struct virtqueue *vq, struct virtqueue_chain *c, const struct virtqueue_desc *d,
 		   uint64_t *total)
 {
 	if (d->len == 0)
@@ -144,12 +144,12 @@ static int add_seg(struct vq *vq, struct vq_chain *c, const struct vq_desc *d,
 	bool write = d->flags & VRING_DESC_F_WRITE;
 	if (!write && c->nr > c->nr_read)
 		return -EINVAL;
-	if (c->nr == VQ_MAX_SEGS)
+	if (c->nr == VIRTQUEUE_MAX_SEGS)
 		return -E2BIG;
 	*total += d->len;
 	if (*total > UINT32_MAX)
 		return -E2BIG;
-	c->seg[c->nr++] = (struct vq_seg){ .ptr = p, .len = d->len, .write = write };
+	c->seg[c->nr++] = (struct virtqueue_seg){ .ptr = p, .len = d->len, .write = write };
 	if (write)
 		c->write_len += d->len;
 	else {
@@ -161,7 +161,7 @@ static int add_seg(struct vq *vq, struct vq_chain *c, const struct vq_desc *d,
 
 /* Walk the chain from head.  The time-to-live is the table size: a chain
  * can visit each descriptor at most once, so anything longer is a loop. */
-static int walk(struct vq *vq, uint16_t head, struct vq_chain *c)
+static int walk(struct virtqueue *vq, uint16_t head, struct virtqueue_chain *c)
 {
 	const uint8_t *table = vq->desc;
 	uint32_t table_size = vq->size;
@@ -176,12 +176,12 @@ static int walk(struct vq *vq, uint16_t head, struct vq_chain *c)
 	for (;;) {
 		if (ttl-- == 0)
 			return -ELOOP;
-		struct vq_desc d = ld_desc(table + (size_t)DESC_SIZE * idx);
+		struct virtqueue_desc d = ld_desc(table + (size_t)DESC_SIZE * idx);
 		if (d.flags & VRING_DESC_F_INDIRECT) {
 			if (!vq->indirect || nested || (d.flags & VRING_DESC_F_NEXT))
 				return -EINVAL;
 			if (d.len == 0 || d.len % DESC_SIZE ||
-			    d.len / DESC_SIZE > VQ_MAX_INDIRECT)
+			    d.len / DESC_SIZE > VIRTQUEUE_MAX_INDIRECT)
 				return -EINVAL;
 			table = guest_mem_ptr(vq->gm, d.addr, d.len);
 			if (table == NULL)
@@ -203,7 +203,7 @@ static int walk(struct vq *vq, uint16_t head, struct vq_chain *c)
 	}
 }
 
-int vq_pop(struct vq *vq, struct vq_chain *c)
+int virtqueue_pop(struct virtqueue *vq, struct virtqueue_chain *c)
 {
 	if (!vq->ready)
 		return vq->broken ? -EIO : 0;
@@ -223,20 +223,20 @@ int vq_pop(struct vq *vq, struct vq_chain *c)
 	/* Ring entries and descriptors must be read after the index. */
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if ((uint16_t)(avail_idx - vq->last_avail) > vq->size)
-		return vq_break(vq, -EINVAL);
+		return virtqueue_break(vq, -EINVAL);
 
 	uint16_t slot = vq->last_avail & (vq->size - 1);
 	uint16_t head = ld16(vq->avail + AVAIL_RING + 2 * slot);
 	if (head >= vq->size)
-		return vq_break(vq, -EINVAL);
+		return virtqueue_break(vq, -EINVAL);
 	int r = walk(vq, head, c);
 	if (r < 0)
-		return vq_break(vq, r);
+		return virtqueue_break(vq, r);
 	vq->last_avail++;
 	return 1;
 }
 
-int vq_push(struct vq *vq, uint16_t head, uint32_t written)
+int virtqueue_push(struct virtqueue *vq, uint16_t head, uint32_t written)
 {
 	if (!vq->ready)
 		return -EIO;
@@ -252,7 +252,7 @@ int vq_push(struct vq *vq, uint16_t head, uint32_t written)
 	return 0;
 }
 
-bool vq_needs_interrupt(struct vq *vq)
+bool virtqueue_needs_interrupt(struct virtqueue *vq)
 {
 	if (!vq->ready)
 		return false;
@@ -270,21 +270,21 @@ bool vq_needs_interrupt(struct vq *vq)
 	return !(ld16(vq->avail + AVAIL_FLAGS) & VRING_AVAIL_F_NO_INTERRUPT);
 }
 
-void vq_dev_used(struct vq_dev *d, unsigned q)
+void virtqueue_dev_used(struct virtqueue_dev *d, unsigned q)
 {
-	if (q < d->nr_queues && vq_needs_interrupt(&d->vqs[q]) && d->signal)
-		d->signal(d, VQ_SIGNAL_USED);
+	if (q < d->nr_queues && virtqueue_needs_interrupt(&d->vqs[q]) && d->signal)
+		d->signal(d, VIRTQUEUE_SIGNAL_USED);
 }
 
-void vq_dev_fail(struct vq_dev *d)
+void virtqueue_dev_fail(struct virtqueue_dev *d)
 {
 	d->live = false;
 	if (d->signal)
-		d->signal(d, VQ_SIGNAL_ERROR);
+		d->signal(d, VIRTQUEUE_SIGNAL_ERROR);
 }
 
-void vq_dev_config_changed(struct vq_dev *d)
+void virtqueue_dev_config_changed(struct virtqueue_dev *d)
 {
 	if (d->signal)
-		d->signal(d, VQ_SIGNAL_CONFIG);
+		d->signal(d, VIRTQUEUE_SIGNAL_CONFIG);
 }

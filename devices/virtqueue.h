@@ -17,17 +17,17 @@
 #define VIRTIO_F_VERSION_1 32
 
 /* Largest queue any of our devices offers (the spec allows 32768). */
-#define VQ_MAX_SIZE 1024
+#define VIRTQUEUE_MAX_SIZE 1024
 /* Segments one chain may yield; longer chains are an error rather than a
  * reason to allocate.  256 lets virtio-fs move ~1 MiB per request (the
  * Linux driver gives each data page its own segment); a chain costs 4 KiB
  * of segment table wherever it is popped. */
-#define VQ_MAX_SEGS 256
+#define VIRTQUEUE_MAX_SEGS 256
 /* Longest indirect table accepted (entries). */
-#define VQ_MAX_INDIRECT 256
+#define VIRTQUEUE_MAX_INDIRECT 256
 
 /* One guest buffer, already translated and bounds-checked. */
-struct vq_seg {
+struct virtqueue_seg {
 	uint8_t *ptr;  /* host pointer to len bytes of guest RAM */
 	uint32_t len;  /* never 0 */
 	bool write;    /* device-writable (true) or device-readable */
@@ -35,20 +35,20 @@ struct vq_seg {
 
 /* A popped descriptor chain: nr_read readable segments first, then the
  * writable ones, so a device can treat each side as one byte stream. */
-struct vq_chain {
-	uint16_t head;       /* give back to vq_push */
+struct virtqueue_chain {
+	uint16_t head;       /* give back to virtqueue_push */
 	unsigned nr;         /* segments in seg[] */
 	unsigned nr_read;    /* seg[0..nr_read) are readable */
 	uint32_t read_len;   /* total readable bytes */
 	uint32_t write_len;  /* total writable bytes */
-	struct vq_seg seg[VQ_MAX_SEGS];
+	struct virtqueue_seg seg[VIRTQUEUE_MAX_SEGS];
 };
 
 /* Queue state.  The transport fills size and the three ring addresses from
- * the driver's registers and then calls vq_activate. */
-struct vq {
+ * the driver's registers and then calls virtqueue_activate. */
+struct virtqueue {
 	uint16_t max_size;       /* device limit, a power of two */
-	uint16_t size;           /* driver's choice, validated by vq_activate */
+	uint16_t size;           /* driver's choice, validated by virtqueue_activate */
 	uint64_t desc_gpa, avail_gpa, used_gpa;
 	bool ready;              /* activated and not broken */
 	bool broken;             /* a guest error was seen; needs a reset */
@@ -58,16 +58,16 @@ struct vq {
 	uint8_t *desc, *avail, *used; /* host views, whole rings checked */
 	uint16_t last_avail;     /* next avail ring slot we will read */
 	uint16_t used_idx;       /* our copy of used.idx */
-	uint16_t signalled_used; /* used.idx when vq_needs_interrupt last ran */
+	uint16_t signalled_used; /* used.idx when virtqueue_needs_interrupt last ran */
 };
 
 /* Put vq in the reset state with the given limit (a power of two, at most
- * VQ_MAX_SIZE; larger or non-powers are rounded down).  Ring addresses are
+ * VIRTQUEUE_MAX_SIZE; larger or non-powers are rounded down).  Ring addresses are
  * cleared and size becomes max_size, as the transport reset requires. */
-void vq_init(struct vq *vq, uint16_t max_size);
+void virtqueue_init(struct virtqueue *vq, uint16_t max_size);
 
-/* Reset the queue to its state after vq_init, keeping max_size. */
-void vq_reset(struct vq *vq);
+/* Reset the queue to its state after virtqueue_init, keeping max_size. */
+void virtqueue_reset(struct virtqueue *vq);
 
 /* Validate size and the rings set in vq and start using them: size must be
  * a power of two between 1 and max_size, the descriptor table 16-byte
@@ -75,80 +75,80 @@ void vq_reset(struct vq *vq);
  * ring (event fields included) wholly inside one RAM region of gm.  features
  * are the negotiated bits (event index and indirect descriptors are read from
  * them).  Returns 0 or -EINVAL (the queue then stays not ready). */
-int vq_activate(struct vq *vq, const struct guest_mem *gm, uint64_t features);
+int virtqueue_activate(struct virtqueue *vq, const struct guest_mem *gm, uint64_t features);
 
 /* Take the next available chain.  Returns 1 and fills *c, 0 if the driver
  * has nothing new, or a negative errno if the ring or chain is malformed
  * (avail.idx too far ahead, head or next out of range, a loop, a buffer
  * outside RAM, a readable after a writable segment, nested or misshapen
- * indirect table, more than VQ_MAX_SEGS segments, total length over
+ * indirect table, more than VIRTQUEUE_MAX_SEGS segments, total length over
  * UINT32_MAX); after an error the queue is broken and keeps returning -EIO
- * until vq_reset.  Publishes avail_event when event index is in use. */
-int vq_pop(struct vq *vq, struct vq_chain *c);
+ * until virtqueue_reset.  Publishes avail_event when event index is in use. */
+int virtqueue_pop(struct virtqueue *vq, struct virtqueue_chain *c);
 
 /* Return chain head to the driver with written bytes put in its writable
  * buffers.  Returns 0, -EINVAL for a head outside the queue or -EIO if the
- * queue is not ready.  Does not interrupt: ask vq_needs_interrupt. */
-int vq_push(struct vq *vq, uint16_t head, uint32_t written);
+ * queue is not ready.  Does not interrupt: ask virtqueue_needs_interrupt. */
+int virtqueue_push(struct virtqueue *vq, uint16_t head, uint32_t written);
 
 /* Whether the driver wants an interrupt for the buffers pushed since the
  * previous call (used_event with event index, else the NO_INTERRUPT flag).
- * Call once after a batch of vq_push. */
-bool vq_needs_interrupt(struct vq *vq);
+ * Call once after a batch of virtqueue_push. */
+bool virtqueue_needs_interrupt(struct virtqueue *vq);
 
 /* ---- A virtio device as any transport sees it. ---- */
 
-struct vq_dev;
+struct virtqueue_dev;
 
 /* Why a device signals its transport. */
-enum vq_signal {
-	VQ_SIGNAL_USED,   /* buffers were used: used-buffer interrupt */
-	VQ_SIGNAL_CONFIG, /* config space changed: config interrupt */
-	VQ_SIGNAL_ERROR,  /* guest error: DEVICE_NEEDS_RESET + config irq */
+enum virtqueue_signal {
+	VIRTQUEUE_SIGNAL_USED,   /* buffers were used: used-buffer interrupt */
+	VIRTQUEUE_SIGNAL_CONFIG, /* config space changed: config interrupt */
+	VIRTQUEUE_SIGNAL_ERROR,  /* guest error: DEVICE_NEEDS_RESET + config irq */
 };
 
 /* What a device model implements.  All hooks are optional except notify.
  * Offsets given to config hooks are already inside [0, config_size) and
  * len is 1, 2, 4 or 8. */
-struct vq_dev_ops {
-	void (*config_read)(struct vq_dev *d, uint32_t off, void *data, uint32_t len);
-	void (*config_write)(struct vq_dev *d, uint32_t off, const void *data, uint32_t len);
+struct virtqueue_dev_ops {
+	void (*config_read)(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len);
+	void (*config_write)(struct virtqueue_dev *d, uint32_t off, const void *data, uint32_t len);
 	/* The driver kicked queue q (q < nr_queues, queue ready).  A negative
 	 * return marks the device as needing a reset. */
-	int (*notify)(struct vq_dev *d, unsigned q);
+	int (*notify)(struct virtqueue_dev *d, unsigned q);
 	/* The driver set DRIVER_OK: queues are live. */
-	void (*activate)(struct vq_dev *d);
+	void (*activate)(struct virtqueue_dev *d);
 	/* The driver reset the device: drop all device state.  Queues are
 	 * reset by the transport afterwards. */
-	void (*reset)(struct vq_dev *d);
+	void (*reset)(struct virtqueue_dev *d);
 };
 
 /* Embedded in each device model; the device fills the first block, the
  * transport the second. */
-struct vq_dev {
-	const struct vq_dev_ops *ops;
+struct virtqueue_dev {
+	const struct virtqueue_dev_ops *ops;
 	uint32_t device_id;
 	uint64_t features;        /* offered (VERSION_1 is added by transport) */
 	uint32_t config_size;
 	unsigned nr_queues;
-	struct vq *vqs;           /* nr_queues queues, vq_init'ed by the device */
+	struct virtqueue *vqs;           /* nr_queues queues, virtqueue_init'ed by the device */
 
 	const struct guest_mem *gm;
 	uint64_t driver_features; /* valid once FEATURES_OK was accepted */
 	bool live;                /* DRIVER_OK set and no reset needed */
-	void (*signal)(struct vq_dev *d, enum vq_signal why);
+	void (*signal)(struct virtqueue_dev *d, enum virtqueue_signal why);
 	void *transport;
 };
 
 /* Tell the transport that queue q has new used buffers; interrupts only if
- * vq_needs_interrupt agrees. */
-void vq_dev_used(struct vq_dev *d, unsigned q);
+ * virtqueue_needs_interrupt agrees. */
+void virtqueue_dev_used(struct virtqueue_dev *d, unsigned q);
 
 /* Report a guest error: the device stops (live = false) and the transport
  * sets DEVICE_NEEDS_RESET.  Idempotent. */
-void vq_dev_fail(struct vq_dev *d);
+void virtqueue_dev_fail(struct virtqueue_dev *d);
 
 /* Tell the transport that config space changed. */
-void vq_dev_config_changed(struct vq_dev *d);
+void virtqueue_dev_config_changed(struct virtqueue_dev *d);
 
 #endif

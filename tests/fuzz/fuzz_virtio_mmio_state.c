@@ -20,21 +20,21 @@ static void check(int ok)
 		abort();
 }
 
-static int f_notify(struct vq_dev *d, unsigned q)
+static int f_notify(struct virtqueue_dev *d, unsigned q)
 {
-	static struct vq_chain c;
+	static struct virtqueue_chain c;
 	int r, n = 0;
-	while (n++ < 4 * VQ_MAX_SIZE && (r = vq_pop(&d->vqs[q], &c)) > 0) {
+	while (n++ < 4 * VIRTQUEUE_MAX_SIZE && (r = virtqueue_pop(&d->vqs[q], &c)) > 0) {
 		for (unsigned i = 0; i < c.nr; i++)
 			if (c.seg[i].write)
 				memset(c.seg[i].ptr, 0x5a, c.seg[i].len);
-		vq_push(&d->vqs[q], c.head, c.write_len);
+		virtqueue_push(&d->vqs[q], c.head, c.write_len);
 	}
-	vq_dev_used(d, q);
+	virtqueue_dev_used(d, q);
 	return 0;
 }
 
-static const struct vq_dev_ops ops = { .notify = f_notify };
+static const struct virtqueue_dev_ops ops = { .notify = f_notify };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,16 +44,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < slen)
 		return 0;
 	struct fv_driver drv;
-	struct vq_dev dev;
-	struct vq vqs[2];
+	struct virtqueue_dev dev;
+	struct virtqueue vqs[2];
 	struct vmmio t;
 	check(fv_init(&drv, 0, RAM) == 0);
 	memcpy(drv.ram, data + slen, size - slen < RAM ? size - slen : RAM);
-	dev = (struct vq_dev){ .ops = &ops, .device_id = 19, .nr_queues = 2, .vqs = vqs,
+	dev = (struct virtqueue_dev){ .ops = &ops, .device_id = 19, .nr_queues = 2, .vqs = vqs,
 			       .features = 1ull << VIRTIO_F_EVENT_IDX |
 					   1ull << VIRTIO_F_INDIRECT_DESC };
-	vq_init(&vqs[0], 64);
-	vq_init(&vqs[1], 16);
+	virtqueue_init(&vqs[0], 64);
+	virtqueue_init(&vqs[1], 16);
 	check(vmmio_init(&t, &dev, &drv.gm, NULL) == 0);
 	char err[256] = "";
 	int rc = vmmio_state_load(&t, data, slen, err, sizeof err);

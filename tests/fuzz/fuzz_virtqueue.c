@@ -11,13 +11,13 @@
 
 #define RAM 0x4000u
 
-static void check_chain(const struct vq_chain *c, const uint8_t *ram)
+static void check_chain(const struct virtqueue_chain *c, const uint8_t *ram)
 {
 	uint64_t rl = 0, wl = 0;
-	if (c->nr > VQ_MAX_SEGS || c->nr_read > c->nr)
+	if (c->nr > VIRTQUEUE_MAX_SEGS || c->nr_read > c->nr)
 		abort();
 	for (unsigned i = 0; i < c->nr; i++) {
-		const struct vq_seg *s = &c->seg[i];
+		const struct virtqueue_seg *s = &c->seg[i];
 		if (s->len == 0 || s->ptr < ram || s->ptr + s->len > ram + RAM)
 			abort();
 		if (s->write != (i >= c->nr_read))
@@ -33,13 +33,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 16)
 		return 0;
 	struct fv_driver drv;
-	struct vq q;
+	struct virtqueue q;
 
 	if (fv_init(&drv, 0x1000, RAM) < 0)
 		abort();
 	memcpy(drv.ram, data + 16, size - 16 < RAM ? size - 16 : RAM);
 
-	vq_init(&q, fv_le16(data));
+	virtqueue_init(&q, fv_le16(data));
 	q.size = fv_le16(data + 2);
 	/* Mostly inside RAM, sometimes anywhere. */
 	q.desc_gpa = data[4] & 0x80 ? fv_le16(data + 5) * 0x101ull
@@ -47,26 +47,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	q.avail_gpa = 0x1000 + fv_le16(data + 7) % RAM;
 	q.used_gpa = 0x1000 + fv_le16(data + 9) % RAM;
 	uint64_t feat = (uint64_t)(data[4] & 3) << VIRTIO_F_INDIRECT_DESC;
-	if (vq_activate(&q, &drv.gm, feat) == 0) {
+	if (virtqueue_activate(&q, &drv.gm, feat) == 0) {
 		q.last_avail = q.used_idx = q.signalled_used = fv_le16(data + 11);
-		struct vq_chain c;
+		struct virtqueue_chain c;
 		int r = 0;
 		unsigned n = 0;
 		/* Our own used-ring and buffer writes may land on the avail
 		 * ring (the guest chose overlapping addresses), like a guest
 		 * racing us; the bound stands in for the guest's patience. */
-		while (n < 4u * q.size + 4 && (r = vq_pop(&q, &c)) > 0) {
+		while (n < 4u * q.size + 4 && (r = virtqueue_pop(&q, &c)) > 0) {
 			check_chain(&c, drv.ram);
 			if (c.nr && c.seg[c.nr - 1].len)
 				memset(c.seg[c.nr - 1].ptr, 0xee, c.seg[c.nr - 1].len);
-			if (vq_push(&q, c.head, c.write_len) < 0)
+			if (virtqueue_push(&q, c.head, c.write_len) < 0)
 				abort();
 			if (++n % 4 == 0)
-				vq_needs_interrupt(&q);
+				virtqueue_needs_interrupt(&q);
 		}
-		if (r < 0 && (!q.broken || vq_pop(&q, &c) != -EIO))
+		if (r < 0 && (!q.broken || virtqueue_pop(&q, &c) != -EIO))
 			abort();
-		vq_needs_interrupt(&q);
+		virtqueue_needs_interrupt(&q);
 	}
 	fv_free(&drv);
 	return 0;

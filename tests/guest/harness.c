@@ -271,32 +271,32 @@ static void line_irq_set(struct irq_sink *s, int level)
  * garbage runs to drive the real virtio-mmio transport, ioeventfd and irqfd
  * wiring and device thread of vmm/core/virtio_bus.c. */
 struct echo_dev {
-	struct vq_dev dev;
-	struct vq q[1];
+	struct virtqueue_dev dev;
+	struct virtqueue q[1];
 	unsigned notifies, chains;
 	int errors;
 };
 
-static int echo_notify(struct vq_dev *d, unsigned qi)
+static int echo_notify(struct virtqueue_dev *d, unsigned qi)
 {
 	struct echo_dev *e = (struct echo_dev *)d;
-	static struct vq_chain c; /* one device thread; too big for its stack */
+	static struct virtqueue_chain c; /* one device thread; too big for its stack */
 	int r;
 	e->notifies++;
-	while ((r = vq_pop(&d->vqs[qi], &c)) > 0) {
+	while ((r = virtqueue_pop(&d->vqs[qi], &c)) > 0) {
 		e->chains++;
-		if (vq_push(&d->vqs[qi], c.head, 0) < 0)
+		if (virtqueue_push(&d->vqs[qi], c.head, 0) < 0)
 			break;
 	}
 	if (r < 0) {
 		e->errors++;
 		return r;
 	}
-	vq_dev_used(d, qi);
+	virtqueue_dev_used(d, qi);
 	return 0;
 }
 
-static const struct vq_dev_ops echo_ops = { .notify = echo_notify };
+static const struct virtqueue_dev_ops echo_ops = { .notify = echo_notify };
 
 /* ---- MODE_SCRIPT: ring 3 drives the real vsock device ----
  *
@@ -1281,8 +1281,8 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	}
 	if (ok && t->mode == MODE_GARBAGE) {
 		memset(&echo, 0, sizeof echo);
-		vq_init(&echo.q[0], 64);
-		echo.dev = (struct vq_dev){ .ops = &echo_ops, .device_id = 0x7f, .nr_queues = 1,
+		virtqueue_init(&echo.q[0], 64);
+		echo.dev = (struct virtqueue_dev){ .ops = &echo_ops, .device_id = 0x7f, .nr_queues = 1,
 					    .vqs = echo.q };
 		char cmdline[128] = "";
 		ok = vbus_init(&bus, &vm) == 0;

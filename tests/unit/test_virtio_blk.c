@@ -358,16 +358,16 @@ START_TEST(no_status_stops)
 }
 END_TEST
 
-/* Chains too long, or outside RAM, stop the device (vq_pop's checks). */
+/* Chains too long, or outside RAM, stop the device (virtqueue_pop's checks). */
 START_TEST(hostile_chains_stop)
 {
-	static struct fv_seg many[VQ_MAX_SEGS + 2];
+	static struct fv_seg many[VIRTQUEUE_MAX_SEGS + 2];
 	header(VIRTIO_BLK_T_IN, 0);
 	many[0] = (struct fv_seg){ HDR, 16, false };
-	for (unsigned i = 1; i <= VQ_MAX_SEGS; i++)
+	for (unsigned i = 1; i <= VIRTQUEUE_MAX_SEGS; i++)
 		many[i] = (struct fv_seg){ DATA + 512 * i, 512, true };
-	many[VQ_MAX_SEGS + 1] = (struct fv_seg){ ST, 1, true };
-	ck_assert_int_eq(submit(many, VQ_MAX_SEGS + 2, true, NULL), -1);
+	many[VIRTQUEUE_MAX_SEGS + 1] = (struct fv_seg){ ST, 1, true };
+	ck_assert_int_eq(submit(many, VIRTQUEUE_MAX_SEGS + 2, true, NULL), -1);
 	ck_assert(needs_reset());
 
 	ck_assert_int_eq(fv_driver_up(&drv, all_features, 1, QSIZE), 0);

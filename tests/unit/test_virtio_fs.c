@@ -395,11 +395,11 @@ START_TEST(hostile_chains)
 
 	/* More segments than a chain may have. */
 	driver_up();
-	struct fv_seg many[VQ_MAX_SEGS + 1];
+	struct fv_seg many[VIRTQUEUE_MAX_SEGS + 1];
 	many[0] = (struct fv_seg){ REQ, len, false };
-	for (unsigned i = 1; i <= VQ_MAX_SEGS; i++)
+	for (unsigned i = 1; i <= VIRTQUEUE_MAX_SEGS; i++)
 		many[i] = (struct fv_seg){ REP + 16 * i, 16, true };
-	assert_stops(REQUEST, many, VQ_MAX_SEGS + 1, true);
+	assert_stops(REQUEST, many, VIRTQUEUE_MAX_SEGS + 1, true);
 
 	/* avail.idx far ahead of what the queue can hold. */
 	driver_up();

@@ -10,8 +10,8 @@
 
 /* A dummy device: two queues, 12 bytes of config, counts its hooks. */
 struct dummy {
-	struct vq_dev dev;
-	struct vq vqs[2];
+	struct virtqueue_dev dev;
+	struct virtqueue vqs[2];
 	uint8_t cfg[12];
 	unsigned notifies[2], resets, activates;
 	int notify_ret;
@@ -28,33 +28,33 @@ static struct dummy dm;
 static struct counting_irq irq;
 static struct vmmio t;
 
-static void d_config_read(struct vq_dev *d, uint32_t off, void *data, uint32_t len)
+static void d_config_read(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len)
 {
 	memcpy(data, ((struct dummy *)d)->cfg + off, len);
 }
 
-static void d_config_write(struct vq_dev *d, uint32_t off, const void *data, uint32_t len)
+static void d_config_write(struct virtqueue_dev *d, uint32_t off, const void *data, uint32_t len)
 {
 	memcpy(((struct dummy *)d)->cfg + off, data, len);
 }
 
-static int d_notify(struct vq_dev *d, unsigned q)
+static int d_notify(struct virtqueue_dev *d, unsigned q)
 {
 	((struct dummy *)d)->notifies[q]++;
 	return ((struct dummy *)d)->notify_ret;
 }
 
-static void d_reset(struct vq_dev *d)
+static void d_reset(struct virtqueue_dev *d)
 {
 	((struct dummy *)d)->resets++;
 }
 
-static void d_activate(struct vq_dev *d)
+static void d_activate(struct virtqueue_dev *d)
 {
 	((struct dummy *)d)->activates++;
 }
 
-static const struct vq_dev_ops d_ops = {
+static const struct virtqueue_dev_ops d_ops = {
 	.config_read = d_config_read,
 	.config_write = d_config_write,
 	.notify = d_notify,
@@ -81,8 +81,8 @@ static void setup(void)
 	dm.dev.config_size = sizeof dm.cfg;
 	dm.dev.nr_queues = 2;
 	dm.dev.vqs = dm.vqs;
-	vq_init(&dm.vqs[0], 64);
-	vq_init(&dm.vqs[1], 16);
+	virtqueue_init(&dm.vqs[0], 64);
+	virtqueue_init(&dm.vqs[1], 16);
 	for (unsigned i = 0; i < sizeof dm.cfg; i++)
 		dm.cfg[i] = (uint8_t)(0xa0 + i);
 	ck_assert_int_eq(vmmio_init(&t, &dm.dev, &drv.gm, &irq.sink), 0);
@@ -249,11 +249,11 @@ START_TEST(interrupts_level)
 	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
 	setup_queue(0, 8, 0x1000);
 	fv_wr(&drv, 0x70, ALL_OK);
-	ck_assert_int_eq(vq_push(&dm.vqs[0], 0, 0), 0);
-	vq_dev_used(&dm.dev, 0);
+	ck_assert_int_eq(virtqueue_push(&dm.vqs[0], 0, 0), 0);
+	virtqueue_dev_used(&dm.dev, 0);
 	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_USED);
 	ck_assert_int_eq(irq.level, 1);
-	vq_dev_config_changed(&dm.dev);
+	virtqueue_dev_config_changed(&dm.dev);
 	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_USED | VMMIO_INT_CONFIG);
 	ck_assert_uint_eq(fv_rd(&drv, 0xfc), 1);
 	fv_wr(&drv, 0x64, VMMIO_INT_USED);
@@ -307,7 +307,7 @@ END_TEST
 START_TEST(init_rejects_bad_devices)
 {
 	struct vmmio t2;
-	struct vq_dev d = { 0 };
+	struct virtqueue_dev d = { 0 };
 	ck_assert_int_eq(vmmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
 	d = dm.dev;
 	d.config_size = 0x1000;

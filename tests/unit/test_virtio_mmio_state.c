@@ -11,8 +11,8 @@
 
 /* A device of two queues that pops and completes what it is kicked for. */
 struct dummy {
-	struct vq_dev dev;
-	struct vq vqs[2];
+	struct virtqueue_dev dev;
+	struct virtqueue vqs[2];
 	unsigned notifies, chains, activates, resets;
 };
 
@@ -27,24 +27,24 @@ static struct vmmio ta, tb;
 static struct counting_irq irq;
 static char err[256];
 
-static int d_notify(struct vq_dev *d, unsigned q)
+static int d_notify(struct virtqueue_dev *d, unsigned q)
 {
 	struct dummy *x = (struct dummy *)d;
-	static struct vq_chain c;
+	static struct virtqueue_chain c;
 	x->notifies++;
 	int r;
-	while ((r = vq_pop(&d->vqs[q], &c)) > 0) {
+	while ((r = virtqueue_pop(&d->vqs[q], &c)) > 0) {
 		x->chains++;
-		vq_push(&d->vqs[q], c.head, c.write_len);
+		virtqueue_push(&d->vqs[q], c.head, c.write_len);
 	}
-	vq_dev_used(d, q);
+	virtqueue_dev_used(d, q);
 	return r;
 }
 
-static void d_activate(struct vq_dev *d) { ((struct dummy *)d)->activates++; }
-static void d_reset(struct vq_dev *d) { ((struct dummy *)d)->resets++; }
+static void d_activate(struct virtqueue_dev *d) { ((struct dummy *)d)->activates++; }
+static void d_reset(struct virtqueue_dev *d) { ((struct dummy *)d)->resets++; }
 
-static const struct vq_dev_ops ops = { .notify = d_notify, .activate = d_activate,
+static const struct virtqueue_dev_ops ops = { .notify = d_notify, .activate = d_activate,
 				       .reset = d_reset };
 
 static void set_level(struct irq_sink *s, int level) { ((struct counting_irq *)s)->level = level; }
@@ -52,10 +52,10 @@ static void set_level(struct irq_sink *s, int level) { ((struct counting_irq *)s
 static void dummy_init(struct dummy *d, struct vmmio *t)
 {
 	memset(d, 0, sizeof *d);
-	d->dev = (struct vq_dev){ .ops = &ops, .device_id = 19, .nr_queues = 2, .vqs = d->vqs,
+	d->dev = (struct virtqueue_dev){ .ops = &ops, .device_id = 19, .nr_queues = 2, .vqs = d->vqs,
 				  .features = 1ull << VIRTIO_F_EVENT_IDX };
-	vq_init(&d->vqs[0], 64);
-	vq_init(&d->vqs[1], 32);
+	virtqueue_init(&d->vqs[0], 64);
+	virtqueue_init(&d->vqs[1], 32);
 	ck_assert_int_eq(vmmio_init(t, &d->dev, &drv.gm, &irq.sink), 0);
 }
 

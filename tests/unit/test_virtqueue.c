@@ -15,13 +15,13 @@
 #define BUF 0x8000u
 
 static struct fv_driver drv;
-static struct vq q;
+static struct virtqueue q;
 
 static void setup(void)
 {
 	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
 	drv.q[0] = (struct fv_ring){ .desc = DESC, .avail = AVAIL, .used = USED };
-	vq_init(&q, 256);
+	virtqueue_init(&q, 256);
 	q.desc_gpa = DESC;
 	q.avail_gpa = AVAIL;
 	q.used_gpa = USED;
@@ -36,17 +36,17 @@ static void start(uint16_t size, uint64_t features)
 {
 	q.size = size;
 	drv.q[0].size = size;
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, features), 0);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, features), 0);
 }
 
 START_TEST(simple_chain)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, BUF, 100, FV_DESC_F_NEXT, 3);
 	fv_desc(&drv, DESC, 3, BUF + 0x100, 200, FV_DESC_F_WRITE, 0);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), 1);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.head, 0);
 	ck_assert_uint_eq(c.nr, 2);
 	ck_assert_uint_eq(c.nr_read, 1);
@@ -54,14 +54,14 @@ START_TEST(simple_chain)
 	ck_assert_uint_eq(c.write_len, 200);
 	ck_assert_ptr_eq(c.seg[0].ptr, drv.ram + BUF);
 	ck_assert(c.seg[1].write);
-	ck_assert_int_eq(vq_pop(&q, &c), 0);
-	ck_assert_int_eq(vq_push(&q, 0, 42), 0);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 0);
+	ck_assert_int_eq(virtqueue_push(&q, 0, 42), 0);
 	ck_assert_uint_eq(fv_r16(&drv, USED + 2), 1);
 	ck_assert_uint_eq(fv_r32(&drv, USED + 4), 0);
 	ck_assert_uint_eq(fv_r32(&drv, USED + 8), 42);
-	ck_assert(vq_needs_interrupt(&q));
-	ck_assert(!vq_needs_interrupt(&q)); /* nothing new since */
-	ck_assert_int_eq(vq_push(&q, 8, 0), -EINVAL);
+	ck_assert(virtqueue_needs_interrupt(&q));
+	ck_assert(!virtqueue_needs_interrupt(&q)); /* nothing new since */
+	ck_assert_int_eq(virtqueue_push(&q, 8, 0), -EINVAL);
 }
 END_TEST
 
@@ -70,14 +70,14 @@ START_TEST(bad_sizes_refused)
 	static const uint16_t bad[] = { 0, 3, 6, 100, 512 };
 	for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		q.size = bad[i];
-		ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
+		ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), -EINVAL);
 		ck_assert(!q.ready);
 	}
-	struct vq big;
-	vq_init(&big, 1000); /* rounded down to a power of two */
+	struct virtqueue big;
+	virtqueue_init(&big, 1000); /* rounded down to a power of two */
 	ck_assert_uint_eq(big.max_size, 512);
-	vq_init(&big, 40000);
-	ck_assert_uint_eq(big.max_size, VQ_MAX_SIZE);
+	virtqueue_init(&big, 40000);
+	ck_assert_uint_eq(big.max_size, VIRTQUEUE_MAX_SIZE);
 }
 END_TEST
 
@@ -85,93 +85,93 @@ START_TEST(misaligned_or_outside_rings_refused)
 {
 	q.size = 8;
 	q.desc_gpa = DESC + 8;
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), -EINVAL);
 	q.desc_gpa = DESC;
 	q.avail_gpa = AVAIL + 1;
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), -EINVAL);
 	q.avail_gpa = AVAIL;
 	q.used_gpa = USED + 2;
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), -EINVAL);
 	q.used_gpa = RAM - 16; /* straddles the end of RAM */
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), -EINVAL);
 	q.used_gpa = USED;
 	q.desc_gpa = 0xfffffffffffffff0ull;
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), -EINVAL);
 	q.desc_gpa = RAM - 16 * 8; /* exactly fits */
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), 0);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), 0);
 	/* The avail ring's used_event field makes 6 + 2n bytes. */
 	q.avail_gpa = RAM - (4 + 2 * 8);
-	ck_assert_int_eq(vq_activate(&q, &drv.gm, 0), -EINVAL);
+	ck_assert_int_eq(virtqueue_activate(&q, &drv.gm, 0), -EINVAL);
 }
 END_TEST
 
 START_TEST(loop_is_an_error)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, BUF, 10, FV_DESC_F_NEXT, 1);
 	fv_desc(&drv, DESC, 1, BUF, 10, FV_DESC_F_NEXT, 0);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), -ELOOP);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -ELOOP);
 	ck_assert(q.broken);
-	ck_assert_int_eq(vq_pop(&q, &c), -EIO);
-	ck_assert_int_eq(vq_push(&q, 0, 0), -EIO);
-	vq_reset(&q);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EIO);
+	ck_assert_int_eq(virtqueue_push(&q, 0, 0), -EIO);
+	virtqueue_reset(&q);
 	ck_assert(!q.broken);
 }
 END_TEST
 
 START_TEST(self_loop_with_zero_length)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(4, 0);
 	fv_desc(&drv, DESC, 2, 0, 0, FV_DESC_F_NEXT, 2);
 	fv_offer(&drv, 0, 2);
-	ck_assert_int_eq(vq_pop(&q, &c), -ELOOP);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -ELOOP);
 }
 END_TEST
 
 START_TEST(bad_next_and_head)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, BUF, 10, FV_DESC_F_NEXT, 8);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
-	vq_reset(&q);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EINVAL);
+	virtqueue_reset(&q);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
 	memset(drv.ram, 0, RAM);
 	start(8, 0);
 	fv_offer(&drv, 0, 9);
-	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EINVAL);
 }
 END_TEST
 
 START_TEST(buffers_outside_ram)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, RAM - 4, 8, 0, 0); /* straddles the end */
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), -EFAULT);
-	vq_reset(&q);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EFAULT);
+	virtqueue_reset(&q);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
 	memset(drv.ram, 0, RAM);
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, 0xfffffffffffffff8ull, 16, 0, 0); /* wraps */
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), -EFAULT);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EFAULT);
 }
 END_TEST
 
 START_TEST(readable_after_writable)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, BUF, 10, FV_DESC_F_WRITE | FV_DESC_F_NEXT, 1);
 	fv_desc(&drv, DESC, 1, BUF, 10, 0, 0);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EINVAL);
 }
 END_TEST
 
@@ -183,43 +183,43 @@ START_TEST(segment_bound)
 	const unsigned size = 512;
 	_Static_assert(0x9000 + 16 * 512 <= 0xd000 && 0xe000 + 6 + 8 * 512 <= RAM,
 		       "segment_bound's rings fit");
-	struct vq_chain c;
-	vq_init(&q, size);
+	struct virtqueue_chain c;
+	virtqueue_init(&q, size);
 	q.desc_gpa = desc_gpa;
 	q.avail_gpa = avail_gpa;
 	q.used_gpa = used_gpa;
 	start(size, 0);
-	for (unsigned i = 0; i < VQ_MAX_SEGS; i++)
-		fv_desc(&drv, desc_gpa, i, BUF + i, 1, i + 1 < VQ_MAX_SEGS ? FV_DESC_F_NEXT : 0,
+	for (unsigned i = 0; i < VIRTQUEUE_MAX_SEGS; i++)
+		fv_desc(&drv, desc_gpa, i, BUF + i, 1, i + 1 < VIRTQUEUE_MAX_SEGS ? FV_DESC_F_NEXT : 0,
 			(uint16_t)(i + 1));
 	fv_w16(&drv, avail_gpa + 4, 0);
 	fv_w16(&drv, avail_gpa + 2, 1);
-	ck_assert_int_eq(vq_pop(&q, &c), 1);
-	ck_assert_uint_eq(c.nr, VQ_MAX_SEGS);
-	fv_desc(&drv, desc_gpa, VQ_MAX_SEGS - 1, BUF, 1, FV_DESC_F_NEXT, VQ_MAX_SEGS);
-	fv_desc(&drv, desc_gpa, VQ_MAX_SEGS, BUF, 1, 0, 0);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
+	ck_assert_uint_eq(c.nr, VIRTQUEUE_MAX_SEGS);
+	fv_desc(&drv, desc_gpa, VIRTQUEUE_MAX_SEGS - 1, BUF, 1, FV_DESC_F_NEXT, VIRTQUEUE_MAX_SEGS);
+	fv_desc(&drv, desc_gpa, VIRTQUEUE_MAX_SEGS, BUF, 1, 0, 0);
 	fv_w16(&drv, avail_gpa + 4 + 2, 0);
 	fv_w16(&drv, avail_gpa + 2, 2);
-	ck_assert_int_eq(vq_pop(&q, &c), -E2BIG);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -E2BIG);
 }
 END_TEST
 
 START_TEST(avail_idx_runs_ahead)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	for (unsigned i = 0; i < 8; i++)
 		fv_desc(&drv, DESC, i, BUF, 1, 0, 0);
 	fv_w16(&drv, AVAIL + 2, 8); /* a full ring is fine */
-	ck_assert_int_eq(vq_pop(&q, &c), 1);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
 	fv_w16(&drv, AVAIL + 2, 1 + 8 + 1); /* one more than the ring holds */
-	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EINVAL);
 }
 END_TEST
 
 START_TEST(index_wraps_at_65535)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(4, 0);
 	q.last_avail = 65534;
 	q.used_idx = q.signalled_used = 65534;
@@ -231,11 +231,11 @@ START_TEST(index_wraps_at_65535)
 	}
 	ck_assert_uint_eq(fv_r16(&drv, AVAIL + 2), 2);
 	for (unsigned i = 0; i < 4; i++) {
-		ck_assert_int_eq(vq_pop(&q, &c), 1);
+		ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
 		ck_assert_uint_eq(c.head, i);
-		ck_assert_int_eq(vq_push(&q, c.head, 16), 0);
+		ck_assert_int_eq(virtqueue_push(&q, c.head, 16), 0);
 	}
-	ck_assert_int_eq(vq_pop(&q, &c), 0);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 0);
 	ck_assert_uint_eq(fv_r16(&drv, USED + 2), 2);
 	/* slot of used index 65535 is 3, of 0 is 0 */
 	ck_assert_uint_eq(fv_r32(&drv, USED + 4 + 8 * 3), 1);
@@ -245,7 +245,7 @@ END_TEST
 
 START_TEST(indirect_table)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	const uint64_t tbl = 0x5000;
 	start(8, 1ull << VIRTIO_F_INDIRECT_DESC);
 	fv_desc(&drv, tbl, 0, BUF, 44, FV_DESC_F_NEXT, 1);
@@ -253,7 +253,7 @@ START_TEST(indirect_table)
 	fv_desc(&drv, tbl, 2, BUF + 128, 4096, FV_DESC_F_WRITE, 0);
 	fv_desc(&drv, DESC, 5, tbl, 3 * 16, FV_DESC_F_INDIRECT, 0);
 	fv_offer(&drv, 0, 5);
-	ck_assert_int_eq(vq_pop(&q, &c), 1);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.head, 5);
 	ck_assert_uint_eq(c.nr, 3);
 	ck_assert_uint_eq(c.read_len, 54);
@@ -263,7 +263,7 @@ END_TEST
 
 START_TEST(indirect_abuse)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	const uint64_t tbl = 0x5000, on = 1ull << VIRTIO_F_INDIRECT_DESC;
 	const uint16_t ind = FV_DESC_F_INDIRECT;
 	struct {
@@ -278,10 +278,10 @@ START_TEST(indirect_abuse)
 		{ tbl, 0, ind, on, -EINVAL },
 		{ RAM - 16, 32, ind, on, -EFAULT },
 		{ tbl, 32, ind | FV_DESC_F_NEXT, on, -EINVAL },
-		{ tbl, 16 * (VQ_MAX_INDIRECT + 1), ind, on, -EINVAL },
+		{ tbl, 16 * (VIRTQUEUE_MAX_INDIRECT + 1), ind, on, -EINVAL },
 	};
 	for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		vq_init(&q, 256);
+		virtqueue_init(&q, 256);
 		q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
 		memset(drv.ram, 0, RAM);
 		start(8, cases[i].feat);
@@ -289,18 +289,18 @@ START_TEST(indirect_abuse)
 		fv_desc(&drv, tbl, 1, BUF, 8, 0, 0);
 		fv_desc(&drv, DESC, 0, cases[i].addr, cases[i].len, cases[i].flags, 1);
 		fv_offer(&drv, 0, 0);
-		ck_assert_int_eq(vq_pop(&q, &c), cases[i].err);
+		ck_assert_int_eq(virtqueue_pop(&q, &c), cases[i].err);
 	}
 	/* nested indirect, and a loop inside the table */
 	memset(drv.ram, 0, RAM);
-	vq_init(&q, 256);
+	virtqueue_init(&q, 256);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
 	start(8, 1ull << VIRTIO_F_INDIRECT_DESC);
 	fv_desc(&drv, tbl, 0, tbl, 32, FV_DESC_F_INDIRECT, 0);
 	fv_desc(&drv, DESC, 0, tbl, 32, FV_DESC_F_INDIRECT, 0);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), -EINVAL);
-	vq_reset(&q);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -EINVAL);
+	virtqueue_reset(&q);
 	q.desc_gpa = DESC, q.avail_gpa = AVAIL, q.used_gpa = USED;
 	memset(drv.ram, 0, RAM);
 	start(8, 1ull << VIRTIO_F_INDIRECT_DESC);
@@ -308,66 +308,66 @@ START_TEST(indirect_abuse)
 	fv_desc(&drv, tbl, 1, BUF, 8, FV_DESC_F_NEXT, 0);
 	fv_desc(&drv, DESC, 0, tbl, 32, FV_DESC_F_INDIRECT, 0);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), -ELOOP);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), -ELOOP);
 }
 END_TEST
 
 START_TEST(interrupt_suppression)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, BUF, 8, FV_DESC_F_WRITE, 0);
 	fv_w16(&drv, AVAIL, 1); /* NO_INTERRUPT */
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), 1);
-	vq_push(&q, 0, 0);
-	ck_assert(!vq_needs_interrupt(&q));
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
+	virtqueue_push(&q, 0, 0);
+	ck_assert(!virtqueue_needs_interrupt(&q));
 	fv_w16(&drv, AVAIL, 0);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), 1);
-	vq_push(&q, 0, 0);
-	ck_assert(vq_needs_interrupt(&q));
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
+	virtqueue_push(&q, 0, 0);
+	ck_assert(virtqueue_needs_interrupt(&q));
 }
 END_TEST
 
 START_TEST(event_idx)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	const uint64_t used_event = AVAIL + 4 + 2 * 8, avail_event = USED + 4 + 8 * 8;
 	start(8, 1ull << VIRTIO_F_EVENT_IDX);
 	/* empty pop publishes where we want the next kick */
-	ck_assert_int_eq(vq_pop(&q, &c), 0);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 0);
 	ck_assert_uint_eq(fv_r16(&drv, avail_event), 0);
 	fv_desc(&drv, DESC, 0, BUF, 8, FV_DESC_F_WRITE, 0);
 	fv_w16(&drv, used_event, 2); /* interrupt once used.idx passes 2 */
 	for (unsigned i = 0; i < 4; i++) {
 		fv_offer(&drv, 0, 0);
-		ck_assert_int_eq(vq_pop(&q, &c), 1);
-		vq_push(&q, 0, 0);
+		ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
+		virtqueue_push(&q, 0, 0);
 		/* idx becomes 1, 2, 3, 4: only the step to 3 crosses 2 */
-		ck_assert_int_eq(vq_needs_interrupt(&q), i == 2);
+		ck_assert_int_eq(virtqueue_needs_interrupt(&q), i == 2);
 	}
-	ck_assert_int_eq(vq_pop(&q, &c), 0);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 0);
 	ck_assert_uint_eq(fv_r16(&drv, avail_event), 4);
 	/* a batch crossing the event interrupts once */
 	fv_w16(&drv, used_event, 5);
 	fv_offer(&drv, 0, 0), fv_offer(&drv, 0, 0), fv_offer(&drv, 0, 0);
 	for (unsigned i = 0; i < 3; i++) {
-		ck_assert_int_eq(vq_pop(&q, &c), 1);
-		vq_push(&q, 0, 0);
+		ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
+		virtqueue_push(&q, 0, 0);
 	}
-	ck_assert(vq_needs_interrupt(&q));
+	ck_assert(virtqueue_needs_interrupt(&q));
 }
 END_TEST
 
 START_TEST(zero_length_segments_skipped)
 {
-	struct vq_chain c;
+	struct virtqueue_chain c;
 	start(8, 0);
 	fv_desc(&drv, DESC, 0, RAM + 100, 0, FV_DESC_F_NEXT, 1); /* never dereferenced */
 	fv_desc(&drv, DESC, 1, BUF, 4, FV_DESC_F_WRITE, 0);
 	fv_offer(&drv, 0, 0);
-	ck_assert_int_eq(vq_pop(&q, &c), 1);
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 1);
 	ck_assert_uint_eq(c.nr, 1);
 	ck_assert_uint_eq(c.write_len, 4);
 }
@@ -375,10 +375,10 @@ END_TEST
 
 START_TEST(not_ready_is_empty)
 {
-	struct vq_chain c;
-	ck_assert_int_eq(vq_pop(&q, &c), 0);
-	ck_assert_int_eq(vq_push(&q, 0, 0), -EIO);
-	ck_assert(!vq_needs_interrupt(&q));
+	struct virtqueue_chain c;
+	ck_assert_int_eq(virtqueue_pop(&q, &c), 0);
+	ck_assert_int_eq(virtqueue_push(&q, 0, 0), -EIO);
+	ck_assert(!virtqueue_needs_interrupt(&q));
 }
 END_TEST
 

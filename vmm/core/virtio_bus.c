@@ -47,7 +47,7 @@ static void slot_write(void *ctx, uint64_t off, const uint8_t *data, unsigned le
 	pthread_mutex_unlock(&sl->bus->lock);
 }
 
-int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *poller,
+int vbus_add(struct vbus *b, struct virtqueue_dev *dev, const struct vbus_poller *poller,
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen)
 {
 	if (b->n >= VBUS_MAX_DEVS || dev->nr_queues > VBUS_MAX_QUEUES)

@@ -58,7 +58,7 @@ int vbus_init(struct vbus *b, struct vm *vm);
  * handler, one ioeventfd per queue and an irqfd.  Appends the device to
  * the kernel command line (virtio_mmio.device=4K@BASE:IRQ) in cmdline.
  * Returns 0 or a negative errno with err set. */
-int vbus_add(struct vbus *b, struct vq_dev *dev, const struct vbus_poller *poller,
+int vbus_add(struct vbus *b, struct virtqueue_dev *dev, const struct vbus_poller *poller,
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen);
 
 /* Start the device thread, which from then on serves the queue notifies

@@ -4,9 +4,9 @@
 #include <errno.h>
 #include <string.h>
 
-#define VMMIO_MAGIC 0x74726976u   /* "virt" */
-#define VMMIO_VERSION 2u
-#define VMMIO_VENDOR 0x786f626bu  /* "kbox" */
+#define VIRTIO_MMIO_MAGIC 0x74726976u   /* "virt" */
+#define VIRTIO_MMIO_VERSION_VALUE 2u
+#define VIRTIO_MMIO_VENDOR 0x786f626bu  /* "kbox" */
 
 enum {
 	R_MAGIC = 0x000,
@@ -39,12 +39,12 @@ enum {
 	R_CONFIG_GEN = 0x0fc,
 };
 
-static uint64_t offered(const struct vmmio *t)
+static uint64_t offered(const struct virtio_mmio *t)
 {
 	return t->dev->features | (1ull << VIRTIO_F_VERSION_1);
 }
 
-static void raise_int(struct vmmio *t, uint32_t bit)
+static void raise_int(struct virtio_mmio *t, uint32_t bit)
 {
 	t->int_status |= bit;
 	irq_raise(t->irq);
@@ -52,32 +52,32 @@ static void raise_int(struct vmmio *t, uint32_t bit)
 
 static void on_signal(struct virtqueue_dev *d, enum virtqueue_signal why)
 {
-	struct vmmio *t = d->transport;
+	struct virtio_mmio *t = d->transport;
 
 	switch (why) {
 	case VIRTQUEUE_SIGNAL_USED:
 		if (d->live)
-			raise_int(t, VMMIO_INT_USED);
+			raise_int(t, VIRTIO_MMIO_INT_USED);
 		break;
 	case VIRTQUEUE_SIGNAL_CONFIG:
 		t->config_gen++;
-		raise_int(t, VMMIO_INT_CONFIG);
+		raise_int(t, VIRTIO_MMIO_INT_CONFIG);
 		break;
 	case VIRTQUEUE_SIGNAL_ERROR:
 		d->live = false;
 		if (t->status & VIRTIO_STATUS_NEEDS_RESET)
 			break;
 		t->status |= VIRTIO_STATUS_NEEDS_RESET;
-		raise_int(t, VMMIO_INT_CONFIG);
+		raise_int(t, VIRTIO_MMIO_INT_CONFIG);
 		break;
 	}
 }
 
-int vmmio_init(struct vmmio *t, struct virtqueue_dev *dev, const struct guest_mem *gm,
+int virtio_mmio_init(struct virtio_mmio *t, struct virtqueue_dev *dev, const struct guest_mem *gm,
 	       struct irq_sink *irq)
 {
 	if (!dev || !dev->ops || !dev->ops->notify || !dev->vqs || dev->nr_queues == 0 ||
-	    dev->config_size > VMMIO_WINDOW - VMMIO_CONFIG)
+	    dev->config_size > VIRTIO_MMIO_WINDOW - VIRTIO_MMIO_CONFIG)
 		return -EINVAL;
 	memset(t, 0, sizeof *t);
 	t->dev = dev;
@@ -90,7 +90,7 @@ int vmmio_init(struct vmmio *t, struct virtqueue_dev *dev, const struct guest_me
 	return 0;
 }
 
-static void reset(struct vmmio *t)
+static void reset(struct virtio_mmio *t)
 {
 	struct virtqueue_dev *d = t->dev;
 
@@ -110,31 +110,31 @@ static void reset(struct vmmio *t)
 }
 
 /* The selected queue, or NULL if there is none. */
-static struct virtqueue *sel_queue(struct vmmio *t)
+static struct virtqueue *sel_queue(struct virtio_mmio *t)
 {
 	return t->queue_sel < t->dev->nr_queues ? &t->dev->vqs[t->queue_sel] : NULL;
 }
 
 /* Queue registers only change while the queue is off (§4.2.2.3). */
-static struct virtqueue *writable_queue(struct vmmio *t)
+static struct virtqueue *writable_queue(struct virtio_mmio *t)
 {
 	struct virtqueue *vq = sel_queue(t);
 	return vq && !vq->ready ? vq : NULL;
 }
 
-static uint32_t read_reg(struct vmmio *t, uint32_t off)
+static uint32_t read_reg(struct virtio_mmio *t, uint32_t off)
 {
 	struct virtqueue *vq = sel_queue(t);
 
 	switch (off) {
 	case R_MAGIC:
-		return VMMIO_MAGIC;
+		return VIRTIO_MMIO_MAGIC;
 	case R_VERSION:
-		return VMMIO_VERSION;
+		return VIRTIO_MMIO_VERSION_VALUE;
 	case R_DEVICE_ID:
 		return t->dev->device_id;
 	case R_VENDOR_ID:
-		return VMMIO_VENDOR;
+		return VIRTIO_MMIO_VENDOR;
 	case R_DEV_FEATURES:
 		if (t->dev_feat_sel > 1)
 			return 0;
@@ -167,7 +167,7 @@ static void set_half(uint64_t *v, int high, uint32_t val)
 		*v = (*v & ~0xffffffffull) | val;
 }
 
-static void write_status(struct vmmio *t, uint32_t v)
+static void write_status(struct virtio_mmio *t, uint32_t v)
 {
 	struct virtqueue_dev *d = t->dev;
 	uint32_t old = t->status & ~VIRTIO_STATUS_NEEDS_RESET;
@@ -202,7 +202,7 @@ static void write_status(struct vmmio *t, uint32_t v)
 		d->live = false;
 }
 
-static void write_queue_ready(struct vmmio *t, uint32_t v)
+static void write_queue_ready(struct virtio_mmio *t, uint32_t v)
 {
 	struct virtqueue *vq = sel_queue(t);
 
@@ -218,7 +218,7 @@ static void write_queue_ready(struct vmmio *t, uint32_t v)
 		virtqueue_dev_fail(t->dev);
 }
 
-static void write_reg(struct vmmio *t, uint32_t off, uint32_t v)
+static void write_reg(struct virtio_mmio *t, uint32_t off, uint32_t v)
 {
 	struct virtqueue *vq = writable_queue(t);
 
@@ -245,7 +245,7 @@ static void write_reg(struct vmmio *t, uint32_t off, uint32_t v)
 		write_queue_ready(t, v);
 		break;
 	case R_QUEUE_NOTIFY:
-		vmmio_notify(t, v);
+		virtio_mmio_notify(t, v);
 		break;
 	case R_INT_ACK:
 		t->int_status &= ~v;
@@ -279,26 +279,26 @@ static void write_reg(struct vmmio *t, uint32_t off, uint32_t v)
 }
 
 /* Config accesses must be a natural width and lie wholly in config space. */
-static bool config_access_ok(const struct vmmio *t, uint64_t off, uint32_t len)
+static bool config_access_ok(const struct virtio_mmio *t, uint64_t off, uint32_t len)
 {
 	if (len != 1 && len != 2 && len != 4 && len != 8)
 		return false;
-	if (off < VMMIO_CONFIG)
+	if (off < VIRTIO_MMIO_CONFIG)
 		return false;
-	uint64_t c = off - VMMIO_CONFIG;
+	uint64_t c = off - VIRTIO_MMIO_CONFIG;
 	return c < t->dev->config_size && len <= t->dev->config_size - c;
 }
 
-void vmmio_read(struct vmmio *t, uint64_t off, void *data, uint32_t len)
+void virtio_mmio_read(struct virtio_mmio *t, uint64_t off, void *data, uint32_t len)
 {
 	if (len > 8)
 		return;
 	memset(data, 0, len);
-	if (off >= VMMIO_WINDOW)
+	if (off >= VIRTIO_MMIO_WINDOW)
 		return;
-	if (off >= VMMIO_CONFIG) {
+	if (off >= VIRTIO_MMIO_CONFIG) {
 		if (config_access_ok(t, off, len) && t->dev->ops->config_read)
-			t->dev->ops->config_read(t->dev, (uint32_t)(off - VMMIO_CONFIG), data, len);
+			t->dev->ops->config_read(t->dev, (uint32_t)(off - VIRTIO_MMIO_CONFIG), data, len);
 		return;
 	}
 	if (len != 4 || (off & 3))
@@ -307,13 +307,13 @@ void vmmio_read(struct vmmio *t, uint64_t off, void *data, uint32_t len)
 	memcpy(data, &v, 4);
 }
 
-void vmmio_write(struct vmmio *t, uint64_t off, const void *data, uint32_t len)
+void virtio_mmio_write(struct virtio_mmio *t, uint64_t off, const void *data, uint32_t len)
 {
-	if (len > 8 || off >= VMMIO_WINDOW)
+	if (len > 8 || off >= VIRTIO_MMIO_WINDOW)
 		return;
-	if (off >= VMMIO_CONFIG) {
+	if (off >= VIRTIO_MMIO_CONFIG) {
 		if (config_access_ok(t, off, len) && t->dev->ops->config_write)
-			t->dev->ops->config_write(t->dev, (uint32_t)(off - VMMIO_CONFIG), data, len);
+			t->dev->ops->config_write(t->dev, (uint32_t)(off - VIRTIO_MMIO_CONFIG), data, len);
 		return;
 	}
 	if (len != 4 || (off & 3))
@@ -323,7 +323,7 @@ void vmmio_write(struct vmmio *t, uint64_t off, const void *data, uint32_t len)
 	write_reg(t, (uint32_t)off, le32toh(v));
 }
 
-void vmmio_notify(struct vmmio *t, uint32_t q)
+void virtio_mmio_notify(struct virtio_mmio *t, uint32_t q)
 {
 	struct virtqueue_dev *d = t->dev;
 

@@ -14,14 +14,14 @@
 	(VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_DRIVER_OK |      \
 	 VIRTIO_STATUS_FEATURES_OK | VIRTIO_STATUS_NEEDS_RESET | VIRTIO_STATUS_FAILED)
 
-size_t vmmio_state_len(unsigned nr_queues) { return HDR_LEN + (size_t)nr_queues * QUEUE_LEN; }
+size_t virtio_mmio_state_len(unsigned nr_queues) { return HDR_LEN + (size_t)nr_queues * QUEUE_LEN; }
 
-int vmmio_state_save(const struct vmmio *t, struct sb_writer *w)
+int virtio_mmio_state_save(const struct virtio_mmio *t, struct sb_writer *w)
 {
 	const struct virtqueue_dev *d = t->dev;
 	size_t start = w->len;
-	sb_u32(w, VMMIO_STATE_MAGIC);
-	sb_u16(w, VMMIO_STATE_VERSION);
+	sb_u32(w, VIRTIO_MMIO_STATE_MAGIC);
+	sb_u16(w, VIRTIO_MMIO_STATE_VERSION);
 	sb_u16(w, (uint16_t)d->nr_queues);
 	sb_u32(w, d->device_id);
 	sb_u32(w, t->status);
@@ -46,7 +46,7 @@ int vmmio_state_save(const struct vmmio *t, struct sb_writer *w)
 		sb_u64(w, q->avail_gpa);
 		sb_u64(w, q->used_gpa);
 	}
-	if (!w->err && w->len - start != vmmio_state_len(d->nr_queues))
+	if (!w->err && w->len - start != virtio_mmio_state_len(d->nr_queues))
 		w->err = -EINVAL;
 	return w->err;
 }
@@ -57,13 +57,13 @@ struct saved_queue {
 	uint64_t desc, avail, used;
 };
 
-static uint64_t offered(const struct vmmio *t)
+static uint64_t offered(const struct virtio_mmio *t)
 {
 	return t->dev->features | (1ull << VIRTIO_F_VERSION_1);
 }
 
-/* The whole transport back to its state after vmmio_init. */
-static void reset_all(struct vmmio *t)
+/* The whole transport back to its state after virtio_mmio_init. */
+static void reset_all(struct virtio_mmio *t)
 {
 	struct virtqueue_dev *d = t->dev;
 	for (unsigned i = 0; i < d->nr_queues; i++)
@@ -76,16 +76,16 @@ static void reset_all(struct vmmio *t)
 	t->irq = irq;
 }
 
-static int check_header(const struct vmmio *t, struct sb_reader *r, struct vmmio *nt,
+static int check_header(const struct virtio_mmio *t, struct sb_reader *r, struct virtio_mmio *nt,
 			uint64_t *accepted, bool *live, char *err, size_t errlen)
 {
 	const struct virtqueue_dev *d = t->dev;
 	uint32_t magic = sb_get_u32(r);
 	uint16_t ver = sb_get_u16(r), nq = sb_get_u16(r);
 	uint32_t id = sb_get_u32(r);
-	if (magic != VMMIO_STATE_MAGIC || ver != VMMIO_STATE_VERSION)
+	if (magic != VIRTIO_MMIO_STATE_MAGIC || ver != VIRTIO_MMIO_STATE_VERSION)
 		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state: not version %u",
-			       VMMIO_STATE_VERSION);
+			       VIRTIO_MMIO_STATE_VERSION);
 	if (id != d->device_id || nq != d->nr_queues)
 		return errbuf_fail(err, errlen, -EINVAL,
 			       "virtio-mmio state of device %u with %u queues, this is device %u "
@@ -124,23 +124,23 @@ static int check_header(const struct vmmio *t, struct sb_reader *r, struct vmmio
 		return errbuf_fail(err, errlen, -EINVAL,
 			       "virtio-mmio state: 'live' does not follow from status 0x%x", s);
 	*live = l == 1;
-	if (nt->int_status & ~(VMMIO_INT_USED | VMMIO_INT_CONFIG))
+	if (nt->int_status & ~(VIRTIO_MMIO_INT_USED | VIRTIO_MMIO_INT_CONFIG))
 		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown interrupt bits");
 	return 0;
 }
 
-int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err,
+int virtio_mmio_state_load(struct virtio_mmio *t, const uint8_t *blob, size_t len, char *err,
 		     size_t errlen)
 {
 	struct virtqueue_dev *d = t->dev;
-	if (d->nr_queues > VIRTQUEUE_MAX_SIZE || len != vmmio_state_len(d->nr_queues)) {
+	if (d->nr_queues > VIRTQUEUE_MAX_SIZE || len != virtio_mmio_state_len(d->nr_queues)) {
 		reset_all(t);
 		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state is %zu bytes, want %zu", len,
-			       vmmio_state_len(d->nr_queues));
+			       virtio_mmio_state_len(d->nr_queues));
 	}
 	struct sb_reader r;
 	sb_reader_init(&r, blob, len);
-	struct vmmio nt = { 0 };
+	struct virtio_mmio nt = { 0 };
 	uint64_t accepted = 0;
 	bool live = false;
 	int rc = check_header(t, &r, &nt, &accepted, &live, err, errlen);

@@ -14,17 +14,17 @@
 #include "devices/virtio_mmio.h"
 #include "lib/statebuf.h"
 
-#define VMMIO_STATE_MAGIC   0x54534d56u /* "VMST" */
-#define VMMIO_STATE_VERSION 1u
+#define VIRTIO_MMIO_STATE_MAGIC   0x54534d56u /* "VMST" */
+#define VIRTIO_MMIO_STATE_VERSION 1u
 
-/* The bytes vmmio_state_save writes for a device of nr_queues queues. */
-size_t vmmio_state_len(unsigned nr_queues);
+/* The bytes virtio_mmio_state_save writes for a device of nr_queues queues. */
+size_t virtio_mmio_state_len(unsigned nr_queues);
 
 /* Append t's state to w.  The device must be quiet (no notify running).
  * Returns 0 or w's latched error. */
-int vmmio_state_save(const struct vmmio *t, struct sb_writer *w);
+int virtio_mmio_state_save(const struct virtio_mmio *t, struct sb_writer *w);
 
-/* Take the state in blob (len bytes, hostile) into t, which vmmio_init
+/* Take the state in blob (len bytes, hostile) into t, which virtio_mmio_init
  * bound to its device and no driver has touched since.  Everything is
  * checked before anything changes: the exact length, magic and version,
  * the device id, queue count and each queue's maximum against the device
@@ -38,7 +38,7 @@ int vmmio_state_save(const struct vmmio *t, struct sb_writer *w);
  * memory and must find the used index in RAM equal to the saved one.
  * The device's hooks are not called (its own blob restores it).  0, or
  * -EINVAL with a line in err and t reset. */
-int vmmio_state_load(struct vmmio *t, const uint8_t *blob, size_t len, char *err,
+int virtio_mmio_state_load(struct virtio_mmio *t, const uint8_t *blob, size_t len, char *err,
 		     size_t errlen);
 
 #endif

@@ -144,7 +144,7 @@ struct vsock {
 
 /* Initialise v for a guest with cid guest_cid (≥ 3, < 2^32 - 1) and the
  * given backend (callbacks may be NULL).  Then attach &v->dev to a
- * transport, e.g. vmmio_init(&mmio, &v->dev, gm, irq).  Returns 0 or
+ * transport, e.g. virtio_mmio_init(&mmio, &v->dev, gm, irq).  Returns 0 or
  * -EINVAL. */
 int vsock_init(struct vsock *v, uint64_t guest_cid, const struct vsock_backend *backend,
 	       void *backend_ctx);

@@ -27,7 +27,7 @@
 #define DISK (64u * 1024)
 
 static struct fv_driver drv;
-static struct vmmio t;
+static struct virtio_mmio t;
 static struct virtio_blk blk;
 static char path[64];
 static int fd = -1;
@@ -163,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (blk_file_open(path, &o, &be) < 0)
 		abort();
 	struct virtio_blk_opts bo = { .serial = "fuzz", .blk_size = mode & 4 ? 4096 : 0 };
-	if (virtio_blk_init(&blk, &be, &bo) < 0 || vmmio_init(&t, &blk.dev, &drv.gm, NULL) < 0)
+	if (virtio_blk_init(&blk, &be, &bo) < 0 || virtio_mmio_init(&t, &blk.dev, &drv.gm, NULL) < 0)
 		abort();
 	drv.mmio = &t;
 	features = 1ull << VIRTIO_F_VERSION_1 | 1ull << VIRTIO_F_INDIRECT_DESC;

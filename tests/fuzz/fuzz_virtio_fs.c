@@ -26,7 +26,7 @@
 #define DATA_SIZE 0xc0000u
 
 static struct fv_driver drv;
-static struct vmmio t;
+static struct virtio_mmio t;
 static struct virtio_fs vfs;
 static char tree[64];
 
@@ -150,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fsp_new(&fc, &fs) < 0)
 		abort();
 	if (fuse_server_new(&fsp_ops, fs, &sc, &srv) < 0 || virtio_fs_init(&vfs, srv, "fuzz") < 0 ||
-	    vmmio_init(&t, &vfs.dev, &drv.gm, NULL) < 0)
+	    virtio_mmio_init(&t, &vfs.dev, &drv.gm, NULL) < 0)
 		abort();
 	drv.mmio = &t;
 	driver_up();

@@ -1,4 +1,4 @@
-/* libFuzzer target for vmmio_state_load: a 2-queue device's saved
+/* libFuzzer target for virtio_mmio_state_load: a 2-queue device's saved
  * transport state from any bytes (the first 32 KiB of guest RAM follow
  * it).  Accepted or not, the transport must be consistent afterwards:
  * refused means reset; accepted means every ready queue's rings lie in
@@ -40,13 +40,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	size_t slen = vmmio_state_len(2);
+	size_t slen = virtio_mmio_state_len(2);
 	if (size < slen)
 		return 0;
 	struct fv_driver drv;
 	struct virtqueue_dev dev;
 	struct virtqueue vqs[2];
-	struct vmmio t;
+	struct virtio_mmio t;
 	check(fv_init(&drv, 0, RAM) == 0);
 	memcpy(drv.ram, data + slen, size - slen < RAM ? size - slen : RAM);
 	dev = (struct virtqueue_dev){ .ops = &ops, .device_id = 19, .nr_queues = 2, .vqs = vqs,
@@ -54,9 +54,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					   1ull << VIRTIO_F_INDIRECT_DESC };
 	virtqueue_init(&vqs[0], 64);
 	virtqueue_init(&vqs[1], 16);
-	check(vmmio_init(&t, &dev, &drv.gm, NULL) == 0);
+	check(virtio_mmio_init(&t, &dev, &drv.gm, NULL) == 0);
 	char err[256] = "";
-	int rc = vmmio_state_load(&t, data, slen, err, sizeof err);
+	int rc = virtio_mmio_state_load(&t, data, slen, err, sizeof err);
 	if (rc < 0) {
 		check(rc == -EINVAL && err[0] && t.status == 0 && !dev.live && !vqs[0].ready &&
 		      !vqs[1].ready && dev.driver_features == 0);
@@ -76,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(void)fv_rd(&drv, off);
 		struct sb_writer w;
 		sb_init(&w);
-		check(vmmio_state_save(&t, &w) == 0 && w.len == slen);
+		check(virtio_mmio_state_save(&t, &w) == 0 && w.len == slen);
 		sb_free(&w);
 	}
 	fv_free(&drv);

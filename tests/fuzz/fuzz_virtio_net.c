@@ -25,7 +25,7 @@
 #define DATA_SIZE 0xc0000u
 
 static struct fv_driver drv;
-static struct vmmio t;
+static struct virtio_mmio t;
 static struct vnet net;
 
 /* Whether the device comes up is not this target's question: the script
@@ -138,7 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
 		abort();
 	fv_clear(&drv);
-	if (vnet_init(&net, mac, &be) < 0 || vmmio_init(&t, &net.dev, &drv.gm, NULL) < 0)
+	if (vnet_init(&net, mac, &be) < 0 || virtio_mmio_init(&t, &net.dev, &drv.gm, NULL) < 0)
 		abort();
 	drv.mmio = &t;
 	driver_up(0);

@@ -23,7 +23,7 @@
 
 static struct fv_driver drv;
 static struct vsock vs;
-static struct vmmio t;
+static struct virtio_mmio t;
 
 static int b_request(void *ctx, struct vsock_conn *c, uint32_t port)
 {
@@ -110,7 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
 		abort();
 	if (vsock_init(&vs, CID, &backend, NULL) < 0 ||
-	    vmmio_init(&t, &vs.dev, &drv.gm, NULL) < 0)
+	    virtio_mmio_init(&t, &vs.dev, &drv.gm, NULL) < 0)
 		abort();
 	drv.mmio = &t;
 	start();
@@ -162,7 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				fv_wr(&drv, n % 0x200, v);
 			} else {
 				uint64_t r;
-				vmmio_read(&t, n % 0x200, &r, 1 + (op >> 4) % 8);
+				virtio_mmio_read(&t, n % 0x200, &r, 1 + (op >> 4) % 8);
 			}
 			break;
 		}

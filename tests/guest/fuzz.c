@@ -182,7 +182,7 @@ static void st(uint64_t gpa, uint64_t v, unsigned len) { sop(SOP_ST, gpa, v, len
 
 static struct vm *g_vm;
 
-static uint64_t win(unsigned d, unsigned reg) { return (uint64_t)d * VMMIO_WINDOW + reg; }
+static uint64_t win(unsigned d, unsigned reg) { return (uint64_t)d * VIRTIO_MMIO_WINDOW + reg; }
 static void mw(unsigned d, unsigned reg, uint32_t v) { sop(SOP_MW, win(d, reg), v, 0, 0); }
 static unsigned mr(unsigned d, unsigned reg) { return sop(SOP_MR, win(d, reg), 0, 0, 1); }
 

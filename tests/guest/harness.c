@@ -356,7 +356,7 @@ static unsigned notifies_in(const struct script *s)
 {
 	unsigned n = 0;
 	for (unsigned i = 0; i < s->n; i++)
-		n += s->op[i][0] == SOP_MW && s->op[i][1] == VMMIO_QUEUE_NOTIFY;
+		n += s->op[i][0] == SOP_MW && s->op[i][1] == VIRTIO_MMIO_QUEUE_NOTIFY;
 	return n;
 }
 
@@ -432,7 +432,7 @@ static void drv_handshake(struct drv *d, struct hs_rep *r)
 	}
 	d->avail[0] = RX_BUFS;
 	st(s, q_avail(0) + 2, RX_BUFS, 2);
-	mw(s, VMMIO_QUEUE_NOTIFY, 0);
+	mw(s, VIRTIO_MMIO_QUEUE_NOTIFY, 0);
 	d->rx_next = 0;
 }
 
@@ -443,7 +443,7 @@ static void drv_kick_tx(struct drv *d, unsigned slot)
 	st(s, q_avail(1) + 4 + 2 * (d->avail[1] % DQ_SIZE), slot, 2);
 	d->avail[1]++;
 	st(s, q_avail(1) + 2, d->avail[1], 2);
-	mw(s, VMMIO_QUEUE_NOTIFY, 1);
+	mw(s, VIRTIO_MMIO_QUEUE_NOTIFY, 1);
 }
 
 /* Send one packet; returns the report of the poll for its used entry. */
@@ -484,7 +484,7 @@ static struct rx_rep drv_recv(struct drv *d, uint32_t len)
 	r.qwords = (VSOCK_HDR_SIZE + len + 7) / 8;
 	r.buf = sop(s, SOP_REP, RXBUF_ADDR + j * BUF_SIZE, 0, r.qwords, r.qwords);
 	mr(s, 0x060);
-	mw(s, 0x064, VMMIO_INT_USED | VMMIO_INT_CONFIG);
+	mw(s, 0x064, VIRTIO_MMIO_INT_USED | VIRTIO_MMIO_INT_CONFIG);
 	return r;
 }
 
@@ -647,7 +647,7 @@ static void rig_mmio_write(void *ctx, uint64_t off, const uint8_t *data, unsigne
 {
 	struct vs_rig *r = ctx;
 	r->reg_writes++;
-	if (off == VMMIO_QUEUE_NOTIFY)
+	if (off == VIRTIO_MMIO_QUEUE_NOTIFY)
 		r->notify_exits++;
 	r->bus_mmio.write(r->bus_mmio.ctx, off, data, len);
 }

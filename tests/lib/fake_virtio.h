@@ -67,7 +67,7 @@ struct fv_driver {
 	uint8_t *ram;
 	uint64_t base, size; /* ram is guest [base, base + size) */
 	struct guest_mem gm;
-	struct vmmio *mmio; /* the transport under test; NULL for bare queues */
+	struct virtio_mmio *mmio; /* the transport under test; NULL for bare queues */
 	struct fv_ring q[FV_MAX_QUEUES];
 };
 
@@ -220,13 +220,13 @@ static inline void fv_offer(const struct fv_driver *d, unsigned q, uint16_t head
  * no register holds, so a read the transport failed to fill shows. */
 static inline void fv_wr(const struct fv_driver *d, uint64_t off, uint32_t v)
 {
-	vmmio_write(d->mmio, off, &v, 4);
+	virtio_mmio_write(d->mmio, off, &v, 4);
 }
 
 static inline uint32_t fv_rd(const struct fv_driver *d, uint64_t off)
 {
 	uint32_t v = 0xdeadbeef;
-	vmmio_read(d->mmio, off, &v, 4);
+	virtio_mmio_read(d->mmio, off, &v, 4);
 	return v;
 }
 

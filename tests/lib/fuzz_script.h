@@ -50,7 +50,7 @@ static inline void fz_poke_reg(struct fz_input *in, const struct fv_driver *d)
 	fz_take(in, &off, 2);
 	fz_take(in, &v, 4);
 	off &= 0xffc;
-	if (off < FV_R_QUEUE_DESC || off >= VMMIO_CONFIG)
+	if (off < FV_R_QUEUE_DESC || off >= VIRTIO_MMIO_CONFIG)
 		fv_wr(d, off, v);
 }
 

@@ -35,7 +35,7 @@ static const uint64_t all_features =
 
 static struct fv_driver drv;
 static struct virtio_blk blk;
-static struct vmmio t;
+static struct virtio_mmio t;
 static struct blk_backend be;
 static char path[64];
 static int fd = -1; /* the test's own view of the disk file */
@@ -90,7 +90,7 @@ static void device_up(const struct blk_backend *b, uint64_t f)
 {
 	struct virtio_blk_opts o = { .serial = "kbox-disk-0001" };
 	ck_assert_int_eq(virtio_blk_init(&blk, b, &o), 0);
-	ck_assert_int_eq(vmmio_init(&t, &blk.dev, &drv.gm, NULL), 0);
+	ck_assert_int_eq(virtio_mmio_init(&t, &blk.dev, &drv.gm, NULL), 0);
 	drv.mmio = &t;
 	ck_assert_int_eq(fv_driver_up(&drv, f, 1, QSIZE), 0);
 	ck_assert(blk.dev.live);
@@ -237,10 +237,10 @@ START_TEST(config_space)
 	ck_assert_uint_eq(cfg32(48), VIRTIO_BLK_MAX_DWZ_SECTORS);
 	ck_assert_uint_eq(cfg32(52), VIRTIO_BLK_MAX_DWZ_SEG);
 	uint8_t b;
-	vmmio_read(&t, 0x100 + 56, &b, 1);
+	virtio_mmio_read(&t, 0x100 + 56, &b, 1);
 	ck_assert_uint_eq(b, 1);
 	uint64_t cap8;
-	vmmio_read(&t, 0x100, &cap8, 8);
+	virtio_mmio_read(&t, 0x100, &cap8, 8);
 	ck_assert_uint_eq(le64toh(cap8), NSECT);
 	ck_assert_uint_eq(fv_rd(&drv, 0x100 + 60), 0); /* past the end */
 	fv_wr(&drv, FV_R_DEV_FEATURES_SEL, 0);
@@ -531,7 +531,7 @@ START_TEST(read_only_refuses)
 	struct blk_file_opts o = { .read_only = true };
 	ck_assert_int_eq(blk_file_open(path, &o, &be), 0);
 	ck_assert_int_eq(virtio_blk_init(&blk, &be, NULL), 0);
-	ck_assert_int_eq(vmmio_init(&t, &blk.dev, &drv.gm, NULL), 0);
+	ck_assert_int_eq(virtio_mmio_init(&t, &blk.dev, &drv.gm, NULL), 0);
 	fv_wr(&drv, FV_R_DEV_FEATURES_SEL, 0);
 	uint32_t f = fv_rd(&drv, 0x010);
 	ck_assert(f & 1u << VIRTIO_BLK_F_RO);

@@ -30,7 +30,7 @@ enum { HIPRIO, REQUEST };
 
 static struct fv_driver drv;
 static struct virtio_fs vfs;
-static struct vmmio t;
+static struct virtio_mmio t;
 static struct fsp *fs;
 static struct fuse_server *srv;
 static char dir[64];
@@ -56,7 +56,7 @@ static void setup(void)
 	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
 	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
 	ck_assert_int_eq(virtio_fs_init(&vfs, srv, "workspace"), 0);
-	ck_assert_int_eq(vmmio_init(&t, &vfs.dev, &drv.gm, NULL), 0);
+	ck_assert_int_eq(virtio_mmio_init(&t, &vfs.dev, &drv.gm, NULL), 0);
 	drv.mmio = &t;
 	driver_up();
 }
@@ -189,7 +189,7 @@ START_TEST(config_space)
 		ck_assert_uint_eq((uint8_t)tag[i], 0);
 	ck_assert_uint_eq(le32toh(fv_rd(&drv, 0x100 + 36)), 1);
 	uint8_t b;
-	vmmio_read(&t, 0x100 + 1, &b, 1);
+	virtio_mmio_read(&t, 0x100 + 1, &b, 1);
 	ck_assert_uint_eq(b, 'o');
 	/* Past the end of config space reads as zeros. */
 	ck_assert_uint_eq(fv_rd(&drv, 0x100 + 40), 0);

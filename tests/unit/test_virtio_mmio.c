@@ -26,7 +26,7 @@ struct counting_irq {
 static struct fv_driver drv;
 static struct dummy dm;
 static struct counting_irq irq;
-static struct vmmio t;
+static struct virtio_mmio t;
 
 static void d_config_read(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len)
 {
@@ -85,7 +85,7 @@ static void setup(void)
 	virtqueue_init(&dm.vqs[1], 16);
 	for (unsigned i = 0; i < sizeof dm.cfg; i++)
 		dm.cfg[i] = (uint8_t)(0xa0 + i);
-	ck_assert_int_eq(vmmio_init(&t, &dm.dev, &drv.gm, &irq.sink), 0);
+	ck_assert_int_eq(virtio_mmio_init(&t, &dm.dev, &drv.gm, &irq.sink), 0);
 	drv.mmio = &t;
 }
 
@@ -191,7 +191,7 @@ START_TEST(queue_setup_and_notify)
 	fv_wr(&drv, 0x50, 0);
 	fv_wr(&drv, 0x50, 1); /* queue 1 not ready */
 	fv_wr(&drv, 0x50, 9); /* no such queue */
-	vmmio_notify(&t, 0);
+	virtio_mmio_notify(&t, 0);
 	ck_assert_uint_eq(dm.notifies[0], 2);
 	ck_assert_uint_eq(dm.notifies[1], 0);
 	/* QueueReady 0 stops the queue */
@@ -209,7 +209,7 @@ START_TEST(bad_queue_needs_reset)
 	setup_queue(1, 12, 0x1000); /* not a power of two */
 	ck_assert_uint_eq(fv_rd(&drv, 0x44), 0);
 	ck_assert_uint_eq(fv_rd(&drv, 0x70) & VIRTIO_STATUS_NEEDS_RESET, VIRTIO_STATUS_NEEDS_RESET);
-	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VIRTIO_MMIO_INT_CONFIG);
 	ck_assert_int_eq(irq.level, 1);
 	/* a huge QueueNum must not truncate into a valid size */
 	fv_negotiate(&drv, 1ull << VIRTIO_F_VERSION_1);
@@ -231,7 +231,7 @@ START_TEST(notify_error_needs_reset)
 	fv_wr(&drv, 0x50, 0);
 	ck_assert_uint_eq(fv_rd(&drv, 0x70), ALL_OK | VIRTIO_STATUS_NEEDS_RESET);
 	ck_assert(!dm.dev.live);
-	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VIRTIO_MMIO_INT_CONFIG);
 	fv_wr(&drv, 0x50, 0); /* no more notifies until reset */
 	ck_assert_uint_eq(dm.notifies[0], 1);
 	fv_wr(&drv, 0x70, 0);
@@ -251,14 +251,14 @@ START_TEST(interrupts_level)
 	fv_wr(&drv, 0x70, ALL_OK);
 	ck_assert_int_eq(virtqueue_push(&dm.vqs[0], 0, 0), 0);
 	virtqueue_dev_used(&dm.dev, 0);
-	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_USED);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VIRTIO_MMIO_INT_USED);
 	ck_assert_int_eq(irq.level, 1);
 	virtqueue_dev_config_changed(&dm.dev);
-	ck_assert_uint_eq(fv_rd(&drv, 0x60), VMMIO_INT_USED | VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60), VIRTIO_MMIO_INT_USED | VIRTIO_MMIO_INT_CONFIG);
 	ck_assert_uint_eq(fv_rd(&drv, 0xfc), 1);
-	fv_wr(&drv, 0x64, VMMIO_INT_USED);
+	fv_wr(&drv, 0x64, VIRTIO_MMIO_INT_USED);
 	ck_assert_int_eq(irq.level, 1);
-	fv_wr(&drv, 0x64, VMMIO_INT_CONFIG);
+	fv_wr(&drv, 0x64, VIRTIO_MMIO_INT_CONFIG);
 	ck_assert_uint_eq(fv_rd(&drv, 0x60), 0);
 	ck_assert_int_eq(irq.level, 0);
 }
@@ -268,53 +268,53 @@ START_TEST(odd_accesses_ignored)
 {
 	uint8_t b[8];
 	uint16_t h = 0xffff;
-	vmmio_read(&t, 0x2, &h, 2);
+	virtio_mmio_read(&t, 0x2, &h, 2);
 	ck_assert_uint_eq(h, 0);
 	memset(b, 0xff, sizeof b);
-	vmmio_read(&t, 0x1, b, 4);
+	virtio_mmio_read(&t, 0x1, b, 4);
 	ck_assert_uint_eq(b[0] | b[1] | b[2] | b[3], 0);
-	vmmio_read(&t, 0x0, b, 8);
+	virtio_mmio_read(&t, 0x0, b, 8);
 	ck_assert_uint_eq(b[0], 0);
 	ck_assert_uint_eq(fv_rd(&drv, 0x1000), 0);
 	ck_assert_uint_eq(fv_rd(&drv, UINT64_MAX - 1), 0);
-	vmmio_read(&t, 0x0, b, 9); /* too wide: untouched, no crash */
+	virtio_mmio_read(&t, 0x0, b, 9); /* too wide: untouched, no crash */
 	/* odd writes do nothing */
 	uint16_t v = 7;
-	vmmio_write(&t, 0x70, &v, 2);
-	vmmio_write(&t, 0x71, &v, 2);
-	vmmio_write(&t, 0x2000, &v, 2);
+	virtio_mmio_write(&t, 0x70, &v, 2);
+	virtio_mmio_write(&t, 0x71, &v, 2);
+	virtio_mmio_write(&t, 0x2000, &v, 2);
 	ck_assert_uint_eq(fv_rd(&drv, 0x70), 0);
 	/* config space: any width inside, nothing outside */
-	vmmio_read(&t, 0x100, &h, 2);
+	virtio_mmio_read(&t, 0x100, &h, 2);
 	ck_assert_uint_eq(h, 0xa1a0);
-	vmmio_read(&t, 0x10b, b, 1);
+	virtio_mmio_read(&t, 0x10b, b, 1);
 	ck_assert_uint_eq(b[0], 0xab);
 	uint32_t w = 0x12345678;
-	vmmio_read(&t, 0x10a, &w, 4); /* runs past the 12 bytes */
+	virtio_mmio_read(&t, 0x10a, &w, 4); /* runs past the 12 bytes */
 	ck_assert_uint_eq(w, 0);
-	vmmio_read(&t, 0x104, b, 8);
+	virtio_mmio_read(&t, 0x104, b, 8);
 	ck_assert_uint_eq(b[7], 0xab);
-	vmmio_read(&t, 0x101, b, 3);
+	virtio_mmio_read(&t, 0x101, b, 3);
 	ck_assert_uint_eq(b[0], 0);
 	w = 0x11223344;
-	vmmio_write(&t, 0x108, &w, 4);
+	virtio_mmio_write(&t, 0x108, &w, 4);
 	ck_assert_uint_eq(dm.cfg[8], 0x44);
-	vmmio_write(&t, 0x10a, &w, 4);
+	virtio_mmio_write(&t, 0x10a, &w, 4);
 	ck_assert_uint_eq(dm.cfg[11], 0x11);
 }
 END_TEST
 
 START_TEST(init_rejects_bad_devices)
 {
-	struct vmmio t2;
+	struct virtio_mmio t2;
 	struct virtqueue_dev d = { 0 };
-	ck_assert_int_eq(vmmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
+	ck_assert_int_eq(virtio_mmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
 	d = dm.dev;
 	d.config_size = 0x1000;
-	ck_assert_int_eq(vmmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
+	ck_assert_int_eq(virtio_mmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
 	d.config_size = 0;
 	d.nr_queues = 0;
-	ck_assert_int_eq(vmmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
+	ck_assert_int_eq(virtio_mmio_init(&t2, &d, &drv.gm, NULL), -EINVAL);
 }
 END_TEST
 

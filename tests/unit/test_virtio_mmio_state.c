@@ -23,7 +23,7 @@ struct counting_irq {
 
 static struct fv_driver drv;
 static struct dummy a, b;
-static struct vmmio ta, tb;
+static struct virtio_mmio ta, tb;
 static struct counting_irq irq;
 static char err[256];
 
@@ -49,14 +49,14 @@ static const struct virtqueue_dev_ops ops = { .notify = d_notify, .activate = d_
 
 static void set_level(struct irq_sink *s, int level) { ((struct counting_irq *)s)->level = level; }
 
-static void dummy_init(struct dummy *d, struct vmmio *t)
+static void dummy_init(struct dummy *d, struct virtio_mmio *t)
 {
 	memset(d, 0, sizeof *d);
 	d->dev = (struct virtqueue_dev){ .ops = &ops, .device_id = 19, .nr_queues = 2, .vqs = d->vqs,
 				  .features = 1ull << VIRTIO_F_EVENT_IDX };
 	virtqueue_init(&d->vqs[0], 64);
 	virtqueue_init(&d->vqs[1], 32);
-	ck_assert_int_eq(vmmio_init(t, &d->dev, &drv.gm, &irq.sink), 0);
+	ck_assert_int_eq(virtio_mmio_init(t, &d->dev, &drv.gm, &irq.sink), 0);
 }
 
 static void setup(void)
@@ -83,15 +83,15 @@ static void run_and_save(struct sb_writer *w)
 	fv_post(&drv, 1, &s, 1);
 	ck_assert_uint_eq(a.chains, 4);
 	sb_init(w);
-	ck_assert_int_eq(vmmio_state_save(&ta, w), 0);
-	ck_assert_uint_eq(w->len, vmmio_state_len(2));
+	ck_assert_int_eq(virtio_mmio_state_save(&ta, w), 0);
+	ck_assert_uint_eq(w->len, virtio_mmio_state_len(2));
 }
 
 START_TEST(restored_transport_goes_on)
 {
 	struct sb_writer w;
 	run_and_save(&w);
-	ck_assert_int_eq(vmmio_state_load(&tb, w.buf, w.len, err, sizeof err), 0);
+	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, w.len, err, sizeof err), 0);
 	ck_assert_uint_eq(tb.status, ta.status);
 	ck_assert(b.dev.live && b.dev.driver_features == a.dev.driver_features);
 	for (unsigned q = 0; q < 2; q++) {
@@ -116,7 +116,7 @@ START_TEST(restored_transport_goes_on)
 	/* A state saved from b comes out byte for byte as from a. */
 	struct sb_writer w2;
 	sb_init(&w2);
-	ck_assert_int_eq(vmmio_state_save(&tb, &w2), 0);
+	ck_assert_int_eq(virtio_mmio_state_save(&tb, &w2), 0);
 	ck_assert_uint_eq(w2.len, w.len);
 	sb_free(&w2);
 	sb_free(&w);
@@ -127,8 +127,8 @@ START_TEST(fresh_transport_round_trip)
 {
 	struct sb_writer w;
 	sb_init(&w);
-	ck_assert_int_eq(vmmio_state_save(&ta, &w), 0);
-	ck_assert_int_eq(vmmio_state_load(&tb, w.buf, w.len, err, sizeof err), 0);
+	ck_assert_int_eq(virtio_mmio_state_save(&ta, &w), 0);
+	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, w.len, err, sizeof err), 0);
 	ck_assert(!b.dev.live && !b.vqs[0].ready && tb.status == 0);
 	sb_free(&w);
 }
@@ -186,7 +186,7 @@ START_TEST(load_refuses_each_inconsistency)
 			put64(p, bad[i].val);
 		dummy_init(&b, &tb);
 		err[0] = 0;
-		int rc = vmmio_state_load(&tb, blob, w.len, err, sizeof err);
+		int rc = virtio_mmio_state_load(&tb, blob, w.len, err, sizeof err);
 		ck_assert_msg(rc == -EINVAL && strstr(err, bad[i].says), "case %zu: %d '%s'", i, rc,
 			      err);
 		ck_assert(tb.status == 0 && !b.dev.live && !b.vqs[0].ready && !b.vqs[1].ready);
@@ -198,17 +198,17 @@ START_TEST(load_refuses_each_inconsistency)
 	memcpy(blob, w.buf, w.len);
 	blob[64 + 10] = 0;
 	dummy_init(&b, &tb);
-	ck_assert_int_eq(vmmio_state_load(&tb, blob, w.len, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(virtio_mmio_state_load(&tb, blob, w.len, err, sizeof err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "indexes"));
 	blob[64 + 11] = 1;
 	dummy_init(&b, &tb);
-	ck_assert_int_eq(vmmio_state_load(&tb, blob, w.len, err, sizeof err), 0);
+	ck_assert_int_eq(virtio_mmio_state_load(&tb, blob, w.len, err, sizeof err), 0);
 	ck_assert(b.vqs[0].broken && !b.vqs[0].ready && b.vqs[1].ready);
 
 	dummy_init(&b, &tb);
-	ck_assert_int_eq(vmmio_state_load(&tb, w.buf, w.len - 1, err, sizeof err), -EINVAL);
-	ck_assert_int_eq(vmmio_state_load(&tb, w.buf, 0, err, sizeof err), -EINVAL);
-	ck_assert_int_eq(vmmio_state_load(&tb, NULL, 0, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, w.len - 1, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, 0, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(virtio_mmio_state_load(&tb, NULL, 0, err, sizeof err), -EINVAL);
 	sb_free(&w);
 }
 END_TEST

@@ -21,7 +21,7 @@ enum { RX, TX };
 
 static struct fv_driver drv;
 static struct vnet net;
-static struct vmmio t;
+static struct virtio_mmio t;
 
 /* What the backend saw. */
 static uint8_t last_tx[VNET_MAX_FRAME];
@@ -61,7 +61,7 @@ static void setup(void)
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	struct net_backend be = { be_tx, NULL };
 	ck_assert_int_eq(vnet_init(&net, mac, &be), 0);
-	ck_assert_int_eq(vmmio_init(&t, &net.dev, &drv.gm, NULL), 0);
+	ck_assert_int_eq(virtio_mmio_init(&t, &net.dev, &drv.gm, NULL), 0);
 	drv.mmio = &t;
 	ntx = 0;
 	last_tx_len = 0;
@@ -109,7 +109,7 @@ START_TEST(config_space)
 	uint8_t b[VNET_CONFIG_SIZE];
 	const uint8_t mac[6] = VNET_GUEST_MAC;
 	for (unsigned i = 0; i < VNET_CONFIG_SIZE; i++)
-		vmmio_read(&t, VMMIO_CONFIG + i, &b[i], 1);
+		virtio_mmio_read(&t, VIRTIO_MMIO_CONFIG + i, &b[i], 1);
 	ck_assert_mem_eq(b, mac, 6);
 	ck_assert_uint_eq(b[6] | b[7] << 8, VIRTIO_NET_S_LINK_UP);
 	ck_assert_uint_eq(b[10] | b[11] << 8, VNET_MTU);

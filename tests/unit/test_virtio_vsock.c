@@ -45,7 +45,7 @@ struct counting_irq {
 
 static struct fv_driver drv;
 static struct vsock vs;
-static struct vmmio t;
+static struct virtio_mmio t;
 static struct backend_log bl;
 static struct counting_irq irq;
 
@@ -109,7 +109,7 @@ static void setup(void)
 	irq.sink.set_level = set_level;
 	bl.accept_port = 1234;
 	ck_assert_int_eq(vsock_init(&vs, CID, &backend, &bl), 0);
-	ck_assert_int_eq(vmmio_init(&t, &vs.dev, &drv.gm, &irq.sink), 0);
+	ck_assert_int_eq(virtio_mmio_init(&t, &vs.dev, &drv.gm, &irq.sink), 0);
 	drv.mmio = &t;
 	ck_assert_int_eq(fv_driver_up(&drv, 1ull << VIRTIO_F_VERSION_1, 3, QSIZE), 0);
 	ck_assert(vs.dev.live);
@@ -205,10 +205,10 @@ static struct vsock_conn *guest_connect(uint32_t guest_port)
 START_TEST(config_has_guest_cid)
 {
 	uint64_t cid = 0;
-	vmmio_read(&t, 0x100, &cid, 8);
+	virtio_mmio_read(&t, 0x100, &cid, 8);
 	ck_assert_uint_eq(le64toh(cid), CID);
 	uint32_t lo = 0;
-	vmmio_read(&t, 0x104, &lo, 4);
+	virtio_mmio_read(&t, 0x104, &lo, 4);
 	ck_assert_uint_eq(lo, 0);
 	ck_assert_uint_eq(fv_rd(&drv, 0x8), VSOCK_DEVICE_ID);
 	struct vsock bad;
@@ -606,7 +606,7 @@ START_TEST(broken_tx_ring_needs_reset)
 	fv_offer(&drv, TXQ, 0);
 	fv_kick(&drv, TXQ);
 	ck_assert(needs_reset());
-	ck_assert_uint_eq(fv_rd(&drv, 0x60) & VMMIO_INT_CONFIG, VMMIO_INT_CONFIG);
+	ck_assert_uint_eq(fv_rd(&drv, 0x60) & VIRTIO_MMIO_INT_CONFIG, VIRTIO_MMIO_INT_CONFIG);
 }
 END_TEST
 

@@ -35,7 +35,7 @@ static void slot_read(void *ctx, uint64_t off, uint8_t *data, unsigned len)
 {
 	struct vbus_slot *sl = ctx;
 	pthread_mutex_lock(&sl->bus->lock);
-	vmmio_read(&sl->t, off, data, len);
+	virtio_mmio_read(&sl->t, off, data, len);
 	pthread_mutex_unlock(&sl->bus->lock);
 }
 
@@ -43,7 +43,7 @@ static void slot_write(void *ctx, uint64_t off, const uint8_t *data, unsigned le
 {
 	struct vbus_slot *sl = ctx;
 	pthread_mutex_lock(&sl->bus->lock);
-	vmmio_write(&sl->t, off, data, len);
+	virtio_mmio_write(&sl->t, off, data, len);
 	pthread_mutex_unlock(&sl->bus->lock);
 }
 
@@ -55,7 +55,7 @@ int vbus_add(struct vbus *b, struct virtqueue_dev *dev, const struct vbus_poller
 	struct vbus_slot *sl = &b->slot[b->n];
 	memset(sl, 0, sizeof *sl);
 	sl->bus = b;
-	sl->base = VBUS_BASE + b->n * (uint64_t)VMMIO_WINDOW;
+	sl->base = VBUS_BASE + b->n * (uint64_t)VIRTIO_MMIO_WINDOW;
 	sl->irq = VBUS_FIRST_IRQ + b->n;
 	sl->nq = dev->nr_queues;
 	sl->irqfd = -1;
@@ -77,7 +77,7 @@ int vbus_add(struct vbus *b, struct virtqueue_dev *dev, const struct vbus_poller
 			goto sys;
 		struct kvm_ioeventfd io = {
 			.datamatch = q,
-			.addr = sl->base + VMMIO_QUEUE_NOTIFY,
+			.addr = sl->base + VIRTIO_MMIO_QUEUE_NOTIFY,
 			.len = 4,
 			.fd = sl->qfd[q],
 			.flags = KVM_IOEVENTFD_FLAG_DATAMATCH,
@@ -85,10 +85,10 @@ int vbus_add(struct vbus *b, struct virtqueue_dev *dev, const struct vbus_poller
 		if (ioctl(b->vm->vm_fd, KVM_IOEVENTFD, &io) < 0)
 			goto sys;
 	}
-	int rc = vmmio_init(&sl->t, dev, &b->vm->mem, &sl->sink);
+	int rc = virtio_mmio_init(&sl->t, dev, &b->vm->mem, &sl->sink);
 	if (rc < 0)
 		return errbuf_fail(err, errlen, rc, "virtio-mmio set-up failed: %s", strerror(-rc));
-	struct vm_mmio h = { sl->base, VMMIO_WINDOW, slot_read, slot_write, sl };
+	struct vm_mmio h = { sl->base, VIRTIO_MMIO_WINDOW, slot_read, slot_write, sl };
 	if ((rc = vm_add_mmio(b->vm, &h)) < 0)
 		return errbuf_fail(err, errlen, rc, "cannot map the virtio-mmio window: %s",
 			       strerror(-rc));
@@ -141,7 +141,7 @@ static void *vbus_thread(void *arg)
 					continue;
 				uint64_t cnt;
 				if (read(p[i].fd, &cnt, sizeof cnt) == sizeof cnt)
-					vmmio_notify(&b->slot[s].t, q);
+					virtio_mmio_notify(&b->slot[s].t, q);
 			}
 		for (unsigned d = 0; d < nd; d++) {
 			struct vbus_poller *pl = &b->slot[dev_fds[d].slot].poller;

@@ -29,7 +29,7 @@ struct vbus_poller {
 
 struct vbus_slot {
 	struct vbus *bus;
-	struct vmmio t;
+	struct virtio_mmio t;
 	struct irq_sink sink;
 	int irqfd;
 	int qfd[VBUS_MAX_QUEUES];

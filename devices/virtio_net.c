@@ -19,9 +19,9 @@ enum { Q_RX, Q_TX };
 #define HDR_CSUM_OFFSET 8
 #define HDR_NUM_BUFFERS 10
 
-static struct vnet *to_net(struct virtqueue_dev *d)
+static struct virtio_net *to_net(struct virtqueue_dev *d)
 {
-	return (struct vnet *)((char *)d - offsetof(struct vnet, dev));
+	return (struct virtio_net *)((char *)d - offsetof(struct virtio_net, dev));
 }
 
 /* Gather the readable side of c from byte off into buf (at most max
@@ -62,7 +62,7 @@ static void scatter(const struct virtqueue_chain *c, uint32_t off, const uint8_t
 	}
 }
 
-static bool negotiated(const struct vnet *v, unsigned bit)
+static bool negotiated(const struct virtio_net *v, unsigned bit)
 {
 	return (v->dev.driver_features >> bit) & 1;
 }
@@ -75,7 +75,7 @@ static bool fill_csum(uint8_t *f, uint32_t len, const uint8_t *hdr)
 {
 	uint16_t start = (uint16_t)(hdr[HDR_CSUM_START] | hdr[HDR_CSUM_START + 1] << 8);
 	uint16_t off = (uint16_t)(hdr[HDR_CSUM_OFFSET] | hdr[HDR_CSUM_OFFSET + 1] << 8);
-	if (start < VNET_ETH_HLEN || start >= len || off > len - start || len - start - off < 2)
+	if (start < VIRTIO_NET_ETH_HLEN || start >= len || off > len - start || len - start - off < 2)
 		return false;
 	uint16_t c = frame_csum(f + start, len - start, 0);
 	f[start + off] = (uint8_t)(c >> 8);
@@ -83,7 +83,7 @@ static bool fill_csum(uint8_t *f, uint32_t len, const uint8_t *hdr)
 	return true;
 }
 
-static int do_tx(struct vnet *v)
+static int do_tx(struct virtio_net *v)
 {
 	struct virtqueue *vq = &v->vqs[Q_TX];
 	struct virtqueue_chain c;
@@ -96,17 +96,17 @@ static int do_tx(struct vnet *v)
 			err = r;
 			break;
 		}
-		uint8_t hdr[VNET_HDR_SIZE];
-		if (gather(&c, 0, hdr, VNET_HDR_SIZE) < VNET_HDR_SIZE) {
+		uint8_t hdr[VIRTIO_NET_HDR_SIZE];
+		if (gather(&c, 0, hdr, VIRTIO_NET_HDR_SIZE) < VIRTIO_NET_HDR_SIZE) {
 			err = -EINVAL;
 			break;
 		}
-		uint32_t flen = c.read_len - VNET_HDR_SIZE;
-		uint32_t fmax = negotiated(v, VIRTIO_NET_F_MTU) ? VNET_MAX_FRAME : VNET_BASE_FRAME;
-		if (hdr[HDR_GSO_TYPE] != GSO_NONE || flen < VNET_ETH_HLEN || flen > fmax) {
+		uint32_t flen = c.read_len - VIRTIO_NET_HDR_SIZE;
+		uint32_t fmax = negotiated(v, VIRTIO_NET_F_MTU) ? VIRTIO_NET_MAX_FRAME : VIRTIO_NET_BASE_FRAME;
+		if (hdr[HDR_GSO_TYPE] != GSO_NONE || flen < VIRTIO_NET_ETH_HLEN || flen > fmax) {
 			v->stats.tx_dropped++;
 		} else {
-			gather(&c, VNET_HDR_SIZE, v->txbuf, flen);
+			gather(&c, VIRTIO_NET_HDR_SIZE, v->txbuf, flen);
 			if ((hdr[HDR_FLAGS] & VIRTIO_NET_HDR_F_NEEDS_CSUM) &&
 			    (!negotiated(v, VIRTIO_NET_F_CSUM) || !fill_csum(v->txbuf, flen, hdr))) {
 				v->stats.tx_dropped++;
@@ -128,7 +128,7 @@ static int do_tx(struct vnet *v)
 	return err;
 }
 
-void vnet_rx_flush(struct vnet *v)
+void virtio_net_rx_flush(struct virtio_net *v)
 {
 	struct virtqueue *vq = &v->vqs[Q_RX];
 	struct virtqueue_chain c;
@@ -151,18 +151,18 @@ void vnet_rx_flush(struct vnet *v)
 		/* Only this function takes frames off the queue, so the
 		 * head counted above is still there. */
 		pthread_mutex_lock(&v->rxq_lock);
-		const struct vnet_rxf *q = &v->rxq[v->rxq_head];
+		const struct virtio_net_rxf *q = &v->rxq[v->rxq_head];
 		uint32_t flen = q->len;
-		if (r < 0 || c.nr_read > 0 || c.write_len < VNET_HDR_SIZE + flen) {
+		if (r < 0 || c.nr_read > 0 || c.write_len < VIRTIO_NET_HDR_SIZE + flen) {
 			pthread_mutex_unlock(&v->rxq_lock);
 			v->stats.bad_chains++;
 			virtqueue_dev_fail(&v->dev);
 			break;
 		}
-		uint8_t hdr[VNET_HDR_SIZE] = { 0 };
+		uint8_t hdr[VIRTIO_NET_HDR_SIZE] = { 0 };
 		if (q->h.flags & GSO_F_NEEDS_CSUM) {
 			/* Only queued while rx_tso (merged frames) or rx_csum
-			 * holds (see vnet_rx_enqueue_gso). */
+			 * holds (see virtio_net_rx_enqueue_gso). */
 			uint16_t f[4] = {htole16(q->h.hdr_len), htole16(q->h.gso_size), htole16(q->h.csum_start),
 					 htole16(q->h.csum_offset)};
 			hdr[HDR_FLAGS] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
@@ -176,12 +176,12 @@ void vnet_rx_flush(struct vnet *v)
 		}
 		uint16_t one = htole16(1);
 		memcpy(hdr + HDR_NUM_BUFFERS, &one, 2);
-		scatter(&c, 0, hdr, VNET_HDR_SIZE);
-		scatter(&c, VNET_HDR_SIZE, v->rxq_data + q->off, flen);
-		v->rxq_head = (v->rxq_head + 1) % VNET_RXQ_FRAMES;
+		scatter(&c, 0, hdr, VIRTIO_NET_HDR_SIZE);
+		scatter(&c, VIRTIO_NET_HDR_SIZE, v->rxq_data + q->off, flen);
+		v->rxq_head = (v->rxq_head + 1) % VIRTIO_NET_RXQ_FRAMES;
 		v->rxq_n--;
 		pthread_mutex_unlock(&v->rxq_lock);
-		virtqueue_push(vq, c.head, VNET_HDR_SIZE + flen);
+		virtqueue_push(vq, c.head, VIRTIO_NET_HDR_SIZE + flen);
 		v->stats.rx_frames++;
 		v->stats.rx_gso += hdr[HDR_GSO_TYPE] != GSO_TYPE_NONE;
 		pushed = true;
@@ -192,11 +192,11 @@ void vnet_rx_flush(struct vnet *v)
 
 /* Put one frame with header *h in the queue, rxq_lock held.  0, or
  * -ENOBUFS when either ring is full. */
-static int enqueue_locked(struct vnet *v, const struct gso_hdr *h, const uint8_t *frame, uint32_t len)
+static int enqueue_locked(struct virtio_net *v, const struct gso_hdr *h, const uint8_t *frame, uint32_t len)
 {
 	uint32_t at = v->rxq_wr;
 
-	if (v->rxq_n >= VNET_RXQ_FRAMES)
+	if (v->rxq_n >= VIRTIO_NET_RXQ_FRAMES)
 		return -ENOBUFS;
 	if (v->rxq_n == 0) {
 		at = 0;
@@ -207,7 +207,7 @@ static int enqueue_locked(struct vnet *v, const struct gso_hdr *h, const uint8_t
 		 * frame never ends exactly on head, so that at == head
 		 * always means empty. */
 		if (at >= head) {
-			if (len > VNET_RXQ_BYTES - at) {
+			if (len > VIRTIO_NET_RXQ_BYTES - at) {
 				if (len >= head)
 					return -ENOBUFS;
 				at = 0;
@@ -216,7 +216,7 @@ static int enqueue_locked(struct vnet *v, const struct gso_hdr *h, const uint8_t
 			return -ENOBUFS;
 		}
 	}
-	unsigned t = (v->rxq_head + v->rxq_n) % VNET_RXQ_FRAMES;
+	unsigned t = (v->rxq_head + v->rxq_n) % VIRTIO_NET_RXQ_FRAMES;
 	memcpy(v->rxq_data + at, frame, len);
 	v->rxq[t].off = at;
 	v->rxq[t].len = len;
@@ -229,41 +229,41 @@ static int enqueue_locked(struct vnet *v, const struct gso_hdr *h, const uint8_t
 /* gso_segment's output: one segment into the queue (rxq_lock held). */
 static void enqueue_seg(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
-	struct vnet *v = ctx;
+	struct virtio_net *v = ctx;
 
-	if (len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME) || enqueue_locked(v, h, frame, (uint32_t)len) < 0)
+	if (len > (v->rx_mtu ? VIRTIO_NET_MAX_FRAME : VIRTIO_NET_BASE_FRAME) || enqueue_locked(v, h, frame, (uint32_t)len) < 0)
 		v->rx_dropped++;
 }
 
-int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *frame, size_t len)
+int virtio_net_rx_enqueue_gso(struct virtio_net *v, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&v->rxq_lock);
 	if (h->gso_type == GSO_TYPE_NONE && h->flags == 0) {
-		if (len < VNET_ETH_HLEN || len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME))
+		if (len < VIRTIO_NET_ETH_HLEN || len > (v->rx_mtu ? VIRTIO_NET_MAX_FRAME : VIRTIO_NET_BASE_FRAME))
 			rc = -EMSGSIZE;
 		else
 			rc = enqueue_locked(v, h, frame, (uint32_t)len);
 	} else if (h->gso_type == GSO_TYPE_NONE) {
 		/* One frame whose checksum is left to the guest: whole for a
 		 * driver that took GUEST_CSUM, completed here for another. */
-		if (len < VNET_ETH_HLEN || len > (v->rx_mtu ? VNET_MAX_FRAME : VNET_BASE_FRAME))
+		if (len < VIRTIO_NET_ETH_HLEN || len > (v->rx_mtu ? VIRTIO_NET_MAX_FRAME : VIRTIO_NET_BASE_FRAME))
 			rc = -EMSGSIZE;
-		else if (h->flags != GSO_F_NEEDS_CSUM || h->csum_start < VNET_ETH_HLEN || h->csum_start >= len ||
+		else if (h->flags != GSO_F_NEEDS_CSUM || h->csum_start < VIRTIO_NET_ETH_HLEN || h->csum_start >= len ||
 			 h->csum_offset > len - h->csum_start - 2u)
 			rc = -EINVAL;
 		else if (v->rx_csum)
 			rc = enqueue_locked(v, h, frame, (uint32_t)len);
 		else
 			rc = gso_segment(h, frame, len, v->rx_seg, sizeof v->rx_seg, enqueue_seg, v);
-	} else if (len < VNET_ETH_HLEN || len > VNET_MAX_GSO_FRAME) {
+	} else if (len < VIRTIO_NET_ETH_HLEN || len > VIRTIO_NET_MAX_GSO_FRAME) {
 		rc = -EMSGSIZE;
 	} else if (!v->rx_tso) {
 		/* Each segment is counted on its own if dropped. */
 		rc = gso_segment(h, frame, len, v->rx_seg, sizeof v->rx_seg, enqueue_seg, v);
 	} else if (h->gso_type != GSO_TYPE_TCPV4 || h->flags != GSO_F_NEEDS_CSUM || h->gso_size == 0 ||
-		   h->hdr_len > len || h->csum_start < VNET_ETH_HLEN || h->csum_start >= len ||
+		   h->hdr_len > len || h->csum_start < VIRTIO_NET_ETH_HLEN || h->csum_start >= len ||
 		   h->csum_offset > len - h->csum_start - 2u) {
 		rc = -EINVAL; /* what the driver would refuse anyway */
 	} else {
@@ -280,16 +280,16 @@ int vnet_rx_enqueue_gso(struct vnet *v, const struct gso_hdr *h, const uint8_t *
 	return rc;
 }
 
-int vnet_rx_enqueue(struct vnet *v, const uint8_t *frame, size_t len)
+int virtio_net_rx_enqueue(struct virtio_net *v, const uint8_t *frame, size_t len)
 {
 	static const struct gso_hdr none;
 
-	return vnet_rx_enqueue_gso(v, &none, frame, len);
+	return virtio_net_rx_enqueue_gso(v, &none, frame, len);
 }
 
 static int net_notify(struct virtqueue_dev *d, unsigned q)
 {
-	struct vnet *v = to_net(d);
+	struct virtio_net *v = to_net(d);
 	int err = 0;
 
 	if (q == Q_TX)
@@ -297,27 +297,27 @@ static int net_notify(struct virtqueue_dev *d, unsigned q)
 	/* Posted receive buffers, or replies the backend produced while
 	 * transmitting, can now meet. */
 	if (err == 0)
-		vnet_rx_flush(v);
+		virtio_net_rx_flush(v);
 	return err;
 }
 
 static void net_activate(struct virtqueue_dev *d)
 {
-	struct vnet *v = to_net(d);
+	struct virtio_net *v = to_net(d);
 
 	pthread_mutex_lock(&v->rxq_lock);
 	v->rx_tso = negotiated(v, VIRTIO_NET_F_GUEST_TSO4) && negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
 	v->rx_mtu = negotiated(v, VIRTIO_NET_F_MTU);
 	v->rx_csum = negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
 	pthread_mutex_unlock(&v->rxq_lock);
-	vnet_rx_flush(v);
+	virtio_net_rx_flush(v);
 }
 
 /* Frames queued for a driver that reset are stale for the next one, and
  * merged ones may not suit it. */
 static void net_reset(struct virtqueue_dev *d)
 {
-	struct vnet *v = to_net(d);
+	struct virtio_net *v = to_net(d);
 
 	pthread_mutex_lock(&v->rxq_lock);
 	v->rxq_head = 0;
@@ -331,10 +331,10 @@ static void net_reset(struct virtqueue_dev *d)
 
 static void net_config_read(struct virtqueue_dev *d, uint32_t off, void *data, uint32_t len)
 {
-	struct vnet *v = to_net(d);
-	uint8_t cfg[VNET_CONFIG_SIZE];
+	struct virtio_net *v = to_net(d);
+	uint8_t cfg[VIRTIO_NET_CONFIG_SIZE];
 	uint16_t status = htole16(VIRTIO_NET_S_LINK_UP), pairs = htole16(1),
-		 mtu = htole16(VNET_MTU);
+		 mtu = htole16(VIRTIO_NET_MTU);
 
 	memcpy(cfg, v->mac, 6);
 	memcpy(cfg + 6, &status, 2);
@@ -350,14 +350,14 @@ static const struct virtqueue_dev_ops net_ops = {
 	.reset = net_reset,
 };
 
-int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be)
+int virtio_net_init(struct virtio_net *v, const uint8_t mac[6], const struct net_backend *be)
 {
 	if (!mac || (mac[0] & 1))
 		return -EINVAL; /* a multicast address cannot name a NIC */
 	memset(v, 0, sizeof *v);
 	v->wake_fd = -1;
-	v->rxq = calloc(VNET_RXQ_FRAMES, sizeof *v->rxq);
-	v->rxq_data = malloc(VNET_RXQ_BYTES);
+	v->rxq = calloc(VIRTIO_NET_RXQ_FRAMES, sizeof *v->rxq);
+	v->rxq_data = malloc(VIRTIO_NET_RXQ_BYTES);
 	if (!v->rxq || !v->rxq_data) {
 		free(v->rxq);
 		free(v->rxq_data);
@@ -374,8 +374,8 @@ int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be
 	memcpy(v->mac, mac, 6);
 	if (be)
 		v->be = *be;
-	virtqueue_init(&v->vqs[Q_RX], VNET_QUEUE_SIZE);
-	virtqueue_init(&v->vqs[Q_TX], VNET_QUEUE_SIZE);
+	virtqueue_init(&v->vqs[Q_RX], VIRTIO_NET_QUEUE_SIZE);
+	virtqueue_init(&v->vqs[Q_TX], VIRTIO_NET_QUEUE_SIZE);
 	v->dev.ops = &net_ops;
 	v->dev.device_id = VIRTIO_NET_DEVICE_ID;
 	v->dev.features = (1ull << VIRTIO_NET_F_CSUM) | (1ull << VIRTIO_NET_F_GUEST_CSUM) |
@@ -383,13 +383,13 @@ int vnet_init(struct vnet *v, const uint8_t mac[6], const struct net_backend *be
 			  (1ull << VIRTIO_NET_F_STATUS) | (1ull << VIRTIO_NET_F_GUEST_TSO4) |
 			  (1ull << VIRTIO_F_EVENT_IDX) |
 			  (1ull << VIRTIO_F_INDIRECT_DESC);
-	v->dev.config_size = VNET_CONFIG_SIZE;
+	v->dev.config_size = VIRTIO_NET_CONFIG_SIZE;
 	v->dev.nr_queues = 2;
 	v->dev.vqs = v->vqs;
 	return 0;
 }
 
-void vnet_destroy(struct vnet *v)
+void virtio_net_destroy(struct virtio_net *v)
 {
 	if (v->wake_fd >= 0)
 		close(v->wake_fd);
@@ -401,12 +401,12 @@ void vnet_destroy(struct vnet *v)
 	v->rxq_data = NULL;
 }
 
-int vnet_wake_fd(const struct vnet *v)
+int virtio_net_wake_fd(const struct virtio_net *v)
 {
 	return v->wake_fd;
 }
 
-void vnet_get_stats(struct vnet *v, struct vnet_stats *st)
+void virtio_net_get_stats(struct virtio_net *v, struct virtio_net_stats *st)
 {
 	*st = v->stats;
 	pthread_mutex_lock(&v->rxq_lock);

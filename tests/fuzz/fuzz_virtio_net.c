@@ -26,7 +26,7 @@
 
 static struct fv_driver drv;
 static struct virtio_mmio t;
-static struct vnet net;
+static struct virtio_net net;
 
 /* Whether the device comes up is not this target's question: the script
  * goes on either way. */
@@ -38,10 +38,10 @@ static void driver_up(uint64_t extra)
 	fv_driver_up(&drv, f | extra, 2, QSIZE);
 }
 
-static uint8_t big[VNET_MAX_GSO_FRAME + 16];
+static uint8_t big[VIRTIO_NET_MAX_GSO_FRAME + 16];
 
 /* Step: a header (10 bytes), a length (4) and up to 255 bytes of frame
- * (the rest zero) for vnet_rx_enqueue_gso as they come. */
+ * (the rest zero) for virtio_net_rx_enqueue_gso as they come. */
 static void gso_raw(struct fz_input *in)
 {
 	struct gso_hdr h;
@@ -53,13 +53,13 @@ static void gso_raw(struct fz_input *in)
 	len %= sizeof big;
 	memset(big, 0, sizeof big);
 	fz_take(in, big, n < len ? n : len);
-	vnet_rx_enqueue_gso(&net, &h, big, len);
+	virtio_net_rx_enqueue_gso(&net, &h, big, len);
 }
 
 static void gso_out(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t len)
 {
 	(void)ctx;
-	vnet_rx_enqueue_gso(&net, h, f, len);
+	virtio_net_rx_enqueue_gso(&net, h, f, len);
 }
 
 /* Step: a segment count (1), a payload size (2) and flags (1): that many
@@ -67,18 +67,18 @@ static void gso_out(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t
 static void gso_merged(struct fz_input *in)
 {
 	static struct gso g;
-	uint8_t count, flags, f[VNET_MAX_FRAME];
+	uint8_t count, flags, f[VIRTIO_NET_MAX_FRAME];
 	uint16_t plen;
 	fz_take(in, &count, 1);
 	fz_take(in, &plen, 2);
 	fz_take(in, &flags, 1);
-	plen %= VNET_MAX_FRAME - 54 + 1;
-	gso_init(&g, VNET_MAX_GSO_FRAME, gso_out, NULL);
+	plen %= VIRTIO_NET_MAX_FRAME - 54 + 1;
+	gso_init(&g, VIRTIO_NET_MAX_GSO_FRAME, gso_out, NULL);
 	for (unsigned i = 0; i < count % 64u; i++) {
 		size_t len = 54u + plen;
 		uint32_t seq = i * (uint32_t)plen;
 		memset(f, 0, 54);
-		memcpy(f, (const uint8_t[])VNET_GUEST_MAC, 6);
+		memcpy(f, (const uint8_t[])VIRTIO_NET_GUEST_MAC, 6);
 		f[12] = 0x08, f[14] = 0x45, f[22] = 64, f[23] = 6;
 		f[16] = (uint8_t)((len - 14) >> 8), f[17] = (uint8_t)(len - 14);
 		f[26] = 10, f[28] = 2, f[29] = 2, f[30] = 10, f[32] = 2, f[33] = 15;
@@ -96,7 +96,7 @@ static void be_tx(void *ctx, const uint8_t *frame, size_t len)
 {
 	(void)ctx;
 	if (frame[0] & 1)
-		vnet_rx_enqueue(&net, frame, len);
+		virtio_net_rx_enqueue(&net, frame, len);
 }
 
 /* A chain of 1-8 fuzzed segments on queue q, direct or indirect, with
@@ -132,13 +132,13 @@ static void raw_chain(struct fz_input *in)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz_input in = { data, size };
-	const uint8_t mac[6] = VNET_GUEST_MAC;
+	const uint8_t mac[6] = VIRTIO_NET_GUEST_MAC;
 	struct net_backend be = { be_tx, NULL };
 
 	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
 		abort();
 	fv_clear(&drv);
-	if (vnet_init(&net, mac, &be) < 0 || virtio_mmio_init(&t, &net.dev, &drv.gm, NULL) < 0)
+	if (virtio_net_init(&net, mac, &be) < 0 || virtio_mmio_init(&t, &net.dev, &drv.gm, NULL) < 0)
 		abort();
 	drv.mmio = &t;
 	driver_up(0);
@@ -158,11 +158,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fz_take(&in, &len, 2);
 			len %= sizeof f;
 			fz_take(&in, f, len);
-			vnet_rx_enqueue(&net, f, len);
+			virtio_net_rx_enqueue(&net, f, len);
 			break;
 		}
 		case 3:
-			vnet_rx_flush(&net);
+			virtio_net_rx_flush(&net);
 			break;
 		case 4:
 			fz_poke_reg(&in, &drv);
@@ -182,6 +182,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 	}
-	vnet_destroy(&net);
+	virtio_net_destroy(&net);
 	return 0;
 }

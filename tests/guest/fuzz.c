@@ -744,7 +744,7 @@ static void be16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uin
  * it was (zero in a cleared buffer). */
 static void arp_who_has(uint8_t *e, const uint8_t tip[4])
 {
-	static const uint8_t g_mac[6] = VNET_GUEST_MAC, gip[4] = NS_GUEST_IP;
+	static const uint8_t g_mac[6] = VIRTIO_NET_GUEST_MAC, gip[4] = NS_GUEST_IP;
 	be16(e + 12, 0x0806);
 	be16(e + 14, 1);
 	be16(e + 16, 0x0800);
@@ -759,16 +759,16 @@ static void arp_who_has(uint8_t *e, const uint8_t tip[4])
 /* virtio-net: a virtio-net header and an Ethernet frame for the stack. */
 static size_t net_frame(uint8_t *p, size_t cap)
 {
-	static const uint8_t gw_mac[6] = NS_GATEWAY_MAC, g_mac[6] = VNET_GUEST_MAC;
+	static const uint8_t gw_mac[6] = NS_GATEWAY_MAC, g_mac[6] = VIRTIO_NET_GUEST_MAC;
 	static const uint8_t guest_ip[4] = NS_GUEST_IP;
-	memset(p, 0, VNET_HDR_SIZE + 128);
+	memset(p, 0, VIRTIO_NET_HDR_SIZE + 128);
 	if (pct(10)) { /* header flags and GSO fields of every kind */
 		p[0] = (uint8_t)rnd();
 		p[1] = (uint8_t)rnd();
 		put16(p + 2, (uint16_t)rnd());
 		put16(p + 4, (uint16_t)rnd());
 	}
-	uint8_t *e = p + VNET_HDR_SIZE;
+	uint8_t *e = p + VIRTIO_NET_HDR_SIZE;
 	memcpy(e, pct(70) ? gw_mac : (const uint8_t[6]){ 0xff, 0xff, 0xff, 0xff, 0xff, 0xff }, 6);
 	memcpy(e + 6, g_mac, 6);
 	uint8_t *ip = e + 14;
@@ -843,11 +843,11 @@ static size_t net_frame(uint8_t *p, size_t cap)
 		len += n;
 	}
 	if (pct(3)) /* oversized */
-		len = VNET_MAX_FRAME + 1 + rn(100);
-	if (VNET_HDR_SIZE + len > cap)
-		len = cap - VNET_HDR_SIZE;
+		len = VIRTIO_NET_MAX_FRAME + 1 + rn(100);
+	if (VIRTIO_NET_HDR_SIZE + len > cap)
+		len = cap - VIRTIO_NET_HDR_SIZE;
 	mutate(e, len);
-	return VNET_HDR_SIZE + len;
+	return VIRTIO_NET_HDR_SIZE + len;
 }
 
 /* One request on a device's tx-like queue. */
@@ -1094,14 +1094,14 @@ static void gen_final(void)
 		s[0] = (struct seg){ a + i * 2048ull, 2048, VRING_F_WRITE };
 		clean_post(D_NET, 0, s, 1);
 	}
-	static const uint8_t g_mac[6] = VNET_GUEST_MAC, gwip[4] = NS_GATEWAY_IP;
+	static const uint8_t g_mac[6] = VIRTIO_NET_GUEST_MAC, gwip[4] = NS_GATEWAY_IP;
 	memset(b, 0, sizeof b);
-	uint8_t *e = b + VNET_HDR_SIZE;
+	uint8_t *e = b + VIRTIO_NET_HDR_SIZE;
 	memset(e, 0xff, 6);
 	memcpy(e + 6, g_mac, 6);
 	arp_who_has(e, gwip);
-	guest_mem_write(&g_vm->mem, a + 8 * 2048ull, b, VNET_HDR_SIZE + 42);
-	s[0] = (struct seg){ a + 8 * 2048ull, VNET_HDR_SIZE + 42, 0 };
+	guest_mem_write(&g_vm->mem, a + 8 * 2048ull, b, VIRTIO_NET_HDR_SIZE + 42);
+	s[0] = (struct seg){ a + 8 * 2048ull, VIRTIO_NET_HDR_SIZE + 42, 0 };
 	clean_post(D_NET, 1, s, 1);
 	sop(SOP_WAIT, q_used(D_NET, 0) + 2, 1, FINAL_POLLS, 1);
 	/* A little time for more frames, then report. */
@@ -1225,7 +1225,7 @@ struct rig {
 	struct mounts mnt;
 	struct policy pol;
 	struct audit audit;
-	struct vnet nic;
+	struct virtio_net nic;
 	struct ns *stack;
 	struct echo echo;
 	char share[160], sockdir[160], base[80];
@@ -1256,7 +1256,7 @@ static void vs_handle(void *ctx, const struct pollfd *p, unsigned n)
 
 static void to_guest(void *ctx, const uint8_t *frame, size_t len)
 {
-	vnet_rx_enqueue(ctx, frame, len);
+	virtio_net_rx_enqueue(ctx, frame, len);
 }
 
 static void to_stack(void *ctx, const uint8_t *frame, size_t len)
@@ -1268,7 +1268,7 @@ static unsigned net_fds(void *ctx, struct pollfd *p, unsigned max)
 {
 	if (max < 2)
 		return 0;
-	p[0] = (struct pollfd){ .fd = vnet_wake_fd(&R.nic), .events = POLLIN };
+	p[0] = (struct pollfd){ .fd = virtio_net_wake_fd(&R.nic), .events = POLLIN };
 	p[1] = (struct pollfd){ .fd = ns_fd(R.stack), .events = POLLIN };
 	return 2;
 }
@@ -1277,7 +1277,7 @@ static void net_handle(void *ctx, const struct pollfd *p, unsigned k)
 {
 	if (k >= 2 && p[1].revents)
 		ns_dispatch(R.stack);
-	vnet_rx_flush(&R.nic);
+	virtio_net_rx_flush(&R.nic);
 }
 
 /* ---- the final checks, from guest memory ---- */
@@ -1310,8 +1310,8 @@ static void final_checks(void)
 	guest_mem_read(&R.vm.mem, &used, q_used(D_NET, 0) + 2, 2);
 	int arp = 0;
 	for (unsigned i = 0; i < 8 && i < used; i++) {
-		guest_mem_read(&R.vm.mem, b, fin.net_rx + i * 2048ull, VNET_HDR_SIZE + 42);
-		const uint8_t *e = b + VNET_HDR_SIZE;
+		guest_mem_read(&R.vm.mem, b, fin.net_rx + i * 2048ull, VIRTIO_NET_HDR_SIZE + 42);
+		const uint8_t *e = b + VIRTIO_NET_HDR_SIZE;
 		arp |= e[12] == 0x08 && e[13] == 0x06 && e[20] == 0 && e[21] == 2 &&
 		       e[28] == 10 && e[29] == 0 && e[30] == 2 && e[31] == 2;
 	}
@@ -1595,10 +1595,10 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	/* virtio-net: slot 2, kbox's stack with an allowlist of nothing. */
 	policy_init(&R.pol, POLICY_MODE_ALLOWLIST);
 	R.audit.fd = -1;
-	const uint8_t mac[6] = VNET_GUEST_MAC;
+	const uint8_t mac[6] = VIRTIO_NET_GUEST_MAC;
 	struct net_backend be = { to_stack, NULL };
-	if ((rc = vnet_init(&R.nic, mac, &be)) < 0) {
-		snprintf(err, errlen, "vnet_init: %s", strerror(-rc));
+	if ((rc = virtio_net_init(&R.nic, mac, &be)) < 0) {
+		snprintf(err, errlen, "virtio_net_init: %s", strerror(-rc));
 		return -1;
 	}
 	/* /dev/kvm and the share are open; lwIP's thread, started next, and
@@ -1627,7 +1627,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 					      .cfg_len = VIRTIO_FS_CONFIG_SIZE };
 		C->dev[D_NET] = (struct fdev){ .nq = 2, .rxq_mask = 1,
 					       .offered = R.nic.dev.features,
-					       .cfg_len = VNET_CONFIG_SIZE };
+					       .cfg_len = VIRTIO_NET_CONFIG_SIZE };
 		for (unsigned d = 0; d < ND; d++)
 			C->dev[d].arena = ARENA + (c * ND + d) * DEV_SPAN;
 		gen_batch();
@@ -1671,8 +1671,8 @@ static unsigned count_tree(int fd0, unsigned depth)
 
 static void stats_line(const char *when)
 {
-	struct vnet_stats v;
-	vnet_get_stats(&R.nic, &v);
+	struct virtio_net_stats v;
+	virtio_net_get_stats(&R.nic, &v);
 	pthread_mutex_lock(&R.bus.lock);
 	const struct virtio_fs_stats *fs = &R.mnt.m[0].vfs.stats;
 	printf("# %s: %u batches; vsock %" PRIu64 " bad packets %" PRIu64 " RSTs; virtio-fs %"
@@ -1777,7 +1777,7 @@ int main(int argc, char **argv)
 	echo_stop(&R.echo);
 	vbus_destroy(&R.bus);
 	ns_destroy(R.stack);
-	vnet_destroy(&R.nic);
+	virtio_net_destroy(&R.nic);
 	policy_free(&R.pol);
 	mounts_free(&R.mnt);
 	vsock_unix_destroy(&R.vu);

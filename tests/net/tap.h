@@ -7,11 +7,11 @@
 
 /* Create (or attach to) TAP device name (IFNAMSIZ - 1 bytes at most; ""
  * lets the kernel choose) with Ethernet frames and no packet-info header;
- * with vnet_hdr_len > 0, each frame read or written is preceded by a
+ * with virtio_net_hdr_len > 0, each frame read or written is preceded by a
  * virtio_net_hdr of that many bytes (IFF_VNET_HDR; the flag can only be
  * given when the device is made).  Returns a non-blocking, close-on-exec
  * descriptor and writes the device's name to out (outlen >= 16), or a
  * negative errno. */
-int tap_open(const char *name, int vnet_hdr_len, char *out, size_t outlen);
+int tap_open(const char *name, int virtio_net_hdr_len, char *out, size_t outlen);
 
 #endif

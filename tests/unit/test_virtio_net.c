@@ -20,11 +20,11 @@
 enum { RX, TX };
 
 static struct fv_driver drv;
-static struct vnet net;
+static struct virtio_net net;
 static struct virtio_mmio t;
 
 /* What the backend saw. */
-static uint8_t last_tx[VNET_MAX_FRAME];
+static uint8_t last_tx[VIRTIO_NET_MAX_FRAME];
 static size_t last_tx_len;
 static unsigned ntx;
 static bool echo;
@@ -37,7 +37,7 @@ static void be_tx(void *ctx, const uint8_t *frame, size_t len)
 	last_tx_len = len;
 	ntx++;
 	if (echo)
-		ck_assert_int_eq(vnet_rx_enqueue(&net, frame, len), 0);
+		ck_assert_int_eq(virtio_net_rx_enqueue(&net, frame, len), 0);
 }
 
 static uint32_t extra_features; /* offloads a test negotiates */
@@ -58,9 +58,9 @@ static void driver_up(void)
 static void setup(void)
 {
 	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
-	const uint8_t mac[6] = VNET_GUEST_MAC;
+	const uint8_t mac[6] = VIRTIO_NET_GUEST_MAC;
 	struct net_backend be = { be_tx, NULL };
-	ck_assert_int_eq(vnet_init(&net, mac, &be), 0);
+	ck_assert_int_eq(virtio_net_init(&net, mac, &be), 0);
 	ck_assert_int_eq(virtio_mmio_init(&t, &net.dev, &drv.gm, NULL), 0);
 	drv.mmio = &t;
 	ntx = 0;
@@ -71,7 +71,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	vnet_destroy(&net);
+	virtio_net_destroy(&net);
 	fv_free(&drv);
 }
 
@@ -90,10 +90,10 @@ static void frame(uint8_t *f, size_t len, uint8_t seed)
  * bytes into two descriptors. */
 static void tx(size_t len, uint8_t g, uint32_t split)
 {
-	memset(drv.ram + BUF, 0, VNET_HDR_SIZE);
+	memset(drv.ram + BUF, 0, VIRTIO_NET_HDR_SIZE);
 	drv.ram[BUF + 1] = g;
-	frame(drv.ram + BUF + VNET_HDR_SIZE, len, 3);
-	uint32_t total = (uint32_t)(VNET_HDR_SIZE + len);
+	frame(drv.ram + BUF + VIRTIO_NET_HDR_SIZE, len, 3);
+	uint32_t total = (uint32_t)(VIRTIO_NET_HDR_SIZE + len);
 	if (split == 0 || split >= total) {
 		struct fv_seg s = { BUF, total, false };
 		fv_post(&drv, TX, &s, 1);
@@ -106,13 +106,13 @@ static void tx(size_t len, uint8_t g, uint32_t split)
 
 START_TEST(config_space)
 {
-	uint8_t b[VNET_CONFIG_SIZE];
-	const uint8_t mac[6] = VNET_GUEST_MAC;
-	for (unsigned i = 0; i < VNET_CONFIG_SIZE; i++)
+	uint8_t b[VIRTIO_NET_CONFIG_SIZE];
+	const uint8_t mac[6] = VIRTIO_NET_GUEST_MAC;
+	for (unsigned i = 0; i < VIRTIO_NET_CONFIG_SIZE; i++)
 		virtio_mmio_read(&t, VIRTIO_MMIO_CONFIG + i, &b[i], 1);
 	ck_assert_mem_eq(b, mac, 6);
 	ck_assert_uint_eq(b[6] | b[7] << 8, VIRTIO_NET_S_LINK_UP);
-	ck_assert_uint_eq(b[10] | b[11] << 8, VNET_MTU);
+	ck_assert_uint_eq(b[10] | b[11] << 8, VIRTIO_NET_MTU);
 	ck_assert_uint_eq(fv_rd(&drv, 0x08), VIRTIO_NET_DEVICE_ID);
 }
 END_TEST
@@ -120,7 +120,7 @@ END_TEST
 START_TEST(tx_frames)
 {
 	uint32_t n;
-	uint8_t want[VNET_MAX_FRAME];
+	uint8_t want[VIRTIO_NET_MAX_FRAME];
 	static const uint32_t splits[] = { 0, 1, 11, 12, 13, 40 };
 	for (unsigned i = 0; i < sizeof splits / sizeof splits[0]; i++) {
 		tx(60, 0, splits[i]);
@@ -130,14 +130,14 @@ START_TEST(tx_frames)
 		frame(want, 60, 3);
 		ck_assert_mem_eq(last_tx, want, 60);
 	}
-	tx(VNET_MAX_FRAME, 0, 700);
+	tx(VIRTIO_NET_MAX_FRAME, 0, 700);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
-	ck_assert_uint_eq(last_tx_len, VNET_MAX_FRAME);
-	frame(want, VNET_MAX_FRAME, 3);
-	ck_assert_mem_eq(last_tx, want, VNET_MAX_FRAME);
-	tx(VNET_ETH_HLEN, 0, 0);
+	ck_assert_uint_eq(last_tx_len, VIRTIO_NET_MAX_FRAME);
+	frame(want, VIRTIO_NET_MAX_FRAME, 3);
+	ck_assert_mem_eq(last_tx, want, VIRTIO_NET_MAX_FRAME);
+	tx(VIRTIO_NET_ETH_HLEN, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
-	ck_assert_uint_eq(last_tx_len, VNET_ETH_HLEN);
+	ck_assert_uint_eq(last_tx_len, VIRTIO_NET_ETH_HLEN);
 	ck_assert_uint_eq(ntx, 8);
 	ck_assert(!needs_reset());
 }
@@ -146,19 +146,19 @@ END_TEST
 START_TEST(tx_bad_frames_dropped)
 {
 	uint32_t n;
-	tx(VNET_ETH_HLEN - 1, 0, 0);
+	tx(VIRTIO_NET_ETH_HLEN - 1, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(0, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
-	tx(VNET_MAX_FRAME + 1, 0, 0);
+	tx(VIRTIO_NET_MAX_FRAME + 1, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
-	tx(VNET_MAX_FRAME + 100, 0, 0);
+	tx(VIRTIO_NET_MAX_FRAME + 100, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	tx(100, 1 /* TCPv4 GSO */, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, 0);
-	struct vnet_stats st;
-	vnet_get_stats(&net, &st);
+	struct virtio_net_stats st;
+	virtio_net_get_stats(&net, &st);
 	ck_assert_uint_eq(st.tx_dropped, 5);
 	ck_assert(!needs_reset());
 	tx(60, 0, 0);
@@ -171,22 +171,22 @@ END_TEST
 START_TEST(base_mtu_without_feature)
 {
 	uint32_t n;
-	struct vnet_stats st;
-	uint8_t f[VNET_BASE_FRAME + 1] = { 0 };
+	struct virtio_net_stats st;
+	uint8_t f[VIRTIO_NET_BASE_FRAME + 1] = { 0 };
 
 	no_mtu = true;
 	driver_up();
 	no_mtu = false;
-	tx(VNET_BASE_FRAME + 1, 0, 0);
+	tx(VIRTIO_NET_BASE_FRAME + 1, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, 0);
-	tx(VNET_BASE_FRAME, 0, 0);
+	tx(VIRTIO_NET_BASE_FRAME, 0, 0);
 	ck_assert(fv_used(&drv, TX, NULL, &n));
 	ck_assert_uint_eq(ntx, 1);
-	ck_assert_uint_eq(last_tx_len, VNET_BASE_FRAME);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_BASE_FRAME + 1), -EMSGSIZE);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_BASE_FRAME), 0);
-	vnet_get_stats(&net, &st);
+	ck_assert_uint_eq(last_tx_len, VIRTIO_NET_BASE_FRAME);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, VIRTIO_NET_BASE_FRAME + 1), -EMSGSIZE);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, VIRTIO_NET_BASE_FRAME), 0);
+	virtio_net_get_stats(&net, &st);
 	ck_assert_uint_eq(st.tx_dropped, 1);
 	ck_assert(!needs_reset());
 }
@@ -194,7 +194,7 @@ END_TEST
 
 START_TEST(tx_short_header_stops)
 {
-	struct fv_seg s = { BUF, VNET_HDR_SIZE - 1, false };
+	struct fv_seg s = { BUF, VIRTIO_NET_HDR_SIZE - 1, false };
 	fv_post(&drv, TX, &s, 1);
 	ck_assert(needs_reset());
 	ck_assert_uint_eq(ntx, 0);
@@ -233,45 +233,45 @@ static void rx_buf(uint64_t gpa, uint32_t len, uint32_t split)
 
 static void check_rx(uint64_t gpa, uint32_t n, size_t len, uint8_t seed)
 {
-	uint8_t want[VNET_MAX_FRAME];
-	ck_assert_uint_eq(n, VNET_HDR_SIZE + len);
-	for (unsigned i = 0; i < VNET_HDR_SIZE; i++)
+	uint8_t want[VIRTIO_NET_MAX_FRAME];
+	ck_assert_uint_eq(n, VIRTIO_NET_HDR_SIZE + len);
+	for (unsigned i = 0; i < VIRTIO_NET_HDR_SIZE; i++)
 		ck_assert_uint_eq(drv.ram[gpa + i], i == 10 ? 1 : 0);
 	frame(want, len, seed);
-	ck_assert_mem_eq(drv.ram + gpa + VNET_HDR_SIZE, want, len);
+	ck_assert_mem_eq(drv.ram + gpa + VIRTIO_NET_HDR_SIZE, want, len);
 }
 
 START_TEST(rx_waits_for_buffers)
 {
-	uint8_t f[VNET_MAX_FRAME];
+	uint8_t f[VIRTIO_NET_MAX_FRAME];
 	uint32_t n;
 	frame(f, 60, 1);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, 60), 0);
-	frame(f, VNET_MAX_FRAME, 2);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_MAX_FRAME), 0);
-	vnet_rx_flush(&net); /* no buffers yet: nothing moves */
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, 60), 0);
+	frame(f, VIRTIO_NET_MAX_FRAME, 2);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, VIRTIO_NET_MAX_FRAME), 0);
+	virtio_net_rx_flush(&net); /* no buffers yet: nothing moves */
 	ck_assert(!fv_used(&drv, RX, NULL, &n));
 	memset(drv.ram + BUF, 0xee, 0x1000);
-	rx_buf(BUF, VNET_HDR_SIZE + VNET_MAX_FRAME, 0);
+	rx_buf(BUF, VIRTIO_NET_HDR_SIZE + VIRTIO_NET_MAX_FRAME, 0);
 	ck_assert(fv_used(&drv, RX, NULL, &n));
 	check_rx(BUF, n, 60, 1);
 	ck_assert(!fv_used(&drv, RX, NULL, &n));
 	memset(drv.ram + BUF + 0x1000, 0xee, 0x1000);
-	rx_buf(BUF + 0x1000, VNET_HDR_SIZE + VNET_MAX_FRAME, 5); /* header split */
+	rx_buf(BUF + 0x1000, VIRTIO_NET_HDR_SIZE + VIRTIO_NET_MAX_FRAME, 5); /* header split */
 	ck_assert(fv_used(&drv, RX, NULL, &n));
-	check_rx(BUF + 0x1000, n, VNET_MAX_FRAME, 2);
+	check_rx(BUF + 0x1000, n, VIRTIO_NET_MAX_FRAME, 2);
 	/* Buffers first, frame later. */
 	rx_buf(BUF + 0x2000, 2048, 700);
 	ck_assert(!fv_used(&drv, RX, NULL, &n));
 	frame(f, 100, 9);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, 100), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, 100), 0);
 	uint64_t cnt;
-	ck_assert_int_eq(read(vnet_wake_fd(&net), &cnt, sizeof cnt), (ssize_t)sizeof cnt);
-	vnet_rx_flush(&net);
+	ck_assert_int_eq(read(virtio_net_wake_fd(&net), &cnt, sizeof cnt), (ssize_t)sizeof cnt);
+	virtio_net_rx_flush(&net);
 	ck_assert(fv_used(&drv, RX, NULL, &n));
 	check_rx(BUF + 0x2000, n, 100, 9);
-	struct vnet_stats st;
-	vnet_get_stats(&net, &st);
+	struct virtio_net_stats st;
+	virtio_net_get_stats(&net, &st);
 	ck_assert_uint_eq(st.rx_frames, 3);
 	ck_assert_uint_eq(st.rx_dropped, 0);
 }
@@ -280,28 +280,28 @@ END_TEST
 START_TEST(rx_queue_bounded)
 {
 	uint8_t f[64] = { 0 };
-	for (unsigned i = 0; i < VNET_RXQ_FRAMES; i++)
-		ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), -ENOBUFS);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_ETH_HLEN - 1), -EMSGSIZE);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, VNET_MAX_FRAME + 1), -EMSGSIZE);
-	struct vnet_stats st;
-	vnet_get_stats(&net, &st);
+	for (unsigned i = 0; i < VIRTIO_NET_RXQ_FRAMES; i++)
+		ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, sizeof f), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, sizeof f), -ENOBUFS);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, VIRTIO_NET_ETH_HLEN - 1), -EMSGSIZE);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, VIRTIO_NET_MAX_FRAME + 1), -EMSGSIZE);
+	struct virtio_net_stats st;
+	virtio_net_get_stats(&net, &st);
 	ck_assert_uint_eq(st.rx_dropped, 3);
 	/* Draining one makes room for one. */
 	uint32_t n;
 	rx_buf(BUF, 2048, 0);
 	ck_assert(fv_used(&drv, RX, NULL, &n));
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), -ENOBUFS);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, sizeof f), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, sizeof f), -ENOBUFS);
 }
 END_TEST
 
 START_TEST(rx_small_buffer_stops)
 {
 	uint8_t f[200] = { 0 };
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
-	rx_buf(BUF, VNET_HDR_SIZE + sizeof f - 1, 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, sizeof f), 0);
+	rx_buf(BUF, VIRTIO_NET_HDR_SIZE + sizeof f - 1, 0);
 	ck_assert(needs_reset());
 	uint32_t n;
 	ck_assert(!fv_used(&drv, RX, NULL, &n));
@@ -315,7 +315,7 @@ END_TEST
 START_TEST(rx_readable_buffer_stops)
 {
 	uint8_t f[60] = { 0 };
-	ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, sizeof f), 0);
 	struct fv_seg s[2] = { { BUF, 16, false }, { BUF + 16, 2048, true } };
 	fv_post(&drv, RX, s, 2);
 	ck_assert(needs_reset());
@@ -340,7 +340,7 @@ START_TEST(many_frames_through)
 	uint32_t n;
 	for (unsigned round = 0; round < 3 * QSIZE; round++) {
 		frame(f, sizeof f, (uint8_t)round);
-		ck_assert_int_eq(vnet_rx_enqueue(&net, f, sizeof f), 0);
+		ck_assert_int_eq(virtio_net_rx_enqueue(&net, f, sizeof f), 0);
 		uint64_t gpa = BUF + 0x1000 * (round % 8);
 		rx_buf(gpa, 2048, round % 2 ? 0 : 100);
 		ck_assert(fv_used(&drv, RX, NULL, &n));
@@ -364,7 +364,7 @@ static void *producer(void *arg)
 	for (unsigned i = 0; i < THREAD_FRAMES; i++) {
 		memcpy(f + 20, &i, sizeof i);
 		for (unsigned tries = 0; tries < 100000; tries++) {
-			if (vnet_rx_enqueue(&net, f, sizeof f) != -ENOBUFS)
+			if (virtio_net_rx_enqueue(&net, f, sizeof f) != -ENOBUFS)
 				break;
 			usleep(100);
 		}
@@ -385,13 +385,13 @@ START_TEST(enqueue_from_another_thread)
 			posted++;
 		} else {
 			usleep(50);
-			vnet_rx_flush(&net);
+			virtio_net_rx_flush(&net);
 		}
 		while (fv_used(&drv, RX, NULL, &n)) {
 			unsigned idx;
-			uint64_t at = BUF + 0x1000 * (got % 64) + VNET_HDR_SIZE + 20;
+			uint64_t at = BUF + 0x1000 * (got % 64) + VIRTIO_NET_HDR_SIZE + 20;
 			memcpy(&idx, fv_at(&drv, at, sizeof idx), sizeof idx);
-			ck_assert_uint_eq(n, VNET_HDR_SIZE + 64);
+			ck_assert_uint_eq(n, VIRTIO_NET_HDR_SIZE + 64);
 			ck_assert_uint_eq(idx, got);
 			got++;
 		}
@@ -404,10 +404,10 @@ END_TEST
 
 START_TEST(init_rejects)
 {
-	struct vnet v;
+	struct virtio_net v;
 	const uint8_t mcast[6] = { 1, 0, 0x5e, 0, 0, 1 };
-	ck_assert_int_eq(vnet_init(&v, mcast, NULL), -EINVAL);
-	ck_assert_int_eq(vnet_init(&v, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(virtio_net_init(&v, mcast, NULL), -EINVAL);
+	ck_assert_int_eq(virtio_net_init(&v, NULL, NULL), -EINVAL);
 }
 END_TEST
 
@@ -457,12 +457,12 @@ static size_t udp_partial(uint8_t *f, size_t len, uint16_t *want)
  * at off. */
 static void tx_csum(const uint8_t *f, size_t len, uint16_t start, uint16_t off)
 {
-	memset(drv.ram + BUF, 0, VNET_HDR_SIZE);
+	memset(drv.ram + BUF, 0, VIRTIO_NET_HDR_SIZE);
 	drv.ram[BUF] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
 	drv.ram[BUF + 6] = (uint8_t)start, drv.ram[BUF + 7] = (uint8_t)(start >> 8);
 	drv.ram[BUF + 8] = (uint8_t)off, drv.ram[BUF + 9] = (uint8_t)(off >> 8);
-	memcpy(drv.ram + BUF + VNET_HDR_SIZE, f, len);
-	struct fv_seg s = { BUF, (uint32_t)(VNET_HDR_SIZE + len), false };
+	memcpy(drv.ram + BUF + VIRTIO_NET_HDR_SIZE, f, len);
+	struct fv_seg s = { BUF, (uint32_t)(VIRTIO_NET_HDR_SIZE + len), false };
 	fv_post(&drv, TX, &s, 1);
 }
 
@@ -474,11 +474,11 @@ START_TEST(csum_offloads)
 	ck_assert(f & (1u << VIRTIO_NET_F_GUEST_CSUM));
 	extra_features = 1u << VIRTIO_NET_F_CSUM | 1u << VIRTIO_NET_F_GUEST_CSUM;
 	driver_up();
-	uint8_t fr[VNET_MAX_FRAME];
+	uint8_t fr[VIRTIO_NET_MAX_FRAME];
 	uint16_t want;
 	uint32_t n;
 	/* Odd and even lengths; the device completes the checksum. */
-	static const size_t lens[] = { 60, 61, 333, VNET_MAX_FRAME };
+	static const size_t lens[] = { 60, 61, 333, VIRTIO_NET_MAX_FRAME };
 	for (unsigned i = 0; i < sizeof lens / sizeof lens[0]; i++) {
 		udp_partial(fr, lens[i], &want);
 		unsigned before = ntx;
@@ -502,9 +502,9 @@ START_TEST(csum_offloads)
 	/* Received frames are marked valid: the stack made their sums. */
 	uint8_t rf[60];
 	frame(rf, 60, 5);
-	ck_assert_int_eq(vnet_rx_enqueue(&net, rf, 60), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue(&net, rf, 60), 0);
 	rx_buf(BUF + 0x1000, 2048, 0);
-	vnet_rx_flush(&net);
+	virtio_net_rx_flush(&net);
 	ck_assert(fv_used(&drv, RX, NULL, &n));
 	ck_assert_uint_eq(drv.ram[BUF + 0x1000], VIRTIO_NET_HDR_F_DATA_VALID);
 	extra_features = 0;
@@ -527,9 +527,9 @@ END_TEST
 
 /* Three TCP segments from 10.0.2.2:80 (the last one short and pushed)
  * in segs, merged by lib/gso.c into *m. */
-static uint8_t segs[3][VNET_MAX_FRAME];
+static uint8_t segs[3][VIRTIO_NET_MAX_FRAME];
 static size_t seglen[3];
-static uint8_t merged[VNET_MAX_GSO_FRAME];
+static uint8_t merged[VIRTIO_NET_MAX_GSO_FRAME];
 static size_t merged_len;
 static struct gso_hdr merged_h;
 
@@ -549,7 +549,7 @@ static void make_merged(void)
 		uint8_t *f = segs[i];
 		size_t plen = i < 2 ? 1460 : 99, len = 54 + plen;
 		memset(f, 0, 54);
-		memcpy(f, (const uint8_t[])VNET_GUEST_MAC, 6);
+		memcpy(f, (const uint8_t[])VIRTIO_NET_GUEST_MAC, 6);
 		f[12] = 0x08;
 		f[14] = 0x45;
 		f[16] = (uint8_t)((len - 14) >> 8), f[17] = (uint8_t)(len - 14);
@@ -570,7 +570,7 @@ static void make_merged(void)
 		f[50] = (uint8_t)(c >> 8), f[51] = (uint8_t)c;
 		seglen[i] = len;
 	}
-	gso_init(&g, VNET_MAX_GSO_FRAME, keep_merged, NULL);
+	gso_init(&g, VIRTIO_NET_MAX_GSO_FRAME, keep_merged, NULL);
 	for (unsigned i = 0; i < 3; i++)
 		gso_add(&g, segs[i], seglen[i]);
 	gso_flush(&g);
@@ -583,20 +583,20 @@ START_TEST(gso_segmented_without_tso)
 	/* The fixture's driver took no offload: segments arrive. */
 	uint32_t n;
 	make_merged();
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
 	for (unsigned i = 0; i < 3; i++) {
 		rx_buf(BUF + i * 0x1000, 2048, 0);
 		ck_assert(fv_used(&drv, RX, NULL, &n));
-		ck_assert_uint_eq(n, VNET_HDR_SIZE + seglen[i]);
+		ck_assert_uint_eq(n, VIRTIO_NET_HDR_SIZE + seglen[i]);
 		ck_assert_uint_eq(drv.ram[BUF + i * 0x1000 + 1], 0); /* no GSO */
-		ck_assert_mem_eq(drv.ram + BUF + i * 0x1000 + VNET_HDR_SIZE, segs[i], seglen[i]);
+		ck_assert_mem_eq(drv.ram + BUF + i * 0x1000 + VIRTIO_NET_HDR_SIZE, segs[i], seglen[i]);
 	}
 	/* A header gso_segment refuses is dropped and counted. */
 	struct gso_hdr bad = merged_h;
 	bad.csum_start = 20;
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
-	struct vnet_stats st;
-	vnet_get_stats(&net, &st);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	struct virtio_net_stats st;
+	virtio_net_get_stats(&net, &st);
 	ck_assert_uint_eq(st.rx_dropped, 1);
 	ck_assert_uint_eq(st.rx_frames, 3);
 }
@@ -612,10 +612,10 @@ START_TEST(gso_whole_with_tso)
 	uint32_t n;
 	const uint64_t big = BUF + 0x10000;
 	make_merged();
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
-	rx_buf(big, VNET_HDR_SIZE + VNET_MAX_GSO_FRAME, 100);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	rx_buf(big, VIRTIO_NET_HDR_SIZE + VIRTIO_NET_MAX_GSO_FRAME, 100);
 	ck_assert(fv_used(&drv, RX, NULL, &n));
-	ck_assert_uint_eq(n, VNET_HDR_SIZE + merged_len);
+	ck_assert_uint_eq(n, VIRTIO_NET_HDR_SIZE + merged_len);
 	const uint8_t *h = drv.ram + big;
 	ck_assert_uint_eq(h[0], VIRTIO_NET_HDR_F_NEEDS_CSUM);
 	ck_assert_uint_eq(h[1], 1); /* VIRTIO_NET_HDR_GSO_TCPV4 */
@@ -624,61 +624,61 @@ START_TEST(gso_whole_with_tso)
 	ck_assert_uint_eq(fv_le16(h + 6), 34);
 	ck_assert_uint_eq(fv_le16(h + 8), 16);
 	ck_assert_uint_eq(fv_le16(h + 10), 1);
-	ck_assert_mem_eq(h + VNET_HDR_SIZE, merged, merged_len);
-	struct vnet_stats st;
-	vnet_get_stats(&net, &st);
+	ck_assert_mem_eq(h + VIRTIO_NET_HDR_SIZE, merged, merged_len);
+	struct virtio_net_stats st;
+	virtio_net_get_stats(&net, &st);
 	ck_assert_uint_eq(st.rx_gso, 1);
 	/* Hostile headers and lengths are refused at the door. */
 	struct gso_hdr bad = merged_h;
 	bad.csum_offset = (uint16_t)(merged_len - 34 - 1);
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
 	bad = merged_h;
 	bad.gso_size = 0;
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
 	bad = merged_h;
 	bad.hdr_len = (uint16_t)(merged_len + 1);
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, VNET_MAX_GSO_FRAME + 1), -EMSGSIZE);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &bad, merged, merged_len), -EINVAL);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &merged_h, merged, VIRTIO_NET_MAX_GSO_FRAME + 1), -EMSGSIZE);
 	/* The byte ring bounds what waits: 64 KiB frames until it is full;
 	 * each one out makes room again (after the wrap, sometimes only the
 	 * second), and frames leave in order across the wrap. */
-	static uint8_t huge[VNET_MAX_GSO_FRAME];
+	static uint8_t huge[VIRTIO_NET_MAX_GSO_FRAME];
 	struct gso_hdr hh = merged_h;
 	memcpy(huge, merged, 54);
 	unsigned in = 0, out = 0, k = 0;
 	for (;; in++) {
 		huge[100] = (uint8_t)in;
-		if (vnet_rx_enqueue_gso(&net, &hh, huge, sizeof huge) < 0)
+		if (virtio_net_rx_enqueue_gso(&net, &hh, huge, sizeof huge) < 0)
 			break;
 	}
-	ck_assert_uint_eq(in, VNET_RXQ_BYTES / VNET_MAX_GSO_FRAME);
+	ck_assert_uint_eq(in, VIRTIO_NET_RXQ_BYTES / VIRTIO_NET_MAX_GSO_FRAME);
 	for (; out < 5 * in; out++) {
-		rx_buf(big, VNET_HDR_SIZE + VNET_MAX_GSO_FRAME, 0);
+		rx_buf(big, VIRTIO_NET_HDR_SIZE + VIRTIO_NET_MAX_GSO_FRAME, 0);
 		ck_assert(fv_used(&drv, RX, NULL, &n));
-		ck_assert_uint_eq(n, VNET_HDR_SIZE + sizeof huge);
-		ck_assert_uint_eq(drv.ram[big + VNET_HDR_SIZE + 100], (uint8_t)out);
+		ck_assert_uint_eq(n, VIRTIO_NET_HDR_SIZE + sizeof huge);
+		ck_assert_uint_eq(drv.ram[big + VIRTIO_NET_HDR_SIZE + 100], (uint8_t)out);
 		huge[100] = (uint8_t)(in + k);
-		if (vnet_rx_enqueue_gso(&net, &hh, huge, sizeof huge) == 0)
+		if (virtio_net_rx_enqueue_gso(&net, &hh, huge, sizeof huge) == 0)
 			k++;
 		ck_assert_uint_ge(in + k, out + 1); /* never empty: it refills */
 	}
 	ck_assert_uint_ge(k, 4 * in);
 	while (out < in + k) {
-		rx_buf(big, VNET_HDR_SIZE + VNET_MAX_GSO_FRAME, 0);
+		rx_buf(big, VIRTIO_NET_HDR_SIZE + VIRTIO_NET_MAX_GSO_FRAME, 0);
 		ck_assert(fv_used(&drv, RX, NULL, &n));
-		ck_assert_uint_eq(drv.ram[big + VNET_HDR_SIZE + 100], (uint8_t)out++);
+		ck_assert_uint_eq(drv.ram[big + VIRTIO_NET_HDR_SIZE + 100], (uint8_t)out++);
 	}
 	/* A merged frame meets a buffer too small for it: the guest broke
 	 * the spec's promise of 65562-byte buffers, the device stops. */
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
 	rx_buf(BUF, 2048, 0);
 	ck_assert(needs_reset());
 	/* The next driver takes no offload: merged frames are cut again. */
 	driver_up();
-	ck_assert_int_eq(vnet_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
+	ck_assert_int_eq(virtio_net_rx_enqueue_gso(&net, &merged_h, merged, merged_len), 0);
 	rx_buf(BUF, 2048, 0);
 	ck_assert(fv_used(&drv, RX, NULL, &n));
-	ck_assert_mem_eq(drv.ram + BUF + VNET_HDR_SIZE, segs[0], seglen[0]);
+	ck_assert_mem_eq(drv.ram + BUF + VIRTIO_NET_HDR_SIZE, segs[0], seglen[0]);
 }
 END_TEST
 

@@ -168,11 +168,11 @@ bool netdev_enabled(const struct netdev *n)
 
 /* Stack → guest: only queue (see the locking note in netdev.h).  Merged
  * TCP frames reach a driver without GUEST_TSO4 cut back into segments
- * (vnet_rx_enqueue_gso). */
+ * (virtio_net_rx_enqueue_gso). */
 static void to_guest(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
 	struct netdev *n = ctx;
-	vnet_rx_enqueue_gso(&n->nic, h, frame, len); /* a full queue drops, like a wire */
+	virtio_net_rx_enqueue_gso(&n->nic, h, frame, len); /* a full queue drops, like a wire */
 }
 
 /* Guest → stack, on the device thread or a vCPU under the bus lock. */
@@ -187,7 +187,7 @@ static unsigned poll_fds(void *ctx, struct pollfd *p, unsigned max)
 	struct netdev *n = ctx;
 	if (max < 2)
 		return 0;
-	p[0] = (struct pollfd){ .fd = vnet_wake_fd(&n->nic), .events = POLLIN };
+	p[0] = (struct pollfd){ .fd = virtio_net_wake_fd(&n->nic), .events = POLLIN };
 	p[1] = (struct pollfd){ .fd = ns_fd(n->stack), .events = POLLIN };
 	return 2;
 }
@@ -197,7 +197,7 @@ static void poll_handle(void *ctx, const struct pollfd *p, unsigned k)
 	struct netdev *n = ctx;
 	if (k >= 2 && p[1].revents)
 		ns_dispatch(n->stack);
-	vnet_rx_flush(&n->nic);
+	virtio_net_rx_flush(&n->nic);
 }
 
 int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
@@ -231,9 +231,9 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 			       "(kbox needs NETLINK_ROUTE to keep the guest off them; --network none needs nothing)",
 			       strerror(-r));
 	policy_set_host_fn(&n->pol, hostaddr_pol_host, &n->ha);
-	const uint8_t mac[6] = VNET_GUEST_MAC;
+	const uint8_t mac[6] = VIRTIO_NET_GUEST_MAC;
 	struct net_backend be = { to_stack, n };
-	if ((r = vnet_init(&n->nic, mac, &be)) < 0)
+	if ((r = virtio_net_init(&n->nic, mac, &be)) < 0)
 		return errbuf_fail(err, errlen, r, "cannot create the network device: %s",
 			       strerror(-r));
 	n->nic_made = true;
@@ -282,12 +282,12 @@ int netdev_write_learned(struct netdev *n, char *err, size_t errlen)
 
 void netdev_report(struct netdev *n, FILE *f)
 {
-	struct vnet_stats v;
+	struct virtio_net_stats v;
 	struct ns_stats st;
 
 	if (!n->stack)
 		return;
-	vnet_get_stats(&n->nic, &v);
+	virtio_net_get_stats(&n->nic, &v);
 	ns_get_stats(n->stack, &st);
 	fprintf(f,
 		"kbox: network: frames %llu out (%llu dropped), %llu in (%llu dropped, %llu merged), "
@@ -315,7 +315,7 @@ void netdev_destroy(struct netdev *n)
 		ns_destroy(n->stack);
 	n->stack = NULL;
 	if (n->nic_made)
-		vnet_destroy(&n->nic);
+		virtio_net_destroy(&n->nic);
 	n->nic_made = false;
 	audit_close(&n->audit);
 	policy_free(&n->pol);

@@ -9,7 +9,7 @@
  *     (host fd ready) ns_dispatch → core lock → output → rxq lock;
  *   - lwIP's own thread (TCP timers): core lock → output → rxq lock; it
  *     never takes the bus lock, because the output callback only queues
- *     the frame (vnet_rx_enqueue_gso, which may cut a merged frame into
+ *     the frame (virtio_net_rx_enqueue_gso, which may cut a merged frame into
  *     segments under the rxq lock, taking nothing else) and wakes the
  *     device thread through an eventfd, which then moves it into guest
  *     buffers under the bus lock;
@@ -42,7 +42,7 @@ struct netdev {
 	bool mode_set; /* --network given: the config file's policy does not apply */
 	struct audit audit;
 	const char *audit_path; /* NULL: no audit log */
-	struct vnet nic;
+	struct virtio_net nic;
 	struct ns *stack;
 	bool nic_made;
 	struct ns_forward fwd[NS_MAX_FORWARDS]; /* -p, listening once attached */

@@ -14,12 +14,12 @@ enum { Q_RX, Q_TX, Q_EVENT };
 #define P_CREDIT_REQUEST 8u
 #define P_SHUTDOWN 16u
 
-#define BUF_MASK (VSOCK_BUF_ALLOC - 1)
-_Static_assert((VSOCK_BUF_ALLOC & BUF_MASK) == 0, "ring arithmetic needs a power of two");
+#define BUF_MASK (VIRTIO_VSOCK_BUF_ALLOC - 1)
+_Static_assert((VIRTIO_VSOCK_BUF_ALLOC & BUF_MASK) == 0, "ring arithmetic needs a power of two");
 
-static struct vsock *to_vsock(struct virtqueue_dev *d)
+static struct virtio_vsock *to_vsock(struct virtqueue_dev *d)
 {
-	return (struct vsock *)((char *)d - offsetof(struct vsock, dev));
+	return (struct virtio_vsock *)((char *)d - offsetof(struct virtio_vsock, dev));
 }
 
 static uint16_t get16(const uint8_t *p)
@@ -61,7 +61,7 @@ static void put64(uint8_t *p, uint64_t v)
 	memcpy(p, &v, 8);
 }
 
-void vsock_hdr_decode(struct vsock_hdr *h, const uint8_t raw[VSOCK_HDR_SIZE])
+void virtio_vsock_hdr_decode(struct virtio_vsock_hdr *h, const uint8_t raw[VIRTIO_VSOCK_HDR_SIZE])
 {
 	h->src_cid = get64(raw + 0);
 	h->dst_cid = get64(raw + 8);
@@ -75,7 +75,7 @@ void vsock_hdr_decode(struct vsock_hdr *h, const uint8_t raw[VSOCK_HDR_SIZE])
 	h->fwd_cnt = get32(raw + 40);
 }
 
-void vsock_hdr_encode(uint8_t raw[VSOCK_HDR_SIZE], const struct vsock_hdr *h)
+void virtio_vsock_hdr_encode(uint8_t raw[VIRTIO_VSOCK_HDR_SIZE], const struct virtio_vsock_hdr *h)
 {
 	put64(raw + 0, h->src_cid);
 	put64(raw + 8, h->dst_cid);
@@ -116,23 +116,23 @@ static void chain_copy(const struct virtqueue_chain *c, bool write, uint32_t off
 
 /* ---- connection table ---- */
 
-static struct vsock_conn *find_conn(struct vsock *v, uint32_t local, uint32_t peer)
+static struct virtio_vsock_conn *find_conn(struct virtio_vsock *v, uint32_t local, uint32_t peer)
 {
-	for (unsigned i = 0; i < VSOCK_MAX_CONNS; i++) {
-		struct vsock_conn *c = &v->conns[i];
-		if (c->state != VSOCK_FREE && c->local_port == local && c->peer_port == peer)
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++) {
+		struct virtio_vsock_conn *c = &v->conns[i];
+		if (c->state != VIRTIO_VSOCK_FREE && c->local_port == local && c->peer_port == peer)
 			return c;
 	}
 	return NULL;
 }
 
-static struct vsock_conn *alloc_conn(struct vsock *v, uint32_t local, uint32_t peer)
+static struct virtio_vsock_conn *alloc_conn(struct virtio_vsock *v, uint32_t local, uint32_t peer)
 {
-	for (unsigned i = 0; i < VSOCK_MAX_CONNS; i++) {
-		struct vsock_conn *c = &v->conns[i];
-		if (c->state != VSOCK_FREE)
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++) {
+		struct virtio_vsock_conn *c = &v->conns[i];
+		if (c->state != VIRTIO_VSOCK_FREE)
 			continue;
-		uint8_t *rx = malloc(VSOCK_BUF_ALLOC), *tx = malloc(VSOCK_BUF_ALLOC);
+		uint8_t *rx = malloc(VIRTIO_VSOCK_BUF_ALLOC), *tx = malloc(VIRTIO_VSOCK_BUF_ALLOC);
 		if (!rx || !tx) {
 			free(rx);
 			free(tx);
@@ -148,16 +148,16 @@ static struct vsock_conn *alloc_conn(struct vsock *v, uint32_t local, uint32_t p
 	return NULL;
 }
 
-static void free_conn(struct vsock_conn *c)
+static void free_conn(struct virtio_vsock_conn *c)
 {
 	free(c->rxbuf);
 	free(c->txbuf);
 	memset(c, 0, sizeof *c);
 }
 
-static void queue_rst(struct vsock *v, uint32_t local, uint32_t peer)
+static void queue_rst(struct virtio_vsock *v, uint32_t local, uint32_t peer)
 {
-	if (v->nr_rst == VSOCK_MAX_RST)
+	if (v->nr_rst == VIRTIO_VSOCK_MAX_RST)
 		return; /* the guest's own timeout will end it */
 	v->rst[v->nr_rst].local = local;
 	v->rst[v->nr_rst].peer = peer;
@@ -165,20 +165,20 @@ static void queue_rst(struct vsock *v, uint32_t local, uint32_t peer)
 }
 
 /* Tell the backend, RST the guest and forget c. */
-static void reset_conn(struct vsock *v, struct vsock_conn *c)
+static void reset_conn(struct virtio_vsock *v, struct virtio_vsock_conn *c)
 {
-	const struct vsock_backend *b = v->backend;
-	enum vsock_state st = c->state;
+	const struct virtio_vsock_backend *b = v->backend;
+	enum virtio_vsock_state st = c->state;
 
 	queue_rst(v, c->local_port, c->peer_port);
-	if (st == VSOCK_CONNECTING && b && b->connected)
+	if (st == VIRTIO_VSOCK_CONNECTING && b && b->connected)
 		b->connected(v->backend_ctx, c, -ECONNRESET);
-	else if (st == VSOCK_CONNECTED && b && b->closed)
+	else if (st == VIRTIO_VSOCK_CONNECTED && b && b->closed)
 		b->closed(v->backend_ctx, c);
 	free_conn(c);
 }
 
-static uint32_t peer_credit(const struct vsock_conn *c)
+static uint32_t peer_credit(const struct virtio_vsock_conn *c)
 {
 	uint32_t in_flight = c->tx_cnt - c->peer_fwd_cnt;
 	return in_flight >= c->peer_buf_alloc ? 0 : c->peer_buf_alloc - in_flight;
@@ -186,67 +186,67 @@ static uint32_t peer_credit(const struct vsock_conn *c)
 
 /* ---- host → guest (rx queue) ---- */
 
-static bool conn_has_work(const struct vsock_conn *c)
+static bool conn_has_work(const struct virtio_vsock_conn *c)
 {
-	if (c->state == VSOCK_FREE)
+	if (c->state == VIRTIO_VSOCK_FREE)
 		return false;
 	if (c->pending & ~P_SHUTDOWN)
 		return true;
-	if (c->state != VSOCK_CONNECTED)
+	if (c->state != VIRTIO_VSOCK_CONNECTED)
 		return false;
 	if (c->tx_len && peer_credit(c))
 		return true;
 	return (c->pending & P_SHUTDOWN) && c->tx_len == 0;
 }
 
-static struct vsock_conn *next_conn(struct vsock *v)
+static struct virtio_vsock_conn *next_conn(struct virtio_vsock *v)
 {
-	for (unsigned k = 0; k < VSOCK_MAX_CONNS; k++) {
-		unsigned i = (v->rr + k) % VSOCK_MAX_CONNS;
+	for (unsigned k = 0; k < VIRTIO_VSOCK_MAX_CONNS; k++) {
+		unsigned i = (v->rr + k) % VIRTIO_VSOCK_MAX_CONNS;
 		if (conn_has_work(&v->conns[i])) {
-			v->rr = (i + 1) % VSOCK_MAX_CONNS;
+			v->rr = (i + 1) % VIRTIO_VSOCK_MAX_CONNS;
 			return &v->conns[i];
 		}
 	}
 	return NULL;
 }
 
-static void fill_hdr(struct vsock *v, struct vsock_hdr *h, uint32_t local, uint32_t peer,
+static void fill_hdr(struct virtio_vsock *v, struct virtio_vsock_hdr *h, uint32_t local, uint32_t peer,
 		     uint16_t op)
 {
 	memset(h, 0, sizeof *h);
-	h->src_cid = VSOCK_HOST_CID;
+	h->src_cid = VIRTIO_VSOCK_HOST_CID;
 	h->dst_cid = v->guest_cid;
 	h->src_port = local;
 	h->dst_port = peer;
-	h->type = VSOCK_TYPE_STREAM;
+	h->type = VIRTIO_VSOCK_TYPE_STREAM;
 	h->op = op;
 }
 
 /* Build the next packet of c into the chain; returns the payload length
  * (data was moved out of txbuf when it is non-zero). */
-static uint32_t conn_packet(struct vsock_conn *c, struct vsock_hdr *h,
+static uint32_t conn_packet(struct virtio_vsock_conn *c, struct virtio_vsock_hdr *h,
 			    const struct virtqueue_chain *ch)
 {
-	uint32_t room = ch->write_len - VSOCK_HDR_SIZE;
+	uint32_t room = ch->write_len - VIRTIO_VSOCK_HDR_SIZE;
 
-	h->buf_alloc = VSOCK_BUF_ALLOC;
+	h->buf_alloc = VIRTIO_VSOCK_BUF_ALLOC;
 	h->fwd_cnt = c->fwd_cnt;
 	c->fwd_cnt_sent = c->fwd_cnt;
 	c->pending &= ~P_CREDIT_UPDATE; /* every packet carries our credit */
 	if (c->pending & P_REQUEST) {
 		c->pending &= ~P_REQUEST;
-		h->op = VSOCK_OP_REQUEST;
+		h->op = VIRTIO_VSOCK_OP_REQUEST;
 		return 0;
 	}
 	if (c->pending & P_RESPONSE) {
 		c->pending &= ~P_RESPONSE;
-		h->op = VSOCK_OP_RESPONSE;
+		h->op = VIRTIO_VSOCK_OP_RESPONSE;
 		return 0;
 	}
 	if (c->pending & P_CREDIT_REQUEST) {
 		c->pending &= ~P_CREDIT_REQUEST;
-		h->op = VSOCK_OP_CREDIT_REQUEST;
+		h->op = VIRTIO_VSOCK_OP_CREDIT_REQUEST;
 		return 0;
 	}
 	uint32_t n = c->tx_len;
@@ -254,34 +254,34 @@ static uint32_t conn_packet(struct vsock_conn *c, struct vsock_hdr *h,
 		n = peer_credit(c);
 	if (n > room)
 		n = room;
-	if (n > VSOCK_MAX_PKT)
-		n = VSOCK_MAX_PKT;
-	if (c->state == VSOCK_CONNECTED && n) {
-		uint32_t first = VSOCK_BUF_ALLOC - c->tx_head;
+	if (n > VIRTIO_VSOCK_MAX_PKT)
+		n = VIRTIO_VSOCK_MAX_PKT;
+	if (c->state == VIRTIO_VSOCK_CONNECTED && n) {
+		uint32_t first = VIRTIO_VSOCK_BUF_ALLOC - c->tx_head;
 		if (first > n)
 			first = n;
-		chain_copy(ch, true, VSOCK_HDR_SIZE, c->txbuf + c->tx_head, first);
-		chain_copy(ch, true, VSOCK_HDR_SIZE + first, c->txbuf, n - first);
+		chain_copy(ch, true, VIRTIO_VSOCK_HDR_SIZE, c->txbuf + c->tx_head, first);
+		chain_copy(ch, true, VIRTIO_VSOCK_HDR_SIZE + first, c->txbuf, n - first);
 		c->tx_head = (c->tx_head + n) & BUF_MASK;
 		c->tx_len -= n;
 		c->tx_cnt += n;
-		h->op = VSOCK_OP_RW;
+		h->op = VIRTIO_VSOCK_OP_RW;
 		h->len = n;
 		return n;
 	}
 	if ((c->pending & P_SHUTDOWN) && c->tx_len == 0) {
 		c->pending &= ~P_SHUTDOWN;
-		h->op = VSOCK_OP_SHUTDOWN;
+		h->op = VIRTIO_VSOCK_OP_SHUTDOWN;
 		h->flags = c->host_shut;
 		return 0;
 	}
-	h->op = VSOCK_OP_CREDIT_UPDATE; /* buffer too small for data */
+	h->op = VIRTIO_VSOCK_OP_CREDIT_UPDATE; /* buffer too small for data */
 	return 0;
 }
 
 /* Send what is owed while the guest gives rx buffers.  Backend callbacks
  * made from here may queue more work; the loop picks it up. */
-static void flush_rx(struct vsock *v)
+static void flush_rx(struct virtio_vsock *v)
 {
 	struct virtqueue *vq = &v->vqs[Q_RX];
 
@@ -294,32 +294,32 @@ static void flush_rx(struct vsock *v)
 		bool pushed = false;
 		v->again = false;
 		while (v->dev.live) {
-			struct vsock_conn *c = v->nr_rst ? NULL : next_conn(v);
+			struct virtio_vsock_conn *c = v->nr_rst ? NULL : next_conn(v);
 			if (!v->nr_rst && !c)
 				break;
 			struct virtqueue_chain ch;
 			int r = virtqueue_pop(vq, &ch);
-			if (r < 0 || (r > 0 && ch.write_len < VSOCK_HDR_SIZE)) {
+			if (r < 0 || (r > 0 && ch.write_len < VIRTIO_VSOCK_HDR_SIZE)) {
 				virtqueue_dev_fail(&v->dev);
 				break;
 			}
 			if (r == 0)
 				break;
-			struct vsock_hdr h;
+			struct virtio_vsock_hdr h;
 			uint32_t n = 0;
 			if (!c) {
 				v->nr_rst--;
 				fill_hdr(v, &h, v->rst[v->nr_rst].local, v->rst[v->nr_rst].peer,
-					 VSOCK_OP_RST);
+					 VIRTIO_VSOCK_OP_RST);
 				v->stats.resets_sent++;
 			} else {
 				fill_hdr(v, &h, c->local_port, c->peer_port, 0);
 				n = conn_packet(c, &h, &ch);
 			}
-			uint8_t raw[VSOCK_HDR_SIZE];
-			vsock_hdr_encode(raw, &h);
-			chain_copy(&ch, true, 0, raw, VSOCK_HDR_SIZE);
-			virtqueue_push(vq, ch.head, VSOCK_HDR_SIZE + n);
+			uint8_t raw[VIRTIO_VSOCK_HDR_SIZE];
+			virtio_vsock_hdr_encode(raw, &h);
+			chain_copy(&ch, true, 0, raw, VIRTIO_VSOCK_HDR_SIZE);
+			virtqueue_push(vq, ch.head, VIRTIO_VSOCK_HDR_SIZE + n);
 			pushed = true;
 			if (n && v->backend && v->backend->writable)
 				v->backend->writable(v->backend_ctx, c);
@@ -332,16 +332,16 @@ static void flush_rx(struct vsock *v)
 
 /* ---- guest → host (tx queue) ---- */
 
-static void guest_request(struct vsock *v, const struct vsock_hdr *h)
+static void guest_request(struct virtio_vsock *v, const struct virtio_vsock_hdr *h)
 {
-	const struct vsock_backend *b = v->backend;
-	struct vsock_conn *c = alloc_conn(v, h->dst_port, h->src_port);
+	const struct virtio_vsock_backend *b = v->backend;
+	struct virtio_vsock_conn *c = alloc_conn(v, h->dst_port, h->src_port);
 
 	if (!c) {
 		queue_rst(v, h->dst_port, h->src_port);
 		return;
 	}
-	c->state = VSOCK_CONNECTED;
+	c->state = VIRTIO_VSOCK_CONNECTED;
 	c->peer_buf_alloc = h->buf_alloc;
 	c->peer_fwd_cnt = h->fwd_cnt;
 	if (!b || !b->connect_request || b->connect_request(v->backend_ctx, c, h->dst_port) < 0) {
@@ -352,16 +352,16 @@ static void guest_request(struct vsock *v, const struct vsock_hdr *h)
 	c->pending |= P_RESPONSE;
 }
 
-static void guest_data(struct vsock *v, struct vsock_conn *c, const struct virtqueue_chain *ch,
+static void guest_data(struct virtio_vsock *v, struct virtio_vsock_conn *c, const struct virtqueue_chain *ch,
 		       uint32_t len)
 {
-	const struct vsock_backend *b = v->backend;
+	const struct virtio_vsock_backend *b = v->backend;
 
-	if (c->state != VSOCK_CONNECTED || (c->peer_shut & VSOCK_SHUT_SEND)) {
+	if (c->state != VIRTIO_VSOCK_CONNECTED || (c->peer_shut & VIRTIO_VSOCK_SHUT_SEND)) {
 		reset_conn(v, c);
 		return;
 	}
-	if (len > VSOCK_BUF_ALLOC - (c->rx_cnt - c->fwd_cnt)) {
+	if (len > VIRTIO_VSOCK_BUF_ALLOC - (c->rx_cnt - c->fwd_cnt)) {
 		v->stats.overruns++;
 		reset_conn(v, c);
 		return;
@@ -369,18 +369,18 @@ static void guest_data(struct vsock *v, struct vsock_conn *c, const struct virtq
 	if (len == 0)
 		return;
 	uint32_t at = c->rx_cnt & BUF_MASK;
-	uint32_t first = VSOCK_BUF_ALLOC - at < len ? VSOCK_BUF_ALLOC - at : len;
-	chain_copy(ch, false, VSOCK_HDR_SIZE, c->rxbuf + at, first);
-	chain_copy(ch, false, VSOCK_HDR_SIZE + first, c->rxbuf, len - first);
+	uint32_t first = VIRTIO_VSOCK_BUF_ALLOC - at < len ? VIRTIO_VSOCK_BUF_ALLOC - at : len;
+	chain_copy(ch, false, VIRTIO_VSOCK_HDR_SIZE, c->rxbuf + at, first);
+	chain_copy(ch, false, VIRTIO_VSOCK_HDR_SIZE + first, c->rxbuf, len - first);
 	c->rx_cnt += len;
 	if (b && b->readable)
 		b->readable(v->backend_ctx, c);
 }
 
-static void guest_conn_packet(struct vsock *v, struct vsock_conn *c, const struct vsock_hdr *h,
+static void guest_conn_packet(struct virtio_vsock *v, struct virtio_vsock_conn *c, const struct virtio_vsock_hdr *h,
 			      const struct virtqueue_chain *ch)
 {
-	const struct vsock_backend *b = v->backend;
+	const struct virtio_vsock_backend *b = v->backend;
 
 	/* fwd_cnt may only move forward, and never past what we sent. */
 	if ((uint32_t)(h->fwd_cnt - c->peer_fwd_cnt) > (uint32_t)(c->tx_cnt - c->peer_fwd_cnt)) {
@@ -392,47 +392,47 @@ static void guest_conn_packet(struct vsock *v, struct vsock_conn *c, const struc
 	c->peer_fwd_cnt = h->fwd_cnt;
 
 	switch (h->op) {
-	case VSOCK_OP_REQUEST:
+	case VIRTIO_VSOCK_OP_REQUEST:
 		reset_conn(v, c);
 		break;
-	case VSOCK_OP_RESPONSE:
-		if (c->state != VSOCK_CONNECTING) {
+	case VIRTIO_VSOCK_OP_RESPONSE:
+		if (c->state != VIRTIO_VSOCK_CONNECTING) {
 			reset_conn(v, c);
 			break;
 		}
-		c->state = VSOCK_CONNECTED;
+		c->state = VIRTIO_VSOCK_CONNECTED;
 		if (b && b->connected)
 			b->connected(v->backend_ctx, c, 0);
 		break;
-	case VSOCK_OP_RST:
-		if (c->state == VSOCK_CONNECTING && b && b->connected)
+	case VIRTIO_VSOCK_OP_RST:
+		if (c->state == VIRTIO_VSOCK_CONNECTING && b && b->connected)
 			b->connected(v->backend_ctx, c, -ECONNREFUSED);
 		else if (b && b->closed)
 			b->closed(v->backend_ctx, c);
 		free_conn(c);
 		break;
-	case VSOCK_OP_SHUTDOWN:
-		if (c->state != VSOCK_CONNECTED) {
+	case VIRTIO_VSOCK_OP_SHUTDOWN:
+		if (c->state != VIRTIO_VSOCK_CONNECTED) {
 			reset_conn(v, c);
 			break;
 		}
-		c->peer_shut |= h->flags & (VSOCK_SHUT_RCV | VSOCK_SHUT_SEND);
-		if (c->peer_shut & VSOCK_SHUT_RCV) {
+		c->peer_shut |= h->flags & (VIRTIO_VSOCK_SHUT_RCV | VIRTIO_VSOCK_SHUT_SEND);
+		if (c->peer_shut & VIRTIO_VSOCK_SHUT_RCV) {
 			/* Nothing more will be read: drop what waits. */
 			c->tx_len = 0;
 			c->pending &= ~P_SHUTDOWN;
 		}
 		if (b && b->shutdown)
 			b->shutdown(v->backend_ctx, c, c->peer_shut);
-		else if (c->peer_shut == (VSOCK_SHUT_RCV | VSOCK_SHUT_SEND))
-			vsock_host_close(v, c);
+		else if (c->peer_shut == (VIRTIO_VSOCK_SHUT_RCV | VIRTIO_VSOCK_SHUT_SEND))
+			virtio_vsock_host_close(v, c);
 		break;
-	case VSOCK_OP_RW:
+	case VIRTIO_VSOCK_OP_RW:
 		guest_data(v, c, ch, h->len);
 		break;
-	case VSOCK_OP_CREDIT_UPDATE:
+	case VIRTIO_VSOCK_OP_CREDIT_UPDATE:
 		break;
-	case VSOCK_OP_CREDIT_REQUEST:
+	case VIRTIO_VSOCK_OP_CREDIT_REQUEST:
 		c->pending |= P_CREDIT_UPDATE;
 		break;
 	}
@@ -440,41 +440,41 @@ static void guest_conn_packet(struct vsock *v, struct vsock_conn *c, const struc
 
 /* One tx packet.  Returns a negative errno only for a malformed buffer,
  * which stops the device; bad fields are dropped or answered with RST. */
-static int tx_packet(struct vsock *v, const struct virtqueue_chain *ch)
+static int tx_packet(struct virtio_vsock *v, const struct virtqueue_chain *ch)
 {
-	uint8_t raw[VSOCK_HDR_SIZE];
-	struct vsock_hdr h;
+	uint8_t raw[VIRTIO_VSOCK_HDR_SIZE];
+	struct virtio_vsock_hdr h;
 
-	if (ch->read_len < VSOCK_HDR_SIZE)
+	if (ch->read_len < VIRTIO_VSOCK_HDR_SIZE)
 		return -EINVAL;
-	chain_copy(ch, false, 0, raw, VSOCK_HDR_SIZE);
-	vsock_hdr_decode(&h, raw);
-	if (h.len > VSOCK_MAX_PKT || h.len > ch->read_len - VSOCK_HDR_SIZE)
+	chain_copy(ch, false, 0, raw, VIRTIO_VSOCK_HDR_SIZE);
+	virtio_vsock_hdr_decode(&h, raw);
+	if (h.len > VIRTIO_VSOCK_MAX_PKT || h.len > ch->read_len - VIRTIO_VSOCK_HDR_SIZE)
 		return -EINVAL;
 
 	if (h.src_cid != v->guest_cid) {
 		v->stats.bad_packets++; /* cannot be answered */
 		return 0;
 	}
-	bool known_op = h.op >= VSOCK_OP_REQUEST && h.op <= VSOCK_OP_CREDIT_REQUEST;
-	if (h.type != VSOCK_TYPE_STREAM || h.dst_cid != VSOCK_HOST_CID || !known_op ||
-	    (h.op != VSOCK_OP_RW && h.len != 0)) {
+	bool known_op = h.op >= VIRTIO_VSOCK_OP_REQUEST && h.op <= VIRTIO_VSOCK_OP_CREDIT_REQUEST;
+	if (h.type != VIRTIO_VSOCK_TYPE_STREAM || h.dst_cid != VIRTIO_VSOCK_HOST_CID || !known_op ||
+	    (h.op != VIRTIO_VSOCK_OP_RW && h.len != 0)) {
 		v->stats.bad_packets++;
-		if (h.op != VSOCK_OP_RST)
+		if (h.op != VIRTIO_VSOCK_OP_RST)
 			queue_rst(v, h.dst_port, h.src_port);
 		return 0;
 	}
-	struct vsock_conn *c = find_conn(v, h.dst_port, h.src_port);
+	struct virtio_vsock_conn *c = find_conn(v, h.dst_port, h.src_port);
 	if (c)
 		guest_conn_packet(v, c, &h, ch);
-	else if (h.op == VSOCK_OP_REQUEST)
+	else if (h.op == VIRTIO_VSOCK_OP_REQUEST)
 		guest_request(v, &h);
-	else if (h.op != VSOCK_OP_RST)
+	else if (h.op != VIRTIO_VSOCK_OP_RST)
 		queue_rst(v, h.dst_port, h.src_port);
 	return 0;
 }
 
-static int process_tx(struct vsock *v)
+static int process_tx(struct virtio_vsock *v)
 {
 	struct virtqueue *vq = &v->vqs[Q_TX];
 	struct virtqueue_chain ch;
@@ -510,7 +510,7 @@ static void vs_config_read(struct virtqueue_dev *d, uint32_t off, void *data, ui
 
 static int vs_notify(struct virtqueue_dev *d, unsigned q)
 {
-	struct vsock *v = to_vsock(d);
+	struct virtio_vsock *v = to_vsock(d);
 
 	if (q == Q_TX)
 		return process_tx(v);
@@ -519,15 +519,15 @@ static int vs_notify(struct virtqueue_dev *d, unsigned q)
 	return 0;
 }
 
-static void drop_all(struct vsock *v)
+static void drop_all(struct virtio_vsock *v)
 {
-	for (unsigned i = 0; i < VSOCK_MAX_CONNS; i++) {
-		struct vsock_conn *c = &v->conns[i];
-		if (c->state == VSOCK_FREE)
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++) {
+		struct virtio_vsock_conn *c = &v->conns[i];
+		if (c->state == VIRTIO_VSOCK_FREE)
 			continue;
-		if (c->state == VSOCK_CONNECTING && v->backend && v->backend->connected)
+		if (c->state == VIRTIO_VSOCK_CONNECTING && v->backend && v->backend->connected)
 			v->backend->connected(v->backend_ctx, c, -ECONNRESET);
-		else if (c->state == VSOCK_CONNECTED && v->backend && v->backend->closed)
+		else if (c->state == VIRTIO_VSOCK_CONNECTED && v->backend && v->backend->closed)
 			v->backend->closed(v->backend_ctx, c);
 		free_conn(c);
 	}
@@ -539,13 +539,13 @@ static void vs_reset(struct virtqueue_dev *d)
 	drop_all(to_vsock(d));
 }
 
-static const struct virtqueue_dev_ops vsock_ops = {
+static const struct virtqueue_dev_ops virtio_vsock_ops = {
 	.config_read = vs_config_read,
 	.notify = vs_notify,
 	.reset = vs_reset,
 };
 
-int vsock_init(struct vsock *v, uint64_t guest_cid, const struct vsock_backend *backend,
+int virtio_vsock_init(struct virtio_vsock *v, uint64_t guest_cid, const struct virtio_vsock_backend *backend,
 	       void *backend_ctx)
 {
 	if (guest_cid < 3 || guest_cid >= 0xffffffffull)
@@ -554,11 +554,11 @@ int vsock_init(struct vsock *v, uint64_t guest_cid, const struct vsock_backend *
 	v->guest_cid = guest_cid;
 	v->backend = backend;
 	v->backend_ctx = backend_ctx;
-	v->next_port = VSOCK_EPHEMERAL_BASE;
+	v->next_port = VIRTIO_VSOCK_EPHEMERAL_BASE;
 	for (unsigned i = 0; i < 3; i++)
-		virtqueue_init(&v->vqs[i], VSOCK_QUEUE_SIZE);
-	v->dev.ops = &vsock_ops;
-	v->dev.device_id = VSOCK_DEVICE_ID;
+		virtqueue_init(&v->vqs[i], VIRTIO_VSOCK_QUEUE_SIZE);
+	v->dev.ops = &virtio_vsock_ops;
+	v->dev.device_id = VIRTIO_VSOCK_DEVICE_ID;
 	v->dev.features = (1ull << VIRTIO_F_EVENT_IDX) | (1ull << VIRTIO_F_INDIRECT_DESC);
 	v->dev.config_size = 8;
 	v->dev.nr_queues = 3;
@@ -566,36 +566,36 @@ int vsock_init(struct vsock *v, uint64_t guest_cid, const struct vsock_backend *
 	return 0;
 }
 
-void vsock_destroy(struct vsock *v)
+void virtio_vsock_destroy(struct virtio_vsock *v)
 {
 	drop_all(v);
 }
 
 /* ---- backend API ---- */
 
-int vsock_host_connect(struct vsock *v, uint32_t port, void *user, struct vsock_conn **out)
+int virtio_vsock_host_connect(struct virtio_vsock *v, uint32_t port, void *user, struct virtio_vsock_conn **out)
 {
 	if (!v->dev.live)
 		return -ENOTCONN;
 	uint32_t local = 0;
-	for (unsigned tries = 0; tries <= VSOCK_MAX_CONNS; tries++) {
+	for (unsigned tries = 0; tries <= VIRTIO_VSOCK_MAX_CONNS; tries++) {
 		uint32_t p = v->next_port++;
-		if (v->next_port < VSOCK_EPHEMERAL_BASE)
-			v->next_port = VSOCK_EPHEMERAL_BASE;
+		if (v->next_port < VIRTIO_VSOCK_EPHEMERAL_BASE)
+			v->next_port = VIRTIO_VSOCK_EPHEMERAL_BASE;
 		if (!find_conn(v, p, port)) {
 			local = p;
 			break;
 		}
 	}
 	unsigned used = 0;
-	for (unsigned i = 0; i < VSOCK_MAX_CONNS; i++)
-		used += v->conns[i].state != VSOCK_FREE;
-	if (used == VSOCK_MAX_CONNS || !local)
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		used += v->conns[i].state != VIRTIO_VSOCK_FREE;
+	if (used == VIRTIO_VSOCK_MAX_CONNS || !local)
 		return -ENOSPC;
-	struct vsock_conn *c = alloc_conn(v, local, port);
+	struct virtio_vsock_conn *c = alloc_conn(v, local, port);
 	if (!c)
 		return -ENOMEM;
-	c->state = VSOCK_CONNECTING;
+	c->state = VIRTIO_VSOCK_CONNECTING;
 	c->user = user;
 	c->pending = P_REQUEST;
 	*out = c;
@@ -603,49 +603,49 @@ int vsock_host_connect(struct vsock *v, uint32_t port, void *user, struct vsock_
 	return 0;
 }
 
-size_t vsock_host_send_room(const struct vsock_conn *c)
+size_t virtio_vsock_host_send_room(const struct virtio_vsock_conn *c)
 {
-	if (c->state == VSOCK_FREE || (c->host_shut & VSOCK_SHUT_SEND) ||
-	    (c->peer_shut & VSOCK_SHUT_RCV))
+	if (c->state == VIRTIO_VSOCK_FREE || (c->host_shut & VIRTIO_VSOCK_SHUT_SEND) ||
+	    (c->peer_shut & VIRTIO_VSOCK_SHUT_RCV))
 		return 0;
-	return VSOCK_BUF_ALLOC - c->tx_len;
+	return VIRTIO_VSOCK_BUF_ALLOC - c->tx_len;
 }
 
-ssize_t vsock_host_send(struct vsock *v, struct vsock_conn *c, const void *buf, size_t len)
+ssize_t virtio_vsock_host_send(struct virtio_vsock *v, struct virtio_vsock_conn *c, const void *buf, size_t len)
 {
-	if (c->state == VSOCK_FREE || (c->host_shut & VSOCK_SHUT_SEND) ||
-	    (c->peer_shut & VSOCK_SHUT_RCV))
+	if (c->state == VIRTIO_VSOCK_FREE || (c->host_shut & VIRTIO_VSOCK_SHUT_SEND) ||
+	    (c->peer_shut & VIRTIO_VSOCK_SHUT_RCV))
 		return -ENOTCONN;
-	uint32_t n = VSOCK_BUF_ALLOC - c->tx_len;
+	uint32_t n = VIRTIO_VSOCK_BUF_ALLOC - c->tx_len;
 	if (len < n)
 		n = (uint32_t)len;
 	uint32_t at = (c->tx_head + c->tx_len) & BUF_MASK;
-	uint32_t first = VSOCK_BUF_ALLOC - at < n ? VSOCK_BUF_ALLOC - at : n;
+	uint32_t first = VIRTIO_VSOCK_BUF_ALLOC - at < n ? VIRTIO_VSOCK_BUF_ALLOC - at : n;
 	memcpy(c->txbuf + at, buf, first);
 	memcpy(c->txbuf, (const uint8_t *)buf + first, n - first);
 	c->tx_len += n;
-	if (n && c->state == VSOCK_CONNECTED && peer_credit(c) == 0 &&
+	if (n && c->state == VIRTIO_VSOCK_CONNECTED && peer_credit(c) == 0 &&
 	    c->tx_len == n)
 		c->pending |= P_CREDIT_REQUEST; /* stalled: ask the guest */
 	flush_rx(v);
 	return n;
 }
 
-size_t vsock_host_pending(const struct vsock_conn *c)
+size_t virtio_vsock_host_pending(const struct virtio_vsock_conn *c)
 {
-	return c->state == VSOCK_FREE ? 0 : c->rx_cnt - c->fwd_cnt;
+	return c->state == VIRTIO_VSOCK_FREE ? 0 : c->rx_cnt - c->fwd_cnt;
 }
 
-size_t vsock_host_recv(struct vsock *v, struct vsock_conn *c, void *buf, size_t len)
+size_t virtio_vsock_host_recv(struct virtio_vsock *v, struct virtio_vsock_conn *c, void *buf, size_t len)
 {
-	uint32_t n = (uint32_t)vsock_host_pending(c);
+	uint32_t n = (uint32_t)virtio_vsock_host_pending(c);
 
 	if (len < n)
 		n = (uint32_t)len;
 	if (n == 0)
 		return 0;
 	uint32_t at = c->fwd_cnt & BUF_MASK;
-	uint32_t first = VSOCK_BUF_ALLOC - at < n ? VSOCK_BUF_ALLOC - at : n;
+	uint32_t first = VIRTIO_VSOCK_BUF_ALLOC - at < n ? VIRTIO_VSOCK_BUF_ALLOC - at : n;
 	memcpy(buf, c->rxbuf + at, first);
 	memcpy((uint8_t *)buf + first, c->rxbuf, n - first);
 	c->fwd_cnt += n;
@@ -654,18 +654,18 @@ size_t vsock_host_recv(struct vsock *v, struct vsock_conn *c, void *buf, size_t 
 	 * hears of the space without an update for every small read. */
 	uint32_t seen_used = c->rx_cnt - c->fwd_cnt_sent;
 	uint32_t freed = c->fwd_cnt - c->fwd_cnt_sent;
-	if (c->state == VSOCK_CONNECTED && seen_used > VSOCK_BUF_ALLOC / 2 &&
-	    (freed >= VSOCK_BUF_ALLOC / 8 || c->rx_cnt == c->fwd_cnt)) {
+	if (c->state == VIRTIO_VSOCK_CONNECTED && seen_used > VIRTIO_VSOCK_BUF_ALLOC / 2 &&
+	    (freed >= VIRTIO_VSOCK_BUF_ALLOC / 8 || c->rx_cnt == c->fwd_cnt)) {
 		c->pending |= P_CREDIT_UPDATE;
 		flush_rx(v);
 	}
 	return n;
 }
 
-int vsock_host_shutdown(struct vsock *v, struct vsock_conn *c, uint32_t flags)
+int virtio_vsock_host_shutdown(struct virtio_vsock *v, struct virtio_vsock_conn *c, uint32_t flags)
 {
-	flags &= VSOCK_SHUT_RCV | VSOCK_SHUT_SEND;
-	if (c->state != VSOCK_CONNECTED || flags == 0)
+	flags &= VIRTIO_VSOCK_SHUT_RCV | VIRTIO_VSOCK_SHUT_SEND;
+	if (c->state != VIRTIO_VSOCK_CONNECTED || flags == 0)
 		return -ENOTCONN;
 	if ((c->host_shut | flags) == c->host_shut)
 		return 0;
@@ -675,9 +675,9 @@ int vsock_host_shutdown(struct vsock *v, struct vsock_conn *c, uint32_t flags)
 	return 0;
 }
 
-void vsock_host_close(struct vsock *v, struct vsock_conn *c)
+void virtio_vsock_host_close(struct virtio_vsock *v, struct virtio_vsock_conn *c)
 {
-	if (c->state == VSOCK_FREE)
+	if (c->state == VIRTIO_VSOCK_FREE)
 		return;
 	queue_rst(v, c->local_port, c->peer_port);
 	free_conn(c);

@@ -34,11 +34,11 @@ static void drop_entry(struct vu_entry *e)
 /* Close fd and RST the guest side. */
 static void abort_entry(struct vsock_unix *u, struct vu_entry *e)
 {
-	struct vsock_conn *c = e->conn;
+	struct virtio_vsock_conn *c = e->conn;
 	drop_entry(e);
 	if (c) {
 		c->user = NULL;
-		vsock_host_close(u->vs, c);
+		virtio_vsock_host_close(u->vs, c);
 	}
 }
 
@@ -61,7 +61,7 @@ static void pump_out(struct vsock_unix *u, struct vu_entry *e)
 			if (!e->conn)
 				return;
 			e->out_off = 0;
-			e->out_len = (unsigned)vsock_host_recv(u->vs, e->conn, e->out, sizeof e->out);
+			e->out_len = (unsigned)virtio_vsock_host_recv(u->vs, e->conn, e->out, sizeof e->out);
 			if (e->out_len == 0)
 				break;
 		}
@@ -75,7 +75,7 @@ static void pump_out(struct vsock_unix *u, struct vu_entry *e)
 		e->out_off += (unsigned)n;
 		e->out_len -= (unsigned)n;
 	}
-	if (e->conn && (e->conn->peer_shut & VSOCK_SHUT_SEND) && !e->fd_wr_shut) {
+	if (e->conn && (e->conn->peer_shut & VIRTIO_VSOCK_SHUT_SEND) && !e->fd_wr_shut) {
 		shutdown(e->fd, SHUT_WR);
 		e->fd_wr_shut = true;
 	}
@@ -89,7 +89,7 @@ static void pump_in(struct vsock_unix *u, struct vu_entry *e)
 	uint8_t buf[16384];
 
 	while (e->conn && e->fd >= 0) {
-		size_t room = vsock_host_send_room(e->conn);
+		size_t room = virtio_vsock_host_send_room(e->conn);
 		if (room == 0)
 			return;
 		ssize_t n = recv(e->fd, buf, room < sizeof buf ? room : sizeof buf, 0);
@@ -101,11 +101,11 @@ static void pump_in(struct vsock_unix *u, struct vu_entry *e)
 		}
 		if (n == 0) {
 			e->rd_eof = true;
-			vsock_host_shutdown(u->vs, e->conn, VSOCK_SHUT_SEND);
+			virtio_vsock_host_shutdown(u->vs, e->conn, VIRTIO_VSOCK_SHUT_SEND);
 			return;
 		}
 		/* room was checked, so everything read is taken */
-		vsock_host_send(u->vs, e->conn, buf, (size_t)n);
+		virtio_vsock_host_send(u->vs, e->conn, buf, (size_t)n);
 	}
 }
 
@@ -128,8 +128,8 @@ static void read_ctrl_line(struct vsock_unix *u, struct vu_entry *e)
 		unsigned long port = strtoul(e->line + 8, &end, 10);
 		if (errno || *end || port > UINT32_MAX)
 			break;
-		struct vsock_conn *c;
-		if (vsock_host_connect(u->vs, (uint32_t)port, e, &c) < 0)
+		struct virtio_vsock_conn *c;
+		if (virtio_vsock_host_connect(u->vs, (uint32_t)port, e, &c) < 0)
 			break;
 		e->conn = c;
 		return;
@@ -137,12 +137,12 @@ static void read_ctrl_line(struct vsock_unix *u, struct vu_entry *e)
 	drop_entry(e); /* bad line, EOF or refused */
 }
 
-static struct vu_entry *entry_of(struct vsock_conn *c)
+static struct vu_entry *entry_of(struct virtio_vsock_conn *c)
 {
 	return c->user;
 }
 
-static int cb_connect_request(void *ctx, struct vsock_conn *c, uint32_t port)
+static int cb_connect_request(void *ctx, struct virtio_vsock_conn *c, uint32_t port)
 {
 	struct vsock_unix *u = ctx;
 	char path[sizeof u->path + 16];
@@ -171,7 +171,7 @@ static int cb_connect_request(void *ctx, struct vsock_conn *c, uint32_t port)
 	return 0;
 }
 
-static void cb_connected(void *ctx, struct vsock_conn *c, int err)
+static void cb_connected(void *ctx, struct virtio_vsock_conn *c, int err)
 {
 	struct vsock_unix *u = ctx;
 	struct vu_entry *e = entry_of(c);
@@ -190,30 +190,30 @@ static void cb_connected(void *ctx, struct vsock_conn *c, int err)
 		abort_entry(u, e);
 }
 
-static void cb_readable(void *ctx, struct vsock_conn *c)
+static void cb_readable(void *ctx, struct virtio_vsock_conn *c)
 {
 	if (entry_of(c))
 		pump_out(ctx, entry_of(c));
 }
 
-static void cb_writable(void *ctx, struct vsock_conn *c)
+static void cb_writable(void *ctx, struct virtio_vsock_conn *c)
 {
 	if (entry_of(c))
 		pump_in(ctx, entry_of(c));
 }
 
-static void cb_shutdown(void *ctx, struct vsock_conn *c, uint32_t flags)
+static void cb_shutdown(void *ctx, struct virtio_vsock_conn *c, uint32_t flags)
 {
 	struct vu_entry *e = entry_of(c);
 
 	if (!e)
 		return;
-	if (flags == (VSOCK_SHUT_RCV | VSOCK_SHUT_SEND))
+	if (flags == (VIRTIO_VSOCK_SHUT_RCV | VIRTIO_VSOCK_SHUT_SEND))
 		e->closing = true;
 	pump_out(ctx, e);
 }
 
-static void cb_closed(void *ctx, struct vsock_conn *c)
+static void cb_closed(void *ctx, struct virtio_vsock_conn *c)
 {
 	struct vu_entry *e = entry_of(c);
 
@@ -227,7 +227,7 @@ static void cb_closed(void *ctx, struct vsock_conn *c)
 	drop_entry(e);
 }
 
-static const struct vsock_backend unix_backend = {
+static const struct virtio_vsock_backend unix_backend = {
 	.connect_request = cb_connect_request,
 	.connected = cb_connected,
 	.readable = cb_readable,
@@ -270,7 +270,7 @@ static int bind_control(struct vsock_unix *u)
 	return 0;
 }
 
-int vsock_unix_init(struct vsock_unix *u, struct vsock *vs, const char *path, bool listen_ctl)
+int vsock_unix_init(struct vsock_unix *u, struct virtio_vsock *vs, const char *path, bool listen_ctl)
 {
 	memset(u, 0, sizeof *u);
 	u->listen_fd = -1;
@@ -316,7 +316,7 @@ unsigned vsock_unix_pollfds(struct vsock_unix *u, struct pollfd *pfds, unsigned 
 		if (e->fd < 0 || e->hup)
 			continue;
 		short ev = 0;
-		if (!e->rd_eof && (!e->conn || vsock_host_send_room(e->conn)))
+		if (!e->rd_eof && (!e->conn || virtio_vsock_host_send_room(e->conn)))
 			ev |= POLLIN;
 		if (e->out_len)
 			ev |= POLLOUT;

@@ -17,13 +17,13 @@
 
 #include "devices/virtio_vsock.h"
 
-#define VU_MAX (VSOCK_MAX_CONNS + 8)
+#define VU_MAX (VIRTIO_VSOCK_MAX_CONNS + 8)
 #define VU_OUTBUF 16384
 #define VU_LINE 32
 
 struct vu_entry {
 	int fd;                  /* -1 when the slot is free */
-	struct vsock_conn *conn; /* NULL while a control line is awaited */
+	struct virtio_vsock_conn *conn; /* NULL while a control line is awaited */
 	bool ctrl;               /* came in on the control socket */
 	bool closing;            /* guest shut down both ways */
 	bool fd_wr_shut;         /* shutdown(SHUT_WR) done */
@@ -36,18 +36,18 @@ struct vu_entry {
 };
 
 struct vsock_unix {
-	struct vsock *vs;
+	struct virtio_vsock *vs;
 	char path[100];
 	int listen_fd;           /* -1 if there is no control socket */
 	struct vu_entry e[VU_MAX];
 };
 
 /* Become the backend of vs (sets vs->backend and backend_ctx; call after
- * vsock_init).  path is the base name for "<path>_<port>" and, when listen
+ * virtio_vsock_init).  path is the base name for "<path>_<port>" and, when listen
  * is true, the control socket bound there (mode 0600; a stale socket left
  * by a dead process is replaced, a live one gives -EADDRINUSE).  Returns 0
  * or a negative errno. */
-int vsock_unix_init(struct vsock_unix *u, struct vsock *vs, const char *path, bool listen);
+int vsock_unix_init(struct vsock_unix *u, struct virtio_vsock *vs, const char *path, bool listen);
 
 /* Take ownership of a connected stream fd that will speak the CONNECT
  * protocol (e.g. handed over by the VMM's own control socket).  Returns 0
@@ -63,7 +63,7 @@ unsigned vsock_unix_pollfds(struct vsock_unix *u, struct pollfd *pfds, unsigned 
 void vsock_unix_handle(struct vsock_unix *u, const struct pollfd *pfds, unsigned n);
 
 /* Close every fd and remove the control socket.  Call before
- * vsock_destroy, or after it (connections are then already gone). */
+ * virtio_vsock_destroy, or after it (connections are then already gone). */
 void vsock_unix_destroy(struct vsock_unix *u);
 
 #endif

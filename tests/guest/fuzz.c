@@ -508,23 +508,23 @@ static size_t vsock_pkt(uint8_t *p, size_t cap)
 	uint16_t op = (uint16_t)(pct(90) ? 1 + rn(7) : rnd());
 	if (op == 5 && !len) /* RW carries data */
 		len = 1 + rn(1024);
-	if (VSOCK_HDR_SIZE + len > cap)
-		len = (uint32_t)(cap - VSOCK_HDR_SIZE);
-	memset(p, 0, VSOCK_HDR_SIZE);
+	if (VIRTIO_VSOCK_HDR_SIZE + len > cap)
+		len = (uint32_t)(cap - VIRTIO_VSOCK_HDR_SIZE);
+	memset(p, 0, VIRTIO_VSOCK_HDR_SIZE);
 	put64(p, pct(90) ? GUEST_CID : interesting());
-	put64(p + 8, pct(90) ? VSOCK_HOST_CID : interesting());
+	put64(p + 8, pct(90) ? VIRTIO_VSOCK_HOST_CID : interesting());
 	put32(p + 16, 5000 + rn(4));
 	put32(p + 20, pct(80) ? ports[0] : ports[rn(5)]);
 	put32(p + 24, pct(90) ? len : (uint32_t)interesting());
-	put16(p + 28, (uint16_t)(pct(95) ? VSOCK_TYPE_STREAM : rnd()));
+	put16(p + 28, (uint16_t)(pct(95) ? VIRTIO_VSOCK_TYPE_STREAM : rnd()));
 	put16(p + 30, op);
 	put32(p + 32, op == 4 ? 1 + rn(3) : 0);
-	put32(p + 36, pct(80) ? VSOCK_BUF_ALLOC : (uint32_t)interesting());
+	put32(p + 36, pct(80) ? VIRTIO_VSOCK_BUF_ALLOC : (uint32_t)interesting());
 	put32(p + 40, (uint32_t)(pct(80) ? rn(65536) : interesting()));
 	for (uint32_t i = 0; i < len; i++)
-		p[VSOCK_HDR_SIZE + i] = (uint8_t)rnd();
-	mutate(p, VSOCK_HDR_SIZE + len);
-	return VSOCK_HDR_SIZE + len;
+		p[VIRTIO_VSOCK_HDR_SIZE + i] = (uint8_t)rnd();
+	mutate(p, VIRTIO_VSOCK_HDR_SIZE + len);
+	return VIRTIO_VSOCK_HDR_SIZE + len;
 }
 
 static const char *const names[] = { "a", "b", "sub", "file.txt", "link", "..", ".", "",
@@ -1056,14 +1056,14 @@ static void gen_final(void)
 	clean_post(D_VSOCK, 0, s, 1);
 	memset(b, 0, sizeof b);
 	put64(b, GUEST_CID);
-	put64(b + 8, VSOCK_HOST_CID);
+	put64(b + 8, VIRTIO_VSOCK_HOST_CID);
 	put32(b + 16, 7000);
 	put32(b + 20, PORT_ECHO + 7);
-	put16(b + 28, VSOCK_TYPE_STREAM);
+	put16(b + 28, VIRTIO_VSOCK_TYPE_STREAM);
 	put16(b + 30, 1);
-	put32(b + 36, VSOCK_BUF_ALLOC);
-	guest_mem_write(&g_vm->mem, a + PAGE, b, VSOCK_HDR_SIZE);
-	s[0] = (struct seg){ a + PAGE, VSOCK_HDR_SIZE, 0 };
+	put32(b + 36, VIRTIO_VSOCK_BUF_ALLOC);
+	guest_mem_write(&g_vm->mem, a + PAGE, b, VIRTIO_VSOCK_HDR_SIZE);
+	s[0] = (struct seg){ a + PAGE, VIRTIO_VSOCK_HDR_SIZE, 0 };
 	clean_post(D_VSOCK, 1, s, 1);
 	sop(SOP_WAIT, q_used(D_VSOCK, 0) + 2, 1, FINAL_POLLS, 1);
 
@@ -1220,7 +1220,7 @@ static int no_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr
 struct rig {
 	struct vm vm;
 	struct vbus bus;
-	struct vsock vs;
+	struct virtio_vsock vs;
 	struct vsock_unix vu;
 	struct mounts mnt;
 	struct policy pol;
@@ -1286,10 +1286,10 @@ static void final_checks(void)
 {
 	uint8_t b[2048];
 	uint16_t used = 0;
-	struct vsock_hdr h = { 0 };
+	struct virtio_vsock_hdr h = { 0 };
 	guest_mem_read(&R.vm.mem, &used, q_used(D_VSOCK, 0) + 2, 2);
-	guest_mem_read(&R.vm.mem, b, fin.vs_rx, VSOCK_HDR_SIZE);
-	vsock_hdr_decode(&h, b);
+	guest_mem_read(&R.vm.mem, b, fin.vs_rx, VIRTIO_VSOCK_HDR_SIZE);
+	virtio_vsock_hdr_decode(&h, b);
 	R.final_ok[D_VSOCK] = used >= 1 && h.op == 3 && h.dst_port == 7000 &&
 			      h.src_port == PORT_ECHO + 7;
 	snprintf(R.final_why[D_VSOCK], sizeof R.final_why[0],
@@ -1565,7 +1565,7 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	}
 	char cmdline[2048] = "";
 	/* vsock: slot 0, the Unix backend, and a peer that echoes. */
-	int rc = vsock_init(&R.vs, GUEST_CID, NULL, NULL);
+	int rc = virtio_vsock_init(&R.vs, GUEST_CID, NULL, NULL);
 	if (rc == 0)
 		rc = vsock_unix_init(&R.vu, &R.vs, R.base, false);
 	if (rc < 0) {
@@ -1781,7 +1781,7 @@ int main(int argc, char **argv)
 	policy_free(&R.pol);
 	mounts_free(&R.mnt);
 	vsock_unix_destroy(&R.vu);
-	vsock_destroy(&R.vs);
+	virtio_vsock_destroy(&R.vs);
 	close(R.echo.listen_fd);
 	close(R.echo.stop_fd);
 	vm_destroy(&R.vm);

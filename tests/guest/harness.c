@@ -454,18 +454,18 @@ static unsigned drv_send(struct drv *d, uint16_t op, uint32_t sport, uint32_t dp
 	unsigned slot = d->avail[1] % DQ_SIZE;
 	uint64_t buf = TXBUF_ADDR + slot * BUF_SIZE;
 	st(s, buf, GUEST_CID, 8);
-	st(s, buf + 8, VSOCK_HOST_CID, 8);
+	st(s, buf + 8, VIRTIO_VSOCK_HOST_CID, 8);
 	st(s, buf + 16, sport | (uint64_t)dport << 32, 8);
-	st(s, buf + 24, len | (uint64_t)VSOCK_TYPE_STREAM << 32 | (uint64_t)op << 48, 8);
-	st(s, buf + 32, (uint64_t)VSOCK_MAX_PKT << 32, 8); /* flags 0, buf_alloc */
+	st(s, buf + 24, len | (uint64_t)VIRTIO_VSOCK_TYPE_STREAM << 32 | (uint64_t)op << 48, 8);
+	st(s, buf + 32, (uint64_t)VIRTIO_VSOCK_MAX_PKT << 32, 8); /* flags 0, buf_alloc */
 	st(s, buf + 40, 0, 4);                            /* fwd_cnt */
 	for (uint32_t i = 0; i < len; i += 8) {
 		uint64_t q = 0;
 		for (uint32_t b = 0; b < 8 && i + b < len; b++)
 			q |= (uint64_t)payload[i + b] << (8 * b);
-		st(s, buf + VSOCK_HDR_SIZE + i, q, len - i < 8 ? len - i : 8);
+		st(s, buf + VIRTIO_VSOCK_HDR_SIZE + i, q, len - i < 8 ? len - i : 8);
 	}
-	st_desc(s, 1, slot, buf, VSOCK_HDR_SIZE + len, 0, 0);
+	st_desc(s, 1, slot, buf, VIRTIO_VSOCK_HDR_SIZE + len, 0, 0);
 	drv_kick_tx(d, slot);
 	d->used[1]++;
 	return sop(s, SOP_WAIT, q_used(1) + 2, d->used[1], MEM_POLLS, 1);
@@ -481,7 +481,7 @@ static struct rx_rep drv_recv(struct drv *d, uint32_t len)
 	d->used[0]++;
 	r.wait = sop(s, SOP_WAIT, q_used(0) + 2, d->used[0], MEM_POLLS, 1);
 	r.elem = sop(s, SOP_REP, q_used(0) + 4 + 8 * ((d->used[0] - 1u) % DQ_SIZE), 0, 1, 1);
-	r.qwords = (VSOCK_HDR_SIZE + len + 7) / 8;
+	r.qwords = (VIRTIO_VSOCK_HDR_SIZE + len + 7) / 8;
 	r.buf = sop(s, SOP_REP, RXBUF_ADDR + j * BUF_SIZE, 0, r.qwords, r.qwords);
 	mr(s, 0x060);
 	mw(s, 0x064, VIRTIO_MMIO_INT_USED | VIRTIO_MMIO_INT_CONFIG);
@@ -495,10 +495,10 @@ static unsigned drv_hostile(struct drv *d, int loop)
 	struct script *s = d->s;
 	unsigned slot = d->avail[1] % DQ_SIZE, other = (slot + 1) % DQ_SIZE;
 	if (loop) {
-		st_desc(s, 1, slot, TXBUF_ADDR, VSOCK_HDR_SIZE, VRING_F_NEXT, (uint16_t)other);
-		st_desc(s, 1, other, TXBUF_ADDR, VSOCK_HDR_SIZE, VRING_F_NEXT, (uint16_t)slot);
+		st_desc(s, 1, slot, TXBUF_ADDR, VIRTIO_VSOCK_HDR_SIZE, VRING_F_NEXT, (uint16_t)other);
+		st_desc(s, 1, other, TXBUF_ADDR, VIRTIO_VSOCK_HDR_SIZE, VRING_F_NEXT, (uint16_t)slot);
 	} else {
-		st_desc(s, 1, slot, OUTSIDE_RAM, VSOCK_HDR_SIZE, 0, 0);
+		st_desc(s, 1, slot, OUTSIDE_RAM, VIRTIO_VSOCK_HDR_SIZE, 0, 0);
 	}
 	drv_kick_tx(d, slot);
 	return sop(s, SOP_MWAIT | (uint64_t)VIRTIO_STATUS_NEEDS_RESET << 32, 0x070,
@@ -521,7 +521,7 @@ struct plan {
  * later from the reports). */
 static void drv_closed_port(struct drv *d, struct plan *p, unsigned round)
 {
-	p->rst_tx[round] = drv_send(d, VSOCK_OP_REQUEST, 5001 + round, PORT_CLOSED, NULL, 0);
+	p->rst_tx[round] = drv_send(d, VIRTIO_VSOCK_OP_REQUEST, 5001 + round, PORT_CLOSED, NULL, 0);
 	p->rst[round] = drv_recv(d, 0);
 }
 
@@ -534,9 +534,9 @@ static void build_script(struct script *s, struct plan *p)
 	memset(s, 0, sizeof *s);
 	drv_handshake(&d, &p->hs[0]);
 	drv_closed_port(&d, p, 0);
-	p->req_tx = drv_send(&d, VSOCK_OP_REQUEST, 5000, PORT_OPEN, NULL, 0);
+	p->req_tx = drv_send(&d, VIRTIO_VSOCK_OP_REQUEST, 5000, PORT_OPEN, NULL, 0);
 	p->resp = drv_recv(&d, 0);
-	p->rw_tx = drv_send(&d, VSOCK_OP_RW, 5000, PORT_OPEN, g2h, G2H_LEN);
+	p->rw_tx = drv_send(&d, VIRTIO_VSOCK_OP_RW, 5000, PORT_OPEN, g2h, G2H_LEN);
 	p->h2g = drv_recv(&d, H2G_LEN);
 	for (unsigned k = 0; k < HOSTILE_ROUNDS; k++) {
 		p->bad[k] = drv_hostile(&d, k == 1);
@@ -623,7 +623,7 @@ static void *peer_thread(void *arg)
 }
 
 struct vs_rig {
-	struct vsock vs;
+	struct virtio_vsock vs;
 	struct vsock_unix vu;
 	struct peer peer;
 	struct script script;
@@ -686,8 +686,8 @@ static int rig_setup(struct vs_rig *r, struct vm *vm, struct vbus *bus, char *er
 		snprintf(err, errlen, "listener %s: %s", r->lpath, strerror(errno));
 		return -1;
 	}
-	if (vsock_init(&r->vs, GUEST_CID, NULL, NULL) < 0) {
-		snprintf(err, errlen, "vsock_init failed");
+	if (virtio_vsock_init(&r->vs, GUEST_CID, NULL, NULL) < 0) {
+		snprintf(err, errlen, "virtio_vsock_init failed");
 		return -1;
 	}
 	r->vs_made = 1;
@@ -744,7 +744,7 @@ static void rig_teardown(struct vs_rig *r)
 	if (r->vu_made)
 		vsock_unix_destroy(&r->vu);
 	if (r->vs_made)
-		vsock_destroy(&r->vs);
+		virtio_vsock_destroy(&r->vs);
 	if (r->peer.conn_fd >= 0)
 		close(r->peer.conn_fd);
 	if (r->peer.listen_fd >= 0)
@@ -777,13 +777,13 @@ static int hs_ok(const struct harness *h, const struct hs_rep *r, char *why, siz
 		 " features[63:32] 0x%" PRIx64 " status after FEATURES_OK 0x%" PRIx64
 		 ", after DRIVER_OK 0x%" PRIx64 ", QueueNumMax %" PRIu64 "/%" PRIu64 "/%" PRIu64
 		 ", guest_cid %" PRIu64, m, ver, id, fh, fok, live, q[0], q[1], q[2], cid);
-	return got && m == 0x74726976 && ver == 2 && id == VSOCK_DEVICE_ID && (fh & 1) &&
+	return got && m == 0x74726976 && ver == 2 && id == VIRTIO_VSOCK_DEVICE_ID && (fh & 1) &&
 	       fok == 0xb && live == 0xf && cid == GUEST_CID && q[0] >= DQ_SIZE &&
 	       q[1] >= DQ_SIZE && q[2] >= DQ_SIZE;
 }
 
 /* Decode a received packet: 1 if it arrived (poll did not give up). */
-static int rx_get(const struct harness *h, const struct rx_rep *r, struct vsock_hdr *hdr,
+static int rx_get(const struct harness *h, const struct rx_rep *r, struct virtio_vsock_hdr *hdr,
 		  uint64_t *elem, uint8_t *payload, size_t plen)
 {
 	uint64_t w = 0;
@@ -798,17 +798,17 @@ static int rx_get(const struct harness *h, const struct rx_rep *r, struct vsock_
 		for (unsigned b = 0; b < 8; b++)
 			raw[8 * i + b] = (uint8_t)(q >> (8 * b));
 	}
-	vsock_hdr_decode(hdr, raw);
+	virtio_vsock_hdr_decode(hdr, raw);
 	if (plen)
-		memcpy(payload, raw + VSOCK_HDR_SIZE, plen);
+		memcpy(payload, raw + VIRTIO_VSOCK_HDR_SIZE, plen);
 	return 1;
 }
 
-static int is_pkt(const struct vsock_hdr *x, uint16_t op, uint32_t sport, uint32_t dport,
+static int is_pkt(const struct virtio_vsock_hdr *x, uint16_t op, uint32_t sport, uint32_t dport,
 		  uint32_t len)
 {
-	return x->src_cid == VSOCK_HOST_CID && x->dst_cid == GUEST_CID && x->src_port == sport &&
-	       x->dst_port == dport && x->type == VSOCK_TYPE_STREAM && x->op == op && x->len == len;
+	return x->src_cid == VIRTIO_VSOCK_HOST_CID && x->dst_cid == GUEST_CID && x->src_port == sport &&
+	       x->dst_port == dport && x->type == VIRTIO_VSOCK_TYPE_STREAM && x->op == op && x->len == len;
 }
 
 static int tx_done(const struct harness *h, unsigned i)
@@ -820,12 +820,12 @@ static int tx_done(const struct harness *h, unsigned i)
 static void rst_check(const char *name, const struct harness *h, const struct plan *p,
 		      unsigned round)
 {
-	struct vsock_hdr x = { 0 };
+	struct virtio_vsock_hdr x = { 0 };
 	uint64_t elem = 0;
 	int got = rx_get(h, &p->rst[round], &x, &elem, NULL, 0);
 	tg_check(got && tx_done(h, p->rst_tx[round]) &&
-		      is_pkt(&x, VSOCK_OP_RST, PORT_CLOSED, 5001 + round, 0) &&
-		      (elem >> 32) == VSOCK_HDR_SIZE,
+		      is_pkt(&x, VIRTIO_VSOCK_OP_RST, PORT_CLOSED, 5001 + round, 0) &&
+		      (elem >> 32) == VIRTIO_VSOCK_HDR_SIZE,
 	      "%s: round %u: REQUEST to closed port %u answered by RST in the rx ring "
 	      "(op %u %" PRIu64 ":%u -> %" PRIu64 ":%u len %u, used len %" PRIu64 ")%s",
 	      name, round, PORT_CLOSED, x.op, x.src_cid, x.src_port, x.dst_cid, x.dst_port,
@@ -845,10 +845,10 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 	}
 	rst_check(name, h, p, 0);
 
-	struct vsock_hdr x = { 0 };
+	struct virtio_vsock_hdr x = { 0 };
 	uint64_t elem = 0;
 	int got = rx_get(h, &p->resp, &x, &elem, NULL, 0);
-	tg_check(got && tx_done(h, p->req_tx) && is_pkt(&x, VSOCK_OP_RESPONSE, PORT_OPEN, 5000, 0),
+	tg_check(got && tx_done(h, p->req_tx) && is_pkt(&x, VIRTIO_VSOCK_OP_RESPONSE, PORT_OPEN, 5000, 0),
 	      "%s: REQUEST to listening port %u answered by RESPONSE (op %u, ports %u -> %u)",
 	      name, PORT_OPEN, x.op, x.src_port, x.dst_port);
 	int same = r->peer.got_n == G2H_LEN;
@@ -858,13 +858,13 @@ static void script_checks(const char *name, struct harness *h, struct vs_rig *r)
 	      "%s: guest RW of %u bytes reached the Unix socket %s_%u byte-exact (%zu bytes "
 	      "read)", name, G2H_LEN, "<dir>/v", PORT_OPEN, r->peer.got_n);
 	uint8_t pl[H2G_LEN] = { 0 };
-	x = (struct vsock_hdr){ 0 };
+	x = (struct virtio_vsock_hdr){ 0 };
 	got = rx_get(h, &p->h2g, &x, &elem, pl, sizeof pl);
 	same = got && r->peer.sent == H2G_LEN;
 	for (unsigned i = 0; same && i < H2G_LEN; i++)
 		same = pl[i] == h2g_byte(i);
-	tg_check(same && is_pkt(&x, VSOCK_OP_RW, PORT_OPEN, 5000, H2G_LEN) &&
-		      (elem >> 32) == VSOCK_HDR_SIZE + H2G_LEN,
+	tg_check(same && is_pkt(&x, VIRTIO_VSOCK_OP_RW, PORT_OPEN, 5000, H2G_LEN) &&
+		      (elem >> 32) == VIRTIO_VSOCK_HDR_SIZE + H2G_LEN,
 	      "%s: host write of %u bytes came to ring 3 as RW, read from rx and reported "
 	      "byte-exact (op %u len %u, used len %" PRIu64 ")%s",
 	      name, H2G_LEN, x.op, x.len, elem >> 32, got ? "" : ": nothing arrived");

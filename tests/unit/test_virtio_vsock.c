@@ -23,7 +23,7 @@
 #define QSIZE 64u
 #define RXBUF 0x80000u
 #define RXSLOT 0x1100u
-#define RXLEN (VSOCK_HDR_SIZE + 4096u)
+#define RXLEN (VIRTIO_VSOCK_HDR_SIZE + 4096u)
 #define TXBUF 0x40000u
 #define CID 3u
 
@@ -34,7 +34,7 @@ struct backend_log {
 	unsigned requests, readable, writable, closed, connected;
 	int connected_err;
 	uint32_t shut;
-	struct vsock_conn *last;
+	struct virtio_vsock_conn *last;
 	bool close_on_shutdown;
 };
 
@@ -44,12 +44,12 @@ struct counting_irq {
 };
 
 static struct fv_driver drv;
-static struct vsock vs;
+static struct virtio_vsock vs;
 static struct virtio_mmio t;
 static struct backend_log bl;
 static struct counting_irq irq;
 
-static int b_request(void *ctx, struct vsock_conn *c, uint32_t port)
+static int b_request(void *ctx, struct virtio_vsock_conn *c, uint32_t port)
 {
 	struct backend_log *l = ctx;
 	l->requests++;
@@ -57,37 +57,37 @@ static int b_request(void *ctx, struct vsock_conn *c, uint32_t port)
 	return port == l->accept_port ? 0 : -ECONNREFUSED;
 }
 
-static void b_connected(void *ctx, struct vsock_conn *c, int err)
+static void b_connected(void *ctx, struct virtio_vsock_conn *c, int err)
 {
 	struct backend_log *l = ctx;
 	l->connected++;
 	l->connected_err = err;
 }
 
-static void b_readable(void *ctx, struct vsock_conn *c)
+static void b_readable(void *ctx, struct virtio_vsock_conn *c)
 {
 	((struct backend_log *)ctx)->readable++;
 }
 
-static void b_writable(void *ctx, struct vsock_conn *c)
+static void b_writable(void *ctx, struct virtio_vsock_conn *c)
 {
 	((struct backend_log *)ctx)->writable++;
 }
 
-static void b_shutdown(void *ctx, struct vsock_conn *c, uint32_t flags)
+static void b_shutdown(void *ctx, struct virtio_vsock_conn *c, uint32_t flags)
 {
 	struct backend_log *l = ctx;
 	l->shut = flags;
-	if (l->close_on_shutdown && flags == (VSOCK_SHUT_RCV | VSOCK_SHUT_SEND))
-		vsock_host_close(&vs, c);
+	if (l->close_on_shutdown && flags == (VIRTIO_VSOCK_SHUT_RCV | VIRTIO_VSOCK_SHUT_SEND))
+		virtio_vsock_host_close(&vs, c);
 }
 
-static void b_closed(void *ctx, struct vsock_conn *c)
+static void b_closed(void *ctx, struct virtio_vsock_conn *c)
 {
 	((struct backend_log *)ctx)->closed++;
 }
 
-static const struct vsock_backend backend = {
+static const struct virtio_vsock_backend backend = {
 	.connect_request = b_request,
 	.connected = b_connected,
 	.readable = b_readable,
@@ -108,7 +108,7 @@ static void setup(void)
 	memset(&irq, 0, sizeof irq);
 	irq.sink.set_level = set_level;
 	bl.accept_port = 1234;
-	ck_assert_int_eq(vsock_init(&vs, CID, &backend, &bl), 0);
+	ck_assert_int_eq(virtio_vsock_init(&vs, CID, &backend, &bl), 0);
 	ck_assert_int_eq(virtio_mmio_init(&t, &vs.dev, &drv.gm, &irq.sink), 0);
 	drv.mmio = &t;
 	ck_assert_int_eq(fv_driver_up(&drv, 1ull << VIRTIO_F_VERSION_1, 3, QSIZE), 0);
@@ -117,7 +117,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	vsock_destroy(&vs);
+	virtio_vsock_destroy(&vs);
 	fv_free(&drv);
 }
 
@@ -138,32 +138,32 @@ static void rx_fill(unsigned n)
 }
 
 /* The next packet the device put in rx; false if there is none. */
-static bool rx_get(struct vsock_hdr *h, uint8_t *payload)
+static bool rx_get(struct virtio_vsock_hdr *h, uint8_t *payload)
 {
 	uint32_t id, len;
 	if (!fv_used(&drv, RXQ, &id, &len))
 		return false;
 	ck_assert_uint_lt(id, QSIZE);
-	ck_assert_uint_ge(len, VSOCK_HDR_SIZE);
+	ck_assert_uint_ge(len, VIRTIO_VSOCK_HDR_SIZE);
 	ck_assert_uint_le(len, RXLEN);
 	const uint8_t *b = fv_at(&drv, RXBUF + RXSLOT * id, RXLEN);
-	vsock_hdr_decode(h, b);
-	ck_assert_uint_eq(h->len, len - VSOCK_HDR_SIZE);
-	ck_assert_uint_eq(h->src_cid, VSOCK_HOST_CID);
+	virtio_vsock_hdr_decode(h, b);
+	ck_assert_uint_eq(h->len, len - VIRTIO_VSOCK_HDR_SIZE);
+	ck_assert_uint_eq(h->src_cid, VIRTIO_VSOCK_HOST_CID);
 	ck_assert_uint_eq(h->dst_cid, CID);
 	if (payload)
-		memcpy(payload, b + VSOCK_HDR_SIZE, h->len);
+		memcpy(payload, b + VIRTIO_VSOCK_HDR_SIZE, h->len);
 	return true;
 }
 
-static struct vsock_hdr hdr(uint16_t op, uint32_t src_port, uint32_t dst_port)
+static struct virtio_vsock_hdr hdr(uint16_t op, uint32_t src_port, uint32_t dst_port)
 {
-	return (struct vsock_hdr){
+	return (struct virtio_vsock_hdr){
 		.src_cid = CID,
-		.dst_cid = VSOCK_HOST_CID,
+		.dst_cid = VIRTIO_VSOCK_HOST_CID,
 		.src_port = src_port,
 		.dst_port = dst_port,
-		.type = VSOCK_TYPE_STREAM,
+		.type = VIRTIO_VSOCK_TYPE_STREAM,
 		.op = op,
 		.buf_alloc = 65536,
 	};
@@ -171,12 +171,12 @@ static struct vsock_hdr hdr(uint16_t op, uint32_t src_port, uint32_t dst_port)
 
 /* Send one tx packet: header and payload in two descriptors, the payload
  * descriptor buf_len long (normally h->len). */
-static void tx_raw(const struct vsock_hdr *h, uint32_t hdr_len, const void *payload,
+static void tx_raw(const struct virtio_vsock_hdr *h, uint32_t hdr_len, const void *payload,
 		   uint32_t buf_len)
 {
 	uint16_t s = (fv_avail_idx(&drv, TXQ) % (QSIZE / 2)) * 2;
 	uint64_t table = drv.q[TXQ].desc;
-	vsock_hdr_encode(fv_at(&drv, TXBUF, VSOCK_HDR_SIZE), h);
+	virtio_vsock_hdr_encode(fv_at(&drv, TXBUF, VIRTIO_VSOCK_HDR_SIZE), h);
 	if (payload)
 		memcpy(fv_at(&drv, TXBUF + 0x100, buf_len), payload, buf_len);
 	fv_desc(&drv, table, s, TXBUF, hdr_len, buf_len ? FV_DESC_F_NEXT : 0, s + 1);
@@ -185,20 +185,20 @@ static void tx_raw(const struct vsock_hdr *h, uint32_t hdr_len, const void *payl
 	fv_kick(&drv, TXQ);
 }
 
-static void tx(const struct vsock_hdr *h, const void *payload)
+static void tx(const struct virtio_vsock_hdr *h, const void *payload)
 {
-	tx_raw(h, VSOCK_HDR_SIZE, payload, h->len);
+	tx_raw(h, VIRTIO_VSOCK_HDR_SIZE, payload, h->len);
 }
 
-static struct vsock_conn *guest_connect(uint32_t guest_port)
+static struct virtio_vsock_conn *guest_connect(uint32_t guest_port)
 {
-	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, guest_port, 1234), r;
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, guest_port, 1234), r;
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RESPONSE);
 	ck_assert_uint_eq(r.src_port, 1234);
 	ck_assert_uint_eq(r.dst_port, guest_port);
-	ck_assert_uint_eq(r.buf_alloc, VSOCK_BUF_ALLOC);
+	ck_assert_uint_eq(r.buf_alloc, VIRTIO_VSOCK_BUF_ALLOC);
 	return bl.last;
 }
 
@@ -210,23 +210,23 @@ START_TEST(config_has_guest_cid)
 	uint32_t lo = 0;
 	virtio_mmio_read(&t, 0x104, &lo, 4);
 	ck_assert_uint_eq(lo, 0);
-	ck_assert_uint_eq(fv_rd(&drv, 0x8), VSOCK_DEVICE_ID);
-	struct vsock bad;
-	ck_assert_int_eq(vsock_init(&bad, 2, NULL, NULL), -EINVAL);
-	ck_assert_int_eq(vsock_init(&bad, 0xffffffffull, NULL, NULL), -EINVAL);
+	ck_assert_uint_eq(fv_rd(&drv, 0x8), VIRTIO_VSOCK_DEVICE_ID);
+	struct virtio_vsock bad;
+	ck_assert_int_eq(virtio_vsock_init(&bad, 2, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(virtio_vsock_init(&bad, 0xffffffffull, NULL, NULL), -EINVAL);
 }
 END_TEST
 
 START_TEST(connect_accept_and_refuse)
 {
 	rx_fill(8);
-	struct vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_conn *c = guest_connect(5000);
 	ck_assert_ptr_nonnull(c);
 	ck_assert_uint_eq(c->peer_port, 5000);
-	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 5001, 999), r;
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 5001, 999), r;
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	ck_assert_uint_eq(r.src_port, 999);
 	ck_assert_uint_eq(r.dst_port, 5001);
 	ck_assert_uint_eq(bl.requests, 2);
@@ -238,43 +238,43 @@ END_TEST
 START_TEST(guest_to_host_data)
 {
 	rx_fill(8);
-	struct vsock_conn *c = guest_connect(5000);
-	struct vsock_hdr h = hdr(VSOCK_OP_RW, 5000, 1234);
+	struct virtio_vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234);
 	h.len = 11;
 	tx(&h, "hello world");
 	ck_assert_uint_eq(bl.readable, 1);
 	char buf[32] = { 0 };
-	ck_assert_uint_eq(vsock_host_pending(c), 11);
-	ck_assert_uint_eq(vsock_host_recv(&vs, c, buf, 5), 5);
-	ck_assert_uint_eq(vsock_host_recv(&vs, c, buf + 5, sizeof buf), 6);
+	ck_assert_uint_eq(virtio_vsock_host_pending(c), 11);
+	ck_assert_uint_eq(virtio_vsock_host_recv(&vs, c, buf, 5), 5);
+	ck_assert_uint_eq(virtio_vsock_host_recv(&vs, c, buf + 5, sizeof buf), 6);
 	ck_assert_str_eq(buf, "hello world");
-	ck_assert_uint_eq(vsock_host_recv(&vs, c, buf, sizeof buf), 0);
+	ck_assert_uint_eq(virtio_vsock_host_recv(&vs, c, buf, sizeof buf), 0);
 }
 END_TEST
 
 START_TEST(host_to_guest_within_credit)
 {
 	rx_fill(16);
-	struct vsock_conn *c = guest_connect(5000);
-	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
+	struct virtio_vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
 	h.buf_alloc = 100;
 	tx(&h, NULL);
 	uint8_t data[300], got[4096];
 	for (unsigned i = 0; i < sizeof data; i++)
 		data[i] = (uint8_t)i;
-	ck_assert_int_eq(vsock_host_send(&vs, c, data, sizeof data), 300);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, data, sizeof data), 300);
 	ck_assert(rx_get(&r, got));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
 	ck_assert_uint_eq(r.len, 100);
 	ck_assert_mem_eq(got, data, 100);
 	/* nothing more until the guest frees credit (a CREDIT_REQUEST may
 	 * ask for it) */
 	while (rx_get(&r, NULL))
-		ck_assert_uint_ne(r.op, VSOCK_OP_RW);
+		ck_assert_uint_ne(r.op, VIRTIO_VSOCK_OP_RW);
 	h.fwd_cnt = 100;
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, got));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
 	ck_assert_uint_eq(r.len, 100);
 	ck_assert_mem_eq(got, data + 100, 100);
 	ck_assert_uint_gt(bl.writable, 0);
@@ -285,14 +285,14 @@ END_TEST
 START_TEST(large_send_is_split_by_buffer)
 {
 	rx_fill(16);
-	struct vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_conn *c = guest_connect(5000);
 	static uint8_t data[10000];
 	memset(data, 0x5a, sizeof data);
-	ck_assert_int_eq(vsock_host_send(&vs, c, data, sizeof data), (ssize_t)sizeof data);
-	struct vsock_hdr r;
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, data, sizeof data), (ssize_t)sizeof data);
+	struct virtio_vsock_hdr r;
 	uint32_t total = 0;
 	while (rx_get(&r, NULL)) {
-		ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+		ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
 		ck_assert_uint_le(r.len, 4096);
 		total += r.len;
 	}
@@ -303,20 +303,20 @@ END_TEST
 START_TEST(guest_overrun_resets)
 {
 	rx_fill(8);
-	struct vsock_conn *c = guest_connect(5000);
-	struct vsock_hdr h = hdr(VSOCK_OP_RW, 5000, 1234), r;
+	struct virtio_vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234), r;
 	/* fill our buffer to exactly the advertised credit */
-	h.len = VSOCK_MAX_PKT;
-	for (unsigned i = 0; i < VSOCK_BUF_ALLOC / VSOCK_MAX_PKT; i++)
-		tx_raw(&h, VSOCK_HDR_SIZE, NULL, VSOCK_MAX_PKT);
-	ck_assert_uint_eq(vsock_host_pending(c), VSOCK_BUF_ALLOC);
+	h.len = VIRTIO_VSOCK_MAX_PKT;
+	for (unsigned i = 0; i < VIRTIO_VSOCK_BUF_ALLOC / VIRTIO_VSOCK_MAX_PKT; i++)
+		tx_raw(&h, VIRTIO_VSOCK_HDR_SIZE, NULL, VIRTIO_VSOCK_MAX_PKT);
+	ck_assert_uint_eq(virtio_vsock_host_pending(c), VIRTIO_VSOCK_BUF_ALLOC);
 	ck_assert_uint_eq(bl.closed, 0);
 	h.len = 1;
 	tx(&h, "x");
 	ck_assert_uint_eq(bl.closed, 1);
 	ck_assert_uint_eq(vs.stats.overruns, 1);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	ck_assert(!needs_reset());
 }
 END_TEST
@@ -324,36 +324,36 @@ END_TEST
 START_TEST(bad_fields_are_dropped_or_reset)
 {
 	rx_fill(16);
-	struct vsock_hdr h, r;
-	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	struct virtio_vsock_hdr h, r;
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 1, 1234);
 	h.src_cid = 77; /* not the guest: dropped silently */
 	tx(&h, NULL);
 	ck_assert(!rx_get(&r, NULL));
-	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 1, 1234);
 	h.dst_cid = 42; /* not us */
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
-	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 1, 1234);
 	h.type = 2; /* seqpacket */
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	h = hdr(99, 1, 1234);
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
-	h = hdr(VSOCK_OP_REQUEST, 1, 1234);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 1, 1234);
 	h.len = 4; /* payload on a control packet */
 	tx(&h, "abcd");
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
-	h = hdr(VSOCK_OP_RW, 1, 1234); /* no such connection */
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	h = hdr(VIRTIO_VSOCK_OP_RW, 1, 1234); /* no such connection */
 	h.len = 1;
 	tx(&h, "a");
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
-	h = hdr(VSOCK_OP_RST, 1, 1234); /* RST for nothing: ignored */
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	h = hdr(VIRTIO_VSOCK_OP_RST, 1, 1234); /* RST for nothing: ignored */
 	tx(&h, NULL);
 	ck_assert(!rx_get(&r, NULL));
 	ck_assert_uint_eq(vs.stats.bad_packets, 5);
@@ -364,9 +364,9 @@ END_TEST
 
 START_TEST(bad_lengths_need_reset)
 {
-	struct vsock_hdr h = hdr(VSOCK_OP_RW, 1, 1234);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_RW, 1, 1234);
 	h.len = 100;
-	tx_raw(&h, VSOCK_HDR_SIZE, "short", 5); /* len beyond the buffer */
+	tx_raw(&h, VIRTIO_VSOCK_HDR_SIZE, "short", 5); /* len beyond the buffer */
 	ck_assert(needs_reset());
 	ck_assert(!vs.dev.live);
 	teardown();
@@ -376,8 +376,8 @@ START_TEST(bad_lengths_need_reset)
 	ck_assert(needs_reset());
 	teardown();
 	setup();
-	h.len = VSOCK_MAX_PKT + 1;
-	tx_raw(&h, VSOCK_HDR_SIZE, NULL, VSOCK_MAX_PKT + 1);
+	h.len = VIRTIO_VSOCK_MAX_PKT + 1;
+	tx_raw(&h, VIRTIO_VSOCK_HDR_SIZE, NULL, VIRTIO_VSOCK_MAX_PKT + 1);
 	ck_assert(needs_reset());
 }
 END_TEST
@@ -385,9 +385,9 @@ END_TEST
 START_TEST(fwd_cnt_past_sent_resets)
 {
 	rx_fill(8);
-	struct vsock_conn *c = guest_connect(5000);
-	ck_assert_int_eq(vsock_host_send(&vs, c, "abc", 3), 3);
-	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
+	struct virtio_vsock_conn *c = guest_connect(5000);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, "abc", 3), 3);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
 	ck_assert(rx_get(&r, NULL));
 	h.fwd_cnt = 3; /* all we sent: fine */
 	tx(&h, NULL);
@@ -396,13 +396,13 @@ START_TEST(fwd_cnt_past_sent_resets)
 	tx(&h, NULL);
 	ck_assert_uint_eq(bl.closed, 1);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	/* a huge buf_alloc cannot make us send more than we hold */
 	c = guest_connect(5001);
-	h = hdr(VSOCK_OP_CREDIT_UPDATE, 5001, 1234);
+	h = hdr(VIRTIO_VSOCK_OP_CREDIT_UPDATE, 5001, 1234);
 	h.buf_alloc = 0xffffffffu;
 	tx(&h, NULL);
-	ck_assert_int_eq(vsock_host_send(&vs, c, "z", 1), 1);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, "z", 1), 1);
 	ck_assert(rx_get(&r, NULL));
 	ck_assert_uint_eq(r.len, 1);
 }
@@ -411,37 +411,37 @@ END_TEST
 START_TEST(counters_wrap)
 {
 	rx_fill(32);
-	struct vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_conn *c = guest_connect(5000);
 	/* pretend 4 GiB minus a little already flowed both ways */
 	c->tx_cnt = c->peer_fwd_cnt = 0xffffff00u;
 	c->rx_cnt = c->fwd_cnt = c->fwd_cnt_sent = 0xffffff00u;
-	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_CREDIT_UPDATE, 5000, 1234), r;
 	h.fwd_cnt = 0xffffff00u;
 	h.buf_alloc = 1024;
 	tx(&h, NULL);
 	static uint8_t data[1024];
 	memset(data, 1, sizeof data);
-	ck_assert_int_eq(vsock_host_send(&vs, c, data, 1024), 1024);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, data, 1024), 1024);
 	ck_assert(rx_get(&r, NULL));
 	ck_assert_uint_eq(r.len, 1024);
 	ck_assert_uint_eq(c->tx_cnt, 0x300);
-	ck_assert_int_eq(vsock_host_send(&vs, c, data, 10), 10);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, data, 10), 10);
 	ck_assert(rx_get(&r, NULL)); /* no credit left: we ask for some */
-	ck_assert_uint_eq(r.op, VSOCK_OP_CREDIT_REQUEST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_CREDIT_REQUEST);
 	ck_assert(!rx_get(&r, NULL));
 	h.fwd_cnt = 0x300; /* after the wrap */
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
 	ck_assert_uint_eq(r.len, 10);
 	/* guest → host across the wrap, and overrun still caught */
-	h = hdr(VSOCK_OP_RW, 5000, 1234);
+	h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234);
 	h.len = 1024;
 	h.fwd_cnt = 0x300; /* fwd_cnt going back would be a violation */
-	tx_raw(&h, VSOCK_HDR_SIZE, data, 1024);
-	ck_assert_uint_eq(vsock_host_pending(c), 1024);
+	tx_raw(&h, VIRTIO_VSOCK_HDR_SIZE, data, 1024);
+	ck_assert_uint_eq(virtio_vsock_host_pending(c), 1024);
 	ck_assert_uint_eq(c->rx_cnt, 0x300);
 	uint8_t out[2048];
-	ck_assert_uint_eq(vsock_host_recv(&vs, c, out, sizeof out), 1024);
+	ck_assert_uint_eq(virtio_vsock_host_recv(&vs, c, out, sizeof out), 1024);
 	ck_assert_mem_eq(out, data, 1024);
 	ck_assert_uint_eq(bl.closed, 0);
 }
@@ -449,32 +449,32 @@ END_TEST
 
 START_TEST(host_initiated)
 {
-	struct vsock_conn *c;
+	struct virtio_vsock_conn *c;
 	rx_fill(8);
-	ck_assert_int_eq(vsock_host_connect(&vs, 52, NULL, &c), 0);
-	struct vsock_hdr r, h;
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 52, NULL, &c), 0);
+	struct virtio_vsock_hdr r, h;
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_REQUEST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_REQUEST);
 	ck_assert_uint_eq(r.dst_port, 52);
-	ck_assert_uint_ge(r.src_port, VSOCK_EPHEMERAL_BASE);
+	ck_assert_uint_ge(r.src_port, VIRTIO_VSOCK_EPHEMERAL_BASE);
 	/* data queued before the answer waits for it */
-	ck_assert_int_eq(vsock_host_send(&vs, c, "hi", 2), 2);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, "hi", 2), 2);
 	ck_assert(!rx_get(&r, NULL));
-	h = hdr(VSOCK_OP_RESPONSE, 52, c->local_port);
+	h = hdr(VIRTIO_VSOCK_OP_RESPONSE, 52, c->local_port);
 	tx(&h, NULL);
 	ck_assert_uint_eq(bl.connected, 1);
 	ck_assert_int_eq(bl.connected_err, 0);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
 	/* a second one is refused */
-	ck_assert_int_eq(vsock_host_connect(&vs, 53, NULL, &c), 0);
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 53, NULL, &c), 0);
 	ck_assert(rx_get(&r, NULL));
-	h = hdr(VSOCK_OP_RST, 53, c->local_port);
+	h = hdr(VIRTIO_VSOCK_OP_RST, 53, c->local_port);
 	tx(&h, NULL);
 	ck_assert_uint_eq(bl.connected, 2);
 	ck_assert_int_eq(bl.connected_err, -ECONNREFUSED);
 	/* a stray RESPONSE on an established connection resets it */
-	h = hdr(VSOCK_OP_RESPONSE, 52, r.src_port - 1);
+	h = hdr(VIRTIO_VSOCK_OP_RESPONSE, 52, r.src_port - 1);
 	tx(&h, NULL);
 	ck_assert_uint_eq(bl.closed, 1);
 }
@@ -483,35 +483,35 @@ END_TEST
 START_TEST(shutdown_both_ways)
 {
 	rx_fill(8);
-	struct vsock_conn *c = guest_connect(5000);
-	struct vsock_hdr h = hdr(VSOCK_OP_SHUTDOWN, 5000, 1234), r;
+	struct virtio_vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234), r;
 	/* host half-close: SHUTDOWN leaves after the queued data */
-	ck_assert_int_eq(vsock_host_send(&vs, c, "bye", 3), 3);
-	ck_assert_int_eq(vsock_host_shutdown(&vs, c, VSOCK_SHUT_SEND), 0);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, "bye", 3), 3);
+	ck_assert_int_eq(virtio_vsock_host_shutdown(&vs, c, VIRTIO_VSOCK_SHUT_SEND), 0);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_SHUTDOWN);
-	ck_assert_uint_eq(r.flags, VSOCK_SHUT_SEND);
-	ck_assert_int_eq(vsock_host_send(&vs, c, "x", 1), -ENOTCONN);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_SHUTDOWN);
+	ck_assert_uint_eq(r.flags, VIRTIO_VSOCK_SHUT_SEND);
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, "x", 1), -ENOTCONN);
 	/* guest half-close, then data from it is a protocol error */
-	h.flags = VSOCK_SHUT_SEND;
+	h.flags = VIRTIO_VSOCK_SHUT_SEND;
 	tx(&h, NULL);
-	ck_assert_uint_eq(bl.shut, VSOCK_SHUT_SEND);
-	h = hdr(VSOCK_OP_RW, 5000, 1234);
+	ck_assert_uint_eq(bl.shut, VIRTIO_VSOCK_SHUT_SEND);
+	h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234);
 	h.len = 1;
 	tx(&h, "x");
 	ck_assert_uint_eq(bl.closed, 1);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	/* full close from the guest answered with RST by the backend */
 	bl.close_on_shutdown = true;
 	guest_connect(5001);
-	h = hdr(VSOCK_OP_SHUTDOWN, 5001, 1234);
+	h = hdr(VIRTIO_VSOCK_OP_SHUTDOWN, 5001, 1234);
 	h.flags = 3;
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	ck_assert_uint_eq(r.dst_port, 5001);
 }
 END_TEST
@@ -520,30 +520,30 @@ START_TEST(credit_request_answered)
 {
 	rx_fill(8);
 	guest_connect(5000);
-	struct vsock_hdr h = hdr(VSOCK_OP_CREDIT_REQUEST, 5000, 1234), r;
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_CREDIT_REQUEST, 5000, 1234), r;
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_CREDIT_UPDATE);
-	ck_assert_uint_eq(r.buf_alloc, VSOCK_BUF_ALLOC);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
+	ck_assert_uint_eq(r.buf_alloc, VIRTIO_VSOCK_BUF_ALLOC);
 }
 END_TEST
 
 START_TEST(credit_update_after_reads)
 {
 	rx_fill(8);
-	struct vsock_conn *c = guest_connect(5000);
-	struct vsock_hdr h = hdr(VSOCK_OP_RW, 5000, 1234), r;
-	h.len = VSOCK_MAX_PKT;
-	for (unsigned i = 0; i < VSOCK_BUF_ALLOC / VSOCK_MAX_PKT; i++)
-		tx_raw(&h, VSOCK_HDR_SIZE, NULL, VSOCK_MAX_PKT);
+	struct virtio_vsock_conn *c = guest_connect(5000);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234), r;
+	h.len = VIRTIO_VSOCK_MAX_PKT;
+	for (unsigned i = 0; i < VIRTIO_VSOCK_BUF_ALLOC / VIRTIO_VSOCK_MAX_PKT; i++)
+		tx_raw(&h, VIRTIO_VSOCK_HDR_SIZE, NULL, VIRTIO_VSOCK_MAX_PKT);
 	ck_assert(!rx_get(&r, NULL));
-	static uint8_t sink[VSOCK_BUF_ALLOC];
-	ck_assert_uint_eq(vsock_host_recv(&vs, c, sink, VSOCK_BUF_ALLOC / 8), VSOCK_BUF_ALLOC / 8);
+	static uint8_t sink[VIRTIO_VSOCK_BUF_ALLOC];
+	ck_assert_uint_eq(virtio_vsock_host_recv(&vs, c, sink, VIRTIO_VSOCK_BUF_ALLOC / 8), VIRTIO_VSOCK_BUF_ALLOC / 8);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_CREDIT_UPDATE);
-	ck_assert_uint_eq(r.fwd_cnt, VSOCK_BUF_ALLOC / 8);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
+	ck_assert_uint_eq(r.fwd_cnt, VIRTIO_VSOCK_BUF_ALLOC / 8);
 	/* small reads do not each cause an update */
-	ck_assert_uint_eq(vsock_host_recv(&vs, c, sink, 10), 10);
+	ck_assert_uint_eq(virtio_vsock_host_recv(&vs, c, sink, 10), 10);
 	ck_assert(!rx_get(&r, NULL));
 }
 END_TEST
@@ -551,41 +551,41 @@ END_TEST
 START_TEST(connection_table_bounded)
 {
 	rx_fill(QSIZE);
-	for (unsigned i = 0; i < VSOCK_MAX_CONNS; i++) {
-		struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 100 + i, 1234), r;
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++) {
+		struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 100 + i, 1234), r;
 		tx(&h, NULL);
 		ck_assert(rx_get(&r, NULL));
-		ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
+		ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RESPONSE);
 		if (fv_avail_idx(&drv, RXQ) - drv.q[RXQ].used_seen < 4)
 			rx_fill(8);
 	}
-	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 99, 1234), r;
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 99, 1234), r;
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
-	struct vsock_conn *c;
-	ck_assert_int_eq(vsock_host_connect(&vs, 1, NULL, &c), -ENOSPC);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	struct virtio_vsock_conn *c;
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 1, NULL, &c), -ENOSPC);
 	/* a device reset drops them all */
 	fv_wr(&drv, 0x70, 0);
-	ck_assert_uint_eq(bl.closed, VSOCK_MAX_CONNS);
-	ck_assert_int_eq(vsock_host_connect(&vs, 1, NULL, &c), -ENOTCONN);
+	ck_assert_uint_eq(bl.closed, VIRTIO_VSOCK_MAX_CONNS);
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 1, NULL, &c), -ENOTCONN);
 }
 END_TEST
 
 START_TEST(rst_backlog_bounded_without_rx_buffers)
 {
 	/* no rx buffers: answers queue up to the bound and no further */
-	for (unsigned i = 0; i < 3 * VSOCK_MAX_RST; i++) {
-		struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, i, 999);
+	for (unsigned i = 0; i < 3 * VIRTIO_VSOCK_MAX_RST; i++) {
+		struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, i, 999);
 		tx(&h, NULL);
 	}
-	ck_assert_uint_eq(vs.nr_rst, VSOCK_MAX_RST);
+	ck_assert_uint_eq(vs.nr_rst, VIRTIO_VSOCK_MAX_RST);
 	rx_fill(QSIZE);
-	struct vsock_hdr r;
+	struct virtio_vsock_hdr r;
 	unsigned n = 0;
 	while (rx_get(&r, NULL))
 		n++;
-	ck_assert_uint_eq(n, VSOCK_MAX_RST);
+	ck_assert_uint_eq(n, VIRTIO_VSOCK_MAX_RST);
 }
 END_TEST
 
@@ -593,7 +593,7 @@ START_TEST(tiny_rx_buffer_needs_reset)
 {
 	fv_desc(&drv, drv.q[RXQ].desc, 0, RXBUF, 20, FV_DESC_F_WRITE, 0);
 	fv_offer(&drv, RXQ, 0);
-	struct vsock_hdr h = hdr(VSOCK_OP_REQUEST, 1, 999);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 1, 999);
 	tx(&h, NULL);
 	ck_assert(needs_reset());
 }
@@ -602,7 +602,7 @@ END_TEST
 START_TEST(broken_tx_ring_needs_reset)
 {
 	/* loops on itself */
-	fv_desc(&drv, drv.q[TXQ].desc, 0, TXBUF, VSOCK_HDR_SIZE, FV_DESC_F_NEXT, 0);
+	fv_desc(&drv, drv.q[TXQ].desc, 0, TXBUF, VIRTIO_VSOCK_HDR_SIZE, FV_DESC_F_NEXT, 0);
 	fv_offer(&drv, TXQ, 0);
 	fv_kick(&drv, TXQ);
 	ck_assert(needs_reset());
@@ -667,7 +667,7 @@ START_TEST(unix_host_initiated)
 {
 	int sv[2];
 	char buf[64] = { 0 };
-	struct vsock_hdr h, r;
+	struct virtio_vsock_hdr h, r;
 	uint8_t payload[64];
 
 	rx_fill(8);
@@ -676,9 +676,9 @@ START_TEST(unix_host_initiated)
 	ck_assert_int_eq(write(sv[1], "CONNECT 52\n", 11), 11);
 	pump();
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_REQUEST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_REQUEST);
 	ck_assert_uint_eq(r.dst_port, 52);
-	h = hdr(VSOCK_OP_RESPONSE, 52, r.src_port);
+	h = hdr(VIRTIO_VSOCK_OP_RESPONSE, 52, r.src_port);
 	tx(&h, NULL);
 	ssize_t n = read(sv[1], buf, sizeof buf - 1);
 	char want[32];
@@ -688,10 +688,10 @@ START_TEST(unix_host_initiated)
 	ck_assert_int_eq(write(sv[1], "ping", 4), 4);
 	pump();
 	ck_assert(rx_get(&r, payload));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
 	ck_assert_uint_eq(r.len, 4);
 	ck_assert_mem_eq(payload, "ping", 4);
-	h = hdr(VSOCK_OP_RW, 52, r.src_port);
+	h = hdr(VIRTIO_VSOCK_OP_RW, 52, r.src_port);
 	h.len = 4;
 	tx(&h, "pong");
 	ck_assert_int_eq(read(sv[1], buf, sizeof buf), 4);
@@ -700,27 +700,27 @@ START_TEST(unix_host_initiated)
 	close(sv[1]);
 	pump();
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_SHUTDOWN);
-	ck_assert_uint_eq(r.flags, VSOCK_SHUT_SEND);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_SHUTDOWN);
+	ck_assert_uint_eq(r.flags, VIRTIO_VSOCK_SHUT_SEND);
 }
 END_TEST
 
 START_TEST(unix_guest_initiated)
 {
 	char path[128], buf[16];
-	struct vsock_hdr h, r;
+	struct virtio_vsock_hdr h, r;
 	uint8_t payload[64];
 
 	rx_fill(8);
 	snprintf(path, sizeof path, "%s/v.sock_1234", dir);
 	int l = listen_at(path);
-	h = hdr(VSOCK_OP_REQUEST, 7000, 1234);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 7000, 1234);
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RESPONSE);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RESPONSE);
 	int a = accept(l, NULL, NULL);
 	ck_assert_int_ge(a, 0);
-	h = hdr(VSOCK_OP_RW, 7000, 1234);
+	h = hdr(VIRTIO_VSOCK_OP_RW, 7000, 1234);
 	h.len = 2;
 	tx(&h, "hi");
 	ck_assert_int_eq(read(a, buf, sizeof buf), 2);
@@ -728,20 +728,20 @@ START_TEST(unix_guest_initiated)
 	ck_assert_int_eq(write(a, "yo", 2), 2);
 	pump();
 	ck_assert(rx_get(&r, payload));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RW);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
 	ck_assert_mem_eq(payload, "yo", 2);
 	/* guest closes both ways: fd closed, RST to the guest */
-	h = hdr(VSOCK_OP_SHUTDOWN, 7000, 1234);
+	h = hdr(VIRTIO_VSOCK_OP_SHUTDOWN, 7000, 1234);
 	h.flags = 3;
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	ck_assert_int_eq(read(a, buf, sizeof buf), 0);
 	/* nobody listens on 999 */
-	h = hdr(VSOCK_OP_REQUEST, 7001, 999);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 7001, 999);
 	tx(&h, NULL);
 	ck_assert(rx_get(&r, NULL));
-	ck_assert_uint_eq(r.op, VSOCK_OP_RST);
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
 	close(a);
 	close(l);
 }

@@ -17,7 +17,7 @@ static void vsock_handle(void *ctx, const struct pollfd *p, unsigned n)
 int vsockdev_attach(struct vsockdev *d, struct vbus *bus, uint64_t cid, const char *sock_path,
 		    char *cmdline, size_t cmdlen, char *err, size_t errlen)
 {
-	int rc = vsock_init(&d->vs, cid, NULL, NULL);
+	int rc = virtio_vsock_init(&d->vs, cid, NULL, NULL);
 	if (rc < 0)
 		return errbuf_fail(err, errlen, rc, "cannot create the vsock device: %s", strerror(-rc));
 	d->vs_made = true;
@@ -34,6 +34,6 @@ void vsockdev_destroy(struct vsockdev *d)
 	if (d->vu_made)
 		vsock_unix_destroy(&d->vu);
 	if (d->vs_made)
-		vsock_destroy(&d->vs);
+		virtio_vsock_destroy(&d->vs);
 	d->vu_made = d->vs_made = false;
 }

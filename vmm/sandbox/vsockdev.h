@@ -14,7 +14,7 @@
 #include "vmm/core/virtio_bus.h"
 
 struct vsockdev {
-	struct vsock vs;
+	struct virtio_vsock vs;
 	struct vsock_unix vu;
 	bool vs_made, vu_made;
 };

@@ -3,7 +3,7 @@
  * One handler process per connection runs one command.  Its event loop
  * keeps every buffer bounded: output is read from the command only when
  * the previous frame has left for the socket, and stdin is bounded by the
- * credit the agent grants (EP_CREDIT), so the socket is always read and a
+ * credit the agent grants (EXEC_PROTO_CREDIT), so the socket is always read and a
  * SIGNAL is never stuck behind stdin the command does not consume. */
 #include "guest-init/agent.h"
 #include "guest-init/senv.h"
@@ -31,7 +31,7 @@
 #define QUIET_MS 100
 /* Without pidfd_open, how often to look for the command's exit. */
 #define REAP_MS 50
-#define OUT_CAP (EP_MAX_FRAME + 64)
+#define OUT_CAP (EXEC_PROTO_MAX_FRAME + 64)
 
 extern char **environ;
 
@@ -67,8 +67,8 @@ struct sess {
 	uint32_t owed;    /* stdin bytes consumed but not yet granted back */
 	size_t in_off, in_len;
 	size_t out_off, out_len;
-	struct ep_reader rd;
-	uint8_t in[EP_STDIN_WINDOW];
+	struct exec_proto_reader rd;
+	uint8_t in[EXEC_PROTO_STDIN_WINDOW];
 	uint8_t out[OUT_CAP];
 };
 
@@ -117,9 +117,9 @@ static uint8_t *out_room(struct sess *s, size_t n)
 
 static void queue_u32(struct sess *s, uint8_t type, uint32_t v)
 {
-	uint8_t *p = out_room(s, EP_HDR + 4);
+	uint8_t *p = out_room(s, EXEC_PROTO_HDR + 4);
 	if (p) /* callers check room first; control frames are tiny */
-		s->out_len += ep_put_u32(p, type, v);
+		s->out_len += exec_proto_put_u32(p, type, v);
 }
 
 static void queue_error(struct sess *s, const char *msg)
@@ -127,12 +127,12 @@ static void queue_error(struct sess *s, const char *msg)
 	size_t n = strlen(msg);
 	if (n > 512)
 		n = 512;
-	uint8_t *p = out_room(s, EP_HDR + n);
+	uint8_t *p = out_room(s, EXEC_PROTO_HDR + n);
 	if (!p)
 		return;
-	ep_put_hdr(p, EP_ERROR, (uint32_t)n);
-	memcpy(p + EP_HDR, msg, n);
-	s->out_len += EP_HDR + n;
+	exec_proto_put_hdr(p, EXEC_PROTO_ERROR, (uint32_t)n);
+	memcpy(p + EXEC_PROTO_HDR, msg, n);
+	s->out_len += EXEC_PROTO_HDR + n;
 }
 
 /* Write what out[] holds without blocking.  Returns 0 or -ECONNRESET. */
@@ -261,12 +261,12 @@ static void deliver_signal(struct sess *s, int signo)
 	}
 }
 
-static int handle_frame(struct sess *s, const struct ep_frame *f)
+static int handle_frame(struct sess *s, const struct exec_proto_frame *f)
 {
-	if (ep_check(f->type, f->len) < 0)
+	if (exec_proto_check(f->type, f->len) < 0)
 		return -EPROTO;
 	switch (f->type) {
-	case EP_STDIN:
+	case EXEC_PROTO_STDIN:
 		if (f->len > s->window)
 			return -EPROTO;
 		s->window -= f->len;
@@ -274,7 +274,7 @@ static int handle_frame(struct sess *s, const struct ep_frame *f)
 			s->owed += f->len;
 			return 0;
 		}
-		/* Credit keeps buffered + window + owed == EP_STDIN_WINDOW,
+		/* Credit keeps buffered + window + owed == EXEC_PROTO_STDIN_WINDOW,
 		 * so after sliding down the frame always fits. */
 		if (s->in_len + f->len > sizeof s->in) {
 			memmove(s->in, s->in + s->in_off, s->in_len - s->in_off);
@@ -286,7 +286,7 @@ static int handle_frame(struct sess *s, const struct ep_frame *f)
 		if (f->len)
 			s->last_in = f->payload[f->len - 1];
 		return 0;
-	case EP_STDIN_EOF:
+	case EXEC_PROTO_STDIN_EOF:
 		if (s->in_fd >= 0 && !s->eof_pending) {
 			s->eof_pending = true;
 			/* VEOF ends input only at the start of a line; a
@@ -294,16 +294,16 @@ static int handle_frame(struct sess *s, const struct ep_frame *f)
 			s->veof_left = s->last_in && s->last_in != '\n' ? 2 : 1;
 		}
 		return 0;
-	case EP_SIGNAL: {
+	case EXEC_PROTO_SIGNAL: {
 		int signo;
-		if (ep_get_signal(f, &signo) < 0)
+		if (exec_proto_get_signal(f, &signo) < 0)
 			return -EPROTO;
 		deliver_signal(s, signo);
 		return 0;
 	}
-	case EP_RESIZE: {
+	case EXEC_PROTO_RESIZE: {
 		uint16_t rows, cols;
-		if (ep_get_resize(f, &rows, &cols) < 0)
+		if (exec_proto_get_resize(f, &rows, &cols) < 0)
 			return -EPROTO;
 		if (s->master >= 0) {
 			struct winsize ws = { .ws_row = rows, .ws_col = cols };
@@ -321,16 +321,16 @@ static int handle_frame(struct sess *s, const struct ep_frame *f)
 static int read_sock(struct sess *s)
 {
 	size_t room;
-	uint8_t *p = ep_rd_space(&s->rd, &room);
+	uint8_t *p = exec_proto_rd_space(&s->rd, &room);
 	ssize_t r = read(s->sock, p, room);
 	if (r < 0 && (errno == EAGAIN || errno == EINTR))
 		return 0;
 	if (r <= 0)
 		return -ECONNRESET;
-	ep_rd_commit(&s->rd, (size_t)r);
-	struct ep_frame f;
+	exec_proto_rd_commit(&s->rd, (size_t)r);
+	struct exec_proto_frame f;
 	int rc;
-	while ((rc = ep_rd_next(&s->rd, &f)) > 0) {
+	while ((rc = exec_proto_rd_next(&s->rd, &f)) > 0) {
 		rc = handle_frame(s, &f);
 		if (rc < 0)
 			return rc;
@@ -341,10 +341,10 @@ static int read_sock(struct sess *s)
 /* Read one chunk of the command's output into a frame. */
 static void read_output(struct sess *s, int *fd, uint8_t type)
 {
-	uint8_t *p = out_room(s, EP_MAX_FRAME);
+	uint8_t *p = out_room(s, EXEC_PROTO_MAX_FRAME);
 	if (!p)
 		return;
-	ssize_t r = read(*fd, p + EP_HDR, EP_MAX_PAYLOAD);
+	ssize_t r = read(*fd, p + EXEC_PROTO_HDR, EXEC_PROTO_MAX_PAYLOAD);
 	if (r < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (r <= 0) { /* EOF, or EIO from a pty whose slave side closed */
@@ -353,8 +353,8 @@ static void read_output(struct sess *s, int *fd, uint8_t type)
 		close_fd(s, fd);
 		return;
 	}
-	ep_put_hdr(p, type, (uint32_t)r);
-	s->out_len += EP_HDR + (size_t)r;
+	exec_proto_put_hdr(p, type, (uint32_t)r);
+	s->out_len += EXEC_PROTO_HDR + (size_t)r;
 }
 
 static void grant_credit(struct sess *s)
@@ -362,9 +362,9 @@ static void grant_credit(struct sess *s)
 	if (!s->owed)
 		return;
 	bool idle = s->in_off == s->in_len;
-	if ((s->owed >= EP_STDIN_WINDOW / 4 || idle) && out_room(s, EP_HDR + 4)) {
+	if ((s->owed >= EXEC_PROTO_STDIN_WINDOW / 4 || idle) && out_room(s, EXEC_PROTO_HDR + 4)) {
 		s->window += s->owed;
-		queue_u32(s, EP_CREDIT, s->owed);
+		queue_u32(s, EXEC_PROTO_CREDIT, s->owed);
 		s->owed = 0;
 	}
 }
@@ -427,9 +427,9 @@ static int pump(struct sess *s)
 			write_stdin(s);
 		if (p[SLOT_OUT].revents & (POLLIN | POLLHUP | POLLERR) && ev[SLOT_OUT] & POLLIN &&
 		    s->out_fd >= 0)
-			read_output(s, &s->out_fd, EP_STDOUT);
+			read_output(s, &s->out_fd, EXEC_PROTO_STDOUT);
 		if (p[SLOT_ERR].revents & any && s->err_fd >= 0 && s->out_off == s->out_len)
-			read_output(s, &s->err_fd, EP_STDERR);
+			read_output(s, &s->err_fd, EXEC_PROTO_STDERR);
 		if (flush_some(s) < 0)
 			return -ECONNRESET;
 	}
@@ -457,7 +457,7 @@ static void child_fail(int errfd, int stage, int err)
 
 /* In the forked child: become the command. */
 __attribute__((noreturn))
-static void child_exec(const struct ep_exec *req, char **envp, const char *slave, int fin,
+static void child_exec(const struct exec_proto_exec *req, char **envp, const char *slave, int fin,
 		       int fout, int ferr, int errfd)
 {
 	reset_signals();
@@ -484,7 +484,7 @@ static void child_exec(const struct ep_exec *req, char **envp, const char *slave
 
 /* The sandbox-wide environment overridden by the request's, with a
  * default PATH if neither has one. */
-static char **make_env(const struct ep_exec *req)
+static char **make_env(const struct exec_proto_exec *req)
 {
 	char **e = senv_merge(req->envp, req->envc, 1);
 	if (!e)
@@ -498,7 +498,7 @@ static char **make_env(const struct ep_exec *req)
 	return e;
 }
 
-static int open_pty(struct sess *s, const struct ep_exec *req, char *slave, size_t len)
+static int open_pty(struct sess *s, const struct exec_proto_exec *req, char *slave, size_t len)
 {
 	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
 	if (m < 0)
@@ -520,7 +520,7 @@ static int open_pty(struct sess *s, const struct ep_exec *req, char *slave, size
 
 /* Start the command.  Returns 0 (started, or failed with ERROR and EXIT
  * queued and s->exited set) or a negative errno. */
-static int start(struct sess *s, const struct ep_exec *req)
+static int start(struct sess *s, const struct exec_proto_exec *req)
 {
 	char **envp = make_env(req);
 	if (!envp)
@@ -528,7 +528,7 @@ static int start(struct sess *s, const struct ep_exec *req)
 	char slave[32];
 	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 }, pst[2];
 	int rc = 0;
-	if (req->flags & EP_FLAG_TTY)
+	if (req->flags & EXEC_PROTO_FLAG_TTY)
 		rc = open_pty(s, req, slave, sizeof slave);
 	else if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0 ||
 		 pipe2(perr, O_CLOEXEC) < 0)
@@ -576,9 +576,9 @@ static int start(struct sess *s, const struct ep_exec *req)
 	close(pst[0]);
 	if (r != (ssize_t)sizeof msg) {
 		s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-		queue_u32(s, EP_STARTED, (uint32_t)pid);
-		s->window = EP_STDIN_WINDOW;
-		queue_u32(s, EP_CREDIT, EP_STDIN_WINDOW);
+		queue_u32(s, EXEC_PROTO_STARTED, (uint32_t)pid);
+		s->window = EXEC_PROTO_STDIN_WINDOW;
+		queue_u32(s, EXEC_PROTO_CREDIT, EXEC_PROTO_STDIN_WINDOW);
 		return 0;
 	}
 	char text[512];
@@ -605,11 +605,11 @@ static int start(struct sess *s, const struct ep_exec *req)
  * the strings) or NULL with *err set. */
 static uint8_t *read_exec(struct sess *s, uint32_t *len, int *err)
 {
-	struct ep_frame f;
+	struct exec_proto_frame f;
 	int rc;
-	while ((rc = ep_rd_next(&s->rd, &f)) == 0) {
+	while ((rc = exec_proto_rd_next(&s->rd, &f)) == 0) {
 		size_t room;
-		uint8_t *p = ep_rd_space(&s->rd, &room);
+		uint8_t *p = exec_proto_rd_space(&s->rd, &room);
 		ssize_t r = read(s->sock, p, room);
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -617,9 +617,9 @@ static uint8_t *read_exec(struct sess *s, uint32_t *len, int *err)
 			*err = -ECONNRESET;
 			return NULL;
 		}
-		ep_rd_commit(&s->rd, (size_t)r);
+		exec_proto_rd_commit(&s->rd, (size_t)r);
 	}
-	if (rc < 0 || f.type != EP_EXEC) {
+	if (rc < 0 || f.type != EXEC_PROTO_EXEC) {
 		*err = -EPROTO;
 		return NULL;
 	}
@@ -646,13 +646,13 @@ int agent_serve_fd(int fd)
 	}
 	s->sock = fd;
 	s->pidfd = s->master = s->in_fd = s->out_fd = s->err_fd = -1;
-	ep_rd_init(&s->rd);
+	exec_proto_rd_init(&s->rd);
 	int rc = 0;
 	uint32_t len = 0;
 	uint8_t *payload = read_exec(s, &len, &rc);
-	struct ep_exec req = { 0 };
+	struct exec_proto_exec req = { 0 };
 	if (payload) {
-		rc = ep_decode_exec(payload, len, &req);
+		rc = exec_proto_decode_exec(payload, len, &req);
 		if (rc == -EPROTO)
 			queue_error(s, "malformed EXEC request");
 	}
@@ -663,7 +663,7 @@ int agent_serve_fd(int fd)
 		snprintf(text, sizeof text, "cannot start the command: %s", strerror(-rc));
 		queue_error(s, text);
 	}
-	ep_exec_free(&req);
+	exec_proto_exec_free(&req);
 	free(payload);
 	set_nonblock(fd);
 	if (!rc && !s->exited) {
@@ -676,7 +676,7 @@ int agent_serve_fd(int fd)
 		rc = pump(s);
 	}
 	if (!rc) {
-		queue_u32(s, EP_EXIT, (uint32_t)s->status);
+		queue_u32(s, EXEC_PROTO_EXIT, (uint32_t)s->status);
 		rc = flush_all(s);
 	} else {
 		if (s->pid > 0 && !s->exited)

@@ -287,7 +287,7 @@ int main(void)
 	if (agent < 0)
 		die("fork: %s", strerror(errno));
 	if (agent == 0) {
-		int rc = agent_serve(EP_VSOCK_PORT);
+		int rc = agent_serve(EXEC_PROTO_VSOCK_PORT);
 		say("exec agent stopped: %s", strerror(-rc));
 		_exit(1);
 	}

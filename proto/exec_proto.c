@@ -29,13 +29,13 @@ static void put_le16(uint8_t *p, uint16_t v)
 	p[1] = (uint8_t)(v >> 8);
 }
 
-void ep_rd_init(struct ep_reader *r)
+void exec_proto_rd_init(struct exec_proto_reader *r)
 {
 	r->start = 0;
 	r->len = 0;
 }
 
-uint8_t *ep_rd_space(struct ep_reader *r, size_t *room)
+uint8_t *exec_proto_rd_space(struct exec_proto_reader *r, size_t *room)
 {
 	/* Slide the unread tail down only when the end is reached, so that a
 	 * run of small frames costs no copying. */
@@ -47,81 +47,81 @@ uint8_t *ep_rd_space(struct ep_reader *r, size_t *room)
 	return r->buf + r->start + r->len;
 }
 
-void ep_rd_commit(struct ep_reader *r, size_t n)
+void exec_proto_rd_commit(struct exec_proto_reader *r, size_t n)
 {
 	r->len += n;
 }
 
-int ep_rd_next(struct ep_reader *r, struct ep_frame *f)
+int exec_proto_rd_next(struct exec_proto_reader *r, struct exec_proto_frame *f)
 {
-	if (r->len < EP_HDR) {
+	if (r->len < EXEC_PROTO_HDR) {
 		if (!r->len)
 			r->start = 0;
 		return 0;
 	}
 	const uint8_t *p = r->buf + r->start;
 	uint32_t len = get_le32(p + 1);
-	if (len > EP_MAX_PAYLOAD)
+	if (len > EXEC_PROTO_MAX_PAYLOAD)
 		return -EPROTO;
-	if (r->len - EP_HDR < len)
+	if (r->len - EXEC_PROTO_HDR < len)
 		return 0;
 	f->type = p[0];
 	f->len = len;
-	f->payload = p + EP_HDR;
-	r->start += EP_HDR + len;
-	r->len -= EP_HDR + len;
+	f->payload = p + EXEC_PROTO_HDR;
+	r->start += EXEC_PROTO_HDR + len;
+	r->len -= EXEC_PROTO_HDR + len;
 	return 1;
 }
 
-int ep_rd_partial(const struct ep_reader *r)
+int exec_proto_rd_partial(const struct exec_proto_reader *r)
 {
 	return r->len != 0;
 }
 
-int ep_check(uint8_t type, uint32_t len)
+int exec_proto_check(uint8_t type, uint32_t len)
 {
 	switch (type) {
-	case EP_EXEC:
-	case EP_STDIN:
-	case EP_STDOUT:
-	case EP_STDERR:
-	case EP_ERROR:
+	case EXEC_PROTO_EXEC:
+	case EXEC_PROTO_STDIN:
+	case EXEC_PROTO_STDOUT:
+	case EXEC_PROTO_STDERR:
+	case EXEC_PROTO_ERROR:
 		return 0;
-	case EP_STDIN_EOF:
+	case EXEC_PROTO_STDIN_EOF:
 		return len == 0 ? 0 : -EPROTO;
-	case EP_SIGNAL:
-	case EP_RESIZE:
-	case EP_STARTED:
-	case EP_EXIT:
-	case EP_CREDIT:
+	case EXEC_PROTO_SIGNAL:
+	case EXEC_PROTO_RESIZE:
+	case EXEC_PROTO_STARTED:
+	case EXEC_PROTO_EXIT:
+	case EXEC_PROTO_CREDIT:
 		return len == 4 ? 0 : -EPROTO;
 	default:
 		return -EPROTO;
 	}
 }
 
-void ep_put_hdr(uint8_t *out, uint8_t type, uint32_t len)
+void exec_proto_put_hdr(uint8_t *out, uint8_t type, uint32_t len)
 {
 	out[0] = type;
 	put_le32(out + 1, len);
 }
 
-size_t ep_put_u32(uint8_t *out, uint8_t type, uint32_t v)
+size_t exec_proto_put_u32(uint8_t *out, uint8_t type, uint32_t v)
 {
-	ep_put_hdr(out, type, 4);
-	put_le32(out + EP_HDR, v);
-	return EP_HDR + 4;
+	exec_proto_put_hdr(out, type, 4);
+	put_le32(out + EXEC_PROTO_HDR, v);
+	return EXEC_PROTO_HDR + 4;
 }
 
-size_t ep_put_resize(uint8_t *out, uint16_t rows, uint16_t cols)
+size_t exec_proto_put_resize(uint8_t *out, uint16_t rows, uint16_t cols)
 {
-	ep_put_hdr(out, EP_RESIZE, 4);
-	put_le16(out + EP_HDR, rows);
-	put_le16(out + EP_HDR + 2, cols);
-	return EP_HDR + 4;
+	exec_proto_put_hdr(out, EXEC_PROTO_RESIZE, 4);
+	put_le16(out + EXEC_PROTO_HDR, rows);
+	put_le16(out + EXEC_PROTO_HDR + 2, cols);
+	return EXEC_PROTO_HDR + 4;
 }
 
-int ep_get_u32(const struct ep_frame *f, uint32_t *v)
+int exec_proto_get_u32(const struct exec_proto_frame *f, uint32_t *v)
 {
 	if (f->len != 4)
 		return -EPROTO;
@@ -129,18 +129,18 @@ int ep_get_u32(const struct ep_frame *f, uint32_t *v)
 	return 0;
 }
 
-int ep_get_signal(const struct ep_frame *f, int *signo)
+int exec_proto_get_signal(const struct exec_proto_frame *f, int *signo)
 {
 	uint32_t v;
-	if (f->type != EP_SIGNAL || ep_get_u32(f, &v) < 0 || v < 1 || v > 64)
+	if (f->type != EXEC_PROTO_SIGNAL || exec_proto_get_u32(f, &v) < 0 || v < 1 || v > 64)
 		return -EPROTO;
 	*signo = (int)v;
 	return 0;
 }
 
-int ep_get_resize(const struct ep_frame *f, uint16_t *rows, uint16_t *cols)
+int exec_proto_get_resize(const struct exec_proto_frame *f, uint16_t *rows, uint16_t *cols)
 {
-	if (f->type != EP_RESIZE || f->len != 4)
+	if (f->type != EXEC_PROTO_RESIZE || f->len != 4)
 		return -EPROTO;
 	*rows = get_le16(f->payload);
 	*cols = get_le16(f->payload + 2);
@@ -181,14 +181,14 @@ static int enc_vec(struct enc *e, uint32_t count, char *const *v)
 	return rc;
 }
 
-int ep_encode_exec(const struct ep_exec *req, uint8_t *out, size_t cap, size_t *n)
+int exec_proto_encode_exec(const struct exec_proto_exec *req, uint8_t *out, size_t cap, size_t *n)
 {
 	if (!req->argc)
 		return -EINVAL;
-	if (cap < EP_HDR)
+	if (cap < EXEC_PROTO_HDR)
 		return -E2BIG;
-	size_t room = cap - EP_HDR;
-	struct enc e = { out + EP_HDR, 0, room < EP_MAX_PAYLOAD ? room : EP_MAX_PAYLOAD };
+	size_t room = cap - EXEC_PROTO_HDR;
+	struct enc e = { out + EXEC_PROTO_HDR, 0, room < EXEC_PROTO_MAX_PAYLOAD ? room : EXEC_PROTO_MAX_PAYLOAD };
 	int rc = enc_u32(&e, req->flags);
 	if (!rc && e.cap - e.len < 4)
 		rc = -E2BIG;
@@ -204,8 +204,8 @@ int ep_encode_exec(const struct ep_exec *req, uint8_t *out, size_t cap, size_t *
 		rc = enc_str(&e, req->cwd ? req->cwd : "");
 	if (rc)
 		return rc;
-	ep_put_hdr(out, EP_EXEC, (uint32_t)e.len);
-	*n = EP_HDR + e.len;
+	exec_proto_put_hdr(out, EXEC_PROTO_EXEC, (uint32_t)e.len);
+	*n = EXEC_PROTO_HDR + e.len;
 	return 0;
 }
 
@@ -245,16 +245,16 @@ static int dec_count(struct dec *d, uint32_t *count)
 	return 0;
 }
 
-int ep_decode_exec(uint8_t *payload, uint32_t len, struct ep_exec *req)
+int exec_proto_decode_exec(uint8_t *payload, uint32_t len, struct exec_proto_exec *req)
 {
 	memset(req, 0, sizeof *req);
-	if (len > EP_MAX_PAYLOAD)
+	if (len > EXEC_PROTO_MAX_PAYLOAD)
 		return -EPROTO;
 	struct dec d = { payload, 0, len };
 	uint32_t flags, size, argc, envc;
 	if (dec_u32(&d, &flags) < 0 || dec_u32(&d, &size) < 0 || dec_count(&d, &argc) < 0)
 		return -EPROTO;
-	if (argc == 0 || (flags & ~EP_FLAG_TTY))
+	if (argc == 0 || (flags & ~EXEC_PROTO_FLAG_TTY))
 		return -EPROTO;
 	uint32_t args_at = d.off;
 	for (uint32_t i = 0; i < argc; i++) {
@@ -297,7 +297,7 @@ int ep_decode_exec(uint8_t *payload, uint32_t len, struct ep_exec *req)
 	return 0;
 }
 
-void ep_exec_free(struct ep_exec *req)
+void exec_proto_exec_free(struct exec_proto_exec *req)
 {
 	free(req->argv);
 	req->argv = NULL;

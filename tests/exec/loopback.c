@@ -118,7 +118,7 @@ static int connect_to(const char *path)
 
 int main(int argc, char **argv)
 {
-	struct ep_exec req = { .cwd = "" };
+	struct exec_proto_exec req = { .cwd = "" };
 	char *env[MAX_ENV + 1] = { 0 };
 	const char *sock_path = NULL, *hybrid_path = NULL;
 	int port = -1;
@@ -126,7 +126,7 @@ int main(int argc, char **argv)
 	while ((opt = getopt(argc, argv, "tr:c:e:w:l:s:H:p:")) != -1) {
 		switch (opt) {
 		case 't':
-			req.flags |= EP_FLAG_TTY;
+			req.flags |= EXEC_PROTO_FLAG_TTY;
 			break;
 		case 'r':
 			req.rows = (uint16_t)atoi(optarg);

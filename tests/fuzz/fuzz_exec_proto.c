@@ -10,44 +10,44 @@
 
 #include "proto/exec_proto.h"
 
-static struct ep_reader rd;
-static uint8_t reenc[EP_MAX_FRAME];
+static struct exec_proto_reader rd;
+static uint8_t reenc[EXEC_PROTO_MAX_FRAME];
 
-static void decode(const struct ep_frame *f)
+static void decode(const struct exec_proto_frame *f)
 {
-	if (ep_check(f->type, f->len) < 0)
+	if (exec_proto_check(f->type, f->len) < 0)
 		return;
 	uint32_t v;
 	int signo;
 	uint16_t rows, cols;
 	switch (f->type) {
-	case EP_EXEC: {
+	case EXEC_PROTO_EXEC: {
 		uint8_t *p = malloc(f->len ? f->len : 1);
 		if (!p)
 			return;
 		memcpy(p, f->payload, f->len);
-		struct ep_exec req;
-		if (ep_decode_exec(p, f->len, &req) == 0) {
+		struct exec_proto_exec req;
+		if (exec_proto_decode_exec(p, f->len, &req) == 0) {
 			size_t n;
-			if (ep_encode_exec(&req, reenc, sizeof reenc, &n) != 0 ||
-			    n != EP_HDR + f->len || memcmp(reenc + EP_HDR, f->payload, f->len))
+			if (exec_proto_encode_exec(&req, reenc, sizeof reenc, &n) != 0 ||
+			    n != EXEC_PROTO_HDR + f->len || memcmp(reenc + EXEC_PROTO_HDR, f->payload, f->len))
 				abort();
-			ep_exec_free(&req);
+			exec_proto_exec_free(&req);
 		}
 		free(p);
 		break;
 	}
-	case EP_SIGNAL:
-		if (ep_get_signal(f, &signo) == 0 && (signo < 1 || signo > 64))
+	case EXEC_PROTO_SIGNAL:
+		if (exec_proto_get_signal(f, &signo) == 0 && (signo < 1 || signo > 64))
 			abort();
 		break;
-	case EP_RESIZE:
-		ep_get_resize(f, &rows, &cols);
+	case EXEC_PROTO_RESIZE:
+		exec_proto_get_resize(f, &rows, &cols);
 		break;
-	case EP_STARTED:
-	case EP_EXIT:
-	case EP_CREDIT:
-		if (ep_get_u32(f, &v) != 0)
+	case EXEC_PROTO_STARTED:
+	case EXEC_PROTO_EXIT:
+	case EXEC_PROTO_CREDIT:
+		if (exec_proto_get_u32(f, &v) != 0)
 			abort();
 		break;
 	default:
@@ -62,22 +62,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t chunk = (size_t)data[0] + 1;
 	data++;
 	size--;
-	ep_rd_init(&rd);
+	exec_proto_rd_init(&rd);
 	while (size) {
 		size_t room;
-		uint8_t *dst = ep_rd_space(&rd, &room);
+		uint8_t *dst = exec_proto_rd_space(&rd, &room);
 		if (!room)
 			abort(); /* a whole frame is always taken before this */
 		size_t k = size < chunk ? size : chunk;
 		if (k > room)
 			k = room;
 		memcpy(dst, data, k);
-		ep_rd_commit(&rd, k);
+		exec_proto_rd_commit(&rd, k);
 		data += k;
 		size -= k;
-		struct ep_frame f;
+		struct exec_proto_frame f;
 		int rc;
-		while ((rc = ep_rd_next(&rd, &f)) == 1)
+		while ((rc = exec_proto_rd_next(&rd, &f)) == 1)
 			decode(&f);
 		if (rc < 0)
 			return 0;

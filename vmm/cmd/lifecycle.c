@@ -114,8 +114,8 @@ int exec_main(int argc, char **argv)
 	envp[n++] = "HOME=/root";
 	envp[n++] = termvar;
 	envp[n] = NULL;
-	struct ep_exec req = {
-		.flags = tty ? EP_FLAG_TTY : 0,
+	struct exec_proto_exec req = {
+		.flags = tty ? EXEC_PROTO_FLAG_TTY : 0,
 		.argc = (uint32_t)(argc - optind),
 		.argv = argv + optind,
 		.envc = n,

@@ -1011,8 +1011,8 @@ static int run_command(struct run *r)
 	unsigned argc = 0;
 	while (o->argv[argc])
 		argc++;
-	struct ep_exec req = {
-		.flags = o->tty ? EP_FLAG_TTY : 0,
+	struct exec_proto_exec req = {
+		.flags = o->tty ? EXEC_PROTO_FLAG_TTY : 0,
 		.argc = argc,
 		.argv = o->argv,
 		.envc = ne,

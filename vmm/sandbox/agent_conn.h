@@ -7,7 +7,7 @@
 #include "proto/exec_proto.h"
 
 /* The agent's vsock port inside the guest. */
-#define AGENT_PORT EP_VSOCK_PORT
+#define AGENT_PORT EXEC_PROTO_VSOCK_PORT
 
 /* One attempt: connect to the sandbox's control socket, ask for guest
  * port `port` ("CONNECT port\n") and wait up to timeout_ms for "OK …\n".

@@ -23,7 +23,7 @@
 
 /* Room for one stdin frame plus the small control frames queued behind
  * it. */
-#define OUT_CAP (EP_MAX_FRAME + 256)
+#define OUT_CAP (EXEC_PROTO_MAX_FRAME + 256)
 
 static const int caught[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGCONT };
 #define NCAUGHT (sizeof caught / sizeof caught[0])
@@ -51,7 +51,7 @@ struct client {
 	uint8_t pre[4096];
 	size_t out_off, out_len;
 	uint8_t out[OUT_CAP];
-	struct ep_reader rd;
+	struct exec_proto_reader rd;
 };
 
 static void on_signal(int signo)
@@ -97,9 +97,9 @@ static void flush_some(struct client *c)
  * them; past that, a signal storm is coalesced by dropping. */
 static void queue_signal(struct client *c, int signo)
 {
-	uint8_t *p = out_room(c, EP_HDR + 4);
+	uint8_t *p = out_room(c, EXEC_PROTO_HDR + 4);
 	if (p)
-		c->out_len += ep_put_u32(p, EP_SIGNAL, (uint32_t)signo);
+		c->out_len += exec_proto_put_u32(p, EXEC_PROTO_SIGNAL, (uint32_t)signo);
 }
 
 static void set_raw(struct client *c)
@@ -128,8 +128,8 @@ static void handle_signals(struct client *c)
 				struct winsize ws;
 				uint8_t *p;
 				if (c->tty && ioctl(0, TIOCGWINSZ, &ws) == 0 &&
-				    (p = out_room(c, EP_HDR + 4)))
-					c->out_len += ep_put_resize(p, ws.ws_row, ws.ws_col);
+				    (p = out_room(c, EXEC_PROTO_HDR + 4)))
+					c->out_len += exec_proto_put_resize(p, ws.ws_row, ws.ws_col);
 			} else if (signo == SIGCONT) {
 				/* A job-control shell may have reset the
 				 * terminal while we were stopped. */
@@ -189,36 +189,36 @@ static void print_error(struct client *c, const uint8_t *msg, uint32_t len)
 	write_local(c, 2, (const uint8_t *)text, n);
 }
 
-static int handle_frame(struct client *c, const struct ep_frame *f)
+static int handle_frame(struct client *c, const struct exec_proto_frame *f)
 {
-	if (ep_check(f->type, f->len) < 0)
+	if (exec_proto_check(f->type, f->len) < 0)
 		return -EPROTO;
 	uint32_t v;
 	switch (f->type) {
-	case EP_STARTED:
+	case EXEC_PROTO_STARTED:
 		return 0;
-	case EP_STDOUT:
+	case EXEC_PROTO_STDOUT:
 		if (!c->stdout_broken && write_local(c, 1, f->payload, f->len) < 0) {
 			c->stdout_broken = true;
 			queue_signal(c, SIGPIPE);
 			flush_some(c);
 		}
 		return 0;
-	case EP_STDERR:
+	case EXEC_PROTO_STDERR:
 		write_local(c, 2, f->payload, f->len);
 		return 0;
-	case EP_CREDIT:
-		ep_get_u32(f, &v);
-		/* The agent's buffer is EP_STDIN_WINDOW; more credit than
+	case EXEC_PROTO_CREDIT:
+		exec_proto_get_u32(f, &v);
+		/* The agent's buffer is EXEC_PROTO_STDIN_WINDOW; more credit than
 		 * that is a lie, capped rather than trusted. */
-		c->credit = v > EP_STDIN_WINDOW - c->credit ? EP_STDIN_WINDOW : c->credit + v;
+		c->credit = v > EXEC_PROTO_STDIN_WINDOW - c->credit ? EXEC_PROTO_STDIN_WINDOW : c->credit + v;
 		return 0;
-	case EP_EXIT:
-		ep_get_u32(f, &v);
+	case EXEC_PROTO_EXIT:
+		exec_proto_get_u32(f, &v);
 		c->exited = true;
 		c->status = v > 255 ? 255 : (int)v;
 		return 0;
-	case EP_ERROR:
+	case EXEC_PROTO_ERROR:
 		print_error(c, f->payload, f->len);
 		return 0;
 	default:
@@ -229,7 +229,7 @@ static int handle_frame(struct client *c, const struct ep_frame *f)
 static int read_sock(struct client *c)
 {
 	size_t room;
-	uint8_t *p = ep_rd_space(&c->rd, &room);
+	uint8_t *p = exec_proto_rd_space(&c->rd, &room);
 	ssize_t r = read(c->sock, p, room);
 	if (r < 0 && (errno == EAGAIN || errno == EINTR))
 		return 0;
@@ -237,10 +237,10 @@ static int read_sock(struct client *c)
 		return -errno;
 	if (r == 0)
 		return -ECONNRESET;
-	ep_rd_commit(&c->rd, (size_t)r);
-	struct ep_frame f;
+	exec_proto_rd_commit(&c->rd, (size_t)r);
+	struct exec_proto_frame f;
 	int rc;
-	while (!c->exited && (rc = ep_rd_next(&c->rd, &f)) > 0) {
+	while (!c->exited && (rc = exec_proto_rd_next(&c->rd, &f)) > 0) {
 		rc = handle_frame(c, &f);
 		if (rc < 0)
 			return rc;
@@ -279,31 +279,31 @@ static bool pre_pending(const struct client *c)
 
 static void read_stdin(struct client *c)
 {
-	uint8_t *p = out_room(c, EP_MAX_FRAME);
+	uint8_t *p = out_room(c, EXEC_PROTO_MAX_FRAME);
 	if (!p)
 		return;
-	size_t want = c->credit < EP_MAX_PAYLOAD ? c->credit : EP_MAX_PAYLOAD;
+	size_t want = c->credit < EXEC_PROTO_MAX_PAYLOAD ? c->credit : EXEC_PROTO_MAX_PAYLOAD;
 	ssize_t r;
 	if (c->pre_off < c->pre_len) {
 		r = (ssize_t)(c->pre_len - c->pre_off < want ? c->pre_len - c->pre_off : want);
-		memcpy(p + EP_HDR, c->pre + c->pre_off, (size_t)r);
+		memcpy(p + EXEC_PROTO_HDR, c->pre + c->pre_off, (size_t)r);
 		c->pre_off += (size_t)r;
 	} else if (c->pre_eof) {
 		c->pre_eof = false;
 		r = 0;
 	} else {
-		r = read(0, p + EP_HDR, want);
+		r = read(0, p + EXEC_PROTO_HDR, want);
 	}
 	if (r < 0 && (errno == EINTR || errno == EAGAIN))
 		return;
 	if (r <= 0) { /* EOF, or an error that ends input the same way */
 		c->stdin_open = false;
-		ep_put_hdr(p, EP_STDIN_EOF, 0);
-		c->out_len += EP_HDR;
+		exec_proto_put_hdr(p, EXEC_PROTO_STDIN_EOF, 0);
+		c->out_len += EXEC_PROTO_HDR;
 		return;
 	}
-	ep_put_hdr(p, EP_STDIN, (uint32_t)r);
-	c->out_len += EP_HDR + (size_t)r;
+	exec_proto_put_hdr(p, EXEC_PROTO_STDIN, (uint32_t)r);
+	c->out_len += EXEC_PROTO_HDR + (size_t)r;
 	c->credit -= (uint32_t)r;
 }
 
@@ -335,22 +335,22 @@ static int loop(struct client *c)
 	return c->status;
 }
 
-int exec_run(int fd, const struct ep_exec *req)
+int exec_run(int fd, const struct exec_proto_exec *req)
 {
 	struct client *c = calloc(1, sizeof *c);
 	if (!c)
 		return -ENOMEM;
 	c->sock = fd;
 	c->stdin_open = true;
-	c->tty = req->flags & EP_FLAG_TTY;
-	ep_rd_init(&c->rd);
-	struct ep_exec r = *req;
+	c->tty = req->flags & EXEC_PROTO_FLAG_TTY;
+	exec_proto_rd_init(&c->rd);
+	struct exec_proto_exec r = *req;
 	struct winsize ws;
 	if (c->tty && !r.rows && !r.cols && ioctl(0, TIOCGWINSZ, &ws) == 0) {
 		r.rows = ws.ws_row;
 		r.cols = ws.ws_col;
 	}
-	int rc = ep_encode_exec(&r, c->out, OUT_CAP, &c->out_len);
+	int rc = exec_proto_encode_exec(&r, c->out, OUT_CAP, &c->out_len);
 	if (rc < 0) {
 		free(c);
 		return rc;

@@ -14,7 +14,7 @@
  * SIGTERM, SIGHUP and SIGQUIT are caught and forwarded to the command,
  * SIGPIPE is ignored (a closed stdout discards further output and sends
  * the command SIGPIPE), and previous dispositions are restored before it
- * returns.  With EP_FLAG_TTY and a terminal on fd 0, that terminal is put
+ * returns.  With EXEC_PROTO_FLAG_TTY and a terminal on fd 0, that terminal is put
  * in raw mode and restored on every return path (input typed before
  * that is read as canonical lines first, so an end-of-file typed ahead
  * stays an end-of-file rather than a NUL byte); its size is sent on
@@ -25,6 +25,6 @@
  * command, 127/126 when it could not be started), or a negative errno if
  * the request cannot be encoded (-E2BIG, -EINVAL) or the connection ends
  * before EXIT (-ECONNRESET, -EPROTO for a malformed stream). */
-int exec_run(int fd, const struct ep_exec *req);
+int exec_run(int fd, const struct exec_proto_exec *req);
 
 #endif

@@ -1,4 +1,4 @@
-/* The resolvers behind the stack's DNS (ns_resolve_fn, netstack/stack.h).
+/* The resolvers behind the stack's DNS (stack_resolve_fn, netstack/stack.h).
  *
  * Without configured servers (resolver_resolve): the host's getaddrinfo, run in a short-lived worker thread per question and
  * waited for with a timeout, so a slow or dead upstream costs the caller
@@ -24,7 +24,7 @@
 #define RESOLVER_MAX_PENDING 8u
 #define RESOLVER_TTL 60u /* getaddrinfo gives no TTL */
 
-/* ns_resolve_fn (netstack/stack.h) over getaddrinfo; ctx is unused.
+/* stack_resolve_fn (netstack/stack.h) over getaddrinfo; ctx is unused.
  * Returns DNS_RCODE_NOERROR (maybe with *n == 0), DNS_RCODE_NXDOMAIN, or
  * -ETIMEDOUT, -EAGAIN (too many pending), -EINVAL (bad qtype or name),
  * -EIO (resolver failure) for SERVFAIL. */
@@ -71,7 +71,7 @@ int resolver_server_parse(const char *spec, struct resolver_server *s, char *err
  * -ENOSPC (already RESOLVER_MAX_SERVERS, message in err). */
 int resolver_upstream_add(struct resolver_upstream *u, const char *spec, char *err, size_t errlen);
 
-/* ns_resolve_fn over the servers of ctx (a const struct resolver_upstream *
+/* stack_resolve_fn over the servers of ctx (a const struct resolver_upstream *
  * with n >= 1, which must outlive the stack).  Thread-safe: several
  * questions may be asked at once.  Blocks at most about
  * n * RESOLVER_ROUNDS * try_ms.  Returns DNS_RCODE_NOERROR (maybe with

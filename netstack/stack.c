@@ -9,7 +9,7 @@
  * reach lwIP.
  *
  * Locking: every entry point takes lwIP's core lock; lwIP's own thread
- * holds it when its timers call back into us.  So all of struct ns is
+ * holds it when its timers call back into us.  So all of struct stack is
  * guarded by that lock.  epoll data holds flow handles, not pointers: a
  * flow may be freed by lwIP's thread between epoll_wait and the lock. */
 #include "netstack/stack_priv.h"
@@ -29,18 +29,18 @@
 #include "lwip/tcpip.h"
 
 #define MEMO_CAP 4096u
-#define DNS_TAG ((uint64_t)NS_MAX_FORWARDS + 1) /* epoll data of the resolver's eventfd */
+#define DNS_TAG ((uint64_t)STACK_MAX_FORWARDS + 1) /* epoll data of the resolver's eventfd */
 
 static pthread_once_t lwip_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t ns_single = PTHREAD_MUTEX_INITIALIZER;
-static bool ns_exists;
+static pthread_mutex_t stack_single = PTHREAD_MUTEX_INITIALIZER;
+static bool stack_exists;
 
 static void lwip_start(void)
 {
 	tcpip_init(NULL, NULL);
 }
 
-void ns_bucket_init(struct bucket *b, unsigned rate, unsigned burst, uint64_t now)
+void stack_bucket_init(struct bucket *b, unsigned rate, unsigned burst, uint64_t now)
 {
 	b->rate = rate;
 	b->burst = burst;
@@ -48,7 +48,7 @@ void ns_bucket_init(struct bucket *b, unsigned rate, unsigned burst, uint64_t no
 	b->last_ms = now;
 }
 
-bool ns_bucket_take(struct bucket *b, uint64_t now)
+bool stack_bucket_take(struct bucket *b, uint64_t now)
 {
 	uint64_t cap = (uint64_t)b->burst * 1000;
 
@@ -64,7 +64,7 @@ bool ns_bucket_take(struct bucket *b, uint64_t now)
 	return true;
 }
 
-uint64_t ns_now_ms(void)
+uint64_t stack_now_ms(void)
 {
 	struct timespec ts;
 
@@ -72,7 +72,7 @@ uint64_t ns_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-uint64_t ns_wall_ms(void)
+uint64_t stack_wall_ms(void)
 {
 	struct timespec ts;
 
@@ -81,11 +81,11 @@ uint64_t ns_wall_ms(void)
 }
 
 /* The audit line for a decision, and nothing for --learn. */
-void ns_audit_line(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+void stack_audit_line(struct stack *s, const char *proto, const char *direction, const struct policy_addr *dst,
 		   uint16_t port, const char *name, const struct policy_decision *d)
 {
 	struct audit_event e = {
-		.time_ms = ns_wall_ms(),
+		.time_ms = stack_wall_ms(),
 		.proto = proto,
 		.direction = direction,
 		.dst = dst,
@@ -98,10 +98,10 @@ void ns_audit_line(struct ns *s, const char *proto, const char *direction, const
 	audit_write(s->cfg.audit, &e);
 }
 
-void ns_audit(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+void stack_audit(struct stack *s, const char *proto, const char *direction, const struct policy_addr *dst,
 	      uint16_t port, const char *name, const struct policy_decision *d)
 {
-	ns_audit_line(s, proto, direction, dst, port, name, d);
+	stack_audit_line(s, proto, direction, dst, port, name, d);
 	/* --learn wants what the guest tried: its connections, and the
 	 * names refused before it could connect. */
 	if (s->cfg.learn && (direction ? strcmp(direction, "out") == 0 : !d->allow && !dst))
@@ -109,8 +109,8 @@ void ns_audit(struct ns *s, const char *proto, const char *direction, const stru
 }
 
 /* s->tx[0, n) to the guest; partial: a TCP segment of lwIP's whose
- * checksum the peer completes (only with the merger, see ns_create). */
-static void send_frame(struct ns *s, size_t n, bool partial)
+ * checksum the peer completes (only with the merger, see stack_create). */
+static void send_frame(struct stack *s, size_t n, bool partial)
 {
 	if (!s->gso) {
 		s->cfg.output(s->cfg.output_ctx, s->tx, n);
@@ -124,44 +124,44 @@ static void send_frame(struct ns *s, size_t n, bool partial)
 		gso_flush(s->gso); /* lwIP's timers: nobody would flush later */
 }
 
-void ns_send_frame(struct ns *s, size_t n)
+void stack_send_frame(struct stack *s, size_t n)
 {
 	send_frame(s, n, false);
 }
 
 static void gso_out(void *ctx, const struct gso_hdr *h, const uint8_t *frame, size_t len)
 {
-	struct ns *s = ctx;
+	struct stack *s = ctx;
 
 	s->cfg.output_gso(s->cfg.output_ctx, h, frame, len);
 }
 
-/* Start and end one call's worth of output (see struct ns). */
-static void round_begin(struct ns *s)
+/* Start and end one call's worth of output (see struct stack). */
+static void round_begin(struct stack *s)
 {
 	s->round = true;
 }
 
-static void round_end(struct ns *s)
+static void round_end(struct stack *s)
 {
 	if (s->gso)
 		gso_flush(s->gso);
 	s->round = false;
 }
 
-void ns_send_rst(struct ns *s, const struct frame_pkt *seg)
+void stack_send_rst(struct stack *s, const struct frame_pkt *seg)
 {
 	size_t n;
 
 	if (frame_build_tcp_rst(seg, s->tx, sizeof s->tx, &n) == 0)
-		ns_send_frame(s, n);
+		stack_send_frame(s, n);
 }
 
 /* ---- lwIP's side of the link ---- */
 
 static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *dst)
 {
-	struct ns *s = netif->state;
+	struct stack *s = netif->state;
 
 	/* Everything lwIP sends goes to the guest, whatever the next hop. */
 	if (p->tot_len > FRAME_MTU)
@@ -173,7 +173,7 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 		size_t n;
 
 		if (frame_build_arp_request(gw_mac, gw_ip, guest_ip, s->tx, sizeof s->tx, &n) == 0)
-			ns_send_frame(s, n);
+			stack_send_frame(s, n);
 		return ERR_OK;
 	}
 	memcpy(s->tx, s->guest_mac, 6);
@@ -182,7 +182,7 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 	s->tx[13] = FRAME_ETH_IPV4 & 0xff;
 	if (pbuf_copy_partial(p, s->tx + FRAME_ETH_HLEN, p->tot_len, 0) != p->tot_len)
 		return ERR_OK;
-	/* With the merger lwIP computes no TCP checksum (ns_create): the
+	/* With the merger lwIP computes no TCP checksum (stack_create): the
 	 * frame leaves with the pseudo-header's sum and NEEDS_CSUM, which
 	 * the guest's kernel trusts or completes as from any NIC. */
 	send_frame(s, FRAME_ETH_HLEN + p->tot_len,
@@ -202,7 +202,7 @@ static err_t netif_link_out(struct netif *netif, struct pbuf *p)
 
 static err_t netif_in(struct pbuf *p, struct netif *netif)
 {
-	pbuf_free(p); /* frames come through ns_input, never through lwIP's input */
+	pbuf_free(p); /* frames come through stack_input, never through lwIP's input */
 	return ERR_OK;
 }
 
@@ -232,7 +232,7 @@ static bool ip_group(const uint8_t dst[4])
 
 /* UDP other than DNS to the gateway: port unreachable, so the sender
  * (QUIC above all) gives up at once instead of timing out. */
-static void refuse_udp(struct ns *s, const struct frame_pkt *p)
+static void refuse_udp(struct stack *s, const struct frame_pkt *p)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 	struct policy_addr dst = {.family = 4};
@@ -249,19 +249,19 @@ static void refuse_udp(struct ns *s, const struct frame_pkt *p)
 	/* No ICMP errors about broadcast or multicast (RFC 1122 3.2.2). */
 	if (memcmp(p->eth_dst, bcast, 6) != 0 && !ip_group(p->dst) &&
 	    frame_build_port_unreach(p, s->tx, sizeof s->tx, &n) == 0)
-		ns_send_frame(s, n);
-	if (!ns_bucket_take(&s->udp_log, ns_now_ms())) {
+		stack_send_frame(s, n);
+	if (!stack_bucket_take(&s->udp_log, stack_now_ms())) {
 		s->udp_unlogged++;
 		return;
 	}
 	memcpy(dst.b, p->dst, 4);
-	e.time_ms = ns_wall_ms();
+	e.time_ms = stack_wall_ms();
 	e.suppressed = s->udp_unlogged;
 	audit_write(s->cfg.audit, &e);
 	s->udp_unlogged = 0;
 }
 
-static void handle_arp(struct ns *s, const struct frame_pkt *p)
+static void handle_arp(struct stack *s, const struct frame_pkt *p)
 {
 	size_t n;
 
@@ -283,10 +283,10 @@ static void handle_arp(struct ns *s, const struct frame_pkt *p)
 	if (memcmp(p->arp_tpa, gw_ip, 3) != 0 || memcmp(p->arp_tpa, guest_ip, 4) == 0)
 		return;
 	if (frame_build_arp_reply(p, gw_mac, s->tx, sizeof s->tx, &n) == 0)
-		ns_send_frame(s, n);
+		stack_send_frame(s, n);
 }
 
-void ns_input(struct ns *s, const uint8_t *frame, size_t len)
+void stack_input(struct stack *s, const uint8_t *frame, size_t len)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 	struct frame_pkt p;
@@ -310,11 +310,11 @@ void ns_input(struct ns *s, const uint8_t *frame, size_t len)
 	s->have_mac = true;
 	switch (p.proto) {
 	case FRAME_IP_TCP:
-		ns_tcp_input(s, &p);
+		stack_tcp_input(s, &p);
 		goto out;
 	case FRAME_IP_UDP:
-		if (memcmp(p.dst, gw_ip, 4) == 0 && p.dport == NS_DNS_PORT) {
-			ns_dns_input(s, &p);
+		if (memcmp(p.dst, gw_ip, 4) == 0 && p.dport == STACK_DNS_PORT) {
+			stack_dns_input(s, &p);
 			goto out;
 		}
 		refuse_udp(s, &p);
@@ -322,7 +322,7 @@ void ns_input(struct ns *s, const uint8_t *frame, size_t len)
 	case FRAME_IP_ICMP:
 		if (memcmp(p.dst, gw_ip, 4) == 0 && p.icmp_type == FRAME_ICMP_ECHO &&
 		    frame_build_echo_reply(&p, s->tx, sizeof s->tx, &n) == 0) {
-			ns_send_frame(s, n);
+			stack_send_frame(s, n);
 			goto out;
 		}
 		goto drop;
@@ -338,13 +338,13 @@ out:
 
 /* ---- host side ---- */
 
-static void check_timeouts(struct ns *s)
+static void check_timeouts(struct stack *s)
 {
-	ns_fwd_resume(s);
-	ns_tcp_timeouts(s, ns_now_ms());
+	stack_fwd_resume(s);
+	stack_tcp_timeouts(s, stack_now_ms());
 }
 
-void ns_dispatch(struct ns *s)
+void stack_dispatch(struct stack *s)
 {
 	struct epoll_event ev[64];
 	int n, i;
@@ -367,28 +367,28 @@ void ns_dispatch(struct ns *s)
 			continue;
 		}
 		if (ev[i].data.u64 == DNS_TAG) {
-			ns_dns_collect(s);
+			stack_dns_collect(s);
 			continue;
 		}
 		if (ev[i].data.u64 >> 32 == 0) {
 			if (ev[i].data.u64 <= s->nfwd)
-				ns_fwd_accept(s, &s->fwd[ev[i].data.u64 - 1]);
+				stack_fwd_accept(s, &s->fwd[ev[i].data.u64 - 1]);
 			continue;
 		}
 		e = flowtab_from_handle(&s->ft, ev[i].data.u64);
 		if (e)
-			ns_flow_event((struct flow *)((char *)e - offsetof(struct flow, ft)), ev[i].events);
+			stack_flow_event((struct flow *)((char *)e - offsetof(struct flow, ft)), ev[i].events);
 	}
 	round_end(s);
 	UNLOCK_TCPIP_CORE();
 }
 
-int ns_fd(const struct ns *s)
+int stack_fd(const struct stack *s)
 {
 	return s->epfd;
 }
 
-void ns_get_stats(struct ns *s, struct ns_stats *st)
+void stack_get_stats(struct stack *s, struct stack_stats *st)
 {
 	LOCK_TCPIP_CORE();
 	*st = s->st;
@@ -396,26 +396,26 @@ void ns_get_stats(struct ns *s, struct ns_stats *st)
 	UNLOCK_TCPIP_CORE();
 }
 
-int ns_create(const struct ns_config *cfg, struct ns **out)
+int stack_create(const struct stack_config *cfg, struct stack **out)
 {
 	struct itimerspec its = {.it_interval = {.tv_sec = 1}, .it_value = {.tv_sec = 1}};
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
 	struct epoll_event dev = {.events = EPOLLIN, .data.u64 = DNS_TAG};
 	ip4_addr_t ip, mask, gw;
 	uint64_t seed;
-	struct ns *s;
+	struct stack *s;
 	int r;
 
 	if (!cfg || !cfg->policy || !cfg->audit || (!cfg->output && !cfg->output_gso))
 		return -EINVAL;
-	pthread_mutex_lock(&ns_single);
-	if (ns_exists) {
-		pthread_mutex_unlock(&ns_single);
+	pthread_mutex_lock(&stack_single);
+	if (stack_exists) {
+		pthread_mutex_unlock(&stack_single);
 		return -EBUSY;
 	}
 	s = calloc(1, sizeof *s);
 	if (!s) {
-		pthread_mutex_unlock(&ns_single);
+		pthread_mutex_unlock(&stack_single);
 		return -ENOMEM;
 	}
 	s->cfg = *cfg;
@@ -426,18 +426,18 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	s->cfg.guest_mac = NULL; /* copied: the caller's buffer need not live on */
 	s->judge_stated = policy_judges_stated_names(cfg->policy);
 	if (!s->cfg.connect_timeout_ms)
-		s->cfg.connect_timeout_ms = NS_CONNECT_TIMEOUT_MS;
+		s->cfg.connect_timeout_ms = STACK_CONNECT_TIMEOUT_MS;
 	s->epfd = s->tfd = s->efd = -1;
-	ns_bucket_init(&s->udp_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, ns_now_ms());
+	stack_bucket_init(&s->udp_log, STACK_UDP_LOG_PER_SEC, STACK_UDP_LOG_BURST, stack_now_ms());
 	if (cfg->dns_per_sec)
-		ns_bucket_init(&s->dns_rate, cfg->dns_per_sec, 2 * cfg->dns_per_sec, ns_now_ms());
+		stack_bucket_init(&s->dns_rate, cfg->dns_per_sec, 2 * cfg->dns_per_sec, stack_now_ms());
 	else
-		ns_bucket_init(&s->dns_rate, NS_DNS_PER_SEC, NS_DNS_BURST, ns_now_ms());
-	ns_bucket_init(&s->dns_rate_log, NS_UDP_LOG_PER_SEC, NS_UDP_LOG_BURST, ns_now_ms());
-	seed = ns_now_ms() ^ (uint64_t)(uintptr_t)s;
+		stack_bucket_init(&s->dns_rate, STACK_DNS_PER_SEC, STACK_DNS_BURST, stack_now_ms());
+	stack_bucket_init(&s->dns_rate_log, STACK_UDP_LOG_PER_SEC, STACK_UDP_LOG_BURST, stack_now_ms());
+	seed = stack_now_ms() ^ (uint64_t)(uintptr_t)s;
 	r = -ENOMEM;
 	s->listen = calloc(65536, sizeof *s->listen);
-	if (!s->listen || flowtab_init(&s->ft, NS_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
+	if (!s->listen || flowtab_init(&s->ft, STACK_MAX_FLOWS, seed) < 0 || dns_memo_init(&s->memo, MEMO_CAP) < 0)
 		goto fail;
 	if (cfg->output_gso) {
 		if (!(s->gso = malloc(sizeof *s->gso)))
@@ -454,7 +454,7 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	}
 	pthread_once(&lwip_once, lwip_start);
 	memcpy(&ip.addr, gw_ip, 4);
-	ip4_addr_set_u32(&mask, PP_HTONL(0xffffffffu << (32 - NS_PREFIX_LEN)));
+	ip4_addr_set_u32(&mask, PP_HTONL(0xffffffffu << (32 - STACK_PREFIX_LEN)));
 	ip4_addr_set_zero(&gw);
 	LOCK_TCPIP_CORE();
 	if (!netif_add(&s->netif, &ip, &mask, &gw, s, netif_setup, netif_in)) {
@@ -472,8 +472,8 @@ int ns_create(const struct ns_config *cfg, struct ns **out)
 	netif_set_default(&s->netif);
 	netif_set_up(&s->netif);
 	UNLOCK_TCPIP_CORE();
-	ns_exists = true;
-	pthread_mutex_unlock(&ns_single);
+	stack_exists = true;
+	pthread_mutex_unlock(&stack_single);
 	*out = s;
 	return 0;
 fail:
@@ -488,19 +488,19 @@ fail:
 	free(s->listen);
 	free(s->gso);
 	free(s);
-	pthread_mutex_unlock(&ns_single);
+	pthread_mutex_unlock(&stack_single);
 	return r;
 }
 
-void ns_destroy(struct ns *s)
+void stack_destroy(struct stack *s)
 {
 	size_t i;
 
 	if (!s)
 		return;
-	ns_dns_drop_all(s);
+	stack_dns_drop_all(s);
 	LOCK_TCPIP_CORE();
-	ns_flow_abort_all(s);
+	stack_flow_abort_all(s);
 	for (i = 0; i < 65536; i++)
 		if (s->listen[i])
 			tcp_close(s->listen[i]); /* never fails for a listener */
@@ -517,7 +517,7 @@ void ns_destroy(struct ns *s)
 	free(s->listen);
 	free(s->gso);
 	free(s);
-	pthread_mutex_lock(&ns_single);
-	ns_exists = false;
-	pthread_mutex_unlock(&ns_single);
+	pthread_mutex_lock(&stack_single);
+	stack_exists = false;
+	pthread_mutex_unlock(&stack_single);
 }

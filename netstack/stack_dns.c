@@ -5,8 +5,8 @@
  *
  * Those questions go to a queue served by a pool of threads (rp below)
  * that never take the core lock; an answer comes back on the stack's
- * done list and its eventfd, and ns_dispatch sends the reply under the
- * lock (ns_dns_collect). */
+ * done list and its eventfd, and stack_dispatch sends the reply under the
+ * lock (stack_dns_collect). */
 #include "netstack/stack_priv.h"
 
 #include <errno.h>
@@ -22,7 +22,7 @@
 /* A question waiting for the host resolver, with what its reply needs. */
 struct dq {
 	struct dq *next;
-	struct ns *s;
+	struct stack *s;
 	struct dns_query q;
 	uint8_t qmsg[DNS_MAX_MSG]; /* the query, up to the end of its question */
 	uint8_t mac[6];            /* the guest's, and its port */
@@ -51,7 +51,7 @@ static void *rp_worker(void *arg)
 	pthread_mutex_lock(&rp.m);
 	for (;;) {
 		struct dq *j;
-		struct ns *s;
+		struct stack *s;
 		uint64_t one = 1;
 
 		while (!rp.head)
@@ -61,7 +61,7 @@ static void *rp_worker(void *arg)
 		if (!rp.head)
 			rp.tail = NULL;
 		s = j->s;
-		s->dns_running++; /* ns_destroy waits for it: s and its cfg stay */
+		s->dns_running++; /* stack_destroy waits for it: s and its cfg stay */
 		pthread_mutex_unlock(&rp.m);
 		j->n = 0;
 		j->rc = s->cfg.resolve(s->cfg.resolve_ctx, j->norm, j->q.qtype, j->rr, DNS_MAX_ANSWERS, &j->n);
@@ -79,7 +79,7 @@ static void *rp_worker(void *arg)
 
 /* Start the resolver threads unless they run: 0, or -EAGAIN if none
  * could be started (tried again on the next question).  Started by the
- * first question rather than by ns_create, so that they are children of
+ * first question rather than by stack_create, so that they are children of
  * a thread that asks (kbox's device or vCPU thread) and inherit its
  * lock-down, Landlock included; the seccomp allowlist lets a thread make
  * threads. */
@@ -101,7 +101,7 @@ static int rp_ensure(void)
 		sigdelset(&all, SIGFPE);
 		sigdelset(&all, SIGILL);
 		pthread_sigmask(SIG_BLOCK, &all, &old);
-		while (rp.threads < NS_DNS_WORKERS) {
+		while (rp.threads < STACK_DNS_WORKERS) {
 			pthread_t t;
 
 			if (pthread_create(&t, NULL, rp_worker, NULL) != 0)
@@ -117,7 +117,7 @@ static int rp_ensure(void)
 }
 
 /* Reply to q (parsed from qmsg) to the guest's MAC and port. */
-static void dns_send(struct ns *s, const uint8_t mac[6], uint16_t port, const struct dns_query *q,
+static void dns_send(struct stack *s, const uint8_t mac[6], uint16_t port, const struct dns_query *q,
 		     const uint8_t *qmsg, int rcode, const struct policy_addr *a, size_t n, uint32_t ttl)
 {
 	uint8_t msg[DNS_MAX_MSG];
@@ -125,11 +125,11 @@ static void dns_send(struct ns *s, const uint8_t mac[6], uint16_t port, const st
 
 	if (dns_build_reply(q, qmsg, rcode, a, n, ttl, msg, sizeof msg, &len) < 0)
 		return;
-	if (frame_build_udp(mac, gw_mac, gw_ip, NS_DNS_PORT, guest_ip, port, msg, len, s->tx, sizeof s->tx, &fl) == 0)
-		ns_send_frame(s, fl);
+	if (frame_build_udp(mac, gw_mac, gw_ip, STACK_DNS_PORT, guest_ip, port, msg, len, s->tx, sizeof s->tx, &fl) == 0)
+		stack_send_frame(s, fl);
 }
 
-static void dns_reply(struct ns *s, const struct frame_pkt *p, const struct dns_query *q, int rcode,
+static void dns_reply(struct stack *s, const struct frame_pkt *p, const struct dns_query *q, int rcode,
 		      const struct policy_addr *a, size_t n, uint32_t ttl)
 {
 	dns_send(s, p->eth_src, p->sport, q, p->data, rcode, a, n, ttl);
@@ -137,11 +137,11 @@ static void dns_reply(struct ns *s, const struct frame_pkt *p, const struct dns_
 
 /* A question refused before the resolver saw it, for asking too fast or
  * too much at once: told in the log, itself rate-limited. */
-static void dns_refuse_load(struct ns *s, const struct frame_pkt *p, const struct dns_query *q, const char *rule)
+static void dns_refuse_load(struct stack *s, const struct frame_pkt *p, const struct dns_query *q, const char *rule)
 {
-	if (ns_bucket_take(&s->dns_rate_log, ns_now_ms())) {
+	if (stack_bucket_take(&s->dns_rate_log, stack_now_ms())) {
 		struct audit_event e = {
-			.time_ms = ns_wall_ms(),
+			.time_ms = stack_wall_ms(),
 			.proto = "dns",
 			.name = q->name,
 			.allow = false,
@@ -159,18 +159,18 @@ static void dns_refuse_load(struct ns *s, const struct frame_pkt *p, const struc
 
 /* Hand an allowed question to the resolver threads; the reply goes out
  * from dns_answered. */
-static void dns_ask(struct ns *s, const struct frame_pkt *p, const struct dns_query *q, const char *norm)
+static void dns_ask(struct stack *s, const struct frame_pkt *p, const struct dns_query *q, const char *norm)
 {
 	struct dq *j;
 
-	if (s->st.dns_inflight >= NS_DNS_INFLIGHT) {
+	if (s->st.dns_inflight >= STACK_DNS_INFLIGHT) {
 		s->st.dns_busy_refused++;
 		dns_refuse_load(s, p, q, "dns:busy");
 		return;
 	}
 	/* Each question costs the host a resolver call: a guest asking too
 	 * fast is refused at once. */
-	if (!ns_bucket_take(&s->dns_rate, ns_now_ms())) {
+	if (!stack_bucket_take(&s->dns_rate, stack_now_ms())) {
 		s->st.dns_rate_refused++;
 		dns_refuse_load(s, p, q, "dns:rate");
 		return;
@@ -201,7 +201,7 @@ static void dns_ask(struct ns *s, const struct frame_pkt *p, const struct dns_qu
 
 /* The resolver answered j: the rebinding filter, the name memory, the
  * reply. */
-static void dns_answered(struct ns *s, struct dq *j)
+static void dns_answered(struct stack *s, struct dq *j)
 {
 	struct policy_decision d;
 	struct policy_addr a[DNS_MAX_ANSWERS];
@@ -218,7 +218,7 @@ static void dns_answered(struct ns *s, struct dq *j)
 	kept = dns_filter_answers(s->cfg.policy, j->norm, j->rr, n, &d);
 	if (n > 0 && kept == 0) {
 		/* Every answer was refused (rebinding or allowlist). */
-		ns_audit(s, "dns", NULL, NULL, 0, j->q.name, &d);
+		stack_audit(s, "dns", NULL, NULL, 0, j->q.name, &d);
 		dns_send(s, j->mac, j->sport, &j->q, j->qmsg, DNS_RCODE_REFUSED, NULL, 0, 0);
 		return;
 	}
@@ -226,13 +226,13 @@ static void dns_answered(struct ns *s, struct dq *j)
 		a[i] = j->rr[i].addr;
 		if (j->rr[i].ttl < ttl)
 			ttl = j->rr[i].ttl;
-		dns_memo_put(&s->memo, j->norm, &j->rr[i].addr, j->rr[i].ttl, ns_now_ms() / 1000);
+		dns_memo_put(&s->memo, j->norm, &j->rr[i].addr, j->rr[i].ttl, stack_now_ms() / 1000);
 	}
 	dns_send(s, j->mac, j->sport, &j->q, j->qmsg, r, a, kept, ttl);
 }
 
 /* Send the replies whose answers are in. */
-void ns_dns_collect(struct ns *s)
+void stack_dns_collect(struct stack *s)
 {
 	struct dq *j, *next;
 	uint64_t v;
@@ -256,14 +256,14 @@ void ns_dns_collect(struct ns *s)
  * qtype go to out[0, *n) (at most DNS_MAX_ANSWERS).  The user's own
  * mapping skips the rebinding filter: a private address is what they
  * asked for, and connections to it are still judged by the policy. */
-static bool pinned_answer(const struct ns *s, const char *name, uint16_t qtype, struct policy_addr *out, size_t *n)
+static bool pinned_answer(const struct stack *s, const char *name, uint16_t qtype, struct policy_addr *out, size_t *n)
 {
 	bool found = false;
 	size_t i;
 
 	*n = 0;
 	for (i = 0; i < s->cfg.nhosts; i++) {
-		const struct ns_host *h = &s->cfg.hosts[i];
+		const struct stack_host *h = &s->cfg.hosts[i];
 
 		if (strcmp(h->name, name) != 0)
 			continue;
@@ -274,7 +274,7 @@ static bool pinned_answer(const struct ns *s, const char *name, uint16_t qtype, 
 	return found;
 }
 
-int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
+int stack_host_parse(const char *spec, struct stack_host *h, char *err, size_t errlen)
 {
 	const char *colon = strchr(spec, ':');
 	char name[POLICY_NAME_MAX + 2], addr[64];
@@ -310,7 +310,7 @@ int ns_host_parse(const char *spec, struct ns_host *h, char *err, size_t errlen)
 	return errbuf_fail(err, errlen, -EINVAL, "'%.64s': '%.64s' is no IP address", spec, colon + 1);
 }
 
-void ns_dns_input(struct ns *s, const struct frame_pkt *p)
+void stack_dns_input(struct stack *s, const struct frame_pkt *p)
 {
 	struct dns_query q;
 	struct policy_decision d;
@@ -336,7 +336,7 @@ void ns_dns_input(struct ns *s, const struct frame_pkt *p)
 	if (!d.allow && d.why == POLICY_WHY_NO_MATCH && policy_name_normalize(q.name, norm) == 0 &&
 	    pinned_answer(s, norm, q.qtype, a, &n))
 		d = (struct policy_decision){true, POLICY_WHY_ALLOW_RULE, "add-host"};
-	ns_audit(s, "dns", NULL, NULL, 0, q.name, &d);
+	stack_audit(s, "dns", NULL, NULL, 0, q.name, &d);
 	if (!d.allow) {
 		dns_reply(s, p, &q, DNS_RCODE_REFUSED, NULL, 0, 0);
 		return;
@@ -357,7 +357,7 @@ void ns_dns_input(struct ns *s, const struct frame_pkt *p)
 	}
 	if (pinned_answer(s, norm, q.qtype, a, &n)) {
 		for (i = 0; i < n; i++)
-			dns_memo_put(&s->memo, norm, &a[i], DNS_MEMO_MIN_TTL, ns_now_ms() / 1000);
+			dns_memo_put(&s->memo, norm, &a[i], DNS_MEMO_MIN_TTL, stack_now_ms() / 1000);
 		dns_reply(s, p, &q, DNS_RCODE_NOERROR, a, n, DNS_MEMO_MIN_TTL);
 		return;
 	}
@@ -368,7 +368,7 @@ void ns_dns_input(struct ns *s, const struct frame_pkt *p)
 	dns_ask(s, p, &q, norm);
 }
 
-void ns_dns_drop_all(struct ns *s)
+void stack_dns_drop_all(struct stack *s)
 {
 	struct dq **pp, *j, *next;
 

@@ -1,4 +1,4 @@
-/* Forwarded ports of the network stack (ns_forward_parse, ns_forward_add
+/* Forwarded ports of the network stack (stack_forward_parse, stack_forward_add
  * in stack.h): kbox listens on a host loopback address, and each
  * connection accepted there becomes a TCP connection from the gateway to
  * the guest's port, pumped like an outgoing flow (stack_tcp.c). */
@@ -24,13 +24,13 @@ static err_t on_guest_connected(void *arg, struct tcp_pcb *pcb, err_t err)
 	if (!f)
 		return ERR_OK;
 	f->s->st.fwd_accepted++;
-	ns_flow_open(f);
+	stack_flow_open(f);
 	return ERR_OK;
 }
 
 /* A host connection accepted on w (fd): connect to the guest's port from
  * the gateway.  The host socket is not read until the guest accepted. */
-static void fwd_start(struct ns *s, const struct fwd *w, int fd)
+static void fwd_start(struct stack *s, const struct fwd *w, int fd)
 {
 	struct policy_decision d = {.allow = true, .why = POLICY_WHY_EXCEPTION, .rule = w->label};
 	ip_addr_t local, remote;
@@ -49,9 +49,9 @@ static void fwd_start(struct ns *s, const struct fwd *w, int fd)
 	f->dst.family = 4;
 	memcpy(f->dst.b, guest_ip, 4);
 	f->dport = w->fw.guest_port;
-	f->opened_ms = ns_now_ms();
+	f->opened_ms = stack_now_ms();
 	f->deadline_ms = f->opened_ms + s->cfg.connect_timeout_ms;
-	ns_audit(s, "tcp", "in", &f->dst, f->dport, NULL, &d);
+	stack_audit(s, "tcp", "in", &f->dst, f->dport, NULL, &d);
 	IP_ADDR4(&local, gw_ip[0], gw_ip[1], gw_ip[2], gw_ip[3]);
 	IP_ADDR4(&remote, guest_ip[0], guest_ip[1], guest_ip[2], guest_ip[3]);
 	pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
@@ -73,20 +73,20 @@ static void fwd_start(struct ns *s, const struct fwd *w, int fd)
 	s->st.flows = s->ft.n;
 	f->pcb = pcb;
 	tcp_arg(pcb, f);
-	tcp_err(pcb, ns_flow_on_err);
+	tcp_err(pcb, stack_flow_on_err);
 	if (tcp_connect(pcb, &remote, w->fw.guest_port, on_guest_connected) != ERR_OK) {
 		s->st.fwd_refused++;
-		ns_flow_abort(f);
+		stack_flow_abort(f);
 		return;
 	}
-	tcpip_try_callback(ns_wake_lwip, NULL); /* see flow_connected */
+	tcpip_try_callback(stack_wake_lwip, NULL); /* see flow_connected */
 	return;
 fail:
 	s->st.fwd_refused++;
-	ns_flow_free(f, true);
+	stack_flow_free(f, true);
 }
 
-void ns_fwd_accept(struct ns *s, struct fwd *w)
+void stack_fwd_accept(struct stack *s, struct fwd *w)
 {
 	int k;
 
@@ -134,7 +134,7 @@ static bool is_loopback(const struct policy_addr *a)
 	return a->family == 4 ? a->b[0] == 127 : memcmp(a->b, lo6, 16) == 0;
 }
 
-int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t errlen)
+int stack_forward_parse(const char *spec, struct stack_forward *fw, char *err, size_t errlen)
 {
 	const char *gp, *hp;
 	char addr[64];
@@ -180,7 +180,7 @@ int ns_forward_parse(const char *spec, struct ns_forward *fw, char *err, size_t 
 	return 0;
 }
 
-int ns_forward_add(struct ns *s, struct ns_forward *fw)
+int stack_forward_add(struct stack *s, struct stack_forward *fw)
 {
 	struct epoll_event ev = {.events = EPOLLIN};
 	struct sockaddr_storage ss;
@@ -208,7 +208,7 @@ int ns_forward_add(struct ns *s, struct ns_forward *fw)
 		sl = sizeof *sin6;
 	}
 	LOCK_TCPIP_CORE();
-	if (s->nfwd >= NS_MAX_FORWARDS) {
+	if (s->nfwd >= STACK_MAX_FORWARDS) {
 		UNLOCK_TCPIP_CORE();
 		return -ENOSPC;
 	}
@@ -241,7 +241,7 @@ fail:
 	return r;
 }
 
-void ns_fwd_resume(struct ns *s)
+void stack_fwd_resume(struct stack *s)
 {
 	size_t i;
 

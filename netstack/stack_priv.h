@@ -23,11 +23,11 @@
 #include "netstack/intercept.h"
 #include "netstack/stack.h"
 
-#define NS_RX_MAX (256u * 1024) /* host bytes read at once for a flow (several tcp_writes) */
+#define STACK_RX_MAX (256u * 1024) /* host bytes read at once for a flow (several tcp_writes) */
 
-static const uint8_t gw_ip[4] = NS_GATEWAY_IP;
-static const uint8_t guest_ip[4] = NS_GUEST_IP;
-static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
+static const uint8_t gw_ip[4] = STACK_GATEWAY_IP;
+static const uint8_t guest_ip[4] = STACK_GUEST_IP;
+static const uint8_t gw_mac[6] = STACK_GATEWAY_MAC;
 
 enum flow_state {
 	FL_CONNECTING,       /* outgoing: the host connect() is under way, the guest's SYN held */
@@ -37,7 +37,7 @@ enum flow_state {
 
 struct flow {
 	struct flowtab_entry ft;
-	struct ns *s;
+	struct stack *s;
 	enum flow_state state;
 	bool inbound;         /* from a forwarded port */
 	/* For the close line of the audit log. */
@@ -84,16 +84,16 @@ struct bucket {
 struct fwd {
 	int fd;
 	bool paused; /* out of the epoll set after running out of descriptors */
-	struct ns_forward fw;
+	struct stack_forward fw;
 	char label[96]; /* the audit log's rule: "forward:ADDR:HOSTPORT:GUESTPORT" */
 };
 
 /* A question for the resolver threads (stack_dns.c). */
 struct dq;
 
-struct ns {
-	struct ns_config cfg;
-	struct fwd fwd[NS_MAX_FORWARDS];
+struct stack {
+	struct stack_config cfg;
+	struct fwd fwd[STACK_MAX_FORWARDS];
 	size_t nfwd;
 	struct netif netif;
 	bool netif_added;
@@ -102,7 +102,7 @@ struct ns {
 	uint8_t guest_mac[6];
 	bool have_mac;
 	struct dns_memo memo;
-	struct ns_stats st;
+	struct stack_stats st;
 	struct tcp_pcb **listen; /* by destination port */
 	struct bucket udp_log;      /* audit lines for refused UDP */
 	struct bucket dns_rate;     /* questions that need the resolver */
@@ -112,7 +112,7 @@ struct ns {
 	struct dq *dns_done; /* answered, not replied yet (guarded by rp.m, stack_dns.c) */
 	unsigned dns_running; /* resolver calls under way (guarded by rp.m) */
 	uint8_t tx[FRAME_MAX];
-	uint8_t rx[NS_RX_MAX];
+	uint8_t rx[STACK_RX_MAX];
 	/* cfg.output_gso: frames go through the merger; while a call into
 	 * the stack runs (round) they may wait in it, and the call flushes
 	 * it before letting go of the lock. */
@@ -125,88 +125,88 @@ struct ns {
 
 /* Milliseconds on the monotonic clock (timeouts, buckets, the DNS
  * memory) and on the wall clock (the audit log's time stamps). */
-uint64_t ns_now_ms(void);
-uint64_t ns_wall_ms(void);
+uint64_t stack_now_ms(void);
+uint64_t stack_wall_ms(void);
 
-/* Start b full: burst tokens, rate more a second, at now (ns_now_ms). */
-void ns_bucket_init(struct bucket *b, unsigned rate, unsigned burst, uint64_t now);
+/* Start b full: burst tokens, rate more a second, at now (stack_now_ms). */
+void stack_bucket_init(struct bucket *b, unsigned rate, unsigned burst, uint64_t now);
 
 /* Take one token from b if it has one at now: true if it had. */
-bool ns_bucket_take(struct bucket *b, uint64_t now);
+bool stack_bucket_take(struct bucket *b, uint64_t now);
 
 /* Write the audit line for decision d on a connection or question
  * (direction "out", "in", or NULL for DNS; dst and name may be NULL).
- * ns_audit also tells --learn what the guest tried; ns_audit_line does
+ * stack_audit also tells --learn what the guest tried; stack_audit_line does
  * not, for decisions that are no destination the guest wants. */
-void ns_audit_line(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+void stack_audit_line(struct stack *s, const char *proto, const char *direction, const struct policy_addr *dst,
 		   uint16_t port, const char *name, const struct policy_decision *d);
-void ns_audit(struct ns *s, const char *proto, const char *direction, const struct policy_addr *dst,
+void stack_audit(struct stack *s, const char *proto, const char *direction, const struct policy_addr *dst,
 	      uint16_t port, const char *name, const struct policy_decision *d);
 
 /* Send the frame s->tx[0, n) to the guest (through the merger when the
  * guest takes merged frames). */
-void ns_send_frame(struct ns *s, size_t n);
+void stack_send_frame(struct stack *s, size_t n);
 
 /* Answer the guest's TCP segment seg with a reset. */
-void ns_send_rst(struct ns *s, const struct frame_pkt *seg);
+void stack_send_rst(struct stack *s, const struct frame_pkt *seg);
 
 /* ---- stack_tcp.c ---- */
 
 /* A TCP segment from the guest (p validated, from the guest's address):
  * a new connection is judged and dialled, the rest goes to lwIP. */
-void ns_tcp_input(struct ns *s, const struct frame_pkt *p);
+void stack_tcp_input(struct stack *s, const struct frame_pkt *p);
 
 /* The host socket of f reported ev (epoll events). */
-void ns_flow_event(struct flow *f, uint32_t ev);
+void stack_flow_event(struct flow *f, uint32_t ev);
 
 /* Both ends of f are connected (f->pcb set): start copying bytes. */
-void ns_flow_open(struct flow *f);
+void stack_flow_open(struct flow *f);
 
 /* Free f, whose pcb must be detached or gone, and write its close line.
  * reset: the host side sees a reset rather than an orderly close. */
-void ns_flow_free(struct flow *f, bool reset);
+void stack_flow_free(struct flow *f, bool reset);
 
 /* Reset both sides of f and free it.  Safe inside f's own lwIP
  * callbacks as long as they then return ERR_ABRT. */
-void ns_flow_abort(struct flow *f);
+void stack_flow_abort(struct flow *f);
 
 /* lwIP's error callback for a flow's pcb (arg: the flow, or NULL):
  * lwIP freed the pcb; the flow goes too. */
-void ns_flow_on_err(void *arg, err_t err);
+void stack_flow_on_err(void *arg, err_t err);
 
 /* Reset the flows whose connect (either way) ran past its deadline at
- * now (ns_now_ms). */
-void ns_tcp_timeouts(struct ns *s, uint64_t now);
+ * now (stack_now_ms). */
+void stack_tcp_timeouts(struct stack *s, uint64_t now);
 
-/* Reset and free every flow (ns_destroy). */
-void ns_flow_abort_all(struct ns *s);
+/* Reset and free every flow (stack_destroy). */
+void stack_flow_abort_all(struct stack *s);
 
 /* For tcpip_try_callback: wakes lwIP's thread, so that it sees a timer
  * a new pcb started now rather than at its next tick. */
-void ns_wake_lwip(void *arg);
+void stack_wake_lwip(void *arg);
 
 /* ---- stack_fwd.c ---- */
 
 /* Accept what waits on forwarded port w (a bounded number at once);
  * each becomes a connection from the gateway to the guest's port. */
-void ns_fwd_accept(struct ns *s, struct fwd *w);
+void stack_fwd_accept(struct stack *s, struct fwd *w);
 
 /* Put the forwarded ports paused for want of descriptors back into the
  * epoll set (the timer tick). */
-void ns_fwd_resume(struct ns *s);
+void stack_fwd_resume(struct stack *s);
 
 /* ---- stack_dns.c ---- */
 
 /* A DNS question from the guest to the gateway's port 53 (p validated):
  * judged, answered at once or handed to the resolver threads. */
-void ns_dns_input(struct ns *s, const struct frame_pkt *p);
+void stack_dns_input(struct stack *s, const struct frame_pkt *p);
 
 /* Reply to the questions whose answers are in (the eventfd s->efd was
  * readable). */
-void ns_dns_collect(struct ns *s);
+void stack_dns_collect(struct stack *s);
 
 /* Drop every question of s: those still queued at once, those under
  * way when their resolver call returns.  Called without the core lock. */
-void ns_dns_drop_all(struct ns *s);
+void stack_dns_drop_all(struct stack *s);
 
 #endif

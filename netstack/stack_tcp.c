@@ -36,7 +36,7 @@
 
 /* Give the IPv4 packet ip[0, len) (already validated, carrying TCP) to
  * lwIP's TCP input as ip4_input would after accepting it. */
-static void feed_tcp(struct ns *s, const uint8_t *ip, size_t len)
+static void feed_tcp(struct stack *s, const uint8_t *ip, size_t len)
 {
 	size_t hlen = (size_t)(ip[0] & 0xf) * 4;
 	struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
@@ -111,11 +111,11 @@ static void flow_detach_pcb(struct flow *f)
 	tcp_err(f->pcb, NULL);
 }
 
-void ns_flow_free(struct flow *f, bool reset)
+void stack_flow_free(struct flow *f, bool reset)
 {
-	struct ns *s = f->s;
+	struct stack *s = f->s;
 	struct audit_event e = {
-		.time_ms = ns_wall_ms(),
+		.time_ms = stack_wall_ms(),
 		.proto = "tcp",
 		.direction = f->inbound ? "in" : "out",
 		.dst = &f->dst,
@@ -125,7 +125,7 @@ void ns_flow_free(struct flow *f, bool reset)
 		.close = true,
 		.bytes_up = f->bytes_up,
 		.bytes_down = f->bytes_down,
-		.duration_ms = ns_now_ms() - f->opened_ms,
+		.duration_ms = stack_now_ms() - f->opened_ms,
 		.error = f->err ? strerrorname_np(f->err) : NULL,
 	};
 
@@ -149,14 +149,14 @@ void ns_flow_free(struct flow *f, bool reset)
 	s->st.flows = s->ft.n;
 }
 
-void ns_flow_abort(struct flow *f)
+void stack_flow_abort(struct flow *f)
 {
 	if (f->pcb) {
 		flow_detach_pcb(f);
 		tcp_abort(f->pcb);
 		f->pcb = NULL;
 	}
-	ns_flow_free(f, true);
+	stack_flow_free(f, true);
 }
 
 /* Close f if both directions are finished. */
@@ -170,7 +170,7 @@ static void flow_maybe_done(struct flow *f)
 			tcp_abort(f->pcb);
 		f->pcb = NULL;
 	}
-	ns_flow_free(f, false);
+	stack_flow_free(f, false);
 }
 
 static void recved(struct flow *f, size_t n)
@@ -202,7 +202,7 @@ static int flush_up(struct flow *f)
 		if (r < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 				break;
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return -1;
 		}
 		f->up_off += (size_t)r;
@@ -231,15 +231,15 @@ static size_t seg_size(const struct flow *f)
 }
 
 /* Bytes lwIP takes for the guest now: its send buffer, at most
- * NS_RX_MAX, and no more segments than its send queue still holds (with
+ * STACK_RX_MAX, and no more segments than its send queue still holds (with
  * a few entries spare: better to wait than meet ERR_MEM).  Whole
  * segments where it is at least one, so no write leaves a runt behind. */
 static size_t guest_room(const struct flow *f)
 {
 	size_t max = tcp_sndbuf(f->pcb), mss = seg_size(f), q = tcp_sndqueuelen(f->pcb);
 
-	if (max > NS_RX_MAX)
-		max = NS_RX_MAX;
+	if (max > STACK_RX_MAX)
+		max = STACK_RX_MAX;
 	if (q + 8 >= TCP_SND_QUEUELEN)
 		return 0;
 	if (max > (TCP_SND_QUEUELEN - 8 - q) * mss)
@@ -303,7 +303,7 @@ static void ic_event(void *ctx, const struct intercept_event *ev)
 {
 	struct flow *f = ctx;
 	struct audit_event e = {
-		.time_ms = ns_wall_ms(),
+		.time_ms = stack_wall_ms(),
 		.proto = "tls",
 		.direction = "out",
 		.dst = &f->dst,
@@ -326,7 +326,7 @@ static void ic_event(void *ctx, const struct intercept_event *ev)
 
 /* A pump for f when interception is configured; the names our DNS gave
  * dst (or the host alias) are what the guest's SNI must be. */
-static int ic_attach(struct ns *s, struct flow *f, const struct policy_addr *dst)
+static int ic_attach(struct stack *s, struct flow *f, const struct policy_addr *dst)
 {
 	const char *names[DNS_MEMO_MAX_NAMES];
 	size_t n;
@@ -335,7 +335,7 @@ static int ic_attach(struct ns *s, struct flow *f, const struct policy_addr *dst
 		names[0] = POLICY_HOST_NAME;
 		n = 1;
 	} else {
-		n = dns_memo_names(&s->memo, dst, ns_now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
+		n = dns_memo_names(&s->memo, dst, stack_now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
 	}
 	return intercept_new(s->cfg.icpt, names, n, ic_event, f, &f->ic);
 }
@@ -387,7 +387,7 @@ static int ic_pump(struct flow *f)
 			ssize_t r = send(f->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 			if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				ns_flow_abort(f);
+				stack_flow_abort(f);
 				return IC_ABORTED;
 			}
 			if (r > 0) {
@@ -405,7 +405,7 @@ static int ic_pump(struct flow *f)
 				ssize_t w = guest_write(f, b, n);
 
 				if (w < 0) {
-					ns_flow_abort(f);
+					stack_flow_abort(f);
 					return IC_ABORTED;
 				}
 				if (w > 0) {
@@ -420,7 +420,7 @@ static int ic_pump(struct flow *f)
 		unsigned w = intercept_want(f->ic);
 
 		if (w & INTERCEPT_REFUSE) {
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return IC_ABORTED;
 		}
 		if (w & INTERCEPT_SPLICE) {
@@ -450,12 +450,12 @@ static int ic_pump(struct flow *f)
 				if (tcp_close(f->pcb) != ERR_OK) {
 					tcp_abort(f->pcb);
 					f->pcb = NULL;
-					ns_flow_free(f, true);
+					stack_flow_free(f, true);
 					return IC_ABORTED;
 				}
 				f->pcb = NULL;
 			}
-			ns_flow_free(f, false);
+			stack_flow_free(f, false);
 			return IC_FREED;
 		}
 		if (!prog)
@@ -479,7 +479,7 @@ static err_t ic_recv(struct flow *f, struct pbuf *p)
 			return e;
 		if (e != ERR_OK) {
 			pbuf_free(p);
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return ERR_ABRT;
 		}
 	}
@@ -493,12 +493,12 @@ static void ic_read_host(struct flow *f)
 		ssize_t r;
 
 		if (!f->down && !(f->down = malloc(IC_DOWN_CAP))) {
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return;
 		}
 		r = recv(f->fd, f->down + f->down_len, IC_DOWN_CAP - f->down_len, MSG_DONTWAIT);
 		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return;
 		}
 		if (r == 0)
@@ -514,12 +514,12 @@ static void ic_read_host(struct flow *f)
  * both sides get a reset and the host has seen none of the guest's bytes. */
 static void flow_refuse(struct flow *f, const char *name, const struct policy_decision *d)
 {
-	struct ns *s = f->s;
+	struct stack *s = f->s;
 
-	ns_audit(s, "tcp", "out", &f->dst, f->dport, name ? name : (f->name[0] ? f->name : NULL), d);
+	stack_audit(s, "tcp", "out", &f->dst, f->dport, name ? name : (f->name[0] ? f->name : NULL), d);
 	s->st.tcp_denied++;
 	f->err = EACCES;
-	ns_flow_abort(f);
+	stack_flow_abort(f);
 }
 
 /* Judge the names in the guest's first bytes (f->up) while f->peek.  0:
@@ -571,7 +571,7 @@ static err_t peek_recv(struct flow *f, struct pbuf *p)
 			return e;
 		if (e != ERR_OK) {
 			pbuf_free(p);
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return ERR_ABRT;
 		}
 	}
@@ -619,7 +619,7 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 				break;
 			pbuf_free(p);
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return ERR_ABRT;
 		}
 		sent += (size_t)r;
@@ -629,7 +629,7 @@ static err_t on_recv(void *arg, struct tcp_pcb *pcb, struct pbuf *p, err_t err)
 	if (sent < total) {
 		if (!f->up && !(f->up = malloc(UP_CAP))) {
 			pbuf_free(p);
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 			return ERR_ABRT;
 		}
 		pbuf_copy_partial(p, f->up, (u16_t)(total - sent), (u16_t)sent);
@@ -660,7 +660,7 @@ static int to_guest(struct flow *f, const uint8_t *b, size_t n)
 	size_t rest;
 
 	if (w < 0) {
-		ns_flow_abort(f);
+		stack_flow_abort(f);
 		return -1;
 	}
 	f->s->st.bytes_to_guest += (size_t)w;
@@ -672,7 +672,7 @@ static int to_guest(struct flow *f, const uint8_t *b, size_t n)
 		} else {
 			free(f->down);
 			if (!(f->down = malloc(rest))) {
-				ns_flow_abort(f);
+				stack_flow_abort(f);
 				return -1;
 			}
 			memcpy(f->down, b + w, rest);
@@ -708,7 +708,7 @@ static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
 	return ERR_OK;
 }
 
-void ns_flow_on_err(void *arg, err_t err)
+void stack_flow_on_err(void *arg, err_t err)
 {
 	struct flow *f = arg;
 
@@ -719,7 +719,7 @@ void ns_flow_on_err(void *arg, err_t err)
 		f->s->st.fwd_refused++; /* the guest reset our SYN: nothing listens */
 		f->err = ECONNREFUSED;
 	}
-	ns_flow_free(f, true);
+	stack_flow_free(f, true);
 }
 
 static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
@@ -754,7 +754,7 @@ static void read_host(struct flow *f)
 	if (r < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 			return;
-		ns_flow_abort(f);
+		stack_flow_abort(f);
 		return;
 	}
 	/* The server spoke before the client said anything (SSH, SMTP): the
@@ -783,7 +783,7 @@ static void read_host(struct flow *f)
 	flow_maybe_done(f);
 }
 
-static struct tcp_pcb *listener(struct ns *s, uint16_t port)
+static struct tcp_pcb *listener(struct stack *s, uint16_t port)
 {
 	struct tcp_pcb *pcb, *l;
 
@@ -824,7 +824,7 @@ static struct tcp_pcb *find_syn_rcvd(const struct flow *f)
 	return NULL;
 }
 
-void ns_wake_lwip(void *arg)
+void stack_wake_lwip(void *arg)
 {
 }
 
@@ -859,12 +859,12 @@ static void drop_time_wait(const struct flow *f)
 	}
 }
 
-void ns_flow_open(struct flow *f)
+void stack_flow_open(struct flow *f)
 {
 	tcp_arg(f->pcb, f);
 	tcp_recv(f->pcb, on_recv);
 	tcp_sent(f->pcb, on_sent);
-	tcp_err(f->pcb, ns_flow_on_err);
+	tcp_err(f->pcb, stack_flow_on_err);
 	tcp_nagle_disable(f->pcb);
 	f->state = FL_OPEN;
 	f->reading = true;
@@ -874,7 +874,7 @@ void ns_flow_open(struct flow *f)
 /* The host connect() succeeded: let lwIP answer the held SYN. */
 static void flow_connected(struct flow *f)
 {
-	struct ns *s = f->s;
+	struct stack *s = f->s;
 
 	if (!listener(s, f->ft.key.dport))
 		goto fail;
@@ -882,18 +882,18 @@ static void flow_connected(struct flow *f)
 	feed_tcp(s, f->syn, f->syn_len);
 	/* The new pcb started lwIP's TCP timer; wake its thread so that it
 	 * sees the timer now rather than at its next one-second tick. */
-	tcpip_try_callback(ns_wake_lwip, NULL);
+	tcpip_try_callback(stack_wake_lwip, NULL);
 	free(f->syn);
 	f->syn = NULL;
 	f->pcb = find_syn_rcvd(f);
 	if (!f->pcb)
 		goto fail;
-	ns_flow_open(f);
+	stack_flow_open(f);
 	return;
 fail:
 	s->st.tcp_failed++;
-	ns_send_rst(s, &f->syn_pkt);
-	ns_flow_free(f, true);
+	stack_send_rst(s, &f->syn_pkt);
+	stack_flow_free(f, true);
 }
 
 static void connect_done(struct flow *f)
@@ -908,8 +908,8 @@ static void connect_done(struct flow *f)
 	if (e != 0) {
 		f->s->st.tcp_failed++;
 		f->err = e;
-		ns_send_rst(f->s, &f->syn_pkt);
-		ns_flow_free(f, false);
+		stack_send_rst(f->s, &f->syn_pkt);
+		stack_flow_free(f, false);
 		return;
 	}
 	flow_connected(f);
@@ -917,7 +917,7 @@ static void connect_done(struct flow *f)
 
 /* Decide a new connection, in the name our DNS gave the address (or the
  * host alias), and what to dial. */
-static void decide(struct ns *s, const struct policy_addr *dst, uint16_t port, struct policy_addr *dial,
+static void decide(struct stack *s, const struct policy_addr *dst, uint16_t port, struct policy_addr *dial,
 		   const char **name, struct policy_decision *d)
 {
 	const char *names[DNS_MEMO_MAX_NAMES];
@@ -933,7 +933,7 @@ static void decide(struct ns *s, const struct policy_addr *dst, uint16_t port, s
 		policy_check(s->cfg.policy, *name, dial, port, d);
 		return;
 	}
-	n = dns_memo_names(&s->memo, dst, ns_now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
+	n = dns_memo_names(&s->memo, dst, stack_now_ms() / 1000, names, DNS_MEMO_MAX_NAMES);
 	if (n == 0) {
 		policy_check(s->cfg.policy, NULL, dial, port, d);
 		return;
@@ -951,7 +951,7 @@ static void decide(struct ns *s, const struct policy_addr *dst, uint16_t port, s
 	}
 }
 
-static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
+static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 {
 	struct policy_addr dst = {.family = 4}, dial;
 	struct policy_decision d;
@@ -968,27 +968,27 @@ static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
 	if (d.allow && (p->tcp_flags & FRAME_TCP_FIN)) {
 		/* Not a destination the guest wants, so not one to learn. */
 		d = (struct policy_decision){false, POLICY_WHY_BAD_NAME, "tcp:syn-fin"};
-		ns_audit_line(s, "tcp", "out", &dial, p->dport, name, &d);
+		stack_audit_line(s, "tcp", "out", &dial, p->dport, name, &d);
 	} else {
-		ns_audit(s, "tcp", "out", &dial, p->dport, name, &d);
+		stack_audit(s, "tcp", "out", &dial, p->dport, name, &d);
 	}
 	if (!d.allow) {
 		s->st.tcp_denied++;
-		ns_send_rst(s, p);
+		stack_send_rst(s, p);
 		return;
 	}
 	s->st.tcp_allowed++;
 	f = calloc(1, sizeof *f);
 	if (!f || !(f->syn = malloc(p->ip_len))) {
 		free(f);
-		ns_send_rst(s, p);
+		stack_send_rst(s, p);
 		return;
 	}
 	f->s = s;
 	f->fd = -1;
 	f->dst = dial;
 	f->dport = p->dport;
-	f->opened_ms = ns_now_ms();
+	f->opened_ms = stack_now_ms();
 	f->peek = s->judge_stated;
 	f->first = d;
 	if (name)
@@ -997,7 +997,7 @@ static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
 		free(f->syn);
 		free(f);
 		s->st.tcp_failed++;
-		ns_send_rst(s, p);
+		stack_send_rst(s, p);
 		return;
 	}
 	memcpy(f->syn, p->ip, p->ip_len);
@@ -1013,11 +1013,11 @@ static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
 		free(f->syn);
 		free(f);
 		s->st.tcp_failed++;
-		ns_send_rst(s, p);
+		stack_send_rst(s, p);
 		return;
 	}
 	s->st.flows = s->ft.n;
-	f->deadline_ms = ns_now_ms() + s->cfg.connect_timeout_ms;
+	f->deadline_ms = stack_now_ms() + s->cfg.connect_timeout_ms;
 	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (f->fd < 0)
 		goto fail;
@@ -1039,11 +1039,11 @@ static void tcp_new_conn(struct ns *s, const struct frame_pkt *p)
 fail:
 	f->err = errno ? errno : EIO;
 	s->st.tcp_failed++;
-	ns_send_rst(s, p);
-	ns_flow_free(f, false);
+	stack_send_rst(s, p);
+	stack_flow_free(f, false);
 }
 
-void ns_tcp_input(struct ns *s, const struct frame_pkt *p)
+void stack_tcp_input(struct stack *s, const struct frame_pkt *p)
 {
 	struct flowtab_key k;
 	struct flowtab_entry *e;
@@ -1059,7 +1059,7 @@ void ns_tcp_input(struct ns *s, const struct frame_pkt *p)
 		/* The guest gave up before the host answered; anything else
 		 * (a repeated SYN) waits for the decision already under way. */
 		if (p->tcp_flags & FRAME_TCP_RST)
-			ns_flow_free(f, false);
+			stack_flow_free(f, false);
 		return;
 	}
 	/* Every segment that would open a connection is judged, whatever
@@ -1073,7 +1073,7 @@ void ns_tcp_input(struct ns *s, const struct frame_pkt *p)
 	feed_tcp(s, p->ip, p->ip_len);
 }
 
-void ns_flow_event(struct flow *f, uint32_t ev)
+void stack_flow_event(struct flow *f, uint32_t ev)
 {
 	if (f->state == FL_CONNECTING) {
 		connect_done(f);
@@ -1092,7 +1092,7 @@ void ns_flow_event(struct flow *f, uint32_t ev)
 		read_host(f);
 }
 
-void ns_tcp_timeouts(struct ns *s, uint64_t now)
+void stack_tcp_timeouts(struct stack *s, uint64_t now)
 {
 	size_t i;
 
@@ -1103,17 +1103,17 @@ void ns_tcp_timeouts(struct ns *s, uint64_t now)
 		if (f && f->state == FL_CONNECTING && now >= f->deadline_ms) {
 			s->st.tcp_failed++;
 			f->err = ETIMEDOUT;
-			ns_send_rst(s, &f->syn_pkt);
-			ns_flow_free(f, false);
+			stack_send_rst(s, &f->syn_pkt);
+			stack_flow_free(f, false);
 		} else if (f && f->state == FL_GUEST_CONNECTING && now >= f->deadline_ms) {
 			s->st.fwd_refused++; /* the guest never answered */
 			f->err = ETIMEDOUT;
-			ns_flow_abort(f);
+			stack_flow_abort(f);
 		}
 	}
 }
 
-void ns_flow_abort_all(struct ns *s)
+void stack_flow_abort_all(struct stack *s)
 {
 	size_t i;
 
@@ -1121,6 +1121,6 @@ void ns_flow_abort_all(struct ns *s)
 		struct flowtab_entry *e = s->ft.slots[i];
 
 		if (e)
-			ns_flow_abort((struct flow *)((char *)e - offsetof(struct flow, ft)));
+			stack_flow_abort((struct flow *)((char *)e - offsetof(struct flow, ft)));
 	}
 }

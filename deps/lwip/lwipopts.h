@@ -87,7 +87,7 @@
 #define CHECKSUM_CHECK_UDP 0
 #define CHECKSUM_CHECK_ICMP 0
 /* Generating them is decided per netif: the stack turns TCP's off when
- * its peer completes partial checksums (netstack/stack.c, ns_create). */
+ * its peer completes partial checksums (netstack/stack.c, stack_create). */
 #define LWIP_CHECKSUM_CTRL_PER_NETIF 1
 
 /* lwIP's argument checks (LWIP_ERROR) return an error instead of

@@ -1,9 +1,9 @@
 /* Input: a sequence of Ethernet frames from a hostile guest, each as a
  * control byte, a 16-bit length and that many bytes, fed to a fresh stack
- * (ns_input) per input.  Control bit 0 makes the frame plausible first
+ * (stack_input) per input.  Control bit 0 makes the frame plausible first
  * (our MACs, the guest's source address, right lengths and checksums) so
  * that the fuzzer gets past parsing into ARP, DNS, UDP refusals and TCP;
- * bit 1 runs ns_dispatch after the frame; with bit 0, bit 2 aims a TCP
+ * bit 1 runs stack_dispatch after the frame; with bit 0, bit 2 aims a TCP
  * segment at the gateway's allowed port and bit 3 gives it the sequence
  * and acknowledgment numbers the stack expects next (from the last
  * segment it sent), so inputs can finish handshakes and move data
@@ -29,13 +29,13 @@
 #include "lib/gso.h"
 #include "netstack/stack.h"
 
-static const uint8_t gw_mac[6] = NS_GATEWAY_MAC;
+static const uint8_t gw_mac[6] = STACK_GATEWAY_MAC;
 static const uint8_t guest_mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
-static const uint8_t guest_ip[4] = NS_GUEST_IP;
+static const uint8_t guest_ip[4] = STACK_GUEST_IP;
 
 static struct policy pol;
 static struct audit au = {.fd = -1};
-static struct ns_host hosts[1];
+static struct stack_host hosts[1];
 static int lfd = -1; /* host.kbox.internal's allowed port */
 static uint16_t lport;
 static uint32_t next_seq, next_ack; /* what the stack expects from the guest next */
@@ -105,7 +105,7 @@ static void setup(void)
 	if (policy_add_rule(&pol, rule, err, sizeof err) < 0 || policy_add_rule(&pol, "*.fuzz.test:443", err, sizeof err) < 0 ||
 	    policy_add_rule(&pol, "deny:evil.fuzz.test", err, sizeof err) < 0)
 		abort();
-	if (ns_host_parse("pinned.fuzz.test:198.51.100.7", &hosts[0], err, sizeof err) < 0)
+	if (stack_host_parse("pinned.fuzz.test:198.51.100.7", &hosts[0], err, sizeof err) < 0)
 		abort();
 }
 
@@ -125,7 +125,7 @@ static void put32(uint8_t *b, uint32_t v)
  * ctl as in the comment at the top. */
 static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 {
-	static const uint8_t gw[4] = NS_GATEWAY_IP;
+	static const uint8_t gw[4] = STACK_GATEWAY_IP;
 	uint8_t *ip = f + FRAME_ETH_HLEN, ph[12];
 	size_t hl, tot, l4len;
 	uint32_t sum = 0;
@@ -192,7 +192,7 @@ static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static uint8_t frame[FRAME_MAX + 64];
-	struct ns_config cfg = {
+	struct stack_config cfg = {
 		.policy = &pol,
 		.audit = &au,
 		.output_gso = output_gso,
@@ -201,12 +201,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		.nhosts = 1,
 		.connect_timeout_ms = 100,
 	};
-	struct ns *s;
+	struct stack *s;
 	int fd;
 
 	if (lfd < 0)
 		setup();
-	if (ns_create(&cfg, &s) < 0)
+	if (stack_create(&cfg, &s) < 0)
 		abort();
 	while (size >= 3) {
 		uint8_t ctl = data[0];
@@ -221,15 +221,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size -= len;
 		if (ctl & 1)
 			plausible(frame, len, ctl);
-		ns_input(s, frame, len);
+		stack_input(s, frame, len);
 		if (ctl & 2)
-			ns_dispatch(s);
+			stack_dispatch(s);
 		/* Take what connected to our listener, so its queue never fills. */
 		while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
 			close(fd);
 	}
-	ns_dispatch(s);
-	ns_destroy(s);
+	stack_dispatch(s);
+	stack_destroy(s);
 	while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
 		close(fd);
 	return 0;

@@ -744,7 +744,7 @@ static void be16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uin
  * it was (zero in a cleared buffer). */
 static void arp_who_has(uint8_t *e, const uint8_t tip[4])
 {
-	static const uint8_t g_mac[6] = VIRTIO_NET_GUEST_MAC, gip[4] = NS_GUEST_IP;
+	static const uint8_t g_mac[6] = VIRTIO_NET_GUEST_MAC, gip[4] = STACK_GUEST_IP;
 	be16(e + 12, 0x0806);
 	be16(e + 14, 1);
 	be16(e + 16, 0x0800);
@@ -759,8 +759,8 @@ static void arp_who_has(uint8_t *e, const uint8_t tip[4])
 /* virtio-net: a virtio-net header and an Ethernet frame for the stack. */
 static size_t net_frame(uint8_t *p, size_t cap)
 {
-	static const uint8_t gw_mac[6] = NS_GATEWAY_MAC, g_mac[6] = VIRTIO_NET_GUEST_MAC;
-	static const uint8_t guest_ip[4] = NS_GUEST_IP;
+	static const uint8_t gw_mac[6] = STACK_GATEWAY_MAC, g_mac[6] = VIRTIO_NET_GUEST_MAC;
+	static const uint8_t guest_ip[4] = STACK_GUEST_IP;
 	memset(p, 0, VIRTIO_NET_HDR_SIZE + 128);
 	if (pct(10)) { /* header flags and GSO fields of every kind */
 		p[0] = (uint8_t)rnd();
@@ -802,7 +802,7 @@ static size_t net_frame(uint8_t *p, size_t cap)
 		} else if (proto == 17) {
 			static const char q[] = "\7example\3com";
 			be16(l4, (uint16_t)(30000 + rn(16)));
-			be16(l4 + 2, pct(80) ? NS_DNS_PORT : (uint16_t)rnd());
+			be16(l4 + 2, pct(80) ? STACK_DNS_PORT : (uint16_t)rnd());
 			uint8_t *dns = l4 + 8;
 			be16(dns, (uint16_t)rnd());
 			be16(dns + 2, 0x0100);
@@ -1094,7 +1094,7 @@ static void gen_final(void)
 		s[0] = (struct seg){ a + i * 2048ull, 2048, VRING_F_WRITE };
 		clean_post(D_NET, 0, s, 1);
 	}
-	static const uint8_t g_mac[6] = VIRTIO_NET_GUEST_MAC, gwip[4] = NS_GATEWAY_IP;
+	static const uint8_t g_mac[6] = VIRTIO_NET_GUEST_MAC, gwip[4] = STACK_GATEWAY_IP;
 	memset(b, 0, sizeof b);
 	uint8_t *e = b + VIRTIO_NET_HDR_SIZE;
 	memset(e, 0xff, 6);
@@ -1226,7 +1226,7 @@ struct rig {
 	struct policy pol;
 	struct audit audit;
 	struct virtio_net nic;
-	struct ns *stack;
+	struct stack *stack;
 	struct echo echo;
 	char share[160], sockdir[160], base[80];
 	/* run state, shared with the watchdog */
@@ -1261,7 +1261,7 @@ static void to_guest(void *ctx, const uint8_t *frame, size_t len)
 
 static void to_stack(void *ctx, const uint8_t *frame, size_t len)
 {
-	ns_input(R.stack, frame, len);
+	stack_input(R.stack, frame, len);
 }
 
 static unsigned net_fds(void *ctx, struct pollfd *p, unsigned max)
@@ -1269,14 +1269,14 @@ static unsigned net_fds(void *ctx, struct pollfd *p, unsigned max)
 	if (max < 2)
 		return 0;
 	p[0] = (struct pollfd){ .fd = virtio_net_wake_fd(&R.nic), .events = POLLIN };
-	p[1] = (struct pollfd){ .fd = ns_fd(R.stack), .events = POLLIN };
+	p[1] = (struct pollfd){ .fd = stack_fd(R.stack), .events = POLLIN };
 	return 2;
 }
 
 static void net_handle(void *ctx, const struct pollfd *p, unsigned k)
 {
 	if (k >= 2 && p[1].revents)
-		ns_dispatch(R.stack);
+		stack_dispatch(R.stack);
 	virtio_net_rx_flush(&R.nic);
 }
 
@@ -1605,10 +1605,10 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	 * every later one inherit the confinement (and LeakSanitizer, in it
 	 * too, may then stop them all at exit). */
 	printf("# %s\n", confine(tmp));
-	struct ns_config nc = { .policy = &R.pol, .audit = &R.audit, .output = to_guest,
+	struct stack_config nc = { .policy = &R.pol, .audit = &R.audit, .output = to_guest,
 				.output_ctx = &R.nic, .resolve = no_resolve };
-	if ((rc = ns_create(&nc, &R.stack)) < 0) {
-		snprintf(err, errlen, "ns_create: %s", strerror(-rc));
+	if ((rc = stack_create(&nc, &R.stack)) < 0) {
+		snprintf(err, errlen, "stack_create: %s", strerror(-rc));
 		return -1;
 	}
 	struct vbus_poller np = { net_fds, net_handle, NULL };
@@ -1776,7 +1776,7 @@ int main(int argc, char **argv)
 
 	echo_stop(&R.echo);
 	vbus_destroy(&R.bus);
-	ns_destroy(R.stack);
+	stack_destroy(R.stack);
 	virtio_net_destroy(&R.nic);
 	policy_free(&R.pol);
 	mounts_free(&R.mnt);

@@ -112,18 +112,18 @@ int main(int argc, char **argv)
 	static const char *const modes[] = {"none", "public", "allowlist"};
 	struct audit_learn learn;
 	char err[256], ifname[16];
-	struct ns_config cfg;
-	struct ns_stats st;
+	struct stack_config cfg;
+	struct stack_stats st;
 	struct audit au;
 	struct policy pol;
-	struct ns *s;
+	struct stack *s;
 	enum policy_mode mode = POLICY_MODE_PUBLIC;
 	long lifetime = 150;
 	int gso = 1;
 	time_t end;
 	static uint8_t buf[65536];
-	struct ns_forward fwd[NS_MAX_FORWARDS];
-	static struct ns_host hosts[NS_MAX_HOSTS];
+	struct stack_forward fwd[STACK_MAX_FORWARDS];
+	static struct stack_host hosts[STACK_MAX_HOSTS];
 	size_t nhosts = 0;
 	size_t nfwd = 0, j;
 	int i, r;
@@ -165,13 +165,13 @@ int main(int argc, char **argv)
 				usage();
 			ntable++;
 		} else if (strcmp(a, "--forward") == 0) {
-			if (nfwd == NS_MAX_FORWARDS || ns_forward_parse(v, &fwd[nfwd], err, sizeof err) < 0) {
+			if (nfwd == STACK_MAX_FORWARDS || stack_forward_parse(v, &fwd[nfwd], err, sizeof err) < 0) {
 				fprintf(stderr, "harness: %s\n", err);
 				return 2;
 			}
 			nfwd++;
 		} else if (strcmp(a, "--add-host") == 0) {
-			if (nhosts == NS_MAX_HOSTS || ns_host_parse(v, &hosts[nhosts], err, sizeof err) < 0) {
+			if (nhosts == STACK_MAX_HOSTS || stack_host_parse(v, &hosts[nhosts], err, sizeof err) < 0) {
 				fprintf(stderr, "harness: %s\n", err);
 				return 2;
 			}
@@ -245,16 +245,16 @@ int main(int argc, char **argv)
 		}
 		cfg.icpt = tlsconf_icpt(&tls);
 	}
-	r = ns_create(&cfg, &s);
+	r = stack_create(&cfg, &s);
 	if (r < 0) {
-		fprintf(stderr, "harness: ns_create: %s\n", strerror(-r));
+		fprintf(stderr, "harness: stack_create: %s\n", strerror(-r));
 		return 1;
 	}
 	for (j = 0; j < nfwd; j++) {
 		char ip[64];
 
 		policy_addr_format(&fwd[j].host, ip, sizeof ip);
-		if ((r = ns_forward_add(s, &fwd[j])) < 0) {
+		if ((r = stack_forward_add(s, &fwd[j])) < 0) {
 			fprintf(stderr, "harness: forward %s:%u: %s\n", ip, fwd[j].host_port, strerror(-r));
 			return 1;
 		}
@@ -266,7 +266,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	end = time(NULL) + lifetime;
 	while (!stop && time(NULL) < end) {
-		struct pollfd pfd[2] = {{.fd = tap_fd, .events = POLLIN}, {.fd = ns_fd(s), .events = POLLIN}};
+		struct pollfd pfd[2] = {{.fd = tap_fd, .events = POLLIN}, {.fd = stack_fd(s), .events = POLLIN}};
 		int k;
 
 		if (poll(pfd, 2, 200) < 0)
@@ -285,11 +285,11 @@ int main(int argc, char **argv)
 			 * wants one is not ours to honour. */
 			if ((size_t)n < sizeof(struct gso_hdr) || (buf[0] & GSO_F_NEEDS_CSUM) || buf[1] != GSO_TYPE_NONE)
 				continue;
-			ns_input(s, buf + sizeof(struct gso_hdr), (size_t)n - sizeof(struct gso_hdr));
+			stack_input(s, buf + sizeof(struct gso_hdr), (size_t)n - sizeof(struct gso_hdr));
 		}
-		ns_dispatch(s);
+		stack_dispatch(s);
 	}
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	printf("stats frames_in=%llu dropped=%llu tcp_allowed=%llu tcp_denied=%llu tcp_failed=%llu dns=%llu "
 	       "to_host=%llu to_guest=%llu fwd_accepted=%llu fwd_refused=%llu udp_refused=%llu dns_rate_refused=%llu dns_busy_refused=%llu flows=%zu tap_drops=%lu\n",
 	       (unsigned long long)st.frames_in, (unsigned long long)st.frames_dropped,
@@ -302,7 +302,7 @@ int main(int argc, char **argv)
 	printf("stats tls_intercepted=%llu tls_refused=%llu\n", (unsigned long long)st.tls_intercepted,
 	       (unsigned long long)st.tls_refused);
 	fflush(stdout);
-	ns_destroy(s);
+	stack_destroy(s);
 	tlsconf_free(&tls);
 	if (learn_path) {
 		int fd = open(learn_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

@@ -46,22 +46,22 @@ END_TEST
 START_TEST(forwards)
 {
 	struct netdev n;
-	struct ns_forward fw;
+	struct stack_forward fw;
 	char err[256], ports[256];
 	netdev_init(&n);
-	ck_assert_int_eq(ns_forward_parse("8080:80", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(stack_forward_parse("8080:80", &fw, err, sizeof err), 0);
 	ck_assert_uint_eq(fw.host.family, 4);
 	ck_assert_uint_eq(fw.host.b[0], 127);
 	ck_assert_uint_eq(fw.host.b[3], 1);
 	ck_assert_uint_eq(fw.host_port, 8080);
 	ck_assert_uint_eq(fw.guest_port, 80);
-	ck_assert_int_eq(ns_forward_parse("127.0.0.2:0:8000", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(stack_forward_parse("127.0.0.2:0:8000", &fw, err, sizeof err), 0);
 	ck_assert_uint_eq(fw.host.b[3], 2);
 	ck_assert_uint_eq(fw.host_port, 0);
-	ck_assert_int_eq(ns_forward_parse("[::1]:9000:22", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(stack_forward_parse("[::1]:9000:22", &fw, err, sizeof err), 0);
 	ck_assert_uint_eq(fw.host.family, 6);
 	ck_assert_uint_eq(fw.host.b[15], 1);
-	ck_assert_int_eq(ns_forward_parse("::1:9000:22", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(stack_forward_parse("::1:9000:22", &fw, err, sizeof err), 0);
 	ck_assert_uint_eq(fw.host.family, 6);
 	/* Anything other machines could reach is refused, with the reason. */
 	static const char *const outside[] = {
@@ -69,7 +69,7 @@ START_TEST(forwards)
 		"10.0.2.15:1:2", "[::ffff:127.0.0.1]:1:2",
 	};
 	for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
-		ck_assert_int_eq(ns_forward_parse(outside[i], &fw, err, sizeof err), -EINVAL);
+		ck_assert_int_eq(stack_forward_parse(outside[i], &fw, err, sizeof err), -EINVAL);
 		ck_assert_ptr_nonnull(strstr(err, "loopback"));
 	}
 	static const char *const bad[] = {
@@ -77,7 +77,7 @@ START_TEST(forwards)
 		"localhost:8080:80", "127.1:8080:80", "[127.0.0.1:1:2", "123456:80", "1:2:3:4:5:6:7:8:9:10:1:2",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-		ck_assert_msg(ns_forward_parse(bad[i], &fw, err, sizeof err) == -EINVAL, "%s", bad[i]);
+		ck_assert_msg(stack_forward_parse(bad[i], &fw, err, sizeof err) == -EINVAL, "%s", bad[i]);
 	netdev_ports(&n, ports, sizeof ports);
 	ck_assert_str_eq(ports, "");
 	ck_assert_int_eq(netdev_add_forward(&n, "8080:80", err, sizeof err), 0);
@@ -86,7 +86,7 @@ START_TEST(forwards)
 	ck_assert_str_eq(ports, "127.0.0.1:8080->80,[::1]:0->22");
 	netdev_ports(&n, ports, 20);
 	ck_assert_str_eq(ports, "127.0.0.1:8080->80");
-	while (n.nfwd < NS_MAX_FORWARDS)
+	while (n.nfwd < STACK_MAX_FORWARDS)
 		ck_assert_int_eq(netdev_add_forward(&n, "1:1", err, sizeof err), 0);
 	ck_assert_int_eq(netdev_add_forward(&n, "1:1", err, sizeof err), -ENOSPC);
 	/* Forwarding needs a NIC. */
@@ -101,30 +101,30 @@ END_TEST
 START_TEST(hosts)
 {
 	struct netdev n;
-	struct ns_host h;
+	struct stack_host h;
 	char err[256];
 	netdev_init(&n);
-	ck_assert_int_eq(ns_host_parse("DB.Example.:192.168.1.5", &h, err, sizeof err), 0);
+	ck_assert_int_eq(stack_host_parse("DB.Example.:192.168.1.5", &h, err, sizeof err), 0);
 	ck_assert_str_eq(h.name, "db.example");
 	ck_assert_uint_eq(h.addr.family, 4);
 	ck_assert_uint_eq(h.addr.b[3], 5);
-	ck_assert_int_eq(ns_host_parse("v6.test:2001:db8::1", &h, err, sizeof err), 0);
+	ck_assert_int_eq(stack_host_parse("v6.test:2001:db8::1", &h, err, sizeof err), 0);
 	ck_assert_uint_eq(h.addr.family, 6);
-	ck_assert_int_eq(ns_host_parse("v6.test:[::1]", &h, err, sizeof err), 0);
+	ck_assert_int_eq(stack_host_parse("v6.test:[::1]", &h, err, sizeof err), 0);
 	ck_assert_uint_eq(h.addr.b[15], 1);
-	ck_assert_int_eq(ns_host_parse("host.kbox.internal:1.2.3.4", &h, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(stack_host_parse("host.kbox.internal:1.2.3.4", &h, err, sizeof err), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "host.kbox.internal"));
 	static const char *const bad[] = {
 		"", "name", "name:", ":1.2.3.4", "127.1:1.2.3.4", "2130706433:1.2.3.4", "a..b:1.2.3.4",
 		"*.x:1.2.3.4", "x:127.1", "x:0x7f.0.0.1", "x:fe80::1%eth0", "x:[1.2.3.4", "x:1.2.3.4:80",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-		ck_assert_msg(ns_host_parse(bad[i], &h, err, sizeof err) == -EINVAL, "%s", bad[i]);
+		ck_assert_msg(stack_host_parse(bad[i], &h, err, sizeof err) == -EINVAL, "%s", bad[i]);
 	ck_assert_int_eq(netdev_add_host(&n, "a.test:10.1.1.1", err, sizeof err), 0);
 	ck_assert_int_eq(netdev_add_host(&n, "a.test:fd00::1", err, sizeof err), 0);
 	ck_assert_int_eq(netdev_add_host(&n, "bad", err, sizeof err), -EINVAL);
 	ck_assert_uint_eq(n.nhosts, 2);
-	while (n.nhosts < NS_MAX_HOSTS)
+	while (n.nhosts < STACK_MAX_HOSTS)
 		ck_assert_int_eq(netdev_add_host(&n, "b.test:1.1.1.1", err, sizeof err), 0);
 	ck_assert_int_eq(netdev_add_host(&n, "b.test:1.1.1.1", err, sizeof err), -ENOSPC);
 	netdev_destroy(&n);

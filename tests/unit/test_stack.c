@@ -507,16 +507,16 @@ static void count_syns(void *ctx, const uint8_t *frame, size_t len)
 }
 
 /* Dispatch for up to ms milliseconds or until done() holds. */
-static void pump(struct ns *s, unsigned ms, int (*done)(struct ns *))
+static void pump(struct stack *s, unsigned ms, int (*done)(struct stack *))
 {
 	struct timespec t0, t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		struct pollfd pfd = {.fd = ns_fd(s), .events = POLLIN};
+		struct pollfd pfd = {.fd = stack_fd(s), .events = POLLIN};
 
 		poll(&pfd, 1, 20);
-		ns_dispatch(s);
+		stack_dispatch(s);
 		if (done && done(s))
 			return;
 		clock_gettime(CLOCK_MONOTONIC, &t);
@@ -525,19 +525,19 @@ static void pump(struct ns *s, unsigned ms, int (*done)(struct ns *))
 	}
 }
 
-static int one_flow(struct ns *s)
+static int one_flow(struct stack *s)
 {
-	struct ns_stats st;
+	struct stack_stats st;
 
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	return st.flows == 1;
 }
 
-static int refused(struct ns *s)
+static int refused(struct stack *s)
 {
-	struct ns_stats st;
+	struct stack_stats st;
 
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	return st.fwd_refused == 1 && st.flows == 0;
 }
 
@@ -545,8 +545,8 @@ START_TEST(forward_without_guest)
 {
 	struct policy pol;
 	struct audit au = {.fd = -1};
-	struct ns_forward fw;
-	struct ns_config cfg = {
+	struct stack_forward fw;
+	struct stack_config cfg = {
 		.policy = &pol,
 		.audit = &au,
 		.output = count_syns,
@@ -555,20 +555,20 @@ START_TEST(forward_without_guest)
 	};
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	struct epoll_event ev;
-	struct ns_stats st;
+	struct stack_stats st;
 	struct rlimit rl = {.rlim_cur = 128, .rlim_max = 128};
 	char err[256], b;
 	int fds[128], nfds = 0, c, c2, i;
-	struct ns *s;
+	struct stack *s;
 
 	policy_init(&pol, POLICY_MODE_PUBLIC);
-	ck_assert_int_eq(ns_create(&cfg, &s), 0);
+	ck_assert_int_eq(stack_create(&cfg, &s), 0);
 	/* Refused before any socket exists. */
-	ck_assert_int_eq(ns_forward_parse("0:8000", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(stack_forward_parse("0:8000", &fw, err, sizeof err), 0);
 	fw.host.b[0] = 10;
-	ck_assert_int_eq(ns_forward_add(s, &fw), -EINVAL);
-	ck_assert_int_eq(ns_forward_parse("127.0.0.1:0:8000", &fw, err, sizeof err), 0);
-	ck_assert_int_eq(ns_forward_add(s, &fw), 0);
+	ck_assert_int_eq(stack_forward_add(s, &fw), -EINVAL);
+	ck_assert_int_eq(stack_forward_parse("127.0.0.1:0:8000", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(stack_forward_add(s, &fw), 0);
 	ck_assert_uint_ne(fw.host_port, 0);
 	sin.sin_port = htons(fw.host_port);
 
@@ -581,11 +581,11 @@ START_TEST(forward_without_guest)
 	while (nfds < 128 && (fds[nfds] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
 		nfds++;
 	ck_assert_int_eq(errno, EMFILE);
-	ns_dispatch(s);
+	stack_dispatch(s);
 	/* Only the timer (data 0) may be ready now, never the listener. */
-	c2 = epoll_wait(ns_fd(s), &ev, 1, 0);
+	c2 = epoll_wait(stack_fd(s), &ev, 1, 0);
 	ck_assert(c2 == 0 || (c2 == 1 && ev.data.u64 == 0));
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	ck_assert_uint_eq(st.flows, 0);
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
@@ -604,7 +604,7 @@ START_TEST(forward_without_guest)
 	ck_assert_int_eq(recv(c, &b, 1, 0), -1);
 	ck_assert_int_eq(errno, ECONNRESET);
 	close(c);
-	ns_destroy(s);
+	stack_destroy(s);
 	policy_free(&pol);
 }
 END_TEST
@@ -663,16 +663,16 @@ static void count_syns_gso(void *ctx, const struct gso_hdr *h, const uint8_t *fr
 	ck_assert_int_eq(gso_segment(h, frame, len, done, sizeof done, count_syns_done, ctx), 0);
 }
 
-/* The stack's output with segmentation offload: ns_create wants one of
- * the two callbacks, and a frame sent outside ns_input (here the SYN of a
- * forwarded connection, from ns_dispatch) leaves before the call
+/* The stack's output with segmentation offload: stack_create wants one of
+ * the two callbacks, and a frame sent outside stack_input (here the SYN of a
+ * forwarded connection, from stack_dispatch) leaves before the call
  * returns. */
 START_TEST(gso_output)
 {
 	struct policy pol;
 	struct audit au = {.fd = -1};
-	struct ns_forward fw;
-	struct ns_config cfg = {
+	struct stack_forward fw;
+	struct stack_config cfg = {
 		.policy = &pol,
 		.audit = &au,
 		.guest_mac = gmac,
@@ -680,15 +680,15 @@ START_TEST(gso_output)
 	};
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	char err[256];
-	struct ns *s;
+	struct stack *s;
 	int c;
 
 	policy_init(&pol, POLICY_MODE_PUBLIC);
-	ck_assert_int_eq(ns_create(&cfg, &s), -EINVAL);
+	ck_assert_int_eq(stack_create(&cfg, &s), -EINVAL);
 	cfg.output_gso = count_syns_gso;
-	ck_assert_int_eq(ns_create(&cfg, &s), 0);
-	ck_assert_int_eq(ns_forward_parse("127.0.0.1:0:8001", &fw, err, sizeof err), 0);
-	ck_assert_int_eq(ns_forward_add(s, &fw), 0);
+	ck_assert_int_eq(stack_create(&cfg, &s), 0);
+	ck_assert_int_eq(stack_forward_parse("127.0.0.1:0:8001", &fw, err, sizeof err), 0);
+	ck_assert_int_eq(stack_forward_add(s, &fw), 0);
 	sin.sin_port = htons(fw.host_port);
 	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(c, 0);
@@ -699,7 +699,7 @@ START_TEST(gso_output)
 	ck_assert_uint_ge(syns, 1);
 	ck_assert_uint_eq(syn_dport, 8001);
 	close(c);
-	ns_destroy(s);
+	stack_destroy(s);
 	policy_free(&pol);
 }
 END_TEST

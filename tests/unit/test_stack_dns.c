@@ -2,7 +2,7 @@
  * stack's lock: with a resolver that takes 1.5 s over one name, other
  * questions are answered and a TCP connection opens meanwhile; the slow
  * answer still arrives, filtered and remembered like any other; questions
- * beyond NS_DNS_INFLIGHT waiting are REFUSED at once; and a stack
+ * beyond STACK_DNS_INFLIGHT waiting are REFUSED at once; and a stack
  * destroyed with questions under way waits for the resolver calls and
  * leaks nothing.  The resolver is a callback over a fixed table (no real
  * name is ever resolved); the only socket is a listener on 127.0.0.1. */
@@ -23,9 +23,9 @@
 #include "netstack/stack.h"
 
 static const uint8_t gmac[6] = {0x02, 0, 0, 0, 0, 0x15};
-static const uint8_t wmac[6] = NS_GATEWAY_MAC;
-static const uint8_t gip[4] = NS_GUEST_IP;
-static const uint8_t wip[4] = NS_GATEWAY_IP;
+static const uint8_t wmac[6] = STACK_GATEWAY_MAC;
+static const uint8_t gip[4] = STACK_GUEST_IP;
+static const uint8_t wip[4] = STACK_GATEWAY_IP;
 
 #define SLOW_MS 1500
 #define MAX_SEEN 1024
@@ -64,7 +64,7 @@ static void output(void *ctx, const uint8_t *frame, size_t len)
 	if (frame_parse(frame, len, &p) < 0 || memcmp(p.eth_dst, gmac, 6) != 0)
 		return;
 	pthread_mutex_lock(&seen_m);
-	if (p.proto == FRAME_IP_UDP && p.sport == NS_DNS_PORT && p.data_len >= 12 && nseen < MAX_SEEN) {
+	if (p.proto == FRAME_IP_UDP && p.sport == STACK_DNS_PORT && p.data_len >= 12 && nseen < MAX_SEEN) {
 		seen[nseen].id = (uint16_t)(p.data[0] << 8 | p.data[1]);
 		seen[nseen].rcode = p.data[3] & 15;
 		seen[nseen].answers = (unsigned)(p.data[6] << 8 | p.data[7]);
@@ -99,7 +99,7 @@ static int resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr *o
 	return strcmp(name, "nosuch.test") == 0 ? DNS_RCODE_NXDOMAIN : DNS_RCODE_NOERROR;
 }
 
-static void send_query(struct ns *s, uint16_t id, const char *name)
+static void send_query(struct stack *s, uint16_t id, const char *name)
 {
 	uint8_t q[300], f[FRAME_MAX];
 	size_t len = 12, n;
@@ -124,8 +124,8 @@ static void send_query(struct ns *s, uint16_t id, const char *name)
 	q[len++] = DNS_TYPE_A;
 	q[len++] = 0;
 	q[len++] = DNS_CLASS_IN;
-	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 40000, wip, NS_DNS_PORT, q, len, f, sizeof f, &n), 0);
-	ns_input(s, f, n);
+	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 40000, wip, STACK_DNS_PORT, q, len, f, sizeof f, &n), 0);
+	stack_input(s, f, n);
 }
 
 static void put16(uint8_t *b, unsigned v)
@@ -135,7 +135,7 @@ static void put16(uint8_t *b, unsigned v)
 }
 
 /* The guest's SYN from port 41000 to the gateway's port. */
-static void send_syn(struct ns *s, uint16_t port)
+static void send_syn(struct stack *s, uint16_t port)
 {
 	uint8_t f[54] = {0}, ph[12 + 20] = {0};
 	uint8_t *ip = f + 14, *tcp = f + 34;
@@ -162,7 +162,7 @@ static void send_syn(struct ns *s, uint16_t port)
 	put16(ph + 10, 20);
 	memcpy(ph + 12, tcp, 20);
 	put16(tcp + 16, frame_csum(ph, sizeof ph, 0));
-	ns_input(s, f, sizeof f);
+	stack_input(s, f, sizeof f);
 }
 
 static const struct reply *find(uint16_t id)
@@ -190,16 +190,16 @@ static size_t count(int rcode)
 }
 
 /* Dispatch until the reply to id is in or ms passed. */
-static const struct reply *wait_for(struct ns *s, uint16_t id, unsigned ms)
+static const struct reply *wait_for(struct stack *s, uint16_t id, unsigned ms)
 {
 	uint64_t end = now_ms() + ms;
 	const struct reply *r;
 
 	while (!(r = find(id)) && now_ms() < end) {
-		struct pollfd pfd = {.fd = ns_fd(s), .events = POLLIN};
+		struct pollfd pfd = {.fd = stack_fd(s), .events = POLLIN};
 
 		poll(&pfd, 1, 10);
-		ns_dispatch(s);
+		stack_dispatch(s);
 	}
 	return r;
 }
@@ -242,12 +242,12 @@ START_TEST(slow_name_stalls_nothing)
 	socklen_t sl = sizeof sin;
 	struct policy pol;
 	struct audit au = {.fd = -1};
-	struct ns_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
+	struct stack_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
 	const struct reply *slow, *fast, *priv, *none;
-	struct ns_stats st;
+	struct stack_stats st;
 	char rule[64], err[256];
 	uint64_t t0;
-	struct ns *s;
+	struct stack *s;
 	int lfd, c;
 
 	reset_seen();
@@ -259,7 +259,7 @@ START_TEST(slow_name_stalls_nothing)
 	policy_init(&pol, POLICY_MODE_PUBLIC);
 	snprintf(rule, sizeof rule, "host.kbox.internal:%u", ntohs(sin.sin_port));
 	ck_assert_int_eq(policy_add_rule(&pol, rule, err, sizeof err), 0);
-	ck_assert_int_eq(ns_create(&cfg, &s), 0);
+	ck_assert_int_eq(stack_create(&cfg, &s), 0);
 
 	t0 = now_ms();
 	send_query(s, 1, "slow.test");
@@ -281,12 +281,12 @@ START_TEST(slow_name_stalls_nothing)
 	ck_assert_int_eq(none->rcode, DNS_RCODE_NXDOMAIN);
 	/* The TCP connection opened (host connect, SYN-ACK) meanwhile. */
 	while (!got_synack() && now_ms() < t0 + SLOW_MS - 200) {
-		struct pollfd pfd = {.fd = ns_fd(s), .events = POLLIN};
+		struct pollfd pfd = {.fd = stack_fd(s), .events = POLLIN};
 
 		poll(&pfd, 1, 10);
-		ns_dispatch(s);
+		stack_dispatch(s);
 	}
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	ck_assert_msg(got_synack(), "no SYN-ACK: tcp allowed %llu denied %llu failed %llu, frames %llu dropped %llu",
 		      (unsigned long long)st.tcp_allowed, (unsigned long long)st.tcp_denied,
 		      (unsigned long long)st.tcp_failed, (unsigned long long)st.frames_in,
@@ -294,7 +294,7 @@ START_TEST(slow_name_stalls_nothing)
 	c = accept(lfd, NULL, NULL);
 	ck_assert_int_ge(c, 0);
 	ck_assert_ptr_null(find(1));
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	ck_assert_uint_eq(st.dns_inflight, 1);
 	ck_assert_uint_eq(st.tcp_allowed, 1);
 
@@ -304,21 +304,21 @@ START_TEST(slow_name_stalls_nothing)
 	ck_assert_int_eq(slow->rcode, DNS_RCODE_NOERROR);
 	ck_assert_uint_eq(slow->answers, 1);
 	ck_assert_uint_ge(slow->at_ms - t0, SLOW_MS - 50);
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	ck_assert_uint_eq(st.dns_inflight, 0);
 	ck_assert_uint_eq(st.dns_queries, 4);
 	close(c);
-	ns_destroy(s);
+	stack_destroy(s);
 	close(lfd);
 	policy_free(&pol);
 }
 END_TEST
 
-static int all_answered(struct ns *s)
+static int all_answered(struct stack *s)
 {
-	struct ns_stats st;
+	struct stack_stats st;
 
-	ns_get_stats(s, &st);
+	stack_get_stats(s, &st);
 	return st.dns_inflight == 0;
 }
 
@@ -326,47 +326,47 @@ START_TEST(inflight_bound)
 {
 	struct policy pol;
 	struct audit au = {.fd = -1};
-	struct ns_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
-	struct ns_stats st;
+	struct stack_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
+	struct stack_stats st;
 	uint64_t end;
 	uint16_t id = 1;
-	struct ns *s;
+	struct stack *s;
 
 	reset_seen();
 	policy_init(&pol, POLICY_MODE_PUBLIC);
-	ck_assert_int_eq(ns_create(&cfg, &s), 0);
-	/* The rate cap lets NS_DNS_BURST through at once and refills, so
+	ck_assert_int_eq(stack_create(&cfg, &s), 0);
+	/* The rate cap lets STACK_DNS_BURST through at once and refills, so
 	 * keep asking until the bound, not the rate, refuses. */
-	end = now_ms() + 4000 + 1000 * NS_DNS_INFLIGHT / NS_DNS_PER_SEC;
+	end = now_ms() + 4000 + 1000 * STACK_DNS_INFLIGHT / STACK_DNS_PER_SEC;
 	for (;;) {
 		send_query(s, id++, "gate.test");
-		ns_get_stats(s, &st);
+		stack_get_stats(s, &st);
 		if (st.dns_busy_refused > 0 || now_ms() > end)
 			break;
 		if (st.dns_rate_refused > 0)
 			usleep(20000);
 	}
 	ck_assert_uint_eq(st.dns_busy_refused, 1);
-	ck_assert_uint_eq(st.dns_inflight, NS_DNS_INFLIGHT);
+	ck_assert_uint_eq(st.dns_inflight, STACK_DNS_INFLIGHT);
 	ck_assert_uint_eq(count(DNS_RCODE_NOERROR), 0);
 	ck_assert_uint_eq(count(DNS_RCODE_REFUSED), (size_t)(st.dns_rate_refused + 1));
 	/* Every other name still waits behind the gate's workers: that is
-	 * the price of NS_DNS_WORKERS.  Open it: all answered. */
+	 * the price of STACK_DNS_WORKERS.  Open it: all answered. */
 	pthread_mutex_lock(&gate_m);
-	ck_assert_uint_le(calls, NS_DNS_WORKERS);
+	ck_assert_uint_le(calls, STACK_DNS_WORKERS);
 	gate_open = true;
 	pthread_cond_broadcast(&gate_c);
 	pthread_mutex_unlock(&gate_m);
 	end = now_ms() + 5000;
 	while (!all_answered(s) && now_ms() < end) {
-		struct pollfd pfd = {.fd = ns_fd(s), .events = POLLIN};
+		struct pollfd pfd = {.fd = stack_fd(s), .events = POLLIN};
 
 		poll(&pfd, 1, 10);
-		ns_dispatch(s);
+		stack_dispatch(s);
 	}
 	ck_assert(all_answered(s));
-	ck_assert_uint_eq(count(DNS_RCODE_NOERROR), NS_DNS_INFLIGHT);
-	ns_destroy(s);
+	ck_assert_uint_eq(count(DNS_RCODE_NOERROR), STACK_DNS_INFLIGHT);
+	stack_destroy(s);
 	policy_free(&pol);
 }
 END_TEST
@@ -375,32 +375,32 @@ START_TEST(destroy_while_resolving)
 {
 	struct policy pol;
 	struct audit au = {.fd = -1};
-	struct ns_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
-	struct ns *s;
+	struct stack_config cfg = {.policy = &pol, .audit = &au, .output = output, .resolve = resolve};
+	struct stack *s;
 	uint64_t t0;
 	uint16_t i;
 
 	reset_seen();
 	policy_init(&pol, POLICY_MODE_PUBLIC);
-	ck_assert_int_eq(ns_create(&cfg, &s), 0);
+	ck_assert_int_eq(stack_create(&cfg, &s), 0);
 	/* More slow questions than workers: some run, the rest queue. */
-	for (i = 1; i <= 2 * NS_DNS_WORKERS; i++)
+	for (i = 1; i <= 2 * STACK_DNS_WORKERS; i++)
 		send_query(s, i, "slow.test");
 	t0 = now_ms() + 2000;
-	while (started_calls() < NS_DNS_WORKERS && now_ms() < t0)
+	while (started_calls() < STACK_DNS_WORKERS && now_ms() < t0)
 		usleep(5000);
-	ck_assert_uint_eq(started_calls(), NS_DNS_WORKERS);
+	ck_assert_uint_eq(started_calls(), STACK_DNS_WORKERS);
 	t0 = now_ms();
-	ns_destroy(s);
+	stack_destroy(s);
 	/* Waited for the calls under way (one round), not for the queue. */
 	ck_assert_uint_ge(now_ms() - t0, SLOW_MS / 2);
 	ck_assert_uint_lt(now_ms() - t0, 2 * SLOW_MS);
 	ck_assert_uint_eq(nseen, 0);
 	/* The threads serve the next stack. */
-	ck_assert_int_eq(ns_create(&cfg, &s), 0);
+	ck_assert_int_eq(stack_create(&cfg, &s), 0);
 	send_query(s, 7, "fast.test");
 	ck_assert_ptr_nonnull(wait_for(s, 7, 2000));
-	ns_destroy(s);
+	stack_destroy(s);
 	policy_free(&pol);
 }
 END_TEST

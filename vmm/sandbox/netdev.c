@@ -47,10 +47,10 @@ int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, si
 
 int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen)
 {
-	if (n->nfwd >= NS_MAX_FORWARDS)
+	if (n->nfwd >= STACK_MAX_FORWARDS)
 		return errbuf_fail(err, errlen, -ENOSPC, "too many -p options (at most %u)",
-			       NS_MAX_FORWARDS);
-	int r = ns_forward_parse(spec, &n->fwd[n->nfwd], err, errlen);
+			       STACK_MAX_FORWARDS);
+	int r = stack_forward_parse(spec, &n->fwd[n->nfwd], err, errlen);
 	if (r == 0)
 		n->nfwd++;
 	return r;
@@ -59,15 +59,15 @@ int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t err
 /* Append the pin spec; what names its origin in messages. */
 static int add_host(struct netdev *n, const char *spec, const char *what, char *err, size_t errlen)
 {
-	struct ns_host h;
+	struct stack_host h;
 	char msg[256];
-	int r = ns_host_parse(spec, &h, msg, sizeof msg);
+	int r = stack_host_parse(spec, &h, msg, sizeof msg);
 	if (r < 0)
 		return errbuf_fail(err, errlen, r, "%s: %s", what, msg);
-	if (n->nhosts >= NS_MAX_HOSTS)
+	if (n->nhosts >= STACK_MAX_HOSTS)
 		return errbuf_fail(err, errlen, -ENOSPC, "%s: too many pinned names (at most %u)", what,
-			       NS_MAX_HOSTS);
-	struct ns_host *p = realloc(n->hosts, (n->nhosts + 1) * sizeof *p);
+			       STACK_MAX_HOSTS);
+	struct stack_host *p = realloc(n->hosts, (n->nhosts + 1) * sizeof *p);
 	if (!p)
 		return errbuf_fail(err, errlen, -ENOMEM, "%s: out of memory", what);
 	n->hosts = p;
@@ -98,7 +98,7 @@ void netdev_ports(const struct netdev *n, char *buf, size_t len)
 	buf[0] = '\0';
 	for (size_t i = 0; i < n->nfwd; i++) {
 		char ip[64];
-		const struct ns_forward *f = &n->fwd[i];
+		const struct stack_forward *f = &n->fwd[i];
 		if (policy_addr_format(&f->host, ip, sizeof ip) < 0)
 			snprintf(ip, sizeof ip, "?");
 		int k = snprintf(buf + used, len - used, f->host.family == 6 ? "%s[%s]:%u->%u" : "%s%s:%u->%u",
@@ -179,7 +179,7 @@ static void to_guest(void *ctx, const struct gso_hdr *h, const uint8_t *frame, s
 static void to_stack(void *ctx, const uint8_t *frame, size_t len)
 {
 	struct netdev *n = ctx;
-	ns_input(n->stack, frame, len);
+	stack_input(n->stack, frame, len);
 }
 
 static unsigned poll_fds(void *ctx, struct pollfd *p, unsigned max)
@@ -188,7 +188,7 @@ static unsigned poll_fds(void *ctx, struct pollfd *p, unsigned max)
 	if (max < 2)
 		return 0;
 	p[0] = (struct pollfd){ .fd = virtio_net_wake_fd(&n->nic), .events = POLLIN };
-	p[1] = (struct pollfd){ .fd = ns_fd(n->stack), .events = POLLIN };
+	p[1] = (struct pollfd){ .fd = stack_fd(n->stack), .events = POLLIN };
 	return 2;
 }
 
@@ -196,7 +196,7 @@ static void poll_handle(void *ctx, const struct pollfd *p, unsigned k)
 {
 	struct netdev *n = ctx;
 	if (k >= 2 && p[1].revents)
-		ns_dispatch(n->stack);
+		stack_dispatch(n->stack);
 	virtio_net_rx_flush(&n->nic);
 }
 
@@ -237,7 +237,7 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		return errbuf_fail(err, errlen, r, "cannot create the network device: %s",
 			       strerror(-r));
 	n->nic_made = true;
-	struct ns_config cfg = {
+	struct stack_config cfg = {
 		.policy = &n->pol,
 		.hosts = n->hosts,
 		.nhosts = n->nhosts,
@@ -251,13 +251,13 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 		.dns_per_sec = n->dns_rate,
 		.icpt = n->icpt,
 	};
-	if ((r = ns_create(&cfg, &n->stack)) < 0)
+	if ((r = stack_create(&cfg, &n->stack)) < 0)
 		return errbuf_fail(err, errlen, r, "cannot start the network stack: %s", strerror(-r));
 	for (size_t i = 0; i < n->nfwd; i++) {
 		char ip[64];
 		if (policy_addr_format(&n->fwd[i].host, ip, sizeof ip) < 0)
 			snprintf(ip, sizeof ip, "?");
-		if ((r = ns_forward_add(n->stack, &n->fwd[i])) < 0)
+		if ((r = stack_forward_add(n->stack, &n->fwd[i])) < 0)
 			return errbuf_fail(err, errlen, r, "-p: cannot listen on %s port %u: %s", ip,
 				       n->fwd[i].host_port, strerror(-r));
 	}
@@ -283,12 +283,12 @@ int netdev_write_learned(struct netdev *n, char *err, size_t errlen)
 void netdev_report(struct netdev *n, FILE *f)
 {
 	struct virtio_net_stats v;
-	struct ns_stats st;
+	struct stack_stats st;
 
 	if (!n->stack)
 		return;
 	virtio_net_get_stats(&n->nic, &v);
-	ns_get_stats(n->stack, &st);
+	stack_get_stats(n->stack, &st);
 	fprintf(f,
 		"kbox: network: frames %llu out (%llu dropped), %llu in (%llu dropped, %llu merged), "
 		"%llu bad chains; tcp %llu allowed, %llu denied, %llu failed; %llu DNS queries "
@@ -312,7 +312,7 @@ void netdev_report(struct netdev *n, FILE *f)
 void netdev_destroy(struct netdev *n)
 {
 	if (n->stack)
-		ns_destroy(n->stack);
+		stack_destroy(n->stack);
 	n->stack = NULL;
 	if (n->nic_made)
 		virtio_net_destroy(&n->nic);

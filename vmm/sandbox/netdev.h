@@ -5,8 +5,8 @@
  * Locking (why it cannot deadlock).  Three locks are involved: the bus
  * lock (every device call), lwIP's core lock (every stack call) and the
  * device's receive-queue lock.  They are only ever taken in that order:
- *   - device thread and vCPU MMIO exits: bus lock → (guest TX) ns_input or
- *     (host fd ready) ns_dispatch → core lock → output → rxq lock;
+ *   - device thread and vCPU MMIO exits: bus lock → (guest TX) stack_input or
+ *     (host fd ready) stack_dispatch → core lock → output → rxq lock;
  *   - lwIP's own thread (TCP timers): core lock → output → rxq lock; it
  *     never takes the bus lock, because the output callback only queues
  *     the frame (virtio_net_rx_enqueue_gso, which may cut a merged frame into
@@ -43,11 +43,11 @@ struct netdev {
 	struct audit audit;
 	const char *audit_path; /* NULL: no audit log */
 	struct virtio_net nic;
-	struct ns *stack;
+	struct stack *stack;
 	bool nic_made;
-	struct ns_forward fwd[NS_MAX_FORWARDS]; /* -p, listening once attached */
+	struct stack_forward fwd[STACK_MAX_FORWARDS]; /* -p, listening once attached */
 	size_t nfwd;
-	struct ns_host *hosts; /* --add-host, malloc'd */
+	struct stack_host *hosts; /* --add-host, malloc'd */
 	size_t nhosts;
 	const char *learn_path; /* --learn FILE; NULL: off */
 	int learn_fd;           /* opened by netdev_attach, written by netdev_write_learned */
@@ -77,7 +77,7 @@ int netdev_add_rule(struct netdev *n, const char *rule, bool deny, char *err, si
 int netdev_add_forward(struct netdev *n, const char *spec, char *err, size_t errlen);
 
 /* --add-host NAME:ADDR: 0, -EINVAL (message in err), -ENOSPC (more
- * than NS_MAX_HOSTS) or -ENOMEM. */
+ * than STACK_MAX_HOSTS) or -ENOMEM. */
 int netdev_add_host(struct netdev *n, const char *spec, char *err, size_t errlen);
 
 /* --dns ADDR[:PORT]: 0, or -EINVAL/-ENOSPC with a message in err. */

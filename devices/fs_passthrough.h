@@ -37,7 +37,7 @@
 
 #include "devices/fuse_server.h"
 
-struct fsp_config {
+struct fs_passthrough_config {
 	const char *root; /* host directory to serve */
 	bool readonly;
 	/* Hidden glob patterns (fnmatch, case-insensitive).  A pattern with
@@ -45,7 +45,7 @@ struct fsp_config {
 	 * matches the path relative to the mount root, e.g.
 	 * "config/secret-*", and a leading '/' anchors a name at the root
 	 * ("/.env" hides the root's .env only).  hidden_set false means the
-	 * defaults (FSP_DEFAULT_HIDDEN); true with n_hidden 0 means nothing
+	 * defaults (FS_PASSTHROUGH_DEFAULT_HIDDEN); true with n_hidden 0 means nothing
 	 * is hidden. */
 	const char *const *hidden;
 	size_t n_hidden;
@@ -61,26 +61,26 @@ struct fsp_config {
 /* The default hidden list, NULL-terminated: .env, secrets.env and
  * kbox.yaml, each with any suffix, with '.' or '#' in front, and with
  * ".#" in front (editor swap, autosave, lock and backup copies). */
-extern const char *const FSP_DEFAULT_HIDDEN[];
+extern const char *const FS_PASSTHROUGH_DEFAULT_HIDDEN[];
 
-struct fsp;
+struct fs_passthrough;
 
-/* The backend's ops table, for fuse_server_new(&fsp_ops, fsp, ...). */
-extern const struct fuse_fs_ops fsp_ops;
+/* The backend's ops table, for fuse_server_new(&fs_passthrough_ops, fsp, ...). */
+extern const struct fuse_fs_ops fs_passthrough_ops;
 
 /* Opens cfg->root (which must be a directory; the path itself may contain
  * symlinks, it is the host user's choice) and prepares the tables.
  * Returns 0 and *out, or a negative errno. */
-int fsp_new(const struct fsp_config *cfg, struct fsp **out);
+int fs_passthrough_new(const struct fs_passthrough_config *cfg, struct fs_passthrough **out);
 
 /* Closes every fd and frees the backend.  NULL is a no-op. */
-void fsp_free(struct fsp *p);
+void fs_passthrough_free(struct fs_passthrough *p);
 
 /* Host fds currently held for the guest (inodes + open handles, root
  * excluded); for tests and the fd cap. */
-unsigned fsp_open_fds(const struct fsp *p);
+unsigned fs_passthrough_open_fds(const struct fs_passthrough *p);
 
 /* Inodes the backend remembers for the guest, root excluded; for tests. */
-unsigned fsp_inodes(const struct fsp *p);
+unsigned fs_passthrough_inodes(const struct fs_passthrough *p);
 
 #endif

@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int fsp_check_name(const char *name)
+int fs_passthrough_check_name(const char *name)
 {
 	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 ||
 	    strcmp(name, "..") == 0)
@@ -23,7 +23,7 @@ int fsp_check_name(const char *name)
 	return 0;
 }
 
-int fsp_rel_path(struct fsp *p, int dirfd, char *buf, size_t size)
+int fs_passthrough_rel_path(struct fs_passthrough *p, int dirfd, char *buf, size_t size)
 {
 	char link[32], host[PATH_MAX + 1];
 
@@ -55,13 +55,13 @@ int fsp_rel_path(struct fsp *p, int dirfd, char *buf, size_t size)
  * dirrel when the caller knows it (else it is read from dirfd when a
  * pattern needs it).  1 hidden, 0 not, <0 unknown (callers treat it as
  * hidden). */
-static int fsp_hidden_at(struct fsp *p, int dirfd, const char *dirrel,
+static int fs_passthrough_hidden_at(struct fs_passthrough *p, int dirfd, const char *dirrel,
 			 const char *name)
 {
 	char path[PATH_MAX];
 
 	if (!dirrel && fs_hidden_needs_path(p->hid)) {
-		int rc = fsp_rel_path(p, dirfd, path, sizeof path);
+		int rc = fs_passthrough_rel_path(p, dirfd, path, sizeof path);
 		if (rc < 0)
 			return rc;
 		dirrel = path;
@@ -69,16 +69,16 @@ static int fsp_hidden_at(struct fsp *p, int dirfd, const char *dirrel,
 	return fs_hidden_hidden(p->hid, dirrel, name);
 }
 
-int fsp_hidden(struct fsp *p, int dirfd, const char *name)
+int fs_passthrough_hidden(struct fs_passthrough *p, int dirfd, const char *name)
 {
-	return fsp_hidden_at(p, dirfd, NULL, name);
+	return fs_passthrough_hidden_at(p, dirfd, NULL, name);
 }
 
 /* Whether directory dirfd took another spelling of name for the same
  * entry st: name with its ASCII letters' case flipped, or with a dot
  * added (vfat, exFAT and Windows servers drop trailing dots).  1 yes, 0
  * no, -1 cannot tell from this name (no letters, and no dot dropped). */
-static signed char fsp_probe_folds(int dirfd, const char *name,
+static signed char fs_passthrough_probe_folds(int dirfd, const char *name,
 				   const struct stat *st)
 {
 	char alt[NAME_MAX + 2];
@@ -106,7 +106,7 @@ static signed char fsp_probe_folds(int dirfd, const char *name,
 /* 1 if directory dirfd lists name byte for byte, 0 if not, or a negative
  * errno.  The listing takes a short-lived fd of its own, outside the cap
  * (which leaves 64 fds of RLIMIT_NOFILE for such). */
-static int fsp_listed(int dirfd, const char *name)
+static int fs_passthrough_listed(int dirfd, const char *name)
 {
 	char buf[8192] __attribute__((aligned(8)));
 	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -121,9 +121,9 @@ static int fsp_listed(int dirfd, const char *name)
 			break;
 		}
 		for (long pos = 0; pos < n;) {
-			const struct fsp_dirent64 *de =
-				(const struct fsp_dirent64 *)(buf + pos);
-			size_t hl = offsetof(struct fsp_dirent64, d_name);
+			const struct fs_passthrough_dirent64 *de =
+				(const struct fs_passthrough_dirent64 *)(buf + pos);
+			size_t hl = offsetof(struct fs_passthrough_dirent64, d_name);
 			if (de->d_reclen <= hl || de->d_reclen > (size_t)(n - pos)) {
 				close(fd);
 				return -EIO;
@@ -140,29 +140,29 @@ static int fsp_listed(int dirfd, const char *name)
 	return rc;
 }
 
-int fsp_spelling(struct fsp *p, uint32_t di, int dirfd, const char *name,
+int fs_passthrough_spelling(struct fs_passthrough *p, uint32_t di, int dirfd, const char *name,
 		 const struct stat *st)
 {
-	struct fsp_node *d = &p->nodes[di];
+	struct fs_passthrough_node *d = &p->nodes[di];
 
 	if (d->folds < 0)
-		d->folds = fsp_probe_folds(dirfd, name, st);
+		d->folds = fs_passthrough_probe_folds(dirfd, name, st);
 	if (d->folds <= 0)
 		return 0;
-	int rc = fsp_listed(dirfd, name);
+	int rc = fs_passthrough_listed(dirfd, name);
 	return rc < 0 ? rc : rc ? 0 : -ENOENT;
 }
 
-int fsp_spelling_at(struct fsp *p, uint32_t di, int dirfd, const char *name)
+int fs_passthrough_spelling_at(struct fs_passthrough *p, uint32_t di, int dirfd, const char *name)
 {
 	struct stat st;
 
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
-	return fsp_spelling(p, di, dirfd, name, &st);
+	return fs_passthrough_spelling(p, di, dirfd, name, &st);
 }
 
-int fsp_check_current(struct fsp *p, int fd)
+int fs_passthrough_check_current(struct fs_passthrough *p, int fd)
 {
 	char link[32], host[PATH_MAX + 1], dir[PATH_MAX + 1];
 	struct stat st;
@@ -192,7 +192,7 @@ int fsp_check_current(struct fsp *p, int fd)
 		char *slash = strchr(rel, '/');
 		if (slash)
 			*slash = '\0';
-		if (fsp_hidden_at(p, -1, dir, rel) != 0)
+		if (fs_passthrough_hidden_at(p, -1, dir, rel) != 0)
 			return -ESTALE;
 		size_t l = strlen(rel);
 		if (dl + l + 2 > sizeof dir)

@@ -14,14 +14,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static uint32_t fsp_hash(const struct fsp *p, dev_t dev, ino_t ino)
+static uint32_t fs_passthrough_hash(const struct fs_passthrough *p, dev_t dev, ino_t ino)
 {
 	uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
 	h ^= h >> 29;
 	return (uint32_t)(h & (p->hash_size - 1));
 }
 
-int fsp_rehash(struct fsp *p, uint32_t size)
+int fs_passthrough_rehash(struct fs_passthrough *p, uint32_t size)
 {
 	uint32_t *h = malloc(sizeof *h * size);
 
@@ -31,112 +31,112 @@ int fsp_rehash(struct fsp *p, uint32_t size)
 	p->hash = h;
 	p->hash_size = size;
 	for (uint32_t i = 0; i < size; i++)
-		h[i] = FSP_NONE;
+		h[i] = FS_PASSTHROUGH_NONE;
 	for (uint32_t i = 0; i < p->n_nodes; i++) {
-		struct fsp_node *n = &p->nodes[i];
+		struct fs_passthrough_node *n = &p->nodes[i];
 		if (!n->used || !n->hashed)
 			continue;
-		uint32_t b = fsp_hash(p, n->dev, n->ino);
+		uint32_t b = fs_passthrough_hash(p, n->dev, n->ino);
 		n->hnext = h[b];
 		h[b] = i;
 	}
 	return 0;
 }
 
-struct fsp_node *fsp_find(struct fsp *p, dev_t dev, ino_t ino)
+struct fs_passthrough_node *fs_passthrough_find(struct fs_passthrough *p, dev_t dev, ino_t ino)
 {
-	for (uint32_t i = p->hash[fsp_hash(p, dev, ino)]; i != FSP_NONE;
+	for (uint32_t i = p->hash[fs_passthrough_hash(p, dev, ino)]; i != FS_PASSTHROUGH_NONE;
 	     i = p->nodes[i].hnext)
 		if (p->nodes[i].dev == dev && p->nodes[i].ino == ino)
 			return &p->nodes[i];
 	return NULL;
 }
 
-void fsp_unhash(struct fsp *p, uint32_t i)
+void fs_passthrough_unhash(struct fs_passthrough *p, uint32_t i)
 {
-	struct fsp_node *n = &p->nodes[i];
+	struct fs_passthrough_node *n = &p->nodes[i];
 	if (!n->hashed)
 		return;
-	uint32_t *link = &p->hash[fsp_hash(p, n->dev, n->ino)];
+	uint32_t *link = &p->hash[fs_passthrough_hash(p, n->dev, n->ino)];
 	while (*link != i)
 		link = &p->nodes[*link].hnext;
 	*link = n->hnext;
 	n->hashed = false;
 }
 
-static void fsp_lru_unlink(struct fsp *p, uint32_t i)
+static void fs_passthrough_lru_unlink(struct fs_passthrough *p, uint32_t i)
 {
-	struct fsp_node *n = &p->nodes[i];
-	if (n->lru_prev != FSP_NONE)
+	struct fs_passthrough_node *n = &p->nodes[i];
+	if (n->lru_prev != FS_PASSTHROUGH_NONE)
 		p->nodes[n->lru_prev].lru_next = n->lru_next;
 	else
 		p->lru_head = n->lru_next;
-	if (n->lru_next != FSP_NONE)
+	if (n->lru_next != FS_PASSTHROUGH_NONE)
 		p->nodes[n->lru_next].lru_prev = n->lru_prev;
 	else
 		p->lru_tail = n->lru_prev;
-	n->lru_prev = n->lru_next = FSP_NONE;
+	n->lru_prev = n->lru_next = FS_PASSTHROUGH_NONE;
 }
 
-static void fsp_lru_front(struct fsp *p, uint32_t i)
+static void fs_passthrough_lru_front(struct fs_passthrough *p, uint32_t i)
 {
-	struct fsp_node *n = &p->nodes[i];
-	n->lru_prev = FSP_NONE;
+	struct fs_passthrough_node *n = &p->nodes[i];
+	n->lru_prev = FS_PASSTHROUGH_NONE;
 	n->lru_next = p->lru_head;
-	if (p->lru_head != FSP_NONE)
+	if (p->lru_head != FS_PASSTHROUGH_NONE)
 		p->nodes[p->lru_head].lru_prev = i;
 	else
 		p->lru_tail = i;
 	p->lru_head = i;
 }
 
-static bool fsp_in_lru(const struct fsp *p, uint32_t i)
+static bool fs_passthrough_in_lru(const struct fs_passthrough *p, uint32_t i)
 {
-	const struct fsp_node *n = &p->nodes[i];
+	const struct fs_passthrough_node *n = &p->nodes[i];
 	return i != 0 && n->fd >= 0 && n->pins == 0;
 }
 
-static void fsp_close_node_fd(struct fsp *p, uint32_t i)
+static void fs_passthrough_close_node_fd(struct fs_passthrough *p, uint32_t i)
 {
-	struct fsp_node *n = &p->nodes[i];
+	struct fs_passthrough_node *n = &p->nodes[i];
 	if (n->fd < 0 || i == 0)
 		return;
-	if (fsp_in_lru(p, i))
-		fsp_lru_unlink(p, i);
+	if (fs_passthrough_in_lru(p, i))
+		fs_passthrough_lru_unlink(p, i);
 	close(n->fd);
 	n->fd = -1;
 	p->fds--;
 }
 
-void fsp_pin(struct fsp *p, uint32_t i)
+void fs_passthrough_pin(struct fs_passthrough *p, uint32_t i)
 {
-	if (fsp_in_lru(p, i))
-		fsp_lru_unlink(p, i);
+	if (fs_passthrough_in_lru(p, i))
+		fs_passthrough_lru_unlink(p, i);
 	p->nodes[i].pins++;
 }
 
-static void fsp_unpin(struct fsp *p, uint32_t i)
+static void fs_passthrough_unpin(struct fs_passthrough *p, uint32_t i)
 {
 	p->nodes[i].pins--;
-	if (fsp_in_lru(p, i))
-		fsp_lru_front(p, i);
+	if (fs_passthrough_in_lru(p, i))
+		fs_passthrough_lru_front(p, i);
 }
 
 /* Room for one more fd under the cap: closes the least recently used node
  * fd unless the current reopen walk uses it (pinned nodes are not in the
  * LRU at all).  Handles are never closed for room. */
-static int fsp_make_room(struct fsp *p)
+static int fs_passthrough_make_room(struct fs_passthrough *p)
 {
 	while (p->fds >= p->max_fds) {
 		uint32_t t = p->lru_tail;
-		if (t == FSP_NONE || p->nodes[t].gen == p->gen)
+		if (t == FS_PASSTHROUGH_NONE || p->nodes[t].gen == p->gen)
 			return -EMFILE;
-		fsp_close_node_fd(p, t);
+		fs_passthrough_close_node_fd(p, t);
 	}
 	return 0;
 }
 
-int64_t fsp_insert(struct fsp *p, const struct stat *st, uint32_t parent,
+int64_t fs_passthrough_insert(struct fs_passthrough *p, const struct stat *st, uint32_t parent,
 		   const char *name)
 {
 	uint32_t i;
@@ -144,46 +144,46 @@ int64_t fsp_insert(struct fsp *p, const struct stat *st, uint32_t parent,
 
 	if (name && !(nm = strdup(name)))
 		return -ENOMEM;
-	if (p->free_node != FSP_NONE) {
+	if (p->free_node != FS_PASSTHROUGH_NONE) {
 		i = p->free_node;
 		p->free_node = p->nodes[i].hnext;
 	} else {
-		/* Indices stay below FSP_NONE. */
+		/* Indices stay below FS_PASSTHROUGH_NONE. */
 		if (grow_array(&p->nodes, &p->cap_nodes, (size_t)p->n_nodes + 1, sizeof *p->nodes, 64,
-			       FSP_NONE) < 0) {
+			       FS_PASSTHROUGH_NONE) < 0) {
 			free(nm);
 			return -ENOMEM;
 		}
 		i = p->n_nodes++;
 	}
-	struct fsp_node *n = &p->nodes[i];
-	*n = (struct fsp_node){
+	struct fs_passthrough_node *n = &p->nodes[i];
+	*n = (struct fs_passthrough_node){
 		.fd = -1, .used = true, .hashed = true,
 		.type = st->st_mode & S_IFMT, .dev = st->st_dev,
 		.ino = st->st_ino, .parent = parent, .name = nm,
-		.lru_prev = FSP_NONE, .lru_next = FSP_NONE, .folds = -1,
+		.lru_prev = FS_PASSTHROUGH_NONE, .lru_next = FS_PASSTHROUGH_NONE, .folds = -1,
 	};
-	if (parent != FSP_NONE)
+	if (parent != FS_PASSTHROUGH_NONE)
 		p->nodes[parent].refs++;
-	uint32_t b = fsp_hash(p, n->dev, n->ino);
+	uint32_t b = fs_passthrough_hash(p, n->dev, n->ino);
 	n->hnext = p->hash[b];
 	p->hash[b] = i;
 	p->n_live++;
 	if (p->n_live > p->hash_size * 2 && p->hash_size < (1u << 30))
-		fsp_rehash(p, p->hash_size * 2); /* on failure chains grow */
+		fs_passthrough_rehash(p, p->hash_size * 2); /* on failure chains grow */
 	return i;
 }
 
 /* Frees node i if nothing holds it any more, then its parent likewise. */
-static void fsp_release_node(struct fsp *p, uint32_t i)
+static void fs_passthrough_release_node(struct fs_passthrough *p, uint32_t i)
 {
-	while (i != 0 && i != FSP_NONE) {
-		struct fsp_node *n = &p->nodes[i];
+	while (i != 0 && i != FS_PASSTHROUGH_NONE) {
+		struct fs_passthrough_node *n = &p->nodes[i];
 		if (!n->used || n->nlookup > 0 || n->refs > 0)
 			return;
 		uint32_t parent = n->parent;
-		fsp_unhash(p, i);
-		fsp_close_node_fd(p, i);
+		fs_passthrough_unhash(p, i);
+		fs_passthrough_close_node_fd(p, i);
 		free(n->name);
 		n->name = NULL;
 		n->used = false;
@@ -192,7 +192,7 @@ static void fsp_release_node(struct fsp *p, uint32_t i)
 		n->hnext = p->free_node;
 		p->free_node = i;
 		p->n_live--;
-		if (parent == FSP_NONE)
+		if (parent == FS_PASSTHROUGH_NONE)
 			return;
 		p->nodes[parent].refs--;
 		i = parent;
@@ -200,22 +200,22 @@ static void fsp_release_node(struct fsp *p, uint32_t i)
 }
 
 /* Whether a is b or one of b's ancestors. */
-static bool fsp_is_ancestor(const struct fsp *p, uint32_t a, uint32_t b)
+static bool fs_passthrough_is_ancestor(const struct fs_passthrough *p, uint32_t a, uint32_t b)
 {
-	for (unsigned d = 0; b != FSP_NONE; d++) {
-		if (a == b || d > FSP_MAX_DEPTH)
+	for (unsigned d = 0; b != FS_PASSTHROUGH_NONE; d++) {
+		if (a == b || d > FS_PASSTHROUGH_MAX_DEPTH)
 			return true; /* too deep to tell: treat as a loop */
 		b = p->nodes[b].parent;
 	}
 	return false;
 }
 
-void fsp_rename_node(struct fsp *p, uint32_t i, uint32_t parent, const char *name)
+void fs_passthrough_rename_node(struct fs_passthrough *p, uint32_t i, uint32_t parent, const char *name)
 {
-	struct fsp_node *n = &p->nodes[i];
+	struct fs_passthrough_node *n = &p->nodes[i];
 	if (i == 0 || (n->parent == parent && strcmp(n->name, name) == 0))
 		return;
-	if (fsp_is_ancestor(p, i, parent))
+	if (fs_passthrough_is_ancestor(p, i, parent))
 		return;
 	char *nm = strdup(name);
 	if (!nm)
@@ -228,10 +228,10 @@ void fsp_rename_node(struct fsp *p, uint32_t i, uint32_t parent, const char *nam
 	n->parent = parent;
 	p->nodes[parent].refs++;
 	p->nodes[old].refs--;
-	fsp_release_node(p, old);
+	fs_passthrough_release_node(p, old);
 }
 
-int fsp_open_beneath(int dirfd, const char *name, uint64_t flags,
+int fs_passthrough_open_beneath(int dirfd, const char *name, uint64_t flags,
 		     uint64_t mode)
 {
 	struct open_how how;
@@ -246,29 +246,29 @@ int fsp_open_beneath(int dirfd, const char *name, uint64_t flags,
 }
 
 /* Marks node i's fd as used by this operation. */
-static int fsp_touch(struct fsp *p, uint32_t i)
+static int fs_passthrough_touch(struct fs_passthrough *p, uint32_t i)
 {
-	struct fsp_node *n = &p->nodes[i];
+	struct fs_passthrough_node *n = &p->nodes[i];
 	n->gen = p->gen;
-	if (fsp_in_lru(p, i) && p->lru_head != i) {
-		fsp_lru_unlink(p, i);
-		fsp_lru_front(p, i);
+	if (fs_passthrough_in_lru(p, i) && p->lru_head != i) {
+		fs_passthrough_lru_unlink(p, i);
+		fs_passthrough_lru_front(p, i);
 	}
 	return n->fd;
 }
 
 /* Opens node i from its parent's open fd, checking it is still the same
  * inode. */
-static int fsp_reopen_one(struct fsp *p, uint32_t i)
+static int fs_passthrough_reopen_one(struct fs_passthrough *p, uint32_t i)
 {
-	struct fsp_node *n = &p->nodes[i];
+	struct fs_passthrough_node *n = &p->nodes[i];
 	struct stat st;
-	int pfd = fsp_touch(p, n->parent);
-	int rc = fsp_make_room(p);
+	int pfd = fs_passthrough_touch(p, n->parent);
+	int rc = fs_passthrough_make_room(p);
 
 	if (rc < 0)
 		return rc;
-	int fd = fsp_open_beneath(pfd, n->name, O_PATH, 0);
+	int fd = fs_passthrough_open_beneath(pfd, n->name, O_PATH, 0);
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ELOOP || fd == -EXDEV ? -ESTALE : fd;
 	if (fstat(fd, &st) < 0 || st.st_dev != n->dev || st.st_ino != n->ino ||
@@ -278,29 +278,29 @@ static int fsp_reopen_one(struct fsp *p, uint32_t i)
 	}
 	n->fd = fd;
 	p->fds++;
-	if (fsp_in_lru(p, i))
-		fsp_lru_front(p, i);
+	if (fs_passthrough_in_lru(p, i))
+		fs_passthrough_lru_front(p, i);
 	n->gen = p->gen;
 	return 0;
 }
 
-int fsp_node_fd(struct fsp *p, struct fsp_node *n)
+int fs_passthrough_node_fd(struct fs_passthrough *p, struct fs_passthrough_node *n)
 {
-	uint32_t want = fsp_index(p, n);
+	uint32_t want = fs_passthrough_index(p, n);
 
 	p->gen++;
 	if (n->fd >= 0)
-		return fsp_touch(p, want);
-	for (unsigned round = 0; round <= FSP_MAX_DEPTH; round++) {
+		return fs_passthrough_touch(p, want);
+	for (unsigned round = 0; round <= FS_PASSTHROUGH_MAX_DEPTH; round++) {
 		/* The closed node nearest the root on the way to want. */
 		uint32_t c = want;
 		unsigned d = 0;
 		while (p->nodes[p->nodes[c].parent].fd < 0) {
 			c = p->nodes[c].parent;
-			if (++d > FSP_MAX_DEPTH)
+			if (++d > FS_PASSTHROUGH_MAX_DEPTH)
 				return -ESTALE;
 		}
-		int rc = fsp_reopen_one(p, c);
+		int rc = fs_passthrough_reopen_one(p, c);
 		if (rc < 0)
 			return rc;
 		if (c == want)
@@ -309,75 +309,75 @@ int fsp_node_fd(struct fsp *p, struct fsp_node *n)
 	return -ESTALE;
 }
 
-void fsp_hold(struct fsp *p, uint32_t i)
+void fs_passthrough_hold(struct fs_passthrough *p, uint32_t i)
 {
 	p->nodes[i].refs++;
-	fsp_pin(p, i);
+	fs_passthrough_pin(p, i);
 }
 
-void fsp_drop(struct fsp *p, uint32_t i)
+void fs_passthrough_drop(struct fs_passthrough *p, uint32_t i)
 {
-	fsp_unpin(p, i);
+	fs_passthrough_unpin(p, i);
 	p->nodes[i].refs--;
-	fsp_release_node(p, i);
+	fs_passthrough_release_node(p, i);
 }
 
-void fsp_put(struct fsp *p, uint32_t i)
+void fs_passthrough_put(struct fs_passthrough *p, uint32_t i)
 {
-	fsp_lock(p);
-	fsp_drop(p, i);
-	fsp_unlock(p);
+	fs_passthrough_lock(p);
+	fs_passthrough_drop(p, i);
+	fs_passthrough_unlock(p);
 }
 
-int fsp_get(struct fsp *p, uint64_t nodeid, uint32_t *idx)
+int fs_passthrough_get(struct fs_passthrough *p, uint64_t nodeid, uint32_t *idx)
 {
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fs_passthrough_node *n = fs_passthrough_node(p, nodeid);
 
 	if (!n)
 		return -ESTALE;
-	int fd = fsp_node_fd(p, n);
+	int fd = fs_passthrough_node_fd(p, n);
 	if (fd < 0)
 		return fd;
-	*idx = fsp_index(p, n);
-	fsp_hold(p, *idx);
+	*idx = fs_passthrough_index(p, n);
+	fs_passthrough_hold(p, *idx);
 	return fd;
 }
 
-int fsp_get_unlocked(struct fsp *p, uint64_t nodeid, uint32_t *idx)
+int fs_passthrough_get_unlocked(struct fs_passthrough *p, uint64_t nodeid, uint32_t *idx)
 {
-	fsp_lock(p);
-	int fd = fsp_get(p, nodeid, idx);
-	fsp_unlock(p);
+	fs_passthrough_lock(p);
+	int fd = fs_passthrough_get(p, nodeid, idx);
+	fs_passthrough_unlock(p);
 	return fd;
 }
 
-int fsp_reserve(struct fsp *p)
+int fs_passthrough_reserve(struct fs_passthrough *p)
 {
 	p->gen++;
-	int rc = fsp_make_room(p);
+	int rc = fs_passthrough_make_room(p);
 	if (rc < 0)
 		return rc;
 	p->fds++;
 	return 0;
 }
 
-void fsp_unreserve(struct fsp *p)
+void fs_passthrough_unreserve(struct fs_passthrough *p)
 {
 	p->fds--;
 }
 
-void fsp_forget_locked(struct fsp *p, uint64_t nodeid, uint64_t nlookup)
+void fs_passthrough_forget_locked(struct fs_passthrough *p, uint64_t nodeid, uint64_t nlookup)
 {
-	struct fsp_node *n = fsp_node(p, nodeid);
+	struct fs_passthrough_node *n = fs_passthrough_node(p, nodeid);
 
 	if (!n || nodeid == 1)
 		return;
 	n->nlookup = nlookup >= n->nlookup ? 0 : n->nlookup - nlookup;
 	if (n->nlookup == 0)
-		fsp_release_node(p, (uint32_t)(nodeid - 1));
+		fs_passthrough_release_node(p, (uint32_t)(nodeid - 1));
 }
 
-struct fsp_handle *fsp_fh(struct fsp *p, uint64_t fh, bool dir)
+struct fs_passthrough_handle *fs_passthrough_fh(struct fs_passthrough *p, uint64_t fh, bool dir)
 {
 	if (fh >= p->n_fhs || p->fhs[fh].fd < 0 || p->fhs[fh].closing ||
 	    p->fhs[fh].dir != dir)
@@ -385,26 +385,26 @@ struct fsp_handle *fsp_fh(struct fsp *p, uint64_t fh, bool dir)
 	return &p->fhs[fh];
 }
 
-int fsp_fh_get(struct fsp *p, uint64_t fh, bool dir, uint32_t *node)
+int fs_passthrough_fh_get(struct fs_passthrough *p, uint64_t fh, bool dir, uint32_t *node)
 {
 	int fd = -EBADF;
 
-	fsp_lock(p);
-	struct fsp_handle *h = fsp_fh(p, fh, dir);
+	fs_passthrough_lock(p);
+	struct fs_passthrough_handle *h = fs_passthrough_fh(p, fh, dir);
 	if (h) {
 		h->busy++;
 		fd = h->fd;
 		if (node)
 			*node = h->node;
 	}
-	fsp_unlock(p);
+	fs_passthrough_unlock(p);
 	return fd;
 }
 
 /* Closes handle i and lets go of its node; lock held, nothing busy on it. */
-static void fsp_fh_free(struct fsp *p, uint32_t i)
+static void fs_passthrough_fh_free(struct fs_passthrough *p, uint32_t i)
 {
-	struct fsp_handle *h = &p->fhs[i];
+	struct fs_passthrough_handle *h = &p->fhs[i];
 
 	close(h->fd);
 	p->fds--;
@@ -412,106 +412,106 @@ static void fsp_fh_free(struct fsp *p, uint32_t i)
 	h->closing = false;
 	h->next_free = p->free_fh;
 	p->free_fh = i;
-	fsp_unpin(p, h->node);
+	fs_passthrough_unpin(p, h->node);
 	p->nodes[h->node].refs--;
-	fsp_release_node(p, h->node);
+	fs_passthrough_release_node(p, h->node);
 }
 
-void fsp_fh_put(struct fsp *p, uint64_t fh)
+void fs_passthrough_fh_put(struct fs_passthrough *p, uint64_t fh)
 {
-	fsp_lock(p);
-	struct fsp_handle *h = &p->fhs[fh];
+	fs_passthrough_lock(p);
+	struct fs_passthrough_handle *h = &p->fhs[fh];
 	if (--h->busy == 0 && h->closing)
-		fsp_fh_free(p, (uint32_t)fh);
-	fsp_unlock(p);
+		fs_passthrough_fh_free(p, (uint32_t)fh);
+	fs_passthrough_unlock(p);
 }
 
-int fsp_fh_new(struct fsp *p, int fd, bool dir, uint32_t node, uint64_t *fh)
+int fs_passthrough_fh_new(struct fs_passthrough *p, int fd, bool dir, uint32_t node, uint64_t *fh)
 {
 	uint32_t i;
 
-	if (p->free_fh != FSP_NONE) {
+	if (p->free_fh != FS_PASSTHROUGH_NONE) {
 		i = p->free_fh;
 		p->free_fh = p->fhs[i].next_free;
 	} else {
-		if (grow_array(&p->fhs, &p->cap_fhs, (size_t)p->n_fhs + 1, sizeof *p->fhs, 16, FSP_NONE) < 0) {
+		if (grow_array(&p->fhs, &p->cap_fhs, (size_t)p->n_fhs + 1, sizeof *p->fhs, 16, FS_PASSTHROUGH_NONE) < 0) {
 			close(fd);
-			fsp_unreserve(p);
+			fs_passthrough_unreserve(p);
 			return -ENOMEM;
 		}
 		i = p->n_fhs++;
 	}
-	p->fhs[i] = (struct fsp_handle){ .fd = fd, .dir = dir, .node = node,
-					 .next_free = FSP_NONE };
+	p->fhs[i] = (struct fs_passthrough_handle){ .fd = fd, .dir = dir, .node = node,
+					 .next_free = FS_PASSTHROUGH_NONE };
 	p->nodes[node].refs++;
-	fsp_pin(p, node);
+	fs_passthrough_pin(p, node);
 	*fh = i;
 	return 0;
 }
 
-int fsp_fh_close(struct fsp *p, uint64_t fh, bool dir)
+int fs_passthrough_fh_close(struct fs_passthrough *p, uint64_t fh, bool dir)
 {
 	int rc = -EBADF;
 
-	fsp_lock(p);
-	struct fsp_handle *h = fsp_fh(p, fh, dir);
+	fs_passthrough_lock(p);
+	struct fs_passthrough_handle *h = fs_passthrough_fh(p, fh, dir);
 	if (h) {
 		h->closing = true;
 		if (h->busy == 0)
-			fsp_fh_free(p, (uint32_t)fh);
+			fs_passthrough_fh_free(p, (uint32_t)fh);
 		rc = 0;
 	}
-	fsp_unlock(p);
+	fs_passthrough_unlock(p);
 	return rc;
 }
 
-void fsp_reset(void *be)
+void fs_passthrough_reset(void *be)
 {
-	struct fsp *p = be;
+	struct fs_passthrough *p = be;
 
-	fsp_lock(p);
+	fs_passthrough_lock(p);
 	for (uint32_t i = 0; i < p->n_fhs; i++)
 		if (p->fhs[i].fd >= 0)
-			fsp_fh_free(p, i);
+			fs_passthrough_fh_free(p, i);
 	for (uint32_t i = 1; i < p->n_nodes; i++) {
 		if (!p->nodes[i].used)
 			continue;
-		fsp_close_node_fd(p, i);
+		fs_passthrough_close_node_fd(p, i);
 		free(p->nodes[i].name);
 		p->nodes[i].used = false;
 	}
 	p->n_nodes = 1;
 	p->n_live = 1;
-	p->free_node = FSP_NONE;
-	p->lru_head = p->lru_tail = FSP_NONE;
+	p->free_node = FS_PASSTHROUGH_NONE;
+	p->lru_head = p->lru_tail = FS_PASSTHROUGH_NONE;
 	p->nodes[0].refs = 0;
 	for (uint32_t b = 0; b < p->hash_size; b++)
-		p->hash[b] = FSP_NONE;
-	p->nodes[0].hnext = FSP_NONE;
-	p->hash[fsp_hash(p, p->nodes[0].dev, p->nodes[0].ino)] = 0;
+		p->hash[b] = FS_PASSTHROUGH_NONE;
+	p->nodes[0].hnext = FS_PASSTHROUGH_NONE;
+	p->hash[fs_passthrough_hash(p, p->nodes[0].dev, p->nodes[0].ino)] = 0;
 	p->n_fhs = 0;
-	p->free_fh = FSP_NONE;
-	fsp_unlock(p);
+	p->free_fh = FS_PASSTHROUGH_NONE;
+	fs_passthrough_unlock(p);
 }
 
 /* The counters are read under the lock; the const in the contract is the
  * caller's view, the mutex inside is not. */
-unsigned fsp_open_fds(const struct fsp *p)
+unsigned fs_passthrough_open_fds(const struct fs_passthrough *p)
 {
-	struct fsp *q = (struct fsp *)p;
+	struct fs_passthrough *q = (struct fs_passthrough *)p;
 
-	fsp_lock(q);
+	fs_passthrough_lock(q);
 	unsigned n = q->fds;
-	fsp_unlock(q);
+	fs_passthrough_unlock(q);
 	return n;
 }
 
-unsigned fsp_inodes(const struct fsp *p)
+unsigned fs_passthrough_inodes(const struct fs_passthrough *p)
 {
-	struct fsp *q = (struct fsp *)p;
+	struct fs_passthrough *q = (struct fs_passthrough *)p;
 
-	fsp_lock(q);
+	fs_passthrough_lock(q);
 	unsigned n = q->n_live - 1;
-	fsp_unlock(q);
+	fs_passthrough_unlock(q);
 	return n;
 }

@@ -233,7 +233,7 @@ static int serve_threads(int fd, struct fuse_server *srv, unsigned n)
 int main(int argc, char **argv)
 {
 	const char *hidden[MAX_HIDDEN], *extra[MAX_HIDDEN];
-	struct fsp_config cfg = { 0 };
+	struct fs_passthrough_config cfg = { 0 };
 	struct fuse_server_config scfg = { 0 };
 	struct rlimit rl;
 	double timeout = 1.0;
@@ -312,8 +312,8 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 
-	struct fsp *fs;
-	int rc = fsp_new(&cfg, &fs);
+	struct fs_passthrough *fs;
+	int rc = fs_passthrough_new(&cfg, &fs);
 	if (rc < 0) {
 		fprintf(stderr, "kbox-fuse-mount: cannot serve %s: %s\n",
 			cfg.root, strerror(-rc));
@@ -326,10 +326,10 @@ int main(int argc, char **argv)
 	scfg.ids = as_user ? idmap_owner(as_uid, as_gid) :
 			     idmap_owner(geteuid(), getegid());
 	struct fuse_server *srv;
-	rc = fuse_server_new(&fsp_ops, fs, &scfg, &srv);
+	rc = fuse_server_new(&fs_passthrough_ops, fs, &scfg, &srv);
 	if (rc < 0) {
 		fprintf(stderr, "kbox-fuse-mount: %s\n", strerror(-rc));
-		fsp_free(fs);
+		fs_passthrough_free(fs);
 		return 1;
 	}
 	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -358,6 +358,6 @@ int main(int argc, char **argv)
 	rc = serve_threads(fd, srv, threads);
 	close(fd);
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	return rc;
 }

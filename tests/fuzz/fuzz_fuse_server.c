@@ -35,7 +35,7 @@ static int capped_fallocate(void *be, uint64_t fh, int mode, off_t off,
 {
 	if (len > (1 << 20))
 		return -ENOSPC;
-	return fsp_ops.fallocate(be, fh, mode, off, len);
+	return fs_passthrough_ops.fallocate(be, fh, mode, off, len);
 }
 
 static void put(const char *rel, const char *text)
@@ -76,7 +76,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		abort();
 	snprintf(tree, sizeof tree, "%s/root", base);
 	atexit(cleanup);
-	ops = fsp_ops;
+	ops = fs_passthrough_ops;
 	ops.fallocate = capped_fallocate;
 	reply = malloc(REPLY_SIZE);
 	if (!reply)
@@ -87,9 +87,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const extra[] = { "sub/secret" };
-	struct fsp_config cfg = { .max_fds = 64, .hidden_extra = extra, .n_hidden_extra = 1 };
+	struct fs_passthrough_config cfg = { .max_fds = 64, .hidden_extra = extra, .n_hidden_extra = 1 };
 	struct fuse_server_config scfg = { .posix_locks = true };
-	struct fsp *fs;
+	struct fs_passthrough *fs;
 	struct fuse_server *srv;
 	struct {
 		struct fuse_in_header h;
@@ -108,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	fresh_tree();
 	cfg.root = tree;
-	if (fsp_new(&cfg, &fs) < 0)
+	if (fs_passthrough_new(&cfg, &fs) < 0)
 		abort();
 	if (fuse_server_new(&ops, fs, &scfg, &srv) < 0)
 		abort();
@@ -138,6 +138,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size -= len;
 	}
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	return 0;
 }

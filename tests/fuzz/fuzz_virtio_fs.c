@@ -136,7 +136,7 @@ static void fresh_tree(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz_input in = { data, size };
-	struct fsp *fs;
+	struct fs_passthrough *fs;
 	struct fuse_server *srv;
 
 	fresh_tree();
@@ -144,12 +144,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	fv_clear(&drv);
 	static const char *const extra[] = { "d/secret" };
-	struct fsp_config fc = { .root = tree, .max_fds = 64, .hidden_extra = extra,
+	struct fs_passthrough_config fc = { .root = tree, .max_fds = 64, .hidden_extra = extra,
 				 .n_hidden_extra = 1 };
 	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE };
-	if (fsp_new(&fc, &fs) < 0)
+	if (fs_passthrough_new(&fc, &fs) < 0)
 		abort();
-	if (fuse_server_new(&fsp_ops, fs, &sc, &srv) < 0 || virtio_fs_init(&vfs, srv, "fuzz") < 0 ||
+	if (fuse_server_new(&fs_passthrough_ops, fs, &sc, &srv) < 0 || virtio_fs_init(&vfs, srv, "fuzz") < 0 ||
 	    virtio_mmio_init(&t, &vfs.dev, &drv.gm, NULL) < 0)
 		abort();
 	drv.mmio = &t;
@@ -176,6 +176,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	return 0;
 }

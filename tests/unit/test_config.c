@@ -1200,9 +1200,9 @@ START_TEST(protect_mounts_hides_config_files)
 	/* The parent keeps the default list and gains the files' names. */
 	ck_assert(ms.m[1].hidden_set);
 	size_t ndef = 0;
-	while (FSP_DEFAULT_HIDDEN[ndef])
+	while (FS_PASSTHROUGH_DEFAULT_HIDDEN[ndef])
 		ndef++;
-	ck_assert(has_pattern(&ms.m[1], FSP_DEFAULT_HIDDEN[0]));
+	ck_assert(has_pattern(&ms.m[1], FS_PASSTHROUGH_DEFAULT_HIDDEN[0]));
 	ck_assert(has_pattern(&ms.m[1], "keys\\[1].yaml"));
 	ck_assert_uint_eq(ms.m[1].n_hidden, ndef + 4);
 	/* Only what lies below a mount's root counts: the secrets file's

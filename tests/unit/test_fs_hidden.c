@@ -20,7 +20,7 @@
 #include "tests/lib/tmp_tree.h"
 
 static char dir[64];
-static struct fsp *fs;
+static struct fs_passthrough *fs;
 static struct fuse_server *srv;
 static uint8_t req[64 * 1024];
 static uint8_t rep[64 * 1024];
@@ -66,14 +66,14 @@ static void setup(void)
 static void teardown(void)
 {
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	srv = NULL;
 	fs = NULL;
 	ck_assert_int_eq(tt_remove(dir), 0);
 }
 
 /* Serves dir with c (its root filled in) and sends INIT. */
-static void serve(struct fsp_config c)
+static void serve(struct fs_passthrough_config c)
 {
 	struct fuse_server_config sc = { .entry_timeout = 1, .attr_timeout = 1 };
 	struct {
@@ -83,8 +83,8 @@ static void serve(struct fsp_config c)
 		   { .major = 7, .minor = 38, .flags = 0xffffffffu } };
 
 	c.root = dir;
-	ck_assert_int_eq(fsp_new(&c, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	ck_assert_int_eq(fs_passthrough_new(&c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fs_passthrough_ops, fs, &sc, &srv), 0);
 	ck_assert_int_gt(fuse_server_handle_buf(srv, &init, sizeof init, rep, sizeof rep), 0);
 }
 
@@ -176,7 +176,7 @@ START_TEST(case_insensitive)
 	static const char *const names[] = { ".ENV", ".Env", ".eNv.LOCAL",
 					     "SECRETS.ENV", "Kbox.Yaml" };
 	char listed[1024];
-	serve((struct fsp_config){ 0 });
+	serve((struct fs_passthrough_config){ 0 });
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		put(names[i], "SECRET=1");
 		ck_assert_int_eq(lookup(FUSE_ROOT_ID, names[i], NULL), -ENOENT);
@@ -190,12 +190,12 @@ START_TEST(case_insensitive)
 	ck_assert_int_eq(create(FUSE_ROOT_ID, "Secrets.Env"), -EACCES);
 	/* A pattern of the mount's own list too, and a path pattern. */
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	mkdir_host("Config");
 	put("Config/Secret.JSON", "k");
 	const char *const pats[] = { "*.pem", "config/secret.json" };
 	put("KEY.PEM", "k");
-	serve((struct fsp_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
+	serve((struct fs_passthrough_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "KEY.PEM", NULL), -ENOENT);
 	uint64_t cfg = lookup_ok(FUSE_ROOT_ID, "Config");
 	ck_assert_int_eq(lookup(cfg, "Secret.JSON", NULL), -ENOENT);
@@ -214,7 +214,7 @@ START_TEST(folded_spellings)
 		"kbox.y\xe2\x80\x8b" "aml",    /* zero width space */
 		"\xef\xbb\xbf" ".env",	       /* BOM */
 	};
-	serve((struct fsp_config){ 0 });
+	serve((struct fs_passthrough_config){ 0 });
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		put(names[i], "SECRET=1");
 		ck_assert_msg(lookup(FUSE_ROOT_ID, names[i], NULL) == -ENOENT,
@@ -224,9 +224,9 @@ START_TEST(folded_spellings)
 	/* A mount's own patterns, which have no '*' at the end to cover
 	 * what a host drops. */
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	const char *const pats[] = { "*.pem", "id_rsa" };
-	serve((struct fsp_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
+	serve((struct fs_passthrough_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
 	static const char *const own[] = { "key.pem.", "key.pem ", "ID_RSA. ",
 					   "\xc4\xb1" "d_rsa" /* dotless i */ };
 	for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
@@ -257,7 +257,7 @@ START_TEST(default_copies)
 	};
 	static const char *const shown[] = { "env", "prod.env", "secrets",
 					     "kbox.yml", "my-secrets.env", "x.env~" };
-	serve((struct fsp_config){ 0 });
+	serve((struct fs_passthrough_config){ 0 });
 	for (size_t i = 0; i < sizeof hidden / sizeof *hidden; i++) {
 		put(hidden[i], "SECRET=1");
 		ck_assert_msg(lookup(FUSE_ROOT_ID, hidden[i], NULL) == -ENOENT,
@@ -284,7 +284,7 @@ START_TEST(hidden_extra_adds)
 	put("a", "a");
 	mkdir_host("sub");
 	put("sub/top-only", "t");
-	serve((struct fsp_config){ .hidden_extra = extra, .n_hidden_extra = 4 });
+	serve((struct fs_passthrough_config){ .hidden_extra = extra, .n_hidden_extra = 4 });
 	/* First bytes of bracket expressions, ranges included, any case. */
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "B.KEY", NULL), -ENOENT);
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "]y", NULL), -ENOENT);
@@ -295,20 +295,20 @@ START_TEST(hidden_extra_adds)
 	lookup_ok(lookup_ok(FUSE_ROOT_ID, "sub"), "top-only");
 	lookup_ok(FUSE_ROOT_ID, "a");
 	fuse_server_free(srv);
-	fsp_free(fs);
-	serve((struct fsp_config){ .hidden_set = true, .hidden_extra = extra,
+	fs_passthrough_free(fs);
+	serve((struct fs_passthrough_config){ .hidden_set = true, .hidden_extra = extra,
 				   .n_hidden_extra = 1 });
 	lookup_ok(FUSE_ROOT_ID, ".env");
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "key.pem", NULL), -ENOENT);
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	srv = NULL;
 	fs = NULL;
 	const char *const bad[] = { "/" };
-	struct fsp_config c = { .root = dir, .hidden_extra = bad, .n_hidden_extra = 1 };
-	ck_assert_int_eq(fsp_new(&c, &fs), -EINVAL);
+	struct fs_passthrough_config c = { .root = dir, .hidden_extra = bad, .n_hidden_extra = 1 };
+	ck_assert_int_eq(fs_passthrough_new(&c, &fs), -EINVAL);
 	c.hidden_extra = NULL;
-	ck_assert_int_eq(fsp_new(&c, &fs), -EINVAL);
+	ck_assert_int_eq(fs_passthrough_new(&c, &fs), -EINVAL);
 	fs = NULL;
 }
 END_TEST
@@ -330,7 +330,7 @@ START_TEST(rename_keeps_path_patterns)
 	mkdir_host("elsewhere");
 	mkdir_host("d");
 	put("d/deep.txt", "k");
-	serve((struct fsp_config){ .hidden = pats, .n_hidden = 3, .hidden_set = true });
+	serve((struct fs_passthrough_config){ .hidden = pats, .n_hidden = 3, .hidden_set = true });
 	uint64_t config = lookup_ok(FUSE_ROOT_ID, "config");
 	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	uint64_t b = lookup_ok(a, "b");
@@ -393,7 +393,7 @@ START_TEST(host_rename_rechecked)
 	put("docs/in", "i");
 	mkdir_host("secrets.env.d");
 	put("moving", "m");
-	serve((struct fsp_config){ 0 });
+	serve((struct fs_passthrough_config){ 0 });
 	uint64_t notes = lookup_ok(FUSE_ROOT_ID, "notes");
 	uint64_t plain = lookup_ok(FUSE_ROOT_ID, "plain");
 	uint64_t leaves = lookup_ok(FUSE_ROOT_ID, "leaves");

@@ -17,7 +17,7 @@
 #include "tests/lib/tmp_tree.h"
 
 static char dir[64];
-static struct fsp *fs;
+static struct fs_passthrough *fs;
 static struct fuse_server *srv;
 static uint8_t req[256 * 1024];
 static uint8_t rep[256 * 1024];
@@ -29,20 +29,20 @@ static void put_file(const char *name, const char *text)
 }
 
 /* A server of the backend c; keep_opendir as in fuse_server_config. */
-static void serve_as(const struct fsp_config *c, bool keep_opendir)
+static void serve_as(const struct fs_passthrough_config *c, bool keep_opendir)
 {
 	struct fuse_server_config sc = { .entry_timeout = 1,
 					 .attr_timeout = 1,
 					 .posix_locks = true,
 					 .keep_opendir = keep_opendir };
-	ck_assert_int_eq(fsp_new(c, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	ck_assert_int_eq(fs_passthrough_new(c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fs_passthrough_ops, fs, &sc, &srv), 0);
 }
 
 static void serve(bool ro, const char *const *hidden, size_t n_hidden,
 		  bool hidden_set, unsigned max_fds)
 {
-	struct fsp_config c = { .root = dir, .readonly = ro, .hidden = hidden,
+	struct fs_passthrough_config c = { .root = dir, .readonly = ro, .hidden = hidden,
 				.n_hidden = n_hidden, .hidden_set = hidden_set,
 				.max_fds = max_fds };
 	serve_as(&c, false);
@@ -65,7 +65,7 @@ static void setup(void)
 static void teardown(void)
 {
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	srv = NULL;
 	fs = NULL;
 	ck_assert_int_eq(tt_remove(dir), 0);
@@ -160,8 +160,8 @@ static uint64_t lookup(uint64_t parent, const char *name, int *err)
 /* The backend holds no inode and no fd for the guest. */
 static void assert_nothing_held(void)
 {
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 0);
 }
 
 /* A LOOKUP that must succeed. */
@@ -304,7 +304,7 @@ START_TEST(hostile_names)
 	ck_assert_int_eq(call(FUSE_RENAME, FUSE_ROOT_ID, &rn, sizeof rn, "a",
 			      ".."),
 			 -EINVAL);
-	ck_assert_int_eq(fsp_open_fds(fs), 0);
+	ck_assert_int_eq(fs_passthrough_open_fds(fs), 0);
 }
 END_TEST
 
@@ -376,8 +376,8 @@ START_TEST(lookup_counts_and_forgets)
 	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	ck_assert_uint_eq(lookup(FUSE_ROOT_ID, "a", &err), a);
 	/* A lookup remembers the inode but opens nothing. */
-	ck_assert_uint_eq(fsp_inodes(fs), 1);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 0);
 	ck_assert_int_eq(send_len(build(FUSE_FORGET, a, &fg, sizeof fg, NULL,
 					NULL)),
 			 0);
@@ -497,8 +497,8 @@ START_TEST(readdir_hides_and_bounds)
 	assert_root_names(names);
 	/* Every entry but . and .. was looked up: a, sub, link; only the
 	 * directory handle holds an fd. */
-	ck_assert_uint_eq(fsp_inodes(fs), 3);
-	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 3);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 1);
 	/* Offsets past the end, and absurd ones, give an empty listing. */
 	const uint64_t offs[] = { UINT64_MAX, (uint64_t)INT64_MAX,
 				  1ull << 62 };
@@ -517,8 +517,8 @@ START_TEST(readdir_hides_and_bounds)
 			 0);
 	ck_assert_uint_eq(((struct fuse_out_header *)rep)->len,
 			  sizeof(struct fuse_out_header));
-	ck_assert_uint_eq(fsp_inodes(fs), 3);
-	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 3);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 1);
 	/* Small steps walk the whole directory exactly once. */
 	walk_root_small_steps(fh);
 	struct fuse_release_in rl = { .fh = fh };
@@ -565,13 +565,13 @@ START_TEST(readdirplus_skips_held_entries)
 	uint64_t sub = listed_nodeid("sub");
 	ck_assert_uint_ne(sub, 0);
 	ck_assert_uint_ne(listed_nodeid("link"), 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 3);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 3);
 	/* One FORGET each undoes everything: a had one lookup, not two. */
 	struct fuse_forget_in f1 = { .nlookup = 1 };
 	ck_assert_int_eq(send_len(build(FUSE_FORGET, a, &f1, sizeof f1, NULL,
 					NULL)),
 			 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 2);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 2);
 	/* Forgotten, a is listed with attributes again. */
 	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd,
 			      NULL, NULL),
@@ -598,11 +598,11 @@ START_TEST(no_opendir_lists_nodes)
 	assert_root_names(names);
 	uint64_t sub = listed_nodeid("sub");
 	ck_assert_uint_ne(sub, 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 3);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 3);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 0);
 	/* Small steps, each on a fresh open, walk the directory once. */
 	walk_root_small_steps(0);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 0);
 	/* The node must be a directory the guest holds. */
 	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	ck_assert_int_eq(call(FUSE_READDIR, a, &rd, sizeof rd, NULL, NULL),
@@ -626,7 +626,7 @@ START_TEST(no_opendir_lists_nodes)
 			 -EBADF);
 	/* sub's inode fd (O_PATH, reopened to list it) stays cached as any
 	 * inode fd does; no listing fd is left. */
-	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 1);
 	/* A new INIT without the offer brings handles back. */
 	init_ok();
 	uint64_t fh = opendir_root();
@@ -634,7 +634,7 @@ START_TEST(no_opendir_lists_nodes)
 	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
 			      NULL),
 			 0);
-	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 1);
 	rl.fh = fh;
 	ck_assert_int_eq(call(FUSE_RELEASEDIR, FUSE_ROOT_ID, &rl, sizeof rl,
 			      NULL, NULL),
@@ -645,7 +645,7 @@ END_TEST
 /* The server's config can decline the offer: OPENDIR then gets a handle. */
 START_TEST(keep_opendir_config)
 {
-	serve_as(&(struct fsp_config){ .root = dir }, true);
+	serve_as(&(struct fs_passthrough_config){ .root = dir }, true);
 	init_mode(true);
 	uint64_t fh = opendir_root();
 	struct fuse_read_in rd = { .fh = fh + 1, .size = 4096 };
@@ -667,7 +667,7 @@ START_TEST(handle_mode_refuses_no_fh)
 {
 	struct fuse_read_in rd = { .fh = FUSE_FS_NO_FH, .size = 4096 };
 	struct fuse_fsync_in fy = { .fh = FUSE_FS_NO_FH };
-	serve_as(&(struct fsp_config){ .root = dir }, true);
+	serve_as(&(struct fs_passthrough_config){ .root = dir }, true);
 	for (int round = 0; round < 2; round++) {
 		init_mode(round == 0);
 		ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd,
@@ -679,7 +679,7 @@ START_TEST(handle_mode_refuses_no_fh)
 		ck_assert_int_eq(call(FUSE_FSYNCDIR, FUSE_ROOT_ID, &fy,
 				      sizeof fy, NULL, NULL),
 				 -EBADF);
-		ck_assert_uint_eq(fsp_inodes(fs), 0);
+		ck_assert_uint_eq(fs_passthrough_inodes(fs), 0);
 	}
 }
 END_TEST
@@ -703,7 +703,7 @@ START_TEST(open_dir_failure_gives_back)
 		ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL,
 				      NULL),
 				 0);
-		ck_assert_uint_eq(fsp_open_fds(fs), 1);
+		ck_assert_uint_eq(fs_passthrough_open_fds(fs), 1);
 		int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		ck_assert_int_ge(lowest, 0);
 		close(lowest);
@@ -725,7 +725,7 @@ START_TEST(open_dir_failure_gives_back)
 			ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
 			ck_assert_int_eq(err, -EMFILE);
 		}
-		ck_assert_uint_eq(fsp_open_fds(fs), 1);
+		ck_assert_uint_eq(fs_passthrough_open_fds(fs), 1);
 		/* No hold is left: one FORGET lets sub and its fd go. */
 		forget(sub, 1);
 		assert_nothing_held();
@@ -750,7 +750,7 @@ START_TEST(no_opendir_fd_cap)
 	struct fuse_release_in rl = {
 		.fh = ((const struct fuse_open_out *)body())->fh
 	};
-	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 2);
 	ck_assert_int_eq(call(FUSE_READDIR, FUSE_ROOT_ID, &rd, sizeof rd, NULL,
 			      NULL),
 			 -EMFILE);
@@ -759,13 +759,13 @@ START_TEST(no_opendir_fd_cap)
 			 -EMFILE);
 	ck_assert_int_eq(call(FUSE_READDIR, sub, &rd, sizeof rd, NULL, NULL),
 			 -EMFILE);
-	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 2);
 	ck_assert_int_eq(call(FUSE_RELEASE, a, &rl, sizeof rl, NULL, NULL), 0);
 	for (int round = 0; round < 3; round++) {
 		ck_assert_int_eq(call(FUSE_READDIR, sub, &rd, sizeof rd, NULL,
 				      NULL),
 				 0);
-		ck_assert_uint_le(fsp_open_fds(fs), 2);
+		ck_assert_uint_le(fs_passthrough_open_fds(fs), 2);
 		ck_assert_int_eq(call(FUSE_GETATTR, a, &ga, sizeof ga, NULL,
 				      NULL),
 				 0);
@@ -775,7 +775,7 @@ START_TEST(no_opendir_fd_cap)
 		ck_assert_int_eq(call(FUSE_FSYNCDIR, sub, &fy, sizeof fy, NULL,
 				      NULL),
 				 0);
-		ck_assert_uint_le(fsp_open_fds(fs), 2);
+		ck_assert_uint_le(fs_passthrough_open_fds(fs), 2);
 	}
 	forget(a, 1);
 	forget(sub, 1);
@@ -1058,7 +1058,7 @@ START_TEST(fd_cap)
 			ck_assert_int_eq(call(FUSE_GETATTR, ids[i], &ga, sizeof ga, NULL,
 					      NULL),
 					 0);
-			ck_assert_uint_le(fsp_open_fds(fs), 2);
+			ck_assert_uint_le(fs_passthrough_open_fds(fs), 2);
 		}
 	}
 	/* key.pem needs sub's fd too: reopened parent first. */
@@ -1068,7 +1068,7 @@ START_TEST(fd_cap)
 	/* Handles and the inodes they pin are not closed for room. */
 	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), -EMFILE);
 	ck_assert_int_eq(call(FUSE_OPENDIR, sub, &op, sizeof op, NULL, NULL), -EMFILE);
-	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 2);
 	struct fuse_release_in rl = { .fh = o1.fh };
 	ck_assert_int_eq(call(FUSE_RELEASE, pem, &rl, sizeof rl, NULL, NULL), 0);
 	ck_assert_int_eq(call(FUSE_OPEN, a, &op, sizeof op, NULL, NULL), 0);
@@ -1106,7 +1106,7 @@ START_TEST(reopen_checks_identity)
 	ck_assert_int_eq(symlink("sub2", p1), 0);
 	ck_assert_int_eq(call(FUSE_GETATTR, sub, &ga, sizeof ga, NULL, NULL), -ESTALE);
 	ck_assert_int_eq(call(FUSE_GETATTR, pem, &ga, sizeof ga, NULL, NULL), -ESTALE);
-	ck_assert_uint_le(fsp_open_fds(fs), 1);
+	ck_assert_uint_le(fs_passthrough_open_fds(fs), 1);
 }
 END_TEST
 
@@ -1166,9 +1166,9 @@ START_TEST(anchored_hidden)
 	lookup(sub, "key.pem", &err);
 	ck_assert_int_eq(err, -ENOENT);
 	const char *const bad[] = { "/" };
-	struct fsp *p2;
-	struct fsp_config c = { .root = dir, .hidden = bad, .n_hidden = 1, .hidden_set = true };
-	ck_assert_int_eq(fsp_new(&c, &p2), -EINVAL);
+	struct fs_passthrough *p2;
+	struct fs_passthrough_config c = { .root = dir, .hidden = bad, .n_hidden = 1, .hidden_set = true };
+	ck_assert_int_eq(fs_passthrough_new(&c, &p2), -EINVAL);
 }
 END_TEST
 
@@ -1213,8 +1213,8 @@ START_TEST(destroy_resets)
 	start();
 	lookup(FUSE_ROOT_ID, "a", &err);
 	create("f", 0644, &err);
-	ck_assert_uint_eq(fsp_inodes(fs), 2);
-	ck_assert_uint_eq(fsp_open_fds(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 2);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 1);
 	ck_assert_int_eq(call(FUSE_DESTROY, FUSE_ROOT_ID, NULL, 0, NULL, NULL),
 			 0);
 	ck_assert(fuse_server_destroyed(srv));

@@ -169,7 +169,7 @@ START_TEST(protect_hides_run_files)
 	ck_assert(has_pattern(&ms.m[0], "learned.yaml"));
 	ck_assert(has_pattern(&ms.m[0], "kernel.log"));
 	ck_assert(has_pattern(&ms.m[0], "really.log"));
-	ck_assert(has_pattern(&ms.m[0], FSP_DEFAULT_HIDDEN[0])); /* the defaults stay */
+	ck_assert(has_pattern(&ms.m[0], FS_PASSTHROUGH_DEFAULT_HIDDEN[0])); /* the defaults stay */
 	/* out: the learn file's path passes through out/to-share, a link
 	 * the guest with /o could replace. */
 	ck_assert(has_pattern(&ms.m[1], "learned.yaml"));

@@ -26,7 +26,7 @@
 #define OTHER 4242u
 
 static char dir[64];
-static struct fsp *fs;
+static struct fs_passthrough *fs;
 static struct fuse_server *srv;
 static uint8_t req[64 * 1024];
 static uint8_t rep[128 * 1024];
@@ -110,7 +110,7 @@ static void setup(void)
 static void teardown(void)
 {
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	srv = NULL;
 	fs = NULL;
 	ck_assert_int_eq(tt_remove(dir), 0);
@@ -127,12 +127,12 @@ static void own_tree(void)
 
 static void serve_ids(struct idmap ids)
 {
-	struct fsp_config c = { .root = dir, .hidden_set = true };
+	struct fs_passthrough_config c = { .root = dir, .hidden_set = true };
 	struct fuse_server_config sc = { .entry_timeout = 1,
 					 .attr_timeout = 1,
 					 .ids = ids };
-	ck_assert_int_eq(fsp_new(&c, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	ck_assert_int_eq(fs_passthrough_new(&c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fs_passthrough_ops, fs, &sc, &srv), 0);
 }
 
 static int call(uint32_t op, uint64_t nodeid, const void *arg, size_t arglen,
@@ -242,7 +242,7 @@ START_TEST(attributes_are_mapped)
 
 	/* The identity map (kbox as root) shows the host's ids. */
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	start((struct idmap){ 0 });
 	ck_assert_uint_eq(lookup_ok("mine").attr.uid, OWNER);
 	ck_assert_uint_eq(lookup_ok("roots").attr.uid, 0);
@@ -465,10 +465,10 @@ START_TEST(fifos_and_sockets)
 	}
 	/* Read-only mounts make none. */
 	fuse_server_free(srv);
-	fsp_free(fs);
-	struct fsp_config c = { .root = dir, .readonly = true };
-	ck_assert_int_eq(fsp_new(&c, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, NULL, &srv), 0);
+	fs_passthrough_free(fs);
+	struct fs_passthrough_config c = { .root = dir, .readonly = true };
+	ck_assert_int_eq(fs_passthrough_new(&c, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fs_passthrough_ops, fs, NULL, &srv), 0);
 	struct fuse_init_in in = { .major = 7, .minor = 38 };
 	ck_assert_int_eq(call(FUSE_INIT, 0, &in, sizeof in, NULL), 0);
 	mn.mode = S_IFIFO | 0644;

@@ -123,13 +123,13 @@ END_TEST
 /* Serves mount m as mounts_attach would and looks name up in its root. */
 static int lookup_in(const struct mount *m, const char *name)
 {
-	struct fsp_config fc;
-	struct fsp *p;
+	struct fs_passthrough_config fc;
+	struct fs_passthrough *p;
 	struct fuse_fs_entry e;
 	mounts_fsp_config(m, 64, &fc);
-	ck_assert_int_eq(fsp_new(&fc, &p), 0);
-	int rc = fsp_ops.lookup(p, 1, name, &e);
-	fsp_free(p);
+	ck_assert_int_eq(fs_passthrough_new(&fc, &p), 0);
+	int rc = fs_passthrough_ops.lookup(p, 1, name, &e);
+	fs_passthrough_free(p);
 	return rc;
 }
 
@@ -143,7 +143,7 @@ START_TEST(add_with_hidden)
 	ck_assert_str_eq(ms.m[0].guest, "/workspace");
 	ck_assert(ms.m[0].readonly);
 
-	struct fsp_config fc;
+	struct fs_passthrough_config fc;
 	mounts_fsp_config(&ms.m[0], 99, &fc);
 	ck_assert_str_eq(fc.root, dir);
 	ck_assert(fc.readonly);
@@ -166,7 +166,7 @@ START_TEST(add_with_hidden_extra)
 	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden_extra = extra,
 				 .n_hidden_extra = 1 };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
-	struct fsp_config fc;
+	struct fs_passthrough_config fc;
 	mounts_fsp_config(&ms.m[0], 99, &fc);
 	ck_assert(!fc.hidden_set);
 	ck_assert_ptr_eq(fc.hidden_extra, extra);
@@ -185,7 +185,7 @@ START_TEST(add_with_empty_hidden_list)
 {
 	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden_set = true };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
-	struct fsp_config fc;
+	struct fs_passthrough_config fc;
 	mounts_fsp_config(&ms.m[0], 0, &fc);
 	ck_assert(fc.hidden_set);
 	ck_assert_uint_eq(fc.n_hidden, 0);
@@ -202,7 +202,7 @@ START_TEST(default_hidden_list)
 	struct mount_spec sp = { .host = dir, .guest = "/s" };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
 	for (unsigned i = 0; i < 2; i++) {
-		struct fsp_config fc;
+		struct fs_passthrough_config fc;
 		mounts_fsp_config(&ms.m[i], 0, &fc);
 		ck_assert(!fc.hidden_set);
 		ck_assert_uint_eq(fc.n_hidden, 0);
@@ -271,7 +271,7 @@ START_TEST(image)
 	ck_assert(m->root && !ms.m[0].root);
 	ck_assert_str_eq(m->guest, "/");
 	ck_assert_str_eq(m->host, dir);
-	struct fsp_config fc;
+	struct fs_passthrough_config fc;
 	mounts_fsp_config(m, 0, &fc);
 	ck_assert(fc.readonly);
 	ck_assert(fc.hidden_set);

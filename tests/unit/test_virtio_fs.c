@@ -31,7 +31,7 @@ enum { HIPRIO, REQUEST };
 static struct fv_driver drv;
 static struct virtio_fs vfs;
 static struct virtio_mmio t;
-static struct fsp *fs;
+static struct fs_passthrough *fs;
 static struct fuse_server *srv;
 static char dir[64];
 static uint64_t unique = 1;
@@ -49,11 +49,11 @@ static void setup(void)
 	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-vfs-unit.XXXXXX"), 0);
 	ck_assert_int_eq(tt_put(dir, "a", "hello"), 0);
 	ck_assert_int_eq(tt_put(dir, ".env", "SECRET=1"), 0);
-	struct fsp_config fc = { .root = dir };
+	struct fs_passthrough_config fc = { .root = dir };
 	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE,
 					 .entry_timeout = 1, .attr_timeout = 1 };
-	ck_assert_int_eq(fsp_new(&fc, &fs), 0);
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &srv), 0);
+	ck_assert_int_eq(fs_passthrough_new(&fc, &fs), 0);
+	ck_assert_int_eq(fuse_server_new(&fs_passthrough_ops, fs, &sc, &srv), 0);
 	ck_assert_int_eq(fv_init(&drv, 0, RAM), 0);
 	ck_assert_int_eq(virtio_fs_init(&vfs, srv, "workspace"), 0);
 	ck_assert_int_eq(virtio_mmio_init(&t, &vfs.dev, &drv.gm, NULL), 0);
@@ -64,7 +64,7 @@ static void setup(void)
 static void teardown(void)
 {
 	fuse_server_free(srv);
-	fsp_free(fs);
+	fs_passthrough_free(fs);
 	fv_free(&drv);
 	ck_assert_int_eq(tt_remove(dir), 0);
 }
@@ -285,14 +285,14 @@ START_TEST(forget_on_hiprio)
 {
 	init_ok();
 	struct fuse_entry_out e = lookup_ok("a", false);
-	ck_assert_uint_eq(fsp_inodes(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 1);
 
 	struct fuse_forget_in fi = { .nlookup = 1 };
 	uint32_t len = build(FUSE_FORGET, e.nodeid, &fi, sizeof fi, NULL), used = 99;
 	struct fv_seg s[] = { { REQ, len, false } };
 	ck_assert(submit(HIPRIO, s, 1, false, &used));
 	ck_assert_uint_eq(used, 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 0);
 	ck_assert(!needs_reset());
 }
 END_TEST
@@ -326,11 +326,11 @@ START_TEST(reset_closes_host_fds)
 	struct fuse_entry_out e = lookup_ok("a", false);
 	struct fuse_open_in oi = { .flags = O_RDONLY };
 	call_ok(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, false);
-	ck_assert_uint_eq(fsp_inodes(fs), 1);
-	ck_assert_uint_eq(fsp_open_fds(fs), 2);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 1);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 2);
 	fv_wr(&drv, 0x70, 0);
-	ck_assert_uint_eq(fsp_inodes(fs), 0);
-	ck_assert_uint_eq(fsp_open_fds(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_inodes(fs), 0);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs), 0);
 	driver_up();
 	struct fuse_getattr_in ga = { 0 };
 	ck_assert_int_eq(call(FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, 4096, false).error,
@@ -444,7 +444,7 @@ START_TEST(init_rejects)
 	/* A server whose max_write needs longer chains than a queue takes. */
 	struct fuse_server *big;
 	struct fuse_server_config sc = { .max_write = 1u << 20 };
-	ck_assert_int_eq(fuse_server_new(&fsp_ops, fs, &sc, &big), 0);
+	ck_assert_int_eq(fuse_server_new(&fs_passthrough_ops, fs, &sc, &big), 0);
 	ck_assert_int_eq(virtio_fs_init(&f, big, "t"), -EINVAL);
 	fuse_server_free(big);
 }

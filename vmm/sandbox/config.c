@@ -911,7 +911,7 @@ static int cfg_protect_one(struct mount *m, char *const *names, size_t nnames, c
 	*out = NULL;
 	if (nnames == 0)
 		return 0;
-	const char *const *base = m->hidden_set ? m->hidden : FSP_DEFAULT_HIDDEN;
+	const char *const *base = m->hidden_set ? m->hidden : FS_PASSTHROUGH_DEFAULT_HIDDEN;
 	size_t nbase = 0;
 	if (m->hidden_set)
 		nbase = m->n_hidden;

@@ -196,9 +196,9 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 	return 0;
 }
 
-void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc)
+void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fs_passthrough_config *fc)
 {
-	*fc = (struct fsp_config){ .root = m->host, .readonly = m->readonly,
+	*fc = (struct fs_passthrough_config){ .root = m->host, .readonly = m->readonly,
 				   .hidden = m->hidden, .n_hidden = m->n_hidden,
 				   .hidden_set = m->hidden_set,
 				   .hidden_extra = m->hidden_extra,
@@ -274,15 +274,15 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 		struct mount *m = &ms->m[i];
 		char tag[16];
 		snprintf(tag, sizeof tag, "kbox%u", i);
-		struct fsp_config fc;
+		struct fs_passthrough_config fc;
 		mounts_fsp_config(m, (unsigned)cap, &fc);
-		int rc = fsp_new(&fc, &m->fs);
+		int rc = fs_passthrough_new(&fc, &m->fs);
 		if (rc < 0)
 			return errbuf_fail(err, errlen, rc, "cannot serve %s: %s", m->host,
 				       strerror(-rc));
 		struct fuse_server_config c = m->root ? image_sc : sc;
 		c.ids = mounts_ids(m);
-		if ((rc = fuse_server_new(&fsp_ops, m->fs, &c, &m->srv)) < 0 ||
+		if ((rc = fuse_server_new(&fs_passthrough_ops, m->fs, &c, &m->srv)) < 0 ||
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0)
 			return errbuf_fail(err, errlen, rc, "cannot set up the file server: %s",
 				       strerror(-rc));
@@ -310,7 +310,7 @@ void mounts_free(struct mounts *ms)
 {
 	for (unsigned i = 0; i < ms->n; i++) {
 		fuse_server_free(ms->m[i].srv);
-		fsp_free(ms->m[i].fs);
+		fs_passthrough_free(ms->m[i].fs);
 		ms->m[i].srv = NULL;
 		ms->m[i].fs = NULL;
 	}

@@ -44,7 +44,7 @@ struct mount {
 	 * folder's guest root is the kbox process's own user). */
 	uid_t image_uid;
 	gid_t image_gid;
-	struct fsp *fs;
+	struct fs_passthrough *fs;
 	struct fuse_server *srv;
 	struct virtio_fs vfs;
 };
@@ -59,7 +59,7 @@ struct mount_spec {
 	const char *host;
 	const char *guest;
 	bool readonly;
-	/* As in struct fsp_config: hidden_set false = the default list, true
+	/* As in struct fs_passthrough_config: hidden_set false = the default list, true
 	 * with n_hidden 0 = nothing hidden.  The array and its strings are
 	 * borrowed and must stay valid until mounts_attach has returned. */
 	const char *const *hidden;
@@ -85,7 +85,7 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 
 /* The backend configuration mount m is served with (root, read-only,
  * hidden list, the given fd cap).  fc borrows m's strings. */
-void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fsp_config *fc);
+void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fs_passthrough_config *fc);
 
 /* The id map mount m is served with (devices/idmap.h): guest root is the
  * kbox process's own user and group for a -v or mounts: folder, the image

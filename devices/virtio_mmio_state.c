@@ -16,35 +16,35 @@
 
 size_t virtio_mmio_state_len(unsigned nr_queues) { return HDR_LEN + (size_t)nr_queues * QUEUE_LEN; }
 
-int virtio_mmio_state_save(const struct virtio_mmio *t, struct sb_writer *w)
+int virtio_mmio_state_save(const struct virtio_mmio *t, struct statebuf_writer *w)
 {
 	const struct virtqueue_dev *d = t->dev;
 	size_t start = w->len;
-	sb_u32(w, VIRTIO_MMIO_STATE_MAGIC);
-	sb_u16(w, VIRTIO_MMIO_STATE_VERSION);
-	sb_u16(w, (uint16_t)d->nr_queues);
-	sb_u32(w, d->device_id);
-	sb_u32(w, t->status);
-	sb_u32(w, t->int_status);
-	sb_u32(w, t->config_gen);
-	sb_u32(w, t->dev_feat_sel);
-	sb_u32(w, t->drv_feat_sel);
-	sb_u32(w, t->queue_sel);
-	sb_u32(w, t->shm_sel);
-	sb_u64(w, t->drv_features);
-	sb_u64(w, d->driver_features);
-	sb_u64(w, d->live ? 1 : 0);
+	statebuf_u32(w, VIRTIO_MMIO_STATE_MAGIC);
+	statebuf_u16(w, VIRTIO_MMIO_STATE_VERSION);
+	statebuf_u16(w, (uint16_t)d->nr_queues);
+	statebuf_u32(w, d->device_id);
+	statebuf_u32(w, t->status);
+	statebuf_u32(w, t->int_status);
+	statebuf_u32(w, t->config_gen);
+	statebuf_u32(w, t->dev_feat_sel);
+	statebuf_u32(w, t->drv_feat_sel);
+	statebuf_u32(w, t->queue_sel);
+	statebuf_u32(w, t->shm_sel);
+	statebuf_u64(w, t->drv_features);
+	statebuf_u64(w, d->driver_features);
+	statebuf_u64(w, d->live ? 1 : 0);
 	for (unsigned i = 0; i < d->nr_queues; i++) {
 		const struct virtqueue *q = &d->vqs[i];
-		sb_u16(w, q->max_size);
-		sb_u16(w, q->size);
-		sb_u16(w, q->last_avail);
-		sb_u16(w, q->used_idx);
-		sb_u16(w, q->signalled_used);
-		sb_put(w, (const uint8_t[]){ q->ready, q->broken }, 2);
-		sb_u64(w, q->desc_gpa);
-		sb_u64(w, q->avail_gpa);
-		sb_u64(w, q->used_gpa);
+		statebuf_u16(w, q->max_size);
+		statebuf_u16(w, q->size);
+		statebuf_u16(w, q->last_avail);
+		statebuf_u16(w, q->used_idx);
+		statebuf_u16(w, q->signalled_used);
+		statebuf_put(w, (const uint8_t[]){ q->ready, q->broken }, 2);
+		statebuf_u64(w, q->desc_gpa);
+		statebuf_u64(w, q->avail_gpa);
+		statebuf_u64(w, q->used_gpa);
 	}
 	if (!w->err && w->len - start != virtio_mmio_state_len(d->nr_queues))
 		w->err = -EINVAL;
@@ -76,13 +76,13 @@ static void reset_all(struct virtio_mmio *t)
 	t->irq = irq;
 }
 
-static int check_header(const struct virtio_mmio *t, struct sb_reader *r, struct virtio_mmio *nt,
+static int check_header(const struct virtio_mmio *t, struct statebuf_reader *r, struct virtio_mmio *nt,
 			uint64_t *accepted, bool *live, char *err, size_t errlen)
 {
 	const struct virtqueue_dev *d = t->dev;
-	uint32_t magic = sb_get_u32(r);
-	uint16_t ver = sb_get_u16(r), nq = sb_get_u16(r);
-	uint32_t id = sb_get_u32(r);
+	uint32_t magic = statebuf_get_u32(r);
+	uint16_t ver = statebuf_get_u16(r), nq = statebuf_get_u16(r);
+	uint32_t id = statebuf_get_u32(r);
 	if (magic != VIRTIO_MMIO_STATE_MAGIC || ver != VIRTIO_MMIO_STATE_VERSION)
 		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state: not version %u",
 			       VIRTIO_MMIO_STATE_VERSION);
@@ -90,16 +90,16 @@ static int check_header(const struct virtio_mmio *t, struct sb_reader *r, struct
 		return errbuf_fail(err, errlen, -EINVAL,
 			       "virtio-mmio state of device %u with %u queues, this is device %u "
 			       "with %u", id, nq, d->device_id, d->nr_queues);
-	nt->status = sb_get_u32(r);
-	nt->int_status = sb_get_u32(r);
-	nt->config_gen = sb_get_u32(r);
-	nt->dev_feat_sel = sb_get_u32(r);
-	nt->drv_feat_sel = sb_get_u32(r);
-	nt->queue_sel = sb_get_u32(r);
-	nt->shm_sel = sb_get_u32(r);
-	nt->drv_features = sb_get_u64(r);
-	*accepted = sb_get_u64(r);
-	uint64_t l = sb_get_u64(r);
+	nt->status = statebuf_get_u32(r);
+	nt->int_status = statebuf_get_u32(r);
+	nt->config_gen = statebuf_get_u32(r);
+	nt->dev_feat_sel = statebuf_get_u32(r);
+	nt->drv_feat_sel = statebuf_get_u32(r);
+	nt->queue_sel = statebuf_get_u32(r);
+	nt->shm_sel = statebuf_get_u32(r);
+	nt->drv_features = statebuf_get_u64(r);
+	*accepted = statebuf_get_u64(r);
+	uint64_t l = statebuf_get_u64(r);
 	uint32_t s = nt->status;
 	if (s & ~KNOWN_STATUS)
 		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state: unknown status bits 0x%x",
@@ -138,8 +138,8 @@ int virtio_mmio_state_load(struct virtio_mmio *t, const uint8_t *blob, size_t le
 		return errbuf_fail(err, errlen, -EINVAL, "virtio-mmio state is %zu bytes, want %zu", len,
 			       virtio_mmio_state_len(d->nr_queues));
 	}
-	struct sb_reader r;
-	sb_reader_init(&r, blob, len);
+	struct statebuf_reader r;
+	statebuf_reader_init(&r, blob, len);
 	struct virtio_mmio nt = { 0 };
 	uint64_t accepted = 0;
 	bool live = false;
@@ -150,21 +150,21 @@ int virtio_mmio_state_load(struct virtio_mmio *t, const uint8_t *blob, size_t le
 	}
 	/* Queues: all checked before the first is touched. */
 	for (unsigned pass = 0; pass < 2; pass++) {
-		sb_reader_init(&r, blob + HDR_LEN, len - HDR_LEN);
+		statebuf_reader_init(&r, blob + HDR_LEN, len - HDR_LEN);
 		for (unsigned i = 0; i < d->nr_queues; i++) {
 			struct saved_queue q;
-			q.max_size = sb_get_u16(&r);
-			q.size = sb_get_u16(&r);
-			q.last_avail = sb_get_u16(&r);
-			q.used_idx = sb_get_u16(&r);
-			q.signalled_used = sb_get_u16(&r);
+			q.max_size = statebuf_get_u16(&r);
+			q.size = statebuf_get_u16(&r);
+			q.last_avail = statebuf_get_u16(&r);
+			q.used_idx = statebuf_get_u16(&r);
+			q.signalled_used = statebuf_get_u16(&r);
 			uint8_t flags[2];
-			sb_get(&r, flags, 2);
+			statebuf_get(&r, flags, 2);
 			q.ready = flags[0];
 			q.broken = flags[1];
-			q.desc = sb_get_u64(&r);
-			q.avail = sb_get_u64(&r);
-			q.used = sb_get_u64(&r);
+			q.desc = statebuf_get_u64(&r);
+			q.avail = statebuf_get_u64(&r);
+			q.used = statebuf_get_u64(&r);
 			if (pass == 0) {
 				const char *why = NULL;
 				if (q.max_size != d->vqs[i].max_size)

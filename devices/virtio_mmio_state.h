@@ -22,7 +22,7 @@ size_t virtio_mmio_state_len(unsigned nr_queues);
 
 /* Append t's state to w.  The device must be quiet (no notify running).
  * Returns 0 or w's latched error. */
-int virtio_mmio_state_save(const struct virtio_mmio *t, struct sb_writer *w);
+int virtio_mmio_state_save(const struct virtio_mmio *t, struct statebuf_writer *w);
 
 /* Take the state in blob (len bytes, hostile) into t, which virtio_mmio_init
  * bound to its device and no driver has touched since.  Everything is

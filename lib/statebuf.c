@@ -4,19 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sb_init(struct sb_writer *w) { memset(w, 0, sizeof *w); }
+void statebuf_init(struct statebuf_writer *w) { memset(w, 0, sizeof *w); }
 
-void sb_free(struct sb_writer *w)
+void statebuf_free(struct statebuf_writer *w)
 {
 	free(w->buf);
 	memset(w, 0, sizeof *w);
 }
 
-static int reserve(struct sb_writer *w, size_t n)
+static int reserve(struct statebuf_writer *w, size_t n)
 {
 	if (w->err)
 		return -1;
-	if (n > SB_MAX || w->len > SB_MAX - n) {
+	if (n > STATEBUF_MAX || w->len > STATEBUF_MAX - n) {
 		w->err = -EFBIG;
 		return -1;
 	}
@@ -35,7 +35,7 @@ static int reserve(struct sb_writer *w, size_t n)
 	return 0;
 }
 
-void sb_put(struct sb_writer *w, const void *p, size_t n)
+void statebuf_put(struct statebuf_writer *w, const void *p, size_t n)
 {
 	if (reserve(w, n) < 0 || n == 0)
 		return;
@@ -43,19 +43,19 @@ void sb_put(struct sb_writer *w, const void *p, size_t n)
 	w->len += n;
 }
 
-static void put_le(struct sb_writer *w, uint64_t v, unsigned n)
+static void put_le(struct statebuf_writer *w, uint64_t v, unsigned n)
 {
 	uint8_t b[8];
 	for (unsigned i = 0; i < n; i++)
 		b[i] = (uint8_t)(v >> (8 * i));
-	sb_put(w, b, n);
+	statebuf_put(w, b, n);
 }
 
-void sb_u16(struct sb_writer *w, uint16_t v) { put_le(w, v, 2); }
-void sb_u32(struct sb_writer *w, uint32_t v) { put_le(w, v, 4); }
-void sb_u64(struct sb_writer *w, uint64_t v) { put_le(w, v, 8); }
+void statebuf_u16(struct statebuf_writer *w, uint16_t v) { put_le(w, v, 2); }
+void statebuf_u32(struct statebuf_writer *w, uint32_t v) { put_le(w, v, 4); }
+void statebuf_u64(struct statebuf_writer *w, uint64_t v) { put_le(w, v, 8); }
 
-void sb_pad(struct sb_writer *w, size_t align)
+void statebuf_pad(struct statebuf_writer *w, size_t align)
 {
 	static const uint8_t zero[4096];
 	if (align == 0 || align > sizeof zero || (align & (align - 1))) {
@@ -63,10 +63,10 @@ void sb_pad(struct sb_writer *w, size_t align)
 			w->err = -EINVAL;
 		return;
 	}
-	sb_put(w, zero, (align - (w->len & (align - 1))) & (align - 1));
+	statebuf_put(w, zero, (align - (w->len & (align - 1))) & (align - 1));
 }
 
-static void set_le(struct sb_writer *w, size_t off, uint64_t v, unsigned n)
+static void set_le(struct statebuf_writer *w, size_t off, uint64_t v, unsigned n)
 {
 	if (w->err)
 		return;
@@ -78,15 +78,15 @@ static void set_le(struct sb_writer *w, size_t off, uint64_t v, unsigned n)
 		w->buf[off + i] = (uint8_t)(v >> (8 * i));
 }
 
-void sb_set_u32(struct sb_writer *w, size_t off, uint32_t v) { set_le(w, off, v, 4); }
-void sb_set_u64(struct sb_writer *w, size_t off, uint64_t v) { set_le(w, off, v, 8); }
+void statebuf_set_u32(struct statebuf_writer *w, size_t off, uint32_t v) { set_le(w, off, v, 4); }
+void statebuf_set_u64(struct statebuf_writer *w, size_t off, uint64_t v) { set_le(w, off, v, 8); }
 
-void sb_reader_init(struct sb_reader *r, const void *p, size_t len)
+void statebuf_reader_init(struct statebuf_reader *r, const void *p, size_t len)
 {
-	*r = (struct sb_reader){ .p = p, .len = p ? len : 0 };
+	*r = (struct statebuf_reader){ .p = p, .len = p ? len : 0 };
 }
 
-void sb_get(struct sb_reader *r, void *dst, size_t n)
+void statebuf_get(struct statebuf_reader *r, void *dst, size_t n)
 {
 	if (r->err || n > r->len - r->off) {
 		r->err = -EBADMSG;
@@ -99,18 +99,18 @@ void sb_get(struct sb_reader *r, void *dst, size_t n)
 	r->off += n;
 }
 
-static uint64_t get_le(struct sb_reader *r, unsigned n)
+static uint64_t get_le(struct statebuf_reader *r, unsigned n)
 {
 	uint8_t b[8];
 	uint64_t v = 0;
-	sb_get(r, b, n);
+	statebuf_get(r, b, n);
 	for (unsigned i = 0; i < n; i++)
 		v |= (uint64_t)b[i] << (8 * i);
 	return v;
 }
 
-uint16_t sb_get_u16(struct sb_reader *r) { return (uint16_t)get_le(r, 2); }
-uint32_t sb_get_u32(struct sb_reader *r) { return (uint32_t)get_le(r, 4); }
-uint64_t sb_get_u64(struct sb_reader *r) { return get_le(r, 8); }
+uint16_t statebuf_get_u16(struct statebuf_reader *r) { return (uint16_t)get_le(r, 2); }
+uint32_t statebuf_get_u32(struct statebuf_reader *r) { return (uint32_t)get_le(r, 4); }
+uint64_t statebuf_get_u64(struct statebuf_reader *r) { return get_le(r, 8); }
 
-size_t sb_left(const struct sb_reader *r) { return r->err ? 0 : r->len - r->off; }
+size_t statebuf_left(const struct statebuf_reader *r) { return r->err ? 0 : r->len - r->off; }

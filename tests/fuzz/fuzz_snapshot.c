@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snapf_seal(meta, len);
 	uint64_t fsize = (uint64_t)mode << 12;
 	if (!(mode & 2) && len >= SNAPF_HDR_LEN) {
-		uint64_t off = sb_le64(meta + 32), ram = sb_le64(meta + 40);
+		uint64_t off = statebuf_le64(meta + 32), ram = statebuf_le64(meta + 40);
 		fsize = off + ram >= off ? off + ram : 0;
 	}
 	struct snapf_view v;

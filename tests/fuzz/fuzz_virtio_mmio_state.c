@@ -74,10 +74,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fv_kick(&drv, q);
 		for (uint32_t off = 0; off < 0x100; off += 4)
 			(void)fv_rd(&drv, off);
-		struct sb_writer w;
-		sb_init(&w);
+		struct statebuf_writer w;
+		statebuf_init(&w);
 		check(virtio_mmio_state_save(&t, &w) == 0 && w.len == slen);
-		sb_free(&w);
+		statebuf_free(&w);
 	}
 	fv_free(&drv);
 	return 0;

@@ -1051,13 +1051,13 @@ static int add_test_devices(struct vm *vm, struct harness *h)
 
 #define SNAP_DEV_LEN (TG_MAX_CPUS * 12u)
 
-static int testdev_save(void *ctx, struct sb_writer *w, char *err, size_t errlen)
+static int testdev_save(void *ctx, struct statebuf_writer *w, char *err, size_t errlen)
 {
 	struct harness *h = ctx;
 	for (unsigned c = 0; c < TG_MAX_CPUS; c++) {
-		sb_u32(w, h->log[c].pio_k);
-		sb_u32(w, h->log[c].mmio_k);
-		sb_u32(w, h->log[c].str_n);
+		statebuf_u32(w, h->log[c].pio_k);
+		statebuf_u32(w, h->log[c].mmio_k);
+		statebuf_u32(w, h->log[c].str_n);
 	}
 	return 0;
 }
@@ -1069,12 +1069,12 @@ static int testdev_load(void *ctx, const uint8_t *blob, size_t len, char *err, s
 		snprintf(err, errlen, "test device state is %zu bytes, want %u", len, SNAP_DEV_LEN);
 		return -EINVAL;
 	}
-	struct sb_reader r;
-	sb_reader_init(&r, blob, len);
+	struct statebuf_reader r;
+	statebuf_reader_init(&r, blob, len);
 	for (unsigned c = 0; c < TG_MAX_CPUS; c++) {
-		h->log[c].pio_k = sb_get_u32(&r);
-		h->log[c].mmio_k = sb_get_u32(&r);
-		h->log[c].str_n = sb_get_u32(&r);
+		h->log[c].pio_k = statebuf_get_u32(&r);
+		h->log[c].mmio_k = statebuf_get_u32(&r);
+		h->log[c].str_n = statebuf_get_u32(&r);
 	}
 	return 0;
 }

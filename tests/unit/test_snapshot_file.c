@@ -76,7 +76,7 @@ static void cpu_section(struct snapf_builder *b, uint32_t id, enum flaw f)
 }
 
 /* Metadata of a 2-vCPU snapshot with one device, but for flaw f. */
-static void build(struct sb_writer *meta, enum flaw f)
+static void build(struct statebuf_writer *meta, enum flaw f)
 {
 	struct snapf_builder b;
 	snapf_build_init(&b);
@@ -110,14 +110,14 @@ static void build(struct sb_writer *meta, enum flaw f)
 	snapf_build_free(&b);
 }
 
-static uint64_t file_size(const struct sb_writer *m)
+static uint64_t file_size(const struct statebuf_writer *m)
 {
 	return ((m->len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1)) + RAM_LEN;
 }
 
 START_TEST(parse_accepts_what_the_builder_makes)
 {
-	struct sb_writer m;
+	struct statebuf_writer m;
 	struct snapf_view v;
 	build(&m, OK);
 	ck_assert_int_eq(snapf_parse(m.buf, m.len, file_size(&m), &v, err, sizeof err), 0);
@@ -142,7 +142,7 @@ START_TEST(parse_accepts_what_the_builder_makes)
 	ck_assert_int_eq(snapf_rec(s, SNAPF_C_XSAVE, &d, &n), 0);
 	ck_assert_uint_eq(n, 4096);
 	ck_assert_ptr_null(snapf_find(&v, SNAPF_SEC_CPU, 2));
-	sb_free(&m);
+	statebuf_free(&m);
 }
 END_TEST
 
@@ -173,19 +173,19 @@ START_TEST(parse_refuses_every_flaw)
 		{ CPUID_TOO_MANY, "record 42 has 10280" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		struct sb_writer m;
+		struct statebuf_writer m;
 		struct snapf_view v;
 		build(&m, cases[i].f);
 		err[0] = 0;
 		int rc = snapf_parse(m.buf, m.len, file_size(&m), &v, err, sizeof err);
 		ck_assert_msg(rc == -EBADMSG && strstr(err, cases[i].says),
 			      "flaw %d: rc %d, '%s' (want '%s')", cases[i].f, rc, err, cases[i].says);
-		sb_free(&m);
+		statebuf_free(&m);
 	}
 }
 END_TEST
 
-static uint8_t *dup_meta(const struct sb_writer *m)
+static uint8_t *dup_meta(const struct statebuf_writer *m)
 {
 	uint8_t *p = malloc(m->len);
 	ck_assert_ptr_nonnull(p);
@@ -207,7 +207,7 @@ static void put32(uint8_t *p, uint32_t v)
 
 START_TEST(parse_refuses_bad_headers_and_tables)
 {
-	struct sb_writer m;
+	struct statebuf_writer m;
 	struct snapf_view v;
 	build(&m, OK);
 	uint64_t fs = file_size(&m);
@@ -267,7 +267,7 @@ START_TEST(parse_refuses_bad_headers_and_tables)
 
 	/* The second section starting inside the first: overlap. */
 	uint8_t *q = dup_meta(&m);
-	uint64_t off0 = sb_le64(q + 64 + 8);
+	uint64_t off0 = statebuf_le64(q + 64 + 8);
 	put64(q + 64 + 24 + 8, off0 + 8);
 	snapf_seal(q, m.len);
 	ck_assert_int_eq(snapf_parse(q, m.len, fs, &v, err, sizeof err), -EBADMSG);
@@ -287,14 +287,14 @@ START_TEST(parse_refuses_bad_headers_and_tables)
 	free(q);
 
 	free(p);
-	sb_free(&m);
+	statebuf_free(&m);
 }
 END_TEST
 
 START_TEST(builder_limits)
 {
 	struct snapf_builder b;
-	struct sb_writer m;
+	struct statebuf_writer m;
 	snapf_build_init(&b);
 	snapf_build_rec(&b, SNAPF_L_KEY, "x", 1); /* no section begun */
 	ck_assert_int_eq(snapf_build_finish(&b, RAM_LEN, &m), -EINVAL);
@@ -305,7 +305,7 @@ START_TEST(builder_limits)
 		snapf_build_section(&b, SNAPF_SEC_DEV, i);
 	ck_assert_int_eq(snapf_build_finish(&b, RAM_LEN, &m), -ENOSPC);
 	snapf_build_free(&b);
-	sb_free(&m);
+	statebuf_free(&m);
 }
 END_TEST
 
@@ -321,7 +321,7 @@ static uint8_t *make_ram(void)
 
 START_TEST(write_then_open)
 {
-	struct sb_writer m;
+	struct statebuf_writer m;
 	build(&m, OK);
 	uint8_t *ram = make_ram();
 	ck_assert_int_eq(snapf_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
@@ -367,13 +367,13 @@ START_TEST(write_then_open)
 	ck_assert_int_eq(snapf_write(dir, "t2", &m, ram, RAM_LEN - SNAPF_PAGE, err, sizeof err),
 			 -EINVAL);
 	free(ram);
-	sb_free(&m);
+	statebuf_free(&m);
 }
 END_TEST
 
 START_TEST(refuses_what_kbox_did_not_write)
 {
-	struct sb_writer m;
+	struct statebuf_writer m;
 	build(&m, OK);
 	uint8_t *ram = make_ram();
 	struct snapf_file f;
@@ -451,7 +451,7 @@ START_TEST(refuses_what_kbox_did_not_write)
 	snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 2", dir);
 	ck_assert_int_eq(system(cmd), 0);
 	free(ram);
-	sb_free(&m);
+	statebuf_free(&m);
 }
 END_TEST
 

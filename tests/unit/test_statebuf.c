@@ -7,93 +7,93 @@
 
 START_TEST(round_trip)
 {
-	struct sb_writer w;
-	sb_init(&w);
-	sb_u16(&w, 0xbeef);
-	sb_u32(&w, 0x01020304u);
-	sb_u64(&w, 0x1122334455667788ull);
-	sb_put(&w, "abc", 3);
-	sb_put(&w, NULL, 0);
-	sb_pad(&w, 8);
+	struct statebuf_writer w;
+	statebuf_init(&w);
+	statebuf_u16(&w, 0xbeef);
+	statebuf_u32(&w, 0x01020304u);
+	statebuf_u64(&w, 0x1122334455667788ull);
+	statebuf_put(&w, "abc", 3);
+	statebuf_put(&w, NULL, 0);
+	statebuf_pad(&w, 8);
 	ck_assert_int_eq(w.err, 0);
 	ck_assert_uint_eq(w.len, 24);
 	ck_assert_uint_eq(w.buf[2], 0x04); /* little-endian */
-	ck_assert_uint_eq(sb_le32(w.buf + 2), 0x01020304u);
-	ck_assert(sb_le64(w.buf + 6) == 0x1122334455667788ull);
+	ck_assert_uint_eq(statebuf_le32(w.buf + 2), 0x01020304u);
+	ck_assert(statebuf_le64(w.buf + 6) == 0x1122334455667788ull);
 	for (size_t i = 17; i < 24; i++)
 		ck_assert_uint_eq(w.buf[i], 0);
-	sb_set_u32(&w, 2, 7);
-	sb_set_u64(&w, 6, 0x8877665544332211ull);
+	statebuf_set_u32(&w, 2, 7);
+	statebuf_set_u64(&w, 6, 0x8877665544332211ull);
 	ck_assert_int_eq(w.err, 0);
 
-	struct sb_reader r;
-	sb_reader_init(&r, w.buf, w.len);
-	ck_assert_uint_eq(sb_get_u16(&r), 0xbeef);
-	ck_assert_uint_eq(sb_get_u32(&r), 7);
-	ck_assert(sb_get_u64(&r) == 0x8877665544332211ull);
+	struct statebuf_reader r;
+	statebuf_reader_init(&r, w.buf, w.len);
+	ck_assert_uint_eq(statebuf_get_u16(&r), 0xbeef);
+	ck_assert_uint_eq(statebuf_get_u32(&r), 7);
+	ck_assert(statebuf_get_u64(&r) == 0x8877665544332211ull);
 	char abc[3];
-	sb_get(&r, abc, 3);
+	statebuf_get(&r, abc, 3);
 	ck_assert_mem_eq(abc, "abc", 3);
-	ck_assert_uint_eq(sb_left(&r), 7); /* the padding */
+	ck_assert_uint_eq(statebuf_left(&r), 7); /* the padding */
 	ck_assert_int_eq(r.err, 0);
-	sb_free(&w);
-	sb_free(&w);
+	statebuf_free(&w);
+	statebuf_free(&w);
 }
 END_TEST
 
 START_TEST(reader_latches_overrun)
 {
 	const uint8_t b[6] = { 1, 2, 3, 4, 5, 6 };
-	struct sb_reader r;
-	sb_reader_init(&r, b, sizeof b);
-	ck_assert_uint_eq(sb_get_u32(&r), 0x04030201u);
-	ck_assert_uint_eq(sb_get_u32(&r), 0); /* only 2 left */
+	struct statebuf_reader r;
+	statebuf_reader_init(&r, b, sizeof b);
+	ck_assert_uint_eq(statebuf_get_u32(&r), 0x04030201u);
+	ck_assert_uint_eq(statebuf_get_u32(&r), 0); /* only 2 left */
 	ck_assert_int_eq(r.err, -EBADMSG);
-	ck_assert_uint_eq(sb_get_u16(&r), 0); /* stays failed */
-	ck_assert_uint_eq(sb_left(&r), 0);
+	ck_assert_uint_eq(statebuf_get_u16(&r), 0); /* stays failed */
+	ck_assert_uint_eq(statebuf_left(&r), 0);
 	uint8_t big[4] = { 9, 9, 9, 9 };
-	sb_get(&r, big, sizeof big);
+	statebuf_get(&r, big, sizeof big);
 	ck_assert_uint_eq(big[0] | big[1] | big[2] | big[3], 0);
 
-	sb_reader_init(&r, NULL, 100);
-	ck_assert_uint_eq(sb_left(&r), 0);
-	ck_assert(sb_get_u64(&r) == 0);
+	statebuf_reader_init(&r, NULL, 100);
+	ck_assert_uint_eq(statebuf_left(&r), 0);
+	ck_assert(statebuf_get_u64(&r) == 0);
 	ck_assert_int_eq(r.err, -EBADMSG);
 }
 END_TEST
 
 START_TEST(writer_refusals)
 {
-	struct sb_writer w;
-	sb_init(&w);
-	sb_u32(&w, 1);
-	sb_set_u32(&w, 1, 5); /* runs past the end */
+	struct statebuf_writer w;
+	statebuf_init(&w);
+	statebuf_u32(&w, 1);
+	statebuf_set_u32(&w, 1, 5); /* runs past the end */
 	ck_assert_int_eq(w.err, -EINVAL);
-	sb_u32(&w, 2);
+	statebuf_u32(&w, 2);
 	ck_assert_uint_eq(w.len, 4); /* nothing after a failure */
-	sb_free(&w);
+	statebuf_free(&w);
 
-	sb_init(&w);
-	sb_pad(&w, 3);
+	statebuf_init(&w);
+	statebuf_pad(&w, 3);
 	ck_assert_int_eq(w.err, -EINVAL);
-	sb_free(&w);
+	statebuf_free(&w);
 
-	sb_init(&w);
-	sb_pad(&w, 8192);
+	statebuf_init(&w);
+	statebuf_pad(&w, 8192);
 	ck_assert_int_eq(w.err, -EINVAL);
-	sb_free(&w);
+	statebuf_free(&w);
 
-	sb_init(&w);
-	sb_u64(&w, 1);
-	sb_put(&w, "", (size_t)SB_MAX); /* refused before anything is read */
+	statebuf_init(&w);
+	statebuf_u64(&w, 1);
+	statebuf_put(&w, "", (size_t)STATEBUF_MAX); /* refused before anything is read */
 	ck_assert_int_eq(w.err, -EFBIG);
 	ck_assert_uint_eq(w.len, 8);
-	sb_free(&w);
+	statebuf_free(&w);
 
-	sb_init(&w);
-	sb_set_u64(&w, 0, 1);
+	statebuf_init(&w);
+	statebuf_set_u64(&w, 0, 1);
 	ck_assert_int_eq(w.err, -EINVAL);
-	sb_free(&w);
+	statebuf_free(&w);
 }
 END_TEST
 

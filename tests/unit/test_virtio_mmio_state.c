@@ -73,7 +73,7 @@ static void teardown(void) { fv_free(&drv); }
 
 /* Device a up, three chains through queue 0, one through queue 1, and
  * its state saved into w. */
-static void run_and_save(struct sb_writer *w)
+static void run_and_save(struct statebuf_writer *w)
 {
 	ck_assert_int_eq(fv_driver_up(&drv, (1ull << VIRTIO_F_VERSION_1) |
 						    (1ull << VIRTIO_F_EVENT_IDX), 2, 16), 0);
@@ -82,14 +82,14 @@ static void run_and_save(struct sb_writer *w)
 		fv_post(&drv, 0, &s, 1); /* each kicks the queue */
 	fv_post(&drv, 1, &s, 1);
 	ck_assert_uint_eq(a.chains, 4);
-	sb_init(w);
+	statebuf_init(w);
 	ck_assert_int_eq(virtio_mmio_state_save(&ta, w), 0);
 	ck_assert_uint_eq(w->len, virtio_mmio_state_len(2));
 }
 
 START_TEST(restored_transport_goes_on)
 {
-	struct sb_writer w;
+	struct statebuf_writer w;
 	run_and_save(&w);
 	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, w.len, err, sizeof err), 0);
 	ck_assert_uint_eq(tb.status, ta.status);
@@ -114,23 +114,23 @@ START_TEST(restored_transport_goes_on)
 	ck_assert_uint_eq(fv_rd(&drv, FV_R_STATUS) & VIRTIO_STATUS_NEEDS_RESET, 0);
 
 	/* A state saved from b comes out byte for byte as from a. */
-	struct sb_writer w2;
-	sb_init(&w2);
+	struct statebuf_writer w2;
+	statebuf_init(&w2);
 	ck_assert_int_eq(virtio_mmio_state_save(&tb, &w2), 0);
 	ck_assert_uint_eq(w2.len, w.len);
-	sb_free(&w2);
-	sb_free(&w);
+	statebuf_free(&w2);
+	statebuf_free(&w);
 }
 END_TEST
 
 START_TEST(fresh_transport_round_trip)
 {
-	struct sb_writer w;
-	sb_init(&w);
+	struct statebuf_writer w;
+	statebuf_init(&w);
 	ck_assert_int_eq(virtio_mmio_state_save(&ta, &w), 0);
 	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, w.len, err, sizeof err), 0);
 	ck_assert(!b.dev.live && !b.vqs[0].ready && tb.status == 0);
-	sb_free(&w);
+	statebuf_free(&w);
 }
 END_TEST
 
@@ -140,7 +140,7 @@ static void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)v); put32(p + 4, 
 
 START_TEST(load_refuses_each_inconsistency)
 {
-	struct sb_writer w;
+	struct statebuf_writer w;
 	run_and_save(&w);
 	/* Offsets: header 0 magic, 4 version, 6 queues, 8 device id,
 	 * 12 status, 16 interrupts, 40 driver's features, 48 accepted,
@@ -209,7 +209,7 @@ START_TEST(load_refuses_each_inconsistency)
 	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, w.len - 1, err, sizeof err), -EINVAL);
 	ck_assert_int_eq(virtio_mmio_state_load(&tb, w.buf, 0, err, sizeof err), -EINVAL);
 	ck_assert_int_eq(virtio_mmio_state_load(&tb, NULL, 0, err, sizeof err), -EINVAL);
-	sb_free(&w);
+	statebuf_free(&w);
 }
 END_TEST
 

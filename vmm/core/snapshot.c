@@ -310,8 +310,8 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 		return errbuf_fail(err, errlen, -EIO, "KVM_GET_MSR_INDEX_LIST failed");
 	size_t xs = xsave_size(vm);
 	struct snapf_builder b;
-	struct sb_writer meta;
-	sb_init(&meta);
+	struct statebuf_writer meta;
+	statebuf_init(&meta);
 	snapf_build_init(&b);
 	struct snapf_layout l = { .ncpus = vm->ncpus, .tsc_khz = vm_tsc_khz(vm),
 				  .ram_size = vm->ram_size, .low_ram = vm->low_ram,
@@ -324,8 +324,8 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 		if ((rc = save_cpu(vm, i, ml, xs, &b, st, err, errlen)) < 0)
 			goto out;
 	for (unsigned i = 0; i < ndev; i++) {
-		struct sb_writer w;
-		sb_init(&w);
+		struct statebuf_writer w;
+		statebuf_init(&w);
 		rc = devs[i].save(devs[i].ctx, &w, err, errlen);
 		if (rc == 0 && w.err)
 			rc = errbuf_fail(err, errlen, w.err, "device '%s': cannot hold its state",
@@ -338,7 +338,7 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 			snapf_build_rec(&b, SNAPF_D_NAME, devs[i].name, strlen(devs[i].name));
 			snapf_build_rec(&b, SNAPF_D_BLOB, w.buf, w.len);
 		}
-		sb_free(&w);
+		statebuf_free(&w);
 		if (rc < 0)
 			goto out;
 	}
@@ -360,7 +360,7 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 	}
 out:
 	snapf_build_free(&b);
-	sb_free(&meta);
+	statebuf_free(&meta);
 	free(ml);
 	if (st && rc == 0)
 		st->ms = now_ms() - t0;

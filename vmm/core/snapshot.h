@@ -23,7 +23,7 @@ struct snap_dev {
 	const char *name;
 	uint32_t slot;
 	void *ctx;
-	int (*save)(void *ctx, struct sb_writer *w, char *err, size_t errlen);
+	int (*save)(void *ctx, struct statebuf_writer *w, char *err, size_t errlen);
 	int (*load)(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen);
 };
 

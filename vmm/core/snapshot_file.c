@@ -97,15 +97,15 @@ int snapf_header(const uint8_t *hdr, size_t len, uint64_t *meta_len, char *err, 
 {
 	if (len < SNAPF_HDR_LEN || memcmp(hdr + OFF_MAGIC, SNAPF_MAGIC, 8) != 0)
 		return errbuf_fail(err, errlen, -EBADMSG, "not a kbox snapshot (no KBOXSNAP header)");
-	uint32_t ver = sb_le32(hdr + OFF_VERSION);
+	uint32_t ver = statebuf_le32(hdr + OFF_VERSION);
 	if (ver != SNAPF_VERSION)
 		return errbuf_fail(err, errlen, -EPROTO,
 			       "snapshot format version %u, this kbox reads version %u", ver,
 			       SNAPF_VERSION);
-	if (sb_le32(hdr + OFF_HDRLEN) != SNAPF_HDR_LEN)
+	if (statebuf_le32(hdr + OFF_HDRLEN) != SNAPF_HDR_LEN)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot header length %u, want %u",
-			       sb_le32(hdr + OFF_HDRLEN), SNAPF_HDR_LEN);
-	uint64_t m = sb_le64(hdr + OFF_METALEN);
+			       statebuf_le32(hdr + OFF_HDRLEN), SNAPF_HDR_LEN);
+	uint64_t m = statebuf_le64(hdr + OFF_METALEN);
 	if (m < SNAPF_HDR_LEN || m > SNAPF_MAX_META)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata length %llu out of range",
 			       (unsigned long long)m);
@@ -150,7 +150,7 @@ static int check_records(const struct snapf_sec *s, char *err, size_t errlen)
 		if (s->len - off < 8)
 			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u: record header cut short",
 				       type_name(s->type), s->id);
-		uint32_t tag = sb_le32(s->data + off), len = sb_le32(s->data + off + 4);
+		uint32_t tag = statebuf_le32(s->data + off), len = statebuf_le32(s->data + off + 4);
 		const struct rule *r = rule_for(s->type, tag);
 		if (!r)
 			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u: unknown record %u",
@@ -208,11 +208,11 @@ static int parse_layout(const struct snapf_sec *s, struct snapf_layout *l, char 
 	snapf_rec(s, SNAPF_L_KEY, &d, &n);
 	memcpy(l->key, d, SNAPF_KEY_LEN);
 	snapf_rec(s, SNAPF_L_GEOMETRY, &d, &n);
-	l->ncpus = sb_le32(d);
-	l->tsc_khz = sb_le32(d + 4);
-	l->ram_size = sb_le64(d + 8);
-	l->low_ram = sb_le64(d + 16);
-	l->high_base = sb_le64(d + 24);
+	l->ncpus = statebuf_le32(d);
+	l->tsc_khz = statebuf_le32(d + 4);
+	l->ram_size = statebuf_le64(d + 8);
+	l->low_ram = statebuf_le64(d + 16);
+	l->high_base = statebuf_le64(d + 24);
 	if (l->ncpus < 1 || l->ncpus > SNAPF_MAX_CPUS)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot for %u vCPUs (1..%u)", l->ncpus,
 			       SNAPF_MAX_CPUS);
@@ -237,14 +237,14 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 	if (m != meta_len)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata is %zu bytes, header says %llu",
 			       meta_len, (unsigned long long)m);
-	if (sb_le32(meta + OFF_FLAGS) != 0 || sb_le64(meta + OFF_RSVD) != 0)
+	if (statebuf_le32(meta + OFF_FLAGS) != 0 || statebuf_le64(meta + OFF_RSVD) != 0)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot header has unknown flags");
-	if (sb_le64(meta + OFF_SUM) != meta_sum(meta, meta_len))
+	if (statebuf_le64(meta + OFF_SUM) != meta_sum(meta, meta_len))
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata checksum does not match");
-	uint32_t nsec = sb_le32(meta + OFF_NSEC);
+	uint32_t nsec = statebuf_le32(meta + OFF_NSEC);
 	if (nsec > SNAPF_MAX_SECTIONS || (uint64_t)nsec * SNAPF_ENT_LEN > meta_len - SNAPF_HDR_LEN)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot section count %u out of range", nsec);
-	uint64_t ram_off = sb_le64(meta + OFF_RAMOFF), ram_len = sb_le64(meta + OFF_RAMLEN);
+	uint64_t ram_off = statebuf_le64(meta + OFF_RAMOFF), ram_len = statebuf_le64(meta + OFF_RAMLEN);
 	uint64_t want_off = (meta_len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1);
 	if (ram_off != want_off || ram_len == 0 || ram_len > SNAPF_MAX_RAM ||
 	    ram_len % SNAPF_PAGE || file_size < ram_off || file_size - ram_off != ram_len)
@@ -260,8 +260,8 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 	next = (next + 7) & ~7ull;
 	for (uint32_t i = 0; i < nsec; i++) {
 		const uint8_t *e = meta + SNAPF_HDR_LEN + (size_t)i * SNAPF_ENT_LEN;
-		uint32_t type = sb_le32(e), id = sb_le32(e + 4);
-		uint64_t off = sb_le64(e + 8), len = sb_le64(e + 16);
+		uint32_t type = statebuf_le32(e), id = statebuf_le32(e + 4);
+		uint64_t off = statebuf_le64(e + 8), len = statebuf_le64(e + 16);
 		if (type < SNAPF_SEC_LAYOUT || type > SNAPF_SEC_DEV)
 			return errbuf_fail(err, errlen, -EBADMSG, "snapshot section %u of unknown kind %u",
 				       i, type);
@@ -322,7 +322,7 @@ int snapf_rec(const struct snapf_sec *s, uint32_t tag, const uint8_t **data, uin
 {
 	uint64_t off = 0;
 	while (s->len - off >= 8) {
-		uint32_t t = sb_le32(s->data + off), n = sb_le32(s->data + off + 4);
+		uint32_t t = statebuf_le32(s->data + off), n = statebuf_le32(s->data + off + 4);
 		uint64_t padded = ((uint64_t)n + 7) & ~7ull;
 		if (padded > s->len - off - 8)
 			break;
@@ -339,10 +339,10 @@ int snapf_rec(const struct snapf_sec *s, uint32_t tag, const uint8_t **data, uin
 void snapf_build_init(struct snapf_builder *b)
 {
 	memset(b, 0, sizeof *b);
-	sb_init(&b->body);
+	statebuf_init(&b->body);
 }
 
-void snapf_build_free(struct snapf_builder *b) { sb_free(&b->body); }
+void snapf_build_free(struct snapf_builder *b) { statebuf_free(&b->body); }
 
 static void close_section(struct snapf_builder *b)
 {
@@ -373,71 +373,71 @@ void snapf_build_rec(struct snapf_builder *b, uint32_t tag, const void *data, si
 		b->err = -EINVAL;
 		return;
 	}
-	sb_u32(&b->body, tag);
-	sb_u32(&b->body, (uint32_t)len);
-	sb_put(&b->body, data, len);
-	sb_pad(&b->body, 8);
+	statebuf_u32(&b->body, tag);
+	statebuf_u32(&b->body, (uint32_t)len);
+	statebuf_put(&b->body, data, len);
+	statebuf_pad(&b->body, 8);
 }
 
 void snapf_build_layout(struct snapf_builder *b, const struct snapf_layout *l)
 {
 	uint8_t g[32];
-	struct sb_writer w;
-	sb_init(&w);
-	sb_u32(&w, l->ncpus);
-	sb_u32(&w, l->tsc_khz);
-	sb_u64(&w, l->ram_size);
-	sb_u64(&w, l->low_ram);
-	sb_u64(&w, l->high_base);
+	struct statebuf_writer w;
+	statebuf_init(&w);
+	statebuf_u32(&w, l->ncpus);
+	statebuf_u32(&w, l->tsc_khz);
+	statebuf_u64(&w, l->ram_size);
+	statebuf_u64(&w, l->low_ram);
+	statebuf_u64(&w, l->high_base);
 	if (w.err || w.len != sizeof g) {
 		b->err = w.err ? w.err : -EINVAL;
-		sb_free(&w);
+		statebuf_free(&w);
 		return;
 	}
 	memcpy(g, w.buf, sizeof g);
-	sb_free(&w);
+	statebuf_free(&w);
 	snapf_build_section(b, SNAPF_SEC_LAYOUT, 0);
 	snapf_build_rec(b, SNAPF_L_KEY, l->key, SNAPF_KEY_LEN);
 	snapf_build_rec(b, SNAPF_L_GEOMETRY, g, sizeof g);
 }
 
-int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct sb_writer *meta)
+int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct statebuf_writer *meta)
 {
-	sb_init(meta);
+	statebuf_init(meta);
 	close_section(b);
 	if (b->err || b->body.err)
 		return b->err ? b->err : b->body.err;
 	uint64_t base = ((uint64_t)SNAPF_HDR_LEN + (uint64_t)b->nsec * SNAPF_ENT_LEN + 7) & ~7ull;
-	sb_put(meta, SNAPF_MAGIC, 8);
-	sb_u32(meta, SNAPF_VERSION);
-	sb_u32(meta, SNAPF_HDR_LEN);
-	sb_u32(meta, b->nsec);
-	sb_u32(meta, 0);
-	sb_u64(meta, 0); /* metadata length, below */
-	sb_u64(meta, 0); /* RAM offset */
-	sb_u64(meta, ram_len);
-	sb_u64(meta, 0); /* checksum */
-	sb_u64(meta, 0);
+	statebuf_put(meta, SNAPF_MAGIC, 8);
+	statebuf_u32(meta, SNAPF_VERSION);
+	statebuf_u32(meta, SNAPF_HDR_LEN);
+	statebuf_u32(meta, b->nsec);
+	statebuf_u32(meta, 0);
+	statebuf_u64(meta, 0); /* metadata length, below */
+	statebuf_u64(meta, 0); /* RAM offset */
+	statebuf_u64(meta, ram_len);
+	statebuf_u64(meta, 0); /* checksum */
+	statebuf_u64(meta, 0);
 	for (unsigned i = 0; i < b->nsec; i++) {
-		sb_u32(meta, b->type[i]);
-		sb_u32(meta, b->id[i]);
-		sb_u64(meta, base + b->off[i]);
-		sb_u64(meta, b->len[i]);
+		statebuf_u32(meta, b->type[i]);
+		statebuf_u32(meta, b->id[i]);
+		statebuf_u64(meta, base + b->off[i]);
+		statebuf_u64(meta, b->len[i]);
 	}
-	sb_pad(meta, 8);
-	sb_put(meta, b->body.buf, b->body.len);
+	statebuf_pad(meta, 8);
+	statebuf_put(meta, b->body.buf, b->body.len);
 	if (meta->err) {
 		int e = meta->err;
-		sb_free(meta);
+		statebuf_free(meta);
 		return e;
 	}
 	if (meta->len > SNAPF_MAX_META) {
-		sb_free(meta);
+		statebuf_free(meta);
 		return -EFBIG;
 	}
 	uint64_t ram_off = ((uint64_t)meta->len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1);
-	sb_set_u64(meta, OFF_METALEN, meta->len);
-	sb_set_u64(meta, OFF_RAMOFF, ram_off);
+	statebuf_set_u64(meta, OFF_METALEN, meta->len);
+	statebuf_set_u64(meta, OFF_RAMOFF, ram_off);
 	if (!meta->err)
 		snapf_seal(meta->buf, meta->len);
 	return meta->err;
@@ -527,14 +527,14 @@ static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len)
 	return ftruncate(fd, (off_t)(ram_off + len)) < 0 ? -errno : 0;
 }
 
-int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
+int snapf_write(const char *dir, const char *name, const struct statebuf_writer *meta,
 		const void *ram, uint64_t ram_len, char *err, size_t errlen)
 {
 	if (snapf_name_ok(name) < 0)
 		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
 	uint64_t hdr_meta;
 	if (meta->err || snapf_header(meta->buf, meta->len, &hdr_meta, err, errlen) < 0 ||
-	    hdr_meta != meta->len || sb_le64(meta->buf + OFF_RAMLEN) != ram_len ||
+	    hdr_meta != meta->len || statebuf_le64(meta->buf + OFF_RAMLEN) != ram_len ||
 	    ram_len % SNAPF_PAGE)
 		return errbuf_fail(err, errlen, -EINVAL, "snapshot metadata does not describe this RAM");
 	int dfd = open_private_dir(dir, err, errlen);
@@ -557,7 +557,7 @@ int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
 	const char *step = "write";
 	int rc = fileio_write_all(fd, meta->buf, meta->len);
 	if (rc == 0)
-		rc = write_ram(fd, sb_le64(meta->buf + OFF_RAMOFF), ram, ram_len);
+		rc = write_ram(fd, statebuf_le64(meta->buf + OFF_RAMOFF), ram, ram_len);
 	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
 		step = "fsync";

@@ -126,7 +126,7 @@ int snapf_rec(const struct snapf_sec *s, uint32_t tag, const uint8_t **data, uin
 /* Building the metadata of a file: sections one after the other, records
  * into the one begun last.  Errors latch; snapf_build_finish reports. */
 struct snapf_builder {
-	struct sb_writer body; /* payloads, offsets from the first one */
+	struct statebuf_writer body; /* payloads, offsets from the first one */
 	unsigned nsec;
 	uint32_t type[SNAPF_MAX_SECTIONS], id[SNAPF_MAX_SECTIONS];
 	uint64_t off[SNAPF_MAX_SECTIONS], len[SNAPF_MAX_SECTIONS];
@@ -141,9 +141,9 @@ void snapf_build_rec(struct snapf_builder *b, uint32_t tag, const void *data, si
 void snapf_build_layout(struct snapf_builder *b, const struct snapf_layout *l);
 
 /* The finished metadata for ram_len bytes of RAM into *meta (initialised
- * here; the caller frees it with sb_free): 0, or the first error of the
+ * here; the caller frees it with statebuf_free): 0, or the first error of the
  * builder (-ENOSPC for too many sections, -EFBIG, -ENOMEM). */
-int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct sb_writer *meta);
+int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct statebuf_writer *meta);
 
 /* 0 if name can name a snapshot in its folder: 1..SNAPF_NAME_MAX bytes of
  * [A-Za-z0-9._-], not starting with '.'; -EINVAL otherwise. */
@@ -155,7 +155,7 @@ int snapf_name_ok(const char *name);
  * a symlink) owned by the effective user with no group or other access
  * (0700); nothing is written otherwise.  0 or a negative errno, with a
  * line in err; no temporary file is left behind. */
-int snapf_write(const char *dir, const char *name, const struct sb_writer *meta,
+int snapf_write(const char *dir, const char *name, const struct statebuf_writer *meta,
 		const void *ram, uint64_t ram_len, char *err, size_t errlen);
 
 /* An opened, checked snapshot. */

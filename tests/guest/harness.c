@@ -1049,7 +1049,7 @@ static int add_test_devices(struct vm *vm, struct harness *h)
  * The test devices' answers count on (pio_k, mmio_k, str_n per vCPU): that
  * is their state outside guest RAM, saved as their device blob. */
 
-#define SNAP_DEV_LEN (TG_MAX_CPUS * 12u)
+#define SNAPSHOT_DEV_LEN (TG_MAX_CPUS * 12u)
 
 static int testdev_save(void *ctx, struct statebuf_writer *w, char *err, size_t errlen)
 {
@@ -1065,8 +1065,8 @@ static int testdev_save(void *ctx, struct statebuf_writer *w, char *err, size_t 
 static int testdev_load(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen)
 {
 	struct harness *h = ctx;
-	if (len != SNAP_DEV_LEN) {
-		snprintf(err, errlen, "test device state is %zu bytes, want %u", len, SNAP_DEV_LEN);
+	if (len != SNAPSHOT_DEV_LEN) {
+		snprintf(err, errlen, "test device state is %zu bytes, want %u", len, SNAPSHOT_DEV_LEN);
 		return -EINVAL;
 	}
 	struct statebuf_reader r;
@@ -1141,11 +1141,11 @@ static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harn
 	memset(key, 0x5a, sizeof key);
 	memcpy(bad, key, sizeof bad);
 	bad[7] ^= 1;
-	const struct snap_dev dev = { "testdev", 3, h, testdev_save, testdev_load };
-	struct snap_stats ss, rs;
+	const struct snapshot_dev dev = { "testdev", 3, h, testdev_save, testdev_load };
+	struct snapshot_stats ss, rs;
 	enum vm_end end = VM_END_ERROR;
 
-	int prc = snap_probe(vm, report, sizeof report, err, sizeof err);
+	int prc = snapshot_probe(vm, report, sizeof report, err, sizeof err);
 	if (!probed++)
 		printf("# snapshot capabilities of this /dev/kvm: %s\n", report);
 	if (!tg_check(prc == 0, "%s: /dev/kvm has what snapshots need%s%s", t->name,
@@ -1161,7 +1161,7 @@ static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harn
 	unsigned khz = vm_tsc_khz(vm);
 	uint64_t tsc0 = guest_tsc(vm);
 	double h0 = tg_now();
-	int rc = snap_save(vm, key, &dev, 1, dir, "t", &ss, err, sizeof err);
+	int rc = snapshot_save(vm, key, &dev, 1, dir, "t", &ss, err, sizeof err);
 	tg_check(rc == 0, "%s: saved %u vCPUs, %u MSRs each, XSAVE %u bytes, in %.1f ms (state "
 			  "%.1f ms): file %" PRIu64 " KiB, %" PRIu64 " KiB on disk%s%s",
 		 t->name, vm->ncpus, ss.msrs, ss.xsave_bytes, ss.ms, ss.state_ms,
@@ -1178,11 +1178,11 @@ static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harn
 	if (rc == 0 && add_test_devices(vm, h) != 0)
 		rc = tg_check(0, "%s: fresh VM: cannot register the test devices", t->name) - 1;
 	if (rc == 0) {
-		int wrong = snap_restore(vm, bad, &dev, 1, dir, "t", NULL, err, sizeof err);
+		int wrong = snapshot_restore(vm, bad, &dev, 1, dir, "t", NULL, err, sizeof err);
 		tg_check(wrong == -ESTALE, "%s: a restore under another layout key is refused (%s)",
 			 t->name, err);
 		err[0] = 0;
-		rc = snap_restore(vm, key, &dev, 1, dir, "t", &rs, err, sizeof err);
+		rc = snapshot_restore(vm, key, &dev, 1, dir, "t", &rs, err, sizeof err);
 		tg_check(rc == 0, "%s: restored into a fresh VM in %.1f ms (state %.1f ms)%s%s",
 			 t->name, rs.ms, rs.state_ms, rc ? ": " : "", err);
 	}

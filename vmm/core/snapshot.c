@@ -45,7 +45,7 @@ static int cap(struct vm *vm, int c)
 	return r < 0 ? 0 : r;
 }
 
-int snap_probe(struct vm *vm, char *report, size_t replen, char *why, size_t whylen)
+int snapshot_probe(struct vm *vm, char *report, size_t replen, char *why, size_t whylen)
 {
 	int rc = 0;
 	size_t off = 0;
@@ -175,7 +175,7 @@ static int complete_io(struct vm *vm, char *err, size_t errlen)
 	} while (0)
 
 static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, size_t xs,
-		    struct snapf_builder *b, struct snap_stats *st, char *err, size_t errlen)
+		    struct snapf_builder *b, struct snapshot_stats *st, char *err, size_t errlen)
 {
 	int fd = vm->cpu[i].fd, rc = 0;
 	struct kvm_regs regs;
@@ -272,7 +272,7 @@ out:
 	return rc;
 }
 
-static int check_devs(const struct snap_dev *devs, unsigned ndev, char *err, size_t errlen)
+static int check_devs(const struct snapshot_dev *devs, unsigned ndev, char *err, size_t errlen)
 {
 	if (ndev > SNAPF_MAX_DEVS)
 		return errbuf_fail(err, errlen, -EINVAL, "too many devices for a snapshot");
@@ -290,8 +290,8 @@ static int check_devs(const struct snap_dev *devs, unsigned ndev, char *err, siz
 	return 0;
 }
 
-int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap_dev *devs,
-	      unsigned ndev, const char *dir, const char *name, struct snap_stats *st, char *err,
+int snapshot_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
 	      size_t errlen)
 {
 	double t0 = now_ms();
@@ -300,7 +300,7 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
 	for (unsigned i = 0; i < vm->ncpus; i++)
 		if (vm->cpu[i].started)
 			return errbuf_fail(err, errlen, -EBUSY, "cannot save a VM whose vCPUs run");
-	int rc = snap_probe(vm, NULL, 0, err, errlen);
+	int rc = snapshot_probe(vm, NULL, 0, err, errlen);
 	if (rc < 0 || (rc = check_devs(devs, ndev, err, errlen)) < 0)
 		return rc;
 	if ((rc = complete_io(vm, err, errlen)) < 0)
@@ -514,7 +514,7 @@ out:
 	return rc;
 }
 
-static int restore_devs(const struct snapf_view *v, const struct snap_dev *devs, unsigned ndev,
+static int restore_devs(const struct snapf_view *v, const struct snapshot_dev *devs, unsigned ndev,
 			char *err, size_t errlen)
 {
 	if (v->ndev != ndev)
@@ -540,14 +540,14 @@ static int restore_devs(const struct snapf_view *v, const struct snap_dev *devs,
 	return 0;
 }
 
-int snap_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap_dev *devs,
-		 unsigned ndev, const char *dir, const char *name, struct snap_stats *st,
+int snapshot_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+		 unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st,
 		 char *err, size_t errlen)
 {
 	double t0 = now_ms();
 	if (st)
 		memset(st, 0, sizeof *st);
-	int rc = snap_probe(vm, NULL, 0, err, errlen);
+	int rc = snapshot_probe(vm, NULL, 0, err, errlen);
 	if (rc < 0 || (rc = check_devs(devs, ndev, err, errlen)) < 0)
 		return rc;
 	struct snapf_file f;

@@ -19,7 +19,7 @@
  * come from a file) and either takes them whole or refuses with a line
  * in err.  Both return 0 or a negative errno.  name is 1..31 bytes of
  * [a-z0-9_-], slot < SNAPF_MAX_DEVS and unique. */
-struct snap_dev {
+struct snapshot_dev {
 	const char *name;
 	uint32_t slot;
 	void *ctx;
@@ -28,7 +28,7 @@ struct snap_dev {
 };
 
 /* Figures of one save or restore. */
-struct snap_stats {
+struct snapshot_stats {
 	double ms;              /* the whole call */
 	double state_ms;        /* vCPU, VM and device state, RAM excluded */
 	uint64_t file_bytes;    /* the file's size */
@@ -37,12 +37,12 @@ struct snap_stats {
 	unsigned xsave_bytes;   /* 0 when the FPU state stood in for XSAVE */
 };
 
-/* Whether this /dev/kvm can save and restore a VM as snap_save does: the
+/* Whether this /dev/kvm can save and restore a VM as snapshot_save does: the
  * capabilities it needs (KVM_CAP_IMMEDIATE_EXIT, VCPU_EVENTS, DEBUGREGS,
  * MP_STATE, ADJUST_CLOCK, PIT_STATE2) are all there.  0, or -ENOTSUP
  * with the first one missing named in why.  report, when not NULL, gets
  * one "NAME=VALUE" word per capability looked at, for --verbose. */
-int snap_probe(struct vm *vm, char *report, size_t replen, char *why, size_t whylen);
+int snapshot_probe(struct vm *vm, char *report, size_t replen, char *why, size_t whylen);
 
 /* Save vm to dir/name (snapf_write: atomically, in a private folder).
  * vm's vCPU threads must have ended (vm_run returned); each vCPU first
@@ -51,8 +51,8 @@ int snap_probe(struct vm *vm, char *report, size_t replen, char *why, size_t why
  * layout (the hash of what the VM was booted from).  The vCPUs may run
  * again afterwards.  0 or a negative errno with a line in err; st, when
  * not NULL, gets the figures. */
-int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap_dev *devs,
-	      unsigned ndev, const char *dir, const char *name, struct snap_stats *st, char *err,
+int snapshot_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
 	      size_t errlen);
 
 /* Load dir/name into vm, made by vm_create with the snapshot's vCPU count
@@ -64,8 +64,8 @@ int snap_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap
  * getting its own section (a device without one, or a section without a
  * device, fails the restore).  On failure vm is half-restored and must be
  * destroyed.  0 or a negative errno with a line in err. */
-int snap_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snap_dev *devs,
-		 unsigned ndev, const char *dir, const char *name, struct snap_stats *st,
+int snapshot_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+		 unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st,
 		 char *err, size_t errlen);
 
 #endif

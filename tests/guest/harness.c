@@ -1137,7 +1137,7 @@ static enum vm_end snap_resume(const struct tcase *t, struct vm *vm, struct harn
 {
 	static int probed;
 	char err[512] = "", report[512] = "", dir[] = "/tmp/kbox-snap-XXXXXX", path[64];
-	uint8_t key[SNAPF_KEY_LEN], bad[SNAPF_KEY_LEN];
+	uint8_t key[SNAPSHOT_FILE_KEY_LEN], bad[SNAPSHOT_FILE_KEY_LEN];
 	memset(key, 0x5a, sizeof key);
 	memcpy(bad, key, sizeof bad);
 	bad[7] ^= 1;

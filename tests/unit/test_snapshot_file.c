@@ -13,7 +13,7 @@
 #include "lib/statebuf.h"
 #include "vmm/core/snapshot_file.h"
 
-#define RAM_LEN (16u * SNAPF_PAGE)
+#define RAM_LEN (16u * SNAPSHOT_FILE_PAGE)
 #define IRQCHIP_LEN sizeof(((struct kvm_irqchip *)0)->chip)
 
 static char dir[64];
@@ -41,35 +41,35 @@ enum flaw {
 	VM_ID_ONE, CPUID_TOO_MANY,
 };
 
-static void rec_zero(struct snapf_builder *b, uint32_t tag, size_t n)
+static void rec_zero(struct snapshot_file_builder *b, uint32_t tag, size_t n)
 {
 	void *z = calloc(1, n ? n : 1);
 	ck_assert_ptr_nonnull(z);
-	snapf_build_rec(b, tag, z, n);
+	snapshot_file_build_rec(b, tag, z, n);
 	free(z);
 }
 
-static void cpu_section(struct snapf_builder *b, uint32_t id, enum flaw f)
+static void cpu_section(struct snapshot_file_builder *b, uint32_t id, enum flaw f)
 {
-	snapf_build_section(b, SNAPF_SEC_CPU, id);
-	rec_zero(b, SNAPF_C_REGS, f == REGS_SHORT ? sizeof(struct kvm_regs) - 8
+	snapshot_file_build_section(b, SNAPSHOT_FILE_SEC_CPU, id);
+	rec_zero(b, SNAPSHOT_FILE_C_REGS, f == REGS_SHORT ? sizeof(struct kvm_regs) - 8
 						  : sizeof(struct kvm_regs));
 	if (f == REGS_TWICE)
-		rec_zero(b, SNAPF_C_REGS, sizeof(struct kvm_regs));
-	rec_zero(b, SNAPF_C_SREGS, sizeof(struct kvm_sregs));
+		rec_zero(b, SNAPSHOT_FILE_C_REGS, sizeof(struct kvm_regs));
+	rec_zero(b, SNAPSHOT_FILE_C_SREGS, sizeof(struct kvm_sregs));
 	if (f == FPU_AND_XSAVE || f == XCRS_ALONE)
-		rec_zero(b, SNAPF_C_FPU, sizeof(struct kvm_fpu));
+		rec_zero(b, SNAPSHOT_FILE_C_FPU, sizeof(struct kvm_fpu));
 	if (f != NEITHER_FPU && f != XCRS_ALONE)
-		rec_zero(b, SNAPF_C_XSAVE, f == XSAVE_ODD ? 4096 + 8 : 4096);
+		rec_zero(b, SNAPSHOT_FILE_C_XSAVE, f == XSAVE_ODD ? 4096 + 8 : 4096);
 	if (f != NEITHER_FPU)
-		rec_zero(b, SNAPF_C_XCRS, sizeof(struct kvm_xcrs));
+		rec_zero(b, SNAPSHOT_FILE_C_XCRS, sizeof(struct kvm_xcrs));
 	if (f != NO_LAPIC)
-		rec_zero(b, SNAPF_C_LAPIC, sizeof(struct kvm_lapic_state));
-	rec_zero(b, SNAPF_C_MP_STATE, sizeof(struct kvm_mp_state));
-	rec_zero(b, SNAPF_C_EVENTS, sizeof(struct kvm_vcpu_events));
-	rec_zero(b, SNAPF_C_DEBUGREGS, sizeof(struct kvm_debugregs));
-	rec_zero(b, SNAPF_C_MSRS, f == MSRS_EMPTY ? 0 : f == MSRS_PARTIAL ? 24 : 3 * 16);
-	rec_zero(b, SNAPF_C_CPUID, f == CPUID_TOO_MANY ? 257 * sizeof(struct kvm_cpuid_entry2)
+		rec_zero(b, SNAPSHOT_FILE_C_LAPIC, sizeof(struct kvm_lapic_state));
+	rec_zero(b, SNAPSHOT_FILE_C_MP_STATE, sizeof(struct kvm_mp_state));
+	rec_zero(b, SNAPSHOT_FILE_C_EVENTS, sizeof(struct kvm_vcpu_events));
+	rec_zero(b, SNAPSHOT_FILE_C_DEBUGREGS, sizeof(struct kvm_debugregs));
+	rec_zero(b, SNAPSHOT_FILE_C_MSRS, f == MSRS_EMPTY ? 0 : f == MSRS_PARTIAL ? 24 : 3 * 16);
+	rec_zero(b, SNAPSHOT_FILE_C_CPUID, f == CPUID_TOO_MANY ? 257 * sizeof(struct kvm_cpuid_entry2)
 						     : 4 * sizeof(struct kvm_cpuid_entry2));
 	if (f == UNKNOWN_TAG)
 		rec_zero(b, 999, 8);
@@ -78,70 +78,70 @@ static void cpu_section(struct snapf_builder *b, uint32_t id, enum flaw f)
 /* Metadata of a 2-vCPU snapshot with one device, but for flaw f. */
 static void build(struct statebuf_writer *meta, enum flaw f)
 {
-	struct snapf_builder b;
-	snapf_build_init(&b);
-	struct snapf_layout l = { .ncpus = f == NCPUS_ZERO ? 0 : 2, .tsc_khz = 2300000,
+	struct snapshot_file_builder b;
+	snapshot_file_build_init(&b);
+	struct snapshot_file_layout l = { .ncpus = f == NCPUS_ZERO ? 0 : 2, .tsc_khz = 2300000,
 				  .ram_size = f == RAM_MISMATCH ? RAM_LEN * 2 : RAM_LEN,
 				  .low_ram = RAM_LEN,
 				  .high_base = f == RAM_MISMATCH ? 1ull << 32 : 0 };
 	memset(l.key, 0xab, sizeof l.key);
 	if (f != NO_LAYOUT)
-		snapf_build_layout(&b, &l);
+		snapshot_file_build_layout(&b, &l);
 	if (f != NO_VM) {
-		snapf_build_section(&b, SNAPF_SEC_VM, f == VM_ID_ONE ? 1 : 0);
-		rec_zero(&b, SNAPF_V_CLOCK, sizeof(struct kvm_clock_data));
-		rec_zero(&b, SNAPF_V_PIT2, sizeof(struct kvm_pit_state2));
-		rec_zero(&b, SNAPF_V_PIC0, IRQCHIP_LEN);
-		rec_zero(&b, SNAPF_V_PIC1, IRQCHIP_LEN);
-		rec_zero(&b, SNAPF_V_IOAPIC, IRQCHIP_LEN);
+		snapshot_file_build_section(&b, SNAPSHOT_FILE_SEC_VM, f == VM_ID_ONE ? 1 : 0);
+		rec_zero(&b, SNAPSHOT_FILE_V_CLOCK, sizeof(struct kvm_clock_data));
+		rec_zero(&b, SNAPSHOT_FILE_V_PIT2, sizeof(struct kvm_pit_state2));
+		rec_zero(&b, SNAPSHOT_FILE_V_PIC0, IRQCHIP_LEN);
+		rec_zero(&b, SNAPSHOT_FILE_V_PIC1, IRQCHIP_LEN);
+		rec_zero(&b, SNAPSHOT_FILE_V_IOAPIC, IRQCHIP_LEN);
 	}
 	cpu_section(&b, 0, f);
 	if (f != CPU_MISSING)
 		cpu_section(&b, f == CPU_TWICE ? 0 : 1, OK);
 	if (f == CPU_EXTRA)
 		cpu_section(&b, 2, OK);
-	snapf_build_section(&b, SNAPF_SEC_DEV, f == DEV_ID_HIGH ? SNAPF_MAX_DEVS : 5);
-	snapf_build_rec(&b, SNAPF_D_NAME, f == BAD_DEV_NAME ? "Virtio/MMIO" : "virtio-mmio",
+	snapshot_file_build_section(&b, SNAPSHOT_FILE_SEC_DEV, f == DEV_ID_HIGH ? SNAPSHOT_FILE_MAX_DEVS : 5);
+	snapshot_file_build_rec(&b, SNAPSHOT_FILE_D_NAME, f == BAD_DEV_NAME ? "Virtio/MMIO" : "virtio-mmio",
 			11);
-	snapf_build_rec(&b, SNAPF_D_BLOB, "\1\2\3", 3);
+	snapshot_file_build_rec(&b, SNAPSHOT_FILE_D_BLOB, "\1\2\3", 3);
 	if (f == UNKNOWN_KIND)
-		snapf_build_section(&b, 9, 0);
-	ck_assert_int_eq(snapf_build_finish(&b, RAM_LEN, meta), 0);
-	snapf_build_free(&b);
+		snapshot_file_build_section(&b, 9, 0);
+	ck_assert_int_eq(snapshot_file_build_finish(&b, RAM_LEN, meta), 0);
+	snapshot_file_build_free(&b);
 }
 
 static uint64_t file_size(const struct statebuf_writer *m)
 {
-	return ((m->len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1)) + RAM_LEN;
+	return ((m->len + SNAPSHOT_FILE_PAGE - 1) & ~(uint64_t)(SNAPSHOT_FILE_PAGE - 1)) + RAM_LEN;
 }
 
 START_TEST(parse_accepts_what_the_builder_makes)
 {
 	struct statebuf_writer m;
-	struct snapf_view v;
+	struct snapshot_file_view v;
 	build(&m, OK);
-	ck_assert_int_eq(snapf_parse(m.buf, m.len, file_size(&m), &v, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_parse(m.buf, m.len, file_size(&m), &v, err, sizeof err), 0);
 	ck_assert_uint_eq(v.layout.ncpus, 2);
 	ck_assert_uint_eq(v.layout.tsc_khz, 2300000);
 	ck_assert(v.layout.ram_size == RAM_LEN);
 	ck_assert_uint_eq(v.layout.key[31], 0xab);
-	ck_assert(v.ram_off % SNAPF_PAGE == 0 && v.ram_off >= m.len);
+	ck_assert(v.ram_off % SNAPSHOT_FILE_PAGE == 0 && v.ram_off >= m.len);
 	ck_assert(v.ram_len == RAM_LEN);
 	ck_assert_uint_eq(v.nsec, 5);
 	ck_assert_uint_eq(v.ndev, 1);
-	const struct snapf_sec *s = snapf_find(&v, SNAPF_SEC_DEV, 5);
+	const struct snapshot_file_sec *s = snapshot_file_find(&v, SNAPSHOT_FILE_SEC_DEV, 5);
 	ck_assert_ptr_nonnull(s);
 	const uint8_t *d;
 	uint32_t n;
-	ck_assert_int_eq(snapf_rec(s, SNAPF_D_BLOB, &d, &n), 0);
+	ck_assert_int_eq(snapshot_file_rec(s, SNAPSHOT_FILE_D_BLOB, &d, &n), 0);
 	ck_assert_uint_eq(n, 3);
 	ck_assert_mem_eq(d, "\1\2\3", 3);
-	ck_assert_int_eq(snapf_rec(s, SNAPF_C_REGS, &d, &n), -ENOENT);
-	s = snapf_find(&v, SNAPF_SEC_CPU, 1);
+	ck_assert_int_eq(snapshot_file_rec(s, SNAPSHOT_FILE_C_REGS, &d, &n), -ENOENT);
+	s = snapshot_file_find(&v, SNAPSHOT_FILE_SEC_CPU, 1);
 	ck_assert_ptr_nonnull(s);
-	ck_assert_int_eq(snapf_rec(s, SNAPF_C_XSAVE, &d, &n), 0);
+	ck_assert_int_eq(snapshot_file_rec(s, SNAPSHOT_FILE_C_XSAVE, &d, &n), 0);
 	ck_assert_uint_eq(n, 4096);
-	ck_assert_ptr_null(snapf_find(&v, SNAPF_SEC_CPU, 2));
+	ck_assert_ptr_null(snapshot_file_find(&v, SNAPSHOT_FILE_SEC_CPU, 2));
 	statebuf_free(&m);
 }
 END_TEST
@@ -174,10 +174,10 @@ START_TEST(parse_refuses_every_flaw)
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		struct statebuf_writer m;
-		struct snapf_view v;
+		struct snapshot_file_view v;
 		build(&m, cases[i].f);
 		err[0] = 0;
-		int rc = snapf_parse(m.buf, m.len, file_size(&m), &v, err, sizeof err);
+		int rc = snapshot_file_parse(m.buf, m.len, file_size(&m), &v, err, sizeof err);
 		ck_assert_msg(rc == -EBADMSG && strstr(err, cases[i].says),
 			      "flaw %d: rc %d, '%s' (want '%s')", cases[i].f, rc, err, cases[i].says);
 		statebuf_free(&m);
@@ -208,35 +208,35 @@ static void put32(uint8_t *p, uint32_t v)
 START_TEST(parse_refuses_bad_headers_and_tables)
 {
 	struct statebuf_writer m;
-	struct snapf_view v;
+	struct snapshot_file_view v;
 	build(&m, OK);
 	uint64_t fs = file_size(&m);
 	uint8_t *p = dup_meta(&m);
 	uint64_t ml;
 
-	ck_assert_int_eq(snapf_header(p, SNAPF_HDR_LEN - 1, &ml, err, sizeof err), -EBADMSG);
-	ck_assert_int_eq(snapf_header(p, m.len, &ml, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_header(p, SNAPSHOT_FILE_HDR_LEN - 1, &ml, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(snapshot_file_header(p, m.len, &ml, err, sizeof err), 0);
 	ck_assert(ml == m.len);
 
 	/* Any changed byte is caught, if by nothing else by the checksum. */
 	for (size_t i = 0; i < m.len; i += 13) {
 		p[i] ^= 0x41;
-		ck_assert_int_lt(snapf_parse(p, m.len, fs, &v, NULL, 0), 0);
+		ck_assert_int_lt(snapshot_file_parse(p, m.len, fs, &v, NULL, 0), 0);
 		p[i] ^= 0x41;
 	}
-	ck_assert_int_eq(snapf_parse(p, m.len, fs, &v, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_parse(p, m.len, fs, &v, err, sizeof err), 0);
 
 	/* Cut short, or the file's size not what the RAM needs. */
-	ck_assert_int_eq(snapf_parse(p, m.len - 8, fs, &v, err, sizeof err), -EBADMSG);
-	ck_assert_int_eq(snapf_parse(p, m.len, fs - 1, &v, err, sizeof err), -EBADMSG);
-	ck_assert_int_eq(snapf_parse(p, m.len, fs + SNAPF_PAGE, &v, err, sizeof err), -EBADMSG);
-	ck_assert_int_eq(snapf_parse(p, m.len, 0, &v, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(snapshot_file_parse(p, m.len - 8, fs, &v, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(snapshot_file_parse(p, m.len, fs - 1, &v, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(snapshot_file_parse(p, m.len, fs + SNAPSHOT_FILE_PAGE, &v, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(snapshot_file_parse(p, m.len, 0, &v, err, sizeof err), -EBADMSG);
 
 	/* With the checksum made good again, the structure's own checks. */
 	struct { size_t off; uint64_t val; int wide; int rc; const char *says; } bad[] = {
 		{ 8, 2, 0, -EPROTO, "version 2" },
 		{ 12, 72, 0, -EBADMSG, "header length" },
-		{ 16, SNAPF_MAX_SECTIONS + 1, 0, -EBADMSG, "section count" },
+		{ 16, SNAPSHOT_FILE_MAX_SECTIONS + 1, 0, -EBADMSG, "section count" },
 		{ 16, 100, 0, -EBADMSG, "" }, /* payload bytes read as a table */
 		{ 20, 1, 0, -EBADMSG, "flags" },
 		{ 32, 0, 1, -EBADMSG, "does not fill" },
@@ -257,9 +257,9 @@ START_TEST(parse_refuses_bad_headers_and_tables)
 			put64(q + bad[i].off, bad[i].val);
 		else
 			put32(q + bad[i].off, (uint32_t)bad[i].val);
-		snapf_seal(q, m.len);
+		snapshot_file_seal(q, m.len);
 		err[0] = 0;
-		int rc = snapf_parse(q, m.len, fs, &v, err, sizeof err);
+		int rc = snapshot_file_parse(q, m.len, fs, &v, err, sizeof err);
 		ck_assert_msg(rc == bad[i].rc && strstr(err, bad[i].says), "case %zu: rc %d '%s'",
 			      i, rc, err);
 		free(q);
@@ -269,20 +269,20 @@ START_TEST(parse_refuses_bad_headers_and_tables)
 	uint8_t *q = dup_meta(&m);
 	uint64_t off0 = statebuf_le64(q + 64 + 8);
 	put64(q + 64 + 24 + 8, off0 + 8);
-	snapf_seal(q, m.len);
-	ck_assert_int_eq(snapf_parse(q, m.len, fs, &v, err, sizeof err), -EBADMSG);
+	snapshot_file_seal(q, m.len);
+	ck_assert_int_eq(snapshot_file_parse(q, m.len, fs, &v, err, sizeof err), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(err, "out of place"));
 	free(q);
 
 	/* Padding of a record must be zeros: the device name's (11 bytes). */
 	q = dup_meta(&m);
-	const struct snapf_sec *s;
-	ck_assert_int_eq(snapf_parse(q, m.len, fs, &v, NULL, 0), 0);
-	s = snapf_find(&v, SNAPF_SEC_DEV, 5);
+	const struct snapshot_file_sec *s;
+	ck_assert_int_eq(snapshot_file_parse(q, m.len, fs, &v, NULL, 0), 0);
+	s = snapshot_file_find(&v, SNAPSHOT_FILE_SEC_DEV, 5);
 	size_t pad = (size_t)(s->data - q) + 8 + 11;
 	q[pad] = 1;
-	snapf_seal(q, m.len);
-	ck_assert_int_eq(snapf_parse(q, m.len, fs, &v, err, sizeof err), -EBADMSG);
+	snapshot_file_seal(q, m.len);
+	ck_assert_int_eq(snapshot_file_parse(q, m.len, fs, &v, err, sizeof err), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(err, "padding"));
 	free(q);
 
@@ -293,18 +293,18 @@ END_TEST
 
 START_TEST(builder_limits)
 {
-	struct snapf_builder b;
+	struct snapshot_file_builder b;
 	struct statebuf_writer m;
-	snapf_build_init(&b);
-	snapf_build_rec(&b, SNAPF_L_KEY, "x", 1); /* no section begun */
-	ck_assert_int_eq(snapf_build_finish(&b, RAM_LEN, &m), -EINVAL);
-	snapf_build_free(&b);
+	snapshot_file_build_init(&b);
+	snapshot_file_build_rec(&b, SNAPSHOT_FILE_L_KEY, "x", 1); /* no section begun */
+	ck_assert_int_eq(snapshot_file_build_finish(&b, RAM_LEN, &m), -EINVAL);
+	snapshot_file_build_free(&b);
 
-	snapf_build_init(&b);
-	for (unsigned i = 0; i <= SNAPF_MAX_SECTIONS; i++)
-		snapf_build_section(&b, SNAPF_SEC_DEV, i);
-	ck_assert_int_eq(snapf_build_finish(&b, RAM_LEN, &m), -ENOSPC);
-	snapf_build_free(&b);
+	snapshot_file_build_init(&b);
+	for (unsigned i = 0; i <= SNAPSHOT_FILE_MAX_SECTIONS; i++)
+		snapshot_file_build_section(&b, SNAPSHOT_FILE_SEC_DEV, i);
+	ck_assert_int_eq(snapshot_file_build_finish(&b, RAM_LEN, &m), -ENOSPC);
+	snapshot_file_build_free(&b);
 	statebuf_free(&m);
 }
 END_TEST
@@ -313,8 +313,8 @@ static uint8_t *make_ram(void)
 {
 	uint8_t *ram = calloc(1, RAM_LEN);
 	ck_assert_ptr_nonnull(ram);
-	for (unsigned i = 0; i < RAM_LEN; i += 3 * SNAPF_PAGE) /* pages 0, 3, 6...: data */
-		memset(ram + i, (int)(i / SNAPF_PAGE) + 1, 100);
+	for (unsigned i = 0; i < RAM_LEN; i += 3 * SNAPSHOT_FILE_PAGE) /* pages 0, 3, 6...: data */
+		memset(ram + i, (int)(i / SNAPSHOT_FILE_PAGE) + 1, 100);
 	ram[RAM_LEN - 1] = 0x77;
 	return ram;
 }
@@ -324,15 +324,15 @@ START_TEST(write_then_open)
 	struct statebuf_writer m;
 	build(&m, OK);
 	uint8_t *ram = make_ram();
-	ck_assert_int_eq(snapf_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
 	struct stat st;
 	char path[128];
 	snprintf(path, sizeof path, "%s/tmpl-1", dir);
 	ck_assert_int_eq(stat(path, &st), 0);
 	ck_assert_uint_eq(st.st_mode & 0777, 0600);
 
-	struct snapf_file f;
-	ck_assert_int_eq(snapf_open(dir, "tmpl-1", &f, err, sizeof err), 0);
+	struct snapshot_file_file f;
+	ck_assert_int_eq(snapshot_file_open(dir, "tmpl-1", &f, err, sizeof err), 0);
 	ck_assert(f.size == f.v.ram_off + RAM_LEN);
 	ck_assert_uint_eq(f.v.layout.ncpus, 2);
 	ck_assert(f.disk_bytes < f.size); /* the zero pages are holes */
@@ -345,11 +345,11 @@ START_TEST(write_then_open)
 	uint8_t b;
 	ck_assert_int_eq(pread(f.fd, &b, 1, (off_t)f.v.ram_off + 5), 1);
 	ck_assert_uint_eq(b, 1);
-	snapf_close(&f);
-	snapf_close(&f);
+	snapshot_file_close(&f);
+	snapshot_file_close(&f);
 
 	/* Written again over the old one, atomically; no temporary left. */
-	ck_assert_int_eq(snapf_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
 	char cmd[256];
 	snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", dir);
 	ck_assert_int_eq(system(cmd), 0);
@@ -360,11 +360,11 @@ START_TEST(write_then_open)
 	FILE *sf = fopen(stale, "w");
 	ck_assert_ptr_nonnull(sf);
 	fclose(sf);
-	ck_assert_int_eq(snapf_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write(dir, "tmpl-1", &m, ram, RAM_LEN, err, sizeof err), 0);
 	ck_assert_int_eq(system(cmd), 0);
 
 	/* The metadata must describe the RAM it is written with. */
-	ck_assert_int_eq(snapf_write(dir, "t2", &m, ram, RAM_LEN - SNAPF_PAGE, err, sizeof err),
+	ck_assert_int_eq(snapshot_file_write(dir, "t2", &m, ram, RAM_LEN - SNAPSHOT_FILE_PAGE, err, sizeof err),
 			 -EINVAL);
 	free(ram);
 	statebuf_free(&m);
@@ -376,7 +376,7 @@ START_TEST(refuses_what_kbox_did_not_write)
 	struct statebuf_writer m;
 	build(&m, OK);
 	uint8_t *ram = make_ram();
-	struct snapf_file f;
+	struct snapshot_file_file f;
 	char path[128], other[128];
 	snprintf(path, sizeof path, "%s/t", dir);
 	snprintf(other, sizeof other, "%s/u", dir);
@@ -384,69 +384,69 @@ START_TEST(refuses_what_kbox_did_not_write)
 	static const char *names[] = { "", ".hidden", "a/b", "..", "sp ace",
 		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" };
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-		ck_assert_int_eq(snapf_write(dir, names[i], &m, ram, RAM_LEN, err, sizeof err),
+		ck_assert_int_eq(snapshot_file_write(dir, names[i], &m, ram, RAM_LEN, err, sizeof err),
 				 -EINVAL);
-		ck_assert_int_eq(snapf_open(dir, names[i], &f, err, sizeof err), -EINVAL);
+		ck_assert_int_eq(snapshot_file_open(dir, names[i], &f, err, sizeof err), -EINVAL);
 	}
-	ck_assert_int_eq(snapf_name_ok("Ab_9.-x"), 0);
+	ck_assert_int_eq(snapshot_file_name_ok("Ab_9.-x"), 0);
 
 	/* A folder others may enter or write is not kbox's private cache. */
 	ck_assert_int_eq(chmod(dir, 0750), 0);
-	ck_assert_int_eq(snapf_write(dir, "t", &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_write(dir, "t", &m, ram, RAM_LEN, err, sizeof err), -EPERM);
 	ck_assert_ptr_nonnull(strstr(err, "not private"));
 	ck_assert_int_eq(chmod(dir, 0700), 0);
-	ck_assert_int_eq(snapf_write(dir, "t", &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write(dir, "t", &m, ram, RAM_LEN, err, sizeof err), 0);
 	ck_assert_int_eq(chmod(dir, 0711), 0);
-	ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), -EPERM);
 	ck_assert_int_eq(chmod(dir, 0700), 0);
-	ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), 0);
-	snapf_close(&f);
+	ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), 0);
+	snapshot_file_close(&f);
 
 	/* Another user's folder or file (as root, where chown is allowed). */
 	if (geteuid() == 0) {
 		ck_assert_int_eq(chown(dir, 1002, 1002), 0);
-		ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EPERM);
-		ck_assert_int_eq(snapf_write(dir, "t", &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+		ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), -EPERM);
+		ck_assert_int_eq(snapshot_file_write(dir, "t", &m, ram, RAM_LEN, err, sizeof err), -EPERM);
 		ck_assert_int_eq(chown(dir, 0, 0), 0);
 		ck_assert_int_eq(chown(path, 1002, 1002), 0);
-		ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EPERM);
+		ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), -EPERM);
 		ck_assert_ptr_nonnull(strstr(err, "not written by kbox"));
 		ck_assert_int_eq(chown(path, 0, 0), 0);
-		ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), 0);
-		snapf_close(&f);
+		ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), 0);
+		snapshot_file_close(&f);
 	}
 
 	/* A symlink as the folder. */
 	char slink[128];
 	snprintf(slink, sizeof slink, "%s-link", dir);
 	ck_assert_int_eq(symlink(dir, slink), 0);
-	ck_assert_int_lt(snapf_open(slink, "t", &f, err, sizeof err), 0);
+	ck_assert_int_lt(snapshot_file_open(slink, "t", &f, err, sizeof err), 0);
 	unlink(slink);
 
 	/* The file readable by others, hard-linked, a symlink, a FIFO. */
 	ck_assert_int_eq(chmod(path, 0644), 0);
-	ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), -EPERM);
 	ck_assert_int_eq(chmod(path, 0600), 0);
 	ck_assert_int_eq(link(path, other), 0);
-	ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), -EPERM);
 	ck_assert_int_eq(unlink(other), 0);
 	ck_assert_int_eq(symlink(path, other), 0);
-	ck_assert_int_eq(snapf_open(dir, "u", &f, err, sizeof err), -ELOOP);
+	ck_assert_int_eq(snapshot_file_open(dir, "u", &f, err, sizeof err), -ELOOP);
 	ck_assert_int_eq(unlink(other), 0);
 	ck_assert_int_eq(mkfifo(other, 0600), 0);
-	ck_assert_int_eq(snapf_open(dir, "u", &f, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_open(dir, "u", &f, err, sizeof err), -EPERM);
 	ck_assert_int_eq(unlink(other), 0);
 
 	/* Cut short: the RAM no longer fills the file. */
-	ck_assert_int_eq(truncate(path, (off_t)(file_size(&m) - SNAPF_PAGE)), 0);
-	ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(truncate(path, (off_t)(file_size(&m) - SNAPSHOT_FILE_PAGE)), 0);
+	ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), -EBADMSG);
 	ck_assert_int_eq(truncate(path, 10), 0);
-	ck_assert_int_eq(snapf_open(dir, "t", &f, err, sizeof err), -EBADMSG);
-	ck_assert_int_eq(snapf_open(dir, "absent", &f, err, sizeof err), -ENOENT);
+	ck_assert_int_eq(snapshot_file_open(dir, "t", &f, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(snapshot_file_open(dir, "absent", &f, err, sizeof err), -ENOENT);
 
 	/* A folder in the name's place: the rename fails, nothing is left. */
 	ck_assert_int_eq(mkdir(other, 0700), 0);
-	ck_assert_int_lt(snapf_write(dir, "u", &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_lt(snapshot_file_write(dir, "u", &m, ram, RAM_LEN, err, sizeof err), 0);
 	char cmd[256];
 	snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 2", dir);
 	ck_assert_int_eq(system(cmd), 0);

@@ -78,7 +78,7 @@ static struct kvm_msr_list *msr_index_list(struct vm *vm)
 	struct kvm_msr_list probe = { .nmsrs = 0 };
 	if (ioctl(vm->kvm_fd, KVM_GET_MSR_INDEX_LIST, &probe) < 0 && errno != E2BIG)
 		return NULL;
-	if (probe.nmsrs == 0 || probe.nmsrs > SNAPF_MAX_MSRS)
+	if (probe.nmsrs == 0 || probe.nmsrs > SNAPSHOT_FILE_MAX_MSRS)
 		return NULL;
 	struct kvm_msr_list *l = calloc(1, sizeof *l + probe.nmsrs * sizeof l->indices[0]);
 	if (!l)
@@ -132,10 +132,10 @@ fail:
 
 static struct kvm_cpuid2 *read_cpuid(int fd)
 {
-	struct kvm_cpuid2 *c = calloc(1, sizeof *c + SNAPF_MAX_CPUID * sizeof c->entries[0]);
+	struct kvm_cpuid2 *c = calloc(1, sizeof *c + SNAPSHOT_FILE_MAX_CPUID * sizeof c->entries[0]);
 	if (!c)
 		return NULL;
-	c->nent = SNAPF_MAX_CPUID;
+	c->nent = SNAPSHOT_FILE_MAX_CPUID;
 	if (ioctl(fd, KVM_GET_CPUID2, c) < 0 || c->nent == 0) {
 		free(c);
 		return NULL;
@@ -175,7 +175,7 @@ static int complete_io(struct vm *vm, char *err, size_t errlen)
 	} while (0)
 
 static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, size_t xs,
-		    struct snapf_builder *b, struct snapshot_stats *st, char *err, size_t errlen)
+		    struct snapshot_file_builder *b, struct snapshot_stats *st, char *err, size_t errlen)
 {
 	int fd = vm->cpu[i].fd, rc = 0;
 	struct kvm_regs regs;
@@ -190,7 +190,7 @@ static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, si
 	struct kvm_cpuid2 *cpuid = NULL;
 	void *xsave = NULL;
 
-	snapf_build_section(b, SNAPF_SEC_CPU, i);
+	snapshot_file_build_section(b, SNAPSHOT_FILE_SEC_CPU, i);
 	/* The MP state first: reading it makes KVM take a pending INIT or
 	 * SIPI, which resets the vCPU or points it at the SIPI vector, so the
 	 * registers are only final after it.  (Read last, a SIPI taken there
@@ -198,8 +198,8 @@ static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, si
 	GET(fd, KVM_GET_MP_STATE, &mp, "KVM_GET_MP_STATE");
 	GET(fd, KVM_GET_REGS, &regs, "KVM_GET_REGS");
 	GET(fd, KVM_GET_SREGS, &sregs, "KVM_GET_SREGS");
-	snapf_build_rec(b, SNAPF_C_REGS, &regs, sizeof regs);
-	snapf_build_rec(b, SNAPF_C_SREGS, &sregs, sizeof sregs);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_REGS, &regs, sizeof regs);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_SREGS, &sregs, sizeof sregs);
 	if (xs) {
 		xsave = calloc(1, xs);
 		if (!xsave) {
@@ -208,35 +208,35 @@ static int save_cpu(struct vm *vm, unsigned i, const struct kvm_msr_list *ml, si
 		}
 		GET(fd, xs > sizeof(struct kvm_xsave) ? KVM_GET_XSAVE2 : KVM_GET_XSAVE, xsave,
 		    "KVM_GET_XSAVE");
-		snapf_build_rec(b, SNAPF_C_XSAVE, xsave, xs);
+		snapshot_file_build_rec(b, SNAPSHOT_FILE_C_XSAVE, xsave, xs);
 		if (cap(vm, KVM_CAP_XCRS) > 0) {
 			GET(fd, KVM_GET_XCRS, &xcrs, "KVM_GET_XCRS");
-			snapf_build_rec(b, SNAPF_C_XCRS, &xcrs, sizeof xcrs);
+			snapshot_file_build_rec(b, SNAPSHOT_FILE_C_XCRS, &xcrs, sizeof xcrs);
 		}
 	} else {
 		GET(fd, KVM_GET_FPU, &fpu, "KVM_GET_FPU");
-		snapf_build_rec(b, SNAPF_C_FPU, &fpu, sizeof fpu);
+		snapshot_file_build_rec(b, SNAPSHOT_FILE_C_FPU, &fpu, sizeof fpu);
 	}
 	GET(fd, KVM_GET_LAPIC, &lapic, "KVM_GET_LAPIC");
 	GET(fd, KVM_GET_VCPU_EVENTS, &ev, "KVM_GET_VCPU_EVENTS");
 	GET(fd, KVM_GET_DEBUGREGS, &dr, "KVM_GET_DEBUGREGS");
-	snapf_build_rec(b, SNAPF_C_LAPIC, &lapic, sizeof lapic);
-	snapf_build_rec(b, SNAPF_C_MP_STATE, &mp, sizeof mp);
-	snapf_build_rec(b, SNAPF_C_EVENTS, &ev, sizeof ev);
-	snapf_build_rec(b, SNAPF_C_DEBUGREGS, &dr, sizeof dr);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_LAPIC, &lapic, sizeof lapic);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_MP_STATE, &mp, sizeof mp);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_EVENTS, &ev, sizeof ev);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_DEBUGREGS, &dr, sizeof dr);
 	msrs = read_msrs(fd, ml);
 	if (!msrs || msrs->nmsrs == 0) {
 		rc = errbuf_fail(err, errlen, -EIO, "vCPU %u: KVM_GET_MSRS failed", i);
 		goto out;
 	}
-	snapf_build_rec(b, SNAPF_C_MSRS, msrs->entries, msrs->nmsrs * sizeof msrs->entries[0]);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_MSRS, msrs->entries, msrs->nmsrs * sizeof msrs->entries[0]);
 	cpuid = read_cpuid(fd);
 	if (!cpuid) {
 		rc = errbuf_fail(err, errlen, -EIO, "vCPU %u: KVM_GET_CPUID2 failed: %s", i,
 			     strerror(errno));
 		goto out;
 	}
-	snapf_build_rec(b, SNAPF_C_CPUID, cpuid->entries, cpuid->nent * sizeof cpuid->entries[0]);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_C_CPUID, cpuid->entries, cpuid->nent * sizeof cpuid->entries[0]);
 	if (st) {
 		st->msrs = msrs->nmsrs;
 		st->xsave_bytes = (unsigned)xs;
@@ -248,25 +248,25 @@ out:
 	return rc;
 }
 
-static int save_vm_state(struct vm *vm, struct snapf_builder *b, char *err, size_t errlen)
+static int save_vm_state(struct vm *vm, struct snapshot_file_builder *b, char *err, size_t errlen)
 {
 	int rc = 0, fd = vm->vm_fd;
 	struct kvm_clock_data clock = { 0 };
 	struct kvm_pit_state2 pit;
 	static const struct { uint32_t tag, chip; } chips[] = {
-		{ SNAPF_V_PIC0, KVM_IRQCHIP_PIC_MASTER },
-		{ SNAPF_V_PIC1, KVM_IRQCHIP_PIC_SLAVE },
-		{ SNAPF_V_IOAPIC, KVM_IRQCHIP_IOAPIC },
+		{ SNAPSHOT_FILE_V_PIC0, KVM_IRQCHIP_PIC_MASTER },
+		{ SNAPSHOT_FILE_V_PIC1, KVM_IRQCHIP_PIC_SLAVE },
+		{ SNAPSHOT_FILE_V_IOAPIC, KVM_IRQCHIP_IOAPIC },
 	};
-	snapf_build_section(b, SNAPF_SEC_VM, 0);
+	snapshot_file_build_section(b, SNAPSHOT_FILE_SEC_VM, 0);
 	GET(fd, KVM_GET_CLOCK, &clock, "KVM_GET_CLOCK");
 	GET(fd, KVM_GET_PIT2, &pit, "KVM_GET_PIT2");
-	snapf_build_rec(b, SNAPF_V_CLOCK, &clock, sizeof clock);
-	snapf_build_rec(b, SNAPF_V_PIT2, &pit, sizeof pit);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_V_CLOCK, &clock, sizeof clock);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_V_PIT2, &pit, sizeof pit);
 	for (size_t i = 0; i < sizeof chips / sizeof chips[0]; i++) {
 		struct kvm_irqchip ic = { .chip_id = chips[i].chip };
 		GET(fd, KVM_GET_IRQCHIP, &ic, "KVM_GET_IRQCHIP");
-		snapf_build_rec(b, chips[i].tag, &ic.chip, sizeof ic.chip);
+		snapshot_file_build_rec(b, chips[i].tag, &ic.chip, sizeof ic.chip);
 	}
 out:
 	return rc;
@@ -274,12 +274,12 @@ out:
 
 static int check_devs(const struct snapshot_dev *devs, unsigned ndev, char *err, size_t errlen)
 {
-	if (ndev > SNAPF_MAX_DEVS)
+	if (ndev > SNAPSHOT_FILE_MAX_DEVS)
 		return errbuf_fail(err, errlen, -EINVAL, "too many devices for a snapshot");
 	for (unsigned i = 0; i < ndev; i++) {
 		size_t n = strlen(devs[i].name);
 		if (n == 0 || n > 31 || strspn(devs[i].name, "abcdefghijklmnopqrstuvwxyz0123456789_-") != n ||
-		    devs[i].slot >= SNAPF_MAX_DEVS || !devs[i].save || !devs[i].load)
+		    devs[i].slot >= SNAPSHOT_FILE_MAX_DEVS || !devs[i].save || !devs[i].load)
 			return errbuf_fail(err, errlen, -EINVAL, "device '%s' cannot be saved",
 				       devs[i].name);
 		for (unsigned j = 0; j < i; j++)
@@ -290,7 +290,7 @@ static int check_devs(const struct snapshot_dev *devs, unsigned ndev, char *err,
 	return 0;
 }
 
-int snapshot_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
 	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
 	      size_t errlen)
 {
@@ -309,15 +309,15 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct 
 	if (!ml)
 		return errbuf_fail(err, errlen, -EIO, "KVM_GET_MSR_INDEX_LIST failed");
 	size_t xs = xsave_size(vm);
-	struct snapf_builder b;
+	struct snapshot_file_builder b;
 	struct statebuf_writer meta;
 	statebuf_init(&meta);
-	snapf_build_init(&b);
-	struct snapf_layout l = { .ncpus = vm->ncpus, .tsc_khz = vm_tsc_khz(vm),
+	snapshot_file_build_init(&b);
+	struct snapshot_file_layout l = { .ncpus = vm->ncpus, .tsc_khz = vm_tsc_khz(vm),
 				  .ram_size = vm->ram_size, .low_ram = vm->low_ram,
 				  .high_base = vm->high_ram ? BOOT_HIGH_RAM_BASE : 0 };
-	memcpy(l.key, key, SNAPF_KEY_LEN);
-	snapf_build_layout(&b, &l);
+	memcpy(l.key, key, SNAPSHOT_FILE_KEY_LEN);
+	snapshot_file_build_layout(&b, &l);
 	if ((rc = save_vm_state(vm, &b, err, errlen)) < 0)
 		goto out;
 	for (unsigned i = 0; i < vm->ncpus; i++)
@@ -330,36 +330,36 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct 
 		if (rc == 0 && w.err)
 			rc = errbuf_fail(err, errlen, w.err, "device '%s': cannot hold its state",
 				     devs[i].name);
-		if (rc == 0 && w.len > SNAPF_MAX_DEV_BLOB)
+		if (rc == 0 && w.len > SNAPSHOT_FILE_MAX_DEV_BLOB)
 			rc = errbuf_fail(err, errlen, -EFBIG, "device '%s': state too large",
 				     devs[i].name);
 		if (rc == 0) {
-			snapf_build_section(&b, SNAPF_SEC_DEV, devs[i].slot);
-			snapf_build_rec(&b, SNAPF_D_NAME, devs[i].name, strlen(devs[i].name));
-			snapf_build_rec(&b, SNAPF_D_BLOB, w.buf, w.len);
+			snapshot_file_build_section(&b, SNAPSHOT_FILE_SEC_DEV, devs[i].slot);
+			snapshot_file_build_rec(&b, SNAPSHOT_FILE_D_NAME, devs[i].name, strlen(devs[i].name));
+			snapshot_file_build_rec(&b, SNAPSHOT_FILE_D_BLOB, w.buf, w.len);
 		}
 		statebuf_free(&w);
 		if (rc < 0)
 			goto out;
 	}
-	if ((rc = snapf_build_finish(&b, vm->ram_size, &meta)) < 0) {
+	if ((rc = snapshot_file_build_finish(&b, vm->ram_size, &meta)) < 0) {
 		errbuf_fail(err, errlen, rc, "cannot build the snapshot: %s", strerror(-rc));
 		goto out;
 	}
 	double t1 = now_ms();
-	if ((rc = snapf_write(dir, name, &meta, vm->ram, vm->ram_size, err, errlen)) < 0)
+	if ((rc = snapshot_file_write(dir, name, &meta, vm->ram, vm->ram_size, err, errlen)) < 0)
 		goto out;
 	if (st) {
 		st->state_ms = t1 - t0;
-		struct snapf_file f;
-		if (snapf_open(dir, name, &f, NULL, 0) == 0) {
+		struct snapshot_file_file f;
+		if (snapshot_file_open(dir, name, &f, NULL, 0) == 0) {
 			st->file_bytes = f.size;
 			st->disk_bytes = f.disk_bytes;
-			snapf_close(&f);
+			snapshot_file_close(&f);
 		}
 	}
 out:
-	snapf_build_free(&b);
+	snapshot_file_build_free(&b);
 	statebuf_free(&meta);
 	free(ml);
 	if (st && rc == 0)
@@ -377,16 +377,16 @@ out:
 	} while (0)
 
 /* A record copied into an aligned structure of exactly its size. */
-static void take(const struct snapf_sec *s, uint32_t tag, void *dst, size_t n)
+static void take(const struct snapshot_file_sec *s, uint32_t tag, void *dst, size_t n)
 {
 	const uint8_t *d;
 	uint32_t len;
 	memset(dst, 0, n);
-	if (snapf_rec(s, tag, &d, &len) == 0 && len == n)
+	if (snapshot_file_rec(s, tag, &d, &len) == 0 && len == n)
 		memcpy(dst, d, n);
 }
 
-static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, size_t xs,
+static int restore_cpu(struct vm *vm, unsigned i, const struct snapshot_file_sec *s, size_t xs,
 		       char *err, size_t errlen)
 {
 	int fd = vm->cpu[i].fd, rc = 0;
@@ -396,7 +396,7 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 	struct kvm_msrs *msrs = NULL;
 	void *xsave = NULL;
 
-	snapf_rec(s, SNAPF_C_CPUID, &d, &len);
+	snapshot_file_rec(s, SNAPSHOT_FILE_C_CPUID, &d, &len);
 	unsigned nent = len / sizeof(struct kvm_cpuid_entry2);
 	cpuid = calloc(1, sizeof *cpuid + len);
 	if (!cpuid)
@@ -407,12 +407,12 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 
 	struct kvm_sregs sregs;
 	struct kvm_regs regs;
-	take(s, SNAPF_C_SREGS, &sregs, sizeof sregs);
-	take(s, SNAPF_C_REGS, &regs, sizeof regs);
+	take(s, SNAPSHOT_FILE_C_SREGS, &sregs, sizeof sregs);
+	take(s, SNAPSHOT_FILE_C_REGS, &regs, sizeof regs);
 	SET(fd, KVM_SET_SREGS, &sregs, "KVM_SET_SREGS");
 	SET(fd, KVM_SET_REGS, &regs, "KVM_SET_REGS");
 
-	if (snapf_rec(s, SNAPF_C_XSAVE, &d, &len) == 0) {
+	if (snapshot_file_rec(s, SNAPSHOT_FILE_C_XSAVE, &d, &len) == 0) {
 		if (len != xs) {
 			rc = errbuf_fail(err, errlen, -EINVAL,
 				     "vCPU %u: the snapshot's XSAVE area is %u bytes, this KVM's %zu",
@@ -426,9 +426,9 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 		}
 		memcpy(xsave, d, len);
 		SET(fd, KVM_SET_XSAVE, xsave, "KVM_SET_XSAVE");
-		if (snapf_rec(s, SNAPF_C_XCRS, &d, &len) == 0) {
+		if (snapshot_file_rec(s, SNAPSHOT_FILE_C_XCRS, &d, &len) == 0) {
 			struct kvm_xcrs xcrs;
-			take(s, SNAPF_C_XCRS, &xcrs, sizeof xcrs);
+			take(s, SNAPSHOT_FILE_C_XCRS, &xcrs, sizeof xcrs);
 			SET(fd, KVM_SET_XCRS, &xcrs, "KVM_SET_XCRS");
 		}
 	} else {
@@ -438,17 +438,17 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 			goto out;
 		}
 		struct kvm_fpu fpu;
-		take(s, SNAPF_C_FPU, &fpu, sizeof fpu);
+		take(s, SNAPSHOT_FILE_C_FPU, &fpu, sizeof fpu);
 		SET(fd, KVM_SET_FPU, &fpu, "KVM_SET_FPU");
 	}
 
 	/* The LAPIC before the MSRs: a TSC deadline is kept only once the
 	 * timer is in deadline mode, and it counts from the TSC, set first. */
 	struct kvm_lapic_state lapic;
-	take(s, SNAPF_C_LAPIC, &lapic, sizeof lapic);
+	take(s, SNAPSHOT_FILE_C_LAPIC, &lapic, sizeof lapic);
 	SET(fd, KVM_SET_LAPIC, &lapic, "KVM_SET_LAPIC");
 
-	snapf_rec(s, SNAPF_C_MSRS, &d, &len);
+	snapshot_file_rec(s, SNAPSHOT_FILE_C_MSRS, &d, &len);
 	unsigned n = len / sizeof(struct kvm_msr_entry);
 	msrs = calloc(1, sizeof *msrs + len);
 	if (!msrs) {
@@ -470,9 +470,9 @@ static int restore_cpu(struct vm *vm, unsigned i, const struct snapf_sec *s, siz
 	struct kvm_mp_state mp;
 	struct kvm_vcpu_events ev;
 	struct kvm_debugregs dr;
-	take(s, SNAPF_C_MP_STATE, &mp, sizeof mp);
-	take(s, SNAPF_C_EVENTS, &ev, sizeof ev);
-	take(s, SNAPF_C_DEBUGREGS, &dr, sizeof dr);
+	take(s, SNAPSHOT_FILE_C_MP_STATE, &mp, sizeof mp);
+	take(s, SNAPSHOT_FILE_C_EVENTS, &ev, sizeof ev);
+	take(s, SNAPSHOT_FILE_C_DEBUGREGS, &dr, sizeof dr);
 	SET(fd, KVM_SET_MP_STATE, &mp, "KVM_SET_MP_STATE");
 	/* GET leaves these two out of flags though it fills them in. */
 	ev.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR;
@@ -486,17 +486,17 @@ out:
 	return rc;
 }
 
-static int restore_vm_state(struct vm *vm, const struct snapf_sec *s, char *err, size_t errlen)
+static int restore_vm_state(struct vm *vm, const struct snapshot_file_sec *s, char *err, size_t errlen)
 {
 	int rc = 0, fd = vm->vm_fd;
 	unsigned i = 0; /* for SET's message: the VM's own state */
 	struct kvm_pit_state2 pit;
-	take(s, SNAPF_V_PIT2, &pit, sizeof pit);
+	take(s, SNAPSHOT_FILE_V_PIT2, &pit, sizeof pit);
 	SET(fd, KVM_SET_PIT2, &pit, "KVM_SET_PIT2");
 	static const struct { uint32_t tag, chip; } chips[] = {
-		{ SNAPF_V_PIC0, KVM_IRQCHIP_PIC_MASTER },
-		{ SNAPF_V_PIC1, KVM_IRQCHIP_PIC_SLAVE },
-		{ SNAPF_V_IOAPIC, KVM_IRQCHIP_IOAPIC },
+		{ SNAPSHOT_FILE_V_PIC0, KVM_IRQCHIP_PIC_MASTER },
+		{ SNAPSHOT_FILE_V_PIC1, KVM_IRQCHIP_PIC_SLAVE },
+		{ SNAPSHOT_FILE_V_IOAPIC, KVM_IRQCHIP_IOAPIC },
 	};
 	for (size_t k = 0; k < sizeof chips / sizeof chips[0]; k++) {
 		struct kvm_irqchip ic = { .chip_id = chips[k].chip };
@@ -504,7 +504,7 @@ static int restore_vm_state(struct vm *vm, const struct snapf_sec *s, char *err,
 		SET(fd, KVM_SET_IRQCHIP, &ic, "KVM_SET_IRQCHIP");
 	}
 	struct kvm_clock_data clock;
-	take(s, SNAPF_V_CLOCK, &clock, sizeof clock);
+	take(s, SNAPSHOT_FILE_V_CLOCK, &clock, sizeof clock);
 	/* Only the clock's value: the host-time fields are the saving
 	 * host's, and flags asking KVM to use them would be hostile here. */
 	clock.flags = 0;
@@ -514,25 +514,25 @@ out:
 	return rc;
 }
 
-static int restore_devs(const struct snapf_view *v, const struct snapshot_dev *devs, unsigned ndev,
+static int restore_devs(const struct snapshot_file_view *v, const struct snapshot_dev *devs, unsigned ndev,
 			char *err, size_t errlen)
 {
 	if (v->ndev != ndev)
 		return errbuf_fail(err, errlen, -EINVAL, "the snapshot holds %u devices, this VM has %u",
 			       v->ndev, ndev);
 	for (unsigned i = 0; i < ndev; i++) {
-		const struct snapf_sec *s = snapf_find(v, SNAPF_SEC_DEV, devs[i].slot);
+		const struct snapshot_file_sec *s = snapshot_file_find(v, SNAPSHOT_FILE_SEC_DEV, devs[i].slot);
 		const uint8_t *d;
 		uint32_t len;
 		if (!s)
 			return errbuf_fail(err, errlen, -EINVAL, "the snapshot has no state for device '%s'",
 				       devs[i].name);
-		snapf_rec(s, SNAPF_D_NAME, &d, &len);
+		snapshot_file_rec(s, SNAPSHOT_FILE_D_NAME, &d, &len);
 		if (len != strlen(devs[i].name) || memcmp(d, devs[i].name, len) != 0)
 			return errbuf_fail(err, errlen, -EINVAL,
 				       "the snapshot's device in slot %u is '%.*s', not '%s'",
 				       devs[i].slot, (int)len, (const char *)d, devs[i].name);
-		snapf_rec(s, SNAPF_D_BLOB, &d, &len);
+		snapshot_file_rec(s, SNAPSHOT_FILE_D_BLOB, &d, &len);
 		int rc = devs[i].load(devs[i].ctx, d, len, err, errlen);
 		if (rc < 0)
 			return rc;
@@ -540,7 +540,7 @@ static int restore_devs(const struct snapf_view *v, const struct snapshot_dev *d
 	return 0;
 }
 
-int snapshot_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+int snapshot_restore(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
 		 unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st,
 		 char *err, size_t errlen)
 {
@@ -550,13 +550,13 @@ int snapshot_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const stru
 	int rc = snapshot_probe(vm, NULL, 0, err, errlen);
 	if (rc < 0 || (rc = check_devs(devs, ndev, err, errlen)) < 0)
 		return rc;
-	struct snapf_file f;
-	if ((rc = snapf_open(dir, name, &f, err, errlen)) < 0)
+	struct snapshot_file_file f;
+	if ((rc = snapshot_file_open(dir, name, &f, err, errlen)) < 0)
 		return rc;
-	const struct snapf_layout *l = &f.v.layout;
+	const struct snapshot_file_layout *l = &f.v.layout;
 	unsigned khz = vm_tsc_khz(vm);
 	size_t xs = xsave_size(vm);
-	if (memcmp(l->key, key, SNAPF_KEY_LEN) != 0)
+	if (memcmp(l->key, key, SNAPSHOT_FILE_KEY_LEN) != 0)
 		rc = errbuf_fail(err, errlen, -ESTALE, "snapshot %s was made for another boot layout",
 			     name);
 	else if (l->ncpus != vm->ncpus || l->ram_size != vm->ram_size ||
@@ -581,10 +581,10 @@ int snapshot_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const stru
 	}
 	madvise(vm->ram, vm->ram_size, MADV_DONTDUMP);
 	double t1 = now_ms();
-	if ((rc = restore_vm_state(vm, snapf_find(&f.v, SNAPF_SEC_VM, 0), err, errlen)) < 0)
+	if ((rc = restore_vm_state(vm, snapshot_file_find(&f.v, SNAPSHOT_FILE_SEC_VM, 0), err, errlen)) < 0)
 		goto out;
 	for (unsigned i = 0; i < vm->ncpus; i++)
-		if ((rc = restore_cpu(vm, i, snapf_find(&f.v, SNAPF_SEC_CPU, i), xs, err, errlen)) < 0)
+		if ((rc = restore_cpu(vm, i, snapshot_file_find(&f.v, SNAPSHOT_FILE_SEC_CPU, i), xs, err, errlen)) < 0)
 			goto out;
 	if ((rc = restore_devs(&f.v, devs, ndev, err, errlen)) < 0)
 		goto out;
@@ -594,12 +594,12 @@ int snapshot_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const stru
 		st->disk_bytes = f.disk_bytes;
 		const uint8_t *d;
 		uint32_t len;
-		if (snapf_rec(snapf_find(&f.v, SNAPF_SEC_CPU, 0), SNAPF_C_MSRS, &d, &len) == 0)
+		if (snapshot_file_rec(snapshot_file_find(&f.v, SNAPSHOT_FILE_SEC_CPU, 0), SNAPSHOT_FILE_C_MSRS, &d, &len) == 0)
 			st->msrs = len / (unsigned)sizeof(struct kvm_msr_entry);
 		st->xsave_bytes = (unsigned)xs;
 	}
 out:
-	snapf_close(&f);
+	snapshot_file_close(&f);
 	if (st && rc == 0)
 		st->ms = now_ms() - t0;
 	return rc;

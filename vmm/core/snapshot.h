@@ -18,7 +18,7 @@
  * w; load gets back exactly those bytes, checks every one of them (they
  * come from a file) and either takes them whole or refuses with a line
  * in err.  Both return 0 or a negative errno.  name is 1..31 bytes of
- * [a-z0-9_-], slot < SNAPF_MAX_DEVS and unique. */
+ * [a-z0-9_-], slot < SNAPSHOT_FILE_MAX_DEVS and unique. */
 struct snapshot_dev {
 	const char *name;
 	uint32_t slot;
@@ -44,27 +44,27 @@ struct snapshot_stats {
  * one "NAME=VALUE" word per capability looked at, for --verbose. */
 int snapshot_probe(struct vm *vm, char *report, size_t replen, char *why, size_t whylen);
 
-/* Save vm to dir/name (snapf_write: atomically, in a private folder).
+/* Save vm to dir/name (snapshot_file_write: atomically, in a private folder).
  * vm's vCPU threads must have ended (vm_run returned); each vCPU first
  * re-enters KVM_RUN once with immediate_exit set, so that the port or
  * MMIO access it stopped on is complete in its state.  key goes into the
  * layout (the hash of what the VM was booted from).  The vCPUs may run
  * again afterwards.  0 or a negative errno with a line in err; st, when
  * not NULL, gets the figures. */
-int snapshot_save(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
 	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
 	      size_t errlen);
 
 /* Load dir/name into vm, made by vm_create with the snapshot's vCPU count
  * and RAM size and not yet run (vm_setup_cpus is not needed): the file
- * must be one snapf_open accepts whose layout key is key, made on a host
+ * must be one snapshot_file_open accepts whose layout key is key, made on a host
  * with the same TSC frequency; guest RAM becomes a copy-on-write mapping
  * of the file (MAP_PRIVATE: VMs started from one file share the pages
  * none of them wrote); then the VM, vCPU and device state, each device
  * getting its own section (a device without one, or a section without a
  * device, fails the restore).  On failure vm is half-restored and must be
  * destroyed.  0 or a negative errno with a line in err. */
-int snapshot_restore(struct vm *vm, const uint8_t key[SNAPF_KEY_LEN], const struct snapshot_dev *devs,
+int snapshot_restore(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
 		 unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st,
 		 char *err, size_t errlen);
 

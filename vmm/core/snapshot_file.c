@@ -34,34 +34,34 @@ struct rule {
 };
 
 static const struct rule rules[] = {
-	{ SNAPF_SEC_LAYOUT, SNAPF_L_KEY, SNAPF_KEY_LEN, SNAPF_KEY_LEN, 1, 1 },
-	{ SNAPF_SEC_LAYOUT, SNAPF_L_GEOMETRY, 32, 32, 1, 1 },
-	{ SNAPF_SEC_VM, SNAPF_V_CLOCK, sizeof(struct kvm_clock_data),
+	{ SNAPSHOT_FILE_SEC_LAYOUT, SNAPSHOT_FILE_L_KEY, SNAPSHOT_FILE_KEY_LEN, SNAPSHOT_FILE_KEY_LEN, 1, 1 },
+	{ SNAPSHOT_FILE_SEC_LAYOUT, SNAPSHOT_FILE_L_GEOMETRY, 32, 32, 1, 1 },
+	{ SNAPSHOT_FILE_SEC_VM, SNAPSHOT_FILE_V_CLOCK, sizeof(struct kvm_clock_data),
 	  sizeof(struct kvm_clock_data), 1, 1 },
-	{ SNAPF_SEC_VM, SNAPF_V_PIT2, sizeof(struct kvm_pit_state2),
+	{ SNAPSHOT_FILE_SEC_VM, SNAPSHOT_FILE_V_PIT2, sizeof(struct kvm_pit_state2),
 	  sizeof(struct kvm_pit_state2), 1, 1 },
-	{ SNAPF_SEC_VM, SNAPF_V_PIC0, IRQCHIP_LEN, IRQCHIP_LEN, 1, 1 },
-	{ SNAPF_SEC_VM, SNAPF_V_PIC1, IRQCHIP_LEN, IRQCHIP_LEN, 1, 1 },
-	{ SNAPF_SEC_VM, SNAPF_V_IOAPIC, IRQCHIP_LEN, IRQCHIP_LEN, 1, 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_REGS, sizeof(struct kvm_regs), sizeof(struct kvm_regs), 1, 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_SREGS, sizeof(struct kvm_sregs), sizeof(struct kvm_sregs), 1, 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_FPU, sizeof(struct kvm_fpu), sizeof(struct kvm_fpu), 1, 0 },
-	{ SNAPF_SEC_CPU, SNAPF_C_XSAVE, sizeof(struct kvm_xsave), 1u << 20, 64, 0 },
-	{ SNAPF_SEC_CPU, SNAPF_C_XCRS, sizeof(struct kvm_xcrs), sizeof(struct kvm_xcrs), 1, 0 },
-	{ SNAPF_SEC_CPU, SNAPF_C_LAPIC, sizeof(struct kvm_lapic_state),
+	{ SNAPSHOT_FILE_SEC_VM, SNAPSHOT_FILE_V_PIC0, IRQCHIP_LEN, IRQCHIP_LEN, 1, 1 },
+	{ SNAPSHOT_FILE_SEC_VM, SNAPSHOT_FILE_V_PIC1, IRQCHIP_LEN, IRQCHIP_LEN, 1, 1 },
+	{ SNAPSHOT_FILE_SEC_VM, SNAPSHOT_FILE_V_IOAPIC, IRQCHIP_LEN, IRQCHIP_LEN, 1, 1 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_REGS, sizeof(struct kvm_regs), sizeof(struct kvm_regs), 1, 1 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_SREGS, sizeof(struct kvm_sregs), sizeof(struct kvm_sregs), 1, 1 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_FPU, sizeof(struct kvm_fpu), sizeof(struct kvm_fpu), 1, 0 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_XSAVE, sizeof(struct kvm_xsave), 1u << 20, 64, 0 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_XCRS, sizeof(struct kvm_xcrs), sizeof(struct kvm_xcrs), 1, 0 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_LAPIC, sizeof(struct kvm_lapic_state),
 	  sizeof(struct kvm_lapic_state), 1, 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_MP_STATE, sizeof(struct kvm_mp_state),
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_MP_STATE, sizeof(struct kvm_mp_state),
 	  sizeof(struct kvm_mp_state), 1, 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_EVENTS, sizeof(struct kvm_vcpu_events),
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_EVENTS, sizeof(struct kvm_vcpu_events),
 	  sizeof(struct kvm_vcpu_events), 1, 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_DEBUGREGS, sizeof(struct kvm_debugregs),
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_DEBUGREGS, sizeof(struct kvm_debugregs),
 	  sizeof(struct kvm_debugregs), 1, 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_MSRS, sizeof(struct kvm_msr_entry),
-	  SNAPF_MAX_MSRS * sizeof(struct kvm_msr_entry), sizeof(struct kvm_msr_entry), 1 },
-	{ SNAPF_SEC_CPU, SNAPF_C_CPUID, sizeof(struct kvm_cpuid_entry2),
-	  SNAPF_MAX_CPUID * sizeof(struct kvm_cpuid_entry2), sizeof(struct kvm_cpuid_entry2), 1 },
-	{ SNAPF_SEC_DEV, SNAPF_D_NAME, 1, 31, 1, 1 },
-	{ SNAPF_SEC_DEV, SNAPF_D_BLOB, 0, SNAPF_MAX_DEV_BLOB, 1, 1 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_MSRS, sizeof(struct kvm_msr_entry),
+	  SNAPSHOT_FILE_MAX_MSRS * sizeof(struct kvm_msr_entry), sizeof(struct kvm_msr_entry), 1 },
+	{ SNAPSHOT_FILE_SEC_CPU, SNAPSHOT_FILE_C_CPUID, sizeof(struct kvm_cpuid_entry2),
+	  SNAPSHOT_FILE_MAX_CPUID * sizeof(struct kvm_cpuid_entry2), sizeof(struct kvm_cpuid_entry2), 1 },
+	{ SNAPSHOT_FILE_SEC_DEV, SNAPSHOT_FILE_D_NAME, 1, 31, 1, 1 },
+	{ SNAPSHOT_FILE_SEC_DEV, SNAPSHOT_FILE_D_BLOB, 0, SNAPSHOT_FILE_MAX_DEV_BLOB, 1, 1 },
 };
 #define NRULES (sizeof rules / sizeof rules[0])
 
@@ -84,29 +84,29 @@ static uint64_t meta_sum(const uint8_t *meta, size_t len)
 	return fnv1a(h, meta + OFF_SUM + 8, len - OFF_SUM - 8);
 }
 
-void snapf_seal(uint8_t *meta, size_t len)
+void snapshot_file_seal(uint8_t *meta, size_t len)
 {
-	if (len < SNAPF_HDR_LEN)
+	if (len < SNAPSHOT_FILE_HDR_LEN)
 		return;
 	uint64_t h = meta_sum(meta, len);
 	for (unsigned i = 0; i < 8; i++)
 		meta[OFF_SUM + i] = (uint8_t)(h >> (8 * i));
 }
 
-int snapf_header(const uint8_t *hdr, size_t len, uint64_t *meta_len, char *err, size_t errlen)
+int snapshot_file_header(const uint8_t *hdr, size_t len, uint64_t *meta_len, char *err, size_t errlen)
 {
-	if (len < SNAPF_HDR_LEN || memcmp(hdr + OFF_MAGIC, SNAPF_MAGIC, 8) != 0)
+	if (len < SNAPSHOT_FILE_HDR_LEN || memcmp(hdr + OFF_MAGIC, SNAPSHOT_FILE_MAGIC, 8) != 0)
 		return errbuf_fail(err, errlen, -EBADMSG, "not a kbox snapshot (no KBOXSNAP header)");
 	uint32_t ver = statebuf_le32(hdr + OFF_VERSION);
-	if (ver != SNAPF_VERSION)
+	if (ver != SNAPSHOT_FILE_VERSION)
 		return errbuf_fail(err, errlen, -EPROTO,
 			       "snapshot format version %u, this kbox reads version %u", ver,
-			       SNAPF_VERSION);
-	if (statebuf_le32(hdr + OFF_HDRLEN) != SNAPF_HDR_LEN)
+			       SNAPSHOT_FILE_VERSION);
+	if (statebuf_le32(hdr + OFF_HDRLEN) != SNAPSHOT_FILE_HDR_LEN)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot header length %u, want %u",
-			       statebuf_le32(hdr + OFF_HDRLEN), SNAPF_HDR_LEN);
+			       statebuf_le32(hdr + OFF_HDRLEN), SNAPSHOT_FILE_HDR_LEN);
 	uint64_t m = statebuf_le64(hdr + OFF_METALEN);
-	if (m < SNAPF_HDR_LEN || m > SNAPF_MAX_META)
+	if (m < SNAPSHOT_FILE_HDR_LEN || m > SNAPSHOT_FILE_MAX_META)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata length %llu out of range",
 			       (unsigned long long)m);
 	*meta_len = m;
@@ -124,10 +124,10 @@ static const struct rule *rule_for(uint32_t type, uint32_t tag)
 static const char *type_name(uint32_t t)
 {
 	switch (t) {
-	case SNAPF_SEC_LAYOUT: return "layout";
-	case SNAPF_SEC_VM: return "VM";
-	case SNAPF_SEC_CPU: return "vCPU";
-	case SNAPF_SEC_DEV: return "device";
+	case SNAPSHOT_FILE_SEC_LAYOUT: return "layout";
+	case SNAPSHOT_FILE_SEC_VM: return "VM";
+	case SNAPSHOT_FILE_SEC_CPU: return "vCPU";
+	case SNAPSHOT_FILE_SEC_DEV: return "device";
 	}
 	return "?";
 }
@@ -142,7 +142,7 @@ static int name_chars_ok(const uint8_t *p, uint32_t n)
 }
 
 /* Walk one section's records against the rules of its kind. */
-static int check_records(const struct snapf_sec *s, char *err, size_t errlen)
+static int check_records(const struct snapshot_file_sec *s, char *err, size_t errlen)
 {
 	uint64_t seen = 0; /* bit i: rules[i] met */
 	uint64_t off = 0;
@@ -176,7 +176,7 @@ static int check_records(const struct snapf_sec *s, char *err, size_t errlen)
 				return errbuf_fail(err, errlen, -EBADMSG,
 					       "%s section %u: record %u padding not zero",
 					       type_name(s->type), s->id, tag);
-		if (tag == SNAPF_D_NAME && !name_chars_ok(d, len))
+		if (tag == SNAPSHOT_FILE_D_NAME && !name_chars_ok(d, len))
 			return errbuf_fail(err, errlen, -EBADMSG, "device section %u: bad device name",
 				       s->id);
 		off += 8 + padded;
@@ -185,10 +185,10 @@ static int check_records(const struct snapf_sec *s, char *err, size_t errlen)
 		if (rules[i].type == s->type && rules[i].required && !(seen & (1ull << i)))
 			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u: record %u missing",
 				       type_name(s->type), s->id, rules[i].tag);
-	if (s->type == SNAPF_SEC_CPU) {
-		int fpu = snapf_rec(s, SNAPF_C_FPU, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
-		int xs = snapf_rec(s, SNAPF_C_XSAVE, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
-		int xcr = snapf_rec(s, SNAPF_C_XCRS, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
+	if (s->type == SNAPSHOT_FILE_SEC_CPU) {
+		int fpu = snapshot_file_rec(s, SNAPSHOT_FILE_C_FPU, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
+		int xs = snapshot_file_rec(s, SNAPSHOT_FILE_C_XSAVE, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
+		int xcr = snapshot_file_rec(s, SNAPSHOT_FILE_C_XCRS, &(const uint8_t *){ 0 }, &(uint32_t){ 0 }) == 0;
 		if (fpu == xs)
 			return errbuf_fail(err, errlen, -EBADMSG,
 				       "vCPU section %u: needs the FPU state or the XSAVE area, "
@@ -200,38 +200,38 @@ static int check_records(const struct snapf_sec *s, char *err, size_t errlen)
 	return 0;
 }
 
-static int parse_layout(const struct snapf_sec *s, struct snapf_layout *l, char *err,
+static int parse_layout(const struct snapshot_file_sec *s, struct snapshot_file_layout *l, char *err,
 			size_t errlen)
 {
 	const uint8_t *d;
 	uint32_t n;
-	snapf_rec(s, SNAPF_L_KEY, &d, &n);
-	memcpy(l->key, d, SNAPF_KEY_LEN);
-	snapf_rec(s, SNAPF_L_GEOMETRY, &d, &n);
+	snapshot_file_rec(s, SNAPSHOT_FILE_L_KEY, &d, &n);
+	memcpy(l->key, d, SNAPSHOT_FILE_KEY_LEN);
+	snapshot_file_rec(s, SNAPSHOT_FILE_L_GEOMETRY, &d, &n);
 	l->ncpus = statebuf_le32(d);
 	l->tsc_khz = statebuf_le32(d + 4);
 	l->ram_size = statebuf_le64(d + 8);
 	l->low_ram = statebuf_le64(d + 16);
 	l->high_base = statebuf_le64(d + 24);
-	if (l->ncpus < 1 || l->ncpus > SNAPF_MAX_CPUS)
+	if (l->ncpus < 1 || l->ncpus > SNAPSHOT_FILE_MAX_CPUS)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot for %u vCPUs (1..%u)", l->ncpus,
-			       SNAPF_MAX_CPUS);
-	if (l->ram_size == 0 || l->ram_size > SNAPF_MAX_RAM || l->ram_size % SNAPF_PAGE ||
-	    l->low_ram == 0 || l->low_ram > l->ram_size || l->low_ram % SNAPF_PAGE)
+			       SNAPSHOT_FILE_MAX_CPUS);
+	if (l->ram_size == 0 || l->ram_size > SNAPSHOT_FILE_MAX_RAM || l->ram_size % SNAPSHOT_FILE_PAGE ||
+	    l->low_ram == 0 || l->low_ram > l->ram_size || l->low_ram % SNAPSHOT_FILE_PAGE)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot RAM geometry out of range");
 	/* Both below 2^41, so high_base + the high part cannot wrap. */
-	if (l->low_ram < l->ram_size && (l->high_base < l->low_ram || l->high_base % SNAPF_PAGE ||
-					 l->high_base > SNAPF_MAX_RAM))
+	if (l->low_ram < l->ram_size && (l->high_base < l->low_ram || l->high_base % SNAPSHOT_FILE_PAGE ||
+					 l->high_base > SNAPSHOT_FILE_MAX_RAM))
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot high RAM placement out of range");
 	return 0;
 }
 
-int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct snapf_view *v,
+int snapshot_file_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct snapshot_file_view *v,
 		char *err, size_t errlen)
 {
 	memset(v, 0, sizeof *v);
 	uint64_t m;
-	int rc = snapf_header(meta, meta_len, &m, err, errlen);
+	int rc = snapshot_file_header(meta, meta_len, &m, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (m != meta_len)
@@ -242,12 +242,12 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 	if (statebuf_le64(meta + OFF_SUM) != meta_sum(meta, meta_len))
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot metadata checksum does not match");
 	uint32_t nsec = statebuf_le32(meta + OFF_NSEC);
-	if (nsec > SNAPF_MAX_SECTIONS || (uint64_t)nsec * SNAPF_ENT_LEN > meta_len - SNAPF_HDR_LEN)
+	if (nsec > SNAPSHOT_FILE_MAX_SECTIONS || (uint64_t)nsec * SNAPSHOT_FILE_ENT_LEN > meta_len - SNAPSHOT_FILE_HDR_LEN)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot section count %u out of range", nsec);
 	uint64_t ram_off = statebuf_le64(meta + OFF_RAMOFF), ram_len = statebuf_le64(meta + OFF_RAMLEN);
-	uint64_t want_off = (meta_len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1);
-	if (ram_off != want_off || ram_len == 0 || ram_len > SNAPF_MAX_RAM ||
-	    ram_len % SNAPF_PAGE || file_size < ram_off || file_size - ram_off != ram_len)
+	uint64_t want_off = (meta_len + SNAPSHOT_FILE_PAGE - 1) & ~(uint64_t)(SNAPSHOT_FILE_PAGE - 1);
+	if (ram_off != want_off || ram_len == 0 || ram_len > SNAPSHOT_FILE_MAX_RAM ||
+	    ram_len % SNAPSHOT_FILE_PAGE || file_size < ram_off || file_size - ram_off != ram_len)
 		return errbuf_fail(err, errlen, -EBADMSG,
 			       "snapshot RAM (%llu bytes at %llu) does not fill the %llu-byte file",
 			       (unsigned long long)ram_len, (unsigned long long)ram_off,
@@ -256,21 +256,21 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 	v->ram_off = ram_off;
 	v->ram_len = ram_len;
 
-	uint64_t next = SNAPF_HDR_LEN + (uint64_t)nsec * SNAPF_ENT_LEN;
+	uint64_t next = SNAPSHOT_FILE_HDR_LEN + (uint64_t)nsec * SNAPSHOT_FILE_ENT_LEN;
 	next = (next + 7) & ~7ull;
 	for (uint32_t i = 0; i < nsec; i++) {
-		const uint8_t *e = meta + SNAPF_HDR_LEN + (size_t)i * SNAPF_ENT_LEN;
+		const uint8_t *e = meta + SNAPSHOT_FILE_HDR_LEN + (size_t)i * SNAPSHOT_FILE_ENT_LEN;
 		uint32_t type = statebuf_le32(e), id = statebuf_le32(e + 4);
 		uint64_t off = statebuf_le64(e + 8), len = statebuf_le64(e + 16);
-		if (type < SNAPF_SEC_LAYOUT || type > SNAPF_SEC_DEV)
+		if (type < SNAPSHOT_FILE_SEC_LAYOUT || type > SNAPSHOT_FILE_SEC_DEV)
 			return errbuf_fail(err, errlen, -EBADMSG, "snapshot section %u of unknown kind %u",
 				       i, type);
-		uint32_t max_id = type == SNAPF_SEC_CPU ? SNAPF_MAX_CPUS
-				  : type == SNAPF_SEC_DEV ? SNAPF_MAX_DEVS : 1;
+		uint32_t max_id = type == SNAPSHOT_FILE_SEC_CPU ? SNAPSHOT_FILE_MAX_CPUS
+				  : type == SNAPSHOT_FILE_SEC_DEV ? SNAPSHOT_FILE_MAX_DEVS : 1;
 		if (id >= max_id)
 			return errbuf_fail(err, errlen, -EBADMSG, "%s section id %u out of range",
 				       type_name(type), id);
-		if (snapf_find(v, type, id))
+		if (snapshot_file_find(v, type, id))
 			return errbuf_fail(err, errlen, -EBADMSG, "%s section %u twice", type_name(type),
 				       id);
 		/* In order, 8-aligned, inside the metadata: no overlap. */
@@ -279,16 +279,16 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 				       "%s section %u at %llu (+%llu) out of place", type_name(type),
 				       id, (unsigned long long)off, (unsigned long long)len);
 		next = off + len;
-		struct snapf_sec *s = &v->sec[v->nsec++];
-		*s = (struct snapf_sec){ type, id, meta + off, len };
+		struct snapshot_file_sec *s = &v->sec[v->nsec++];
+		*s = (struct snapshot_file_sec){ type, id, meta + off, len };
 		if ((rc = check_records(s, err, errlen)) < 0)
 			return rc;
-		v->ndev += type == SNAPF_SEC_DEV;
+		v->ndev += type == SNAPSHOT_FILE_SEC_DEV;
 	}
-	const struct snapf_sec *ls = snapf_find(v, SNAPF_SEC_LAYOUT, 0);
+	const struct snapshot_file_sec *ls = snapshot_file_find(v, SNAPSHOT_FILE_SEC_LAYOUT, 0);
 	if (!ls)
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot has no layout section");
-	if (!snapf_find(v, SNAPF_SEC_VM, 0))
+	if (!snapshot_file_find(v, SNAPSHOT_FILE_SEC_VM, 0))
 		return errbuf_fail(err, errlen, -EBADMSG, "snapshot has no VM section");
 	if ((rc = parse_layout(ls, &v->layout, err, errlen)) < 0)
 		return rc;
@@ -297,7 +297,7 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 			       (unsigned long long)ram_len, (unsigned long long)v->layout.ram_size);
 	unsigned ncpu = 0;
 	for (unsigned i = 0; i < v->nsec; i++)
-		if (v->sec[i].type == SNAPF_SEC_CPU) {
+		if (v->sec[i].type == SNAPSHOT_FILE_SEC_CPU) {
 			if (v->sec[i].id >= v->layout.ncpus)
 				return errbuf_fail(err, errlen, -EBADMSG,
 					       "vCPU section %u in a snapshot of %u vCPUs",
@@ -310,7 +310,7 @@ int snapf_parse(const uint8_t *meta, size_t meta_len, uint64_t file_size, struct
 	return 0;
 }
 
-const struct snapf_sec *snapf_find(const struct snapf_view *v, uint32_t type, uint32_t id)
+const struct snapshot_file_sec *snapshot_file_find(const struct snapshot_file_view *v, uint32_t type, uint32_t id)
 {
 	for (unsigned i = 0; i < v->nsec; i++)
 		if (v->sec[i].type == type && v->sec[i].id == id)
@@ -318,7 +318,7 @@ const struct snapf_sec *snapf_find(const struct snapf_view *v, uint32_t type, ui
 	return NULL;
 }
 
-int snapf_rec(const struct snapf_sec *s, uint32_t tag, const uint8_t **data, uint32_t *len)
+int snapshot_file_rec(const struct snapshot_file_sec *s, uint32_t tag, const uint8_t **data, uint32_t *len)
 {
 	uint64_t off = 0;
 	while (s->len - off >= 8) {
@@ -336,25 +336,25 @@ int snapf_rec(const struct snapf_sec *s, uint32_t tag, const uint8_t **data, uin
 	return -ENOENT;
 }
 
-void snapf_build_init(struct snapf_builder *b)
+void snapshot_file_build_init(struct snapshot_file_builder *b)
 {
 	memset(b, 0, sizeof *b);
 	statebuf_init(&b->body);
 }
 
-void snapf_build_free(struct snapf_builder *b) { statebuf_free(&b->body); }
+void snapshot_file_build_free(struct snapshot_file_builder *b) { statebuf_free(&b->body); }
 
-static void close_section(struct snapf_builder *b)
+static void close_section(struct snapshot_file_builder *b)
 {
 	if (b->nsec)
 		b->len[b->nsec - 1] = b->body.len - b->off[b->nsec - 1];
 }
 
-void snapf_build_section(struct snapf_builder *b, uint32_t type, uint32_t id)
+void snapshot_file_build_section(struct snapshot_file_builder *b, uint32_t type, uint32_t id)
 {
 	if (b->err)
 		return;
-	if (b->nsec == SNAPF_MAX_SECTIONS) {
+	if (b->nsec == SNAPSHOT_FILE_MAX_SECTIONS) {
 		b->err = -ENOSPC;
 		return;
 	}
@@ -365,7 +365,7 @@ void snapf_build_section(struct snapf_builder *b, uint32_t type, uint32_t id)
 	b->nsec++;
 }
 
-void snapf_build_rec(struct snapf_builder *b, uint32_t tag, const void *data, size_t len)
+void snapshot_file_build_rec(struct snapshot_file_builder *b, uint32_t tag, const void *data, size_t len)
 {
 	if (b->err)
 		return;
@@ -379,7 +379,7 @@ void snapf_build_rec(struct snapf_builder *b, uint32_t tag, const void *data, si
 	statebuf_pad(&b->body, 8);
 }
 
-void snapf_build_layout(struct snapf_builder *b, const struct snapf_layout *l)
+void snapshot_file_build_layout(struct snapshot_file_builder *b, const struct snapshot_file_layout *l)
 {
 	uint8_t g[32];
 	struct statebuf_writer w;
@@ -396,21 +396,21 @@ void snapf_build_layout(struct snapf_builder *b, const struct snapf_layout *l)
 	}
 	memcpy(g, w.buf, sizeof g);
 	statebuf_free(&w);
-	snapf_build_section(b, SNAPF_SEC_LAYOUT, 0);
-	snapf_build_rec(b, SNAPF_L_KEY, l->key, SNAPF_KEY_LEN);
-	snapf_build_rec(b, SNAPF_L_GEOMETRY, g, sizeof g);
+	snapshot_file_build_section(b, SNAPSHOT_FILE_SEC_LAYOUT, 0);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_L_KEY, l->key, SNAPSHOT_FILE_KEY_LEN);
+	snapshot_file_build_rec(b, SNAPSHOT_FILE_L_GEOMETRY, g, sizeof g);
 }
 
-int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct statebuf_writer *meta)
+int snapshot_file_build_finish(struct snapshot_file_builder *b, uint64_t ram_len, struct statebuf_writer *meta)
 {
 	statebuf_init(meta);
 	close_section(b);
 	if (b->err || b->body.err)
 		return b->err ? b->err : b->body.err;
-	uint64_t base = ((uint64_t)SNAPF_HDR_LEN + (uint64_t)b->nsec * SNAPF_ENT_LEN + 7) & ~7ull;
-	statebuf_put(meta, SNAPF_MAGIC, 8);
-	statebuf_u32(meta, SNAPF_VERSION);
-	statebuf_u32(meta, SNAPF_HDR_LEN);
+	uint64_t base = ((uint64_t)SNAPSHOT_FILE_HDR_LEN + (uint64_t)b->nsec * SNAPSHOT_FILE_ENT_LEN + 7) & ~7ull;
+	statebuf_put(meta, SNAPSHOT_FILE_MAGIC, 8);
+	statebuf_u32(meta, SNAPSHOT_FILE_VERSION);
+	statebuf_u32(meta, SNAPSHOT_FILE_HDR_LEN);
 	statebuf_u32(meta, b->nsec);
 	statebuf_u32(meta, 0);
 	statebuf_u64(meta, 0); /* metadata length, below */
@@ -431,22 +431,22 @@ int snapf_build_finish(struct snapf_builder *b, uint64_t ram_len, struct statebu
 		statebuf_free(meta);
 		return e;
 	}
-	if (meta->len > SNAPF_MAX_META) {
+	if (meta->len > SNAPSHOT_FILE_MAX_META) {
 		statebuf_free(meta);
 		return -EFBIG;
 	}
-	uint64_t ram_off = ((uint64_t)meta->len + SNAPF_PAGE - 1) & ~(uint64_t)(SNAPF_PAGE - 1);
+	uint64_t ram_off = ((uint64_t)meta->len + SNAPSHOT_FILE_PAGE - 1) & ~(uint64_t)(SNAPSHOT_FILE_PAGE - 1);
 	statebuf_set_u64(meta, OFF_METALEN, meta->len);
 	statebuf_set_u64(meta, OFF_RAMOFF, ram_off);
 	if (!meta->err)
-		snapf_seal(meta->buf, meta->len);
+		snapshot_file_seal(meta->buf, meta->len);
 	return meta->err;
 }
 
-int snapf_name_ok(const char *name)
+int snapshot_file_name_ok(const char *name)
 {
 	size_t n = strlen(name);
-	if (n == 0 || n > SNAPF_NAME_MAX || name[0] == '.')
+	if (n == 0 || n > SNAPSHOT_FILE_NAME_MAX || name[0] == '.')
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		char c = name[i];
@@ -512,11 +512,11 @@ static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len)
 {
 	uint64_t i = 0;
 	while (i < len) {
-		while (i < len && all_zero(ram + i, SNAPF_PAGE))
-			i += SNAPF_PAGE;
+		while (i < len && all_zero(ram + i, SNAPSHOT_FILE_PAGE))
+			i += SNAPSHOT_FILE_PAGE;
 		uint64_t start = i;
-		while (i < len && i - start < (64u << 20) && !all_zero(ram + i, SNAPF_PAGE))
-			i += SNAPF_PAGE;
+		while (i < len && i - start < (64u << 20) && !all_zero(ram + i, SNAPSHOT_FILE_PAGE))
+			i += SNAPSHOT_FILE_PAGE;
 		if (i > start) {
 			int rc = pwrite_all(fd, ram + start, (size_t)(i - start),
 					    (off_t)(ram_off + start));
@@ -527,20 +527,20 @@ static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len)
 	return ftruncate(fd, (off_t)(ram_off + len)) < 0 ? -errno : 0;
 }
 
-int snapf_write(const char *dir, const char *name, const struct statebuf_writer *meta,
+int snapshot_file_write(const char *dir, const char *name, const struct statebuf_writer *meta,
 		const void *ram, uint64_t ram_len, char *err, size_t errlen)
 {
-	if (snapf_name_ok(name) < 0)
+	if (snapshot_file_name_ok(name) < 0)
 		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
 	uint64_t hdr_meta;
-	if (meta->err || snapf_header(meta->buf, meta->len, &hdr_meta, err, errlen) < 0 ||
+	if (meta->err || snapshot_file_header(meta->buf, meta->len, &hdr_meta, err, errlen) < 0 ||
 	    hdr_meta != meta->len || statebuf_le64(meta->buf + OFF_RAMLEN) != ram_len ||
-	    ram_len % SNAPF_PAGE)
+	    ram_len % SNAPSHOT_FILE_PAGE)
 		return errbuf_fail(err, errlen, -EINVAL, "snapshot metadata does not describe this RAM");
 	int dfd = open_private_dir(dir, err, errlen);
 	if (dfd < 0)
 		return dfd;
-	char tmp[SNAPF_NAME_MAX + 40];
+	char tmp[SNAPSHOT_FILE_NAME_MAX + 40];
 	snprintf(tmp, sizeof tmp, ".%s.tmp-%ld", name, (long)getpid());
 	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 && errno == EEXIST) {
@@ -596,11 +596,11 @@ static int read_at(int fd, uint8_t *p, size_t n, off_t off)
 	return 0;
 }
 
-int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *err, size_t errlen)
+int snapshot_file_open(const char *dir, const char *name, struct snapshot_file_file *f, char *err, size_t errlen)
 {
 	memset(f, 0, sizeof *f);
 	f->fd = -1;
-	if (snapf_name_ok(name) < 0)
+	if (snapshot_file_name_ok(name) < 0)
 		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
 	int dfd = open_private_dir(dir, err, errlen);
 	if (dfd < 0)
@@ -624,9 +624,9 @@ int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *er
 			     dir, name, (unsigned)geteuid());
 		goto fail;
 	}
-	uint8_t hdr[SNAPF_HDR_LEN];
+	uint8_t hdr[SNAPSHOT_FILE_HDR_LEN];
 	uint64_t meta_len;
-	if ((uint64_t)st.st_size < SNAPF_HDR_LEN) {
+	if ((uint64_t)st.st_size < SNAPSHOT_FILE_HDR_LEN) {
 		rc = errbuf_fail(err, errlen, -EBADMSG, "snapshot %s/%s is too short", dir, name);
 		goto fail;
 	}
@@ -634,7 +634,7 @@ int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *er
 		errbuf_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
 		goto fail;
 	}
-	if ((rc = snapf_header(hdr, sizeof hdr, &meta_len, err, errlen)) < 0)
+	if ((rc = snapshot_file_header(hdr, sizeof hdr, &meta_len, err, errlen)) < 0)
 		goto fail;
 	if (meta_len > (uint64_t)st.st_size) {
 		rc = errbuf_fail(err, errlen, -EBADMSG, "snapshot %s/%s is cut short", dir, name);
@@ -649,7 +649,7 @@ int snapf_open(const char *dir, const char *name, struct snapf_file *f, char *er
 		errbuf_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
 		goto fail;
 	}
-	if ((rc = snapf_parse(f->meta, (size_t)meta_len, (uint64_t)st.st_size, &f->v, err,
+	if ((rc = snapshot_file_parse(f->meta, (size_t)meta_len, (uint64_t)st.st_size, &f->v, err,
 			      errlen)) < 0)
 		goto fail;
 	f->fd = fd;
@@ -663,7 +663,7 @@ fail:
 	return rc;
 }
 
-void snapf_close(struct snapf_file *f)
+void snapshot_file_close(struct snapshot_file_file *f)
 {
 	if (f->fd >= 0)
 		close(f->fd);

@@ -958,7 +958,7 @@ static void midflight(unsigned d)
 			sop(SOP_MRX, win(d, R_CONFIG + rn(C->dev[d].cfg_len + 8)), 0, 1u << rn(4), 1);
 		break;
 	default: /* notify every queue, some not ready */
-		for (unsigned q = 0; q < VBUS_MAX_QUEUES; q++)
+		for (unsigned q = 0; q < VIRTIO_BUS_MAX_QUEUES; q++)
 			mw(d, R_NOTIFY, q);
 		break;
 	}
@@ -1219,7 +1219,7 @@ static int no_resolve(void *ctx, const char *name, uint16_t qtype, struct dns_rr
 
 struct rig {
 	struct vm vm;
-	struct vbus bus;
+	struct virtio_bus bus;
 	struct virtio_vsock vs;
 	struct vsock_unix vu;
 	struct mounts mnt;
@@ -1532,8 +1532,8 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	}
 	cfg = (struct tg_cfg){ .magic = TG_CFG_MAGIC, .ncpus = R.ncpus, .mode = MODE_SCRIPT,
 			       .rounds = 0, .seed = (uint32_t)seed, .exit_digit = 5,
-			       .mmio_base = TG_MMIO, .virtio_base = VBUS_BASE,
-			       .virtio_irq = VBUS_FIRST_IRQ, .script = SCRIPT_ADDR };
+			       .mmio_base = TG_MMIO, .virtio_base = VIRTIO_BUS_BASE,
+			       .virtio_irq = VIRTIO_BUS_FIRST_IRQ, .script = SCRIPT_ADDR };
 	guest_mem_write(&R.vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg);
 	if (vm_add_mmio(&R.vm, &(struct vm_mmio){ TG_MMIO, 0x1000ull * R.ncpus, tg_read, tg_write,
 						  NULL }) < 0) {
@@ -1559,8 +1559,8 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 			 strerror(errno));
 		return -1;
 	}
-	if (vbus_init(&R.bus, &R.vm) < 0) {
-		snprintf(err, errlen, "vbus_init failed");
+	if (virtio_bus_init(&R.bus, &R.vm) < 0) {
+		snprintf(err, errlen, "virtio_bus_init failed");
 		return -1;
 	}
 	char cmdline[2048] = "";
@@ -1572,8 +1572,8 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		snprintf(err, errlen, "vsock: %s", strerror(-rc));
 		return -1;
 	}
-	struct vbus_poller vp = { vs_fds, vs_handle, &R.vu };
-	if (vbus_add(&R.bus, &R.vs.dev, &vp, cmdline, sizeof cmdline, err, errlen) < 0)
+	struct virtio_bus_poller vp = { vs_fds, vs_handle, &R.vu };
+	if (virtio_bus_add(&R.bus, &R.vs.dev, &vp, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	snprintf(sa.sun_path, sizeof sa.sun_path, "%.80s_%u", R.base, PORT_ECHO);
@@ -1611,8 +1611,8 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		snprintf(err, errlen, "stack_create: %s", strerror(-rc));
 		return -1;
 	}
-	struct vbus_poller np = { net_fds, net_handle, NULL };
-	if (vbus_add(&R.bus, &R.nic.dev, &np, cmdline, sizeof cmdline, err, errlen) < 0)
+	struct virtio_bus_poller np = { net_fds, net_handle, NULL };
+	if (virtio_bus_add(&R.bus, &R.nic.dev, &np, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
 
 	/* vCPU 0's stream is the seed's own: a one-vCPU run replays it. */
@@ -1734,7 +1734,7 @@ int main(int argc, char **argv)
 		printf("%u passed, %u failed\n", tg_passed, tg_failed);
 		return 1;
 	}
-	if (vbus_start(&R.bus) < 0) {
+	if (virtio_bus_start(&R.bus) < 0) {
 		tg_check(0, "start the device thread");
 		return 1;
 	}
@@ -1751,7 +1751,7 @@ int main(int argc, char **argv)
 	R.done = 1;
 	pthread_mutex_unlock(&R.lock);
 	pthread_join(wd, NULL);
-	vbus_stop(&R.bus);
+	virtio_bus_stop(&R.bus);
 	stats_line("end");
 
 	tg_check(end == VM_END_RESET && R.final_phase == 2,
@@ -1775,7 +1775,7 @@ int main(int argc, char **argv)
 	      resolver_calls);
 
 	echo_stop(&R.echo);
-	vbus_destroy(&R.bus);
+	virtio_bus_destroy(&R.bus);
 	stack_destroy(R.stack);
 	virtio_net_destroy(&R.nic);
 	policy_free(&R.pol);

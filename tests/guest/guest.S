@@ -609,9 +609,9 @@ cfg_seed:       .long 0x2545f491
 cfg_mmio_pages: .long 8192                  /* through the virtio-mmio bus */
 cfg_exit_digit: .long 7
 cfg_mmio_base:  .quad TG_MMIO
-cfg_virtio_base: .quad 0xd0000000                /* VBUS_BASE: kbox's first device */
+cfg_virtio_base: .quad 0xd0000000                /* VIRTIO_BUS_BASE: kbox's first device */
 cfg_virtio_hits: .long 4096
-cfg_virtio_irq: .long 5                     /* VBUS_FIRST_IRQ */
+cfg_virtio_irq: .long 5                     /* VIRTIO_BUS_FIRST_IRQ */
 cfg_script:     .quad 0
 	.balign 64
 done_count:     .long 0

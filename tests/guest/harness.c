@@ -664,7 +664,7 @@ static void rig_handle(void *ctx, const struct pollfd *p, unsigned n)
 
 /* The vsock device and its Unix backend on bus, a listener on the open
  * port, and the script in guest RAM. */
-static int rig_setup(struct vs_rig *r, struct vm *vm, struct vbus *bus, char *err, size_t errlen)
+static int rig_setup(struct vs_rig *r, struct vm *vm, struct virtio_bus *bus, char *err, size_t errlen)
 {
 	memset(r, 0, sizeof *r);
 	r->peer = (struct peer){ .listen_fd = -1, .stop_fd = -1, .conn_fd = -1 };
@@ -697,18 +697,18 @@ static int rig_setup(struct vs_rig *r, struct vm *vm, struct vbus *bus, char *er
 		return -1;
 	}
 	r->vu_made = 1;
-	struct vbus_poller pl = { rig_fds, rig_handle, &r->vu };
+	struct virtio_bus_poller pl = { rig_fds, rig_handle, &r->vu };
 	char cmdline[128] = "";
-	if (vbus_add(bus, &r->vs.dev, &pl, cmdline, sizeof cmdline, err, errlen) < 0)
+	if (virtio_bus_add(bus, &r->vs.dev, &pl, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
 	/* A QueueNotify the ioeventfd takes never exits to the VMM: count the
 	 * ones that do, which should be none. */
 	struct vm_mmio *m = NULL;
 	for (unsigned i = 0; i < vm->nmmio; i++)
-		if (vm->mmio[i].base == VBUS_BASE)
+		if (vm->mmio[i].base == VIRTIO_BUS_BASE)
 			m = &vm->mmio[i];
 	if (!m) {
-		snprintf(err, errlen, "the bus registered no MMIO window at 0x%llx", VBUS_BASE);
+		snprintf(err, errlen, "the bus registered no MMIO window at 0x%llx", VIRTIO_BUS_BASE);
 		return -1;
 	}
 	r->bus_mmio = *m;
@@ -732,7 +732,7 @@ static int rig_setup(struct vs_rig *r, struct vm *vm, struct vbus *bus, char *er
 	return 0;
 }
 
-/* After vbus_stop: stop the peer, drop the backend and device, clean up. */
+/* After virtio_bus_stop: stop the peer, drop the backend and device, clean up. */
 static void rig_teardown(struct vs_rig *r)
 {
 	if (r->peer.started) {
@@ -1223,7 +1223,7 @@ static void run_case(const struct tcase *t, const char *guest_path)
 {
 	static struct vm vm;
 	static struct harness h;
-	static struct vbus bus;
+	static struct virtio_bus bus;
 	static struct echo_dev echo;
 	static struct vs_rig rig;
 	int bus_made = 0, rig_made = 0;
@@ -1268,8 +1268,8 @@ static void run_case(const struct tcase *t, const char *guest_path)
 			.magic = TG_CFG_MAGIC, .ncpus = t->ncpus, .mode = t->mode,
 			.finish = t->finish, .rounds = t->rounds, .seed = 0x2545f491u,
 			.mmio_pages = t->mmio_pages, .exit_digit = 5, .mmio_base = TG_MMIO,
-			.virtio_base = VBUS_BASE, .virtio_hits = t->mode == MODE_GARBAGE ? 4096 : 0,
-			.virtio_irq = VBUS_FIRST_IRQ, .script = SCRIPT_ADDR,
+			.virtio_base = VIRTIO_BUS_BASE, .virtio_hits = t->mode == MODE_GARBAGE ? 4096 : 0,
+			.virtio_irq = VIRTIO_BUS_FIRST_IRQ, .script = SCRIPT_ADDR,
 		};
 		ok = guest_mem_write(&vm.mem, TG_CFG_ADDR, &cfg, sizeof cfg) == 0;
 	}
@@ -1285,21 +1285,21 @@ static void run_case(const struct tcase *t, const char *guest_path)
 		echo.dev = (struct virtqueue_dev){ .ops = &echo_ops, .device_id = 0x7f, .nr_queues = 1,
 					    .vqs = echo.q };
 		char cmdline[128] = "";
-		ok = vbus_init(&bus, &vm) == 0;
+		ok = virtio_bus_init(&bus, &vm) == 0;
 		bus_made = ok;
 		if (ok)
-			ok = vbus_add(&bus, &echo.dev, NULL, cmdline, sizeof cmdline, err,
-				      sizeof err) == 0 && vbus_start(&bus) == 0;
+			ok = virtio_bus_add(&bus, &echo.dev, NULL, cmdline, sizeof cmdline, err,
+				      sizeof err) == 0 && virtio_bus_start(&bus) == 0;
 		if (!ok && !err[0])
 			snprintf(err, sizeof err, "cannot start the virtio-mmio bus");
 	}
 	if (ok && t->mode == MODE_SCRIPT) {
-		ok = vbus_init(&bus, &vm) == 0;
+		ok = virtio_bus_init(&bus, &vm) == 0;
 		bus_made = ok;
 		if (ok) {
 			rig_made = 1;
 			ok = rig_setup(&rig, &vm, &bus, err, sizeof err) == 0 &&
-			     vbus_start(&bus) == 0;
+			     virtio_bus_start(&bus) == 0;
 		}
 		if (!ok && !err[0])
 			snprintf(err, sizeof err, "cannot start the virtio-mmio bus");
@@ -1314,11 +1314,11 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	if (!tg_check(ok, "%s: set up a %u-vCPU VM%s%s", t->name, t->ncpus, ok ? "" : ": ",
 		   err)) {
 		if (bus_made)
-			vbus_stop(&bus);
+			virtio_bus_stop(&bus);
 		if (rig_made)
 			rig_teardown(&rig);
 		if (bus_made)
-			vbus_destroy(&bus);
+			virtio_bus_destroy(&bus);
 		vm_destroy(&vm);
 		serial_destroy(&h.uart);
 		pthread_mutex_destroy(&h.lock);
@@ -1442,14 +1442,14 @@ static void run_case(const struct tcase *t, const char *guest_path)
 	      t->name, wrong);
 
 	if (bus_made) {
-		vbus_stop(&bus);
+		virtio_bus_stop(&bus);
 		if (t->mode == MODE_GARBAGE)
 			printf("# %s: virtio-mmio echo device: status 0x%x, %u notifies, %u "
 			       "chains, %d ring errors\n", t->name, bus.slot[0].t.status,
 			       echo.notifies, echo.chains, echo.errors);
 		if (rig_made)
 			rig_teardown(&rig);
-		vbus_destroy(&bus);
+		virtio_bus_destroy(&bus);
 	}
 	vm_destroy(&vm);
 	serial_destroy(&h.uart);

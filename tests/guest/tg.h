@@ -13,7 +13,7 @@
 /* The guest's side of these lives in guest.S; keep the two in step. */
 #define TG_CFG_ADDR  0x200000ull
 #define TG_CFG_MAGIC 0x3147544bu
-#define TG_MMIO      0xcf000000ull /* clear of VBUS_BASE */
+#define TG_MMIO      0xcf000000ull /* clear of VIRTIO_BUS_BASE */
 
 enum tg_mode { MODE_EXITS = 0, MODE_GARBAGE = 1, MODE_FAULT = 2, MODE_IOPL = 3,
 	       MODE_SCRIPT = 4 };

@@ -557,7 +557,7 @@ static void uart_out(void *ctx, unsigned off, uint8_t v) { serial_out(ctx, off, 
 /* Everything the VM thread and the main thread share. */
 struct session {
 	struct vm vm;
-	struct vbus bus;
+	struct virtio_bus bus;
 	struct vsockdev vd;
 	struct serial com1;
 	struct line_irq irq1;
@@ -877,7 +877,7 @@ static int attach_devices(struct run *r)
 {
 	struct session *s = &r->s;
 	char err[512];
-	if (vbus_init(&s->bus, &s->vm) < 0)
+	if (virtio_bus_init(&s->bus, &s->vm) < 0)
 		return cli_die("cannot set up the device thread: %s", strerror(errno));
 	r->bus_made = true;
 	if (vsockdev_attach(&s->vd, &s->bus, GUEST_CID, r->sb.sock, r->cmdline, sizeof r->cmdline,
@@ -976,7 +976,7 @@ static int lock_down(struct run *r)
 
 static int start_vm(struct run *r)
 {
-	if (vbus_start(&r->s.bus) < 0 || pthread_create(&r->vmt, NULL, vm_thread, &r->s) != 0)
+	if (virtio_bus_start(&r->s.bus) < 0 || pthread_create(&r->vmt, NULL, vm_thread, &r->s) != 0)
 		return cli_die("cannot start the VM threads");
 	r->vmt_started = true;
 	return 0;
@@ -1031,7 +1031,7 @@ static void stop_vm(struct run *r)
 	vm_stop(&r->s.vm, VM_END_STOPPED);
 	pthread_join(r->vmt, NULL);
 	r->vmt_started = false;
-	vbus_stop(&r->s.bus);
+	virtio_bus_stop(&r->s.bus);
 	klog_flush(&r->s.kl);
 	if (r->o.verbose)
 		netdev_report(&r->net, stderr);
@@ -1097,7 +1097,7 @@ static void run_cleanup(struct run *r)
 		pthread_join(r->vmt, NULL);
 	}
 	if (r->bus_made)
-		vbus_destroy(&s->bus);
+		virtio_bus_destroy(&s->bus);
 	if (r->began) {
 		char err[512];
 		if (netdev_write_learned(&r->net, err, sizeof err) < 0)

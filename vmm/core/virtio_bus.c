@@ -10,7 +10,7 @@
 
 #include "lib/errbuf.h"
 
-int vbus_init(struct vbus *b, struct vm *vm)
+int virtio_bus_init(struct virtio_bus *b, struct vm *vm)
 {
 	memset(b, 0, sizeof *b);
 	b->vm = vm;
@@ -23,7 +23,7 @@ int vbus_init(struct vbus *b, struct vm *vm)
  * InterruptStatus, so lowering the line needs no action. */
 static void slot_irq(struct irq_sink *s, int level)
 {
-	struct vbus_slot *sl = (struct vbus_slot *)((char *)s - offsetof(struct vbus_slot, sink));
+	struct virtio_bus_slot *sl = (struct virtio_bus_slot *)((char *)s - offsetof(struct virtio_bus_slot, sink));
 	if (level) {
 		uint64_t one = 1;
 		ssize_t w = write(sl->irqfd, &one, sizeof one);
@@ -33,7 +33,7 @@ static void slot_irq(struct irq_sink *s, int level)
 
 static void slot_read(void *ctx, uint64_t off, uint8_t *data, unsigned len)
 {
-	struct vbus_slot *sl = ctx;
+	struct virtio_bus_slot *sl = ctx;
 	pthread_mutex_lock(&sl->bus->lock);
 	virtio_mmio_read(&sl->t, off, data, len);
 	pthread_mutex_unlock(&sl->bus->lock);
@@ -41,25 +41,25 @@ static void slot_read(void *ctx, uint64_t off, uint8_t *data, unsigned len)
 
 static void slot_write(void *ctx, uint64_t off, const uint8_t *data, unsigned len)
 {
-	struct vbus_slot *sl = ctx;
+	struct virtio_bus_slot *sl = ctx;
 	pthread_mutex_lock(&sl->bus->lock);
 	virtio_mmio_write(&sl->t, off, data, len);
 	pthread_mutex_unlock(&sl->bus->lock);
 }
 
-int vbus_add(struct vbus *b, struct virtqueue_dev *dev, const struct vbus_poller *poller,
+int virtio_bus_add(struct virtio_bus *b, struct virtqueue_dev *dev, const struct virtio_bus_poller *poller,
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen)
 {
-	if (b->n >= VBUS_MAX_DEVS || dev->nr_queues > VBUS_MAX_QUEUES)
+	if (b->n >= VIRTIO_BUS_MAX_DEVS || dev->nr_queues > VIRTIO_BUS_MAX_QUEUES)
 		return errbuf_fail(err, errlen, -ENOSPC, "too many virtio devices or queues");
-	struct vbus_slot *sl = &b->slot[b->n];
+	struct virtio_bus_slot *sl = &b->slot[b->n];
 	memset(sl, 0, sizeof *sl);
 	sl->bus = b;
-	sl->base = VBUS_BASE + b->n * (uint64_t)VIRTIO_MMIO_WINDOW;
-	sl->irq = VBUS_FIRST_IRQ + b->n;
+	sl->base = VIRTIO_BUS_BASE + b->n * (uint64_t)VIRTIO_MMIO_WINDOW;
+	sl->irq = VIRTIO_BUS_FIRST_IRQ + b->n;
 	sl->nq = dev->nr_queues;
 	sl->irqfd = -1;
-	for (unsigned q = 0; q < VBUS_MAX_QUEUES; q++)
+	for (unsigned q = 0; q < VIRTIO_BUS_MAX_QUEUES; q++)
 		sl->qfd[q] = -1;
 	if (poller)
 		sl->poller = *poller;
@@ -104,11 +104,11 @@ sys:
 	return errbuf_fail(err, errlen, rc, "cannot wire a virtio device to KVM: %s", strerror(errno));
 }
 
-static void *vbus_thread(void *arg)
+static void *virtio_bus_thread(void *arg)
 {
-	struct vbus *b = arg;
-	struct pollfd p[VBUS_MAX_POLL];
-	struct dev_fds { unsigned slot, first, n; } dev_fds[VBUS_MAX_DEVS];
+	struct virtio_bus *b = arg;
+	struct pollfd p[VIRTIO_BUS_MAX_POLL];
+	struct dev_fds { unsigned slot, first, n; } dev_fds[VIRTIO_BUS_MAX_DEVS];
 	for (;;) {
 		unsigned n = 0;
 		p[n++] = (struct pollfd){ .fd = b->stop_fd, .events = POLLIN };
@@ -118,10 +118,10 @@ static void *vbus_thread(void *arg)
 		unsigned nd = 0;
 		pthread_mutex_lock(&b->lock);
 		for (unsigned s = 0; s < b->n; s++) {
-			struct vbus_poller *pl = &b->slot[s].poller;
+			struct virtio_bus_poller *pl = &b->slot[s].poller;
 			if (!pl->fds)
 				continue;
-			unsigned k = pl->fds(pl->ctx, p + n, VBUS_MAX_POLL - n);
+			unsigned k = pl->fds(pl->ctx, p + n, VIRTIO_BUS_MAX_POLL - n);
 			dev_fds[nd++] = (struct dev_fds){ s, n, k };
 			n += k;
 		}
@@ -144,7 +144,7 @@ static void *vbus_thread(void *arg)
 					virtio_mmio_notify(&b->slot[s].t, q);
 			}
 		for (unsigned d = 0; d < nd; d++) {
-			struct vbus_poller *pl = &b->slot[dev_fds[d].slot].poller;
+			struct virtio_bus_poller *pl = &b->slot[dev_fds[d].slot].poller;
 			pl->handle(pl->ctx, p + dev_fds[d].first, dev_fds[d].n);
 		}
 		pthread_mutex_unlock(&b->lock);
@@ -152,15 +152,15 @@ static void *vbus_thread(void *arg)
 	return NULL;
 }
 
-int vbus_start(struct vbus *b)
+int virtio_bus_start(struct virtio_bus *b)
 {
-	if (pthread_create(&b->thread, NULL, vbus_thread, b) != 0)
+	if (pthread_create(&b->thread, NULL, virtio_bus_thread, b) != 0)
 		return -EAGAIN;
 	b->running = 1;
 	return 0;
 }
 
-void vbus_stop(struct vbus *b)
+void virtio_bus_stop(struct virtio_bus *b)
 {
 	if (!b->running)
 		return;
@@ -171,12 +171,12 @@ void vbus_stop(struct vbus *b)
 	b->running = 0;
 }
 
-void vbus_destroy(struct vbus *b)
+void virtio_bus_destroy(struct virtio_bus *b)
 {
-	vbus_stop(b);
+	virtio_bus_stop(b);
 	for (unsigned s = 0; s < b->n; s++) {
-		struct vbus_slot *sl = &b->slot[s];
-		for (unsigned q = 0; q < VBUS_MAX_QUEUES; q++)
+		struct virtio_bus_slot *sl = &b->slot[s];
+		for (unsigned q = 0; q < VIRTIO_BUS_MAX_QUEUES; q++)
 			if (sl->qfd[q] >= 0)
 				close(sl->qfd[q]);
 		if (sl->irqfd >= 0)

@@ -11,38 +11,38 @@
 #include "devices/virtio_mmio.h"
 #include "vmm/core/vm.h"
 
-#define VBUS_BASE     0xd0000000ull
-#define VBUS_FIRST_IRQ 5u
-#define VBUS_MAX_DEVS 10u /* vsock, virtio-net and up to 8 virtio-fs mounts */
-#define VBUS_MAX_QUEUES 4u
-#define VBUS_MAX_POLL 160u
+#define VIRTIO_BUS_BASE     0xd0000000ull
+#define VIRTIO_BUS_FIRST_IRQ 5u
+#define VIRTIO_BUS_MAX_DEVS 10u /* vsock, virtio-net and up to 8 virtio-fs mounts */
+#define VIRTIO_BUS_MAX_QUEUES 4u
+#define VIRTIO_BUS_MAX_POLL 160u
 
-struct vbus;
+struct virtio_bus;
 
 /* Host fds a device wants watched: fill up to max pollfds, then handle
  * the results.  Both run on the device thread with the bus lock held. */
-struct vbus_poller {
+struct virtio_bus_poller {
 	unsigned (*fds)(void *ctx, struct pollfd *p, unsigned max);
 	void (*handle)(void *ctx, const struct pollfd *p, unsigned n);
 	void *ctx;
 };
 
-struct vbus_slot {
-	struct vbus *bus;
+struct virtio_bus_slot {
+	struct virtio_bus *bus;
 	struct virtio_mmio t;
 	struct irq_sink sink;
 	int irqfd;
-	int qfd[VBUS_MAX_QUEUES];
+	int qfd[VIRTIO_BUS_MAX_QUEUES];
 	unsigned nq;
 	uint64_t base;
 	unsigned irq;
-	struct vbus_poller poller;
+	struct virtio_bus_poller poller;
 };
 
-struct vbus {
+struct virtio_bus {
 	struct vm *vm;
 	pthread_mutex_t lock; /* serialises every call into device code */
-	struct vbus_slot slot[VBUS_MAX_DEVS];
+	struct virtio_bus_slot slot[VIRTIO_BUS_MAX_DEVS];
 	unsigned n;
 	int stop_fd; /* eventfd that ends the device thread */
 	pthread_t thread;
@@ -50,31 +50,31 @@ struct vbus {
 };
 
 /* An empty bus for vm: its lock and the eventfd that will end its
- * device thread.  Returns 0 or a negative errno (no eventfd); vbus_destroy
+ * device thread.  Returns 0 or a negative errno (no eventfd); virtio_bus_destroy
  * may be called either way. */
-int vbus_init(struct vbus *b, struct vm *vm);
+int virtio_bus_init(struct virtio_bus *b, struct vm *vm);
 
 /* Attach dev at the next window; poller may be NULL.  Registers the MMIO
  * handler, one ioeventfd per queue and an irqfd.  Appends the device to
  * the kernel command line (virtio_mmio.device=4K@BASE:IRQ) in cmdline.
  * Returns 0 or a negative errno with err set. */
-int vbus_add(struct vbus *b, struct virtqueue_dev *dev, const struct vbus_poller *poller,
+int virtio_bus_add(struct virtio_bus *b, struct virtqueue_dev *dev, const struct virtio_bus_poller *poller,
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen);
 
 /* Start the device thread, which from then on serves the queue notifies
  * and the pollers' fds under the bus lock.  0, or -EAGAIN when no thread
  * could be made (the bus stays as it was). */
-int vbus_start(struct vbus *b);
+int virtio_bus_start(struct virtio_bus *b);
 
 /* Stop the device thread and wait for it; nothing when it does not run.
  * The devices are not called from it afterwards (the vCPUs' MMIO exits
  * still may, until they stop). */
-void vbus_stop(struct vbus *b);
+void virtio_bus_stop(struct virtio_bus *b);
 
 /* Stop the device thread if it runs, then close every slot's ioeventfds
  * and irqfd and the bus's own eventfd.  The device models stay the
  * caller's: once the vCPUs have stopped (their MMIO exits call in too)
  * and this returns, nothing calls into them, so they may be destroyed. */
-void vbus_destroy(struct vbus *b);
+void virtio_bus_destroy(struct virtio_bus *b);
 
 #endif

@@ -241,7 +241,7 @@ static void raise_fd_limit(void)
 	}
 }
 
-int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdlen,
+int mounts_attach(struct mounts *ms, struct virtio_bus *b, char *cmdline, size_t cmdlen,
 		  char *err, size_t errlen)
 {
 	if (ms->n == 0)
@@ -286,7 +286,7 @@ int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdle
 		    (rc = virtio_fs_init(&m->vfs, m->srv, tag)) < 0)
 			return errbuf_fail(err, errlen, rc, "cannot set up the file server: %s",
 				       strerror(-rc));
-		if ((rc = vbus_add(b, &m->vfs.dev, NULL, cmdline, cmdlen, err, errlen)) < 0)
+		if ((rc = virtio_bus_add(b, &m->vfs.dev, NULL, cmdline, cmdlen, err, errlen)) < 0)
 			return rc;
 	}
 	/* The list first, then the root: kbox.root= must not split it. */

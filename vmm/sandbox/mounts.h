@@ -23,7 +23,7 @@
 #include "vmm/core/virtio_bus.h"
 
 /* One bus slot stays for the vsock device. */
-#define MOUNTS_MAX (VBUS_MAX_DEVS - 2)
+#define MOUNTS_MAX (VIRTIO_BUS_MAX_DEVS - 2)
 /* Longest guest path: seven of them must fit in the kernel's 2047-byte
  * command line next to everything else. */
 #define MOUNTS_GUEST_MAX 160
@@ -104,9 +104,9 @@ int mounts_parse(struct mounts *ms, const char *arg, char *err, size_t errlen);
  * each to bus b (which appends them to cmdline) and append the
  * kbox.mounts= list (and kbox.root= for an image).  Also raises the soft fd limit to the hard one, since
  * every file the guest has looked up holds a host fd.  On failure some
- * mounts may be attached: mounts_free after vbus_destroy still frees
+ * mounts may be attached: mounts_free after virtio_bus_destroy still frees
  * everything.  Returns 0 or a negative errno with err set. */
-int mounts_attach(struct mounts *ms, struct vbus *b, char *cmdline, size_t cmdlen,
+int mounts_attach(struct mounts *ms, struct virtio_bus *b, char *cmdline, size_t cmdlen,
 		  char *err, size_t errlen);
 
 /* Frees every server and backend; call after the bus is destroyed.  ms

@@ -200,7 +200,7 @@ static void poll_handle(void *ctx, const struct pollfd *p, unsigned k)
 	virtio_net_rx_flush(&n->nic);
 }
 
-int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
+int netdev_attach(struct netdev *n, struct virtio_bus *bus, char *cmdline, size_t cmdlen, char *err,
 		  size_t errlen)
 {
 	int r;
@@ -261,11 +261,11 @@ int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdl
 			return errbuf_fail(err, errlen, r, "-p: cannot listen on %s port %u: %s", ip,
 				       n->fwd[i].host_port, strerror(-r));
 	}
-	struct vbus_poller vp = { poll_fds, poll_handle, n };
-	r = vbus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);
+	struct virtio_bus_poller vp = { poll_fds, poll_handle, n };
+	r = virtio_bus_add(bus, &n->nic.dev, &vp, cmdline, cmdlen, err, errlen);
 	if (r == -ENOSPC)
 		errbuf_say(err, errlen, "no room for the network device on the virtio bus "
-		       "(%u devices at most)", VBUS_MAX_DEVS);
+		       "(%u devices at most)", VIRTIO_BUS_MAX_DEVS);
 	return r;
 }
 

@@ -104,7 +104,7 @@ bool netdev_enabled(const struct netdev *n);
  * Opens the --learn file now, for the same reason.  Does nothing in mode
  * none (-EINVAL with forwarded ports or --learn).  0 or a
  * negative errno with err set; call netdev_destroy in every case. */
-int netdev_attach(struct netdev *n, struct vbus *bus, char *cmdline, size_t cmdlen, char *err,
+int netdev_attach(struct netdev *n, struct virtio_bus *bus, char *cmdline, size_t cmdlen, char *err,
 		  size_t errlen);
 
 /* --learn: write the suggested allowlist (audit.h) to learn_path, once

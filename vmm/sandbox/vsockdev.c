@@ -14,7 +14,7 @@ static void vsock_handle(void *ctx, const struct pollfd *p, unsigned n)
 	vsock_unix_handle(ctx, p, n);
 }
 
-int vsockdev_attach(struct vsockdev *d, struct vbus *bus, uint64_t cid, const char *sock_path,
+int vsockdev_attach(struct vsockdev *d, struct virtio_bus *bus, uint64_t cid, const char *sock_path,
 		    char *cmdline, size_t cmdlen, char *err, size_t errlen)
 {
 	int rc = virtio_vsock_init(&d->vs, cid, NULL, NULL);
@@ -25,8 +25,8 @@ int vsockdev_attach(struct vsockdev *d, struct vbus *bus, uint64_t cid, const ch
 	if (rc < 0)
 		return errbuf_fail(err, errlen, rc, "cannot listen on %s: %s", sock_path, strerror(-rc));
 	d->vu_made = true;
-	struct vbus_poller vp = { vsock_fds, vsock_handle, &d->vu };
-	return vbus_add(bus, &d->vs.dev, &vp, cmdline, cmdlen, err, errlen);
+	struct virtio_bus_poller vp = { vsock_fds, vsock_handle, &d->vu };
+	return virtio_bus_add(bus, &d->vs.dev, &vp, cmdline, cmdlen, err, errlen);
 }
 
 void vsockdev_destroy(struct vsockdev *d)

@@ -24,11 +24,11 @@ struct vsockdev {
  * to cmdline, cmdlen bytes).  0 or a negative errno with the message in
  * err; what was made is undone by vsockdev_destroy, which is safe to call
  * either way on a zeroed struct. */
-int vsockdev_attach(struct vsockdev *d, struct vbus *bus, uint64_t cid, const char *sock_path,
+int vsockdev_attach(struct vsockdev *d, struct virtio_bus *bus, uint64_t cid, const char *sock_path,
 		    char *cmdline, size_t cmdlen, char *err, size_t errlen);
 
 /* Close the socket and free the device; after the bus's device thread has
- * stopped (vbus_destroy), as it calls into both. */
+ * stopped (virtio_bus_destroy), as it calls into both. */
 void vsockdev_destroy(struct vsockdev *d);
 
 #endif

@@ -836,7 +836,7 @@ static int load_boot_files(struct run *r)
 		return cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
 	if (read_image(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
 		return cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
-	int gf = gf_append(&r->initrd, &r->ilen, o->senv, o->nsenv, o->ca_pem, r->sb.name);
+	int gf = guestfiles_append(&r->initrd, &r->ilen, o->senv, o->nsenv, o->ca_pem, r->sb.name);
 	if (gf < 0)
 		return cli_die("cannot hand the guest its environment: %s", strerror(-gf));
 	return 0;

@@ -13,7 +13,7 @@
 static bool hostname_ok(const char *h)
 {
 	size_t n = strlen(h);
-	if (n == 0 || n > GF_HOSTNAME_MAX)
+	if (n == 0 || n > GUESTFILES_HOSTNAME_MAX)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!isalnum((unsigned char)h[i]) && !strchr("-_.", h[i]))
@@ -21,7 +21,7 @@ static bool hostname_ok(const char *h)
 	return true;
 }
 
-int gf_append(uint8_t **img, size_t *len, const char *const *env, size_t n, const char *ca_pem,
+int guestfiles_append(uint8_t **img, size_t *len, const char *const *env, size_t n, const char *ca_pem,
 	      const char *hostname)
 {
 	size_t total = 0;
@@ -32,7 +32,7 @@ int gf_append(uint8_t **img, size_t *len, const char *const *env, size_t n, cons
 		if (!eq || eq == env[i])
 			return -EINVAL;
 		total += strlen(env[i]) + 1;
-		if (total > GF_MAX_ENV_BYTES)
+		if (total > GUESTFILES_MAX_ENV_BYTES)
 			return -EINVAL;
 	}
 	char *blob = malloc(total ? total : 1);

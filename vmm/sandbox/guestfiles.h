@@ -10,19 +10,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GF_MAX_ENV_BYTES (256u << 10) /* guest-init reads at most this */
+#define GUESTFILES_MAX_ENV_BYTES (256u << 10) /* guest-init reads at most this */
 
 /* Longest host name the guest kernel takes (its HOST_NAME_MAX). */
-#define GF_HOSTNAME_MAX 64
+#define GUESTFILES_HOSTNAME_MAX 64
 
 /* Append the archive to the initramfs in *img (*len bytes, malloc'd; it
  * is padded to 4 bytes and grown).  env: n "NAME=VALUE" strings (each
  * with a non-empty NAME and no NUL); ca_pem: NUL-terminated or NULL;
- * hostname: NULL for none, else 1 to GF_HOSTNAME_MAX letters, digits,
+ * hostname: NULL for none, else 1 to GUESTFILES_HOSTNAME_MAX letters, digits,
  * '-', '_' or '.' (what sandbox names are made of).
  * 0, -EINVAL (a malformed entry or host name, or the entries exceed
- * GF_MAX_ENV_BYTES), or -ENOMEM; *img is unchanged on error. */
-int gf_append(uint8_t **img, size_t *len, const char *const *env, size_t n, const char *ca_pem,
+ * GUESTFILES_MAX_ENV_BYTES), or -ENOMEM; *img is unchanged on error. */
+int guestfiles_append(uint8_t **img, size_t *len, const char *const *env, size_t n, const char *ca_pem,
 	      const char *hostname);
 
 #endif

@@ -49,7 +49,7 @@ static void teardown(void)
 	ck_assert_int_eq(tt_remove(top), 0);
 }
 
-static bool has_name(const struct hf_walk *w, const char *n)
+static bool has_name(const struct hostfiles_walk *w, const char *n)
 {
 	for (size_t i = 0; i < w->n_names; i++)
 		if (!strcmp(w->names[i], n))
@@ -59,55 +59,55 @@ static bool has_name(const struct hf_walk *w, const char *n)
 
 START_TEST(walk_plain_missing_and_outside)
 {
-	struct hf_root r;
-	struct hf_walk w;
-	ck_assert_int_eq(hf_root_of(at("share"), &r), 0);
+	struct hostfiles_root r;
+	struct hostfiles_walk w;
+	ck_assert_int_eq(hostfiles_root_of(at("share"), &r), 0);
 	ck_assert_int_eq(tt_put(at("share/sub"), "audit.log", "x\n"), 0);
-	ck_assert_int_eq(hf_walk(at("share/sub/audit.log"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("share/sub/audit.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert(w.exists);
 	ck_assert_uint_eq(w.n_names, 1);
 	ck_assert_str_eq(w.names[0], "audit.log");
 	/* Not there yet: placed by its folder. */
-	ck_assert_int_eq(hf_walk(at("share/sub/new.yaml"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("share/sub/new.yaml"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert(!w.exists);
 	ck_assert_str_eq(w.real, at("share/sub/new.yaml"));
 	/* A folder that is missing too: the rest would be made in share. */
-	ck_assert_int_eq(hf_walk(at("share/nope/deeper/x.log"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("share/nope/deeper/x.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert_str_eq(w.names[0], "x.log");
 	/* Outside, and a ".." that leaves the share. */
-	ck_assert_int_eq(hf_walk(at("out/x.log"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("out/x.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 0);
-	ck_assert_int_eq(hf_walk(at("share/sub/../../out/x.log"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("share/sub/../../out/x.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1); /* it went through the share */
 	ck_assert_str_eq(w.real, at("out/x.log"));
 	/* The share's folder itself, and an empty path. */
-	ck_assert_int_eq(hf_walk(at("share/"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("share/"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
-	ck_assert_int_eq(hf_walk("", &r, 1, &w), -EINVAL);
+	ck_assert_int_eq(hostfiles_walk("", &r, 1, &w), -EINVAL);
 }
 END_TEST
 
 START_TEST(walk_through_links)
 {
-	struct hf_root r;
-	struct hf_walk w;
-	ck_assert_int_eq(hf_root_of(at("share"), &r), 0);
+	struct hostfiles_root r;
+	struct hostfiles_walk w;
+	ck_assert_int_eq(hostfiles_root_of(at("share"), &r), 0);
 	/* Another spelling of the share (a link outside it) is the share. */
-	ck_assert_int_eq(hf_walk(at("out/to-share/sub/learned.yaml"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("out/to-share/sub/learned.yaml"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert_str_eq(w.real, at("share/sub/learned.yaml"));
 	/* A link in the share to a folder outside: the file is outside, but
 	 * the guest could replace the link, so the share counts. */
-	ck_assert_int_eq(hf_walk(at("share/to-out/k.log"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("share/to-out/k.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert_str_eq(w.real, at("out/k.log"));
 	/* The final name a link: both names, as written and the target's. */
 	ck_assert_int_eq(tt_put(at("out"), "real.log", ""), 0);
 	ck_assert_int_eq(symlink("../../out/real.log", at("share/sub/alias.log")), 0);
-	ck_assert_int_eq(hf_walk(at("share/sub/alias.log"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("share/sub/alias.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert(w.exists);
 	ck_assert(S_ISREG(w.st.st_mode));
@@ -115,21 +115,21 @@ START_TEST(walk_through_links)
 	/* A link outside to a file in the share. */
 	ck_assert_int_eq(tt_put(at("share/sub"), "t.yaml", ""), 0);
 	ck_assert_int_eq(symlink(at("share/sub/t.yaml"), at("out/t-link.yaml")), 0);
-	ck_assert_int_eq(hf_walk(at("out/t-link.yaml"), &r, 1, &w), 0);
+	ck_assert_int_eq(hostfiles_walk(at("out/t-link.yaml"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert(has_name(&w, "t-link.yaml") && has_name(&w, "t.yaml"));
 	/* A relative path, from inside the share. */
 	char cwd[PATH_MAX];
 	ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
 	ck_assert_int_eq(chdir(at("share/sub")), 0);
-	int rc = hf_walk("audit.log", &r, 1, &w);
+	int rc = hostfiles_walk("audit.log", &r, 1, &w);
 	ck_assert_int_eq(chdir(cwd), 0);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	/* A loop ends. */
 	ck_assert_int_eq(symlink("loop2", at("out/loop1")), 0);
 	ck_assert_int_eq(symlink("loop1", at("out/loop2")), 0);
-	ck_assert_int_eq(hf_walk(at("out/loop1"), &r, 1, &w), -ELOOP);
+	ck_assert_int_eq(hostfiles_walk(at("out/loop1"), &r, 1, &w), -ELOOP);
 }
 END_TEST
 
@@ -227,44 +227,44 @@ START_TEST(folders_against_shares)
 	ck_assert_int_eq(mkdir(at("out/kbox/images"), 0700), 0);
 	ck_assert_int_eq(mkdir(at("out/kbox/images/rootfs"), 0700), 0);
 	ck_assert_int_eq(mkdir(at("out/kbox/ca"), 0700), 0);
-	const struct hf_folder data = { at("out/kbox"), "kbox's data folder" };
+	const struct hostfiles_folder data = { at("out/kbox"), "kbox's data folder" };
 	const char *store = at("out/kbox/images");
 
 	/* Unrelated folders. */
-	struct hf_share s = { at("share"), "/w", false };
-	ck_assert_int_eq(hf_check_folders(&data, 1, &s, 1, store, err, sizeof err), 0);
+	struct hostfiles_share s = { at("share"), "/w", false };
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &s, 1, store, err, sizeof err), 0);
 	/* A share holding the folder (a -v of its parent, of /). */
 	s.host = at("out");
-	ck_assert_int_eq(hf_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
 	ck_assert_ptr_nonnull(strstr(err, "kbox's data folder"));
 	ck_assert_ptr_nonnull(strstr(err, "(/w in the guest)"));
 	s.host = "/";
-	ck_assert_int_eq(hf_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
 	/* Reached through a link in a share. */
-	const struct hf_folder via = { at("share/to-out/kbox"), "kbox's data folder" };
+	const struct hostfiles_folder via = { at("share/to-out/kbox"), "kbox's data folder" };
 	s.host = at("share");
-	ck_assert_int_eq(hf_check_folders(&via, 1, &s, 1, store, err, sizeof err), -EPERM);
+	ck_assert_int_eq(hostfiles_check_folders(&via, 1, &s, 1, store, err, sizeof err), -EPERM);
 	/* Not made yet, but it would be made inside the share. */
-	const struct hf_folder later = { at("share/sub/state/kbox"), "kbox's runtime folder" };
-	ck_assert_int_eq(hf_check_folders(&later, 1, &s, 1, store, err, sizeof err), -EPERM);
+	const struct hostfiles_folder later = { at("share/sub/state/kbox"), "kbox's runtime folder" };
+	ck_assert_int_eq(hostfiles_check_folders(&later, 1, &s, 1, store, err, sizeof err), -EPERM);
 	/* A share inside the folder. */
 	s.host = at("out/kbox/ca");
-	ck_assert_int_eq(hf_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
 	ck_assert_ptr_nonnull(strstr(err, "is inside kbox's data folder"));
 	/* The image root may lie in the store, not elsewhere in the folder. */
-	struct hf_share root = { at("out/kbox/images/rootfs"), "/", true };
-	ck_assert_int_eq(hf_check_folders(&data, 1, &root, 1, store, err, sizeof err), 0);
+	struct hostfiles_share root = { at("out/kbox/images/rootfs"), "/", true };
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &root, 1, store, err, sizeof err), 0);
 	root.host = at("out/kbox/ca");
-	ck_assert_int_eq(hf_check_folders(&data, 1, &root, 1, store, err, sizeof err), -EPERM);
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &root, 1, store, err, sizeof err), -EPERM);
 	/* A user share in the store is refused. */
 	s.host = at("out/kbox/images/rootfs");
-	ck_assert_int_eq(hf_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &s, 1, store, err, sizeof err), -EPERM);
 	/* A folder that cannot be resolved is none of the guest's business
 	 * either; a share that vanished is reported. */
-	const struct hf_folder gone = { NULL, "none" };
-	ck_assert_int_eq(hf_check_folders(&gone, 1, &s, 1, store, err, sizeof err), 0);
+	const struct hostfiles_folder gone = { NULL, "none" };
+	ck_assert_int_eq(hostfiles_check_folders(&gone, 1, &s, 1, store, err, sizeof err), 0);
 	s.host = at("vanished");
-	ck_assert_int_eq(hf_check_folders(&data, 1, &s, 1, store, err, sizeof err), -ENOENT);
+	ck_assert_int_eq(hostfiles_check_folders(&data, 1, &s, 1, store, err, sizeof err), -ENOENT);
 }
 END_TEST
 

@@ -502,19 +502,19 @@ static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
 	bool have_data = datadir_path(NULL, "", data, sizeof data) == 0;
 	if (have_data && strlen(data) > 1 && data[strlen(data) - 1] == '/')
 		data[strlen(data) - 1] = '\0';
-	const struct hf_folder folders[] = {
+	const struct hostfiles_folder folders[] = {
 		{ have_data ? data : NULL,
 		  "kbox's data folder (its CA key, the trust record, images)" },
 		{ tls_cert_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
 		{ have_store ? store : NULL, "kbox's image store" },
 		{ runtime, "kbox's runtime folder (sandboxes' sockets and output)" },
 	};
-	struct hf_share shares[MOUNTS_MAX];
+	struct hostfiles_share shares[MOUNTS_MAX];
 	for (unsigned i = 0; i < o->mounts->n; i++)
-		shares[i] = (struct hf_share){ o->mounts->m[i].host,
+		shares[i] = (struct hostfiles_share){ o->mounts->m[i].host,
 					       o->mounts->m[i].root ? "/" : o->mounts->m[i].guest,
 					       o->mounts->m[i].root };
-	if (hf_check_folders(folders, sizeof folders / sizeof folders[0], shares, o->mounts->n,
+	if (hostfiles_check_folders(folders, sizeof folders / sizeof folders[0], shares, o->mounts->n,
 			     have_store ? store : NULL, err, sizeof err) < 0)
 		return cli_die("%s", err);
 	return 0;

@@ -938,7 +938,7 @@ static int cfg_protect_one(struct mount *m, char *const *names, size_t nnames, c
 	return 0;
 }
 
-_Static_assert(MOUNTS_MAX <= HF_MAX_ROOTS, "a bit per mount in hf_walk");
+_Static_assert(MOUNTS_MAX <= HOSTFILES_MAX_ROOTS, "a bit per mount in hostfiles_walk");
 
 /* Add name to a mount's list of names to hide, once. */
 static int cfg_add_name(char ***names, size_t *n, const char *name)
@@ -961,11 +961,11 @@ static int cfg_add_name(char ***names, size_t *n, const char *name)
  * than one name, or inside the image root (which hides nothing), cannot
  * be kept from the guest: -EPERM with err set. */
 static int cfg_protect_file(const struct config_hostfile *f, const struct mounts *ms,
-			    const struct hf_root *roots, char ***names, size_t *nnames, char *err,
+			    const struct hostfiles_root *roots, char ***names, size_t *nnames, char *err,
 			    size_t errlen)
 {
-	struct hf_walk w;
-	if (!f->path || hf_walk(f->path, roots, ms->n, &w) < 0)
+	struct hostfiles_walk w;
+	if (!f->path || hostfiles_walk(f->path, roots, ms->n, &w) < 0)
 		return 0; /* kbox cannot open it either, and says so there */
 	/* Another name may lie anywhere, in a share or in a folder mounted
 	 * inside one, and finding it would mean searching every share: the
@@ -1006,13 +1006,13 @@ int config_protect_mounts(struct kbox_config *c, const char *conf,
 		{ c->audit_log, "the audit log" },
 		{ c->tls_extra_ca, "the extra CA file (tls.extra_ca)" },
 	};
-	struct hf_root roots[MOUNTS_MAX];
+	struct hostfiles_root roots[MOUNTS_MAX];
 	char **names[MOUNTS_MAX] = { 0 };
 	size_t nnames[MOUNTS_MAX] = { 0 };
 	int rc = 0;
 	for (unsigned i = 0; i < ms->n; i++)
-		if (hf_root_of(ms->m[i].host, &roots[i]) < 0)
-			roots[i] = (struct hf_root){ 0, 0 }; /* mounts_attach reports it */
+		if (hostfiles_root_of(ms->m[i].host, &roots[i]) < 0)
+			roots[i] = (struct hostfiles_root){ 0, 0 }; /* mounts_attach reports it */
 	for (size_t i = 0; !rc && i < ARRAY_SIZE(own) + n_extra; i++)
 		rc = cfg_protect_file(i < ARRAY_SIZE(own) ? &own[i] : &extra[i - ARRAY_SIZE(own)], ms,
 				      roots, names, nnames, err, errlen);

@@ -11,7 +11,7 @@
 
 #define MAX_LINKS 40 /* as the kernel's path walk */
 
-int hf_root_of(const char *path, struct hf_root *root)
+int hostfiles_root_of(const char *path, struct hostfiles_root *root)
 {
 	struct stat st;
 	if (stat(path, &st) < 0)
@@ -21,7 +21,7 @@ int hf_root_of(const char *path, struct hf_root *root)
 	return 0;
 }
 
-uint32_t hf_holders(const char *real, const struct hf_root *roots, size_t n)
+uint32_t hostfiles_holders(const char *real, const struct hostfiles_root *roots, size_t n)
 {
 	char p[PATH_MAX];
 	uint32_t bits = 0;
@@ -30,7 +30,7 @@ uint32_t hf_holders(const char *real, const struct hf_root *roots, size_t n)
 	for (;;) {
 		struct stat st;
 		if (stat(p, &st) == 0)
-			for (size_t i = 0; i < n && i < HF_MAX_ROOTS; i++)
+			for (size_t i = 0; i < n && i < HOSTFILES_MAX_ROOTS; i++)
 				if (st.st_dev == roots[i].dev && st.st_ino == roots[i].ino)
 					bits |= 1u << i;
 		char *slash = strrchr(p, '/');
@@ -47,7 +47,7 @@ uint32_t hf_holders(const char *real, const struct hf_root *roots, size_t n)
 
 /* Record name (one component, len bytes) unless it is empty, "." or
  * "..", already there, or there is no room left. */
-static void add_name(struct hf_walk *w, const char *name, size_t len)
+static void add_name(struct hostfiles_walk *w, const char *name, size_t len)
 {
 	if (len == 0 || len > NAME_MAX || (len == 1 && name[0] == '.') ||
 	    (len == 2 && name[0] == '.' && name[1] == '.'))
@@ -55,7 +55,7 @@ static void add_name(struct hf_walk *w, const char *name, size_t len)
 	for (size_t i = 0; i < w->n_names; i++)
 		if (strlen(w->names[i]) == len && memcmp(w->names[i], name, len) == 0)
 			return;
-	if (w->n_names == HF_MAX_NAMES)
+	if (w->n_names == HOSTFILES_MAX_NAMES)
 		return;
 	memcpy(w->names[w->n_names], name, len);
 	w->names[w->n_names++][len] = '\0';
@@ -82,10 +82,10 @@ static int join(char *out, size_t cap, const char *cur, const char *name, size_t
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
-int hf_walk(const char *path, const struct hf_root *roots, size_t n, struct hf_walk *w)
+int hostfiles_walk(const char *path, const struct hostfiles_root *roots, size_t n, struct hostfiles_walk *w)
 {
 	memset(w, 0, sizeof *w);
-	if (!path || !*path || n > HF_MAX_ROOTS)
+	if (!path || !*path || n > HOSTFILES_MAX_ROOTS)
 		return -EINVAL;
 	char cur[PATH_MAX], cand[PATH_MAX];
 	/* What is left to resolve; a link's target is spliced in front. */
@@ -99,7 +99,7 @@ int hf_walk(const char *path, const struct hf_root *roots, size_t n, struct hf_w
 	size_t nl;
 	const char *name = last_name(path, &nl);
 	add_name(w, name, nl);
-	w->crossed |= hf_holders(cur, roots, n);
+	w->crossed |= hostfiles_holders(cur, roots, n);
 	unsigned links = 0;
 	size_t at = 0;
 	for (;;) {
@@ -110,7 +110,7 @@ int hf_walk(const char *path, const struct hf_root *roots, size_t n, struct hf_w
 			snprintf(w->real, sizeof w->real, "%s", cur);
 			if (stat(cur, &w->st) == 0)
 				w->exists = true;
-			w->crossed |= hf_holders(cur, roots, n);
+			w->crossed |= hostfiles_holders(cur, roots, n);
 			return 0;
 		}
 		const char *comp = rest + at;
@@ -128,7 +128,7 @@ int hf_walk(const char *path, const struct hf_root *roots, size_t n, struct hf_w
 				cur[1] = '\0';
 			else
 				*slash = '\0';
-			w->crossed |= hf_holders(cur, roots, n);
+			w->crossed |= hostfiles_holders(cur, roots, n);
 			continue;
 		}
 		int rc = join(cand, sizeof cand, cur, comp, len);
@@ -166,7 +166,7 @@ int hf_walk(const char *path, const struct hf_root *roots, size_t n, struct hf_w
 			at = 0;
 			if (target[0] == '/') {
 				snprintf(cur, sizeof cur, "/");
-				w->crossed |= hf_holders(cur, roots, n);
+				w->crossed |= hostfiles_holders(cur, roots, n);
 			}
 			continue;
 		}
@@ -174,34 +174,34 @@ int hf_walk(const char *path, const struct hf_root *roots, size_t n, struct hf_w
 			if (!S_ISDIR(st.st_mode))
 				return -ENOTDIR;
 			memcpy(cur, cand, strlen(cand) + 1);
-			w->crossed |= hf_holders(cur, roots, n);
+			w->crossed |= hostfiles_holders(cur, roots, n);
 			continue;
 		}
 		w->exists = true;
 		w->st = st;
 		memcpy(w->real, cand, strlen(cand) + 1);
 		if (S_ISDIR(st.st_mode))
-			w->crossed |= hf_holders(cand, roots, n);
+			w->crossed |= hostfiles_holders(cand, roots, n);
 		return 0;
 	}
 }
 
-int hf_check_folders(const struct hf_folder *f, size_t nf, const struct hf_share *s, size_t ns,
+int hostfiles_check_folders(const struct hostfiles_folder *f, size_t nf, const struct hostfiles_share *s, size_t ns,
 		     const char *image_store, char *err, size_t errlen)
 {
-	struct hf_root roots[HF_MAX_ROOTS], store;
-	bool have_store = image_store && hf_root_of(image_store, &store) == 0;
-	if (ns > HF_MAX_ROOTS)
+	struct hostfiles_root roots[HOSTFILES_MAX_ROOTS], store;
+	bool have_store = image_store && hostfiles_root_of(image_store, &store) == 0;
+	if (ns > HOSTFILES_MAX_ROOTS)
 		return -EINVAL;
 	for (size_t i = 0; i < ns; i++) {
-		int rc = hf_root_of(s[i].host, &roots[i]);
+		int rc = hostfiles_root_of(s[i].host, &roots[i]);
 		if (rc < 0)
 			return errbuf_fail(err, errlen, rc, "shared folder %s: %s", s[i].host,
 				       strerror(-rc));
 	}
 	for (size_t k = 0; k < nf; k++) {
-		struct hf_walk w;
-		if (!f[k].path || hf_walk(f[k].path, roots, ns, &w) < 0)
+		struct hostfiles_walk w;
+		if (!f[k].path || hostfiles_walk(f[k].path, roots, ns, &w) < 0)
 			continue; /* kbox cannot reach it either */
 		for (size_t i = 0; i < ns; i++)
 			if (w.crossed & (1u << i))
@@ -213,16 +213,16 @@ int hf_check_folders(const struct hf_folder *f, size_t nf, const struct hf_share
 					       f[k].what, f[k].path, s[i].host, s[i].guest);
 		if (!w.exists || !S_ISDIR(w.st.st_mode))
 			continue;
-		struct hf_root fr = { w.st.st_dev, w.st.st_ino };
+		struct hostfiles_root fr = { w.st.st_dev, w.st.st_ino };
 		for (size_t i = 0; i < ns; i++) {
 			char *real = realpath(s[i].host, NULL);
 			if (!real)
 				return errbuf_fail(err, errlen, -errno, "shared folder %s: %s", s[i].host,
 					       strerror(errno));
-			bool inside = hf_holders(real, &fr, 1) != 0;
+			bool inside = hostfiles_holders(real, &fr, 1) != 0;
 			/* An image's root folder lives in the store, and the
 			 * guest gets it read-only. */
-			if (inside && s[i].image && have_store && hf_holders(real, &store, 1))
+			if (inside && s[i].image && have_store && hostfiles_holders(real, &store, 1))
 				inside = false;
 			free(real);
 			if (inside)

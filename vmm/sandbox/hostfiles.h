@@ -20,18 +20,18 @@
 #include <sys/stat.h>
 
 /* At most this many folders to compare against (a bit each). */
-#define HF_MAX_ROOTS 32
+#define HOSTFILES_MAX_ROOTS 32
 /* Names a path may take on its way (as written, then after each link). */
-#define HF_MAX_NAMES 8
+#define HOSTFILES_MAX_NAMES 8
 
 /* A shared folder, by identity. */
-struct hf_root {
+struct hostfiles_root {
 	dev_t dev;
 	ino_t ino;
 };
 
-/* What hf_walk found for one path. */
-struct hf_walk {
+/* What hostfiles_walk found for one path. */
+struct hostfiles_walk {
 	/* Bit i: roots[i] holds a folder the resolution passed through
 	 * (the file's own folder included), so a guest with that share
 	 * could rename, replace or create something on the way. */
@@ -42,34 +42,34 @@ struct hf_walk {
 	/* The final names met: as written, then the target's after each
 	 * symbolic link, without repeats. */
 	size_t n_names;
-	char names[HF_MAX_NAMES][NAME_MAX + 1];
+	char names[HOSTFILES_MAX_NAMES][NAME_MAX + 1];
 };
 
 /* Fill roots[i] from the folder at paths[i] (followed); -errno when one
  * cannot be stat'ed. */
-int hf_root_of(const char *path, struct hf_root *root);
+int hostfiles_root_of(const char *path, struct hostfiles_root *root);
 
 /* Resolve path (relative ones against the current folder), following
  * symbolic links as open(2) would (at most 40), and report in *w which of
- * roots[0..n) (n <= HF_MAX_ROOTS) it passes through and the names it
+ * roots[0..n) (n <= HOSTFILES_MAX_ROOTS) it passes through and the names it
  * ends in.  A missing component ends the walk: the rest would be created
  * in the last folder reached.  Returns 0, -ELOOP, -ENAMETOOLONG, -EINVAL
  * (an empty path, n too large) or the -errno of a folder that cannot be
  * read. */
-int hf_walk(const char *path, const struct hf_root *roots, size_t n, struct hf_walk *w);
+int hostfiles_walk(const char *path, const struct hostfiles_root *roots, size_t n, struct hostfiles_walk *w);
 
 /* Which of roots[0..n) hold the existing folder at real (an absolute
  * path without links, "." or ".."), real itself included: a bit each. */
-uint32_t hf_holders(const char *real, const struct hf_root *roots, size_t n);
+uint32_t hostfiles_holders(const char *real, const struct hostfiles_root *roots, size_t n);
 
-/* One of kbox's own folders, for hf_check_folders. */
-struct hf_folder {
+/* One of kbox's own folders, for hostfiles_check_folders. */
+struct hostfiles_folder {
 	const char *path; /* may not exist yet */
 	const char *what; /* "kbox's data folder (CA key, trust record, images)" */
 };
 
-/* One shared folder, for hf_check_folders. */
-struct hf_share {
+/* One shared folder, for hostfiles_check_folders. */
+struct hostfiles_share {
 	const char *host;
 	const char *guest;
 	bool image;       /* the --image root: may lie inside image_store */
@@ -82,7 +82,7 @@ struct hf_share {
  * generic and their files many.  Returns 0, or -EPERM with one line for
  * the user in err naming both and what to do; -errno when a share's
  * folder cannot be read. */
-int hf_check_folders(const struct hf_folder *f, size_t nf, const struct hf_share *s, size_t ns,
+int hostfiles_check_folders(const struct hostfiles_folder *f, size_t nf, const struct hostfiles_share *s, size_t ns,
 		     const char *image_store, char *err, size_t errlen);
 
 #endif

@@ -29,7 +29,7 @@ if [ ! -x "$BIN" ]; then
 	(cd "$TOP" && cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 		-Wno-unused-parameter -Wvla -I. -O2 -g -pthread -o "$BIN" \
 		tests/fuse/kbox-fuse-mount.c devices/fuse_server.c \
-		devices/fs_passthrough*.c devices/fs_hidden.c devices/idmap.c) || exit 1
+		devices/fs_passthrough*.c devices/fs_hidden.c devices/idmap.c lib/grow.c) || exit 1
 fi
 
 T=$(mktemp -d /tmp/kbox-fuse.XXXXXX)

@@ -131,6 +131,9 @@ else
 fi
 # run_one NAME WHO COMMAND: COMMAND from the checkout's top as WHO, under
 # the suite timeout; its output with a prefix; counts from its summary.
+# A pass that failed where an inner guest triple-faulted runs once more
+# (nested SVM under TCG corrupts a guest's state now and then: see
+# docs/testing.md); only the second run counts, and both are in the log.
 run_one() {
 	_name=$1 _who=$2
 	shift 2
@@ -170,6 +173,15 @@ run_one() {
 	elif [ "$_rc" -ne 0 ] && [ "$_f" -eq 0 ]; then
 		echo "not ok - $_name@$_who exited $_rc though it counted no failure"
 		_f=1
+	fi
+	if [ "$_f" -gt 0 ] && [ -z "${_again:-}" ] && grep -q '(triple fault)' "$_out"; then
+		echo "hwkvm: retry $_name@$_who after $_p passed, $_f failed (${_secs}s): an inner guest" \
+			"triple-faulted, which nested SVM under TCG does now and then; the pass runs once more"
+		mv "$_out" "$_out.first"
+		_again=1
+		run_one "$_name" "$_who" "$@"
+		_again=
+		return
 	fi
 	pass=$((pass + _p))
 	fail=$((fail + _f))

@@ -27,7 +27,8 @@
 # 2 when the lane cannot start here (the message says how to fix it).
 #
 # Environment: KBOX_HWKVM_NAME (the final line's name, hwkvm),
-# KBOX_HWKVM_CPUS (2), KBOX_HWKVM_MEM (MiB, 6144),
+# KBOX_HWKVM_CPUS (1: with two, L1's kernel and its inner guests were
+# corrupted now and then when both of QEMU's vCPU threads ran at once), KBOX_HWKVM_MEM (MiB, 6144),
 # KBOX_HWKVM_TIMEOUT (s, whole run, 3600), KBOX_HWKVM_STALE (s of silence,
 # heartbeat included, after which L1 counts as frozen: 240),
 # KBOX_HWKVM_ATTEMPTS (L1 boots, the suites left after a freeze run again in
@@ -42,7 +43,7 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 cache=${KBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kbox}/hwkvm
-cpus=${KBOX_HWKVM_CPUS:-2}
+cpus=${KBOX_HWKVM_CPUS:-1}
 mem=${KBOX_HWKVM_MEM:-6144}
 total_timeout=${KBOX_HWKVM_TIMEOUT:-3600}
 suite_timeout=${KBOX_HWKVM_SUITE_TIMEOUT:-900}

@@ -243,7 +243,7 @@ hw-bench-agent: hw-prep
 	KBOX_HWKVM_NAME=hw-bench-agent KBOX_HWKVM_SUITE_TIMEOUT=1800 tests/hwkvm/run.sh $(BUILD) bench-agent bench-agent-opencode
 
 # Two lanes side by side in L1 (KBOX_HWKVM_JOBS=2, shared by the suites'
-# rough costs), so that both of its vCPUs have work.
+# rough costs): one lane's waits are the other's time to run.
 hw-tests: hw-prep hw-toolchain
 	KBOX_HWKVM_NAME=hw-tests KBOX_HWKVM_JOBS=$${KBOX_HWKVM_JOBS:-2} tests/hwkvm/run.sh $(BUILD) $(HW_SUITES)
 

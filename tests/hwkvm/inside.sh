@@ -232,8 +232,8 @@ run_list() {
 	echo "$pass $fail" >"$_list.sum"
 }
 
-# kbox_jobs=2 (KBOX_HWKVM_JOBS): two lanes side by side, so that both of
-# L1's vCPUs have work.  Each pass goes, in the order given, to the lane
+# kbox_jobs=2 (KBOX_HWKVM_JOBS): two lanes side by side, so that one
+# lane's waits are the other's time to run.  Each pass goes, in the order given, to the lane
 # with less work so far (by the table's costs); each lane keeps the order.
 # 1: all in one lane.
 if [ "${kbox_jobs:-1}" = 2 ]; then

@@ -174,6 +174,24 @@ static void flow_maybe_done(struct flow *f)
 	ns_flow_free(f, false);
 }
 
+/* Room in lwIP's send buffer for pcb.  Not tcp_sndbuf(): with window
+ * scaling that caps at 0xffff (TCPWND16), which would make a 2 MiB
+ * buffer look full and let each read take one segment. */
+static size_t snd_room(const struct tcp_pcb *pcb)
+{
+	return pcb->snd_buf;
+}
+
+/* The host's bytes lwIP's send buffer holds for pcb (unsent or not yet
+ * acknowledged).  lwIP gives snd_buf back only for acknowledged data,
+ * never past TCP_SND_BUF; checked anyway, so the budget cannot wrap. */
+static size_t snd_held(const struct tcp_pcb *pcb)
+{
+	size_t free_ = snd_room(pcb);
+
+	return free_ < (size_t)TCP_SND_BUF ? (size_t)TCP_SND_BUF - free_ : 0;
+}
+
 /* f's charge in the stack's byte budget (netstack/budget.h): its
  * receive window with the guest's bytes not given back yet (up_allot),
  * and the host's bytes lwIP's send buffer and f->down hold. */
@@ -182,7 +200,7 @@ static void budget_sync(struct flow *f)
 	size_t now = f->down_len;
 
 	if (f->pcb)
-		now += f->up_allot + (size_t)(TCP_SND_BUF - tcp_sndbuf(f->pcb));
+		now += f->up_allot + snd_held(f->pcb);
 	else
 		now += f->up_len;
 	nb_charge(&f->s->nb, &f->charge, now);
@@ -273,7 +291,7 @@ static size_t seg_size(const struct flow *f)
  * at least its floor in flight, so that callback comes. */
 static size_t guest_room(const struct flow *f)
 {
-	size_t max = tcp_sndbuf(f->pcb), mss = seg_size(f), q = tcp_sndqueuelen(f->pcb);
+	size_t max = snd_room(f->pcb), mss = seg_size(f), q = tcp_sndqueuelen(f->pcb);
 
 	if (max > NS_RX_MAX)
 		max = NS_RX_MAX;
@@ -281,7 +299,7 @@ static size_t guest_room(const struct flow *f)
 		return 0;
 	if (max > (TCP_SND_QUEUELEN - 8 - q) * mss)
 		max = (TCP_SND_QUEUELEN - 8 - q) * mss;
-	max = nb_down_room(&f->s->nb, (size_t)(TCP_SND_BUF - tcp_sndbuf(f->pcb)) + f->down_len, max);
+	max = nb_down_room(&f->s->nb, snd_held(f->pcb) + f->down_len, max);
 	if (max > mss)
 		max -= max % mss;
 	return max;

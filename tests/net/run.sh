@@ -19,7 +19,9 @@
 # and one added after start) refused; names the client states (TLS SNI,
 # HTTP Host) judged against deny rules before any byte goes upstream;
 # SYN|FIN refused and audited; in allowlist mode no name without a name
-# rule reaches the resolver (a third harness).  A third namespace,
+# rule reaches the resolver (a third harness); a fourth with a 1 MiB
+# byte budget (--buf-cap) carries eight 10 MiB transfers at once intact
+# and holds no more than the cap and their floors.  A third namespace,
 # kbox-nf-PID, joined to the host one by a veth pair (5.7.0.0/24), plays
 # a server "out there".  Needs root and /dev/net/tun.  One
 # line per check, then "N passed, N failed"; non-zero exit on failure.
@@ -549,9 +551,9 @@ check "audit: the other name at the allowed address" "2" \
 start_harness "$T/harness4.out" "$T/harness4.err" --audit "$T/audit4.log" --buf-cap 1048576
 cap_pids=
 for i in 1 2 3 4; do
-	G timeout 70 curl -sS --max-time 60 -o "$T/cap-dl$i.bin" http://host.kbox.internal:8000/big.bin &
+	TMO=70 G curl -sS --max-time 60 -o "$T/cap-dl$i.bin" http://host.kbox.internal:8000/big.bin &
 	cap_pids="$cap_pids $!"
-	G timeout 70 curl -sS --max-time 60 --data-binary @"$T/www/big.bin" -o "$T/cap-up$i.txt" \
+	TMO=70 G curl -sS --max-time 60 --data-binary @"$T/www/big.bin" -o "$T/cap-up$i.txt" \
 		http://host.kbox.internal:8000/sha &
 	cap_pids="$cap_pids $!"
 done

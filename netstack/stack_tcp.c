@@ -160,6 +160,17 @@ void ns_flow_abort(struct flow *f)
 	ns_flow_free(f, true);
 }
 
+/* Before tcp_close: lwIP resets an open connection whose receive window
+ * is not at its largest ("not all data received by the application"),
+ * and the byte budget keeps windows smaller on purpose (recved).  A flow
+ * that holds none of the guest's bytes has lost nothing: say so.  One
+ * that still holds some gets the reset, as before. */
+static void close_window(struct flow *f)
+{
+	if (f->pcb && f->up_len == 0 && !f->pcb->refused_data)
+		f->pcb->rcv_wnd = TCP_WND_MAX(f->pcb);
+}
+
 /* Close f if both directions are finished. */
 static void flow_maybe_done(struct flow *f)
 {
@@ -167,6 +178,7 @@ static void flow_maybe_done(struct flow *f)
 		return;
 	if (f->pcb) {
 		flow_detach_pcb(f);
+		close_window(f);
 		if (tcp_close(f->pcb) != ERR_OK)
 			tcp_abort(f->pcb);
 		f->pcb = NULL;
@@ -503,6 +515,7 @@ static int ic_pump(struct flow *f)
 			if (f->pcb) {
 				tcp_output(f->pcb);
 				flow_detach_pcb(f);
+				close_window(f);
 				if (tcp_close(f->pcb) != ERR_OK) {
 					tcp_abort(f->pcb);
 					f->pcb = NULL;

@@ -393,6 +393,8 @@ void stack_get_stats(struct stack *s, struct stack_stats *st)
 	LOCK_TCPIP_CORE();
 	*st = s->st;
 	st->flows = s->ft.n;
+	st->buffered = s->nb.used;
+	st->buffered_peak = s->nb.peak;
 	UNLOCK_TCPIP_CORE();
 }
 
@@ -425,6 +427,7 @@ int stack_create(const struct stack_config *cfg, struct stack **out)
 	}
 	s->cfg.guest_mac = NULL; /* copied: the caller's buffer need not live on */
 	s->judge_stated = policy_judges_stated_names(cfg->policy);
+	budget_init(&s->nb, s->cfg.buf_cap);
 	if (!s->cfg.connect_timeout_ms)
 		s->cfg.connect_timeout_ms = STACK_CONNECT_TIMEOUT_MS;
 	s->epfd = s->tfd = s->efd = -1;

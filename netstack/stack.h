@@ -139,6 +139,10 @@ struct stack_config {
 	/* TLS interception and secret substitution for outgoing TCP, or
 	 * NULL for none; must outlive the stack. */
 	const struct intercept_config *icpt;
+	/* Bytes the TCP proxy may hold across all connections, both ways,
+	 * beyond each connection's floor (netstack/budget.h); 0:
+	 * BUDGET_CAP_DEFAULT (256 MiB). */
+	size_t buf_cap;
 };
 
 struct stack;
@@ -168,6 +172,7 @@ struct stack_stats {
 	uint64_t fwd_accepted, fwd_refused; /* forwarded connections; refused by the guest or failed */
 	uint64_t udp_refused;               /* datagrams other than DNS */
 	size_t flows; /* open now */
+	size_t buffered, buffered_peak; /* the TCP proxy's charges now and at most (netstack/budget.h) */
 };
 
 /* Start lwIP (first call only) and a stack with cfg (copied).  0,

@@ -19,6 +19,7 @@
 
 #include "lib/frame.h"
 #include "lib/gso.h"
+#include "netstack/budget.h"
 #include "netstack/flowtab.h"
 #include "netstack/intercept.h"
 #include "netstack/stack.h"
@@ -61,6 +62,10 @@ struct flow {
 	uint8_t *down; /* read from the host, refused by tcp_write */
 	size_t down_len;
 	bool reading, host_eof, fin_sent;
+	/* The byte budget (netstack/budget.h): the receive window plus the
+	 * guest's bytes not yet taken by the host (what tcp_recved has not
+	 * given back), and the flow's whole charge in s->nb. */
+	size_t up_allot, charge;
 	/* TLS interception (netstack/intercept.h), outgoing flows only, until
 	 * it splices: then f->up holds guest ciphertext it has not taken
 	 * and f->down (IC_DOWN_CAP) upstream ciphertext it has not taken. */
@@ -119,6 +124,7 @@ struct stack {
 	struct gso *gso;
 	bool round;
 	bool judge_stated; /* policy_judges_stated_names: new flows start with peek */
+	struct budget nb;      /* the bytes every flow holds, against cfg.buf_cap */
 };
 
 /* ---- stack.c ---- */

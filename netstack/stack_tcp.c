@@ -132,6 +132,7 @@ void stack_flow_free(struct flow *f, bool reset)
 	if (f->err && !e.error)
 		e.error = "error";
 	audit_write(s->cfg.audit, &e);
+	budget_charge(&s->nb, &f->charge, 0);
 	flowtab_remove(&s->ft, &f->ft);
 	if (f->fd >= 0) {
 		if (reset) {
@@ -159,6 +160,17 @@ void stack_flow_abort(struct flow *f)
 	stack_flow_free(f, true);
 }
 
+/* Before tcp_close: lwIP resets an open connection whose receive window
+ * is not at its largest ("not all data received by the application"),
+ * and the byte budget keeps windows smaller on purpose (recved).  A flow
+ * that holds none of the guest's bytes has lost nothing: say so.  One
+ * that still holds some gets the reset, as before. */
+static void close_window(struct flow *f)
+{
+	if (f->pcb && f->up_len == 0 && !f->pcb->refused_data)
+		f->pcb->rcv_wnd = TCP_WND_MAX(f->pcb);
+}
+
 /* Close f if both directions are finished. */
 static void flow_maybe_done(struct flow *f)
 {
@@ -166,6 +178,7 @@ static void flow_maybe_done(struct flow *f)
 		return;
 	if (f->pcb) {
 		flow_detach_pcb(f);
+		close_window(f);
 		if (tcp_close(f->pcb) != ERR_OK)
 			tcp_abort(f->pcb);
 		f->pcb = NULL;
@@ -173,16 +186,67 @@ static void flow_maybe_done(struct flow *f)
 	stack_flow_free(f, false);
 }
 
+/* Room in lwIP's send buffer for pcb.  Not tcp_sndbuf(): with window
+ * scaling that caps at 0xffff (TCPWND16), which would make a 2 MiB
+ * buffer look full and let each read take one segment. */
+static size_t snd_room(const struct tcp_pcb *pcb)
+{
+	return pcb->snd_buf;
+}
+
+/* The host's bytes lwIP's send buffer holds for pcb (unsent or not yet
+ * acknowledged).  lwIP gives snd_buf back only for acknowledged data,
+ * never past TCP_SND_BUF; checked anyway, so the budget cannot wrap. */
+static size_t snd_held(const struct tcp_pcb *pcb)
+{
+	size_t free_ = snd_room(pcb);
+
+	return free_ < (size_t)TCP_SND_BUF ? (size_t)TCP_SND_BUF - free_ : 0;
+}
+
+/* f's charge in the stack's byte budget (netstack/budget.h): its
+ * receive window with the guest's bytes not given back yet (up_allot),
+ * and the host's bytes lwIP's send buffer and f->down hold. */
+static void budget_sync(struct flow *f)
+{
+	size_t now = f->down_len;
+
+	if (f->pcb)
+		now += f->up_allot + snd_held(f->pcb);
+	else
+		now += f->up_len;
+	budget_charge(&f->s->nb, &f->charge, now);
+}
+
+/* The host took n of the guest's bytes: give the guest back as much
+ * window as the budget lets (netstack/budget.h), at least its floor. */
 static void recved(struct flow *f, size_t n)
 {
+	struct tcp_pcb *pcb = f->pcb;
+	size_t give;
+
 	f->s->st.bytes_to_host += n;
 	f->bytes_up += n;
-	while (f->pcb && n > 0) {
-		u16_t k = n > 0xffff ? 0xffff : (u16_t)n;
+	if (!pcb)
+		return;
+	give = budget_up_give(&f->s->nb, f->up_allot, n, TCP_WND_MAX(pcb));
+	f->up_allot = (n < f->up_allot ? f->up_allot - n : 0) + give;
+	while (give > 0) {
+		u16_t k = give > 0xffff ? 0xffff : (u16_t)give;
 
-		tcp_recved(f->pcb, k);
-		n -= k;
+		tcp_recved(pcb, k);
+		give -= k;
 	}
+	/* lwIP announces a larger window at once only past its threshold
+	 * (a quarter of TCP_WND) and otherwise with its next segment; when
+	 * the guest knows less than half of the window it now has (a small
+	 * one, near its floor), tell it now instead of leaving it to probe.
+	 * Inside lwIP's own input tcp_output waits for the input's end. */
+	if (n > 0 && (s32_t)(pcb->rcv_ann_right_edge - pcb->rcv_nxt) < (s32_t)(pcb->rcv_wnd / 2)) {
+		tcp_ack_now(pcb);
+		tcp_output(pcb);
+	}
+	budget_sync(f);
 }
 
 /* Send the buffered guest bytes to the host.  0, or -1 after the flow was
@@ -231,12 +295,15 @@ static size_t seg_size(const struct flow *f)
 }
 
 /* Bytes lwIP takes for the guest now: its send buffer, at most
- * STACK_RX_MAX, and no more segments than its send queue still holds (with
- * a few entries spare: better to wait than meet ERR_MEM).  Whole
- * segments where it is at least one, so no write leaves a runt behind. */
+ * STACK_RX_MAX, no more segments than its send queue still holds (with a
+ * few entries spare: better to wait than meet ERR_MEM), and no more than
+ * the byte budget lets f hold (netstack/budget.h).  Whole segments where
+ * it is at least one, so no write leaves a runt behind.  0 stops f's
+ * reads until lwIP's sent callback: a flow held back by the budget has
+ * at least its floor in flight, so that callback comes. */
 static size_t guest_room(const struct flow *f)
 {
-	size_t max = tcp_sndbuf(f->pcb), mss = seg_size(f), q = tcp_sndqueuelen(f->pcb);
+	size_t max = snd_room(f->pcb), mss = seg_size(f), q = tcp_sndqueuelen(f->pcb);
 
 	if (max > STACK_RX_MAX)
 		max = STACK_RX_MAX;
@@ -244,6 +311,7 @@ static size_t guest_room(const struct flow *f)
 		return 0;
 	if (max > (TCP_SND_QUEUELEN - 8 - q) * mss)
 		max = (TCP_SND_QUEUELEN - 8 - q) * mss;
+	max = budget_down_room(&f->s->nb, snd_held(f->pcb) + f->down_len, max);
 	if (max > mss)
 		max -= max % mss;
 	return max;
@@ -447,6 +515,7 @@ static int ic_pump(struct flow *f)
 			if (f->pcb) {
 				tcp_output(f->pcb);
 				flow_detach_pcb(f);
+				close_window(f);
 				if (tcp_close(f->pcb) != ERR_OK) {
 					tcp_abort(f->pcb);
 					f->pcb = NULL;
@@ -463,6 +532,7 @@ static int ic_pump(struct flow *f)
 	}
 	if (f->pcb)
 		tcp_output(f->pcb);
+	budget_sync(f);
 	flow_events(f);
 	return IC_OK;
 }
@@ -679,6 +749,7 @@ static int to_guest(struct flow *f, const uint8_t *b, size_t n)
 		}
 		f->down_len = rest;
 		f->reading = false;
+		budget_sync(f);
 		return 0;
 	}
 	if (f->down == b) {
@@ -686,6 +757,7 @@ static int to_guest(struct flow *f, const uint8_t *b, size_t n)
 		f->down = NULL;
 		f->down_len = 0;
 	}
+	budget_sync(f);
 	return 0;
 }
 
@@ -695,6 +767,7 @@ static err_t on_sent(void *arg, struct tcp_pcb *pcb, u16_t len)
 
 	if (!f)
 		return ERR_OK;
+	budget_sync(f); /* the guest acknowledged len bytes */
 	if (f->ic && !intercept_upstream_direct(f->ic))
 		return ic_pump(f) == IC_ABORTED ? ERR_ABRT : ERR_OK;
 	if (f->down_len > 0 && to_guest(f, f->down, f->down_len) < 0)
@@ -861,6 +934,18 @@ static void drop_time_wait(const struct flow *f)
 
 void stack_flow_open(struct flow *f)
 {
+	struct tcp_pcb *pcb = f->pcb;
+
+	/* The SYN or SYN-ACK offered at most BUDGET_FLOOR (its window is never
+	 * scaled), though lwIP took the full TCP_WND once both sides agreed
+	 * on scaling; start from what was offered, and let the window grow
+	 * as the budget allows (recved). */
+	if (pcb->rcv_wnd > BUDGET_FLOOR) {
+		pcb->rcv_wnd = pcb->rcv_ann_wnd = BUDGET_FLOOR;
+		pcb->rcv_ann_right_edge = pcb->rcv_nxt + BUDGET_FLOOR;
+	}
+	f->up_allot = pcb->rcv_wnd;
+	budget_sync(f);
 	tcp_arg(f->pcb, f);
 	tcp_recv(f->pcb, on_recv);
 	tcp_sent(f->pcb, on_sent);

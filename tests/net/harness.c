@@ -4,7 +4,7 @@
  *   harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...
  *           [--resolve NAME=A.B.C.D]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...
  *           [--add-host NAME:ADDR]... [--learn FILE]
- *           [--lifetime SECONDS] [--gso on|off]
+ *           [--lifetime SECONDS] [--gso on|off] [--buf-cap BYTES]
  *           [--secret-conf FILE] [--tls-intercept all|secrets] [--tls-bypass NAME]...
  *           [--tls-extra-ca FILE] [--ca-dir DIR]
  *
@@ -102,7 +102,7 @@ static void usage(void)
 	fprintf(stderr, "usage: harness --tap NAME --audit FILE [--mode M] [--allow R]... [--deny R]...\n"
 			"               [--resolve NAME=ADDR]... [--forward [ADDR:]HOSTPORT:GUESTPORT]...\n"
 			"               [--add-host NAME:ADDR]... [--learn FILE]\n"
-			"               [--lifetime SECONDS] [--gso on|off]\n");
+			"               [--lifetime SECONDS] [--gso on|off] [--buf-cap BYTES]\n");
 	exit(2);
 }
 
@@ -120,6 +120,7 @@ int main(int argc, char **argv)
 	enum policy_mode mode = POLICY_MODE_PUBLIC;
 	long lifetime = 150;
 	int gso = 1;
+	unsigned long long buf_cap = 0; /* 0: the stack's default */
 	time_t end;
 	static uint8_t buf[65536];
 	struct stack_forward fwd[STACK_MAX_FORWARDS];
@@ -198,6 +199,8 @@ int main(int argc, char **argv)
 			lifetime = atol(v);
 		} else if (strcmp(a, "--gso") == 0) {
 			gso = strcmp(v, "off") != 0;
+		} else if (strcmp(a, "--buf-cap") == 0) {
+			buf_cap = strtoull(v, NULL, 10);
 		} else {
 			usage();
 		}
@@ -232,6 +235,7 @@ int main(int argc, char **argv)
 	audit_learn_init(&learn);
 	cfg.learn = learn_path ? &learn : NULL;
 	cfg.connect_timeout_ms = 3000;
+	cfg.buf_cap = (size_t)buf_cap;
 	if (tlsconf_active(&tls)) {
 		char msg[512];
 
@@ -299,8 +303,9 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.fwd_accepted, (unsigned long long)st.fwd_refused,
 	       (unsigned long long)st.udp_refused, (unsigned long long)st.dns_rate_refused,
 	       (unsigned long long)st.dns_busy_refused, st.flows, tap_drops);
-	printf("stats tls_intercepted=%llu tls_refused=%llu\n", (unsigned long long)st.tls_intercepted,
-	       (unsigned long long)st.tls_refused);
+	printf("stats tls_intercepted=%llu tls_refused=%llu buffered=%zu buffered_peak=%zu\n",
+	       (unsigned long long)st.tls_intercepted, (unsigned long long)st.tls_refused, st.buffered,
+	       st.buffered_peak);
 	fflush(stdout);
 	stack_destroy(s);
 	tlsconf_free(&tls);

@@ -19,7 +19,9 @@
 # and one added after start) refused; names the client states (TLS SNI,
 # HTTP Host) judged against deny rules before any byte goes upstream;
 # SYN|FIN refused and audited; in allowlist mode no name without a name
-# rule reaches the resolver (a third harness).  A third namespace,
+# rule reaches the resolver (a third harness); a fourth with a 1 MiB
+# byte budget (--buf-cap) carries eight 10 MiB transfers at once intact
+# and holds no more than the cap and their floors.  A third namespace,
 # kbox-nf-PID, joined to the host one by a veth pair (5.7.0.0/24), plays
 # a server "out there".  Needs root and /dev/net/tun.  One
 # line per check, then "N passed, N failed"; non-zero exit on failure.
@@ -541,5 +543,35 @@ check "audit: the refused question, locally" "yes" \
 	"$(grep -q '"proto":"dns","name":"c2VjcmV0.exfil.test","decision":"deny","rule":"allowlist"' "$A3" && echo yes)"
 check "audit: the other name at the allowed address" "2" \
 	"$(grep -c '"proto":"tcp","direction":"out","dst":"5.7.0.1:8004","name":"other.test","decision":"deny","rule":"allowlist"' "$A3")"
-nl_sanitizers_clean "harness clean under sanitizers" "$T/harness.err" "$T/harness2.err" "$T/harness3.err"
+
+# --- a byte budget across connections (netstack/budget.h) ---
+# With a 1 MiB cap, four downloads and four uploads of 10 MiB at once
+# arrive intact; the stack never held more than the cap plus each
+# connection's 64 KiB floor each way, and nothing once they are done.
+start_harness "$T/harness4.out" "$T/harness4.err" --audit "$T/audit4.log" --buf-cap 1048576 \
+	--allow host.kbox.internal:8000
+cap_pids=
+for i in 1 2 3 4; do
+	TMO=70 G curl -sS --max-time 60 -o "$T/cap-dl$i.bin" http://host.kbox.internal:8000/big.bin &
+	cap_pids="$cap_pids $!"
+	TMO=70 G curl -sS --max-time 60 --data-binary @"$T/www/big.bin" -o "$T/cap-up$i.txt" \
+		http://host.kbox.internal:8000/sha &
+	cap_pids="$cap_pids $!"
+done
+# shellcheck disable=SC2086
+wait $cap_pids
+wait_ok=0
+for i in 1 2 3 4; do
+	[ "$(sha256sum <"$T/cap-dl$i.bin" 2>/dev/null | cut -d' ' -f1)" = "$BIGSUM" ] && wait_ok=$((wait_ok + 1))
+	[ "$(head -c 64 "$T/cap-up$i.txt" 2>/dev/null)" = "$BIGSUM" ] && wait_ok=$((wait_ok + 1))
+done
+check "budget: 1 MiB cap, 4 downloads and 4 uploads of 10 MiB at once, sha256" "8" "$wait_ok"
+stop_harness
+cap_stats=$(grep '^stats tls' "$T/harness4.out")
+echo "     $cap_stats"
+peak=$(echo "$cap_stats" | sed -n 's/.* buffered_peak=\([0-9]*\).*/\1/p')
+check "budget: nothing held at the end" "yes" "$(echo "$cap_stats" | grep -q ' buffered=0 ' && echo yes)"
+check "budget: at most the cap and 8 connections' floors held" "yes" \
+	"$([ -n "$peak" ] && [ "$peak" -gt 0 ] && [ "$peak" -le $((1048576 + 8 * 2 * 65535)) ] && echo yes)"
+nl_sanitizers_clean "harness clean under sanitizers" "$T/harness.err" "$T/harness2.err" "$T/harness3.err" "$T/harness4.err"
 finish

@@ -61,23 +61,7 @@ mkdir -p "$out"
 e2e_model_server
 proj="$tmp/proj"
 mkdir -p "$proj"
-cat >"$proj/secrets.yaml" <<'EOF'
-ANTHROPIC_API_KEY:
-  value: "${ANTHROPIC_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["x-api-key"]
-OPENAI_API_KEY:
-  value: "${OPENAI_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-OPENCODE_API_KEY:
-  value: "${OPENCODE_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-EOF
+e2e_agent_secrets "$proj"
 keys="ANTHROPIC_API_KEY=sk-ant-bench OPENAI_API_KEY=sk-oai-bench OPENCODE_API_KEY=sk-oc-bench"
 # shellcheck disable=SC2086
 printf '%s\n' $keys >"$proj/secrets.env"

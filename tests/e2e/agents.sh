@@ -49,23 +49,7 @@ k_oc=$(key oc)
 e2e_model_server
 proj="$tmp/proj"
 mkdir -p "$proj"
-cat >"$proj/secrets.yaml" <<'EOF'
-ANTHROPIC_API_KEY:
-  value: "${ANTHROPIC_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["x-api-key"]
-OPENAI_API_KEY:
-  value: "${OPENAI_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-OPENCODE_API_KEY:
-  value: "${OPENCODE_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-EOF
+e2e_agent_secrets "$proj"
 printf 'ANTHROPIC_API_KEY=%s\nOPENAI_API_KEY=%s\nOPENCODE_API_KEY=%s\n' "$k_ant" "$k_oai" "$k_oc" >"$proj/secrets.env"
 chmod 600 "$proj/secrets.env"
 # The project (with opencode.json and codex-home/config.toml from

@@ -175,6 +175,29 @@ for _ in range(100):
 PY
 }
 
+# e2e_agent_secrets DIR: DIR/secrets.yaml for the three agents' keys, each
+# allowed to host.kbox.internal only, in the header field its agent sends
+# it in (the values come from the environment the real keys are in).
+e2e_agent_secrets() {
+	cat >"$1/secrets.yaml" <<'EOF'
+ANTHROPIC_API_KEY:
+  value: "${ANTHROPIC_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["x-api-key"]
+OPENAI_API_KEY:
+  value: "${OPENAI_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["authorization"]
+OPENCODE_API_KEY:
+  value: "${OPENCODE_API_KEY}"
+  allow: ["host.kbox.internal"]
+  substitution:
+    header_fields: ["authorization"]
+EOF
+}
+
 # e2e_agent_project DIR: a project folder for the agents against the model
 # server of e2e_model_server: the test CA (model-ca.pem, for tls.extra_ca),
 # OpenCode's opencode.json and Codex's codex-home/config.toml naming the

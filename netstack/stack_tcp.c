@@ -537,22 +537,31 @@ static int ic_pump(struct flow *f)
 	return IC_OK;
 }
 
-/* Guest bytes (or its FIN) on an intercepted flow. */
-static err_t ic_recv(struct flow *f, struct pbuf *p)
+/* Guest bytes (or its FIN, p NULL) held in f->up for a flow whose upstream
+ * is not written directly: ERR_OK, ERR_MEM (lwIP keeps p and offers it
+ * again), or ERR_ABRT once the flow is aborted for any other failure. */
+static err_t take_guest(struct flow *f, struct pbuf *p)
 {
 	if (!p) {
 		f->guest_fin = true;
-	} else {
-		err_t e = up_append(f, p);
-
-		if (e == ERR_MEM)
-			return e;
-		if (e != ERR_OK) {
-			pbuf_free(p);
-			stack_flow_abort(f);
-			return ERR_ABRT;
-		}
+		return ERR_OK;
 	}
+	err_t e = up_append(f, p);
+
+	if (e == ERR_OK || e == ERR_MEM)
+		return e;
+	pbuf_free(p);
+	stack_flow_abort(f);
+	return ERR_ABRT;
+}
+
+/* Guest bytes (or its FIN) on an intercepted flow. */
+static err_t ic_recv(struct flow *f, struct pbuf *p)
+{
+	err_t e = take_guest(f, p);
+
+	if (e != ERR_OK)
+		return e;
 	return ic_pump(f) == IC_ABORTED ? ERR_ABRT : ERR_OK;
 }
 
@@ -632,19 +641,10 @@ static err_t peek_recv(struct flow *f, struct pbuf *p)
 {
 	int r;
 
-	if (!p) {
-		f->guest_fin = true;
-	} else {
-		err_t e = up_append(f, p);
+	err_t e = take_guest(f, p);
 
-		if (e == ERR_MEM)
-			return e;
-		if (e != ERR_OK) {
-			pbuf_free(p);
-			stack_flow_abort(f);
-			return ERR_ABRT;
-		}
-	}
+	if (e != ERR_OK)
+		return e;
 	r = peek_judge(f);
 	if (r < 0)
 		return ERR_ABRT;

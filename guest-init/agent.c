@@ -33,6 +33,9 @@
 #define REAP_MS 50
 #define OUT_CAP (EXEC_PROTO_MAX_FRAME + 64)
 
+/* agent_sync_on_exit: sync() before each EXIT (guest-init mounted a disk). */
+static int sync_on_exit;
+
 extern char **environ;
 
 /* The vsock address, spelled out: musl ships no <linux/vm_sockets.h>. */
@@ -676,6 +679,8 @@ int agent_serve_fd(int fd)
 		rc = pump(s);
 	}
 	if (!rc) {
+		if (sync_on_exit)
+			sync();
 		queue_u32(s, EXEC_PROTO_EXIT, (uint32_t)s->status);
 		rc = flush_all(s);
 	} else {
@@ -693,6 +698,11 @@ int agent_serve_fd(int fd)
 	close(fd);
 	free(s);
 	return rc;
+}
+
+void agent_sync_on_exit(int on)
+{
+	sync_on_exit = on;
 }
 
 int agent_serve_listener(int lfd)

@@ -29,4 +29,10 @@ int agent_serve_listener(int lfd);
  * then gets SIGHUP). */
 int agent_serve_fd(int fd);
 
+/* With on set, every command's EXIT is sent only after sync(): kbox stops
+ * the VM when the main command has exited, so what it wrote to a disk
+ * volume must have reached the device by then (guest-init sets it when it
+ * mounted a disk).  Call before agent_serve. */
+void agent_sync_on_exit(int on);
+
 #endif

@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,9 +106,9 @@ static void make_dirs(char *path)
 	mkdir(path, 0755);
 }
 
-/* The values of kbox.mounts= and kbox.root= on the kernel command line
- * (NULL when absent), pointing into a static copy of it. */
-static void read_cmdline(char **mounts, char **root)
+/* The values of kbox.mounts=, kbox.disks= and kbox.root= on the kernel
+ * command line (NULL when absent), pointing into a static copy of it. */
+static void read_cmdline(char **mounts, char **disks, char **root)
 {
 	static char line[4096];
 	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
@@ -119,10 +121,12 @@ static void read_cmdline(char **mounts, char **root)
 	line[n] = '\0';
 
 	char *save;
-	*mounts = *root = NULL;
+	*mounts = *disks = *root = NULL;
 	for (char *w = strtok_r(line, " \n", &save); w; w = strtok_r(NULL, " \n", &save)) {
 		if (strncmp(w, "kbox.mounts=", 12) == 0)
 			*mounts = w + 12;
+		else if (strncmp(w, "kbox.disks=", 11) == 0)
+			*disks = w + 11;
 		else if (strncmp(w, "kbox.root=", 10) == 0)
 			*root = w + 10;
 	}
@@ -187,6 +191,104 @@ static void mount_shares(char *list)
 		if (mount(e, path, "virtiofs", fl, NULL) < 0)
 			die("mount the host folder %s on %s: %s", e, path, strerror(errno));
 	}
+}
+
+/* ioctl numbers, spelled out as for reboot: <linux/fs.h> BLKGETSIZE64 and
+ * <linux/ext4.h>'s EXT4_IOC_RESIZE_FS. */
+#define KBOX_BLKGETSIZE64 _IOR(0x12, 114, size_t)
+#define KBOX_EXT4_IOC_RESIZE_FS _IOW('f', 16, uint64_t)
+
+/* The /dev/vdX whose virtio-blk serial is name (kbox gives each volume
+ * its name as serial; the order of the devices means nothing), into dev. */
+static int find_disk(const char *name, char *dev, size_t len)
+{
+	for (char c = 'a'; c <= 'z'; c++) {
+		char path[64], serial[32];
+		snprintf(path, sizeof path, "/sys/block/vd%c/serial", c);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t n = read(fd, serial, sizeof serial - 1);
+		close(fd);
+		if (n < 0)
+			continue;
+		while (n > 0 && (serial[n - 1] == '\n' || serial[n - 1] == '\0'))
+			n--;
+		serial[n] = '\0';
+		if (strcmp(serial, name) == 0) {
+			snprintf(dev, len, "/dev/vd%c", c);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* The ext4 on path fills its device: after kbox made the volume larger. */
+static void grow_fs(const char *dev, const char *path)
+{
+	int dfd = open(dev, O_RDONLY | O_CLOEXEC);
+	uint64_t bytes = 0;
+	if (dfd < 0 || ioctl(dfd, KBOX_BLKGETSIZE64, &bytes) < 0) {
+		say("size of %s: %s", dev, strerror(errno));
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	close(dfd);
+	struct statfs sf;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fstatfs(fd, &sf) < 0 || sf.f_bsize <= 0) {
+		say("grow the disk on %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	uint64_t blocks = bytes / (uint64_t)sf.f_bsize;
+	if (ioctl(fd, KBOX_EXT4_IOC_RESIZE_FS, &blocks) < 0)
+		say("grow the disk on %s to %llu blocks: %s", path, (unsigned long long)blocks,
+		    strerror(errno));
+	close(fd);
+}
+
+/* list: kbox.disks=NAME:PATH:rw|ro[:grow][,...] (vmm/sandbox/disks.c
+ * writes it).  Each volume is ext4; a read-only one is mounted without
+ * replaying its journal (the device refuses writes).  Any failure stops
+ * the guest, as for the shares.  Returns whether any disk was mounted. */
+static int mount_disks(char *list)
+{
+	char *save;
+	int any = 0;
+	if (!list)
+		return 0;
+	for (char *e = strtok_r(list, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+		char *path = strchr(e, ':');
+		char *mode = path ? strchr(path + 1, ':') : NULL;
+		if (!mode || path[1] != '/')
+			die("bad kbox.disks entry '%s'", e);
+		*path++ = '\0';
+		*mode++ = '\0';
+		char *flag = strchr(mode, ':');
+		if (flag)
+			*flag++ = '\0';
+		unsigned long fl = 0;
+		const char *opts = NULL;
+		if (strcmp(mode, "ro") == 0) {
+			fl |= MS_RDONLY;
+			opts = "noload";
+		} else if (strcmp(mode, "rw") != 0) {
+			die("bad kbox.disks mode '%s' for %s", mode, path);
+		}
+		char dev[32];
+		if (find_disk(e, dev, sizeof dev) < 0)
+			die("no disk with the serial %s", e);
+		make_dirs(path);
+		if (mount(dev, path, "ext4", fl, opts) < 0)
+			die("mount the disk %s (%s) on %s: %s", e, dev, path, strerror(errno));
+		if (flag && strcmp(flag, "grow") == 0 && !(fl & MS_RDONLY))
+			grow_fs(dev, path);
+		any = 1;
+	}
+	return any;
 }
 
 /* Put an IPv4 address (dotted quad) into sa. */
@@ -264,8 +366,8 @@ int main(void)
 	senv_load();
 	mount_fs("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
-	char *shares, *image;
-	read_cmdline(&shares, &image);
+	char *shares, *disks, *image;
+	read_cmdline(&shares, &disks, &image);
 	if (image)
 		switch_to_image(image);
 	mount_fs("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
@@ -273,6 +375,9 @@ int main(void)
 	mount_fs("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	/* Disks before the shares: kbox refuses a disk inside a share. */
+	if (mount_disks(disks))
+		agent_sync_on_exit(1);
 	mount_shares(shares);
 	net_up();
 

@@ -13,7 +13,7 @@
 
 #define ERRLEN 512
 #define ALL_KEYS                                                                  \
-	"cpus, memory, kernel, initrd, command, verbose, mounts, image, workdir, env, " \
+	"cpus, memory, kernel, initrd, command, verbose, mounts, disks, image, workdir, env, " \
 	"network, ports, tls, secrets"
 
 /* Loads text as "dir/t.yaml" into a fresh config that the caller frees. */
@@ -1296,10 +1296,87 @@ START_TEST(example_file_loads)
 }
 END_TEST
 
+
+/* ---- disks -------------------------------------------------------------- */
+
+START_TEST(disks_section)
+{
+	struct kbox_config c;
+	char err[ERRLEN];
+	ck_assert_msg(load("disks:\n"
+			   "  - containers:/var/lib/containers:size=16G\n"
+			   "  - name: cache\n"
+			   "    target: /cache/\n"
+			   "    size: 1G\n"
+			   "    readonly: true\n"
+			   "  - {name: plain, target: /plain}\n",
+			   &c, err) == 0, "%s", err);
+	ck_assert_uint_eq(c.n_disks, 3);
+	ck_assert_str_eq(c.disks[0].name, "containers");
+	ck_assert_str_eq(c.disks[0].target, "/var/lib/containers");
+	ck_assert_uint_eq(c.disks[0].size, 16ull << 30);
+	ck_assert(!c.disks[0].readonly);
+	ck_assert_str_eq(c.disks[1].name, "cache");
+	ck_assert_str_eq(c.disks[1].target, "/cache");
+	ck_assert_uint_eq(c.disks[1].size, 1ull << 30);
+	ck_assert(c.disks[1].readonly);
+	ck_assert_uint_eq(c.disks[2].size, 0);
+	ck_assert_uint_eq(c.disks[2].line, 7);
+	/* A later file's disks replace the earlier ones. */
+	ck_assert_int_eq(config_load_buf("dir/u.yaml", "disks: [\"x:/x\"]\n", 15, &c, err, ERRLEN), 0);
+	ck_assert_uint_eq(c.n_disks, 1);
+	ck_assert_str_eq(c.disks[0].name, "x");
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(disks_refused)
+{
+	expect_err("disks: a:/a", "dir/t.yaml:1:8: disks: got 'a:/a'; expected a list of "
+				  "\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or of mappings with name and "
+				  "target");
+	expect_err("disks: [a:/a, b:/b, c:/c, d:/d, e:/e]",
+		   "dir/t.yaml:1:33: disks: more than 4 disks; expected at most 4");
+	expect_err("disks: [\"a\"]", "dir/t.yaml:1:9: disks[0]: no NAME:GUEST_PATH; expected "
+				     "NAME:GUEST_PATH[:size=SIZE][:ro]");
+	expect_err("disks: [\"a:/a:size=3X\"]", "dir/t.yaml:1:9: disks[0]: size '3X' has an "
+						"unknown unit; expected a size such as 8G, 512M "
+						"or 1T (64M to 1T)");
+	expect_err("disks: [a:/a, a:/b]", "dir/t.yaml:1:15: disks[1]: the volume a is given twice");
+	expect_err("disks: [{name: a}]", "dir/t.yaml:1:9: disks[0]: no target; expected the guest "
+				   "path (target: /var/lib/containers)");
+	expect_err("disks: [{target: /a}]", "dir/t.yaml:1:9: disks[0]: no name; expected the "
+				      "volume's name (name: containers)");
+	expect_err("disks: [{name: a, target: /a, sise: 1G}]",
+		   "dir/t.yaml:1:31: disks[0]: unknown key 'sise'; expected name, target, size or "
+		   "readonly");
+	expect_err("disks: [{name: a, target: /a, name: b}]",
+		   "dir/t.yaml:1:31: disks[0]: duplicate key 'name' (first at line 1); expected "
+		   "each key once");
+	expect_err("disks: [{name: a, target: /a, size: 1M}]",
+		   "dir/t.yaml:1:37: disks[0].size: '1M' is not a size from 64M to 1T; expected a "
+		   "size such as 8G or 512M");
+	expect_err("disks: [{name: a, target: /a, readonly: maybe}]",
+		   "dir/t.yaml:1:41: disks[0].readonly: 'maybe' is not a boolean; expected true or "
+		   "false");
+	expect_err("disks: [{name: ../a, target: /a}]",
+		   "dir/t.yaml:1:9: disks[0]: the volume name '../a' is not 1-20 letters, digits, "
+		   "'_', '.' or '-' starting with a letter or digit");
+	expect_err("disks: [{name: a, target: /proc/a}]",
+		   "dir/t.yaml:1:9: disks[0]: /proc belongs to the guest kernel; pick another guest "
+		   "path than '/proc/a'");
+	expect_err("disks: [[a]]", "dir/t.yaml:1:9: disks[0]: got a list; expected "
+				   "\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or a mapping with name and "
+				   "target");
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
 	TCase *ok = tcase_create("valid");
+	tcase_add_test(ok, disks_section);
+	tcase_add_test(ok, disks_refused);
 	tcase_add_test(ok, full_block_file);
 	tcase_add_test(ok, flow_style_and_unset_keys);
 	tcase_add_test(ok, empty_files_set_nothing);

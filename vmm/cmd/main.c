@@ -5,6 +5,7 @@
 
 #include "vmm/cli.h"
 #include "vmm/cmd/ca_cmd.h"
+#include "vmm/cmd/disk_cmd.h"
 #include "vmm/cmd/doctor.h"
 #include "vmm/cmd/lifecycle.h"
 #include "vmm/cmd/run.h"
@@ -28,6 +29,7 @@ static void usage(FILE *f)
 		"  stop [-t SECONDS] NAME...       stop sandboxes\n"
 		"  logs [-f] NAME                  output of a detached sandbox's command\n"
 		"  image load|import|ls|rm|path    root file system images for run --image\n"
+		"  disk ls|rm                      disk volumes for run --disk\n"
 		"  doctor                          check that kbox can run here\n"
 		"  ca path|init|show|mint NAME     the local CA for TLS interception\n"
 		"  secrets reload NAME             re-read a running sandbox's secret values\n"
@@ -57,6 +59,8 @@ int main(int argc, char **argv)
 		return logs_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "image") == 0)
 		return image_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "disk") == 0)
+		return disk_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "ca") == 0)

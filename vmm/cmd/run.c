@@ -31,6 +31,7 @@
 #include "vmm/image/image.h"
 #include "vmm/sandbox/agent_conn.h"
 #include "vmm/sandbox/config.h"
+#include "vmm/sandbox/disks.h"
 #include "vmm/sandbox/exec_client.h"
 #include "vmm/sandbox/guestfiles.h"
 #include "vmm/sandbox/hostfiles.h"
@@ -78,6 +79,7 @@ struct run_opts {
 	unsigned nsenv;
 	const char *ca_pem;
 	struct mounts *mounts;
+	struct disks *disks;
 	struct netdev *net;
 	struct tlsconf *tls;
 	const char *secret_conf; /* --secret-conf */
@@ -105,6 +107,12 @@ void run_usage(FILE *f)
 		"                        read-only with :ro (repeatable, at most %u); .env*,\n"
 		"                        secrets.env*, kbox.yaml* and their editor copies\n"
 		"                        stay hidden, whatever the case\n"
+		"      --disk NAME:GUEST_PATH[:size=SIZE][:ro]\n"
+		"                        a disk volume (ext4) mounted at GUEST_PATH: kept in\n"
+		"                        kbox's data folder, made on first use with SIZE\n"
+		"                        (default 8G, 64M to 1T; a larger SIZE later grows it),\n"
+		"                        kept across runs; one sandbox at a time read-write\n"
+		"                        (repeatable, at most %u; 'kbox disk ls|rm')\n"
 		"      --kernel PATH     guest kernel: vmlinux ELF or bzImage\n"
 		"                        (default: the one built by 'make kernel' for this host)\n"
 		"      --initrd PATH     initramfs (default: build/initramfs.cpio)\n"
@@ -167,7 +175,7 @@ void run_usage(FILE *f)
 		"A detached sandbox stops when COMMAND exits or on 'kbox stop NAME';\n"
 		"'kbox logs NAME' shows COMMAND's output.  Without -v the guest sees no\n"
 		"host files.\n",
-		VM_MAX_CPUS, MOUNTS_MAX);
+		VM_MAX_CPUS, MOUNTS_MAX, DISKS_MAX);
 }
 
 static int parse_uint(const char *s, uint64_t max, uint64_t *out)
@@ -219,6 +227,9 @@ static int project_mount(struct run_opts *o)
 	for (unsigned i = 0; i < o->mounts->n; i++)
 		if (strcmp(o->mounts->m[i].guest, "/workspace") == 0)
 			return 0;
+	for (unsigned i = 0; i < o->disks->n; i++)
+		if (strcmp(o->disks->d[i].guest, "/workspace") == 0)
+			return 0;
 	if (!getcwd(cwd, sizeof cwd))
 		return cli_die("cannot find the current directory: %s", strerror(errno));
 	const struct mount_spec sp = { .host = cwd, .guest = "/workspace" };
@@ -234,6 +245,27 @@ enum { OPT_ADD_HOST = 0x200, OPT_LEARN, OPT_DNS };
 
 /* Secrets and TLS interception. */
 enum { OPT_SECRET_CONF = 0x300, OPT_TLS_INTERCEPT, OPT_TLS_BYPASS, OPT_TLS_EXTRA_CA };
+
+/* Disk volumes. */
+enum { OPT_DISK = 0x400 };
+
+/* A disk is mounted before the shared folders (guest-init), so none may
+ * lie inside a share or on one. */
+static int check_disk_paths(const struct run_opts *o)
+{
+	for (unsigned i = 0; i < o->disks->n; i++)
+		for (unsigned j = 0; j < o->mounts->n; j++) {
+			const char *d = o->disks->d[i].guest, *m = o->mounts->m[j].guest;
+			size_t l = strlen(m);
+			if (o->mounts->m[j].root)
+				continue;
+			if (strncmp(d, m, l) == 0 && (d[l] == '\0' || d[l] == '/'))
+				return cli_die("the disk %s on %s is %s the shared folder on %s; "
+					       "pick another guest path", o->disks->d[i].name, d,
+					       d[l] ? "inside" : "on", m);
+		}
+	return 0;
+}
 
 static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_config *cfg)
 {
@@ -251,6 +283,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "kernel-log", required_argument, NULL, 'L' },
 		{ "append", required_argument, NULL, 'A' },
 		{ "volume", required_argument, NULL, 'v' },
+		{ "disk", required_argument, NULL, OPT_DISK },
 		{ "verbose", no_argument, NULL, 'V' },
 		{ "no-lockdown", no_argument, NULL, 'N' },
 		{ "network", required_argument, NULL, OPT_NETWORK },
@@ -270,8 +303,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *vols[MOUNTS_MAX];
-	unsigned nvols = 0;
+	const char *vols[MOUNTS_MAX], *disks[DISKS_MAX];
+	unsigned nvols = 0, ndisks = 0;
 	int no_project = 0, project = 0;
 	uint64_t v;
 	int c;
@@ -317,6 +350,12 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			if (nvols >= MOUNTS_MAX)
 				return cli_die("too many -v mounts (at most %d)", MOUNTS_MAX);
 			vols[nvols++] = optarg;
+			break;
+		case OPT_DISK:
+			/* Added after --conf's disks, which come first. */
+			if (ndisks >= DISKS_MAX)
+				return cli_die("too many --disk options (at most %u)", DISKS_MAX);
+			disks[ndisks++] = optarg;
 			break;
 		case 'V': o->verbose = 1; break;
 		case 'N': o->no_lockdown = 1; break;
@@ -409,6 +448,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 				return cli_die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,
 					   err);
 		}
+		for (unsigned i = 0; i < cfg->n_disks; i++) {
+			const struct config_disk *cd = &cfg->disks[i];
+			if (disks_add(o->disks, cd->name, cd->target, cd->size, cd->readonly, err,
+				      sizeof err) < 0)
+				return cli_die("%s:%u:%u: disks[%u]: %s", o->conf, cd->line, cd->col, i,
+					       err);
+		}
 		if (netdev_apply_config(o->net, cfg, o->conf, err, sizeof err) < 0)
 			return cli_die("%s", err);
 		if (o->tls->scope < 0 && cfg->tls_intercept &&
@@ -435,6 +481,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		if (mounts_parse(o->mounts, vols[i], err, sizeof err) < 0)
 			return cli_die("%s", err);
 	}
+	for (unsigned i = 0; i < ndisks; i++) {
+		char err[512];
+		if (disks_parse(o->disks, disks[i], err, sizeof err) < 0)
+			return cli_die("--disk %s: %s", disks[i], err);
+	}
 	if (project) {
 		int rc = project_mount(o);
 		if (rc)
@@ -454,6 +505,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		if (mounts_set_image(o->mounts, dir, err, sizeof err) < 0)
 			return cli_die("%s", err);
 	}
+	if (check_disk_paths(o))
+		return KBOX_EXIT_FAILURE;
 	if (optind < argc)
 		o->argv = argv + optind;
 	else if (cfg->argv)
@@ -498,6 +551,8 @@ static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
 	char *slash = strrchr(runtime, '/');
 	if (slash && slash != runtime)
 		*slash = '\0';
+	char disk_dir[PATH_MAX];
+	bool have_disks = disks_dir(disk_dir, sizeof disk_dir) == 0;
 	bool have_store = image_store_dir(store, sizeof store) == 0;
 	bool have_data = datadir_path(NULL, "", data, sizeof data) == 0;
 	if (have_data && strlen(data) > 1 && data[strlen(data) - 1] == '/')
@@ -507,6 +562,7 @@ static int protect_host_files(const struct run_opts *o, struct kbox_config *cfg,
 		  "kbox's data folder (its CA key, the trust record, images)" },
 		{ tls_cert_ca_default_dir(ca, sizeof ca) == 0 ? ca : NULL, "kbox's CA folder" },
 		{ have_store ? store : NULL, "kbox's image store" },
+		{ have_disks ? disk_dir : NULL, "kbox's disk folder (volumes)" },
 		{ runtime, "kbox's runtime folder (sandboxes' sockets and output)" },
 	};
 	struct hostfiles_share shares[MOUNTS_MAX];
@@ -645,6 +701,7 @@ struct run {
 	struct run_opts o;
 	struct kbox_config cfg;
 	struct mounts mnt;
+	struct disks dsk;
 	struct netdev net;
 	struct tlsconf tls;
 	struct session s;
@@ -671,6 +728,7 @@ static void run_init(struct run *r)
 	tlsconf_init(&r->tls);
 	config_init(&r->cfg);
 	r->o.mounts = &r->mnt;
+	r->o.disks = &r->dsk;
 	r->o.net = &r->net;
 	r->o.tls = &r->tls;
 	r->ready_fd = -1;
@@ -806,6 +864,20 @@ static int record_sandbox(struct run *r)
 	return 0;
 }
 
+/* The disk volumes, made when new and locked for the VM's life. */
+static int open_disks(struct run *r)
+{
+	char err[1024];
+	if (disks_open(&r->dsk, err, sizeof err) < 0)
+		return cli_die("%s", err);
+	for (unsigned i = 0; r->o.verbose && i < r->dsk.n; i++)
+		fprintf(stderr, "kbox: disk %s (%s%s, %llu MiB) at %s%s\n", r->dsk.d[i].name,
+			r->dsk.d[i].path, r->dsk.d[i].created ? ", new" : r->dsk.d[i].grown ? ", grown" : "",
+			(unsigned long long)(r->dsk.d[i].size >> 20), r->dsk.d[i].guest,
+			r->dsk.d[i].readonly ? ", read-only" : "");
+	return 0;
+}
+
 /* -d: stdin from /dev/null, stdout and stderr to the sandbox's
  * output.log (`kbox logs`). */
 static int redirect_output(struct run *r)
@@ -883,7 +955,8 @@ static int attach_devices(struct run *r)
 	if (vsockdev_attach(&s->vd, &s->bus, GUEST_CID, r->sb.sock, r->cmdline, sizeof r->cmdline,
 			    err, sizeof err) < 0 ||
 	    mounts_attach(&r->mnt, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0 ||
-	    netdev_attach(&r->net, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0)
+	    netdev_attach(&r->net, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0 ||
+	    disks_attach(&r->dsk, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0)
 		return cli_die("%s", err);
 	return 0;
 }
@@ -1073,7 +1146,7 @@ static int run_outcome(const struct run *r, int code)
  * with the message written when kbox or the guest failed. */
 static int run_sandbox(struct run *r)
 {
-	if (claim_sandbox(r) || record_sandbox(r) || redirect_output(r) ||
+	if (claim_sandbox(r) || record_sandbox(r) || open_disks(r) || redirect_output(r) ||
 	    load_boot_files(r) || create_vm(r) || attach_devices(r) ||
 	    write_boot_params(r) || setup_console_and_cpus(r))
 		return KBOX_EXIT_FAILURE;
@@ -1105,6 +1178,7 @@ static void run_cleanup(struct run *r)
 	}
 	netdev_destroy(&r->net);
 	mounts_free(&r->mnt);
+	disks_free(&r->dsk);
 	if (r->began) {
 		vsockdev_destroy(&s->vd);
 		if (r->vm_made)

@@ -13,7 +13,7 @@
 
 #define VIRTIO_BUS_BASE     0xd0000000ull
 #define VIRTIO_BUS_FIRST_IRQ 5u
-#define VIRTIO_BUS_MAX_DEVS 10u /* vsock, virtio-net and up to 8 virtio-fs mounts */
+#define VIRTIO_BUS_MAX_DEVS 14u /* vsock, virtio-net, up to 8 virtio-fs mounts and 4 disks */
 #define VIRTIO_BUS_MAX_QUEUES 4u
 #define VIRTIO_BUS_MAX_POLL 160u
 

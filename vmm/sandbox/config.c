@@ -23,6 +23,7 @@
 #include "netstack/resolver.h"
 #include "netstack/secrets.h"
 #include "vmm/sandbox/hostfiles.h"
+#include "vmm/sandbox/disks.h"
 #include "vmm/sandbox/mounts.h"
 
 static const struct yamltree_rules cfg_rules = {
@@ -554,6 +555,143 @@ static int cfg_mounts(struct cfg_ctx *x, const struct yamltree_node *v, struct k
 	return 0;
 }
 
+/* ---- disks ------------------------------------------------------------- */
+
+static void cfg_free_disks(struct config_disk *d, unsigned n)
+{
+	if (!d)
+		return;
+	for (unsigned i = 0; i < n; i++) {
+		free(d[i].name);
+		free(d[i].target);
+	}
+	free(d);
+}
+
+/* One disks: entry as a mapping (name, target, size, readonly) into the
+ * checking set ds. */
+static int cfg_disk_map(struct cfg_ctx *x, const struct yamltree_node *v, unsigned idx,
+			struct disks *ds)
+{
+	static const char *const keys[] = { "name", "target", "size", "readonly" };
+	static const char keylist[] = "name, target, size or readonly";
+	unsigned seen[ARRAY_SIZE(keys)] = { 0 };
+	const struct yamltree_node *val_of[ARRAY_SIZE(keys)] = { 0 };
+	char what[48], show[YAMLTREE_SHOW_BUF], e[400];
+	for (size_t i = 0; i + 1 < v->n; i += 2) {
+		const struct yamltree_node *k = v->kids[i];
+		if (k->kind != YAMLTREE_SCALAR)
+			return cfg_err(x, k, "disks[%u]: a key is %s; expected %s", idx,
+				       yamltree_kind_name(k), keylist);
+		size_t s = 0;
+		while (s < ARRAY_SIZE(keys) &&
+		       (strlen(keys[s]) != k->len || memcmp(keys[s], k->str, k->len) != 0))
+			s++;
+		cfg_show_node(show, k);
+		if (s == ARRAY_SIZE(keys))
+			return cfg_err(x, k, "disks[%u]: unknown key '%s'; expected %s", idx, show,
+				       keylist);
+		if (seen[s])
+			return cfg_err(x, k, "disks[%u]: duplicate key '%s' (first at line %u); "
+					     "expected each key once", idx, show, seen[s]);
+		seen[s] = k->line;
+		val_of[s] = v->kids[i + 1];
+	}
+	char name[DISKS_NAME_MAX + 2] = "", target[DISKS_GUEST_MAX + 2] = "";
+	uint64_t size = 0;
+	int ro = 0, rc;
+	if (!val_of[0])
+		return cfg_err(x, v, "disks[%u]: no name; expected the volume's name (name: "
+				     "containers)", idx);
+	if (!val_of[1])
+		return cfg_err(x, v, "disks[%u]: no target; expected the guest path (target: "
+				     "/var/lib/containers)", idx);
+	snprintf(what, sizeof what, "disks[%u].name", idx);
+	if ((rc = cfg_text(x, val_of[0], what, "a volume name such as containers")))
+		return rc;
+	if (val_of[0]->len > DISKS_NAME_MAX || memchr(val_of[0]->str, '\0', val_of[0]->len))
+		return cfg_err(x, val_of[0], "%s: longer than %u bytes; expected a volume name",
+			       what, DISKS_NAME_MAX);
+	memcpy(name, val_of[0]->str, val_of[0]->len);
+	snprintf(what, sizeof what, "disks[%u].target", idx);
+	if ((rc = cfg_text(x, val_of[1], what, "an absolute guest path")))
+		return rc;
+	if (val_of[1]->len > DISKS_GUEST_MAX)
+		return cfg_err(x, val_of[1], "%s: longer than %u bytes; expected a guest path",
+			       what, DISKS_GUEST_MAX);
+	memcpy(target, val_of[1]->str, val_of[1]->len);
+	if (val_of[2]) {
+		snprintf(what, sizeof what, "disks[%u].size", idx);
+		if ((rc = cfg_text(x, val_of[2], what, "a size such as 8G")))
+			return rc;
+		char sz[40];
+		snprintf(sz, sizeof sz, "%.*s", (int)(val_of[2]->len < 39 ? val_of[2]->len : 39),
+			 val_of[2]->str);
+		if (val_of[2]->len >= 39 || disks_parse_size(sz, &size, e, sizeof e) < 0) {
+			cfg_show_node(show, val_of[2]);
+			return cfg_err(x, val_of[2], "%s: '%s' is not a size from 64M to 1T; "
+						     "expected a size such as 8G or 512M", what, show);
+		}
+	}
+	if (val_of[3]) {
+		snprintf(what, sizeof what, "disks[%u].readonly", idx);
+		if ((rc = cfg_bool(x, val_of[3], what, &ro)))
+			return rc;
+	}
+	if (disks_add(ds, name, target, size, ro == 1, e, sizeof e) < 0)
+		return cfg_err(x, v, "disks[%u]: %s", idx, e);
+	return 0;
+}
+
+/* disks: a list of "NAME:GUEST_PATH[:size=SIZE][:ro]" strings (the --disk
+ * syntax) or mappings with name, target, size and readonly. */
+static int cfg_disks(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+{
+	char got[YAMLTREE_SHOW_BUF + 2], what[32], e[400];
+	if (v->kind != YAMLTREE_SEQ)
+		return cfg_err(x, v, "disks: got %s; expected a list of \"NAME:GUEST_PATH[:size="
+				     "SIZE][:ro]\" or of mappings with name and target",
+			       cfg_got(v, got, sizeof got));
+	if (v->n > DISKS_MAX)
+		return cfg_err(x, v->kids[DISKS_MAX], "disks: more than %u disks; expected at "
+						      "most %u", DISKS_MAX, DISKS_MAX);
+	struct disks *ds = calloc(1, sizeof *ds);
+	struct config_disk *d = calloc(v->n ? v->n : 1, sizeof *d);
+	int rc = 0;
+	if (!ds || !d)
+		rc = cfg_nomem(x);
+	for (size_t i = 0; i < v->n && !rc; i++) {
+		const struct yamltree_node *k = v->kids[i];
+		snprintf(what, sizeof what, "disks[%zu]", i);
+		if (k->kind == YAMLTREE_MAP) {
+			rc = cfg_disk_map(x, k, (unsigned)i, ds);
+		} else if (!(rc = cfg_text(x, k, what, "\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or a "
+							 "mapping with name and target"))) {
+			if (memchr(k->str, '\0', k->len) || k->len > 400)
+				rc = cfg_err(x, k, "%s: too long; expected NAME:GUEST_PATH", what);
+			else if (disks_parse(ds, k->str, e, sizeof e) < 0)
+				rc = cfg_err(x, k, "%s: %s", what, e);
+		}
+		if (rc)
+			break;
+		const struct disk *n = &ds->d[ds->n - 1];
+		d[i] = (struct config_disk){ .name = strdup(n->name), .target = strdup(n->guest),
+					     .size = n->size_set ? n->size : 0,
+					     .readonly = n->readonly, .line = k->line, .col = k->col };
+		if (!d[i].name || !d[i].target)
+			rc = cfg_nomem(x);
+	}
+	free(ds);
+	if (rc) {
+		cfg_free_disks(d, (unsigned)v->n);
+		return rc;
+	}
+	cfg_free_disks(c->disks, c->n_disks);
+	c->disks = d;
+	c->n_disks = (unsigned)v->n;
+	return 0;
+}
+
 /* ---- image, workdir, env ----------------------------------------------- */
 
 /* "./rootfs", "/srv/rootfs", "rootfs/" or ".rootfs": a directory, joined to
@@ -730,6 +868,7 @@ static const struct cfg_section {
 	{ "command", cfg_command },
 	{ "verbose", cfg_verbose },
 	{ "mounts", cfg_mounts },
+	{ "disks", cfg_disks },
 	{ "image", cfg_image },
 	{ "workdir", cfg_workdir },
 	{ "env", cfg_env },
@@ -862,6 +1001,10 @@ static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
 		dst->n_mounts = src->n_mounts;
 		src->mounts = NULL;
 		src->n_mounts = 0;
+	}
+	if (src->disks) {
+		cfg_free_disks(dst->disks, dst->n_disks);
+		CFG_MOVE_LIST(dst, src, disks, n_disks);
 	}
 	CFG_MOVE_PTR(dst, src, image);
 	CFG_MOVE_PTR(dst, src, workdir);
@@ -1053,6 +1196,7 @@ void config_free(struct kbox_config *c)
 	free(c->initrd);
 	cfg_free_argv(c->argv);
 	cfg_free_mounts(c->mounts, c->n_mounts);
+	cfg_free_disks(c->disks, c->n_disks);
 	free(c->image);
 	free(c->workdir);
 	cfg_free_strv(c->env, c->n_env);

@@ -17,6 +17,13 @@
  *                        is dropped; [] hides nothing; absent = defaults
  *              hidden_extra: the same, added to hidden's list (or to the
  *                        defaults when hidden is absent)
+ *   disks:   a list (at most DISKS_MAX) of disk volumes (docs/disks.md), each
+ *            "NAME:GUEST_PATH[:size=SIZE][:ro]" as for --disk, or a mapping
+ *              name:     the volume's name
+ *              target:   guest path
+ *              size:     "8G", "512M" (64M to 1T; default 8G, or the
+ *                        volume's size when it exists)
+ *              readonly: true/false, default false
  *   image:   a rootfs directory (relative to the file's directory), later
  *            also an image name
  *   workdir: absolute guest path COMMAND starts in
@@ -77,6 +84,14 @@ struct config_mount {
 	unsigned line, col; /* where the entry starts, for later messages */
 };
 
+struct config_disk {
+	char *name;      /* malloc'd, checked by disks_add */
+	char *target;    /* malloc'd, normalised */
+	uint64_t size;   /* bytes; 0 = not given */
+	bool readonly;
+	unsigned line, col;
+};
+
 /* A string as written in the file (after ${VAR} expansion), and where. */
 struct config_str {
 	char *s;            /* malloc'd */
@@ -92,6 +107,8 @@ struct kbox_config {
 	int verbose;         /* -1 = not set, else 0/1 */
 	struct config_mount *mounts; /* malloc'd; NULL = not set */
 	unsigned n_mounts;
+	struct config_disk *disks; /* malloc'd; NULL = not set */
+	unsigned n_disks;
 	char *image;         /* NULL = not set; rootfs dir joined to the file's dir */
 	char *workdir;       /* NULL = not set; absolute guest path */
 	char **env;          /* "NAME=VALUE" strings; NULL = not set */

@@ -25,9 +25,7 @@ static bool under(const char *path, const char *dir)
 	return strncmp(path, dir, l) == 0 && (path[l] == '\0' || path[l] == '/');
 }
 
-/* Check and normalise (trailing slashes dropped) a guest path into out.
- * who prefixes messages ("-v: " or ""). */
-static int guest_path(const char *g, size_t len, char *out, const char *who, char *err,
+int mounts_guest_path(const char *g, size_t len, char *out, const char *who, char *err,
 		      size_t errlen)
 {
 	while (len > 1 && g[len - 1] == '/')
@@ -85,7 +83,7 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 		return errbuf_fail(err, errlen, -ENAMETOOLONG, "%sthe host path is too long", who);
 	memcpy(m->host, host, hl);
 	m->host[hl] = '\0';
-	int rc = guest_path(guest, gl, m->guest, who, err, errlen);
+	int rc = mounts_guest_path(guest, gl, m->guest, who, err, errlen);
 	if (rc < 0)
 		return rc;
 	struct stat st;

@@ -22,8 +22,8 @@
 #include "devices/virtio_fs.h"
 #include "vmm/core/virtio_bus.h"
 
-/* One bus slot stays for the vsock device. */
-#define MOUNTS_MAX (VIRTIO_BUS_MAX_DEVS - 2)
+/* Shared folders besides vsock, the NIC and the disks (vmm/sandbox/disks.h). */
+#define MOUNTS_MAX 8
 /* Longest guest path: seven of them must fit in the kernel's 2047-byte
  * command line next to everything else. */
 #define MOUNTS_GUEST_MAX 160
@@ -91,6 +91,13 @@ void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fs_passth
  * kbox process's own user and group for a -v or mounts: folder, the image
  * folder's owner for the image; the identity when that is root. */
 struct idmap mounts_ids(const struct mount *m);
+
+/* Check and normalise (trailing slashes dropped) the guest path g (len
+ * bytes) into out (MOUNTS_GUEST_MAX + 1 bytes), with the rules of
+ * mounts_parse; who prefixes messages ("-v: " or "").  0 or a negative
+ * errno with err set.  Disks' guest paths follow the same rules. */
+int mounts_guest_path(const char *g, size_t len, char *out, const char *who, char *err,
+		      size_t errlen);
 
 /* Add one `-v` argument, HOST:GUEST[:ro|:rw].  HOST must be an existing
  * directory (it may contain ':'; the split is at the last ones); GUEST an

@@ -325,6 +325,11 @@ static void summary(FILE *f, const char *real, const struct kbox_config *c)
 		put_safe(f, c->mounts[i].target, strlen(c->mounts[i].target));
 		fputs(c->mounts[i].readonly ? " (read-only)\n" : " (read-write)\n", f);
 	}
+	for (unsigned i = 0; i < c->n_disks; i++) {
+		line(f, "disk", c->disks[i].name, " -> ");
+		put_safe(f, c->disks[i].target, strlen(c->disks[i].target));
+		fputs(c->disks[i].readonly ? " (read-only)\n" : " (read-write)\n", f);
+	}
 	if (c->image)
 		line(f, "image", c->image, "\n");
 	line(f, "network", c->network_policy ? c->network_policy : "public (default)", "");

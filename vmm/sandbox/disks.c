@@ -218,7 +218,7 @@ static int format(const char *path, const char *name, char *err, size_t errlen)
 		/* E2FSPROGS_FAKE_TIME and the like are not ours to honour: a
 		 * clean environment with a PATH for mke2fs's own helpers. */
 		char *const argv[] = { mkfs, "-q", "-F", "-t", "ext4", "-E",
-				       "root_owner=0:0,lazy_journal_init=1,nodiscard",
+				       "root_owner=0:0,lazy_journal_init=1",
 				       (char *)path, NULL };
 		char *const envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
 		execve(mkfs, argv, envp);

@@ -2,7 +2,8 @@
  * guest (guest.S, MODE_SCRIPT) becomes a hostile virtio driver for every
  * device kbox has -- vsock on a Unix socket directory, virtio-fs on a
  * temporary share, virtio-net on kbox's network stack with a deny-all
- * policy -- wired to the real virtio-mmio bus, ioeventfds and irqfds.
+ * policy, virtio-blk on a temporary disk file as `kbox run --disk` serves
+ * a volume -- wired to the real virtio-mmio bus, ioeventfds and irqfds.
  *
  * The harness writes a script of ops (register reads and writes of every
  * size, stores to rings and descriptors, queue notifies, bounded polls)
@@ -20,7 +21,7 @@
  * bus lock can be taken for HANG_S seconds.  Built with ASan and UBSan by
  * fuzz.sh, so memory errors in device code end the run too.
  *
- * With two vCPUs, each runs its own stream of scripts against all three
+ * With two vCPUs, each runs its own stream of scripts against all four
  * devices at once; vCPU 0 alone runs the final check, once the other has
  * stopped.
  *
@@ -47,6 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devices/blk_file.h"
+#include "devices/virtio_blk.h"
 #include "devices/virtio_net.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
@@ -106,7 +109,10 @@ struct script {
 	unsigned n, nrep;
 };
 
-enum { D_VSOCK, D_FS, D_NET, ND };
+enum { D_VSOCK, D_FS, D_NET, D_BLK, ND };
+
+#define DISK_BYTES (4u << 20) /* the fuzzed disk: a sparse temporary file */
+#define DISK_SERIAL "fuzzdisk"
 
 struct fdev {
 	unsigned nq;
@@ -850,6 +856,55 @@ static size_t net_frame(uint8_t *p, size_t cap)
 	return VIRTIO_NET_HDR_SIZE + len;
 }
 
+/* A virtio-blk request: the readable header (and data or discard
+ * segments) into buf, the writable length (data and status) in *reply.
+ * Mostly well-formed around the disk's end, with every kind of lie. */
+static size_t blk_req(uint8_t *buf, size_t cap, uint32_t *reply)
+{
+	static const uint32_t types[] = { VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT, VIRTIO_BLK_T_FLUSH,
+					  VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_DISCARD,
+					  VIRTIO_BLK_T_WRITE_ZEROES };
+	uint64_t sectors = DISK_BYTES / VIRTIO_BLK_SECTOR;
+	uint32_t type = pct(92) ? types[rn(6)] : (uint32_t)interesting();
+	uint64_t sector = pct(60) ? rn((unsigned)sectors) : pct(50) ? sectors - rn(20) : interesting();
+	uint32_t data = pct(85) ? VIRTIO_BLK_SECTOR * (1 + rn(16)) : rn(9000);
+	memset(buf, 0, VIRTIO_BLK_HDR_SIZE);
+	put32(buf, type);
+	put32(buf + 4, pct(95) ? 0 : (uint32_t)rnd());
+	put64(buf + 8, sector);
+	size_t len = VIRTIO_BLK_HDR_SIZE;
+	*reply = 1;
+	if (type == VIRTIO_BLK_T_OUT) {
+		if (data + 8 > cap - len)
+			data = (uint32_t)(cap - len - 8);
+		for (uint32_t i = 0; i < data; i += 8)
+			put64(buf + len + i, rnd()); /* data is a multiple of 8 or the rest is left */
+		len += data;
+	} else if (type == VIRTIO_BLK_T_IN) {
+		*reply = data + 1;
+	} else if (type == VIRTIO_BLK_T_GET_ID) {
+		*reply = pct(70) ? VIRTIO_BLK_ID_BYTES + 1 : rn(40);
+	} else if (type == VIRTIO_BLK_T_DISCARD || type == VIRTIO_BLK_T_WRITE_ZEROES) {
+		unsigned n = pct(90) ? 1 + rn(3) : rn(24);
+		for (unsigned i = 0; i < n && len + VIRTIO_BLK_DWZ_SEG_SIZE <= cap; i++) {
+			uint8_t *g = buf + len;
+			put64(g, pct(70) ? rn((unsigned)sectors) : interesting());
+			put32(g + 8, pct(70) ? 1 + rn(64) : (uint32_t)interesting());
+			put32(g + 12, pct(80) ? rn(2) : (uint32_t)rnd());
+			len += VIRTIO_BLK_DWZ_SEG_SIZE;
+		}
+		if (pct(5))
+			len -= rn(VIRTIO_BLK_DWZ_SEG_SIZE); /* a torn segment */
+	} else {
+		*reply = 1 + rn(600);
+	}
+	if (pct(3))
+		len = 1 + rn(VIRTIO_BLK_HDR_SIZE - 1); /* a short header */
+	if (pct(3))
+		*reply = 0; /* no status byte: the device must stop */
+	return len;
+}
+
 /* One request on a device's tx-like queue. */
 static void send_one(unsigned d)
 {
@@ -866,6 +921,9 @@ static void send_one(unsigned d)
 		len = fuse_req(d, buf, sizeof buf, &reply, q == 0, 0);
 		if (q == 0)
 			reply = 0;
+	} else if (d == D_BLK) {
+		q = 0;
+		len = blk_req(buf, sizeof buf, &reply);
 	} else {
 		q = 1;
 		len = net_frame(buf, sizeof buf);
@@ -993,7 +1051,7 @@ static void gen_batch(void)
 /* ---- the final, well-formed requests ---- */
 
 struct final_plan {
-	uint64_t vs_rx, fs_reply, net_rx;
+	uint64_t vs_rx, fs_reply, net_rx, blk_id, blk_read;
 	uint64_t fs_unique;
 };
 
@@ -1104,6 +1162,35 @@ static void gen_final(void)
 	s[0] = (struct seg){ a + 8 * 2048ull, VIRTIO_NET_HDR_SIZE + 42, 0 };
 	clean_post(D_NET, 1, s, 1);
 	sop(SOP_WAIT, q_used(D_NET, 0) + 2, 1, FINAL_POLLS, 1);
+	/* virtio-blk: GET_ID answers the serial; a sector written reads back. */
+	a = C->dev[D_BLK].arena + CHECK_OFF;
+	memset(b, 0, sizeof b);
+	put32(b, VIRTIO_BLK_T_GET_ID);
+	put32(b + 16, VIRTIO_BLK_T_OUT);
+	put64(b + 24, 5);
+	put32(b + 32, VIRTIO_BLK_T_IN);
+	put64(b + 40, 5);
+	guest_mem_write(&g_vm->mem, a, b, 48);
+	uint8_t sec[VIRTIO_BLK_SECTOR];
+	for (unsigned i = 0; i < sizeof sec; i++)
+		sec[i] = (uint8_t)(i * 7 + 3);
+	guest_mem_write(&g_vm->mem, a + PAGE, sec, sizeof sec);
+	fin.blk_id = a + 2 * PAGE;
+	fin.blk_read = a + 3 * PAGE;
+	guest_mem_write(&g_vm->mem, fin.blk_id, (uint8_t[PAGE]){ 0xee }, PAGE);
+	guest_mem_write(&g_vm->mem, fin.blk_read, (uint8_t[PAGE]){ 0xee }, PAGE);
+	s[0] = (struct seg){ a, VIRTIO_BLK_HDR_SIZE, 0 };
+	s[1] = (struct seg){ fin.blk_id, VIRTIO_BLK_ID_BYTES + 1, VRING_F_WRITE };
+	clean_post(D_BLK, 0, s, 2);
+	s[0] = (struct seg){ a + 16, VIRTIO_BLK_HDR_SIZE, 0 };
+	s[1] = (struct seg){ a + PAGE, VIRTIO_BLK_SECTOR, 0 };
+	s[2] = (struct seg){ fin.blk_id + 64, 1, VRING_F_WRITE };
+	clean_post(D_BLK, 0, s, 3);
+	s[0] = (struct seg){ a + 32, VIRTIO_BLK_HDR_SIZE, 0 };
+	s[1] = (struct seg){ fin.blk_read, VIRTIO_BLK_SECTOR + 1, VRING_F_WRITE };
+	clean_post(D_BLK, 0, s, 2);
+	sop(SOP_WAIT, q_used(D_BLK, 0) + 2, 3, FINAL_POLLS, 1);
+
 	/* A little time for more frames, then report. */
 	sop(SOP_WAIT, q_used(D_NET, 0) + 2, 0xffff, 2000000, 1);
 	sop(SOP_NEXT, 0, ~0ull, 0, 0);
@@ -1228,7 +1315,9 @@ struct rig {
 	struct virtio_net nic;
 	struct stack *stack;
 	struct echo echo;
-	char share[160], sockdir[160], base[80];
+	char share[160], sockdir[160], base[80], disk[160];
+	struct blk_backend disk_be;
+	struct virtio_blk blk;
 	/* run state, shared with the watchdog */
 	pthread_mutex_t lock;
 	double started, last_progress, deadline;
@@ -1318,6 +1407,22 @@ static void final_checks(void)
 	R.final_ok[D_NET] = arp;
 	snprintf(R.final_why[D_NET], sizeof R.final_why[0], "%u frame(s) received, %s", used,
 		 arp ? "one is the gateway's ARP reply" : "no ARP reply among them");
+
+	uint8_t id[VIRTIO_BLK_ID_BYTES + 1], wst = 0xee, rd[VIRTIO_BLK_SECTOR + 1];
+	guest_mem_read(&R.vm.mem, &used, q_used(D_BLK, 0) + 2, 2);
+	guest_mem_read(&R.vm.mem, id, fin.blk_id, sizeof id);
+	guest_mem_read(&R.vm.mem, &wst, fin.blk_id + 64, 1);
+	guest_mem_read(&R.vm.mem, rd, fin.blk_read, sizeof rd);
+	int same = 1;
+	for (unsigned i = 0; i < VIRTIO_BLK_SECTOR; i++)
+		same &= rd[i] == (uint8_t)(i * 7 + 3);
+	R.final_ok[D_BLK] = used == 3 && id[VIRTIO_BLK_ID_BYTES] == VIRTIO_BLK_S_OK &&
+			    memcmp(id, DISK_SERIAL, sizeof DISK_SERIAL) == 0 &&
+			    wst == VIRTIO_BLK_S_OK && rd[VIRTIO_BLK_SECTOR] == VIRTIO_BLK_S_OK && same;
+	snprintf(R.final_why[D_BLK], sizeof R.final_why[0],
+		 "used idx %u, GET_ID status %u, write status %u, read status %u, %s", used,
+		 id[VIRTIO_BLK_ID_BYTES], wst, rd[VIRTIO_BLK_SECTOR],
+		 same ? "the sector read back" : "the sector differs");
 }
 
 /* ---- the harness's MMIO window: reports and the next script ---- */
@@ -1592,6 +1697,20 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 	if (mounts_add(&R.mnt, &ms, err, errlen) < 0 ||
 	    mounts_attach(&R.mnt, &R.bus, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
+	/* virtio-blk: slot 3 (after the NIC), a sparse temporary file as a
+	 * volume is served; opened before the confinement. */
+	snprintf(R.disk, sizeof R.disk, "%s/disk.img", tmp);
+	int dfd = open(R.disk, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (dfd < 0 || ftruncate(dfd, DISK_BYTES) < 0) {
+		snprintf(err, errlen, "cannot make %s: %s", R.disk, strerror(errno));
+		return -1;
+	}
+	close(dfd);
+	if ((rc = blk_file_open(R.disk, NULL, &R.disk_be)) < 0 ||
+	    (rc = virtio_blk_init(&R.blk, &R.disk_be, &(struct virtio_blk_opts){ .serial = DISK_SERIAL })) < 0) {
+		snprintf(err, errlen, "virtio-blk: %s", strerror(-rc));
+		return -1;
+	}
 	/* virtio-net: slot 2, kbox's stack with an allowlist of nothing. */
 	policy_init(&R.pol, POLICY_MODE_ALLOWLIST);
 	R.audit.fd = -1;
@@ -1612,7 +1731,8 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		return -1;
 	}
 	struct virtio_bus_poller np = { net_fds, net_handle, NULL };
-	if (virtio_bus_add(&R.bus, &R.nic.dev, &np, cmdline, sizeof cmdline, err, errlen) < 0)
+	if (virtio_bus_add(&R.bus, &R.nic.dev, &np, cmdline, sizeof cmdline, err, errlen) < 0 ||
+	    virtio_bus_add(&R.bus, &R.blk.dev, NULL, cmdline, sizeof cmdline, err, errlen) < 0)
 		return -1;
 
 	/* vCPU 0's stream is the seed's own: a one-vCPU run replays it. */
@@ -1628,6 +1748,9 @@ static int setup(const char *guest, const char *tmp, char *err, size_t errlen)
 		C->dev[D_NET] = (struct fdev){ .nq = 2, .rxq_mask = 1,
 					       .offered = R.nic.dev.features,
 					       .cfg_len = VIRTIO_NET_CONFIG_SIZE };
+		C->dev[D_BLK] = (struct fdev){ .nq = 1, .rxq_mask = 0,
+					       .offered = R.blk.dev.features,
+					       .cfg_len = VIRTIO_BLK_CONFIG_SIZE };
 		for (unsigned d = 0; d < ND; d++)
 			C->dev[d].arena = ARENA + (c * ND + d) * DEV_SPAN;
 		gen_batch();
@@ -1681,6 +1804,11 @@ static void stats_line(const char *when)
 	       " bytes\n", when, total_batches(), R.vs.stats.bad_packets, R.vs.stats.resets_sent,
 	       fs->requests, fs->bad_chains, v.tx_frames, v.rx_frames, v.bad_chains,
 	       R.echo.accepted, R.echo.bytes);
+	const struct virtio_blk_stats *bs = &R.blk.stats;
+	printf("# %s: virtio-blk %" PRIu64 " requests (%" PRIu64 " read, %" PRIu64
+	       " written bytes), %" PRIu64 " IOERR %" PRIu64 " UNSUPP %" PRIu64 " bad chains\n",
+	       when, bs->requests, bs->read_bytes, bs->written_bytes, bs->ioerr, bs->unsupp,
+	       bs->bad_chains);
 	pthread_mutex_unlock(&R.bus.lock);
 	int root = open(R.share, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	printf("# the share holds %u entries (3 at the start)\n",
@@ -1729,7 +1857,7 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&R.lock, NULL);
 	char err[512] = "";
 	int set = setup(argv[1], argv[4], err, sizeof err) == 0;
-	if (!tg_check(set, "set up the VM with vsock, virtio-fs and virtio-net on the bus%s%s",
+	if (!tg_check(set, "set up the VM with vsock, virtio-fs, virtio-net and virtio-blk on the bus%s%s",
 		   err[0] ? ": " : "", err)) {
 		printf("%u passed, %u failed\n", tg_passed, tg_failed);
 		return 1;
@@ -1762,6 +1890,7 @@ int main(int argc, char **argv)
 		"vsock: a REQUEST to a closed port is answered by RST",
 		"virtio-fs: FUSE_INIT is answered",
 		"virtio-net: an ARP request for the gateway is answered",
+		"virtio-blk: GET_ID, a write and its read back are answered",
 	};
 	for (unsigned d = 0; d < ND && R.final_phase == 2; d++)
 		tg_check(R.final_ok[d], "after the fuzzing, %s (%s)", what[d], R.final_why[d]);
@@ -1780,6 +1909,7 @@ int main(int argc, char **argv)
 	virtio_net_destroy(&R.nic);
 	policy_free(&R.pol);
 	mounts_free(&R.mnt);
+	blk_file_close(&R.disk_be);
 	vsock_unix_destroy(&R.vu);
 	virtio_vsock_destroy(&R.vs);
 	close(R.echo.listen_fd);

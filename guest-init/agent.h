@@ -29,10 +29,12 @@ int agent_serve_listener(int lfd);
  * then gets SIGHUP). */
 int agent_serve_fd(int fd);
 
-/* With on set, every command's EXIT is sent only after sync(): kbox stops
- * the VM when the main command has exited, so what it wrote to a disk
- * volume must have reached the device by then (guest-init sets it when it
- * mounted a disk).  Call before agent_serve. */
-void agent_sync_on_exit(int on);
+/* From then on every command's EXIT is sent only after sync() and a
+ * freeze and thaw of each of the n mount points in rw_paths (which must
+ * stay valid): kbox stops the VM when the main command has exited, so
+ * what it wrote to a disk volume must be on the device by then, and the
+ * journal empty (guest-init calls it when it mounted a disk).  Call
+ * before agent_serve. */
+void agent_sync_on_exit(const char *const *rw_paths, unsigned n);
 
 #endif

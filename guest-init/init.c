@@ -253,11 +253,13 @@ static void grow_fs(const char *dev, const char *path)
 /* list: kbox.disks=NAME:PATH:rw|ro[:grow][,...] (vmm/sandbox/disks.c
  * writes it).  Each volume is ext4; a read-only one is mounted without
  * replaying its journal (the device refuses writes).  Any failure stops
- * the guest, as for the shares.  Returns whether any disk was mounted. */
-static int mount_disks(char *list)
+ * the guest, as for the shares.  Returns whether any disk was mounted; the
+ * read-write ones' paths go into rw (at most 8), their number *nrw. */
+static int mount_disks(char *list, const char **rw, unsigned *nrw)
 {
 	char *save;
 	int any = 0;
+	*nrw = 0;
 	if (!list)
 		return 0;
 	for (char *e = strtok_r(list, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
@@ -286,6 +288,8 @@ static int mount_disks(char *list)
 			die("mount the disk %s (%s) on %s: %s", e, dev, path, strerror(errno));
 		if (flag && strcmp(flag, "grow") == 0 && !(fl & MS_RDONLY))
 			grow_fs(dev, path);
+		if (!(fl & MS_RDONLY) && *nrw < 8)
+			rw[(*nrw)++] = path;
 		any = 1;
 	}
 	return any;
@@ -376,8 +380,10 @@ int main(void)
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 	/* Disks before the shares: kbox refuses a disk inside a share. */
-	if (mount_disks(disks))
-		agent_sync_on_exit(1);
+	static const char *rw_disks[8];
+	unsigned n_rw = 0;
+	if (mount_disks(disks, rw_disks, &n_rw))
+		agent_sync_on_exit(rw_disks, n_rw);
 	mount_shares(shares);
 	net_up();
 

@@ -30,9 +30,12 @@ MB=${MB:-256}
 OUT=${OUT:-$B/bench}
 kbox=$B/kbox
 vol=bench-disk-$$
-mkdir -p "$OUT" "$B/bench-disk"
+mkdir -p "$OUT" || exit 1
 if [ ! -c /dev/kvm ]; then echo "skip: no /dev/kvm"; exit 0; fi
-tool=$B/bench-disk/diskbench
+# The tool in a folder of its own, shared read-only with the guest (the
+# build folder may not be the user's to write).
+tooldir=$(mktemp -d)
+tool=$tooldir/diskbench
 if command -v musl-gcc >/dev/null 2>&1; then
 	musl-gcc -std=c11 -Wall -Wextra -Werror -O2 -static -o "$tool" bench/disk/diskbench.c || exit 1
 else
@@ -40,19 +43,20 @@ else
 fi
 data=${KBOX_DISK_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/kbox/disks}
 img=$data/$vol.img
-trap '"$kbox" disk rm "$vol" >/dev/null 2>&1' EXIT
+trap '"$kbox" disk rm "$vol" >/dev/null 2>&1; rm -rf "$tooldir"' EXIT
 
 guest_script='
 set -e
 /b/diskbench /data/f '"$MB"' direct
-t0=$(date +%s%N); dd if=/dev/zero of=/data/dd bs=1M count='"$MB"' conv=fsync 2>/dev/null; t1=$(date +%s%N)
+t0=$(/b/diskbench now); dd if=/dev/zero of=/data/dd bs=1M count='"$MB"' conv=fsync 2>/dev/null; t1=$(/b/diskbench now)
 echo "dd_write_mibs=$(awk -v t="$((t1 - t0))" "BEGIN { printf \"%.1f\", '"$MB"' / (t / 1e9) }")"
 sync; echo 3 > /proc/sys/vm/drop_caches
-t0=$(date +%s%N); dd if=/data/dd of=/dev/null bs=1M 2>/dev/null; t1=$(date +%s%N)
+t0=$(/b/diskbench now); dd if=/data/dd of=/dev/null bs=1M 2>/dev/null; t1=$(/b/diskbench now)
 echo "dd_read_mibs=$(awk -v t="$((t1 - t0))" "BEGIN { printf \"%.1f\", '"$MB"' / (t / 1e9) }")"
+echo "queue max_sectors_kb=$(cat /sys/block/vda/queue/max_sectors_kb) max_segments=$(cat /sys/block/vda/queue/max_segments) write_cache=$(cat /sys/block/vda/queue/write_cache)" >&2
 '
 "$kbox" run --network none --no-project --disk "$vol:/data:size=$((MB * 2 + 512))M" \
-	-v "$B/bench-disk:/b:ro" -- sh -c "$guest_script" >"$OUT/disk-guest.txt" 2>"$OUT/disk-guest.err"
+	-v "$tooldir:/b:ro" -- sh -c "$guest_script" >"$OUT/disk-guest.txt" 2>"$OUT/disk-guest.err"
 rc=$?
 if [ "$rc" -ne 0 ]; then
 	echo "bench/disk: the guest run failed (exit $rc):" >&2
@@ -72,10 +76,12 @@ echo "dd_read_mibs=$(awk -v t="$((t1 - t0))" -v m="$MB" 'BEGIN { printf "%.1f", 
 	echo "# bench/disk $(date -u +%FT%TZ) MB=$MB ${EMULATED:+EMULATED=$EMULATED}"
 	sed 's/^/guest /' "$OUT/disk-guest.txt"
 	sed 's/^/host /' "$OUT/disk-host.txt"
+	sed "s/^/guest-info /" "$OUT/disk-guest.err"
 } >>"$OUT/disk.txt"
 
 get() { grep "^$2=" "$1" | head -1 | cut -d= -f2; }
 echo "bench/disk: $MB MiB${EMULATED:+ (emulated: $EMULATED; compare the ratios only)}"
+grep "^queue" "$OUT/disk-guest.err"
 printf '%-18s %12s %12s %10s\n' figure guest host guest/host
 for f in seq_write_mibs seq_read_mibs dd_write_mibs dd_read_mibs rand_read_iops rand_write_iops fsync_per_s; do
 	g=$(get "$OUT/disk-guest.txt" "$f")
@@ -83,4 +89,13 @@ for f in seq_write_mibs seq_read_mibs dd_write_mibs dd_read_mibs rand_read_iops 
 	r=$(awk -v a="${g:-0}" -v b="${h:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
 	printf '%-18s %12s %12s %10s\n' "$f" "${g:--}" "${h:--}" "$r"
 done
-echo "bench-disk: 1 passed, 0 failed"
+missing=0
+for f in seq_write_mibs seq_read_mibs dd_write_mibs dd_read_mibs rand_read_iops rand_write_iops fsync_per_s; do
+	[ -n "$(get "$OUT/disk-guest.txt" "$f")" ] && [ -n "$(get "$OUT/disk-host.txt" "$f")" ] || missing=1
+done
+if [ "$missing" = 0 ]; then
+	echo "bench-disk: 1 passed, 0 failed"
+else
+	echo "bench-disk: a figure is missing:"; cat "$OUT/disk-guest.err"
+	echo "bench-disk: 0 passed, 1 failed"
+fi

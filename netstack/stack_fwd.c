@@ -74,12 +74,15 @@ static void fwd_start(struct stack *s, const struct fwd *w, int fd)
 	f->pcb = pcb;
 	tcp_arg(pcb, f);
 	tcp_err(pcb, stack_flow_on_err);
+	bool timer = stack_tcp_timer_running();
+
 	if (tcp_connect(pcb, &remote, w->fw.guest_port, on_guest_connected) != ERR_OK) {
 		s->st.fwd_refused++;
 		stack_flow_abort(f);
 		return;
 	}
-	tcpip_try_callback(stack_wake_lwip, NULL); /* see flow_connected */
+	if (!timer)
+		tcpip_try_callback(stack_wake_lwip, NULL); /* see flow_connected */
 	return;
 fail:
 	s->st.fwd_refused++;

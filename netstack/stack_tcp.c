@@ -82,8 +82,10 @@ static void flow_events(struct flow *f)
 	} else {
 		if (f->state == FL_CONNECTING || (f->up_len > 0 && !f->peek))
 			want |= EPOLLOUT;
+		/* EPOLLRDHUP: read_host takes the host's EOF with its last
+		 * bytes, so the FIN leaves with them in one segment. */
 		if (f->state == FL_OPEN && f->reading)
-			want |= EPOLLIN;
+			want |= EPOLLIN | EPOLLRDHUP;
 	}
 	if (want == f->ev)
 		return;
@@ -171,11 +173,11 @@ static void close_window(struct flow *f)
 		f->pcb->rcv_wnd = TCP_WND_MAX(f->pcb);
 }
 
-/* Close f if both directions are finished. */
-static void flow_maybe_done(struct flow *f)
+/* Close f if both directions are finished; true when it is gone. */
+static bool flow_maybe_done(struct flow *f)
 {
 	if (!(f->guest_fin && f->host_shut && f->host_eof && f->fin_sent))
-		return;
+		return false;
 	if (f->pcb) {
 		flow_detach_pcb(f);
 		close_window(f);
@@ -184,6 +186,7 @@ static void flow_maybe_done(struct flow *f)
 		f->pcb = NULL;
 	}
 	stack_flow_free(f, false);
+	return true;
 }
 
 /* Room in lwIP's send buffer for pcb.  Not tcp_sndbuf(): with window
@@ -277,7 +280,11 @@ static int flush_up(struct flow *f)
 		f->up_off = 0;
 	recved(f, done);
 	if (f->up_len == 0 && f->guest_fin && !f->host_shut) {
-		shutdown(f->fd, SHUT_WR);
+		/* With the host's EOF read and our FIN sent, the caller's
+		 * flow_maybe_done closes the socket next, and close() sends
+		 * the FIN (nothing unread is left to turn it into a reset). */
+		if (!(f->host_eof && f->fin_sent))
+			shutdown(f->fd, SHUT_WR);
 		f->host_shut = true;
 	}
 	flow_events(f);
@@ -805,8 +812,14 @@ static err_t on_accept(void *arg, struct tcp_pcb *pcb, err_t err)
 	return ERR_OK;
 }
 
-static void read_host(struct flow *f)
+/* Read the host's bytes for the guest; ev: the epoll events that said
+ * so.  With EPOLLRDHUP (the host closed its end) a read that took all
+ * there was is followed by one more for the EOF, so that lwIP sends the
+ * FIN in the segment with the last bytes: one frame, and one wakeup of
+ * the guest, fewer per short connection. */
+static void read_host(struct flow *f, uint32_t ev)
 {
+	bool eof_next = (ev & (EPOLLRDHUP | EPOLLHUP)) && !f->ic, spoke = false;
 	size_t max;
 	ssize_t r;
 
@@ -814,40 +827,51 @@ static void read_host(struct flow *f)
 		ic_read_host(f);
 		return;
 	}
-	if (!f->pcb || f->down_len > 0 || f->host_eof)
-		return;
-	/* Stop early rather than meet ERR_MEM with bytes already read. */
-	max = guest_room(f);
-	if (max == 0) {
-		f->reading = false;
-		flow_events(f);
-		return;
-	}
-	r = recv(f->fd, f->s->rx, max, MSG_DONTWAIT);
-	if (r < 0) {
-		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+	for (int round = 0;; round++) {
+		if (!f->pcb || f->down_len > 0 || f->host_eof)
 			return;
-		stack_flow_abort(f);
-		return;
-	}
-	/* The server spoke before the client said anything (SSH, SMTP): the
-	 * client names nothing kbox reads.  With bytes already held, the
-	 * judgement waits for the rest of them. */
-	if (r > 0 && f->peek && f->up_len == 0)
-		f->peek = false;
-	if (r == 0) {
-		f->host_eof = true;
-		f->reading = false;
-		maybe_fin(f);
-	} else if (to_guest(f, f->s->rx, (size_t)r) < 0) {
-		return;
+		/* Stop early rather than meet ERR_MEM with bytes already read. */
+		max = guest_room(f);
+		if (max == 0) {
+			f->reading = false;
+			if (round > 0)
+				break;
+			flow_events(f);
+			return;
+		}
+		r = recv(f->fd, f->s->rx, max, MSG_DONTWAIT);
+		if (r < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+				stack_flow_abort(f);
+				return;
+			}
+			if (round > 0)
+				break; /* bytes of round 0 are queued */
+			return;
+		}
+		spoke = spoke || r > 0;
+		/* The server spoke before the client said anything (SSH,
+		 * SMTP): the client names nothing kbox reads.  With bytes
+		 * already held, the judgement waits for the rest of them. */
+		if (r > 0 && f->peek && f->up_len == 0)
+			f->peek = false;
+		if (r == 0) {
+			f->host_eof = true;
+			f->reading = false;
+			maybe_fin(f);
+			break;
+		}
+		if (to_guest(f, f->s->rx, (size_t)r) < 0)
+			return;
+		if (!eof_next || round > 0 || (size_t)r == max || f->down_len > 0)
+			break;
 	}
 	if (f->pcb)
 		tcp_output(f->pcb);
 	if (f->ic) {
 		/* The server spoke before the guest's first bytes were
 		 * judged: not TLS from a client, so never intercepted. */
-		if (r > 0)
+		if (spoke)
 			intercept_server_spoke(f->ic);
 		ic_pump(f);
 		return;
@@ -899,6 +923,11 @@ static struct tcp_pcb *find_syn_rcvd(const struct flow *f)
 
 void stack_wake_lwip(void *arg)
 {
+}
+
+bool stack_tcp_timer_running(void)
+{
+	return tcp_active_pcbs || tcp_tw_pcbs;
 }
 
 /* Forget lwIP's TIME-WAIT pcb for f's 4-tuple, if any.  lwIP closes first
@@ -960,14 +989,16 @@ void stack_flow_open(struct flow *f)
 static void flow_connected(struct flow *f)
 {
 	struct stack *s = f->s;
+	bool timer = stack_tcp_timer_running();
 
 	if (!listener(s, f->ft.key.dport))
 		goto fail;
 	drop_time_wait(f);
 	feed_tcp(s, f->syn, f->syn_len);
-	/* The new pcb started lwIP's TCP timer; wake its thread so that it
-	 * sees the timer now rather than at its next one-second tick. */
-	tcpip_try_callback(stack_wake_lwip, NULL);
+	/* If the new pcb started lwIP's TCP timer, wake its thread so that
+	 * it sees the timer now rather than at its next one-second tick. */
+	if (!timer)
+		tcpip_try_callback(stack_wake_lwip, NULL);
 	free(f->syn);
 	f->syn = NULL;
 	f->pcb = find_syn_rcvd(f);
@@ -1111,11 +1142,18 @@ static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 	sin.sin_port = htons(p->dport);
 	memcpy(&sin.sin_addr, dial.b, 4);
 	r = connect(f->fd, (struct sockaddr *)&sin, sizeof sin);
-	if (r == 0) {
+	/* To the host's loopback the handshake is usually over by the time
+	 * connect() returns EINPROGRESS (the kernel ran it as connect let go
+	 * of the socket): a second connect() says so (0) or that it is still
+	 * under way (EALREADY), and saves a round through epoll before the
+	 * guest gets its SYN-ACK. */
+	if (r < 0 && errno == EINPROGRESS)
+		r = connect(f->fd, (struct sockaddr *)&sin, sizeof sin);
+	if (r == 0 || (r < 0 && errno == EISCONN)) {
 		flow_connected(f);
 		return;
 	}
-	if (errno != EINPROGRESS)
+	if (errno != EINPROGRESS && errno != EALREADY)
 		goto fail;
 	flow_events(f);
 	if (f->ev == 0)
@@ -1168,13 +1206,13 @@ void stack_flow_event(struct flow *f, uint32_t ev)
 		if ((ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && ic_pump(f) != IC_OK)
 			return;
 		if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
-			read_host(f);
+			read_host(f, ev);
 		return;
 	}
-	if ((ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && f->up_len > 0 && flush_up(f) < 0)
+	if ((ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && f->up_len > 0 && (flush_up(f) < 0 || flow_maybe_done(f)))
 		return;
-	if ((ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) && f->reading)
-		read_host(f);
+	if ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) && f->reading)
+		read_host(f, ev);
 }
 
 void stack_tcp_timeouts(struct stack *s, uint64_t now)

@@ -76,19 +76,57 @@ int fileio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *l
 	return 0;
 }
 
-int fileio_write_all(int fd, const void *buf, size_t n)
+enum io_kind { IO_WRITE, IO_PWRITE, IO_PREAD };
+
+/* The n bytes at p moved whole, again after EINTR and short transfers: off
+ * advances for the positioned kinds.  0, the call's negative errno, or eof
+ * when it moved nothing. */
+static int io_whole(enum io_kind kind, int fd, char *p, size_t n, off_t off, int eof)
 {
-	const char *p = buf;
 	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
+		ssize_t r = kind == IO_PREAD    ? pread(fd, p, n, off)
+			    : kind == IO_PWRITE ? pwrite(fd, p, n, off)
+						: write(fd, p, n);
+		if (r < 0 && errno == EINTR)
 			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		n -= (size_t)w;
+		if (r <= 0)
+			return r < 0 ? -errno : eof;
+		p += r;
+		n -= (size_t)r;
+		off += r;
 	}
 	return 0;
+}
+
+/* The writers never store through p: the cast only lets one loop serve
+ * the reader too. */
+int fileio_write_all(int fd, const void *buf, size_t n)
+{
+	return io_whole(IO_WRITE, fd, (char *)buf, n, 0, -EIO);
+}
+
+int fileio_pwrite_all(int fd, const void *buf, size_t n, off_t off)
+{
+	return io_whole(IO_PWRITE, fd, (char *)buf, n, off, -EIO);
+}
+
+int fileio_pread_all(int fd, void *buf, size_t n, off_t off)
+{
+	return io_whole(IO_PREAD, fd, buf, n, off, -ENODATA);
+}
+
+bool fileio_name_ok(const char *name, size_t max, const char *bad_first)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > max || strchr(bad_first, name[0]))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
 }
 
 /* The folder path lies in, relative to dirfd, fsync'd. */

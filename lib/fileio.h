@@ -4,6 +4,7 @@
 #ifndef KBOX_LIB_FILEIO_H
 #define KBOX_LIB_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
 
@@ -24,6 +25,20 @@ int fileio_slurp(const char *path, int oflags, size_t max, char **buf, size_t *l
 /* Write the n bytes at buf to fd whole, again after EINTR and short
  * writes.  0, write's negative errno, or -EIO when it wrote nothing. */
 int fileio_write_all(int fd, const void *buf, size_t n);
+
+/* As fileio_write_all, at offset off with pwrite: the file offset stays. */
+int fileio_pwrite_all(int fd, const void *buf, size_t n, off_t off);
+
+/* Read n bytes from offset off into buf whole, again after EINTR and short
+ * reads.  0, pread's negative errno, or -ENODATA when the file ends
+ * first (buf then holds what was there). */
+int fileio_pread_all(int fd, void *buf, size_t n, off_t off);
+
+/* Whether name can name a file in a folder as it is, no quoting: 1 to max
+ * bytes of ASCII letters, digits, '.', '_' and '-', the first none of the
+ * characters in bad_first (".": never hidden, never "." or ".."; "-" too:
+ * never read as an option). */
+bool fileio_name_ok(const char *name, size_t max, const char *bad_first);
 
 /* Replace the file at path (relative to the folder dirfd, or AT_FDCWD)
  * with the n bytes at buf so that a crash leaves the old content or the

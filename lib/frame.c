@@ -200,6 +200,21 @@ static void put_eth(uint8_t *out, const uint8_t dmac[6], const uint8_t smac[6], 
 	frame_put16(out + 12, type);
 }
 
+/* An ARP packet for Ethernet and IPv4 (RFC 826) at a: 28 bytes. */
+static void put_arp(uint8_t *a, uint16_t op, const uint8_t sha[6], const uint8_t spa[4], const uint8_t tha[6],
+		    const uint8_t tpa[4])
+{
+	frame_put16(a, 1);
+	frame_put16(a + 2, FRAME_ETH_IPV4);
+	a[4] = 6;
+	a[5] = 4;
+	frame_put16(a + 6, op);
+	memcpy(a + 8, sha, 6);
+	memcpy(a + 14, spa, 4);
+	memcpy(a + 18, tha, 6);
+	memcpy(a + 24, tpa, 4);
+}
+
 /* A 20-byte IPv4 header without options, DF set, TTL 64. */
 static void put_ipv4(uint8_t *ip, const uint8_t src[4], const uint8_t dst[4], uint8_t proto, size_t total)
 {
@@ -216,22 +231,12 @@ static void put_ipv4(uint8_t *ip, const uint8_t src[4], const uint8_t dst[4], ui
 
 int frame_build_arp_reply(const struct frame_pkt *req, const uint8_t mac[6], uint8_t *out, size_t cap, size_t *n)
 {
-	uint8_t *a = out + FRAME_ETH_HLEN;
-
 	if (req->ethertype != FRAME_ETH_ARP || req->arp_op != FRAME_ARP_REQUEST)
 		return -EINVAL;
 	if (cap < FRAME_ETH_HLEN + 28)
 		return -ENOSPC;
 	put_eth(out, req->arp_sha, mac, FRAME_ETH_ARP);
-	frame_put16(a, 1);
-	frame_put16(a + 2, FRAME_ETH_IPV4);
-	a[4] = 6;
-	a[5] = 4;
-	frame_put16(a + 6, FRAME_ARP_REPLY);
-	memcpy(a + 8, mac, 6);
-	memcpy(a + 14, req->arp_tpa, 4);
-	memcpy(a + 18, req->arp_sha, 6);
-	memcpy(a + 24, req->arp_spa, 4);
+	put_arp(out + FRAME_ETH_HLEN, FRAME_ARP_REPLY, mac, req->arp_tpa, req->arp_sha, req->arp_spa);
 	*n = FRAME_ETH_HLEN + 28;
 	return 0;
 }
@@ -321,20 +326,12 @@ int frame_build_arp_request(const uint8_t smac[6], const uint8_t spa[4], const u
 			 size_t cap, size_t *n)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-	uint8_t *a = out + FRAME_ETH_HLEN;
+	static const uint8_t zero[6];
 
 	if (cap < FRAME_ETH_HLEN + 28)
 		return -ENOSPC;
 	put_eth(out, bcast, smac, FRAME_ETH_ARP);
-	frame_put16(a, 1);
-	frame_put16(a + 2, FRAME_ETH_IPV4);
-	a[4] = 6;
-	a[5] = 4;
-	frame_put16(a + 6, FRAME_ARP_REQUEST);
-	memcpy(a + 8, smac, 6);
-	memcpy(a + 14, spa, 4);
-	memset(a + 18, 0, 6);
-	memcpy(a + 24, tpa, 4);
+	put_arp(out + FRAME_ETH_HLEN, FRAME_ARP_REQUEST, smac, spa, zero, tpa);
 	*n = FRAME_ETH_HLEN + 28;
 	return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 int cli_die(const char *fmt, ...)
 {
@@ -11,5 +12,29 @@ int cli_die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+	return KBOX_EXIT_FAILURE;
+}
+
+int cli_is_help(const char *s)
+{
+	return strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0;
+}
+
+int cli_group_help(int argc, char **argv, const char *help)
+{
+	if (argc < 2) {
+		fputs(help, stderr);
+		return KBOX_EXIT_FAILURE;
+	}
+	if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+		fputs(help, stdout);
+		return 0;
+	}
+	return -1;
+}
+
+int cli_group_unknown(const char *group, const char *cmd)
+{
+	fprintf(stderr, "kbox %s: unknown command '%s' (see 'kbox %s --help')\n", group, cmd, group);
 	return KBOX_EXIT_FAILURE;
 }

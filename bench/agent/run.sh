@@ -48,14 +48,7 @@ case $root in */*) ;; *) root=$("$kbox" image path "$image") ;; esac
 e2e_need_kvm "the benchmark"
 e2e_own_netns "$iters" "$build"
 
-tmp=$(mktemp -d)
-srv_pid=
-cleanup() {
-	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+e2e_tmp
 mkdir -p "$out"
 
 e2e_model_server

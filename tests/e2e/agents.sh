@@ -32,14 +32,7 @@ done
 e2e_need_kvm "the boot"
 e2e_own_netns "$@"
 
-tmp=$(mktemp -d)
-srv_pid=
-cleanup() {
-	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+e2e_tmp
 
 key() { echo "sk-$1-real-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"; }
 k_ant=$(key ant)

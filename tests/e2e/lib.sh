@@ -28,11 +28,22 @@ not_ok() { fail=$((fail + 1)); echo "not ok - $1"; [ $# -gt 1 ] && printf '%s\n'
 # host_check NAME COMMAND...: ok if COMMAND succeeds.
 host_check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
 
-# e2e_tmp: a scratch folder in $tmp, removed on exit (a script that needs
-# more on exit sets its own EXIT trap afterwards, which replaces this one).
+# e2e_tmp: a scratch folder in $tmp and an empty srv_pid, for a server the
+# script starts in the background.  On exit the server is killed, the
+# script's own e2e_on_exit is run when it defines one (more to stop) and
+# $tmp is removed; INT, TERM and HUP exit 130 through the same path.  (A
+# script that needs another order sets its own EXIT trap afterwards, which
+# replaces this one.)
 e2e_tmp() {
 	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
+	srv_pid=
+	trap _e2e_cleanup EXIT
+	trap 'exit 130' INT TERM HUP
+}
+_e2e_cleanup() {
+	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
+	command -v e2e_on_exit >/dev/null 2>&1 && e2e_on_exit
+	rm -rf "$tmp"
 }
 
 # e2e_finish: the summary line, then exit 0 if nothing failed, 1 if
@@ -175,27 +186,22 @@ for _ in range(100):
 PY
 }
 
-# e2e_agent_secrets DIR: DIR/secrets.yaml for the three agents' keys, each
-# allowed to host.kbox.internal only, in the header field its agent sends
-# it in (the values come from the environment the real keys are in).
+# e2e_agent_secrets DIR [KEY...]: DIR/secrets.yaml for the agents' keys
+# (default all three: ANTHROPIC_API_KEY OPENAI_API_KEY OPENCODE_API_KEY),
+# each allowed to host.kbox.internal only, in the header field its agent
+# sends it in (x-api-key for Claude Code, authorization for the others;
+# the values come from the environment the real keys are in).
 e2e_agent_secrets() {
-	cat >"$1/secrets.yaml" <<'EOF'
-ANTHROPIC_API_KEY:
-  value: "${ANTHROPIC_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["x-api-key"]
-OPENAI_API_KEY:
-  value: "${OPENAI_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-OPENCODE_API_KEY:
-  value: "${OPENCODE_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-EOF
+	_e2e_dir=$1
+	shift
+	[ $# -gt 0 ] || set -- ANTHROPIC_API_KEY OPENAI_API_KEY OPENCODE_API_KEY
+	: >"$_e2e_dir/secrets.yaml"
+	for _e2e_k; do
+		case $_e2e_k in ANTHROPIC_API_KEY) _e2e_h=x-api-key ;; *) _e2e_h=authorization ;; esac
+		# shellcheck disable=SC2016
+		printf '%s:\n  value: "${%s}"\n  allow: ["host.kbox.internal"]\n  substitution:\n    header_fields: ["%s"]\n' \
+			"$_e2e_k" "$_e2e_k" "$_e2e_h" >>"$_e2e_dir/secrets.yaml"
+	done
 }
 
 # e2e_agent_project DIR: a project folder for the agents against the model

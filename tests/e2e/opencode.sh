@@ -32,18 +32,14 @@ done
 e2e_need_kvm "the boot"
 e2e_own_netns "$@"
 
-tmp=$(mktemp -d)
-srv_pid=
+e2e_tmp
 tui=
 hold=
-cleanup() {
-	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
+# shellcheck disable=SC2317 # called by lib.sh on exit
+e2e_on_exit() {
 	[ -n "$tui" ] && kill "$tui" 2>/dev/null && wait "$tui" 2>/dev/null
 	[ -n "$hold" ] && kill "$hold" 2>/dev/null
-	rm -rf "$tmp"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
 
 real="sk-real-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 
@@ -53,13 +49,7 @@ e2e_model_server
 # --- the project ---
 proj="$tmp/proj"
 mkdir -p "$proj"
-cat >"$proj/secrets.yaml" <<'EOF'
-OPENCODE_API_KEY:
-  value: "${OPENCODE_API_KEY}"
-  allow: ["host.kbox.internal"]
-  substitution:
-    header_fields: ["authorization"]
-EOF
+e2e_agent_secrets "$proj" OPENCODE_API_KEY
 echo "OPENCODE_API_KEY=$real" >"$proj/secrets.env"
 # The project's kbox.yaml, trusted once its secrets files are there;
 # OpenCode's opencode.json (an OpenAI-compatible provider at the test

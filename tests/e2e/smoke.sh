@@ -9,13 +9,7 @@
 set -u
 # shellcheck source=tests/e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
-srv=
-cleanup() {
-	[ -n "$srv" ] && kill "$srv" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+e2e_tmp
 e2e_need_kvm "the boots"
 busybox=${BUSYBOX:-/bin/busybox}
 [ -x "$busybox" ] && ! ldd "$busybox" >/dev/null 2>&1 || e2e_skip "$busybox is missing or not static (busybox-static)"
@@ -27,7 +21,7 @@ echo from-host >"$tmp/share/in.txt"
 echo served-by-host >"$tmp/www/hello.txt"
 port=$(e2e_free_port)
 (cd "$tmp/www" && exec python3 -m http.server --bind 127.0.0.1 "$port") >/dev/null 2>&1 &
-srv=$!
+srv_pid=$!
 real="real-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 cat >"$tmp/secrets.yaml" <<'EOF'
 TOKEN:

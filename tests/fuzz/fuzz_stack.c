@@ -109,18 +109,6 @@ static void setup(void)
 		abort();
 }
 
-static void put16(uint8_t *b, unsigned v)
-{
-	b[0] = (uint8_t)(v >> 8);
-	b[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *b, uint32_t v)
-{
-	put16(b, v >> 16);
-	put16(b + 2, v & 0xffff);
-}
-
 /* Make f[0, len) look like the guest's: addresses, lengths, checksums;
  * ctl as in the comment at the top. */
 static void plausible(uint8_t *f, size_t len, uint8_t ctl)
@@ -138,7 +126,7 @@ static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 	memcpy(f + 6, guest_mac, 6);
 	if (f[12] == (FRAME_ETH_ARP >> 8) && f[13] == (FRAME_ETH_ARP & 0xff))
 		return;
-	put16(f + 12, FRAME_ETH_IPV4);
+	frame_put16(f + 12, FRAME_ETH_IPV4);
 	if (len < FRAME_ETH_HLEN + 20)
 		return;
 	ip[0] = (ip[0] & 0xf) < 5 ? 0x45 : (uint8_t)(0x40 | (ip[0] & 0xf));
@@ -148,44 +136,44 @@ static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 		ip[0] = 0x45;
 		hl = 20;
 	}
-	put16(ip + 2, (unsigned)tot);
+	frame_put16(ip + 2, (unsigned)tot);
 	ip[6] &= 0x40; /* no fragments */
 	ip[7] = 0;
 	memcpy(ip + 12, guest_ip, 4);
-	put16(ip + 10, 0);
-	put16(ip + 10, frame_csum(ip, hl, 0));
+	frame_put16(ip + 10, 0);
+	frame_put16(ip + 10, frame_csum(ip, hl, 0));
 	l4 = ip + hl;
 	l4len = tot - hl;
 	memcpy(ph, ip + 12, 8);
 	ph[8] = 0;
 	ph[9] = ip[9];
-	put16(ph + 10, (unsigned)l4len);
+	frame_put16(ph + 10, (unsigned)l4len);
 	for (i = 0; i < 12; i += 2)
 		sum += (uint32_t)(ph[i] << 8 | ph[i + 1]);
 	if (ip[9] == FRAME_IP_TCP && l4len >= 20) {
 		if (ctl & 4) {
 			memcpy(ip + 16, gw, 4);
-			put16(l4 + 2, lport);
-			put16(ip + 10, 0);
-			put16(ip + 10, frame_csum(ip, hl, 0));
+			frame_put16(l4 + 2, lport);
+			frame_put16(ip + 10, 0);
+			frame_put16(ip + 10, frame_csum(ip, hl, 0));
 			memcpy(ph + 4, gw, 4);
 			sum = 0;
 			for (i = 0; i < 12; i += 2)
 				sum += (uint32_t)(ph[i] << 8 | ph[i + 1]);
 		}
 		if (ctl & 8) {
-			put32(l4 + 4, next_seq);
-			put32(l4 + 8, next_ack);
+			frame_put32(l4 + 4, next_seq);
+			frame_put32(l4 + 8, next_ack);
 		}
-		put16(l4 + 16, 0);
-		put16(l4 + 16, frame_csum(l4, l4len, sum));
+		frame_put16(l4 + 16, 0);
+		frame_put16(l4 + 16, frame_csum(l4, l4len, sum));
 	} else if (ip[9] == FRAME_IP_UDP && l4len >= 8) {
-		put16(l4 + 4, (unsigned)l4len);
-		put16(l4 + 6, 0);
-		put16(l4 + 6, frame_csum(l4, l4len, sum));
+		frame_put16(l4 + 4, (unsigned)l4len);
+		frame_put16(l4 + 6, 0);
+		frame_put16(l4 + 6, frame_csum(l4, l4len, sum));
 	} else if (ip[9] == FRAME_IP_ICMP && l4len >= 8) {
-		put16(l4 + 2, 0);
-		put16(l4 + 2, frame_csum(l4, l4len, 0));
+		frame_put16(l4 + 2, 0);
+		frame_put16(l4 + 2, frame_csum(l4, l4len, 0));
 	}
 }
 

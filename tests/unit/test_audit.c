@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "netstack/audit.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(format_lines)
 {
@@ -318,13 +319,6 @@ END_TEST
 
 Suite *audit_suite(void)
 {
-	Suite *s = suite_create("audit");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, format_lines);
-	tcase_add_test(tc, escaping_and_bounds);
-	tcase_add_test(tc, file_append);
-	tcase_add_test(tc, open_refuses_foreign_files);
-	tcase_add_test(tc, learn);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("audit", "core", format_lines, escaping_and_bounds,
+			  file_append, open_refuses_foreign_files, learn);
 }

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "lib/b64.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(quantum_rfc4648_vectors)
 {
@@ -38,10 +39,6 @@ END_TEST
 
 Suite *b64_suite(void)
 {
-	Suite *s = suite_create("b64");
-	TCase *tc = tcase_create("b64");
-	tcase_add_test(tc, quantum_rfc4648_vectors);
-	tcase_add_test(tc, values_of_both_alphabets);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("b64", "b64", quantum_rfc4648_vectors,
+			  values_of_both_alphabets);
 }

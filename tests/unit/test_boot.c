@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "vmm/core/boot.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM_SIZE (16ull << 20)
 #define CANARY   0xa5
@@ -862,46 +863,30 @@ END_TEST
 Suite *boot_suite(void)
 {
 	Suite *s = suite_create("boot");
-	TCase *tc = tcase_create("elf");
-	tcase_add_checked_fixture(tc, ram_setup, ram_teardown);
-	tcase_add_test(tc, elf_loads_segments_and_zeroes_bss);
-	tcase_add_test(tc, elf_ignores_other_headers_and_empty_loads);
-	tcase_add_test(tc, elf_adjacent_segments_and_ram_end);
+
+	TCase *tc = unit_case_fixture(s, "elf", ram_setup, ram_teardown, 0,
+				      elf_loads_segments_and_zeroes_bss,
+				      elf_ignores_other_headers_and_empty_loads,
+				      elf_adjacent_segments_and_ram_end,
+				      elf_errors_fit_small_or_no_buffer);
 	tcase_add_loop_test(tc, elf_hostile_refused_untouched, 0, HOSTILE_ELF_CASES);
-	tcase_add_test(tc, elf_errors_fit_small_or_no_buffer);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("bzimage");
-	tcase_add_checked_fixture(tc, ram_setup, ram_teardown);
-	tcase_add_test(tc, bz_relocatable_loads_at_pref_address);
-	tcase_add_test(tc, bz_fixed_and_low_pref_load_at_1mib);
-	tcase_add_test(tc, bz_zero_setup_sects_means_four);
-	tcase_add_test(tc, bz_small_init_size_reserves_payload);
+	tc = unit_case_fixture(s, "bzimage", ram_setup, ram_teardown, 0,
+			       bz_relocatable_loads_at_pref_address,
+			       bz_fixed_and_low_pref_load_at_1mib,
+			       bz_zero_setup_sects_means_four,
+			       bz_small_init_size_reserves_payload);
 	tcase_add_loop_test(tc, bz_hostile_refused_untouched, 0, HOSTILE_BZ_CASES);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("initrd");
-	tcase_add_checked_fixture(tc, ram_setup, ram_teardown);
-	tcase_add_test(tc, initrd_placed_high_aligned_above_kernel);
-	tcase_add_test(tc, initrd_respects_initrd_max);
-	tcase_add_test(tc, initrd_exact_fit);
-	tcase_add_test(tc, initrd_too_big_refused);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("params");
-	tcase_add_checked_fixture(tc, ram_setup, ram_teardown);
-	tcase_add_test(tc, e820_low_only);
-	tcase_add_test(tc, e820_low_and_high);
-	tcase_add_test(tc, e820_truncated_to_max);
-	tcase_add_test(tc, params_elf_zero_page);
-	tcase_add_test(tc, params_no_initrd_and_high_ram);
-	tcase_add_test(tc, params_bzimage_keeps_kernel_header);
-	tcase_add_test(tc, params_gdt);
-	tcase_add_test(tc, params_identity_page_tables);
-	tcase_add_test(tc, cmdline_limit_elf);
-	tcase_add_test(tc, cmdline_limit_bzimage);
-	tcase_add_test(tc, cmdline_one_mib_refused);
-	tcase_add_test(tc, params_tiny_ram_efault);
-	suite_add_tcase(s, tc);
+	unit_case_fixture(s, "initrd", ram_setup, ram_teardown, 0,
+			  initrd_placed_high_aligned_above_kernel,
+			  initrd_respects_initrd_max, initrd_exact_fit,
+			  initrd_too_big_refused);
+	unit_case_fixture(s, "params", ram_setup, ram_teardown, 0,
+			  e820_low_only, e820_low_and_high,
+			  e820_truncated_to_max, params_elf_zero_page,
+			  params_no_initrd_and_high_ram,
+			  params_bzimage_keeps_kernel_header, params_gdt,
+			  params_identity_page_tables, cmdline_limit_elf,
+			  cmdline_limit_bzimage, cmdline_one_mib_refused,
+			  params_tiny_ram_efault);
 	return s;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "netstack/budget.h"
+#include "tests/lib/unit_suite.h"
 
 #define MIB ((size_t)1024 * 1024)
 #define WND (2 * MIB)
@@ -157,12 +158,6 @@ END_TEST
 
 Suite *budget_suite(void)
 {
-	Suite *s = suite_create("budget");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, charges);
-	tcase_add_test(tc, down_room);
-	tcase_add_test(tc, up_give);
-	tcase_add_test(tc, simulation);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("budget", "core", charges, down_room, up_give,
+			  simulation);
 }

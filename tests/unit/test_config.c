@@ -10,6 +10,7 @@
 
 #include "vmm/sandbox/config.h"
 #include "vmm/sandbox/mounts.h"
+#include "tests/lib/unit_suite.h"
 
 #define ERRLEN 512
 #define ALL_KEYS                                                                  \
@@ -1374,48 +1375,22 @@ END_TEST
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
-	TCase *ok = tcase_create("valid");
-	tcase_add_test(ok, disks_section);
-	tcase_add_test(ok, disks_refused);
-	tcase_add_test(ok, full_block_file);
-	tcase_add_test(ok, flow_style_and_unset_keys);
-	tcase_add_test(ok, empty_files_set_nothing);
-	tcase_add_test(ok, memory_forms);
-	tcase_add_test(ok, bool_forms);
-	tcase_add_test(ok, command_string_runs_through_sh);
-	tcase_add_test(ok, relative_paths_follow_the_file);
-	tcase_add_test(ok, load_overlays_and_errors_keep_config);
-	tcase_add_test(ok, example_file_loads);
-	tcase_add_test(ok, mounts_section);
-	tcase_add_test(ok, later_sections_load);
-	tcase_add_test(ok, variables_expand);
-	tcase_add_test(ok, protect_mounts_hides_config_files);
-	tcase_add_test(ok, literal_patterns);
-	tcase_add_test(ok, every_example_loads);
-	suite_add_tcase(s, ok);
 
-	TCase *bad = tcase_create("errors");
-	tcase_add_test(bad, wrong_types);
-	tcase_add_test(bad, out_of_range);
-	tcase_add_test(bad, unknown_keys);
-	tcase_add_test(bad, structure_errors);
-	tcase_add_test(bad, empty_commands);
-	tcase_add_test(bad, syntax_errors);
-	tcase_add_test(bad, files_load_and_fail_clearly);
-	tcase_add_test(bad, mounts_errors);
-	tcase_add_test(bad, mounts_limits);
-	tcase_add_test(bad, later_sections_errors);
-	tcase_add_test(bad, network_dns);
-	suite_add_tcase(s, bad);
-
-	TCase *hostile = tcase_create("hostile");
-	tcase_set_timeout(hostile, 30);
-	tcase_add_test(hostile, anchors_and_aliases_refused);
-	tcase_add_test(hostile, deep_nesting_refused);
-	tcase_add_test(hostile, too_many_nodes_refused);
-	tcase_add_test(hostile, huge_scalars);
-	tcase_add_test(hostile, nul_bytes_and_bad_utf8);
-	tcase_add_test(hostile, error_buffer_edges);
-	suite_add_tcase(s, hostile);
+	unit_case(s, "valid", disks_section, disks_refused, full_block_file,
+		  flow_style_and_unset_keys, empty_files_set_nothing,
+		  memory_forms, bool_forms, command_string_runs_through_sh,
+		  relative_paths_follow_the_file,
+		  load_overlays_and_errors_keep_config, example_file_loads,
+		  mounts_section, later_sections_load, variables_expand,
+		  protect_mounts_hides_config_files, literal_patterns,
+		  every_example_loads);
+	unit_case(s, "errors", wrong_types, out_of_range, unknown_keys,
+		  structure_errors, empty_commands, syntax_errors,
+		  files_load_and_fail_clearly, mounts_errors, mounts_limits,
+		  later_sections_errors, network_dns);
+	unit_case_fixture(s, "hostile", NULL, NULL, 30,
+			  anchors_and_aliases_refused, deep_nesting_refused,
+			  too_many_nodes_refused, huge_scalars,
+			  nul_bytes_and_bad_utf8, error_buffer_edges);
 	return s;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "vmm/core/cpio.h"
+#include "tests/lib/unit_suite.h"
 
 struct entry {
 	char name[1100];
@@ -231,15 +232,9 @@ END_TEST
 
 Suite *cpio_suite(void)
 {
-	Suite *s = suite_create("cpio");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, archive_parses_back);
-	tcase_add_test(tc, every_name_length_pads);
-	tcase_add_test(tc, large_file);
-	tcase_add_test(tc, name_limits);
-	tcase_add_test(tc, errors_are_sticky);
-	tcase_add_test(tc, size_beyond_field_refused_before_reading);
-	tcase_add_test(tc, finish_alone_is_a_valid_archive);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("cpio", "core", archive_parses_back,
+			  every_name_length_pads, large_file, name_limits,
+			  errors_are_sticky,
+			  size_beyond_field_refused_before_reading,
+			  finish_alone_is_a_valid_archive);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "vmm/sandbox/disks.h"
+#include "tests/lib/unit_suite.h"
 
 static char dir[64];
 static char err[1024];
@@ -296,15 +297,7 @@ END_TEST
 
 Suite *disks_suite(void)
 {
-	Suite *s = suite_create("disks");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, parse_good);
-	tcase_add_test(tc, parse_bad);
-	tcase_add_test(tc, sizes);
-	tcase_add_test(tc, create_lock_grow_rm);
-	tcase_add_test(tc, list_and_hostile_folder);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("disks", "core", setup, teardown, 60,
+				  parse_good, parse_bad, sizes,
+				  create_lock_grow_rm, list_and_hostile_folder);
 }

@@ -19,6 +19,7 @@
 
 #include "netstack/dns.h"
 #include "netstack/resolver.h"
+#include "tests/lib/unit_suite.h"
 
 struct pkt {
 	uint8_t b[1024];
@@ -920,25 +921,13 @@ END_TEST
 Suite *dns_suite(void)
 {
 	Suite *s = suite_create("dns");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, query_reply_round_trip);
-	tcase_add_test(tc, error_replies);
-	tcase_add_test(tc, hostile_queries);
-	tcase_add_test(tc, names_and_labels);
-	tcase_add_test(tc, pointer_chains);
-	tcase_add_test(tc, responses);
-	tcase_add_test(tc, filter_rebinding);
-	tcase_add_test(tc, memo);
-	tcase_add_test(tc, build_query);
-	tcase_add_test(tc, server_specs);
-	tcase_add_test(tc, answer_judged);
-	suite_add_tcase(s, tc);
-	TCase *up = tcase_create("upstream");
-	tcase_set_timeout(up, 30);
-	tcase_add_test(up, upstream_answers);
-	tcase_add_test(up, upstream_forgeries);
-	tcase_add_test(up, upstream_truncated);
-	tcase_add_test(up, upstream_failover);
-	suite_add_tcase(s, up);
+
+	unit_case(s, "core", query_reply_round_trip, error_replies,
+		  hostile_queries, names_and_labels, pointer_chains, responses,
+		  filter_rebinding, memo, build_query, server_specs,
+		  answer_judged);
+	unit_case_fixture(s, "upstream", NULL, NULL, 30, upstream_answers,
+			  upstream_forgeries, upstream_truncated,
+			  upstream_failover);
 	return s;
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "lib/errbuf.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(say_fits_and_cuts)
 {
@@ -29,10 +30,6 @@ END_TEST
 
 Suite *errbuf_suite(void)
 {
-	Suite *s = suite_create("errbuf");
-	TCase *tc = tcase_create("errbuf");
-	tcase_add_test(tc, say_fits_and_cuts);
-	tcase_add_test(tc, fail_returns_rc);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("errbuf", "errbuf", say_fits_and_cuts,
+			  fail_returns_rc);
 }

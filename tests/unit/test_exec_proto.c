@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "proto/exec_proto.h"
+#include "tests/lib/unit_suite.h"
 
 static char *argv3[] = { "sh", "-c", "echo hi", NULL };
 static char *env2[] = { "HOME=/root", "TERM=xterm", NULL };
@@ -382,22 +383,13 @@ END_TEST
 
 Suite *exec_proto_suite(void)
 {
-	Suite *s = suite_create("exec_proto");
-	TCase *tc = tcase_create("codec");
-	tcase_add_test(tc, exec_round_trip);
-	tcase_add_test(tc, exec_minimal_and_empty_cwd);
-	tcase_add_test(tc, exec_encode_refuses);
-	tcase_add_test(tc, exec_every_truncation_fails);
-	tcase_add_test(tc, exec_trailing_bytes_fail);
-	tcase_add_test(tc, exec_hostile_counts);
-	tcase_add_test(tc, exec_strings_without_nul);
-	tcase_add_test(tc, exec_env_needs_equals_and_flags_known);
-	tcase_add_test(tc, exec_max_strings);
-	tcase_add_test(tc, check_types_and_lengths);
-	tcase_add_test(tc, small_frames);
-	tcase_add_test(tc, reader_byte_at_a_time);
-	tcase_add_test(tc, reader_oversized_and_max);
-	tcase_add_test(tc, reader_slides_partial_frames);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("exec_proto", "codec", exec_round_trip,
+			  exec_minimal_and_empty_cwd, exec_encode_refuses,
+			  exec_every_truncation_fails, exec_trailing_bytes_fail,
+			  exec_hostile_counts, exec_strings_without_nul,
+			  exec_env_needs_equals_and_flags_known,
+			  exec_max_strings, check_types_and_lengths,
+			  small_frames, reader_byte_at_a_time,
+			  reader_oversized_and_max,
+			  reader_slides_partial_frames);
 }

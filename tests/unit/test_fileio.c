@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/fileio.h"
+#include "tests/lib/unit_suite.h"
 
 static char dir[64], file[128];
 
@@ -116,6 +117,46 @@ START_TEST(write_all_writes_everything)
 }
 END_TEST
 
+START_TEST(positioned_read_and_write)
+{
+	char got[8];
+	int fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fileio_pwrite_all(fd, "world", 5, 6), 0);
+	ck_assert_int_eq(fileio_pwrite_all(fd, "hello ", 6, 0), 0);
+	/* The file offset is not moved. */
+	ck_assert_int_eq(lseek(fd, 0, SEEK_CUR), 0);
+	ck_assert_int_eq(fileio_pread_all(fd, got, 5, 6), 0);
+	ck_assert_mem_eq(got, "world", 5);
+	ck_assert_int_eq(fileio_pread_all(fd, got, 0, 11), 0);
+	/* Past the end, and across it: the file ends first. */
+	ck_assert_int_eq(fileio_pread_all(fd, got, 1, 11), -ENODATA);
+	ck_assert_int_eq(fileio_pread_all(fd, got, 8, 6), -ENODATA);
+	ck_assert_mem_eq(got, "world", 5);
+	close(fd);
+	ck_assert_int_eq(fileio_pread_all(fd, got, 1, 0), -EBADF);
+	ck_assert_int_eq(fileio_pwrite_all(fd, "x", 1, 0), -EBADF);
+}
+END_TEST
+
+START_TEST(names)
+{
+	ck_assert(fileio_name_ok("a", 3, "."));
+	ck_assert(fileio_name_ok("A-z_0.9", 7, "."));
+	ck_assert(fileio_name_ok("-x", 2, "."));
+	ck_assert(!fileio_name_ok("-x", 2, ".-"));
+	ck_assert(!fileio_name_ok("", 3, "."));
+	ck_assert(!fileio_name_ok("abcd", 3, "."));
+	ck_assert(!fileio_name_ok(".", 3, "."));
+	ck_assert(!fileio_name_ok("..", 3, "."));
+	ck_assert(!fileio_name_ok(".a", 3, "."));
+	ck_assert(fileio_name_ok(".a", 3, ""));
+	ck_assert(!fileio_name_ok("a/b", 3, "."));
+	ck_assert(!fileio_name_ok("a b", 3, "."));
+	ck_assert(!fileio_name_ok("\xc3\xa9", 3, "."));
+}
+END_TEST
+
 START_TEST(slurp_procfs_file)
 {
 	/* procfs reports size 0: the buffer grows past what stat said. */
@@ -176,14 +217,9 @@ END_TEST
 
 Suite *fileio_suite(void)
 {
-	Suite *s = suite_create("fileio");
-	TCase *tc = tcase_create("fileio");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, slurp_whole_file);
-	tcase_add_test(tc, slurp_refusals);
-	tcase_add_test(tc, write_all_writes_everything);
-	tcase_add_test(tc, slurp_procfs_file);
-	tcase_add_test(tc, write_atomic_replaces);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("fileio", "fileio", setup, teardown, 0,
+				  slurp_whole_file, slurp_refusals,
+				  write_all_writes_everything,
+				  slurp_procfs_file, write_atomic_replaces,
+				  positioned_read_and_write, names);
 }

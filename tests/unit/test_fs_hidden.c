@@ -18,6 +18,7 @@
 #include "devices/fs_passthrough.h"
 #include "devices/fuse_server.h"
 #include "tests/lib/tmp_tree.h"
+#include "tests/lib/unit_suite.h"
 
 static char dir[64];
 static struct fs_passthrough *fs;
@@ -471,16 +472,9 @@ END_TEST
 
 Suite *fs_hidden_suite(void)
 {
-	Suite *s = suite_create("fs_hidden");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, pattern_set);
-	tcase_add_test(tc, case_insensitive);
-	tcase_add_test(tc, folded_spellings);
-	tcase_add_test(tc, default_copies);
-	tcase_add_test(tc, hidden_extra_adds);
-	tcase_add_test(tc, rename_keeps_path_patterns);
-	tcase_add_test(tc, host_rename_rechecked);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("fs_hidden", "core", setup, teardown, 0,
+				  pattern_set, case_insensitive,
+				  folded_spellings, default_copies,
+				  hidden_extra_adds, rename_keeps_path_patterns,
+				  host_rename_rechecked);
 }

@@ -13,6 +13,7 @@
 
 #include "devices/fs_passthrough.h"
 #include "tests/lib/tmp_tree.h"
+#include "tests/lib/unit_suite.h"
 
 static char dir[64];
 static struct fs_passthrough *fs;
@@ -289,18 +290,14 @@ END_TEST
 
 Suite *fs_passthrough_suite(void)
 {
-	Suite *s = suite_create("fs_passthrough");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, new_checks_its_config);
-	tcase_add_test(tc, lookups_counted_and_forgotten);
-	tcase_add_test(tc, names_refused_and_hidden);
-	tcase_add_test(tc, symlinks_never_followed);
-	tcase_add_test(tc, handles_open_read_release);
-	tcase_add_test(tc, fd_cap_reopens_by_name);
-	tcase_add_test(tc, reopen_checks_identity);
-	tcase_add_test(tc, renamed_node_keeps_its_name);
-	tcase_add_test(tc, reset_forgets_everything);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("fs_passthrough", "core", setup, teardown, 0,
+				  new_checks_its_config,
+				  lookups_counted_and_forgotten,
+				  names_refused_and_hidden,
+				  symlinks_never_followed,
+				  handles_open_read_release,
+				  fd_cap_reopens_by_name,
+				  reopen_checks_identity,
+				  renamed_node_keeps_its_name,
+				  reset_forgets_everything);
 }

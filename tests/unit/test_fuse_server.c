@@ -15,6 +15,7 @@
 #include "devices/fs_passthrough.h"
 #include "devices/fuse_server.h"
 #include "tests/lib/tmp_tree.h"
+#include "tests/lib/unit_suite.h"
 
 static char dir[64];
 static struct fs_passthrough *fs;
@@ -1499,40 +1500,25 @@ END_TEST
 
 Suite *fuse_server_suite(void)
 {
-	Suite *s = suite_create("fuse_server");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, init_negotiates);
-	tcase_add_test(tc, init_versions);
-	tcase_add_test(tc, requests_before_init_fail);
-	tcase_add_test(tc, truncated_and_mismatched_headers);
-	tcase_add_test(tc, hostile_names);
-	tcase_add_test(tc, unknown_opcodes);
-	tcase_add_test(tc, bad_nodeids_and_handles);
-	tcase_add_test(tc, lookup_counts_and_forgets);
-	tcase_add_test(tc, readdir_hides_and_bounds);
-	tcase_add_test(tc, readdirplus_skips_held_entries);
-	tcase_add_test(tc, no_opendir_lists_nodes);
-	tcase_add_test(tc, keep_opendir_config);
-	tcase_add_test(tc, handle_mode_refuses_no_fh);
-	tcase_add_test(tc, open_dir_failure_gives_back);
-	tcase_add_test(tc, no_opendir_fd_cap);
-	tcase_add_test(tc, no_opendir_hides);
-	tcase_add_test(tc, getattr_handle_of_another_node);
-	tcase_add_test(tc, write_read_and_sizes);
-	tcase_add_test(tc, hidden_names);
-	tcase_add_test(tc, default_hidden);
-	tcase_add_test(tc, readonly_refuses_writes);
-	tcase_add_test(tc, confinement);
-	tcase_add_test(tc, fd_cap);
-	tcase_add_test(tc, reopen_checks_identity);
-	tcase_add_test(tc, renames_and_unlinks_tracked);
-	tcase_add_test(tc, anchored_hidden);
-	tcase_add_test(tc, posix_locks_never_block);
-	tcase_add_test(tc, destroy_resets);
-	tcase_add_test(tc, concurrent_requests);
-	tcase_add_test(tc, concurrent_no_opendir);
-	tcase_add_test(tc, reset_while_busy);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("fuse_server", "core", setup, teardown, 0,
+				  init_negotiates, init_versions,
+				  requests_before_init_fail,
+				  truncated_and_mismatched_headers,
+				  hostile_names, unknown_opcodes,
+				  bad_nodeids_and_handles,
+				  lookup_counts_and_forgets,
+				  readdir_hides_and_bounds,
+				  readdirplus_skips_held_entries,
+				  no_opendir_lists_nodes, keep_opendir_config,
+				  handle_mode_refuses_no_fh,
+				  open_dir_failure_gives_back,
+				  no_opendir_fd_cap, no_opendir_hides,
+				  getattr_handle_of_another_node,
+				  write_read_and_sizes, hidden_names,
+				  default_hidden, readonly_refuses_writes,
+				  confinement, fd_cap, reopen_checks_identity,
+				  renames_and_unlinks_tracked, anchored_hidden,
+				  posix_locks_never_block, destroy_resets,
+				  concurrent_requests, concurrent_no_opendir,
+				  reset_while_busy);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "lib/grow.h"
+#include "tests/lib/unit_suite.h"
 
 struct pair {
 	uint64_t a, b;
@@ -87,11 +88,6 @@ END_TEST
 
 Suite *grow_suite(void)
 {
-	Suite *s = suite_create("grow");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, doubles_from_first);
-	tcase_add_test(tc, bounded_by_max);
-	tcase_add_test(tc, impossible_sizes);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("grow", "core", doubles_from_first, bounded_by_max,
+			  impossible_sizes);
 }

@@ -10,6 +10,7 @@
 
 #include "lib/frame.h"
 #include "lib/gso.h"
+#include "tests/lib/unit_suite.h"
 
 #define MAXF 512
 
@@ -23,28 +24,6 @@ static struct out {
 	size_t len;
 } outs[MAXF];
 static size_t nouts;
-
-static void put16(uint8_t *b, unsigned v)
-{
-	b[0] = (uint8_t)(v >> 8);
-	b[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *b, uint32_t v)
-{
-	put16(b, v >> 16);
-	put16(b + 2, v & 0xffff);
-}
-
-static unsigned get16(const uint8_t *b)
-{
-	return (unsigned)(b[0] << 8 | b[1]);
-}
-
-static uint32_t get32(const uint8_t *b)
-{
-	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
 
 static void collect(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t len)
 {
@@ -74,7 +53,7 @@ static uint16_t tcp_sum(const uint8_t *f, size_t tcplen)
 	memcpy(ph, f + 26, 8);
 	ph[8] = 0;
 	ph[9] = FRAME_IP_TCP;
-	put16(ph + 10, (unsigned)tcplen);
+	frame_put16(ph + 10, (unsigned)tcplen);
 	return frame_csum(f + 34, tcplen, (uint32_t)(uint16_t)~frame_csum(ph, 12, 0));
 }
 
@@ -87,26 +66,26 @@ static size_t seg(uint8_t *f, uint16_t sport, uint32_t seq, uint32_t ack, uint8_
 	memset(f, 0, 54);
 	memcpy(f, gmac, 6);
 	memcpy(f + 6, wmac, 6);
-	put16(f + 12, FRAME_ETH_IPV4);
+	frame_put16(f + 12, FRAME_ETH_IPV4);
 	f[14] = 0x45;
-	put16(f + 16, (unsigned)(len - 14));
-	put16(f + 18, ipid);
+	frame_put16(f + 16, (unsigned)(len - 14));
+	frame_put16(f + 18, ipid);
 	f[22] = 255;
 	f[23] = FRAME_IP_TCP;
 	f[26] = 10, f[27] = 0, f[28] = 2, f[29] = 2;
 	f[30] = 10, f[31] = 0, f[32] = 2, f[33] = 15;
-	put16(f + 24, frame_csum(f + 14, 20, 0));
-	put16(f + 34, sport);
-	put16(f + 36, 40000);
-	put32(f + 38, seq);
-	put32(f + 42, ack);
+	frame_put16(f + 24, frame_csum(f + 14, 20, 0));
+	frame_put16(f + 34, sport);
+	frame_put16(f + 36, 40000);
+	frame_put32(f + 38, seq);
+	frame_put32(f + 42, ack);
 	f[46] = 5 << 4;
 	f[47] = flags;
-	put16(f + 48, 0xffff);
+	frame_put16(f + 48, 0xffff);
 	memset(f + 54, fill, plen);
 	for (size_t i = 0; i < plen; i += 97)
 		f[54 + i] = (uint8_t)(seq + i); /* distinct bytes catch misplaced payload */
-	put16(f + 50, tcp_sum(f, len - 34));
+	frame_put16(f + 50, tcp_sum(f, len - 34));
 	return len;
 }
 
@@ -116,8 +95,8 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 {
 	const uint8_t *f = o->f;
 	size_t hlen = o->h.hdr_len, mss = o->h.gso_size, off, i = 0;
-	uint32_t seq = get32(f + 38);
-	unsigned id = get16(f + 18);
+	uint32_t seq = frame_get32(f + 38);
+	unsigned id = frame_get16(f + 18);
 
 	if (o->h.gso_type == GSO_TYPE_NONE) {
 		ck_assert_uint_le(o->len, FRAME_MAX);
@@ -128,7 +107,7 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 			ck_assert_uint_eq(o->h.flags, GSO_F_NEEDS_CSUM);
 			ck_assert_uint_eq(o->h.csum_start, 34);
 			ck_assert_uint_eq(o->h.csum_offset, 16);
-			put16(segs[*n] + 50, frame_csum(segs[*n] + 34, o->len - 34, 0));
+			frame_put16(segs[*n] + 50, frame_csum(segs[*n] + 34, o->len - 34, 0));
 		}
 		lens[(*n)++] = o->len;
 		return;
@@ -140,7 +119,7 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 	ck_assert_uint_eq(hlen, 54);
 	ck_assert_uint_le(o->len, GSO_FRAME_MAX);
 	ck_assert_uint_gt(o->len, hlen + mss); /* more than one segment */
-	ck_assert_uint_eq(get16(f + 16), o->len - 14);
+	ck_assert_uint_eq(frame_get16(f + 16), o->len - 14);
 	ck_assert_uint_eq(frame_csum(f + 14, 20, 0), 0);
 	/* The partial checksum: the pseudo-header with the whole TCP length. */
 	{
@@ -149,14 +128,14 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 		memcpy(ph, f + 26, 8);
 		ph[8] = 0;
 		ph[9] = FRAME_IP_TCP;
-		put16(ph + 10, (unsigned)(o->len - 34));
-		ck_assert_uint_eq(get16(f + 50), (uint16_t)~frame_csum(ph, 12, 0));
+		frame_put16(ph + 10, (unsigned)(o->len - 34));
+		ck_assert_uint_eq(frame_get16(f + 50), (uint16_t)~frame_csum(ph, 12, 0));
 		/* Completing it gives the checksum of the whole segment. */
 		uint8_t *c = malloc(o->len);
 		memcpy(c, f, o->len);
-		put16(c + 50, 0);
+		frame_put16(c + 50, 0);
 		uint16_t want = tcp_sum(c, o->len - 34);
-		put16(c + 50, get16(f + 50));
+		frame_put16(c + 50, frame_get16(f + 50));
 		ck_assert_uint_eq(frame_csum(c + 34, o->len - 34, 0), want);
 		free(c);
 	}
@@ -166,15 +145,15 @@ static void segment(const struct out *o, uint8_t **segs, size_t *lens, size_t *n
 
 		memcpy(s, f, hlen);
 		memcpy(s + hlen, f + off, plen);
-		put16(s + 16, (unsigned)(len - 14));
-		put16(s + 18, (id + i) & 0xffff);
-		put16(s + 24, 0);
-		put16(s + 24, frame_csum(s + 14, 20, 0));
-		put32(s + 38, seq + (uint32_t)(off - hlen));
+		frame_put16(s + 16, (unsigned)(len - 14));
+		frame_put16(s + 18, (id + i) & 0xffff);
+		frame_put16(s + 24, 0);
+		frame_put16(s + 24, frame_csum(s + 14, 20, 0));
+		frame_put32(s + 38, seq + (uint32_t)(off - hlen));
 		if (off + plen < o->len)
 			s[47] &= (uint8_t)~(FRAME_TCP_PSH | FRAME_TCP_FIN);
-		put16(s + 50, 0);
-		put16(s + 50, tcp_sum(s, len - 34));
+		frame_put16(s + 50, 0);
+		frame_put16(s + 50, tcp_sum(s, len - 34));
 		segs[*n] = s;
 		lens[(*n)++] = len;
 	}
@@ -328,7 +307,7 @@ START_TEST(interleaved)
 	}
 	ck_assert_uint_eq(roundtrip(frames, flen, n, GSO_FRAME_MAX), 4);
 	ck_assert_uint_eq(outs[0].h.gso_type, GSO_TYPE_TCPV4);
-	ck_assert_uint_eq(get16(outs[1].f + 34), 443);
+	ck_assert_uint_eq(frame_get16(outs[1].f + 34), 443);
 	ck_assert_uint_eq(outs[3].h.gso_type, GSO_TYPE_TCPV4);
 }
 END_TEST
@@ -366,9 +345,9 @@ START_TEST(stoppers)
 		flen[n] = seg(frames[n], 80, seq, 1 + (uint32_t)cases[c].ack_diff, cases[c].flags, (uint16_t)n,
 			      cases[c].plen, 4);
 		if (cases[c].win_diff) {
-			put16(frames[n] + 48, 1000);
-			put16(frames[n] + 50, 0);
-			put16(frames[n] + 50, tcp_sum(frames[n], flen[n] - 34));
+			frame_put16(frames[n] + 48, 1000);
+			frame_put16(frames[n] + 50, 0);
+			frame_put16(frames[n] + 50, tcp_sum(frames[n], flen[n] - 34));
 		}
 		seq += (uint32_t)cases[c].plen + ((cases[c].flags & (FRAME_TCP_SYN | FRAME_TCP_FIN)) ? 1 : 0);
 		n++;
@@ -426,7 +405,7 @@ START_TEST(other_frames)
 		opt[14] = 0x46;
 		memset(opt + 34, 1, 4); /* four NOPs */
 		memcpy(opt + 38, frames[3] + 34, flen[3] - 34);
-		put16(opt + 16, (unsigned)(flen[3] + 4 - 14));
+		frame_put16(opt + 16, (unsigned)(flen[3] + 4 - 14));
 		gso_init(&g, GSO_FRAME_MAX, collect, NULL);
 		for (size_t i = 0; i < 3; i++)
 			gso_add(&g, frames[i], flen[i]);
@@ -435,7 +414,7 @@ START_TEST(other_frames)
 		gso_flush(&g);
 		ck_assert_uint_eq(nouts, 4);
 		ck_assert_uint_eq(outs[0].h.gso_type, GSO_TYPE_TCPV4);
-		ck_assert_uint_eq(get16(outs[1].f + 12), FRAME_ETH_ARP);
+		ck_assert_uint_eq(frame_get16(outs[1].f + 12), FRAME_ETH_ARP);
 		ck_assert_mem_eq(outs[2].f, opt, flen[3] + 4);
 		ck_assert_uint_eq(outs[3].h.gso_type, GSO_TYPE_NONE);
 	}
@@ -559,20 +538,9 @@ END_TEST
 
 Suite *gso_suite(void)
 {
-	Suite *s = suite_create("gso");
-	TCase *tc = tcase_create("core");
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, one_burst);
-	tcase_add_test(tc, alone_unchanged);
-	tcase_add_test(tc, bounded);
-	tcase_add_test(tc, interleaved);
-	tcase_add_test(tc, stoppers);
-	tcase_add_test(tc, push_and_short_end_a_frame);
-	tcase_add_test(tc, other_frames);
-	tcase_add_test(tc, segment_refuses);
-	tcase_add_test(tc, hostile_lengths);
-	tcase_add_test(tc, partial_checksums);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("gso", "core", setup, teardown, 0, one_burst,
+				  alone_unchanged, bounded, interleaved,
+				  stoppers, push_and_short_end_a_frame,
+				  other_frames, segment_refuses,
+				  hostile_lengths, partial_checksums);
 }

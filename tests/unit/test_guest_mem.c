@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "lib/guest_mem.h"
+#include "tests/lib/unit_suite.h"
 
 static uint8_t ram_lo[4096], ram_hi[4096];
 
@@ -72,13 +73,8 @@ END_TEST
 
 Suite *guest_mem_suite(void)
 {
-	Suite *s = suite_create("guest_mem");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, inside_ranges_map);
-	tcase_add_test(tc, outside_and_straddling_refused);
-	tcase_add_test(tc, overflowing_sums_refused);
-	tcase_add_test(tc, copy_helpers_are_all_or_nothing);
-	tcase_add_test(tc, bad_regions_refused);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("guest_mem", "core", inside_ranges_map,
+			  outside_and_straddling_refused,
+			  overflowing_sums_refused,
+			  copy_helpers_are_all_or_nothing, bad_regions_refused);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "vmm/sandbox/guestfiles.h"
+#include "tests/lib/unit_suite.h"
 
 static uint8_t *find(uint8_t *b, size_t len, const char *s)
 {
@@ -95,12 +96,7 @@ END_TEST
 
 Suite *guestfiles_suite(void)
 {
-	Suite *s = suite_create("guestfiles");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, appends_padded_archive);
-	tcase_add_test(tc, no_ca_no_file);
-	tcase_add_test(tc, refuses_bad_entries_unchanged);
-	tcase_add_test(tc, refuses_bad_hostnames_unchanged);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("guestfiles", "core", appends_padded_archive,
+			  no_ca_no_file, refuses_bad_entries_unchanged,
+			  refuses_bad_hostnames_unchanged);
 }

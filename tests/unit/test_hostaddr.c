@@ -15,6 +15,7 @@
 #include "lwip/tcpip.h"
 #include "netstack/hostaddr.h"
 #include "vmm/sandbox/lockdown.h"
+#include "tests/lib/unit_suite.h"
 
 static struct policy_addr A(const char *s)
 {
@@ -157,12 +158,10 @@ END_TEST
 Suite *hostaddr_suite(void)
 {
 	Suite *s = suite_create("hostaddr");
-	TCase *tc = tcase_create("core");
-	tcase_set_timeout(tc, 20);
-	tcase_add_test(tc, addresses_as_they_are_now);
-	tcase_add_test(tc, ipv6);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("lockdown");
+
+	unit_case_fixture(s, "core", NULL, NULL, 20, addresses_as_they_are_now,
+			  ipv6);
+	TCase *tc = tcase_create("lockdown");
 	tcase_set_timeout(tc, 20);
 	tcase_add_exit_test(tc, under_the_lockdown, 0);
 	suite_add_tcase(s, tc);

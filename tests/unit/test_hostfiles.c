@@ -13,6 +13,7 @@
 
 #include "devices/fs_passthrough.h"
 #include "tests/lib/tmp_tree.h"
+#include "tests/lib/unit_suite.h"
 #include "vmm/sandbox/config.h"
 #include "vmm/sandbox/hostfiles.h"
 #include "vmm/sandbox/mounts.h"
@@ -270,14 +271,9 @@ END_TEST
 
 Suite *hostfiles_suite(void)
 {
-	Suite *s = suite_create("hostfiles");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, walk_plain_missing_and_outside);
-	tcase_add_test(tc, walk_through_links);
-	tcase_add_test(tc, protect_hides_run_files);
-	tcase_add_test(tc, protect_refuses_hard_links_and_image_root);
-	tcase_add_test(tc, folders_against_shares);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("hostfiles", "core", setup, teardown, 0,
+				  walk_plain_missing_and_outside,
+				  walk_through_links, protect_hides_run_files,
+				  protect_refuses_hard_links_and_image_root,
+				  folders_against_shares);
 }

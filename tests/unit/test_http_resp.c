@@ -11,6 +11,7 @@
 #include "netstack/http_resp.h"
 #include "netstack/secrets.h"
 #include "tests/lib/secret_set.h"
+#include "tests/lib/unit_suite.h"
 
 #define V "ghp_R3alT0kenValue42"
 #define PH "$KBOX_TOK***********" /* as long as V */
@@ -332,15 +333,12 @@ Suite *http_resp_suite(void)
 {
 	ts_yaml = yaml;
 	Suite *s = suite_create("http_resp");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, ts_setup, ts_teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, content_length_body_and_head);
-	tcase_add_test(tc, chunked_across_chunks_and_trailer);
-	tcase_add_test(tc, close_delimited_and_opaque);
-	tcase_add_test(tc, no_body_interim_and_pipelined);
+	TCase *tc = unit_case_fixture(s, "core", ts_setup, ts_teardown, 60,
+				      content_length_body_and_head,
+				      chunked_across_chunks_and_trailer,
+				      close_delimited_and_opaque,
+				      no_body_interim_and_pipelined,
+				      cut_short_drops_the_held_part);
 	tcase_add_loop_test(tc, refused, 0, sizeof refusals / sizeof refusals[0]);
-	tcase_add_test(tc, cut_short_drops_the_held_part);
-	suite_add_tcase(s, tc);
 	return s;
 }

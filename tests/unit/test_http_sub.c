@@ -18,6 +18,7 @@
 #include "netstack/http_sub.h"
 #include "netstack/secrets.h"
 #include "tests/lib/secret_set.h"
+#include "tests/lib/unit_suite.h"
 
 #define API "api.example.com"
 
@@ -978,29 +979,17 @@ Suite *http_sub_suite(void)
 {
 	ts_yaml = secrets_yaml;
 	Suite *s = suite_create("http_sub");
-	TCase *tc = tcase_create("http_sub");
-	tcase_add_checked_fixture(tc, ts_setup, ts_teardown);
-	tcase_set_timeout(tc, 120);
+	TCase *tc = unit_case_fixture(s, "http_sub", ts_setup, ts_teardown, 120,
+				      placeholder_after_upgrade, audit_events,
+				      reply_is_a_complete_response, limits,
+				      streaming_and_backpressure,
+				      no_secrets_and_bad_sni, finish_mid_body,
+				      identity_asked_where_secrets_go,
+				      trace_refused_405, request_queue);
 	int n = (int)(sizeof cases / sizeof cases[0]);
 	tcase_add_loop_test(tc, table_whole, 0, n);
 	tcase_add_loop_test(tc, table_every_split, 0, n);
-	tcase_add_test(tc, placeholder_after_upgrade);
-	tcase_add_test(tc, audit_events);
-	tcase_add_test(tc, reply_is_a_complete_response);
-	tcase_add_test(tc, limits);
-	tcase_add_test(tc, streaming_and_backpressure);
-	tcase_add_test(tc, no_secrets_and_bad_sni);
-	tcase_add_test(tc, finish_mid_body);
-	tcase_add_test(tc, identity_asked_where_secrets_go);
-	tcase_add_test(tc, trace_refused_405);
-	tcase_add_test(tc, request_queue);
-	suite_add_tcase(s, tc);
-	TCase *rc = tcase_create("real clients");
-	tcase_add_checked_fixture(rc, ts_setup, ts_teardown);
-	tcase_set_timeout(rc, 60);
-	tcase_add_test(rc, real_curl);
-	tcase_add_test(rc, real_python);
-	tcase_add_test(rc, real_node);
-	suite_add_tcase(s, rc);
+	unit_case_fixture(s, "real clients", ts_setup, ts_teardown, 60,
+			  real_curl, real_python, real_node);
 	return s;
 }

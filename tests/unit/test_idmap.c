@@ -20,6 +20,7 @@
 #include "devices/fuse_server.h"
 #include "devices/idmap.h"
 #include "tests/lib/tmp_tree.h"
+#include "tests/lib/unit_suite.h"
 
 /* The user the tests pretend kbox runs as (kuser on the dev machines). */
 #define OWNER 1002u
@@ -507,19 +508,12 @@ END_TEST
 Suite *idmap_suite(void)
 {
 	Suite *s = suite_create("idmap");
-	TCase *pure = tcase_create("map");
-	tcase_add_test(pure, identity_when_owner_is_root);
-	tcase_add_test(pure, owner_is_guest_root);
-	suite_add_tcase(s, pure);
-	TCase *tc = tcase_create("server");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, running_user_is_guest_root);
-	tcase_add_test(tc, attributes_are_mapped);
-	tcase_add_test(tc, chown_maps_back_or_refuses);
-	tcase_add_test(tc, chown_as_ordinary_user);
-	tcase_add_test(tc, new_nodes_get_the_request_owner);
-	tcase_add_test(tc, umask_applied_once);
-	tcase_add_test(tc, fifos_and_sockets);
-	suite_add_tcase(s, tc);
+
+	unit_case(s, "map", identity_when_owner_is_root, owner_is_guest_root);
+	unit_case_fixture(s, "server", setup, teardown, 0,
+			  running_user_is_guest_root, attributes_are_mapped,
+			  chown_maps_back_or_refuses, chown_as_ordinary_user,
+			  new_nodes_get_the_request_owner, umask_applied_once,
+			  fifos_and_sockets);
 	return s;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "vmm/image/image.h"
+#include "tests/lib/unit_suite.h"
 
 static char tmp[64];
 
@@ -456,21 +457,9 @@ END_TEST
 
 Suite *image_suite(void)
 {
-	Suite *s = suite_create("image");
-	TCase *tc = tcase_create("image");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, json_values);
-	tcase_add_test(tc, json_unicode);
-	tcase_add_test(tc, json_refused);
-	tcase_add_test(tc, docker_manifest);
-	tcase_add_test(tc, oci_index);
-	tcase_add_test(tc, oci_manifest);
-	tcase_add_test(tc, names);
-	tcase_add_test(tc, whiteouts);
-	tcase_add_test(tc, layers_whiteouts);
-	tcase_add_test(tc, layers_refused);
-	tcase_add_test(tc, layers_capped);
-	tcase_add_test(tc, store_ops);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("image", "image", setup, teardown, 0,
+				  json_values, json_unicode, json_refused,
+				  docker_manifest, oci_index, oci_manifest,
+				  names, whiteouts, layers_whiteouts,
+				  layers_refused, layers_capped, store_ops);
 }

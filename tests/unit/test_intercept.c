@@ -16,6 +16,7 @@
 #include "netstack/secrets.h"
 #include "netstack/tls_cert.h"
 #include "netstack/tls_trust.h"
+#include "tests/lib/unit_suite.h"
 
 #define NAME "api.example.test"
 
@@ -480,18 +481,13 @@ END_TEST
 
 Suite *intercept_suite(void)
 {
-	Suite *s = suite_create("intercept");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, plain_http_is_spliced_byte_exact);
-	tcase_add_test(tc, decisions_by_name);
-	tcase_add_test(tc, partial_hello_waits_then_decides);
-	tcase_add_test(tc, malformed_hello_refused_server_first_spliced);
-	tcase_add_test(tc, secret_substituted_for_its_host);
-	tcase_add_test(tc, placeholder_elsewhere_blocked_with_403);
-	tcase_add_test(tc, reflected_value_comes_back_as_placeholder);
-	tcase_add_test(tc, compressed_response_refused_trace_405);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("intercept", "core", setup, teardown, 60,
+				  plain_http_is_spliced_byte_exact,
+				  decisions_by_name,
+				  partial_hello_waits_then_decides,
+				  malformed_hello_refused_server_first_spliced,
+				  secret_substituted_for_its_host,
+				  placeholder_elsewhere_blocked_with_403,
+				  reflected_value_comes_back_as_placeholder,
+				  compressed_response_refused_trace_405);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "tests/lib/tmp_tree.h"
+#include "tests/lib/unit_suite.h"
 #include "vmm/core/klog.h"
 
 static void feed_str(struct klog *k, const char *s)
@@ -331,21 +332,13 @@ END_TEST
 
 Suite *klog_suite(void)
 {
-	Suite *s = suite_create("klog");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, exit_marker_bytewise_crlf);
-	tcase_add_test(tc, exit_marker_odd_chunks);
-	tcase_add_test(tc, exit_marker_values);
-	tcase_add_test(tc, malformed_marker_keeps_earlier_code);
-	tcase_add_test(tc, panic_captured_once);
-	tcase_add_test(tc, init_failure_markers);
-	tcase_add_test(tc, partial_line_needs_flush);
-	tcase_add_test(tc, long_lines_split);
-	tcase_add_test(tc, nul_bytes_dropped);
-	tcase_add_test(tc, log_file_exact);
-	tcase_add_test(tc, open_default_under_state_home);
-	tcase_add_test(tc, open_falls_back_when_home_unusable);
-	tcase_add_test(tc, open_links_named_paths_and_no_place);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("klog", "core", exit_marker_bytewise_crlf,
+			  exit_marker_odd_chunks, exit_marker_values,
+			  malformed_marker_keeps_earlier_code,
+			  panic_captured_once, init_failure_markers,
+			  partial_line_needs_flush, long_lines_split,
+			  nul_bytes_dropped, log_file_exact,
+			  open_default_under_state_home,
+			  open_falls_back_when_home_unusable,
+			  open_links_named_paths_and_no_place);
 }

@@ -8,6 +8,7 @@
 #include <linux/landlock.h>
 
 #include "vmm/sandbox/lockdown.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(refusal_names_call_and_request)
 {
@@ -107,13 +108,8 @@ END_TEST
 
 Suite *lockdown_suite(void)
 {
-	Suite *s = suite_create("lockdown");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, refusal_names_call_and_request);
-	tcase_add_test(tc, refusal_never_overflows);
-	tcase_add_test(tc, landlock_rights_follow_the_abi);
-	tcase_add_test(tc, landlock_rights_are_narrow);
-	tcase_add_test(tc, setuid_start_is_detected);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("lockdown", "core", refusal_names_call_and_request,
+			  refusal_never_overflows,
+			  landlock_rights_follow_the_abi,
+			  landlock_rights_are_narrow, setuid_start_is_detected);
 }

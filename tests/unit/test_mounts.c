@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "vmm/sandbox/mounts.h"
+#include "tests/lib/unit_suite.h"
 
 static char dir[64], file[96], envf[96], pem[96];
 static struct mounts ms;
@@ -316,19 +317,9 @@ END_TEST
 
 Suite *mounts_suite(void)
 {
-	Suite *s = suite_create("mounts");
-	TCase *tc = tcase_create("parse");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, good);
-	tcase_add_test(tc, host_with_colon);
-	tcase_add_test(tc, refused);
-	tcase_add_test(tc, limits);
-	tcase_add_test(tc, add_with_hidden);
-	tcase_add_test(tc, add_with_hidden_extra);
-	tcase_add_test(tc, add_with_empty_hidden_list);
-	tcase_add_test(tc, default_hidden_list);
-	tcase_add_test(tc, add_refused);
-	tcase_add_test(tc, image);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("mounts", "parse", setup, teardown, 0, good,
+				  host_with_colon, refused, limits,
+				  add_with_hidden, add_with_hidden_extra,
+				  add_with_empty_hidden_list,
+				  default_hidden_list, add_refused, image);
 }

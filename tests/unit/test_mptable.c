@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vmm/core/mptable.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM_SIZE 0x100000u
 
@@ -194,14 +195,7 @@ END_TEST
 
 Suite *mptable_suite(void)
 {
-	Suite *s = suite_create("mptable");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, ram_setup, ram_teardown);
-	tcase_add_test(tc, one_cpu);
-	tcase_add_test(tc, four_cpus);
-	tcase_add_test(tc, max_cpus_fit);
-	tcase_add_test(tc, bad_cpu_counts_refused);
-	tcase_add_test(tc, small_ram_efault);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("mptable", "core", ram_setup, ram_teardown, 0,
+				  one_cpu, four_cpus, max_cpus_fit,
+				  bad_cpu_counts_refused, small_ram_efault);
 }

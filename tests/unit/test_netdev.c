@@ -8,6 +8,7 @@
 #include "netstack/resolver.h"
 #include "vmm/sandbox/config.h"
 #include "vmm/sandbox/netdev.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(options)
 {
@@ -213,13 +214,6 @@ END_TEST
 
 Suite *netdev_suite(void)
 {
-	Suite *s = suite_create("netdev");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, options);
-	tcase_add_test(tc, forwards);
-	tcase_add_test(tc, hosts);
-	tcase_add_test(tc, from_config);
-	tcase_add_test(tc, resolver);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("netdev", "core", options, forwards, hosts,
+			  from_config, resolver);
 }

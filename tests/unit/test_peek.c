@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "netstack/peek.h"
+#include "tests/lib/unit_suite.h"
 
 /* A minimal ClientHello (TLS 1.2 record) with server name sni. */
 static size_t hello(const char *sni, uint8_t *out)
@@ -174,12 +175,6 @@ END_TEST
 
 Suite *peek_suite(void)
 {
-	Suite *s = suite_create("peek");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, tls_server_name);
-	tcase_add_test(tc, http_host);
-	tcase_add_test(tc, names_nothing);
-	tcase_add_test(tc, refused_when_ambiguous);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("peek", "core", tls_server_name, http_host,
+			  names_nothing, refused_when_ambiguous);
 }

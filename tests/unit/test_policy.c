@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "netstack/policy.h"
+#include "tests/lib/unit_suite.h"
 
 struct row {
 	const char *name; /* what our DNS answered, or NULL */
@@ -720,23 +721,11 @@ END_TEST
 
 Suite *policy_suite(void)
 {
-	Suite *s = suite_create("policy");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, public_table);
-	tcase_add_test(tc, allowlist_table);
-	tcase_add_test(tc, mode_none);
-	tcase_add_test(tc, deny_beats_exception);
-	tcase_add_test(tc, wide_cidr_is_no_exception);
-	tcase_add_test(tc, names_public);
-	tcase_add_test(tc, names_allowlist);
-	tcase_add_test(tc, answers_rebinding);
-	tcase_add_test(tc, parse_good);
-	tcase_add_test(tc, parse_errors);
-	tcase_add_test(tc, addr_parse_and_class);
-	tcase_add_test(tc, numeric_names);
-	tcase_add_test(tc, modes_and_host_list);
-	tcase_add_test(tc, host_fn_at_each_decision);
-	tcase_add_test(tc, stated_names);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("policy", "core", public_table, allowlist_table,
+			  mode_none, deny_beats_exception,
+			  wide_cidr_is_no_exception, names_public,
+			  names_allowlist, answers_rebinding, parse_good,
+			  parse_errors, addr_parse_and_class, numeric_names,
+			  modes_and_host_list, host_fn_at_each_decision,
+			  stated_names);
 }

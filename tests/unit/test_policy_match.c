@@ -3,6 +3,7 @@
 #include <check.h>
 
 #include "netstack/policy.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(exact_names)
 {
@@ -68,12 +69,7 @@ END_TEST
 
 Suite *policy_match_suite(void)
 {
-	Suite *s = suite_create("policy_match");
-	TCase *tc = tcase_create("host_match");
-	tcase_add_test(tc, exact_names);
-	tcase_add_test(tc, wildcards_cover_strict_subdomains);
-	tcase_add_test(tc, empty_names_match_nothing);
-	tcase_add_test(tc, host_and_below);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("policy_match", "host_match", exact_names,
+			  wildcards_cover_strict_subdomains,
+			  empty_names_match_nothing, host_and_below);
 }

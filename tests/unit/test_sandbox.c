@@ -9,6 +9,7 @@
 
 #include "vmm/image/image.h"
 #include "vmm/sandbox/sandbox.h"
+#include "tests/lib/unit_suite.h"
 
 static char rt[64];
 
@@ -260,20 +261,13 @@ END_TEST
 
 Suite *sandbox_suite(void)
 {
-	Suite *s = suite_create("sandbox");
-	TCase *tc = tcase_create("core");
 	/* 400 forks under ASan take a few seconds on a loaded 2-core host:
 	 * more than Check's default 4 s. */
-	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, names);
-	tcase_add_test(tc, claim_info_lookup_release);
-	tcase_add_test(tc, stale_directory_is_reclaimed);
-	tcase_add_test(tc, each_lists_all);
-	tcase_add_test(tc, bad_names_and_long_paths_refused);
-	tcase_add_test(tc, concurrent_claims_one_wins);
-	tcase_add_test(tc, image_recorded_absolute);
-	tcase_add_test(tc, store_hold_blocks_removal);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("sandbox", "core", setup, teardown, 60, names,
+				  claim_info_lookup_release,
+				  stale_directory_is_reclaimed, each_lists_all,
+				  bad_names_and_long_paths_refused,
+				  concurrent_claims_one_wins,
+				  image_recorded_absolute,
+				  store_hold_blocks_removal);
 }

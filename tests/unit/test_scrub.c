@@ -13,6 +13,7 @@
 #include "netstack/scrub.h"
 #include "netstack/secrets.h"
 #include "tests/lib/secret_set.h"
+#include "tests/lib/unit_suite.h"
 
 static const char yaml[] = "TOK:\n"
 			   "  value: \"ghp_R3alT0kenValue42\"\n"
@@ -343,16 +344,9 @@ END_TEST
 Suite *scrub_suite(void)
 {
 	ts_yaml = yaml;
-	Suite *s = suite_create("scrub");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, ts_setup, ts_teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, text_forms);
-	tcase_add_test(tc, base64_forms);
-	tcase_add_test(tc, basic_credentials);
-	tcase_add_test(tc, nothing_else_changes);
-	tcase_add_test(tc, holds_back_only_a_possible_start);
-	tcase_add_test(tc, reload_is_followed);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("scrub", "core", ts_setup, ts_teardown, 60,
+				  text_forms, base64_forms, basic_credentials,
+				  nothing_else_changes,
+				  holds_back_only_a_possible_start,
+				  reload_is_followed);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "lib/secenv.h"
+#include "tests/lib/unit_suite.h"
 
 #define ERRLEN 512
 
@@ -352,18 +353,11 @@ END_TEST
 
 Suite *secenv_suite(void)
 {
-	Suite *s = suite_create("secenv");
-	TCase *tc = tcase_create("secenv");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, lines_and_quoting);
-	tcase_add_test(tc, environment_first_file_optional);
-	tcase_add_test(tc, errors_say_where_never_what);
-	tcase_add_test(tc, variable_name_characters);
-	tcase_add_test(tc, expand_dollars);
-	tcase_add_test(tc, expand_faults);
-	tcase_add_test(tc, expand_limits);
-	tcase_add_test(tc, expand_broken_file);
-	tcase_add_test(tc, secrets_env_path);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("secenv", "secenv", setup, teardown, 0,
+				  lines_and_quoting,
+				  environment_first_file_optional,
+				  errors_say_where_never_what,
+				  variable_name_characters, expand_dollars,
+				  expand_faults, expand_limits,
+				  expand_broken_file, secrets_env_path);
 }

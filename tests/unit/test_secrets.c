@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "netstack/secrets.h"
+#include "tests/lib/unit_suite.h"
 
 #define ERRLEN 512
 
@@ -422,20 +423,14 @@ END_TEST
 
 Suite *secrets_suite(void)
 {
-	Suite *s = suite_create("secrets");
-	TCase *tc = tcase_create("secrets");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, loads_the_documented_shape);
-	tcase_add_test(tc, empty_file_is_an_empty_set);
-	tcase_add_test(tc, values_from_secrets_env);
-	tcase_add_test(tc, missing_variable_says_where_to_set_it);
-	tcase_add_test(tc, secrets_env_errors_have_positions_and_no_values);
-	tcase_add_test(tc, values_never_appear_in_errors);
-	tcase_add_test(tc, shape_errors);
-	tcase_add_test(tc, hostile_yaml_is_bounded);
-	tcase_add_test(tc, hosts_match);
-	tcase_add_test(tc, reload_replaces_values_or_nothing);
-	tcase_add_test(tc, example_file_loads);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("secrets", "secrets", setup, teardown, 0,
+				  loads_the_documented_shape,
+				  empty_file_is_an_empty_set,
+				  values_from_secrets_env,
+				  missing_variable_says_where_to_set_it,
+				  secrets_env_errors_have_positions_and_no_values,
+				  values_never_appear_in_errors, shape_errors,
+				  hostile_yaml_is_bounded, hosts_match,
+				  reload_replaces_values_or_nothing,
+				  example_file_loads);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "vmm/core/serial.h"
+#include "tests/lib/unit_suite.h"
 
 enum { DATA = 0, IER = 1, IIR = 2, FCR = 2, LCR = 3, MCR = 4, LSR = 5, MSR = 6, SCR = 7 };
 
@@ -290,22 +291,16 @@ END_TEST
 
 Suite *serial_suite(void)
 {
-	Suite *s = suite_create("serial");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, uart_setup, uart_teardown);
-	tcase_add_test(tc, loopback_msr_probe);
-	tcase_add_test(tc, scratch_and_lcr_hold_values);
-	tcase_add_test(tc, divisor_latch_behind_dlab);
-	tcase_add_test(tc, fifo_detected_as_16550a);
-	tcase_add_test(tc, out_of_range_offsets);
-	tcase_add_test(tc, thre_interrupt_cycle);
-	tcase_add_test(tc, thre_masked_then_unmasked);
-	tcase_add_test(tc, rx_fifo_and_data_interrupt);
-	tcase_add_test(tc, rx_priority_over_thre);
-	tcase_add_test(tc, fcr_clears_rx);
-	tcase_add_test(tc, loopback_routes_tx_to_rx);
-	tcase_add_test(tc, null_sink_and_output);
-	tcase_add_test(tc, guest_garbage_keeps_invariants);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("serial", "core", uart_setup, uart_teardown,
+				  0, loopback_msr_probe,
+				  scratch_and_lcr_hold_values,
+				  divisor_latch_behind_dlab,
+				  fifo_detected_as_16550a, out_of_range_offsets,
+				  thre_interrupt_cycle,
+				  thre_masked_then_unmasked,
+				  rx_fifo_and_data_interrupt,
+				  rx_priority_over_thre, fcr_clears_rx,
+				  loopback_routes_tx_to_rx,
+				  null_sink_and_output,
+				  guest_garbage_keeps_invariants);
 }

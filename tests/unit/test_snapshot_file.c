@@ -12,6 +12,7 @@
 
 #include "lib/statebuf.h"
 #include "vmm/core/snapshot_file.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM_LEN (16u * SNAPSHOT_FILE_PAGE)
 #define IRQCHIP_LEN sizeof(((struct kvm_irqchip *)0)->chip)
@@ -457,15 +458,11 @@ END_TEST
 
 Suite *snapshot_file_suite(void)
 {
-	Suite *s = suite_create("snapshot_file");
-	TCase *tc = tcase_create("snapshot_file");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, parse_accepts_what_the_builder_makes);
-	tcase_add_test(tc, parse_refuses_every_flaw);
-	tcase_add_test(tc, parse_refuses_bad_headers_and_tables);
-	tcase_add_test(tc, builder_limits);
-	tcase_add_test(tc, write_then_open);
-	tcase_add_test(tc, refuses_what_kbox_did_not_write);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("snapshot_file", "snapshot_file", setup,
+				  teardown, 0,
+				  parse_accepts_what_the_builder_makes,
+				  parse_refuses_every_flaw,
+				  parse_refuses_bad_headers_and_tables,
+				  builder_limits, write_then_open,
+				  refuses_what_kbox_did_not_write);
 }

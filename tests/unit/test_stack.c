@@ -21,18 +21,13 @@
 #include "lib/frame.h"
 #include "netstack/flowtab.h"
 #include "netstack/stack.h"
+#include "tests/lib/unit_suite.h"
 
 static const uint8_t gmac[6] = {0x02, 0, 0, 0, 0, 0x15};
 static const uint8_t wmac[6] = {0x52, 0x55, 0x0a, 0x00, 0x02, 0x02};
 static const uint8_t gip[4] = {10, 0, 2, 15};
 static const uint8_t wip[4] = {10, 0, 2, 2};
 static const uint8_t far[4] = {93, 184, 216, 34};
-
-static void put16(uint8_t *b, unsigned v)
-{
-	b[0] = (uint8_t)(v >> 8);
-	b[1] = (uint8_t)v;
-}
 
 /* Recompute the IPv4 header checksum and the TCP/UDP/ICMP checksum of the
  * frame f after a test changed a field. */
@@ -45,23 +40,23 @@ static void fix_sums(uint8_t *f)
 	uint32_t s = 0;
 	size_t i;
 
-	put16(ip + 10, 0);
-	put16(ip + 10, frame_csum(ip, hl, 0));
+	frame_put16(ip + 10, 0);
+	frame_put16(ip + 10, frame_csum(ip, hl, 0));
 	memcpy(ph, ip + 12, 8);
 	ph[8] = 0;
 	ph[9] = ip[9];
-	put16(ph + 10, (unsigned)l4len);
+	frame_put16(ph + 10, (unsigned)l4len);
 	for (i = 0; i < 12; i += 2)
 		s += (uint32_t)(ph[i] << 8 | ph[i + 1]);
 	if (ip[9] == FRAME_IP_TCP) {
-		put16(l4 + 16, 0);
-		put16(l4 + 16, frame_csum(l4, l4len, s));
+		frame_put16(l4 + 16, 0);
+		frame_put16(l4 + 16, frame_csum(l4, l4len, s));
 	} else if (ip[9] == FRAME_IP_UDP) {
-		put16(l4 + 6, 0);
-		put16(l4 + 6, frame_csum(l4, l4len, s));
+		frame_put16(l4 + 6, 0);
+		frame_put16(l4 + 6, frame_csum(l4, l4len, s));
 	} else if (ip[9] == FRAME_IP_ICMP) {
-		put16(l4 + 2, 0);
-		put16(l4 + 2, frame_csum(l4, l4len, 0));
+		frame_put16(l4 + 2, 0);
+		frame_put16(l4 + 2, frame_csum(l4, l4len, 0));
 	}
 }
 
@@ -74,43 +69,34 @@ static size_t tcp_frame(uint8_t *f, uint8_t flags, size_t len)
 	memset(f, 0, FRAME_ETH_HLEN + tot);
 	memcpy(f, wmac, 6);
 	memcpy(f + 6, gmac, 6);
-	put16(f + 12, FRAME_ETH_IPV4);
+	frame_put16(f + 12, FRAME_ETH_IPV4);
 	ip[0] = 0x45;
-	put16(ip + 2, (unsigned)tot);
-	put16(ip + 6, 0x4000);
+	frame_put16(ip + 2, (unsigned)tot);
+	frame_put16(ip + 6, 0x4000);
 	ip[8] = 64;
 	ip[9] = FRAME_IP_TCP;
 	memcpy(ip + 12, gip, 4);
 	memcpy(ip + 16, far, 4);
-	put16(t, 40000);
-	put16(t + 2, 443);
+	frame_put16(t, 40000);
+	frame_put16(t + 2, 443);
 	t[4] = 0x11, t[5] = 0x22, t[6] = 0x33, t[7] = 0x44; /* seq */
 	t[8] = 0, t[9] = 0, t[10] = 0x10, t[11] = 0x01;     /* ack */
 	t[12] = 5 << 4;
 	t[13] = flags;
-	put16(t + 14, 65535);
+	frame_put16(t + 14, 65535);
 	memset(t + 20, 'x', len);
 	fix_sums(f);
 	return FRAME_ETH_HLEN + tot;
 }
 
+/* The guest asks who has tpa (the builder itself is checked by
+ * port_unreach_and_arp_request below). */
 static size_t arp_request(uint8_t *f, const uint8_t tpa[4])
 {
-	uint8_t *a = f + FRAME_ETH_HLEN;
+	size_t n = 0;
 
-	memset(f, 0xff, 6);
-	memcpy(f + 6, gmac, 6);
-	put16(f + 12, FRAME_ETH_ARP);
-	put16(a, 1);
-	put16(a + 2, FRAME_ETH_IPV4);
-	a[4] = 6;
-	a[5] = 4;
-	put16(a + 6, FRAME_ARP_REQUEST);
-	memcpy(a + 8, gmac, 6);
-	memcpy(a + 14, gip, 4);
-	memset(a + 18, 0, 6);
-	memcpy(a + 24, tpa, 4);
-	return FRAME_ETH_HLEN + 28;
+	ck_assert_int_eq(frame_build_arp_request(gmac, gip, tpa, f, FRAME_MAX, &n), 0);
+	return n;
 }
 
 START_TEST(tcp_parse_and_truncation)
@@ -170,25 +156,25 @@ START_TEST(bad_fields)
 	BAD(ip[0] = 0x44; fix_sums(f), -EPROTO);                      /* IHL 4 */
 	BAD(ip[0] = 0x4f, -EPROTO);                                   /* header past the packet */
 	BAD(ip[0] = 0x65; fix_sums(f), -EPROTO);                      /* version 6 */
-	BAD(put16(ip + 2, 19), -EPROTO);                              /* total < header */
-	BAD(put16(ip + 2, 71); fix_sums(f), -EPROTO);                 /* total > frame */
-	BAD(put16(ip + 2, 0xffff), -EPROTO);
+	BAD(frame_put16(ip + 2, 19), -EPROTO);                              /* total < header */
+	BAD(frame_put16(ip + 2, 71); fix_sums(f), -EPROTO);                 /* total > frame */
+	BAD(frame_put16(ip + 2, 0xffff), -EPROTO);
 	BAD(ip[10] ^= 1, -EPROTO);                                    /* IP checksum */
 	BAD(t[16] ^= 1, -EPROTO);                                     /* TCP checksum */
 	BAD(t[12] = 4 << 4; fix_sums(f), -EPROTO);                    /* data offset < 5 */
 	BAD(t[12] = 15 << 4; fix_sums(f), -EPROTO);                   /* data offset past the end */
-	BAD(put16(ip + 6, 0x2000); fix_sums(f), -ENOTSUP);            /* more fragments */
-	BAD(put16(ip + 6, 0x0001); fix_sums(f), -ENOTSUP);            /* offset */
-	BAD(put16(ip + 6, 0x8000); fix_sums(f), -EPROTO);             /* reserved bit */
+	BAD(frame_put16(ip + 6, 0x2000); fix_sums(f), -ENOTSUP);            /* more fragments */
+	BAD(frame_put16(ip + 6, 0x0001); fix_sums(f), -ENOTSUP);            /* offset */
+	BAD(frame_put16(ip + 6, 0x8000); fix_sums(f), -EPROTO);             /* reserved bit */
 	BAD(ip[9] = 47; fix_sums(f), -ENOTSUP);                       /* GRE */
-	BAD(put16(f + 12, FRAME_ETH_IPV6), -ENOTSUP);
-	BAD(put16(f + 12, 0x8100), -ENOTSUP);                         /* VLAN tag */
+	BAD(frame_put16(f + 12, FRAME_ETH_IPV6), -ENOTSUP);
+	BAD(frame_put16(f + 12, 0x8100), -ENOTSUP);                         /* VLAN tag */
 	/* IP options are fine: a 24-byte header. */
 	n = tcp_frame(f, FRAME_TCP_ACK, 10);
 	memmove(ip + 24, ip + 20, 30);
 	memset(ip + 20, 1, 4); /* four NOPs */
 	ip[0] = 0x46;
-	put16(ip + 2, 54);
+	frame_put16(ip + 2, 54);
 	n += 4;
 	fix_sums(f);
 	ck_assert_int_eq(frame_parse(f, n, &p), 0);
@@ -216,19 +202,19 @@ START_TEST(udp_and_icmp)
 	for (k = 0; k < n; k++)
 		ck_assert_int_lt(frame_parse(f, k, &q), 0);
 	/* Zero checksum means "none"; a wrong one is refused. */
-	put16(u + 6, 0);
+	frame_put16(u + 6, 0);
 	ck_assert_int_eq(frame_parse(f, n, &p), 0);
-	put16(u + 6, 0x1234);
+	frame_put16(u + 6, 0x1234);
 	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
 	/* UDP length must match the IP payload exactly. */
 	ck_assert_int_eq(frame_build_udp(wmac, gmac, gip, 1, wip, 53, (const uint8_t *)"query", 5, f, sizeof f, &n), 0);
-	put16(u + 4, 12);
+	frame_put16(u + 4, 12);
 	fix_sums(f);
 	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
-	put16(u + 4, 14);
+	frame_put16(u + 4, 14);
 	fix_sums(f);
 	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
-	put16(u + 4, 7);
+	frame_put16(u + 4, 7);
 	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
 	/* Too big for one packet, or for the buffer. */
 	memset(big, 0, sizeof big);
@@ -541,18 +527,24 @@ static int refused(struct stack *s)
 	return st.fwd_refused == 1 && st.flows == 0;
 }
 
+/* A stack for the forwarding tests: pol and au, a short connect timeout,
+ * no output callback yet. */
+static struct stack_config fwd_config(struct policy *pol, struct audit *au)
+{
+	return (struct stack_config){
+		.policy = pol,
+		.audit = au,
+		.guest_mac = gmac,
+		.connect_timeout_ms = 300,
+	};
+}
+
 START_TEST(forward_without_guest)
 {
 	struct policy pol;
 	struct audit au = {.fd = -1};
 	struct stack_forward fw;
-	struct stack_config cfg = {
-		.policy = &pol,
-		.audit = &au,
-		.output = count_syns,
-		.guest_mac = gmac,
-		.connect_timeout_ms = 300,
-	};
+	struct stack_config cfg = fwd_config(&pol, &au);
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	struct epoll_event ev;
 	struct stack_stats st;
@@ -561,6 +553,7 @@ START_TEST(forward_without_guest)
 	int fds[128], nfds = 0, c, c2, i;
 	struct stack *s;
 
+	cfg.output = count_syns;
 	policy_init(&pol, POLICY_MODE_PUBLIC);
 	ck_assert_int_eq(stack_create(&cfg, &s), 0);
 	/* Refused before any socket exists. */
@@ -672,12 +665,7 @@ START_TEST(gso_output)
 	struct policy pol;
 	struct audit au = {.fd = -1};
 	struct stack_forward fw;
-	struct stack_config cfg = {
-		.policy = &pol,
-		.audit = &au,
-		.guest_mac = gmac,
-		.connect_timeout_ms = 300,
-	};
+	struct stack_config cfg = fwd_config(&pol, &au);
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	char err[256];
 	struct stack *s;
@@ -707,22 +695,11 @@ END_TEST
 Suite *stack_suite(void)
 {
 	Suite *s = suite_create("stack");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, tcp_parse_and_truncation);
-	tcase_add_test(tc, bad_fields);
-	tcase_add_test(tc, udp_and_icmp);
-	tcase_add_test(tc, resets);
-	tcase_add_test(tc, port_unreach_and_arp_request);
-	tcase_add_test(tc, arp);
-	tcase_add_test(tc, random_frames);
-	tcase_add_test(tc, flowtab);
-	tcase_add_test(tc, flowtab_many);
-	tcase_add_test(tc, csum_matches_reference);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("forward");
-	tcase_set_timeout(tc, 20);
-	tcase_add_test(tc, forward_without_guest);
-	tcase_add_test(tc, gso_output);
-	suite_add_tcase(s, tc);
+
+	unit_case(s, "core", tcp_parse_and_truncation, bad_fields, udp_and_icmp,
+		  resets, port_unreach_and_arp_request, arp, random_frames,
+		  flowtab, flowtab_many, csum_matches_reference);
+	unit_case_fixture(s, "forward", NULL, NULL, 20, forward_without_guest,
+			  gso_output);
 	return s;
 }

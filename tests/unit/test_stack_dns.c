@@ -21,6 +21,7 @@
 
 #include "lib/frame.h"
 #include "netstack/stack.h"
+#include "tests/lib/unit_suite.h"
 
 static const uint8_t gmac[6] = {0x02, 0, 0, 0, 0, 0x15};
 static const uint8_t wmac[6] = STACK_GATEWAY_MAC;
@@ -128,12 +129,6 @@ static void send_query(struct stack *s, uint16_t id, const char *name)
 	stack_input(s, f, n);
 }
 
-static void put16(uint8_t *b, unsigned v)
-{
-	b[0] = (uint8_t)(v >> 8);
-	b[1] = (uint8_t)v;
-}
-
 /* The guest's SYN from port 41000 to the gateway's port. */
 static void send_syn(struct stack *s, uint16_t port)
 {
@@ -142,26 +137,26 @@ static void send_syn(struct stack *s, uint16_t port)
 
 	memcpy(f, wmac, 6);
 	memcpy(f + 6, gmac, 6);
-	put16(f + 12, 0x0800);
+	frame_put16(f + 12, 0x0800);
 	ip[0] = 0x45;
-	put16(ip + 2, 40);
+	frame_put16(ip + 2, 40);
 	ip[8] = 64;
 	ip[9] = 6;
 	memcpy(ip + 12, gip, 4);
 	memcpy(ip + 16, wip, 4);
-	put16(ip + 10, frame_csum(ip, 20, 0));
-	put16(tcp, 41000);
-	put16(tcp + 2, port);
-	put16(tcp + 4, 0x1234);
+	frame_put16(ip + 10, frame_csum(ip, 20, 0));
+	frame_put16(tcp, 41000);
+	frame_put16(tcp + 2, port);
+	frame_put16(tcp + 4, 0x1234);
 	tcp[12] = 5 << 4;
 	tcp[13] = FRAME_TCP_SYN;
-	put16(tcp + 14, 65535);
+	frame_put16(tcp + 14, 65535);
 	memcpy(ph, gip, 4);
 	memcpy(ph + 4, wip, 4);
 	ph[9] = 6;
-	put16(ph + 10, 20);
+	frame_put16(ph + 10, 20);
 	memcpy(ph + 12, tcp, 20);
-	put16(tcp + 16, frame_csum(ph, sizeof ph, 0));
+	frame_put16(tcp + 16, frame_csum(ph, sizeof ph, 0));
 	stack_input(s, f, sizeof f);
 }
 
@@ -407,13 +402,7 @@ END_TEST
 
 Suite *stack_dns_suite(void)
 {
-	Suite *s = suite_create("stack_dns");
-	TCase *tc = tcase_create("core");
-
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, slow_name_stalls_nothing);
-	tcase_add_test(tc, inflight_bound);
-	tcase_add_test(tc, destroy_while_resolving);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("stack_dns", "core", NULL, NULL, 30,
+				  slow_name_stalls_nothing, inflight_bound,
+				  destroy_while_resolving);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lib/statebuf.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(round_trip)
 {
@@ -99,11 +100,6 @@ END_TEST
 
 Suite *statebuf_suite(void)
 {
-	Suite *s = suite_create("statebuf");
-	TCase *tc = tcase_create("statebuf");
-	tcase_add_test(tc, round_trip);
-	tcase_add_test(tc, reader_latches_overrun);
-	tcase_add_test(tc, writer_refusals);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("statebuf", "statebuf", round_trip,
+			  reader_latches_overrun, writer_refusals);
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "netstack/tls_cert.h"
+#include "tests/lib/unit_suite.h"
 
 static unsigned char big[70000];
 
@@ -705,24 +706,11 @@ END_TEST
 
 Suite *tls_cert_suite(void)
 {
-	Suite *s = suite_create("tls_cert");
-	TCase *tc = tcase_create("core");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, der_lengths);
-	tcase_add_test(tc, der_integers);
-	tcase_add_test(tc, der_oids);
-	tcase_add_test(tc, der_overflow);
-	tcase_add_test(tc, der_times);
-	tcase_add_test(tc, pem_round_trip);
-	tcase_add_test(tc, leaf_validates);
-	tcase_add_test(tc, leaf_names);
-	tcase_add_test(tc, leaf_threads);
-	tcase_add_test(tc, leaf_bound);
-	tcase_add_test(tc, leaf_clamped_to_ca);
-	tcase_add_test(tc, from_parts);
-	tcase_add_test(tc, bearssl_handshake);
-	tcase_add_test(tc, open_create_reload);
-	tcase_add_test(tc, default_dir);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("tls_cert", "core", NULL, NULL, 60,
+				  der_lengths, der_integers, der_oids,
+				  der_overflow, der_times, pem_round_trip,
+				  leaf_validates, leaf_names, leaf_threads,
+				  leaf_bound, leaf_clamped_to_ca, from_parts,
+				  bearssl_handshake, open_create_reload,
+				  default_dir);
 }

@@ -19,6 +19,7 @@
 #include "netstack/tls_mitm.h"
 #include "netstack/tls_sni.h"
 #include "netstack/tls_trust.h"
+#include "tests/lib/unit_suite.h"
 
 #define NAME "api.example.test"
 
@@ -867,28 +868,16 @@ END_TEST
 
 Suite *tls_mitm_suite(void)
 {
-	Suite *s = suite_create("tls_mitm");
-	TCase *tc = tcase_create("mitm");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, pass_through);
-	tcase_add_test(tc, one_byte_pieces);
-	tcase_add_test(tc, modifying_filter);
-	tcase_add_test(tc, large_both_ways);
-	tcase_add_test(tc, upstream_wrong_name);
-	tcase_add_test(tc, upstream_unknown_ca);
-	tcase_add_test(tc, tls13_only_client);
-	tcase_add_test(tc, sni_mismatch_and_garbage);
-	tcase_add_test(tc, garbage_after_hello);
-	tcase_add_test(tc, broken_guest_handshake_gets_an_alert);
-	tcase_add_test(tc, h2_only_client);
-	tcase_add_test(tc, no_common_suite);
-	tcase_add_test(tc, guest_distrusts_kbox);
-	tcase_add_test(tc, upstream_garbage);
-	tcase_add_test(tc, filter_reply);
-	tcase_add_test(tc, upstream_eof_is_not_a_close_notify);
-	tcase_add_test(tc, close_while_both_busy);
-	tcase_add_test(tc, trust_files);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("tls_mitm", "mitm", setup, teardown, 120,
+				  pass_through, one_byte_pieces,
+				  modifying_filter, large_both_ways,
+				  upstream_wrong_name, upstream_unknown_ca,
+				  tls13_only_client, sni_mismatch_and_garbage,
+				  garbage_after_hello,
+				  broken_guest_handshake_gets_an_alert,
+				  h2_only_client, no_common_suite,
+				  guest_distrusts_kbox, upstream_garbage,
+				  filter_reply,
+				  upstream_eof_is_not_a_close_notify,
+				  close_while_both_busy, trust_files);
 }

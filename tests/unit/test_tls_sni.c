@@ -10,6 +10,7 @@
 #include <bearssl.h>
 
 #include "netstack/tls_sni.h"
+#include "tests/lib/unit_suite.h"
 
 /* A real ClientHello from BearSSL's client for NAME with ALPN. */
 static size_t bearssl_hello(const char *name, uint8_t *out, size_t cap)
@@ -332,14 +333,6 @@ END_TEST
 
 Suite *tls_sni_suite(void)
 {
-	Suite *s = suite_create("tls_sni");
-	TCase *tc = tcase_create("sni");
-	tcase_add_test(tc, real_hello);
-	tcase_add_test(tc, versions);
-	tcase_add_test(tc, server_names);
-	tcase_add_test(tc, alpn_and_bounds);
-	tcase_add_test(tc, not_tls);
-	tcase_add_test(tc, captured_hellos);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("tls_sni", "sni", real_hello, versions, server_names,
+			  alpn_and_bounds, not_tls, captured_hellos);
 }

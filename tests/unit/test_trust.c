@@ -11,6 +11,7 @@
 
 #include "vmm/cmd/trust.h"
 #include "vmm/sandbox/config.h"
+#include "tests/lib/unit_suite.h"
 
 static char dir[64], conf[256], store[256];
 
@@ -450,20 +451,15 @@ END_TEST
 
 Suite *trust_suite(void)
 {
-	Suite *s = suite_create("trust");
-	TCase *tc = tcase_create("trust");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, digest_follows_content);
-	tcase_add_test(tc, planted_links_not_followed);
-	tcase_add_test(tc, digest_covers_project_secrets_only);
-	tcase_add_test(tc, digest_covers_secrets_env);
-	tcase_add_test(tc, record_check_replace_remove);
-	tcase_add_test(tc, foreign_lines_kept);
-	tcase_add_test(tc, refuses_bad_paths);
-	tcase_add_test(tc, store_path_from_environment);
-	tcase_add_test(tc, project_refused_until_recorded);
-	tcase_add_test(tc, question_shows_no_terminal_controls);
-	tcase_add_test(tc, symlinked_config_trusted_where_found);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("trust", "trust", setup, teardown, 0,
+				  digest_follows_content,
+				  planted_links_not_followed,
+				  digest_covers_project_secrets_only,
+				  digest_covers_secrets_env,
+				  record_check_replace_remove,
+				  foreign_lines_kept, refuses_bad_paths,
+				  store_path_from_environment,
+				  project_refused_until_recorded,
+				  question_shows_no_terminal_controls,
+				  symlinked_config_trusted_where_found);
 }

@@ -17,6 +17,7 @@
 #include "devices/virtio_blk.h"
 #include "devices/virtio_mmio.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
@@ -656,28 +657,16 @@ END_TEST
 
 Suite *virtio_blk_suite(void)
 {
-	Suite *s = suite_create("virtio_blk");
-	TCase *tc = tcase_create("device");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, config_space);
-	tcase_add_test(tc, write_read_integrity);
-	tcase_add_test(tc, status_inside_data_segment);
-	tcase_add_test(tc, bounds);
-	tcase_add_test(tc, layout_errors);
-	tcase_add_test(tc, no_status_stops);
-	tcase_add_test(tc, hostile_chains_stop);
-	tcase_add_test(tc, overlapping_buffers);
-	tcase_add_test(tc, flush_and_get_id);
-	tcase_add_test(tc, unknown_types_unsupported);
-	tcase_add_test(tc, discard_write_zeroes);
-	tcase_add_test(tc, discard_write_zeroes_fallback);
-	tcase_add_test(tc, dwz_needs_features);
-	tcase_add_test(tc, read_only_refuses);
-	tcase_add_test(tc, read_only_device_check);
-	tcase_add_test(tc, write_through_without_flush);
-	tcase_add_test(tc, backend_errors);
-	tcase_add_test(tc, shrunk_file_read_fails);
-	tcase_add_test(tc, init_rejects);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("virtio_blk", "device", setup, teardown, 0,
+				  config_space, write_read_integrity,
+				  status_inside_data_segment, bounds,
+				  layout_errors, no_status_stops,
+				  hostile_chains_stop, overlapping_buffers,
+				  flush_and_get_id, unknown_types_unsupported,
+				  discard_write_zeroes,
+				  discard_write_zeroes_fallback,
+				  dwz_needs_features, read_only_refuses,
+				  read_only_device_check,
+				  write_through_without_flush, backend_errors,
+				  shrunk_file_read_fails, init_rejects);
 }

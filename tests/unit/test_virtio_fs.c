@@ -19,6 +19,7 @@
 #include "devices/virtio_mmio.h"
 #include "tests/lib/fake_virtio.h"
 #include "tests/lib/tmp_tree.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
@@ -452,21 +453,12 @@ END_TEST
 
 Suite *virtio_fs_suite(void)
 {
-	Suite *s = suite_create("virtio_fs");
-	TCase *tc = tcase_create("device");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, config_space);
-	tcase_add_test(tc, init_lookup_getattr_read);
-	tcase_add_test(tc, write_reaches_host);
-	tcase_add_test(tc, forget_on_hiprio);
-	tcase_add_test(tc, reply_needed_but_no_area);
-	tcase_add_test(tc, reset_closes_host_fds);
-	tcase_add_test(tc, bad_framing_stops);
-	tcase_add_test(tc, short_header_stops);
-	tcase_add_test(tc, tiny_reply_area_stops);
-	tcase_add_test(tc, hostile_chains);
-	tcase_add_test(tc, bad_fields_answered);
-	tcase_add_test(tc, init_rejects);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("virtio_fs", "device", setup, teardown, 0,
+				  config_space, init_lookup_getattr_read,
+				  write_reaches_host, forget_on_hiprio,
+				  reply_needed_but_no_area,
+				  reset_closes_host_fds, bad_framing_stops,
+				  short_header_stops, tiny_reply_area_stops,
+				  hostile_chains, bad_fields_answered,
+				  init_rejects);
 }

@@ -5,6 +5,7 @@
 
 #include "devices/virtio_mmio.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM 0x10000u
 
@@ -320,18 +321,12 @@ END_TEST
 
 Suite *virtio_mmio_suite(void)
 {
-	Suite *s = suite_create("virtio_mmio");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, identity_registers);
-	tcase_add_test(tc, features_ok_requires_version_1);
-	tcase_add_test(tc, status_out_of_order);
-	tcase_add_test(tc, queue_setup_and_notify);
-	tcase_add_test(tc, bad_queue_needs_reset);
-	tcase_add_test(tc, notify_error_needs_reset);
-	tcase_add_test(tc, interrupts_level);
-	tcase_add_test(tc, odd_accesses_ignored);
-	tcase_add_test(tc, init_rejects_bad_devices);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("virtio_mmio", "core", setup, teardown, 0,
+				  identity_registers,
+				  features_ok_requires_version_1,
+				  status_out_of_order, queue_setup_and_notify,
+				  bad_queue_needs_reset,
+				  notify_error_needs_reset, interrupts_level,
+				  odd_accesses_ignored,
+				  init_rejects_bad_devices);
 }

@@ -6,6 +6,7 @@
 #include "devices/virtio_mmio_state.h"
 #include "lib/statebuf.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM 0x40000u
 
@@ -215,12 +216,9 @@ END_TEST
 
 Suite *virtio_mmio_state_suite(void)
 {
-	Suite *s = suite_create("virtio_mmio_state");
-	TCase *tc = tcase_create("virtio_mmio_state");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, restored_transport_goes_on);
-	tcase_add_test(tc, fresh_transport_round_trip);
-	tcase_add_test(tc, load_refuses_each_inconsistency);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("virtio_mmio_state", "virtio_mmio_state",
+				  setup, teardown, 0,
+				  restored_transport_goes_on,
+				  fresh_transport_round_trip,
+				  load_refuses_each_inconsistency);
 }

@@ -12,6 +12,7 @@
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_net.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/unit_suite.h"
 
 #define RAM 0x100000u
 #define QSIZE 64u
@@ -684,27 +685,18 @@ END_TEST
 
 Suite *virtio_net_suite(void)
 {
-	Suite *s = suite_create("virtio_net");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, config_space);
-	tcase_add_test(tc, tx_frames);
-	tcase_add_test(tc, tx_bad_frames_dropped);
-	tcase_add_test(tc, base_mtu_without_feature);
-	tcase_add_test(tc, tx_short_header_stops);
-	tcase_add_test(tc, tx_ring_garbage_stops);
-	tcase_add_test(tc, rx_waits_for_buffers);
-	tcase_add_test(tc, rx_queue_bounded);
-	tcase_add_test(tc, rx_small_buffer_stops);
-	tcase_add_test(tc, rx_readable_buffer_stops);
-	tcase_add_test(tc, tx_reply_reaches_rx);
-	tcase_add_test(tc, many_frames_through);
-	tcase_add_test(tc, enqueue_from_another_thread);
-	tcase_add_test(tc, init_rejects);
-	tcase_add_test(tc, csum_offloads);
-	tcase_add_test(tc, csum_request_without_offload_dropped);
-	tcase_add_test(tc, gso_segmented_without_tso);
-	tcase_add_test(tc, gso_whole_with_tso);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite_fixture("virtio_net", "core", setup, teardown, 0,
+				  config_space, tx_frames,
+				  tx_bad_frames_dropped,
+				  base_mtu_without_feature,
+				  tx_short_header_stops, tx_ring_garbage_stops,
+				  rx_waits_for_buffers, rx_queue_bounded,
+				  rx_small_buffer_stops,
+				  rx_readable_buffer_stops, tx_reply_reaches_rx,
+				  many_frames_through,
+				  enqueue_from_another_thread, init_rejects,
+				  csum_offloads,
+				  csum_request_without_offload_dropped,
+				  gso_segmented_without_tso,
+				  gso_whole_with_tso);
 }

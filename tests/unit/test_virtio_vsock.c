@@ -15,6 +15,7 @@
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/unit_suite.h"
 
 /* A fake guest driver over 1 MiB of RAM: queue q has its rings at
  * FV_RING_BASE(q), rx buffers (44 + 4096 bytes each) from RXBUF, and one tx
@@ -300,15 +301,23 @@ START_TEST(large_send_is_split_by_buffer)
 }
 END_TEST
 
-START_TEST(guest_overrun_resets)
+/* A guest connection to port 5000 whose data fills our buffer to exactly
+ * the credit advertised; *h is left as the RW header it sent. */
+static struct virtio_vsock_conn *guest_fills_credit(struct virtio_vsock_hdr *h)
 {
 	rx_fill(8);
 	struct virtio_vsock_conn *c = guest_connect(5000);
-	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234), r;
-	/* fill our buffer to exactly the advertised credit */
-	h.len = VIRTIO_VSOCK_MAX_PKT;
+	*h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234);
+	h->len = VIRTIO_VSOCK_MAX_PKT;
 	for (unsigned i = 0; i < VIRTIO_VSOCK_BUF_ALLOC / VIRTIO_VSOCK_MAX_PKT; i++)
-		tx_raw(&h, VIRTIO_VSOCK_HDR_SIZE, NULL, VIRTIO_VSOCK_MAX_PKT);
+		tx_raw(h, VIRTIO_VSOCK_HDR_SIZE, NULL, VIRTIO_VSOCK_MAX_PKT);
+	return c;
+}
+
+START_TEST(guest_overrun_resets)
+{
+	struct virtio_vsock_hdr h, r;
+	struct virtio_vsock_conn *c = guest_fills_credit(&h);
 	ck_assert_uint_eq(virtio_vsock_host_pending(c), VIRTIO_VSOCK_BUF_ALLOC);
 	ck_assert_uint_eq(bl.closed, 0);
 	h.len = 1;
@@ -530,12 +539,8 @@ END_TEST
 
 START_TEST(credit_update_after_reads)
 {
-	rx_fill(8);
-	struct virtio_vsock_conn *c = guest_connect(5000);
-	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_RW, 5000, 1234), r;
-	h.len = VIRTIO_VSOCK_MAX_PKT;
-	for (unsigned i = 0; i < VIRTIO_VSOCK_BUF_ALLOC / VIRTIO_VSOCK_MAX_PKT; i++)
-		tx_raw(&h, VIRTIO_VSOCK_HDR_SIZE, NULL, VIRTIO_VSOCK_MAX_PKT);
+	struct virtio_vsock_hdr h, r;
+	struct virtio_vsock_conn *c = guest_fills_credit(&h);
 	ck_assert(!rx_get(&r, NULL));
 	static uint8_t sink[VIRTIO_VSOCK_BUF_ALLOC];
 	ck_assert_uint_eq(virtio_vsock_host_recv(&vs, c, sink, VIRTIO_VSOCK_BUF_ALLOC / 8), VIRTIO_VSOCK_BUF_ALLOC / 8);
@@ -774,32 +779,21 @@ END_TEST
 Suite *virtio_vsock_suite(void)
 {
 	Suite *s = suite_create("virtio_vsock");
-	TCase *tc = tcase_create("core");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, config_has_guest_cid);
-	tcase_add_test(tc, connect_accept_and_refuse);
-	tcase_add_test(tc, guest_to_host_data);
-	tcase_add_test(tc, host_to_guest_within_credit);
-	tcase_add_test(tc, large_send_is_split_by_buffer);
-	tcase_add_test(tc, guest_overrun_resets);
-	tcase_add_test(tc, bad_fields_are_dropped_or_reset);
-	tcase_add_test(tc, bad_lengths_need_reset);
-	tcase_add_test(tc, fwd_cnt_past_sent_resets);
-	tcase_add_test(tc, counters_wrap);
-	tcase_add_test(tc, host_initiated);
-	tcase_add_test(tc, shutdown_both_ways);
-	tcase_add_test(tc, credit_request_answered);
-	tcase_add_test(tc, credit_update_after_reads);
-	tcase_add_test(tc, connection_table_bounded);
-	tcase_add_test(tc, rst_backlog_bounded_without_rx_buffers);
-	tcase_add_test(tc, tiny_rx_buffer_needs_reset);
-	tcase_add_test(tc, broken_tx_ring_needs_reset);
-	suite_add_tcase(s, tc);
-	TCase *tu = tcase_create("unix");
-	tcase_add_checked_fixture(tu, unix_setup, unix_teardown);
-	tcase_add_test(tu, unix_host_initiated);
-	tcase_add_test(tu, unix_guest_initiated);
-	tcase_add_test(tu, unix_control_socket);
-	suite_add_tcase(s, tu);
+
+	unit_case_fixture(s, "core", setup, teardown, 0, config_has_guest_cid,
+			  connect_accept_and_refuse, guest_to_host_data,
+			  host_to_guest_within_credit,
+			  large_send_is_split_by_buffer, guest_overrun_resets,
+			  bad_fields_are_dropped_or_reset,
+			  bad_lengths_need_reset, fwd_cnt_past_sent_resets,
+			  counters_wrap, host_initiated, shutdown_both_ways,
+			  credit_request_answered, credit_update_after_reads,
+			  connection_table_bounded,
+			  rst_backlog_bounded_without_rx_buffers,
+			  tiny_rx_buffer_needs_reset,
+			  broken_tx_ring_needs_reset);
+	unit_case_fixture(s, "unix", unix_setup, unix_teardown, 0,
+			  unix_host_initiated, unix_guest_initiated,
+			  unix_control_socket);
 	return s;
 }

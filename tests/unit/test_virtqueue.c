@@ -5,6 +5,7 @@
 
 #include "devices/virtqueue.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/unit_suite.h"
 
 /* Fake guest: 64 KiB of RAM at gpa 0, rings at fixed places, buffers from
  * BUF up. */
@@ -384,26 +385,15 @@ END_TEST
 
 Suite *virtqueue_suite(void)
 {
-	Suite *s = suite_create("virtqueue");
-	TCase *t = tcase_create("core");
-	tcase_add_checked_fixture(t, setup, teardown);
-	tcase_add_test(t, simple_chain);
-	tcase_add_test(t, bad_sizes_refused);
-	tcase_add_test(t, misaligned_or_outside_rings_refused);
-	tcase_add_test(t, loop_is_an_error);
-	tcase_add_test(t, self_loop_with_zero_length);
-	tcase_add_test(t, bad_next_and_head);
-	tcase_add_test(t, buffers_outside_ram);
-	tcase_add_test(t, readable_after_writable);
-	tcase_add_test(t, segment_bound);
-	tcase_add_test(t, avail_idx_runs_ahead);
-	tcase_add_test(t, index_wraps_at_65535);
-	tcase_add_test(t, indirect_table);
-	tcase_add_test(t, indirect_abuse);
-	tcase_add_test(t, interrupt_suppression);
-	tcase_add_test(t, event_idx);
-	tcase_add_test(t, zero_length_segments_skipped);
-	tcase_add_test(t, not_ready_is_empty);
-	suite_add_tcase(s, t);
-	return s;
+	return unit_suite_fixture("virtqueue", "core", setup, teardown, 0,
+				  simple_chain, bad_sizes_refused,
+				  misaligned_or_outside_rings_refused,
+				  loop_is_an_error, self_loop_with_zero_length,
+				  bad_next_and_head, buffers_outside_ram,
+				  readable_after_writable, segment_bound,
+				  avail_idx_runs_ahead, index_wraps_at_65535,
+				  indirect_table, indirect_abuse,
+				  interrupt_suppression, event_idx,
+				  zero_length_segments_skipped,
+				  not_ready_is_empty);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib/wbuf.h"
+#include "tests/lib/unit_suite.h"
 
 START_TEST(put_drop_trim)
 {
@@ -97,11 +98,6 @@ END_TEST
 
 Suite *wbuf_suite(void)
 {
-	Suite *s = suite_create("wbuf");
-	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, put_drop_trim);
-	tcase_add_test(tc, compacts_before_growing);
-	tcase_add_test(tc, impossible_size_refused);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("wbuf", "core", put_drop_trim,
+			  compacts_before_growing, impossible_size_refused);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "lib/yamltree.h"
+#include "tests/lib/unit_suite.h"
 
 #define ERRLEN 512
 
@@ -198,14 +199,9 @@ END_TEST
 
 Suite *yamltree_suite(void)
 {
-	Suite *s = suite_create("yamltree");
-	TCase *tc = tcase_create("yamltree");
-	tcase_add_test(tc, builds_the_tree_with_positions);
-	tcase_add_test(tc, decoration_refused);
-	tcase_add_test(tc, limits_hold);
-	tcase_add_test(tc, syntax_errors_have_positions);
-	tcase_add_test(tc, messages_are_safe_lines);
-	tcase_add_test(tc, slurp_reads_regular_files_only);
-	suite_add_tcase(s, tc);
-	return s;
+	return unit_suite("yamltree", "yamltree",
+			  builds_the_tree_with_positions, decoration_refused,
+			  limits_hold, syntax_errors_have_positions,
+			  messages_are_safe_lines,
+			  slurp_reads_regular_files_only);
 }

@@ -40,11 +40,6 @@ static const char *const help_rm =
 	"sandbox uses is not removed (stop the sandbox first); the others still\n"
 	"are.  Exits non-zero if any NAME was not removed.\n";
 
-static int is_help(const char *s)
-{
-	return strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0;
-}
-
 static void human(uint64_t v, char *out, size_t len)
 {
 	static const char units[] = "BKMGT";
@@ -91,7 +86,7 @@ static int ls_main(int argc, char **argv)
 {
 	int bytes = 0;
 	for (int i = 1; i < argc; i++) {
-		if (is_help(argv[i])) {
+		if (cli_is_help(argv[i])) {
 			fputs(help_ls, stdout);
 			return 0;
 		}
@@ -134,7 +129,7 @@ static int rm_main(int argc, char **argv)
 	if (argc < 2)
 		return cli_die("disk rm: which volume? kbox disk rm NAME...");
 	for (int i = 1; i < argc; i++)
-		if (is_help(argv[i])) {
+		if (cli_is_help(argv[i])) {
 			fputs(help_rm, stdout);
 			return 0;
 		}
@@ -151,19 +146,13 @@ static int rm_main(int argc, char **argv)
 
 int disk_main(int argc, char **argv)
 {
-	if (argc < 2) {
-		fputs(help_main, stderr);
-		return KBOX_EXIT_FAILURE;
-	}
+	int rc = cli_group_help(argc, argv, help_main);
+	if (rc >= 0)
+		return rc;
 	const char *c = argv[1];
-	if (is_help(c) || strcmp(c, "help") == 0) {
-		fputs(help_main, stdout);
-		return 0;
-	}
 	if (strcmp(c, "ls") == 0 || strcmp(c, "list") == 0)
 		return ls_main(argc - 1, argv + 1);
 	if (strcmp(c, "rm") == 0 || strcmp(c, "remove") == 0)
 		return rm_main(argc - 1, argv + 1);
-	fprintf(stderr, "kbox disk: unknown command '%s' (see 'kbox disk --help')\n", c);
-	return KBOX_EXIT_FAILURE;
+	return cli_group_unknown("disk", c);
 }

@@ -82,11 +82,6 @@ static int die(const char *cmd, const char *fmt, ...)
 	return KBOX_EXIT_FAILURE;
 }
 
-static int is_help(const char *a)
-{
-	return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0;
-}
-
 struct bar {
 	struct timespec last;
 	int shown;
@@ -148,7 +143,7 @@ static int load_main(int argc, char **argv)
 	const char *file = NULL, *name = NULL;
 	int quiet = 0;
 	for (int i = 1; i < argc; i++) {
-		if (is_help(argv[i])) {
+		if (cli_is_help(argv[i])) {
 			fputs(help_load, stdout);
 			return 0;
 		} else if (strcmp(argv[i], "--name") == 0 || strcmp(argv[i], "-n") == 0) {
@@ -187,7 +182,7 @@ static int import_main(int argc, char **argv)
 {
 	const char *dir = NULL, *name = NULL;
 	for (int i = 1; i < argc; i++) {
-		if (is_help(argv[i])) {
+		if (cli_is_help(argv[i])) {
 			fputs(help_import, stdout);
 			return 0;
 		} else if (strcmp(argv[i], "--name") == 0 || strcmp(argv[i], "-n") == 0) {
@@ -242,7 +237,7 @@ static void print_info(void *arg, const struct image_info *in)
 static int ls_main(int argc, char **argv)
 {
 	if (argc > 1) {
-		if (is_help(argv[1])) {
+		if (cli_is_help(argv[1])) {
 			fputs(help_ls, stdout);
 			return 0;
 		}
@@ -262,7 +257,7 @@ static int rm_main(int argc, char **argv)
 	if (argc < 2)
 		return die("rm", "which image? (see 'kbox image rm --help')");
 	for (int i = 1; i < argc; i++)
-		if (is_help(argv[i])) {
+		if (cli_is_help(argv[i])) {
 			fputs(help_rm, stdout);
 			return 0;
 		}
@@ -297,7 +292,7 @@ static int rm_main(int argc, char **argv)
 
 static int path_main(int argc, char **argv)
 {
-	if (argc == 2 && is_help(argv[1])) {
+	if (argc == 2 && cli_is_help(argv[1])) {
 		fputs(help_path, stdout);
 		return 0;
 	}
@@ -315,15 +310,10 @@ static int path_main(int argc, char **argv)
 
 int image_main(int argc, char **argv)
 {
-	if (argc < 2) {
-		fputs(help_main, stderr);
-		return KBOX_EXIT_FAILURE;
-	}
+	int rc = cli_group_help(argc, argv, help_main);
+	if (rc >= 0)
+		return rc;
 	const char *c = argv[1];
-	if (is_help(c) || strcmp(c, "help") == 0) {
-		fputs(help_main, stdout);
-		return 0;
-	}
 	if (strcmp(c, "load") == 0)
 		return load_main(argc - 1, argv + 1);
 	if (strcmp(c, "import") == 0)
@@ -334,6 +324,5 @@ int image_main(int argc, char **argv)
 		return rm_main(argc - 1, argv + 1);
 	if (strcmp(c, "path") == 0)
 		return path_main(argc - 1, argv + 1);
-	fprintf(stderr, "kbox image: unknown command '%s' (see 'kbox image --help')\n", c);
-	return KBOX_EXIT_FAILURE;
+	return cli_group_unknown("image", c);
 }

@@ -445,16 +445,7 @@ int snapshot_file_build_finish(struct snapshot_file_builder *b, uint64_t ram_len
 
 int snapshot_file_name_ok(const char *name)
 {
-	size_t n = strlen(name);
-	if (n == 0 || n > SNAPSHOT_FILE_NAME_MAX || name[0] == '.')
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == '-'))
-			return -EINVAL;
-	}
-	return 0;
+	return fileio_name_ok(name, SNAPSHOT_FILE_NAME_MAX, ".") ? 0 : -EINVAL;
 }
 
 /* The folder, opened and checked: a real folder of ours, 0700 at most. */
@@ -491,21 +482,6 @@ static int all_zero(const uint8_t *p, size_t n)
 	return 1;
 }
 
-static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
-{
-	while (n) {
-		ssize_t w = pwrite(fd, p, n, off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		n -= (size_t)w;
-		off += w;
-	}
-	return 0;
-}
-
 /* RAM from ram_off on, page by page, runs of non-zero pages in one write
  * each; zero pages stay holes. */
 static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len)
@@ -518,8 +494,8 @@ static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len)
 		while (i < len && i - start < (64u << 20) && !all_zero(ram + i, SNAPSHOT_FILE_PAGE))
 			i += SNAPSHOT_FILE_PAGE;
 		if (i > start) {
-			int rc = pwrite_all(fd, ram + start, (size_t)(i - start),
-					    (off_t)(ram_off + start));
+			int rc = fileio_pwrite_all(fd, ram + start, (size_t)(i - start),
+						   (off_t)(ram_off + start));
 			if (rc < 0)
 				return rc;
 		}
@@ -581,19 +557,11 @@ int snapshot_file_write(const char *dir, const char *name, const struct statebuf
 	return 0;
 }
 
+/* A file shorter than it says is a bad snapshot, not an I/O error. */
 static int read_at(int fd, uint8_t *p, size_t n, off_t off)
 {
-	while (n) {
-		ssize_t r = pread(fd, p, n, off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EBADMSG;
-		p += r;
-		n -= (size_t)r;
-		off += r;
-	}
-	return 0;
+	int rc = fileio_pread_all(fd, p, n, off);
+	return rc == -ENODATA ? -EBADMSG : rc;
 }
 
 int snapshot_file_open(const char *dir, const char *name, struct snapshot_file_file *f, char *err, size_t errlen)

@@ -2,6 +2,7 @@
 #include "vmm/image/image_priv.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,15 @@ void add_tag(struct image_manifest *m, const char *repo)
 	strcpy(m->tag[m->ntags++], ref);
 }
 
+/* How many elements the array at token t has, at most max: -EINVAL when t
+ * is absent or not an array, -E2BIG when it has more. */
+static int json_array_len(const struct image_json *j, int t, uint32_t max)
+{
+	if (t < 0 || j->tok[t].type != IMAGE_JSON_ARR)
+		return -EINVAL;
+	return j->tok[t].count > max ? -E2BIG : (int)j->tok[t].count;
+}
+
 int image_parse_docker_manifest(const char *buf, size_t len, struct image_manifest *out,
 				unsigned max)
 {
@@ -76,43 +86,39 @@ int image_parse_docker_manifest(const char *buf, size_t len, struct image_manife
 	int r = json_load(&j, buf, len);
 	if (r < 0)
 		return r;
-	r = -EINVAL;
-	if (j.tok[0].type != IMAGE_JSON_ARR || j.tok[0].count == 0)
+	int n = json_array_len(&j, 0, max);
+	r = n < 0 ? n : -EINVAL;
+	if (n <= 0)
 		goto out;
-	if (j.tok[0].count > max) {
-		r = -E2BIG;
-		goto out;
-	}
-	for (uint32_t i = 0; i < j.tok[0].count; i++) {
+	for (int i = 0; i < n; i++) {
 		struct image_manifest *m = &out[i];
 		memset(m, 0, sizeof *m);
-		int o = image_json_elem(&j, 0, i);
+		int o = image_json_elem(&j, 0, (uint32_t)i);
 		int c = image_json_get(&j, o, "Config");
 		if (c < 0 || member_path(&j, c, m->config) < 0)
 			goto out;
 		member_sha(m->config, m->config_sha);
 		int tags = image_json_get(&j, o, "RepoTags");
-		for (uint32_t k = 0; tags >= 0 && j.tok[tags].type == IMAGE_JSON_ARR &&
-				     k < j.tok[tags].count; k++) {
+		int ntags = json_array_len(&j, tags, UINT32_MAX);
+		for (int k = 0; k < ntags; k++) {
 			char repo[512];
-			if (image_json_str(&j, image_json_elem(&j, tags, k), repo, sizeof repo) == 0)
+			if (image_json_str(&j, image_json_elem(&j, tags, (uint32_t)k), repo, sizeof repo) == 0)
 				add_tag(m, repo);
 		}
 		int layers = image_json_get(&j, o, "Layers");
-		if (layers < 0 || j.tok[layers].type != IMAGE_JSON_ARR)
-			goto out;
-		if (j.tok[layers].count > IMAGE_MAX_LAYERS) {
-			r = -E2BIG;
+		int nlayers = json_array_len(&j, layers, IMAGE_MAX_LAYERS);
+		if (nlayers < 0) {
+			r = nlayers;
 			goto out;
 		}
-		for (uint32_t k = 0; k < j.tok[layers].count; k++) {
-			if (member_path(&j, image_json_elem(&j, layers, k), m->layer[k]) < 0)
+		for (int k = 0; k < nlayers; k++) {
+			if (member_path(&j, image_json_elem(&j, layers, (uint32_t)k), m->layer[k]) < 0)
 				goto out;
 			member_sha(m->layer[k], m->layer_sha[k]);
 		}
-		m->nlayers = j.tok[layers].count;
+		m->nlayers = (unsigned)nlayers;
 	}
-	r = (int)j.tok[0].count;
+	r = n;
 out:
 	free(j.tok);
 	return r;
@@ -138,7 +144,7 @@ int image_parse_oci_index(const char *buf, size_t len, struct image_oci_desc *ou
 	int best_score = 0;
 	int list = image_json_get(&j, 0, "manifests");
 	r = -EINVAL;
-	if (list < 0 || j.tok[list].type != IMAGE_JSON_ARR)
+	if (json_array_len(&j, list, UINT32_MAX) < 0)
 		goto out;
 	r = -ENOENT;
 	memset(out, 0, sizeof *out);
@@ -199,18 +205,18 @@ int image_parse_oci_manifest(const char *buf, size_t len, struct image_manifest 
 	memset(out, 0, sizeof *out);
 	r = -EINVAL;
 	int layers = image_json_get(&j, 0, "layers");
-	if (descriptor(&j, image_json_get(&j, 0, "config"), out->config, out->config_sha) < 0 ||
-	    layers < 0 || j.tok[layers].type != IMAGE_JSON_ARR)
+	int nlayers = json_array_len(&j, layers, IMAGE_MAX_LAYERS);
+	if (descriptor(&j, image_json_get(&j, 0, "config"), out->config, out->config_sha) < 0)
 		goto out;
-	if (j.tok[layers].count > IMAGE_MAX_LAYERS) {
-		r = -E2BIG;
+	if (nlayers < 0) {
+		r = nlayers;
 		goto out;
 	}
-	for (uint32_t k = 0; k < j.tok[layers].count; k++)
-		if (descriptor(&j, image_json_elem(&j, layers, k), out->layer[k],
+	for (int k = 0; k < nlayers; k++)
+		if (descriptor(&j, image_json_elem(&j, layers, (uint32_t)k), out->layer[k],
 			       out->layer_sha[k]) < 0)
 			goto out;
-	out->nlayers = j.tok[layers].count;
+	out->nlayers = (unsigned)nlayers;
 	r = 0;
 out:
 	free(j.tok);
@@ -226,15 +232,17 @@ int image_parse_diff_ids(const char *buf, size_t len, char (*hex)[IMAGE_HEX_LEN 
 		return r;
 	r = -EINVAL;
 	int ids = image_json_get(&j, image_json_get(&j, 0, "rootfs"), "diff_ids");
-	if (ids < 0 || j.tok[ids].type != IMAGE_JSON_ARR || j.tok[ids].count > max)
+	/* More than max is refused as malformed, not as too large. */
+	int n = json_array_len(&j, ids, max);
+	if (n < 0)
 		goto out;
-	for (uint32_t k = 0; k < j.tok[ids].count; k++) {
+	for (int k = 0; k < n; k++) {
 		char dig[80];
-		if (image_json_str(&j, image_json_elem(&j, ids, k), dig, sizeof dig) < 0 ||
+		if (image_json_str(&j, image_json_elem(&j, ids, (uint32_t)k), dig, sizeof dig) < 0 ||
 		    digest_hex(dig, hex[k]) < 0)
 			goto out;
 	}
-	r = (int)j.tok[ids].count;
+	r = n;
 out:
 	free(j.tok);
 	return r;

@@ -399,6 +399,31 @@ const char *cfg_got(const struct yamltree_node *v, char *buf, size_t size)
 	return buf;
 }
 
+void *cfg_seq(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
+	      const char *expected, size_t max, const char *noun, size_t size, int *rc)
+{
+	char got[YAMLTREE_SHOW_BUF + 2];
+	void *a = NULL;
+	if (v->kind != YAMLTREE_SEQ)
+		*rc = cfg_err(x, v, "%s: got %s; expected a list of %s", what,
+			      cfg_got(v, got, sizeof got), expected);
+	else if (v->n > max)
+		*rc = cfg_err(x, v->kids[max], "%s: more than %zu %s; expected at most %zu", what,
+			      max, noun, max);
+	else if (!(a = calloc(v->n ? v->n : 1, size)))
+		*rc = cfg_nomem(x);
+	return a;
+}
+
+static void cfg_free_strv(char **v, size_t n)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 static void cfg_free_mounts(struct config_mount *m, unsigned n)
 {
 	if (!m)
@@ -406,12 +431,8 @@ static void cfg_free_mounts(struct config_mount *m, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		free(m[i].source);
 		free(m[i].target);
-		for (size_t j = 0; j < m[i].n_hidden; j++)
-			free(m[i].hidden[j]);
-		free(m[i].hidden);
-		for (size_t j = 0; j < m[i].n_hidden_extra; j++)
-			free(m[i].hidden_extra[j]);
-		free(m[i].hidden_extra);
+		cfg_free_strv(m[i].hidden, m[i].n_hidden);
+		cfg_free_strv(m[i].hidden_extra, m[i].n_hidden_extra);
 	}
 	free(m);
 }
@@ -424,23 +445,17 @@ static int cfg_patterns(struct cfg_ctx *x, const struct yamltree_node *v, unsign
 			const char *key, char ***out, size_t *n)
 {
 	static const char expected[] = "a glob pattern such as \".env\" or \"*.pem\"";
-	char what[48], got[YAMLTREE_SHOW_BUF + 2];
+	char what[48];
+	int rc;
 	snprintf(what, sizeof what, "mounts[%u].%s", idx, key);
-	if (v->kind != YAMLTREE_SEQ)
-		return cfg_err(x, v, "%s: got %s; expected a list of patterns such as "
-				     "[\".env\", \"*.pem\"] ([] hides nothing)",
-			       what, cfg_got(v, got, sizeof got));
-	if (v->n > CONFIG_HIDDEN_MAX)
-		return cfg_err(x, v->kids[CONFIG_HIDDEN_MAX],
-			       "%s: more than %u patterns; expected at most %u", what,
-			       CONFIG_HIDDEN_MAX, CONFIG_HIDDEN_MAX);
-	*out = calloc(v->n ? v->n : 1, sizeof **out);
+	*out = cfg_seq(x, v, what, "patterns such as [\".env\", \"*.pem\"] ([] hides nothing)",
+		       CONFIG_HIDDEN_MAX, "patterns", sizeof **out, &rc);
 	if (!*out)
-		return cfg_nomem(x);
+		return rc;
 	for (size_t i = 0; i < v->n; i++) {
 		const struct yamltree_node *p = v->kids[i];
 		snprintf(what, sizeof what, "mounts[%u].%s[%zu]", idx, key, i);
-		int rc = cfg_text(x, p, what, expected);
+		rc = cfg_text(x, p, what, expected);
 		if (rc)
 			return rc;
 		size_t len = p->len;
@@ -533,18 +548,13 @@ static int cfg_mount(struct cfg_ctx *x, const struct yamltree_node *v, unsigned 
 
 static int cfg_mounts(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
-	char got[YAMLTREE_SHOW_BUF + 2];
-	if (v->kind != YAMLTREE_SEQ)
-		return cfg_err(x, v, "mounts: got %s; expected a list of mappings with source "
-				     "and target", cfg_got(v, got, sizeof got));
-	if (v->n > MOUNTS_MAX)
-		return cfg_err(x, v->kids[MOUNTS_MAX], "mounts: more than %d mounts; expected "
-						       "at most %d", MOUNTS_MAX, MOUNTS_MAX);
-	struct config_mount *m = calloc(v->n ? v->n : 1, sizeof *m);
+	int rc;
+	struct config_mount *m = cfg_seq(x, v, "mounts", "mappings with source and target",
+					 MOUNTS_MAX, "mounts", sizeof *m, &rc);
 	if (!m)
-		return cfg_nomem(x);
+		return rc;
 	for (size_t i = 0; i < v->n; i++) {
-		int rc = cfg_mount(x, v->kids[i], (unsigned)i, &m[i]);
+		rc = cfg_mount(x, v->kids[i], (unsigned)i, &m[i]);
 		if (rc) {
 			cfg_free_mounts(m, (unsigned)v->n);
 			return rc;
@@ -647,18 +657,15 @@ static int cfg_disk_map(struct cfg_ctx *x, const struct yamltree_node *v, unsign
  * syntax) or mappings with name, target, size and readonly. */
 static int cfg_disks(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
-	char got[YAMLTREE_SHOW_BUF + 2], what[32], e[400];
-	if (v->kind != YAMLTREE_SEQ)
-		return cfg_err(x, v, "disks: got %s; expected a list of \"NAME:GUEST_PATH[:size="
-				     "SIZE][:ro]\" or of mappings with name and target",
-			       cfg_got(v, got, sizeof got));
-	if (v->n > DISKS_MAX)
-		return cfg_err(x, v->kids[DISKS_MAX], "disks: more than %u disks; expected at "
-						      "most %u", DISKS_MAX, DISKS_MAX);
-	struct disks *ds = calloc(1, sizeof *ds);
-	struct config_disk *d = calloc(v->n ? v->n : 1, sizeof *d);
+	char what[32], e[400];
 	int rc = 0;
-	if (!ds || !d)
+	struct config_disk *d = cfg_seq(x, v, "disks",
+					"\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or of mappings with "
+					"name and target", DISKS_MAX, "disks", sizeof *d, &rc);
+	if (!d)
+		return rc;
+	struct disks *ds = calloc(1, sizeof *ds);
+	if (!ds)
 		rc = cfg_nomem(x);
 	for (size_t i = 0; i < v->n && !rc; i++) {
 		const struct yamltree_node *k = v->kids[i];
@@ -764,15 +771,6 @@ static bool cfg_env_name_ok(const char *s, size_t len)
 		if (!isalnum((unsigned char)s[i]) && s[i] != '_')
 			return false;
 	return true;
-}
-
-static void cfg_free_strv(char **v, size_t n)
-{
-	if (!v)
-		return;
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
 }
 
 /* Appends "NAME=VALUE" to c->env unless NAME is already there. */

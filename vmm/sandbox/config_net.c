@@ -35,20 +35,15 @@ static int cfg_str_list(struct cfg_ctx *x, const struct yamltree_node *v, const 
 			const char *expected, size_t max, cfg_check_fn check,
 			struct config_str **out, size_t *n_out)
 {
-	char got[YAMLTREE_SHOW_BUF + 2], w[64], msg[512];
-	if (v->kind != YAMLTREE_SEQ)
-		return cfg_err(x, v, "%s: got %s; expected a list of %s", what,
-			       cfg_got(v, got, sizeof got), expected);
-	if (v->n > max)
-		return cfg_err(x, v->kids[max], "%s: more than %zu entries; expected at most %zu",
-			       what, max, max);
-	struct config_str *s = calloc(v->n ? v->n : 1, sizeof *s);
+	char w[64], msg[512];
+	int rc;
+	struct config_str *s = cfg_seq(x, v, what, expected, max, "entries", sizeof *s, &rc);
 	if (!s)
-		return cfg_nomem(x);
+		return rc;
 	for (size_t i = 0; i < v->n; i++) {
 		const struct yamltree_node *e = v->kids[i];
 		snprintf(w, sizeof w, "%s[%zu]", what, i);
-		int rc = cfg_text(x, e, w, expected);
+		rc = cfg_text(x, e, w, expected);
 		if (!rc && !check(e->str, msg, sizeof msg)) {
 			char safe[4 * sizeof msg + 4];
 			yamltree_show(safe, sizeof safe, msg, strlen(msg), sizeof msg);

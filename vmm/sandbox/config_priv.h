@@ -49,6 +49,13 @@ const char *cfg_got(const struct yamltree_node *v, char *buf, size_t size);
  * got ...; expected EXPECTED". */
 int cfg_text(struct cfg_ctx *x, const struct yamltree_node *v, const char *what, const char *expected);
 
+/* A calloc'd array of v->n elements of size bytes (one at least) when v is
+ * a list, else NULL with *rc the error "WHAT: got ...; expected a list of
+ * EXPECTED", or "WHAT: more than MAX NOUN; expected at most MAX" at the
+ * first entry too many, or -ENOMEM. */
+void *cfg_seq(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
+	      const char *expected, size_t max, const char *noun, size_t size, int *rc);
+
 enum cfg_num { CFG_NUM_OK, CFG_NUM_BAD, CFG_NUM_RANGE };
 
 /* The len bytes at s as an unsigned decimal without leading zeros (YAML

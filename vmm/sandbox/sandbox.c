@@ -42,16 +42,7 @@ int sandbox_runtime_dir(char *buf, size_t len)
 
 int sandbox_name_ok(const char *name)
 {
-	size_t n = strlen(name);
-	if (n == 0 || n > SANDBOX_NAME_MAX || name[0] == '.' || name[0] == '-')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return 0;
-	}
-	return 1;
+	return fileio_name_ok(name, SANDBOX_NAME_MAX, ".-");
 }
 
 static void paths(struct sandbox *sb, const char *rt, const char *name)

@@ -12,14 +12,14 @@ struct irq_sink {
 /* Assert s's line (for an edge sink: send one interrupt).  A NULL sink,
  * or one without set_level, does nothing, so a device made without an
  * interrupt (a unit test's) needs no checks of its own. */
-static inline void irq_raise(struct irq_sink *s)
+static inline void irq_sink_raise(struct irq_sink *s)
 {
 	if (s && s->set_level)
 		s->set_level(s, 1);
 }
 
-/* Deassert s's line; NULL-safe like irq_raise. */
-static inline void irq_lower(struct irq_sink *s)
+/* Deassert s's line; NULL-safe like irq_sink_raise. */
+static inline void irq_sink_lower(struct irq_sink *s)
 {
 	if (s && s->set_level)
 		s->set_level(s, 0);

@@ -47,7 +47,7 @@ static uint64_t offered(const struct virtio_mmio *t)
 static void raise_int(struct virtio_mmio *t, uint32_t bit)
 {
 	t->int_status |= bit;
-	irq_raise(t->irq);
+	irq_sink_raise(t->irq);
 }
 
 static void on_signal(struct virtqueue_dev *d, enum virtqueue_signal why)
@@ -106,7 +106,7 @@ static void reset(struct virtio_mmio *t)
 	t->drv_features = 0;
 	t->queue_sel = 0;
 	t->shm_sel = 0;
-	irq_lower(t->irq);
+	irq_sink_lower(t->irq);
 }
 
 /* The selected queue, or NULL if there is none. */
@@ -250,7 +250,7 @@ static void write_reg(struct virtio_mmio *t, uint32_t off, uint32_t v)
 	case R_INT_ACK:
 		t->int_status &= ~v;
 		if (t->int_status == 0)
-			irq_lower(t->irq);
+			irq_sink_lower(t->irq);
 		break;
 	case R_STATUS:
 		write_status(t, v);

@@ -213,6 +213,6 @@ int virtio_mmio_state_load(struct virtio_mmio *t, const uint8_t *blob, size_t le
 	d->driver_features = accepted;
 	d->live = live;
 	if (t->int_status)
-		irq_raise(t->irq);
+		irq_sink_raise(t->irq);
 	return 0;
 }

@@ -40,7 +40,7 @@ static int capped_fallocate(void *be, uint64_t fh, int mode, off_t off,
 
 static void put(const char *rel, const char *text)
 {
-	if (tt_put(tree, rel, text) < 0)
+	if (tmp_tree_put(tree, rel, text) < 0)
 		abort();
 }
 
@@ -48,7 +48,7 @@ static void put(const char *rel, const char *text)
 static void fresh_tree(void)
 {
 	char p[160];
-	tt_remove(tree);
+	tmp_tree_remove(tree);
 	mkdir(tree, 0755);
 	put("a", "hello");
 	put(".env", "SECRET=1");
@@ -65,14 +65,14 @@ static void fresh_tree(void)
 
 static void cleanup(void)
 {
-	tt_remove(base);
+	tmp_tree_remove(base);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	if (tt_make(base, sizeof base, "/tmp/kbox-fuzz-fuse.XXXXXX") < 0)
+	if (tmp_tree_make(base, sizeof base, "/tmp/kbox-fuzz-fuse.XXXXXX") < 0)
 		abort();
 	snprintf(tree, sizeof tree, "%s/root", base);
 	atexit(cleanup);

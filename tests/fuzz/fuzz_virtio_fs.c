@@ -111,25 +111,25 @@ static void raw_chain(struct fz_input *in)
 
 static void remove_tree(void)
 {
-	tt_remove(tree);
+	tmp_tree_remove(tree);
 }
 
 static void fresh_tree(void)
 {
 	char p[128];
 	if (!tree[0]) {
-		if (tt_make(tree, sizeof tree, "/tmp/kbox-fuzz-vfs.XXXXXX") < 0)
+		if (tmp_tree_make(tree, sizeof tree, "/tmp/kbox-fuzz-vfs.XXXXXX") < 0)
 			abort();
 		atexit(remove_tree);
 	}
-	tt_remove(tree);
+	tmp_tree_remove(tree);
 	mkdir(tree, 0755);
-	if (tt_put(tree, "a", "hello") < 0)
+	if (tmp_tree_put(tree, "a", "hello") < 0)
 		abort();
 	snprintf(p, sizeof p, "%s/d", tree);
 	mkdir(p, 0755);
 	/* A case variant of a hidden name, and a path pattern's target. */
-	if (tt_put(tree, ".ENV", "SECRET=2") < 0 || tt_put(tree, "d/secret", "k") < 0)
+	if (tmp_tree_put(tree, ".ENV", "SECRET=2") < 0 || tmp_tree_put(tree, "d/secret", "k") < 0)
 		abort();
 }
 

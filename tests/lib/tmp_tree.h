@@ -18,7 +18,7 @@
 
 /* A new empty directory named after template (which ends in XXXXXX) in
  * dir, of size bytes; 0 or a negative errno. */
-static inline int tt_make(char *dir, size_t size, const char *template)
+static inline int tmp_tree_make(char *dir, size_t size, const char *template)
 {
 	if (strlen(template) >= size)
 		return -ENAMETOOLONG;
@@ -28,7 +28,7 @@ static inline int tt_make(char *dir, size_t size, const char *template)
 
 /* Writes text as the whole of dir/name, made 0644 if new; 0 or a negative
  * errno. */
-static inline int tt_put(const char *dir, const char *name, const char *text)
+static inline int tmp_tree_put(const char *dir, const char *name, const char *text)
 {
 	char p[256];
 	size_t len = strlen(text);
@@ -43,8 +43,8 @@ static inline int tt_put(const char *dir, const char *name, const char *text)
 	return rc;
 }
 
-static inline int tt_remove_one(const char *p, const struct stat *st, int flag,
-				struct FTW *ftw)
+static inline int tmp_tree_remove_one(const char *p, const struct stat *st, int flag,
+				      struct FTW *ftw)
 {
 	(void)st;
 	(void)flag;
@@ -54,9 +54,9 @@ static inline int tt_remove_one(const char *p, const struct stat *st, int flag,
 
 /* Removes dir and everything below it, following no symlink; 0, or -EIO
  * when something could not be read or removed. */
-static inline int tt_remove(const char *dir)
+static inline int tmp_tree_remove(const char *dir)
 {
-	return nftw(dir, tt_remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 :
+	return nftw(dir, tmp_tree_remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 :
 									 -EIO;
 }
 

@@ -3,7 +3,7 @@
  * and time limit.
  *
  * Header-only (static inline), as fake_virtio.h.  Loop and exit tests, which
- * take more than a test's name, are added to the TCase that unit_case
+ * take more than a test's name, are added to the TCase that unit_suite_case
  * returns with Check's own calls. */
 #ifndef KBOX_TESTS_UNIT_SUITE_H
 #define KBOX_TESTS_UNIT_SUITE_H
@@ -19,10 +19,10 @@
 /* Adds to s a test case called name with the n tests, the checked fixture
  * setup/teardown when setup is not NULL, and a time limit of timeout
  * seconds when it is above 0; returns the case (owned by s). */
-static inline TCase *unit_case_of(Suite *s, const char *name,
-				  void (*setup)(void), void (*teardown)(void),
-				  double timeout, const TTest *const *tests,
-				  size_t n)
+static inline TCase *unit_suite_case_of(Suite *s, const char *name,
+					void (*setup)(void), void (*teardown)(void),
+					double timeout, const TTest *const *tests,
+					size_t n)
 {
 	TCase *tc = tcase_create(name);
 
@@ -39,11 +39,11 @@ static inline TCase *unit_case_of(Suite *s, const char *name,
 static inline Suite *unit_suite_of(const char *suite, const char *name,
 				   void (*setup)(void), void (*teardown)(void),
 				   double timeout, const TTest *const *tests,
-				  size_t n)
+				   size_t n)
 {
 	Suite *s = suite_create(suite);
 
-	unit_case_of(s, name, setup, teardown, timeout, tests, n);
+	unit_suite_case_of(s, name, setup, teardown, timeout, tests, n);
 	return s;
 }
 
@@ -60,10 +60,10 @@ static inline Suite *unit_suite_of(const char *suite, const char *name,
 		      UNIT_TESTS(__VA_ARGS__))
 
 /* One more case in suite s; returns it for loop and exit tests. */
-#define unit_case(s, name, ...)                                                \
-	unit_case_of(s, name, NULL, NULL, 0, UNIT_TESTS(__VA_ARGS__))
-#define unit_case_fixture(s, name, setup, teardown, timeout, ...)              \
-	unit_case_of(s, name, setup, teardown, timeout,                        \
-		     UNIT_TESTS(__VA_ARGS__))
+#define unit_suite_case(s, name, ...)                                          \
+	unit_suite_case_of(s, name, NULL, NULL, 0, UNIT_TESTS(__VA_ARGS__))
+#define unit_suite_case_fixture(s, name, setup, teardown, timeout, ...)        \
+	unit_suite_case_of(s, name, setup, teardown, timeout,                  \
+			   UNIT_TESTS(__VA_ARGS__))
 
 #endif

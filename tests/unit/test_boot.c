@@ -864,29 +864,29 @@ Suite *boot_suite(void)
 {
 	Suite *s = suite_create("boot");
 
-	TCase *tc = unit_case_fixture(s, "elf", ram_setup, ram_teardown, 0,
-				      elf_loads_segments_and_zeroes_bss,
-				      elf_ignores_other_headers_and_empty_loads,
-				      elf_adjacent_segments_and_ram_end,
-				      elf_errors_fit_small_or_no_buffer);
+	TCase *tc = unit_suite_case_fixture(s, "elf", ram_setup, ram_teardown, 0,
+					    elf_loads_segments_and_zeroes_bss,
+					    elf_ignores_other_headers_and_empty_loads,
+					    elf_adjacent_segments_and_ram_end,
+					    elf_errors_fit_small_or_no_buffer);
 	tcase_add_loop_test(tc, elf_hostile_refused_untouched, 0, HOSTILE_ELF_CASES);
-	tc = unit_case_fixture(s, "bzimage", ram_setup, ram_teardown, 0,
-			       bz_relocatable_loads_at_pref_address,
-			       bz_fixed_and_low_pref_load_at_1mib,
-			       bz_zero_setup_sects_means_four,
-			       bz_small_init_size_reserves_payload);
+	tc = unit_suite_case_fixture(s, "bzimage", ram_setup, ram_teardown, 0,
+				     bz_relocatable_loads_at_pref_address,
+				     bz_fixed_and_low_pref_load_at_1mib,
+				     bz_zero_setup_sects_means_four,
+				     bz_small_init_size_reserves_payload);
 	tcase_add_loop_test(tc, bz_hostile_refused_untouched, 0, HOSTILE_BZ_CASES);
-	unit_case_fixture(s, "initrd", ram_setup, ram_teardown, 0,
-			  initrd_placed_high_aligned_above_kernel,
-			  initrd_respects_initrd_max, initrd_exact_fit,
-			  initrd_too_big_refused);
-	unit_case_fixture(s, "params", ram_setup, ram_teardown, 0,
-			  e820_low_only, e820_low_and_high,
-			  e820_truncated_to_max, params_elf_zero_page,
-			  params_no_initrd_and_high_ram,
-			  params_bzimage_keeps_kernel_header, params_gdt,
-			  params_identity_page_tables, cmdline_limit_elf,
-			  cmdline_limit_bzimage, cmdline_one_mib_refused,
-			  params_tiny_ram_efault);
+	unit_suite_case_fixture(s, "initrd", ram_setup, ram_teardown, 0,
+				initrd_placed_high_aligned_above_kernel,
+				initrd_respects_initrd_max, initrd_exact_fit,
+				initrd_too_big_refused);
+	unit_suite_case_fixture(s, "params", ram_setup, ram_teardown, 0,
+				e820_low_only, e820_low_and_high,
+				e820_truncated_to_max, params_elf_zero_page,
+				params_no_initrd_and_high_ram,
+				params_bzimage_keeps_kernel_header, params_gdt,
+				params_identity_page_tables, cmdline_limit_elf,
+				cmdline_limit_bzimage, cmdline_one_mib_refused,
+				params_tiny_ram_efault);
 	return s;
 }

@@ -1376,21 +1376,21 @@ Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
 
-	unit_case(s, "valid", disks_section, disks_refused, full_block_file,
-		  flow_style_and_unset_keys, empty_files_set_nothing,
-		  memory_forms, bool_forms, command_string_runs_through_sh,
-		  relative_paths_follow_the_file,
-		  load_overlays_and_errors_keep_config, example_file_loads,
-		  mounts_section, later_sections_load, variables_expand,
-		  protect_mounts_hides_config_files, literal_patterns,
-		  every_example_loads);
-	unit_case(s, "errors", wrong_types, out_of_range, unknown_keys,
-		  structure_errors, empty_commands, syntax_errors,
-		  files_load_and_fail_clearly, mounts_errors, mounts_limits,
-		  later_sections_errors, network_dns);
-	unit_case_fixture(s, "hostile", NULL, NULL, 30,
-			  anchors_and_aliases_refused, deep_nesting_refused,
-			  too_many_nodes_refused, huge_scalars,
-			  nul_bytes_and_bad_utf8, error_buffer_edges);
+	unit_suite_case(s, "valid", disks_section, disks_refused, full_block_file,
+			flow_style_and_unset_keys, empty_files_set_nothing,
+			memory_forms, bool_forms, command_string_runs_through_sh,
+			relative_paths_follow_the_file,
+			load_overlays_and_errors_keep_config, example_file_loads,
+			mounts_section, later_sections_load, variables_expand,
+			protect_mounts_hides_config_files, literal_patterns,
+			every_example_loads);
+	unit_suite_case(s, "errors", wrong_types, out_of_range, unknown_keys,
+			structure_errors, empty_commands, syntax_errors,
+			files_load_and_fail_clearly, mounts_errors, mounts_limits,
+			later_sections_errors, network_dns);
+	unit_suite_case_fixture(s, "hostile", NULL, NULL, 30,
+				anchors_and_aliases_refused, deep_nesting_refused,
+				too_many_nodes_refused, huge_scalars,
+				nul_bytes_and_bad_utf8, error_buffer_edges);
 	return s;
 }

@@ -922,12 +922,12 @@ Suite *dns_suite(void)
 {
 	Suite *s = suite_create("dns");
 
-	unit_case(s, "core", query_reply_round_trip, error_replies,
-		  hostile_queries, names_and_labels, pointer_chains, responses,
-		  filter_rebinding, memo, build_query, server_specs,
-		  answer_judged);
-	unit_case_fixture(s, "upstream", NULL, NULL, 30, upstream_answers,
-			  upstream_forgeries, upstream_truncated,
-			  upstream_failover);
+	unit_suite_case(s, "core", query_reply_round_trip, error_replies,
+			hostile_queries, names_and_labels, pointer_chains, responses,
+			filter_rebinding, memo, build_query, server_specs,
+			answer_judged);
+	unit_suite_case_fixture(s, "upstream", NULL, NULL, 30, upstream_answers,
+				upstream_forgeries, upstream_truncated,
+				upstream_failover);
 	return s;
 }

@@ -29,7 +29,7 @@ static uint64_t next_unique = 1;
 
 static void put(const char *name, const char *text)
 {
-	ck_assert_int_eq(tt_put(dir, name, text), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, name, text), 0);
 }
 
 static void mkdir_host(const char *name)
@@ -61,7 +61,7 @@ static bool exists_host(const char *name)
 
 static void setup(void)
 {
-	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-fshide-unit.XXXXXX"), 0);
+	ck_assert_int_eq(tmp_tree_make(dir, sizeof dir, "/tmp/kbox-fshide-unit.XXXXXX"), 0);
 }
 
 static void teardown(void)
@@ -70,7 +70,7 @@ static void teardown(void)
 	fs_passthrough_free(fs);
 	srv = NULL;
 	fs = NULL;
-	ck_assert_int_eq(tt_remove(dir), 0);
+	ck_assert_int_eq(tmp_tree_remove(dir), 0);
 }
 
 /* Serves dir with c (its root filled in) and sends INIT. */

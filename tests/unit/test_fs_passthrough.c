@@ -20,7 +20,7 @@ static struct fs_passthrough *fs;
 
 static void put(const char *name, const char *text)
 {
-	ck_assert_int_eq(tt_put(dir, name, text), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, name, text), 0);
 }
 
 static void serve(unsigned max_fds)
@@ -34,7 +34,7 @@ static void setup(void)
 {
 	char p[128];
 
-	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-fsp-unit.XXXXXX"), 0);
+	ck_assert_int_eq(tmp_tree_make(dir, sizeof dir, "/tmp/kbox-fsp-unit.XXXXXX"), 0);
 	put("a", "hello");
 	put("b", "world");
 	put(".env", "SECRET=1");
@@ -48,7 +48,7 @@ static void teardown(void)
 {
 	fs_passthrough_free(fs);
 	fs = NULL;
-	tt_remove(dir);
+	tmp_tree_remove(dir);
 }
 
 /* The nodeid of name in parent, looked up once more. */

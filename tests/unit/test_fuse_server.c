@@ -26,7 +26,7 @@ static uint64_t next_unique = 1;
 
 static void put_file(const char *name, const char *text)
 {
-	ck_assert_int_eq(tt_put(dir, name, text), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, name, text), 0);
 }
 
 /* A server of the backend c; keep_opendir as in fuse_server_config. */
@@ -52,7 +52,7 @@ static void serve(bool ro, const char *const *hidden, size_t n_hidden,
 static void setup(void)
 {
 	char p[128];
-	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-fuse-unit.XXXXXX"),
+	ck_assert_int_eq(tmp_tree_make(dir, sizeof dir, "/tmp/kbox-fuse-unit.XXXXXX"),
 			 0);
 	put_file("a", "hello");
 	put_file(".env", "SECRET=1");
@@ -69,7 +69,7 @@ static void teardown(void)
 	fs_passthrough_free(fs);
 	srv = NULL;
 	fs = NULL;
-	ck_assert_int_eq(tt_remove(dir), 0);
+	ck_assert_int_eq(tmp_tree_remove(dir), 0);
 }
 
 /* Builds a request: header, fixed argument, then up to two names. */

@@ -159,8 +159,8 @@ Suite *hostaddr_suite(void)
 {
 	Suite *s = suite_create("hostaddr");
 
-	unit_case_fixture(s, "core", NULL, NULL, 20, addresses_as_they_are_now,
-			  ipv6);
+	unit_suite_case_fixture(s, "core", NULL, NULL, 20, addresses_as_they_are_now,
+				ipv6);
 	TCase *tc = tcase_create("lockdown");
 	tcase_set_timeout(tc, 20);
 	tcase_add_exit_test(tc, under_the_lockdown, 0);

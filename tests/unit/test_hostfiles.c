@@ -32,7 +32,7 @@ static const char *at(const char *name)
 
 static void setup(void)
 {
-	ck_assert_int_eq(tt_make(top, sizeof top, "/tmp/hostfiles-XXXXXX"), 0);
+	ck_assert_int_eq(tmp_tree_make(top, sizeof top, "/tmp/hostfiles-XXXXXX"), 0);
 	/* share/          a shared folder
 	 * share/sub/      a folder in it
 	 * out/            a folder outside it
@@ -47,7 +47,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	ck_assert_int_eq(tt_remove(top), 0);
+	ck_assert_int_eq(tmp_tree_remove(top), 0);
 }
 
 static bool has_name(const struct hostfiles_walk *w, const char *n)
@@ -63,7 +63,7 @@ START_TEST(walk_plain_missing_and_outside)
 	struct hostfiles_root r;
 	struct hostfiles_walk w;
 	ck_assert_int_eq(hostfiles_root_of(at("share"), &r), 0);
-	ck_assert_int_eq(tt_put(at("share/sub"), "audit.log", "x\n"), 0);
+	ck_assert_int_eq(tmp_tree_put(at("share/sub"), "audit.log", "x\n"), 0);
 	ck_assert_int_eq(hostfiles_walk(at("share/sub/audit.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert(w.exists);
@@ -106,7 +106,7 @@ START_TEST(walk_through_links)
 	ck_assert_uint_eq(w.crossed, 1);
 	ck_assert_str_eq(w.real, at("out/k.log"));
 	/* The final name a link: both names, as written and the target's. */
-	ck_assert_int_eq(tt_put(at("out"), "real.log", ""), 0);
+	ck_assert_int_eq(tmp_tree_put(at("out"), "real.log", ""), 0);
 	ck_assert_int_eq(symlink("../../out/real.log", at("share/sub/alias.log")), 0);
 	ck_assert_int_eq(hostfiles_walk(at("share/sub/alias.log"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
@@ -114,7 +114,7 @@ START_TEST(walk_through_links)
 	ck_assert(S_ISREG(w.st.st_mode));
 	ck_assert(has_name(&w, "alias.log") && has_name(&w, "real.log"));
 	/* A link outside to a file in the share. */
-	ck_assert_int_eq(tt_put(at("share/sub"), "t.yaml", ""), 0);
+	ck_assert_int_eq(tmp_tree_put(at("share/sub"), "t.yaml", ""), 0);
 	ck_assert_int_eq(symlink(at("share/sub/t.yaml"), at("out/t-link.yaml")), 0);
 	ck_assert_int_eq(hostfiles_walk(at("out/t-link.yaml"), &r, 1, &w), 0);
 	ck_assert_uint_eq(w.crossed, 1);
@@ -154,7 +154,7 @@ START_TEST(protect_hides_run_files)
 	const struct mount_spec other = { .host = at("out"), .guest = "/o", .hidden_set = true };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
 	ck_assert_int_eq(mounts_add(&ms, &other, err, sizeof err), 0);
-	ck_assert_int_eq(tt_put(at("share"), "audit.log", ""), 0);
+	ck_assert_int_eq(tmp_tree_put(at("share"), "audit.log", ""), 0);
 	ck_assert_int_eq(symlink("sub/really.log", at("share/kernel.log")), 0);
 	const struct config_hostfile extra[] = {
 		{ at("share/audit.log"), "the audit log" },
@@ -190,7 +190,7 @@ START_TEST(protect_refuses_hard_links_and_image_root)
 	char err[512];
 	const struct mount_spec sp = { .host = at("share"), .guest = "/w" };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
-	ck_assert_int_eq(tt_put(at("share"), "audit.log", ""), 0);
+	ck_assert_int_eq(tmp_tree_put(at("share"), "audit.log", ""), 0);
 	ck_assert_int_eq(link(at("share/audit.log"), at("share/sub/innocent.txt")), 0);
 	const struct config_hostfile in_share = { at("share/audit.log"), "the audit log" };
 	config_init(&c);
@@ -199,7 +199,7 @@ START_TEST(protect_refuses_hard_links_and_image_root)
 	ck_assert_ptr_nonnull(strstr(err, "the audit log"));
 	ck_assert_ptr_nonnull(strstr(err, "2 names (hard links)"));
 	/* Outside every share, but its other name could be in one. */
-	ck_assert_int_eq(tt_put(at("out"), "learned.yaml", ""), 0);
+	ck_assert_int_eq(tmp_tree_put(at("out"), "learned.yaml", ""), 0);
 	ck_assert_int_eq(link(at("out/learned.yaml"), at("out/other.yaml")), 0);
 	const struct config_hostfile outside = { at("out/learned.yaml"), "the --learn file" };
 	ck_assert_int_eq(config_protect_mounts(&c, NULL, &outside, 1, &ms, err, sizeof err),

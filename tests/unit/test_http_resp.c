@@ -333,12 +333,12 @@ Suite *http_resp_suite(void)
 {
 	ts_yaml = yaml;
 	Suite *s = suite_create("http_resp");
-	TCase *tc = unit_case_fixture(s, "core", ts_setup, ts_teardown, 60,
-				      content_length_body_and_head,
-				      chunked_across_chunks_and_trailer,
-				      close_delimited_and_opaque,
-				      no_body_interim_and_pipelined,
-				      cut_short_drops_the_held_part);
+	TCase *tc = unit_suite_case_fixture(s, "core", ts_setup, ts_teardown, 60,
+					    content_length_body_and_head,
+					    chunked_across_chunks_and_trailer,
+					    close_delimited_and_opaque,
+					    no_body_interim_and_pipelined,
+					    cut_short_drops_the_held_part);
 	tcase_add_loop_test(tc, refused, 0, sizeof refusals / sizeof refusals[0]);
 	return s;
 }

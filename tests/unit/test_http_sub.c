@@ -979,17 +979,17 @@ Suite *http_sub_suite(void)
 {
 	ts_yaml = secrets_yaml;
 	Suite *s = suite_create("http_sub");
-	TCase *tc = unit_case_fixture(s, "http_sub", ts_setup, ts_teardown, 120,
-				      placeholder_after_upgrade, audit_events,
-				      reply_is_a_complete_response, limits,
-				      streaming_and_backpressure,
-				      no_secrets_and_bad_sni, finish_mid_body,
-				      identity_asked_where_secrets_go,
-				      trace_refused_405, request_queue);
+	TCase *tc = unit_suite_case_fixture(s, "http_sub", ts_setup, ts_teardown, 120,
+					    placeholder_after_upgrade, audit_events,
+					    reply_is_a_complete_response, limits,
+					    streaming_and_backpressure,
+					    no_secrets_and_bad_sni, finish_mid_body,
+					    identity_asked_where_secrets_go,
+					    trace_refused_405, request_queue);
 	int n = (int)(sizeof cases / sizeof cases[0]);
 	tcase_add_loop_test(tc, table_whole, 0, n);
 	tcase_add_loop_test(tc, table_every_split, 0, n);
-	unit_case_fixture(s, "real clients", ts_setup, ts_teardown, 60,
-			  real_curl, real_python, real_node);
+	unit_suite_case_fixture(s, "real clients", ts_setup, ts_teardown, 60,
+				real_curl, real_python, real_node);
 	return s;
 }

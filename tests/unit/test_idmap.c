@@ -99,11 +99,11 @@ static char *path_of(const char *name)
 
 static void setup(void)
 {
-	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-idmap-unit.XXXXXX"),
+	ck_assert_int_eq(tmp_tree_make(dir, sizeof dir, "/tmp/kbox-idmap-unit.XXXXXX"),
 			 0);
-	ck_assert_int_eq(tt_put(dir, "mine", "m"), 0);
-	ck_assert_int_eq(tt_put(dir, "roots", "r"), 0);
-	ck_assert_int_eq(tt_put(dir, "others", "o"), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, "mine", "m"), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, "roots", "r"), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, "others", "o"), 0);
 	req_uid = req_gid = 0;
 	umask(022);
 }
@@ -114,7 +114,7 @@ static void teardown(void)
 	fs_passthrough_free(fs);
 	srv = NULL;
 	fs = NULL;
-	ck_assert_int_eq(tt_remove(dir), 0);
+	ck_assert_int_eq(tmp_tree_remove(dir), 0);
 }
 
 /* The tree as the user OWNER would have it, one file root's and one
@@ -222,7 +222,7 @@ START_TEST(attributes_are_mapped)
 	ck_assert_int_eq(call(FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL), 0);
 	ck_assert_uint_eq(((const struct fuse_attr_out *)body())->attr.uid, 0);
 	/* READDIRPLUS entries carry the same attributes. */
-	ck_assert_int_eq(tt_put(dir, "fresh", "f"), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, "fresh", "f"), 0);
 	ck_assert_int_eq(chown(path_of("fresh"), OWNER, OTHER), 0);
 	struct fuse_read_in rd = { .size = 64 * 1024 };
 	ck_assert_int_eq(call(FUSE_READDIRPLUS, FUSE_ROOT_ID, &rd, sizeof rd, NULL), 0);
@@ -509,11 +509,11 @@ Suite *idmap_suite(void)
 {
 	Suite *s = suite_create("idmap");
 
-	unit_case(s, "map", identity_when_owner_is_root, owner_is_guest_root);
-	unit_case_fixture(s, "server", setup, teardown, 0,
-			  running_user_is_guest_root, attributes_are_mapped,
-			  chown_maps_back_or_refuses, chown_as_ordinary_user,
-			  new_nodes_get_the_request_owner, umask_applied_once,
-			  fifos_and_sockets);
+	unit_suite_case(s, "map", identity_when_owner_is_root, owner_is_guest_root);
+	unit_suite_case_fixture(s, "server", setup, teardown, 0,
+				running_user_is_guest_root, attributes_are_mapped,
+				chown_maps_back_or_refuses, chown_as_ordinary_user,
+				new_nodes_get_the_request_owner, umask_applied_once,
+				fifos_and_sockets);
 	return s;
 }

@@ -241,7 +241,7 @@ static void env_restore(void)
 START_TEST(open_default_under_state_home)
 {
 	char d[64], want[128], used[256], warn[512];
-	ck_assert_int_eq(tt_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
+	ck_assert_int_eq(tmp_tree_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
 	env_save("/dev/null/home", d);
 	int fd = klog_open(NULL, "/dev/null/fallback.log", used, sizeof used, warn, sizeof warn);
 	env_restore();
@@ -251,7 +251,7 @@ START_TEST(open_default_under_state_home)
 	ck_assert_str_eq(used, want);
 	ck_assert_str_eq(warn, "");
 	ck_assert_int_eq(access(want, W_OK), 0);
-	ck_assert_int_eq(tt_remove(d), 0);
+	ck_assert_int_eq(tmp_tree_remove(d), 0);
 }
 END_TEST
 
@@ -261,9 +261,9 @@ END_TEST
 START_TEST(open_falls_back_when_home_unusable)
 {
 	char d[64], fb[128], home[128], used[256], warn[512];
-	ck_assert_int_eq(tt_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
+	ck_assert_int_eq(tmp_tree_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
 	snprintf(fb, sizeof fb, "%s/.kernel.log", d);
-	ck_assert_int_eq(tt_put(d, "file", "x"), 0);
+	ck_assert_int_eq(tmp_tree_put(d, "file", "x"), 0);
 	const char *homes[] = { "/dev/null/home", home, NULL, "relative/home" };
 	snprintf(home, sizeof home, "%s/file", d); /* a file: mkdir gives ENOTDIR */
 	for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
@@ -281,7 +281,7 @@ START_TEST(open_falls_back_when_home_unusable)
 		if (i >= 2)
 			ck_assert_ptr_nonnull(strstr(warn, "neither XDG_STATE_HOME nor HOME"));
 	}
-	ck_assert_int_eq(tt_remove(d), 0);
+	ck_assert_int_eq(tmp_tree_remove(d), 0);
 }
 END_TEST
 
@@ -291,7 +291,7 @@ END_TEST
 START_TEST(open_links_named_paths_and_no_place)
 {
 	char d[64], p[128], tgt[128], fb[128], used[256], warn[512];
-	ck_assert_int_eq(tt_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
+	ck_assert_int_eq(tmp_tree_make(d, sizeof d, "/tmp/klog-XXXXXX"), 0);
 	snprintf(fb, sizeof fb, "%s/.kernel.log", d);
 	snprintf(tgt, sizeof tgt, "%s/target", d);
 	snprintf(p, sizeof p, "%s/kbox", d);
@@ -326,7 +326,7 @@ START_TEST(open_links_named_paths_and_no_place)
 	fd = klog_open("/dev/null/k.log", NULL, used, sizeof used, warn, sizeof warn);
 	ck_assert_int_eq(fd, -1);
 	env_restore();
-	ck_assert_int_eq(tt_remove(d), 0);
+	ck_assert_int_eq(tmp_tree_remove(d), 0);
 }
 END_TEST
 

@@ -696,10 +696,10 @@ Suite *stack_suite(void)
 {
 	Suite *s = suite_create("stack");
 
-	unit_case(s, "core", tcp_parse_and_truncation, bad_fields, udp_and_icmp,
-		  resets, port_unreach_and_arp_request, arp, random_frames,
-		  flowtab, flowtab_many, csum_matches_reference);
-	unit_case_fixture(s, "forward", NULL, NULL, 20, forward_without_guest,
-			  gso_output);
+	unit_suite_case(s, "core", tcp_parse_and_truncation, bad_fields, udp_and_icmp,
+			resets, port_unreach_and_arp_request, arp, random_frames,
+			flowtab, flowtab_many, csum_matches_reference);
+	unit_suite_case_fixture(s, "forward", NULL, NULL, 20, forward_without_guest,
+				gso_output);
 	return s;
 }

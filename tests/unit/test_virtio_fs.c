@@ -47,9 +47,9 @@ static void driver_up(void)
 
 static void setup(void)
 {
-	ck_assert_int_eq(tt_make(dir, sizeof dir, "/tmp/kbox-vfs-unit.XXXXXX"), 0);
-	ck_assert_int_eq(tt_put(dir, "a", "hello"), 0);
-	ck_assert_int_eq(tt_put(dir, ".env", "SECRET=1"), 0);
+	ck_assert_int_eq(tmp_tree_make(dir, sizeof dir, "/tmp/kbox-vfs-unit.XXXXXX"), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, "a", "hello"), 0);
+	ck_assert_int_eq(tmp_tree_put(dir, ".env", "SECRET=1"), 0);
 	struct fs_passthrough_config fc = { .root = dir };
 	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE,
 					 .entry_timeout = 1, .attr_timeout = 1 };
@@ -67,7 +67,7 @@ static void teardown(void)
 	fuse_server_free(srv);
 	fs_passthrough_free(fs);
 	fv_free(&drv);
-	ck_assert_int_eq(tt_remove(dir), 0);
+	ck_assert_int_eq(tmp_tree_remove(dir), 0);
 }
 
 static bool needs_reset(void)

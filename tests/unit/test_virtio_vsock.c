@@ -780,20 +780,20 @@ Suite *virtio_vsock_suite(void)
 {
 	Suite *s = suite_create("virtio_vsock");
 
-	unit_case_fixture(s, "core", setup, teardown, 0, config_has_guest_cid,
-			  connect_accept_and_refuse, guest_to_host_data,
-			  host_to_guest_within_credit,
-			  large_send_is_split_by_buffer, guest_overrun_resets,
-			  bad_fields_are_dropped_or_reset,
-			  bad_lengths_need_reset, fwd_cnt_past_sent_resets,
-			  counters_wrap, host_initiated, shutdown_both_ways,
-			  credit_request_answered, credit_update_after_reads,
-			  connection_table_bounded,
-			  rst_backlog_bounded_without_rx_buffers,
-			  tiny_rx_buffer_needs_reset,
-			  broken_tx_ring_needs_reset);
-	unit_case_fixture(s, "unix", unix_setup, unix_teardown, 0,
-			  unix_host_initiated, unix_guest_initiated,
-			  unix_control_socket);
+	unit_suite_case_fixture(s, "core", setup, teardown, 0, config_has_guest_cid,
+				connect_accept_and_refuse, guest_to_host_data,
+				host_to_guest_within_credit,
+				large_send_is_split_by_buffer, guest_overrun_resets,
+				bad_fields_are_dropped_or_reset,
+				bad_lengths_need_reset, fwd_cnt_past_sent_resets,
+				counters_wrap, host_initiated, shutdown_both_ways,
+				credit_request_answered, credit_update_after_reads,
+				connection_table_bounded,
+				rst_backlog_bounded_without_rx_buffers,
+				tiny_rx_buffer_needs_reset,
+				broken_tx_ring_needs_reset);
+	unit_suite_case_fixture(s, "unix", unix_setup, unix_teardown, 0,
+				unix_host_initiated, unix_guest_initiated,
+				unix_control_socket);
 	return s;
 }

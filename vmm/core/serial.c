@@ -56,9 +56,9 @@ static void update_irq(struct serial *s)
 		return;
 	s->irq_level = level;
 	if (level)
-		irq_raise(s->irq);
+		irq_sink_raise(s->irq);
 	else
-		irq_lower(s->irq);
+		irq_sink_lower(s->irq);
 }
 
 uint8_t serial_in(struct serial *s, unsigned off)

@@ -53,19 +53,19 @@ static int store_open(struct image_ctx *ctx, struct store *st, int create)
 	st->fd = -1;
 	int r = image_store_dir(st->dir, sizeof st->dir);
 	if (r < 0)
-		return fail(ctx, r, "no image store: set KBOX_IMAGE_DIR or HOME");
+		return image_fail(ctx, r, "no image store: set KBOX_IMAGE_DIR or HOME");
 	if (create && (r = datadir_mkdirs(st->dir)) < 0)
-		return fail(ctx, r, "cannot create the image store %s: %s", st->dir, strerror(-r));
+		return image_fail(ctx, r, "cannot create the image store %s: %s", st->dir, strerror(-r));
 	st->fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (st->fd < 0)
 		return errno == ENOENT && !create ? -ENOENT
-						  : fail(ctx, -errno, "image store %s: %s", st->dir,
-							 strerror(errno));
+						  : image_fail(ctx, -errno, "image store %s: %s", st->dir,
+							       strerror(errno));
 	static const char *const sub[] = { "rootfs", "meta", "refs", "tmp" };
 	for (size_t i = 0; create && i < 4; i++)
 		if (mkdirat(st->fd, sub[i], 0700) < 0 && errno != EEXIST)
-			return fail(ctx, -errno, "image store %s/%s: %s", st->dir, sub[i],
-				    strerror(errno));
+			return image_fail(ctx, -errno, "image store %s/%s: %s", st->dir, sub[i],
+					  strerror(errno));
 	return 0;
 }
 
@@ -82,7 +82,7 @@ static int store_lock(struct image_ctx *ctx, struct store *st)
 {
 	int fd = openat(st->fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0 || flock(fd, LOCK_EX) < 0) {
-		int r = fail(ctx, -errno, "locking the image store: %s", strerror(errno));
+		int r = image_fail(ctx, -errno, "locking the image store: %s", strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return r;
@@ -102,7 +102,7 @@ static void rand_name(char *buf, size_t len, const char *prefix)
  * progress and a dir not locked yet, they are old). */
 static void tmp_sweep(struct store *st)
 {
-	DIR *d = dir_open(st->fd, "tmp", 0);
+	DIR *d = image_dir_open(st->fd, "tmp", 0);
 	if (!d)
 		return;
 	int tfd = dirfd(d);
@@ -121,7 +121,7 @@ static void tmp_sweep(struct store *st)
 			close(lfd);
 			continue;
 		}
-		remove_tree(tfd, de->d_name, 0);
+		image_remove_tree(tfd, de->d_name, 0);
 		if (lfd >= 0)
 			close(lfd);
 	}
@@ -144,17 +144,17 @@ static int work_open(struct image_ctx *ctx, struct store *st, struct work *wk)
 		if (mkdirat(st->fd, path, 0700) < 0) {
 			if (errno == EEXIST)
 				continue;
-			return fail(ctx, -errno, "%s/%s: %s", st->dir, path, strerror(errno));
+			return image_fail(ctx, -errno, "%s/%s: %s", st->dir, path, strerror(errno));
 		}
 		wk->fd = openat(st->fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (wk->fd < 0)
-			return fail(ctx, -errno, "%s/%s: %s", st->dir, path, strerror(errno));
+			return image_fail(ctx, -errno, "%s/%s: %s", st->dir, path, strerror(errno));
 		wk->lockfd = openat(wk->fd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (wk->lockfd < 0 || flock(wk->lockfd, LOCK_EX) < 0)
-			return fail(ctx, -errno, "%s/%s/.lock: %s", st->dir, path, strerror(errno));
+			return image_fail(ctx, -errno, "%s/%s/.lock: %s", st->dir, path, strerror(errno));
 		return 0;
 	}
-	return fail(ctx, -EEXIST, "cannot make a work directory in %s/tmp", st->dir);
+	return image_fail(ctx, -EEXIST, "cannot make a work directory in %s/tmp", st->dir);
 }
 
 static void work_close(struct store *st, struct work *wk)
@@ -162,7 +162,7 @@ static void work_close(struct store *st, struct work *wk)
 	if (wk->fd >= 0) {
 		char path[80];
 		snprintf(path, sizeof path, "tmp/%s", wk->name);
-		remove_tree(st->fd, path, 0);
+		image_remove_tree(st->fd, path, 0);
 		close(wk->fd);
 	}
 	if (wk->lockfd >= 0)
@@ -182,7 +182,7 @@ static int read_ref(struct store *st, const char *nametag, char *id)
 	if (n < IMAGE_HEX_LEN)
 		return -EINVAL;
 	buf[IMAGE_HEX_LEN] = 0;
-	if (!hex64_ok(buf))
+	if (!image_hex64_ok(buf))
 		return -EINVAL;
 	memcpy(id, buf, IMAGE_HEX_LEN + 1);
 	return 0;
@@ -198,7 +198,7 @@ static int write_ref(struct image_ctx *ctx, struct store *st, const char *nameta
 	snprintf(line, sizeof line, "%s\n", id);
 	int r = fileio_write_atomic(st->fd, path, tmp, line, strlen(line), 0600);
 	if (r < 0)
-		return fail(ctx, r, "writing %s/%s: %s", st->dir, path, strerror(-r));
+		return image_fail(ctx, r, "writing %s/%s: %s", st->dir, path, strerror(-r));
 	return 0;
 }
 
@@ -206,7 +206,7 @@ static int write_ref(struct image_ctx *ctx, struct store *st, const char *nameta
 static int refs_each(struct store *st, int (*fn)(void *arg, const char *nametag, const char *id),
 		     void *arg)
 {
-	DIR *d = dir_open(st->fd, "refs", 0);
+	DIR *d = image_dir_open(st->fd, "refs", 0);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
 	struct dirent *de;
@@ -290,7 +290,7 @@ static void gc_id(struct store *st, const char *id)
 	rand_name(to + 4, sizeof to - 4, "rm");
 	memcpy(to, "tmp/", 4);
 	if (renameat(st->fd, from, st->fd, to) == 0)
-		remove_tree(st->fd, to, 0);
+		image_remove_tree(st->fd, to, 0);
 	snprintf(from, sizeof from, "meta/%s", id);
 	unlinkat(st->fd, from, 0);
 }
@@ -299,7 +299,7 @@ static void gc_id(struct store *st, const char *id)
  * gc_id while a sandbox ran on it).  Called with the store lock held. */
 static void sweep_unused(struct store *st)
 {
-	DIR *d = dir_open(st->fd, "rootfs", 0);
+	DIR *d = image_dir_open(st->fd, "rootfs", 0);
 	if (!d)
 		return;
 	char ids[64][IMAGE_HEX_LEN + 1];
@@ -336,13 +336,13 @@ static int find_id_prefix(struct store *st, const char *prefix, char *id)
 	int dfd = openat(st->fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -ENOENT;
-	DIR *d = dir_stream(dfd);
+	DIR *d = image_dir_stream(dfd);
 	if (!d)
 		return -ENOMEM;
 	int found = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		if (!hex64_ok(de->d_name) || strncmp(de->d_name, prefix, pl) != 0)
+		if (!image_hex64_ok(de->d_name) || strncmp(de->d_name, prefix, pl) != 0)
 			continue;
 		if (found++)
 			break;
@@ -368,7 +368,7 @@ static int lookup(struct store *st, const char *ref, char *id, char *nametag)
 
 static uint64_t tree_size(int fd, unsigned depth)
 {
-	DIR *d = dir_stream(fd);
+	DIR *d = image_dir_stream(fd);
 	if (!d)
 		return 0;
 	uint64_t sum = 0;
@@ -406,7 +406,7 @@ static int commit(struct image_ctx *ctx, struct store *st, struct work *wk, cons
 	snprintf(path, sizeof path, "rootfs/%s", id);
 	int there = fstatat(st->fd, path, &sb, AT_SYMLINK_NOFOLLOW) == 0;
 	if (!there && !built) {
-		r = fail(ctx, -EAGAIN, "image %.12s was removed while loading: load it again", id);
+		r = image_fail(ctx, -EAGAIN, "image %.12s was removed while loading: load it again", id);
 	} else if (!there) {
 		int rfd = openat(wk->fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		uint64_t size = rfd >= 0 ? tree_size(rfd, 0) : 0;
@@ -415,15 +415,15 @@ static int commit(struct image_ctx *ctx, struct store *st, struct work *wk, cons
 				 (unsigned long long)size, (long long)time(NULL), source);
 		int fd = openat(wk->fd, "meta", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd < 0 || write(fd, meta, (size_t)n) != n)
-			r = fail(ctx, -EIO, "writing the image metadata in %s/tmp", st->dir);
+			r = image_fail(ctx, -EIO, "writing the image metadata in %s/tmp", st->dir);
 		if (fd >= 0)
 			close(fd);
 		char mpath[96];
 		snprintf(mpath, sizeof mpath, "meta/%s", id);
 		if (r == 0 && (renameat(wk->fd, "meta", st->fd, mpath) < 0 ||
 			       renameat(wk->fd, "rootfs", st->fd, path) < 0))
-			r = fail(ctx, -errno, "storing image %.12s in %s: %s", id, st->dir,
-				 strerror(errno));
+			r = image_fail(ctx, -errno, "storing image %.12s in %s: %s", id, st->dir,
+				       strerror(errno));
 	}
 	for (unsigned i = 0; r == 0 && i < nnames; i++) {
 		char old[IMAGE_HEX_LEN + 1];
@@ -532,7 +532,7 @@ static int stage_member(struct load *l, struct archive *a, struct member *m, uin
 	snprintf(name, sizeof name, "b%u", m->blob);
 	int fd = openat(l->wk.fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return fail(l->ctx, -errno, "staging %s: %s", m->path, strerror(errno));
+		return image_fail(l->ctx, -errno, "staging %s: %s", m->path, strerror(errno));
 	uint64_t max = l->ctx->max_bytes ? l->ctx->max_bytes : DEFAULT_MAX_BYTES;
 	br_sha256_context h;
 	br_sha256_init(&h);
@@ -542,7 +542,7 @@ static int stage_member(struct load *l, struct archive *a, struct member *m, uin
 	for (;;) {
 		la_ssize_t n = archive_read_data(a, buf, sizeof buf);
 		if (n < 0) {
-			r = fail(l->ctx, -EIO, "%s: %s", l->file, archive_error_string(a));
+			r = image_fail(l->ctx, -EIO, "%s: %s", l->file, archive_error_string(a));
 			break;
 		}
 		if (n == 0)
@@ -550,14 +550,14 @@ static int stage_member(struct load *l, struct archive *a, struct member *m, uin
 		m->size += (uint64_t)n;
 		*staged += (uint64_t)n;
 		if (*staged > max) {
-			r = fail(l->ctx, -EFBIG, "%s: more than %llu bytes: refusing the archive",
-				 l->file, (unsigned long long)max);
+			r = image_fail(l->ctx, -EFBIG, "%s: more than %llu bytes: refusing the archive",
+				       l->file, (unsigned long long)max);
 			break;
 		}
 		br_sha256_update(&h, buf, (size_t)n);
 		if (write(fd, buf, (size_t)n) != n) {
-			r = fail(l->ctx, -EIO, "staging %s in %s/tmp: %s", m->path, l->st.dir,
-				 strerror(errno));
+			r = image_fail(l->ctx, -EIO, "staging %s in %s/tmp: %s", m->path, l->st.dir,
+				       strerror(errno));
 			break;
 		}
 		if (m->size - last >= (4u << 20)) {
@@ -578,7 +578,7 @@ static int stage_archive(struct load *l)
 	int fd = open(l->file, O_RDONLY | O_CLOEXEC);
 	struct stat sb;
 	if (fd < 0 || fstat(fd, &sb) < 0) {
-		int r = fail(l->ctx, -errno, "%s: %s", l->file, strerror(errno));
+		int r = image_fail(l->ctx, -errno, "%s: %s", l->file, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return r;
@@ -587,31 +587,31 @@ static int stage_archive(struct load *l)
 	struct archive *a = archive_read_new();
 	if (!a) {
 		close(fd);
-		return fail(l->ctx, -ENOMEM, "out of memory");
+		return image_fail(l->ctx, -ENOMEM, "out of memory");
 	}
 	archive_read_support_filter_all(a);
 	archive_read_support_format_tar(a);
 	int r = 0, ar;
 	if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
-		r = fail(l->ctx, -EINVAL, "%s: not a tar archive: %s", l->file, archive_error_string(a));
+		r = image_fail(l->ctx, -EINVAL, "%s: not a tar archive: %s", l->file, archive_error_string(a));
 		goto out;
 	}
 	struct archive_entry *e;
 	while (r == 0 && (ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
 		const char *raw = archive_entry_pathname(e);
 		char p[PATH_MAX], dir[PATH_MAX], link[PATH_MAX] = "";
-		if (!raw || path_norm(raw, p, sizeof p) < 0) {
-			r = fail(l->ctx, -EPERM, "%s: member '%s' has an unusable path", l->file,
-				 raw ? raw : "?");
+		if (!raw || image_path_norm(raw, p, sizeof p) < 0) {
+			r = image_fail(l->ctx, -EPERM, "%s: member '%s' has an unusable path", l->file,
+				       raw ? raw : "?");
 			break;
 		}
 		const char *hl = archive_entry_hardlink(e);
 		int type = archive_entry_filetype(e);
 		if (hl) {
-			if (path_norm(hl, link, sizeof link) < 0)
+			if (image_path_norm(hl, link, sizeof link) < 0)
 				r = -EPERM;
 		} else if (type == AE_IFLNK) {
-			split_dir(p, dir);
+			image_split_dir(p, dir);
 			const char *t = archive_entry_symlink(e);
 			if (!t || join_rel(dir, t, link, sizeof link) < 0)
 				r = -EPERM;
@@ -619,11 +619,11 @@ static int stage_archive(struct load *l)
 			continue;
 		}
 		if (r < 0) {
-			r = fail(l->ctx, r, "%s: member '%s' links outside the archive", l->file, p);
+			r = image_fail(l->ctx, r, "%s: member '%s' links outside the archive", l->file, p);
 			break;
 		}
 		if (grow_array(&l->m, &l->cap, l->n + 1, sizeof *l->m, 64, OUTER_MEMBERS_MAX) < 0) {
-			r = fail(l->ctx, -E2BIG, "%s: too many members", l->file);
+			r = image_fail(l->ctx, -E2BIG, "%s: too many members", l->file);
 			break;
 		}
 		struct member *m = &l->m[l->n];
@@ -633,13 +633,13 @@ static int stage_archive(struct load *l)
 		m->link = link[0] ? strdup(link) : NULL;
 		l->n++;
 		if (!m->path || (link[0] && !m->link))
-			r = fail(l->ctx, -ENOMEM, "out of memory");
+			r = image_fail(l->ctx, -ENOMEM, "out of memory");
 		else if (!link[0])
 			r = stage_member(l, a, m, &staged, total);
 		progress(l->ctx, "reading", (uint64_t)archive_filter_bytes(a, -1), total);
 	}
 	if (r == 0 && ar != ARCHIVE_EOF)
-		r = fail(l->ctx, -EINVAL, "%s: %s", l->file, archive_error_string(a));
+		r = image_fail(l->ctx, -EINVAL, "%s: %s", l->file, archive_error_string(a));
 out:
 	archive_read_free(a);
 	close(fd);
@@ -652,14 +652,14 @@ static struct member *checked(struct load *l, const char *path, const char *expe
 {
 	struct member *m = find_member(l, path);
 	if (!m) {
-		*r = fail(l->ctx, -ENOENT, "%s: %s '%s' is missing from the archive", l->file, what,
-			  path);
+		*r = image_fail(l->ctx, -ENOENT, "%s: %s '%s' is missing from the archive", l->file, what,
+				path);
 		return NULL;
 	}
 	if (expect[0] && strcmp(m->sha, expect) != 0) {
-		*r = fail(l->ctx, -EBADMSG, "%s: %s '%s' has sha256 %.12s, the manifest says %.12s: "
-			  "the archive is corrupt or was tampered with", l->file, what, path, m->sha,
-			  expect);
+		*r = image_fail(l->ctx, -EBADMSG, "%s: %s '%s' has sha256 %.12s, the manifest says %.12s: "
+				"the archive is corrupt or was tampered with", l->file, what, path, m->sha,
+				expect);
 		return NULL;
 	}
 	return m;
@@ -668,7 +668,7 @@ static struct member *checked(struct load *l, const char *path, const char *expe
 static int read_member(struct load *l, struct member *m, char **buf)
 {
 	if (m->size > JSON_FILE_MAX)
-		return fail(l->ctx, -E2BIG, "%s: '%s' is too large for a manifest", l->file, m->path);
+		return image_fail(l->ctx, -E2BIG, "%s: '%s' is too large for a manifest", l->file, m->path);
 	char name[32];
 	snprintf(name, sizeof name, "b%u", m->blob);
 	int fd = openat(l->wk.fd, name, O_RDONLY | O_CLOEXEC);
@@ -679,7 +679,7 @@ static int read_member(struct load *l, struct member *m, char **buf)
 	if (n != (ssize_t)m->size) {
 		free(*buf);
 		*buf = NULL;
-		return fail(l->ctx, -EIO, "%s: reading '%s' back failed", l->file, m->path);
+		return image_fail(l->ctx, -EIO, "%s: reading '%s' back failed", l->file, m->path);
 	}
 	(*buf)[n] = 0;
 	return (int)n;
@@ -695,7 +695,7 @@ static int docker_images(struct load *l, struct image_manifest *im)
 	int n = image_parse_docker_manifest(buf, (size_t)r, im, IMAGE_MAX_PER_ARCHIVE);
 	free(buf);
 	if (n < 0)
-		return fail(l->ctx, n, "%s: manifest.json is not a docker image manifest", l->file);
+		return image_fail(l->ctx, n, "%s: manifest.json is not a docker image manifest", l->file);
 	for (int i = 0; i < n; i++) {
 		struct member *c = checked(l, im[i].config, im[i].config_sha, "config", &r);
 		if (!c || (r = read_member(l, c, &buf)) < 0)
@@ -709,8 +709,8 @@ static int docker_images(struct load *l, struct image_manifest *im)
 			if (im[i].layer_sha[k][0])
 				continue;
 			if (nids != (int)im[i].nlayers)
-				r = fail(l->ctx, -EBADMSG, "%s: the config does not list a digest for "
-					 "each layer, so they cannot be checked", l->file);
+				r = image_fail(l->ctx, -EBADMSG, "%s: the config does not list a digest for "
+					       "each layer, so they cannot be checked", l->file);
 			else
 				memcpy(im[i].layer_sha[k], ids[k], IMAGE_HEX_LEN + 1);
 		}
@@ -730,7 +730,7 @@ static void name_from_file(const char *file, const char *tag, char *out, size_t 
 	size_t n = 0;
 	for (; b[n] && b[n] != '.' && n < IMAGE_NAME_MAX; n++) {
 		char c = b[n] >= 'A' && b[n] <= 'Z' ? (char)(b[n] + 32) : b[n];
-		name[n] = name_char(c, n == 0) ? c : n ? '-' : 'x';
+		name[n] = image_name_char(c, n == 0) ? c : n ? '-' : 'x';
 	}
 	if (!n)
 		name[n++] = 'x';
@@ -761,15 +761,15 @@ static int oci_image(struct load *l, struct image_manifest *im)
 		if (depth || !(m = checked(l, path, d.sha, "index", &r)) ||
 		    (r = read_member(l, m, &buf)) < 0) {
 			if (depth)
-				r = fail(l->ctx, -EINVAL, "%s: indexes nested too deep", l->file);
+				r = image_fail(l->ctx, -EINVAL, "%s: indexes nested too deep", l->file);
 			return r;
 		}
 		r = image_parse_oci_index(buf, (size_t)r, &d);
 		free(buf);
 	}
 	if (r < 0)
-		return fail(l->ctx, r, "%s: index.json lists no image manifest for linux/%s",
-			    l->file, HOST_ARCH);
+		return image_fail(l->ctx, r, "%s: index.json lists no image manifest for linux/%s",
+				  l->file, HOST_ARCH);
 	char path[IMAGE_MEMBER_MAX];
 	snprintf(path, sizeof path, "blobs/sha256/%s", d.sha);
 	if (!(m = checked(l, path, d.sha, "manifest", &r)) || (r = read_member(l, m, &buf)) < 0)
@@ -777,9 +777,9 @@ static int oci_image(struct load *l, struct image_manifest *im)
 	r = image_parse_oci_manifest(buf, (size_t)r, im);
 	free(buf);
 	if (r < 0)
-		return fail(l->ctx, r, "%s: the image manifest is not valid", l->file);
+		return image_fail(l->ctx, r, "%s: the image manifest is not valid", l->file);
 	if (strchr(ref, '/') || strchr(ref, ':'))
-		add_tag(im, ref);
+		image_add_tag(im, ref);
 	else if (ref[0])
 		name_from_file(l->file, ref, im->tag[im->ntags++], IMAGE_REF_MAX);
 	return 1;
@@ -794,7 +794,7 @@ static int load_one(struct load *l, struct image_manifest *im, const char *ref)
 	struct member *layers[IMAGE_MAX_LAYERS];
 	for (unsigned k = 0; k < im->nlayers; k++) {
 		if (!im->layer_sha[k][0])
-			return fail(l->ctx, -EBADMSG, "%s: layer %u has no digest to check", l->file, k + 1);
+			return image_fail(l->ctx, -EBADMSG, "%s: layer %u has no digest to check", l->file, k + 1);
 		if (!(layers[k] = checked(l, im->layer[k], im->layer_sha[k], "layer", &r)))
 			return r;
 	}
@@ -815,24 +815,24 @@ static int load_one(struct load *l, struct image_manifest *im, const char *ref)
 	snprintf(path, sizeof path, "rootfs/%s", cfg->sha);
 	int built = 0;
 	if (fstatat(l->st.fd, path, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
-		remove_tree(l->wk.fd, "rootfs", 0);
+		image_remove_tree(l->wk.fd, "rootfs", 0);
 		int rootfd = mkdirat(l->wk.fd, "rootfs", 0755) < 0 ? -1
 			     : openat(l->wk.fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (rootfd < 0)
-			return fail(l->ctx, -errno, "%s/tmp: %s", l->st.dir, strerror(errno));
+			return image_fail(l->ctx, -errno, "%s/tmp: %s", l->st.dir, strerror(errno));
 		struct writer w;
-		writer_init(&w, l->ctx, rootfd);
+		image_tree_init(&w, l->ctx, rootfd);
 		for (unsigned k = 0; k < im->nlayers && r == 0; k++) {
 			char what[IMAGE_MEMBER_MAX + 32], blob[32];
 			snprintf(what, sizeof what, "layer %u (%s)", k + 1, im->layer[k]);
 			snprintf(blob, sizeof blob, "b%u", layers[k]->blob);
 			w.what = what;
 			progress(l->ctx, "applying layer", k + 1, im->nlayers);
-			r = apply_layer(&w, l->wk.fd, blob);
+			r = image_tree_apply_layer(&w, l->wk.fd, blob);
 		}
 		if (r == 0)
-			fix_apply(&w);
-		writer_free(&w);
+			image_tree_fix_apply(&w);
+		image_tree_free(&w);
 		fchmod(rootfd, 0755);
 		close(rootfd);
 		if (r < 0)
@@ -849,11 +849,11 @@ int image_load(struct image_ctx *ctx, const char *file, const char *ref)
 {
 	char n[IMAGE_NAME_MAX + 1], t[IMAGE_TAG_MAX + 1];
 	if (ref && image_ref_parse(ref, n, sizeof n, t, sizeof t) < 0)
-		return fail(ctx, -EINVAL, "'%s' is not a valid image name: use NAME[:TAG] with "
-			    "NAME of a-z 0-9 . _ - (no '/')", ref);
+		return image_fail(ctx, -EINVAL, "'%s' is not a valid image name: use NAME[:TAG] with "
+				  "NAME of a-z 0-9 . _ - (no '/')", ref);
 	struct load l = { .ctx = ctx, .file = file, .wk = { .fd = -1, .lockfd = -1 } };
 	struct image_manifest *im = calloc(IMAGE_MAX_PER_ARCHIVE, sizeof *im);
-	int r = im ? store_open(ctx, &l.st, 1) : fail(ctx, -ENOMEM, "out of memory");
+	int r = im ? store_open(ctx, &l.st, 1) : image_fail(ctx, -ENOMEM, "out of memory");
 	if (r == 0)
 		r = work_open(ctx, &l.st, &l.wk);
 	if (r == 0)
@@ -865,12 +865,12 @@ int image_load(struct image_ctx *ctx, const char *file, const char *ref)
 		else if (find_member(&l, "index.json"))
 			nimg = oci_image(&l, im);
 		else
-			nimg = fail(ctx, -EINVAL, "%s is neither a 'docker save' archive (manifest.json) "
-				    "nor an OCI image layout (index.json)", file);
+			nimg = image_fail(ctx, -EINVAL, "%s is neither a 'docker save' archive (manifest.json) "
+					  "nor an OCI image layout (index.json)", file);
 		r = nimg < 0 ? nimg : 0;
 	}
 	if (r == 0 && ref && nimg != 1)
-		r = fail(ctx, -EINVAL, "%s holds %d images: --name can only name one", file, nimg);
+		r = image_fail(ctx, -EINVAL, "%s holds %d images: --name can only name one", file, nimg);
 	for (int i = 0; r == 0 && i < nimg; i++)
 		r = load_one(&l, &im[i], ref);
 	work_close(&l.st, &l.wk);
@@ -982,7 +982,7 @@ static int import_dir(struct import *im, int sfd, const char *rel, unsigned dept
 	if (!d) {
 		if (dfd >= 0)
 			close(dfd);
-		return fail(im->w->ctx, -errno, "%s: %s", rel, strerror(errno));
+		return image_fail(im->w->ctx, -errno, "%s: %s", rel, strerror(errno));
 	}
 	char **names = NULL;
 	size_t n = 0, cap = 0;
@@ -1003,13 +1003,13 @@ static int import_dir(struct import *im, int sfd, const char *rel, unsigned dept
 	}
 	closedir(d);
 	if (r < 0)
-		r = fail(im->w->ctx, r, "out of memory");
+		r = image_fail(im->w->ctx, r, "out of memory");
 	qsort(names, n, sizeof *names, name_cmp);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		char path[PATH_MAX];
 		if ((size_t)snprintf(path, sizeof path, "%s%s%s", rel, *rel ? "/" : "", names[i]) >=
 		    sizeof path)
-			r = fail(im->w->ctx, -ENAMETOOLONG, "%s/%s: path too long", rel, names[i]);
+			r = image_fail(im->w->ctx, -ENAMETOOLONG, "%s/%s: path too long", rel, names[i]);
 		else
 			r = import_entry(im, sfd, names[i], path, depth);
 	}
@@ -1024,49 +1024,49 @@ static int import_entry(struct import *im, int sfd, const char *name, const char
 {
 	struct writer *w = im->w;
 	struct stat sb;
-	int r = count_entry(w);
+	int r = image_tree_count_entry(w);
 	if (r < 0)
 		return r;
 	if (fstatat(sfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
-		return fail(w->ctx, -errno, "%s: %s", path, strerror(errno));
+		return image_fail(w->ctx, -errno, "%s: %s", path, strerror(errno));
 	struct wmeta m = { sb.st_mode, sb.st_uid, sb.st_gid, sb.st_mtim };
 	struct xat x[XATTR_MAX];
 	static char xbuf[XATTR_VALUE_MAX * 2];
 	if (S_ISDIR(sb.st_mode)) {
 		if (depth >= PATH_DEPTH_MAX)
-			return fail(w->ctx, -ELOOP, "%s: nested too deep", path);
+			return image_fail(w->ctx, -ELOOP, "%s: nested too deep", path);
 		int fd = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
-			return fail(w->ctx, -errno, "%s: %s", path, strerror(errno));
+			return image_fail(w->ctx, -errno, "%s: %s", path, strerror(errno));
 		hash_entry(im, path, &sb, "");
-		r = wr_dir(w, path, &m, x, fd_xattrs(fd, x, xbuf, sizeof xbuf));
+		r = image_tree_dir(w, path, &m, x, fd_xattrs(fd, x, xbuf, sizeof xbuf));
 		if (r == 0)
 			r = import_dir(im, fd, path, depth + 1);
 		close(fd);
 	} else if (S_ISREG(sb.st_mode)) {
 		const char *first = NULL;
 		if (sb.st_nlink > 1 && (r = import_link(im, &sb, path, &first)) < 0)
-			return fail(w->ctx, r, "out of memory");
+			return image_fail(w->ctx, r, "out of memory");
 		hash_entry(im, path, &sb, first ? first : "");
 		if (first)
-			return wr_link(w, path, first);
+			return image_tree_link(w, path, first);
 		int fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
-			return fail(w->ctx, -errno, "%s: %s", path, strerror(errno));
+			return image_fail(w->ctx, -errno, "%s: %s", path, strerror(errno));
 		struct file_src src = { fd, &im->h };
-		r = wr_file(w, path, &m, x, fd_xattrs(fd, x, xbuf, sizeof xbuf), file_reader, &src);
+		r = image_tree_file(w, path, &m, x, fd_xattrs(fd, x, xbuf, sizeof xbuf), file_reader, &src);
 		close(fd);
 	} else if (S_ISLNK(sb.st_mode)) {
 		char t[PATH_MAX];
 		ssize_t n = readlinkat(sfd, name, t, sizeof t - 1);
 		if (n <= 0)
-			return fail(w->ctx, -EINVAL, "%s: unreadable symlink", path);
+			return image_fail(w->ctx, -EINVAL, "%s: unreadable symlink", path);
 		t[n] = 0;
 		hash_entry(im, path, &sb, t);
-		r = wr_special(w, path, t, &m);
+		r = image_tree_special(w, path, t, &m);
 	} else if (S_ISFIFO(sb.st_mode)) {
 		hash_entry(im, path, &sb, "");
-		r = wr_special(w, path, NULL, &m);
+		r = image_tree_special(w, path, NULL, &m);
 	} else if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) {
 		w->ctx->devices_skipped++;
 	}
@@ -1077,12 +1077,12 @@ int image_import(struct image_ctx *ctx, const char *dir, const char *ref)
 {
 	char n[IMAGE_NAME_MAX + 1], t[IMAGE_TAG_MAX + 1], names[1][IMAGE_REF_MAX];
 	if (!ref || image_ref_parse(ref, n, sizeof n, t, sizeof t) < 0)
-		return fail(ctx, -EINVAL, "'%s' is not a valid image name: use NAME[:TAG] with "
-			    "NAME of a-z 0-9 . _ - (no '/')", ref ? ref : "");
+		return image_fail(ctx, -EINVAL, "'%s' is not a valid image name: use NAME[:TAG] with "
+				  "NAME of a-z 0-9 . _ - (no '/')", ref ? ref : "");
 	snprintf(names[0], sizeof names[0], "%s:%s", n, t);
 	int sfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sfd < 0)
-		return fail(ctx, -errno, "%s: %s", dir, strerror(errno));
+		return image_fail(ctx, -errno, "%s: %s", dir, strerror(errno));
 	struct store st = { .fd = -1 };
 	struct work wk = { .fd = -1, .lockfd = -1 };
 	struct writer w;
@@ -1096,9 +1096,9 @@ int image_import(struct image_ctx *ctx, const char *dir, const char *ref)
 		rootfd = mkdirat(wk.fd, "rootfs", 0755) < 0 ? -1
 			 : openat(wk.fd, "rootfs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (rootfd < 0)
-			r = fail(ctx, -errno, "%s/tmp: %s", st.dir, strerror(errno));
+			r = image_fail(ctx, -errno, "%s/tmp: %s", st.dir, strerror(errno));
 	}
-	writer_init(&w, ctx, rootfd);
+	image_tree_init(&w, ctx, rootfd);
 	w.what = dir;
 	if (r == 0) {
 		struct stat sb;
@@ -1107,12 +1107,12 @@ int image_import(struct image_ctx *ctx, const char *dir, const char *ref)
 		progress(ctx, "copying", 0, 0);
 		r = import_dir(&im, sfd, "", 0);
 		if (r == 0) {
-			fix_apply(&w);
+			image_tree_fix_apply(&w);
 			struct wmeta m = { sb.st_mode, sb.st_uid, sb.st_gid, sb.st_mtim };
-			set_meta_fd(&w, rootfd, &m, NULL, 0, 1);
+			image_tree_set_meta_fd(&w, rootfd, &m, NULL, 0, 1);
 		}
 	}
-	writer_free(&w);
+	image_tree_free(&w);
 	if (r == 0) {
 		char id[IMAGE_HEX_LEN + 1], source[PATH_MAX + 16], real[PATH_MAX];
 		sha_hex(&im.h, id);
@@ -1200,7 +1200,7 @@ int image_list(struct image_ctx *ctx, void (*fn)(void *arg, const struct image_i
 	struct list_acc a = { .st = &st };
 	r = refs_each(&st, list_add, &a);
 	if (r < 0)
-		r = fail(ctx, r, "listing %s/refs: %s", st.dir, strerror(-r));
+		r = image_fail(ctx, r, "listing %s/refs: %s", st.dir, strerror(-r));
 	qsort(a.v, a.n, sizeof *a.v, info_cmp);
 	for (size_t i = 0; r == 0 && i < a.n; i++)
 		fn(arg, &a.v[i]);
@@ -1230,7 +1230,7 @@ int image_remove(struct image_ctx *ctx, const char *ref)
 	struct store st;
 	int r = store_open(ctx, &st, 0);
 	if (r < 0)
-		return r == -ENOENT ? fail(ctx, r, "no image '%s' (the store is empty)", ref) : r;
+		return r == -ENOENT ? image_fail(ctx, r, "no image '%s' (the store is empty)", ref) : r;
 	int lk = store_lock(ctx, &st);
 	if (lk < 0) {
 		store_close(&st);
@@ -1243,15 +1243,15 @@ int image_remove(struct image_ctx *ctx, const char *ref)
 	if (r == 0 && nametag[0])
 		refs_each(&st, ref_count, &(struct ref_counter){ id, &names });
 	if (r == -ENOTUNIQ)
-		r = fail(ctx, r, "'%s' matches several image ids: give more digits", ref);
+		r = image_fail(ctx, r, "'%s' matches several image ids: give more digits", ref);
 	else if (r < 0)
-		r = fail(ctx, r, "no image '%s' (see 'kbox image ls')", ref);
+		r = image_fail(ctx, r, "no image '%s' (see 'kbox image ls')", ref);
 	/* Only the last name's removal would take the files away. */
 	else if ((!nametag[0] || names <= 1) &&
 		 image_users(&st, id, ctx->users, sizeof ctx->users) > 0 && !ctx->force)
-		r = fail(ctx, -EBUSY, "image '%s' (id %.12s) is in use by running sandbox(es): %s; "
+		r = image_fail(ctx, -EBUSY, "image '%s' (id %.12s) is in use by running sandbox(es): %s; "
 				      "stop them first ('kbox stop NAME'), or use --force",
-			 ref, id, ctx->users);
+			       ref, id, ctx->users);
 	else if (nametag[0]) {
 		snprintf(path, sizeof path, "refs/%s", nametag);
 		unlinkat(st.fd, path, 0);

@@ -309,7 +309,7 @@ int image_json_str(const struct image_json *j, int t, char *out, size_t len)
 	return 0;
 }
 
-int json_load(struct image_json *j, const char *buf, size_t len)
+int image_json_load(struct image_json *j, const char *buf, size_t len)
 {
 	if (len > JSON_FILE_MAX)
 		return -E2BIG;
@@ -323,8 +323,8 @@ int json_load(struct image_json *j, const char *buf, size_t len)
 	return r;
 }
 
-int json_str_at(const struct image_json *j, int obj, const char *key, char *out,
-		size_t len)
+int image_json_str_at(const struct image_json *j, int obj, const char *key, char *out,
+		      size_t len)
 {
 	int t = image_json_get(j, obj, key);
 	return t < 0 ? t : image_json_str(j, t, out, len);

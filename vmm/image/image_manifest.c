@@ -9,7 +9,7 @@
 
 /* ----------------------------------------------------------- Manifests */
 
-int hex64_ok(const char *h)
+int image_hex64_ok(const char *h)
 {
 	for (int i = 0; i < IMAGE_HEX_LEN; i++)
 		if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f')))
@@ -20,7 +20,7 @@ int hex64_ok(const char *h)
 /* "sha256:HEX" into HEX; other algorithms are refused. */
 static int digest_hex(const char *d, char *hex)
 {
-	if (strncmp(d, "sha256:", 7) != 0 || !hex64_ok(d + 7))
+	if (strncmp(d, "sha256:", 7) != 0 || !image_hex64_ok(d + 7))
 		return -EINVAL;
 	memcpy(hex, d + 7, IMAGE_HEX_LEN + 1);
 	return 0;
@@ -37,7 +37,7 @@ static void member_sha(const char *path, char *hex)
 		return;
 	memcpy(tmp, base, IMAGE_HEX_LEN);
 	tmp[IMAGE_HEX_LEN] = 0;
-	if (!hex64_ok(tmp))
+	if (!image_hex64_ok(tmp))
 		return;
 	const char *rest = base + IMAGE_HEX_LEN;
 	if ((*rest == 0 && strncmp(path, "blobs/sha256/", 13) == 0) || strcmp(rest, ".json") == 0)
@@ -59,7 +59,7 @@ static int member_path(const struct image_json *j, int t, char *out)
 	return 0;
 }
 
-void add_tag(struct image_manifest *m, const char *repo)
+void image_add_tag(struct image_manifest *m, const char *repo)
 {
 	char ref[IMAGE_REF_MAX];
 	if (m->ntags >= IMAGE_MAX_TAGS || image_ref_from_repo(repo, ref, sizeof ref) < 0)
@@ -83,7 +83,7 @@ int image_parse_docker_manifest(const char *buf, size_t len, struct image_manife
 				unsigned max)
 {
 	struct image_json j;
-	int r = json_load(&j, buf, len);
+	int r = image_json_load(&j, buf, len);
 	if (r < 0)
 		return r;
 	int n = json_array_len(&j, 0, max);
@@ -103,7 +103,7 @@ int image_parse_docker_manifest(const char *buf, size_t len, struct image_manife
 		for (int k = 0; k < ntags; k++) {
 			char repo[512];
 			if (image_json_str(&j, image_json_elem(&j, tags, (uint32_t)k), repo, sizeof repo) == 0)
-				add_tag(m, repo);
+				image_add_tag(m, repo);
 		}
 		int layers = image_json_get(&j, o, "Layers");
 		int nlayers = json_array_len(&j, layers, IMAGE_MAX_LAYERS);
@@ -138,7 +138,7 @@ static int media_kind(const char *mt)
 int image_parse_oci_index(const char *buf, size_t len, struct image_oci_desc *out)
 {
 	struct image_json j;
-	int r = json_load(&j, buf, len);
+	int r = image_json_load(&j, buf, len);
 	if (r < 0)
 		return r;
 	int best_score = 0;
@@ -152,18 +152,18 @@ int image_parse_oci_index(const char *buf, size_t len, struct image_oci_desc *ou
 		int d = image_json_elem(&j, list, i);
 		char mt[128] = "", dig[80], os[32] = "", arch[32] = "";
 		if (image_json_get(&j, d, "mediaType") >= 0 &&
-		    json_str_at(&j, d, "mediaType", mt, sizeof mt) < 0)
+		    image_json_str_at(&j, d, "mediaType", mt, sizeof mt) < 0)
 			continue;
 		int kind = media_kind(mt);
 		char hex[IMAGE_HEX_LEN + 1];
-		if (kind < 0 || json_str_at(&j, d, "digest", dig, sizeof dig) < 0 ||
+		if (kind < 0 || image_json_str_at(&j, d, "digest", dig, sizeof dig) < 0 ||
 		    digest_hex(dig, hex) < 0)
 			continue;
 		int plat = image_json_get(&j, d, "platform");
 		int score = 2;
 		if (plat >= 0) {
-			json_str_at(&j, plat, "os", os, sizeof os);
-			json_str_at(&j, plat, "architecture", arch, sizeof arch);
+			image_json_str_at(&j, plat, "os", os, sizeof os);
+			image_json_str_at(&j, plat, "architecture", arch, sizeof arch);
 			if (strcmp(os, "unknown") == 0 || strcmp(arch, "unknown") == 0)
 				continue;
 			score = strcmp(os, "linux") == 0 && strcmp(arch, HOST_ARCH) == 0 ? 3 : 1;
@@ -175,9 +175,9 @@ int image_parse_oci_index(const char *buf, size_t len, struct image_oci_desc *ou
 		out->is_index = kind;
 		out->ref[0] = 0;
 		int ann = image_json_get(&j, d, "annotations");
-		if (json_str_at(&j, ann, "io.containerd.image.name", out->ref, sizeof out->ref) < 0 &&
-		    json_str_at(&j, ann, "org.opencontainers.image.ref.name", out->ref,
-				sizeof out->ref) < 0)
+		if (image_json_str_at(&j, ann, "io.containerd.image.name", out->ref, sizeof out->ref) < 0 &&
+		    image_json_str_at(&j, ann, "org.opencontainers.image.ref.name", out->ref,
+				      sizeof out->ref) < 0)
 			out->ref[0] = 0;
 		r = 0;
 	}
@@ -189,7 +189,7 @@ out:
 static int descriptor(const struct image_json *j, int d, char *path, char *hex)
 {
 	char dig[80];
-	if (json_str_at(j, d, "digest", dig, sizeof dig) < 0 || digest_hex(dig, hex) < 0)
+	if (image_json_str_at(j, d, "digest", dig, sizeof dig) < 0 || digest_hex(dig, hex) < 0)
 		return -EINVAL;
 	memcpy(path, "blobs/sha256/", 13);
 	memcpy(path + 13, hex, IMAGE_HEX_LEN + 1);
@@ -199,7 +199,7 @@ static int descriptor(const struct image_json *j, int d, char *path, char *hex)
 int image_parse_oci_manifest(const char *buf, size_t len, struct image_manifest *out)
 {
 	struct image_json j;
-	int r = json_load(&j, buf, len);
+	int r = image_json_load(&j, buf, len);
 	if (r < 0)
 		return r;
 	memset(out, 0, sizeof *out);
@@ -227,7 +227,7 @@ int image_parse_diff_ids(const char *buf, size_t len, char (*hex)[IMAGE_HEX_LEN 
 			 unsigned max)
 {
 	struct image_json j;
-	int r = json_load(&j, buf, len);
+	int r = image_json_load(&j, buf, len);
 	if (r < 0)
 		return r;
 	r = -EINVAL;
@@ -250,7 +250,7 @@ out:
 
 /* --------------------------------------------------------------- Names */
 
-int name_char(char c, int first)
+int image_name_char(char c, int first)
 {
 	if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))
 		return 1;
@@ -273,7 +273,7 @@ int image_ref_parse(const char *in, char *name, size_t nlen, char *tag, size_t t
 	if (!nl || nl > IMAGE_NAME_MAX || nl >= nlen || !tl || tl > IMAGE_TAG_MAX || tl >= tlen)
 		return -EINVAL;
 	for (size_t i = 0; i < nl; i++)
-		if (!name_char(in[i], i == 0))
+		if (!image_name_char(in[i], i == 0))
 			return -EINVAL;
 	for (size_t i = 0; i < tl; i++)
 		if (!tag_char(t[i], i == 0))

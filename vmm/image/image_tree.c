@@ -22,7 +22,7 @@
 /* ------------------------------------------------------ Writing a tree */
 
 __attribute__((format(printf, 3, 4)))
-int fail(struct image_ctx *ctx, int err, const char *fmt, ...)
+int image_fail(struct image_ctx *ctx, int err, const char *fmt, ...)
 {
 	if (!ctx->err[0]) {
 		va_list ap;
@@ -33,7 +33,7 @@ int fail(struct image_ctx *ctx, int err, const char *fmt, ...)
 	return err < 0 ? err : -EIO;
 }
 
-int path_norm(const char *in, char *out, size_t len)
+int image_path_norm(const char *in, char *out, size_t len)
 {
 	if (in[0] == '/' && in[strspn(in, "/")])
 		return -EPERM;
@@ -79,7 +79,7 @@ static int open_beneath(int dirfd, const char *path, int flags)
 	return fd < 0 ? -errno : (int)fd;
 }
 
-DIR *dir_stream(int fd)
+DIR *image_dir_stream(int fd)
 {
 	DIR *d = fdopendir(fd);
 	if (!d)
@@ -87,18 +87,18 @@ DIR *dir_stream(int fd)
 	return d;
 }
 
-DIR *dir_open(int dfd, const char *name, int oflags)
+DIR *image_dir_open(int dfd, const char *name, int oflags)
 {
 	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | oflags);
 	if (fd < 0)
 		return NULL;
-	DIR *d = dir_stream(fd);
+	DIR *d = image_dir_stream(fd);
 	if (!d)
 		errno = ENOMEM;
 	return d;
 }
 
-int remove_tree(int dfd, const char *name, unsigned depth)
+int image_remove_tree(int dfd, const char *name, unsigned depth)
 {
 	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
 		return 0;
@@ -108,7 +108,7 @@ int remove_tree(int dfd, const char *name, unsigned depth)
 		return -ELOOP;
 	/* Unprivileged owners may have left a directory unreadable. */
 	fchmodat(dfd, name, 0700, 0);
-	DIR *d = dir_open(dfd, name, O_NOFOLLOW);
+	DIR *d = image_dir_open(dfd, name, O_NOFOLLOW);
 	if (!d)
 		return -errno;
 	int fd = dirfd(d), r = 0;
@@ -116,7 +116,7 @@ int remove_tree(int dfd, const char *name, unsigned depth)
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		int rr = remove_tree(fd, de->d_name, depth + 1);
+		int rr = image_remove_tree(fd, de->d_name, depth + 1);
 		if (rr < 0 && !r)
 			r = rr;
 	}
@@ -133,7 +133,7 @@ struct dirfix {
 	struct timespec mtime;
 };
 
-void writer_init(struct writer *w, struct image_ctx *ctx, int rootfd)
+void image_tree_init(struct writer *w, struct image_ctx *ctx, int rootfd)
 {
 	memset(w, 0, sizeof *w);
 	w->ctx = ctx;
@@ -144,7 +144,7 @@ void writer_init(struct writer *w, struct image_ctx *ctx, int rootfd)
 	w->what = "image";
 }
 
-void writer_free(struct writer *w)
+void image_tree_free(struct writer *w)
 {
 	for (size_t i = 0; i < w->nfix; i++)
 		free(w->fix[i].path);
@@ -156,13 +156,13 @@ void writer_free(struct writer *w)
 static int path_error(struct writer *w, int err, const char *path)
 {
 	if (err == -ELOOP || err == -EXDEV)
-		return fail(w->ctx, -EPERM,
-			    "%s: '%s' goes through a symlink: refusing the archive (an entry may "
-			    "not write through a link laid down before it)",
-			    w->what, path);
+		return image_fail(w->ctx, -EPERM,
+				  "%s: '%s' goes through a symlink: refusing the archive (an entry may "
+				  "not write through a link laid down before it)",
+				  w->what, path);
 	if (err == -ENOTDIR)
-		return fail(w->ctx, err, "%s: '%s': a parent is not a directory", w->what, path);
-	return fail(w->ctx, err, "%s: '%s': %s", w->what, path, strerror(-err));
+		return image_fail(w->ctx, err, "%s: '%s': a parent is not a directory", w->what, path);
+	return image_fail(w->ctx, err, "%s: '%s': %s", w->what, path, strerror(-err));
 }
 
 /* Opens the directory holding PATH beneath the root (creating missing
@@ -206,15 +206,15 @@ static int clear_leaf(int pfd, const char *leaf, int keep_dir)
 	if (fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	if (S_ISDIR(st.st_mode))
-		return keep_dir ? 1 : remove_tree(pfd, leaf, 0);
+		return keep_dir ? 1 : image_remove_tree(pfd, leaf, 0);
 	return unlinkat(pfd, leaf, 0) < 0 ? -errno : 0;
 }
 
-int count_entry(struct writer *w)
+int image_tree_count_entry(struct writer *w)
 {
 	if (++w->entries > w->max_entries)
-		return fail(w->ctx, -EFBIG, "%s: more than %llu entries: refusing the image",
-			    w->what, (unsigned long long)w->max_entries);
+		return image_fail(w->ctx, -EFBIG, "%s: more than %llu entries: refusing the image",
+				  w->what, (unsigned long long)w->max_entries);
 	return 0;
 }
 
@@ -229,8 +229,8 @@ static void set_xattrs(struct writer *w, int fd, const struct xat *x, unsigned n
 	}
 }
 
-void set_meta_fd(struct writer *w, int fd, const struct wmeta *m, const struct xat *x,
-		 unsigned nx, int times)
+void image_tree_set_meta_fd(struct writer *w, int fd, const struct wmeta *m, const struct xat *x,
+			    unsigned nx, int times)
 {
 	if (w->is_root) {
 		if (fchown(fd, m->uid, m->gid) < 0)
@@ -246,8 +246,8 @@ void set_meta_fd(struct writer *w, int fd, const struct wmeta *m, const struct x
 	}
 }
 
-int wr_file(struct writer *w, const char *path, const struct wmeta *m,
-	    const struct xat *x, unsigned nx, reader_fn rd, void *arg)
+int image_tree_file(struct writer *w, const char *path, const struct wmeta *m,
+		    const struct xat *x, unsigned nx, reader_fn rd, void *arg)
 {
 	const char *leaf;
 	int pfd = open_parent(w, path, 1, &leaf);
@@ -267,21 +267,21 @@ int wr_file(struct writer *w, const char *path, const struct wmeta *m,
 	for (;;) {
 		ssize_t n = rd(arg, buf, sizeof buf);
 		if (n < 0) {
-			r = fail(w->ctx, (int)n, "%s: reading '%s' failed", w->what, path);
+			r = image_fail(w->ctx, (int)n, "%s: reading '%s' failed", w->what, path);
 			break;
 		}
 		if (n == 0)
 			break;
 		w->bytes += (uint64_t)n;
 		if (w->bytes > w->max_bytes) {
-			r = fail(w->ctx, -EFBIG, "%s: more than %llu bytes of files: refusing the image",
-				 w->what, (unsigned long long)w->max_bytes);
+			r = image_fail(w->ctx, -EFBIG, "%s: more than %llu bytes of files: refusing the image",
+				       w->what, (unsigned long long)w->max_bytes);
 			break;
 		}
 		for (ssize_t off = 0; off < n;) {
 			ssize_t k = write(fd, buf + off, (size_t)(n - off));
 			if (k < 0) {
-				r = fail(w->ctx, -errno, "writing '%s': %s", path, strerror(errno));
+				r = image_fail(w->ctx, -errno, "writing '%s': %s", path, strerror(errno));
 				break;
 			}
 			off += k;
@@ -290,7 +290,7 @@ int wr_file(struct writer *w, const char *path, const struct wmeta *m,
 			break;
 	}
 	if (r >= 0)
-		set_meta_fd(w, fd, m, x, nx, 1);
+		image_tree_set_meta_fd(w, fd, m, x, nx, 1);
 	close(fd);
 	return r < 0 ? r : 0;
 }
@@ -307,8 +307,8 @@ static int fix_add(struct writer *w, const char *path, const struct wmeta *m)
 	return 0;
 }
 
-int wr_dir(struct writer *w, const char *path, const struct wmeta *m,
-	   const struct xat *x, unsigned nx)
+int image_tree_dir(struct writer *w, const char *path, const struct wmeta *m,
+		   const struct xat *x, unsigned nx)
 {
 	const char *leaf;
 	int pfd = open_parent(w, path, 1, &leaf);
@@ -323,13 +323,13 @@ int wr_dir(struct writer *w, const char *path, const struct wmeta *m,
 	close(pfd);
 	if (r < 0)
 		return path_error(w, r, path);
-	/* Mode and time wait for fix_apply: a read-only directory must still
+	/* Mode and time wait for image_tree_fix_apply: a read-only directory must still
 	 * take its children, and every child changes the time. */
 	struct wmeta own = *m;
 	own.mode = 0700;
-	set_meta_fd(w, fd, &own, x, nx, 0);
+	image_tree_set_meta_fd(w, fd, &own, x, nx, 0);
 	close(fd);
-	return fix_add(w, path, m) < 0 ? fail(w->ctx, -ENOMEM, "out of memory") : 0;
+	return fix_add(w, path, m) < 0 ? image_fail(w->ctx, -ENOMEM, "out of memory") : 0;
 }
 
 static int fix_cmp(const void *a, const void *b)
@@ -339,7 +339,7 @@ static int fix_cmp(const void *a, const void *b)
 	return c ? c : (x->seq < y->seq ? -1 : x->seq > y->seq);
 }
 
-void fix_apply(struct writer *w)
+void image_tree_fix_apply(struct writer *w)
 {
 	if (w->nfix)
 		qsort(w->fix, w->nfix, sizeof *w->fix, fix_cmp);
@@ -354,11 +354,11 @@ void fix_apply(struct writer *w)
 		futimens(fd, ts);
 		close(fd);
 	}
-	writer_free(w);
+	image_tree_free(w);
 }
 
-int wr_special(struct writer *w, const char *path, const char *target,
-	       const struct wmeta *m)
+int image_tree_special(struct writer *w, const char *path, const char *target,
+		       const struct wmeta *m)
 {
 	const char *leaf;
 	int pfd = open_parent(w, path, 1, &leaf);
@@ -378,13 +378,13 @@ int wr_special(struct writer *w, const char *path, const char *target,
 	return r < 0 ? path_error(w, r, path) : 0;
 }
 
-int wr_link(struct writer *w, const char *path, const char *target)
+int image_tree_link(struct writer *w, const char *path, const char *target)
 {
 	const char *leaf, *tleaf;
 	int tfd = open_parent(w, target, 0, &tleaf);
 	if (tfd < 0)
-		return tfd == -ENOENT ? fail(w->ctx, -ENOENT, "%s: hard link '%s' to missing '%s'",
-					     w->what, path, target)
+		return tfd == -ENOENT ? image_fail(w->ctx, -ENOENT, "%s: hard link '%s' to missing '%s'",
+						   w->what, path, target)
 				      : path_error(w, tfd, target);
 	int pfd = open_parent(w, path, 1, &leaf);
 	if (pfd < 0) {
@@ -400,8 +400,8 @@ int wr_link(struct writer *w, const char *path, const char *target)
 	close(pfd);
 	close(tfd);
 	if (r < 0)
-		return fail(w->ctx, r, "%s: hard link '%s' to '%s': %s", w->what, path, target,
-			    strerror(-r));
+		return image_fail(w->ctx, r, "%s: hard link '%s' to '%s': %s", w->what, path, target,
+				  strerror(-r));
 	return 0;
 }
 
@@ -411,17 +411,17 @@ static int layer_open(struct writer *w, int at, const char *name, struct archive
 {
 	int fd = openat(at, name, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(w->ctx, -errno, "%s: %s", w->what, strerror(errno));
+		return image_fail(w->ctx, -errno, "%s: %s", w->what, strerror(errno));
 	struct archive *a = archive_read_new();
 	if (!a) {
 		close(fd);
-		return fail(w->ctx, -ENOMEM, "out of memory");
+		return image_fail(w->ctx, -ENOMEM, "out of memory");
 	}
 	archive_read_support_filter_all(a);
 	archive_read_support_format_tar(a);
 	archive_read_support_format_empty(a);
 	if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
-		int r = fail(w->ctx, -EINVAL, "%s: not a tar: %s", w->what, archive_error_string(a));
+		int r = image_fail(w->ctx, -EINVAL, "%s: not a tar: %s", w->what, archive_error_string(a));
 		archive_read_free(a);
 		close(fd);
 		return r;
@@ -441,17 +441,17 @@ static int entry_path(struct writer *w, struct archive_entry *e, char *out, size
 {
 	const char *raw = archive_entry_pathname(e);
 	if (!raw)
-		return fail(w->ctx, -EINVAL, "%s: an entry has no usable name", w->what);
-	int r = path_norm(raw, out, len);
+		return image_fail(w->ctx, -EINVAL, "%s: an entry has no usable name", w->what);
+	int r = image_path_norm(raw, out, len);
 	if (r == -EPERM)
-		return fail(w->ctx, r, "%s: entry '%s' %s: refusing the archive", w->what, raw,
-			    raw[0] == '/' ? "has an absolute path" : "climbs out with '..'");
+		return image_fail(w->ctx, r, "%s: entry '%s' %s: refusing the archive", w->what, raw,
+				  raw[0] == '/' ? "has an absolute path" : "climbs out with '..'");
 	if (r < 0)
-		return fail(w->ctx, r, "%s: entry name too long or too deep", w->what);
+		return image_fail(w->ctx, r, "%s: entry name too long or too deep", w->what);
 	return 0;
 }
 
-const char *split_dir(const char *p, char *dir)
+const char *image_split_dir(const char *p, char *dir)
 {
 	const char *slash = strrchr(p, '/');
 	size_t dl = slash ? (size_t)(slash - p) : 0;
@@ -479,7 +479,7 @@ static int layer_pass(struct writer *w, int at, const char *name,
 			r = fn(w, a, e, p);
 	}
 	if (r == 0 && ar != ARCHIVE_EOF)
-		r = fail(w->ctx, -EINVAL, "%s: %s", w->what, archive_error_string(a));
+		r = image_fail(w->ctx, -EINVAL, "%s: %s", w->what, archive_error_string(a));
 	layer_close(a, fd);
 	return r;
 }
@@ -490,9 +490,9 @@ static int whiteout_entry(struct writer *w, struct archive *a, struct archive_en
 			  const char *p)
 {
 	char dir[PATH_MAX], what[NAME_MAX + 1];
-	int k = image_whiteout(split_dir(p, dir), what, sizeof what);
+	int k = image_whiteout(image_split_dir(p, dir), what, sizeof what);
 	if (k < 0)
-		return fail(w->ctx, -EINVAL, "%s: bad whiteout '%s'", w->what, p);
+		return image_fail(w->ctx, -EINVAL, "%s: bad whiteout '%s'", w->what, p);
 	if (k != 1 && k != 2)
 		return 0;
 	int dfd = open_beneath(w->rootfd, dir, O_RDONLY | O_DIRECTORY);
@@ -505,16 +505,16 @@ static int whiteout_entry(struct writer *w, struct archive *a, struct archive_en
 		r = clear_leaf(dfd, what, 0);
 		close(dfd);
 	} else {
-		DIR *d = dir_stream(dfd);
+		DIR *d = image_dir_stream(dfd);
 		if (!d)
 			return -ENOMEM;
 		struct dirent *de;
 		while (r == 0 && (de = readdir(d)))
 			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-				r = remove_tree(dirfd(d), de->d_name, 0);
+				r = image_remove_tree(dirfd(d), de->d_name, 0);
 		closedir(d);
 	}
-	return r < 0 ? fail(w->ctx, r, "%s: whiteout '%s': %s", w->what, p, strerror(-r)) : 0;
+	return r < 0 ? image_fail(w->ctx, r, "%s: whiteout '%s': %s", w->what, p, strerror(-r)) : 0;
 }
 
 static ssize_t archive_reader(void *arg, void *buf, size_t len)
@@ -540,10 +540,10 @@ static int layer_entry(struct writer *w, struct archive *a, struct archive_entry
 		       const char *p)
 {
 	char dir[PATH_MAX], what[NAME_MAX + 1];
-	int r = count_entry(w);
+	int r = image_tree_count_entry(w);
 	if (r < 0)
 		return r;
-	if (!p[0] || image_whiteout(split_dir(p, dir), what, sizeof what) != 0)
+	if (!p[0] || image_whiteout(image_split_dir(p, dir), what, sizeof what) != 0)
 		return 0;
 	struct wmeta m = {
 		.mode = archive_entry_perm(e),
@@ -556,28 +556,28 @@ static int layer_entry(struct writer *w, struct archive *a, struct archive_entry
 	const char *hl = archive_entry_hardlink(e);
 	if (hl) {
 		char t[PATH_MAX];
-		if (path_norm(hl, t, sizeof t) < 0)
-			return fail(w->ctx, -EPERM, "%s: hard link '%s' points outside the image ('%s'): "
-				    "refusing the archive", w->what, p, hl);
-		return wr_link(w, p, t);
+		if (image_path_norm(hl, t, sizeof t) < 0)
+			return image_fail(w->ctx, -EPERM, "%s: hard link '%s' points outside the image ('%s'): "
+					  "refusing the archive", w->what, p, hl);
+		return image_tree_link(w, p, t);
 	}
 	switch (archive_entry_filetype(e)) {
-	case AE_IFREG: return wr_file(w, p, &m, x, nx, archive_reader, a);
-	case AE_IFDIR: return wr_dir(w, p, &m, x, nx);
+	case AE_IFREG: return image_tree_file(w, p, &m, x, nx, archive_reader, a);
+	case AE_IFDIR: return image_tree_dir(w, p, &m, x, nx);
 	case AE_IFLNK: {
 		const char *t = archive_entry_symlink(e);
 		if (!t || !*t || strlen(t) >= PATH_MAX)
-			return fail(w->ctx, -EINVAL, "%s: symlink '%s' has no usable target", w->what, p);
-		return wr_special(w, p, t, &m);
+			return image_fail(w->ctx, -EINVAL, "%s: symlink '%s' has no usable target", w->what, p);
+		return image_tree_special(w, p, t, &m);
 	}
-	case AE_IFIFO: return wr_special(w, p, NULL, &m);
+	case AE_IFIFO: return image_tree_special(w, p, NULL, &m);
 	case AE_IFCHR:
 	case AE_IFBLK: w->ctx->devices_skipped++; return 0;
 	default: return 0;
 	}
 }
 
-int apply_layer(struct writer *w, int at, const char *name)
+int image_tree_apply_layer(struct writer *w, int at, const char *name)
 {
 	int r = layer_pass(w, at, name, whiteout_entry);
 	return r < 0 ? r : layer_pass(w, at, name, layer_entry);
@@ -586,11 +586,11 @@ int apply_layer(struct writer *w, int at, const char *name)
 int image_apply_layer(struct image_ctx *ctx, int rootfd, const char *path)
 {
 	struct writer w;
-	writer_init(&w, ctx, rootfd);
+	image_tree_init(&w, ctx, rootfd);
 	w.what = path;
-	int r = apply_layer(&w, AT_FDCWD, path);
+	int r = image_tree_apply_layer(&w, AT_FDCWD, path);
 	if (r == 0)
-		fix_apply(&w);
-	writer_free(&w);
+		image_tree_fix_apply(&w);
+	image_tree_free(&w);
 	return r;
 }

@@ -2,7 +2,7 @@
  * tree (bounded in size, depth and node count, with anchors, aliases and
  * tags refused as the events arrive), ${VAR} is expanded (from the host
  * environment or secrets.env, lib/secenv.c), then each top-level key
- * is handed to its entry in cfg_sections[].  Everything is parsed into a scratch config that
+ * is handed to its entry in config_sections[].  Everything is parsed into a scratch config that
  * is moved into the caller's only when the whole file is good. */
 #include "vmm/sandbox/config_priv.h"
 
@@ -26,18 +26,18 @@
 #include "vmm/sandbox/disks.h"
 #include "vmm/sandbox/mounts.h"
 
-static const struct yamltree_rules cfg_rules = {
+static const struct yamltree_rules config_rules = {
 	.max_depth = CONFIG_MAX_DEPTH,
 	.max_nodes = CONFIG_MAX_NODES,
 	.smaller = "config",
 };
 
 /* Longest variable name ${…} may use; a longer one is not set. */
-#define CFG_MAX_VAR 128
+#define CONFIG_MAX_VAR 128
 
 /* Messages quote a value as written: what ${VAR} brought in may be a
  * secret, and the user wrote the ${VAR}. */
-void cfg_show_node(char *out, const struct yamltree_node *v)
+void config_show_node(char *out, const struct yamltree_node *v)
 {
 	if (v->raw)
 		yamltree_show(out, YAMLTREE_SHOW_BUF, v->raw, v->rawlen, YAMLTREE_SHOW_MAX);
@@ -45,7 +45,7 @@ void cfg_show_node(char *out, const struct yamltree_node *v)
 		yamltree_show(out, YAMLTREE_SHOW_BUF, v->str, v->len, YAMLTREE_SHOW_MAX);
 }
 
-int cfg_err_at(struct cfg_ctx *x, unsigned line, unsigned col, const char *fmt, ...)
+int config_err_at(struct config_ctx *x, unsigned line, unsigned col, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -56,7 +56,7 @@ int cfg_err_at(struct cfg_ctx *x, unsigned line, unsigned col, const char *fmt, 
 
 /* Errors about the file as a whole have no position. */
 __attribute__((format(printf, 4, 5))) static void
-cfg_file_err(const char *path, char *err, size_t errlen, const char *fmt, ...)
+config_file_err(const char *path, char *err, size_t errlen, const char *fmt, ...)
 {
 	char name[YAMLTREE_NAME_BUF];
 	va_list ap;
@@ -66,7 +66,7 @@ cfg_file_err(const char *path, char *err, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-int cfg_nomem(struct cfg_ctx *x)
+int config_nomem(struct config_ctx *x)
 {
 	return yamltree_nomem(x->err, x->errlen, x->name);
 }
@@ -76,33 +76,33 @@ int cfg_nomem(struct cfg_ctx *x)
 /* Replaces ${NAME} in scalar n by its value and "$$" by "$"; other '$'
  * stay (a shell's $HOME passes through to the guest).  All values together
  * may grow to CONFIG_MAX_BYTES. */
-static int cfg_expand_node(struct cfg_ctx *x, struct yamltree_node *n)
+static int config_expand_node(struct config_ctx *x, struct yamltree_node *n)
 {
 	if (!memchr(n->str, '$', n->len))
 		return 0;
 	struct secenv_result r;
-	int rc = secenv_expand(&x->env, n->str, n->len, CFG_MAX_VAR, CONFIG_MAX_BYTES - x->expanded,
+	int rc = secenv_expand(&x->env, n->str, n->len, CONFIG_MAX_VAR, CONFIG_MAX_BYTES - x->expanded,
 			     &r, x->err, x->errlen);
 	char show[YAMLTREE_SHOW_BUF] = "";
 	if (r.name)
 		yamltree_show(show, sizeof show, r.name, r.name_len, YAMLTREE_SHOW_MAX);
 	switch (r.fault) {
 	case SECENV_UNTERMINATED:
-		return cfg_err(x, n, "unterminated '${'; expected ${NAME} (write $$ for a literal "
+		return config_err(x, n, "unterminated '${'; expected ${NAME} (write $$ for a literal "
 				     "'$')");
 	case SECENV_BAD_NAME:
-		return cfg_err(x, n, "'${%s}' is not a variable name; expected ${NAME} with "
+		return config_err(x, n, "'${%s}' is not a variable name; expected ${NAME} with "
 				     "letters, digits and '_' (write $$ for a literal '$')", show);
 	case SECENV_LONG_NAME:
 	case SECENV_UNSET:
-		return cfg_err(x, n, "${%s} is not set; export %s or add %s=... to %s", show, show,
-			       show, x->env.name);
+		return config_err(x, n, "${%s} is not set; export %s or add %s=... to %s", show, show,
+				  show, x->env.name);
 	case SECENV_TOO_BIG:
-		return cfg_err(x, n, "values grow past %u bytes once variables are expanded; "
+		return config_err(x, n, "values grow past %u bytes once variables are expanded; "
 				     "expected a smaller config", CONFIG_MAX_BYTES);
 	}
 	if (rc)
-		return rc == -ENOMEM ? cfg_nomem(x) : rc;
+		return rc == -ENOMEM ? config_nomem(x) : rc;
 	x->expanded += r.len;
 	n->raw = n->str;
 	n->rawlen = n->len;
@@ -115,14 +115,14 @@ static int cfg_expand_node(struct cfg_ctx *x, struct yamltree_node *n)
 
 /* Expands every value scalar; mapping keys stay as written.  Recursion
  * depth is bounded by CONFIG_MAX_DEPTH. */
-static int cfg_expand(struct cfg_ctx *x, struct yamltree_node *n)
+static int config_expand(struct config_ctx *x, struct yamltree_node *n)
 {
 	if (!n)
 		return 0;
 	if (n->kind == YAMLTREE_SCALAR)
-		return cfg_expand_node(x, n);
+		return config_expand_node(x, n);
 	for (size_t i = n->kind == YAMLTREE_MAP ? 1 : 0; i < n->n; i += n->kind == YAMLTREE_MAP ? 2 : 1) {
-		int rc = cfg_expand(x, n->kids[i]);
+		int rc = config_expand(x, n->kids[i]);
 		if (rc)
 			return rc;
 	}
@@ -132,20 +132,20 @@ static int cfg_expand(struct cfg_ctx *x, struct yamltree_node *n)
 /* ---- value helpers ----------------------------------------------------- */
 
 /* A non-null scalar without NUL bytes, or an error naming what. */
-int cfg_text(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
-	     const char *expected)
+int config_text(struct config_ctx *x, const struct yamltree_node *v, const char *what,
+		const char *expected)
 {
 	if (v->kind != YAMLTREE_SCALAR || yamltree_is_null(v))
-		return cfg_err(x, v, "%s: got %s; expected %s", what, yamltree_kind_name(v), expected);
+		return config_err(x, v, "%s: got %s; expected %s", what, yamltree_kind_name(v), expected);
 	if (strlen(v->str) != v->len)
-		return cfg_err(x, v, "%s: contains a NUL byte; expected %s", what, expected);
+		return config_err(x, v, "%s: contains a NUL byte; expected %s", what, expected);
 	return 0;
 }
 
 /* Unsigned decimal digits only.  No leading zeros, since YAML 1.1 reads
  * those as octal and users would not get what they meant.  Values too big
  * to matter saturate rather than wrap.  A minus sign is a range error. */
-enum cfg_num cfg_decimal(const char *s, size_t len, uint64_t *out)
+enum config_num config_decimal(const char *s, size_t len, uint64_t *out)
 {
 	bool neg = len > 1 && s[0] == '-';
 	if (neg) {
@@ -153,51 +153,51 @@ enum cfg_num cfg_decimal(const char *s, size_t len, uint64_t *out)
 		len--;
 	}
 	if (len == 0 || (s[0] == '0' && len > 1))
-		return CFG_NUM_BAD;
+		return CONFIG_NUM_BAD;
 	uint64_t v = 0;
 	for (size_t i = 0; i < len; i++) {
 		if (s[i] < '0' || s[i] > '9')
-			return CFG_NUM_BAD;
+			return CONFIG_NUM_BAD;
 		if (v < 1000000000000ull)
 			v = v * 10 + (uint64_t)(s[i] - '0');
 	}
 	if (neg)
-		return v ? CFG_NUM_RANGE : CFG_NUM_BAD;
+		return v ? CONFIG_NUM_RANGE : CONFIG_NUM_BAD;
 	*out = v;
-	return CFG_NUM_OK;
+	return CONFIG_NUM_OK;
 }
 
-int cfg_uint(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
-	     uint64_t lo, uint64_t hi, uint64_t *out)
+int config_uint(struct config_ctx *x, const struct yamltree_node *v, const char *what,
+		uint64_t lo, uint64_t hi, uint64_t *out)
 {
 	char show[YAMLTREE_SHOW_BUF];
 	char expected[64];
 	snprintf(expected, sizeof expected, "an integer from %llu to %llu",
 		 (unsigned long long)lo, (unsigned long long)hi);
-	int rc = cfg_text(x, v, what, expected);
+	int rc = config_text(x, v, what, expected);
 	if (rc)
 		return rc;
-	cfg_show_node(show, v);
-	switch (cfg_decimal(v->str, v->len, out)) {
-	case CFG_NUM_BAD:
-		return cfg_err(x, v, "%s: '%s' is not an integer; expected %s", what, show,
-			       expected);
-	case CFG_NUM_RANGE:
-		return cfg_err(x, v, "%s: %s is out of range; expected %s", what, show, expected);
-	case CFG_NUM_OK:
+	config_show_node(show, v);
+	switch (config_decimal(v->str, v->len, out)) {
+	case CONFIG_NUM_BAD:
+		return config_err(x, v, "%s: '%s' is not an integer; expected %s", what, show,
+				  expected);
+	case CONFIG_NUM_RANGE:
+		return config_err(x, v, "%s: %s is out of range; expected %s", what, show, expected);
+	case CONFIG_NUM_OK:
 		break;
 	}
 	if (*out < lo || *out > hi)
-		return cfg_err(x, v, "%s: %s is out of range; expected %s", what, show, expected);
+		return config_err(x, v, "%s: %s is out of range; expected %s", what, show, expected);
 	return 0;
 }
 
-static int cfg_bool(struct cfg_ctx *x, const struct yamltree_node *v, const char *what, int *out)
+static int config_bool(struct config_ctx *x, const struct yamltree_node *v, const char *what, int *out)
 {
 	static const char *const yes[] = { "true", "yes", "on" };
 	static const char *const no[] = { "false", "no", "off" };
 	static const char expected[] = "true or false";
-	int rc = cfg_text(x, v, what, expected);
+	int rc = config_text(x, v, what, expected);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
@@ -211,11 +211,11 @@ static int cfg_bool(struct cfg_ctx *x, const struct yamltree_node *v, const char
 		}
 	}
 	char show[YAMLTREE_SHOW_BUF];
-	cfg_show_node(show, v);
-	return cfg_err(x, v, "%s: '%s' is not a boolean; expected %s", what, show, expected);
+	config_show_node(show, v);
+	return config_err(x, v, "%s: '%s' is not a boolean; expected %s", what, show, expected);
 }
 
-char *cfg_strdup(const char *s, size_t len)
+char *config_strdup(const char *s, size_t len)
 {
 	char *d = malloc(len + 1);
 	if (d) {
@@ -227,7 +227,7 @@ char *cfg_strdup(const char *s, size_t len)
 
 /* Frees a NULL-terminated list of strings: argv, a mount's protected
  * names. */
-static void cfg_free_argv(char **l)
+static void config_free_argv(char **l)
 {
 	if (!l)
 		return;
@@ -238,10 +238,10 @@ static void cfg_free_argv(char **l)
 
 /* ---- sections ---------------------------------------------------------- */
 
-static int cfg_cpus(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_cpus(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
 	uint64_t n;
-	int rc = cfg_uint(x, v, "cpus", CONFIG_CPUS_MIN, CONFIG_CPUS_MAX, &n);
+	int rc = config_uint(x, v, "cpus", CONFIG_CPUS_MIN, CONFIG_CPUS_MAX, &n);
 	if (!rc)
 		c->cpus = (unsigned)n;
 	return rc;
@@ -250,7 +250,7 @@ static int cfg_cpus(struct cfg_ctx *x, const struct yamltree_node *v, struct kbo
 /* MiB as a bare number, or a number with a binary unit: M/MB/MiB or
  * G/GB/GiB in any case, optionally after spaces.  "MB" means MiB here on
  * purpose: nobody sizes a VM in powers of ten. */
-static int cfg_memory(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_memory(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
 	static const struct {
 		const char *unit;
@@ -259,10 +259,10 @@ static int cfg_memory(struct cfg_ctx *x, const struct yamltree_node *v, struct k
 		      { "g", 1024 }, { "gb", 1024 }, { "gib", 1024 } };
 	static const char expected[] = "MiB from 64 to 65536, or a size like 512M or 2G";
 	char show[YAMLTREE_SHOW_BUF];
-	int rc = cfg_text(x, v, "memory", expected);
+	int rc = config_text(x, v, "memory", expected);
 	if (rc)
 		return rc;
-	cfg_show_node(show, v);
+	config_show_node(show, v);
 
 	bool neg = v->len > 1 && v->str[0] == '-';
 	size_t digits = neg;
@@ -275,37 +275,37 @@ static int cfg_memory(struct cfg_ctx *x, const struct yamltree_node *v, struct k
 	for (size_t i = 0; i < ARRAY_SIZE(units); i++)
 		if (strcasecmp(v->str + u, units[i].unit) == 0)
 			mul = units[i].mib;
-	if (!mul || cfg_decimal(v->str + neg, digits - neg, &n) != CFG_NUM_OK)
-		return cfg_err(x, v, "memory: '%s' is not a size; expected %s", show, expected);
+	if (!mul || config_decimal(v->str + neg, digits - neg, &n) != CONFIG_NUM_OK)
+		return config_err(x, v, "memory: '%s' is not a size; expected %s", show, expected);
 	/* n saturates near 10^12, so n * 1024 cannot wrap. */
 	if (neg || n * mul < CONFIG_MEMORY_MIN_MIB || n * mul > CONFIG_MEMORY_MAX_MIB)
-		return cfg_err(x, v, "memory: %s is out of range; expected %s", show, expected);
+		return config_err(x, v, "memory: %s is out of range; expected %s", show, expected);
 	c->memory_mib = n * mul;
 	return 0;
 }
 
 /* A path from the file; relative ones are joined to the file's directory so
  * the config means the same thing from any working directory. */
-int cfg_path(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
-	     const char *expected, char **out)
+int config_path(struct config_ctx *x, const struct yamltree_node *v, const char *what,
+		const char *expected, char **out)
 {
-	int rc = cfg_text(x, v, what, expected);
+	int rc = config_text(x, v, what, expected);
 	if (rc)
 		return rc;
 	if (v->len == 0)
-		return cfg_err(x, v, "%s: empty path; expected %s", what, expected);
+		return config_err(x, v, "%s: empty path; expected %s", what, expected);
 	if (v->str[0] == '~')
-		return cfg_err(x, v,
-			       "%s: '~' is not expanded; expected an absolute path or one "
-			       "relative to the config file",
-			       what);
+		return config_err(x, v,
+				  "%s: '~' is not expanded; expected an absolute path or one "
+				  "relative to the config file",
+				  what);
 	size_t pre = v->str[0] == '/' ? 0 : x->dirlen;
 	if (pre + v->len >= PATH_MAX)
-		return cfg_err(x, v, "%s: path is longer than %d bytes; expected %s", what,
-			       PATH_MAX - 1, expected);
+		return config_err(x, v, "%s: path is longer than %d bytes; expected %s", what,
+				  PATH_MAX - 1, expected);
 	char *p = malloc(pre + v->len + 1);
 	if (!p)
-		return cfg_nomem(x);
+		return config_nomem(x);
 	if (pre)
 		memcpy(p, x->dir, pre);
 	memcpy(p + pre, v->str, v->len + 1);
@@ -313,69 +313,69 @@ int cfg_path(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
 	return 0;
 }
 
-static int cfg_kernel(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_kernel(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
-	return cfg_path(x, v, "kernel", "a path to a kernel image (vmlinux or bzImage)",
-			&c->kernel);
+	return config_path(x, v, "kernel", "a path to a kernel image (vmlinux or bzImage)",
+			   &c->kernel);
 }
 
-static int cfg_initrd(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_initrd(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
-	return cfg_path(x, v, "initrd", "a path to an initramfs (cpio) file", &c->initrd);
+	return config_path(x, v, "initrd", "a path to an initramfs (cpio) file", &c->initrd);
 }
 
-static int cfg_command_string(struct cfg_ctx *x, const struct yamltree_node *v,
-			      struct kbox_config *c)
+static int config_command_string(struct config_ctx *x, const struct yamltree_node *v,
+				 struct kbox_config *c)
 {
 	static const char expected[] =
 		"a command line string or a list of strings (program and arguments)";
-	int rc = cfg_text(x, v, "command", expected);
+	int rc = config_text(x, v, "command", expected);
 	if (rc)
 		return rc;
 	size_t i = 0;
 	while (i < v->len && (v->str[i] == ' ' || v->str[i] == '\t'))
 		i++;
 	if (i == v->len)
-		return cfg_err(x, v, "command: empty command; expected %s", expected);
+		return config_err(x, v, "command: empty command; expected %s", expected);
 	char **argv = calloc(4, sizeof *argv);
 	if (!argv)
-		return cfg_nomem(x);
-	argv[0] = cfg_strdup("/bin/sh", 7);
-	argv[1] = cfg_strdup("-c", 2);
-	argv[2] = cfg_strdup(v->str, v->len);
+		return config_nomem(x);
+	argv[0] = config_strdup("/bin/sh", 7);
+	argv[1] = config_strdup("-c", 2);
+	argv[2] = config_strdup(v->str, v->len);
 	if (!argv[0] || !argv[1] || !argv[2]) {
 		for (int k = 0; k < 3; k++)
 			free(argv[k]);
 		free(argv);
-		return cfg_nomem(x);
+		return config_nomem(x);
 	}
 	c->argv = argv;
 	return 0;
 }
 
-static int cfg_command(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_command(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
 	if (v->kind != YAMLTREE_SEQ)
-		return cfg_command_string(x, v, c);
+		return config_command_string(x, v, c);
 	if (v->n == 0)
-		return cfg_err(x, v,
-			       "command: empty command; expected a list with at least the "
-			       "program to run");
+		return config_err(x, v,
+				  "command: empty command; expected a list with at least the "
+				  "program to run");
 	char **argv = calloc(v->n + 1, sizeof *argv);
 	if (!argv)
-		return cfg_nomem(x);
+		return config_nomem(x);
 	for (size_t i = 0; i < v->n; i++) {
 		const struct yamltree_node *a = v->kids[i];
 		char what[32];
 		snprintf(what, sizeof what, "command[%zu]", i);
-		int rc = cfg_text(x, a, what, "a string (write \"\" for an empty argument)");
+		int rc = config_text(x, a, what, "a string (write \"\" for an empty argument)");
 		if (!rc && i == 0 && a->len == 0)
-			rc = cfg_err(x, a, "command[0]: empty program name; expected the "
+			rc = config_err(x, a, "command[0]: empty program name; expected the "
 					   "program to run");
-		if (!rc && !(argv[i] = cfg_strdup(a->str, a->len)))
-			rc = cfg_nomem(x);
+		if (!rc && !(argv[i] = config_strdup(a->str, a->len)))
+			rc = config_nomem(x);
 		if (rc) {
-			cfg_free_argv(argv);
+			config_free_argv(argv);
 			return rc;
 		}
 	}
@@ -383,39 +383,39 @@ static int cfg_command(struct cfg_ctx *x, const struct yamltree_node *v, struct 
 	return 0;
 }
 
-static int cfg_verbose(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_verbose(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
-	return cfg_bool(x, v, "verbose", &c->verbose);
+	return config_bool(x, v, "verbose", &c->verbose);
 }
 
 /* "'value'" for a scalar, else what kind of node it is, for "got …". */
-const char *cfg_got(const struct yamltree_node *v, char *buf, size_t size)
+const char *config_got(const struct yamltree_node *v, char *buf, size_t size)
 {
 	if (v->kind != YAMLTREE_SCALAR || yamltree_is_null(v))
 		return yamltree_kind_name(v);
 	char show[YAMLTREE_SHOW_BUF];
-	cfg_show_node(show, v);
+	config_show_node(show, v);
 	snprintf(buf, size, "'%s'", show);
 	return buf;
 }
 
-void *cfg_seq(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
-	      const char *expected, size_t max, const char *noun, size_t size, int *rc)
+void *config_seq(struct config_ctx *x, const struct yamltree_node *v, const char *what,
+		 const char *expected, size_t max, const char *noun, size_t size, int *rc)
 {
 	char got[YAMLTREE_SHOW_BUF + 2];
 	void *a = NULL;
 	if (v->kind != YAMLTREE_SEQ)
-		*rc = cfg_err(x, v, "%s: got %s; expected a list of %s", what,
-			      cfg_got(v, got, sizeof got), expected);
+		*rc = config_err(x, v, "%s: got %s; expected a list of %s", what,
+				 config_got(v, got, sizeof got), expected);
 	else if (v->n > max)
-		*rc = cfg_err(x, v->kids[max], "%s: more than %zu %s; expected at most %zu", what,
-			      max, noun, max);
+		*rc = config_err(x, v->kids[max], "%s: more than %zu %s; expected at most %zu", what,
+				 max, noun, max);
 	else if (!(a = calloc(v->n ? v->n : 1, size)))
-		*rc = cfg_nomem(x);
+		*rc = config_nomem(x);
 	return a;
 }
 
-static void cfg_free_strv(char **v, size_t n)
+static void config_free_strv(char **v, size_t n)
 {
 	if (!v)
 		return;
@@ -424,15 +424,15 @@ static void cfg_free_strv(char **v, size_t n)
 	free(v);
 }
 
-static void cfg_free_mounts(struct config_mount *m, unsigned n)
+static void config_free_mounts(struct config_mount *m, unsigned n)
 {
 	if (!m)
 		return;
 	for (unsigned i = 0; i < n; i++) {
 		free(m[i].source);
 		free(m[i].target);
-		cfg_free_strv(m[i].hidden, m[i].n_hidden);
-		cfg_free_strv(m[i].hidden_extra, m[i].n_hidden_extra);
+		config_free_strv(m[i].hidden, m[i].n_hidden);
+		config_free_strv(m[i].hidden_extra, m[i].n_hidden_extra);
 	}
 	free(m);
 }
@@ -441,43 +441,43 @@ static void cfg_free_mounts(struct config_mount *m, unsigned n)
  * into *out and *n.  A trailing '/' (as in .gitignore's "secrets/") is
  * dropped: the backend hides a matching name whatever it is, and a hidden
  * directory hides all below it. */
-static int cfg_patterns(struct cfg_ctx *x, const struct yamltree_node *v, unsigned idx,
-			const char *key, char ***out, size_t *n)
+static int config_patterns(struct config_ctx *x, const struct yamltree_node *v, unsigned idx,
+			   const char *key, char ***out, size_t *n)
 {
 	static const char expected[] = "a glob pattern such as \".env\" or \"*.pem\"";
 	char what[48];
 	int rc;
 	snprintf(what, sizeof what, "mounts[%u].%s", idx, key);
-	*out = cfg_seq(x, v, what, "patterns such as [\".env\", \"*.pem\"] ([] hides nothing)",
-		       CONFIG_HIDDEN_MAX, "patterns", sizeof **out, &rc);
+	*out = config_seq(x, v, what, "patterns such as [\".env\", \"*.pem\"] ([] hides nothing)",
+			  CONFIG_HIDDEN_MAX, "patterns", sizeof **out, &rc);
 	if (!*out)
 		return rc;
 	for (size_t i = 0; i < v->n; i++) {
 		const struct yamltree_node *p = v->kids[i];
 		snprintf(what, sizeof what, "mounts[%u].%s[%zu]", idx, key, i);
-		rc = cfg_text(x, p, what, expected);
+		rc = config_text(x, p, what, expected);
 		if (rc)
 			return rc;
 		size_t len = p->len;
 		while (len > 0 && p->str[len - 1] == '/')
 			len--;
 		if (p->len == 0)
-			return cfg_err(x, p, "%s: empty pattern; expected %s", what, expected);
+			return config_err(x, p, "%s: empty pattern; expected %s", what, expected);
 		if (len == 0)
-			return cfg_err(x, p, "%s: '/' alone would hide the whole mount; "
+			return config_err(x, p, "%s: '/' alone would hide the whole mount; "
 					     "expected %s", what, expected);
 		if (len > CONFIG_HIDDEN_LEN_MAX)
-			return cfg_err(x, p, "%s: pattern is longer than %u bytes; expected %s",
-				       what, CONFIG_HIDDEN_LEN_MAX, expected);
-		if (!((*out)[i] = cfg_strdup(p->str, len)))
-			return cfg_nomem(x);
+			return config_err(x, p, "%s: pattern is longer than %u bytes; expected %s",
+					  what, CONFIG_HIDDEN_LEN_MAX, expected);
+		if (!((*out)[i] = config_strdup(p->str, len)))
+			return config_nomem(x);
 		*n = i + 1;
 	}
 	return 0;
 }
 
-static int cfg_mount(struct cfg_ctx *x, const struct yamltree_node *v, unsigned idx,
-		     struct config_mount *m)
+static int config_mount_entry(struct config_ctx *x, const struct yamltree_node *v, unsigned idx,
+			      struct config_mount *m)
 {
 	static const char *const keys[] = { "source", "target", "readonly", "hidden",
 					    "hidden_extra" };
@@ -487,76 +487,76 @@ static int cfg_mount(struct cfg_ctx *x, const struct yamltree_node *v, unsigned 
 	m->line = v->line;
 	m->col = v->col;
 	if (v->kind != YAMLTREE_MAP)
-		return cfg_err(x, v, "mounts[%u]: got %s; expected a mapping with source and "
-				     "target", idx, cfg_got(v, got, sizeof got));
+		return config_err(x, v, "mounts[%u]: got %s; expected a mapping with source and "
+				     "target", idx, config_got(v, got, sizeof got));
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
 		const struct yamltree_node *k = v->kids[i], *val = v->kids[i + 1];
 		if (k->kind != YAMLTREE_SCALAR)
-			return cfg_err(x, k, "mounts[%u]: a key is %s; expected source, target, "
+			return config_err(x, k, "mounts[%u]: a key is %s; expected source, target, "
 					     "readonly, hidden or hidden_extra", idx, yamltree_kind_name(k));
 		size_t s = 0;
 		while (s < ARRAY_SIZE(keys) &&
 		       (strlen(keys[s]) != k->len || memcmp(keys[s], k->str, k->len) != 0))
 			s++;
-		cfg_show_node(show, k);
+		config_show_node(show, k);
 		if (s == ARRAY_SIZE(keys))
-			return cfg_err(x, k, "mounts[%u]: unknown key '%s'; expected source, "
+			return config_err(x, k, "mounts[%u]: unknown key '%s'; expected source, "
 					     "target, readonly, hidden or hidden_extra", idx, show);
 		if (seen[s])
-			return cfg_err(x, k, "mounts[%u]: duplicate key '%s' (first at line %u); "
+			return config_err(x, k, "mounts[%u]: duplicate key '%s' (first at line %u); "
 					     "expected each key once", idx, show, seen[s]);
 		seen[s] = k->line;
 		snprintf(what, sizeof what, "mounts[%u].%s", idx, keys[s]);
 		switch (s) {
 		case 0:
-			rc = cfg_path(x, val, what, "the host directory to share", &m->source);
+			rc = config_path(x, val, what, "the host directory to share", &m->source);
 			break;
 		case 1:
-			rc = cfg_text(x, val, what, "an absolute guest path such as /workspace");
+			rc = config_text(x, val, what, "an absolute guest path such as /workspace");
 			if (!rc && val->len == 0)
-				rc = cfg_err(x, val, "%s: empty path; expected an absolute guest "
+				rc = config_err(x, val, "%s: empty path; expected an absolute guest "
 						     "path such as /workspace", what);
-			if (!rc && !(m->target = cfg_strdup(val->str, val->len)))
-				rc = cfg_nomem(x);
+			if (!rc && !(m->target = config_strdup(val->str, val->len)))
+				rc = config_nomem(x);
 			break;
 		case 2: {
 			int ro = 0;
-			rc = cfg_bool(x, val, what, &ro);
+			rc = config_bool(x, val, what, &ro);
 			m->readonly = ro == 1;
 			break;
 		}
 		case 3:
 			m->hidden_set = true;
-			rc = cfg_patterns(x, val, idx, "hidden", &m->hidden, &m->n_hidden);
+			rc = config_patterns(x, val, idx, "hidden", &m->hidden, &m->n_hidden);
 			break;
 		default:
-			rc = cfg_patterns(x, val, idx, "hidden_extra", &m->hidden_extra,
-					  &m->n_hidden_extra);
+			rc = config_patterns(x, val, idx, "hidden_extra", &m->hidden_extra,
+					     &m->n_hidden_extra);
 			break;
 		}
 		if (rc)
 			return rc;
 	}
 	if (!m->source)
-		return cfg_err(x, v, "mounts[%u]: no source; expected the host directory to "
+		return config_err(x, v, "mounts[%u]: no source; expected the host directory to "
 				     "share (source: ./)", idx);
 	if (!m->target)
-		return cfg_err(x, v, "mounts[%u]: no target; expected the guest path (target: "
+		return config_err(x, v, "mounts[%u]: no target; expected the guest path (target: "
 				     "/workspace)", idx);
 	return 0;
 }
 
-static int cfg_mounts(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_mounts(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
 	int rc;
-	struct config_mount *m = cfg_seq(x, v, "mounts", "mappings with source and target",
-					 MOUNTS_MAX, "mounts", sizeof *m, &rc);
+	struct config_mount *m = config_seq(x, v, "mounts", "mappings with source and target",
+					    MOUNTS_MAX, "mounts", sizeof *m, &rc);
 	if (!m)
 		return rc;
 	for (size_t i = 0; i < v->n; i++) {
-		rc = cfg_mount(x, v->kids[i], (unsigned)i, &m[i]);
+		rc = config_mount_entry(x, v->kids[i], (unsigned)i, &m[i]);
 		if (rc) {
-			cfg_free_mounts(m, (unsigned)v->n);
+			config_free_mounts(m, (unsigned)v->n);
 			return rc;
 		}
 	}
@@ -567,7 +567,7 @@ static int cfg_mounts(struct cfg_ctx *x, const struct yamltree_node *v, struct k
 
 /* ---- disks ------------------------------------------------------------- */
 
-static void cfg_free_disks(struct config_disk *d, unsigned n)
+static void config_free_disks(struct config_disk *d, unsigned n)
 {
 	if (!d)
 		return;
@@ -580,8 +580,8 @@ static void cfg_free_disks(struct config_disk *d, unsigned n)
 
 /* One disks: entry as a mapping (name, target, size, readonly) into the
  * checking set ds. */
-static int cfg_disk_map(struct cfg_ctx *x, const struct yamltree_node *v, unsigned idx,
-			struct disks *ds)
+static int config_disk_map(struct config_ctx *x, const struct yamltree_node *v, unsigned idx,
+			   struct disks *ds)
 {
 	static const char *const keys[] = { "name", "target", "size", "readonly" };
 	static const char keylist[] = "name, target, size or readonly";
@@ -591,18 +591,18 @@ static int cfg_disk_map(struct cfg_ctx *x, const struct yamltree_node *v, unsign
 	for (size_t i = 0; i + 1 < v->n; i += 2) {
 		const struct yamltree_node *k = v->kids[i];
 		if (k->kind != YAMLTREE_SCALAR)
-			return cfg_err(x, k, "disks[%u]: a key is %s; expected %s", idx,
-				       yamltree_kind_name(k), keylist);
+			return config_err(x, k, "disks[%u]: a key is %s; expected %s", idx,
+					  yamltree_kind_name(k), keylist);
 		size_t s = 0;
 		while (s < ARRAY_SIZE(keys) &&
 		       (strlen(keys[s]) != k->len || memcmp(keys[s], k->str, k->len) != 0))
 			s++;
-		cfg_show_node(show, k);
+		config_show_node(show, k);
 		if (s == ARRAY_SIZE(keys))
-			return cfg_err(x, k, "disks[%u]: unknown key '%s'; expected %s", idx, show,
-				       keylist);
+			return config_err(x, k, "disks[%u]: unknown key '%s'; expected %s", idx, show,
+					  keylist);
 		if (seen[s])
-			return cfg_err(x, k, "disks[%u]: duplicate key '%s' (first at line %u); "
+			return config_err(x, k, "disks[%u]: duplicate key '%s' (first at line %u); "
 					     "expected each key once", idx, show, seen[s]);
 		seen[s] = k->line;
 		val_of[s] = v->kids[i + 1];
@@ -611,73 +611,73 @@ static int cfg_disk_map(struct cfg_ctx *x, const struct yamltree_node *v, unsign
 	uint64_t size = 0;
 	int ro = 0, rc;
 	if (!val_of[0])
-		return cfg_err(x, v, "disks[%u]: no name; expected the volume's name (name: "
+		return config_err(x, v, "disks[%u]: no name; expected the volume's name (name: "
 				     "containers)", idx);
 	if (!val_of[1])
-		return cfg_err(x, v, "disks[%u]: no target; expected the guest path (target: "
+		return config_err(x, v, "disks[%u]: no target; expected the guest path (target: "
 				     "/var/lib/containers)", idx);
 	snprintf(what, sizeof what, "disks[%u].name", idx);
-	if ((rc = cfg_text(x, val_of[0], what, "a volume name such as containers")))
+	if ((rc = config_text(x, val_of[0], what, "a volume name such as containers")))
 		return rc;
 	if (val_of[0]->len > DISKS_NAME_MAX || memchr(val_of[0]->str, '\0', val_of[0]->len))
-		return cfg_err(x, val_of[0], "%s: longer than %u bytes; expected a volume name",
-			       what, DISKS_NAME_MAX);
+		return config_err(x, val_of[0], "%s: longer than %u bytes; expected a volume name",
+				  what, DISKS_NAME_MAX);
 	memcpy(name, val_of[0]->str, val_of[0]->len);
 	snprintf(what, sizeof what, "disks[%u].target", idx);
-	if ((rc = cfg_text(x, val_of[1], what, "an absolute guest path")))
+	if ((rc = config_text(x, val_of[1], what, "an absolute guest path")))
 		return rc;
 	if (val_of[1]->len > DISKS_GUEST_MAX)
-		return cfg_err(x, val_of[1], "%s: longer than %u bytes; expected a guest path",
-			       what, DISKS_GUEST_MAX);
+		return config_err(x, val_of[1], "%s: longer than %u bytes; expected a guest path",
+				  what, DISKS_GUEST_MAX);
 	memcpy(target, val_of[1]->str, val_of[1]->len);
 	if (val_of[2]) {
 		snprintf(what, sizeof what, "disks[%u].size", idx);
-		if ((rc = cfg_text(x, val_of[2], what, "a size such as 8G")))
+		if ((rc = config_text(x, val_of[2], what, "a size such as 8G")))
 			return rc;
 		char sz[40];
 		snprintf(sz, sizeof sz, "%.*s", (int)(val_of[2]->len < 39 ? val_of[2]->len : 39),
 			 val_of[2]->str);
 		if (val_of[2]->len >= 39 || disks_parse_size(sz, &size, e, sizeof e) < 0) {
-			cfg_show_node(show, val_of[2]);
-			return cfg_err(x, val_of[2], "%s: '%s' is not a size from 64M to 1T; "
+			config_show_node(show, val_of[2]);
+			return config_err(x, val_of[2], "%s: '%s' is not a size from 64M to 1T; "
 						     "expected a size such as 8G or 512M", what, show);
 		}
 	}
 	if (val_of[3]) {
 		snprintf(what, sizeof what, "disks[%u].readonly", idx);
-		if ((rc = cfg_bool(x, val_of[3], what, &ro)))
+		if ((rc = config_bool(x, val_of[3], what, &ro)))
 			return rc;
 	}
 	if (disks_add(ds, name, target, size, ro == 1, e, sizeof e) < 0)
-		return cfg_err(x, v, "disks[%u]: %s", idx, e);
+		return config_err(x, v, "disks[%u]: %s", idx, e);
 	return 0;
 }
 
 /* disks: a list of "NAME:GUEST_PATH[:size=SIZE][:ro]" strings (the --disk
  * syntax) or mappings with name, target, size and readonly. */
-static int cfg_disks(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_disks(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
 	char what[32], e[400];
 	int rc = 0;
-	struct config_disk *d = cfg_seq(x, v, "disks",
-					"\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or of mappings with "
-					"name and target", DISKS_MAX, "disks", sizeof *d, &rc);
+	struct config_disk *d = config_seq(x, v, "disks",
+					   "\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or of mappings with "
+					   "name and target", DISKS_MAX, "disks", sizeof *d, &rc);
 	if (!d)
 		return rc;
 	struct disks *ds = calloc(1, sizeof *ds);
 	if (!ds)
-		rc = cfg_nomem(x);
+		rc = config_nomem(x);
 	for (size_t i = 0; i < v->n && !rc; i++) {
 		const struct yamltree_node *k = v->kids[i];
 		snprintf(what, sizeof what, "disks[%zu]", i);
 		if (k->kind == YAMLTREE_MAP) {
-			rc = cfg_disk_map(x, k, (unsigned)i, ds);
-		} else if (!(rc = cfg_text(x, k, what, "\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or a "
+			rc = config_disk_map(x, k, (unsigned)i, ds);
+		} else if (!(rc = config_text(x, k, what, "\"NAME:GUEST_PATH[:size=SIZE][:ro]\" or a "
 							 "mapping with name and target"))) {
 			if (memchr(k->str, '\0', k->len) || k->len > 400)
-				rc = cfg_err(x, k, "%s: too long; expected NAME:GUEST_PATH", what);
+				rc = config_err(x, k, "%s: too long; expected NAME:GUEST_PATH", what);
 			else if (disks_parse(ds, k->str, e, sizeof e) < 0)
-				rc = cfg_err(x, k, "%s: %s", what, e);
+				rc = config_err(x, k, "%s: %s", what, e);
 		}
 		if (rc)
 			break;
@@ -686,14 +686,14 @@ static int cfg_disks(struct cfg_ctx *x, const struct yamltree_node *v, struct kb
 					     .size = n->size_set ? n->size : 0,
 					     .readonly = n->readonly, .line = k->line, .col = k->col };
 		if (!d[i].name || !d[i].target)
-			rc = cfg_nomem(x);
+			rc = config_nomem(x);
 	}
 	free(ds);
 	if (rc) {
-		cfg_free_disks(d, (unsigned)v->n);
+		config_free_disks(d, (unsigned)v->n);
 		return rc;
 	}
-	cfg_free_disks(c->disks, c->n_disks);
+	config_free_disks(c->disks, c->n_disks);
 	c->disks = d;
 	c->n_disks = (unsigned)v->n;
 	return 0;
@@ -704,66 +704,66 @@ static int cfg_disks(struct cfg_ctx *x, const struct yamltree_node *v, struct kb
 /* "./rootfs", "/srv/rootfs", "rootfs/" or ".rootfs": a directory, joined to
  * the file's directory like every path; other words are image names or id
  * prefixes, kept as written for the store (image_resolve's rule). */
-static int cfg_image(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_image(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
 	static const char expected[] =
 		"a rootfs directory such as ./rootfs, or an image name";
-	int rc = cfg_text(x, v, "image", expected);
+	int rc = config_text(x, v, "image", expected);
 	if (rc)
 		return rc;
 	if (v->len == 0)
-		return cfg_err(x, v, "image: empty value; expected %s", expected);
+		return config_err(x, v, "image: empty value; expected %s", expected);
 	if (memchr(v->str, '/', v->len) || v->str[0] == '.')
-		return cfg_path(x, v, "image", expected, &c->image);
+		return config_path(x, v, "image", expected, &c->image);
 	for (size_t i = 0; i < v->len; i++) {
 		char ch = v->str[i];
 		if (!isalnum((unsigned char)ch) && !strchr("._-:@+", ch)) {
 			char show[YAMLTREE_SHOW_BUF];
-			cfg_show_node(show, v);
-			return cfg_err(x, v, "image: '%s' is not an image name; expected letters, "
+			config_show_node(show, v);
+			return config_err(x, v, "image: '%s' is not an image name; expected letters, "
 					     "digits and . _ - : @ +, or a directory written "
 					     "with a '/' (./%s)", show, show);
 		}
 	}
-	return (c->image = cfg_strdup(v->str, v->len)) ? 0 : cfg_nomem(x);
+	return (c->image = config_strdup(v->str, v->len)) ? 0 : config_nomem(x);
 }
 
 /* An absolute guest path without "." or ".." components: the agent starts
  * there, so it must mean one place. */
-static int cfg_guest_path(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
-			  char **out)
+static int config_guest_path(struct config_ctx *x, const struct yamltree_node *v, const char *what,
+			     char **out)
 {
 	static const char expected[] = "an absolute guest path such as /workspace";
 	char show[YAMLTREE_SHOW_BUF];
-	int rc = cfg_text(x, v, what, expected);
+	int rc = config_text(x, v, what, expected);
 	if (rc)
 		return rc;
-	cfg_show_node(show, v);
+	config_show_node(show, v);
 	if (v->str[0] != '/')
-		return cfg_err(x, v, "%s: '%s' is not absolute; expected %s", what, show,
-			       expected);
+		return config_err(x, v, "%s: '%s' is not absolute; expected %s", what, show,
+				  expected);
 	if (v->len >= PATH_MAX)
-		return cfg_err(x, v, "%s: longer than %d bytes; expected %s", what, PATH_MAX - 1,
-			       expected);
+		return config_err(x, v, "%s: longer than %d bytes; expected %s", what, PATH_MAX - 1,
+				  expected);
 	for (const char *p = v->str; *p;) {
 		while (*p == '/')
 			p++;
 		size_t n = strcspn(p, "/");
 		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return cfg_err(x, v, "%s: '%s' has a '.' or '..' component; expected %s",
-				       what, show, expected);
+			return config_err(x, v, "%s: '%s' has a '.' or '..' component; expected %s",
+					  what, show, expected);
 		p += n;
 	}
-	return (*out = cfg_strdup(v->str, v->len)) ? 0 : cfg_nomem(x);
+	return (*out = config_strdup(v->str, v->len)) ? 0 : config_nomem(x);
 }
 
-static int cfg_workdir(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_workdir(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
-	return cfg_guest_path(x, v, "workdir", &c->workdir);
+	return config_guest_path(x, v, "workdir", &c->workdir);
 }
 
 /* Environment names as shells accept them. */
-static bool cfg_env_name_ok(const char *s, size_t len)
+static bool config_env_name_ok(const char *s, size_t len)
 {
 	if (len == 0 || isdigit((unsigned char)s[0]))
 		return false;
@@ -774,27 +774,27 @@ static bool cfg_env_name_ok(const char *s, size_t len)
 }
 
 /* Appends "NAME=VALUE" to c->env unless NAME is already there. */
-static int cfg_env_add(struct cfg_ctx *x, const struct yamltree_node *at, struct kbox_config *c,
-		       const char *name, size_t nlen, const char *val, size_t vlen)
+static int config_env_add(struct config_ctx *x, const struct yamltree_node *at, struct kbox_config *c,
+			  const char *name, size_t nlen, const char *val, size_t vlen)
 {
 	char show[YAMLTREE_SHOW_BUF];
 	if (at->raw)
-		cfg_show_node(show, at);
+		config_show_node(show, at);
 	else
 		yamltree_show(show, sizeof show, name, nlen, YAMLTREE_SHOW_MAX);
-	if (!cfg_env_name_ok(name, nlen))
-		return cfg_err(x, at, "env: '%s' is not a variable name; expected letters, "
+	if (!config_env_name_ok(name, nlen))
+		return config_err(x, at, "env: '%s' is not a variable name; expected letters, "
 				      "digits and '_', not starting with a digit", show);
 	for (size_t i = 0; i < c->n_env; i++)
 		if (strncmp(c->env[i], name, nlen) == 0 && c->env[i][nlen] == '=')
-			return cfg_err(x, at, "env: %s is set twice; expected each name once",
-				       show);
+			return config_err(x, at, "env: %s is set twice; expected each name once",
+					  show);
 	if (c->n_env >= CONFIG_ENV_MAX)
-		return cfg_err(x, at, "env: more than %u variables; expected at most %u",
-			       CONFIG_ENV_MAX, CONFIG_ENV_MAX);
+		return config_err(x, at, "env: more than %u variables; expected at most %u",
+				  CONFIG_ENV_MAX, CONFIG_ENV_MAX);
 	char *e = malloc(nlen + 1 + vlen + 1);
 	if (!e)
-		return cfg_nomem(x);
+		return config_nomem(x);
 	memcpy(e, name, nlen);
 	e[nlen] = '=';
 	memcpy(e + nlen + 1, val, vlen);
@@ -806,41 +806,41 @@ static int cfg_env_add(struct cfg_ctx *x, const struct yamltree_node *at, struct
 /* env: {NAME: VALUE} or ["NAME=VALUE"].  Scalars of any YAML type count as
  * their text (PORT: 8080 is "8080"); a null value is refused rather than
  * guessed at, since the host's value might be a secret. */
-static int cfg_env(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_env(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
 	char got[YAMLTREE_SHOW_BUF + 2];
 	if (v->kind == YAMLTREE_SCALAR && !yamltree_is_null(v))
-		return cfg_err(x, v, "env: got %s; expected a mapping NAME: VALUE or a list of "
-				     "\"NAME=VALUE\"", cfg_got(v, got, sizeof got));
+		return config_err(x, v, "env: got %s; expected a mapping NAME: VALUE or a list of "
+				     "\"NAME=VALUE\"", config_got(v, got, sizeof got));
 	size_t n = v->kind == YAMLTREE_MAP ? v->n / 2 : v->n;
 	c->env = calloc(n ? n : 1, sizeof *c->env);
 	if (!c->env)
-		return cfg_nomem(x);
+		return config_nomem(x);
 	for (size_t i = 0; i < v->n; i++) {
 		const struct yamltree_node *k = v->kids[i];
 		char what[YAMLTREE_SHOW_BUF + 8];
 		int rc;
 		if (v->kind == YAMLTREE_MAP) {
 			const struct yamltree_node *val = v->kids[++i];
-			rc = cfg_text(x, k, "env", "a variable name");
-			cfg_show_node(got, k);
+			rc = config_text(x, k, "env", "a variable name");
+			config_show_node(got, k);
 			snprintf(what, sizeof what, "env.%s", got);
 			if (!rc)
-				rc = cfg_text(x, val, what, "a value (write \"\" for an empty one)");
+				rc = config_text(x, val, what, "a value (write \"\" for an empty one)");
 			if (!rc)
-				rc = cfg_env_add(x, k, c, k->str, k->len, val->str, val->len);
+				rc = config_env_add(x, k, c, k->str, k->len, val->str, val->len);
 		} else {
 			snprintf(what, sizeof what, "env[%zu]", i);
-			rc = cfg_text(x, k, what, "\"NAME=VALUE\"");
+			rc = config_text(x, k, what, "\"NAME=VALUE\"");
 			const char *eq = rc ? NULL : memchr(k->str, '=', k->len);
 			if (!rc && !eq) {
-				cfg_show_node(got, k);
-				rc = cfg_err(x, k, "%s: '%s' has no '='; expected \"NAME=VALUE\"",
-					     what, got);
+				config_show_node(got, k);
+				rc = config_err(x, k, "%s: '%s' has no '='; expected \"NAME=VALUE\"",
+						what, got);
 			}
 			if (!rc)
-				rc = cfg_env_add(x, k, c, k->str, (size_t)(eq - k->str), eq + 1,
-						 k->len - (size_t)(eq - k->str) - 1);
+				rc = config_env_add(x, k, c, k->str, (size_t)(eq - k->str), eq + 1,
+						    k->len - (size_t)(eq - k->str) - 1);
 		}
 		if (rc)
 			return rc;
@@ -848,105 +848,105 @@ static int cfg_env(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox
 	return 0;
 }
 
-static int cfg_secrets(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
+static int config_secrets(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c)
 {
-	return cfg_path(x, v, "secrets", "a path to a secrets.yaml file", &c->secrets);
+	return config_path(x, v, "secrets", "a path to a secrets.yaml file", &c->secrets);
 }
 
 /* The top-level keys.  A new section adds its row here and its fields to
- * struct kbox_config, config_free and cfg_move. */
-static const struct cfg_section {
+ * struct kbox_config, config_free and config_move. */
+static const struct config_section {
 	const char *key;
-	int (*parse)(struct cfg_ctx *x, const struct yamltree_node *val, struct kbox_config *c);
-} cfg_sections[] = {
-	{ "cpus", cfg_cpus },
-	{ "memory", cfg_memory },
-	{ "kernel", cfg_kernel },
-	{ "initrd", cfg_initrd },
-	{ "command", cfg_command },
-	{ "verbose", cfg_verbose },
-	{ "mounts", cfg_mounts },
-	{ "disks", cfg_disks },
-	{ "image", cfg_image },
-	{ "workdir", cfg_workdir },
-	{ "env", cfg_env },
-	{ "network", cfg_network },
-	{ "ports", cfg_ports },
-	{ "tls", cfg_tls },
-	{ "secrets", cfg_secrets },
+	int (*parse)(struct config_ctx *x, const struct yamltree_node *val, struct kbox_config *c);
+} config_sections[] = {
+	{ "cpus", config_cpus },
+	{ "memory", config_memory },
+	{ "kernel", config_kernel },
+	{ "initrd", config_initrd },
+	{ "command", config_command },
+	{ "verbose", config_verbose },
+	{ "mounts", config_mounts },
+	{ "disks", config_disks },
+	{ "image", config_image },
+	{ "workdir", config_workdir },
+	{ "env", config_env },
+	{ "network", config_network },
+	{ "ports", config_ports },
+	{ "tls", config_tls },
+	{ "secrets", config_secrets },
 };
 
 /* "cpus, memory, …": every top-level key, for messages. */
-static const char *cfg_supported_keys(char *list, size_t size)
+static const char *config_supported_keys(char *list, size_t size)
 {
 	size_t o = 0;
 	list[0] = '\0';
-	for (size_t i = 0; i < ARRAY_SIZE(cfg_sections); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(config_sections); i++)
 		if (o < size)
 			o += (size_t)snprintf(list + o, size - o, "%s%s", o ? ", " : "",
-					      cfg_sections[i].key);
+					      config_sections[i].key);
 	return list;
 }
 
-static int cfg_unknown_key(struct cfg_ctx *x, const struct yamltree_node *k)
+static int config_unknown_key(struct config_ctx *x, const struct yamltree_node *k)
 {
 	char show[YAMLTREE_SHOW_BUF];
 	const char *near = NULL;
 	unsigned best = UINT_MAX;
-	cfg_show_node(show, k);
-	for (size_t i = 0; i < ARRAY_SIZE(cfg_sections); i++) {
-		unsigned d = cfg_distance(k->str, k->len, cfg_sections[i].key);
+	config_show_node(show, k);
+	for (size_t i = 0; i < ARRAY_SIZE(config_sections); i++) {
+		unsigned d = config_distance(k->str, k->len, config_sections[i].key);
 		/* One slip in a short word, two in a longer one. */
-		unsigned allowed = strlen(cfg_sections[i].key) <= 4 ? 1 : 2;
+		unsigned allowed = strlen(config_sections[i].key) <= 4 ? 1 : 2;
 		if (d <= allowed && d < best) {
 			best = d;
-			near = cfg_sections[i].key;
+			near = config_sections[i].key;
 		}
 	}
 	if (near)
-		return cfg_err(x, k, "unknown key '%s'; did you mean '%s'?", show, near);
+		return config_err(x, k, "unknown key '%s'; did you mean '%s'?", show, near);
 	char list[256];
-	return cfg_err(x, k, "unknown key '%s'; expected one of: %s", show,
-		       cfg_supported_keys(list, sizeof list));
+	return config_err(x, k, "unknown key '%s'; expected one of: %s", show,
+			  config_supported_keys(list, sizeof list));
 }
 
-static int cfg_top(struct cfg_ctx *x, const struct yamltree_node *root, struct kbox_config *c)
+static int config_top(struct config_ctx *x, const struct yamltree_node *root, struct kbox_config *c)
 {
-	unsigned seen[ARRAY_SIZE(cfg_sections)] = { 0 };
+	unsigned seen[ARRAY_SIZE(config_sections)] = { 0 };
 	char show[YAMLTREE_SHOW_BUF];
 
 	if (!root || yamltree_is_null(root))
 		return 0; /* an empty file sets nothing */
 	if (root->kind != YAMLTREE_MAP)
-		return cfg_err(x, root, "the top level is %s; expected a mapping of keys such as "
+		return config_err(x, root, "the top level is %s; expected a mapping of keys such as "
 					"'cpus: 2'",
-			       root->kind == YAMLTREE_SEQ ? "a list" : "a single value");
+				  root->kind == YAMLTREE_SEQ ? "a list" : "a single value");
 	for (size_t i = 0; i + 1 < root->n; i += 2) {
 		const struct yamltree_node *k = root->kids[i], *v = root->kids[i + 1];
 		if (k->kind != YAMLTREE_SCALAR)
-			return cfg_err(x, k, "a key is %s; expected a key name such as 'cpus'",
-				       yamltree_kind_name(k));
+			return config_err(x, k, "a key is %s; expected a key name such as 'cpus'",
+					  yamltree_kind_name(k));
 		size_t s = 0;
-		while (s < ARRAY_SIZE(cfg_sections) &&
-		       (strlen(cfg_sections[s].key) != k->len ||
-			memcmp(cfg_sections[s].key, k->str, k->len) != 0))
+		while (s < ARRAY_SIZE(config_sections) &&
+		       (strlen(config_sections[s].key) != k->len ||
+			memcmp(config_sections[s].key, k->str, k->len) != 0))
 			s++;
-		if (s == ARRAY_SIZE(cfg_sections))
-			return cfg_unknown_key(x, k);
-		cfg_show_node(show, k);
+		if (s == ARRAY_SIZE(config_sections))
+			return config_unknown_key(x, k);
+		config_show_node(show, k);
 		if (seen[s])
-			return cfg_err(x, k, "duplicate key '%s' (first at line %u); expected each "
+			return config_err(x, k, "duplicate key '%s' (first at line %u); expected each "
 					     "key once",
-				       show, seen[s]);
+					  show, seen[s]);
 		seen[s] = k->line;
-		int rc = cfg_sections[s].parse(x, v, c);
+		int rc = config_sections[s].parse(x, v, c);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-#define CFG_MOVE_PTR(dst, src, f)          \
+#define CONFIG_MOVE_PTR(dst, src, f)          \
 	do {                               \
 		if ((src)->f) {            \
 			free((dst)->f);    \
@@ -954,23 +954,23 @@ static int cfg_top(struct cfg_ctx *x, const struct yamltree_node *root, struct k
 			(src)->f = NULL;   \
 		}                          \
 	} while (0)
-#define CFG_MOVE_LIST(dst, src, f, n)  \
+#define CONFIG_MOVE_LIST(dst, src, f, n)  \
 	do {                           \
 		(dst)->f = (src)->f;   \
 		(dst)->n = (src)->n;   \
 		(src)->f = NULL;       \
 		(src)->n = 0;          \
 	} while (0)
-#define CFG_MOVE_STRS(dst, src, f, n)                  \
+#define CONFIG_MOVE_STRS(dst, src, f, n)                  \
 	do {                                           \
 		if ((src)->f) {                        \
-			cfg_free_strs((dst)->f, (dst)->n); \
-			CFG_MOVE_LIST(dst, src, f, n); \
+			config_free_strs((dst)->f, (dst)->n); \
+			CONFIG_MOVE_LIST(dst, src, f, n); \
 		}                                      \
 	} while (0)
 
 /* Moves every field src has set into dst, freeing what dst held there. */
-static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
+static void config_move(struct kbox_config *dst, struct kbox_config *src)
 {
 	if (src->cpus)
 		dst->cpus = src->cpus;
@@ -987,42 +987,42 @@ static void cfg_move(struct kbox_config *dst, struct kbox_config *src)
 		src->initrd = NULL;
 	}
 	if (src->argv) {
-		cfg_free_argv(dst->argv);
+		config_free_argv(dst->argv);
 		dst->argv = src->argv;
 		src->argv = NULL;
 	}
 	if (src->verbose >= 0)
 		dst->verbose = src->verbose;
 	if (src->mounts) {
-		cfg_free_mounts(dst->mounts, dst->n_mounts);
+		config_free_mounts(dst->mounts, dst->n_mounts);
 		dst->mounts = src->mounts;
 		dst->n_mounts = src->n_mounts;
 		src->mounts = NULL;
 		src->n_mounts = 0;
 	}
 	if (src->disks) {
-		cfg_free_disks(dst->disks, dst->n_disks);
-		CFG_MOVE_LIST(dst, src, disks, n_disks);
+		config_free_disks(dst->disks, dst->n_disks);
+		CONFIG_MOVE_LIST(dst, src, disks, n_disks);
 	}
-	CFG_MOVE_PTR(dst, src, image);
-	CFG_MOVE_PTR(dst, src, workdir);
+	CONFIG_MOVE_PTR(dst, src, image);
+	CONFIG_MOVE_PTR(dst, src, workdir);
 	if (src->env) {
-		cfg_free_strv(dst->env, dst->n_env);
-		CFG_MOVE_LIST(dst, src, env, n_env);
+		config_free_strv(dst->env, dst->n_env);
+		CONFIG_MOVE_LIST(dst, src, env, n_env);
 	}
-	CFG_MOVE_PTR(dst, src, network_policy);
-	CFG_MOVE_STRS(dst, src, allow, n_allow);
-	CFG_MOVE_STRS(dst, src, deny, n_deny);
-	CFG_MOVE_STRS(dst, src, hosts, n_hosts);
-	CFG_MOVE_STRS(dst, src, ports, n_ports);
-	CFG_MOVE_PTR(dst, src, audit_log);
-	CFG_MOVE_STRS(dst, src, dns, n_dns);
+	CONFIG_MOVE_PTR(dst, src, network_policy);
+	CONFIG_MOVE_STRS(dst, src, allow, n_allow);
+	CONFIG_MOVE_STRS(dst, src, deny, n_deny);
+	CONFIG_MOVE_STRS(dst, src, hosts, n_hosts);
+	CONFIG_MOVE_STRS(dst, src, ports, n_ports);
+	CONFIG_MOVE_PTR(dst, src, audit_log);
+	CONFIG_MOVE_STRS(dst, src, dns, n_dns);
 	if (src->dns_rate)
 		dst->dns_rate = src->dns_rate;
-	CFG_MOVE_PTR(dst, src, tls_intercept);
-	CFG_MOVE_STRS(dst, src, tls_bypass, n_tls_bypass);
-	CFG_MOVE_PTR(dst, src, tls_extra_ca);
-	CFG_MOVE_PTR(dst, src, secrets);
+	CONFIG_MOVE_PTR(dst, src, tls_intercept);
+	CONFIG_MOVE_STRS(dst, src, tls_bypass, n_tls_bypass);
+	CONFIG_MOVE_PTR(dst, src, tls_extra_ca);
+	CONFIG_MOVE_PTR(dst, src, secrets);
 }
 
 /* ---- hiding the sandbox's own files ------------------------------------ */
@@ -1047,7 +1047,7 @@ char *config_literal_pattern(const char *name)
  * the path: the guest could rename a folder on the path, but it cannot
  * look up, create or rename anything by a hidden name.  *out stays NULL
  * when there are no names. */
-static int cfg_protect_one(struct mount *m, char *const *names, size_t nnames, char ***out)
+static int config_protect_one(struct mount *m, char *const *names, size_t nnames, char ***out)
 {
 	*out = NULL;
 	if (nnames == 0)
@@ -1066,10 +1066,10 @@ static int cfg_protect_one(struct mount *m, char *const *names, size_t nnames, c
 		if (!(l[n++] = config_literal_pattern(names[i])))
 			rc = -ENOMEM;
 	for (size_t i = 0; !rc && i < nbase; i++)
-		if (!(l[n++] = cfg_strdup(base[i], strlen(base[i]))))
+		if (!(l[n++] = config_strdup(base[i], strlen(base[i]))))
 			rc = -ENOMEM;
 	if (rc) {
-		cfg_free_argv(l);
+		config_free_argv(l);
 		return rc;
 	}
 	*out = l;
@@ -1082,7 +1082,7 @@ static int cfg_protect_one(struct mount *m, char *const *names, size_t nnames, c
 _Static_assert(MOUNTS_MAX <= HOSTFILES_MAX_ROOTS, "a bit per mount in hostfiles_walk");
 
 /* Add name to a mount's list of names to hide, once. */
-static int cfg_add_name(char ***names, size_t *n, const char *name)
+static int config_add_name(char ***names, size_t *n, const char *name)
 {
 	for (size_t i = 0; i < *n; i++)
 		if (!strcmp((*names)[i], name))
@@ -1091,7 +1091,7 @@ static int cfg_add_name(char ***names, size_t *n, const char *name)
 	if (!g)
 		return -ENOMEM;
 	*names = g;
-	if (!(g[*n] = cfg_strdup(name, strlen(name))))
+	if (!(g[*n] = config_strdup(name, strlen(name))))
 		return -ENOMEM;
 	(*n)++;
 	return 0;
@@ -1101,9 +1101,9 @@ static int cfg_add_name(char ***names, size_t *n, const char *name)
  * lists of the user mounts its path passes through.  A file with more
  * than one name, or inside the image root (which hides nothing), cannot
  * be kept from the guest: -EPERM with err set. */
-static int cfg_protect_file(const struct config_hostfile *f, const struct mounts *ms,
-			    const struct hostfiles_root *roots, char ***names, size_t *nnames, char *err,
-			    size_t errlen)
+static int config_protect_file(const struct config_hostfile *f, const struct mounts *ms,
+			       const struct hostfiles_root *roots, char ***names, size_t *nnames, char *err,
+			       size_t errlen)
 {
 	struct hostfiles_walk w;
 	if (!f->path || hostfiles_walk(f->path, roots, ms->n, &w) < 0)
@@ -1126,7 +1126,7 @@ static int cfg_protect_file(const struct config_hostfile *f, const struct mounts
 				       "guest sees whole: keep it outside",
 				       f->what, f->path, ms->m[i].host);
 		for (size_t k = 0; k < w.n_names; k++)
-			if (cfg_add_name(&names[i], &nnames[i], w.names[k]) < 0)
+			if (config_add_name(&names[i], &nnames[i], w.names[k]) < 0)
 				return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
 	}
 	return 0;
@@ -1155,8 +1155,8 @@ int config_protect_mounts(struct kbox_config *c, const char *conf,
 		if (hostfiles_root_of(ms->m[i].host, &roots[i]) < 0)
 			roots[i] = (struct hostfiles_root){ 0, 0 }; /* mounts_attach reports it */
 	for (size_t i = 0; !rc && i < ARRAY_SIZE(own) + n_extra; i++)
-		rc = cfg_protect_file(i < ARRAY_SIZE(own) ? &own[i] : &extra[i - ARRAY_SIZE(own)], ms,
-				      roots, names, nnames, err, errlen);
+		rc = config_protect_file(i < ARRAY_SIZE(own) ? &own[i] : &extra[i - ARRAY_SIZE(own)], ms,
+					 roots, names, nnames, err, errlen);
 	char ***lists = rc ? NULL : realloc(c->protect, (c->n_protect + ms->n + 1) * sizeof *lists);
 	if (!rc && !lists)
 		rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
@@ -1166,7 +1166,7 @@ int config_protect_mounts(struct kbox_config *c, const char *conf,
 		char **l;
 		if (ms->m[i].root)
 			continue;
-		rc = cfg_protect_one(&ms->m[i], names[i], nnames[i], &l);
+		rc = config_protect_one(&ms->m[i], names[i], nnames[i], &l);
 		if (!rc && l)
 			c->protect[c->n_protect++] = l;
 		else if (rc)
@@ -1192,25 +1192,25 @@ void config_free(struct kbox_config *c)
 {
 	free(c->kernel);
 	free(c->initrd);
-	cfg_free_argv(c->argv);
-	cfg_free_mounts(c->mounts, c->n_mounts);
-	cfg_free_disks(c->disks, c->n_disks);
+	config_free_argv(c->argv);
+	config_free_mounts(c->mounts, c->n_mounts);
+	config_free_disks(c->disks, c->n_disks);
 	free(c->image);
 	free(c->workdir);
-	cfg_free_strv(c->env, c->n_env);
+	config_free_strv(c->env, c->n_env);
 	free(c->network_policy);
-	cfg_free_strs(c->allow, c->n_allow);
-	cfg_free_strs(c->deny, c->n_deny);
-	cfg_free_strs(c->hosts, c->n_hosts);
-	cfg_free_strs(c->ports, c->n_ports);
+	config_free_strs(c->allow, c->n_allow);
+	config_free_strs(c->deny, c->n_deny);
+	config_free_strs(c->hosts, c->n_hosts);
+	config_free_strs(c->ports, c->n_ports);
 	free(c->audit_log);
-	cfg_free_strs(c->dns, c->n_dns);
+	config_free_strs(c->dns, c->n_dns);
 	free(c->tls_intercept);
-	cfg_free_strs(c->tls_bypass, c->n_tls_bypass);
+	config_free_strs(c->tls_bypass, c->n_tls_bypass);
 	free(c->tls_extra_ca);
 	free(c->secrets);
 	for (size_t i = 0; i < c->n_protect; i++)
-		cfg_free_argv(c->protect[i]);
+		config_free_argv(c->protect[i]);
 	free(c->protect);
 	config_init(c);
 }
@@ -1218,7 +1218,7 @@ void config_free(struct kbox_config *c)
 int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_config *c,
 		    char *err, size_t errlen)
 {
-	struct cfg_ctx x = { .err = err, .errlen = errlen };
+	struct config_ctx x = { .err = err, .errlen = errlen };
 	struct yamltree_node *root = NULL;
 	struct kbox_config tmp;
 
@@ -1226,26 +1226,26 @@ int config_load_buf(const char *name, const char *buf, size_t len, struct kbox_c
 		err[0] = '\0';
 	yamltree_show(x.name, sizeof x.name, name, strlen(name), YAMLTREE_NAME_MAX);
 	if (len > CONFIG_MAX_BYTES) {
-		cfg_file_err(name, err, errlen,
-			     "file is larger than %u bytes; expected a smaller config",
-			     CONFIG_MAX_BYTES);
+		config_file_err(name, err, errlen,
+				"file is larger than %u bytes; expected a smaller config",
+				CONFIG_MAX_BYTES);
 		return -EFBIG;
 	}
 	const char *slash = strrchr(name, '/');
 	x.dir = name;
 	x.dirlen = slash ? (size_t)(slash - name) + 1 : 0;
 
-	int rc = secenv_init(&x.env, name) ? cfg_nomem(&x)
-					  : yamltree_parse(buf, len, &cfg_rules, x.name, err, errlen, &root);
+	int rc = secenv_init(&x.env, name) ? config_nomem(&x)
+					  : yamltree_parse(buf, len, &config_rules, x.name, err, errlen, &root);
 	config_init(&tmp);
 	if (!rc)
-		rc = cfg_expand(&x, root);
+		rc = config_expand(&x, root);
 	if (!rc)
-		rc = cfg_top(&x, root, &tmp);
+		rc = config_top(&x, root, &tmp);
 	yamltree_free(root);
 	secenv_free(&x.env);
 	if (!rc)
-		cfg_move(c, &tmp);
+		config_move(c, &tmp);
 	config_free(&tmp);
 	return rc;
 }
@@ -1259,17 +1259,17 @@ int config_load(const char *path, struct kbox_config *c, char *err, size_t errle
 		err[0] = '\0';
 	int rc = yamltree_slurp(path, CONFIG_MAX_BYTES, &buf, &len, &stage);
 	if (rc == -EISDIR || (rc == -EINVAL && !strcmp(stage, "stat")))
-		cfg_file_err(path, err, errlen, "%s; expected a regular YAML file",
-			     rc == -EISDIR ? "is a directory" : "is not a regular file");
+		config_file_err(path, err, errlen, "%s; expected a regular YAML file",
+				rc == -EISDIR ? "is a directory" : "is not a regular file");
 	else if (rc == -EFBIG)
-		cfg_file_err(path, err, errlen,
-			     "file is larger than %u bytes; expected a smaller config",
-			     CONFIG_MAX_BYTES);
+		config_file_err(path, err, errlen,
+				"file is larger than %u bytes; expected a smaller config",
+				CONFIG_MAX_BYTES);
 	else if (rc == -ENOMEM)
-		cfg_file_err(path, err, errlen, "out of memory; free some memory and retry");
+		config_file_err(path, err, errlen, "out of memory; free some memory and retry");
 	else if (rc)
-		cfg_file_err(path, err, errlen, "cannot %s: %s; expected a readable config file",
-			     stage, strerror(-rc));
+		config_file_err(path, err, errlen, "cannot %s: %s; expected a readable config file",
+				stage, strerror(-rc));
 	if (rc)
 		return rc;
 	rc = config_load_buf(path, buf, len, c, err, errlen);

@@ -17,7 +17,7 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-struct cfg_ctx {
+struct config_ctx {
 	char name[YAMLTREE_NAME_BUF]; /* printable form of the file name */
 	const char *dir;        /* directory part of the name, with its '/' */
 	size_t dirlen;          /* 0: relative paths stay as written */
@@ -28,65 +28,65 @@ struct cfg_ctx {
 };
 
 /* The message "FILE:LINE:COL: ..." in x->err; returns -EINVAL. */
-__attribute__((format(printf, 4, 5))) int cfg_err_at(struct cfg_ctx *x, unsigned line,
-						     unsigned col, const char *fmt, ...);
+__attribute__((format(printf, 4, 5))) int config_err_at(struct config_ctx *x, unsigned line,
+							unsigned col, const char *fmt, ...);
 
-/* cfg_err_at at node's position. */
-#define cfg_err(x, node, ...) cfg_err_at((x), (node)->line, (node)->col, __VA_ARGS__)
+/* config_err_at at node's position. */
+#define config_err(x, node, ...) config_err_at((x), (node)->line, (node)->col, __VA_ARGS__)
 
 /* "out of memory" for the file in x->err; returns -ENOMEM. */
-int cfg_nomem(struct cfg_ctx *x);
+int config_nomem(struct config_ctx *x);
 
 /* v's value as the user wrote it (before ${VAR}: what it brought in may
  * be a secret), cut to fit, into out (YAMLTREE_SHOW_BUF bytes). */
-void cfg_show_node(char *out, const struct yamltree_node *v);
+void config_show_node(char *out, const struct yamltree_node *v);
 
 /* "'value'" for a scalar, else what kind of node v is, into buf (size
  * bytes), for "got ..."; returns buf. */
-const char *cfg_got(const struct yamltree_node *v, char *buf, size_t size);
+const char *config_got(const struct yamltree_node *v, char *buf, size_t size);
 
 /* 0 if v is a non-null scalar without NUL bytes, else the error "WHAT:
  * got ...; expected EXPECTED". */
-int cfg_text(struct cfg_ctx *x, const struct yamltree_node *v, const char *what, const char *expected);
+int config_text(struct config_ctx *x, const struct yamltree_node *v, const char *what, const char *expected);
 
 /* A calloc'd array of v->n elements of size bytes (one at least) when v is
  * a list, else NULL with *rc the error "WHAT: got ...; expected a list of
  * EXPECTED", or "WHAT: more than MAX NOUN; expected at most MAX" at the
  * first entry too many, or -ENOMEM. */
-void *cfg_seq(struct cfg_ctx *x, const struct yamltree_node *v, const char *what,
-	      const char *expected, size_t max, const char *noun, size_t size, int *rc);
+void *config_seq(struct config_ctx *x, const struct yamltree_node *v, const char *what,
+		 const char *expected, size_t max, const char *noun, size_t size, int *rc);
 
-enum cfg_num { CFG_NUM_OK, CFG_NUM_BAD, CFG_NUM_RANGE };
+enum config_num { CONFIG_NUM_OK, CONFIG_NUM_BAD, CONFIG_NUM_RANGE };
 
 /* The len bytes at s as an unsigned decimal without leading zeros (YAML
  * 1.1 would read those as octal) into *out, saturating past 64 bits;
- * CFG_NUM_RANGE for a minus sign, CFG_NUM_BAD for anything else. */
-enum cfg_num cfg_decimal(const char *s, size_t len, uint64_t *out);
+ * CONFIG_NUM_RANGE for a minus sign, CONFIG_NUM_BAD for anything else. */
+enum config_num config_decimal(const char *s, size_t len, uint64_t *out);
 
 /* v as a whole number from lo to hi into *out, or the error naming
  * what. */
-int cfg_uint(struct cfg_ctx *x, const struct yamltree_node *v, const char *what, uint64_t lo,
-	     uint64_t hi, uint64_t *out);
+int config_uint(struct config_ctx *x, const struct yamltree_node *v, const char *what, uint64_t lo,
+		uint64_t hi, uint64_t *out);
 
 /* A malloc'd NUL-terminated copy of the len bytes at s, or NULL. */
-char *cfg_strdup(const char *s, size_t len);
+char *config_strdup(const char *s, size_t len);
 
 /* A path from the file into a malloc'd *out; a relative one is joined to
  * the file's directory, so the config means the same from any working
  * directory. */
-int cfg_path(struct cfg_ctx *x, const struct yamltree_node *v, const char *what, const char *expected,
-	     char **out);
+int config_path(struct config_ctx *x, const struct yamltree_node *v, const char *what, const char *expected,
+		char **out);
 
 /* Free the n strings at s and s itself (NULL is fine). */
-void cfg_free_strs(struct config_str *s, size_t n);
+void config_free_strs(struct config_str *s, size_t n);
 
 /* Edit distance with adjacent swaps between the la bytes at a and the
  * string b, ignoring case; UINT_MAX past 32 bytes (no key is that long). */
-unsigned cfg_distance(const char *a, size_t la, const char *b);
+unsigned config_distance(const char *a, size_t la, const char *b);
 
 /* The sections in config_net.c: `ports:`, `network:` and `tls:` into c. */
-int cfg_ports(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c);
-int cfg_network(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c);
-int cfg_tls(struct cfg_ctx *x, const struct yamltree_node *v, struct kbox_config *c);
+int config_ports(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c);
+int config_network(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c);
+int config_tls(struct config_ctx *x, const struct yamltree_node *v, struct kbox_config *c);
 
 #endif

@@ -49,9 +49,15 @@ exit 3
 EOF
 start=$(date +%s)
 timeout "$boot_timeout" "$kbox" run --secret-conf "$tmp/secrets.yaml" --allow "host.kbox.internal:$port" \
-	-v "$tmp/share:/share" -- sh /share/checks.sh >"$tmp/out" 2>"$tmp/err"
+	--kernel-log "$tmp/kernel1.log" -v "$tmp/share:/share" -- sh /share/checks.sh >"$tmp/out" 2>"$tmp/err"
 rc=$?
 echo "# boot 1 took $(($(date +%s) - start)) s"
+# A guest check that failed: what the guest kernel said of faults, for the
+# log (a crash in the guest is told apart from a wrong answer).
+if grep -q '^not ok' "$tmp/out"; then
+	grep -iE 'segfault|traps:|general protection|oops|BUG:|killed process' "$tmp/kernel1.log" 2>/dev/null |
+		head -20 | sed 's/^/# guest kernel: /'
+fi
 host_check "exec: the command's exit code comes back" [ "$rc" -eq 3 ]
 host_check "exec: stdout and stderr stay apart" sh -c "grep -qx stdout-line '$tmp/out' && grep -qx stderr-line '$tmp/err' && ! grep -q stderr-line '$tmp/out'"
 e2e_guest_results "" "$tmp/out"

@@ -847,6 +847,32 @@ START_TEST(cmdline_one_mib_refused)
 }
 END_TEST
 
+START_TEST(cmdline_append_within_limits)
+{
+	char buf[32] = "console=x";
+	ck_assert_int_eq(boot_cmdline_append(buf, sizeof buf, " a=%d", 1), 0);
+	ck_assert_str_eq(buf, "console=x a=1");
+	/* Exactly filling the buffer's last byte but the NUL fits. */
+	ck_assert_int_eq(boot_cmdline_append(buf, sizeof buf, "%s", "0123456789abcdefgh"), 0);
+	ck_assert_uint_eq(strlen(buf), sizeof buf - 1);
+	/* One byte more is refused and leaves the line as it was. */
+	ck_assert_int_eq(boot_cmdline_append(buf, sizeof buf, "z"), -E2BIG);
+	ck_assert_uint_eq(strlen(buf), sizeof buf - 1);
+	/* An unterminated buffer is refused, not read past. */
+	char raw[4] = { 'a', 'b', 'c', 'd' };
+	ck_assert_int_eq(boot_cmdline_append(raw, sizeof raw, "x"), -E2BIG);
+	/* A large buffer is still held to the kernel's limit. */
+	char *big = calloc(1, 8192);
+	ck_assert_ptr_nonnull(big);
+	memset(big, 'a', BOOT_KERNEL_CMDLINE_MAX - 1);
+	ck_assert_int_eq(boot_cmdline_append(big, 8192, "b"), 0);
+	ck_assert_uint_eq(strlen(big), BOOT_KERNEL_CMDLINE_MAX);
+	ck_assert_int_eq(boot_cmdline_append(big, 8192, "c"), -E2BIG);
+	ck_assert_uint_eq(strlen(big), BOOT_KERNEL_CMDLINE_MAX);
+	free(big);
+}
+END_TEST
+
 START_TEST(params_tiny_ram_efault)
 {
 	static uint8_t small[0x8000];
@@ -887,6 +913,6 @@ Suite *boot_suite(void)
 				params_bzimage_keeps_kernel_header, params_gdt,
 				params_identity_page_tables, cmdline_limit_elf,
 				cmdline_limit_bzimage, cmdline_one_mib_refused,
-				params_tiny_ram_efault);
+				cmdline_append_within_limits, params_tiny_ram_efault);
 	return s;
 }

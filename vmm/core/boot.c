@@ -3,6 +3,7 @@
 #include <asm/bootparam.h>
 #include <elf.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,7 +12,7 @@
 /* Kernel's own limits when an image does not say (x86 COMMAND_LINE_SIZE
  * less its NUL, as a bzImage's cmdline_size counts it, and the 32-bit
  * ramdisk_image field). */
-#define ELF_CMDLINE_MAX 2047u
+#define ELF_CMDLINE_MAX BOOT_KERNEL_CMDLINE_MAX
 #define ELF_INITRD_MAX  0x7fffffffu
 #define MAX_PHDRS       64u
 #define E820_RAM        1u
@@ -310,6 +311,22 @@ int boot_write_params(const struct guest_mem *gm, const struct boot_image *k,
 		uint64_t pde = ((uint64_t)i << 21) | 0x83;
 		if (guest_mem_write(gm, BOOT_PD_ADDR + i * 8ull, &pde, 8))
 			return errbuf_fail(err, errlen, -EFAULT, "no guest RAM for page tables");
+	}
+	return 0;
+}
+
+int boot_cmdline_append(char *cmdline, size_t cmdlen, const char *fmt, ...)
+{
+	size_t used = strnlen(cmdline, cmdlen);
+	if (used >= cmdlen)
+		return -E2BIG;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(cmdline + used, cmdlen - used, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > BOOT_KERNEL_CMDLINE_MAX) {
+		cmdline[used] = '\0';
+		return -E2BIG;
 	}
 	return 0;
 }

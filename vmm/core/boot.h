@@ -22,6 +22,18 @@
 #define BOOT_LOW_RAM_MAX   0xc0000000ull /* RAM above this goes above 4 GiB */
 #define BOOT_HIGH_RAM_BASE 0x100000000ull
 
+/* The longest kernel command line kbox builds (x86's COMMAND_LINE_SIZE
+ * less its NUL): the limit of an ELF vmlinux, and what a bzImage of ours
+ * accepts.  boot_setup still checks the image's own limit. */
+#define BOOT_KERNEL_CMDLINE_MAX 2047u
+
+/* Append printf-style text to the NUL-terminated cmdline (buffer of
+ * cmdlen bytes).  Returns 0, or -E2BIG with cmdline unchanged when the
+ * result would not fit the buffer or BOOT_KERNEL_CMDLINE_MAX; the caller
+ * says what did not fit. */
+__attribute__((format(printf, 3, 4)))
+int boot_cmdline_append(char *cmdline, size_t cmdlen, const char *fmt, ...);
+
 enum boot_kind { BOOT_ELF, BOOT_BZIMAGE };
 
 struct boot_image {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/errbuf.h"
+#include "vmm/core/boot.h"
 
 int virtio_bus_init(struct virtio_bus *b, struct vm *vm)
 {
@@ -92,11 +93,10 @@ int virtio_bus_add(struct virtio_bus *b, struct virtqueue_dev *dev, const struct
 	if ((rc = vm_add_mmio(b->vm, &h)) < 0)
 		return errbuf_fail(err, errlen, rc, "cannot map the virtio-mmio window: %s",
 			       strerror(-rc));
-	size_t used = strlen(cmdline);
-	int n = snprintf(cmdline + used, cmdlen - used, " virtio_mmio.device=4K@0x%llx:%u",
-			 (unsigned long long)sl->base, sl->irq);
-	if (n < 0 || (size_t)n >= cmdlen - used)
-		return errbuf_fail(err, errlen, -E2BIG, "kernel command line too long");
+	if ((rc = boot_cmdline_append(cmdline, cmdlen, " virtio_mmio.device=4K@0x%llx:%u",
+				      (unsigned long long)sl->base, sl->irq)) < 0)
+		return errbuf_fail(err, errlen, rc, "the devices do not fit on the kernel command "
+				   "line (%u bytes at most)", BOOT_KERNEL_CMDLINE_MAX);
 	b->n++;
 	return 0;
 sys:

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +13,10 @@
 
 #include "lib/datadir.h"
 #include "lib/errbuf.h"
+#include "vmm/core/boot.h"
 #include "vmm/sandbox/mounts.h"
 
 /* The kernel's own limit on its command line (x86 COMMAND_LINE_SIZE - 1). */
-#define KERNEL_CMDLINE_MAX 2047u
 #define SUFFIX ".img"
 
 bool disks_name_ok(const char *name)
@@ -422,24 +421,6 @@ int disks_open(struct disks *ds, char *err, size_t errlen)
 	return rc;
 }
 
-/* Append to the kernel command line within the kernel's own limit. */
-__attribute__((format(printf, 5, 6)))
-static int cmd_append(char *cmdline, size_t cmdlen, char *err, size_t errlen, const char *fmt, ...)
-{
-	size_t used = strlen(cmdline);
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(cmdline + used, cmdlen - used, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > KERNEL_CMDLINE_MAX) {
-		cmdline[used] = '\0';
-		return errbuf_fail(err, errlen, -E2BIG, "the disks do not fit on the kernel command "
-				   "line (%u bytes at most); use shorter guest paths",
-				   KERNEL_CMDLINE_MAX);
-	}
-	return 0;
-}
-
 int disks_attach(struct disks *ds, struct virtio_bus *b, char *cmdline, size_t cmdlen, char *err,
 		 size_t errlen)
 {
@@ -454,10 +435,16 @@ int disks_attach(struct disks *ds, struct virtio_bus *b, char *cmdline, size_t c
 					   strerror(-rc));
 		rc = virtio_bus_add(b, &d->blk.dev, NULL, cmdline, cmdlen, err, errlen);
 	}
+	if (rc < 0)
+		return rc;
 	for (unsigned i = 0; i < ds->n && !rc; i++)
-		rc = cmd_append(cmdline, cmdlen, err, errlen, "%s%s:%s:%s%s", i ? "," : " kbox.disks=",
-				ds->d[i].name, ds->d[i].guest, ds->d[i].readonly ? "ro" : "rw",
-				ds->d[i].grown ? ":grow" : "");
+		rc = boot_cmdline_append(cmdline, cmdlen, "%s%s:%s:%s%s", i ? "," : " kbox.disks=",
+					 ds->d[i].name, ds->d[i].guest,
+					 ds->d[i].readonly ? "ro" : "rw", ds->d[i].grown ? ":grow" : "");
+	if (rc < 0)
+		return errbuf_fail(err, errlen, rc, "the disks do not fit on the kernel command "
+				   "line (%u bytes at most); use shorter guest paths",
+				   BOOT_KERNEL_CMDLINE_MAX);
 	return rc;
 }
 

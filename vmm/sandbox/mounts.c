@@ -1,7 +1,6 @@
 #include "vmm/sandbox/mounts.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -9,9 +8,9 @@
 #include <unistd.h>
 
 #include "lib/errbuf.h"
+#include "vmm/core/boot.h"
 
 /* The kernel's own limit on its command line (x86 COMMAND_LINE_SIZE - 1). */
-#define KERNEL_CMDLINE_MAX 2047u
 
 static bool guest_char_ok(char c)
 {
@@ -211,25 +210,6 @@ struct idmap mounts_ids(const struct mount *m)
 			 idmap_owner(geteuid(), getegid());
 }
 
-/* Append to the kernel command line within the kernel's own limit. */
-__attribute__((format(printf, 5, 6)))
-static int cmd_append(char *cmdline, size_t cmdlen, char *err, size_t errlen,
-		      const char *fmt, ...)
-{
-	size_t used = strlen(cmdline);
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(cmdline + used, cmdlen - used, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= cmdlen - used || used + (size_t)n > KERNEL_CMDLINE_MAX) {
-		cmdline[used] = '\0';
-		return errbuf_fail(err, errlen, -E2BIG, "the mounts do not fit on the kernel command "
-			       "line (%u bytes at most); use shorter guest paths",
-			       KERNEL_CMDLINE_MAX);
-	}
-	return 0;
-}
-
 static void raise_fd_limit(void)
 {
 	struct rlimit rl;
@@ -293,14 +273,18 @@ int mounts_attach(struct mounts *ms, struct virtio_bus *b, char *cmdline, size_t
 	for (unsigned i = 0; i < ms->n && !rc; i++) {
 		if (ms->m[i].root)
 			continue;
-		rc = cmd_append(cmdline, cmdlen, err, errlen, "%skbox%u:%s:%s",
-				first ? " kbox.mounts=" : ",", i, ms->m[i].guest,
-				ms->m[i].readonly ? "ro" : "rw");
+		rc = boot_cmdline_append(cmdline, cmdlen, "%skbox%u:%s:%s",
+					 first ? " kbox.mounts=" : ",", i, ms->m[i].guest,
+					 ms->m[i].readonly ? "ro" : "rw");
 		first = false;
 	}
 	for (unsigned i = 0; i < ms->n && !rc; i++)
 		if (ms->m[i].root)
-			rc = cmd_append(cmdline, cmdlen, err, errlen, " kbox.root=kbox%u", i);
+			rc = boot_cmdline_append(cmdline, cmdlen, " kbox.root=kbox%u", i);
+	if (rc < 0)
+		return errbuf_fail(err, errlen, rc, "the mounts do not fit on the kernel command "
+				   "line (%u bytes at most); use shorter guest paths",
+				   BOOT_KERNEL_CMDLINE_MAX);
 	return rc;
 }
 

@@ -9,7 +9,7 @@
  *                                            vsock socket: "CONNECT PORT\n"
  *                                            gets "OK 1073741824\n", any
  *                                            other port is refused
- *   loopback -s PATH -p PORT [OPTS] -- ...   client through agent_connect_once
+ *   loopback -s PATH -p PORT [OPTS] -- ...   client through agent_conn_open_once
  * OPTS: -t (tty), -r ROWS, -c COLS, -e K=V (repeatable), -w DIR.
  * Exits with the command's status, or 255 with a message if the session
  * failed. */
@@ -171,7 +171,7 @@ int main(int argc, char **argv)
 	int fd;
 	pid_t agent = -1;
 	if (sock_path && port >= 0) {
-		fd = agent_connect_once(sock_path, (unsigned)port, 5000);
+		fd = agent_conn_open_once(sock_path, (unsigned)port, 5000);
 		if (fd < 0) {
 			fprintf(stderr, "loopback: connect: %s\n", strerror(-fd));
 			return 255;
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
 		close(sv[1]);
 		fd = sv[0];
 	}
-	int rc = exec_run(fd, &req);
+	int rc = exec_client_run(fd, &req);
 	close(fd);
 	if (agent > 0) {
 		int st;

@@ -97,7 +97,7 @@ int exec_main(int argc, char **argv)
 	struct sandbox_info info;
 	if (find_running(name, &sb, &info) || lock_client(LD_CLIENT_EXEC, NULL))
 		return KBOX_EXIT_FAILURE;
-	int fd = agent_connect(sb.sock, AGENT_PORT, 30000, NULL);
+	int fd = agent_conn_open(sb.sock, AGENT_PORT, 30000, NULL);
 	if (fd < 0)
 		return cli_die("cannot reach the exec agent in '%s': %s (is it still booting?)", name,
 			   strerror(-fd));
@@ -122,7 +122,7 @@ int exec_main(int argc, char **argv)
 		.envp = (char **)envp,
 		.cwd = workdir,
 	};
-	int code = exec_run(fd, &req);
+	int code = exec_client_run(fd, &req);
 	close(fd);
 	if (code < 0)
 		return cli_die("lost the connection to '%s' before the command finished: %s", name,

@@ -623,7 +623,7 @@ struct session {
 	enum vm_end end;
 };
 
-/* SIGTERM/SIGINT/SIGHUP before the main command runs (exec_run forwards
+/* SIGTERM/SIGINT/SIGHUP before the main command runs (exec_client_run forwards
  * them to the command while it does): give up waiting for the agent. */
 static atomic_int *stop_flag;
 static volatile sig_atomic_t stop_signal;
@@ -1056,13 +1056,13 @@ static int start_vm(struct run *r)
 }
 
 /* The main command, through the exec agent like 'kbox exec'.  Its exit
- * code (exec_run's), or a negative errno: the agent's connection's
- * (agent_connect) or the session's (exec_run). */
+ * code (exec_client_run's), or a negative errno: the agent's connection's
+ * (agent_conn_open) or the session's (exec_client_run). */
 static int run_command(struct run *r)
 {
 	struct run_opts *o = &r->o;
 	struct session *s = &r->s;
-	int fd = agent_connect(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
+	int fd = agent_conn_open(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
 	if (fd < 0)
 		return fd;
 	atomic_store(&s->agent_fd, fd);
@@ -1092,7 +1092,7 @@ static int run_command(struct run *r)
 		.envp = (char **)envp,
 		.cwd = o->workdir ? o->workdir : "",
 	};
-	int code = exec_run(fd, &req);
+	int code = exec_client_run(fd, &req);
 	atomic_store(&s->agent_fd, -1);
 	close(fd);
 	return code;

@@ -16,7 +16,7 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int agent_connect_once(const char *sock, unsigned port, int timeout_ms)
+int agent_conn_open_once(const char *sock, unsigned port, int timeout_ms)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(sock) >= sizeof a.sun_path)
@@ -75,13 +75,13 @@ int agent_connect_once(const char *sock, unsigned port, int timeout_ms)
 	return -EPROTO;
 }
 
-int agent_connect(const char *sock, unsigned port, int timeout_ms, atomic_int *stop)
+int agent_conn_open(const char *sock, unsigned port, int timeout_ms, atomic_int *stop)
 {
 	long long deadline = now_ms() + timeout_ms;
 	for (;;) {
 		if (stop && atomic_load(stop))
 			return -ESHUTDOWN;
-		int fd = agent_connect_once(sock, port, 5000);
+		int fd = agent_conn_open_once(sock, port, 5000);
 		if (fd >= 0)
 			return fd;
 		if (fd != -ECONNREFUSED && fd != -ECONNRESET && fd != -ETIMEDOUT && fd != -ENOENT)

@@ -13,10 +13,10 @@
  * port `port` ("CONNECT port\n") and wait up to timeout_ms for "OK …\n".
  * Returns the connected stream fd, -ECONNREFUSED if the guest refused (no
  * listener yet), or another negative errno. */
-int agent_connect_once(const char *sock, unsigned port, int timeout_ms);
+int agent_conn_open_once(const char *sock, unsigned port, int timeout_ms);
 
-/* Retry agent_connect_once every 100 ms until it succeeds, *stop becomes
+/* Retry agent_conn_open_once every 100 ms until it succeeds, *stop becomes
  * non-zero (-ESHUTDOWN), or timeout_ms passes (-ETIMEDOUT; < 0 = never). */
-int agent_connect(const char *sock, unsigned port, int timeout_ms, atomic_int *stop);
+int agent_conn_open(const char *sock, unsigned port, int timeout_ms, atomic_int *stop);
 
 #endif

@@ -335,7 +335,7 @@ static int loop(struct client *c)
 	return c->status;
 }
 
-int exec_run(int fd, const struct exec_proto_exec *req)
+int exec_client_run(int fd, const struct exec_proto_exec *req)
 {
 	struct client *c = calloc(1, sizeof *c);
 	if (!c)

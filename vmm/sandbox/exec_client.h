@@ -25,6 +25,6 @@
  * command, 127/126 when it could not be started), or a negative errno if
  * the request cannot be encoded (-E2BIG, -EINVAL) or the connection ends
  * before EXIT (-ECONNRESET, -EPROTO for a malformed stream). */
-int exec_run(int fd, const struct exec_proto_exec *req);
+int exec_client_run(int fd, const struct exec_proto_exec *req);
 
 #endif

@@ -28,6 +28,18 @@
 
 struct fsh;
 
+/* Which patterns a mount hides, as its configuration names them (the
+ * arrays and strings are borrowed).  set false: the backend's default
+ * list (list and n unused); set true: list[0..n) instead (n 0 hides
+ * nothing).  extra[0..n_extra) is added to whichever list applies. */
+struct fs_hidden_spec {
+	const char *const *list;
+	size_t n;
+	bool set;
+	const char *const *extra;
+	size_t n_extra;
+};
+
 /* A set of the na patterns of a followed by the nb of b (either may be
  * NULL when its count is 0).  Returns 0 and *out, -EINVAL for an empty
  * pattern or "/" alone, -ENOMEM. */

@@ -1285,14 +1285,14 @@ int fs_passthrough_new(const struct fs_passthrough_config *cfg, struct fs_passth
 	p->free_fh = FS_PASSTHROUGH_NONE;
 	p->lru_head = p->lru_tail = FS_PASSTHROUGH_NONE;
 	p->ro = cfg->readonly;
-	const char *const *list = cfg->hidden_set ? cfg->hidden : FS_PASSTHROUGH_DEFAULT_HIDDEN;
+	const char *const *list = cfg->hidden.set ? cfg->hidden.list : FS_PASSTHROUGH_DEFAULT_HIDDEN;
 	size_t nl = 0;
-	if (cfg->hidden_set)
-		nl = cfg->n_hidden;
+	if (cfg->hidden.set)
+		nl = cfg->hidden.n;
 	else
 		while (FS_PASSTHROUGH_DEFAULT_HIDDEN[nl])
 			nl++;
-	rc = fs_hidden_new(list, nl, cfg->hidden_extra, cfg->n_hidden_extra, &p->hid);
+	rc = fs_hidden_new(list, nl, cfg->hidden.extra, cfg->hidden.n_extra, &p->hid);
 	if (rc < 0)
 		goto fail;
 	p->proc_fd = open("/proc/self/fd", O_PATH | O_DIRECTORY | O_CLOEXEC);

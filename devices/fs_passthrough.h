@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "devices/fs_hidden.h"
 #include "devices/fuse_server.h"
 
 struct fs_passthrough_config {
@@ -44,16 +45,10 @@ struct fs_passthrough_config {
 	 * no '/' matches an entry's name anywhere in the mount; one with a '/'
 	 * matches the path relative to the mount root, e.g.
 	 * "config/secret-*", and a leading '/' anchors a name at the root
-	 * ("/.env" hides the root's .env only).  hidden_set false means the
-	 * defaults (FS_PASSTHROUGH_DEFAULT_HIDDEN); true with n_hidden 0 means nothing
-	 * is hidden. */
-	const char *const *hidden;
-	size_t n_hidden;
-	bool hidden_set;
-	/* More patterns, added to that list (the defaults, or hidden):
-	 * `hidden_extra:` in sandbox.yaml. */
-	const char *const *hidden_extra;
-	size_t n_hidden_extra;
+	 * ("/.env" hides the root's .env only).  hidden.set false means the
+	 * defaults (FS_PASSTHROUGH_DEFAULT_HIDDEN); hidden.extra adds to the
+	 * list (`hidden_extra:` in sandbox.yaml). */
+	struct fs_hidden_spec hidden;
 	/* Cap on host fds held for the guest; 0 = RLIMIT_NOFILE minus 64. */
 	unsigned max_fds;
 };

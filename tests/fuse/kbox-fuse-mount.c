@@ -248,18 +248,18 @@ int main(int argc, char **argv)
 			cfg.readonly = true;
 			break;
 		case 'n':
-			cfg.hidden_set = true;
+			cfg.hidden.set = true;
 			break;
 		case 'H':
-			if (cfg.n_hidden == MAX_HIDDEN)
+			if (cfg.hidden.n == MAX_HIDDEN)
 				return usage();
-			cfg.hidden_set = true;
-			hidden[cfg.n_hidden++] = optarg;
+			cfg.hidden.set = true;
+			hidden[cfg.hidden.n++] = optarg;
 			break;
 		case 'A':
-			if (cfg.n_hidden_extra == MAX_HIDDEN)
+			if (cfg.hidden.n_extra == MAX_HIDDEN)
 				return usage();
-			extra[cfg.n_hidden_extra++] = optarg;
+			extra[cfg.hidden.n_extra++] = optarg;
 			break;
 		case 'm':
 			cfg.max_fds = (unsigned)strtoul(optarg, NULL, 10);
@@ -287,8 +287,8 @@ int main(int argc, char **argv)
 	if (argc - optind != 2)
 		return usage();
 	cfg.root = argv[optind];
-	cfg.hidden = hidden;
-	cfg.hidden_extra = extra;
+	cfg.hidden.list = hidden;
+	cfg.hidden.extra = extra;
 	const char *mnt = argv[optind + 1];
 
 	/* The backend keeps inode fds under its cap by closing the least

@@ -87,7 +87,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const extra[] = { "sub/secret" };
-	struct fs_passthrough_config cfg = { .max_fds = 64, .hidden_extra = extra, .n_hidden_extra = 1 };
+	struct fs_passthrough_config cfg = { .max_fds = 64, .hidden.extra = extra, .hidden.n_extra = 1 };
 	struct fuse_server_config scfg = { .posix_locks = true };
 	struct fs_passthrough *fs;
 	struct fuse_server *srv;

@@ -144,8 +144,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	fv_clear(&drv);
 	static const char *const extra[] = { "d/secret" };
-	struct fs_passthrough_config fc = { .root = tree, .max_fds = 64, .hidden_extra = extra,
-				 .n_hidden_extra = 1 };
+	struct fs_passthrough_config fc = { .root = tree, .max_fds = 64, .hidden.extra = extra,
+				 .hidden.n_extra = 1 };
 	struct fuse_server_config sc = { .max_write = VIRTIO_FS_MAX_WRITE };
 	if (fs_passthrough_new(&fc, &fs) < 0)
 		abort();

@@ -1156,8 +1156,8 @@ END_TEST
 
 static bool has_pattern(const struct mount *m, const char *pat)
 {
-	for (size_t i = 0; i < m->n_hidden; i++)
-		if (strcmp(m->hidden[i], pat) == 0)
+	for (size_t i = 0; i < m->hidden.n; i++)
+		if (strcmp(m->hidden.list[i], pat) == 0)
 			return true;
 	return false;
 }
@@ -1182,7 +1182,7 @@ START_TEST(protect_mounts_hides_config_files)
 
 	/* hidden: [] on the project, a -v of its parent with the default
 	 * list, the cfg folder itself, and an unrelated folder. */
-	const struct mount_spec none = { .host = proj, .guest = "/workspace", .hidden_set = true };
+	const struct mount_spec none = { .host = proj, .guest = "/workspace", .hidden.set = true };
 	const struct mount_spec parent = { .host = tmpdir, .guest = "/all" };
 	const struct mount_spec cfgdir = { .host = sub, .guest = "/cfg" };
 	const struct mount_spec unrelated = { .host = other, .guest = "/other" };
@@ -1192,26 +1192,26 @@ START_TEST(protect_mounts_hides_config_files)
 	ck_assert_int_eq(mounts_add(&ms, &unrelated, err, sizeof err), 0);
 	ck_assert_int_eq(config_protect_mounts(&c, conf, NULL, 0, &ms, err, sizeof err), 0);
 
-	ck_assert(ms.m[0].hidden_set);
-	ck_assert_uint_eq(ms.m[0].n_hidden, 4);
+	ck_assert(ms.m[0].hidden.set);
+	ck_assert_uint_eq(ms.m[0].hidden.n, 4);
 	ck_assert(has_pattern(&ms.m[0], "kbox.yaml"));
 	ck_assert(has_pattern(&ms.m[0], "secrets.env")); /* absent, still covered */
 	ck_assert(has_pattern(&ms.m[0], "keys\\[1].yaml"));
 	ck_assert(has_pattern(&ms.m[0], "net.log"));
 	/* The parent keeps the default list and gains the files' names. */
-	ck_assert(ms.m[1].hidden_set);
+	ck_assert(ms.m[1].hidden.set);
 	size_t ndef = 0;
 	while (FS_PASSTHROUGH_DEFAULT_HIDDEN[ndef])
 		ndef++;
 	ck_assert(has_pattern(&ms.m[1], FS_PASSTHROUGH_DEFAULT_HIDDEN[0]));
 	ck_assert(has_pattern(&ms.m[1], "keys\\[1].yaml"));
-	ck_assert_uint_eq(ms.m[1].n_hidden, ndef + 4);
+	ck_assert_uint_eq(ms.m[1].hidden.n, ndef + 4);
 	/* Only what lies below a mount's root counts: the secrets file's
 	 * own secrets.env is in cfg, the config's is not. */
-	ck_assert_uint_eq(ms.m[2].n_hidden, ndef + 3);
+	ck_assert_uint_eq(ms.m[2].hidden.n, ndef + 3);
 	ck_assert(has_pattern(&ms.m[2], "net.log"));
 	ck_assert(has_pattern(&ms.m[2], "secrets.env"));
-	ck_assert(!ms.m[3].hidden_set);
+	ck_assert(!ms.m[3].hidden.set);
 	ck_assert_uint_eq(c.n_protect, 3);
 
 	mounts_free(&ms);

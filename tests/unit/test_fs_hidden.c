@@ -196,7 +196,7 @@ START_TEST(case_insensitive)
 	put("Config/Secret.JSON", "k");
 	const char *const pats[] = { "*.pem", "config/secret.json" };
 	put("KEY.PEM", "k");
-	serve((struct fs_passthrough_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
+	serve((struct fs_passthrough_config){ .hidden.list = pats, .hidden.n = 2, .hidden.set = true });
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "KEY.PEM", NULL), -ENOENT);
 	uint64_t cfg = lookup_ok(FUSE_ROOT_ID, "Config");
 	ck_assert_int_eq(lookup(cfg, "Secret.JSON", NULL), -ENOENT);
@@ -227,7 +227,7 @@ START_TEST(folded_spellings)
 	fuse_server_free(srv);
 	fs_passthrough_free(fs);
 	const char *const pats[] = { "*.pem", "id_rsa" };
-	serve((struct fs_passthrough_config){ .hidden = pats, .n_hidden = 2, .hidden_set = true });
+	serve((struct fs_passthrough_config){ .hidden.list = pats, .hidden.n = 2, .hidden.set = true });
 	static const char *const own[] = { "key.pem.", "key.pem ", "ID_RSA. ",
 					   "\xc4\xb1" "d_rsa" /* dotless i */ };
 	for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
@@ -285,7 +285,7 @@ START_TEST(hidden_extra_adds)
 	put("a", "a");
 	mkdir_host("sub");
 	put("sub/top-only", "t");
-	serve((struct fs_passthrough_config){ .hidden_extra = extra, .n_hidden_extra = 4 });
+	serve((struct fs_passthrough_config){ .hidden.extra = extra, .hidden.n_extra = 4 });
 	/* First bytes of bracket expressions, ranges included, any case. */
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "B.KEY", NULL), -ENOENT);
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "]y", NULL), -ENOENT);
@@ -297,8 +297,8 @@ START_TEST(hidden_extra_adds)
 	lookup_ok(FUSE_ROOT_ID, "a");
 	fuse_server_free(srv);
 	fs_passthrough_free(fs);
-	serve((struct fs_passthrough_config){ .hidden_set = true, .hidden_extra = extra,
-				   .n_hidden_extra = 1 });
+	serve((struct fs_passthrough_config){ .hidden.set = true, .hidden.extra = extra,
+				   .hidden.n_extra = 1 });
 	lookup_ok(FUSE_ROOT_ID, ".env");
 	ck_assert_int_eq(lookup(FUSE_ROOT_ID, "key.pem", NULL), -ENOENT);
 	fuse_server_free(srv);
@@ -306,9 +306,9 @@ START_TEST(hidden_extra_adds)
 	srv = NULL;
 	fs = NULL;
 	const char *const bad[] = { "/" };
-	struct fs_passthrough_config c = { .root = dir, .hidden_extra = bad, .n_hidden_extra = 1 };
+	struct fs_passthrough_config c = { .root = dir, .hidden.extra = bad, .hidden.n_extra = 1 };
 	ck_assert_int_eq(fs_passthrough_new(&c, &fs), -EINVAL);
-	c.hidden_extra = NULL;
+	c.hidden.extra = NULL;
 	ck_assert_int_eq(fs_passthrough_new(&c, &fs), -EINVAL);
 	fs = NULL;
 }
@@ -331,7 +331,7 @@ START_TEST(rename_keeps_path_patterns)
 	mkdir_host("elsewhere");
 	mkdir_host("d");
 	put("d/deep.txt", "k");
-	serve((struct fs_passthrough_config){ .hidden = pats, .n_hidden = 3, .hidden_set = true });
+	serve((struct fs_passthrough_config){ .hidden.list = pats, .hidden.n = 3, .hidden.set = true });
 	uint64_t config = lookup_ok(FUSE_ROOT_ID, "config");
 	uint64_t a = lookup_ok(FUSE_ROOT_ID, "a");
 	uint64_t b = lookup_ok(a, "b");

@@ -43,8 +43,8 @@ static void serve_as(const struct fs_passthrough_config *c, bool keep_opendir)
 static void serve(bool ro, const char *const *hidden, size_t n_hidden,
 		  bool hidden_set, unsigned max_fds)
 {
-	struct fs_passthrough_config c = { .root = dir, .readonly = ro, .hidden = hidden,
-				.n_hidden = n_hidden, .hidden_set = hidden_set,
+	struct fs_passthrough_config c = { .root = dir, .readonly = ro, .hidden.list = hidden,
+				.hidden.n = n_hidden, .hidden.set = hidden_set,
 				.max_fds = max_fds };
 	serve_as(&c, false);
 }
@@ -1168,7 +1168,7 @@ START_TEST(anchored_hidden)
 	ck_assert_int_eq(err, -ENOENT);
 	const char *const bad[] = { "/" };
 	struct fs_passthrough *p2;
-	struct fs_passthrough_config c = { .root = dir, .hidden = bad, .n_hidden = 1, .hidden_set = true };
+	struct fs_passthrough_config c = { .root = dir, .hidden.list = bad, .hidden.n = 1, .hidden.set = true };
 	ck_assert_int_eq(fs_passthrough_new(&c, &p2), -EINVAL);
 }
 END_TEST

@@ -136,8 +136,8 @@ END_TEST
 
 static bool has_pattern(const struct mount *m, const char *pat)
 {
-	for (size_t i = 0; i < m->n_hidden; i++)
-		if (!strcmp(m->hidden[i], pat))
+	for (size_t i = 0; i < m->hidden.n; i++)
+		if (!strcmp(m->hidden.list[i], pat))
 			return true;
 	return false;
 }
@@ -151,7 +151,7 @@ START_TEST(protect_hides_run_files)
 	struct mounts ms = { 0 };
 	char err[512];
 	const struct mount_spec sp = { .host = at("share"), .guest = "/w" };
-	const struct mount_spec other = { .host = at("out"), .guest = "/o", .hidden_set = true };
+	const struct mount_spec other = { .host = at("out"), .guest = "/o", .hidden.set = true };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
 	ck_assert_int_eq(mounts_add(&ms, &other, err, sizeof err), 0);
 	ck_assert_int_eq(tmp_tree_put(at("share"), "audit.log", ""), 0);
@@ -165,7 +165,7 @@ START_TEST(protect_hides_run_files)
 	config_init(&c);
 	ck_assert_msg(config_protect_mounts(&c, NULL, extra, 4, &ms, err, sizeof err) == 0, "%s",
 		      err);
-	ck_assert(ms.m[0].hidden_set);
+	ck_assert(ms.m[0].hidden.set);
 	ck_assert(has_pattern(&ms.m[0], "audit.log"));
 	ck_assert(has_pattern(&ms.m[0], "learned.yaml"));
 	ck_assert(has_pattern(&ms.m[0], "kernel.log"));

@@ -128,7 +128,7 @@ static void own_tree(void)
 
 static void serve_ids(struct idmap ids)
 {
-	struct fs_passthrough_config c = { .root = dir, .hidden_set = true };
+	struct fs_passthrough_config c = { .root = dir, .hidden.set = true };
 	struct fuse_server_config sc = { .entry_timeout = 1,
 					 .attr_timeout = 1,
 					 .ids = ids };

@@ -198,7 +198,7 @@ START_TEST(names)
 	ck_assert_int_eq(image_ref_parse("my-img_2.x:V1.0-rc_1", n, sizeof n, t, sizeof t), 0);
 	ck_assert_str_eq(t, "V1.0-rc_1");
 	static const char *const bad[] = { "", ":x", "a:", "Alpine", "a/b", "-a", "a:-x", "a:b:c",
-					   "../x", "a b", ".hidden" };
+					   "../x", "a b", ".hidden.list" };
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
 		ck_assert_msg(image_ref_parse(bad[i], n, sizeof n, t, sizeof t) == -EINVAL,
 			      "accepted '%s'", bad[i]);

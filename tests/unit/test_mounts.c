@@ -138,7 +138,7 @@ START_TEST(add_with_hidden)
 {
 	static const char *const pats[] = { "*.pem", "secrets" };
 	struct mount_spec sp = { .host = dir, .guest = "/workspace/", .readonly = true,
-				 .hidden = pats, .n_hidden = 2, .hidden_set = true };
+				 .hidden.list = pats, .hidden.n = 2, .hidden.set = true };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
 	ck_assert_uint_eq(ms.n, 1);
 	ck_assert_str_eq(ms.m[0].guest, "/workspace");
@@ -148,9 +148,9 @@ START_TEST(add_with_hidden)
 	mounts_fsp_config(&ms.m[0], 99, &fc);
 	ck_assert_str_eq(fc.root, dir);
 	ck_assert(fc.readonly);
-	ck_assert_ptr_eq(fc.hidden, pats);
-	ck_assert_uint_eq(fc.n_hidden, 2);
-	ck_assert(fc.hidden_set);
+	ck_assert_ptr_eq(fc.hidden.list, pats);
+	ck_assert_uint_eq(fc.hidden.n, 2);
+	ck_assert(fc.hidden.set);
 	ck_assert_uint_eq(fc.max_fds, 99);
 	/* The list replaces the defaults: .env shows, *.pem does not. */
 	ck_assert_int_eq(lookup_in(&ms.m[0], "k.pem"), -ENOENT);
@@ -164,19 +164,19 @@ END_TEST
 START_TEST(add_with_hidden_extra)
 {
 	static const char *const extra[] = { "*.pem" };
-	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden_extra = extra,
-				 .n_hidden_extra = 1 };
+	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden.extra = extra,
+				 .hidden.n_extra = 1 };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
 	struct fs_passthrough_config fc;
 	mounts_fsp_config(&ms.m[0], 99, &fc);
-	ck_assert(!fc.hidden_set);
-	ck_assert_ptr_eq(fc.hidden_extra, extra);
-	ck_assert_uint_eq(fc.n_hidden_extra, 1);
+	ck_assert(!fc.hidden.set);
+	ck_assert_ptr_eq(fc.hidden.extra, extra);
+	ck_assert_uint_eq(fc.hidden.n_extra, 1);
 	ck_assert_int_eq(lookup_in(&ms.m[0], "k.pem"), -ENOENT);
 	ck_assert_int_eq(lookup_in(&ms.m[0], ".env"), -ENOENT);
 	ck_assert_int_eq(lookup_in(&ms.m[0], "f"), 0);
 	sp.guest = "/w2";
-	sp.hidden_extra = NULL;
+	sp.hidden.extra = NULL;
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EINVAL);
 	mounts_free(&ms);
 }
@@ -184,12 +184,12 @@ END_TEST
 
 START_TEST(add_with_empty_hidden_list)
 {
-	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden_set = true };
+	struct mount_spec sp = { .host = dir, .guest = "/w", .hidden.set = true };
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
 	struct fs_passthrough_config fc;
 	mounts_fsp_config(&ms.m[0], 0, &fc);
-	ck_assert(fc.hidden_set);
-	ck_assert_uint_eq(fc.n_hidden, 0);
+	ck_assert(fc.hidden.set);
+	ck_assert_uint_eq(fc.hidden.n, 0);
 	ck_assert_int_eq(lookup_in(&ms.m[0], ".env"), 0);
 	ck_assert_int_eq(lookup_in(&ms.m[0], "k.pem"), 0);
 	mounts_free(&ms);
@@ -205,8 +205,8 @@ START_TEST(default_hidden_list)
 	for (unsigned i = 0; i < 2; i++) {
 		struct fs_passthrough_config fc;
 		mounts_fsp_config(&ms.m[i], 0, &fc);
-		ck_assert(!fc.hidden_set);
-		ck_assert_uint_eq(fc.n_hidden, 0);
+		ck_assert(!fc.hidden.set);
+		ck_assert_uint_eq(fc.hidden.n, 0);
 		ck_assert_int_eq(lookup_in(&ms.m[i], ".env"), -ENOENT);
 		ck_assert_int_eq(lookup_in(&ms.m[i], "k.pem"), 0);
 	}
@@ -231,11 +231,11 @@ START_TEST(add_refused)
 	sp.host = file;
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -ENOTDIR);
 	sp.host = dir;
-	sp.hidden_set = true;
-	sp.n_hidden = 1;
+	sp.hidden.set = true;
+	sp.hidden.n = 1;
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), -EINVAL);
 	ck_assert_uint_eq(ms.n, 0);
-	sp.n_hidden = 0;
+	sp.hidden.n = 0;
 	ck_assert_int_eq(mounts_add(&ms, &sp, err, sizeof err), 0);
 	ck_assert_int_eq(parse(dir, ":/w"), -EEXIST);
 	ck_assert_str_eq(err, "-v: two mounts on /w");
@@ -275,8 +275,8 @@ START_TEST(image)
 	struct fs_passthrough_config fc;
 	mounts_fsp_config(m, 0, &fc);
 	ck_assert(fc.readonly);
-	ck_assert(fc.hidden_set);
-	ck_assert_uint_eq(fc.n_hidden, 0);
+	ck_assert(fc.hidden.set);
+	ck_assert_uint_eq(fc.hidden.n, 0);
 	ck_assert_int_eq(lookup_in(&ms.m[1], ".env"), 0);
 	/* Guest root: kbox's own user for a folder, the image's owner for
 	 * the image (root's here, the identity; a user's below). */

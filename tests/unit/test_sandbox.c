@@ -33,7 +33,7 @@ START_TEST(names)
 	ck_assert(sandbox_name_ok("dev"));
 	ck_assert(sandbox_name_ok("a.b_c-9"));
 	ck_assert(!sandbox_name_ok(""));
-	ck_assert(!sandbox_name_ok(".hidden"));
+	ck_assert(!sandbox_name_ok(".hidden.list"));
 	ck_assert(!sandbox_name_ok("-rf"));
 	ck_assert(!sandbox_name_ok("a/b"));
 	ck_assert(!sandbox_name_ok(".."));

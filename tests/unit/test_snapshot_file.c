@@ -382,7 +382,7 @@ START_TEST(refuses_what_kbox_did_not_write)
 	snprintf(path, sizeof path, "%s/t", dir);
 	snprintf(other, sizeof other, "%s/u", dir);
 
-	static const char *names[] = { "", ".hidden", "a/b", "..", "sp ace",
+	static const char *names[] = { "", ".hidden.list", "a/b", "..", "sp ace",
 		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" };
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		ck_assert_int_eq(snapshot_file_write(dir, names[i], &m, ram, RAM_LEN, err, sizeof err),

@@ -439,10 +439,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 			const struct config_mount *cm = &cfg->mounts[i];
 			const struct mount_spec sp = {
 				.host = cm->source, .guest = cm->target, .readonly = cm->readonly,
-				.hidden = (const char *const *)cm->hidden,
-				.n_hidden = cm->n_hidden, .hidden_set = cm->hidden_set,
-				.hidden_extra = (const char *const *)cm->hidden_extra,
-				.n_hidden_extra = cm->n_hidden_extra,
+				.hidden = { .list = (const char *const *)cm->hidden,
+					    .n = cm->n_hidden, .set = cm->hidden_set,
+					    .extra = (const char *const *)cm->hidden_extra,
+					    .n_extra = cm->n_hidden_extra },
 			};
 			if (mounts_add(o->mounts, &sp, err, sizeof err) < 0)
 				return cli_die("%s:%u:%u: mounts[%u]: %s", o->conf, cm->line, cm->col, i,

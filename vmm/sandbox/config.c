@@ -1052,10 +1052,10 @@ static int config_protect_one(struct mount *m, char *const *names, size_t nnames
 	*out = NULL;
 	if (nnames == 0)
 		return 0;
-	const char *const *base = m->hidden_set ? m->hidden : FS_PASSTHROUGH_DEFAULT_HIDDEN;
+	const char *const *base = m->hidden.set ? m->hidden.list : FS_PASSTHROUGH_DEFAULT_HIDDEN;
 	size_t nbase = 0;
-	if (m->hidden_set)
-		nbase = m->n_hidden;
+	if (m->hidden.set)
+		nbase = m->hidden.n;
 	else
 		while (base[nbase])
 			nbase++;
@@ -1073,9 +1073,9 @@ static int config_protect_one(struct mount *m, char *const *names, size_t nnames
 		return rc;
 	}
 	*out = l;
-	m->hidden = (const char *const *)l;
-	m->n_hidden = n;
-	m->hidden_set = true;
+	m->hidden.list = (const char *const *)l;
+	m->hidden.n = n;
+	m->hidden.set = true;
 	return 0;
 }
 

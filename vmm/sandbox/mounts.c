@@ -100,11 +100,7 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 			return errbuf_fail(err, errlen, -EEXIST, "%stwo mounts on %s", who, m->guest);
 	}
 	m->readonly = ro;
-	m->hidden = NULL;
-	m->n_hidden = 0;
-	m->hidden_set = false;
-	m->hidden_extra = NULL;
-	m->n_hidden_extra = 0;
+	m->hidden = (struct fs_hidden_spec){ 0 };
 	m->root = false;
 	m->fs = NULL;
 	m->srv = NULL;
@@ -116,18 +112,14 @@ static int add(struct mounts *ms, const char *host, size_t hl, const char *guest
 int mounts_add(struct mounts *ms, const struct mount_spec *s, char *err, size_t errlen)
 {
 	struct mount *m;
-	if ((s->hidden_set && s->n_hidden && !s->hidden) ||
-	    (s->n_hidden_extra && !s->hidden_extra))
+	if ((s->hidden.set && s->hidden.n && !s->hidden.list) ||
+	    (s->hidden.n_extra && !s->hidden.extra))
 		return errbuf_fail(err, errlen, -EINVAL, "no hidden patterns given");
 	int rc = add(ms, s->host, strlen(s->host), s->guest, strlen(s->guest), s->readonly, "",
 		     err, errlen, &m);
 	if (rc < 0)
 		return rc;
 	m->hidden = s->hidden;
-	m->n_hidden = s->n_hidden;
-	m->hidden_set = s->hidden_set;
-	m->hidden_extra = s->hidden_extra;
-	m->n_hidden_extra = s->n_hidden_extra;
 	return 0;
 }
 
@@ -185,7 +177,7 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 			       "folder, e.g. made with debootstrap)", dir);
 	/* The image is the system, not the user's files: nothing hidden, and
 	 * the host refuses every write to it. */
-	*m = (struct mount){ .readonly = true, .hidden_set = true, .root = true,
+	*m = (struct mount){ .readonly = true, .hidden.set = true, .root = true,
 			     .image_uid = st.st_uid, .image_gid = st.st_gid };
 	memcpy(m->host, dir, hl + 1);
 	strcpy(m->guest, "/");
@@ -196,10 +188,7 @@ int mounts_set_image(struct mounts *ms, const char *dir, char *err, size_t errle
 void mounts_fsp_config(const struct mount *m, unsigned max_fds, struct fs_passthrough_config *fc)
 {
 	*fc = (struct fs_passthrough_config){ .root = m->host, .readonly = m->readonly,
-				   .hidden = m->hidden, .n_hidden = m->n_hidden,
-				   .hidden_set = m->hidden_set,
-				   .hidden_extra = m->hidden_extra,
-				   .n_hidden_extra = m->n_hidden_extra, .max_fds = max_fds };
+					      .hidden = m->hidden, .max_fds = max_fds };
 }
 
 struct idmap mounts_ids(const struct mount *m)

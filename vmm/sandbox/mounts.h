@@ -32,13 +32,8 @@ struct mount {
 	char host[PATH_MAX];
 	char guest[MOUNTS_GUEST_MAX + 1];
 	bool readonly;
-	/* Borrowed from the caller of mounts_add; hidden_set false means
-	 * the backend's default list.  hidden_extra adds to that list. */
-	const char *const *hidden;
-	size_t n_hidden;
-	bool hidden_set;
-	const char *const *hidden_extra;
-	size_t n_hidden_extra;
+	/* Borrowed from the caller of mounts_add. */
+	struct fs_hidden_spec hidden;
 	bool root;  /* the --image root, not a user folder */
 	/* The image folder's owner, whose files are the guest root's (a -v
 	 * folder's guest root is the kbox process's own user). */
@@ -59,16 +54,9 @@ struct mount_spec {
 	const char *host;
 	const char *guest;
 	bool readonly;
-	/* As in struct fs_passthrough_config: hidden_set false = the default list, true
-	 * with n_hidden 0 = nothing hidden.  The array and its strings are
-	 * borrowed and must stay valid until mounts_attach has returned. */
-	const char *const *hidden;
-	size_t n_hidden;
-	bool hidden_set;
-	/* Patterns added to that list (sandbox.yaml's hidden_extra), borrowed
-	 * likewise; n_hidden_extra 0 adds none. */
-	const char *const *hidden_extra;
-	size_t n_hidden_extra;
+	/* As in struct fs_passthrough_config (sandbox.yaml's hidden and
+	 * hidden_extra); borrowed, valid until mounts_attach has returned. */
+	struct fs_hidden_spec hidden;
 };
 
 /* Add one mount with the same checks as mounts_parse (HOST an existing

@@ -2,13 +2,27 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Alignment asked of a request (offset, every buffer's address and
+ * length) before it goes through the O_DIRECT descriptor: the page size,
+ * which covers the logical block size of the disks in use (512 or 4096);
+ * a filesystem that wants more answers EINVAL once and direct I/O stops. */
+#define DIRECT_ALIGN 4096u
+
 struct blk_file {
 	int fd;
+	/* The same file opened O_DIRECT, or -1: aligned reads and writes go
+	 * through it, straight between guest RAM and the disk, without a
+	 * copy through the host's page cache (the guest has its own).  The
+	 * kernel keeps it coherent with the buffered fd: a direct read writes
+	 * dirty cached pages of its range back first, a direct write drops
+	 * them. */
+	int dfd;
 	/* Cleared the first time the filesystem says a mode is not
 	 * supported, so that later requests go straight to the fallback. */
 	bool punch, zero_range;
@@ -53,14 +67,42 @@ static int rw_all(int fd, const struct iovec *iov_in, int n, uint64_t off, bool 
 	return 0;
 }
 
+static bool direct_fits(const struct iovec *iov, int n, uint64_t off)
+{
+	if (off % DIRECT_ALIGN)
+		return false;
+	for (int i = 0; i < n; i++)
+		if ((uintptr_t)iov[i].iov_base % DIRECT_ALIGN || iov[i].iov_len % DIRECT_ALIGN)
+			return false;
+	return true;
+}
+
+/* Through the O_DIRECT fd when the request is aligned, else (or when the
+ * filesystem refuses it after all) through the page cache.  Repeating a
+ * request that failed part-way is harmless: a read is read again, a write
+ * writes the same guest bytes again. */
+static int bf_rw(struct blk_file *f, const struct iovec *iov, int n, uint64_t off, bool write)
+{
+	if (n < 0 || n > BLK_MAX_IOV)
+		return -EINVAL;
+	if (f->dfd >= 0 && direct_fits(iov, n, off)) {
+		int r = rw_all(f->dfd, iov, n, off, write);
+		if (r != -EINVAL)
+			return r;
+		close(f->dfd);
+		f->dfd = -1;
+	}
+	return rw_all(f->fd, iov, n, off, write);
+}
+
 static int bf_read(void *ctx, const struct iovec *iov, int n, uint64_t off)
 {
-	return rw_all(((struct blk_file *)ctx)->fd, iov, n, off, false);
+	return bf_rw(ctx, iov, n, off, false);
 }
 
 static int bf_write(void *ctx, const struct iovec *iov, int n, uint64_t off)
 {
-	return rw_all(((struct blk_file *)ctx)->fd, iov, n, off, true);
+	return bf_rw(ctx, iov, n, off, true);
 }
 
 static int bf_flush(void *ctx)
@@ -140,6 +182,33 @@ static const struct blk_backend_ops file_ops = {
 	.write_zeroes = bf_write_zeroes,
 };
 
+/* fd's file once more, with O_DIRECT (through /proc/self/fd, so that it
+ * is the very inode fd is, which fstat confirms), or -1 where the
+ * filesystem has no direct I/O (tmpfs before Linux 6.6, some FUSE ones)
+ * or /proc is missing. */
+static int open_direct(int fd, bool read_only, const struct stat *st)
+{
+	char self[40];
+	struct stat dst;
+
+	snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+	int dfd = open(self, (read_only ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC | O_NOCTTY);
+	if (dfd < 0)
+		return -1;
+	if (fstat(dfd, &dst) < 0 || dst.st_dev != st->st_dev || dst.st_ino != st->st_ino) {
+		close(dfd);
+		return -1;
+	}
+	return dfd;
+}
+
+bool blk_file_direct(const struct blk_backend *be)
+{
+	const struct blk_file *f = be->ctx;
+
+	return f && be->ops == &file_ops && f->dfd >= 0;
+}
+
 int blk_file_open(const char *path, const struct blk_file_opts *o, struct blk_backend *be)
 {
 	static const struct blk_file_opts defaults;
@@ -166,6 +235,7 @@ int blk_file_open(const char *path, const struct blk_file_opts *o, struct blk_ba
 		return -ENOMEM;
 	}
 	f->fd = fd;
+	f->dfd = o->buffered ? -1 : open_direct(fd, o->read_only, &st);
 	f->punch = f->zero_range = !o->no_fallocate;
 	be->ops = &file_ops;
 	be->ctx = f;
@@ -179,6 +249,8 @@ void blk_file_close(struct blk_backend *be)
 	struct blk_file *f = be->ctx;
 
 	if (f && be->ops == &file_ops) {
+		if (f->dfd >= 0)
+			close(f->dfd);
 		close(f->fd);
 		free(f);
 	}

@@ -41,6 +41,8 @@ struct blk_file_opts {
 	bool no_fallocate; /* never call fallocate: zeroes are written instead
 			    * (for filesystems whose fallocate misbehaves, and
 			    * for tests of that path) */
+	bool buffered;     /* never O_DIRECT: every read and write goes
+			    * through the host's page cache */
 };
 
 /* Open the regular file at path as a disk of its current size and fill
@@ -48,6 +50,12 @@ struct blk_file_opts {
  * for a writable disk.  Returns 0, -EINVAL if path is not a regular file,
  * or the errno of open/fstat. */
 int blk_file_open(const char *path, const struct blk_file_opts *o, struct blk_backend *be);
+
+/* Whether aligned requests of the file backend be go around the host's
+ * page cache (O_DIRECT): the default where the filesystem allows it,
+ * unless blk_file_opts.buffered.  Requests not aligned to 4 KiB (offset,
+ * buffers, lengths) always go through the page cache. */
+bool blk_file_direct(const struct blk_backend *be);
 
 /* Close what blk_file_open opened; be is cleared.  Safe on a cleared be. */
 void blk_file_close(struct blk_backend *be);

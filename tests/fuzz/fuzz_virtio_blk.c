@@ -1,5 +1,6 @@
 /* Input: a first byte choosing the disk (writable or read-only, with or
- * without fallocate) and the driver's features, then a script for a guest
+ * without fallocate, O_DIRECT or the page cache only) and the driver's
+ * features, then a script for a guest
  * driver of a virtio-blk device on virtio-mmio over a small sparse file.
  * Each step is an opcode byte and its arguments: raw bytes into guest RAM,
  * a request (any type, sector, data length and split) in a chain of
@@ -155,11 +156,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* A fresh sparse disk each run, so that runs replay alike. */
 	if (ftruncate(fd, 0) < 0 || ftruncate(fd, DISK) < 0 || pwrite(fd, "kbox", 4, 512) != 4)
 		abort();
-	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
-		abort();
+	/* Page-aligned RAM, as kbox's: aligned requests take the O_DIRECT
+	 * path of the backend (unless mode asks for the page cache only). */
+	if (!drv.ram) {
+		memset(&drv, 0, sizeof drv);
+		if (!(drv.ram = aligned_alloc(4096, RAM)))
+			abort();
+		memset(drv.ram, 0, RAM);
+		drv.size = RAM;
+		if (guest_mem_add_region(&drv.gm, 0, RAM, drv.ram) < 0)
+			abort();
+	}
 	fv_clear(&drv);
 	fz_take(&in, &mode, 1);
-	struct blk_file_opts o = { .read_only = mode & 1, .no_fallocate = mode & 2 };
+	struct blk_file_opts o = { .read_only = mode & 1, .no_fallocate = mode & 2,
+				   .buffered = mode & 0x80 };
 	if (blk_file_open(path, &o, &be) < 0)
 		abort();
 	struct virtio_blk_opts bo = { .serial = "fuzz", .blk_size = mode & 4 ? 4096 : 0 };

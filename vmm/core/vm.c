@@ -19,6 +19,27 @@
 #define KICK_SIGNAL SIGUSR1
 #define TSS_ADDR    0xfffbd000ull
 
+/* Guest RAM at a 2 MiB-aligned address.  KVM maps a guest page with a
+ * 2 MiB entry of its nested page table only when the memslot's host and
+ * guest addresses agree modulo 2 MiB and the host page is huge; otherwise
+ * every 4 KiB the guest touches for the first time is its own nested page
+ * fault (in the emulated lane ~0.3 ms each: a fresh guest writing 256 MiB
+ * spent 18 of its 23 s on them).  NULL with errno on failure. */
+static void *map_ram(uint64_t size)
+{
+	const uint64_t huge = 2ull << 20;
+	uint8_t *p = mmap(NULL, size + huge, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	uint8_t *a = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	if (a + size < p + size + huge)
+		munmap(a + size, (size_t)(p + size + huge - (a + size)));
+	return a;
+}
+
 int vm_is_pvm(void)
 {
 	const char *m = getenv("KBOX_KVM_MODE");
@@ -100,14 +121,15 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 	vm->ram_size = mem_mib << 20;
 	vm->low_ram = vm->ram_size < BOOT_LOW_RAM_MAX ? vm->ram_size : BOOT_LOW_RAM_MAX;
 	vm->high_ram = vm->ram_size - vm->low_ram;
-	vm->ram = mmap(NULL, vm->ram_size, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (vm->ram == MAP_FAILED) {
-		vm->ram = NULL;
+	if ((vm->ram = map_ram(vm->ram_size)) == NULL)
 		return errbuf_fail(err, errlen, -ENOMEM, "cannot reserve %llu MiB for guest RAM: %s",
 			    (unsigned long long)mem_mib, strerror(errno));
-	}
 	madvise(vm->ram, vm->ram_size, MADV_DONTDUMP);
+	/* Hosts whose transparent huge pages are "madvise" (Debian's and
+	 * Ubuntu's default) back RAM with 2 MiB pages only when asked.  Not
+	 * under PVM, whose shadow paging has not been measured with them. */
+	if (!vm_is_pvm())
+		madvise(vm->ram, vm->ram_size, MADV_HUGEPAGE);
 	struct kvm_userspace_memory_region r0 = {
 		.slot = 0, .guest_phys_addr = 0, .memory_size = vm->low_ram,
 		.userspace_addr = (uintptr_t)vm->ram,

@@ -153,10 +153,12 @@ mkdir -p "$root/workspace" "$root/root/.config" "$root/root/.local/share" "$root
 # podman as root in the guest (docs/disks.md, "Containers"): images and
 # containers on the disk volume at /var/lib/containers (native overlay on
 # ext4), its run state on guest-init's /run tmpfs; no systemd, so cgroups
-# through cgroupfs and events in a file; the network of a container is
-# slirp4netns (the guest kernel has TUN, not veth, bridge or netfilter).
-# The CNI backend stays unused (no plugins): it only keeps podman from
-# looking for netavark, which is not installed.
+# through cgroupfs and events in a file.  The guest kernel has TUN, not
+# veth, bridge or netfilter: containers and build steps share the guest's
+# network by default (netns host, under kbox's policy like any process),
+# and a container that publishes ports gets --network slirp4netns -p.
+# The CNI backend stays unused: it only keeps podman from looking for
+# netavark, which is not installed.
 mkdir -p "$root/etc/containers"
 cat >"$root/etc/containers/storage.conf" <<'EOF'
 # kbox: podman's storage on the disk volume (--disk NAME:/var/lib/containers).
@@ -168,7 +170,7 @@ EOF
 cat >"$root/etc/containers/containers.conf" <<'EOF'
 # kbox: podman in a sandbox without systemd (docs/disks.md).
 [containers]
-netns = "slirp4netns"
+netns = "host"
 [engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"

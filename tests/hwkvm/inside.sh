@@ -34,6 +34,7 @@ bench-boot:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 
 bench-disk:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-disk bench/disk/run.sh BUILD
 e2e-workflow:both:300:tests/e2e/workflow.sh BUILD
 e2e-agents:both:500:tests/e2e/agents.sh BUILD
+e2e-podman:both:420:tests/e2e/podman.sh BUILD
 bench-agent:root:250:env EMULATED=tcg AGENTS=claude,codex OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
 bench-agent-opencode:root:600:env EMULATED=tcg AGENTS=opencode OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
 cmd:user:0:CMD

@@ -149,6 +149,10 @@ printf 'nameserver 10.0.2.2\n' >"$root/etc/resolv.conf"
 echo kbox >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tkbox\n' >"$root/etc/hosts"
 mkdir -p "$root/workspace" "$root/root/.config" "$root/root/.local/share" "$root/root/.cache"
+# An ordinary user's kbox serves an image of root's store as that user
+# (docs/images.md): a 0700 /root would be closed to guest root then, and
+# podman, whose HOME it is, stops at its first look into ~/.config.
+chmod 0755 "$root/root"
 
 # podman as root in the guest (docs/disks.md, "Containers"): images and
 # containers on the disk volume at /var/lib/containers (native overlay on

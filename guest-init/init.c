@@ -375,6 +375,12 @@ int main(void)
 	if (image)
 		switch_to_image(image);
 	mount_fs("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+	/* cgroup v2 for container engines (podman's cgroupfs manager,
+	 * docs/disks.md): sysfs has /sys/fs/cgroup only when the kernel has
+	 * cgroups; without it (or the mount) nothing else changes. */
+	if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  NULL) < 0 && errno != ENOENT && errno != ENODEV && errno != EBUSY)
+		say("mount cgroup2 on /sys/fs/cgroup: %s", strerror(errno));
 	mount_fs("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666,mode=0620");
 	mount_fs("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The toolchain image: a Debian bookworm root (minbase) with git, curl,
-# ca-certificates, python3, node/npm and build-essential, plus the three
+# ca-certificates, python3, node/npm, build-essential and podman (with
+# crun and slirp4netns, set up for the guest: docs/disks.md), plus the three
 # agents from npm (Claude Code, Codex, OpenCode: AGENTS), imported into
 # kbox's store as NAME (default
 # "toolchain").  Needs root (debootstrap and chroot) and the network, but
@@ -90,10 +91,11 @@ inchroot() {
 }
 
 echo "deb $mirror $suite main" >"$root/etc/apt/sources.list"
-say "apt-get install git curl ca-certificates python3 nodejs npm build-essential"
+say "apt-get install git curl ca-certificates python3 nodejs npm build-essential podman crun slirp4netns"
 inchroot apt-get update -q || die "apt-get update in the chroot failed"
 inchroot apt-get install -y -q --no-install-recommends git curl ca-certificates python3 nodejs npm \
-	build-essential less procps openssh-client || die "apt-get install in the chroot failed"
+	build-essential less procps openssh-client podman crun slirp4netns ||
+	die "apt-get install in the chroot failed"
 t_apt=$(($(date +%s) - start))
 
 # npm inside the chroot trusts what the host trusts (a host behind a
@@ -147,6 +149,40 @@ printf 'nameserver 10.0.2.2\n' >"$root/etc/resolv.conf"
 echo kbox >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tkbox\n' >"$root/etc/hosts"
 mkdir -p "$root/workspace" "$root/root/.config" "$root/root/.local/share" "$root/root/.cache"
+# An ordinary user's kbox serves an image of root's store as that user
+# (docs/images.md): a 0700 /root would be closed to guest root then, and
+# podman, whose HOME it is, stops at its first look into ~/.config.
+chmod 0755 "$root/root"
+
+# podman as root in the guest (docs/disks.md, "Containers"): images and
+# containers on the disk volume at /var/lib/containers (native overlay on
+# ext4), its run state on guest-init's /run tmpfs; no systemd, so cgroups
+# through cgroupfs and events in a file.  The guest kernel has TUN, not
+# veth, bridge or netfilter: containers and build steps share the guest's
+# network by default (netns host, under kbox's policy like any process),
+# and a container that publishes ports gets --network slirp4netns -p.
+# The CNI backend stays unused: it only keeps podman from looking for
+# netavark, which is not installed.
+mkdir -p "$root/etc/containers"
+cat >"$root/etc/containers/storage.conf" <<'EOF'
+# kbox: podman's storage on the disk volume (--disk NAME:/var/lib/containers).
+[storage]
+driver = "overlay"
+graphroot = "/var/lib/containers/storage"
+runroot = "/run/containers/storage"
+EOF
+cat >"$root/etc/containers/containers.conf" <<'EOF'
+# kbox: podman in a sandbox without systemd (docs/disks.md).
+[containers]
+netns = "host"
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime = "crun"
+network_cmd_path = "/usr/bin/slirp4netns"
+[network]
+network_backend = "cni"
+EOF
 
 # Caches and lists that only take room in every sandbox's view.
 inchroot apt-get clean

@@ -34,6 +34,7 @@ bench-boot:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 
 bench-disk:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-disk bench/disk/run.sh BUILD
 e2e-workflow:both:300:tests/e2e/workflow.sh BUILD
 e2e-agents:both:500:tests/e2e/agents.sh BUILD
+e2e-podman:both:420:tests/e2e/podman.sh BUILD
 bench-agent:root:250:env EMULATED=tcg AGENTS=claude,codex OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
 bench-agent-opencode:root:600:env EMULATED=tcg AGENTS=opencode OUT=/tmp/kbox-bench-agent bench/agent/run.sh 1 BUILD
 cmd:user:0:CMD
@@ -119,7 +120,12 @@ envs="PATH=$PATH LANG=C.UTF-8 TERM=dumb KBOX_E2E_USER=$user ${KBOX_E2E_STDIN_MB:
 # 0700 folder, so the user is let through to the image's folder, in L1's
 # overlay only, and every suite gets it as KBOX_TOOLCHAIN_IMAGE (a folder
 # works with --image for any user who can read it: docs/images.md).
-tc=$(HOME=/root "$kbox_build/kbox" image path toolchain 2>/dev/null)
+# KBOX_IMAGE_DIR given to run.sh names another store.
+if [ -n "${kbox_image_dir:-}" ]; then
+	tc=$(HOME=/root KBOX_IMAGE_DIR=$kbox_image_dir "$kbox_build/kbox" image path toolchain 2>/dev/null)
+else
+	tc=$(HOME=/root "$kbox_build/kbox" image path toolchain 2>/dev/null)
+fi
 if [ -n "$tc" ] && [ -d "$tc" ]; then
 	d=$tc
 	while [ "$d" != / ] && [ -n "$d" ]; do

@@ -29,7 +29,8 @@
 # Environment: KBOX_HWKVM_NAME (the final line's name, hwkvm),
 # KBOX_HWKVM_CPUS (1: with two, L1's kernel and its inner guests were
 # corrupted now and then when both of QEMU's vCPU threads ran at once), KBOX_HWKVM_MEM (MiB, 6144),
-# KBOX_HWKVM_TIMEOUT (s, whole run, 3600), KBOX_HWKVM_STALE (s of silence,
+# KBOX_IMAGE_DIR (the store L1 takes the toolchain image from, instead of
+# root's default one), KBOX_HWKVM_TIMEOUT (s, whole run, 3600), KBOX_HWKVM_STALE (s of silence,
 # heartbeat included, after which L1 counts as frozen: 240),
 # KBOX_HWKVM_ATTEMPTS (L1 boots, the suites left after a freeze run again in
 # a fresh one: 3), KBOX_HWKVM_SUITE_TIMEOUT (s per
@@ -226,6 +227,7 @@ boot_l1() {
 		echo "KBOX_E2E_STDIN_MB=$(q "${KBOX_E2E_STDIN_MB:-}")"
 		echo "kbox_cmd=$(q "${KBOX_HWKVM_CMD:-}")"
 		echo "kbox_jobs=$(q "$jobs")"
+		echo "kbox_image_dir=$(q "${KBOX_IMAGE_DIR:-}")"
 	} >"$run/seed/job.env"
 	# The job goes on the scratch disk, not on the kernel command line, so
 	# that a path may hold any character; the disk is sparse.

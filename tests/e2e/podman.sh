@@ -43,15 +43,13 @@ e2e_need_kvm "the boots"
 
 e2e_own_netns "$@"
 
-tmp=$(mktemp -d)
+e2e_tmp
 sbx="kbox-e2e-podman-$$"
-cleanup() {
+# Run by e2e_tmp's exit path before $tmp goes.
+e2e_on_exit() {
 	"$kbox" stop -t 5 "$sbx" >/dev/null 2>&1
 	chmod -R u+rwX "$tmp" 2>/dev/null
-	rm -rf "$tmp"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
 export KBOX_DISK_DIR="$tmp/disks"
 vol=containers
 share="$tmp/share"

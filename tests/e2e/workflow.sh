@@ -32,16 +32,10 @@ e2e_need_kvm "the boot"
 
 e2e_own_netns "$@"
 
-tmp=$(mktemp -d)
+e2e_tmp
 sbx="kbox-e2e-workflow-$$"
-srv_pid=
-cleanup() {
-	"$kbox" stop -t 5 "$sbx" >/dev/null 2>&1
-	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+# Run by e2e_tmp's exit path (after it kills $srv_pid, before $tmp goes).
+e2e_on_exit() { "$kbox" stop -t 5 "$sbx" >/dev/null 2>&1; }
 me=$(id -u)
 
 # --- an npm package, as a tarball on a test server on the host's loopback ---

@@ -221,10 +221,8 @@ hw-prep: all kernel $(BUILD)/test-guest.bin
 # e2e-workflow and e2e-agents need the toolchain image (hw-toolchain builds
 # it when run as root, as in CI, ~6.5 minutes; else sudo make toolchain-image) and run as
 # the ordinary user only (docs/agent.md); make hw-workflow runs just them.
-# e2e-podman needs it too, and a kernel built with kernel-config/containers.config
-# (not yet among build.sh's fragments: docs/disks.md, "Containers"), so it is
-# not in this list yet.
-HW_SUITES := smoke kvm lockdown $(E2E_SUITES:%=e2e-%) e2e-workflow@user e2e-agents@user
+# e2e-podman needs it too (podman in the guest, docs/disks.md), both ways.
+HW_SUITES := smoke kvm lockdown $(E2E_SUITES:%=e2e-%) e2e-workflow@user e2e-agents@user e2e-podman
 # The toolchain image, built when run as root (cached in root's store).
 hw-toolchain: all
 	@if [ "$$(id -u)" = 0 ]; then images/toolchain/build.sh $(BUILD); \

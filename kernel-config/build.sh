@@ -3,8 +3,8 @@
 #
 #   kernel-config/build.sh VARIANT OUTDIR
 #
-# VARIANT is "std" (hardware KVM) or "pvm" (PVM hosts: kbox.config plus
-# pvm.config and pvm-compat.patch).  The result (vmlinux, bzImage, config)
+# VARIANT is "std" (hardware KVM: kbox.config and containers.config) or
+# "pvm" (PVM hosts: those plus pvm.config and pvm-compat.patch).  The result (vmlinux, bzImage, config)
 # is cached under $KBOX_CACHE/kernel/<hash of every input> so that a clean
 # checkout, CI included, rebuilds only when an input changed; OUTDIR gets
 # copies of the cached files.
@@ -17,8 +17,8 @@ cache=${KBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kbox}
 tarball=/usr/src/linux-source-6.1.tar.xz
 
 case $variant in
-std) fragments="$here/kbox.config"; patches="" ;;
-pvm) fragments="$here/kbox.config $here/pvm.config"; patches="$here/pvm-compat.patch" ;;
+std) fragments="$here/kbox.config $here/containers.config"; patches="" ;;
+pvm) fragments="$here/kbox.config $here/containers.config $here/pvm.config"; patches="$here/pvm-compat.patch" ;;
 *) echo "build.sh: unknown variant '$variant' (want std or pvm)" >&2; exit 2 ;;
 esac
 
@@ -32,6 +32,16 @@ key=$( { echo "$variant $srcver"; cat "$here/build.sh" $fragments $patches; } |
 	sha256sum | cut -c1-16)
 dest="$cache/kernel/$variant-$key"
 
+# One build of a variant at a time per cache: another checkout building
+# the same variant (another input set) would have its tree removed below.
+# The lock is held until this script ends; a waiter then finds the kernel
+# built, or builds its own.
+mkdir -p "$cache/build"
+exec 9>"$cache/build/$variant.lock"
+if ! flock -n 9; then
+	echo "kernel: waiting for another $variant build in $cache"
+	flock 9
+fi
 if [ ! -f "$dest/vmlinux" ]; then
 	work="$cache/build/$variant-$key"
 	# A build of an older input set (or one that failed) is of no use.

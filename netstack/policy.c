@@ -48,6 +48,10 @@ static const struct policy_class classes[] = {
 	{ 6, 48, { 0, 0x64, 0xff, 0x9b, 0, 1 }, "class:nat64-local", false },
 	{ 6, 64, { 1, 0 }, "class:discard", false },
 	{ 6, 32, { 0x20, 0x01, 0x0d, 0xb8 }, "class:documentation", false },
+	{ 6, 32, { 0x20, 0x01, 0, 0 }, "class:teredo", false },
+	{ 6, 48, { 0x20, 0x01, 0, 2, 0, 0 }, "class:benchmark", false },
+	{ 6, 28, { 0x20, 0x01, 0, 0x10 }, "class:orchid", false },
+	{ 6, 28, { 0x20, 0x01, 0, 0x20 }, "class:orchid", false },
 	{ 6, 23, { 0x20, 0x01 }, "class:ietf-protocol", false },
 	{ 6, 20, { 0x3f, 0xff }, "class:documentation", false },
 	{ 6, 7, { 0xfc }, "class:ula", false },
@@ -60,8 +64,14 @@ static const struct policy_class classes[] = {
  * the embedded-IPv4 forms inside ::/8 are handled before this. */
 static const char reserved6[] = "class:reserved";
 
+/* ::a.b.c.d (IPv4-compatible, RFC 4291 deprecated it) leads nowhere
+ * today: always blocked, under the embedded address's class when that
+ * one is blocked too. */
+static const char compat6[] = "class:ipv4-compatible";
+
 static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
 static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+static const uint8_t v4compat[12] = { 0 };
 
 static bool prefix_eq(const uint8_t *a, const uint8_t *b, unsigned plen)
 {
@@ -87,15 +97,15 @@ static struct policy_addr canon(const struct policy_addr *a)
 	return c;
 }
 
-/* The IPv4 address a NAT64 (64:ff9b::/96) or 6to4 (2002::/16) address
- * leads to; false if a has none. */
+/* The IPv4 address a NAT64 (64:ff9b::/96), 6to4 (2002::/16) or
+ * IPv4-compatible (::/96) address carries; false if a has none. */
 static bool embedded_v4(const struct policy_addr *a, struct policy_addr *v4)
 {
 	if (a->family != 6)
 		return false;
 	memset(v4, 0, sizeof *v4);
 	v4->family = 4;
-	if (memcmp(a->b, nat64, 12) == 0) {
+	if (memcmp(a->b, nat64, 12) == 0 || memcmp(a->b, v4compat, 12) == 0) {
 		memcpy(v4->b, a->b + 12, 4);
 		return true;
 	}
@@ -136,7 +146,7 @@ static const char *classify(const struct policy_addr *a, bool *host_only)
 			*host_only = c->host_only;
 			return c->label;
 		}
-		return NULL;
+		return memcmp(a->b, v4compat, 12) == 0 ? compat6 : NULL;
 	}
 	if ((a->b[0] & 0xe0) != 0x20)
 		return reserved6;

@@ -456,6 +456,53 @@ START_TEST(filter_rebinding)
 }
 END_TEST
 
+/* AAAA answers go through the same filter: every IPv6 form that reaches
+ * a blocked IPv4 address, or a blocked IPv6 range, is dropped; global
+ * unicast and forms embedding a public IPv4 address are kept. */
+START_TEST(filter_rebinding_v6)
+{
+	static const struct {
+		const char *addr;
+		bool kept;
+	} t[] = {
+		{ "2606:4700::1111", true },   { "64:ff9b::808:808", true },  { "2002:808:808::1", true },
+		{ "::ffff:8.8.8.8", true },    { "::1", false },              { "::", false },
+		{ "::ffff:10.0.0.1", false },  { "::ffff:127.0.0.1", false }, { "64:ff9b::a9fe:a9fe", false },
+		{ "64:ff9b::7f00:1", false },  { "64:ff9b:1::808:808", false }, { "2002:c0a8:101::1", false },
+		{ "::10.0.0.1", false },       { "::8.8.8.8", false },        { "fd00::1", false },
+		{ "fe80::1", false },          { "fec0::1", false },          { "ff02::1", false },
+		{ "2001::1", false },          { "2001:db8::1", false },      { "100::1", false },
+		{ "2001:2::1", false },        { "2001:10::1", false },       { "2001:20::1", false },
+	};
+	struct policy p;
+	policy_init(&p, POLICY_MODE_PUBLIC);
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		struct dns_rr rr[] = { { A("1.1.1.1"), 60 }, { A(t[i].addr), 60 } };
+		struct policy_decision why = { .rule = "none" };
+		size_t kept = dns_filter_answers(&p, "example.com", rr, 2, &why);
+		ck_assert_msg(kept == (t[i].kept ? 2u : 1u), "%s: kept %zu", t[i].addr, kept);
+		ck_assert_msg(t[i].kept || strncmp(why.rule, "class:", 6) == 0, "%s: %s", t[i].addr, why.rule);
+	}
+	policy_free(&p);
+
+	/* allowlist: an AAAA answer for a name the list allows is kept, one for an
+	 * address rule's range kept whatever the name, anything else dropped */
+	policy_init(&p, POLICY_MODE_ALLOWLIST);
+	char err[200];
+	ck_assert_int_eq(policy_add_rule(&p, "github.com", err, sizeof err), 0);
+	ck_assert_int_eq(policy_add_rule(&p, "[2606:50c0::/32]:443", err, sizeof err), 0);
+	struct dns_rr rr[] = { { A("2a01:4f8::1"), 60 }, { A("fd00::1"), 60 } };
+	ck_assert_uint_eq(dns_filter_answers(&p, "github.com", rr, 2, NULL), 1);
+	ck_assert_uint_eq(rr[0].addr.b[1], 0x01);
+	struct dns_rr other[] = { { A("2a01:4f8::1"), 60 }, { A("2606:50c0::7"), 60 } };
+	struct policy_decision why = { 0 };
+	ck_assert_uint_eq(dns_filter_answers(&p, "example.com", other, 2, &why), 1);
+	ck_assert_uint_eq(other[0].addr.b[1], 0x06);
+	ck_assert_str_eq(why.rule, "allowlist");
+	policy_free(&p);
+}
+END_TEST
+
 START_TEST(memo)
 {
 	struct dns_memo m;
@@ -924,7 +971,7 @@ Suite *dns_suite(void)
 
 	unit_suite_case(s, "core", query_reply_round_trip, error_replies,
 			hostile_queries, names_and_labels, pointer_chains, responses,
-			filter_rebinding, memo, build_query, server_specs,
+			filter_rebinding, filter_rebinding_v6, memo, build_query, server_specs,
 			answer_judged);
 	unit_suite_case_fixture(s, "upstream", NULL, NULL, 30, upstream_answers,
 				upstream_forgeries, upstream_truncated,

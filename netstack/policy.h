@@ -6,7 +6,7 @@
  * Order of a decision (the first step that decides wins):
  *   1. mode none denies everything;
  *   2. a deny rule that matches the name, the address or the IPv4 address
- *      embedded in it (NAT64, 6to4) denies;
+ *      embedded in it (NAT64, 6to4, IPv4-compatible) denies;
  *   3. an address in a blocked class (loopback, RFC 1918, link-local,
  *      multicast, ..., or one of the host's own addresses) is denied unless
  *      an exception (an allow rule naming one host and a port) matches;

@@ -158,6 +158,7 @@ exec-tests:
 # clients (curl, git, python3, node) on the "guest" side.
 net-tests: $(LWIP_LIB)
 	tests/net/run.sh $(BUILD)
+	tests/net/ipv6.sh $(BUILD)
 
 # TLS: the kbox CA's certificates against strict verifiers, the
 # interception engine between real clients and servers on loopback, and

@@ -17,17 +17,20 @@ static uint64_t mix(uint64_t x)
 
 static size_t hash(const struct ft *t, const struct flowtab_key *k)
 {
-	uint64_t a = (uint64_t)k->gip[0] << 24 | (uint64_t)k->gip[1] << 16 | (uint64_t)k->gip[2] << 8 | k->gip[3];
-	uint64_t b = (uint64_t)k->dip[0] << 24 | (uint64_t)k->dip[1] << 16 | (uint64_t)k->dip[2] << 8 | k->dip[3];
+	uint64_t g[2], d[2], h;
 
-	a = a << 16 | k->gport;
-	b = b << 16 | k->dport;
-	return (size_t)(mix(mix(a ^ t->seed) ^ b) & (t->nbuckets - 1));
+	memcpy(g, k->gip, 16);
+	memcpy(d, k->dip, 16);
+	h = mix(g[0] ^ t->seed);
+	h = mix(h ^ g[1]);
+	h = mix(h ^ d[0]);
+	h = mix(h ^ d[1]);
+	return (size_t)(mix(h ^ ((uint64_t)k->gport << 16 | k->dport)) & (t->nbuckets - 1));
 }
 
 static int key_eq(const struct flowtab_key *x, const struct flowtab_key *y)
 {
-	return memcmp(x->gip, y->gip, 4) == 0 && memcmp(x->dip, y->dip, 4) == 0 && x->gport == y->gport &&
+	return memcmp(x->gip, y->gip, 16) == 0 && memcmp(x->dip, y->dip, 16) == 0 && x->gport == y->gport &&
 	       x->dport == y->dport;
 }
 

@@ -13,7 +13,10 @@
 #define FLOWTAB_MAX_CAP (1u << 20)
 
 struct flowtab_key {
-	uint8_t gip[4], dip[4]; /* guest address, address the guest dialled */
+	/* Guest address, address the guest dialled: IPv4 in the first 4
+	 * bytes and zeros after, or IPv6.  A key is compared whole, so a
+	 * caller zeroes it before filling it in. */
+	uint8_t gip[16], dip[16];
 	uint16_t gport, dport;
 };
 

@@ -3,10 +3,10 @@
  * in stack_fwd.c, the DNS answerer in stack_dns.c, what they share in
  * stack_priv.h.
  *
- * Debian's lwIP has no hook to accept any destination, so kbox parses
- * the guest's frames itself (lib/frame.c) and hands TCP segments
- * straight to tcp_input (stack_tcp.c).  ARP, ICMP echo and DNS never
- * reach lwIP.
+ * kbox parses the guest's frames itself (lib/frame.c) and hands TCP
+ * segments, IPv4 and IPv6, straight to tcp_input (stack_tcp.c), which
+ * accepts any destination.  ARP, neighbor discovery, ICMP echo and DNS
+ * never reach lwIP.
  *
  * Locking: every entry point takes lwIP's core lock; lwIP's own thread
  * holds it when its timers call back into us.  So all of struct stack is
@@ -192,7 +192,27 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 
 static err_t netif_out6(struct netif *netif, struct pbuf *p, const ip6_addr_t *dst)
 {
-	return ERR_OK; /* IPv6 is not offered to the guest yet */
+	struct stack *s = netif->state;
+	uint8_t *ip = s->tx + FRAME_ETH_HLEN;
+
+	/* TCP only: lwIP's own IPv6 chatter (MLD, neighbor discovery) has
+	 * no business on this link, whose neighbors kbox answers itself.
+	 * The guest's MAC is known from the packets that opened the
+	 * connection (no forwarded port dials the guest over IPv6). */
+	if (p->tot_len > FRAME_MTU || p->tot_len < FRAME_IP6_HLEN + 20 || !s->have_mac)
+		return ERR_OK;
+	if (pbuf_copy_partial(p, ip, p->tot_len, 0) != p->tot_len || ip[6] != FRAME_IP_TCP)
+		return ERR_OK;
+	memcpy(s->tx, s->guest_mac, 6);
+	memcpy(s->tx + 6, gw_mac, 6);
+	s->tx[12] = FRAME_ETH_IPV6 >> 8;
+	s->tx[13] = FRAME_ETH_IPV6 & 0xff;
+	/* With the merger lwIP left the checksum out (stack_create), and the
+	 * merger takes IPv4 only: complete it here. */
+	if (s->gso)
+		frame_fill_tcp6_csum(ip, p->tot_len);
+	send_frame(s, FRAME_ETH_HLEN + p->tot_len, false);
+	return ERR_OK;
 }
 
 static err_t netif_link_out(struct netif *netif, struct pbuf *p)
@@ -214,6 +234,9 @@ static err_t netif_setup(struct netif *netif)
 	netif->output_ip6 = netif_out6;
 	netif->linkoutput = netif_link_out;
 	netif->mtu = FRAME_MTU;
+#if LWIP_ND6_ALLOW_RA_UPDATES
+	netif->mtu6 = FRAME_MTU;
+#endif
 	netif->hwaddr_len = 6;
 	memcpy(netif->hwaddr, gw_mac, 6);
 	netif->flags = NETIF_FLAG_LINK_UP;
@@ -222,11 +245,14 @@ static err_t netif_setup(struct netif *netif)
 
 /* ---- ARP, ICMP, UDP ---- */
 
-/* Whether dst is a broadcast or multicast address. */
-static bool ip_group(const uint8_t dst[4])
+/* Whether p's destination is a broadcast or multicast address. */
+static bool ip_group(const struct frame_pkt *p)
 {
 	static const uint8_t all[4] = {255, 255, 255, 255};
+	const uint8_t *dst = p->dst;
 
+	if (p->ipv == 6)
+		return dst[0] == 0xff;
 	return dst[0] >= 224 || memcmp(dst, all, 4) == 0 || (memcmp(dst, gw_ip, 3) == 0 && dst[3] == 255);
 }
 
@@ -235,7 +261,7 @@ static bool ip_group(const uint8_t dst[4])
 static void refuse_udp(struct stack *s, const struct frame_pkt *p)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-	struct policy_addr dst = {.family = 4};
+	struct policy_addr dst = {.family = p->ipv};
 	struct audit_event e = {
 		.proto = "udp",
 		.dst = &dst,
@@ -247,14 +273,14 @@ static void refuse_udp(struct stack *s, const struct frame_pkt *p)
 
 	s->st.udp_refused++;
 	/* No ICMP errors about broadcast or multicast (RFC 1122 3.2.2). */
-	if (memcmp(p->eth_dst, bcast, 6) != 0 && !ip_group(p->dst) &&
+	if (memcmp(p->eth_dst, bcast, 6) != 0 && !ip_group(p) &&
 	    frame_build_port_unreach(p, s->tx, sizeof s->tx, &n) == 0)
 		stack_send_frame(s, n);
 	if (!stack_bucket_take(&s->udp_log, stack_now_ms())) {
 		s->udp_unlogged++;
 		return;
 	}
-	memcpy(dst.b, p->dst, 4);
+	memcpy(dst.b, p->dst, p->ipv == 6 ? 16 : 4);
 	e.time_ms = stack_wall_ms();
 	e.suppressed = s->udp_unlogged;
 	audit_write(s->cfg.audit, &e);
@@ -286,6 +312,62 @@ static void handle_arp(struct stack *s, const struct frame_pkt *p)
 		stack_send_frame(s, n);
 }
 
+/* A neighbor solicitation: answered for the gateway's address (the
+ * guest's next hop) and the rest of the prefix, ignored otherwise (the
+ * guest's own duplicate address detection above all: nobody else is on
+ * the link). */
+static void handle_ns(struct stack *s, const struct frame_pkt *p)
+{
+	size_t n;
+
+	/* As with ARP: every other address of the prefix is "on the link"
+	 * too, so that a connection to one is reset at once rather than
+	 * waiting for neighbor discovery to give up. */
+	if (memcmp(p->nd_target, gw_ip6, STACK_PREFIX6_LEN / 8) != 0 || memcmp(p->nd_target, guest_ip6, 16) == 0 ||
+	    (p->eth_src[0] & 1))
+		return;
+	if (memcmp(p->src, guest_ip6, 16) == 0) {
+		memcpy(s->guest_mac, p->nd_has_sll ? p->nd_sll : p->eth_src, 6);
+		s->have_mac = true;
+	}
+	if (frame_build_na(p, gw_mac, s->tx, sizeof s->tx, &n) == 0)
+		stack_send_frame(s, n);
+}
+
+/* An IPv6 packet (p parsed): neighbor discovery, then what the guest's
+ * address sends to the gateway's MAC, as for IPv4.  Returns false to
+ * count it dropped. */
+static bool input6(struct stack *s, const struct frame_pkt *p)
+{
+	size_t n;
+
+	if (p->proto == FRAME_IP_ICMP6 && p->icmp_type == FRAME_ICMP6_NS) {
+		handle_ns(s, p);
+		return true;
+	}
+	if (memcmp(p->src, guest_ip6, 16) != 0 || memcmp(p->eth_dst, gw_mac, 6) != 0 || (p->eth_src[0] & 1))
+		return false;
+	memcpy(s->guest_mac, p->eth_src, 6);
+	s->have_mac = true;
+	switch (p->proto) {
+	case FRAME_IP_TCP:
+		stack_tcp_input(s, p);
+		return true;
+	case FRAME_IP_UDP:
+		refuse_udp(s, p);
+		return true;
+	case FRAME_IP_ICMP6:
+		if (memcmp(p->dst, gw_ip6, 16) == 0 && p->icmp_type == FRAME_ICMP6_ECHO &&
+		    frame_build_echo_reply(p, s->tx, sizeof s->tx, &n) == 0) {
+			stack_send_frame(s, n);
+			return true;
+		}
+		return false;
+	default:
+		return false;
+	}
+}
+
 void stack_input(struct stack *s, const uint8_t *frame, size_t len)
 {
 	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
@@ -300,6 +382,11 @@ void stack_input(struct stack *s, const uint8_t *frame, size_t len)
 	if (p.ethertype == FRAME_ETH_ARP) {
 		handle_arp(s, &p);
 		goto out;
+	}
+	if (p.ipv == 6) {
+		if (input6(s, &p))
+			goto out;
+		goto drop;
 	}
 	/* IPv4 only from the guest's address, only to the gateway's MAC. */
 	if (memcmp(p.src, guest_ip, 4) != 0 || (memcmp(p.eth_dst, gw_mac, 6) != 0 && memcmp(p.eth_dst, bcast, 6) != 0))

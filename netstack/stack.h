@@ -10,9 +10,13 @@
  *             at STACK_DNS_PER_SEC, STACK_DNS_BURST at once, and STACK_DNS_INFLIGHT
  *             waiting for an answer: REFUSED beyond);
  *   guest     10.0.2.15 (frames from any other source are dropped);
- *   host      the gateway address is also POLICY_HOST_NAME: a connection to
- *             10.0.2.2:PORT is dialled to the host's 127.0.0.1:PORT and
- *             judged under that name.
+ *   IPv6      gateway fd6b:626f:7800::2/64 (answers neighbor solicitations
+ *             for that address and ICMPv6 echo), guest fd6b:626f:7800::f;
+ *             TCP over IPv6 goes the same way as over IPv4;
+ *   host      the gateway address (either) is also POLICY_HOST_NAME: a
+ *             connection to 10.0.2.2:PORT or [fd6b:626f:7800::2]:PORT is
+ *             dialled to the host's 127.0.0.1:PORT and judged under that
+ *             name.
  *
  * TCP to any address and port is terminated here: the guest's SYN is
  * held, the policy decides (with the name our DNS gave for the address),
@@ -28,7 +32,8 @@
  * refused loudly: an ICMP port unreachable at once (so QUIC falls back to
  * TCP without waiting) and an audit line, at most STACK_UDP_LOG_BURST at
  * once and STACK_UDP_LOG_PER_SEC a second after that, so a flood cannot fill
- * the disk.  IPv6 and IP fragments are dropped.
+ * the disk.  DNS is IPv4 only (AAAA questions are answered there); IPv4
+ * fragments, IPv6 extension headers (and so MLD) are dropped.
  *
  * Port forwarding (stack_forward_add): kbox listens on a host loopback
  * address; each accepted connection becomes a TCP connection from the
@@ -63,6 +68,9 @@
 #define STACK_GATEWAY_IP {10, 0, 2, 2}
 #define STACK_GUEST_IP {10, 0, 2, 15}
 #define STACK_PREFIX_LEN 24
+#define STACK_GATEWAY_IP6 {0xfd, 0x6b, 0x62, 0x6f, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}
+#define STACK_GUEST_IP6 {0xfd, 0x6b, 0x62, 0x6f, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0f}
+#define STACK_PREFIX6_LEN 64
 #define STACK_GATEWAY_MAC {0x52, 0x55, 0x0a, 0x00, 0x02, 0x02}
 #define STACK_DNS_PORT 53
 #define STACK_MAX_FLOWS 4096u           /* TCP connections at once */

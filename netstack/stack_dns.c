@@ -347,11 +347,10 @@ void stack_dns_input(struct stack *s, const struct frame_pkt *p)
 	}
 	if (strcmp(norm, POLICY_HOST_NAME) == 0) {
 		/* Ours: the gateway stands for the host (see decide). */
-		if (q.qtype == DNS_TYPE_A) {
-			a[0].family = 4;
-			memcpy(a[0].b, gw_ip, 4);
-			n = 1;
-		}
+		memset(&a[0], 0, sizeof a[0]);
+		a[0].family = q.qtype == DNS_TYPE_A ? 4 : 6;
+		memcpy(a[0].b, q.qtype == DNS_TYPE_A ? gw_ip : gw_ip6, q.qtype == DNS_TYPE_A ? 4 : 16);
+		n = 1;
 		dns_reply(s, p, &q, DNS_RCODE_NOERROR, a, n, DNS_MEMO_MIN_TTL);
 		return;
 	}

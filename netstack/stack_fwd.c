@@ -62,6 +62,7 @@ static void fwd_start(struct stack *s, const struct fwd *w, int fd)
 		goto fail;
 	}
 	/* The guest's segments arrive as guest:GUESTPORT -> gateway:ours. */
+	f->ipv = 4;
 	memcpy(f->ft.key.gip, guest_ip, 4);
 	memcpy(f->ft.key.dip, gw_ip, 4);
 	f->ft.key.gport = w->fw.guest_port;

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "lwip/netif.h"
 #include "lwip/tcp.h"
@@ -29,6 +30,14 @@
 static const uint8_t gw_ip[4] = STACK_GATEWAY_IP;
 static const uint8_t guest_ip[4] = STACK_GUEST_IP;
 static const uint8_t gw_mac[6] = STACK_GATEWAY_MAC;
+static const uint8_t gw_ip6[16] = STACK_GATEWAY_IP6;
+static const uint8_t guest_ip6[16] = STACK_GUEST_IP6;
+
+/* Whether addr (a struct policy_addr) is the gateway, which stands for the host. */
+static inline bool stack_is_gateway(const struct policy_addr *a)
+{
+	return a->family == 6 ? memcmp(a->b, gw_ip6, 16) == 0 : memcmp(a->b, gw_ip, 4) == 0;
+}
 
 enum flow_state {
 	FL_CONNECTING,       /* outgoing: the host connect() is under way, the guest's SYN held */
@@ -41,6 +50,7 @@ struct flow {
 	struct stack *s;
 	enum flow_state state;
 	bool inbound;         /* from a forwarded port */
+	uint8_t ipv;          /* 4 or 6: the guest's side (forwarded ports: 4) */
 	/* For the close line of the audit log. */
 	struct policy_addr dst;  /* outgoing: the address dialled; forwarded: the guest's */
 	uint16_t dport;

@@ -5,7 +5,7 @@
  * Listening pcbs bound to IP_ANY, one per destination port, turn a SYN
  * into a pcb whose local address is the one the guest dialled; the
  * segment goes straight to tcp_input with lwIP's ip_data filled in as
- * ip4_input would.  A SYN that opens a new connection is not given to
+ * ip4_input or ip6_input would.  A SYN that opens a new connection is not given to
  * lwIP until the policy allowed it and the host's connect() succeeded,
  * so the guest's SYN-ACK means "connected".  Everything here runs under
  * lwIP's core lock (stack.c). */
@@ -34,26 +34,42 @@
 #define TIME_WAIT_MAX 64u /* lwIP's TIME-WAIT pcbs kept; the oldest go beyond */
 #define IC_DOWN_CAP 16384u /* upstream ciphertext an intercepted flow holds */
 
-/* Give the IPv4 packet ip[0, len) (already validated, carrying TCP) to
- * lwIP's TCP input as ip4_input would after accepting it. */
+/* The address at b (IPv4 or IPv6 by ipv) as lwIP's. */
+static void lwip_addr(ip_addr_t *a, const uint8_t *b, uint8_t ipv)
+{
+	if (ipv == 6) {
+		ip6_addr_t a6;
+
+		memcpy(a6.addr, b, 16);
+		ip6_addr_clear_zone(&a6);
+		ip_addr_copy_from_ip6(*a, a6);
+	} else {
+		ip4_addr_t a4;
+
+		memcpy(&a4.addr, b, 4);
+		ip_addr_copy_from_ip4(*a, a4);
+	}
+}
+
+/* Give the IP packet ip[0, len) (already validated, carrying TCP; IPv6
+ * without extension headers) to lwIP's TCP input as ip4_input or
+ * ip6_input would after accepting it. */
 static void feed_tcp(struct stack *s, const uint8_t *ip, size_t len)
 {
-	size_t hlen = (size_t)(ip[0] & 0xf) * 4;
+	bool v6 = ip[0] >> 4 == 6;
+	size_t hlen = v6 ? FRAME_IP6_HLEN : (size_t)(ip[0] & 0xf) * 4;
 	struct pbuf *p = pbuf_alloc(PBUF_RAW, (u16_t)len, PBUF_RAM);
-	ip4_addr_t a;
 
 	if (!p)
 		return;
 	memcpy(p->payload, ip, len);
 	ip_data.current_netif = &s->netif;
 	ip_data.current_input_netif = &s->netif;
-	ip_data.current_ip4_header = p->payload;
-	ip_data.current_ip6_header = NULL;
+	ip_data.current_ip4_header = v6 ? NULL : p->payload;
+	ip_data.current_ip6_header = v6 ? p->payload : NULL;
 	ip_data.current_ip_header_tot_len = (u16_t)hlen;
-	memcpy(&a.addr, ip + 12, 4);
-	ip_addr_copy_from_ip4(ip_data.current_iphdr_src, a);
-	memcpy(&a.addr, ip + 16, 4);
-	ip_addr_copy_from_ip4(ip_data.current_iphdr_dest, a);
+	lwip_addr(&ip_data.current_iphdr_src, ip + (v6 ? 8 : 12), v6 ? 6 : 4);
+	lwip_addr(&ip_data.current_iphdr_dest, ip + (v6 ? 24 : 16), v6 ? 6 : 4);
 	if (pbuf_remove_header(p, hlen) == 0)
 		tcp_input(p, &s->netif);
 	else
@@ -61,9 +77,23 @@ static void feed_tcp(struct stack *s, const uint8_t *ip, size_t len)
 	ip_data.current_netif = NULL;
 	ip_data.current_input_netif = NULL;
 	ip_data.current_ip4_header = NULL;
+	ip_data.current_ip6_header = NULL;
 	ip_data.current_ip_header_tot_len = 0;
 	ip_addr_set_zero(&ip_data.current_iphdr_src);
 	ip_addr_set_zero(&ip_data.current_iphdr_dest);
+}
+
+/* Whether pcb is f's connection: its 4-tuple as the guest used it. */
+static bool pcb_is_flow(const struct tcp_pcb *pcb, const struct flow *f)
+{
+	ip_addr_t l, r;
+	uint8_t ipv = f->ipv == 6 ? 6 : 4;
+
+	if (pcb->local_port != f->ft.key.dport || pcb->remote_port != f->ft.key.gport)
+		return false;
+	lwip_addr(&l, f->ft.key.dip, ipv);
+	lwip_addr(&r, f->ft.key.gip, ipv);
+	return ip_addr_cmp(&pcb->local_ip, &l) && ip_addr_cmp(&pcb->remote_ip, &r);
 }
 
 static void flow_events(struct flow *f)
@@ -406,7 +436,7 @@ static int ic_attach(struct stack *s, struct flow *f, const struct policy_addr *
 	const char *names[DNS_MEMO_MAX_NAMES];
 	size_t n;
 
-	if (memcmp(dst->b, gw_ip, 4) == 0) {
+	if (stack_is_gateway(dst)) {
 		names[0] = POLICY_HOST_NAME;
 		n = 1;
 	} else {
@@ -886,11 +916,11 @@ static struct tcp_pcb *listener(struct stack *s, uint16_t port)
 
 	if (s->listen[port])
 		return s->listen[port];
-	pcb = tcp_new_ip_type(IPADDR_TYPE_V4);
+	pcb = tcp_new_ip_type(IPADDR_TYPE_ANY); /* IPv4 and IPv6 */
 	if (!pcb)
 		return NULL;
 	ip_set_option(pcb, SOF_REUSEADDR);
-	if (tcp_bind(pcb, IP4_ADDR_ANY, port) != ERR_OK) {
+	if (tcp_bind(pcb, IP_ANY_TYPE, port) != ERR_OK) {
 		tcp_abort(pcb);
 		return NULL;
 	}
@@ -908,16 +938,10 @@ static struct tcp_pcb *listener(struct stack *s, uint16_t port)
 static struct tcp_pcb *find_syn_rcvd(const struct flow *f)
 {
 	struct tcp_pcb *pcb;
-	ip4_addr_t l, r;
 
-	memcpy(&l.addr, f->ft.key.dip, 4);
-	memcpy(&r.addr, f->ft.key.gip, 4);
-	for (pcb = tcp_active_pcbs; pcb; pcb = pcb->next) {
-		if (pcb->state == SYN_RCVD && pcb->local_port == f->ft.key.dport &&
-		    pcb->remote_port == f->ft.key.gport && IP_IS_V4_VAL(pcb->local_ip) &&
-		    ip4_addr_cmp(ip_2_ip4(&pcb->local_ip), &l) && ip4_addr_cmp(ip_2_ip4(&pcb->remote_ip), &r))
+	for (pcb = tcp_active_pcbs; pcb; pcb = pcb->next)
+		if (pcb->state == SYN_RCVD && pcb_is_flow(pcb, f))
 			return pcb;
-	}
 	return NULL;
 }
 
@@ -945,18 +969,12 @@ bool stack_tcp_timer_running(void)
 static void drop_time_wait(const struct flow *f)
 {
 	struct tcp_pcb *pcb, *next;
-	ip4_addr_t l, r;
 	unsigned kept = 0;
 
-	memcpy(&l.addr, f->ft.key.dip, 4);
-	memcpy(&r.addr, f->ft.key.gip, 4);
 	/* Newest first: lwIP puts a pcb at the head when it enters TIME-WAIT. */
 	for (pcb = tcp_tw_pcbs; pcb; pcb = next) {
 		next = pcb->next;
-		if ((pcb->local_port == f->ft.key.dport && pcb->remote_port == f->ft.key.gport &&
-		     IP_IS_V4_VAL(pcb->local_ip) && ip4_addr_cmp(ip_2_ip4(&pcb->local_ip), &l) &&
-		     ip4_addr_cmp(ip_2_ip4(&pcb->remote_ip), &r)) ||
-		    ++kept > TIME_WAIT_MAX)
+		if (pcb_is_flow(pcb, f) || ++kept > TIME_WAIT_MAX)
 			tcp_abort(pcb); /* a TIME-WAIT pcb is only unlinked and freed, no reset */
 	}
 }
@@ -1041,9 +1059,13 @@ static void decide(struct stack *s, const struct policy_addr *dst, uint16_t port
 
 	*dial = *dst;
 	*name = NULL;
-	if (memcmp(dst->b, gw_ip, 4) == 0) {
+	if (stack_is_gateway(dst)) {
 		static const uint8_t lo[4] = {127, 0, 0, 1};
 
+		/* Either gateway address: the host's IPv4 loopback, where
+		 * servers for the guest listen (docs/network.md). */
+		memset(dial, 0, sizeof *dial);
+		dial->family = 4;
 		memcpy(dial->b, lo, 4);
 		*name = POLICY_HOST_NAME;
 		policy_check(s->cfg.policy, *name, dial, port, d);
@@ -1069,14 +1091,15 @@ static void decide(struct stack *s, const struct policy_addr *dst, uint16_t port
 
 static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 {
-	struct policy_addr dst = {.family = 4}, dial;
+	struct policy_addr dst = {.family = p->ipv}, dial;
 	struct policy_decision d;
-	struct sockaddr_in sin;
+	struct sockaddr_storage ss;
+	socklen_t sl;
 	const char *name;
 	struct flow *f;
 	int r;
 
-	memcpy(dst.b, p->dst, 4);
+	memcpy(dst.b, p->dst, p->ipv == 6 ? 16 : 4);
 	decide(s, &dst, p->dport, &dial, &name, &d);
 	/* SYN|FIN opens nothing a real client wants; lwIP would answer it
 	 * with a SYN-ACK, so it is refused here whatever the destination,
@@ -1102,6 +1125,7 @@ static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 	}
 	f->s = s;
 	f->fd = -1;
+	f->ipv = p->ipv;
 	f->dst = dial;
 	f->dport = p->dport;
 	f->opened_ms = stack_now_ms();
@@ -1121,8 +1145,8 @@ static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 	f->syn_pkt = *p;
 	f->syn_pkt.ip = NULL;
 	f->syn_pkt.data = NULL;
-	memcpy(f->ft.key.gip, p->src, 4);
-	memcpy(f->ft.key.dip, p->dst, 4);
+	memcpy(f->ft.key.gip, p->src, p->ipv == 6 ? 16 : 4);
+	memcpy(f->ft.key.dip, p->dst, p->ipv == 6 ? 16 : 4);
 	f->ft.key.gport = p->sport;
 	f->ft.key.dport = p->dport;
 	if (flowtab_insert(&s->ft, &f->ft) < 0) {
@@ -1134,21 +1158,33 @@ static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 	}
 	s->st.flows = s->ft.n;
 	f->deadline_ms = stack_now_ms() + s->cfg.connect_timeout_ms;
-	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	memset(&ss, 0, sizeof ss);
+	if (dial.family == 6) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(p->dport);
+		memcpy(&sin6->sin6_addr, dial.b, 16);
+		sl = sizeof *sin6;
+	} else {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(p->dport);
+		memcpy(&sin->sin_addr, dial.b, 4);
+		sl = sizeof *sin;
+	}
+	f->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (f->fd < 0)
 		goto fail;
-	memset(&sin, 0, sizeof sin);
-	sin.sin_family = AF_INET;
-	sin.sin_port = htons(p->dport);
-	memcpy(&sin.sin_addr, dial.b, 4);
-	r = connect(f->fd, (struct sockaddr *)&sin, sizeof sin);
+	r = connect(f->fd, (struct sockaddr *)&ss, sl);
 	/* To the host's loopback the handshake is usually over by the time
 	 * connect() returns EINPROGRESS (the kernel ran it as connect let go
 	 * of the socket): a second connect() says so (0) or that it is still
 	 * under way (EALREADY), and saves a round through epoll before the
 	 * guest gets its SYN-ACK. */
 	if (r < 0 && errno == EINPROGRESS)
-		r = connect(f->fd, (struct sockaddr *)&sin, sizeof sin);
+		r = connect(f->fd, (struct sockaddr *)&ss, sl);
 	if (r == 0 || (r < 0 && errno == EISCONN)) {
 		flow_connected(f);
 		return;
@@ -1172,8 +1208,9 @@ void stack_tcp_input(struct stack *s, const struct frame_pkt *p)
 	struct flowtab_entry *e;
 	struct flow *f;
 
-	memcpy(k.gip, p->src, 4);
-	memcpy(k.dip, p->dst, 4);
+	memset(&k, 0, sizeof k);
+	memcpy(k.gip, p->src, p->ipv == 6 ? 16 : 4);
+	memcpy(k.dip, p->dst, p->ipv == 6 ? 16 : 4);
 	k.gport = p->sport;
 	k.dport = p->dport;
 	e = flowtab_find(&s->ft, &k);

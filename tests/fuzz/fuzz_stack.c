@@ -7,7 +7,9 @@
  * segment at the gateway's allowed port and bit 3 gives it the sequence
  * and acknowledgment numbers the stack expects next (from the last
  * segment it sent), so inputs can finish handshakes and move data
- * through the pump.  The stack merges its TCP segments (output_gso);
+ * through the pump; with bit 0, bit 4 makes the frame IPv6 instead
+ * (the guest's IPv6 source, the gateway's IPv6 address with bit 2,
+ * hop limit 255 so that neighbor solicitations count).  The stack merges its TCP segments (output_gso);
  * every merged frame must cut back (gso_segment) into segments.  Nothing
  * may crash, leak, hang or write a segment longer than FRAME_MAX.
  *
@@ -46,7 +48,7 @@ static void output(void *ctx, const uint8_t *frame, size_t len)
 
 	if (len > FRAME_MAX || (len > 0 && !frame))
 		abort();
-	if (frame_parse(frame, len, &p) == 0 && p.ethertype == FRAME_ETH_IPV4 && p.proto == FRAME_IP_TCP) {
+	if (frame_parse(frame, len, &p) == 0 && (p.ipv == 4 || p.ipv == 6) && p.proto == FRAME_IP_TCP) {
 		next_seq = p.ack;
 		next_ack = p.seq + (uint32_t)p.data_len + !!(p.tcp_flags & FRAME_TCP_SYN) + !!(p.tcp_flags & FRAME_TCP_FIN);
 	}
@@ -109,6 +111,47 @@ static void setup(void)
 		abort();
 }
 
+/* The IPv6 side of plausible: f[0, len) as an IPv6 packet from the
+ * guest's address, its upper-layer checksum right. */
+static void plausible6(uint8_t *f, size_t len, uint8_t ctl)
+{
+	static const uint8_t gw6[16] = STACK_GATEWAY_IP6, guest6[16] = STACK_GUEST_IP6;
+	uint8_t *ip = f + FRAME_ETH_HLEN, *l4 = ip + 40, ph[40];
+	size_t l4len, off;
+	uint32_t sum = 0;
+	size_t i;
+
+	frame_put16(f + 12, FRAME_ETH_IPV6);
+	if (len < FRAME_ETH_HLEN + 40)
+		return;
+	l4len = len - FRAME_ETH_HLEN - 40;
+	ip[0] = 0x60;
+	frame_put16(ip + 4, (unsigned)l4len);
+	ip[7] = 255;
+	memcpy(ip + 8, guest6, 16);
+	if (ip[6] == FRAME_IP_TCP && l4len >= 20 && (ctl & 4)) {
+		memcpy(ip + 24, gw6, 16);
+		frame_put16(l4 + 2, lport);
+	}
+	if (ip[6] == FRAME_IP_TCP && l4len >= 20 && (ctl & 8)) {
+		frame_put32(l4 + 4, next_seq);
+		frame_put32(l4 + 8, next_ack);
+	}
+	if (ip[6] == FRAME_IP_UDP && l4len >= 8)
+		frame_put16(l4 + 4, (unsigned)l4len);
+	off = ip[6] == FRAME_IP_TCP ? 16 : ip[6] == FRAME_IP_UDP ? 6 : ip[6] == FRAME_IP_ICMP6 ? 2 : 0;
+	if (!off || l4len < off + 2)
+		return;
+	memcpy(ph, ip + 8, 32);
+	frame_put32(ph + 32, (uint32_t)l4len);
+	ph[36] = ph[37] = ph[38] = 0;
+	ph[39] = ip[6];
+	for (i = 0; i < 40; i += 2)
+		sum += (uint32_t)(ph[i] << 8 | ph[i + 1]);
+	frame_put16(l4 + off, 0);
+	frame_put16(l4 + off, frame_csum(l4, l4len, sum));
+}
+
 /* Make f[0, len) look like the guest's: addresses, lengths, checksums;
  * ctl as in the comment at the top. */
 static void plausible(uint8_t *f, size_t len, uint8_t ctl)
@@ -126,6 +169,10 @@ static void plausible(uint8_t *f, size_t len, uint8_t ctl)
 	memcpy(f + 6, guest_mac, 6);
 	if (f[12] == (FRAME_ETH_ARP >> 8) && f[13] == (FRAME_ETH_ARP & 0xff))
 		return;
+	if (ctl & 16) {
+		plausible6(f, len, ctl);
+		return;
+	}
 	frame_put16(f + 12, FRAME_ETH_IPV4);
 	if (len < FRAME_ETH_HLEN + 20)
 		return;

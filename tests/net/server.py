@@ -2,10 +2,12 @@
 """HTTP server for tests/net/run.sh, run on the loopback of a test-made
 namespace: GET serves files from DIR (HTTP/1.1, keep-alive), GET
 /stream?n=N&seed=S the N bytes of tests/net/bulk.py's stream S, POST /sha
-answers the sha256 of the request body.  Usage: server.py ADDR PORT DIR"""
+answers the sha256 of the request body.  ADDR may be IPv6.  Usage:
+server.py ADDR PORT DIR"""
 import hashlib
 import http.server
 import os
+import socket
 import sys
 import urllib.parse
 
@@ -51,6 +53,8 @@ addr, port, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 # Room for the 500-connection check: the default backlog of 5 would drop
 # SYNs while the accept loop catches up.
 http.server.ThreadingHTTPServer.request_queue_size = 1024
+if ":" in addr:
+    http.server.ThreadingHTTPServer.address_family = socket.AF_INET6
 srv = http.server.ThreadingHTTPServer(
     (addr, port), lambda *a, **k: Handler(*a, directory=root, **k))
 srv.serve_forever()

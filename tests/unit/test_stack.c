@@ -167,7 +167,7 @@ START_TEST(bad_fields)
 	BAD(frame_put16(ip + 6, 0x0001); fix_sums(f), -ENOTSUP);            /* offset */
 	BAD(frame_put16(ip + 6, 0x8000); fix_sums(f), -EPROTO);             /* reserved bit */
 	BAD(ip[9] = 47; fix_sums(f), -ENOTSUP);                       /* GRE */
-	BAD(frame_put16(f + 12, FRAME_ETH_IPV6), -ENOTSUP);
+	BAD(frame_put16(f + 12, FRAME_ETH_IPV6), -EPROTO);               /* IPv4 under IPv6's type */
 	BAD(frame_put16(f + 12, 0x8100), -ENOTSUP);                         /* VLAN tag */
 	/* IP options are fine: a 24-byte header. */
 	n = tcp_frame(f, FRAME_TCP_ACK, 10);

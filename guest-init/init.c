@@ -315,6 +315,64 @@ static int if_up(int s, const char *name)
 	return ioctl(s, SIOCSIFFLAGS, &r) < 0 ? -errno : 0;
 }
 
+/* Write value to the sysctl file path; failures are logged. */
+static void sysctl_set(const char *path, const char *value)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, value, strlen(value)) < 0)
+		say("%s: %s", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* The kernel's struct in6_ifreq (<linux/ipv6.h>, not in musl's headers). */
+struct kbox_in6_ifreq {
+	struct in6_addr ifr6_addr;
+	uint32_t ifr6_prefixlen;
+	int ifr6_ifindex;
+};
+
+/* eth0's IPv6 before it comes up: no router discovery, no address
+ * autoconfiguration, no duplicate address detection (kbox's stack is
+ * the only other node on the link, and DAD would hold the address
+ * back for a second). */
+static void net6_prepare(void)
+{
+	if (access("/proc/sys/net/ipv6/conf/eth0", F_OK) < 0)
+		return; /* a kernel without IPv6 */
+	sysctl_set("/proc/sys/net/ipv6/conf/eth0/accept_ra", "0");
+	sysctl_set("/proc/sys/net/ipv6/conf/eth0/autoconf", "0");
+	sysctl_set("/proc/sys/net/ipv6/conf/eth0/accept_dad", "0");
+	sysctl_set("/proc/sys/net/ipv6/conf/eth0/dad_transmits", "0");
+	sysctl_set("/proc/sys/net/ipv6/conf/eth0/router_solicitations", "0");
+}
+
+/* eth0's IPv6 address fd6b:626f:7800::f/64 and the default route via
+ * the gateway fd6b:626f:7800::2 (netstack/stack.h). */
+static void net6_up(void)
+{
+	int s = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return; /* a kernel without IPv6: IPv4 only */
+	unsigned idx = if_nametoindex("eth0");
+	struct kbox_in6_ifreq r;
+	memset(&r, 0, sizeof r);
+	inet_pton(AF_INET6, "fd6b:626f:7800::f", &r.ifr6_addr);
+	r.ifr6_prefixlen = 64;
+	r.ifr6_ifindex = (int)idx;
+	if (idx == 0 || (ioctl(s, SIOCSIFADDR, &r) < 0 && errno != EEXIST))
+		say("eth0 IPv6 address: %s", strerror(errno));
+	struct in6_rtmsg rt;
+	memset(&rt, 0, sizeof rt);
+	inet_pton(AF_INET6, "fd6b:626f:7800::2", &rt.rtmsg_gateway);
+	rt.rtmsg_flags = RTF_UP | RTF_GATEWAY;
+	rt.rtmsg_metric = 1;
+	rt.rtmsg_ifindex = (int)idx;
+	if (idx != 0 && ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST)
+		say("IPv6 default route: %s", strerror(errno));
+	close(s);
+}
+
 /* The fixed addressing of kbox's network (docs/network.md): lo, and eth0
  * when kbox gave the guest a NIC (not with --network none).  Failures are
  * logged, not fatal: commands that need no network still run. */
@@ -335,6 +393,7 @@ static void net_up(void)
 		close(s); /* no NIC: --network none */
 		return;
 	}
+	net6_prepare();
 	sin_set(&r.ifr_addr, "10.0.2.15");
 	if (ioctl(s, SIOCSIFADDR, &r) < 0)
 		say("eth0 address: %s", strerror(errno));
@@ -354,6 +413,7 @@ static void net_up(void)
 	if (ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST)
 		say("default route: %s", strerror(errno));
 	close(s);
+	net6_up();
 	mkdir("/etc", 0755);
 	int fd = open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0 || dprintf(fd, "nameserver 10.0.2.2\n") < 0)

@@ -96,6 +96,7 @@ dnsport=$(cat "$tmp/dnsport" 2>/dev/null)
 # policy refuses before any connect().
 closed=$((port == 65535 ? port - 1 : port + 1))
 
+filesum=$(md5sum < "$tmp/www/file" | cut -d' ' -f1)
 # The guest's checks go to stderr as "ok NAME" / "not ok NAME"; stdout is
 # the downloaded file, byte for byte.
 cat > "$tmp/guest.sh" <<EOF
@@ -128,6 +129,14 @@ t "a private address from it is refused (rebinding)" sh -c "! nslookup rebind.kb
 fast_fail "metadata address refused" http://169.254.169.254/
 fast_fail "private address refused" http://10.9.9.9/
 fast_fail "host port without exception refused" http://host.kbox.internal:$closed/
+t "eth0 has fd6b:626f:7800::f/64" sh -c "ip -6 addr show eth0 | grep -q 'inet6 fd6b:626f:7800::f/64'"
+t "the IPv6 address is usable at once (not tentative)" sh -c "! ip -6 addr show eth0 | grep -q tentative"
+t "IPv6 default route via fd6b:626f:7800::2" sh -c "ip -6 route | grep -q 'default via fd6b:626f:7800::2 dev eth0'"
+t "gateway answers ping over IPv6" ping -6 -c 1 -W 3 fd6b:626f:7800::2
+t "host.kbox.internal has the gateway's IPv6 address" sh -c "nslookup -type=AAAA host.kbox.internal | grep -q fd6b:626f:7800::2"
+t "wget over IPv6 from the host, byte-exact" sh -c "wget -qO- 'http://[fd6b:626f:7800::2]:$port/file' | md5sum | grep -q $filesum"
+fast_fail "ULA address over IPv6 refused" 'http://[fd00::1]/'
+fast_fail "NAT64 form of the metadata address refused" 'http://[64:ff9b::a9fe:a9fe]/'
 # Text: busybox wget posts the file as a C string (up to its first NUL).
 head -c 150000 /dev/urandom | base64 > /tmp/up
 echo "md5-up \$(md5sum < /tmp/up | cut -d' ' -f1) \$(wc -c < /tmp/up)"
@@ -155,6 +164,9 @@ host_check "audit: host.kbox.internal:$port allowed" audit_has "127.0.0.1:$port"
 host_check "audit: metadata denied" audit_has "169.254.169.254:80" deny
 host_check "audit: 10.9.9.9 denied" audit_has "10.9.9.9:80" deny
 host_check "audit: host port $closed denied" audit_has "127.0.0.1:$closed" deny
+host_check "audit: [fd00::1]:80 denied" audit_has '\[fd00::1\]:80' deny
+host_check "audit: the gateway's IPv6 address dialled as 127.0.0.1" \
+	sh -c "[ \$(grep -c '\"dst\":\"127.0.0.1:$port\".*\"decision\":\"allow\"' '$tmp/audit') -ge 2 ]"
 host_check "audit: DNS question for host.kbox.internal" grep -q '"proto":"dns".*"name":"host.kbox.internal"' "$tmp/audit"
 host_check "the --dns server got the guest's question" grep -qx 'probe.kbox-e2e.test 1' "$tmp/dns.log"
 host_check "host.kbox.internal never reached it" sh -c "! grep -q host.kbox.internal '$tmp/dns.log'"

@@ -59,8 +59,8 @@ $(BUILD)/kbox: $(BUILD)/obj/vmm/cmd/main.o $(LIB_OBJS)
 # small (every byte of the initramfs is copied by the guest kernel, which
 # is slow under PVM); glibc's static build works too.
 GUEST_CC ?= $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc || echo $(CC))
-GUEST_SRCS := $(sort $(wildcard guest-init/*.c)) proto/exec_proto.c
-$(BUILD)/guest-init: $(GUEST_SRCS) $(wildcard guest-init/*.h) proto/exec_proto.h
+GUEST_SRCS := $(sort $(wildcard guest-init/*.c)) proto/exec_proto.c proto/runcfg.c
+$(BUILD)/guest-init: $(GUEST_SRCS) $(wildcard guest-init/*.h) proto/exec_proto.h proto/runcfg.h
 	@mkdir -p $(dir $@)
 	$(GUEST_CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Os -static -s -I. -o $@ $(GUEST_SRCS)
 

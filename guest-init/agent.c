@@ -761,7 +761,7 @@ int agent_serve_listener(int lfd)
 	}
 }
 
-int agent_serve(unsigned port)
+int agent_vsock_listen(unsigned port, int backlog)
 {
 	int lfd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0)
@@ -771,11 +771,19 @@ int agent_serve(unsigned port)
 		.svm_port = port,
 		.svm_cid = AGENT_VMADDR_CID_ANY,
 	};
-	if (bind(lfd, (struct sockaddr *)&a, sizeof a) < 0 || listen(lfd, 64) < 0) {
+	if (bind(lfd, (struct sockaddr *)&a, sizeof a) < 0 || listen(lfd, backlog) < 0) {
 		int e = errno;
 		close(lfd);
 		return -e;
 	}
+	return lfd;
+}
+
+int agent_serve(unsigned port)
+{
+	int lfd = agent_vsock_listen(port, 64);
+	if (lfd < 0)
+		return lfd;
 	int rc = agent_serve_listener(lfd);
 	close(lfd);
 	return rc;

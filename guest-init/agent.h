@@ -13,6 +13,10 @@
  * for good; the caller then leaves with _exit. */
 int agent_serve(unsigned port);
 
+/* A vsock stream socket listening on port (any CID) with backlog: its fd,
+ * or a negative errno. */
+int agent_vsock_listen(unsigned port, int backlog);
+
 /* Accept connections on the listening stream socket lfd, each handled by
  * agent_serve_fd in a forked child, so that many commands run at once.
  * Handlers are reaped automatically (SIGCHLD is ignored in this process).

@@ -1,6 +1,11 @@
 /* guest-init: PID 1 of a kbox guest.
  *
- * With kbox.root=TAG on the kernel command line (kbox run --image) it first
+ * It first waits on vsock for its run configuration (proto/runcfg.h): the
+ * host's entropy and wall clock, and the kbox.mounts=, kbox.disks= and
+ * kbox.root= words, which used to come on the kernel command line, so that
+ * nothing per-run is in the guest before that point (a snapshot taken
+ * there serves every run: docs/snapshots.md).
+ * With kbox.root=TAG (kbox run --image) it
  * makes a new root: the image's virtio-fs tag read-only, under an overlay
  * whose writable layer is a tmpfs, and switches into it (it keeps running
  * from the initramfs it was loaded from; nothing it does later needs a file
@@ -31,11 +36,13 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "guest-init/agent.h"
 #include "guest-init/senv.h"
 #include "proto/exec_proto.h"
+#include "proto/runcfg.h"
 
 /* reboot(2) ABI values, spelled out so that guest-init builds against any
  * libc's headers (musl does not ship <linux/reboot.h>). */
@@ -106,20 +113,10 @@ static void make_dirs(char *path)
 	mkdir(path, 0755);
 }
 
-/* The values of kbox.mounts=, kbox.disks= and kbox.root= on the kernel
- * command line (NULL when absent), pointing into a static copy of it. */
-static void read_cmdline(char **mounts, char **disks, char **root)
+/* The values of kbox.mounts=, kbox.disks= and kbox.root= among the
+ * space-separated words of line (NULL when absent), pointing into it. */
+static void parse_words(char *line, char **mounts, char **disks, char **root)
 {
-	static char line[4096];
-	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		die("open /proc/cmdline: %s", strerror(errno));
-	ssize_t n = read(fd, line, sizeof line - 1);
-	close(fd);
-	if (n < 0)
-		die("read /proc/cmdline: %s", strerror(errno));
-	line[n] = '\0';
-
 	char *save;
 	*mounts = *disks = *root = NULL;
 	for (char *w = strtok_r(line, " \n", &save); w; w = strtok_r(NULL, " \n", &save)) {
@@ -129,6 +126,105 @@ static void read_cmdline(char **mounts, char **disks, char **root)
 			*disks = w + 11;
 		else if (strncmp(w, "kbox.root=", 10) == 0)
 			*root = w + 10;
+	}
+}
+
+/* Read exactly n bytes from fd: 0, or -1 at an early end or error. */
+static int read_full(int fd, uint8_t *b, size_t n)
+{
+	while (n > 0) {
+		ssize_t r = read(fd, b, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* <linux/random.h>'s ioctls, spelled out as the others here. */
+#define KBOX_RNDADDENTROPY 0x40085203u /* _IOW('R', 0x03, int[2]) */
+#define KBOX_RNDRESEEDCRNG 0x5207u     /* _IO('R', 0x07) */
+
+/* Credit the host's random bytes to the kernel's pool and reseed the
+ * CRNG at once, so that two guests restored from one snapshot never
+ * produce the same random numbers. */
+static void add_entropy(const uint8_t *b, size_t n)
+{
+	static struct {
+		int entropy_count;
+		int buf_size;
+		uint8_t buf[RUNCFG_ENTROPY_MAX];
+	} rp;
+	if (n > sizeof rp.buf)
+		n = sizeof rp.buf;
+	rp.entropy_count = (int)(n * 8);
+	rp.buf_size = (int)n;
+	memcpy(rp.buf, b, n);
+	int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, KBOX_RNDADDENTROPY, &rp) < 0 || ioctl(fd, KBOX_RNDRESEEDCRNG) < 0)
+		say("adding the host's entropy: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	memset(&rp, 0, sizeof rp);
+}
+
+/* The run configuration (proto/runcfg.h, docs/run-config.md): wait on
+ * vsock for kbox to send it, answer 0 when it is whole and valid (1 and
+ * a reason otherwise, and wait for the next try), take the host's
+ * entropy and wall clock, and return the settings words, whose
+ * kbox.mounts=, kbox.disks= and kbox.root= parse_words reads.  Nothing
+ * per-run happens before this: no mount of a share, no network. */
+static char *wait_runcfg(void)
+{
+	static uint8_t msg[RUNCFG_MAX];
+	static char words[RUNCFG_WORDS_MAX + 1];
+	int lfd = agent_vsock_listen(RUNCFG_VSOCK_PORT, 1);
+	if (lfd < 0)
+		die("listen for the run configuration: %s", strerror(-lfd));
+	for (;;) {
+		int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (cfd < 0) {
+			if (errno != EINTR && errno != ECONNABORTED)
+				die("accept the run configuration: %s", strerror(errno));
+			continue;
+		}
+		struct runcfg c;
+		const char *why = NULL;
+		long len = -1;
+		if (read_full(cfd, msg, RUNCFG_HDR) < 0)
+			why = "short message";
+		else if ((len = runcfg_message_len(msg)) < 0)
+			why = "bad header";
+		else if (read_full(cfd, msg + RUNCFG_HDR, (size_t)len - RUNCFG_HDR) < 0)
+			why = "short message";
+		else if (runcfg_decode(msg, (size_t)len, &c) < 0)
+			why = "malformed";
+		if (why) {
+			char r[64];
+			int n = snprintf(r, sizeof r, "%c%s", 1, why);
+			if (write(cfd, r, (size_t)n) < 0) {
+				/* the host went away: it tries again or stops the VM */
+			}
+			close(cfd);
+			say("run configuration refused: %s", why);
+			continue;
+		}
+		add_entropy(c.entropy, c.entropy_len);
+		struct timespec ts = { (time_t)c.clock_sec, (long)c.clock_nsec };
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+			say("set the clock: %s", strerror(errno));
+		memcpy(words, c.words, c.words_len);
+		words[c.words_len] = '\0';
+		memset(msg, 0, sizeof msg);
+		uint8_t ok = 0;
+		if (write(cfd, &ok, 1) < 0)
+			say("answer the run configuration: %s", strerror(errno));
+		close(cfd);
+		close(lfd);
+		return words;
 	}
 }
 
@@ -431,7 +527,7 @@ int main(void)
 	mount_fs("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
 	char *shares, *disks, *image;
-	read_cmdline(&shares, &disks, &image);
+	parse_words(wait_runcfg(), &shares, &disks, &image);
 	if (image)
 		switch_to_image(image);
 	mount_fs("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);

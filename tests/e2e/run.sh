@@ -106,6 +106,18 @@ printf '%s\n1\n' "$sbx" > "$tmp/want-name"
 check "exec: the host name is the sandbox's name, in /etc/hosts too" 0 "$tmp/want-name" "" \
 	-- exec "$sbx" -- /bin/sh -c "cat /proc/sys/kernel/hostname; grep -c '^127.0.1.1	$sbx\$' /etc/hosts"
 
+# The run configuration set the guest's wall clock from the host's: the
+# two agree within the exec round trip (the kernel's RTC, its only clock
+# before, is a second coarse and read while it boots).
+t0=$(date +%s)
+g=$(timeout 60 "$kbox" exec "$sbx" -- date +%s 2>/dev/null)
+t1=$(date +%s)
+if [ -n "$g" ] && [ "$g" -ge $((t0 - 1)) ] && [ "$g" -le $((t1 + 1)) ]; then
+	ok "the guest's clock is the host's (guest $g, host $t0..$t1)"
+else
+	not_ok "the guest's clock is the host's" "guest '$g', host $t0..$t1"
+fi
+
 # 100 MiB out through stdout, byte-exact.  Under PVM the guest kernel's
 # emulated vsock path runs at ~0.35 MB/s (docs/pvm.md): about five minutes.
 start=$(date +%s)

@@ -886,6 +886,34 @@ START_TEST(params_tiny_ram_efault)
 }
 END_TEST
 
+START_TEST(cmdline_take_words)
+{
+	char line[256] = "console=ttyS0 kbox.mounts=kbox0:/w:rw  virtio_mmio.device=4K@0xd0000000:5 kbox.root=kbox1 quiet";
+	char out[64] = "";
+	char small[20] = "";
+
+	ck_assert_int_eq(boot_cmdline_take(line, "kbox.", small, sizeof small), -E2BIG);
+	ck_assert_str_eq(small, "");
+	ck_assert_str_eq(line, "console=ttyS0 kbox.mounts=kbox0:/w:rw  virtio_mmio.device=4K@0xd0000000:5 kbox.root=kbox1 quiet");
+	ck_assert_int_eq(boot_cmdline_take(line, "kbox.", out, sizeof out), 0);
+	ck_assert_str_eq(out, " kbox.mounts=kbox0:/w:rw kbox.root=kbox1");
+	ck_assert_str_eq(line, "console=ttyS0  virtio_mmio.device=4K@0xd0000000:5 quiet");
+	/* Nothing to take: both unchanged; a word only starting like one stays. */
+	ck_assert_int_eq(boot_cmdline_take(line, "kbox.", out, sizeof out), 0);
+	ck_assert_str_eq(out, " kbox.mounts=kbox0:/w:rw kbox.root=kbox1");
+	strcpy(line, "kbox.x=1");
+	strcpy(out, "");
+	ck_assert_int_eq(boot_cmdline_take(line, "kbox.", out, sizeof out), 0);
+	ck_assert_str_eq(line, "");
+	ck_assert_str_eq(out, " kbox.x=1");
+	strcpy(line, "kboxy=1 kbox.");
+	strcpy(out, "");
+	ck_assert_int_eq(boot_cmdline_take(line, "kbox.", out, 9), 0);
+	ck_assert_str_eq(line, "kboxy=1");
+	ck_assert_str_eq(out, " kbox.");
+}
+END_TEST
+
 Suite *boot_suite(void)
 {
 	Suite *s = suite_create("boot");
@@ -912,7 +940,7 @@ Suite *boot_suite(void)
 				params_no_initrd_and_high_ram,
 				params_bzimage_keeps_kernel_header, params_gdt,
 				params_identity_page_tables, cmdline_limit_elf,
-				cmdline_limit_bzimage, cmdline_one_mib_refused,
+				cmdline_limit_bzimage, cmdline_one_mib_refused, cmdline_take_words,
 				cmdline_append_within_limits, params_tiny_ram_efault);
 	return s;
 }

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include "lib/errbuf.h"
 #include "lib/fileio.h"
 #include "netstack/tls_cert.h"
+#include "proto/runcfg.h"
 #include "vmm/cli.h"
 #include "vmm/cmd/trust.h"
 #include "vmm/core/boot.h"
@@ -718,6 +720,11 @@ struct run {
 	struct boot_image k;
 	uint64_t initrd_addr;
 	char cmdline[4096];
+	/* The run configuration's settings (the kbox.* words the devices
+	 * added to cmdline) and the entropy drawn for it before the
+	 * lock-down (send_runcfg). */
+	char words[RUNCFG_WORDS_MAX + 1];
+	uint8_t entropy[256];
 	pthread_t vmt;
 };
 
@@ -958,6 +965,19 @@ static int attach_devices(struct run *r)
 	    netdev_attach(&r->net, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0 ||
 	    disks_attach(&r->dsk, &s->bus, r->cmdline, sizeof r->cmdline, err, sizeof err) < 0)
 		return cli_die("%s", err);
+	/* What is this run's and not the boot layout's goes to guest-init
+	 * in its run configuration, not on the command line. */
+	if (boot_cmdline_take(r->cmdline, "kbox.", r->words, sizeof r->words) < 0)
+		return cli_die("the shares and disks are too many for the run configuration");
+	size_t got = 0;
+	while (got < sizeof r->entropy) {
+		ssize_t n = getrandom(r->entropy + got, sizeof r->entropy - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return cli_die("cannot draw random bytes for the guest: %s", strerror(errno));
+		got += (size_t)n;
+	}
 	return 0;
 }
 
@@ -1055,6 +1075,46 @@ static int start_vm(struct run *r)
 	return 0;
 }
 
+/* Give guest-init its run configuration (proto/runcfg.h) once it
+ * listens: the settings words, the wall clock, the entropy.  0, or a
+ * negative errno (-EPROTO when guest-init refused it, said on stderr). */
+static int send_runcfg(struct run *r)
+{
+	static uint8_t msg[RUNCFG_MAX];
+	int fd = agent_conn_open(r->sb.sock, RUNCFG_VSOCK_PORT, -1, &r->s.vm_done);
+	if (fd < 0)
+		return fd;
+	/* The clock once guest-init listens (the boot took a while). */
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct runcfg c = {
+		.words = r->words, .words_len = strlen(r->words),
+		.clock_sec = (uint64_t)now.tv_sec, .clock_nsec = (uint32_t)now.tv_nsec,
+		.entropy = r->entropy, .entropy_len = sizeof r->entropy,
+	};
+	size_t n;
+	int rc = runcfg_encode(&c, msg, sizeof msg, &n);
+	explicit_bzero(r->entropy, sizeof r->entropy);
+	if (rc == 0)
+		rc = fileio_write_all(fd, msg, n);
+	explicit_bzero(msg, sizeof msg);
+	char answer[64];
+	ssize_t got = 0;
+	if (rc == 0) {
+		do
+			got = read(fd, answer, sizeof answer - 1);
+		while (got < 0 && errno == EINTR);
+		rc = got < 0 ? -errno : got == 0 ? -ECONNRESET : 0;
+	}
+	close(fd);
+	if (rc == 0 && answer[0] != 0) {
+		answer[got] = '\0';
+		fprintf(stderr, "kbox: guest-init refused its run configuration: %s\n", answer + 1);
+		return -EPROTO;
+	}
+	return rc;
+}
+
 /* The main command, through the exec agent like 'kbox exec'.  Its exit
  * code (exec_client_run's), or a negative errno: the agent's connection's
  * (agent_conn_open) or the session's (exec_client_run). */
@@ -1062,7 +1122,10 @@ static int run_command(struct run *r)
 {
 	struct run_opts *o = &r->o;
 	struct session *s = &r->s;
-	int fd = agent_conn_open(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
+	int fd = send_runcfg(r);
+	if (fd < 0)
+		return fd;
+	fd = agent_conn_open(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
 	if (fd < 0)
 		return fd;
 	atomic_store(&s->agent_fd, fd);

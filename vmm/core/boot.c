@@ -330,3 +330,44 @@ int boot_cmdline_append(char *cmdline, size_t cmdlen, const char *fmt, ...)
 	}
 	return 0;
 }
+
+int boot_cmdline_take(char *cmdline, const char *prefix, char *out, size_t outlen)
+{
+	size_t plen = strlen(prefix), used = strnlen(out, outlen), need = 0;
+	char *r, *w;
+
+	if (used >= outlen)
+		return -E2BIG;
+	/* First the room the words need, so that a failure changes nothing. */
+	for (r = cmdline; *r;) {
+		size_t n;
+
+		while (*r == ' ')
+			r++;
+		n = strcspn(r, " ");
+		if (n && strncmp(r, prefix, plen) == 0)
+			need += 1 + n;
+		r += n;
+	}
+	if (need >= outlen - used)
+		return -E2BIG;
+	for (r = w = cmdline; *r;) {
+		size_t n, sp = 0;
+
+		while (r[sp] == ' ')
+			sp++;
+		n = strcspn(r + sp, " ");
+		if (n && strncmp(r + sp, prefix, plen) == 0) {
+			out[used++] = ' ';
+			memcpy(out + used, r + sp, n);
+			used += n;
+		} else {
+			memmove(w, r, sp + n);
+			w += sp + n;
+		}
+		r += sp + n;
+	}
+	*w = '\0';
+	out[used] = '\0';
+	return 0;
+}

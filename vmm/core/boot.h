@@ -34,6 +34,13 @@
 __attribute__((format(printf, 3, 4)))
 int boot_cmdline_append(char *cmdline, size_t cmdlen, const char *fmt, ...);
 
+/* Move every space-separated word of cmdline that starts with prefix to
+ * the end of out (NUL-terminated, each word after a space), closing the
+ * gaps in cmdline: the per-run settings that go to guest-init in its run
+ * configuration rather than on the command line.  0, or -E2BIG when out
+ * (outlen bytes) cannot take them (cmdline is then unchanged). */
+int boot_cmdline_take(char *cmdline, const char *prefix, char *out, size_t outlen);
+
 enum boot_kind { BOOT_ELF, BOOT_BZIMAGE };
 
 struct boot_image {

@@ -174,7 +174,8 @@ static void add_entropy(const uint8_t *b, size_t n)
 /* The run configuration (proto/runcfg.h, docs/run-config.md): wait on
  * vsock for kbox to send it, answer 0 when it is whole and valid (1 and
  * a reason otherwise, and wait for the next try), take the host's
- * entropy and wall clock, and return the settings words, whose
+ * entropy and wall clock, keep the environment, CA and host name
+ * (guest-init/senv.h), and return the settings words, whose
  * kbox.mounts=, kbox.disks= and kbox.root= parse_words reads.  Nothing
  * per-run happens before this: no mount of a share, no network. */
 static char *wait_runcfg(void)
@@ -218,6 +219,7 @@ static char *wait_runcfg(void)
 			say("set the clock: %s", strerror(errno));
 		memcpy(words, c.words, c.words_len);
 		words[c.words_len] = '\0';
+		senv_take(c.env, c.env_len, c.ca, c.ca_len, c.hostname, c.hostname_len);
 		memset(msg, 0, sizeof msg);
 		uint8_t ok = 0;
 		if (write(cfd, &ok, 1) < 0)
@@ -522,8 +524,6 @@ int main(void)
 {
 	if (getpid() != 1)
 		die("must run as PID 1");
-	/* Before anything can replace the root: an image root lacks them. */
-	senv_load();
 	mount_fs("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
 	char *shares, *disks, *image;

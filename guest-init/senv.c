@@ -10,11 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SENV_FILE "/kbox/env"
-#define SENV_CA_FILE "/kbox/ca.pem"
-#define SENV_HOSTNAME_FILE "/kbox/hostname"
 #define HOSTS_MAX (1u << 20)
-#define SENV_MAX (256u << 10)
 #define SENV_MAX_VARS 1024u
 #define BUNDLE_MAX (8u << 20)
 
@@ -63,14 +59,25 @@ static bool valid_entry(const char *e)
 	return eq && eq != e;
 }
 
-void senv_load(void)
+/* A NUL-terminated copy of b[0, n), or NULL. */
+static char *copy(const char *b, size_t n)
 {
-	size_t len;
-	if (slurp(SENV_FILE, SENV_MAX, &env_blob, &len) == 0) {
+	char *c = malloc(n + 1);
+	if (c) {
+		memcpy(c, b, n);
+		c[n] = '\0';
+	}
+	return c;
+}
+
+void senv_take(const char *env, size_t env_len, const char *ca, size_t ca_len_in, const char *host,
+	       size_t host_len)
+{
+	if (env_len && (env_blob = copy(env, env_len))) {
 		base_env = calloc(SENV_MAX_VARS, sizeof *base_env);
-		/* Entries are NUL-separated; the host wrote them, but a
-		 * malformed one is skipped rather than trusted. */
-		for (size_t off = 0; base_env && off < len && base_n < SENV_MAX_VARS;) {
+		/* Entries are NUL-separated (proto/runcfg.c checked them);
+		 * a malformed one would be skipped rather than trusted. */
+		for (size_t off = 0; base_env && off < env_len && base_n < SENV_MAX_VARS;) {
 			char *e = env_blob + off;
 			size_t l = strlen(e);
 			if (valid_entry(e))
@@ -78,14 +85,10 @@ void senv_load(void)
 			off += l + 1;
 		}
 	}
-	if (slurp(SENV_CA_FILE, SENV_MAX, &ca_pem, &ca_len) < 0)
-		ca_pem = NULL;
-	size_t hl;
-	if (slurp(SENV_HOSTNAME_FILE, 64, &hostname, &hl) < 0 || hl == 0 ||
-	    strcspn(hostname, " \t\n") != hl) {
-		free(hostname);
-		hostname = NULL;
-	}
+	if (ca_len_in && (ca_pem = copy(ca, ca_len_in)))
+		ca_len = ca_len_in;
+	if (host_len && host_len <= 64 && memchr(host, '\0', host_len) == NULL)
+		hostname = copy(host, host_len);
 }
 
 static int mkdir_p(const char *dir)

@@ -24,9 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		(void)runcfg_message_len(p);
 	if (runcfg_decode(p, size, &c) == 0) {
 		if (runcfg_encode(&c, reenc, sizeof reenc, &n) != 0 || runcfg_decode(reenc, n, &d) != 0 ||
-		    d.words_len != c.words_len || memcmp(d.words, c.words, c.words_len) != 0 ||
+		    d.words_len != c.words_len || (c.words_len && memcmp(d.words, c.words, c.words_len) != 0) ||
 		    d.clock_sec != c.clock_sec || d.clock_nsec != c.clock_nsec || d.entropy_len != c.entropy_len ||
-		    memcmp(d.entropy, c.entropy, c.entropy_len) != 0)
+		    memcmp(d.entropy, c.entropy, c.entropy_len) != 0 || d.env_len != c.env_len ||
+		    (c.env_len && memcmp(d.env, c.env, c.env_len) != 0) || d.ca_len != c.ca_len || (c.ca_len && memcmp(d.ca, c.ca, c.ca_len) != 0) ||
+		    d.hostname_len != c.hostname_len || (c.hostname_len && memcmp(d.hostname, c.hostname, c.hostname_len) != 0))
 			abort();
 	}
 	free(p);

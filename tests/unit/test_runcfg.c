@@ -17,7 +17,7 @@ static struct runcfg sample(void)
 
 	for (size_t i = 0; i < sizeof ent; i++)
 		ent[i] = (uint8_t)(i * 7 + 1);
-	return (struct runcfg){w, sizeof w - 1, 1796000000ull, 123456789u, ent, sizeof ent};
+	return (struct runcfg){.words = w, .words_len = sizeof w - 1, .clock_sec = 1796000000ull, .clock_nsec = 123456789u, .entropy = ent, .entropy_len = sizeof ent};
 }
 
 START_TEST(round_trip)
@@ -151,10 +151,71 @@ START_TEST(decode_refuses)
 }
 END_TEST
 
+START_TEST(env_ca_hostname)
+{
+	static const char env[] = "KEY=kbox-placeholder-1\0SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\0EMPTY=\0";
+	static const char ca[] = "-----BEGIN CERTIFICATE-----\r\nMIIB\tx\n-----END CERTIFICATE-----\n";
+	struct runcfg c = sample(), d;
+	static uint8_t buf[RUNCFG_MAX];
+	size_t n;
+
+	c.env = env;
+	c.env_len = sizeof env - 1; /* the string literal's own NUL is not part of it */
+	c.ca = ca;
+	c.ca_len = sizeof ca - 1;
+	c.hostname = "my-box.1";
+	c.hostname_len = 8;
+	ck_assert_int_eq(runcfg_encode(&c, buf, sizeof buf, &n), 0);
+	ck_assert_int_eq(runcfg_decode(buf, n, &d), 0);
+	ck_assert_uint_eq(d.env_len, c.env_len);
+	ck_assert_mem_eq(d.env, env, c.env_len);
+	ck_assert_uint_eq(d.ca_len, c.ca_len);
+	ck_assert_mem_eq(d.ca, ca, c.ca_len);
+	ck_assert_uint_eq(d.hostname_len, 8);
+	ck_assert_mem_eq(d.hostname, "my-box.1", 8);
+	/* Absent ones decode as empty. */
+	c = sample();
+	ck_assert_int_eq(runcfg_encode(&c, buf, sizeof buf, &n), 0);
+	ck_assert_int_eq(runcfg_decode(buf, n, &d), 0);
+	ck_assert_uint_eq(d.env_len + d.ca_len + d.hostname_len, 0);
+	/* The checks, one field at a time. */
+	ck_assert(!runcfg_text_ok(RUNCFG_ENV, "A=1", 3));          /* no final NUL */
+	ck_assert(!runcfg_text_ok(RUNCFG_ENV, "=1\0", 3));         /* empty name */
+	ck_assert(!runcfg_text_ok(RUNCFG_ENV, "A1\0", 3));         /* no '=' */
+	ck_assert(!runcfg_text_ok(RUNCFG_ENV, "A=1\0\0", 5));      /* an empty entry */
+	ck_assert(runcfg_text_ok(RUNCFG_ENV, "A=1\0B==\0", 8));
+	ck_assert(runcfg_text_ok(RUNCFG_ENV, "", 0));
+	ck_assert(!runcfg_text_ok(RUNCFG_CA, "x\0y", 3));
+	ck_assert(!runcfg_text_ok(RUNCFG_CA, "x\x7f", 2));
+	ck_assert(!runcfg_text_ok(RUNCFG_HOSTNAME, "a b", 3));
+	ck_assert(!runcfg_text_ok(RUNCFG_HOSTNAME, "a/b", 3));
+	ck_assert(!runcfg_text_ok(RUNCFG_HOSTNAME, "a\nb", 3));
+	ck_assert(!runcfg_text_ok(RUNCFG_HOSTNAME, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 65));
+	ck_assert(runcfg_text_ok(RUNCFG_HOSTNAME, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 64));
+	ck_assert(!runcfg_text_ok(RUNCFG_CLOCK, "", 0));
+	c = sample();
+	c.hostname = "bad name";
+	c.hostname_len = 8;
+	ck_assert_int_eq(runcfg_encode(&c, buf, sizeof buf, &n), -EINVAL);
+	c = sample();
+	c.env = "A=1";
+	c.env_len = 3;
+	ck_assert_int_eq(runcfg_encode(&c, buf, sizeof buf, &n), -EINVAL);
+	/* An optional record present but empty is malformed. */
+	c = sample();
+	ck_assert_int_eq(runcfg_encode(&c, buf, sizeof buf, &n), 0);
+	buf[n] = RUNCFG_HOSTNAME;
+	buf[n + 1] = 0;
+	memset(buf + n + 2, 0, 4);
+	put32(buf + 6, (uint32_t)(n + RUNCFG_REC_HDR - RUNCFG_HDR));
+	ck_assert_int_eq(runcfg_decode(buf, n + RUNCFG_REC_HDR, &d), -EPROTO);
+}
+END_TEST
+
 Suite *runcfg_suite(void)
 {
 	Suite *s = suite_create("runcfg");
 
-	unit_suite_case(s, "core", round_trip, encode_refuses, decode_refuses);
+	unit_suite_case(s, "core", round_trip, encode_refuses, decode_refuses, env_ca_hostname);
 	return s;
 }

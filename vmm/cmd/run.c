@@ -35,7 +35,6 @@
 #include "vmm/sandbox/config.h"
 #include "vmm/sandbox/disks.h"
 #include "vmm/sandbox/exec_client.h"
-#include "vmm/sandbox/guestfiles.h"
 #include "vmm/sandbox/hostfiles.h"
 #include "vmm/sandbox/lockdown.h"
 #include "vmm/sandbox/mounts.h"
@@ -76,7 +75,8 @@ struct run_opts {
 	const char *env[MAX_ENV];
 	unsigned nenv;
 	/* The sandbox-wide environment (every command, kbox exec's too) and
-	 * kbox's CA: handed to guest-init with the initramfs (guestfiles.h). */
+	 * kbox's CA: handed to guest-init in the run configuration
+	 * (proto/runcfg.h). */
 	const char *senv[MAX_ENV];
 	unsigned nsenv;
 	const char *ca_pem;
@@ -725,6 +725,8 @@ struct run {
 	 * lock-down (send_runcfg). */
 	char words[RUNCFG_WORDS_MAX + 1];
 	uint8_t entropy[256];
+	char *env; /* the sandbox-wide environment, NUL-terminated entries */
+	size_t env_len;
 	pthread_t vmt;
 };
 
@@ -905,8 +907,8 @@ static int redirect_output(struct run *r)
 	return 0;
 }
 
-/* The kernel and the initramfs, with the files kbox hands the guest
- * appended to the latter. */
+/* The kernel and the initramfs; what guest-init gets besides (the
+ * environment, the CA, the host name) checked for the run configuration. */
 static int load_boot_files(struct run *r)
 {
 	struct run_opts *o = &r->o;
@@ -915,9 +917,26 @@ static int load_boot_files(struct run *r)
 		return cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
 	if (read_image(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
 		return cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
-	int gf = guestfiles_append(&r->initrd, &r->ilen, o->senv, o->nsenv, o->ca_pem, r->sb.name);
-	if (gf < 0)
-		return cli_die("cannot hand the guest its environment: %s", strerror(-gf));
+	size_t total = 0;
+	for (unsigned i = 0; i < o->nsenv; i++)
+		total += strlen(o->senv[i]) + 1;
+	if (total > RUNCFG_ENV_MAX)
+		return cli_die("the sandbox's environment is too large for the guest (%zu bytes, at most %u)",
+			       total, RUNCFG_ENV_MAX);
+	if (!(r->env = malloc(total ? total : 1)))
+		return cli_die("out of memory");
+	for (unsigned i = 0; i < o->nsenv; i++) {
+		size_t l = strlen(o->senv[i]) + 1;
+		memcpy(r->env + r->env_len, o->senv[i], l);
+		r->env_len += l;
+	}
+	if (!runcfg_text_ok(RUNCFG_ENV, r->env, r->env_len))
+		return cli_die("cannot hand the guest its environment: an entry is not NAME=VALUE");
+	if (o->ca_pem && !runcfg_text_ok(RUNCFG_CA, o->ca_pem, strlen(o->ca_pem)))
+		return cli_die("cannot hand the guest kbox's CA: it is not PEM text of at most %u bytes",
+			       RUNCFG_CA_MAX);
+	if (!runcfg_text_ok(RUNCFG_HOSTNAME, r->sb.name, strlen(r->sb.name)))
+		return cli_die("the sandbox name '%s' cannot be the guest's host name", r->sb.name);
 	return 0;
 }
 
@@ -1091,6 +1110,9 @@ static int send_runcfg(struct run *r)
 		.words = r->words, .words_len = strlen(r->words),
 		.clock_sec = (uint64_t)now.tv_sec, .clock_nsec = (uint32_t)now.tv_nsec,
 		.entropy = r->entropy, .entropy_len = sizeof r->entropy,
+		.env = r->env, .env_len = r->env_len,
+		.ca = r->o.ca_pem, .ca_len = r->o.ca_pem ? strlen(r->o.ca_pem) : 0,
+		.hostname = r->sb.name, .hostname_len = strlen(r->sb.name),
 	};
 	size_t n;
 	int rc = runcfg_encode(&c, msg, sizeof msg, &n);
@@ -1253,6 +1275,7 @@ static void run_cleanup(struct run *r)
 	if (r->claimed)
 		sandbox_release(&r->sb);
 	free(r->initrd);
+	free(r->env);
 	free(r->kimg);
 	tlsconf_free(&r->tls);
 	config_free(&r->cfg);

@@ -32,7 +32,8 @@
 # KBOX_IMAGE_DIR (the store L1 takes the toolchain image from, instead of
 # root's default one), KBOX_HWKVM_TIMEOUT (s, whole run, 3600), KBOX_HWKVM_STALE (s of silence,
 # heartbeat included, after which L1 counts as frozen: 240),
-# KBOX_HWKVM_ATTEMPTS (L1 boots, the suites left after a freeze run again in
+# KBOX_HWKVM_ATTEMPTS (L1 boots, the suites left after a freeze run again,
+# in one lane, in
 # a fresh one: 3), KBOX_HWKVM_SUITE_TIMEOUT (s per
 # suite, 900), KBOX_HWKVM_CMD (what the suite cmd runs), KBOX_HWKVM_LOG (file for L1's whole console; default in
 # BUILD_DIR/hwkvm/console.log), KBOX_TIMEOUT_MULT (stretches the harnesses'
@@ -316,6 +317,13 @@ while :; do
 	if [ $r -ge 2 ] && [ "$n" -lt "$attempts" ] && [ -n "$left" ] && [ "$(date +%s)" -lt "$deadline" ]; then
 		echo "hwkvm: L1 $( [ $r = 2 ] && echo froze || echo panicked ) during $(echo $left | cut -d' ' -f1) (attempt $n of $attempts); the suites left run again in a fresh L1:$left"
 		todo=$left
+		# A frozen L1 was, each time it was looked at, a loaded one (two
+		# lanes of heavy suites on its one emulated vCPU): the retry
+		# runs one suite at a time.
+		if [ $r = 2 ] && [ "$jobs" = 2 ]; then
+			jobs=1
+			echo "hwkvm: the retry runs in one lane"
+		fi
 		continue
 	fi
 	echo "hwkvm: L1 ended without a result (QEMU exit $qrc, ${secs}s); the console's last lines:" >&2

@@ -102,6 +102,12 @@ struct frame_pkt {
 	size_t data_len;
 };
 
+/* The length of p's addresses in src and dst: 16 for IPv6, else 4. */
+static inline size_t frame_addr_len(const struct frame_pkt *p)
+{
+	return p->ipv == 6 ? 16 : 4;
+}
+
 /* Parse frame f of len bytes into *p.  Returns 0 for an ARP packet
  * (Ethernet/IPv4, 28 bytes), an unfragmented IPv4 packet carrying TCP,
  * UDP or ICMP, or an IPv6 packet without extension headers carrying TCP,

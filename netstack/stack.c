@@ -159,6 +159,14 @@ void stack_send_rst(struct stack *s, const struct frame_pkt *seg)
 
 /* ---- lwIP's side of the link ---- */
 
+/* The Ethernet header of s->tx: from the gateway to the guest, type. */
+static void eth_to_guest(struct stack *s, uint16_t type)
+{
+	memcpy(s->tx, s->guest_mac, 6);
+	memcpy(s->tx + 6, gw_mac, 6);
+	frame_put16(s->tx + 12, type);
+}
+
 static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *dst)
 {
 	struct stack *s = netif->state;
@@ -176,10 +184,7 @@ static err_t netif_out4(struct netif *netif, struct pbuf *p, const ip4_addr_t *d
 			stack_send_frame(s, n);
 		return ERR_OK;
 	}
-	memcpy(s->tx, s->guest_mac, 6);
-	memcpy(s->tx + 6, gw_mac, 6);
-	s->tx[12] = FRAME_ETH_IPV4 >> 8;
-	s->tx[13] = FRAME_ETH_IPV4 & 0xff;
+	eth_to_guest(s, FRAME_ETH_IPV4);
 	if (pbuf_copy_partial(p, s->tx + FRAME_ETH_HLEN, p->tot_len, 0) != p->tot_len)
 		return ERR_OK;
 	/* With the merger lwIP computes no TCP checksum (stack_create): the
@@ -203,10 +208,7 @@ static err_t netif_out6(struct netif *netif, struct pbuf *p, const ip6_addr_t *d
 		return ERR_OK;
 	if (pbuf_copy_partial(p, ip, p->tot_len, 0) != p->tot_len || ip[6] != FRAME_IP_TCP)
 		return ERR_OK;
-	memcpy(s->tx, s->guest_mac, 6);
-	memcpy(s->tx + 6, gw_mac, 6);
-	s->tx[12] = FRAME_ETH_IPV6 >> 8;
-	s->tx[13] = FRAME_ETH_IPV6 & 0xff;
+	eth_to_guest(s, FRAME_ETH_IPV6);
 	/* With the merger lwIP left the checksum out (stack_create), and the
 	 * merger takes IPv4 only: complete it here. */
 	if (s->gso)
@@ -280,7 +282,7 @@ static void refuse_udp(struct stack *s, const struct frame_pkt *p)
 		s->udp_unlogged++;
 		return;
 	}
-	memcpy(dst.b, p->dst, p->ipv == 6 ? 16 : 4);
+	memcpy(dst.b, p->dst, frame_addr_len(p));
 	e.time_ms = stack_wall_ms();
 	e.suppressed = s->udp_unlogged;
 	audit_write(s->cfg.audit, &e);

@@ -1099,7 +1099,7 @@ static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 	struct flow *f;
 	int r;
 
-	memcpy(dst.b, p->dst, p->ipv == 6 ? 16 : 4);
+	memcpy(dst.b, p->dst, frame_addr_len(p));
 	decide(s, &dst, p->dport, &dial, &name, &d);
 	/* SYN|FIN opens nothing a real client wants; lwIP would answer it
 	 * with a SYN-ACK, so it is refused here whatever the destination,
@@ -1145,8 +1145,8 @@ static void tcp_new_conn(struct stack *s, const struct frame_pkt *p)
 	f->syn_pkt = *p;
 	f->syn_pkt.ip = NULL;
 	f->syn_pkt.data = NULL;
-	memcpy(f->ft.key.gip, p->src, p->ipv == 6 ? 16 : 4);
-	memcpy(f->ft.key.dip, p->dst, p->ipv == 6 ? 16 : 4);
+	memcpy(f->ft.key.gip, p->src, frame_addr_len(p));
+	memcpy(f->ft.key.dip, p->dst, frame_addr_len(p));
 	f->ft.key.gport = p->sport;
 	f->ft.key.dport = p->dport;
 	if (flowtab_insert(&s->ft, &f->ft) < 0) {
@@ -1209,8 +1209,8 @@ void stack_tcp_input(struct stack *s, const struct frame_pkt *p)
 	struct flow *f;
 
 	memset(&k, 0, sizeof k);
-	memcpy(k.gip, p->src, p->ipv == 6 ? 16 : 4);
-	memcpy(k.dip, p->dst, p->ipv == 6 ? 16 : 4);
+	memcpy(k.gip, p->src, frame_addr_len(p));
+	memcpy(k.dip, p->dst, frame_addr_len(p));
 	k.gport = p->sport;
 	k.dport = p->dport;
 	e = flowtab_find(&s->ft, &k);

@@ -274,27 +274,19 @@ START_TEST(neighbor_discovery)
 	 * option of length 0 or past the end: malformed. */
 	n = ns6(f, wip6, 1, 64);
 	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
-	n = ns6(f, wip6, 1, 255);
-	c[8] = 0xff;
-	fix_sum6(f);
-	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
-	n = ns6(f, wip6, 1, 255);
-	c[1] = 1;
-	fix_sum6(f);
-	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
-	n = ns6(f, wip6, 1, 255);
-	c[25] = 0;
-	fix_sum6(f);
-	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
-	n = ns6(f, wip6, 1, 255);
-	c[25] = 2;
-	fix_sum6(f);
-	ck_assert_int_eq(frame_parse(f, n, &p), -EPROTO);
-	/* An unknown option is skipped. */
-	n = ns6(f, wip6, 1, 255);
-	c[24] = 14;
-	fix_sum6(f);
-	ck_assert_int_eq(frame_parse(f, n, &p), 0);
+#define NS_WITH(at, v, want)                                    \
+	do {                                                    \
+		n = ns6(f, wip6, 1, 255);                       \
+		c[at] = (v);                                    \
+		fix_sum6(f);                                    \
+		ck_assert_int_eq(frame_parse(f, n, &p), want);  \
+	} while (0)
+	NS_WITH(8, 0xff, -EPROTO); /* multicast target */
+	NS_WITH(1, 1, -EPROTO);    /* code */
+	NS_WITH(25, 0, -EPROTO);   /* option of length 0 */
+	NS_WITH(25, 2, -EPROTO);   /* option past the end */
+	NS_WITH(24, 14, 0);        /* an unknown option is skipped */
+#undef NS_WITH
 	ck_assert_uint_eq(p.nd_has_sll, 0);
 }
 END_TEST

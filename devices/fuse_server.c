@@ -1239,6 +1239,14 @@ bool fuse_server_destroyed(const struct fuse_server *s)
 	return __atomic_load_n(&s->destroyed, __ATOMIC_ACQUIRE);
 }
 
+bool fuse_server_in_session(struct fuse_server *s)
+{
+	pthread_rwlock_rdlock(&s->gate);
+	bool in = s->inited;
+	pthread_rwlock_unlock(&s->gate);
+	return in;
+}
+
 void fuse_server_reset(struct fuse_server *s)
 {
 	pthread_rwlock_wrlock(&s->gate);

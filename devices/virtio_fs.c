@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <linux/fuse.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { Q_HIPRIO, Q_REQUEST };
@@ -113,10 +114,23 @@ static void fs_reset(struct virtqueue_dev *d)
 	fuse_server_reset(to_fs(d)->srv);
 }
 
+/* A template is made before guest-init mounts anything: a FUSE session
+ * is this run's (its node table names this run's host files). */
+static int fs_quiet(struct virtqueue_dev *d, char *err, size_t errlen)
+{
+	struct virtio_fs *f = to_fs(d);
+	if (fuse_server_in_session(f->srv)) {
+		snprintf(err, errlen, "virtio-fs %s: the guest has mounted it", f->tag);
+		return -EBUSY;
+	}
+	return 0;
+}
+
 static const struct virtqueue_dev_ops fs_ops = {
 	.config_read = fs_config_read,
 	.notify = fs_notify,
 	.reset = fs_reset,
+	.quiet = fs_quiet,
 };
 
 int virtio_fs_init(struct virtio_fs *f, struct fuse_server *srv, const char *tag)

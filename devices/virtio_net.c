@@ -3,6 +3,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -301,16 +302,41 @@ static int net_notify(struct virtqueue_dev *d, unsigned q)
 	return err;
 }
 
-static void net_activate(struct virtqueue_dev *d)
+/* What the frames for the guest may be, from the features it took. */
+static void net_take_features(struct virtio_net *v)
 {
-	struct virtio_net *v = to_net(d);
-
 	pthread_mutex_lock(&v->rxq_lock);
 	v->rx_tso = negotiated(v, VIRTIO_NET_F_GUEST_TSO4) && negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
 	v->rx_mtu = negotiated(v, VIRTIO_NET_F_MTU);
 	v->rx_csum = negotiated(v, VIRTIO_NET_F_GUEST_CSUM);
 	pthread_mutex_unlock(&v->rxq_lock);
+}
+
+static void net_activate(struct virtqueue_dev *d)
+{
+	struct virtio_net *v = to_net(d);
+	net_take_features(v);
 	virtio_net_rx_flush(v);
+}
+
+/* Frames waiting for the guest belong to this run's flows. */
+static int net_quiet(struct virtqueue_dev *d, char *err, size_t errlen)
+{
+	struct virtio_net *v = to_net(d);
+	pthread_mutex_lock(&v->rxq_lock);
+	unsigned n = v->rxq_n;
+	pthread_mutex_unlock(&v->rxq_lock);
+	if (n) {
+		snprintf(err, errlen, "virtio-net: %u frame(s) wait for the guest", n);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static void net_restored(struct virtqueue_dev *d)
+{
+	if (d->live)
+		net_take_features(to_net(d));
 }
 
 /* Frames queued for a driver that reset are stale for the next one, and
@@ -348,6 +374,8 @@ static const struct virtqueue_dev_ops net_ops = {
 	.notify = net_notify,
 	.activate = net_activate,
 	.reset = net_reset,
+	.quiet = net_quiet,
+	.restored = net_restored,
 };
 
 int virtio_net_init(struct virtio_net *v, const uint8_t mac[6], const struct net_backend *be)

@@ -2,6 +2,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -539,10 +540,27 @@ static void vs_reset(struct virtqueue_dev *d)
 	drop_all(to_vsock(d));
 }
 
+/* A template holds no connection: the guest's side of one would be in
+ * its RAM with nobody on the host's. */
+static int vs_quiet(struct virtqueue_dev *d, char *err, size_t errlen)
+{
+	struct virtio_vsock *v = to_vsock(d);
+	unsigned open = 0;
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		open += v->conns[i].state != VIRTIO_VSOCK_FREE;
+	if (open || v->nr_rst) {
+		snprintf(err, errlen, "vsock: %u connection(s) open, %u reset(s) to send", open,
+			 v->nr_rst);
+		return -EBUSY;
+	}
+	return 0;
+}
+
 static const struct virtqueue_dev_ops virtio_vsock_ops = {
 	.config_read = vs_config_read,
 	.notify = vs_notify,
 	.reset = vs_reset,
+	.quiet = vs_quiet,
 };
 
 int virtio_vsock_init(struct virtio_vsock *v, uint64_t guest_cid, const struct virtio_vsock_backend *backend,

@@ -7,6 +7,7 @@
 #define KBOX_VIRTQUEUE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lib/guest_mem.h"
@@ -121,6 +122,14 @@ struct virtqueue_dev_ops {
 	/* The driver reset the device: drop all device state.  Queues are
 	 * reset by the transport afterwards. */
 	void (*reset)(struct virtqueue_dev *d);
+	/* Snapshots (docs/snapshots.md); either may be NULL.  quiet: 0 when
+	 * the device holds nothing beyond its transport's state that a VM
+	 * started from the snapshot could not go on from (no connection,
+	 * session or frame in flight), else -EBUSY with a line in err.
+	 * restored: the transport's state was loaded into a fresh device
+	 * (the driver may be live); derive from it what activate would. */
+	int (*quiet)(struct virtqueue_dev *d, char *err, size_t errlen);
+	void (*restored)(struct virtqueue_dev *d);
 };
 
 /* Embedded in each device model; the device fills the first block, the

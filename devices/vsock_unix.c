@@ -148,6 +148,13 @@ static int cb_connect_request(void *ctx, struct virtio_vsock_conn *c, uint32_t p
 	char path[sizeof u->path + 16];
 	struct sockaddr_un sa;
 
+	if (u->notice_fd >= 0 && port == u->notice_port) {
+		uint64_t one = 1;
+		ssize_t w = write(u->notice_fd, &one, sizeof one);
+		(void)w; /* an eventfd counter does not overflow at this rate */
+		return -ECONNREFUSED;
+	}
+
 	snprintf(path, sizeof path, "%s_%u", u->path, port);
 	if (unix_addr(&sa, path) < 0)
 		return -ENAMETOOLONG;
@@ -236,6 +243,12 @@ static const struct virtio_vsock_backend unix_backend = {
 	.closed = cb_closed,
 };
 
+void vsock_unix_notice(struct vsock_unix *u, uint32_t port, int notice_fd)
+{
+	u->notice_port = port;
+	u->notice_fd = notice_fd;
+}
+
 static int bind_control(struct vsock_unix *u)
 {
 	struct sockaddr_un sa;
@@ -274,6 +287,7 @@ int vsock_unix_init(struct vsock_unix *u, struct virtio_vsock *vs, const char *p
 {
 	memset(u, 0, sizeof *u);
 	u->listen_fd = -1;
+	u->notice_fd = -1;
 	for (unsigned i = 0; i < VU_MAX; i++)
 		u->e[i].fd = -1;
 	if (strlen(path) >= sizeof u->path)

@@ -40,6 +40,10 @@ struct vsock_unix {
 	char path[100];
 	int listen_fd;           /* -1 if there is no control socket */
 	struct vu_entry e[VU_MAX];
+	/* vsock_unix_notice: a guest request for this host port is refused
+	 * and counted on notice_fd (an eventfd) instead; -1: none. */
+	int notice_fd;
+	uint32_t notice_port;
 };
 
 /* Become the backend of vs (sets vs->backend and backend_ctx; call after
@@ -48,6 +52,13 @@ struct vsock_unix {
  * by a dead process is replaced, a live one gives -EADDRINUSE).  Returns 0
  * or a negative errno. */
 int vsock_unix_init(struct vsock_unix *u, struct virtio_vsock *vs, const char *path, bool listen);
+
+/* From now on a guest's connection request to host port port is not
+ * passed on: it is refused (a reset, no connection is made) and 1 is
+ * added to the eventfd notice_fd, which stays the caller's.  notice_fd
+ * -1 turns it off.  Used as a one-way signal from guest-init ("ready")
+ * that leaves no connection behind. */
+void vsock_unix_notice(struct vsock_unix *u, uint32_t port, int notice_fd);
 
 /* Take ownership of a connected stream fd that will speak the CONNECT
  * protocol (e.g. handed over by the VMM's own control socket).  Returns 0

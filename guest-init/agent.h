@@ -13,6 +13,10 @@
  * for good; the caller then leaves with _exit. */
 int agent_serve(unsigned port);
 
+/* Ask for a connection to cid:port and close it at once, whatever the
+ * answer: a signal to the host that carries nothing else. */
+void agent_vsock_knock(unsigned cid, unsigned port);
+
 /* A vsock stream socket listening on port (any CID) with backlog: its fd,
  * or a negative errno. */
 int agent_vsock_listen(unsigned port, int backlog);

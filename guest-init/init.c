@@ -185,6 +185,9 @@ static char *wait_runcfg(void)
 	int lfd = agent_vsock_listen(RUNCFG_VSOCK_PORT, 1);
 	if (lfd < 0)
 		die("listen for the run configuration: %s", strerror(-lfd));
+	/* Say "waiting" to the host: kbox refuses the request, so no
+	 * connection is left behind for a template to hold. */
+	agent_vsock_knock(2, RUNCFG_READY_PORT);
 	for (;;) {
 		int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (cfd < 0) {
@@ -295,6 +298,19 @@ static void mount_shares(char *list)
  * <linux/ext4.h>'s EXT4_IOC_RESIZE_FS. */
 #define KBOX_BLKGETSIZE64 _IOR(0x12, 114, size_t)
 #define KBOX_EXT4_IOC_RESIZE_FS _IOW('f', 16, uint64_t)
+#define KBOX_BLKFLSBUF _IO(0x12, 97)
+
+/* Forget what the kernel cached of dev's blocks.  A guest started from a
+ * template read the first blocks of whatever disk the template's boot
+ * had (the partition scan); this run's disk is another. */
+static void drop_cached_blocks(const char *dev)
+{
+	int fd = open(dev, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, KBOX_BLKFLSBUF, 0) < 0)
+		say("drop the cached blocks of %s: %s", dev, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
 
 /* The /dev/vdX whose virtio-blk serial is name (kbox gives each volume
  * its name as serial; the order of the devices means nothing), into dev. */
@@ -382,6 +398,7 @@ static int mount_disks(char *list, const char **rw, unsigned *nrw)
 		if (find_disk(e, dev, sizeof dev) < 0)
 			die("no disk with the serial %s", e);
 		make_dirs(path);
+		drop_cached_blocks(dev);
 		if (mount(dev, path, "ext4", fl, opts) < 0)
 			die("mount the disk %s (%s) on %s: %s", e, dev, path, strerror(errno));
 		if (flag && strcmp(flag, "grow") == 0 && !(fl & MS_RDONLY))

@@ -21,6 +21,10 @@
 /* The guest vsock port guest-init listens on until it has its
  * configuration (the exec agent's is 1024). */
 #define RUNCFG_VSOCK_PORT 1025u
+/* Host port guest-init asks for once it listens on RUNCFG_VSOCK_PORT: kbox
+ * refuses it (nothing is connected) and learns that the guest waits, the
+ * point where a template is saved (docs/snapshots.md). */
+#define RUNCFG_READY_PORT 1025u
 
 /* The header: magic "KBRC", version (16 bits), the records' length (32
  * bits), little-endian.  Records: type (16 bits), length (32 bits),

@@ -1,5 +1,8 @@
 #include "vmm/core/serial.h"
 
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 enum {
@@ -191,4 +194,61 @@ unsigned serial_rx_pending(struct serial *s)
 	unsigned n = s->rx_len;
 	pthread_mutex_unlock(&s->lock);
 	return n;
+}
+
+#define SERIAL_STATE_VERSION 1u
+
+int serial_state_save(struct serial *s, struct statebuf_writer *w, char *err, size_t errlen)
+{
+	uint8_t b[SERIAL_STATE_LEN] = { 0 };
+	pthread_mutex_lock(&s->lock);
+	unsigned waiting = s->rx_len;
+	b[0] = SERIAL_STATE_VERSION;
+	b[1] = s->ier;
+	b[2] = s->lcr;
+	b[3] = s->mcr;
+	b[4] = s->scr;
+	b[5] = s->dll;
+	b[6] = s->dlm;
+	b[7] = s->fcr;
+	b[8] = (uint8_t)(s->thre_pending != 0);
+	pthread_mutex_unlock(&s->lock);
+	if (waiting) {
+		snprintf(err, errlen, "serial port: %u received byte(s) not read yet", waiting);
+		return -EBUSY;
+	}
+	statebuf_put(w, b, sizeof b);
+	return w->err;
+}
+
+int serial_state_load(struct serial *s, const uint8_t *blob, size_t len, char *err, size_t errlen)
+{
+	if (len != SERIAL_STATE_LEN || blob[0] != SERIAL_STATE_VERSION) {
+		snprintf(err, errlen, "serial port: state of %zu bytes, version %u (expected %u, %u)",
+			 len, len ? blob[0] : 0, SERIAL_STATE_LEN, SERIAL_STATE_VERSION);
+		return -EINVAL;
+	}
+	bool pad = false;
+	for (unsigned i = 9; i < SERIAL_STATE_LEN; i++)
+		pad |= blob[i] != 0;
+	if ((blob[1] & ~0x0fu) || (blob[3] & ~(unsigned)MCR_MASK) || (blob[7] & ~0xc9u) ||
+	    blob[8] > 1 || pad) {
+		snprintf(err, errlen, "serial port: a register holds bits a guest cannot set");
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->ier = blob[1];
+	s->lcr = blob[2];
+	s->mcr = blob[3];
+	s->scr = blob[4];
+	s->dll = blob[5];
+	s->dlm = blob[6];
+	s->fcr = blob[7];
+	s->thre_pending = blob[8];
+	s->rx_len = s->rx_head = 0;
+	/* The line's level is in the interrupt controller's restored state;
+	 * only the UART's own idea of it is set here. */
+	s->irq_level = iir_source(s) != IIR_NONE;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "devices/irq_sink.h"
+#include "lib/statebuf.h"
 
 #define SERIAL_FIFO 16
 
@@ -47,5 +48,16 @@ size_t serial_feed(struct serial *s, const uint8_t *b, size_t n);
 
 /* Bytes of receive FIFO the guest has not read yet. */
 unsigned serial_rx_pending(struct serial *s);
+
+/* The UART's registers for a snapshot (docs/snapshots.md): 16 bytes, the
+ * receive FIFO excluded (host input, which a template never has; a save
+ * with bytes waiting there is refused with -EBUSY).  serial_state_load
+ * checks the exact length, a version byte and that no bit is set that a
+ * guest could not have set (the register masks serial_out applies), then
+ * takes the registers and the interrupt line's level from them.  0 or a
+ * negative errno with a line in err. */
+#define SERIAL_STATE_LEN 16u
+int serial_state_save(struct serial *s, struct statebuf_writer *w, char *err, size_t errlen);
+int serial_state_load(struct serial *s, const uint8_t *blob, size_t len, char *err, size_t errlen);
 
 #endif

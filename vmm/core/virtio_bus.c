@@ -8,8 +8,10 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "devices/virtio_mmio_state.h"
 #include "lib/errbuf.h"
 #include "vmm/core/boot.h"
+#include "vmm/core/snapshot.h"
 
 int virtio_bus_init(struct virtio_bus *b, struct vm *vm)
 {
@@ -185,4 +187,78 @@ void virtio_bus_destroy(struct virtio_bus *b)
 	if (b->stop_fd >= 0)
 		close(b->stop_fd);
 	pthread_mutex_destroy(&b->lock);
+}
+
+static const char *slot_kind(const struct virtio_bus_slot *sl)
+{
+	switch (sl->t.dev->device_id) {
+	case 1: return "net";
+	case 2: return "blk";
+	case 19: return "vsock";
+	case 26: return "fs";
+	default: return "dev";
+	}
+}
+
+static int slot_save(void *ctx, struct statebuf_writer *w, char *err, size_t errlen)
+{
+	struct virtio_bus_slot *sl = ctx;
+	struct virtqueue_dev *d = sl->t.dev;
+	pthread_mutex_lock(&sl->bus->lock);
+	int rc = d->ops->quiet ? d->ops->quiet(d, err, errlen) : 0;
+	if (!rc && (rc = virtio_mmio_state_save(&sl->t, w)) < 0)
+		snprintf(err, errlen, "%s: cannot save its state: %s", slot_kind(sl), strerror(-rc));
+	pthread_mutex_unlock(&sl->bus->lock);
+	return rc;
+}
+
+static int slot_load(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen)
+{
+	struct virtio_bus_slot *sl = ctx;
+	struct virtqueue_dev *d = sl->t.dev;
+	char why[256];
+	pthread_mutex_lock(&sl->bus->lock);
+	int rc = virtio_mmio_state_load(&sl->t, blob, len, why, sizeof why);
+	if (rc < 0)
+		snprintf(err, errlen, "%s: %s", slot_kind(sl), why);
+	else if (d->ops->restored)
+		d->ops->restored(d);
+	pthread_mutex_unlock(&sl->bus->lock);
+	return rc;
+}
+
+unsigned virtio_bus_snapshot_devs(struct virtio_bus *b, struct snapshot_dev *out, unsigned max)
+{
+	for (unsigned s = 0; s < b->n && s < max; s++)
+		out[s] = (struct snapshot_dev){ slot_kind(&b->slot[s]), s, &b->slot[s], slot_save,
+						slot_load };
+	return b->n;
+}
+
+int virtio_bus_describe(struct virtio_bus *b, char *buf, size_t len)
+{
+	size_t used = 0;
+	for (unsigned s = 0; s < b->n; s++) {
+		struct virtqueue_dev *d = b->slot[s].t.dev;
+		uint8_t cfg[256] = { 0 };
+		uint32_t cl = d->config_size < sizeof cfg ? d->config_size : sizeof cfg;
+		if (d->ops->config_read && cl)
+			d->ops->config_read(d, 0, cfg, cl);
+		int n = snprintf(buf + used, len - used, "slot %u %s id %u queues %u features %llx config ",
+				 s, slot_kind(&b->slot[s]), d->device_id, d->nr_queues,
+				 (unsigned long long)d->features);
+		if (n < 0 || (size_t)n >= len - used)
+			return -ENOSPC;
+		used += (size_t)n;
+		for (uint32_t i = 0; i < cl; i++) {
+			if (len - used < 4)
+				return -ENOSPC;
+			used += (size_t)snprintf(buf + used, len - used, "%02x", cfg[i]);
+		}
+		if (len - used < 2)
+			return -ENOSPC;
+		buf[used++] = '\n';
+		buf[used] = '\0';
+	}
+	return (int)used;
 }

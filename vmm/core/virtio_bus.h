@@ -77,4 +77,22 @@ void virtio_bus_stop(struct virtio_bus *b);
  * and this returns, nothing calls into them, so they may be destroyed. */
 void virtio_bus_destroy(struct virtio_bus *b);
 
+struct snapshot_dev;
+
+/* The devices on the bus as snapshot devices (vmm/core/snapshot.h), slot
+ * i as slot i, named by kind ("vsock", "net", "fs", "blk"): save checks
+ * that the device is quiet (its own check, e.g. no vsock connection, no
+ * FUSE session) and writes its transport's state (virtio_mmio_state);
+ * load checks and takes that state and lets the device derive the rest.
+ * The ioeventfds and irqfd need nothing: virtio_bus_add wired them to
+ * this VM.  Fills at most max, returns the bus's device count (more than
+ * max: out was too small). */
+unsigned virtio_bus_snapshot_devs(struct virtio_bus *b, struct snapshot_dev *out, unsigned max);
+
+/* What a guest booted with this bus sees of its devices, one line per
+ * slot (kind, offered features, config space in hex), for a template's
+ * key: two buses with the same text look alike to a driver.  Returns
+ * the length, or -ENOSPC when buf is too small. */
+int virtio_bus_describe(struct virtio_bus *b, char *buf, size_t len);
+
 #endif

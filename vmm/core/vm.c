@@ -578,6 +578,15 @@ enum vm_end vm_run(struct vm *vm)
 	return (enum vm_end)atomic_load(&vm->end);
 }
 
+void vm_rearm(struct vm *vm)
+{
+	for (unsigned i = 0; i < vm->ncpus; i++)
+		if (vm->cpu[i].run)
+			__atomic_store_n(&vm->cpu[i].run->immediate_exit, 0, __ATOMIC_SEQ_CST);
+	atomic_store(&vm->end, VM_END_NONE);
+	vm->error[0] = '\0';
+}
+
 void vm_destroy(struct vm *vm)
 {
 	for (unsigned i = 0; i < VM_MAX_CPUS; i++) {

@@ -94,6 +94,11 @@ enum vm_end vm_run(struct vm *vm);
  * of KVM_RUN. */
 void vm_stop(struct vm *vm, enum vm_end why);
 
+/* Make a VM that vm_stop ended runnable again (vm_run may be called
+ * anew): the end reason cleared, every vCPU's immediate_exit too.  Only
+ * while no vCPU thread runs. */
+void vm_rearm(struct vm *vm);
+
 /* Unmap RAM and every vCPU's run area and close the vCPU, VM and
  * /dev/kvm fds.  Safe after a vm_create that failed; the vCPU threads
  * must have ended (vm_run has returned, or never ran). */

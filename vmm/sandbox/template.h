@@ -1,0 +1,47 @@
+/* Template snapshots (issue 19, docs/snapshots.md): where kbox keeps them
+ * and what names one.  A template is a VM saved where guest-init waits
+ * for its run configuration; every input that shapes the guest up to
+ * that point goes into its key, so two runs with the same key may start
+ * from the same file. */
+#ifndef KBOX_VMM_SANDBOX_TEMPLATE_H
+#define KBOX_VMM_SANDBOX_TEMPLATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vmm/core/snapshot_file.h"
+
+/* File names: TEMPLATE_PREFIX, 64 hex digits of the key, TEMPLATE_SUFFIX. */
+#define TEMPLATE_PREFIX "t-"
+#define TEMPLATE_SUFFIX ".snap"
+#define TEMPLATE_NAME_LEN (sizeof TEMPLATE_PREFIX - 1 + 2 * SNAPSHOT_FILE_KEY_LEN + sizeof TEMPLATE_SUFFIX - 1)
+
+/* Everything a template depends on. */
+struct template_inputs {
+	const char *kernel, *initrd; /* files, identified by stat (device, inode, size, times) */
+	unsigned cpus;
+	uint64_t memory_mib;
+	unsigned tsc_khz;
+	bool pvm;
+	const char *cmdline; /* the kernel command line as written to boot_params */
+	const char *devices; /* virtio_bus_describe's text */
+};
+
+/* The templates' folder into buf: $KBOX_TEMPLATE_DIR if absolute, else
+ * $XDG_CACHE_HOME/kbox/templates if that is absolute, else
+ * $HOME/.cache/kbox/templates.  With create, the folder is made (mode
+ * 0700) when missing.  0, or a negative errno with a line in err. */
+int template_dir(char *buf, size_t len, bool create, char *err, size_t errlen);
+
+/* The key of in (a SHA-256 over a text naming kbox's own binary by stat,
+ * then each input) and the file name for it (TEMPLATE_NAME_LEN + 1 bytes).
+ * 0, or a negative errno with a line in err (a file cannot be stat'ed). */
+int template_key(const struct template_inputs *in, uint8_t key[SNAPSHOT_FILE_KEY_LEN],
+		 char name[TEMPLATE_NAME_LEN + 1], char *err, size_t errlen);
+
+/* 1 if name is a template's file name (TEMPLATE_PREFIX, 64 lower-case hex
+ * digits, TEMPLATE_SUFFIX), else 0. */
+int template_name_ok(const char *name);
+
+#endif

@@ -7,8 +7,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -28,6 +31,7 @@
 #include "vmm/core/mptable.h"
 #include "vmm/core/paths.h"
 #include "vmm/core/serial.h"
+#include "vmm/core/snapshot.h"
 #include "vmm/core/virtio_bus.h"
 #include "vmm/core/vm.h"
 #include "vmm/image/image.h"
@@ -40,6 +44,7 @@
 #include "vmm/sandbox/mounts.h"
 #include "vmm/sandbox/netdev.h"
 #include "vmm/sandbox/sandbox.h"
+#include "vmm/sandbox/template.h"
 #include "vmm/sandbox/tlsconf.h"
 #include "vmm/sandbox/vsockdev.h"
 
@@ -70,7 +75,7 @@ struct run_opts {
 	unsigned cpus;
 	uint64_t memory_mib;
 	const char *kernel, *initrd, *conf, *klog_path, *append, *name, *workdir, *image;
-	int verbose, detach, tty, no_lockdown;
+	int verbose, detach, tty, no_lockdown, cold;
 	char **argv;
 	const char *env[MAX_ENV];
 	unsigned nenv;
@@ -164,6 +169,9 @@ void run_usage(FILE *f)
 		"      --tls-extra-ca FILE\n"
 		"                        PEM CA certificates trusted for upstream servers\n"
 		"                        besides the host's bundle\n"
+		"      --cold            boot the kernel instead of starting from a template\n"
+		"                        (a snapshot of a booted guest, made by the first\n"
+		"                        run of each layout; 'kbox snapshot ls')\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
 		"  -h, --help            this help\n"
@@ -243,7 +251,7 @@ static int project_mount(struct run_opts *o)
 enum { OPT_NETWORK = 0x100, OPT_ALLOW, OPT_DENY, OPT_AUDIT_LOG, OPT_IMAGE, OPT_NO_PROJECT };
 
 /* The network options beyond the ones above. */
-enum { OPT_ADD_HOST = 0x200, OPT_LEARN, OPT_DNS };
+enum { OPT_ADD_HOST = 0x200, OPT_LEARN, OPT_DNS, OPT_COLD };
 
 /* Secrets and TLS interception. */
 enum { OPT_SECRET_CONF = 0x300, OPT_TLS_INTERCEPT, OPT_TLS_BYPASS, OPT_TLS_EXTRA_CA };
@@ -298,6 +306,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		{ "dns", required_argument, NULL, OPT_DNS },
 		{ "image", required_argument, NULL, OPT_IMAGE },
 		{ "no-project", no_argument, NULL, OPT_NO_PROJECT },
+		{ "cold", no_argument, NULL, OPT_COLD },
 		{ "secret-conf", required_argument, NULL, OPT_SECRET_CONF },
 		{ "tls-intercept", required_argument, NULL, OPT_TLS_INTERCEPT },
 		{ "tls-bypass", required_argument, NULL, OPT_TLS_BYPASS },
@@ -385,6 +394,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, struct kbox_con
 		}
 		case OPT_IMAGE: o->image = optarg; break;
 		case OPT_NO_PROJECT: no_project = 1; break;
+		case OPT_COLD: o->cold = 1; break;
 		case OPT_SECRET_CONF: o->secret_conf = optarg; break;
 		case OPT_TLS_EXTRA_CA: o->tls->extra_ca = optarg; break;
 		case OPT_TLS_INTERCEPT:
@@ -622,6 +632,7 @@ struct session {
 	struct klog kl;
 	atomic_int agent_fd;  /* the main command's connection, -1 if none */
 	atomic_int vm_done;
+	atomic_int pausing;   /* the VM is stopped to be saved, not ended */
 	enum vm_end end;
 };
 
@@ -641,6 +652,8 @@ static void *vm_thread(void *arg)
 {
 	struct session *s = arg;
 	s->end = vm_run(&s->vm);
+	if (atomic_load(&s->pausing) && s->end == VM_END_STOPPED)
+		return NULL; /* paused by the main thread, which resumes it */
 	atomic_store(&s->vm_done, 1);
 	/* Wake the main thread if it is still talking to a guest that is
 	 * gone. */
@@ -728,6 +741,14 @@ struct run {
 	char *env; /* the sandbox-wide environment, NUL-terminated entries */
 	size_t env_len;
 	pthread_t vmt;
+	/* The template (docs/snapshots.md): none, one to make from this
+	 * boot, or one to start from. */
+	enum { TPL_OFF, TPL_MAKE, TPL_USE } tpl;
+	char tpl_dir[PATH_MAX];
+	char tpl_name[TEMPLATE_NAME_LEN + 1];
+	uint8_t tpl_key[SNAPSHOT_FILE_KEY_LEN];
+	int ready_efd;  /* TPL_MAKE: counts guest-init's "waiting" knock */
+	bool retry_cold; /* the template failed to load: run again, cold */
 };
 
 static void run_init(struct run *r)
@@ -742,6 +763,7 @@ static void run_init(struct run *r)
 	r->o.tls = &r->tls;
 	r->ready_fd = -1;
 	r->klog_fd = -1;
+	r->ready_efd = -1;
 }
 
 /* The options, the config and what TLS interception loads, then what the
@@ -912,11 +934,6 @@ static int redirect_output(struct run *r)
 static int load_boot_files(struct run *r)
 {
 	struct run_opts *o = &r->o;
-	char err[512];
-	if (read_image(o->kernel, &r->kimg, &r->klen, err, sizeof err) < 0)
-		return cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
-	if (read_image(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
-		return cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
 	size_t total = 0;
 	for (unsigned i = 0; i < o->nsenv; i++)
 		total += strlen(o->senv[i]) + 1;
@@ -940,8 +957,28 @@ static int load_boot_files(struct run *r)
 	return 0;
 }
 
-/* The VM with the kernel, the initramfs and the MP table in its RAM, and
- * the start of the kernel command line. */
+/* The kernel, the initramfs and the MP table in the VM's RAM (a cold
+ * boot). */
+static int place_kernel(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	struct vm *vm = &r->s.vm;
+	char err[512];
+	if (read_image(o->kernel, &r->kimg, &r->klen, err, sizeof err) < 0)
+		return cli_die("%s (build it with 'make kernel', or pass --kernel PATH)", err);
+	if (read_image(o->initrd, &r->initrd, &r->ilen, err, sizeof err) < 0)
+		return cli_die("%s (build it with 'make', or pass --initrd PATH)", err);
+	if (boot_load_kernel(&vm->mem, r->kimg, r->klen, &r->k, err, sizeof err) < 0)
+		return cli_die("%s: %s", o->kernel, err);
+	if (boot_place_initrd(&vm->mem, &r->k, r->initrd, r->ilen, &r->initrd_addr, err,
+			      sizeof err) < 0)
+		return cli_die("%s", err);
+	if (mptable_write(&vm->mem, o->cpus) < 0)
+		return cli_die("cannot write the MP table");
+	return 0;
+}
+
+/* The VM, and the start of the kernel command line. */
 static int create_vm(struct run *r)
 {
 	struct run_opts *o = &r->o;
@@ -950,13 +987,6 @@ static int create_vm(struct run *r)
 	r->vm_made = true; /* vm_destroy undoes a vm_create that failed half-way */
 	if (vm_create(vm, o->cpus, o->memory_mib, err, sizeof err) < 0)
 		return cli_die("%s", err);
-	if (boot_load_kernel(&vm->mem, r->kimg, r->klen, &r->k, err, sizeof err) < 0)
-		return cli_die("%s: %s", o->kernel, err);
-	if (boot_place_initrd(&vm->mem, &r->k, r->initrd, r->ilen, &r->initrd_addr, err,
-			      sizeof err) < 0)
-		return cli_die("%s", err);
-	if (mptable_write(&vm->mem, o->cpus) < 0)
-		return cli_die("cannot write the MP table");
 	/* Without kvmclock (the PVM variant) the kernel would calibrate the
 	 * TSC against the PIT, which fails under emulation. */
 	char tsc[40] = "";
@@ -1002,16 +1032,22 @@ static int attach_devices(struct run *r)
 
 /* The finished kernel command line and boot_params; the images' copies
  * in kbox's memory are no longer needed. */
-static int write_boot_params(struct run *r)
+static int finish_cmdline(struct run *r)
 {
 	struct run_opts *o = &r->o;
-	char err[512];
 	if (o->append) {
 		size_t used = strlen(r->cmdline);
 		if (snprintf(r->cmdline + used, sizeof r->cmdline - used, " %s", o->append) >=
 		    (int)(sizeof r->cmdline - used))
 			return cli_die("--append is too long");
 	}
+	return 0;
+}
+
+static int write_boot_params(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	char err[512];
 	struct boot_setup bs = {
 		.low_ram = r->s.vm.low_ram, .high_ram = r->s.vm.high_ram, .cmdline = r->cmdline,
 		.initrd_addr = r->initrd_addr, .initrd_len = r->ilen,
@@ -1027,19 +1063,121 @@ static int write_boot_params(struct run *r)
 	return 0;
 }
 
-/* COM1 writing to the kernel log, and the vCPUs at the kernel's entry. */
-static int setup_console_and_cpus(struct run *r)
+/* COM1 writing to the kernel log. */
+static void setup_console(struct run *r)
 {
 	struct session *s = &r->s;
-	char err[512];
 	s->kl.fd = r->klog_fd;
 	s->kl.echo = r->o.verbose;
 	s->irq1 = (struct line_irq){ { line_irq_set }, &s->vm, COM1_IRQ };
 	serial_destroy(&s->com1);
 	serial_init(&s->com1, &s->irq1.sink, klog_write, &s->kl);
 	vm_add_pio(&s->vm, &(struct vm_pio){ COM1_BASE, 8, uart_in, uart_out, &s->com1 });
-	if (vm_setup_cpus(&s->vm, r->k.entry, err, sizeof err) < 0)
+}
+
+/* A cold boot: kernel, initramfs and boot_params in RAM, the vCPUs at
+ * the kernel's entry. */
+static int boot_cold(struct run *r)
+{
+	char err[512];
+	if (place_kernel(r) || write_boot_params(r))
+		return KBOX_EXIT_FAILURE;
+	if (vm_setup_cpus(&r->s.vm, r->k.entry, err, sizeof err) < 0)
 		return cli_die("%s", err);
+	return 0;
+}
+
+static int uart_save(void *ctx, struct statebuf_writer *w, char *err, size_t errlen)
+{
+	return serial_state_save(ctx, w, err, errlen);
+}
+
+static int uart_load(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen)
+{
+	return serial_state_load(ctx, blob, len, err, errlen);
+}
+
+/* What a template holds besides the VM: the bus's devices and COM1. */
+static unsigned template_devs(struct run *r, struct snapshot_dev *d, unsigned max)
+{
+	unsigned n = virtio_bus_snapshot_devs(&r->s.bus, d, max - 1);
+	d[n] = (struct snapshot_dev){ "uart", VIRTIO_BUS_MAX_DEVS, &r->s.com1, uart_save, uart_load };
+	return n + 1;
+}
+
+/* Whether this run starts from a template, makes one, or neither: the
+ * key of its boot layout, and the file if there is one.  Off with
+ * --cold or KBOX_TEMPLATES=off, and on PVM unless KBOX_TEMPLATES=on
+ * (a restored PVM guest's TSC has moved on by the template's age:
+ * docs/snapshots.md). */
+static void choose_template(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	const char *env = getenv("KBOX_TEMPLATES");
+	bool off = env && strcmp(env, "off") == 0, forced = env && strcmp(env, "on") == 0;
+	r->tpl = TPL_OFF;
+	if (o->cold || off)
+		return;
+	if (r->pvm && !forced) {
+		if (o->verbose)
+			fprintf(stderr, "kbox: PVM host: booting cold (templates are off on PVM: a "
+					"restored guest's clock would jump by the template's age; "
+					"KBOX_TEMPLATES=on tries anyway)\n");
+		return;
+	}
+	char devs[8192], err[512];
+	if (virtio_bus_describe(&r->s.bus, devs, sizeof devs) < 0)
+		return;
+	struct template_inputs in = {
+		.kernel = o->kernel, .initrd = o->initrd, .cpus = o->cpus, .memory_mib = o->memory_mib,
+		.tsc_khz = vm_tsc_khz(&r->s.vm), .pvm = r->pvm != 0, .cmdline = r->cmdline,
+		.devices = devs,
+	};
+	if (template_key(&in, r->tpl_key, r->tpl_name, err, sizeof err) < 0 ||
+	    template_dir(r->tpl_dir, sizeof r->tpl_dir, true, err, sizeof err) < 0) {
+		if (o->verbose)
+			fprintf(stderr, "kbox: booting cold, no template: %s\n", err);
+		return;
+	}
+	char path[PATH_MAX + sizeof r->tpl_name + 1];
+	snprintf(path, sizeof path, "%s/%s", r->tpl_dir, r->tpl_name);
+	r->tpl = access(path, F_OK) == 0 ? TPL_USE : TPL_MAKE;
+	if (r->tpl == TPL_MAKE) {
+		r->ready_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (r->ready_efd < 0) {
+			r->tpl = TPL_OFF;
+			return;
+		}
+		vsock_unix_notice(&r->s.vd.vu, RUNCFG_READY_PORT, r->ready_efd);
+	}
+	if (o->verbose)
+		fprintf(stderr, "kbox: template %s/%s: %s\n", r->tpl_dir, r->tpl_name,
+			r->tpl == TPL_USE ? "starting from it" : "none yet, booting cold to make it");
+}
+
+/* Start from the template: RAM mapped from it copy-on-write, the vCPUs,
+ * the interrupt controllers, clock and devices as saved.  A template
+ * that does not load is removed, with one warning, and the run starts
+ * again cold (retry_cold). */
+static int restore_template(struct run *r)
+{
+	struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
+	unsigned n = template_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1);
+	struct snapshot_stats st;
+	char err[512];
+	if (snapshot_restore(&r->s.vm, r->tpl_key, devs, n, r->tpl_dir, r->tpl_name, &st, err,
+			     sizeof err) < 0) {
+		fprintf(stderr, "kbox: warning: the template %s does not load (%s); removed, "
+				"booting cold\n", r->tpl_name, err);
+		char path[PATH_MAX + sizeof r->tpl_name + 1];
+		snprintf(path, sizeof path, "%s/%s", r->tpl_dir, r->tpl_name);
+		unlink(path);
+		r->retry_cold = true;
+		return KBOX_EXIT_FAILURE;
+	}
+	if (r->o.verbose)
+		fprintf(stderr, "kbox: restored %s in %.1f ms (state %.1f ms)\n", r->tpl_name, st.ms,
+			st.state_ms);
 	return 0;
 }
 
@@ -1091,6 +1229,83 @@ static int start_vm(struct run *r)
 	if (virtio_bus_start(&r->s.bus) < 0 || pthread_create(&r->vmt, NULL, vm_thread, &r->s) != 0)
 		return cli_die("cannot start the VM threads");
 	r->vmt_started = true;
+	return 0;
+}
+
+/* Stop the vCPUs and the device thread to save the VM; false when the
+ * guest ended by itself meanwhile (then it is over: vm_done is set). */
+static bool pause_vm(struct run *r)
+{
+	struct session *s = &r->s;
+	atomic_store(&s->pausing, 1);
+	vm_stop(&s->vm, VM_END_STOPPED);
+	pthread_join(r->vmt, NULL);
+	r->vmt_started = false;
+	virtio_bus_stop(&s->bus);
+	atomic_store(&s->pausing, 0);
+	if (s->end != VM_END_STOPPED) {
+		atomic_store(&s->vm_done, 1);
+		return false;
+	}
+	return true;
+}
+
+static int resume_vm(struct run *r)
+{
+	vm_rearm(&r->s.vm);
+	return start_vm(r);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* This run boots cold to make the template: once guest-init knocks
+ * (it waits for its configuration, nothing of the run is in the guest
+ * yet), pause, save, then lock kbox down and let the guest go on.  The
+ * lock-down comes after the save (the save writes the cache and reads
+ * the vCPUs' state; up to here the guest ran only its kernel and
+ * guest-init).  A template that cannot be made costs one warning, not
+ * the run.  0, or the exit code when the lock-down or the restart
+ * failed. */
+static int make_template(struct run *r)
+{
+	struct session *s = &r->s;
+	struct pollfd p = { .fd = r->ready_efd, .events = POLLIN };
+	while (!atomic_load(&s->vm_done) && !stop_signal && poll(&p, 1, 100) <= 0)
+		;
+	bool ready = p.revents & POLLIN;
+	vsock_unix_notice(&s->vd.vu, 0, -1);
+	if (!ready)
+		return 0; /* the guest is gone or kbox is told to stop: run_command says so */
+	char err[512] = "";
+	int rc = -EAGAIN;
+	struct snapshot_stats st;
+	/* guest-init's knock was refused with a reset: give it the moment
+	 * to take it and block in accept, then try; a device still busy
+	 * (the reset not yet delivered) gets a few more moments. */
+	for (unsigned attempt = 0; attempt < 10 && (rc == -EAGAIN || rc == -EBUSY); attempt++) {
+		sleep_ms(attempt ? 50 : 20);
+		if (!pause_vm(r))
+			return 0;
+		struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
+		unsigned n = template_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1);
+		rc = snapshot_save(&s->vm, r->tpl_key, devs, n, r->tpl_dir, r->tpl_name, &st, err,
+				   sizeof err);
+		if ((rc == -EAGAIN || rc == -EBUSY) && attempt < 9 && resume_vm(r))
+			return KBOX_EXIT_FAILURE;
+	}
+	if (rc < 0)
+		fprintf(stderr, "kbox: warning: no template made: %s\n", err);
+	else if (r->o.verbose)
+		fprintf(stderr, "kbox: template saved: %s, %.1f ms (state %.1f ms), %llu MiB file, "
+				"%llu KiB on disk\n", r->tpl_name, st.ms, st.state_ms,
+			(unsigned long long)(st.file_bytes >> 20), (unsigned long long)(st.disk_bytes >> 10));
+	if (lock_down(r) || resume_vm(r))
+		return KBOX_EXIT_FAILURE;
 	return 0;
 }
 
@@ -1232,12 +1447,19 @@ static int run_outcome(const struct run *r, int code)
 static int run_sandbox(struct run *r)
 {
 	if (claim_sandbox(r) || record_sandbox(r) || open_disks(r) || redirect_output(r) ||
-	    load_boot_files(r) || create_vm(r) || attach_devices(r) ||
-	    write_boot_params(r) || setup_console_and_cpus(r))
+	    load_boot_files(r) || create_vm(r) || attach_devices(r) || finish_cmdline(r))
+		return KBOX_EXIT_FAILURE;
+	choose_template(r);
+	setup_console(r);
+	if (r->tpl == TPL_USE ? restore_template(r) : boot_cold(r))
 		return KBOX_EXIT_FAILURE;
 	publish_and_catch_signals(r);
-	if (lock_down(r) || start_vm(r))
+	if (r->tpl == TPL_MAKE) {
+		if (start_vm(r) || make_template(r))
+			return KBOX_EXIT_FAILURE;
+	} else if (lock_down(r) || start_vm(r)) {
 		return KBOX_EXIT_FAILURE;
+	}
 	int code = run_command(r);
 	stop_vm(r);
 	return run_outcome(r, code);
@@ -1274,6 +1496,8 @@ static void run_cleanup(struct run *r)
 	}
 	if (r->claimed)
 		sandbox_release(&r->sb);
+	if (r->ready_efd >= 0)
+		close(r->ready_efd);
 	free(r->initrd);
 	free(r->env);
 	free(r->kimg);
@@ -1294,6 +1518,21 @@ int run_main(int argc, char **argv)
 	if (!rc) {
 		run_begin(&r);
 		rc = run_sandbox(&r);
+	}
+	if (r.retry_cold) {
+		/* The template did not load (said, and removed): everything
+		 * again from the options, booting cold. */
+		int ready_fd = r.ready_fd;
+		r.ready_fd = -1;
+		run_cleanup(&r);
+		run_init(&r);
+		r.ready_fd = ready_fd;
+		rc = run_configure(&r, argc, argv);
+		r.o.cold = 1;
+		if (!rc) {
+			run_begin(&r);
+			rc = run_sandbox(&r);
+		}
 	}
 	run_cleanup(&r);
 	return rc < 0 ? 0 : rc;

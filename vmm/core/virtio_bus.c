@@ -156,6 +156,10 @@ static void *virtio_bus_thread(void *arg)
 
 int virtio_bus_start(struct virtio_bus *b)
 {
+	/* A stop before (a pause) left the eventfd readable. */
+	uint64_t cnt;
+	while (read(b->stop_fd, &cnt, sizeof cnt) == sizeof cnt)
+		;
 	if (pthread_create(&b->thread, NULL, virtio_bus_thread, b) != 0)
 		return -EAGAIN;
 	b->running = 1;

@@ -160,6 +160,18 @@ START_TEST(describe_too_small)
 }
 END_TEST
 
+/* No device: an empty string, and still a NUL to hold it. */
+START_TEST(describe_empty_bus)
+{
+	char buf[16];
+	ck_assert_int_eq(describe(&bus, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "");
+	ck_assert_int_eq(describe(&bus, buf, 1), 0);
+	ck_assert_str_eq(buf, "");
+	ck_assert_int_eq(virtio_bus_describe(&bus, buf, 0), -ENOSPC);
+}
+END_TEST
+
 START_TEST(snapshot_devs_listed)
 {
 	static struct virtio_blk blk;
@@ -287,6 +299,6 @@ END_TEST
 Suite *virtio_bus_suite(void)
 {
 	return unit_suite_fixture("virtio_bus", "snapshot", setup, teardown, 0, describe_lines,
-				  describe_follows_config, describe_too_small,
+				  describe_follows_config, describe_too_small, describe_empty_bus,
 				  snapshot_devs_listed, snapshot_devs_save_and_load);
 }

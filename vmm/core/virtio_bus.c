@@ -238,6 +238,9 @@ unsigned virtio_bus_snapshot_devs(struct virtio_bus *b, struct snapshot_dev *out
 int virtio_bus_describe(struct virtio_bus *b, char *buf, size_t len)
 {
 	size_t used = 0;
+	if (len == 0)
+		return -ENOSPC;
+	buf[0] = '\0'; /* a bus without devices describes as "" */
 	for (unsigned s = 0; s < b->n; s++) {
 		struct virtqueue_dev *d = b->slot[s].t.dev;
 		uint8_t cfg[256] = { 0 };

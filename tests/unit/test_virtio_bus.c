@@ -5,6 +5,7 @@
  * there besides those: the bus, the queue count and a virtio-mmio
  * transport over the fake driver's RAM.  Real devices sit in them. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -296,9 +297,42 @@ START_TEST(snapshot_devs_save_and_load)
 }
 END_TEST
 
+static unsigned open_fds(void)
+{
+	unsigned n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	ck_assert_ptr_nonnull(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Without a VM the wiring fails: the error says so, the bus is as it
+ * was, and the eventfds made for the slot are closed again. */
+START_TEST(add_without_kvm_leaks_nothing)
+{
+	static struct virtio_vsock vs;
+	char cmdline[256] = "", err[256] = "";
+	ck_assert_int_eq(virtio_vsock_init(&vs, 3, NULL, NULL), 0);
+	unsigned before = open_fds();
+	for (unsigned i = 0; i < 3; i++) {
+		ck_assert_int_eq(virtio_bus_add(&bus, &vs.dev, NULL, cmdline, sizeof cmdline, err,
+						sizeof err),
+				 -EBADF);
+		ck_assert_ptr_nonnull(strstr(err, "cannot wire a virtio device to KVM"));
+		ck_assert_uint_eq(bus.n, 0);
+		ck_assert_str_eq(cmdline, "");
+	}
+	ck_assert_uint_eq(open_fds(), before);
+	virtio_vsock_destroy(&vs);
+}
+END_TEST
+
 Suite *virtio_bus_suite(void)
 {
 	return unit_suite_fixture("virtio_bus", "snapshot", setup, teardown, 0, describe_lines,
 				  describe_follows_config, describe_too_small, describe_empty_bus,
-				  snapshot_devs_listed, snapshot_devs_save_and_load);
+				  snapshot_devs_listed, snapshot_devs_save_and_load,
+				  add_without_kvm_leaks_nothing);
 }

@@ -197,10 +197,10 @@ ssize_t fuse_server_handle_buf(struct fuse_server *s, const void *req,
 			       size_t req_len, void *reply, size_t reply_size);
 
 /* True once the guest has sent DESTROY (the /dev/fuse harness then exits). */
+bool fuse_server_destroyed(const struct fuse_server *s);
+
 /* Whether a session is open (INIT done, no DESTROY or reset since). */
 bool fuse_server_in_session(struct fuse_server *s);
-
-bool fuse_server_destroyed(const struct fuse_server *s);
 
 /* The transport was reset under the guest: drop every lookup and handle
  * (closing their host fds) but the root, and wait for a new INIT. */

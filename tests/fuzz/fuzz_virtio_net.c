@@ -3,17 +3,20 @@
  * step is an opcode byte and its arguments: raw bytes into guest RAM, a
  * chain of fuzzed descriptors on the rx or tx queue, a frame of fuzzed
  * length for the guest, a flush, a raw register write, or a driver reset
- * (taking the receive offloads or not); and merged TCP frames for the
+ * (taking the receive offloads or not); merged TCP frames for the
  * guest (lib/gso.h), with fuzzed headers or well formed from
- * segments of fuzzed sizes.
+ * segments of fuzzed sizes; and a snapshot (quiet, then the transport's
+ * state saved and loaded into a fresh device, restored, and driven on).
  * Transmitted frames are echoed back when their first byte is odd.  The
  * device must never crash, leak or loop, and must never touch memory
  * outside guest RAM. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "devices/virtio_mmio.h"
+#include "devices/virtio_mmio_state.h"
 #include "devices/virtio_net.h"
 #include "tests/lib/fake_virtio.h"
 #include "tests/lib/fuzz_script.h"
@@ -25,8 +28,12 @@
 #define DATA_SIZE 0xc0000u
 
 static struct fv_driver drv;
-static struct virtio_mmio t;
-static struct virtio_net net;
+/* Two devices, so that a snapshot step can move the guest from one to a
+ * fresh one; net and t are the one it drives. */
+static struct virtio_mmio ts[2];
+static struct virtio_net nets[2];
+static struct virtio_mmio *t = &ts[0];
+static struct virtio_net *net = &nets[0];
 
 /* Whether the device comes up is not this target's question: the script
  * goes on either way. */
@@ -53,13 +60,13 @@ static void gso_raw(struct fz_input *in)
 	len %= sizeof big;
 	memset(big, 0, sizeof big);
 	fz_take(in, big, n < len ? n : len);
-	virtio_net_rx_enqueue_gso(&net, &h, big, len);
+	virtio_net_rx_enqueue_gso(net, &h, big, len);
 }
 
 static void gso_out(void *ctx, const struct gso_hdr *h, const uint8_t *f, size_t len)
 {
 	(void)ctx;
-	virtio_net_rx_enqueue_gso(&net, h, f, len);
+	virtio_net_rx_enqueue_gso(net, h, f, len);
 }
 
 /* Step: a segment count (1), a payload size (2) and flags (1): that many
@@ -96,7 +103,7 @@ static void be_tx(void *ctx, const uint8_t *frame, size_t len)
 {
 	(void)ctx;
 	if (frame[0] & 1)
-		virtio_net_rx_enqueue(&net, frame, len);
+		virtio_net_rx_enqueue(net, frame, len);
 }
 
 /* A chain of 1-8 fuzzed segments on queue q, direct or indirect, with
@@ -129,6 +136,51 @@ static void raw_chain(struct fz_input *in)
 	fv_kick(&drv, q);
 }
 
+static void check(int ok)
+{
+	if (!ok)
+		abort();
+}
+
+/* Step: take a snapshot if the device is quiet, as a template would be
+ * made (docs/snapshots.md): save the transport's state, load it into a
+ * fresh device, let it derive the rest, and drive that one from then on.
+ * A state the load refuses (a queue the device broke, say) leaves the
+ * new transport reset and the old device in use. */
+static void snapshot(void)
+{
+	const uint8_t mac[6] = VIRTIO_NET_GUEST_MAC;
+	struct net_backend be = { be_tx, NULL };
+	char err[256] = "";
+	struct statebuf_writer w;
+
+	int q = net->dev.ops->quiet(&net->dev, err, sizeof err);
+	check(q == 0 ? net->rxq_n == 0 : q == -EBUSY && net->rxq_n > 0 && err[0]);
+	if (q < 0)
+		return;
+	struct virtio_net *nn = net == &nets[0] ? &nets[1] : &nets[0];
+	struct virtio_mmio *nt = t == &ts[0] ? &ts[1] : &ts[0];
+	statebuf_init(&w);
+	check(virtio_mmio_state_save(t, &w) == 0);
+	check(virtio_net_init(nn, mac, &be) == 0 && virtio_mmio_init(nt, &nn->dev, &drv.gm, NULL) == 0);
+	int rc = virtio_mmio_state_load(nt, w.buf, w.len, err, sizeof err);
+	statebuf_free(&w);
+	if (rc < 0) {
+		check(rc == -EINVAL && err[0] && !nn->dev.live && nt->status == 0);
+		virtio_net_destroy(nn);
+		return;
+	}
+	nn->dev.ops->restored(&nn->dev);
+	check(nn->dev.live == net->dev.live);
+	if (net->dev.live)
+		check(nn->rx_tso == net->rx_tso && nn->rx_mtu == net->rx_mtu &&
+		      nn->rx_csum == net->rx_csum);
+	virtio_net_destroy(net);
+	net = nn;
+	t = nt;
+	drv.mmio = t;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz_input in = { data, size };
@@ -138,14 +190,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!drv.ram && fv_init(&drv, 0, RAM) < 0)
 		abort();
 	fv_clear(&drv);
-	if (virtio_net_init(&net, mac, &be) < 0 || virtio_mmio_init(&t, &net.dev, &drv.gm, NULL) < 0)
+	net = &nets[0];
+	t = &ts[0];
+	if (virtio_net_init(net, mac, &be) < 0 || virtio_mmio_init(t, &net->dev, &drv.gm, NULL) < 0)
 		abort();
-	drv.mmio = &t;
+	drv.mmio = t;
 	driver_up(0);
+	unsigned snaps = 0;
 	for (unsigned steps = 0; in.left && steps < 64; steps++) {
 		uint8_t op;
 		fz_take(&in, &op, 1);
-		switch (op % 9) {
+		switch (op % 10) {
 		case 0:
 			fz_poke_ram(&in, &drv, DATA, DATA_SIZE);
 			break;
@@ -158,11 +213,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fz_take(&in, &len, 2);
 			len %= sizeof f;
 			fz_take(&in, f, len);
-			virtio_net_rx_enqueue(&net, f, len);
+			virtio_net_rx_enqueue(net, f, len);
 			break;
 		}
 		case 3:
-			virtio_net_rx_flush(&net);
+			virtio_net_rx_flush(net);
 			break;
 		case 4:
 			fz_poke_reg(&in, &drv);
@@ -177,11 +232,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 7:
 			gso_merged(&in);
 			break;
+		case 9:
+			if (snaps++ < 4)
+				snapshot();
+			break;
 		default:
 			driver_up(0);
 			break;
 		}
 	}
-	virtio_net_destroy(&net);
+	virtio_net_destroy(net);
 	return 0;
 }

@@ -1,6 +1,7 @@
 /* 16550A model: the register dance Linux's 8250 driver does to probe and
  * drive it, and exact interrupt line transitions. */
 #include <check.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -289,6 +290,194 @@ START_TEST(guest_garbage_keeps_invariants)
 }
 END_TEST
 
+/* ---- saved state (docs/snapshots.md) ---- */
+
+/* A guest that set every register: divisor 0x0180, 8N1, FIFO on,
+ * RDI|THRI|RLSI|MSI, DTR|RTS|OUT2, a scratch value, THRE pending. */
+static void program_uart(struct serial *u)
+{
+	serial_out(u, LCR, 0x83);
+	serial_out(u, DATA, 0x80);
+	serial_out(u, IER, 0x01);
+	serial_out(u, LCR, 0x1b);
+	serial_out(u, FCR, 0xcf); /* kept as 0xc9; the clear bits act once */
+	serial_out(u, IER, 0xff);
+	serial_out(u, MCR, 0x0b);
+	serial_out(u, SCR, 0x5a);
+}
+
+/* The state of u saved into b (SERIAL_STATE_LEN bytes). */
+static void save_blob(struct serial *u, uint8_t *b)
+{
+	struct statebuf_writer w;
+	char err[128] = "";
+	statebuf_init(&w);
+	ck_assert_int_eq(serial_state_save(u, &w, err, sizeof err), 0);
+	ck_assert_uint_eq(w.len, SERIAL_STATE_LEN);
+	memcpy(b, w.buf, SERIAL_STATE_LEN);
+	statebuf_free(&w);
+}
+
+static void assert_same_registers(struct serial *a, struct serial *b)
+{
+	ck_assert_uint_eq(a->ier, b->ier);
+	ck_assert_uint_eq(a->lcr, b->lcr);
+	ck_assert_uint_eq(a->mcr, b->mcr);
+	ck_assert_uint_eq(a->scr, b->scr);
+	ck_assert_uint_eq(a->dll, b->dll);
+	ck_assert_uint_eq(a->dlm, b->dlm);
+	ck_assert_uint_eq(a->fcr, b->fcr);
+	ck_assert_int_eq(a->thre_pending, b->thre_pending);
+	ck_assert_int_eq(a->irq_level, b->irq_level);
+	ck_assert_uint_eq(a->rx_len, b->rx_len);
+}
+
+START_TEST(state_round_trip)
+{
+	uint8_t b[SERIAL_STATE_LEN], again[SERIAL_STATE_LEN];
+	struct serial u;
+	struct counting_sink irq2 = { .sink.set_level = count_level };
+	char err[128] = "";
+
+	program_uart(&uart);
+	ck_assert_int_eq(uart.irq_level, 1); /* THRE pending with THRI on */
+	save_blob(&uart, b);
+	ck_assert_uint_eq(b[0], 1);
+	serial_init(&u, &irq2.sink, capture_out, &out);
+	irq2.level = irq.level; /* as the restored interrupt controller has it */
+	ck_assert_int_eq(serial_state_load(&u, b, sizeof b, err, sizeof err), 0);
+	assert_same_registers(&uart, &u);
+	save_blob(&u, again); /* saving the loaded UART gives the same bytes */
+	ck_assert_mem_eq(again, b, sizeof b);
+	/* the line's level comes from the interrupt controller's state:
+	 * loading does not drive it */
+	ck_assert_int_eq(irq2.raises + irq2.lowers, 0);
+	/* what the guest reads back is the same on both */
+	static const unsigned offs[] = { LCR, MCR, LSR, MSR, SCR, IER };
+	for (unsigned i = 0; i < sizeof offs / sizeof offs[0]; i++)
+		ck_assert_uint_eq(serial_in(&u, offs[i]), serial_in(&uart, offs[i]));
+	serial_out(&u, LCR, 0x9b);
+	serial_out(&uart, LCR, 0x9b);
+	ck_assert_uint_eq(serial_in(&u, DATA), 0x80);
+	ck_assert_uint_eq(serial_in(&u, IER), serial_in(&uart, IER));
+	serial_out(&u, LCR, 0x1b);
+	serial_out(&uart, LCR, 0x1b);
+	/* the pending THRE interrupt is taken on the loaded UART as on the
+	 * first: IIR names it (FIFO bits set) and the line goes low once */
+	ck_assert_uint_eq(serial_in(&u, IIR), 0xc2);
+	ck_assert_int_eq(irq2.lowers, 1);
+	ck_assert_uint_eq(serial_in(&u, IIR), 0xc1);
+	ck_assert_uint_eq(serial_in(&uart, IIR), 0xc2);
+	assert_same_registers(&uart, &u);
+	/* and it goes on: output, and a byte from the host */
+	serial_out(&u, DATA, 'r');
+	ck_assert_uint_eq(out.n, 1);
+	ck_assert_uint_eq(out.b[0], 'r');
+	ck_assert_int_eq(irq2.raises, 1);
+	const uint8_t c = 'k';
+	ck_assert_uint_eq(serial_feed(&u, &c, 1), 1);
+	ck_assert_uint_eq(serial_in(&u, IIR) & 0x0f, 0x04);
+	ck_assert_uint_eq(serial_in(&u, DATA), 'k');
+	ck_assert_int_eq(irq2.redundant, 0);
+	serial_destroy(&u);
+	/* a fresh UART's state loads too (reset values) */
+	serial_destroy(&uart);
+	serial_init(&uart, &irq.sink, NULL, NULL);
+	save_blob(&uart, again);
+	serial_init(&u, NULL, NULL, NULL);
+	u.scr = 0x77;
+	ck_assert_int_eq(serial_state_load(&u, again, sizeof again, err, sizeof err), 0);
+	assert_same_registers(&uart, &u);
+	ck_assert_uint_eq(u.dll, 0x0c);
+	ck_assert_uint_eq(u.mcr, 0x08);
+	serial_destroy(&u);
+}
+END_TEST
+
+/* Each bad blob is refused with -EINVAL and a line, the UART untouched. */
+static void assert_refused(const uint8_t *b, size_t len)
+{
+	struct serial before = uart;
+	char err[128] = "";
+	ck_assert_int_eq(serial_state_load(&uart, b, len, err, sizeof err), -EINVAL);
+	ck_assert_str_ne(err, "");
+	ck_assert_ptr_nonnull(strstr(err, "serial port"));
+	assert_same_registers(&before, &uart);
+}
+
+START_TEST(state_load_refuses_bad_blobs)
+{
+	uint8_t good[SERIAL_STATE_LEN], b[SERIAL_STATE_LEN + 1];
+	char err[128];
+	program_uart(&uart);
+	save_blob(&uart, good);
+	serial_out(&uart, SCR, 0x11); /* loads that fail leave this */
+	serial_out(&uart, IER, 0x00);
+
+	memcpy(b, good, sizeof good);
+	b[SERIAL_STATE_LEN] = 0;
+	assert_refused(b, SERIAL_STATE_LEN + 1);
+	assert_refused(b, SERIAL_STATE_LEN - 1);
+	assert_refused(b, 1);
+	ck_assert_int_eq(serial_state_load(&uart, NULL, 0, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "state of 0 bytes"));
+	static const struct {
+		unsigned at;
+		uint8_t v;
+	} bad[] = {
+		{ 0, 0 },    { 0, 2 },    { 0, 0xff },          /* version */
+		{ 1, 0x10 }, { 1, 0x80 }, { 1, 0x1f },          /* IER above 0x0f */
+		{ 3, 0x20 }, { 3, 0x40 }, { 3, 0xff },          /* MCR above 0x1f */
+		{ 7, 0x02 }, { 7, 0x04 }, { 7, 0x10 }, { 7, 0x20 }, { 7, 0xff }, /* FCR outside 0xc9 */
+		{ 8, 2 },    { 8, 0xff },                        /* thre_pending */
+	};
+	for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		memcpy(b, good, sizeof good);
+		b[bad[i].at] = bad[i].v;
+		assert_refused(b, SERIAL_STATE_LEN);
+	}
+	for (unsigned at = 9; at < SERIAL_STATE_LEN; at++) {
+		memcpy(b, good, sizeof good);
+		b[at] = 1;
+		assert_refused(b, SERIAL_STATE_LEN);
+	}
+	ck_assert_uint_eq(uart.scr, 0x11);
+	/* the bounds themselves pass */
+	memcpy(b, good, sizeof good);
+	b[1] = 0x0f, b[3] = 0x1f, b[7] = 0xc9, b[8] = 1, b[2] = 0xff, b[4] = 0xff;
+	ck_assert_int_eq(serial_state_load(&uart, b, SERIAL_STATE_LEN, err, sizeof err), 0);
+	ck_assert_uint_eq(uart.mcr, 0x1f);
+	ck_assert_uint_eq(uart.scr, 0xff);
+}
+END_TEST
+
+START_TEST(state_save_refuses_received_bytes)
+{
+	struct statebuf_writer w;
+	char err[128] = "";
+	statebuf_init(&w);
+	serial_out(&uart, MCR, 0x10); /* loopback: the byte comes back in */
+	serial_out(&uart, DATA, 0x42);
+	ck_assert_uint_eq(serial_rx_pending(&uart), 1);
+	ck_assert_int_eq(serial_state_save(&uart, &w, err, sizeof err), -EBUSY);
+	ck_assert_str_eq(err, "serial port: 1 received byte(s) not read yet");
+	ck_assert_uint_eq(w.len, 0);
+	ck_assert_uint_eq(serial_in(&uart, DATA), 0x42);
+	ck_assert_int_eq(serial_state_save(&uart, &w, err, sizeof err), 0);
+	ck_assert_uint_eq(w.len, SERIAL_STATE_LEN);
+	/* host input waiting counts the same */
+	serial_out(&uart, MCR, 0x00);
+	const uint8_t in[3] = "abc";
+	ck_assert_uint_eq(serial_feed(&uart, in, 3), 3);
+	ck_assert_int_eq(serial_state_save(&uart, &w, err, sizeof err), -EBUSY);
+	ck_assert_uint_eq(w.len, SERIAL_STATE_LEN);
+	/* loading a state drops what was received before */
+	ck_assert_int_eq(serial_state_load(&uart, w.buf, w.len, err, sizeof err), 0);
+	ck_assert_uint_eq(serial_rx_pending(&uart), 0);
+	statebuf_free(&w);
+}
+END_TEST
+
 Suite *serial_suite(void)
 {
 	return unit_suite_fixture("serial", "core", uart_setup, uart_teardown,
@@ -302,5 +491,8 @@ Suite *serial_suite(void)
 				  rx_priority_over_thre, fcr_clears_rx,
 				  loopback_routes_tx_to_rx,
 				  null_sink_and_output,
-				  guest_garbage_keeps_invariants);
+				  guest_garbage_keeps_invariants,
+				  state_round_trip,
+				  state_load_refuses_bad_blobs,
+				  state_save_refuses_received_bytes);
 }

@@ -451,6 +451,42 @@ START_TEST(init_rejects)
 }
 END_TEST
 
+/* ---- quiet (docs/snapshots.md): no FUSE session open ---- */
+
+static int fs_quiet(char *err, size_t errlen)
+{
+	ck_assert_ptr_nonnull(vfs.dev.ops->quiet);
+	return vfs.dev.ops->quiet(&vfs.dev, err, errlen);
+}
+
+START_TEST(quiet_until_session_ends)
+{
+	char err[128] = "";
+	ck_assert_int_eq(fs_quiet(err, sizeof err), 0);
+	/* an INIT the server refuses opens no session */
+	struct fuse_init_in old = { .major = 6, .minor = 37 };
+	ck_assert_int_eq(call(FUSE_INIT, 0, &old, sizeof old, NULL, 4096, false).error, -EPROTO);
+	ck_assert_int_eq(fs_quiet(err, sizeof err), 0);
+	init_ok();
+	ck_assert(fuse_server_in_session(srv));
+	ck_assert_int_eq(fs_quiet(err, sizeof err), -EBUSY);
+	ck_assert_str_eq(err, "virtio-fs workspace: the guest has mounted it");
+	/* the guest unmounts: DESTROY ends it */
+	call_ok(FUSE_DESTROY, 0, NULL, 0, NULL, false);
+	ck_assert(!fuse_server_in_session(srv));
+	ck_assert_int_eq(fs_quiet(err, sizeof err), 0);
+	/* a second mount, ended by a device reset */
+	init_ok();
+	ck_assert_int_eq(fs_quiet(err, sizeof err), -EBUSY);
+	fv_wr(&drv, FV_R_STATUS, 0);
+	ck_assert_int_eq(fs_quiet(err, sizeof err), 0);
+	driver_up();
+	ck_assert_int_eq(fs_quiet(err, sizeof err), 0);
+	init_ok();
+	ck_assert_int_eq(fs_quiet(err, sizeof err), -EBUSY);
+}
+END_TEST
+
 Suite *virtio_fs_suite(void)
 {
 	return unit_suite_fixture("virtio_fs", "device", setup, teardown, 0,
@@ -460,5 +496,5 @@ Suite *virtio_fs_suite(void)
 				  reset_closes_host_fds, bad_framing_stops,
 				  short_header_stops, tiny_reply_area_stops,
 				  hostile_chains, bad_fields_answered,
-				  init_rejects);
+				  init_rejects, quiet_until_session_ends);
 }

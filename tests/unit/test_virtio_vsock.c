@@ -7,6 +7,7 @@
 
 #include <poll.h>
 #include <stdio.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -616,6 +617,103 @@ START_TEST(broken_tx_ring_needs_reset)
 END_TEST
 
 
+/* ---- quiet: what a template may be taken with (docs/snapshots.md) ---- */
+
+static int quiet(char *err, size_t errlen)
+{
+	ck_assert_ptr_nonnull(vs.dev.ops->quiet);
+	return vs.dev.ops->quiet(&vs.dev, err, errlen);
+}
+
+START_TEST(quiet_fresh_device)
+{
+	char err[128] = "";
+	ck_assert(vs.dev.live);
+	ck_assert_int_eq(quiet(err, sizeof err), 0);
+	ck_assert_str_eq(err, "");
+}
+END_TEST
+
+START_TEST(quiet_busy_with_open_connection)
+{
+	char err[128] = "";
+	rx_fill(8);
+	guest_connect(5000);
+	ck_assert_int_eq(quiet(err, sizeof err), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(err, "1 connection(s) open"));
+	/* the guest closes both ways, the backend answers with RST */
+	bl.close_on_shutdown = true;
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234), r;
+	h.flags = VIRTIO_VSOCK_SHUT_RCV | VIRTIO_VSOCK_SHUT_SEND;
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	ck_assert_int_eq(quiet(err, sizeof err), 0);
+	/* a connection the guest resets is gone as well */
+	guest_connect(5001);
+	ck_assert_int_eq(quiet(err, sizeof err), -EBUSY);
+	h = hdr(VIRTIO_VSOCK_OP_RST, 5001, 1234);
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.closed, 1);
+	ck_assert_int_eq(quiet(err, sizeof err), 0);
+}
+END_TEST
+
+START_TEST(quiet_busy_with_host_connection_pending)
+{
+	char err[128] = "";
+	struct virtio_vsock_conn *c;
+	rx_fill(8);
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 52, NULL, &c), 0);
+	ck_assert_int_eq(quiet(err, sizeof err), -EBUSY); /* CONNECTING counts */
+	struct virtio_vsock_hdr r, h;
+	ck_assert(rx_get(&r, NULL));
+	h = hdr(VIRTIO_VSOCK_OP_RST, 52, r.src_port);
+	tx(&h, NULL);
+	ck_assert_int_eq(bl.connected_err, -ECONNREFUSED);
+	ck_assert_int_eq(quiet(err, sizeof err), 0);
+}
+END_TEST
+
+START_TEST(quiet_busy_with_reset_to_send)
+{
+	char err[128] = "";
+	/* refused while the guest gives no rx buffer: the RST waits */
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 5000, 999), r;
+	tx(&h, NULL);
+	ck_assert_uint_eq(bl.requests, 1);
+	ck_assert_uint_eq(vs.nr_rst, 1);
+	ck_assert_int_eq(quiet(err, sizeof err), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(err, "0 connection(s) open, 1 reset(s) to send"));
+	/* a short err buffer is cut, not overrun */
+	char tiny[8];
+	memset(tiny, 'x', sizeof tiny);
+	ck_assert_int_eq(quiet(tiny, sizeof tiny), -EBUSY);
+	ck_assert_uint_eq(strlen(tiny), sizeof tiny - 1);
+	rx_fill(1);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	ck_assert_uint_eq(r.dst_port, 5000);
+	ck_assert_int_eq(quiet(err, sizeof err), 0);
+}
+END_TEST
+
+START_TEST(quiet_after_device_reset)
+{
+	char err[128] = "";
+	rx_fill(1);
+	guest_connect(5000);
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 5001, 999);
+	tx(&h, NULL); /* no rx buffer left: its RST waits */
+	ck_assert_uint_eq(vs.nr_rst, 1);
+	ck_assert_int_eq(quiet(err, sizeof err), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(err, "1 connection(s) open, 1 reset(s) to send"));
+	fv_wr(&drv, FV_R_STATUS, 0); /* drops connections and resets owed */
+	ck_assert(!vs.dev.live);
+	ck_assert_int_eq(quiet(err, sizeof err), 0);
+}
+END_TEST
+
 /* ---- the Unix-socket backend, over real sockets ---- */
 
 static struct vsock_unix vu;
@@ -776,6 +874,76 @@ START_TEST(unix_control_socket)
 }
 END_TEST
 
+/* A request for the notice port is refused and counted, and leaves
+ * nothing behind; other ports are untouched. */
+START_TEST(unix_notice_port)
+{
+	char path[128], err[128];
+	uint64_t n = 0;
+	struct virtio_vsock_hdr h, r;
+
+	rx_fill(16);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	vsock_unix_notice(&vu, 1025, efd);
+	/* even with a listener at <path>_1025, the request goes nowhere */
+	snprintf(path, sizeof path, "%s/v.sock_1025", dir);
+	int l1025 = listen_at(path);
+	for (unsigned i = 0; i < 2; i++) {
+		h = hdr(VIRTIO_VSOCK_OP_REQUEST, 7000 + i, 1025);
+		tx(&h, NULL);
+		ck_assert(rx_get(&r, NULL));
+		ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+		ck_assert_uint_eq(r.src_port, 1025);
+		ck_assert_uint_eq(r.dst_port, 7000 + i);
+	}
+	ck_assert_int_eq(read(efd, &n, sizeof n), (ssize_t)sizeof n);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_int_eq(read(efd, &n, sizeof n), -1); /* read resets it */
+	ck_assert_int_eq(errno, EAGAIN);
+	for (unsigned i = 0; i < VU_MAX; i++)
+		ck_assert_int_eq(vu.e[i].fd, -1);
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		ck_assert_int_eq(vs.conns[i].state, VIRTIO_VSOCK_FREE);
+	struct pollfd lp = { .fd = l1025, .events = POLLIN };
+	ck_assert_int_eq(poll(&lp, 1, 0), 0); /* nobody connected to it */
+	ck_assert_int_eq(vs.dev.ops->quiet(&vs.dev, err, sizeof err), 0);
+
+	/* another port is passed on as before */
+	snprintf(path, sizeof path, "%s/v.sock_1234", dir);
+	int l = listen_at(path);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 7100, 1234);
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RESPONSE);
+	int a = accept(l, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	ck_assert_int_eq(read(efd, &n, sizeof n), -1);
+	ck_assert_int_eq(vs.dev.ops->quiet(&vs.dev, err, sizeof err), -EBUSY);
+	close(a);
+	pump();
+	ck_assert(rx_get(&r, NULL)); /* the host side's close */
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_SHUTDOWN);
+
+	/* turned off: the notice port is an ordinary port again */
+	vsock_unix_notice(&vu, 1025, -1);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 7200, 1025);
+	tx(&h, NULL);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RESPONSE);
+	a = accept(l1025, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	ck_assert_int_eq(read(efd, &n, sizeof n), -1);
+	close(a);
+	close(l);
+	close(l1025);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/v.sock_1025", dir);
+	unlink(path);
+	close(efd);
+}
+END_TEST
+
 Suite *virtio_vsock_suite(void)
 {
 	Suite *s = suite_create("virtio_vsock");
@@ -791,9 +959,12 @@ Suite *virtio_vsock_suite(void)
 				connection_table_bounded,
 				rst_backlog_bounded_without_rx_buffers,
 				tiny_rx_buffer_needs_reset,
-				broken_tx_ring_needs_reset);
+				broken_tx_ring_needs_reset, quiet_fresh_device,
+				quiet_busy_with_open_connection,
+				quiet_busy_with_host_connection_pending,
+				quiet_busy_with_reset_to_send, quiet_after_device_reset);
 	unit_suite_case_fixture(s, "unix", unix_setup, unix_teardown, 0,
 				unix_host_initiated, unix_guest_initiated,
-				unix_control_socket);
+				unix_control_socket, unix_notice_port);
 	return s;
 }

@@ -50,6 +50,20 @@ static void slot_write(void *ctx, uint64_t off, const uint8_t *data, unsigned le
 	pthread_mutex_unlock(&sl->bus->lock);
 }
 
+/* Close the eventfds of a slot (KVM keeps its own references to those
+ * it was given until the VM goes). */
+static void slot_close_fds(struct virtio_bus_slot *sl)
+{
+	for (unsigned q = 0; q < VIRTIO_BUS_MAX_QUEUES; q++) {
+		if (sl->qfd[q] >= 0)
+			close(sl->qfd[q]);
+		sl->qfd[q] = -1;
+	}
+	if (sl->irqfd >= 0)
+		close(sl->irqfd);
+	sl->irqfd = -1;
+}
+
 int virtio_bus_add(struct virtio_bus *b, struct virtqueue_dev *dev, const struct virtio_bus_poller *poller,
 	     char *cmdline, size_t cmdlen, char *err, size_t errlen)
 {
@@ -89,21 +103,28 @@ int virtio_bus_add(struct virtio_bus *b, struct virtqueue_dev *dev, const struct
 			goto sys;
 	}
 	int rc = virtio_mmio_init(&sl->t, dev, &b->vm->mem, &sl->sink);
-	if (rc < 0)
+	if (rc < 0) {
+		slot_close_fds(sl);
 		return errbuf_fail(err, errlen, rc, "virtio-mmio set-up failed: %s", strerror(-rc));
+	}
 	struct vm_mmio h = { sl->base, VIRTIO_MMIO_WINDOW, slot_read, slot_write, sl };
-	if ((rc = vm_add_mmio(b->vm, &h)) < 0)
+	if ((rc = vm_add_mmio(b->vm, &h)) < 0) {
+		slot_close_fds(sl);
 		return errbuf_fail(err, errlen, rc, "cannot map the virtio-mmio window: %s",
 			       strerror(-rc));
+	}
 	if ((rc = boot_cmdline_append(cmdline, cmdlen, " virtio_mmio.device=4K@0x%llx:%u",
-				      (unsigned long long)sl->base, sl->irq)) < 0)
+				      (unsigned long long)sl->base, sl->irq)) < 0) {
+		slot_close_fds(sl);
 		return errbuf_fail(err, errlen, rc, "the devices do not fit on the kernel command "
 				   "line (%u bytes at most)", BOOT_KERNEL_CMDLINE_MAX);
+	}
 	b->n++;
 	return 0;
 sys:
 	rc = -errno;
-	return errbuf_fail(err, errlen, rc, "cannot wire a virtio device to KVM: %s", strerror(errno));
+	slot_close_fds(sl);
+	return errbuf_fail(err, errlen, rc, "cannot wire a virtio device to KVM: %s", strerror(-rc));
 }
 
 static void *virtio_bus_thread(void *arg)
@@ -180,14 +201,8 @@ void virtio_bus_stop(struct virtio_bus *b)
 void virtio_bus_destroy(struct virtio_bus *b)
 {
 	virtio_bus_stop(b);
-	for (unsigned s = 0; s < b->n; s++) {
-		struct virtio_bus_slot *sl = &b->slot[s];
-		for (unsigned q = 0; q < VIRTIO_BUS_MAX_QUEUES; q++)
-			if (sl->qfd[q] >= 0)
-				close(sl->qfd[q]);
-		if (sl->irqfd >= 0)
-			close(sl->irqfd);
-	}
+	for (unsigned s = 0; s < b->n; s++)
+		slot_close_fds(&b->slot[s]);
 	if (b->stop_fd >= 0)
 		close(b->stop_fd);
 	pthread_mutex_destroy(&b->lock);
@@ -242,6 +257,9 @@ unsigned virtio_bus_snapshot_devs(struct virtio_bus *b, struct snapshot_dev *out
 int virtio_bus_describe(struct virtio_bus *b, char *buf, size_t len)
 {
 	size_t used = 0;
+	if (len == 0)
+		return -ENOSPC;
+	buf[0] = '\0'; /* a bus without devices describes as "" */
 	for (unsigned s = 0; s < b->n; s++) {
 		struct virtqueue_dev *d = b->slot[s].t.dev;
 		uint8_t cfg[256] = { 0 };

@@ -4,13 +4,13 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -171,7 +171,9 @@ void run_usage(FILE *f)
 		"                        besides the host's bundle\n"
 		"      --cold            boot the kernel instead of starting from a template\n"
 		"                        (a snapshot of a booted guest, made by the first\n"
-		"                        run of each layout; 'kbox snapshot ls')\n"
+		"                        run of each layout, in ~/.cache/kbox/templates;\n"
+		"                        hardware KVM only: PVM boots cold unless\n"
+		"                        KBOX_TEMPLATES=on; KBOX_TEMPLATES=off: never)\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
 		"  -h, --help            this help\n"
@@ -1030,8 +1032,7 @@ static int attach_devices(struct run *r)
 	return 0;
 }
 
-/* The finished kernel command line and boot_params; the images' copies
- * in kbox's memory are no longer needed. */
+/* The finished kernel command line: --append after the devices'. */
 static int finish_cmdline(struct run *r)
 {
 	struct run_opts *o = &r->o;
@@ -1044,6 +1045,8 @@ static int finish_cmdline(struct run *r)
 	return 0;
 }
 
+/* boot_params in guest RAM; the images' copies in kbox's memory are no
+ * longer needed. */
 static int write_boot_params(struct run *r)
 {
 	struct run_opts *o = &r->o;
@@ -1105,6 +1108,12 @@ static unsigned template_devs(struct run *r, struct snapshot_dev *d, unsigned ma
 	return n + 1;
 }
 
+/* dir/name of the run's template. */
+static void template_path(const struct run *r, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s", r->tpl_dir, r->tpl_name);
+}
+
 /* Whether this run starts from a template, makes one, or neither: the
  * key of its boot layout, and the file if there is one.  Off with
  * --cold or KBOX_TEMPLATES=off, and on PVM unless KBOX_TEMPLATES=on
@@ -1140,7 +1149,7 @@ static void choose_template(struct run *r)
 		return;
 	}
 	char path[PATH_MAX + sizeof r->tpl_name + 1];
-	snprintf(path, sizeof path, "%s/%s", r->tpl_dir, r->tpl_name);
+	template_path(r, path, sizeof path);
 	r->tpl = access(path, F_OK) == 0 ? TPL_USE : TPL_MAKE;
 	if (r->tpl == TPL_MAKE) {
 		r->ready_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1170,7 +1179,7 @@ static int restore_template(struct run *r)
 		fprintf(stderr, "kbox: warning: the template %s does not load (%s); removed, "
 				"booting cold\n", r->tpl_name, err);
 		char path[PATH_MAX + sizeof r->tpl_name + 1];
-		snprintf(path, sizeof path, "%s/%s", r->tpl_dir, r->tpl_name);
+		template_path(r, path, sizeof path);
 		unlink(path);
 		r->retry_cold = true;
 		return KBOX_EXIT_FAILURE;
@@ -1232,16 +1241,22 @@ static int start_vm(struct run *r)
 	return 0;
 }
 
+/* The vCPU threads and the device thread stopped and waited for. */
+static void stop_threads(struct run *r)
+{
+	vm_stop(&r->s.vm, VM_END_STOPPED);
+	pthread_join(r->vmt, NULL);
+	r->vmt_started = false;
+	virtio_bus_stop(&r->s.bus);
+}
+
 /* Stop the vCPUs and the device thread to save the VM; false when the
  * guest ended by itself meanwhile (then it is over: vm_done is set). */
 static bool pause_vm(struct run *r)
 {
 	struct session *s = &r->s;
 	atomic_store(&s->pausing, 1);
-	vm_stop(&s->vm, VM_END_STOPPED);
-	pthread_join(r->vmt, NULL);
-	r->vmt_started = false;
-	virtio_bus_stop(&s->bus);
+	stop_threads(r);
 	atomic_store(&s->pausing, 0);
 	if (s->end != VM_END_STOPPED) {
 		atomic_store(&s->vm_done, 1);
@@ -1401,10 +1416,7 @@ static int run_command(struct run *r)
 /* The VM and its device thread stopped, the kernel log flushed. */
 static void stop_vm(struct run *r)
 {
-	vm_stop(&r->s.vm, VM_END_STOPPED);
-	pthread_join(r->vmt, NULL);
-	r->vmt_started = false;
-	virtio_bus_stop(&r->s.bus);
+	stop_threads(r);
 	klog_flush(&r->s.kl);
 	if (r->o.verbose)
 		netdev_report(&r->net, stderr);

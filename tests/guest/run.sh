@@ -23,7 +23,7 @@ GUEST=$B/test-guest.elf
 # harness's own watchdogs, for a loaded or emulated host.
 mult=${KBOX_TIMEOUT_MULT:-1}
 srcs="tests/guest/harness.c tests/guest/tg.h vmm/core/vm.c lib/guest_mem.c vmm/core/boot.c vmm/core/mptable.c
-	vmm/core/serial.c vmm/core/virtio_bus.c devices/virtio_mmio.c devices/virtqueue.c
+	vmm/core/serial.c vmm/core/virtio_bus.c devices/virtio_mmio.c devices/virtio_mmio_state.c devices/virtqueue.c
 	devices/virtio_vsock.c devices/vsock_unix.c lib/errbuf.c lib/fileio.c lib/statebuf.c
 	vmm/core/snapshot.c vmm/core/snapshot_file.c"
 # Built here unless a build newer than every source is at hand (the

@@ -1278,6 +1278,25 @@ static void sleep_ms(long ms)
 		;
 }
 
+/* KBOX_TIMING=1: each step of the start on stderr, in ms since kbox
+ * began (docs/benchmarks.md); not an option, so that it changes nothing
+ * of the guest (--verbose is on its command line). */
+static struct timespec run_t0;
+static void timing(const char *step)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *v = getenv("KBOX_TIMING");
+		on = v && strcmp(v, "1") == 0;
+	}
+	if (!on)
+		return;
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	double ms = (double)(t.tv_sec - run_t0.tv_sec) * 1e3 + (double)(t.tv_nsec - run_t0.tv_nsec) / 1e6;
+	fprintf(stderr, "kbox: timing: %8.1f ms %s\n", ms, step);
+}
+
 /* This run boots cold to make the template: once guest-init knocks
  * (it waits for its configuration, nothing of the run is in the guest
  * yet), pause, save, then lock kbox down and let the guest go on.  The
@@ -1377,9 +1396,11 @@ static int run_command(struct run *r)
 	int fd = send_runcfg(r);
 	if (fd < 0)
 		return fd;
+	timing("run configuration taken");
 	fd = agent_conn_open(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
 	if (fd < 0)
 		return fd;
+	timing("exec agent connected");
 	atomic_store(&s->agent_fd, fd);
 	if (atomic_load(&s->vm_done))
 		shutdown(fd, SHUT_RDWR);
@@ -1408,6 +1429,7 @@ static int run_command(struct run *r)
 		.cwd = o->workdir ? o->workdir : "",
 	};
 	int code = exec_client_run(fd, &req);
+	timing("command ended");
 	atomic_store(&s->agent_fd, -1);
 	close(fd);
 	return code;
@@ -1461,19 +1483,24 @@ static int run_sandbox(struct run *r)
 	if (claim_sandbox(r) || record_sandbox(r) || open_disks(r) || redirect_output(r) ||
 	    load_boot_files(r) || create_vm(r) || attach_devices(r) || finish_cmdline(r))
 		return KBOX_EXIT_FAILURE;
+	timing("VM made, devices attached");
 	choose_template(r);
 	setup_console(r);
 	if (r->tpl == TPL_USE ? restore_template(r) : boot_cold(r))
 		return KBOX_EXIT_FAILURE;
+	timing(r->tpl == TPL_USE ? "restored" : "kernel loaded");
 	publish_and_catch_signals(r);
 	if (r->tpl == TPL_MAKE) {
 		if (start_vm(r) || make_template(r))
 			return KBOX_EXIT_FAILURE;
+		timing("template saved, VM resumed");
 	} else if (lock_down(r) || start_vm(r)) {
 		return KBOX_EXIT_FAILURE;
 	}
+	timing("vCPUs started");
 	int code = run_command(r);
 	stop_vm(r);
+	timing("VM stopped");
 	return run_outcome(r, code);
 }
 
@@ -1520,6 +1547,7 @@ static void run_cleanup(struct run *r)
 int run_main(int argc, char **argv)
 {
 	char perr[256];
+	clock_gettime(CLOCK_MONOTONIC, &run_t0);
 	if (lockdown_prepare(perr, sizeof perr) < 0)
 		return cli_die("%s", perr);
 	static struct run r;

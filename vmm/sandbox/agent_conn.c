@@ -78,6 +78,10 @@ int agent_conn_open_once(const char *sock, unsigned port, int timeout_ms)
 int agent_conn_open(const char *sock, unsigned port, int timeout_ms, atomic_int *stop)
 {
 	long long deadline = now_ms() + timeout_ms;
+	/* Tries 1, 2, 4 ... ms apart, then every 100 ms: a restored guest
+	 * listens within milliseconds, a booting one takes seconds, and a
+	 * refused try costs the guest one reset. */
+	long wait_ms = 1;
 	for (;;) {
 		if (stop && atomic_load(stop))
 			return -ESHUTDOWN;
@@ -88,6 +92,7 @@ int agent_conn_open(const char *sock, unsigned port, int timeout_ms, atomic_int 
 			return fd;
 		if (timeout_ms >= 0 && now_ms() >= deadline)
 			return -ETIMEDOUT;
-		nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000000 }, NULL);
+		nanosleep(&(struct timespec){ .tv_nsec = wait_ms * 1000000 }, NULL);
+		wait_ms = wait_ms * 2 > 100 ? 100 : wait_ms * 2;
 	}
 }

@@ -15,8 +15,9 @@
  * listener yet), or another negative errno. */
 int agent_conn_open_once(const char *sock, unsigned port, int timeout_ms);
 
-/* Retry agent_conn_open_once every 100 ms until it succeeds, *stop becomes
- * non-zero (-ESHUTDOWN), or timeout_ms passes (-ETIMEDOUT; < 0 = never). */
+/* Retry agent_conn_open_once (after 1, 2, 4 ... ms, then every 100 ms)
+ * until it succeeds, *stop becomes non-zero (-ESHUTDOWN), or timeout_ms
+ * passes (-ETIMEDOUT; < 0 = never). */
 int agent_conn_open(const char *sock, unsigned port, int timeout_ms, atomic_int *stop);
 
 #endif

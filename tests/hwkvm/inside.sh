@@ -30,6 +30,7 @@ e2e-image:both:140:tests/e2e/image.sh BUILD
 e2e-image-store:both:110:tests/e2e/image-store.sh BUILD
 e2e-secrets:both:60:tests/e2e/secrets.sh BUILD
 e2e-disk:both:160:tests/e2e/disk.sh BUILD
+e2e-template:both:90:tests/e2e/template.sh BUILD
 bench-boot:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
 bench-disk:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-disk bench/disk/run.sh BUILD
 e2e-workflow:both:300:tests/e2e/workflow.sh BUILD

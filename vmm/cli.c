@@ -1,5 +1,6 @@
 #include "vmm/cli.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,4 +38,19 @@ int cli_group_unknown(const char *group, const char *cmd)
 {
 	fprintf(stderr, "kbox %s: unknown command '%s' (see 'kbox %s --help')\n", group, cmd, group);
 	return KBOX_EXIT_FAILURE;
+}
+
+void cli_human_bytes(uint64_t v, char *out, size_t len)
+{
+	static const char units[] = "BKMGT";
+	unsigned u = 0;
+	double d = (double)v;
+	while (d >= 1024 && u < sizeof units - 2) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(out, len, "%" PRIu64 "B", v);
+	else
+		snprintf(out, len, "%.1f%c", d, units[u]);
 }

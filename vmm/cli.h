@@ -2,6 +2,9 @@
 #ifndef KBOX_VMM_CLI_H
 #define KBOX_VMM_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* Exit status for failures of kbox itself (as docker and podman do). */
 #define KBOX_EXIT_FAILURE 125
 
@@ -22,5 +25,9 @@ int cli_group_help(int argc, char **argv, const char *help);
 /* "kbox GROUP: unknown command 'CMD' (see 'kbox GROUP --help')" on stderr;
  * returns KBOX_EXIT_FAILURE. */
 int cli_group_unknown(const char *group, const char *cmd);
+
+/* v bytes for people into out: "512B", then binary units with one
+ * decimal ("1.5K", "2.0G", up to T). */
+void cli_human_bytes(uint64_t v, char *out, size_t len);
 
 #endif

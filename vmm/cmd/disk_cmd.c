@@ -40,21 +40,6 @@ static const char *const help_rm =
 	"sandbox uses is not removed (stop the sandbox first); the others still\n"
 	"are.  Exits non-zero if any NAME was not removed.\n";
 
-static void human(uint64_t v, char *out, size_t len)
-{
-	static const char units[] = "BKMGT";
-	unsigned u = 0;
-	double d = (double)v;
-	while (d >= 1024 && u < sizeof units - 2) {
-		d /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(out, len, "%" PRIu64 "B", v);
-	else
-		snprintf(out, len, "%.1f%c", d, units[u]);
-}
-
 struct ls_state {
 	struct disks_volume *v;
 	size_t n, cap;
@@ -114,8 +99,8 @@ static int ls_main(int argc, char **argv)
 			snprintf(sz, sizeof sz, "%" PRIu64, s.v[i].size);
 			snprintf(al, sizeof al, "%" PRIu64, s.v[i].allocated);
 		} else {
-			human(s.v[i].size, sz, sizeof sz);
-			human(s.v[i].allocated, al, sizeof al);
+			cli_human_bytes(s.v[i].size, sz, sizeof sz);
+			cli_human_bytes(s.v[i].allocated, al, sizeof al);
 		}
 		printf("%-20s  %14s  %14s  %s\n", s.v[i].name, sz, al,
 		       s.v[i].in_use < 0 ? "?" : s.v[i].in_use ? "yes" : "no");

@@ -10,6 +10,7 @@
 #include "vmm/cmd/lifecycle.h"
 #include "vmm/cmd/run.h"
 #include "vmm/cmd/secrets_cmd.h"
+#include "vmm/cmd/snapshot_cmd.h"
 #include "vmm/cmd/trust.h"
 #include "vmm/image/image.h"
 
@@ -30,6 +31,7 @@ static void usage(FILE *f)
 		"  logs [-f] NAME                  output of a detached sandbox's command\n"
 		"  image load|import|ls|rm|path    root file system images for run --image\n"
 		"  disk ls|rm                      disk volumes for run --disk\n"
+		"  snapshot ls|rm|prune            templates kbox run starts from\n"
 		"  doctor                          check that kbox can run here\n"
 		"  ca path|init|show|mint NAME     the local CA for TLS interception\n"
 		"  secrets reload NAME             re-read a running sandbox's secret values\n"
@@ -61,6 +63,8 @@ int main(int argc, char **argv)
 		return image_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "disk") == 0)
 		return disk_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "snapshot") == 0)
+		return snapshot_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "ca") == 0)

@@ -173,7 +173,8 @@ void run_usage(FILE *f)
 		"                        (a snapshot of a booted guest, made by the first\n"
 		"                        run of each layout, in ~/.cache/kbox/templates;\n"
 		"                        hardware KVM only: PVM boots cold unless\n"
-		"                        KBOX_TEMPLATES=on; KBOX_TEMPLATES=off: never)\n"
+		"                        KBOX_TEMPLATES=on; KBOX_TEMPLATES=off: never;\n"
+		"                        'kbox snapshot ls' lists them)\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
 		"  -h, --help            this help\n"
@@ -1184,6 +1185,7 @@ static int restore_template(struct run *r)
 		r->retry_cold = true;
 		return KBOX_EXIT_FAILURE;
 	}
+	template_touch(r->tpl_dir, r->tpl_name); /* last used: kbox snapshot ls, prune */
 	if (r->o.verbose)
 		fprintf(stderr, "kbox: restored %s in %.1f ms (state %.1f ms)\n", r->tpl_name, st.ms,
 			st.state_ms);

@@ -2,10 +2,12 @@
 
 #include <bearssl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "lib/datadir.h"
 #include "lib/errbuf.h"
@@ -90,4 +92,28 @@ int template_name_ok(const char *name)
 		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
 			return 0;
 	return 1;
+}
+
+int template_touch(const char *dir, const char *name)
+{
+	if (!template_name_ok(name))
+		return -EINVAL;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int rc = fd < 0 ? -errno : 0;
+	close(dfd);
+	if (rc < 0)
+		return rc;
+	struct stat st;
+	const struct timespec t[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
+	if (fstat(fd, &st) < 0)
+		rc = -errno;
+	else if (!S_ISREG(st.st_mode))
+		rc = -EINVAL;
+	else if (futimens(fd, t) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
 }

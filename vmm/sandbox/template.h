@@ -44,4 +44,11 @@ int template_key(const struct template_inputs *in, uint8_t key[SNAPSHOT_FILE_KEY
  * digits, TEMPLATE_SUFFIX), else 0. */
 int template_name_ok(const char *name);
 
+/* Mark dir/name used now: its access time set to the present, its
+ * modification time (when it was made) left alone, so `kbox snapshot ls`
+ * and `prune --unused-for` see when a run last started from it whatever
+ * the mount's atime options.  Only a regular file is touched (no symlink
+ * is followed).  0 or a negative errno. */
+int template_touch(const char *dir, const char *name);
+
 #endif

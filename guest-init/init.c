@@ -171,13 +171,30 @@ static void add_entropy(const uint8_t *b, size_t n)
 	memset(&rp, 0, sizeof rp);
 }
 
+/* The run configuration's connection, held open until guest-init is
+ * ready for commands. */
+static int runcfg_fd = -1;
+
+/* Answer the run configuration with byte 0 once the exec agent listens:
+ * kbox waits for this answer, then connects to the agent once, instead
+ * of trying until it listens. */
+static void runcfg_ready(void)
+{
+	uint8_t ok = 0;
+	if (write(runcfg_fd, &ok, 1) < 0)
+		say("answer the run configuration: %s", strerror(errno));
+	close(runcfg_fd);
+	runcfg_fd = -1;
+}
+
 /* The run configuration (proto/runcfg.h, docs/run-config.md): wait on
  * vsock for kbox to send it, answer 0 when it is whole and valid (1 and
  * a reason otherwise, and wait for the next try), take the host's
  * entropy and wall clock, keep the environment, CA and host name
  * (guest-init/senv.h), and return the settings words, whose
- * kbox.mounts=, kbox.disks= and kbox.root= parse_words reads.  Nothing
- * per-run happens before this: no mount of a share, no network. */
+ * kbox.mounts=, kbox.disks= and kbox.root= parse_words reads; the answer
+ * (byte 0) waits for runcfg_ready.  Nothing per-run happens before this:
+ * no mount of a share, no network. */
 static char *wait_runcfg(void)
 {
 	static uint8_t msg[RUNCFG_MAX];
@@ -224,11 +241,8 @@ static char *wait_runcfg(void)
 		words[c.words_len] = '\0';
 		senv_take(c.env, c.env_len, c.ca, c.ca_len, c.hostname, c.hostname_len);
 		memset(msg, 0, sizeof msg);
-		uint8_t ok = 0;
-		if (write(cfd, &ok, 1) < 0)
-			say("answer the run configuration: %s", strerror(errno));
-		close(cfd);
 		close(lfd);
+		runcfg_fd = cfd; /* answered by runcfg_ready */
 		return words;
 	}
 }
@@ -573,14 +587,20 @@ int main(void)
 	if (hn < 0)
 		say("setting the host name: %s", strerror(-hn));
 
+	int lfd = agent_vsock_listen(EXEC_PROTO_VSOCK_PORT, 64);
+	if (lfd < 0)
+		die("listen for the exec agent: %s", strerror(-lfd));
 	pid_t agent = fork();
 	if (agent < 0)
 		die("fork: %s", strerror(errno));
 	if (agent == 0) {
-		int rc = agent_serve(EXEC_PROTO_VSOCK_PORT);
+		close(runcfg_fd);
+		int rc = agent_serve_listener(lfd);
 		say("exec agent stopped: %s", strerror(-rc));
 		_exit(1);
 	}
+	close(lfd);
+	runcfg_ready();
 
 	/* From here guest-init only reaps orphans: kbox runs every command
 	 * through the agent and stops the VM itself. */

@@ -183,6 +183,20 @@ probe_ok "--cpus 2 restored: two vCPUs" c2b tpl-c2 4 two 2 "$t0" "$t1"
 	ok "--cpus 2 has a template of its own" ||
 	not_ok "--cpus 2 has a template of its own ($n, then $(ntemplates))" "$(grep kbox: "$tmp/c2b.err" | head -3)"
 
+# --- kbox snapshot ls and rm on real templates ---
+"$kbox" snapshot ls > "$tmp/ls" 2>&1
+lsrc=$?
+nl=$(grep -c '^[0-9a-f]\{12,\} ' "$tmp/ls")
+[ "$lsrc" -eq 0 ] && [ "$nl" -eq "$(ntemplates)" ] && ! grep -q damaged "$tmp/ls" &&
+	grep -q '^[0-9a-f]\{12,\}  *2 ' "$tmp/ls" && ok "snapshot ls lists the $nl templates, one with 2 vCPUs" ||
+	not_ok "snapshot ls lists the templates (exit $lsrc, $nl of $(ntemplates))" "$(cat "$tmp/ls")"
+for k in $(sed -n 's/^\([0-9a-f]\{12,\}\) .*/\1/p' "$tmp/ls"); do
+	"$kbox" snapshot rm "$k" > /dev/null 2>> "$tmp/rm.err" || echo "rm $k failed" >> "$tmp/rm.err"
+done
+"$kbox" snapshot ls > "$tmp/ls" 2>&1
+[ "$(ntemplates)" -eq 0 ] && grep -q "no templates" "$tmp/ls" && ok "snapshot rm removes them by name" ||
+	not_ok "snapshot rm removes them by name ($(ntemplates) left)" "$(cat "$tmp/rm.err" "$tmp/ls" 2>/dev/null)"
+
 # --- --cold and KBOX_TEMPLATES=off: no template made or used ---
 rm -f "$tpl"/t-*.snap
 run cold run --cold -- true

@@ -7,6 +7,7 @@
 #include <linux/landlock.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -19,6 +20,7 @@
 #include "vmm/core/paths.h"
 #include "vmm/core/vm.h"
 #include "vmm/sandbox/sandbox.h"
+#include "vmm/sandbox/template.h"
 
 static int failures;
 
@@ -33,6 +35,37 @@ static void line(int ok, const char *fmt, ...)
 	va_end(ap);
 	if (!ok)
 		failures++;
+}
+
+/* Whether runs start from templates here (docs/snapshots.md), and
+ * whether their folder is usable. */
+static void check_templates(int pvm)
+{
+	const char *env = getenv("KBOX_TEMPLATES");
+	if (env && strcmp(env, "off") == 0) {
+		line(1, "templates: off (KBOX_TEMPLATES=off): every run boots cold");
+		return;
+	}
+	if (pvm && !(env && strcmp(env, "on") == 0)) {
+		line(1, "templates: off on PVM (a restored guest's clock would jump by the "
+			"template's age; KBOX_TEMPLATES=on tries anyway): every run boots cold");
+		return;
+	}
+	char dir[PATH_MAX], err[256];
+	if (template_dir(dir, sizeof dir, false, err, sizeof err) < 0) {
+		line(0, "templates: %s: runs boot cold", err);
+		return;
+	}
+	struct stat st;
+	if (lstat(dir, &st) < 0) {
+		line(1, "templates: none yet; the first run of each layout makes one in %s", dir);
+		return;
+	}
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+		line(0, "templates: %s is not a folder private to you (mode 0700, yours, no "
+			"symlink): runs boot cold; remove it or chmod 700 it", dir);
+	else
+		line(1, "templates: in %s ('kbox snapshot ls' lists them)", dir);
 }
 
 static void check_kvm(int pvm)
@@ -137,6 +170,7 @@ int doctor_main(int argc, char **argv)
 		line(1, "no Landlock in this kernel (%s): kbox runs with seccomp only; a 5.13+ "
 			"kernel with lsm=landlock adds file confinement", strerror(errno));
 	check_ca();
+	check_templates(pvm);
 	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0)
 		line(1, "seccomp filters available");
 	else

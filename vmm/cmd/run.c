@@ -1346,8 +1346,10 @@ static int make_template(struct run *r)
 }
 
 /* Give guest-init its run configuration (proto/runcfg.h) once it
- * listens: the settings words, the wall clock, the entropy.  0, or a
- * negative errno (-EPROTO when guest-init refused it, said on stderr). */
+ * listens: the settings words, the wall clock, the entropy; its answer
+ * comes when it is ready for commands (the exec agent listens).  0, or a
+ * negative errno (-EPROTO when guest-init refused it, said on stderr;
+ * -ESHUTDOWN when the guest ended first). */
 static int send_runcfg(struct run *r)
 {
 	static uint8_t msg[RUNCFG_MAX];
@@ -1373,11 +1375,23 @@ static int send_runcfg(struct run *r)
 	explicit_bzero(msg, sizeof msg);
 	char answer[64];
 	ssize_t got = 0;
-	if (rc == 0) {
-		do
+	/* The answer comes once guest-init is ready for commands (its
+	 * mounts, network and exec agent: seconds on a slow host), or never
+	 * when the guest ends first. */
+	while (rc == 0) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int pr = poll(&p, 1, 100);
+		if (pr < 0 && errno != EINTR) {
+			rc = -errno;
+		} else if (pr > 0) {
 			got = read(fd, answer, sizeof answer - 1);
-		while (got < 0 && errno == EINTR);
-		rc = got < 0 ? -errno : got == 0 ? -ECONNRESET : 0;
+			if (got < 0 && errno == EINTR)
+				continue;
+			rc = got < 0 ? -errno : got == 0 ? -ECONNRESET : 0;
+			break;
+		} else if (atomic_load(&r->s.vm_done)) {
+			rc = -ESHUTDOWN;
+		}
 	}
 	close(fd);
 	if (rc == 0 && answer[0] != 0) {
@@ -1398,7 +1412,7 @@ static int run_command(struct run *r)
 	int fd = send_runcfg(r);
 	if (fd < 0)
 		return fd;
-	timing("run configuration taken");
+	timing("guest ready (run configuration taken)");
 	fd = agent_conn_open(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
 	if (fd < 0)
 		return fd;
@@ -1482,10 +1496,14 @@ static int run_outcome(const struct run *r, int code)
  * with the message written when kbox or the guest failed. */
 static int run_sandbox(struct run *r)
 {
+	timing("configured");
 	if (claim_sandbox(r) || record_sandbox(r) || open_disks(r) || redirect_output(r) ||
-	    load_boot_files(r) || create_vm(r) || attach_devices(r) || finish_cmdline(r))
+	    load_boot_files(r) || create_vm(r))
 		return KBOX_EXIT_FAILURE;
-	timing("VM made, devices attached");
+	timing("VM made");
+	if (attach_devices(r) || finish_cmdline(r))
+		return KBOX_EXIT_FAILURE;
+	timing("devices attached");
 	choose_template(r);
 	setup_console(r);
 	if (r->tpl == TPL_USE ? restore_template(r) : boot_cold(r))
@@ -1577,5 +1595,6 @@ int run_main(int argc, char **argv)
 		}
 	}
 	run_cleanup(&r);
+	timing("cleaned up");
 	return rc < 0 ? 0 : rc;
 }

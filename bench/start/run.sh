@@ -29,10 +29,11 @@
 #  memory N sandboxes at once (`kbox run -d --name ... -- sleep 600`, all
 #         started together), cold or all from the one template; once every
 #         `kbox run -d` has returned (the command runs) and SETTLE seconds
-#         more: the sum over their kbox processes of Rss and of Pss
-#         (/proc/PID/smaps_rollup; Pss shares each page among the processes
-#         that map it, so the template's pages count once in all), and how
-#         far MemAvailable (/proc/meminfo) fell from just before the start.
+#         more: the sum over their kbox processes of Rss, of Pss and of
+#         their private pages (/proc/PID/smaps_rollup; Pss shares each page
+#         among the processes that map it, so the template's pages count
+#         once in all), and how far MemAvailable (/proc/meminfo, the whole
+#         machine's) fell from just before the start.
 #         Also the time until all N were up. Then `kbox stop`.
 # A template run counts only when it started from the template: the
 # template folder must hold the one file the making run saved, unchanged
@@ -168,7 +169,7 @@ group() {
 	done
 	up_ms=$(ms "$t0" "$(now)")
 	sleep "$SETTLE"
-	rss=0 pss=0 seen=0
+	rss=0 pss=0 priv=0 seen=0
 	i=0
 	while [ $i -lt "$n" ]; do
 		i=$((i + 1))
@@ -179,9 +180,13 @@ group() {
 			tail -n 5 "$tmp/$nm.err" >&2 || true
 			continue
 		fi
-		rp=$(awk '/^Rss:/ { r = $2 } /^Pss:/ { p = $2 } END { print r + 0, p + 0 }' \
-			"/proc/$pid/smaps_rollup")
-		rss=$((rss + ${rp% *})) pss=$((pss + ${rp#* })) seen=$((seen + 1))
+		rpu=$(awk '/^Rss:/ { r = $2 } /^Pss:/ { p = $2 } /^Private_(Clean|Dirty):/ { u += $2 }
+			END { print r + 0, p + 0, u + 0 }' "/proc/$pid/smaps_rollup")
+		set -f
+		# shellcheck disable=SC2086
+		set -- $rpu
+		set +f
+		rss=$((rss + $1)) pss=$((pss + $2)) priv=$((priv + $3)) seen=$((seen + 1))
 	done
 	drop=$((a0 - $(mem_avail)))
 	while read -r nm; do
@@ -197,7 +202,7 @@ group() {
 		ok=0
 	fi
 	[ $ok = 1 ] && pass=$((pass + 1))
-	echo "$kind $n $up_ms $rss $pss $drop $ok" | tee -a "$MEMRES"
+	echo "$kind $n $up_ms $rss $pss $priv $drop $ok" | tee -a "$MEMRES"
 }
 
 if [ $pvm = 1 ]; then lane="PVM (KBOX_TEMPLATES=on)"
@@ -217,7 +222,7 @@ while [ $i -lt "$ITER" ]; do
 	run_echo cold --cold
 	run_echo tpl
 done
-echo "# memory: kind N all_up_ms rss_kib pss_kib memavailable_drop_kib ok"
+echo "# memory: kind N all_up_ms rss_kib pss_kib private_kib memavailable_drop_kib ok"
 for n in $NS; do
 	group cold "$n"
 	group tpl "$n"
@@ -231,7 +236,7 @@ med() {
 }
 # first_of KIND COLUMN: round 0's run of KIND.
 first_of() { awk -v k="$1" -v c="$2" '$1 == "true" && $2 == k { print $c; exit }' "$RES"; }
-memv() { awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && $2 == n && $7 == 1 { v = $c } END { print (v == "" ? "-" : v) }' "$MEMRES"; }
+memv() { awk -v k="$1" -v n="$2" -v c="$3" '$1 == k && $2 == n && $8 == 1 { v = $c } END { print (v == "" ? "-" : v) }' "$MEMRES"; }
 mib() { awk -v v="$1" 'BEGIN { if (v == "-") print "-"; else printf "%.1f\n", v / 1024 }'; }
 # lib.sh's ratio, with "-" for a missing value.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b <= 0) print "-"; else printf "%.2f\n", a / b }'; }
@@ -248,21 +253,24 @@ for n in $NS; do
 	row "$n at once: all up (ms)" "$(memv cold "$n" 3)" "$(memv tpl "$n" 3)"
 	row "$n at once: sum of RSS (MiB)" "$(mib "$(memv cold "$n" 4)")" "$(mib "$(memv tpl "$n" 4)")"
 	row "$n at once: sum of PSS (MiB)" "$(mib "$(memv cold "$n" 5)")" "$(mib "$(memv tpl "$n" 5)")"
-	row "$n at once: MemAvailable drop (MiB)" "$(mib "$(memv cold "$n" 6)")" "$(mib "$(memv tpl "$n" 6)")"
+	row "$n at once: sum of private (MiB)" "$(mib "$(memv cold "$n" 6)")" "$(mib "$(memv tpl "$n" 6)")"
+	row "$n at once: MemAvailable drop (MiB)" "$(mib "$(memv cold "$n" 7)")" "$(mib "$(memv tpl "$n" 7)")"
 done
 echo "# outside the medians: the first cold run $(first_of cold0 4) ms (page cache);" \
 	"the making run (boots cold, saves the template) $(first_of make 4) ms"
 lo=$(echo "$NS" | tr ' ' '\n' | grep . | sort -n | head -n 1)
 hi=$(echo "$NS" | tr ' ' '\n' | grep . | sort -n | tail -n 1)
 if [ "$lo" != "$hi" ]; then
-	r=$(ratio "$(memv tpl "$hi" 4)" "$(memv tpl "$lo" 4)")
-	echo "# $hi restored / $lo restored: RSS ${r}x (target for 8 / 1: under 3x)," \
-		"PSS $(ratio "$(memv tpl "$hi" 5)" "$(memv tpl "$lo" 5)")x," \
-		"MemAvailable drop $(ratio "$(memv tpl "$hi" 6)" "$(memv tpl "$lo" 6)")x;" \
-		"cold: RSS $(ratio "$(memv cold "$hi" 4)" "$(memv cold "$lo" 4)")x"
+	# over KIND COLUMN: the largest N's value over the smallest's, as "R x".
+	over() { ratio "$(memv "$1" "$hi" "$2")" "$(memv "$1" "$lo" "$2")" | sed 's/^[0-9.]*$/&x/'; }
+	echo "# $hi restored / $lo restored: RSS $(over tpl 4) (target for 8 / 1: under 3x)," \
+		"PSS $(over tpl 5), private $(over tpl 6), MemAvailable drop $(over tpl 7);" \
+		"cold: RSS $(over cold 4), PSS $(over cold 5)"
 fi
 echo "# fork's pause time: not measured (there is no kbox fork yet)."
-echo "# RSS counts the template's pages in every sandbox that maps them; PSS shares them out."
+echo "# RSS counts the template's pages in every sandbox that maps them; PSS shares them out;"
+echo "# private: pages mapped by one process only (Private_Clean + Private_Dirty). MemAvailable is"
+echo "# the whole machine's: other work moves it (a negative drop: memory was freed meanwhile)."
 if [ $pvm = 1 ]; then
 	echo "# PVM host: guest ring 0 is emulated; times measure the emulator more than kbox,"
 	echo "# and templates are off by default there (docs/snapshots.md: the restored TSC)."

@@ -257,6 +257,21 @@ hw-bench: hw-prep
 	B=$(BUILD) CC=$(CC) sh -c '. bench/lib/lib.sh'
 	KBOX_HWKVM_NAME=hw-bench tests/hwkvm/run.sh $(BUILD) bench-boot
 
+# bench/start: kbox run booted cold against started from a template, and
+# the memory of 1, 4, 8 sandboxes either way (docs/benchmarks.md).  A
+# benchmark, not a test: not in check.  ITER=N sets the iterations (the
+# script's default: 1 on PVM hosts, 5 otherwise); on PVM it measures only
+# with KBOX_TEMPLATES=on.
+.PHONY: bench-start hw-bench-start
+bench-start: all kernel
+	bench/start/run.sh "$(ITER)" $(BUILD)
+
+# The same inside L1 (tests/hwkvm), as the ordinary user; benchtool is
+# built here, as for hw-bench.
+hw-bench-start: hw-prep
+	B=$(BUILD) CC=$(CC) sh -c '. bench/lib/lib.sh'
+	KBOX_HWKVM_NAME=hw-bench-start tests/hwkvm/run.sh $(BUILD) bench-start
+
 # CI: the host-side layers, the PVM smoke, every suite on the emulated
 # hardware-KVM lane (as the ordinary user and as root), then the hostile
 # guest against the real kbox.

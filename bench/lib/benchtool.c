@@ -21,6 +21,12 @@
  *       Waits until FILE, read from byte OFFSET on, holds COUNT occurrences of
  *       NEEDLE, and prints the monotonic time (ns) at which it saw them; exit
  *       status 1 on timeout.
+ *   benchtool out TIMEOUT_S -- CMD [ARG...]
+ *       Runs CMD with its stdout on a pipe, which is read and dropped, and
+ *       prints one line: "first_ms=F exit_ms=E bytes=N status=S", F the first
+ *       byte on CMD's stdout, E CMD's exit (both from just before the fork;
+ *       -1 if it did not happen), N the bytes it wrote there. After
+ *       TIMEOUT_S, CMD gets SIGTERM, then SIGKILL (status=timeout).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -82,6 +88,20 @@ static int smaps_sample(pid_t pid, long *total, long *guest)
 	fclose(f);
 	*guest = best_rss;
 	return 0;
+}
+
+/* SIGTERM, up to 5 s for the exit (kbox then removes its sandbox
+ * directory), then SIGKILL. */
+static void end_child(pid_t pid, int *status)
+{
+	kill(pid, SIGTERM);
+	pid_t w = 0;
+	for (int i = 0; i < 50 && (w = waitpid(pid, status, WNOHANG)) == 0; i++)
+		nanosleep(&(struct timespec){ 0, 100000000 }, NULL);
+	if (w == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, status, 0);
+	}
 }
 
 static int cmd_boot(int argc, char **argv)
@@ -147,15 +167,7 @@ static int cmd_boot(int argc, char **argv)
 		int64_t left = t0 + timeout - now_ns();
 		if (left <= 0) {
 			timed_out = 1;
-			/* SIGTERM first: kbox then removes its sandbox directory. */
-			kill(pid, SIGTERM);
-			pid_t w = 0;
-			for (int i = 0; i < 50 && (w = waitpid(pid, &status, WNOHANG)) == 0; i++)
-				nanosleep(&(struct timespec){ 0, 100000000 }, NULL);
-			if (w == 0) {
-				kill(pid, SIGKILL);
-				waitpid(pid, &status, 0);
-			}
+			end_child(pid, &status);
 			break;
 		}
 		struct pollfd p[2] = { { fifo, POLLIN, 0 }, { pfd, POLLIN, 0 } };
@@ -268,6 +280,87 @@ static int cmd_waitfor(int argc, char **argv)
 	return 0;
 }
 
+static int cmd_out(int argc, char **argv)
+{
+	if (argc < 4 || strcmp(argv[2], "--") != 0) {
+		fprintf(stderr, "usage: benchtool out TIMEOUT_S -- CMD [ARG...]\n");
+		return 2;
+	}
+	int64_t timeout = (int64_t)atoi(argv[1]) * 1000000000;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		perror("pipe2");
+		return 2;
+	}
+	int64_t t0 = now_ns();
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("fork");
+		return 2;
+	}
+	if (pid == 0) {
+		if (dup2(p[1], 1) < 0)
+			_exit(127);
+		execvp(argv[3], argv + 3);
+		perror(argv[3]);
+		_exit(127);
+	}
+	close(p[1]);
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pfd < 0) {
+		perror("pidfd_open");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return 2;
+	}
+	int64_t t_first = -1, t_exit = -1;
+	long long bytes = 0;
+	int status = 0, timed_out = 0, out_open = 1;
+	for (;;) {
+		int64_t left = t0 + timeout - now_ns();
+		if (left <= 0) {
+			timed_out = 1;
+			end_child(pid, &status);
+			break;
+		}
+		/* The pipe until its EOF (a child of CMD may hold it open past
+		 * CMD's exit: then the exit ends the run). */
+		struct pollfd q[2] = { { out_open ? p[0] : -1, POLLIN, 0 }, { pfd, POLLIN, 0 } };
+		int n = poll(q, 2, (int)(left / 1000000) + 1);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (q[0].revents & (POLLIN | POLLHUP)) {
+			char buf[65536];
+			ssize_t r = read(p[0], buf, sizeof buf);
+			if (r > 0) {
+				if (t_first < 0)
+					t_first = now_ns();
+				bytes += r;
+			} else if (r == 0 || errno != EINTR) {
+				out_open = 0;
+			}
+			continue;
+		}
+		if (q[1].revents & POLLIN) {
+			waitpid(pid, &status, 0);
+			t_exit = now_ns();
+			break;
+		}
+	}
+	close(p[0]);
+	close(pfd);
+	char st[32];
+	if (timed_out)
+		snprintf(st, sizeof st, "timeout");
+	else if (WIFEXITED(status))
+		snprintf(st, sizeof st, "%d", WEXITSTATUS(status));
+	else
+		snprintf(st, sizeof st, "sig%d", WTERMSIG(status));
+	printf("first_ms=%.1f exit_ms=%.1f bytes=%lld status=%s\n", ms_since(t0, t_first),
+	       ms_since(t0, t_exit), bytes, st);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "now") == 0) {
@@ -278,6 +371,8 @@ int main(int argc, char **argv)
 		return cmd_boot(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "waitfor") == 0)
 		return cmd_waitfor(argc - 1, argv + 1);
-	fprintf(stderr, "usage: benchtool now | boot ... | waitfor ...\n");
+	if (argc >= 2 && strcmp(argv[1], "out") == 0)
+		return cmd_out(argc - 1, argv + 1);
+	fprintf(stderr, "usage: benchtool now | boot ... | waitfor ... | out ...\n");
 	return 2;
 }

@@ -33,6 +33,7 @@ e2e-disk:both:160:tests/e2e/disk.sh BUILD
 e2e-template:both:90:tests/e2e/template.sh BUILD
 bench-boot:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
 bench-disk:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-disk bench/disk/run.sh BUILD
+bench-start:user:240:env EMULATED=tcg OUT=/tmp/kbox-bench-start bench/start/run.sh 5 BUILD
 e2e-workflow:both:300:tests/e2e/workflow.sh BUILD
 e2e-agents:both:500:tests/e2e/agents.sh BUILD
 e2e-podman:both:420:tests/e2e/podman.sh BUILD

@@ -102,8 +102,10 @@ trap 'exit 130' INT TERM
 
 pass=0 fail=0
 bad() { echo "bench/start: $*" >&2; fail=$((fail + 1)); }
-# The template folder's files with their inode and change time.
-tplstate() { (cd "$KBOX_TEMPLATE_DIR" && find . -type f -printf '%p %i %C@\n' | sort); }
+# The template folder's files with their inode and modification time (a
+# restore sets the atime, and with it the ctime: kbox snapshot's "last
+# used"; a new template is a new inode).
+tplstate() { (cd "$KBOX_TEMPLATE_DIR" && find . -type f -printf '%p %i %T@\n' | sort); }
 
 # one NAME KIND WANT -- CMD...: one foreground run through benchtool out;
 # appends "NAME KIND first_ms exit_ms bytes status ok" to $RES.  KIND: cold

@@ -12,6 +12,8 @@
 
 #include "lib/guest_mem.h"
 
+struct statebuf_writer;
+
 /* Feature bits the ring code understands (virtio 1.2 §6). */
 #define VIRTIO_F_INDIRECT_DESC 28
 #define VIRTIO_F_EVENT_IDX 29
@@ -130,6 +132,22 @@ struct virtqueue_dev_ops {
 	 * (the driver may be live); derive from it what activate would. */
 	int (*quiet)(struct virtqueue_dev *d, char *err, size_t errlen);
 	void (*restored)(struct virtqueue_dev *d);
+	/* Fork (kbox fork, docs/snapshots.md); either may be NULL.  A fork
+	 * copies a running VM, so its devices need not be quiet: fork_save
+	 * appends what a copy of the device needs beyond its transport's
+	 * state (the connections the copy must reset, a FUSE session and
+	 * its node table) to w, instead of quiet's check; -EBUSY with a
+	 * line in err when it cannot be copied now (tried again), another
+	 * negative errno when never.  fork_load gets exactly those bytes
+	 * (hostile: a file another process wrote; len may be 0) in a fresh
+	 * device whose transport's state was just loaded, before restored;
+	 * it checks every byte and takes them whole or refuses (0 or a
+	 * negative errno with a line in err).  A device without fork_save
+	 * must be quiet to be forked; one without fork_load takes no bytes. */
+	int (*fork_save)(struct virtqueue_dev *d, struct statebuf_writer *w, char *err,
+			 size_t errlen);
+	int (*fork_load)(struct virtqueue_dev *d, const uint8_t *p, size_t len, char *err,
+			 size_t errlen);
 };
 
 /* Embedded in each device model; the device fills the first block, the

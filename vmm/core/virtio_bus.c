@@ -219,31 +219,72 @@ static const char *slot_kind(const struct virtio_bus_slot *sl)
 	}
 }
 
-static int slot_save(void *ctx, struct statebuf_writer *w, char *err, size_t errlen)
+/* A template's blob is the transport's state alone (the device quiet);
+ * a fork's is the transport's state followed by the device's fork state
+ * (fork_save), which may be empty. */
+static int slot_save_mode(struct virtio_bus_slot *sl, bool fork, struct statebuf_writer *w,
+			  char *err, size_t errlen)
 {
-	struct virtio_bus_slot *sl = ctx;
 	struct virtqueue_dev *d = sl->t.dev;
 	pthread_mutex_lock(&sl->bus->lock);
-	int rc = d->ops->quiet ? d->ops->quiet(d, err, errlen) : 0;
+	int rc = fork && d->ops->fork_save ? 0 : d->ops->quiet ? d->ops->quiet(d, err, errlen) : 0;
 	if (!rc && (rc = virtio_mmio_state_save(&sl->t, w)) < 0)
 		snprintf(err, errlen, "%s: cannot save its state: %s", slot_kind(sl), strerror(-rc));
+	if (!rc && fork && d->ops->fork_save)
+		rc = d->ops->fork_save(d, w, err, errlen);
 	pthread_mutex_unlock(&sl->bus->lock);
 	return rc;
 }
 
-static int slot_load(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen)
+static int slot_load_mode(struct virtio_bus_slot *sl, bool fork, const uint8_t *blob, size_t len,
+			  char *err, size_t errlen)
 {
-	struct virtio_bus_slot *sl = ctx;
 	struct virtqueue_dev *d = sl->t.dev;
+	size_t state_len = virtio_mmio_state_len(d->nr_queues);
 	char why[256];
+	if (len > state_len && !fork) {
+		snprintf(err, errlen, "%s: %zu bytes of state, a template's has %zu", slot_kind(sl),
+			 len, state_len);
+		return -EINVAL;
+	}
+	if (len > state_len && !d->ops->fork_load) {
+		snprintf(err, errlen, "%s: %zu bytes of fork state for a device that takes none",
+			 slot_kind(sl), len - state_len);
+		return -EINVAL;
+	}
 	pthread_mutex_lock(&sl->bus->lock);
-	int rc = virtio_mmio_state_load(&sl->t, blob, len, why, sizeof why);
+	int rc = virtio_mmio_state_load(&sl->t, blob, len < state_len ? len : state_len, why,
+					sizeof why);
 	if (rc < 0)
 		snprintf(err, errlen, "%s: %s", slot_kind(sl), why);
-	else if (d->ops->restored)
+	if (!rc && fork && d->ops->fork_load &&
+	    (rc = d->ops->fork_load(d, blob + state_len, len - state_len, err, errlen)) < 0 &&
+	    d->ops->reset)
+		d->ops->reset(d); /* nothing half-taken stays */
+	if (!rc && d->ops->restored)
 		d->ops->restored(d);
 	pthread_mutex_unlock(&sl->bus->lock);
 	return rc;
+}
+
+static int slot_save(void *ctx, struct statebuf_writer *w, char *err, size_t errlen)
+{
+	return slot_save_mode(ctx, false, w, err, errlen);
+}
+
+static int slot_load(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen)
+{
+	return slot_load_mode(ctx, false, blob, len, err, errlen);
+}
+
+static int slot_fork_save(void *ctx, struct statebuf_writer *w, char *err, size_t errlen)
+{
+	return slot_save_mode(ctx, true, w, err, errlen);
+}
+
+static int slot_fork_load(void *ctx, const uint8_t *blob, size_t len, char *err, size_t errlen)
+{
+	return slot_load_mode(ctx, true, blob, len, err, errlen);
 }
 
 unsigned virtio_bus_snapshot_devs(struct virtio_bus *b, struct snapshot_dev *out, unsigned max)
@@ -251,6 +292,14 @@ unsigned virtio_bus_snapshot_devs(struct virtio_bus *b, struct snapshot_dev *out
 	for (unsigned s = 0; s < b->n && s < max; s++)
 		out[s] = (struct snapshot_dev){ slot_kind(&b->slot[s]), s, &b->slot[s], slot_save,
 						slot_load };
+	return b->n;
+}
+
+unsigned virtio_bus_fork_devs(struct virtio_bus *b, struct snapshot_dev *out, unsigned max)
+{
+	for (unsigned s = 0; s < b->n && s < max; s++)
+		out[s] = (struct snapshot_dev){ slot_kind(&b->slot[s]), s, &b->slot[s],
+						slot_fork_save, slot_fork_load };
 	return b->n;
 }
 

@@ -89,6 +89,13 @@ struct snapshot_dev;
  * max: out was too small). */
 unsigned virtio_bus_snapshot_devs(struct virtio_bus *b, struct snapshot_dev *out, unsigned max);
 
+/* The same for a fork (kbox fork): a device with a fork_save hook is
+ * saved as it is, its blob the transport's state followed by what
+ * fork_save wrote, and loaded back through fork_load; one without must
+ * be quiet as for a template.  A template's blob (no fork state) loads
+ * here too; a fork's does not load as a template's. */
+unsigned virtio_bus_fork_devs(struct virtio_bus *b, struct snapshot_dev *out, unsigned max);
+
 /* What a guest booted with this bus sees of its devices, one line per
  * slot (kind, offered features, config space in hex), for a template's
  * key: two buses with the same text look alike to a driver.  Returns

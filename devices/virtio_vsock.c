@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/statebuf.h"
+
 enum { Q_RX, Q_TX, Q_EVENT };
 
 /* Control packets a connection owes the guest. */
@@ -556,11 +558,81 @@ static int vs_quiet(struct virtqueue_dev *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* A fork's copy holds no connection either, but the guest's side of
+ * each is in the RAM it copies: the copy resets them all (its exec
+ * sessions and guest-made connections end; the original's go on).
+ * State: version, next_port, count, then (local, peer) per connection
+ * and per reset still owed. */
+#define VS_FORK_VERSION 1u
+#define VS_FORK_MAX (VIRTIO_VSOCK_MAX_CONNS + VIRTIO_VSOCK_MAX_RST)
+
+static int vs_fork_save(struct virtqueue_dev *d, struct statebuf_writer *w, char *err,
+			size_t errlen)
+{
+	struct virtio_vsock *v = to_vsock(d);
+	uint32_t n = v->nr_rst;
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		n += v->conns[i].state != VIRTIO_VSOCK_FREE;
+	statebuf_u32(w, VS_FORK_VERSION);
+	statebuf_u32(w, v->next_port);
+	statebuf_u32(w, n);
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		if (v->conns[i].state != VIRTIO_VSOCK_FREE) {
+			statebuf_u32(w, v->conns[i].local_port);
+			statebuf_u32(w, v->conns[i].peer_port);
+		}
+	for (unsigned i = 0; i < v->nr_rst; i++) {
+		statebuf_u32(w, v->rst[i].local);
+		statebuf_u32(w, v->rst[i].peer);
+	}
+	if (w->err)
+		snprintf(err, errlen, "vsock: cannot hold its fork state");
+	return w->err;
+}
+
+static int vs_fork_load(struct virtqueue_dev *d, const uint8_t *p, size_t len, char *err,
+			size_t errlen)
+{
+	struct virtio_vsock *v = to_vsock(d);
+	struct statebuf_reader r;
+	statebuf_reader_init(&r, p, len);
+	uint32_t version = statebuf_get_u32(&r), next = statebuf_get_u32(&r);
+	uint32_t n = statebuf_get_u32(&r);
+	if (r.err || version != VS_FORK_VERSION || next < VIRTIO_VSOCK_EPHEMERAL_BASE ||
+	    n > VS_FORK_MAX || statebuf_left(&r) != (size_t)n * 8) {
+		snprintf(err, errlen, "vsock: malformed fork state (%zu bytes)", len);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		if (v->conns[i].state != VIRTIO_VSOCK_FREE) {
+			snprintf(err, errlen, "vsock: a fork loads into a device with no connection");
+			return -EBUSY;
+		}
+	v->nr_rst = 0;
+	v->next_port = next;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t local = statebuf_get_u32(&r), peer = statebuf_get_u32(&r);
+		queue_rst(v, local, peer); /* past MAX_RST: the guest's next packet gets one */
+	}
+	return 0;
+}
+
+/* The resets a fork owes go out at once, not with the next packet. */
+static void vs_restored(struct virtqueue_dev *d)
+{
+	struct virtio_vsock *v = to_vsock(d);
+	if (v->nr_rst)
+		flush_rx(v);
+}
+
 static const struct virtqueue_dev_ops virtio_vsock_ops = {
 	.config_read = vs_config_read,
 	.notify = vs_notify,
 	.reset = vs_reset,
 	.quiet = vs_quiet,
+	.restored = vs_restored,
+	.fork_save = vs_fork_save,
+	.fork_load = vs_fork_load,
 };
 
 int virtio_vsock_init(struct virtio_vsock *v, uint64_t guest_cid, const struct virtio_vsock_backend *backend,

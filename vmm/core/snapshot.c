@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "lib/errbuf.h"
@@ -290,13 +291,12 @@ static int check_devs(const struct snapshot_dev *devs, unsigned ndev, char *err,
 	return 0;
 }
 
-int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
-	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
-	      size_t errlen)
+/* Everything but RAM, as the file's metadata in meta.  The vCPUs must
+ * have ended. */
+static int build_meta(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
+		      const struct snapshot_dev *devs, unsigned ndev, struct statebuf_writer *meta,
+		      struct snapshot_stats *st, char *err, size_t errlen)
 {
-	double t0 = now_ms();
-	if (st)
-		memset(st, 0, sizeof *st);
 	for (unsigned i = 0; i < vm->ncpus; i++)
 		if (vm->cpu[i].started)
 			return errbuf_fail(err, errlen, -EBUSY, "cannot save a VM whose vCPUs run");
@@ -310,8 +310,6 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 		return errbuf_fail(err, errlen, -EIO, "KVM_GET_MSR_INDEX_LIST failed");
 	size_t xs = xsave_size(vm);
 	struct snapshot_file_builder b;
-	struct statebuf_writer meta;
-	statebuf_init(&meta);
 	snapshot_file_build_init(&b);
 	struct snapshot_file_layout l = { .ncpus = vm->ncpus, .tsc_khz = vm_tsc_khz(vm),
 				  .ram_size = vm->ram_size, .low_ram = vm->low_ram,
@@ -342,14 +340,28 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 		if (rc < 0)
 			goto out;
 	}
-	if ((rc = snapshot_file_build_finish(&b, vm->ram_size, &meta)) < 0) {
+	if ((rc = snapshot_file_build_finish(&b, vm->ram_size, meta)) < 0)
 		errbuf_fail(err, errlen, rc, "cannot build the snapshot: %s", strerror(-rc));
-		goto out;
-	}
+out:
+	snapshot_file_build_free(&b);
+	free(ml);
+	return rc;
+}
+
+int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
+	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
+	      size_t errlen)
+{
+	double t0 = now_ms();
+	if (st)
+		memset(st, 0, sizeof *st);
+	struct statebuf_writer meta;
+	statebuf_init(&meta);
+	int rc = build_meta(vm, key, devs, ndev, &meta, st, err, errlen);
 	double t1 = now_ms();
-	if ((rc = snapshot_file_write(dir, name, &meta, vm->ram, vm->ram_size, err, errlen)) < 0)
-		goto out;
-	if (st) {
+	if (rc == 0)
+		rc = snapshot_file_write(dir, name, &meta, vm->ram, vm->ram_size, err, errlen);
+	if (rc == 0 && st) {
 		st->state_ms = t1 - t0;
 		struct snapshot_file_file f;
 		if (snapshot_file_open(dir, name, &f, NULL, 0) == 0) {
@@ -358,10 +370,31 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 			snapshot_file_close(&f);
 		}
 	}
-out:
-	snapshot_file_build_free(&b);
 	statebuf_free(&meta);
-	free(ml);
+	if (st && rc == 0)
+		st->ms = now_ms() - t0;
+	return rc;
+}
+
+int snapshot_save_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
+		     unsigned ndev, int fd, struct snapshot_stats *st, char *err, size_t errlen)
+{
+	double t0 = now_ms();
+	if (st)
+		memset(st, 0, sizeof *st);
+	struct statebuf_writer meta;
+	statebuf_init(&meta);
+	int rc = build_meta(vm, key, devs, ndev, &meta, st, err, errlen);
+	double t1 = now_ms();
+	if (rc == 0)
+		rc = snapshot_file_write_fd(fd, &meta, vm->ram, vm->ram_size, err, errlen);
+	struct stat sb;
+	if (rc == 0 && st && fstat(fd, &sb) == 0) {
+		st->state_ms = t1 - t0;
+		st->file_bytes = (uint64_t)sb.st_size;
+		st->disk_bytes = (uint64_t)sb.st_blocks * 512;
+	}
+	statebuf_free(&meta);
 	if (st && rc == 0)
 		st->ms = now_ms() - t0;
 	return rc;
@@ -540,19 +573,14 @@ static int restore_devs(const struct snapshot_file_view *v, const struct snapsho
 	return 0;
 }
 
-int snapshot_restore(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
-		 unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st,
-		 char *err, size_t errlen)
+/* Restore from f, opened and checked; name says which file in errors. */
+static int restore_from(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
+			const struct snapshot_dev *devs, unsigned ndev, struct snapshot_file_file *pf,
+			const char *name, double t0, struct snapshot_stats *st, char *err,
+			size_t errlen)
 {
-	double t0 = now_ms();
-	if (st)
-		memset(st, 0, sizeof *st);
-	int rc = snapshot_probe(vm, NULL, 0, err, errlen);
-	if (rc < 0 || (rc = check_devs(devs, ndev, err, errlen)) < 0)
-		return rc;
-	struct snapshot_file_file f;
-	if ((rc = snapshot_file_open(dir, name, &f, err, errlen)) < 0)
-		return rc;
+	struct snapshot_file_file f = *pf;
+	int rc = 0;
 	const struct snapshot_file_layout *l = &f.v.layout;
 	unsigned khz = vm_tsc_khz(vm);
 	size_t xs = xsave_size(vm);
@@ -599,8 +627,42 @@ int snapshot_restore(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], co
 		st->xsave_bytes = (unsigned)xs;
 	}
 out:
-	snapshot_file_close(&f);
 	if (st && rc == 0)
 		st->ms = now_ms() - t0;
+	return rc;
+}
+
+int snapshot_restore(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
+		 unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st,
+		 char *err, size_t errlen)
+{
+	double t0 = now_ms();
+	if (st)
+		memset(st, 0, sizeof *st);
+	int rc = snapshot_probe(vm, NULL, 0, err, errlen);
+	if (rc < 0 || (rc = check_devs(devs, ndev, err, errlen)) < 0)
+		return rc;
+	struct snapshot_file_file f;
+	if ((rc = snapshot_file_open(dir, name, &f, err, errlen)) < 0)
+		return rc;
+	rc = restore_from(vm, key, devs, ndev, &f, name, t0, st, err, errlen);
+	snapshot_file_close(&f);
+	return rc;
+}
+
+int snapshot_restore_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
+			unsigned ndev, int fd, struct snapshot_stats *st, char *err, size_t errlen)
+{
+	double t0 = now_ms();
+	if (st)
+		memset(st, 0, sizeof *st);
+	int rc = snapshot_probe(vm, NULL, 0, err, errlen);
+	if (rc < 0 || (rc = check_devs(devs, ndev, err, errlen)) < 0)
+		return rc;
+	struct snapshot_file_file f;
+	if ((rc = snapshot_file_open_fd(fd, &f, err, errlen)) < 0)
+		return rc;
+	rc = restore_from(vm, key, devs, ndev, &f, "file", t0, st, err, errlen);
+	snapshot_file_close(&f);
 	return rc;
 }

@@ -55,6 +55,11 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
 	      size_t errlen);
 
+/* The same into fd, a fork's file (snapshot_file_write_fd: a private,
+ * empty regular file the loading process made), without fsync. */
+int snapshot_save_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
+		     unsigned ndev, int fd, struct snapshot_stats *st, char *err, size_t errlen);
+
 /* Load dir/name into vm, made by vm_create with the snapshot's vCPU count
  * and RAM size and not yet run (vm_setup_cpus is not needed): the file
  * must be one snapshot_file_open accepts whose layout key is key, made on a host
@@ -67,5 +72,10 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 int snapshot_restore(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
 		 unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st,
 		 char *err, size_t errlen);
+
+/* The same from fd (snapshot_file_open_fd's checks; fd stays the
+ * caller's, the RAM mapping holds the file). */
+int snapshot_restore_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
+			unsigned ndev, int fd, struct snapshot_stats *st, char *err, size_t errlen);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/kvm.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,16 +504,68 @@ static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len)
 	return ftruncate(fd, (off_t)(ram_off + len)) < 0 ? -errno : 0;
 }
 
-int snapshot_file_write(const char *dir, const char *name, const struct statebuf_writer *meta,
-		const void *ram, uint64_t ram_len, char *err, size_t errlen)
+static int meta_matches(const struct statebuf_writer *meta, uint64_t ram_len, char *err,
+			size_t errlen)
 {
-	if (snapshot_file_name_ok(name) < 0)
-		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
 	uint64_t hdr_meta;
 	if (meta->err || snapshot_file_header(meta->buf, meta->len, &hdr_meta, err, errlen) < 0 ||
 	    hdr_meta != meta->len || statebuf_le64(meta->buf + OFF_RAMLEN) != ram_len ||
 	    ram_len % SNAPSHOT_FILE_PAGE)
 		return errbuf_fail(err, errlen, -EINVAL, "snapshot metadata does not describe this RAM");
+	return 0;
+}
+
+/* The metadata, then RAM at its offset with its zero pages as holes. */
+static int write_body(int fd, const struct statebuf_writer *meta, const void *ram, uint64_t ram_len)
+{
+	int rc = fileio_pwrite_all(fd, meta->buf, meta->len, 0);
+	if (rc == 0)
+		rc = write_ram(fd, statebuf_le64(meta->buf + OFF_RAMOFF), ram, ram_len);
+	return rc;
+}
+
+/* A file descriptor for a fork: a regular file of the effective user's,
+ * no group or other access, no more than one link (an O_TMPFILE has
+ * none); empty when it is to be written. */
+static int check_fd(int fd, bool empty, struct stat *st, char *err, size_t errlen)
+{
+	if (fstat(fd, st) < 0)
+		return errbuf_fail(err, errlen, -errno, "snapshot file: %s", strerror(errno));
+	if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() || (st->st_mode & 077) ||
+	    st->st_nlink > 1)
+		return errbuf_fail(err, errlen, -EPERM,
+				   "the snapshot file is not a private file of this user (a regular "
+				   "file of uid %u, mode 0600, at most one link)",
+				   (unsigned)geteuid());
+	if (empty && st->st_size != 0)
+		return errbuf_fail(err, errlen, -EEXIST, "the snapshot file is not empty");
+	return 0;
+}
+
+int snapshot_file_write_fd(int fd, const struct statebuf_writer *meta, const void *ram,
+			   uint64_t ram_len, char *err, size_t errlen)
+{
+	struct stat st;
+	int rc = meta_matches(meta, ram_len, err, errlen);
+	if (rc < 0 || (rc = check_fd(fd, true, &st, err, errlen)) < 0)
+		return rc;
+	if ((rc = write_body(fd, meta, ram, ram_len)) < 0) {
+		if (ftruncate(fd, 0) < 0) {
+			/* the reader checks the file whole anyway */
+		}
+		return errbuf_fail(err, errlen, rc, "cannot write the snapshot: %s", strerror(-rc));
+	}
+	return 0;
+}
+
+int snapshot_file_write(const char *dir, const char *name, const struct statebuf_writer *meta,
+		const void *ram, uint64_t ram_len, char *err, size_t errlen)
+{
+	if (snapshot_file_name_ok(name) < 0)
+		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
+	int mrc = meta_matches(meta, ram_len, err, errlen);
+	if (mrc < 0)
+		return mrc;
 	int dfd = open_private_dir(dir, err, errlen);
 	if (dfd < 0)
 		return dfd;
@@ -531,9 +584,7 @@ int snapshot_file_write(const char *dir, const char *name, const struct statebuf
 			       strerror(e));
 	}
 	const char *step = "write";
-	int rc = fileio_write_all(fd, meta->buf, meta->len);
-	if (rc == 0)
-		rc = write_ram(fd, statebuf_le64(meta->buf + OFF_RAMOFF), ram, ram_len);
+	int rc = write_body(fd, meta, ram, ram_len);
 	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
 		step = "fsync";
@@ -564,6 +615,43 @@ static int read_at(int fd, uint8_t *p, size_t n, off_t off)
 	return rc == -ENODATA ? -EBADMSG : rc;
 }
 
+/* The header and metadata of the open file fd (st its fstat), parsed
+ * into f, which takes fd on success.  what names the file in errors. */
+static int take_file(int fd, const struct stat *stp, const char *what, struct snapshot_file_file *f,
+		     char *err, size_t errlen)
+{
+	struct stat st = *stp;
+	int rc;
+	uint8_t hdr[SNAPSHOT_FILE_HDR_LEN];
+	uint64_t meta_len;
+	if ((uint64_t)st.st_size < SNAPSHOT_FILE_HDR_LEN)
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot %s is too short", what);
+	if ((rc = read_at(fd, hdr, sizeof hdr, 0)) < 0)
+		return errbuf_fail(err, errlen, rc, "snapshot %s: cannot read it", what);
+	if ((rc = snapshot_file_header(hdr, sizeof hdr, &meta_len, err, errlen)) < 0)
+		return rc;
+	if (meta_len > (uint64_t)st.st_size)
+		return errbuf_fail(err, errlen, -EBADMSG, "snapshot %s is cut short", what);
+	f->meta = malloc((size_t)meta_len);
+	if (!f->meta)
+		return errbuf_fail(err, errlen, -ENOMEM, "out of memory");
+	if ((rc = read_at(fd, f->meta, (size_t)meta_len, 0)) < 0) {
+		errbuf_fail(err, errlen, rc, "snapshot %s: cannot read it", what);
+		goto fail;
+	}
+	if ((rc = snapshot_file_parse(f->meta, (size_t)meta_len, (uint64_t)st.st_size, &f->v, err,
+			      errlen)) < 0)
+		goto fail;
+	f->fd = fd;
+	f->size = (uint64_t)st.st_size;
+	f->disk_bytes = (uint64_t)st.st_blocks * 512;
+	return 0;
+fail:
+	free(f->meta);
+	f->meta = NULL;
+	return rc;
+}
+
 int snapshot_file_open(const char *dir, const char *name, struct snapshot_file_file *f, char *err, size_t errlen)
 {
 	memset(f, 0, sizeof *f);
@@ -580,54 +668,40 @@ int snapshot_file_open(const char *dir, const char *name, struct snapshot_file_f
 		return errbuf_fail(err, errlen, -e, "snapshot %s/%s: %s", dir, name, strerror(e));
 	struct stat st;
 	int rc;
+	char what[PATH_MAX + SNAPSHOT_FILE_NAME_MAX + 2];
+	snprintf(what, sizeof what, "%s/%s", dir, name);
 	if (fstat(fd, &st) < 0) {
-		rc = errbuf_fail(err, errlen, -errno, "snapshot %s/%s: %s", dir, name, strerror(errno));
+		rc = errbuf_fail(err, errlen, -errno, "snapshot %s: %s", what, strerror(errno));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) ||
 	    st.st_nlink != 1) {
 		rc = errbuf_fail(err, errlen, -EPERM,
-			     "snapshot %s/%s was not written by kbox for this user (a regular "
+			     "snapshot %s was not written by kbox for this user (a regular "
 			     "file of uid %u, mode 0600, one link): not used",
-			     dir, name, (unsigned)geteuid());
+			     what, (unsigned)geteuid());
 		goto fail;
 	}
-	uint8_t hdr[SNAPSHOT_FILE_HDR_LEN];
-	uint64_t meta_len;
-	if ((uint64_t)st.st_size < SNAPSHOT_FILE_HDR_LEN) {
-		rc = errbuf_fail(err, errlen, -EBADMSG, "snapshot %s/%s is too short", dir, name);
-		goto fail;
-	}
-	if ((rc = read_at(fd, hdr, sizeof hdr, 0)) < 0) {
-		errbuf_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
-		goto fail;
-	}
-	if ((rc = snapshot_file_header(hdr, sizeof hdr, &meta_len, err, errlen)) < 0)
-		goto fail;
-	if (meta_len > (uint64_t)st.st_size) {
-		rc = errbuf_fail(err, errlen, -EBADMSG, "snapshot %s/%s is cut short", dir, name);
-		goto fail;
-	}
-	f->meta = malloc((size_t)meta_len);
-	if (!f->meta) {
-		rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
-		goto fail;
-	}
-	if ((rc = read_at(fd, f->meta, (size_t)meta_len, 0)) < 0) {
-		errbuf_fail(err, errlen, rc, "snapshot %s/%s: cannot read it", dir, name);
-		goto fail;
-	}
-	if ((rc = snapshot_file_parse(f->meta, (size_t)meta_len, (uint64_t)st.st_size, &f->v, err,
-			      errlen)) < 0)
-		goto fail;
-	f->fd = fd;
-	f->size = (uint64_t)st.st_size;
-	f->disk_bytes = (uint64_t)st.st_blocks * 512;
-	return 0;
+	if ((rc = take_file(fd, &st, what, f, err, errlen)) == 0)
+		return 0;
 fail:
-	free(f->meta);
-	f->meta = NULL;
 	close(fd);
+	return rc;
+}
+
+int snapshot_file_open_fd(int fd, struct snapshot_file_file *f, char *err, size_t errlen)
+{
+	memset(f, 0, sizeof *f);
+	f->fd = -1;
+	struct stat st;
+	int rc = check_fd(fd, false, &st, err, errlen);
+	if (rc < 0)
+		return rc;
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (dup < 0)
+		return errbuf_fail(err, errlen, -errno, "snapshot file: %s", strerror(errno));
+	if ((rc = take_file(dup, &st, "file", f, err, errlen)) < 0)
+		close(dup);
 	return rc;
 }
 

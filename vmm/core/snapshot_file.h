@@ -158,6 +158,15 @@ int snapshot_file_name_ok(const char *name);
 int snapshot_file_write(const char *dir, const char *name, const struct statebuf_writer *meta,
 		const void *ram, uint64_t ram_len, char *err, size_t errlen);
 
+/* Write a snapshot into fd (a fork's file, made by the process that
+ * will load it): the file must be a regular file of the effective user,
+ * no group or other access, at most one link, and empty; the metadata at
+ * 0 and RAM as snapshot_file_write does, without fsync (a fork's file
+ * lives as long as the sandboxes that map it).  On failure the file is
+ * emptied.  0 or a negative errno, with a line in err. */
+int snapshot_file_write_fd(int fd, const struct statebuf_writer *meta, const void *ram,
+			   uint64_t ram_len, char *err, size_t errlen);
+
 /* An opened, checked snapshot. */
 struct snapshot_file_file {
 	int fd;
@@ -174,6 +183,11 @@ struct snapshot_file_file {
  * or one a hard link put there, does not).  0 with f filled, or a
  * negative errno with a line in err and nothing left open. */
 int snapshot_file_open(const char *dir, const char *name, struct snapshot_file_file *f, char *err, size_t errlen);
+
+/* The same for a file already open as fd (kept by the caller; f holds
+ * a duplicate): a regular file of the effective user, no group or other
+ * access, at most one link, its metadata as snapshot_file_parse. */
+int snapshot_file_open_fd(int fd, struct snapshot_file_file *f, char *err, size_t errlen);
 
 /* Close what snapshot_file_open opened; safe after a failed snapshot_file_open and twice. */
 void snapshot_file_close(struct snapshot_file_file *f);

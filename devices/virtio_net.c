@@ -333,6 +333,15 @@ static int net_quiet(struct virtqueue_dev *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* A fork's copy starts with no flow (its stack is new): the frames
+ * waiting for the guest are the original's, which keeps them.  Nothing
+ * beyond the transport is copied. */
+static int net_fork_save(struct virtqueue_dev *d, struct statebuf_writer *w, char *err,
+			 size_t errlen)
+{
+	return 0;
+}
+
 static void net_restored(struct virtqueue_dev *d)
 {
 	if (d->live)
@@ -376,6 +385,7 @@ static const struct virtqueue_dev_ops net_ops = {
 	.reset = net_reset,
 	.quiet = net_quiet,
 	.restored = net_restored,
+	.fork_save = net_fork_save,
 };
 
 int virtio_net_init(struct virtio_net *v, const uint8_t mac[6], const struct net_backend *be)

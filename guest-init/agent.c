@@ -779,6 +779,23 @@ int agent_vsock_listen(unsigned port, int backlog)
 	return lfd;
 }
 
+int agent_vsock_accept_host(int lfd)
+{
+	for (;;) {
+		struct agent_sockaddr_vm a;
+		socklen_t al = sizeof a;
+		int fd = accept4(lfd, (struct sockaddr *)&a, &al, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return -errno;
+		}
+		if (al >= sizeof a && a.svm_cid == 2)
+			return fd;
+		close(fd); /* a guest process, not kbox */
+	}
+}
+
 void agent_vsock_knock(unsigned cid, unsigned port)
 {
 	int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);

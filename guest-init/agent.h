@@ -45,4 +45,9 @@ int agent_serve_fd(int fd);
  * before agent_serve. */
 void agent_sync_on_exit(const char *const *rw_paths, unsigned n);
 
+/* Accept the next connection on the vsock listener lfd that comes from
+ * the host (CID 2); one from anywhere else is closed.  The fd, or a
+ * negative errno. */
+int agent_vsock_accept_host(int lfd);
+
 #endif

@@ -171,6 +171,33 @@ static void add_entropy(const uint8_t *b, size_t n)
 	memset(&rp, 0, sizeof rp);
 }
 
+/* One run configuration from cfd into msg (RUNCFG_MAX bytes), decoded
+ * into c: 0, or -1 when it is refused (answered 1 and a reason, cfd
+ * closed). */
+static int read_runcfg(int cfd, uint8_t *msg, struct runcfg *c)
+{
+	const char *why = NULL;
+	long len = -1;
+	if (read_full(cfd, msg, RUNCFG_HDR) < 0)
+		why = "short message";
+	else if ((len = runcfg_message_len(msg)) < 0)
+		why = "bad header";
+	else if (read_full(cfd, msg + RUNCFG_HDR, (size_t)len - RUNCFG_HDR) < 0)
+		why = "short message";
+	else if (runcfg_decode(msg, (size_t)len, c) < 0)
+		why = "malformed";
+	if (!why)
+		return 0;
+	char r[64];
+	int n = snprintf(r, sizeof r, "%c%s", 1, why);
+	if (write(cfd, r, (size_t)n) < 0) {
+		/* the host went away: it tries again or stops the VM */
+	}
+	close(cfd);
+	say("run configuration refused: %s", why);
+	return -1;
+}
+
 /* The run configuration's connection, held open until guest-init is
  * ready for commands. */
 static int runcfg_fd = -1;
@@ -213,26 +240,8 @@ static char *wait_runcfg(void)
 			continue;
 		}
 		struct runcfg c;
-		const char *why = NULL;
-		long len = -1;
-		if (read_full(cfd, msg, RUNCFG_HDR) < 0)
-			why = "short message";
-		else if ((len = runcfg_message_len(msg)) < 0)
-			why = "bad header";
-		else if (read_full(cfd, msg + RUNCFG_HDR, (size_t)len - RUNCFG_HDR) < 0)
-			why = "short message";
-		else if (runcfg_decode(msg, (size_t)len, &c) < 0)
-			why = "malformed";
-		if (why) {
-			char r[64];
-			int n = snprintf(r, sizeof r, "%c%s", 1, why);
-			if (write(cfd, r, (size_t)n) < 0) {
-				/* the host went away: it tries again or stops the VM */
-			}
-			close(cfd);
-			say("run configuration refused: %s", why);
+		if (read_runcfg(cfd, msg, &c) < 0)
 			continue;
-		}
 		add_entropy(c.entropy, c.entropy_len);
 		struct timespec ts = { (time_t)c.clock_sec, (long)c.clock_nsec };
 		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
@@ -244,6 +253,46 @@ static char *wait_runcfg(void)
 		close(lfd);
 		runcfg_fd = cfd; /* answered by runcfg_ready */
 		return words;
+	}
+}
+
+/* After a fork (kbox fork, docs/snapshots.md) the copy's kbox sends a
+ * run configuration again: its own entropy (the copy must not draw the
+ * original's random numbers), the wall clock and the new sandbox's name
+ * as host name; the rest (mounts, environment, CA) is the original's
+ * and stays.  Served by a child of PID 1 on the run configuration's
+ * port, only to the host, answered 0 once applied. */
+static void serve_refresh(void)
+{
+	static uint8_t msg[RUNCFG_MAX];
+	int lfd = agent_vsock_listen(RUNCFG_VSOCK_PORT, 1);
+	if (lfd < 0) {
+		say("listen for a fork's configuration: %s", strerror(-lfd));
+		return;
+	}
+	for (;;) {
+		int cfd = agent_vsock_accept_host(lfd);
+		if (cfd < 0) {
+			say("accept a fork's configuration: %s", strerror(-cfd));
+			return;
+		}
+		struct runcfg c;
+		if (read_runcfg(cfd, msg, &c) < 0)
+			continue;
+		add_entropy(c.entropy, c.entropy_len);
+		struct timespec ts = { (time_t)c.clock_sec, (long)c.clock_nsec };
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+			say("set the clock: %s", strerror(errno));
+		if (c.hostname_len) {
+			int hn = senv_rename_host(c.hostname, c.hostname_len);
+			if (hn < 0)
+				say("setting the host name: %s", strerror(-hn));
+		}
+		memset(msg, 0, sizeof msg);
+		uint8_t ok = 0;
+		if (write(cfd, &ok, 1) < 0)
+			say("answer a fork's configuration: %s", strerror(errno));
+		close(cfd);
 	}
 }
 
@@ -601,6 +650,14 @@ int main(void)
 	}
 	close(lfd);
 	runcfg_ready();
+	pid_t refresher = fork();
+	if (refresher == 0) {
+		serve_refresh();
+		_exit(1);
+	}
+	if (refresher < 0)
+		say("fork: %s (a fork of this sandbox keeps its host name and entropy)",
+		    strerror(errno));
 
 	/* From here guest-init only reaps orphans: kbox runs every command
 	 * through the agent and stops the VM itself. */

@@ -199,6 +199,40 @@ int senv_set_hostname(void)
 	return rc;
 }
 
+int senv_rename_host(const char *host, size_t host_len)
+{
+	if (!host_len || host_len > 64 || memchr(host, '\0', host_len))
+		return -EINVAL;
+	char *h = copy(host, host_len);
+	if (!h)
+		return -ENOMEM;
+	free(hostname);
+	hostname = h;
+	if (sethostname(hostname, strlen(hostname)) < 0)
+		return -errno;
+	/* The old name's line goes; every other line stays. */
+	char *old = NULL;
+	size_t old_len = 0;
+	if (slurp("/etc/hosts", HOSTS_MAX, &old, &old_len) < 0)
+		return senv_set_hostname();
+	size_t keep = 0;
+	for (size_t at = 0; at < old_len;) {
+		const char *nl = memchr(old + at, '\n', old_len - at);
+		size_t l = nl ? (size_t)(nl - (old + at)) + 1 : old_len - at;
+		if (!(l >= 10 && memcmp(old + at, "127.0.1.1\t", 10) == 0)) {
+			memmove(old + keep, old + at, l);
+			keep += l;
+		}
+		at += l;
+	}
+	char line[96];
+	int n = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n",
+			 keep && old[keep - 1] != '\n' ? "\n" : "", hostname);
+	int rc = write_file("/etc/hosts", old, keep, line, (size_t)n);
+	free(old);
+	return rc;
+}
+
 static size_t name_len(const char *e)
 {
 	const char *eq = strchr(e, '=');

@@ -33,6 +33,11 @@ int senv_install_ca(void);
  * errno. */
 int senv_set_hostname(void);
 
+/* After a fork (kbox fork): the new sandbox's name becomes the host
+ * name, and its "127.0.1.1 NAME" line in /etc/hosts replaces the old
+ * name's.  0 or a negative errno. */
+int senv_rename_host(const char *host, size_t host_len);
+
 /* A NULL-terminated array: the base entries not overridden by name in
  * req[0..n), then req's; extra spare NULL slots at the end for the
  * caller.  The strings are borrowed; free only the array.  NULL on

@@ -7,6 +7,7 @@
 #include "vmm/cmd/ca_cmd.h"
 #include "vmm/cmd/disk_cmd.h"
 #include "vmm/cmd/doctor.h"
+#include "vmm/cmd/fork.h"
 #include "vmm/cmd/lifecycle.h"
 #include "vmm/cmd/run.h"
 #include "vmm/cmd/secrets_cmd.h"
@@ -26,6 +27,7 @@ static void usage(FILE *f)
 		"Commands:\n"
 		"  run [OPTIONS] -- CMD [ARG...]   boot a microVM and run CMD inside it\n"
 		"  exec [OPTIONS] NAME -- CMD      run CMD inside the running sandbox NAME\n"
+		"  fork NAME NEW                   start NEW as a copy of the running sandbox NAME\n"
 		"  ps                              list sandboxes\n"
 		"  stop [-t SECONDS] NAME...       stop sandboxes\n"
 		"  logs [-f] NAME                  output of a detached sandbox's command\n"
@@ -53,6 +55,8 @@ int main(int argc, char **argv)
 		return run_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "exec") == 0)
 		return exec_main(argc - 1, argv + 1);
+	if (strcmp(cmd, "fork") == 0)
+		return fork_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "ps") == 0)
 		return ps_main(argc - 1, argv + 1);
 	if (strcmp(cmd, "stop") == 0)

@@ -39,6 +39,7 @@
 #include "vmm/sandbox/config.h"
 #include "vmm/sandbox/disks.h"
 #include "vmm/sandbox/exec_client.h"
+#include "vmm/sandbox/forkctl.h"
 #include "vmm/sandbox/hostfiles.h"
 #include "vmm/sandbox/lockdown.h"
 #include "vmm/sandbox/mounts.h"
@@ -752,7 +753,24 @@ struct run {
 	uint8_t tpl_key[SNAPSHOT_FILE_KEY_LEN];
 	int ready_efd;  /* TPL_MAKE: counts guest-init's "waiting" knock */
 	bool retry_cold; /* the template failed to load: run again, cold */
+	/* kbox run's own arguments, recorded for kbox fork. */
+	int argc;
+	char **argv;
+	/* kbox fork (docs/snapshots.md, "Fork"): the layout key this
+	 * sandbox's copies must have; the fork socket and the thread that
+	 * serves it; vm_lock orders its pause against the end of the VM. */
+	bool have_layout;
+	uint8_t layout_key[SNAPSHOT_FILE_KEY_LEN];
+	int fork_lfd;
+	pthread_t fkt;
+	bool fkt_started, vm_ended;
+	pthread_mutex_t vm_lock;
 };
+
+/* Set by fork_main: this run is the copy NEW of the running sandbox
+ * FROM, restored from its state instead of booted. */
+static const char *fork_from, *fork_new;
+static bool fork_verbose;
 
 static void run_init(struct run *r)
 {
@@ -767,6 +785,8 @@ static void run_init(struct run *r)
 	r->ready_fd = -1;
 	r->klog_fd = -1;
 	r->ready_efd = -1;
+	r->fork_lfd = -1;
+	pthread_mutex_init(&r->vm_lock, NULL);
 }
 
 /* The options, the config and what TLS interception loads, then what the
@@ -776,6 +796,22 @@ static int run_configure(struct run *r, int argc, char **argv)
 {
 	struct run_opts *o = &r->o;
 	int rc = parse_args(argc, argv, o, &r->cfg);
+	if (!rc && fork_new) {
+		/* The copy: its own name, in the background, from the
+		 * original's state (never a template), and the forwarded
+		 * ports on free host ports (the original holds its own). */
+		o->name = fork_new;
+		o->detach = 1;
+		o->tty = 0;
+		o->cold = 1;
+		for (size_t i = 0; i < r->net.nfwd; i++)
+			r->net.fwd[i].host_port = 0;
+		for (unsigned i = 0; i < r->dsk.n; i++)
+			if (!r->dsk.d[i].readonly)
+				rc = cli_die("cannot fork %s: it has the disk %s read-write, which two "
+					     "sandboxes cannot share (a read-only disk can be)",
+					     fork_from, r->dsk.d[i].name);
+	}
 	if (!rc) {
 		char terr[512];
 		if (tlsconf_load(&r->tls, terr, sizeof terr) < 0)
@@ -886,6 +922,9 @@ static int record_sandbox(struct run *r)
 	 * or waits and then sees the record. */
 	int hold = o->image ? image_store_hold() : -ENOENT;
 	int ir = sandbox_write_info(&r->sb, o->cpus, o->memory_mib, o->argv);
+	char cwd[PATH_MAX];
+	if (!ir && getcwd(cwd, sizeof cwd))
+		ir = sandbox_write_args(&r->sb, cwd, r->argc, r->argv);
 	for (unsigned i = 0; !ir && i < o->mounts->n; i++)
 		if (o->mounts->m[i].root)
 			ir = sandbox_write_image(&r->sb, o->mounts->m[i].host);
@@ -1115,6 +1154,28 @@ static void template_path(const struct run *r, char *buf, size_t len)
 	snprintf(buf, len, "%s/%s", r->tpl_dir, r->tpl_name);
 }
 
+/* The key of the run's boot layout (a template's, and what a fork's
+ * copy must match: vmm/sandbox/template.h), when it can be had. */
+static void compute_layout(struct run *r)
+{
+	struct run_opts *o = &r->o;
+	char devs[8192], err[512];
+	if (virtio_bus_describe(&r->s.bus, devs, sizeof devs) < 0)
+		return;
+	struct template_inputs in = {
+		.kernel = o->kernel, .initrd = o->initrd, .cpus = o->cpus, .memory_mib = o->memory_mib,
+		.tsc_khz = vm_tsc_khz(&r->s.vm), .pvm = r->pvm != 0, .cmdline = r->cmdline,
+		.devices = devs,
+	};
+	if (template_key(&in, r->layout_key, r->tpl_name, err, sizeof err) < 0) {
+		if (o->verbose)
+			fprintf(stderr, "kbox: no layout key (no template, no fork): %s\n", err);
+		return;
+	}
+	memcpy(r->tpl_key, r->layout_key, sizeof r->tpl_key);
+	r->have_layout = true;
+}
+
 /* Whether this run starts from a template, makes one, or neither: the
  * key of its boot layout, and the file if there is one.  Off with
  * --cold or KBOX_TEMPLATES=off, and on PVM unless KBOX_TEMPLATES=on
@@ -1135,15 +1196,8 @@ static void choose_template(struct run *r)
 					"KBOX_TEMPLATES=on tries anyway)\n");
 		return;
 	}
-	char devs[8192], err[512];
-	if (virtio_bus_describe(&r->s.bus, devs, sizeof devs) < 0)
-		return;
-	struct template_inputs in = {
-		.kernel = o->kernel, .initrd = o->initrd, .cpus = o->cpus, .memory_mib = o->memory_mib,
-		.tsc_khz = vm_tsc_khz(&r->s.vm), .pvm = r->pvm != 0, .cmdline = r->cmdline,
-		.devices = devs,
-	};
-	if (template_key(&in, r->tpl_key, r->tpl_name, err, sizeof err) < 0 ||
+	char err[512] = "the layout has no key";
+	if (!r->have_layout ||
 	    template_dir(r->tpl_dir, sizeof r->tpl_dir, true, err, sizeof err) < 0) {
 		if (o->verbose)
 			fprintf(stderr, "kbox: booting cold, no template: %s\n", err);
@@ -1189,6 +1243,180 @@ static int restore_template(struct run *r)
 	if (r->o.verbose)
 		fprintf(stderr, "kbox: restored %s in %.1f ms (state %.1f ms)\n", r->tpl_name, st.ms,
 			st.state_ms);
+	return 0;
+}
+
+/* ---- kbox fork ------------------------------------------------------ */
+
+/* Refuse a fork request with a reason. */
+static void fork_refuse(int cfd, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void fork_refuse(int cfd, int status, const char *fmt, ...)
+{
+	struct forkctl_answer a = { .status = status };
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(a.msg, sizeof a.msg, fmt, ap);
+	va_end(ap);
+	forkctl_reply(cfd, &a);
+}
+
+static bool pause_vm(struct run *r);
+static int resume_vm(struct run *r);
+static void sleep_ms(long ms);
+
+/* Save the running sandbox into file_fd for a copy: paused, every
+ * device's fork state (a device busy for a moment gets a few more
+ * tries), resumed.  The caller holds vm_lock. */
+static void fork_save(struct run *r, int cfd, int file_fd)
+{
+	struct forkctl_answer a = { 0 };
+	struct snapshot_stats st;
+	char err[FORKCTL_MSG_MAX] = "";
+	int rc = -EAGAIN;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (unsigned attempt = 0; attempt < 10 && (rc == -EAGAIN || rc == -EBUSY); attempt++) {
+		if (attempt)
+			sleep_ms(20);
+		if (!pause_vm(r)) {
+			fork_refuse(cfd, -ESHUTDOWN, "the sandbox ended");
+			return;
+		}
+		if (attempt)
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+		struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
+		unsigned n = virtio_bus_fork_devs(&r->s.bus, devs, VIRTIO_BUS_MAX_DEVS);
+		devs[n++] = (struct snapshot_dev){ "uart", VIRTIO_BUS_MAX_DEVS, &r->s.com1, uart_save,
+						   uart_load };
+		rc = snapshot_save_fd(&r->s.vm, r->layout_key, devs, n, file_fd, &st, err, sizeof err);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (rc < 0 && ftruncate(file_fd, 0) < 0) {
+			/* the copy's loader refuses what is left */
+		}
+		if (resume_vm(r)) {
+			/* The VM could not go on: this sandbox ends (vm_done). */
+			atomic_store(&r->s.vm_done, 1);
+			int fd = atomic_load(&r->s.agent_fd);
+			if (fd >= 0)
+				shutdown(fd, SHUT_RDWR);
+			fork_refuse(cfd, -EIO, "the sandbox could not be resumed");
+			return;
+		}
+	}
+	if (rc < 0) {
+		fork_refuse(cfd, rc, "%s", err);
+		return;
+	}
+	a.pause_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	a.state_ms = st.state_ms;
+	a.file_bytes = st.disk_bytes;
+	forkctl_reply(cfd, &a);
+	if (r->o.verbose)
+		fprintf(stderr, "kbox: forked: paused %.1f ms (state %.1f ms), %llu MiB written\n",
+			a.pause_ms, a.state_ms, (unsigned long long)(st.disk_bytes >> 20));
+}
+
+/* The fork socket's thread: one request at a time, until the socket is
+ * shut down (run_cleanup). */
+static void *fork_thread(void *arg)
+{
+	struct run *r = arg;
+	for (;;) {
+		uint8_t key[FORKCTL_KEY_LEN];
+		int file_fd = -1;
+		int cfd = forkctl_accept(r->fork_lfd, key, &file_fd);
+		if (cfd < 0)
+			return NULL;
+		pthread_mutex_lock(&r->vm_lock);
+		if (r->vm_ended || !r->vmt_started || atomic_load(&r->s.vm_done))
+			fork_refuse(cfd, -ESHUTDOWN, "the sandbox is not running");
+		else if (!r->have_layout)
+			fork_refuse(cfd, -ENOTSUP, "the sandbox's layout has no key");
+		else if (memcmp(key, r->layout_key, sizeof key) != 0)
+			fork_refuse(cfd, -ESTALE,
+				    "the copy's layout differs from the sandbox's (another kbox "
+				    "build, kernel or initramfs since it started, or its config "
+				    "changed: cpus, memory, shares, disks, network)");
+		else
+			fork_save(r, cfd, file_fd);
+		pthread_mutex_unlock(&r->vm_lock);
+		close(file_fd);
+	}
+}
+
+/* The fork socket, made before the lock-down (bind is not allowed
+ * after it); its thread starts once the VM runs (fork_serve). */
+static int fork_listen(struct run *r)
+{
+	char err[512];
+	r->fork_lfd = forkctl_listen(r->sb.dir, err, sizeof err);
+	if (r->fork_lfd < 0 && r->o.verbose)
+		fprintf(stderr, "kbox: %s (kbox fork cannot copy this sandbox)\n", err);
+	return 0;
+}
+
+static void fork_serve(struct run *r)
+{
+	if (r->fork_lfd >= 0 && pthread_create(&r->fkt, NULL, fork_thread, r) == 0)
+		r->fkt_started = true;
+}
+
+/* The copy's side: ask the sandbox fork_from to save itself into an
+ * unnamed private file, then restore from that file (RAM copy-on-write,
+ * every device through its fork state).  The file is hostile input
+ * like a template: the original runs a guest. */
+static int fork_restore(struct run *r)
+{
+	char err[512];
+	if (!r->have_layout)
+		return cli_die("cannot fork %s: this kbox cannot key the sandbox's layout", fork_from);
+	struct sandbox from;
+	struct sandbox_info info;
+	if (sandbox_lookup(fork_from, &from, &info) < 0 || !info.alive)
+		return cli_die("cannot fork %s: it is not running", fork_from);
+	int fd = template_fork_file(err, sizeof err);
+	if (fd < 0)
+		return cli_die("cannot fork %s: %s", fork_from, err);
+	struct forkctl_answer a;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int rc = forkctl_request(from.dir, r->layout_key, fd, 300 * 1000, &a, err, sizeof err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rc < 0) {
+		close(fd);
+		return cli_die("cannot fork %s: %s", fork_from, err);
+	}
+	if (a.status < 0) {
+		close(fd);
+		return cli_die("cannot fork %s: %s", fork_from, a.msg[0] ? a.msg : strerror(-a.status));
+	}
+	struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
+	unsigned n = virtio_bus_fork_devs(&r->s.bus, devs, VIRTIO_BUS_MAX_DEVS);
+	devs[n++] = (struct snapshot_dev){ "uart", VIRTIO_BUS_MAX_DEVS, &r->s.com1, uart_save,
+					   uart_load };
+	struct snapshot_stats st;
+	rc = snapshot_restore_fd(&r->s.vm, r->layout_key, devs, n, fd, &st, err, sizeof err);
+	close(fd); /* the RAM mapping holds the file */
+	if (rc < 0)
+		return cli_die("cannot start %s from %s's state: %s", r->sb.name, fork_from, err);
+	double ask = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	if (fork_verbose || r->o.verbose)
+		fprintf(stderr, "kbox: fork of %s: %s paused %.1f ms (state %.1f ms), %llu MiB "
+				"written, request %.1f ms; restored in %.1f ms\n",
+			fork_from, fork_from, a.pause_ms, a.state_ms,
+			(unsigned long long)(a.file_bytes >> 20), ask, st.ms);
+	return 0;
+}
+
+/* The copy has no main command of its own: the original's processes
+ * go on in it (those attached to an exec session got a hangup).  It
+ * runs until kbox stop or the guest's end. */
+static int fork_wait(struct run *r)
+{
+	report_ready(&r->ready_fd, 0);
+	while (!atomic_load(&r->s.vm_done) && !stop_signal)
+		sleep_ms(100);
 	return 0;
 }
 
@@ -1451,10 +1679,15 @@ static int run_command(struct run *r)
 	return code;
 }
 
-/* The VM and its device thread stopped, the kernel log flushed. */
+/* The VM and its device thread stopped, the kernel log flushed; after
+ * any fork's save (vm_lock), and none after it. */
 static void stop_vm(struct run *r)
 {
-	stop_threads(r);
+	pthread_mutex_lock(&r->vm_lock);
+	r->vm_ended = true;
+	if (r->vmt_started)
+		stop_threads(r);
+	pthread_mutex_unlock(&r->vm_lock);
 	klog_flush(&r->s.kl);
 	if (r->o.verbose)
 		netdev_report(&r->net, stderr);
@@ -1497,13 +1730,33 @@ static int run_outcome(const struct run *r, int code)
 static int run_sandbox(struct run *r)
 {
 	timing("configured");
-	if (claim_sandbox(r) || record_sandbox(r) || open_disks(r) || redirect_output(r) ||
-	    load_boot_files(r) || create_vm(r))
+	if (claim_sandbox(r) || record_sandbox(r) || open_disks(r) ||
+	    (!fork_from && redirect_output(r)) || load_boot_files(r) || create_vm(r))
 		return KBOX_EXIT_FAILURE;
 	timing("VM made");
 	if (attach_devices(r) || finish_cmdline(r))
 		return KBOX_EXIT_FAILURE;
 	timing("devices attached");
+	compute_layout(r);
+	fork_listen(r);
+	if (fork_from) {
+		setup_console(r);
+		if (fork_restore(r) || redirect_output(r))
+			return KBOX_EXIT_FAILURE;
+		timing("restored from the original");
+		publish_and_catch_signals(r);
+		if (lock_down(r) || start_vm(r))
+			return KBOX_EXIT_FAILURE;
+		fork_serve(r);
+		int rc = send_runcfg(r);
+		if (rc < 0 && !atomic_load(&r->s.vm_done))
+			fprintf(stderr, "kbox: the copy's guest did not take its new name and entropy: "
+					"%s\n", strerror(-rc));
+		timing("configured (name, clock, entropy)");
+		int code = fork_wait(r);
+		stop_vm(r);
+		return code;
+	}
 	choose_template(r);
 	setup_console(r);
 	if (r->tpl == TPL_USE ? restore_template(r) : boot_cold(r))
@@ -1518,6 +1771,7 @@ static int run_sandbox(struct run *r)
 		return KBOX_EXIT_FAILURE;
 	}
 	timing("vCPUs started");
+	fork_serve(r);
 	int code = run_command(r);
 	stop_vm(r);
 	timing("VM stopped");
@@ -1531,6 +1785,19 @@ static void run_cleanup(struct run *r)
 {
 	struct session *s = &r->s;
 	report_ready(&r->ready_fd, 1);
+	if (r->fkt_started) {
+		/* accept gives up once the socket is shut down */
+		pthread_mutex_lock(&r->vm_lock);
+		r->vm_ended = true;
+		pthread_mutex_unlock(&r->vm_lock);
+		shutdown(r->fork_lfd, SHUT_RDWR);
+		pthread_join(r->fkt, NULL);
+		r->fkt_started = false;
+	}
+	if (r->fork_lfd >= 0) {
+		close(r->fork_lfd);
+		r->fork_lfd = -1;
+	}
 	if (r->vmt_started) {
 		vm_stop(&s->vm, VM_END_STOPPED);
 		pthread_join(r->vmt, NULL);
@@ -1562,6 +1829,7 @@ static void run_cleanup(struct run *r)
 	free(r->kimg);
 	tlsconf_free(&r->tls);
 	config_free(&r->cfg);
+	pthread_mutex_destroy(&r->vm_lock);
 }
 
 int run_main(int argc, char **argv)
@@ -1572,6 +1840,8 @@ int run_main(int argc, char **argv)
 		return cli_die("%s", perr);
 	static struct run r;
 	run_init(&r);
+	r.argc = argc;
+	r.argv = argv;
 	int rc = run_configure(&r, argc, argv);
 	if (!rc && r.o.detach)
 		rc = detach(&r.ready_fd, r.o.name); /* the parent returns here */
@@ -1586,6 +1856,8 @@ int run_main(int argc, char **argv)
 		r.ready_fd = -1;
 		run_cleanup(&r);
 		run_init(&r);
+		r.argc = argc;
+		r.argv = argv;
 		r.ready_fd = ready_fd;
 		rc = run_configure(&r, argc, argv);
 		r.o.cold = 1;
@@ -1597,4 +1869,12 @@ int run_main(int argc, char **argv)
 	run_cleanup(&r);
 	timing("cleaned up");
 	return rc < 0 ? 0 : rc;
+}
+
+int run_fork(const char *from, const char *new_name, int verbose, int argc, char **argv)
+{
+	fork_from = from;
+	fork_new = new_name;
+	fork_verbose = verbose != 0;
+	return run_main(argc, argv);
 }

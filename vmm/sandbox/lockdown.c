@@ -320,6 +320,9 @@ static const int ld_plain[] = {
 	/* exit clean-up of the sandbox's runtime directory */
 	SCMP_SYS(unlink),          /* control socket, info file */
 	SCMP_SYS(rmdir),           /* the sandbox directory */
+	/* kbox fork (the fork socket, made before the lock-down) */
+	SCMP_SYS(recvmsg),         /* the fork file's descriptor from kbox fork */
+	SCMP_SYS(geteuid),         /* the fork file must be the user's own */
 };
 
 /* Added when the guest has a network (socket families are checked
@@ -345,6 +348,12 @@ static const unsigned long ld_kvm_ioctls[] = {
 	KVM_RUN,      /* vCPU threads */
 	KVM_IRQ_LINE, /* serial port interrupt */
 	KVM_GET_REGS, /* RIP for the report of a KVM internal error */
+	/* kbox fork: the paused VM's state read into the fork's file
+	 * (vmm/core/snapshot.c); reading only, the VM's own */
+	KVM_CHECK_EXTENSION, KVM_GET_MSR_INDEX_LIST, KVM_GET_TSC_KHZ, KVM_GET_SREGS,
+	KVM_GET_FPU, KVM_GET_XSAVE, KVM_GET_XSAVE2, KVM_GET_XCRS, KVM_GET_LAPIC, KVM_GET_MSRS,
+	KVM_GET_MP_STATE, KVM_GET_VCPU_EVENTS, KVM_GET_DEBUGREGS, KVM_GET_CPUID2, KVM_GET_PIT2,
+	KVM_GET_IRQCHIP, KVM_GET_CLOCK,
 };
 static const unsigned long ld_tty_ioctls[] = {
 	TCGETS,     /* isatty, tcgetattr */

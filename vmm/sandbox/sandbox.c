@@ -115,7 +115,8 @@ int sandbox_write_image(const struct sandbox *sb, const char *dir)
 /* The files a sandbox (or a crashed one) leaves in its directory. */
 static void remove_files(const struct sandbox *sb)
 {
-	static const char *const files[] = { "info", "image", "vsock.sock", "kernel.log", "output.log" };
+	static const char *const files[] = { "info", "image", "vsock.sock", "kernel.log", "output.log",
+					     "run.args", "fork.sock" };
 	char path[sizeof sb->dir + 300];
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
 		snprintf(path, sizeof path, "%s/%s", sb->dir, files[i]);
@@ -263,6 +264,58 @@ int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned l
 					: -ENOMEM;
 	free(text);
 	return rc;
+}
+
+int sandbox_write_args(const struct sandbox *sb, const char *cwd, int argc, char *const argv[])
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/run.args", sb->dir);
+	size_t len = strlen(cwd) + 1;
+	for (int i = 0; i < argc; i++)
+		len += strlen(argv[i]) + 1;
+	if (len > SANDBOX_ARGS_MAX)
+		return -E2BIG;
+	char *text = malloc(len), *at = text;
+	if (!text)
+		return -ENOMEM;
+	at = stpcpy(at, cwd) + 1;
+	for (int i = 0; i < argc; i++)
+		at = stpcpy(at, argv[i]) + 1;
+	int rc = fileio_write_atomic(AT_FDCWD, path, NULL, text, len, 0600);
+	free(text);
+	return rc;
+}
+
+int sandbox_read_args(const struct sandbox *sb, char **buf, char **cwd, int *argc, char ***argv)
+{
+	char path[PATH_MAX], *text;
+	size_t len;
+	snprintf(path, sizeof path, "%s/run.args", sb->dir);
+	int rc = fileio_slurp(path, 0, SANDBOX_ARGS_MAX, &text, &len, NULL, NULL);
+	if (rc < 0)
+		return rc;
+	/* NUL-terminated strings, the folder first and then at least "run". */
+	unsigned n = 0;
+	for (size_t i = 0; i < len; i++)
+		n += text[i] == '\0';
+	if (len == 0 || text[len - 1] != '\0' || n < 2 || text[0] != '/') {
+		free(text);
+		return -EBADMSG;
+	}
+	char **v = calloc(n, sizeof *v);
+	if (!v) {
+		free(text);
+		return -ENOMEM;
+	}
+	*cwd = text;
+	int c = 0;
+	for (size_t off = strlen(text) + 1; off < len; off += strlen(text + off) + 1)
+		v[c++] = text + off;
+	v[c] = NULL;
+	*buf = text;
+	*argc = c;
+	*argv = v;
+	return 0;
 }
 
 int sandbox_lookup(const char *name, struct sandbox *sb, struct sandbox_info *info)

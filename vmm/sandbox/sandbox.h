@@ -54,6 +54,18 @@ int sandbox_write_info(const struct sandbox *sb, unsigned cpus, unsigned long lo
 int sandbox_write_info_ports(const struct sandbox *sb, unsigned cpus, unsigned long long memory_mib,
 			     char *const argv[], const char *ports);
 
+/* Record how the sandbox was started (kbox fork starts its copy the
+ * same way): the working folder and kbox run's arguments (argv[0] is
+ * "run"), NUL-separated in run.args, at most SANDBOX_ARGS_MAX bytes.
+ * 0, -E2BIG or -errno. */
+#define SANDBOX_ARGS_MAX (256u << 10)
+int sandbox_write_args(const struct sandbox *sb, const char *cwd, int argc, char *const argv[]);
+
+/* Read them back: *buf to free (with free(*argv)), *cwd an absolute path
+ * in it, *argv NULL-terminated with *argc entries.  0, -EBADMSG for a
+ * malformed file, or -errno. */
+int sandbox_read_args(const struct sandbox *sb, char **buf, char **cwd, int *argc, char ***argv);
+
 /* Record the root filesystem folder the sandbox runs on (an image's
  * rootfs or a folder), so that `kbox image rm` sees the image is in use.
  * One line, kept apart from the info file (which is rewritten).  0,

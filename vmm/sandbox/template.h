@@ -34,6 +34,13 @@ struct template_inputs {
  * 0700) when missing.  0, or a negative errno with a line in err. */
 int template_dir(char *buf, size_t len, bool create, char *err, size_t errlen);
 
+/* A file for a fork (kbox fork): an unnamed (O_TMPFILE) private file in
+ * the templates' folder, made when missing and checked private (a
+ * named one unlinked at once where the file system has no O_TMPFILE),
+ * gone when its last descriptor and mapping are.  The fd, or a negative
+ * errno with a line in err. */
+int template_fork_file(char *err, size_t errlen);
+
 /* The key of in (a SHA-256 over a text naming kbox's own binary by stat,
  * then each input) and the file name for it (TEMPLATE_NAME_LEN + 1 bytes).
  * 0, or a negative errno with a line in err (a file cannot be stat'ed). */

@@ -195,7 +195,7 @@ lockdown-tests: all kernel
 # End to end: the real kernel and guest-init, on this host's /dev/kvm
 # (PVM here: 20-100 s a boot, so CI runs only pvm-smoke on it; the full
 # set runs on the emulated hardware-KVM lane, hw-tests, in CI).
-E2E_SUITES := run fs net config image image-store secrets disk template
+E2E_SUITES := run fs net config image image-store secrets disk template fork
 pvm-e2e: all kernel
 	@set -e; for s in $(E2E_SUITES); do tests/e2e/$$s.sh $(BUILD); done
 e2e: pvm-e2e

@@ -31,6 +31,7 @@ e2e-image-store:both:110:tests/e2e/image-store.sh BUILD
 e2e-secrets:both:60:tests/e2e/secrets.sh BUILD
 e2e-disk:both:160:tests/e2e/disk.sh BUILD
 e2e-template:both:90:tests/e2e/template.sh BUILD
+e2e-fork:both:90:tests/e2e/fork.sh BUILD
 bench-boot:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
 bench-disk:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-disk bench/disk/run.sh BUILD
 bench-start:user:240:env EMULATED=tcg OUT=/tmp/kbox-bench-start bench/start/run.sh 5 BUILD

@@ -38,8 +38,15 @@
 # A template run counts only when it started from the template: the
 # template folder must hold the one file the making run saved, unchanged
 # (a template that does not load is removed and the run boots cold), and
-# a cold run must not add one.  Fork's pause is not measured: there is no
-# `kbox fork` yet.  No network is used beyond kbox's own default.
+# a cold run must not add one.
+#  fork   one sandbox (`kbox run -d -- sleep 600`, from the template), then
+#         ITERATIONS times `kbox fork --verbose` of it, each copy stopped
+#         before the next: the original's pause as kbox fork reports it
+#         (the save of its state and RAM, the vCPUs stopped), and the
+#         time from kbox fork's start to its return (the copy up and
+#         configured); beside it the 1-at-once "all up" of sandboxes
+#         started from the template (kbox run -d).
+# No network is used beyond kbox's own default.
 set -eu
 cd "$(dirname "$0")/../.."
 B=${2:-${BUILD:-build}}
@@ -224,6 +231,33 @@ while [ $i -lt "$ITER" ]; do
 	run_echo cold --cold
 	run_echo tpl
 done
+# fork: copies of one running sandbox, one after the other.
+FORKRES=$OUT/start-fork.txt
+: >"$FORKRES"
+echo "# fork: i pause_ms up_ms ok"
+src=bs$$-fsrc
+echo "$src" >>"$tmp/names"
+if timeout "$TIMEOUT" "$B/kbox" run -d --name "$src" -- sleep 600 >/dev/null 2>"$tmp/fsrc.err"; then
+	i=0
+	while [ $i -lt "$ITER" ]; do
+		i=$((i + 1))
+		cp=bs$$-fork$i
+		echo "$cp" >>"$tmp/names"
+		t0=$(now)
+		ok=1
+		timeout "$TIMEOUT" "$B/kbox" fork --verbose "$src" "$cp" >"$tmp/fork.out" 2>"$tmp/fork.err" || ok=0
+		up_ms=$(ms "$t0" "$(now)")
+		pause=$(sed -n 's/.* paused \([0-9.]*\) ms.*/\1/p' "$tmp/fork.err" | head -n 1)
+		[ -n "$pause" ] && [ "$(cat "$tmp/fork.out")" = "$cp" ] || ok=0
+		if [ $ok = 1 ]; then pass=$((pass + 1))
+		else bad "fork $i: $(tail -n 3 "$tmp/fork.err")"; pause=-1; fi
+		timeout 60 "$B/kbox" stop -t 5 "$cp" >/dev/null 2>&1 || true
+		echo "fork $i ${pause:--1} $up_ms $ok" | tee -a "$FORKRES"
+	done
+	timeout 60 "$B/kbox" stop -t 5 "$src" >/dev/null 2>&1 || true
+else
+	bad "fork: the original did not start: $(tail -n 3 "$tmp/fsrc.err")"
+fi
 echo "# memory: kind N all_up_ms rss_kib pss_kib private_kib memavailable_drop_kib ok"
 for n in $NS; do
 	group cold "$n"
@@ -269,7 +303,10 @@ if [ "$lo" != "$hi" ]; then
 		"PSS $(over tpl 5), private $(over tpl 6), MemAvailable drop $(over tpl 7);" \
 		"cold: RSS $(over cold 4), PSS $(over cold 5)"
 fi
-echo "# fork's pause time: not measured (there is no kbox fork yet)."
+fmed() { awk -v c="$1" '$5 == 1 && $c >= 0 { print $c }' "$FORKRES" | median; }
+printf '%-46s %12s %12s %12s\n' "fork" "kbox fork" "run -d (tpl)" "fork/run -d"
+row "up: kbox fork vs kbox run -d from the template (ms)" "$(fmed 4)" "$(memv tpl "$lo" 3)"
+echo "# kbox fork: the original paused $(fmed 3) ms (median of $ITER; save of vCPUs, devices, RAM)"
 echo "# RSS counts the template's pages in every sandbox that maps them; PSS shares them out;"
 echo "# private: pages mapped by one process only (Private_Clean + Private_Dirty). MemAvailable is"
 echo "# the whole machine's: other work moves it (a negative drop: memory was freed meanwhile)."
@@ -283,11 +320,12 @@ if [ -n "$EMULATED" ]; then
 elif [ $nested = 1 ]; then
 	echo "# nested: this machine is itself a virtual machine (hypervisor CPU flag)."
 fi
-echo "# raw runs: $RES, $MEMRES"
+echo "# raw runs: $RES, $MEMRES, $FORKRES"
 if [ -n "$EMULATED" ]; then
 	# An emulated machine's files go with it: the raw runs into the output.
 	sed 's/^/# raw: /' "$RES"
 	sed 's/^/# raw memory: /' "$MEMRES"
+	sed 's/^/# raw fork: /' "$FORKRES"
 fi
 echo "bench-start: $pass passed, $fail failed"
 [ $fail = 0 ]

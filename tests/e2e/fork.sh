@@ -109,7 +109,7 @@ original $e2"
 v=$(state "$b" 42)
 [ "$v" = 42 ] && ok "the daemon runs in the copy with the original's counter (42)" ||
 	not_ok "the daemon runs in the copy with the original's counter" "'$v'"
-x "$a" k 'kill -USR1 $(cat /tmp/daemon.pid); sleep 1; kill -USR1 $(cat /tmp/daemon.pid)'
+x "$a" k 'kill -USR1 $(cat /tmp/daemon.pid); sleep 3; kill -USR1 $(cat /tmp/daemon.pid)'
 x "$b" k 'kill -USR1 $(cat /tmp/daemon.pid)'
 va=$(state "$a" 44) vb=$(state "$b" 43)
 [ "$va" = 44 ] && [ "$vb" = 43 ] && ok "the counters go on apart: original 44, copy 43" ||

@@ -1265,56 +1265,126 @@ static bool pause_vm(struct run *r);
 static int resume_vm(struct run *r);
 static void sleep_ms(long ms);
 
-/* Save the running sandbox into file_fd for a copy: paused, every
- * device's fork state (a device busy for a moment gets a few more
- * tries), resumed.  The caller holds vm_lock. */
-static void fork_save(struct run *r, int cfd, int file_fd)
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* The RAM half of a fork's save, in a child process (fork(2): its copy
+ * of guest RAM is the paused guest's, copy-on-write, while the parent
+ * resumes the VM): the metadata and RAM into file_fd, then the answer
+ * on cfd once the parent has said how long the guest was paused
+ * (pause_rd).  Never returns. */
+static void fork_writer(struct run *r, int cfd, int file_fd, int pause_rd,
+			const struct statebuf_writer *meta, double state_ms)
 {
 	struct forkctl_answer a = { 0 };
+	char err[FORKCTL_MSG_MAX] = "";
+	a.status = snapshot_file_write_fd(file_fd, meta, r->s.vm.ram, r->s.vm.ram_size, err,
+					  sizeof err);
+	if (a.status < 0)
+		snprintf(a.msg, sizeof a.msg, "%s", err);
+	double pause = -1;
+	ssize_t n;
+	do
+		n = read(pause_rd, &pause, sizeof pause);
+	while (n < 0 && errno == EINTR);
+	struct stat st;
+	a.pause_ms = n == (ssize_t)sizeof pause ? pause : -1;
+	a.state_ms = state_ms;
+	a.file_bytes = fstat(file_fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+	forkctl_reply(cfd, &a);
+	_exit(0);
+}
+
+/* Save the running sandbox into file_fd for a copy: paused, every
+ * device's fork state (a device busy for a moment gets a few more
+ * tries); then a child process writes RAM from its copy-on-write view
+ * while the VM goes on, and answers (fork_writer).  Where no child can
+ * be made, RAM is written with the VM paused.  The caller holds
+ * vm_lock. */
+static void fork_save(struct run *r, int cfd, int file_fd)
+{
 	struct snapshot_stats st;
 	char err[FORKCTL_MSG_MAX] = "";
 	int rc = -EAGAIN;
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct statebuf_writer meta;
+	statebuf_init(&meta);
+	struct timespec t0, t1, t2;
 	for (unsigned attempt = 0; attempt < 10 && (rc == -EAGAIN || rc == -EBUSY); attempt++) {
-		if (attempt)
+		if (attempt) {
+			if (resume_vm(r))
+				goto dead;
 			sleep_ms(20);
+		}
+		statebuf_free(&meta);
+		statebuf_init(&meta);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (!pause_vm(r)) {
+			statebuf_free(&meta);
 			fork_refuse(cfd, -ESHUTDOWN, "the sandbox ended");
 			return;
 		}
-		if (attempt)
-			clock_gettime(CLOCK_MONOTONIC, &t0);
 		struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
 		unsigned n = virtio_bus_fork_devs(&r->s.bus, devs, VIRTIO_BUS_MAX_DEVS);
 		devs[n++] = (struct snapshot_dev){ "uart", VIRTIO_BUS_MAX_DEVS, &r->s.com1, uart_save,
 						   uart_load };
-		rc = snapshot_save_fd(&r->s.vm, r->layout_key, devs, n, file_fd, &st, err, sizeof err);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		if (rc < 0 && ftruncate(file_fd, 0) < 0) {
-			/* the copy's loader refuses what is left */
+		rc = snapshot_save_state(&r->s.vm, r->layout_key, devs, n, &meta, &st, err, sizeof err);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	int pp[2] = { -1, -1 };
+	pid_t pid = -1;
+	if (rc == 0 && pipe2(pp, O_CLOEXEC) == 0) {
+		signal(SIGCHLD, SIG_IGN); /* the writer is reaped by the kernel */
+		pid = fork();
+		if (pid == 0) {
+			close(pp[1]);
+			fork_writer(r, cfd, file_fd, pp[0], &meta, ms_between(&t0, &t1));
 		}
-		if (resume_vm(r)) {
-			/* The VM could not go on: this sandbox ends (vm_done). */
-			atomic_store(&r->s.vm_done, 1);
-			int fd = atomic_load(&r->s.agent_fd);
-			if (fd >= 0)
-				shutdown(fd, SHUT_RDWR);
-			fork_refuse(cfd, -EIO, "the sandbox could not be resumed");
+	}
+	if (rc == 0 && pid < 0) {
+		/* No child: the RAM now, the guest still paused. */
+		rc = snapshot_file_write_fd(file_fd, &meta, r->s.vm.ram, r->s.vm.ram_size, err,
+					    sizeof err);
+	}
+	statebuf_free(&meta);
+	if (resume_vm(r))
+		goto dead;
+	clock_gettime(CLOCK_MONOTONIC, &t2);
+	double pause = ms_between(&t0, &t2);
+	if (pid > 0) {
+		/* The writer answers once RAM is written; it gets the pause. */
+		ssize_t w = write(pp[1], &pause, sizeof pause);
+		(void)w;
+		close(pp[0]);
+		close(pp[1]);
+		close(cfd);
+	} else {
+		if (pp[0] >= 0) {
+			close(pp[0]);
+			close(pp[1]);
+		}
+		if (rc < 0) {
+			fork_refuse(cfd, rc, "%s", err);
 			return;
 		}
+		struct stat fs;
+		struct forkctl_answer a = { .pause_ms = pause, .state_ms = ms_between(&t0, &t1) };
+		a.file_bytes = fstat(file_fd, &fs) == 0 ? (uint64_t)fs.st_blocks * 512 : 0;
+		forkctl_reply(cfd, &a);
 	}
-	if (rc < 0) {
-		fork_refuse(cfd, rc, "%s", err);
-		return;
-	}
-	a.pause_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-	a.state_ms = st.state_ms;
-	a.file_bytes = st.disk_bytes;
-	forkctl_reply(cfd, &a);
 	if (r->o.verbose)
-		fprintf(stderr, "kbox: forked: paused %.1f ms (state %.1f ms), %llu MiB written\n",
-			a.pause_ms, a.state_ms, (unsigned long long)(st.disk_bytes >> 20));
+		fprintf(stderr, "kbox: forked: paused %.1f ms (state %.1f ms)%s\n", pause,
+			ms_between(&t0, &t1), pid > 0 ? ", RAM written by a child" : "");
+	return;
+dead:
+	/* The VM could not go on: this sandbox ends (vm_done). */
+	statebuf_free(&meta);
+	atomic_store(&r->s.vm_done, 1);
+	int afd = atomic_load(&r->s.agent_fd);
+	if (afd >= 0)
+		shutdown(afd, SHUT_RDWR);
+	fork_refuse(cfd, -EIO, "the sandbox could not be resumed");
 }
 
 /* The fork socket's thread: one request at a time, until the socket is

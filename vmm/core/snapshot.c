@@ -291,9 +291,7 @@ static int check_devs(const struct snapshot_dev *devs, unsigned ndev, char *err,
 	return 0;
 }
 
-/* Everything but RAM, as the file's metadata in meta.  The vCPUs must
- * have ended. */
-static int build_meta(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
+int snapshot_save_state(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
 		      const struct snapshot_dev *devs, unsigned ndev, struct statebuf_writer *meta,
 		      struct snapshot_stats *st, char *err, size_t errlen)
 {
@@ -357,7 +355,7 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 		memset(st, 0, sizeof *st);
 	struct statebuf_writer meta;
 	statebuf_init(&meta);
-	int rc = build_meta(vm, key, devs, ndev, &meta, st, err, errlen);
+	int rc = snapshot_save_state(vm, key, devs, ndev, &meta, st, err, errlen);
 	double t1 = now_ms();
 	if (rc == 0)
 		rc = snapshot_file_write(dir, name, &meta, vm->ram, vm->ram_size, err, errlen);
@@ -384,7 +382,7 @@ int snapshot_save_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], co
 		memset(st, 0, sizeof *st);
 	struct statebuf_writer meta;
 	statebuf_init(&meta);
-	int rc = build_meta(vm, key, devs, ndev, &meta, st, err, errlen);
+	int rc = snapshot_save_state(vm, key, devs, ndev, &meta, st, err, errlen);
 	double t1 = now_ms();
 	if (rc == 0)
 		rc = snapshot_file_write_fd(fd, &meta, vm->ram, vm->ram_size, err, errlen);

@@ -55,6 +55,15 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 	      unsigned ndev, const char *dir, const char *name, struct snapshot_stats *st, char *err,
 	      size_t errlen);
 
+/* A save's first half: everything but RAM (vCPU, VM and device state),
+ * built as the file's metadata into meta (statebuf_init'ed, the
+ * caller's to free); snapshot_file_write or snapshot_file_write_fd then
+ * writes it with RAM.  The vCPUs must have ended.  0 or a negative errno
+ * with a line in err; st, when not NULL, gets the MSR and XSAVE figures. */
+int snapshot_save_state(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
+			const struct snapshot_dev *devs, unsigned ndev, struct statebuf_writer *meta,
+			struct snapshot_stats *st, char *err, size_t errlen);
+
 /* The same into fd, a fork's file (snapshot_file_write_fd: a private,
  * empty regular file the loading process made), without fsync. */
 int snapshot_save_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,

@@ -422,6 +422,11 @@ static int seccomp_build(bool net, scmp_filter_ctx *out, unsigned *count)
 	/* pthread_create: threads only, never a new process. */
 	ADD(SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
 	    arg(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
+	/* kbox fork's RAM writer: glibc's fork(), exactly its flags (a copy
+	 * that shares nothing; it inherits this filter and Landlock, and
+	 * there is no execve). */
+	ADD(SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+	    arg(0, SCMP_CMP_EQ, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0));
 	/* clone3's flags sit in memory a filter cannot read: glibc falls
 	 * back to clone on ENOSYS. */
 	ADD(SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);

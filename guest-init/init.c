@@ -1,15 +1,18 @@
 /* guest-init: PID 1 of a kbox guest.
  *
- * It first waits on vsock for its run configuration (proto/runcfg.h): the
+ * It first does what every run shares: the basic file systems and the
+ * network's links, addresses and routes (kbox's addressing is fixed).
+ * Then it waits on vsock for its run configuration (proto/runcfg.h): the
  * host's entropy and wall clock, and the kbox.mounts=, kbox.disks= and
  * kbox.root= words, which used to come on the kernel command line, so that
  * nothing per-run is in the guest before that point (a snapshot taken
  * there serves every run: docs/snapshots.md).
  * With kbox.root=TAG (kbox run --image) it
  * makes a new root: the image's virtio-fs tag read-only, under an overlay
- * whose writable layer is a tmpfs, and switches into it (it keeps running
+ * whose writable layer is a tmpfs, and switches into it with the basic
+ * file systems (it keeps running
  * from the initramfs it was loaded from; nothing it does later needs a file
- * of the initramfs).  Then it mounts the basic filesystems and the host
+ * of the initramfs).  Then it writes resolv.conf, mounts the disks and the host
  * folders kbox shares (virtio-fs tags listed in kbox.mounts=), starts the exec
  * agent on vsock (through
  * which kbox runs every command, the main one included) and reaps orphans
@@ -325,7 +328,10 @@ static void switch_to_image(const char *tag)
 	mount_fs("overlay", root, "overlay", 0,
 		 "lowerdir=/kbox/image,upperdir=/kbox/rw/upper,workdir=/kbox/rw/work");
 	move_into(root, "/proc");
-	move_into(root, "/dev");
+	move_into(root, "/dev"); /* with /dev/pts and /dev/shm */
+	move_into(root, "/sys"); /* with /sys/fs/cgroup */
+	move_into(root, "/tmp");
+	move_into(root, "/run");
 	if (chdir(root) < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 ||
 	    chdir("/") < 0)
 		die("switch to the root image: %s", strerror(errno));
@@ -592,6 +598,14 @@ static void net_up(void)
 		say("default route: %s", strerror(errno));
 	close(s);
 	net6_up();
+}
+
+/* kbox's resolver in the final root's /etc/resolv.conf, when the guest
+ * has a NIC. */
+static void write_resolv(void)
+{
+	if (access("/sys/class/net/eth0", F_OK) < 0)
+		return; /* --network none */
 	mkdir("/etc", 0755);
 	int fd = open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0 || dprintf(fd, "nameserver 10.0.2.2\n") < 0)
@@ -606,10 +620,10 @@ int main(void)
 		die("must run as PID 1");
 	mount_fs("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	mount_fs("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
-	char *shares, *disks, *image;
-	parse_words(wait_runcfg(), &shares, &disks, &image);
-	if (image)
-		switch_to_image(image);
+	/* What is the same for every run comes before the run
+	 * configuration, so that a template holds it done: the basic file
+	 * systems (moved into an image's root with it) and the network's
+	 * links, addresses and routes (kbox's addressing is fixed). */
 	mount_fs("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 	/* cgroup v2 for container engines (podman's cgroupfs manager,
 	 * docs/disks.md): sysfs has /sys/fs/cgroup only when the kernel has
@@ -621,13 +635,18 @@ int main(void)
 	mount_fs("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_fs("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+	net_up();
+	char *shares, *disks, *image;
+	parse_words(wait_runcfg(), &shares, &disks, &image);
+	if (image)
+		switch_to_image(image);
+	write_resolv();
 	/* Disks before the shares: kbox refuses a disk inside a share. */
 	static const char *rw_disks[8];
 	unsigned n_rw = 0;
 	if (mount_disks(disks, rw_disks, &n_rw))
 		agent_sync_on_exit(rw_disks, n_rw);
 	mount_shares(shares);
-	net_up();
 
 	int ca = senv_install_ca();
 	if (ca < 0)

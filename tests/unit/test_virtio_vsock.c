@@ -885,6 +885,58 @@ START_TEST(fork_copy_resets_every_connection)
 }
 END_TEST
 
+/* A full table and an owed RST: 65 pairs; the copy resets every one
+ * (the guest's side of a connection left out would wait for ever). */
+START_TEST(fork_copy_resets_a_full_table)
+{
+	char err[128] = "";
+	rx_fill(QSIZE);
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++) {
+		struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 100 + i, 1234), r;
+		tx(&h, NULL);
+		ck_assert(rx_get(&r, NULL));
+		ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RESPONSE);
+	}
+	ck_assert(fv_avail_idx(&drv, RXQ) == drv.q[RXQ].used_seen); /* no rx buffer left */
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 99, 1234), r;
+	tx(&h, NULL); /* the table is full: refused, its RST waits */
+	ck_assert_uint_eq(vs.nr_rst, 1);
+	struct statebuf_writer tw, w;
+	statebuf_init(&tw);
+	statebuf_init(&w);
+	ck_assert_int_eq(virtio_mmio_state_save(&t, &tw), 0);
+	ck_assert_int_eq(fork_save(&vs, &w, err, sizeof err), 0);
+	ck_assert_uint_eq(w.len, 12 + (VIRTIO_VSOCK_MAX_CONNS + 1) * 8);
+
+	rx_offer(QSIZE);
+	copy_init();
+	ck_assert_int_eq(virtio_mmio_state_load(&t2, tw.buf, tw.len, err, sizeof err), 0);
+	ck_assert_int_eq(fork_load(&vs2, w.buf, w.len, err, sizeof err), 0);
+	vs2.dev.ops->restored(&vs2.dev);
+	drv.mmio = &t2;
+	bool seen[VIRTIO_VSOCK_MAX_CONNS + 1] = { false };
+	unsigned n = 0;
+	for (unsigned round = 0; round < 2; round++) {
+		while (rx_get(&r, NULL)) {
+			ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+			ck_assert_uint_eq(r.src_port, 1234);
+			ck_assert_uint_ge(r.dst_port, 99);
+			ck_assert_uint_lt(r.dst_port, 100 + VIRTIO_VSOCK_MAX_CONNS);
+			ck_assert(!seen[r.dst_port - 99]);
+			seen[r.dst_port - 99] = true;
+			n++;
+		}
+		rx_fill(8); /* the queue held 64: the rest go out with the next buffers */
+	}
+	ck_assert_uint_eq(n, VIRTIO_VSOCK_MAX_CONNS + 1);
+	ck_assert_uint_eq(vs2.nr_rst, 0);
+	drv.mmio = &t;
+	statebuf_free(&tw);
+	statebuf_free(&w);
+	virtio_vsock_destroy(&vs2);
+}
+END_TEST
+
 /* A quiet device's fork state: no pair, its next port. */
 START_TEST(fork_save_quiet_device)
 {
@@ -1298,7 +1350,8 @@ Suite *virtio_vsock_suite(void)
 				quiet_busy_with_open_connection,
 				quiet_busy_with_host_connection_pending,
 				quiet_busy_with_reset_to_send, quiet_after_device_reset,
-				fork_copy_resets_every_connection, fork_save_quiet_device,
+				fork_copy_resets_every_connection, fork_copy_resets_a_full_table,
+				fork_save_quiet_device,
 				fork_load_refuses_hostile_state,
 				fork_load_refused_with_a_connection);
 	unit_suite_case_fixture(s, "unix", unix_setup, unix_teardown, 0,

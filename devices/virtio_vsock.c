@@ -160,7 +160,7 @@ static void free_conn(struct virtio_vsock_conn *c)
 
 static void queue_rst(struct virtio_vsock *v, uint32_t local, uint32_t peer)
 {
-	if (v->nr_rst == VIRTIO_VSOCK_MAX_RST)
+	if (v->nr_rst >= VIRTIO_VSOCK_MAX_RST)
 		return; /* the guest's own timeout will end it */
 	v->rst[v->nr_rst].local = local;
 	v->rst[v->nr_rst].peer = peer;
@@ -565,6 +565,9 @@ static int vs_quiet(struct virtqueue_dev *d, char *err, size_t errlen)
  * and per reset still owed. */
 #define VS_FORK_VERSION 1u
 #define VS_FORK_MAX (VIRTIO_VSOCK_MAX_CONNS + VIRTIO_VSOCK_MAX_RST)
+_Static_assert(VS_FORK_MAX <= sizeof ((struct virtio_vsock *)0)->rst /
+				  sizeof ((struct virtio_vsock *)0)->rst[0],
+	       "a copy owes a reset for every pair its original saved");
 
 static int vs_fork_save(struct virtqueue_dev *d, struct statebuf_writer *w, char *err,
 			size_t errlen)
@@ -608,12 +611,14 @@ static int vs_fork_load(struct virtqueue_dev *d, const uint8_t *p, size_t len, c
 			snprintf(err, errlen, "vsock: a fork loads into a device with no connection");
 			return -EBUSY;
 		}
-	v->nr_rst = 0;
-	v->next_port = next;
+	/* Every pair, past MAX_RST too: the guest's side of a connection
+	 * left out would wait for ever (an idle exec session sends nothing). */
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t local = statebuf_get_u32(&r), peer = statebuf_get_u32(&r);
-		queue_rst(v, local, peer); /* past MAX_RST: the guest's next packet gets one */
+		v->rst[i].local = statebuf_get_u32(&r);
+		v->rst[i].peer = statebuf_get_u32(&r);
 	}
+	v->nr_rst = n;
+	v->next_port = next;
 	return 0;
 }
 

@@ -133,7 +133,9 @@ struct virtio_vsock {
 	const struct virtio_vsock_backend *backend;
 	void *backend_ctx;
 	struct virtio_vsock_conn conns[VIRTIO_VSOCK_MAX_CONNS];
-	struct { uint32_t local, peer; } rst[VIRTIO_VSOCK_MAX_RST];
+	/* RSTs owed: up to VIRTIO_VSOCK_MAX_RST while the device runs; a
+	 * fork's copy may owe one more per connection of the original's. */
+	struct { uint32_t local, peer; } rst[VIRTIO_VSOCK_MAX_RST + VIRTIO_VSOCK_MAX_CONNS];
 	unsigned nr_rst;
 	unsigned rr;           /* round-robin start for rx fairness */
 	uint32_t next_port;

@@ -139,7 +139,8 @@ struct virtqueue_dev_ops {
 	 * its node table) to w, instead of quiet's check; -EBUSY with a
 	 * line in err when it cannot be copied now (tried again), another
 	 * negative errno when never.  fork_load gets exactly those bytes
-	 * (hostile: a file another process wrote; len may be 0) in a fresh
+	 * (hostile: a file another process wrote; never none: a blob
+	 * without fork state, a template's, is not passed on) in a fresh
 	 * device whose transport's state was just loaded, before restored;
 	 * it checks every byte and takes them whole or refuses (0 or a
 	 * negative errno with a line in err).  A device without fork_save

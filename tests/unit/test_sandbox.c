@@ -1,5 +1,6 @@
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +260,154 @@ START_TEST(bad_names_and_long_paths_refused)
 }
 END_TEST
 
+/* ---- run.args: how kbox fork starts a sandbox's copy ---- */
+
+static void put_args_file(const struct sandbox *sb, const void *buf, size_t len)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/run.args", sb->dir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static int read_args(const struct sandbox *sb, char **buf, char **cwd, int *argc, char ***argv)
+{
+	*buf = *cwd = NULL;
+	*argv = NULL;
+	*argc = -1;
+	return sandbox_read_args(sb, buf, cwd, argc, argv);
+}
+
+START_TEST(args_round_trip)
+{
+	struct sandbox sb;
+	char err[256];
+	ck_assert_int_eq(sandbox_claim(&sb, "one", err, sizeof err), 0);
+	char *argv[] = { "run", "-e", "A=with space", "", "-w", "/in guest", "--", "sh", "-c",
+			 "echo one\necho two", "\t", "\xc3\xa9", NULL };
+	int n = (int)(sizeof argv / sizeof argv[0]) - 1;
+	ck_assert_int_eq(sandbox_write_args(&sb, "/home/u/my project", n, argv), 0);
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/run.args", sb.dir);
+	struct stat st;
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+
+	char *buf, *cwd, **v;
+	int c;
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), 0);
+	ck_assert_str_eq(cwd, "/home/u/my project");
+	ck_assert_int_eq(c, n);
+	for (int i = 0; i < n; i++)
+		ck_assert_str_eq(v[i], argv[i]);
+	ck_assert_ptr_null(v[n]);
+	free(v);
+	free(buf);
+
+	/* written again: replaced whole; a lone "run" and the root folder */
+	char *one[] = { "run", NULL };
+	ck_assert_int_eq(sandbox_write_args(&sb, "/", 1, one), 0);
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), 0);
+	ck_assert_str_eq(cwd, "/");
+	ck_assert_int_eq(c, 1);
+	ck_assert_str_eq(v[0], "run");
+	ck_assert_ptr_null(v[1]);
+	free(v);
+	free(buf);
+	/* released: the file goes with the folder */
+	sandbox_release(&sb);
+	ck_assert_int_eq(stat(path, &st), -1);
+}
+END_TEST
+
+START_TEST(args_size_cap)
+{
+	struct sandbox sb;
+	char err[256];
+	ck_assert_int_eq(sandbox_claim(&sb, "one", err, sizeof err), 0);
+	/* "/w\0run\0" and one argument filling the rest: exactly the cap */
+	size_t fill = SANDBOX_ARGS_MAX - 3 - 4 - 1;
+	char *big = malloc(fill + 2);
+	ck_assert_ptr_nonnull(big);
+	memset(big, 'a', fill + 1);
+	big[fill] = '\0';
+	char *argv[] = { "run", big, NULL };
+	ck_assert_int_eq(sandbox_write_args(&sb, "/w", 2, argv), 0);
+	char *buf, *cwd, **v;
+	int c;
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), 0);
+	ck_assert_int_eq(c, 2);
+	ck_assert_uint_eq(strlen(v[1]), fill);
+	free(v);
+	free(buf);
+	/* one byte more: refused, the file as it was */
+	big[fill] = 'a';
+	big[fill + 1] = '\0';
+	ck_assert_int_eq(sandbox_write_args(&sb, "/w", 2, argv), -E2BIG);
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), 0);
+	ck_assert_uint_eq(strlen(v[1]), fill);
+	free(v);
+	free(buf);
+	/* a file past the cap (not written by kbox) is not read */
+	char *huge = calloc(1, SANDBOX_ARGS_MAX + 1);
+	ck_assert_ptr_nonnull(huge);
+	memcpy(huge, "/w\0run", 6);
+	put_args_file(&sb, huge, SANDBOX_ARGS_MAX + 1);
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), -EFBIG);
+	ck_assert_ptr_null(buf);
+	ck_assert_ptr_null(v);
+	free(huge);
+	free(big);
+	sandbox_release(&sb);
+}
+END_TEST
+
+START_TEST(args_malformed_refused)
+{
+	struct sandbox sb;
+	char err[256];
+	ck_assert_int_eq(sandbox_claim(&sb, "one", err, sizeof err), 0);
+	char *buf, *cwd, **v;
+	int c;
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), -ENOENT);
+	static const struct {
+		const char *b;
+		size_t len;
+	} bad[] = {
+		{ "", 0 },                     /* empty */
+		{ "/w\0run", 6 },              /* no trailing NUL */
+		{ "/w\0run\0sh", 9 },          /* the last argument cut */
+		{ "w\0run\0", 6 },             /* a relative folder */
+		{ "\0run\0", 5 },              /* no folder */
+		{ "/w\0", 3 },                 /* no argument */
+		{ "/w", 2 },                   /* nothing but a folder, unended */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		put_args_file(&sb, bad[i].b, bad[i].len);
+		ck_assert_msg(read_args(&sb, &buf, &cwd, &c, &v) == -EBADMSG, "case %zu", i);
+		ck_assert_ptr_null(buf);
+		ck_assert_ptr_null(v);
+	}
+	/* one empty argument is one argument */
+	put_args_file(&sb, "/w\0\0", 4);
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), 0);
+	ck_assert_int_eq(c, 1);
+	ck_assert_str_eq(v[0], "");
+	free(v);
+	free(buf);
+	/* a folder in the file's place */
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/run.args", sb.dir);
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	ck_assert_int_eq(read_args(&sb, &buf, &cwd, &c, &v), -EISDIR);
+	ck_assert_int_eq(rmdir(path), 0);
+	sandbox_release(&sb);
+}
+END_TEST
+
 Suite *sandbox_suite(void)
 {
 	/* 400 forks under ASan take a few seconds on a loaded 2-core host:
@@ -269,5 +418,6 @@ Suite *sandbox_suite(void)
 				  bad_names_and_long_paths_refused,
 				  concurrent_claims_one_wins,
 				  image_recorded_absolute,
-				  store_hold_blocks_removal);
+				  store_hold_blocks_removal, args_round_trip, args_size_cap,
+				  args_malformed_refused);
 }

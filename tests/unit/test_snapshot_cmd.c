@@ -1,6 +1,7 @@
 /* `kbox snapshot ls|rm|prune` run in-process on real template files,
  * written by snapshot_file_write into a private folder that
- * KBOX_TEMPLATE_DIR names; template_touch, which kbox run calls. */
+ * KBOX_TEMPLATE_DIR names; template_touch, which kbox run calls;
+ * template_fork_file, which kbox fork calls. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -565,6 +567,91 @@ START_TEST(group_help_and_unknown)
 }
 END_TEST
 
+/* ---- template_fork_file: kbox fork's file ---- */
+
+static unsigned entries(const char *d)
+{
+	char cmd[PATH_MAX + 32];
+	snprintf(cmd, sizeof cmd, "exit $(ls -A '%s' | wc -l)", d);
+	int st = system(cmd);
+	ck_assert(WIFEXITED(st));
+	return (unsigned)WEXITSTATUS(st);
+}
+
+START_TEST(fork_file_private_and_unnamed)
+{
+	/* the folder made when missing, private */
+	char sub[128];
+	snprintf(sub, sizeof sub, "%s/a/templates", dir);
+	ck_assert_int_eq(setenv("KBOX_TEMPLATE_DIR", sub, 1), 0);
+	int fd = template_fork_file(err, sizeof err);
+	ck_assert_msg(fd >= 0, "%s", err);
+	struct stat st;
+	ck_assert_int_eq(stat(sub, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0700);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 07777, 0600);
+	ck_assert_uint_eq(st.st_uid, geteuid());
+	ck_assert_uint_eq(st.st_nlink, 0);
+	ck_assert_int_eq(st.st_size, 0);
+	ck_assert_uint_eq(entries(sub), 0);
+	ck_assert_int_ne(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+	/* read-write */
+	ck_assert_int_eq(pwrite(fd, "fork", 4, 0), 4);
+	char b[8] = "";
+	ck_assert_int_eq(pread(fd, b, sizeof b - 1, 0), 4);
+	ck_assert_str_eq(b, "fork");
+	close(fd);
+
+	/* in the existing private folder: two at once, distinct files */
+	ck_assert_int_eq(setenv("KBOX_TEMPLATE_DIR", dir, 1), 0);
+	int a = template_fork_file(err, sizeof err), b2 = template_fork_file(err, sizeof err);
+	ck_assert_int_ge(a, 0);
+	ck_assert_int_ge(b2, 0);
+	struct stat sa, sb;
+	ck_assert_int_eq(fstat(a, &sa), 0);
+	ck_assert_int_eq(fstat(b2, &sb), 0);
+	ck_assert(sa.st_ino != sb.st_ino);
+	ck_assert_uint_eq(sa.st_nlink, 0);
+	ck_assert_uint_eq(entries(dir), 1); /* "a" only */
+	close(a);
+	close(b2);
+}
+END_TEST
+
+START_TEST(fork_file_refuses_a_shared_folder)
+{
+	const mode_t modes[] = { 0755, 0750, 0701, 0770, 0707 };
+	for (unsigned i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+		ck_assert_int_eq(chmod(dir, modes[i]), 0);
+		err[0] = '\0';
+		ck_assert_int_eq(template_fork_file(err, sizeof err), -EPERM);
+		ck_assert_ptr_nonnull(strstr(err, "not private"));
+		ck_assert_uint_eq(entries(dir), 0);
+	}
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+	int fd = template_fork_file(err, sizeof err);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	/* a symlink to the folder is not followed */
+	char link_path[128];
+	snprintf(link_path, sizeof link_path, "%s-link", dir);
+	ck_assert_int_eq(symlink(dir, link_path), 0);
+	ck_assert_int_eq(setenv("KBOX_TEMPLATE_DIR", link_path, 1), 0);
+	ck_assert_int_lt(template_fork_file(err, sizeof err), 0);
+	ck_assert_int_eq(unlink(link_path), 0);
+	/* a file in the folder's place */
+	char file[128];
+	snprintf(file, sizeof file, "%s/f", dir);
+	int ffd = open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	ck_assert_int_ge(ffd, 0);
+	close(ffd);
+	ck_assert_int_eq(setenv("KBOX_TEMPLATE_DIR", file, 1), 0);
+	ck_assert_int_lt(template_fork_file(err, sizeof err), 0);
+}
+END_TEST
+
 Suite *snapshot_cmd_suite(void)
 {
 	return unit_suite_fixture("snapshot_cmd", "snapshot_cmd", setup, teardown, 0,
@@ -572,5 +659,6 @@ Suite *snapshot_cmd_suite(void)
 				  ls_empty_missing_and_unsafe, rm_by_name_key_and_prefix,
 				  rm_refuses_ambiguous_and_unknown, rm_removes_only_templates,
 				  prune_damaged_and_stale_temporaries, prune_unused_for_and_all,
-				  touch_marks_a_template_used, group_help_and_unknown);
+				  touch_marks_a_template_used, group_help_and_unknown,
+				  fork_file_private_and_unnamed, fork_file_refuses_a_shared_folder);
 }

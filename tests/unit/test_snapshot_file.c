@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/kvm.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -456,6 +458,182 @@ START_TEST(refuses_what_kbox_did_not_write)
 }
 END_TEST
 
+/* ---- a fork's file: written into and opened from a descriptor ---- */
+
+static off_t fd_size(int fd)
+{
+	struct stat st;
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	return st.st_size;
+}
+
+/* fd holds the snapshot of m and ram: open_fd takes a duplicate, RAM
+ * maps from it, and fd stays the caller's. */
+static void check_opens(int fd, const struct statebuf_writer *m, const uint8_t *ram)
+{
+	struct snapshot_file_file f;
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), 0);
+	ck_assert_int_ge(f.fd, 0);
+	ck_assert_int_ne(f.fd, fd);
+	ck_assert(f.size == file_size(m));
+	ck_assert(f.size == f.v.ram_off + RAM_LEN);
+	ck_assert_uint_eq(f.v.layout.ncpus, 2);
+	ck_assert_uint_eq(f.v.layout.key[0], 0xab);
+	ck_assert(f.disk_bytes < f.size); /* the zero pages are holes */
+	uint8_t *map = mmap(NULL, RAM_LEN, PROT_READ, MAP_PRIVATE, f.fd, (off_t)f.v.ram_off);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	ck_assert_mem_eq(map, ram, RAM_LEN);
+	ck_assert_int_eq(munmap(map, RAM_LEN), 0);
+	ck_assert_int_ne(fcntl(f.fd, F_GETFD) & FD_CLOEXEC, 0);
+	snapshot_file_close(&f);
+	snapshot_file_close(&f);
+	ck_assert_int_ge(fcntl(fd, F_GETFD), 0); /* still open */
+}
+
+START_TEST(fd_write_then_open)
+{
+	struct statebuf_writer m;
+	build(&m, OK);
+	uint8_t *ram = make_ram();
+
+	/* an unnamed file, as kbox fork makes it */
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert(fd_size(fd) == (off_t)file_size(&m));
+	check_opens(fd, &m, ram);
+	close(fd);
+
+	/* a named one, its only link */
+	char path[128];
+	snprintf(path, sizeof path, "%s/fork", dir);
+	fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
+	check_opens(fd, &m, ram);
+	/* and once unlinked (0 links) */
+	ck_assert_int_eq(unlink(path), 0);
+	check_opens(fd, &m, ram);
+	close(fd);
+
+	/* the metadata must describe the RAM: nothing written */
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN - SNAPSHOT_FILE_PAGE, err,
+						sizeof err),
+			 -EINVAL);
+	ck_assert(fd_size(fd) == 0);
+	close(fd);
+	free(ram);
+	statebuf_free(&m);
+}
+END_TEST
+
+START_TEST(fd_refusals)
+{
+	struct statebuf_writer m;
+	build(&m, OK);
+	uint8_t *ram = make_ram();
+	struct snapshot_file_file f;
+	char path[128], other[128];
+	snprintf(path, sizeof path, "%s/fork", dir);
+	snprintf(other, sizeof other, "%s/fork2", dir);
+
+	/* written once: not empty any more, left as it is */
+	int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(err, "not empty"));
+	ck_assert(fd_size(fd) == (off_t)file_size(&m));
+	check_opens(fd, &m, ram);
+
+	/* readable by others */
+	ck_assert_int_eq(fchmod(fd, 0644), 0);
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "not a private file"));
+	ck_assert_int_eq(fchmod(fd, 0640), 0);
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EPERM);
+	ck_assert_int_eq(fchmod(fd, 0600), 0);
+	/* a second link */
+	ck_assert_int_eq(link(path, other), 0);
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EPERM);
+	ck_assert_int_eq(unlink(other), 0);
+	check_opens(fd, &m, ram);
+
+	/* cut short: the RAM no longer fills it; then shorter than a header */
+	ck_assert_int_eq(ftruncate(fd, (off_t)(file_size(&m) - SNAPSHOT_FILE_PAGE)), 0);
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(f.fd, -1);
+	ck_assert_int_eq(ftruncate(fd, 10), 0);
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(ftruncate(fd, 0), 0);
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EBADMSG);
+	snapshot_file_close(&f);
+
+	/* empty again, but readable by others, or linked twice: not written */
+	ck_assert_int_eq(fchmod(fd, 0644), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert(fd_size(fd) == 0);
+	ck_assert_int_eq(fchmod(fd, 0600), 0);
+	ck_assert_int_eq(link(path, other), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert(fd_size(fd) == 0);
+	ck_assert_int_eq(unlink(other), 0);
+	close(fd);
+
+	/* a folder, a FIFO */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(dfd, 0);
+	ck_assert_int_eq(snapshot_file_write_fd(dfd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_open_fd(dfd, &f, err, sizeof err), -EPERM);
+	close(dfd);
+	ck_assert_int_eq(mkfifo(other, 0600), 0);
+	int ffd = open(other, O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(ffd, 0);
+	ck_assert_int_eq(snapshot_file_write_fd(ffd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_open_fd(ffd, &f, err, sizeof err), -EPERM);
+	close(ffd);
+	ck_assert_int_eq(unlink(other), 0);
+	/* not a descriptor */
+	ck_assert_int_eq(snapshot_file_open_fd(-1, &f, err, sizeof err), -EBADF);
+	ck_assert_int_eq(snapshot_file_write_fd(-1, &m, ram, RAM_LEN, err, sizeof err), -EBADF);
+	free(ram);
+	statebuf_free(&m);
+}
+END_TEST
+
+/* A write that fails half-way (the file size limit, reached in the RAM)
+ * leaves the file empty, ready for another try. */
+START_TEST(fd_failed_write_leaves_it_empty)
+{
+	struct statebuf_writer m;
+	build(&m, OK);
+	uint8_t *ram = make_ram();
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	struct rlimit old, lim;
+	ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = (rlim_t)(file_size(&m) - SNAPSHOT_FILE_PAGE);
+	ck_assert(lim.rlim_cur > m.len);
+	ck_assert_ptr_ne(signal(SIGXFSZ, SIG_IGN), SIG_ERR);
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EFBIG);
+	ck_assert_ptr_nonnull(strstr(err, "cannot write the snapshot"));
+	ck_assert(fd_size(fd) == 0);
+	struct snapshot_file_file f;
+	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EBADMSG);
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, SIG_DFL);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
+	check_opens(fd, &m, ram);
+	close(fd);
+	free(ram);
+	statebuf_free(&m);
+}
+END_TEST
+
 Suite *snapshot_file_suite(void)
 {
 	return unit_suite_fixture("snapshot_file", "snapshot_file", setup,
@@ -464,5 +642,7 @@ Suite *snapshot_file_suite(void)
 				  parse_refuses_every_flaw,
 				  parse_refuses_bad_headers_and_tables,
 				  builder_limits, write_then_open,
-				  refuses_what_kbox_did_not_write);
+				  refuses_what_kbox_did_not_write,
+				  fd_write_then_open, fd_refusals,
+				  fd_failed_write_leaves_it_empty);
 }

@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "devices/virtio_blk.h"
+#include "devices/virtio_mmio_state.h"
 #include "devices/virtio_net.h"
 #include "devices/virtio_vsock.h"
+#include "lib/statebuf.h"
 #include "tests/lib/fake_virtio.h"
 #include "tests/lib/unit_suite.h"
 #include "vmm/core/snapshot.h"
@@ -297,6 +299,234 @@ START_TEST(snapshot_devs_save_and_load)
 }
 END_TEST
 
+/* ---- fork (kbox fork): the devices saved as they run ---- */
+
+/* The guest's drivers for a vsock in slot 0 of b (its rings where
+ * fv_driver_up puts them) and a virtio-net in slot 1 (rings of its own
+ * above, MTU offered), both live; nd is the net driver. */
+static void drivers_up(struct virtio_bus *b, struct fv_driver *nd)
+{
+	drv.mmio = &b->slot[0].t;
+	ck_assert_int_eq(fv_driver_up(&drv, 1ull << VIRTIO_F_VERSION_1, 3, QSIZE), 0);
+	*nd = drv;
+	for (unsigned q = 0; q < 2; q++)
+		fv_ring_at(nd, q, FV_RING_BASE(3) + 0x4000 * q, QSIZE);
+	nd->mmio = &b->slot[1].t;
+	ck_assert_int_eq(fv_negotiate(nd, 1ull << VIRTIO_F_VERSION_1 | 1u << VIRTIO_NET_F_MAC |
+						  1u << VIRTIO_NET_F_MTU),
+			 0);
+	for (unsigned q = 0; q < 2; q++)
+		ck_assert_int_eq(fv_queue_setup(nd, q), 0);
+	fv_wr(nd, FV_R_STATUS, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER |
+				       VIRTIO_STATUS_FEATURES_OK | VIRTIO_STATUS_DRIVER_OK);
+}
+
+/* Put an rx buffer in the vsock's queue without a notify: what the
+ * copy finds in the RAM it restores. */
+static void vsock_rx_offer(uint64_t gpa, uint32_t len)
+{
+	struct fv_seg s = { gpa, len, true };
+	uint16_t head = drv.q[0].next_desc;
+	fv_chain(&drv, 0, head, &s, 1);
+	drv.q[0].next_desc = (uint16_t)((head + 1) % drv.q[0].size);
+	fv_offer(&drv, 0, head);
+}
+
+static struct virtio_vsock fvs, fvs2;
+static struct virtio_net fnet, fnet2;
+static struct snapshot_dev tmpl[2], tmpl2[2], fork1[2], fork2[2];
+
+/* vsock and virtio-net on bus and on bus2 (the copy's), their drivers
+ * up on bus; the snapshot and fork devices of both. */
+static void fork_setup(struct fv_driver *nd)
+{
+	const uint8_t mac[6] = VIRTIO_NET_GUEST_MAC;
+	ck_assert_int_eq(virtio_vsock_init(&fvs, 3, NULL, NULL), 0);
+	ck_assert_int_eq(virtio_net_init(&fnet, mac, NULL), 0);
+	put(&bus, &fvs.dev);
+	put(&bus, &fnet.dev);
+	ck_assert_int_eq(virtio_vsock_init(&fvs2, 3, NULL, NULL), 0);
+	ck_assert_int_eq(virtio_net_init(&fnet2, mac, NULL), 0);
+	put(&bus2, &fvs2.dev);
+	put(&bus2, &fnet2.dev);
+	ck_assert_uint_eq(virtio_bus_snapshot_devs(&bus, tmpl, 2), 2);
+	ck_assert_uint_eq(virtio_bus_snapshot_devs(&bus2, tmpl2, 2), 2);
+	ck_assert_uint_eq(virtio_bus_fork_devs(&bus, fork1, 2), 2);
+	ck_assert_uint_eq(virtio_bus_fork_devs(&bus2, fork2, 2), 2);
+	drivers_up(&bus, nd);
+	ck_assert(fvs.dev.live && fnet.dev.live && fnet.rx_mtu);
+}
+
+static void fork_teardown(void)
+{
+	virtio_vsock_destroy(&fvs);
+	virtio_vsock_destroy(&fvs2);
+	virtio_net_destroy(&fnet);
+	virtio_net_destroy(&fnet2);
+}
+
+START_TEST(fork_devs_listed)
+{
+	struct fv_driver nd;
+	fork_setup(&nd);
+	struct snapshot_dev d[3];
+	memset(d, 0x5a, sizeof d);
+	ck_assert_uint_eq(virtio_bus_fork_devs(&bus, d, 3), 2);
+	for (unsigned i = 0; i < 2; i++) {
+		ck_assert_str_eq(d[i].name, tmpl[i].name);
+		ck_assert_uint_eq(d[i].slot, i);
+		ck_assert_ptr_eq(d[i].ctx, &bus.slot[i]);
+		ck_assert_ptr_nonnull(d[i].save);
+		ck_assert_ptr_nonnull(d[i].load);
+		ck_assert(d[i].save != tmpl[i].save && d[i].load != tmpl[i].load);
+	}
+	ck_assert_uint_eq(((uint8_t *)&d[2])[0], 0x5a);
+	memset(d, 0x5a, sizeof d);
+	ck_assert_uint_eq(virtio_bus_fork_devs(&bus, d, 1), 2);
+	ck_assert_uint_eq(((uint8_t *)&d[1])[0], 0x5a);
+	fork_teardown();
+}
+END_TEST
+
+/* A vsock holding a connection and a virtio-net with a frame waiting:
+ * no template, but a fork; the copy loads both and resets the guest's
+ * side of the connection at once. */
+START_TEST(fork_devs_save_and_load)
+{
+	struct fv_driver nd;
+	char err[256] = "";
+	fork_setup(&nd);
+	struct virtio_vsock_conn *c;
+	ck_assert_int_eq(virtio_vsock_host_connect(&fvs, 52, NULL, &c), 0); /* no rx buffer yet */
+	uint32_t local = c->local_port;
+	uint8_t f[60] = { 0 };
+	ck_assert_int_eq(virtio_net_rx_enqueue(&fnet, f, sizeof f), 0);
+
+	struct statebuf_writer w[2];
+	for (unsigned i = 0; i < 2; i++) {
+		statebuf_init(&w[i]);
+		err[0] = '\0';
+		ck_assert_int_eq(tmpl[i].save(tmpl[i].ctx, &w[i], err, sizeof err), -EBUSY);
+		ck_assert_uint_eq(w[i].len, 0);
+		ck_assert_int_ne(err[0], '\0');
+	}
+	for (unsigned i = 0; i < 2; i++)
+		ck_assert_int_eq(fork1[i].save(fork1[i].ctx, &w[i], err, sizeof err), 0);
+	/* vsock: the transport's state, then version, next port, one pair;
+	 * virtio-net: its transport's state alone */
+	size_t vs_state = virtio_mmio_state_len(3), net_state = virtio_mmio_state_len(2);
+	ck_assert_uint_eq(w[0].len, vs_state + 12 + 8);
+	ck_assert_uint_eq(w[1].len, net_state);
+	struct statebuf_reader r;
+	statebuf_reader_init(&r, w[0].buf + vs_state, w[0].len - vs_state);
+	ck_assert_uint_eq(statebuf_get_u32(&r), 1);
+	ck_assert_uint_eq(statebuf_get_u32(&r), fvs.next_port);
+	ck_assert_uint_eq(statebuf_get_u32(&r), 1);
+	ck_assert_uint_eq(statebuf_get_u32(&r), local);
+	ck_assert_uint_eq(statebuf_get_u32(&r), 52);
+	/* the original goes on as it was */
+	ck_assert_int_eq(c->state, VIRTIO_VSOCK_CONNECTING);
+	ck_assert_int_eq(fnet.dev.ops->quiet(&fnet.dev, err, sizeof err), -EBUSY);
+
+	/* a fork's blob is no template's: refused before anything changes */
+	ck_assert_int_eq(tmpl2[0].load(tmpl2[0].ctx, w[0].buf, w[0].len, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(strncmp(err, "vsock: ", 7), 0);
+	ck_assert_ptr_nonnull(strstr(err, "a template's has"));
+	ck_assert(!fvs2.dev.live);
+
+	/* the guest gave an rx buffer the original never heard of */
+	vsock_rx_offer(0x90000, 0x1000);
+	for (unsigned i = 0; i < 2; i++)
+		ck_assert_int_eq(fork2[i].load(fork2[i].ctx, w[i].buf, w[i].len, err, sizeof err), 0);
+	ck_assert(fvs2.dev.live && fnet2.dev.live);
+	ck_assert(fnet2.rx_mtu); /* restored ran */
+	ck_assert_uint_eq(fvs2.next_port, fvs.next_port);
+	/* the RST left at restored, into the buffer the guest gave */
+	uint32_t id, len;
+	ck_assert(fv_used(&drv, 0, &id, &len));
+	ck_assert_uint_eq(len, VIRTIO_VSOCK_HDR_SIZE);
+	struct virtio_vsock_hdr h;
+	virtio_vsock_hdr_decode(&h, fv_at(&drv, 0x90000, VIRTIO_VSOCK_HDR_SIZE));
+	ck_assert_uint_eq(h.op, VIRTIO_VSOCK_OP_RST);
+	ck_assert_uint_eq(h.src_port, local);
+	ck_assert_uint_eq(h.dst_port, 52);
+	ck_assert(!fv_used(&drv, 0, NULL, NULL));
+	ck_assert_uint_eq(fvs2.nr_rst, 0);
+	/* the copy's virtio-net starts with nothing for the guest */
+	ck_assert_int_eq(fnet2.dev.ops->quiet(&fnet2.dev, err, sizeof err), 0);
+	for (unsigned i = 0; i < 2; i++)
+		statebuf_free(&w[i]);
+	fork_teardown();
+}
+END_TEST
+
+/* A template's blob (a quiet device, no fork state) loads as a fork's. */
+START_TEST(fork_devs_load_a_template_blob)
+{
+	struct fv_driver nd;
+	char err[256] = "";
+	fork_setup(&nd);
+	struct statebuf_writer w[2];
+	for (unsigned i = 0; i < 2; i++) {
+		statebuf_init(&w[i]);
+		ck_assert_int_eq(tmpl[i].save(tmpl[i].ctx, &w[i], err, sizeof err), 0);
+	}
+	ck_assert_uint_eq(w[0].len, virtio_mmio_state_len(3));
+	for (unsigned i = 0; i < 2; i++) {
+		err[0] = '\0';
+		ck_assert_msg(fork2[i].load(fork2[i].ctx, w[i].buf, w[i].len, err, sizeof err) == 0,
+			      "%s: %s", fork2[i].name, err);
+	}
+	ck_assert(fvs2.dev.live && fnet2.dev.live && fnet2.rx_mtu);
+	ck_assert_uint_eq(fvs2.nr_rst, 0);
+	ck_assert_uint_eq(fvs2.next_port, VIRTIO_VSOCK_EPHEMERAL_BASE);
+	for (unsigned i = 0; i < 2; i++)
+		statebuf_free(&w[i]);
+	fork_teardown();
+}
+END_TEST
+
+/* Fork state a device refuses resets it; fork state for a device that
+ * takes none is refused before the transport's. */
+START_TEST(fork_devs_refuse_bad_fork_state)
+{
+	struct fv_driver nd;
+	char err[256] = "";
+	fork_setup(&nd);
+	struct virtio_vsock_conn *c;
+	ck_assert_int_eq(virtio_vsock_host_connect(&fvs, 52, NULL, &c), 0);
+	struct statebuf_writer w[2];
+	for (unsigned i = 0; i < 2; i++) {
+		statebuf_init(&w[i]);
+		ck_assert_int_eq(fork1[i].save(fork1[i].ctx, &w[i], err, sizeof err), 0);
+	}
+	size_t vs_state = virtio_mmio_state_len(3);
+	w[0].buf[vs_state] ^= 0xff; /* another version */
+	ck_assert_int_eq(fork2[0].load(fork2[0].ctx, w[0].buf, w[0].len, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "vsock: malformed fork state"));
+	ck_assert_uint_eq(fvs2.nr_rst, 0);
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		ck_assert_int_eq(fvs2.conns[i].state, VIRTIO_VSOCK_FREE);
+	/* cut inside the transport's state */
+	ck_assert_int_eq(fork2[0].load(fork2[0].ctx, w[0].buf, vs_state - 1, err, sizeof err), -EINVAL);
+	ck_assert_int_eq(strncmp(err, "vsock: ", 7), 0);
+
+	/* virtio-net has no fork_load: a byte past its transport's state */
+	uint8_t more[1024];
+	ck_assert_uint_lt(w[1].len, sizeof more);
+	memcpy(more, w[1].buf, w[1].len);
+	more[w[1].len] = 1;
+	ck_assert_int_eq(fork2[1].load(fork2[1].ctx, more, w[1].len + 1, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "takes none"));
+	ck_assert(!fnet2.dev.live);
+	ck_assert_int_eq(fork2[1].load(fork2[1].ctx, more, w[1].len, err, sizeof err), 0);
+	ck_assert(fnet2.dev.live);
+	for (unsigned i = 0; i < 2; i++)
+		statebuf_free(&w[i]);
+	fork_teardown();
+}
+END_TEST
+
 static unsigned open_fds(void)
 {
 	unsigned n = 0;
@@ -334,5 +564,7 @@ Suite *virtio_bus_suite(void)
 	return unit_suite_fixture("virtio_bus", "snapshot", setup, teardown, 0, describe_lines,
 				  describe_follows_config, describe_too_small, describe_empty_bus,
 				  snapshot_devs_listed, snapshot_devs_save_and_load,
-				  add_without_kvm_leaks_nothing);
+				  add_without_kvm_leaks_nothing, fork_devs_listed,
+				  fork_devs_save_and_load, fork_devs_load_a_template_blob,
+				  fork_devs_refuse_bad_fork_state);
 }

@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "devices/virtio_mmio.h"
+#include "devices/virtio_mmio_state.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_unix.h"
+#include "lib/statebuf.h"
 #include "tests/lib/fake_virtio.h"
 #include "tests/lib/unit_suite.h"
 
@@ -714,6 +716,391 @@ START_TEST(quiet_after_device_reset)
 }
 END_TEST
 
+/* ---- fork: what a copy of a running device needs (kbox fork) ---- */
+
+/* The copy: a fresh device on a transport of its own over the same RAM
+ * (a fork's guest RAM is the original's). */
+static struct virtio_vsock vs2;
+static struct virtio_mmio t2;
+static struct backend_log bl2;
+
+static void copy_init(void)
+{
+	memset(&bl2, 0, sizeof bl2);
+	ck_assert_int_eq(virtio_vsock_init(&vs2, CID, &backend, &bl2), 0);
+	ck_assert_int_eq(virtio_mmio_init(&t2, &vs2.dev, &drv.gm, &irq.sink), 0);
+}
+
+static int fork_save(struct virtio_vsock *v, struct statebuf_writer *w, char *err, size_t errlen)
+{
+	ck_assert_ptr_nonnull(v->dev.ops->fork_save);
+	return v->dev.ops->fork_save(&v->dev, w, err, errlen);
+}
+
+static int fork_load(struct virtio_vsock *v, const void *p, size_t len, char *err, size_t errlen)
+{
+	ck_assert_ptr_nonnull(v->dev.ops->fork_load);
+	return v->dev.ops->fork_load(&v->dev, p, len, err, errlen);
+}
+
+/* Offer n rx buffers without a notify (the guest's RAM as the fork
+ * copies it: buffers posted, nothing told to the copy yet). */
+static void rx_offer(unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint16_t s = fv_avail_idx(&drv, RXQ) % QSIZE;
+		fv_desc(&drv, drv.q[RXQ].desc, s, RXBUF + RXSLOT * s, RXLEN, FV_DESC_F_WRITE, 0);
+		fv_offer(&drv, RXQ, s);
+	}
+}
+
+/* A guest-made connection (1234 <- 5000), a host-made one (ephemeral ->
+ * 52, answered) and one still connecting (-> 53), and an RST owed (a
+ * request to 999 refused while the guest gave no rx buffer). */
+static void busy_device(uint32_t *host_port, uint32_t *connecting_port)
+{
+	struct virtio_vsock_conn *c, *c2;
+	struct virtio_vsock_hdr h, r;
+	rx_fill(3);
+	guest_connect(5000);
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 52, NULL, &c), 0);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_REQUEST);
+	h = hdr(VIRTIO_VSOCK_OP_RESPONSE, 52, c->local_port);
+	tx(&h, NULL);
+	ck_assert_int_eq(c->state, VIRTIO_VSOCK_CONNECTED);
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 53, NULL, &c2), 0);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_int_eq(c2->state, VIRTIO_VSOCK_CONNECTING);
+	h = hdr(VIRTIO_VSOCK_OP_REQUEST, 5001, 999);
+	tx(&h, NULL);
+	ck_assert(!rx_get(&r, NULL));
+	ck_assert_uint_eq(vs.nr_rst, 1);
+	*host_port = c->local_port;
+	*connecting_port = c2->local_port;
+}
+
+/* c's connection (local, peer) if it is open. */
+static struct virtio_vsock_conn *find_open(struct virtio_vsock *v, uint32_t local, uint32_t peer)
+{
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++)
+		if (v->conns[i].state != VIRTIO_VSOCK_FREE && v->conns[i].local_port == local &&
+		    v->conns[i].peer_port == peer)
+			return &v->conns[i];
+	return NULL;
+}
+
+/* The guest resets its connection 5000 -> 1234. */
+static void h_rst_5000(void)
+{
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_RST, 5000, 1234);
+	tx(&h, NULL);
+	ck_assert_ptr_null(find_open(&vs, 1234, 5000));
+}
+
+static bool has_pair(const uint32_t (*pairs)[2], unsigned n, uint32_t local, uint32_t peer)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (pairs[i][0] == local && pairs[i][1] == peer)
+			return true;
+	return false;
+}
+
+START_TEST(fork_copy_resets_every_connection)
+{
+	char err[128] = "";
+	uint32_t hp, cp;
+	busy_device(&hp, &cp);
+	uint32_t next = vs.next_port;
+	ck_assert_uint_eq(next, cp + 1);
+
+	/* the transport's state, then the device's fork state, as the bus
+	 * saves them; the original is left as it was */
+	struct statebuf_writer tw, w;
+	statebuf_init(&tw);
+	statebuf_init(&w);
+	ck_assert_int_eq(virtio_mmio_state_save(&t, &tw), 0);
+	ck_assert_int_eq(fork_save(&vs, &w, err, sizeof err), 0);
+	ck_assert_str_eq(err, "");
+	ck_assert_uint_eq(w.len, 12 + 4 * 8);
+	struct statebuf_reader rd;
+	statebuf_reader_init(&rd, w.buf, w.len);
+	ck_assert_uint_eq(statebuf_get_u32(&rd), 1);
+	ck_assert_uint_eq(statebuf_get_u32(&rd), next);
+	ck_assert_uint_eq(statebuf_get_u32(&rd), 4);
+	uint32_t pairs[4][2];
+	for (unsigned i = 0; i < 4; i++) {
+		pairs[i][0] = statebuf_get_u32(&rd);
+		pairs[i][1] = statebuf_get_u32(&rd);
+	}
+	ck_assert_uint_eq(statebuf_left(&rd), 0);
+	ck_assert(has_pair(pairs, 4, 1234, 5000));
+	ck_assert(has_pair(pairs, 4, hp, 52));
+	ck_assert(has_pair(pairs, 4, cp, 53));
+	ck_assert(has_pair(pairs, 4, 999, 5001));
+	ck_assert_uint_eq(vs.nr_rst, 1);
+	ck_assert_ptr_nonnull(find_open(&vs, 1234, 5000));
+
+	/* the guest posts rx buffers; only the copy will see them */
+	rx_offer(8);
+	copy_init();
+	ck_assert_int_eq(virtio_mmio_state_load(&t2, tw.buf, tw.len, err, sizeof err), 0);
+	ck_assert(vs2.dev.live);
+	ck_assert_int_eq(fork_load(&vs2, w.buf, w.len, err, sizeof err), 0);
+	ck_assert_uint_eq(vs2.next_port, next);
+	ck_assert(!rx_get(&(struct virtio_vsock_hdr){ 0 }, NULL)); /* nothing before restored */
+	ck_assert_ptr_nonnull(vs2.dev.ops->restored);
+	vs2.dev.ops->restored(&vs2.dev);
+
+	/* at once, one RST a connection and owed reset, none more */
+	struct virtio_vsock_hdr r;
+	uint32_t got[4][2];
+	for (unsigned i = 0; i < 4; i++) {
+		ck_assert(rx_get(&r, NULL));
+		ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+		ck_assert_uint_eq(r.type, VIRTIO_VSOCK_TYPE_STREAM);
+		ck_assert(!has_pair(got, i, r.src_port, r.dst_port));
+		got[i][0] = r.src_port;
+		got[i][1] = r.dst_port;
+		ck_assert(has_pair(pairs, 4, r.src_port, r.dst_port));
+	}
+	ck_assert(!rx_get(&r, NULL));
+	ck_assert_uint_eq(vs2.nr_rst, 0);
+	ck_assert_uint_eq(vs2.stats.resets_sent, 4);
+	ck_assert_uint_eq(bl2.closed + bl2.connected + bl2.requests, 0);
+
+	/* the copy's next host connection takes the port after the
+	 * original's last */
+	struct virtio_vsock_conn *c;
+	drv.mmio = &t2;
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs2, 52, NULL, &c), 0);
+	ck_assert_uint_eq(c->local_port, next);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_REQUEST);
+	ck_assert_uint_eq(r.src_port, next);
+	drv.mmio = &t;
+	statebuf_free(&tw);
+	statebuf_free(&w);
+	virtio_vsock_destroy(&vs2);
+}
+END_TEST
+
+/* A full table and an owed RST: 65 pairs; the copy resets every one
+ * (the guest's side of a connection left out would wait for ever). */
+START_TEST(fork_copy_resets_a_full_table)
+{
+	char err[128] = "";
+	rx_fill(QSIZE);
+	for (unsigned i = 0; i < VIRTIO_VSOCK_MAX_CONNS; i++) {
+		struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 100 + i, 1234), r;
+		tx(&h, NULL);
+		ck_assert(rx_get(&r, NULL));
+		ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RESPONSE);
+	}
+	ck_assert(fv_avail_idx(&drv, RXQ) == drv.q[RXQ].used_seen); /* no rx buffer left */
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 99, 1234), r;
+	tx(&h, NULL); /* the table is full: refused, its RST waits */
+	ck_assert_uint_eq(vs.nr_rst, 1);
+	struct statebuf_writer tw, w;
+	statebuf_init(&tw);
+	statebuf_init(&w);
+	ck_assert_int_eq(virtio_mmio_state_save(&t, &tw), 0);
+	ck_assert_int_eq(fork_save(&vs, &w, err, sizeof err), 0);
+	ck_assert_uint_eq(w.len, 12 + (VIRTIO_VSOCK_MAX_CONNS + 1) * 8);
+
+	rx_offer(QSIZE);
+	copy_init();
+	ck_assert_int_eq(virtio_mmio_state_load(&t2, tw.buf, tw.len, err, sizeof err), 0);
+	ck_assert_int_eq(fork_load(&vs2, w.buf, w.len, err, sizeof err), 0);
+	vs2.dev.ops->restored(&vs2.dev);
+	drv.mmio = &t2;
+	bool seen[VIRTIO_VSOCK_MAX_CONNS + 1] = { false };
+	unsigned n = 0;
+	for (unsigned round = 0; round < 2; round++) {
+		while (rx_get(&r, NULL)) {
+			ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+			ck_assert_uint_eq(r.src_port, 1234);
+			ck_assert_uint_ge(r.dst_port, 99);
+			ck_assert_uint_lt(r.dst_port, 100 + VIRTIO_VSOCK_MAX_CONNS);
+			ck_assert(!seen[r.dst_port - 99]);
+			seen[r.dst_port - 99] = true;
+			n++;
+		}
+		rx_fill(8); /* the queue held 64: the rest go out with the next buffers */
+	}
+	ck_assert_uint_eq(n, VIRTIO_VSOCK_MAX_CONNS + 1);
+	ck_assert_uint_eq(vs2.nr_rst, 0);
+	drv.mmio = &t;
+	statebuf_free(&tw);
+	statebuf_free(&w);
+	virtio_vsock_destroy(&vs2);
+}
+END_TEST
+
+/* A quiet device's fork state: no pair, its next port. */
+START_TEST(fork_save_quiet_device)
+{
+	char err[128] = "";
+	struct statebuf_writer w;
+	statebuf_init(&w);
+	ck_assert_int_eq(fork_save(&vs, &w, err, sizeof err), 0);
+	ck_assert_uint_eq(w.len, 12);
+	struct statebuf_reader rd;
+	statebuf_reader_init(&rd, w.buf, w.len);
+	ck_assert_uint_eq(statebuf_get_u32(&rd), 1);
+	ck_assert_uint_eq(statebuf_get_u32(&rd), VIRTIO_VSOCK_EPHEMERAL_BASE);
+	ck_assert_uint_eq(statebuf_get_u32(&rd), 0);
+	/* loaded into a copy: nothing to send */
+	copy_init();
+	ck_assert_int_eq(fork_load(&vs2, w.buf, w.len, err, sizeof err), 0);
+	vs2.dev.ops->restored(&vs2.dev);
+	ck_assert_uint_eq(vs2.nr_rst, 0);
+	ck_assert_uint_eq(vs2.next_port, VIRTIO_VSOCK_EPHEMERAL_BASE);
+	statebuf_free(&w);
+	virtio_vsock_destroy(&vs2);
+}
+END_TEST
+
+/* A fork state of count pairs (local 100 + i, peer 200 + i). */
+static void fork_blob(struct statebuf_writer *w, uint32_t version, uint32_t next, uint32_t count,
+		      uint32_t pairs)
+{
+	statebuf_init(w);
+	statebuf_u32(w, version);
+	statebuf_u32(w, next);
+	statebuf_u32(w, count);
+	for (uint32_t i = 0; i < pairs; i++) {
+		statebuf_u32(w, 100 + i);
+		statebuf_u32(w, 200 + i);
+	}
+	ck_assert_int_eq(w->err, 0);
+}
+
+/* The device as the refused loads must leave it: one owed RST
+ * (999, 5001), the next port where it was. */
+static void assert_unchanged(uint32_t next)
+{
+	ck_assert_uint_eq(vs.nr_rst, 1);
+	ck_assert_uint_eq(vs.rst[0].local, 999);
+	ck_assert_uint_eq(vs.rst[0].peer, 5001);
+	ck_assert_uint_eq(vs.next_port, next);
+}
+
+START_TEST(fork_load_refuses_hostile_state)
+{
+	char err[128];
+	struct virtio_vsock_hdr h = hdr(VIRTIO_VSOCK_OP_REQUEST, 5001, 999), r;
+	tx(&h, NULL); /* refused with no rx buffer: the RST waits */
+	const uint32_t next = VIRTIO_VSOCK_EPHEMERAL_BASE + 7;
+	vs.next_port = next;
+	assert_unchanged(next);
+	struct statebuf_writer w;
+
+	/* every truncation of a valid state */
+	fork_blob(&w, 1, VIRTIO_VSOCK_EPHEMERAL_BASE + 100, 3, 3);
+	for (size_t len = 0; len < w.len; len++) {
+		err[0] = '\0';
+		ck_assert_int_eq(fork_load(&vs, w.buf, len, err, sizeof err), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(err, "vsock: malformed fork state"));
+		assert_unchanged(next);
+	}
+	/* trailing bytes: one more, a whole pair more than counted */
+	uint8_t big[256];
+	memcpy(big, w.buf, w.len);
+	big[w.len] = 0;
+	ck_assert_int_eq(fork_load(&vs, big, w.len + 1, err, sizeof err), -EINVAL);
+	assert_unchanged(next);
+	statebuf_free(&w);
+	fork_blob(&w, 1, VIRTIO_VSOCK_EPHEMERAL_BASE, 2, 3);
+	ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), -EINVAL);
+	assert_unchanged(next);
+	statebuf_free(&w);
+	/* fewer pairs than counted */
+	fork_blob(&w, 1, VIRTIO_VSOCK_EPHEMERAL_BASE, 3, 2);
+	ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), -EINVAL);
+	assert_unchanged(next);
+	statebuf_free(&w);
+	/* another version */
+	const uint32_t versions[] = { 0, 2, 0xffffffffu };
+	for (unsigned i = 0; i < 3; i++) {
+		fork_blob(&w, versions[i], VIRTIO_VSOCK_EPHEMERAL_BASE, 1, 1);
+		ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), -EINVAL);
+		assert_unchanged(next);
+		statebuf_free(&w);
+	}
+	/* a next port below the ephemeral range */
+	const uint32_t low[] = { 0, 1024, VIRTIO_VSOCK_EPHEMERAL_BASE - 1 };
+	for (unsigned i = 0; i < 3; i++) {
+		fork_blob(&w, 1, low[i], 0, 0);
+		ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), -EINVAL);
+		assert_unchanged(next);
+		statebuf_free(&w);
+	}
+	/* more pairs than a device can owe (its connections and resets),
+	 * with the bytes to match, and a count that would overflow */
+	const uint32_t too_many = VIRTIO_VSOCK_MAX_CONNS + VIRTIO_VSOCK_MAX_RST + 1;
+	fork_blob(&w, 1, VIRTIO_VSOCK_EPHEMERAL_BASE, too_many, too_many);
+	ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), -EINVAL);
+	assert_unchanged(next);
+	statebuf_free(&w);
+	fork_blob(&w, 1, VIRTIO_VSOCK_EPHEMERAL_BASE, 0x20000000u, 1);
+	ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), -EINVAL);
+	assert_unchanged(next);
+	statebuf_free(&w);
+
+	/* none of them sent anything once the guest gives a buffer: only
+	 * the owed RST */
+	rx_fill(4);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RST);
+	ck_assert_uint_eq(r.src_port, 999);
+	ck_assert_uint_eq(r.dst_port, 5001);
+	ck_assert(!rx_get(&r, NULL));
+
+	/* the highest next port is taken; the host's next connection uses it */
+	fork_blob(&w, 1, 0xffffffffu, 0, 0);
+	ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), 0);
+	ck_assert_uint_eq(vs.next_port, 0xffffffffu);
+	statebuf_free(&w);
+	struct virtio_vsock_conn *c;
+	ck_assert_int_eq(virtio_vsock_host_connect(&vs, 52, NULL, &c), 0);
+	ck_assert_uint_eq(c->local_port, 0xffffffffu);
+	ck_assert_uint_eq(vs.next_port, VIRTIO_VSOCK_EPHEMERAL_BASE); /* wrapped into the range */
+}
+END_TEST
+
+/* A fork loads into a fresh device: one that holds a connection refuses
+ * it and keeps what it had. */
+START_TEST(fork_load_refused_with_a_connection)
+{
+	char err[128] = "";
+	rx_fill(4);
+	struct virtio_vsock_conn *c = guest_connect(5000);
+	uint32_t next = vs.next_port;
+	struct statebuf_writer w;
+	fork_blob(&w, 1, VIRTIO_VSOCK_EPHEMERAL_BASE + 50, 2, 2);
+	ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), -EBUSY);
+	ck_assert_ptr_nonnull(strstr(err, "vsock: "));
+	ck_assert_uint_eq(vs.next_port, next);
+	ck_assert_uint_eq(vs.nr_rst, 0);
+	ck_assert_int_eq(c->state, VIRTIO_VSOCK_CONNECTED);
+	vs.dev.ops->restored(&vs.dev);
+	struct virtio_vsock_hdr r;
+	ck_assert(!rx_get(&r, NULL));
+	/* the connection still carries data */
+	ck_assert_int_eq(virtio_vsock_host_send(&vs, c, "ok", 2), 2);
+	ck_assert(rx_get(&r, NULL));
+	ck_assert_uint_eq(r.op, VIRTIO_VSOCK_OP_RW);
+	ck_assert_uint_eq(r.len, 2);
+	/* once it is gone, the same state loads */
+	h_rst_5000();
+	ck_assert_int_eq(fork_load(&vs, w.buf, w.len, err, sizeof err), 0);
+	ck_assert_uint_eq(vs.nr_rst, 2);
+	ck_assert_uint_eq(vs.next_port, VIRTIO_VSOCK_EPHEMERAL_BASE + 50);
+	statebuf_free(&w);
+}
+END_TEST
+
 /* ---- the Unix-socket backend, over real sockets ---- */
 
 static struct vsock_unix vu;
@@ -962,7 +1349,11 @@ Suite *virtio_vsock_suite(void)
 				broken_tx_ring_needs_reset, quiet_fresh_device,
 				quiet_busy_with_open_connection,
 				quiet_busy_with_host_connection_pending,
-				quiet_busy_with_reset_to_send, quiet_after_device_reset);
+				quiet_busy_with_reset_to_send, quiet_after_device_reset,
+				fork_copy_resets_every_connection, fork_copy_resets_a_full_table,
+				fork_save_quiet_device,
+				fork_load_refuses_hostile_state,
+				fork_load_refused_with_a_connection);
 	unit_suite_case_fixture(s, "unix", unix_setup, unix_teardown, 0,
 				unix_host_initiated, unix_guest_initiated,
 				unix_control_socket, unix_notice_port);

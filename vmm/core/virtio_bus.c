@@ -257,7 +257,9 @@ static int slot_load_mode(struct virtio_bus_slot *sl, bool fork, const uint8_t *
 					sizeof why);
 	if (rc < 0)
 		snprintf(err, errlen, "%s: %s", slot_kind(sl), why);
-	if (!rc && fork && d->ops->fork_load &&
+	/* A blob of the transport's state alone is a template's (the device
+	 * was quiet): no fork state to take, fork_load is not asked. */
+	if (!rc && fork && d->ops->fork_load && len > state_len &&
 	    (rc = d->ops->fork_load(d, blob + state_len, len - state_len, err, errlen)) < 0 &&
 	    d->ops->reset)
 		d->ops->reset(d); /* nothing half-taken stays */

@@ -108,6 +108,13 @@ int forkctl_accept(int lfd, uint8_t key[FORKCTL_KEY_LEN], int *file_fd)
 	}
 }
 
+/* A duration in ms as whole microseconds; a negative, NaN or huge one
+ * as 0 (a conversion out of range would be undefined). */
+static uint64_t us_of(double ms)
+{
+	return ms >= 0 && ms < 1e15 ? (uint64_t)(ms * 1000.0) : 0;
+}
+
 void forkctl_reply(int cfd, const struct forkctl_answer *a)
 {
 	struct statebuf_writer w;
@@ -115,8 +122,8 @@ void forkctl_reply(int cfd, const struct forkctl_answer *a)
 	size_t ml = strnlen(a->msg, FORKCTL_MSG_MAX);
 	statebuf_put(&w, ANS_MAGIC, 8);
 	statebuf_u32(&w, (uint32_t)a->status);
-	statebuf_u64(&w, (uint64_t)(a->pause_ms * 1000.0));
-	statebuf_u64(&w, (uint64_t)(a->state_ms * 1000.0));
+	statebuf_u64(&w, us_of(a->pause_ms));
+	statebuf_u64(&w, us_of(a->state_ms));
 	statebuf_u64(&w, a->file_bytes);
 	statebuf_u32(&w, (uint32_t)ml);
 	statebuf_put(&w, a->msg, ml);
@@ -208,7 +215,8 @@ int forkctl_request(const char *dir, const uint8_t key[FORKCTL_KEY_LEN], int fil
 	for (;;) {
 		long left = timeout_ms - elapsed_ms(&t0);
 		if (left <= 0) {
-			rc = errbuf_fail(err, errlen, -ETIMEDOUT, "no answer in %d s", timeout_ms / 1000);
+			rc = errbuf_fail(err, errlen, -ETIMEDOUT, "no answer in %.1f s",
+					 timeout_ms / 1000.0);
 			goto out;
 		}
 		struct pollfd p = { .fd = fd, .events = POLLIN };

@@ -1654,6 +1654,7 @@ static int send_runcfg(struct run *r)
 	int fd = agent_conn_open(r->sb.sock, RUNCFG_VSOCK_PORT, -1, &r->s.vm_done);
 	if (fd < 0)
 		return fd;
+	timing("run configuration: connected");
 	/* The clock once guest-init listens (the boot took a while). */
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -1671,6 +1672,7 @@ static int send_runcfg(struct run *r)
 	if (rc == 0)
 		rc = fileio_write_all(fd, msg, n);
 	explicit_bzero(msg, sizeof msg);
+	timing("run configuration: sent");
 	char answer[64];
 	ssize_t got = 0;
 	/* The answer comes once guest-init is ready for commands (its

@@ -499,7 +499,7 @@ START_TEST(fd_write_then_open)
 	/* an unnamed file, as kbox fork makes it */
 	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), 0);
 	ck_assert(fd_size(fd) == (off_t)file_size(&m));
 	check_opens(fd, &m, ram);
 	close(fd);
@@ -509,7 +509,7 @@ START_TEST(fd_write_then_open)
 	snprintf(path, sizeof path, "%s/fork", dir);
 	fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), 0);
 	check_opens(fd, &m, ram);
 	/* and once unlinked (0 links) */
 	ck_assert_int_eq(unlink(path), 0);
@@ -519,7 +519,7 @@ START_TEST(fd_write_then_open)
 	/* the metadata must describe the RAM: nothing written */
 	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN - SNAPSHOT_FILE_PAGE, err,
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN - SNAPSHOT_FILE_PAGE, NULL, err,
 						sizeof err),
 			 -EINVAL);
 	ck_assert(fd_size(fd) == 0);
@@ -542,8 +542,8 @@ START_TEST(fd_refusals)
 	/* written once: not empty any more, left as it is */
 	int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EEXIST);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), -EEXIST);
 	ck_assert_ptr_nonnull(strstr(err, "not empty"));
 	ck_assert(fd_size(fd) == (off_t)file_size(&m));
 	check_opens(fd, &m, ram);
@@ -573,11 +573,11 @@ START_TEST(fd_refusals)
 
 	/* empty again, but readable by others, or linked twice: not written */
 	ck_assert_int_eq(fchmod(fd, 0644), 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), -EPERM);
 	ck_assert(fd_size(fd) == 0);
 	ck_assert_int_eq(fchmod(fd, 0600), 0);
 	ck_assert_int_eq(link(path, other), 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), -EPERM);
 	ck_assert(fd_size(fd) == 0);
 	ck_assert_int_eq(unlink(other), 0);
 	close(fd);
@@ -585,19 +585,19 @@ START_TEST(fd_refusals)
 	/* a folder, a FIFO */
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	ck_assert_int_ge(dfd, 0);
-	ck_assert_int_eq(snapshot_file_write_fd(dfd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_write_fd(dfd, &m, ram, RAM_LEN, NULL, err, sizeof err), -EPERM);
 	ck_assert_int_eq(snapshot_file_open_fd(dfd, &f, err, sizeof err), -EPERM);
 	close(dfd);
 	ck_assert_int_eq(mkfifo(other, 0600), 0);
 	int ffd = open(other, O_RDWR | O_CLOEXEC);
 	ck_assert_int_ge(ffd, 0);
-	ck_assert_int_eq(snapshot_file_write_fd(ffd, &m, ram, RAM_LEN, err, sizeof err), -EPERM);
+	ck_assert_int_eq(snapshot_file_write_fd(ffd, &m, ram, RAM_LEN, NULL, err, sizeof err), -EPERM);
 	ck_assert_int_eq(snapshot_file_open_fd(ffd, &f, err, sizeof err), -EPERM);
 	close(ffd);
 	ck_assert_int_eq(unlink(other), 0);
 	/* not a descriptor */
 	ck_assert_int_eq(snapshot_file_open_fd(-1, &f, err, sizeof err), -EBADF);
-	ck_assert_int_eq(snapshot_file_write_fd(-1, &m, ram, RAM_LEN, err, sizeof err), -EBADF);
+	ck_assert_int_eq(snapshot_file_write_fd(-1, &m, ram, RAM_LEN, NULL, err, sizeof err), -EBADF);
 	free(ram);
 	statebuf_free(&m);
 }
@@ -619,14 +619,14 @@ START_TEST(fd_failed_write_leaves_it_empty)
 	ck_assert(lim.rlim_cur > m.len);
 	ck_assert_ptr_ne(signal(SIGXFSZ, SIG_IGN), SIG_ERR);
 	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), -EFBIG);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), -EFBIG);
 	ck_assert_ptr_nonnull(strstr(err, "cannot write the snapshot"));
 	ck_assert(fd_size(fd) == 0);
 	struct snapshot_file_file f;
 	ck_assert_int_eq(snapshot_file_open_fd(fd, &f, err, sizeof err), -EBADMSG);
 	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
 	signal(SIGXFSZ, SIG_DFL);
-	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, err, sizeof err), 0);
+	ck_assert_int_eq(snapshot_file_write_fd(fd, &m, ram, RAM_LEN, NULL, err, sizeof err), 0);
 	check_opens(fd, &m, ram);
 	close(fd);
 	free(ram);

@@ -761,7 +761,7 @@ struct run {
 	 * serves it; vm_lock orders its pause against the end of the VM. */
 	bool have_layout;
 	uint8_t layout_key[SNAPSHOT_FILE_KEY_LEN];
-	int fork_lfd;
+	int fork_lfd, pagemap_fd;
 	pthread_t fkt;
 	bool fkt_started, vm_ended;
 	pthread_mutex_t vm_lock;
@@ -786,6 +786,7 @@ static void run_init(struct run *r)
 	r->klog_fd = -1;
 	r->ready_efd = -1;
 	r->fork_lfd = -1;
+	r->pagemap_fd = -1;
 	pthread_mutex_init(&r->vm_lock, NULL);
 }
 
@@ -1276,12 +1277,12 @@ static double ms_between(const struct timespec *a, const struct timespec *b)
  * on cfd once the parent has said how long the guest was paused
  * (pause_rd).  Never returns. */
 static void fork_writer(struct run *r, int cfd, int file_fd, int pause_rd,
-			const struct statebuf_writer *meta, double state_ms)
+			const struct statebuf_writer *meta, const uint8_t *known_zero, double state_ms)
 {
 	struct forkctl_answer a = { 0 };
 	char err[FORKCTL_MSG_MAX] = "";
-	a.status = snapshot_file_write_fd(file_fd, meta, r->s.vm.ram, r->s.vm.ram_size, err,
-					  sizeof err);
+	a.status = snapshot_file_write_fd(file_fd, meta, r->s.vm.ram, r->s.vm.ram_size, known_zero,
+					  err, sizeof err);
 	if (a.status < 0)
 		snprintf(a.msg, sizeof a.msg, "%s", err);
 	double pause = -1;
@@ -1331,6 +1332,12 @@ static void fork_save(struct run *r, int cfd, int file_fd)
 						   uart_load };
 		rc = snapshot_save_state(&r->s.vm, r->layout_key, devs, n, &meta, &st, err, sizeof err);
 	}
+	/* The pages that need not be read (never touched, or a hole of the
+	 * file RAM came from): without them the writer would read all of
+	 * RAM, and from a template's holes fill the page cache with zeros. */
+	uint8_t *known_zero = NULL;
+	if (rc == 0 && r->pagemap_fd >= 0)
+		snapshot_ram_known_zero(&r->s.vm, r->pagemap_fd, &known_zero);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	int pp[2] = { -1, -1 };
 	pid_t pid = -1;
@@ -1339,14 +1346,15 @@ static void fork_save(struct run *r, int cfd, int file_fd)
 		pid = fork();
 		if (pid == 0) {
 			close(pp[1]);
-			fork_writer(r, cfd, file_fd, pp[0], &meta, ms_between(&t0, &t1));
+			fork_writer(r, cfd, file_fd, pp[0], &meta, known_zero, ms_between(&t0, &t1));
 		}
 	}
 	if (rc == 0 && pid < 0) {
 		/* No child: the RAM now, the guest still paused. */
-		rc = snapshot_file_write_fd(file_fd, &meta, r->s.vm.ram, r->s.vm.ram_size, err,
-					    sizeof err);
+		rc = snapshot_file_write_fd(file_fd, &meta, r->s.vm.ram, r->s.vm.ram_size, known_zero,
+					    err, sizeof err);
 	}
+	free(known_zero);
 	statebuf_free(&meta);
 	if (resume_vm(r))
 		goto dead;
@@ -1420,6 +1428,9 @@ static void *fork_thread(void *arg)
 static int fork_listen(struct run *r)
 {
 	char err[512];
+	/* For the writer's map of pages that need not be read; Landlock
+	 * keeps /proc closed after the lock-down. */
+	r->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	r->fork_lfd = forkctl_listen(r->sb.dir, err, sizeof err);
 	if (r->fork_lfd < 0 && r->o.verbose)
 		fprintf(stderr, "kbox: %s (kbox fork cannot copy this sandbox)\n", err);
@@ -1869,6 +1880,10 @@ static void run_cleanup(struct run *r)
 	if (r->fork_lfd >= 0) {
 		close(r->fork_lfd);
 		r->fork_lfd = -1;
+	}
+	if (r->pagemap_fd >= 0) {
+		close(r->pagemap_fd);
+		r->pagemap_fd = -1;
 	}
 	if (r->vmt_started) {
 		vm_stop(&s->vm, VM_END_STOPPED);

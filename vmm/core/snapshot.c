@@ -1,6 +1,7 @@
 #include "vmm/core/snapshot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/kvm.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "lib/errbuf.h"
@@ -357,8 +359,19 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 	statebuf_init(&meta);
 	int rc = snapshot_save_state(vm, key, devs, ndev, &meta, st, err, errlen);
 	double t1 = now_ms();
-	if (rc == 0)
-		rc = snapshot_file_write(dir, name, &meta, vm->ram, vm->ram_size, err, errlen);
+	if (rc == 0) {
+		/* Pages never touched are not read (a template is made before
+		 * any lock-down: /proc is open then). */
+		uint8_t *known_zero = NULL;
+		int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+		if (pm >= 0) {
+			snapshot_ram_known_zero(vm, pm, &known_zero);
+			close(pm);
+		}
+		rc = snapshot_file_write_known(dir, name, &meta, vm->ram, vm->ram_size, known_zero, err,
+					       errlen);
+		free(known_zero);
+	}
 	if (rc == 0 && st) {
 		st->state_ms = t1 - t0;
 		struct snapshot_file_file f;
@@ -385,7 +398,7 @@ int snapshot_save_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], co
 	int rc = snapshot_save_state(vm, key, devs, ndev, &meta, st, err, errlen);
 	double t1 = now_ms();
 	if (rc == 0)
-		rc = snapshot_file_write_fd(fd, &meta, vm->ram, vm->ram_size, err, errlen);
+		rc = snapshot_file_write_fd(fd, &meta, vm->ram, vm->ram_size, NULL, err, errlen);
 	struct stat sb;
 	if (rc == 0 && st && fstat(fd, &sb) == 0) {
 		st->state_ms = t1 - t0;
@@ -606,6 +619,10 @@ static int restore_from(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
 		goto out;
 	}
 	madvise(vm->ram, vm->ram_size, MADV_DONTDUMP);
+	if (vm->ram_file >= 3)
+		close(vm->ram_file);
+	vm->ram_file = fcntl(f.fd, F_DUPFD_CLOEXEC, 3);
+	vm->ram_file_off = f.v.ram_off;
 	double t1 = now_ms();
 	if ((rc = restore_vm_state(vm, snapshot_file_find(&f.v, SNAPSHOT_FILE_SEC_VM, 0), err, errlen)) < 0)
 		goto out;
@@ -663,4 +680,64 @@ int snapshot_restore_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
 	rc = restore_from(vm, key, devs, ndev, &f, "file", t0, st, err, errlen);
 	snapshot_file_close(&f);
 	return rc;
+}
+
+/* ---- pages known to be zero ------------------------------------------ */
+
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAPPED (1ull << 62)
+
+int snapshot_ram_known_zero(const struct vm *vm, int pagemap_fd, uint8_t **out)
+{
+	uint64_t pages = vm->ram_size / SNAPSHOT_FILE_PAGE;
+	uint8_t *bits = calloc((size_t)(pages + 7) / 8, 1);
+	if (!bits)
+		return -ENOMEM;
+	/* Pages the guest has not touched since the mapping was made: in an
+	 * anonymous mapping zero; in a file's private mapping the file's
+	 * bytes, zero where the file has a hole.  Start from "zero" and take
+	 * back the file's data. */
+	memset(bits, 0xff, (size_t)(pages + 7) / 8);
+	if (vm->ram_file >= 3) {
+		off_t end = (off_t)(vm->ram_file_off + vm->ram_size);
+		off_t at = (off_t)vm->ram_file_off;
+		while (at < end) {
+			off_t data = lseek(vm->ram_file, at, SEEK_DATA);
+			if (data < 0 && errno == ENXIO)
+				break; /* holes to the end */
+			if (data < 0)
+				goto unknown;
+			if (data >= end)
+				break;
+			off_t hole = lseek(vm->ram_file, data, SEEK_HOLE);
+			if (hole < 0)
+				goto unknown;
+			if (hole > end)
+				hole = end;
+			uint64_t p0 = (uint64_t)(data - (off_t)vm->ram_file_off) / SNAPSHOT_FILE_PAGE;
+			uint64_t p1 = ((uint64_t)(hole - (off_t)vm->ram_file_off) + SNAPSHOT_FILE_PAGE - 1) /
+				      SNAPSHOT_FILE_PAGE;
+			for (uint64_t p = p0; p < p1 && p < pages; p++)
+				bits[p / 8] &= (uint8_t)~(1u << (p % 8));
+			at = hole;
+		}
+	}
+	/* Then every page the process has in memory or in swap: looked at. */
+	uint64_t buf[4096];
+	uint64_t first = (uint64_t)(uintptr_t)vm->ram / SNAPSHOT_FILE_PAGE;
+	for (uint64_t p = 0; p < pages;) {
+		uint64_t n = pages - p < 4096 ? pages - p : 4096;
+		ssize_t got = pread(pagemap_fd, buf, n * 8, (off_t)((first + p) * 8));
+		if (got != (ssize_t)(n * 8))
+			goto unknown;
+		for (uint64_t k = 0; k < n; k++)
+			if (buf[k] & (PM_PRESENT | PM_SWAPPED))
+				bits[(p + k) / 8] &= (uint8_t)~(1u << ((p + k) % 8));
+		p += n;
+	}
+	*out = bits;
+	return 0;
+unknown:
+	free(bits);
+	return -EIO;
 }

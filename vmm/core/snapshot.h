@@ -87,4 +87,13 @@ int snapshot_restore(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], co
 int snapshot_restore_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
 			unsigned ndev, int fd, struct snapshot_stats *st, char *err, size_t errlen);
 
+/* Which pages of vm's RAM are zero without reading them, for
+ * snapshot_file_write_fd: those the process never brought in (neither
+ * present nor swapped, by pagemap_fd, an open /proc/self/pagemap of
+ * this process) that come from nothing (anonymous RAM) or from a hole
+ * of the file RAM was restored from (vm->ram_file).  *out: one bit per
+ * page, to free.  0, or a negative errno (then no map: read them all).
+ * Only while the vCPUs are stopped is the answer exact. */
+int snapshot_ram_known_zero(const struct vm *vm, int pagemap_fd, uint8_t **out);
+
 #endif

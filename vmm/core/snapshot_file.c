@@ -483,16 +483,27 @@ static int all_zero(const uint8_t *p, size_t n)
 	return 1;
 }
 
+/* Whether page i of RAM is zero: known so (a bit of known_zero), or
+ * read. */
+static int page_zero(const uint8_t *ram, uint64_t i, const uint8_t *known_zero)
+{
+	uint64_t p = i / SNAPSHOT_FILE_PAGE;
+	if (known_zero && (known_zero[p / 8] >> (p % 8) & 1))
+		return 1;
+	return all_zero(ram + i, SNAPSHOT_FILE_PAGE);
+}
+
 /* RAM from ram_off on, page by page, runs of non-zero pages in one write
  * each; zero pages stay holes. */
-static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len)
+static int write_ram(int fd, uint64_t ram_off, const uint8_t *ram, uint64_t len,
+		     const uint8_t *known_zero)
 {
 	uint64_t i = 0;
 	while (i < len) {
-		while (i < len && all_zero(ram + i, SNAPSHOT_FILE_PAGE))
+		while (i < len && page_zero(ram, i, known_zero))
 			i += SNAPSHOT_FILE_PAGE;
 		uint64_t start = i;
-		while (i < len && i - start < (64u << 20) && !all_zero(ram + i, SNAPSHOT_FILE_PAGE))
+		while (i < len && i - start < (64u << 20) && !page_zero(ram, i, known_zero))
 			i += SNAPSHOT_FILE_PAGE;
 		if (i > start) {
 			int rc = fileio_pwrite_all(fd, ram + start, (size_t)(i - start),
@@ -516,11 +527,12 @@ static int meta_matches(const struct statebuf_writer *meta, uint64_t ram_len, ch
 }
 
 /* The metadata, then RAM at its offset with its zero pages as holes. */
-static int write_body(int fd, const struct statebuf_writer *meta, const void *ram, uint64_t ram_len)
+static int write_body(int fd, const struct statebuf_writer *meta, const void *ram, uint64_t ram_len,
+		      const uint8_t *known_zero)
 {
 	int rc = fileio_pwrite_all(fd, meta->buf, meta->len, 0);
 	if (rc == 0)
-		rc = write_ram(fd, statebuf_le64(meta->buf + OFF_RAMOFF), ram, ram_len);
+		rc = write_ram(fd, statebuf_le64(meta->buf + OFF_RAMOFF), ram, ram_len, known_zero);
 	return rc;
 }
 
@@ -543,13 +555,13 @@ static int check_fd(int fd, bool empty, struct stat *st, char *err, size_t errle
 }
 
 int snapshot_file_write_fd(int fd, const struct statebuf_writer *meta, const void *ram,
-			   uint64_t ram_len, char *err, size_t errlen)
+			   uint64_t ram_len, const uint8_t *known_zero, char *err, size_t errlen)
 {
 	struct stat st;
 	int rc = meta_matches(meta, ram_len, err, errlen);
 	if (rc < 0 || (rc = check_fd(fd, true, &st, err, errlen)) < 0)
 		return rc;
-	if ((rc = write_body(fd, meta, ram, ram_len)) < 0) {
+	if ((rc = write_body(fd, meta, ram, ram_len, known_zero)) < 0) {
 		if (ftruncate(fd, 0) < 0) {
 			/* the reader checks the file whole anyway */
 		}
@@ -560,6 +572,13 @@ int snapshot_file_write_fd(int fd, const struct statebuf_writer *meta, const voi
 
 int snapshot_file_write(const char *dir, const char *name, const struct statebuf_writer *meta,
 		const void *ram, uint64_t ram_len, char *err, size_t errlen)
+{
+	return snapshot_file_write_known(dir, name, meta, ram, ram_len, NULL, err, errlen);
+}
+
+int snapshot_file_write_known(const char *dir, const char *name, const struct statebuf_writer *meta,
+			      const void *ram, uint64_t ram_len, const uint8_t *known_zero, char *err,
+			      size_t errlen)
 {
 	if (snapshot_file_name_ok(name) < 0)
 		return errbuf_fail(err, errlen, -EINVAL, "bad snapshot name '%s'", name);
@@ -584,7 +603,7 @@ int snapshot_file_write(const char *dir, const char *name, const struct statebuf
 			       strerror(e));
 	}
 	const char *step = "write";
-	int rc = write_body(fd, meta, ram, ram_len);
+	int rc = write_body(fd, meta, ram, ram_len, known_zero);
 	if (rc == 0 && fsync(fd) < 0) {
 		rc = -errno;
 		step = "fsync";

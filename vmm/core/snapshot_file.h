@@ -162,10 +162,18 @@ int snapshot_file_write(const char *dir, const char *name, const struct statebuf
  * will load it): the file must be a regular file of the effective user,
  * no group or other access, at most one link, and empty; the metadata at
  * 0 and RAM as snapshot_file_write does, without fsync (a fork's file
- * lives as long as the sandboxes that map it).  On failure the file is
- * emptied.  0 or a negative errno, with a line in err. */
+ * lives as long as the sandboxes that map it).  known_zero, when not
+ * NULL, has one bit per page of RAM (bit p%8 of byte p/8), set for a
+ * page known to be zero: it is left a hole without being read
+ * (snapshot_ram_known_zero).  On failure the file is emptied.  0 or a
+ * negative errno, with a line in err. */
 int snapshot_file_write_fd(int fd, const struct statebuf_writer *meta, const void *ram,
-			   uint64_t ram_len, char *err, size_t errlen);
+			   uint64_t ram_len, const uint8_t *known_zero, char *err, size_t errlen);
+
+/* snapshot_file_write with known_zero as snapshot_file_write_fd's. */
+int snapshot_file_write_known(const char *dir, const char *name, const struct statebuf_writer *meta,
+			      const void *ram, uint64_t ram_len, const uint8_t *known_zero, char *err,
+			      size_t errlen);
 
 /* An opened, checked snapshot. */
 struct snapshot_file_file {

@@ -64,6 +64,7 @@ int vm_create(struct vm *vm, unsigned ncpus, uint64_t mem_mib, char *err, size_t
 {
 	memset(vm, 0, sizeof *vm);
 	vm->kvm_fd = vm->vm_fd = -1;
+	vm->ram_file = -1;
 	for (unsigned i = 0; i < VM_MAX_CPUS; i++)
 		vm->cpu[i].fd = -1;
 	pthread_mutex_init(&vm->irq_lock, NULL);
@@ -601,6 +602,9 @@ void vm_destroy(struct vm *vm)
 	if (vm->ram)
 		munmap(vm->ram, vm->ram_size);
 	vm->ram = NULL;
+	if (vm->ram_file >= 3)
+		close(vm->ram_file);
+	vm->ram_file = -1;
 	if (vm->vm_fd >= 0)
 		close(vm->vm_fd);
 	if (vm->kvm_fd >= 0)

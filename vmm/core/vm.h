@@ -54,6 +54,11 @@ struct vm {
 	size_t run_size;
 	void *ram;
 	uint64_t ram_size, low_ram, high_ram;
+	/* RAM restored from a snapshot is a private mapping of this file
+	 * (a descriptor >= 3, else -1) at ram_file_off: where the pages the
+	 * guest has not written since come from (snapshot_ram_known_zero). */
+	int ram_file;
+	uint64_t ram_file_off;
 	struct guest_mem mem;
 	unsigned ncpus;
 	struct vcpu cpu[VM_MAX_CPUS];

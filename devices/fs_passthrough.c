@@ -1263,6 +1263,8 @@ const struct fuse_fs_ops fs_passthrough_ops = {
 	.getlk = fs_passthrough_getlk,
 	.setlk = fs_passthrough_setlk,
 	.reset = fs_passthrough_reset,
+	.fork_save = fs_passthrough_fork_save,
+	.fork_load = fs_passthrough_fork_load,
 };
 
 int fs_passthrough_new(const struct fs_passthrough_config *cfg, struct fs_passthrough **out)

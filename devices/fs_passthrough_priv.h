@@ -14,6 +14,7 @@
 
 #include "devices/fs_hidden.h"
 #include "devices/fs_passthrough.h"
+#include "lib/statebuf.h"
 
 #define FS_PASSTHROUGH_NONE UINT32_MAX
 #define FS_PASSTHROUGH_XATTR_LIST_MAX 65536
@@ -62,8 +63,12 @@ struct fs_passthrough_node {
  * the lock; RELEASE marks the handle closing and the last of them closes
  * it, so a READ racing RELEASE never uses a closed (or reused) fd. */
 struct fs_passthrough_handle {
-	int fd; /* -1 when free */
+	int fd; /* -1 when free or stale */
 	bool dir;
+	/* Carried over by a fork but not reopened there (the file deleted,
+	 * replaced or out of reach): every operation on it gives ESTALE
+	 * and RELEASE frees it.  It holds its node as any handle, no fd. */
+	bool stale;
 	bool closing; /* released; no new operation may start on it */
 	uint32_t busy;
 	uint32_t node; /* its node (one ref and one pin) */
@@ -130,6 +135,9 @@ static inline uint32_t fs_passthrough_index(const struct fs_passthrough *p, cons
  * lock held.  0 or -ENOMEM (the old hash then stays). */
 int fs_passthrough_rehash(struct fs_passthrough *p, uint32_t size);
 
+/* Fills p->hash (hash_size buckets) with every hashed node; lock held. */
+void fs_passthrough_hash_all(struct fs_passthrough *p);
+
 /* The node remembered for (dev, ino), or NULL; lock held. */
 struct fs_passthrough_node *fs_passthrough_find(struct fs_passthrough *p, dev_t dev, ino_t ino);
 
@@ -183,11 +191,12 @@ void fs_passthrough_unreserve(struct fs_passthrough *p);
  * are); with none left the node goes once nothing holds it.  Lock held. */
 void fs_passthrough_forget_locked(struct fs_passthrough *p, uint64_t nodeid, uint64_t nlookup);
 
-/* The open handle fh of that kind, or NULL; lock held. */
+/* The open handle fh of that kind, or NULL (a stale one too); lock held. */
 struct fs_passthrough_handle *fs_passthrough_fh(struct fs_passthrough *p, uint64_t fh, bool dir);
 
 /* Marks handle fh busy and returns its fd (and its node in *node if
- * asked), or -EBADF; called without the lock.  fs_passthrough_fh_put ends the use. */
+ * asked), or -EBADF (-ESTALE for a stale handle, which is not marked);
+ * called without the lock.  fs_passthrough_fh_put ends the use. */
 int fs_passthrough_fh_get(struct fs_passthrough *p, uint64_t fh, bool dir, uint32_t *node);
 
 /* Ends a use begun by fs_passthrough_fh_get; the last use of a released handle
@@ -207,6 +216,13 @@ int fs_passthrough_fh_close(struct fs_passthrough *p, uint64_t fh, bool dir);
  * forgotten.  The server calls it with no other call in flight
  * (fuse_server.h), so no handle is busy and no node held. */
 void fs_passthrough_reset(void *be);
+
+/* ---- fs_passthrough_fork.c: the tables carried by a fork ---- */
+
+/* fuse_fs_ops.fork_save and fork_load for the passthrough backend
+ * (fuse_server.h); the layout is in fs_passthrough_fork.c. */
+int fs_passthrough_fork_save(void *be, struct statebuf_writer *w, char *err, size_t errlen);
+int fs_passthrough_fork_load(void *be, const uint8_t *p, size_t len, char *err, size_t errlen);
 
 /* ---- fs_passthrough_names.c: which names the guest may reach ---- */
 

@@ -30,17 +30,22 @@ int fs_passthrough_rehash(struct fs_passthrough *p, uint32_t size)
 	free(p->hash);
 	p->hash = h;
 	p->hash_size = size;
-	for (uint32_t i = 0; i < size; i++)
-		h[i] = FS_PASSTHROUGH_NONE;
+	fs_passthrough_hash_all(p);
+	return 0;
+}
+
+void fs_passthrough_hash_all(struct fs_passthrough *p)
+{
+	for (uint32_t i = 0; i < p->hash_size; i++)
+		p->hash[i] = FS_PASSTHROUGH_NONE;
 	for (uint32_t i = 0; i < p->n_nodes; i++) {
 		struct fs_passthrough_node *n = &p->nodes[i];
 		if (!n->used || !n->hashed)
 			continue;
 		uint32_t b = fs_passthrough_hash(p, n->dev, n->ino);
-		n->hnext = h[b];
-		h[b] = i;
+		n->hnext = p->hash[b];
+		p->hash[b] = i;
 	}
-	return 0;
 }
 
 struct fs_passthrough_node *fs_passthrough_find(struct fs_passthrough *p, dev_t dev, ino_t ino)
@@ -377,12 +382,20 @@ void fs_passthrough_forget_locked(struct fs_passthrough *p, uint64_t nodeid, uin
 		fs_passthrough_release_node(p, (uint32_t)(nodeid - 1));
 }
 
-struct fs_passthrough_handle *fs_passthrough_fh(struct fs_passthrough *p, uint64_t fh, bool dir)
+/* The handle fh of that kind, stale or not, or NULL; lock held. */
+static struct fs_passthrough_handle *fs_passthrough_fh_any(struct fs_passthrough *p, uint64_t fh,
+							    bool dir)
 {
-	if (fh >= p->n_fhs || p->fhs[fh].fd < 0 || p->fhs[fh].closing ||
+	if (fh >= p->n_fhs || (p->fhs[fh].fd < 0 && !p->fhs[fh].stale) || p->fhs[fh].closing ||
 	    p->fhs[fh].dir != dir)
 		return NULL;
 	return &p->fhs[fh];
+}
+
+struct fs_passthrough_handle *fs_passthrough_fh(struct fs_passthrough *p, uint64_t fh, bool dir)
+{
+	struct fs_passthrough_handle *h = fs_passthrough_fh_any(p, fh, dir);
+	return h && !h->stale ? h : NULL;
 }
 
 int fs_passthrough_fh_get(struct fs_passthrough *p, uint64_t fh, bool dir, uint32_t *node)
@@ -390,8 +403,10 @@ int fs_passthrough_fh_get(struct fs_passthrough *p, uint64_t fh, bool dir, uint3
 	int fd = -EBADF;
 
 	fs_passthrough_lock(p);
-	struct fs_passthrough_handle *h = fs_passthrough_fh(p, fh, dir);
-	if (h) {
+	struct fs_passthrough_handle *h = fs_passthrough_fh_any(p, fh, dir);
+	if (h && h->stale) {
+		fd = -ESTALE;
+	} else if (h) {
 		h->busy++;
 		fd = h->fd;
 		if (node)
@@ -406,9 +421,12 @@ static void fs_passthrough_fh_free(struct fs_passthrough *p, uint32_t i)
 {
 	struct fs_passthrough_handle *h = &p->fhs[i];
 
-	close(h->fd);
-	p->fds--;
+	if (!h->stale) {
+		close(h->fd);
+		p->fds--;
+	}
 	h->fd = -1;
+	h->stale = false;
 	h->closing = false;
 	h->next_free = p->free_fh;
 	p->free_fh = i;
@@ -454,7 +472,7 @@ int fs_passthrough_fh_close(struct fs_passthrough *p, uint64_t fh, bool dir)
 	int rc = -EBADF;
 
 	fs_passthrough_lock(p);
-	struct fs_passthrough_handle *h = fs_passthrough_fh(p, fh, dir);
+	struct fs_passthrough_handle *h = fs_passthrough_fh_any(p, fh, dir);
 	if (h) {
 		h->closing = true;
 		if (h->busy == 0)
@@ -471,7 +489,7 @@ void fs_passthrough_reset(void *be)
 
 	fs_passthrough_lock(p);
 	for (uint32_t i = 0; i < p->n_fhs; i++)
-		if (p->fhs[i].fd >= 0)
+		if (p->fhs[i].fd >= 0 || p->fhs[i].stale)
 			fs_passthrough_fh_free(p, i);
 	for (uint32_t i = 1; i < p->n_nodes; i++) {
 		if (!p->nodes[i].used)

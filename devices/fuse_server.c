@@ -12,6 +12,8 @@
  * requests in flight and run alone. */
 #include "devices/fuse_server.h"
 
+#include "lib/errbuf.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -47,6 +49,8 @@ struct fuse_server {
 	bool inited;
 	/* The kernel opens directories without OPENDIR (set by INIT). */
 	bool no_opendir;
+	/* What INIT negotiated, kept for a fork (fuse_server_fork_save). */
+	uint32_t minor, init_flags, max_readahead;
 	bool destroyed; /* atomic: fuse_server_destroyed reads it ungated */
 	pthread_mutex_t pool_mu;
 	struct fsrv_buf *pool;
@@ -308,6 +312,19 @@ static ssize_t reply_open(struct fsrv_req *r, int rc, uint64_t fh)
 	return reply(r, 0, &o, sizeof o);
 }
 
+/* The INIT flags this server grants when the kernel offers them. */
+static uint32_t fuse_server_offer(const struct fuse_server *s)
+{
+	uint32_t want = FUSE_ASYNC_READ | FUSE_ATOMIC_O_TRUNC |
+			FUSE_BIG_WRITES | FUSE_DO_READDIRPLUS |
+			FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS |
+			FUSE_MAX_PAGES | FUSE_AUTO_INVAL_DATA |
+			FUSE_CACHE_SYMLINKS;
+	if (s->cfg.posix_locks)
+		want |= FUSE_POSIX_LOCKS;
+	return want;
+}
+
 static ssize_t do_init(struct fuse_server *s, struct fsrv_req *r)
 {
 	struct fuse_init_in in;
@@ -330,17 +347,10 @@ static ssize_t do_init(struct fuse_server *s, struct fsrv_req *r)
 	if (s->inited && s->ops->reset)
 		s->ops->reset(s->be);
 
-	uint32_t want = FUSE_ASYNC_READ | FUSE_ATOMIC_O_TRUNC |
-			FUSE_BIG_WRITES | FUSE_DO_READDIRPLUS |
-			FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS |
-			FUSE_MAX_PAGES | FUSE_AUTO_INVAL_DATA |
-			FUSE_CACHE_SYMLINKS;
-	if (s->cfg.posix_locks)
-		want |= FUSE_POSIX_LOCKS;
 	o.minor = in.minor < FUSE_KERNEL_MINOR_VERSION ?
 			  in.minor :
 			  FUSE_KERNEL_MINOR_VERSION;
-	o.flags = in.flags & want;
+	o.flags = in.flags & fuse_server_offer(s);
 	/* A kernel that offers it needs no flag back: an ENOSYS to the first
 	 * OPENDIR tells it.  READDIR and FSYNCDIR then name the node alone. */
 	s->no_opendir = (in.flags & FUSE_NO_OPENDIR_SUPPORT) &&
@@ -353,6 +363,9 @@ static ssize_t do_init(struct fuse_server *s, struct fsrv_req *r)
 	o.max_write = s->cfg.max_write;
 	o.time_gran = 1;
 	o.max_pages = (uint16_t)(s->cfg.max_write / 4096);
+	s->minor = o.minor;
+	s->init_flags = o.flags;
+	s->max_readahead = o.max_readahead;
 	s->inited = true;
 	__atomic_store_n(&s->destroyed, false, __ATOMIC_RELEASE);
 	return reply(r, 0, &o, sizeof o);
@@ -1254,4 +1267,143 @@ void fuse_server_reset(struct fuse_server *s)
 		s->ops->reset(s->be);
 	s->inited = false;
 	pthread_rwlock_unlock(&s->gate);
+}
+
+/* ---- fork: the session's state (fuse_server.h) ----
+ *
+ * Layout, little-endian: magic, version, state bits (in session, no
+ * OPENDIR, destroyed), protocol minor, INIT flags, max_readahead,
+ * max_write, the id map's owner uid and gid, then the length of the
+ * backend's part and that part (empty outside a session). */
+#define FUSE_SERVER_FORK_MAGIC 0x56525346u /* "FSRV" */
+#define FUSE_SERVER_FORK_VERSION 1u
+#define FUSE_SERVER_FORK_SESSION 0x1u
+#define FUSE_SERVER_FORK_NO_OPENDIR 0x2u
+#define FUSE_SERVER_FORK_DESTROYED 0x4u
+#define FUSE_SERVER_FORK_BITS 0x7u
+
+int fuse_server_fork_save(struct fuse_server *s, struct statebuf_writer *w, char *err,
+			  size_t errlen)
+{
+	int rc = 0;
+
+	pthread_rwlock_wrlock(&s->gate);
+	if (s->inited && !s->ops->fork_save) {
+		pthread_rwlock_unlock(&s->gate);
+		return errbuf_fail(err, errlen, -EOPNOTSUPP,
+				   "its file system cannot save its tables");
+	}
+	uint32_t bits = (s->inited ? FUSE_SERVER_FORK_SESSION : 0) |
+			(s->inited && s->no_opendir ? FUSE_SERVER_FORK_NO_OPENDIR : 0) |
+			(fuse_server_destroyed(s) ? FUSE_SERVER_FORK_DESTROYED : 0);
+	statebuf_u32(w, FUSE_SERVER_FORK_MAGIC);
+	statebuf_u32(w, FUSE_SERVER_FORK_VERSION);
+	statebuf_u32(w, bits);
+	statebuf_u32(w, s->inited ? s->minor : 0);
+	statebuf_u32(w, s->inited ? s->init_flags : 0);
+	statebuf_u32(w, s->inited ? s->max_readahead : 0);
+	statebuf_u32(w, s->cfg.max_write);
+	statebuf_u32(w, s->cfg.ids.owner_uid);
+	statebuf_u32(w, s->cfg.ids.owner_gid);
+	size_t at = w->len;
+	statebuf_u32(w, 0);
+	if (s->inited && w->err == 0) {
+		rc = s->ops->fork_save(s->be, w, err, errlen);
+		if (rc == 0 && w->err == 0 && w->len - at - 4 > UINT32_MAX)
+			rc = errbuf_fail(err, errlen, -EFBIG, "its tables are too large");
+		if (rc == 0)
+			statebuf_set_u32(w, at, (uint32_t)(w->len - at - 4));
+	}
+	pthread_rwlock_unlock(&s->gate);
+	if (rc == 0 && w->err)
+		rc = errbuf_fail(err, errlen, w->err, "cannot save its session: %s",
+				 strerror(-w->err));
+	return rc;
+}
+
+/* The session fields of a fork's bytes against this server's own
+ * configuration; 0 or -EINVAL with a line in err. */
+static int fuse_server_fork_check(const struct fuse_server *s, uint32_t bits, uint32_t minor,
+				  uint32_t flags, uint32_t readahead, uint32_t max_write,
+				  uint32_t uid, uint32_t gid, uint32_t be_len, char *err,
+				  size_t errlen)
+{
+	if (bits & ~FUSE_SERVER_FORK_BITS)
+		return errbuf_fail(err, errlen, -EINVAL, "unknown session bits %#x", bits);
+	if (!(bits & FUSE_SERVER_FORK_SESSION)) {
+		if (bits & FUSE_SERVER_FORK_NO_OPENDIR || minor || flags || readahead || be_len)
+			return errbuf_fail(err, errlen, -EINVAL,
+					   "no session, yet a session's state");
+		return 0;
+	}
+	if (bits & FUSE_SERVER_FORK_DESTROYED)
+		return errbuf_fail(err, errlen, -EINVAL, "a session both open and destroyed");
+	if (minor < FSRV_MIN_MINOR || minor > FUSE_KERNEL_MINOR_VERSION)
+		return errbuf_fail(err, errlen, -EINVAL, "protocol 7.%u is not one this server speaks",
+				   minor);
+	if (flags & ~fuse_server_offer(s))
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "INIT flags %#x that this server does not grant",
+				   flags & ~fuse_server_offer(s));
+	if ((bits & FUSE_SERVER_FORK_NO_OPENDIR) && s->cfg.keep_opendir)
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "a session without OPENDIR, a server that keeps it");
+	if (s->cfg.max_readahead && readahead > s->cfg.max_readahead)
+		return errbuf_fail(err, errlen, -EINVAL, "max_readahead %u above this server's %u",
+				   readahead, s->cfg.max_readahead);
+	if (max_write != s->cfg.max_write)
+		return errbuf_fail(err, errlen, -EINVAL, "max_write %u, this server's is %u",
+				   max_write, s->cfg.max_write);
+	if (uid != s->cfg.ids.owner_uid || gid != s->cfg.ids.owner_gid)
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "ids mapped for owner %u:%u, this server maps %u:%u", uid, gid,
+				   s->cfg.ids.owner_uid, s->cfg.ids.owner_gid);
+	if (be_len && !s->ops->fork_load)
+		return errbuf_fail(err, errlen, -EINVAL,
+				   "file system tables for a file system that takes none");
+	return 0;
+}
+
+int fuse_server_fork_load(struct fuse_server *s, const uint8_t *p, size_t len, char *err,
+			  size_t errlen)
+{
+	struct statebuf_reader r;
+
+	statebuf_reader_init(&r, p, len);
+	uint32_t magic = statebuf_get_u32(&r), version = statebuf_get_u32(&r);
+	uint32_t bits = statebuf_get_u32(&r), minor = statebuf_get_u32(&r);
+	uint32_t flags = statebuf_get_u32(&r), readahead = statebuf_get_u32(&r);
+	uint32_t max_write = statebuf_get_u32(&r), uid = statebuf_get_u32(&r);
+	uint32_t gid = statebuf_get_u32(&r), be_len = statebuf_get_u32(&r);
+	if (r.err)
+		return errbuf_fail(err, errlen, -EBADMSG, "session state cut short (%zu bytes)", len);
+	if (magic != FUSE_SERVER_FORK_MAGIC || version != FUSE_SERVER_FORK_VERSION)
+		return errbuf_fail(err, errlen, -EINVAL, "not a FUSE session's state (version %u)",
+				   version);
+	if (be_len != statebuf_left(&r))
+		return errbuf_fail(err, errlen, -EBADMSG,
+				   "file system tables of %u bytes, %zu follow", be_len,
+				   statebuf_left(&r));
+	int rc = fuse_server_fork_check(s, bits, minor, flags, readahead, max_write, uid, gid,
+					be_len, err, errlen);
+	if (rc < 0)
+		return rc;
+	pthread_rwlock_wrlock(&s->gate);
+	if (s->inited) {
+		pthread_rwlock_unlock(&s->gate);
+		return errbuf_fail(err, errlen, -EBUSY, "a session is open here already");
+	}
+	if (bits & FUSE_SERVER_FORK_SESSION && s->ops->fork_load)
+		rc = s->ops->fork_load(s->be, p + r.off, be_len, err, errlen);
+	if (rc == 0) {
+		s->inited = bits & FUSE_SERVER_FORK_SESSION;
+		s->no_opendir = bits & FUSE_SERVER_FORK_NO_OPENDIR;
+		s->minor = minor;
+		s->init_flags = flags;
+		s->max_readahead = readahead;
+		__atomic_store_n(&s->destroyed, (bits & FUSE_SERVER_FORK_DESTROYED) != 0,
+				 __ATOMIC_RELEASE);
+	}
+	pthread_rwlock_unlock(&s->gate);
+	return rc;
 }

@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 
 #include "devices/idmap.h"
+#include "lib/statebuf.h"
 
 /* No file handle: passed to getattr/setattr when the guest named none. */
 #define FUSE_FS_NO_FH UINT64_MAX
@@ -140,6 +141,18 @@ struct fuse_fs_ops {
 	int (*setlk)(void *be, uint64_t fh, const struct flock *fl);
 	/* DESTROY or a new INIT: drop every lookup and handle but the root. */
 	void (*reset)(void *be);
+	/* Fork (fuse_server_fork_save/_load); either may be NULL, and a
+	 * server whose backend has no fork_save cannot be forked during a
+	 * session.  fork_save appends the backend's tables (what the guest
+	 * holds: node ids, lookup counts, open handles) to w; the server
+	 * calls it with no other op in flight.  fork_load gets exactly those
+	 * bytes (hostile: len may be anything) in a backend that is new
+	 * (nothing looked up or opened since it was made or reset) over the
+	 * same host folder and configuration; it checks every byte and takes
+	 * them whole, or returns a negative errno with a line in err and
+	 * stays as new.  Both return 0 or a negative errno. */
+	int (*fork_save)(void *be, struct statebuf_writer *w, char *err, size_t errlen);
+	int (*fork_load)(void *be, const uint8_t *p, size_t len, char *err, size_t errlen);
 };
 
 struct fuse_server_config {
@@ -205,5 +218,27 @@ bool fuse_server_in_session(struct fuse_server *s);
 /* The transport was reset under the guest: drop every lookup and handle
  * (closing their host fds) but the root, and wait for a new INIT. */
 void fuse_server_reset(struct fuse_server *s);
+
+/* Fork (docs/snapshots.md, "Fork: the virtio-fs node table"): the
+ * session's state, for a server in another process over the same backend
+ * folder and configuration.  fork_save appends to w, with no request in
+ * flight (the VM paused): whether a session is open and what its INIT
+ * negotiated (protocol minor, flags, max_readahead, max_write, whether
+ * OPENDIR is skipped), the id map the guest sees, and during a session
+ * the backend's tables (fuse_fs_ops.fork_save).  0, -EOPNOTSUPP (a
+ * session over a backend that cannot save its tables) or -ENOMEM, with a
+ * line in err.
+ *
+ * fork_load takes those bytes (hostile) into a server with no session
+ * and a new backend: every field is checked against this server's own
+ * configuration (a session negotiated what this server would not offer,
+ * another max_write or id map: refused) and the backend checks its part.
+ * 0, or a negative errno with a line in err and the server and backend
+ * left as they were (-EBUSY: a session is open here already; -EINVAL or
+ * -EBADMSG: bytes that do not describe a session of this server). */
+int fuse_server_fork_save(struct fuse_server *s, struct statebuf_writer *w, char *err,
+			  size_t errlen);
+int fuse_server_fork_load(struct fuse_server *s, const uint8_t *p, size_t len, char *err,
+			  size_t errlen);
 
 #endif

@@ -1,5 +1,7 @@
 #include "devices/virtio_fs.h"
 
+#include "lib/errbuf.h"
+
 #include <endian.h>
 #include <errno.h>
 #include <linux/fuse.h>
@@ -126,11 +128,65 @@ static int fs_quiet(struct virtqueue_dev *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* A fork (docs/snapshots.md, "Fork: the virtio-fs node table"): magic,
+ * version and the tag, then the FUSE session's state with its node table
+ * (fuse_server_fork_save).  The VM is paused: no request is in flight. */
+#define VIRTIO_FS_FORK_MAGIC 0x4b534656u /* "VFSK" */
+#define VIRTIO_FS_FORK_VERSION 1u
+#define VIRTIO_FS_FORK_HEADER (8u + VIRTIO_FS_TAG_LEN)
+
+static int virtio_fs_fork_save(struct virtqueue_dev *d, struct statebuf_writer *w, char *err,
+			       size_t errlen)
+{
+	struct virtio_fs *f = to_fs(d);
+	char why[200] = "";
+
+	statebuf_u32(w, VIRTIO_FS_FORK_MAGIC);
+	statebuf_u32(w, VIRTIO_FS_FORK_VERSION);
+	statebuf_put(w, f->tag, VIRTIO_FS_TAG_LEN);
+	int rc = fuse_server_fork_save(f->srv, w, why, sizeof why);
+	if (rc < 0)
+		return errbuf_fail(err, errlen, rc, "virtio-fs %.*s: %s", VIRTIO_FS_TAG_LEN, f->tag,
+				   why);
+	return 0;
+}
+
+/* No bytes: a template's state, saved quiet (no session): nothing to take. */
+static int virtio_fs_fork_load(struct virtqueue_dev *d, const uint8_t *p, size_t len, char *err,
+			       size_t errlen)
+{
+	struct virtio_fs *f = to_fs(d);
+	struct statebuf_reader r;
+	char tag[VIRTIO_FS_TAG_LEN], why[200] = "";
+
+	if (len == 0)
+		return 0;
+	statebuf_reader_init(&r, p, len);
+	uint32_t magic = statebuf_get_u32(&r), version = statebuf_get_u32(&r);
+	statebuf_get(&r, tag, sizeof tag);
+	int rc = 0;
+	if (r.err)
+		rc = errbuf_fail(why, sizeof why, -EBADMSG, "fork state cut short (%zu bytes)", len);
+	else if (magic != VIRTIO_FS_FORK_MAGIC || version != VIRTIO_FS_FORK_VERSION)
+		rc = errbuf_fail(why, sizeof why, -EINVAL, "not a virtio-fs fork state");
+	else if (memcmp(tag, f->tag, sizeof tag) != 0)
+		rc = errbuf_fail(why, sizeof why, -EINVAL, "the state of another share");
+	else
+		rc = fuse_server_fork_load(f->srv, p + VIRTIO_FS_FORK_HEADER,
+					   len - VIRTIO_FS_FORK_HEADER, why, sizeof why);
+	if (rc < 0)
+		return errbuf_fail(err, errlen, rc, "virtio-fs %.*s: %s", VIRTIO_FS_TAG_LEN, f->tag,
+				   why);
+	return 0;
+}
+
 static const struct virtqueue_dev_ops fs_ops = {
 	.config_read = fs_config_read,
 	.notify = fs_notify,
 	.reset = fs_reset,
 	.quiet = fs_quiet,
+	.fork_save = virtio_fs_fork_save,
+	.fork_load = virtio_fs_fork_load,
 };
 
 int virtio_fs_init(struct virtio_fs *f, struct fuse_server *srv, const char *tag)

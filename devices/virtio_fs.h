@@ -14,6 +14,11 @@
  * fields gets an errno reply from the server.  A device reset resets the
  * server too (every host fd but the root's is closed).
  *
+ * Snapshots: a template needs the device quiet (no FUSE session); a fork
+ * (virtqueue_dev_ops.fork_save/fork_load) carries the session, its node
+ * table and open handles to a device over the same folder, with the same
+ * tag, in another process (fuse_server_fork_save; docs/snapshots.md).
+ *
  * Like the transport, not thread-safe: the VMM serialises every call. */
 #ifndef KBOX_VIRTIO_FS_H
 #define KBOX_VIRTIO_FS_H

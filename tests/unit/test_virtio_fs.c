@@ -17,6 +17,7 @@
 #include "devices/fs_passthrough.h"
 #include "devices/virtio_fs.h"
 #include "devices/virtio_mmio.h"
+#include "lib/statebuf.h"
 #include "tests/lib/fake_virtio.h"
 #include "tests/lib/tmp_tree.h"
 #include "tests/lib/unit_suite.h"
@@ -487,6 +488,237 @@ START_TEST(quiet_until_session_ends)
 }
 END_TEST
 
+/* ---- fork (docs/snapshots.md): the session carried to another device ---- */
+
+/* The copy: a device over a new backend and server on the same folder,
+ * made as another process would make it, with no transport. */
+static struct virtio_fs vfs2;
+static struct fs_passthrough *fs2;
+static struct fuse_server *srv2;
+
+static void copy_make(const char *tag, uint32_t max_write)
+{
+	struct fs_passthrough_config fc = { .root = dir };
+	struct fuse_server_config sc = { .max_write = max_write, .entry_timeout = 1,
+					 .attr_timeout = 1 };
+	ck_assert_int_eq(fs_passthrough_new(&fc, &fs2), 0);
+	ck_assert_int_eq(fuse_server_new(&fs_passthrough_ops, fs2, &sc, &srv2), 0);
+	ck_assert_int_eq(virtio_fs_init(&vfs2, srv2, tag), 0);
+}
+
+static void copy_free(void)
+{
+	fuse_server_free(srv2);
+	fs_passthrough_free(fs2);
+	srv2 = NULL;
+	fs2 = NULL;
+}
+
+static void fork_save(struct virtio_fs *f, struct statebuf_writer *w)
+{
+	char err[200] = "";
+	statebuf_init(w);
+	ck_assert_ptr_nonnull(f->dev.ops->fork_save);
+	ck_assert_int_eq(f->dev.ops->fork_save(&f->dev, w, err, sizeof err), 0);
+	ck_assert_int_eq(w->err, 0);
+}
+
+static int fork_load(struct virtio_fs *f, const void *p, size_t len, char *err, size_t errlen)
+{
+	err[0] = '\0';
+	return f->dev.ops->fork_load(&f->dev, p, len, err, errlen);
+}
+
+/* One request to a server straight (no transport); the reply body, if
+ * any, into body. */
+static struct fuse_out_header srv_call(struct fuse_server *s, uint32_t op, uint64_t nodeid,
+				       const void *arg, uint32_t arglen, const char *name,
+				       void *body, size_t bodylen)
+{
+	uint8_t req[512], rep[8192];
+	struct fuse_in_header h = { .opcode = op, .unique = unique++, .nodeid = nodeid };
+	uint32_t len = sizeof h;
+	if (arglen)
+		memcpy(req + len, arg, arglen);
+	len += arglen;
+	if (name) {
+		memcpy(req + len, name, strlen(name) + 1);
+		len += (uint32_t)strlen(name) + 1;
+	}
+	h.len = len;
+	memcpy(req, &h, sizeof h);
+	ck_assert_int_gt(fuse_server_handle_buf(s, req, len, rep, sizeof rep), 0);
+	struct fuse_out_header oh;
+	memcpy(&oh, rep, sizeof oh);
+	if (body)
+		memcpy(body, rep + sizeof oh, bodylen);
+	return oh;
+}
+
+START_TEST(fork_carries_the_session)
+{
+	struct statebuf_writer w;
+	char err[200];
+
+	init_ok();
+	struct fuse_entry_out e = lookup_ok("a", false);
+	struct fuse_open_in oi = { .flags = O_RDWR };
+	struct fuse_open_out oo, od;
+	call_ok(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, false);
+	reply_body(&oo, 0, sizeof oo);
+	struct fuse_open_in di = { .flags = O_RDONLY | O_DIRECTORY };
+	call_ok(FUSE_OPENDIR, FUSE_ROOT_ID, &di, sizeof di, NULL, false);
+	reply_body(&od, 0, sizeof od);
+	fork_save(&vfs, &w);
+
+	copy_make("workspace", VIRTIO_FS_MAX_WRITE);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), 0);
+	statebuf_free(&w);
+	ck_assert(fuse_server_in_session(srv2));
+	ck_assert_uint_eq(fs_passthrough_inodes(fs2), 1);
+	/* The old nodeid answers, the old handle reads and writes. */
+	struct fuse_getattr_in ga = { 0 };
+	struct fuse_attr_out ao;
+	ck_assert_int_eq(srv_call(srv2, FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, &ao,
+				  sizeof ao).error, 0);
+	ck_assert_uint_eq(ao.attr.size, 5);
+	struct fuse_read_in ri = { .fh = oo.fh, .size = 16 };
+	char data[8] = "";
+	struct fuse_out_header oh = srv_call(srv2, FUSE_READ, e.nodeid, &ri, sizeof ri, NULL,
+					     data, 5);
+	ck_assert_int_eq(oh.error, 0);
+	ck_assert_uint_eq(oh.len, sizeof oh + 5);
+	ck_assert_mem_eq(data, "hello", 5);
+	struct {
+		struct fuse_write_in in;
+		char data[3];
+	} wr = { { .fh = oo.fh, .offset = 5, .size = 3 }, "!!!" };
+	struct fuse_write_out wo;
+	ck_assert_int_eq(srv_call(srv2, FUSE_WRITE, e.nodeid, &wr, sizeof wr.in + 3, NULL, &wo,
+				  sizeof wo).error, 0);
+	ck_assert_uint_eq(wo.size, 3);
+	/* The directory handle lists the root, hidden names left out. */
+	uint8_t list[2048];
+	struct fuse_read_in rdi = { .fh = od.fh, .size = sizeof list };
+	oh = srv_call(srv2, FUSE_READDIR, FUSE_ROOT_ID, &rdi, sizeof rdi, NULL, list, sizeof list);
+	ck_assert_int_eq(oh.error, 0);
+	ck_assert_ptr_nonnull(memmem(list, oh.len - sizeof oh, "a", 1));
+	ck_assert_ptr_null(memmem(list, oh.len - sizeof oh, ".env", 4));
+	/* A lookup of the same name gives the same node. */
+	struct fuse_entry_out e2;
+	ck_assert_int_eq(srv_call(srv2, FUSE_LOOKUP, FUSE_ROOT_ID, NULL, 0, "a", &e2,
+				  sizeof e2).error, 0);
+	ck_assert_uint_eq(e2.nodeid, e.nodeid);
+	struct fuse_release_in rl = { .fh = oo.fh };
+	ck_assert_int_eq(srv_call(srv2, FUSE_RELEASE, e.nodeid, &rl, sizeof rl, NULL, NULL, 0)
+				 .error, 0);
+	/* The first device goes on: its handle reads what the copy wrote. */
+	ri.size = 16;
+	oh = call(FUSE_READ, e.nodeid, &ri, sizeof ri, NULL, 4096, false);
+	ck_assert_int_eq(oh.error, 0);
+	ck_assert_mem_eq(drv.ram + REP + sizeof oh, "hello!!!", 8);
+	/* The copy forks in turn. */
+	fork_save(&vfs2, &w);
+	copy_free();
+	copy_make("workspace", VIRTIO_FS_MAX_WRITE);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), 0);
+	ck_assert(fuse_server_in_session(srv2));
+	ck_assert_int_eq(srv_call(srv2, FUSE_GETATTR, e.nodeid, &ga, sizeof ga, NULL, NULL, 0)
+				 .error, 0);
+	statebuf_free(&w);
+	copy_free();
+}
+END_TEST
+
+/* Never mounted: the fork carries "no session", and the copy mounts. */
+START_TEST(fork_without_session)
+{
+	struct statebuf_writer w;
+	char err[200];
+
+	fork_save(&vfs, &w);
+	copy_make("workspace", VIRTIO_FS_MAX_WRITE);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), 0);
+	ck_assert(!fuse_server_in_session(srv2));
+	/* No bytes at all (a template's blob) is no session either. */
+	ck_assert_int_eq(fork_load(&vfs2, NULL, 0, err, sizeof err), 0);
+	struct fuse_getattr_in ga = { 0 };
+	ck_assert_int_eq(srv_call(srv2, FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL, NULL, 0)
+				 .error, -EIO);
+	struct fuse_init_in in = { .major = 7, .minor = 37 };
+	ck_assert_int_eq(srv_call(srv2, FUSE_INIT, 0, &in, sizeof in, NULL, NULL, 0).error, 0);
+	ck_assert_int_eq(srv_call(srv2, FUSE_GETATTR, FUSE_ROOT_ID, &ga, sizeof ga, NULL, NULL, 0)
+				 .error, 0);
+	statebuf_free(&w);
+	copy_free();
+	/* After DESTROY, the same. */
+	init_ok();
+	call_ok(FUSE_DESTROY, 0, NULL, 0, NULL, false);
+	fork_save(&vfs, &w);
+	copy_make("workspace", VIRTIO_FS_MAX_WRITE);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), 0);
+	ck_assert(!fuse_server_in_session(srv2));
+	ck_assert(fuse_server_destroyed(srv2));
+	statebuf_free(&w);
+	copy_free();
+}
+END_TEST
+
+/* A session's state is taken whole or not at all. */
+START_TEST(fork_refused_whole)
+{
+	struct statebuf_writer w;
+	char err[200];
+
+	init_ok();
+	struct fuse_entry_out e = lookup_ok("a", false);
+	struct fuse_open_in oi = { .flags = O_RDONLY };
+	call_ok(FUSE_OPEN, e.nodeid, &oi, sizeof oi, NULL, false);
+	fork_save(&vfs, &w);
+	copy_make("workspace", VIRTIO_FS_MAX_WRITE);
+	/* Every cut is refused, with a line, and leaves nothing taken. */
+	for (size_t len = 1; len < w.len; len++) {
+		ck_assert_int_lt(fork_load(&vfs2, w.buf, len, err, sizeof err), 0);
+		ck_assert_str_ne(err, "");
+		ck_assert(!fuse_server_in_session(srv2));
+		ck_assert_uint_eq(fs_passthrough_inodes(fs2), 0);
+		ck_assert_uint_eq(fs_passthrough_open_fds(fs2), 0);
+	}
+	/* Flipped session bits and fields the server would not grant. */
+	static const size_t at[] = { 0, 4, 44, 48, 52, 56, 60, 68, 72, 76, 80 };
+	for (unsigned i = 0; i < sizeof at / sizeof at[0]; i++) {
+		w.buf[at[i] + 3] ^= 0x40;
+		ck_assert_int_lt(fork_load(&vfs2, w.buf, w.len, err, sizeof err), 0);
+		ck_assert(!fuse_server_in_session(srv2));
+		ck_assert_uint_eq(fs_passthrough_inodes(fs2), 0);
+		w.buf[at[i] + 3] ^= 0x40;
+	}
+	copy_free();
+	/* Another share's, another max_write. */
+	copy_make("other", VIRTIO_FS_MAX_WRITE);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), -EINVAL);
+	ck_assert_str_eq(err, "virtio-fs other: the state of another share");
+	copy_free();
+	copy_make("workspace", 64u << 10);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "max_write"));
+	ck_assert_uint_eq(fs_passthrough_inodes(fs2), 0);
+	copy_free();
+	/* Into a copy that is mounted already. */
+	copy_make("workspace", VIRTIO_FS_MAX_WRITE);
+	struct fuse_init_in in = { .major = 7, .minor = 37 };
+	ck_assert_int_eq(srv_call(srv2, FUSE_INIT, 0, &in, sizeof in, NULL, NULL, 0).error, 0);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), -EBUSY);
+	copy_free();
+	/* And the good bytes still load. */
+	copy_make("workspace", VIRTIO_FS_MAX_WRITE);
+	ck_assert_int_eq(fork_load(&vfs2, w.buf, w.len, err, sizeof err), 0);
+	ck_assert_uint_eq(fs_passthrough_open_fds(fs2), 2);
+	copy_free();
+	statebuf_free(&w);
+}
+END_TEST
+
 Suite *virtio_fs_suite(void)
 {
 	return unit_suite_fixture("virtio_fs", "device", setup, teardown, 0,
@@ -496,5 +728,7 @@ Suite *virtio_fs_suite(void)
 				  reset_closes_host_fds, bad_framing_stops,
 				  short_header_stops, tiny_reply_area_stops,
 				  hostile_chains, bad_fields_answered,
-				  init_rejects, quiet_until_session_ends);
+				  init_rejects, quiet_until_session_ends,
+				  fork_carries_the_session, fork_without_session,
+				  fork_refused_whole);
 }

@@ -807,6 +807,9 @@ static int run_configure(struct run *r, int argc, char **argv)
 		o->cold = 1;
 		for (size_t i = 0; i < r->net.nfwd; i++)
 			r->net.fwd[i].host_port = 0;
+		/* --learn is the original's session: two processes would
+		 * write one suggestion file over each other. */
+		r->net.learn_path = NULL;
 		for (unsigned i = 0; i < r->dsk.n; i++)
 			if (!r->dsk.d[i].readonly)
 				rc = cli_die("cannot fork %s: it has the disk %s read-write, which two "

@@ -1315,6 +1315,8 @@ static void fork_save(struct run *r, int cfd, int file_fd)
 	struct statebuf_writer meta;
 	statebuf_init(&meta);
 	struct timespec t0, t1, t2;
+	int pp[2] = { -1, -1 };
+	pid_t pid = -1;
 	for (unsigned attempt = 0; attempt < 10 && (rc == -EAGAIN || rc == -EBUSY); attempt++) {
 		if (attempt) {
 			if (resume_vm(r))
@@ -1342,8 +1344,6 @@ static void fork_save(struct run *r, int cfd, int file_fd)
 	if (rc == 0 && r->pagemap_fd >= 0)
 		snapshot_ram_known_zero(&r->s.vm, r->pagemap_fd, &known_zero);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	int pp[2] = { -1, -1 };
-	pid_t pid = -1;
 	if (rc == 0 && pipe2(pp, O_CLOEXEC) == 0) {
 		signal(SIGCHLD, SIG_IGN); /* the writer is reaped by the kernel */
 		pid = fork();
@@ -1389,13 +1389,21 @@ static void fork_save(struct run *r, int cfd, int file_fd)
 			ms_between(&t0, &t1), pid > 0 ? ", RAM written by a child" : "");
 	return;
 dead:
-	/* The VM could not go on: this sandbox ends (vm_done). */
+	/* The VM could not go on: this sandbox ends (vm_done).  A writer
+	 * already made still answers for the copy (its state was taken). */
 	statebuf_free(&meta);
 	atomic_store(&r->s.vm_done, 1);
 	int afd = atomic_load(&r->s.agent_fd);
 	if (afd >= 0)
 		shutdown(afd, SHUT_RDWR);
-	fork_refuse(cfd, -EIO, "the sandbox could not be resumed");
+	if (pp[0] >= 0) {
+		close(pp[0]);
+		close(pp[1]); /* the writer reads no pause: it says -1 */
+	}
+	if (pid > 0)
+		close(cfd);
+	else
+		fork_refuse(cfd, -EIO, "the sandbox could not be resumed");
 }
 
 /* The fork socket's thread: one request at a time, until the socket is

@@ -399,7 +399,12 @@ static void replace_b64(const struct sc_b64 *p, uint8_t *s, size_t n, size_t i)
 	const char *alpha = p->url ? b64_url : b64_std;
 	memcpy(s + i, p->rep, p->nf);
 	int v;
-	if (p->lead_bits && i > 0 && (v = b64_val(s[i - 1], p->url)) >= 0) {
+	/* The character before holds the value's first bits only when its
+	 * low bits are those bits; otherwise it holds nothing of the value
+	 * and stays (scrub_run's hold-back also waits only for such a one,
+	 * so a stream and one call agree). */
+	if (p->lead_bits && i > 0 && (v = b64_val(s[i - 1], p->url)) >= 0 &&
+	    ((unsigned)v & ((1u << p->lead_bits) - 1)) == p->lead_val) {
 		unsigned m = (1u << p->lead_bits) - 1;
 		s[i - 1] = (uint8_t)alpha[((unsigned)v & ~m) | p->lead_rep];
 	}

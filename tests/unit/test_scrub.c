@@ -306,6 +306,32 @@ START_TEST(holds_back_only_a_possible_start)
 }
 END_TEST
 
+/* The value's full base64 characters after a character whose low bits
+ * are not the value's first bits (so that character holds nothing of
+ * the value): it is left as it is, whole or streamed with the split just
+ * after it; before, one call rewrote it and a stream (which does not
+ * hold such a character back) did not.  Found by fuzz_scrub. */
+START_TEST(lead_without_the_value_bits_is_kept)
+{
+	uint8_t pre[64];
+	char enc[128], in[256], a[256], b[256];
+	pre[0] = 0x00;
+	memcpy(pre + 1, V1, strlen(V1));
+	b64(pre, 1 + strlen(V1), false, true, enc); /* "AGdocF9S..." : lead 'G' */
+	/* Replace the lead character by one whose low bits differ. */
+	char lead = enc[1];
+	int lv = b64_val((uint8_t)lead, false);
+	enc[1] = b64_std[(lv & ~15) | ((lv + 7) & 15)];
+	snprintf(in, sizeof in, "x: %s\r\n", enc);
+	strcpy(a, in);
+	whole(a);
+	ck_assert_int_eq(a[4], enc[1]);       /* the lead is kept */
+	ck_assert_ptr_null(strstr(a, enc + 2)); /* the rest is replaced */
+	streamed(in, strlen(in), 5, 0, b);    /* split just after the lead */
+	ck_assert_str_eq(a, b);
+}
+END_TEST
+
 /* After secrets_reload the new value is found (and the old one is not
  * known any more). */
 START_TEST(reload_is_followed)
@@ -348,5 +374,5 @@ Suite *scrub_suite(void)
 				  text_forms, base64_forms, basic_credentials,
 				  nothing_else_changes,
 				  holds_back_only_a_possible_start,
-				  reload_is_followed);
+				  lead_without_the_value_bits_is_kept, reload_is_followed);
 }

@@ -201,6 +201,16 @@ static int read_runcfg(int cfd, uint8_t *msg, struct runcfg *c)
 	return -1;
 }
 
+/* What every run configuration brings for this guest alone: the host's
+ * entropy and its wall clock. */
+static void take_entropy_and_clock(const struct runcfg *c)
+{
+	add_entropy(c->entropy, c->entropy_len);
+	struct timespec ts = { (time_t)c->clock_sec, (long)c->clock_nsec };
+	if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+		say("set the clock: %s", strerror(errno));
+}
+
 /* The run configuration's connection, held open until guest-init is
  * ready for commands. */
 static int runcfg_fd = -1;
@@ -208,12 +218,17 @@ static int runcfg_fd = -1;
 /* Answer the run configuration with byte 0 once the exec agent listens:
  * kbox waits for this answer, then connects to the agent once, instead
  * of trying until it listens. */
-static void runcfg_ready(void)
+static void answer_ok(int fd)
 {
 	uint8_t ok = 0;
-	if (write(runcfg_fd, &ok, 1) < 0)
+	if (write(fd, &ok, 1) < 0)
 		say("answer the run configuration: %s", strerror(errno));
-	close(runcfg_fd);
+	close(fd);
+}
+
+static void runcfg_ready(void)
+{
+	answer_ok(runcfg_fd);
 	runcfg_fd = -1;
 }
 
@@ -245,10 +260,7 @@ static char *wait_runcfg(void)
 		struct runcfg c;
 		if (read_runcfg(cfd, msg, &c) < 0)
 			continue;
-		add_entropy(c.entropy, c.entropy_len);
-		struct timespec ts = { (time_t)c.clock_sec, (long)c.clock_nsec };
-		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
-			say("set the clock: %s", strerror(errno));
+		take_entropy_and_clock(&c);
 		memcpy(words, c.words, c.words_len);
 		words[c.words_len] = '\0';
 		senv_take(c.env, c.env_len, c.ca, c.ca_len, c.hostname, c.hostname_len);
@@ -282,20 +294,14 @@ static void serve_refresh(void)
 		struct runcfg c;
 		if (read_runcfg(cfd, msg, &c) < 0)
 			continue;
-		add_entropy(c.entropy, c.entropy_len);
-		struct timespec ts = { (time_t)c.clock_sec, (long)c.clock_nsec };
-		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
-			say("set the clock: %s", strerror(errno));
+		take_entropy_and_clock(&c);
 		if (c.hostname_len) {
 			int hn = senv_rename_host(c.hostname, c.hostname_len);
 			if (hn < 0)
 				say("setting the host name: %s", strerror(-hn));
 		}
 		memset(msg, 0, sizeof msg);
-		uint8_t ok = 0;
-		if (write(cfd, &ok, 1) < 0)
-			say("answer a fork's configuration: %s", strerror(errno));
-		close(cfd);
+		answer_ok(cfd);
 	}
 }
 

@@ -175,7 +175,10 @@ int senv_install_ca(void)
 	return rc;
 }
 
-int senv_set_hostname(void)
+/* The host name to the kernel and its "127.0.1.1 NAME" line to
+ * /etc/hosts; with drop_old, the lines an earlier name left (127.0.1.1)
+ * go first. */
+static int put_hostname(bool drop_old)
 {
 	if (!hostname)
 		return 0;
@@ -188,15 +191,33 @@ int senv_set_hostname(void)
 	size_t old_len = 0;
 	if (slurp("/etc/hosts", HOSTS_MAX, &old, &old_len) < 0)
 		old = NULL;
+	size_t keep = old_len;
+	if (old && drop_old) {
+		keep = 0;
+		for (size_t at = 0; at < old_len;) {
+			const char *nl = memchr(old + at, '\n', old_len - at);
+			size_t l = nl ? (size_t)(nl - (old + at)) + 1 : old_len - at;
+			if (!(l >= 10 && memcmp(old + at, "127.0.1.1\t", 10) == 0)) {
+				memmove(old + keep, old + at, l);
+				keep += l;
+			}
+			at += l;
+		}
+	}
 	char line[96];
 	int n = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n",
-			 old_len && old[old_len - 1] != '\n' ? "\n" : "", hostname);
+			 keep && old[keep - 1] != '\n' ? "\n" : "", hostname);
 	int rc = mkdir_p("/etc");
 	if (!rc)
-		rc = write_file("/etc/hosts", old ? old : base, old ? old_len : sizeof base - 1, line,
+		rc = write_file("/etc/hosts", old ? old : base, old ? keep : sizeof base - 1, line,
 				(size_t)n);
 	free(old);
 	return rc;
+}
+
+int senv_set_hostname(void)
+{
+	return put_hostname(false);
 }
 
 int senv_rename_host(const char *host, size_t host_len)
@@ -208,29 +229,7 @@ int senv_rename_host(const char *host, size_t host_len)
 		return -ENOMEM;
 	free(hostname);
 	hostname = h;
-	if (sethostname(hostname, strlen(hostname)) < 0)
-		return -errno;
-	/* The old name's line goes; every other line stays. */
-	char *old = NULL;
-	size_t old_len = 0;
-	if (slurp("/etc/hosts", HOSTS_MAX, &old, &old_len) < 0)
-		return senv_set_hostname();
-	size_t keep = 0;
-	for (size_t at = 0; at < old_len;) {
-		const char *nl = memchr(old + at, '\n', old_len - at);
-		size_t l = nl ? (size_t)(nl - (old + at)) + 1 : old_len - at;
-		if (!(l >= 10 && memcmp(old + at, "127.0.1.1\t", 10) == 0)) {
-			memmove(old + keep, old + at, l);
-			keep += l;
-		}
-		at += l;
-	}
-	char line[96];
-	int n = snprintf(line, sizeof line, "%s127.0.1.1\t%s\n",
-			 keep && old[keep - 1] != '\n' ? "\n" : "", hostname);
-	int rc = write_file("/etc/hosts", old, keep, line, (size_t)n);
-	free(old);
-	return rc;
+	return put_hostname(true);
 }
 
 static size_t name_len(const char *e)

@@ -1144,10 +1144,12 @@ static int uart_load(void *ctx, const uint8_t *blob, size_t len, char *err, size
 	return serial_state_load(ctx, blob, len, err, errlen);
 }
 
-/* What a template holds besides the VM: the bus's devices and COM1. */
-static unsigned template_devs(struct run *r, struct snapshot_dev *d, unsigned max)
+/* What a template (or, with fork, a fork's copy: virtio_bus_fork_devs)
+ * holds besides the VM: the bus's devices and COM1. */
+static unsigned snapshot_devs(struct run *r, struct snapshot_dev *d, unsigned max, bool fork)
 {
-	unsigned n = virtio_bus_snapshot_devs(&r->s.bus, d, max - 1);
+	unsigned n = fork ? virtio_bus_fork_devs(&r->s.bus, d, max - 1)
+			  : virtio_bus_snapshot_devs(&r->s.bus, d, max - 1);
 	d[n] = (struct snapshot_dev){ "uart", VIRTIO_BUS_MAX_DEVS, &r->s.com1, uart_save, uart_load };
 	return n + 1;
 }
@@ -1230,7 +1232,7 @@ static void choose_template(struct run *r)
 static int restore_template(struct run *r)
 {
 	struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
-	unsigned n = template_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1);
+	unsigned n = snapshot_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1, false);
 	struct snapshot_stats st;
 	char err[512];
 	if (snapshot_restore(&r->s.vm, r->tpl_key, devs, n, r->tpl_dir, r->tpl_name, &st, err,
@@ -1274,6 +1276,16 @@ static double ms_between(const struct timespec *a, const struct timespec *b)
 	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
 }
 
+/* Answer a fork's request: saved into file_fd, the guest paused pause
+ * ms of which state_ms for the state. */
+static void fork_reply_saved(int cfd, int file_fd, double pause, double state_ms)
+{
+	struct stat st;
+	struct forkctl_answer a = { .pause_ms = pause, .state_ms = state_ms };
+	a.file_bytes = fstat(file_fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+	forkctl_reply(cfd, &a);
+}
+
 /* The RAM half of a fork's save, in a child process (fork(2): its copy
  * of guest RAM is the paused guest's, copy-on-write, while the parent
  * resumes the VM): the metadata and RAM into file_fd, then the answer
@@ -1282,22 +1294,18 @@ static double ms_between(const struct timespec *a, const struct timespec *b)
 static void fork_writer(struct run *r, int cfd, int file_fd, int pause_rd,
 			const struct statebuf_writer *meta, const uint8_t *known_zero, double state_ms)
 {
-	struct forkctl_answer a = { 0 };
 	char err[FORKCTL_MSG_MAX] = "";
-	a.status = snapshot_file_write_fd(file_fd, meta, r->s.vm.ram, r->s.vm.ram_size, known_zero,
-					  err, sizeof err);
-	if (a.status < 0)
-		snprintf(a.msg, sizeof a.msg, "%s", err);
+	int rc = snapshot_file_write_fd(file_fd, meta, r->s.vm.ram, r->s.vm.ram_size, known_zero,
+					err, sizeof err);
 	double pause = -1;
 	ssize_t n;
 	do
 		n = read(pause_rd, &pause, sizeof pause);
 	while (n < 0 && errno == EINTR);
-	struct stat st;
-	a.pause_ms = n == (ssize_t)sizeof pause ? pause : -1;
-	a.state_ms = state_ms;
-	a.file_bytes = fstat(file_fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
-	forkctl_reply(cfd, &a);
+	if (rc < 0)
+		fork_refuse(cfd, rc, "%s", err);
+	else
+		fork_reply_saved(cfd, file_fd, n == (ssize_t)sizeof pause ? pause : -1, state_ms);
 	_exit(0);
 }
 
@@ -1332,9 +1340,7 @@ static void fork_save(struct run *r, int cfd, int file_fd)
 			return;
 		}
 		struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
-		unsigned n = virtio_bus_fork_devs(&r->s.bus, devs, VIRTIO_BUS_MAX_DEVS);
-		devs[n++] = (struct snapshot_dev){ "uart", VIRTIO_BUS_MAX_DEVS, &r->s.com1, uart_save,
-						   uart_load };
+		unsigned n = snapshot_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1, true);
 		rc = snapshot_save_state(&r->s.vm, r->layout_key, devs, n, &meta, &st, err, sizeof err);
 	}
 	/* The pages that need not be read (never touched, or a hole of the
@@ -1379,10 +1385,7 @@ static void fork_save(struct run *r, int cfd, int file_fd)
 			fork_refuse(cfd, rc, "%s", err);
 			return;
 		}
-		struct stat fs;
-		struct forkctl_answer a = { .pause_ms = pause, .state_ms = ms_between(&t0, &t1) };
-		a.file_bytes = fstat(file_fd, &fs) == 0 ? (uint64_t)fs.st_blocks * 512 : 0;
-		forkctl_reply(cfd, &a);
+		fork_reply_saved(cfd, file_fd, pause, ms_between(&t0, &t1));
 	}
 	if (r->o.verbose)
 		fprintf(stderr, "kbox: forked: paused %.1f ms (state %.1f ms)%s\n", pause,
@@ -1484,9 +1487,7 @@ static int fork_restore(struct run *r)
 		return cli_die("cannot fork %s: %s", fork_from, a.msg[0] ? a.msg : strerror(-a.status));
 	}
 	struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
-	unsigned n = virtio_bus_fork_devs(&r->s.bus, devs, VIRTIO_BUS_MAX_DEVS);
-	devs[n++] = (struct snapshot_dev){ "uart", VIRTIO_BUS_MAX_DEVS, &r->s.com1, uart_save,
-					   uart_load };
+	unsigned n = snapshot_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1, true);
 	struct snapshot_stats st;
 	rc = snapshot_restore_fd(&r->s.vm, r->layout_key, devs, n, fd, &st, err, sizeof err);
 	close(fd); /* the RAM mapping holds the file */
@@ -1648,7 +1649,7 @@ static int make_template(struct run *r)
 		if (!pause_vm(r))
 			return 0;
 		struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
-		unsigned n = template_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1);
+		unsigned n = snapshot_devs(r, devs, VIRTIO_BUS_MAX_DEVS + 1, false);
 		rc = snapshot_save(&s->vm, r->tpl_key, devs, n, r->tpl_dir, r->tpl_name, &st, err,
 				   sizeof err);
 		if ((rc == -EAGAIN || rc == -EBUSY) && attempt < 9 && resume_vm(r))

@@ -387,30 +387,6 @@ int snapshot_save(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const
 	return rc;
 }
 
-int snapshot_save_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
-		     unsigned ndev, int fd, struct snapshot_stats *st, char *err, size_t errlen)
-{
-	double t0 = now_ms();
-	if (st)
-		memset(st, 0, sizeof *st);
-	struct statebuf_writer meta;
-	statebuf_init(&meta);
-	int rc = snapshot_save_state(vm, key, devs, ndev, &meta, st, err, errlen);
-	double t1 = now_ms();
-	if (rc == 0)
-		rc = snapshot_file_write_fd(fd, &meta, vm->ram, vm->ram_size, NULL, err, errlen);
-	struct stat sb;
-	if (rc == 0 && st && fstat(fd, &sb) == 0) {
-		st->state_ms = t1 - t0;
-		st->file_bytes = (uint64_t)sb.st_size;
-		st->disk_bytes = (uint64_t)sb.st_blocks * 512;
-	}
-	statebuf_free(&meta);
-	if (st && rc == 0)
-		st->ms = now_ms() - t0;
-	return rc;
-}
-
 #define SET(fd, req, p, what)                                                              \
 	do {                                                                               \
 		if (ioctl(fd, req, p) < 0) {                                               \

@@ -64,11 +64,6 @@ int snapshot_save_state(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN],
 			const struct snapshot_dev *devs, unsigned ndev, struct statebuf_writer *meta,
 			struct snapshot_stats *st, char *err, size_t errlen);
 
-/* The same into fd, a fork's file (snapshot_file_write_fd: a private,
- * empty regular file the loading process made), without fsync. */
-int snapshot_save_fd(struct vm *vm, const uint8_t key[SNAPSHOT_FILE_KEY_LEN], const struct snapshot_dev *devs,
-		     unsigned ndev, int fd, struct snapshot_stats *st, char *err, size_t errlen);
-
 /* Load dir/name into vm, made by vm_create with the snapshot's vCPU count
  * and RAM size and not yet run (vm_setup_cpus is not needed): the file
  * must be one snapshot_file_open accepts whose layout key is key, made on a host

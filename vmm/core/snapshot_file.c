@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -536,6 +537,13 @@ static int write_body(int fd, const struct statebuf_writer *meta, const void *ra
 	return rc;
 }
 
+/* A regular file of the effective user's with no group or other access
+ * (its links are the caller's to count). */
+static bool private_file(const struct stat *st)
+{
+	return S_ISREG(st->st_mode) && st->st_uid == geteuid() && !(st->st_mode & 077);
+}
+
 /* A file descriptor for a fork: a regular file of the effective user's,
  * no group or other access, no more than one link (an O_TMPFILE has
  * none); empty when it is to be written. */
@@ -543,8 +551,7 @@ static int check_fd(int fd, bool empty, struct stat *st, char *err, size_t errle
 {
 	if (fstat(fd, st) < 0)
 		return errbuf_fail(err, errlen, -errno, "snapshot file: %s", strerror(errno));
-	if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() || (st->st_mode & 077) ||
-	    st->st_nlink > 1)
+	if (!private_file(st) || st->st_nlink > 1)
 		return errbuf_fail(err, errlen, -EPERM,
 				   "the snapshot file is not a private file of this user (a regular "
 				   "file of uid %u, mode 0600, at most one link)",
@@ -627,6 +634,36 @@ int snapshot_file_write_known(const char *dir, const char *name, const struct st
 	return 0;
 }
 
+int snapshot_file_make_unnamed(const char *dir, char *err, size_t errlen)
+{
+	int dfd = open_private_dir(dir, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	int fd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		/* No O_TMPFILE on this file system: a named file, unlinked at once. */
+		char name[64];
+		for (unsigned i = 0; fd < 0 && i < 16; i++) {
+			uint64_t r = 0;
+			if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+				break;
+			snprintf(name, sizeof name, ".fork-%016llx", (unsigned long long)r);
+			fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+			if (fd >= 0)
+				unlinkat(dfd, name, 0);
+			else if (errno != EEXIST)
+				break;
+		}
+	}
+	int e = errno;
+	close(dfd);
+	if (fd < 0)
+		return errbuf_fail(err, errlen, -e, "cannot make an unnamed file in %s: %s", dir,
+				   strerror(e));
+	return fd;
+}
+
+
 /* A file shorter than it says is a bad snapshot, not an I/O error. */
 static int read_at(int fd, uint8_t *p, size_t n, off_t off)
 {
@@ -693,8 +730,7 @@ int snapshot_file_open(const char *dir, const char *name, struct snapshot_file_f
 		rc = errbuf_fail(err, errlen, -errno, "snapshot %s: %s", what, strerror(errno));
 		goto fail;
 	}
-	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) ||
-	    st.st_nlink != 1) {
+	if (!private_file(&st) || st.st_nlink != 1) {
 		rc = errbuf_fail(err, errlen, -EPERM,
 			     "snapshot %s was not written by kbox for this user (a regular "
 			     "file of uid %u, mode 0600, one link): not used",

@@ -175,6 +175,12 @@ int snapshot_file_write_known(const char *dir, const char *name, const struct st
 			      const void *ram, uint64_t ram_len, const uint8_t *known_zero, char *err,
 			      size_t errlen);
 
+/* An unnamed (O_TMPFILE) file, mode 0600, in dir (a private folder as
+ * for snapshot_file_write; a named file unlinked at once where the file
+ * system has no O_TMPFILE): gone when its last descriptor and mapping
+ * are.  The fd, or a negative errno with a line in err. */
+int snapshot_file_make_unnamed(const char *dir, char *err, size_t errlen);
+
 /* An opened, checked snapshot. */
 struct snapshot_file_file {
 	int fd;

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,40 +38,7 @@ int template_fork_file(char *err, size_t errlen)
 {
 	char dir[PATH_MAX];
 	int rc = template_dir(dir, sizeof dir, true, err, errlen);
-	if (rc < 0)
-		return rc;
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0)
-		return errbuf_fail(err, errlen, -errno, "%s: %s", dir, strerror(errno));
-	struct stat st;
-	if (fstat(dfd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
-		close(dfd);
-		return errbuf_fail(err, errlen, -EPERM,
-				   "%s is not private to this user (0700, yours): remove it and let "
-				   "kbox make it again", dir);
-	}
-	int fd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-		/* No O_TMPFILE on this file system: a named file, unlinked at once. */
-		char name[64];
-		for (unsigned i = 0; fd < 0 && i < 16; i++) {
-			uint64_t r = 0;
-			if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
-				break;
-			snprintf(name, sizeof name, ".fork-%016llx", (unsigned long long)r);
-			fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-			if (fd >= 0)
-				unlinkat(dfd, name, 0);
-			else if (errno != EEXIST)
-				break;
-		}
-	}
-	int e = errno;
-	close(dfd);
-	if (fd < 0)
-		return errbuf_fail(err, errlen, -e, "cannot make a file for the fork in %s: %s", dir,
-				   strerror(e));
-	return fd;
+	return rc < 0 ? rc : snapshot_file_make_unnamed(dir, err, errlen);
 }
 
 static int hash_file(br_sha256_context *h, const char *what, const char *path, char *err,

@@ -27,7 +27,7 @@ static void usage(FILE *f)
 		"Commands:\n"
 		"  run [OPTIONS] -- CMD [ARG...]   boot a microVM and run CMD inside it\n"
 		"  exec [OPTIONS] NAME -- CMD      run CMD inside the running sandbox NAME\n"
-		"  fork NAME NEW                   start NEW as a copy of the running sandbox NAME\n"
+		"  fork [OPTIONS] NAME NEW         start NEW as a copy of the running sandbox NAME\n"
 		"  ps                              list sandboxes\n"
 		"  stop [-t SECONDS] NAME...       stop sandboxes\n"
 		"  logs [-f] NAME                  output of a detached sandbox's command\n"

@@ -15,8 +15,12 @@ static struct vu_entry *new_entry(struct vsock_unix *u, int fd)
 	for (unsigned i = 0; i < VU_MAX; i++) {
 		struct vu_entry *e = &u->e[i];
 		if (e->fd < 0) {
+			uint8_t *out = malloc(VU_OUTBUF);
+			if (!out)
+				return NULL;
 			memset(e, 0, sizeof *e);
 			e->fd = fd;
+			e->out = out;
 			return e;
 		}
 	}
@@ -29,6 +33,9 @@ static void drop_entry(struct vu_entry *e)
 		close(e->fd);
 	e->fd = -1;
 	e->conn = NULL;
+	free(e->out);
+	e->out = NULL;
+	e->out_off = e->out_len = 0;
 }
 
 /* Close fd and RST the guest side. */
@@ -61,7 +68,7 @@ static void pump_out(struct vsock_unix *u, struct vu_entry *e)
 			if (!e->conn)
 				return;
 			e->out_off = 0;
-			e->out_len = (unsigned)virtio_vsock_host_recv(u->vs, e->conn, e->out, sizeof e->out);
+			e->out_len = (unsigned)virtio_vsock_host_recv(u->vs, e->conn, e->out, VU_OUTBUF);
 			if (e->out_len == 0)
 				break;
 		}

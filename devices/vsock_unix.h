@@ -31,7 +31,10 @@ struct vu_entry {
 	bool hup;                /* fd hung up: stop polling it at all */
 	char line[VU_LINE];
 	unsigned line_len;
-	uint8_t out[VU_OUTBUF];  /* guest data not yet written to fd */
+	/* Guest data not yet written to fd: VU_OUTBUF bytes, allocated with
+	 * the slot and freed with it (72 idle slots' buffers would be over a
+	 * MiB of memory each sandbox writes for nothing). */
+	uint8_t *out;
 	unsigned out_off, out_len;
 };
 

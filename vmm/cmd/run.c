@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -772,9 +773,10 @@ struct run {
 static const char *fork_from, *fork_new;
 static bool fork_verbose;
 
+/* r is zero (a static one is at first: its pages untouched cost no
+ * memory until written, so it is not cleared again). */
 static void run_init(struct run *r)
 {
-	memset(r, 0, sizeof *r);
 	netdev_init(&r->net);
 	tlsconf_init(&r->tls);
 	config_init(&r->cfg);
@@ -1229,6 +1231,17 @@ static void choose_template(struct run *r)
  * the interrupt controllers, clock and devices as saved.  A template
  * that does not load is removed, with one warning, and the run starts
  * again cold (retry_cold). */
+/* After a restore: guest RAM is now a private mapping of a file, which
+ * never takes transparent huge pages, so they would serve only kbox's own
+ * buffers, thread stacks and malloc's mappings, and there they cost: with
+ * THP "always" (Debian's default) one byte written in an aligned 2 MiB
+ * range of such a mapping takes 2 MiB.  Off for this process, a restored
+ * sandbox's private memory is what it writes (docs/snapshots.md, memory). */
+static void no_huge_pages(void)
+{
+	prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
+}
+
 static int restore_template(struct run *r)
 {
 	struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
@@ -1245,6 +1258,7 @@ static int restore_template(struct run *r)
 		r->retry_cold = true;
 		return KBOX_EXIT_FAILURE;
 	}
+	no_huge_pages();
 	template_touch(r->tpl_dir, r->tpl_name); /* last used: kbox snapshot ls, prune */
 	if (r->o.verbose)
 		fprintf(stderr, "kbox: restored %s in %.1f ms (state %.1f ms)\n", r->tpl_name, st.ms,
@@ -1493,6 +1507,7 @@ static int fork_restore(struct run *r)
 	close(fd); /* the RAM mapping holds the file */
 	if (rc < 0)
 		return cli_die("cannot start %s from %s's state: %s", r->sb.name, fork_from, err);
+	no_huge_pages();
 	double ask = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 	if (fork_verbose || r->o.verbose)
 		fprintf(stderr, "kbox: fork of %s: %s paused %.1f ms (state %.1f ms), %llu MiB "
@@ -1694,7 +1709,9 @@ static int send_runcfg(struct run *r)
 	explicit_bzero(r->entropy, sizeof r->entropy);
 	if (rc == 0)
 		rc = fileio_write_all(fd, msg, n);
-	explicit_bzero(msg, sizeof msg);
+	/* What was written, not all 512 KiB: a page never written costs
+	 * nothing, one cleared does (a failed encode may have written any). */
+	explicit_bzero(msg, rc == 0 ? n : sizeof msg);
 	timing("run configuration: sent");
 	char answer[64];
 	ssize_t got = 0;
@@ -1954,6 +1971,7 @@ int run_main(int argc, char **argv)
 		int ready_fd = r.ready_fd;
 		r.ready_fd = -1;
 		run_cleanup(&r);
+		memset(&r, 0, sizeof r);
 		run_init(&r);
 		r.argc = argc;
 		r.argv = argv;

@@ -1,8 +1,7 @@
 /* Container images: the store (load, import, ls, rm); see image.h. */
 #include "vmm/image/image.h"
+#include "vmm/image/archive_lib.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <bearssl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -584,6 +583,11 @@ static int stage_archive(struct load *l)
 		return r;
 	}
 	uint64_t total = (uint64_t)sb.st_size, staged = 0;
+	char lerr[320];
+	if (archive_lib_load(lerr, sizeof lerr) < 0) {
+		close(fd);
+		return image_fail(l->ctx, -ENOENT, "%s", lerr);
+	}
 	struct archive *a = archive_read_new();
 	if (!a) {
 		close(fd);

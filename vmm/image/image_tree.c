@@ -3,9 +3,8 @@
 #include "vmm/image/image_priv.h"
 
 #include "lib/grow.h"
+#include "vmm/image/archive_lib.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -412,6 +411,11 @@ static int layer_open(struct writer *w, int at, const char *name, struct archive
 	int fd = openat(at, name, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return image_fail(w->ctx, -errno, "%s: %s", w->what, strerror(errno));
+	char lerr[320];
+	if (archive_lib_load(lerr, sizeof lerr) < 0) {
+		close(fd);
+		return image_fail(w->ctx, -ENOENT, "%s", lerr);
+	}
 	struct archive *a = archive_read_new();
 	if (!a) {
 		close(fd);

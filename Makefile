@@ -95,7 +95,8 @@ unit: $(BUILD)/unit-tests layering link-check
 # is loaded when an image is read (vmm/image/archive_lib.c), never linked;
 # linked, it cost every kbox process several ms before main.
 link-check: $(BUILD)/kbox
-	@if readelf -d $(BUILD)/kbox | grep -q 'NEEDED.*libarchive'; then \
+	@needed=$$(readelf -d $(BUILD)/kbox) || { echo "link-check: readelf failed"; exit 1; }; \
+	if echo "$$needed" | grep -q 'NEEDED.*libarchive'; then \
 		echo "link-check: $(BUILD)/kbox links libarchive; vmm/image/archive_lib.c loads it on use"; exit 1; fi
 	@echo "link-check: kbox does not link libarchive"
 

@@ -69,6 +69,10 @@ static void pump_out(struct vsock_unix *u, struct vu_entry *e)
 				return;
 			e->out_off = 0;
 			e->out_len = (unsigned)virtio_vsock_host_recv(u->vs, e->conn, e->out, VU_OUTBUF);
+			/* The device's callbacks during that call may have
+			 * dropped the entry (a failed read on its fd). */
+			if (e->fd < 0)
+				return;
 			if (e->out_len == 0)
 				break;
 		}

@@ -4,6 +4,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -460,14 +461,23 @@ START_TEST(store_ops)
 END_TEST
 
 /* kbox loads libarchive on first use: every function found, and each one
- * the library's own (the one this test binary links). */
+ * the library's own function of that name. */
 START_TEST(archive_lib_loads)
 {
 	char err[320] = "";
 	ck_assert_int_eq(archive_lib_load(err, sizeof err), 0);
 	ck_assert_str_eq(err, "");
 	ck_assert_int_eq(archive_lib_load(err, sizeof err), 0);
-#define CHECK_SAME(f) ck_assert_ptr_eq((void *)archive_lib.f, (void *)&f);
+	/* By where each pointer lands (not by &f: in an executable built
+	 * without PIE that is the executable's own PLT entry). */
+#define CHECK_SAME(f)                                                                              \
+	{                                                                                          \
+		Dl_info in;                                                                        \
+		ck_assert_int_ne(dladdr(*(void **)&archive_lib.f, &in), 0);                        \
+		ck_assert_ptr_nonnull(in.dli_sname);                                               \
+		ck_assert_str_eq(in.dli_sname, #f);                                                \
+		ck_assert_ptr_nonnull(strstr(in.dli_fname, ARCHIVE_LIB_SONAME));                   \
+	}
 	ARCHIVE_LIB_FUNCS(CHECK_SAME)
 #undef CHECK_SAME
 }

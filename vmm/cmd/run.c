@@ -1227,10 +1227,6 @@ static void choose_template(struct run *r)
 			r->tpl == TPL_USE ? "starting from it" : "none yet, booting cold to make it");
 }
 
-/* Start from the template: RAM mapped from it copy-on-write, the vCPUs,
- * the interrupt controllers, clock and devices as saved.  A template
- * that does not load is removed, with one warning, and the run starts
- * again cold (retry_cold). */
 /* After a restore: guest RAM is now a private mapping of a file, which
  * never takes transparent huge pages, so they would serve only kbox's own
  * buffers, thread stacks and malloc's mappings, and there they cost: with
@@ -1242,6 +1238,10 @@ static void no_huge_pages(void)
 	prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 }
 
+/* Start from the template: RAM mapped from it copy-on-write, the vCPUs,
+ * the interrupt controllers, clock and devices as saved.  A template
+ * that does not load is removed, with one warning, and the run starts
+ * again cold (retry_cold). */
 static int restore_template(struct run *r)
 {
 	struct snapshot_dev devs[VIRTIO_BUS_MAX_DEVS + 1];
@@ -1508,7 +1508,7 @@ static int fork_restore(struct run *r)
 	if (rc < 0)
 		return cli_die("cannot start %s from %s's state: %s", r->sb.name, fork_from, err);
 	no_huge_pages();
-	double ask = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	double ask = ms_between(&t0, &t1);
 	if (fork_verbose || r->o.verbose)
 		fprintf(stderr, "kbox: fork of %s: %s paused %.1f ms (state %.1f ms), %llu MiB "
 				"written, request %.1f ms; restored in %.1f ms\n",

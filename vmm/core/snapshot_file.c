@@ -663,7 +663,6 @@ int snapshot_file_make_unnamed(const char *dir, char *err, size_t errlen)
 	return fd;
 }
 
-
 /* A file shorter than it says is a bad snapshot, not an I/O error. */
 static int read_at(int fd, uint8_t *p, size_t n, off_t off)
 {

@@ -42,3 +42,18 @@ int archive_lib_load(char *err, size_t errlen)
 		return errbuf_fail(err, errlen, -ENOENT, "%s", load_err);
 	return 0;
 }
+
+struct archive *archive_lib_tar_reader(int *rc, char *err, size_t errlen)
+{
+	*rc = archive_lib_load(err, errlen);
+	if (*rc < 0)
+		return NULL;
+	struct archive *a = archive_lib.archive_read_new();
+	if (!a) {
+		*rc = errbuf_fail(err, errlen, -ENOMEM, "out of memory");
+		return NULL;
+	}
+	archive_lib.archive_read_support_filter_all(a);
+	archive_lib.archive_read_support_format_tar(a);
+	return a;
+}

@@ -52,6 +52,11 @@ extern struct archive_lib archive_lib;
  * the user in err. */
 int archive_lib_load(char *err, size_t errlen);
 
+/* archive_lib_load, then a new reader of tar archives in any compression
+ * libarchive knows; NULL with *rc (-ENOENT: no library, -ENOMEM) and a
+ * line in err. */
+struct archive *archive_lib_tar_reader(int *rc, char *err, size_t errlen);
+
 #ifndef ARCHIVE_LIB_SELF
 #define archive_entry_filetype            archive_lib.archive_entry_filetype
 #define archive_entry_gid                 archive_lib.archive_entry_gid

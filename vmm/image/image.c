@@ -583,19 +583,13 @@ static int stage_archive(struct load *l)
 		return r;
 	}
 	uint64_t total = (uint64_t)sb.st_size, staged = 0;
-	char lerr[320];
-	if (archive_lib_load(lerr, sizeof lerr) < 0) {
-		close(fd);
-		return image_fail(l->ctx, -ENOENT, "%s", lerr);
-	}
-	struct archive *a = archive_read_new();
+	char aerr[320];
+	int r = 0, ar;
+	struct archive *a = archive_lib_tar_reader(&r, aerr, sizeof aerr);
 	if (!a) {
 		close(fd);
-		return image_fail(l->ctx, -ENOMEM, "out of memory");
+		return image_fail(l->ctx, r, "%s", aerr);
 	}
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
-	int r = 0, ar;
 	if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
 		r = image_fail(l->ctx, -EINVAL, "%s: not a tar archive: %s", l->file, archive_error_string(a));
 		goto out;

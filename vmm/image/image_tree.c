@@ -411,18 +411,13 @@ static int layer_open(struct writer *w, int at, const char *name, struct archive
 	int fd = openat(at, name, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return image_fail(w->ctx, -errno, "%s: %s", w->what, strerror(errno));
-	char lerr[320];
-	if (archive_lib_load(lerr, sizeof lerr) < 0) {
-		close(fd);
-		return image_fail(w->ctx, -ENOENT, "%s", lerr);
-	}
-	struct archive *a = archive_read_new();
+	char aerr[320];
+	int rc;
+	struct archive *a = archive_lib_tar_reader(&rc, aerr, sizeof aerr);
 	if (!a) {
 		close(fd);
-		return image_fail(w->ctx, -ENOMEM, "out of memory");
+		return image_fail(w->ctx, rc, "%s", aerr);
 	}
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
 	archive_read_support_format_empty(a);
 	if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
 		int r = image_fail(w->ctx, -EINVAL, "%s: not a tar: %s", w->what, archive_error_string(a));

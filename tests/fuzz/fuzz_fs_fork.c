@@ -181,15 +181,7 @@ static void make_state(uint8_t mode, struct fz_input *in, struct statebuf_writer
 		snprintf(to, sizeof to, "%s/d/e2", tree);
 		rename(from, to);
 	}
-	uint8_t flips;
-	fz_take(in, &flips, 1);
-	for (unsigned i = 0; i < flips % 8u && w->len; i++) {
-		uint16_t at;
-		uint8_t x;
-		fz_take(in, &at, 2);
-		fz_take(in, &x, 1);
-		w->buf[at % w->len] ^= x;
-	}
+	fz_flips(in, w->buf, w->len, 0);
 	if (mode & 16) {
 		uint16_t cut;
 		fz_take(in, &cut, 2);

@@ -12,14 +12,8 @@
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_vsock.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/fake_vsock.h"
 #include "tests/lib/fuzz_script.h"
-
-#define RAM 0x100000u
-#define QSIZE 64u
-#define RXBUF 0x80000u
-#define RXSLOT 0x1100u
-#define TXBUF 0x40000u
-#define CID 3u
 
 static struct fv_driver drv;
 static struct virtio_vsock vs;

@@ -39,17 +39,11 @@
 #include "devices/virtio_vsock.h"
 #include "lib/statebuf.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/fake_vsock.h"
 #include "tests/lib/fuzz_script.h"
 #include "vmm/core/snapshot.h"
 #include "vmm/core/virtio_bus.h"
 
-#define RAM 0x100000u
-#define QSIZE 64u
-#define RXBUF 0x80000u
-#define RXSLOT 0x1100u
-#define RXLEN (VIRTIO_VSOCK_HDR_SIZE + 4096u)
-#define TXBUF 0x40000u
-#define CID 3u
 #define RXQ 0u
 #define TXQ 1u
 /* The fork state's header: version, next port, count; then 8 per pair. */
@@ -417,20 +411,8 @@ static void mutate(uint8_t mode, struct fz_input *in, struct statebuf_writer *w,
 			w->len = state_len + FORK_HDR + 8 * n;
 		}
 	}
-	uint8_t flips;
-	fz_take(in, &flips, 1);
-	for (unsigned i = 0; i < flips % 8u && w->len; i++) {
-		uint16_t at;
-		uint8_t x;
-		fz_take(in, &at, 2);
-		fz_take(in, &x, 1);
-		if (mode & 4) {
-			if (w->len > state_len)
-				w->buf[state_len + at % (w->len - state_len)] ^= x;
-		} else {
-			w->buf[at % w->len] ^= x;
-		}
-	}
+	/* Bytes flipped in the fork state only, or anywhere. */
+	fz_flips(in, w->buf, w->len, mode & 4 ? state_len : 0);
 	if (mode & 8) {
 		uint16_t cut;
 		fz_take(in, &cut, 2);

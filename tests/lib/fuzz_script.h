@@ -54,4 +54,21 @@ static inline void fz_poke_reg(struct fz_input *in, const struct fv_driver *d)
 		fv_wr(d, off, v);
 }
 
+/* Step: a count byte, then up to 7 byte flips, each an offset (2 bytes)
+ * and a mask (1) XORed into buf[from + offset % (len - from)]; none once
+ * len is 0, and the flip's bytes are still taken when len <= from. */
+static inline void fz_flips(struct fz_input *in, uint8_t *buf, size_t len, size_t from)
+{
+	uint8_t n;
+	fz_take(in, &n, 1);
+	for (unsigned i = 0; i < n % 8u && len; i++) {
+		uint16_t at;
+		uint8_t x;
+		fz_take(in, &at, 2);
+		fz_take(in, &x, 1);
+		if (len > from)
+			buf[from + at % (len - from)] ^= x;
+	}
+}
+
 #endif

@@ -18,19 +18,11 @@
 #include "devices/vsock_unix.h"
 #include "lib/statebuf.h"
 #include "tests/lib/fake_virtio.h"
+#include "tests/lib/fake_vsock.h"
 #include "tests/lib/unit_suite.h"
 
-/* A fake guest driver over 1 MiB of RAM: queue q has its rings at
- * FV_RING_BASE(q), rx buffers (44 + 4096 bytes each) from RXBUF, and one tx
- * packet buffer at TXBUF (tx is consumed synchronously on notify). */
-#define RAM 0x100000u
-#define QSIZE 64u
-#define RXBUF 0x80000u
-#define RXSLOT 0x1100u
-#define RXLEN (VIRTIO_VSOCK_HDR_SIZE + 4096u)
-#define TXBUF 0x40000u
-#define CID 3u
-
+/* A fake guest driver laid out as tests/lib/fake_vsock.h says (tx is
+ * consumed synchronously on notify). */
 enum { RXQ, TXQ, EVQ };
 
 struct backend_log {

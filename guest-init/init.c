@@ -175,9 +175,9 @@ static void add_entropy(const uint8_t *b, size_t n)
 }
 
 /* One run configuration from cfd into msg (RUNCFG_MAX bytes), decoded
- * into c: 0, or -1 when it is refused (answered 1 and a reason, cfd
- * closed). */
-static int read_runcfg(int cfd, uint8_t *msg, struct runcfg *c)
+ * into c: its length, or -1 when it is refused (answered 1 and a reason,
+ * cfd closed; what was read is cleared). */
+static long read_runcfg(int cfd, uint8_t *msg, struct runcfg *c)
 {
 	const char *why = NULL;
 	long len = -1;
@@ -190,7 +190,10 @@ static int read_runcfg(int cfd, uint8_t *msg, struct runcfg *c)
 	else if (runcfg_decode(msg, (size_t)len, c) < 0)
 		why = "malformed";
 	if (!why)
-		return 0;
+		return len;
+	/* What may have been read (the header's length, checked, or the
+	 * header alone): the rest of msg was never written. */
+	memset(msg, 0, len > 0 ? (size_t)len : RUNCFG_HDR);
 	char r[64];
 	int n = snprintf(r, sizeof r, "%c%s", 1, why);
 	if (write(cfd, r, (size_t)n) < 0) {
@@ -258,13 +261,16 @@ static char *wait_runcfg(void)
 			continue;
 		}
 		struct runcfg c;
-		if (read_runcfg(cfd, msg, &c) < 0)
+		long len = read_runcfg(cfd, msg, &c);
+		if (len < 0)
 			continue;
 		take_entropy_and_clock(&c);
 		memcpy(words, c.words, c.words_len);
 		words[c.words_len] = '\0';
 		senv_take(c.env, c.env_len, c.ca, c.ca_len, c.hostname, c.hostname_len);
-		memset(msg, 0, sizeof msg);
+		/* Only what was read: each page of msg first written costs a
+		 * restored guest a copy of it (half a MiB of them in all). */
+		memset(msg, 0, (size_t)len);
 		close(lfd);
 		runcfg_fd = cfd; /* answered by runcfg_ready */
 		return words;
@@ -292,7 +298,8 @@ static void serve_refresh(void)
 			return;
 		}
 		struct runcfg c;
-		if (read_runcfg(cfd, msg, &c) < 0)
+		long len = read_runcfg(cfd, msg, &c);
+		if (len < 0)
 			continue;
 		take_entropy_and_clock(&c);
 		if (c.hostname_len) {
@@ -300,7 +307,7 @@ static void serve_refresh(void)
 			if (hn < 0)
 				say("setting the host name: %s", strerror(-hn));
 		}
-		memset(msg, 0, sizeof msg);
+		memset(msg, 0, (size_t)len);
 		answer_ok(cfd);
 	}
 }

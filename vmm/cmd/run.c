@@ -1707,11 +1707,12 @@ static int send_runcfg(struct run *r)
 	size_t n;
 	int rc = runcfg_encode(&c, msg, sizeof msg, &n);
 	explicit_bzero(r->entropy, sizeof r->entropy);
+	/* What was encoded, not all 512 KiB: a page never written costs
+	 * nothing, one cleared does (a failed encode may have written any). */
+	size_t used = rc == 0 ? n : sizeof msg;
 	if (rc == 0)
 		rc = fileio_write_all(fd, msg, n);
-	/* What was written, not all 512 KiB: a page never written costs
-	 * nothing, one cleared does (a failed encode may have written any). */
-	explicit_bzero(msg, rc == 0 ? n : sizeof msg);
+	explicit_bzero(msg, used);
 	timing("run configuration: sent");
 	char answer[64];
 	ssize_t got = 0;

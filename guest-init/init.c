@@ -218,9 +218,9 @@ static void take_entropy_and_clock(const struct runcfg *c)
  * ready for commands. */
 static int runcfg_fd = -1;
 
-/* Answer the run configuration with byte 0 once the exec agent listens:
- * kbox waits for this answer, then connects to the agent once, instead
- * of trying until it listens. */
+/* Answer the run configuration with byte 0 once the exec agent listens
+ * (guest-init's copy of the connection closed: after a first run
+ * configuration, a session child holds it for the main command). */
 static void answer_ok(int fd)
 {
 	uint8_t ok = 0;
@@ -681,6 +681,14 @@ int main(void)
 		_exit(1);
 	}
 	close(lfd);
+	/* After the answer the run configuration's connection is the main
+	 * command's exec session (docs/run-config.md): kbox sends its EXEC
+	 * request there instead of connecting to the agent again. */
+	pid_t first = fork();
+	if (first < 0)
+		die("fork: %s", strerror(errno));
+	if (first == 0)
+		_exit(agent_serve_fd(runcfg_fd) < 0 ? 1 : 0);
 	runcfg_ready();
 	pid_t refresher = fork();
 	if (refresher == 0) {

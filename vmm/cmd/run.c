@@ -1683,9 +1683,10 @@ static int make_template(struct run *r)
 
 /* Give guest-init its run configuration (proto/runcfg.h) once it
  * listens: the settings words, the wall clock, the entropy; its answer
- * comes when it is ready for commands (the exec agent listens).  0, or a
- * negative errno (-EPROTO when guest-init refused it, said on stderr;
- * -ESHUTDOWN when the guest ended first). */
+ * comes when it is ready for commands (the exec agent listens).  The
+ * connection, which after the answer is the main command's exec session
+ * (docs/run-config.md), or a negative errno (-EPROTO when guest-init
+ * refused it, said on stderr; -ESHUTDOWN when the guest ended first). */
 static int send_runcfg(struct run *r)
 {
 	static uint8_t msg[RUNCFG_MAX];
@@ -1718,14 +1719,15 @@ static int send_runcfg(struct run *r)
 	ssize_t got = 0;
 	/* The answer comes once guest-init is ready for commands (its
 	 * mounts, network and exec agent: seconds on a slow host), or never
-	 * when the guest ends first. */
+	 * when the guest ends first.  One byte: what follows a 0 is the
+	 * session's. */
 	while (rc == 0) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		int pr = poll(&p, 1, 100);
 		if (pr < 0 && errno != EINTR) {
 			rc = -errno;
 		} else if (pr > 0) {
-			got = read(fd, answer, sizeof answer - 1);
+			got = read(fd, answer, 1);
 			if (got < 0 && errno == EINTR)
 				continue;
 			rc = got < 0 ? -errno : got == 0 ? -ECONNRESET : 0;
@@ -1734,18 +1736,29 @@ static int send_runcfg(struct run *r)
 			rc = -ESHUTDOWN;
 		}
 	}
-	close(fd);
 	if (rc == 0 && answer[0] != 0) {
+		/* The reason follows at once, and guest-init closes. */
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t more = 0;
+		while (got < (ssize_t)sizeof answer - 1 && poll(&p, 1, 1000) > 0 &&
+		       (more = read(fd, answer + got, sizeof answer - 1 - (size_t)got)) > 0)
+			got += more;
 		answer[got] = '\0';
+		close(fd);
 		fprintf(stderr, "kbox: guest-init refused its run configuration: %s\n", answer + 1);
 		return -EPROTO;
 	}
-	return rc;
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
-/* The main command, through the exec agent like 'kbox exec'.  Its exit
- * code (exec_client_run's), or a negative errno: the agent's connection's
- * (agent_conn_open) or the session's (exec_client_run). */
+/* The main command, through the exec agent like 'kbox exec', on the
+ * run configuration's connection (send_runcfg).  Its exit code
+ * (exec_client_run's), or a negative errno: send_runcfg's or the
+ * session's (exec_client_run). */
 static int run_command(struct run *r)
 {
 	struct run_opts *o = &r->o;
@@ -1754,10 +1767,6 @@ static int run_command(struct run *r)
 	if (fd < 0)
 		return fd;
 	timing("guest ready (run configuration taken)");
-	fd = agent_conn_open(r->sb.sock, AGENT_PORT, -1, &s->vm_done);
-	if (fd < 0)
-		return fd;
-	timing("exec agent connected");
 	atomic_store(&s->agent_fd, fd);
 	if (atomic_load(&s->vm_done))
 		shutdown(fd, SHUT_RDWR);
@@ -1862,6 +1871,8 @@ static int run_sandbox(struct run *r)
 			return KBOX_EXIT_FAILURE;
 		fork_serve(r);
 		int rc = send_runcfg(r);
+		if (rc >= 0)
+			close(rc);
 		if (rc < 0 && !atomic_load(&r->s.vm_done))
 			fprintf(stderr, "kbox: the copy's guest did not take its new name and entropy: "
 					"%s\n", strerror(-rc));

@@ -214,25 +214,17 @@ static void take_entropy_and_clock(const struct runcfg *c)
 		say("set the clock: %s", strerror(errno));
 }
 
-/* The run configuration's connection, held open until guest-init is
- * ready for commands. */
+/* The run configuration's connection, from its message until the main
+ * command's session takes it (main). */
 static int runcfg_fd = -1;
 
-/* Answer the run configuration with byte 0 once the exec agent listens
- * (guest-init's copy of the connection closed: after a first run
- * configuration, a session child holds it for the main command). */
+/* Answer a run configuration with byte 0: taken and applied (the first
+ * one once the exec agent listens).  The connection stays open. */
 static void answer_ok(int fd)
 {
 	uint8_t ok = 0;
 	if (write(fd, &ok, 1) < 0)
 		say("answer the run configuration: %s", strerror(errno));
-	close(fd);
-}
-
-static void runcfg_ready(void)
-{
-	answer_ok(runcfg_fd);
-	runcfg_fd = -1;
 }
 
 /* The run configuration (proto/runcfg.h, docs/run-config.md): wait on
@@ -241,8 +233,8 @@ static void runcfg_ready(void)
  * entropy and wall clock, keep the environment, CA and host name
  * (guest-init/senv.h), and return the settings words, whose
  * kbox.mounts=, kbox.disks= and kbox.root= parse_words reads; the answer
- * (byte 0) waits for runcfg_ready.  Nothing per-run happens before this:
- * no mount of a share, no network. */
+ * (byte 0) comes from main once the exec agent listens.  Nothing per-run
+ * happens before this: no mount of a share, no network. */
 static char *wait_runcfg(void)
 {
 	static uint8_t msg[RUNCFG_MAX];
@@ -272,7 +264,7 @@ static char *wait_runcfg(void)
 		 * restored guest a copy of it (half a MiB of them in all). */
 		memset(msg, 0, (size_t)len);
 		close(lfd);
-		runcfg_fd = cfd; /* answered by runcfg_ready */
+		runcfg_fd = cfd; /* answered in main */
 		return words;
 	}
 }
@@ -309,6 +301,7 @@ static void serve_refresh(void)
 		}
 		memset(msg, 0, (size_t)len);
 		answer_ok(cfd);
+		close(cfd);
 	}
 }
 
@@ -681,15 +674,17 @@ int main(void)
 		_exit(1);
 	}
 	close(lfd);
-	/* After the answer the run configuration's connection is the main
-	 * command's exec session (docs/run-config.md): kbox sends its EXEC
-	 * request there instead of connecting to the agent again. */
+	/* The answer; then the run configuration's connection is the main
+	 * command's exec session (docs/run-config.md), served by a child
+	 * (kbox's EXEC request may be waiting in it already). */
+	answer_ok(runcfg_fd);
 	pid_t first = fork();
 	if (first < 0)
 		die("fork: %s", strerror(errno));
 	if (first == 0)
 		_exit(agent_serve_fd(runcfg_fd) < 0 ? 1 : 0);
-	runcfg_ready();
+	close(runcfg_fd);
+	runcfg_fd = -1;
 	pid_t refresher = fork();
 	if (refresher == 0) {
 		serve_refresh();

@@ -731,6 +731,7 @@ struct run {
 	int ready_fd;  /* -d: the pipe to the waiting parent, else -1 */
 	bool began;    /* the session's parts are set up (run_begin) */
 	bool claimed, vm_made, bus_made, vmt_started;
+	bool runcfg_refused; /* said by send_runcfg: no second message */
 	int klog_fd;
 	char klog_used[PATH_MAX];
 	uint8_t *kimg, *initrd;
@@ -1738,14 +1739,24 @@ static int send_runcfg(struct run *r)
 	}
 	if (rc == 0 && answer[0] != 0) {
 		/* The reason follows at once, and guest-init closes. */
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t more = 0;
-		while (got < (ssize_t)sizeof answer - 1 && poll(&p, 1, 1000) > 0 &&
-		       (more = read(fd, answer + got, sizeof answer - 1 - (size_t)got)) > 0)
+		while (got < (ssize_t)sizeof answer - 1) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			int pr = poll(&p, 1, 1000);
+			if (pr < 0 && errno == EINTR)
+				continue;
+			if (pr <= 0)
+				break;
+			ssize_t more = read(fd, answer + got, sizeof answer - 1 - (size_t)got);
+			if (more < 0 && errno == EINTR)
+				continue;
+			if (more <= 0)
+				break;
 			got += more;
+		}
 		answer[got] = '\0';
 		close(fd);
 		fprintf(stderr, "kbox: guest-init refused its run configuration: %s\n", answer + 1);
+		r->runcfg_refused = true;
 		return -EPROTO;
 	}
 	if (rc < 0) {
@@ -1825,6 +1836,8 @@ static int run_outcome(const struct run *r, int code)
 		return code;
 	if (stop_signal)
 		return 128 + stop_signal;
+	if (r->runcfg_refused)
+		return KBOX_EXIT_FAILURE;
 	if (s->end == VM_END_ERROR)
 		return cli_die("%s%s; kernel log: %s", s->vm.error,
 			       r->pvm ? " (PVM host: the guest ran an instruction its emulator lacks)"

@@ -85,8 +85,24 @@ run_probe() {
 }
 
 # --- the first run makes the template ---
+# And lets go of templates no run used for 30 days (another kbox
+# build's): two stand-ins for those, one unused for 40 days, one used 2
+# days ago.
+mkdir -m 700 "$tpl"
+stale="$tpl/t-$(printf '%064d' 0 | tr 0 e).snap"
+recent="$tpl/t-$(printf '%064d' 0 | tr 0 d).snap"
+printf 'old' > "$stale" && printf 'recent' > "$recent" && chmod 600 "$stale" "$recent"
+touch -d '40 days ago' "$stale"
+touch -d '2 days ago' "$recent"
 run_probe make tpl-make 0 "$tmp/s1"
 probe_ok "first run: its own configuration, clock and timers" make tpl-make 0 one 1 "$t0" "$t1"
+if [ ! -e "$stale" ] && [ -e "$recent" ]; then
+	ok "making a template removed one unused for 40 days, kept one used 2 days ago"
+else
+	not_ok "making a template removed one unused for 40 days, kept one used 2 days ago" \
+		"$(ls -la --time=atime "$tpl" 2>&1)"
+fi
+rm -f "$recent"
 n=$(ntemplates)
 if [ "$n" -eq 1 ]; then ok "first run saved one template"
 else not_ok "first run saved one template ($n)" "$(ls -la "$tpl" 2>&1; tail -5 "$tmp/make.err")"; fi

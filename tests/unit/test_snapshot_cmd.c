@@ -556,6 +556,72 @@ START_TEST(touch_marks_a_template_used)
 }
 END_TEST
 
+/* What a run that makes a template removes: the others unused (and not
+ * made) for longer than the days, yours, regular, one link; never the
+ * one it keeps, a symlink, another name or a second link. */
+START_TEST(expire_removes_only_long_unused_templates)
+{
+	char old[TEMPLATE_NAME_LEN + 1], used[TEMPLATE_NAME_LEN + 1], made[TEMPLATE_NAME_LEN + 1],
+		kept[TEMPLATE_NAME_LEN + 1], link2[TEMPLATE_NAME_LEN + 1], sym[TEMPLATE_NAME_LEN + 1],
+		old2[TEMPLATE_NAME_LEN + 1];
+	name_of("0001", '0', old);
+	name_of("0002", '0', used);
+	name_of("0003", '0', made);
+	name_of("0004", '0', kept);
+	name_of("0005", '0', link2);
+	name_of("0006", '0', sym);
+	name_of("0007", '0', old2);
+	make_template(old, 1);
+	make_template(used, 1);
+	make_template(made, 1);
+	make_template(kept, 1);
+	make_template(link2, 1);
+	make_template(old2, 2);
+	put_file("notes.txt", 0600);
+	char p1[PATH_MAX], p2[PATH_MAX];
+	path_of(link2, p1, sizeof p1);
+	path_of("second-link", p2, sizeof p2);
+	ck_assert_int_eq(link(p1, p2), 0);
+	path_of(old, p1, sizeof p1);
+	path_of(sym, p2, sizeof p2);
+	ck_assert_int_eq(symlink(p1, p2), 0);
+	time_t now = time(NULL);
+	set_times(old, now - 31 * DAY, now - 40 * DAY);
+	set_times(old2, now - 100 * DAY, now - 100 * DAY);
+	set_times(used, now - 29 * DAY, now - 40 * DAY);  /* used since */
+	set_times(made, now - 40 * DAY, now - 2 * DAY);   /* made since (times copied) */
+	set_times(kept, now - 40 * DAY, now - 40 * DAY);  /* this run's */
+	set_times(link2, now - 40 * DAY, now - 40 * DAY); /* two names */
+	set_times("notes.txt", now - 40 * DAY, now - 40 * DAY);
+	set_times(sym, now - 40 * DAY, now - 40 * DAY);
+
+	char path[PATH_MAX];
+	struct stat st;
+	path_of(old, path, sizeof path);
+	ck_assert_int_eq(stat(path, &st), 0);
+	uint64_t expect = (uint64_t)st.st_blocks * 512;
+	path_of(old2, path, sizeof path);
+	ck_assert_int_eq(stat(path, &st), 0);
+	expect += (uint64_t)st.st_blocks * 512;
+	uint64_t freed = 0;
+	ck_assert_int_eq(template_expire(dir, kept, 30, &freed), 2);
+	ck_assert_uint_eq(freed, expect);
+	ck_assert(!exists(old));
+	ck_assert(!exists(old2));
+	ck_assert(exists(used) && exists(made) && exists(kept) && exists(link2));
+	ck_assert(exists(sym) && exists("notes.txt") && exists("second-link"));
+	/* Nothing more to remove; without a kept one, this run's goes too. */
+	ck_assert_int_eq(template_expire(dir, kept, 30, NULL), 0);
+	ck_assert_int_eq(template_expire(dir, NULL, 30, NULL), 1);
+	ck_assert(!exists(kept));
+	ck_assert_int_eq(template_expire("/nonexistent-kbox-dir", NULL, 30, NULL), -ENOENT);
+	/* A symlink to a folder is not followed. */
+	path_of("folder-link", p2, sizeof p2);
+	ck_assert_int_eq(symlink(dir, p2), 0);
+	ck_assert_int_lt(template_expire(p2, NULL, 30, NULL), 0);
+}
+END_TEST
+
 START_TEST(group_help_and_unknown)
 {
 	ck_assert_int_eq(run("--help", NULL), 0);
@@ -659,6 +725,7 @@ Suite *snapshot_cmd_suite(void)
 				  ls_empty_missing_and_unsafe, rm_by_name_key_and_prefix,
 				  rm_refuses_ambiguous_and_unknown, rm_removes_only_templates,
 				  prune_damaged_and_stale_temporaries, prune_unused_for_and_all,
-				  touch_marks_a_template_used, group_help_and_unknown,
+				  touch_marks_a_template_used, expire_removes_only_long_unused_templates,
+				  group_help_and_unknown,
 				  fork_file_private_and_unnamed, fork_file_refuses_a_shared_folder);
 }

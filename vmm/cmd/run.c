@@ -1677,6 +1677,18 @@ static int make_template(struct run *r)
 		fprintf(stderr, "kbox: template saved: %s, %.1f ms (state %.1f ms), %llu MiB file, "
 				"%llu KiB on disk\n", r->tpl_name, st.ms, st.state_ms,
 			(unsigned long long)(st.file_bytes >> 20), (unsigned long long)(st.disk_bytes >> 10));
+	/* A cache, not a store: a new template is the moment to let go of
+	 * those no run started from for a month (another kbox build's, an
+	 * older kernel's, a layout no longer used).  Before the lock-down,
+	 * which forbids unlinking. */
+	if (rc >= 0) {
+		uint64_t freed = 0;
+		long gone = template_expire(r->tpl_dir, r->tpl_name, TEMPLATE_EXPIRE_DAYS, &freed);
+		if (gone > 0 && r->o.verbose)
+			fprintf(stderr, "kbox: %ld template%s unused for %d days removed, %llu KiB freed\n",
+				gone, gone == 1 ? "" : "s", TEMPLATE_EXPIRE_DAYS,
+				(unsigned long long)(freed >> 10));
+	}
 	if (lock_down(r) || resume_vm(r))
 		return KBOX_EXIT_FAILURE;
 	return 0;

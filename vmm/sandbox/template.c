@@ -1,12 +1,14 @@
 #include "vmm/sandbox/template.h"
 
 #include <bearssl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,4 +126,37 @@ int template_touch(const char *dir, const char *name)
 		rc = -errno;
 	close(fd);
 	return rc;
+}
+
+long template_expire(const char *dir, const char *keep, long days, uint64_t *freed)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		int e = errno;
+		close(dfd);
+		return -e;
+	}
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	long count = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (!template_name_ok(e->d_name) || (keep && strcmp(e->d_name, keep) == 0) ||
+		    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+		    st.st_uid != geteuid() || st.st_nlink != 1 ||
+		    now.tv_sec - st.st_atim.tv_sec <= days * 86400L ||
+		    now.tv_sec - st.st_mtim.tv_sec <= days * 86400L)
+			continue;
+		if (unlinkat(dfd, e->d_name, 0) < 0)
+			continue;
+		count++;
+		if (freed)
+			*freed += (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return count;
 }

@@ -58,4 +58,16 @@ int template_name_ok(const char *name);
  * is followed).  0 or a negative errno. */
 int template_touch(const char *dir, const char *name);
 
+/* Days after which a run that makes a template removes the others no run
+ * started from (and none was made) in that time (docs/snapshots.md). */
+#define TEMPLATE_EXPIRE_DAYS 30
+
+/* Remove from dir the templates (regular files with a template's name,
+ * yours, one link) whose access and modification times are both more
+ * than days days old, keep excepted (NULL: none).  A template removed
+ * is safe: the next run of its layout boots cold and makes it again.
+ * The number removed (their disk space added to *freed when freed is
+ * not NULL), or a negative errno when dir cannot be opened. */
+long template_expire(const char *dir, const char *keep, long days, uint64_t *freed);
+
 #endif

@@ -283,6 +283,12 @@ hw-bench-start: hw-prep
 	B=$(BUILD) CC=$(CC) sh -c '. bench/lib/lib.sh'
 	KBOX_HWKVM_NAME=hw-bench-start tests/hwkvm/run.sh $(BUILD) bench-start
 
+# A cold and a restored kbox run step by step (KBOX_TIMING), in L1.
+.PHONY: hw-bench-start-steps
+hw-bench-start-steps: hw-prep
+	B=$(BUILD) CC=$(CC) sh -c '. bench/lib/lib.sh'
+	KBOX_HWKVM_NAME=hw-bench-start-steps tests/hwkvm/run.sh $(BUILD) bench-start-steps
+
 # CI: the host-side layers, the PVM smoke, every suite on the emulated
 # hardware-KVM lane (as the ordinary user and as root), then the hostile
 # guest against the real kbox.

@@ -35,6 +35,7 @@ e2e-fork:both:90:tests/e2e/fork.sh BUILD
 bench-boot:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-boot bench/boot/run.sh 5 BUILD
 bench-disk:user:300:env EMULATED=tcg OUT=/tmp/kbox-bench-disk bench/disk/run.sh BUILD
 bench-start:user:240:env EMULATED=tcg OUT=/tmp/kbox-bench-start bench/start/run.sh 5 BUILD
+bench-start-steps:user:60:bench/start/steps.sh 5 BUILD
 e2e-workflow:both:300:tests/e2e/workflow.sh BUILD
 e2e-agents:both:500:tests/e2e/agents.sh BUILD
 e2e-podman:both:420:tests/e2e/podman.sh BUILD

@@ -271,8 +271,7 @@ hw-bench: hw-prep
 # bench/start: kbox run booted cold against started from a template, and
 # the memory of 1, 4, 8 sandboxes either way (docs/benchmarks.md).  A
 # benchmark, not a test: not in check.  ITER=N sets the iterations (the
-# script's default: 1 on PVM hosts, 5 otherwise); on PVM it measures only
-# with KBOX_TEMPLATES=on.
+# script's default: 1 on PVM hosts, 5 otherwise).
 .PHONY: bench-start hw-bench-start
 bench-start: all kernel
 	bench/start/run.sh "$(ITER)" $(BUILD)

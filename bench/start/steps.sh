@@ -15,8 +15,7 @@
 # steps say it was restored; a failed run stays out of the medians.  The
 # last line is "bench-start-steps: N passed, M failed".  Environment: BUILD
 # (BUILD_DIR wins), CC (for benchtool), TIMEOUT (seconds per run: 600 on
-# PVM, else 30 times KBOX_TIMEOUT_MULT).  On a PVM host kbox uses no
-# templates unless KBOX_TEMPLATES=on (docs/snapshots.md).
+# PVM, else 30 times KBOX_TIMEOUT_MULT).
 set -u
 cd "$(dirname "$0")/../.."
 B=${2:-${BUILD:-build}}
@@ -31,10 +30,8 @@ fi
 case $rounds in '' | *[!0-9]* | 0*) echo "usage: bench/start/steps.sh [ROUNDS [BUILD_DIR]]" >&2; exit 2 ;; esac
 [ -x "$B/kbox" ] || { echo "bench-start-steps: $B/kbox is missing (make all; make kernel)" >&2; exit 2; }
 [ -e /dev/kvm ] || { echo "bench-start-steps: skip, no /dev/kvm"; exit 0; }
-if [ $pvm = 1 ] && [ "${KBOX_TEMPLATES:-}" != on ]; then
-	echo "bench-start-steps: skip, PVM host: kbox run uses no templates here unless" \
-		"KBOX_TEMPLATES=on (docs/snapshots.md)"
-	exit 0
+if [ "${KBOX_TEMPLATES:-}" = off ]; then
+	echo "bench-start-steps: skip, KBOX_TEMPLATES=off: kbox run uses no templates"; exit 0
 fi
 # benchtool ($TOOL)
 . bench/lib/lib.sh

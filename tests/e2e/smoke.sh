@@ -1,9 +1,10 @@
 #!/bin/sh
 # The PVM lane's smoke (make pvm-smoke): two boots on this host's own
 # /dev/kvm that between them exercise exec, files, network, secrets and
-# images, so that the kernel this host boots (vmlinux-pvm on PVM) stays
-# proven while the full e2e suites run on the emulated hardware-KVM lane
-# (tests/hwkvm).  Network traffic goes only to a server on the host's
+# images, and the first boot's checks once more from the template it made
+# (docs/snapshots.md), so that the kernel this host boots (vmlinux-pvm on
+# PVM) and its restore stay proven while the full e2e suites run on the
+# emulated hardware-KVM lane (tests/hwkvm).  Network traffic goes only to a server on the host's
 # loopback, reached as host.kbox.internal.
 #   tests/e2e/smoke.sh BUILD_DIR
 set -u
@@ -14,6 +15,10 @@ e2e_need_kvm "the boots"
 busybox=${BUSYBOX:-/bin/busybox}
 [ -x "$busybox" ] && ! ldd "$busybox" >/dev/null 2>&1 || e2e_skip "$busybox is missing or not static (busybox-static)"
 export KBOX_CA_DIR="$tmp/ca"
+# Templates in a folder of the smoke's own: boot 1 makes one, boot 3
+# starts from it; the user's cache is neither used nor changed.
+unset KBOX_TEMPLATES
+export KBOX_TEMPLATE_DIR="$tmp/templates"
 
 # ---- boot 1: exec, a shared folder, the network, a secret ----------------
 mkdir -p "$tmp/share" "$tmp/www"
@@ -41,42 +46,50 @@ echo stdout-line
 echo stderr-line >&2
 exit 3
 EOF
-boot1() {
-	rm -f "$tmp/share/out.txt" "$tmp/kernel1.log"
+# checks_boot N: the checks above in one kbox run, --verbose (its stderr
+# says whether it was restored), its kernel log in kernel.log.
+checks_boot() {
+	rm -f "$tmp/share/out.txt" "$tmp/kernel.log"
 	start=$(date +%s)
-	timeout "$boot_timeout" "$kbox" run --secret-conf "$tmp/secrets.yaml" \
-		--allow "host.kbox.internal:$port" --kernel-log "$tmp/kernel1.log" \
+	timeout "$boot_timeout" "$kbox" run --verbose --secret-conf "$tmp/secrets.yaml" \
+		--allow "host.kbox.internal:$port" --kernel-log "$tmp/kernel.log" \
 		-v "$tmp/share:/share" -- sh /share/checks.sh >"$tmp/out" 2>"$tmp/err"
 	rc=$?
-	echo "# boot 1 took $(($(date +%s) - start)) s"
+	echo "# boot $1 took $(($(date +%s) - start)) s"
 }
 # What the guest kernel said of faults (segfault, traps, oops), for the log.
 guest_faults() {
 	grep -iE 'segfault|traps:|general protection|oops|BUG:|killed process' \
-		"$tmp/kernel1.log" 2>/dev/null | head -20
+		"$tmp/kernel.log" 2>/dev/null | head -20
 }
-boot1
+# checks N PREFIX: boot N runs the checks; PREFIX before each result's name.
 # A guest program that crashed is told apart from a wrong answer.  This
 # host's PVM emulates guest ring 0 (docs/pvm.md); a crash of a guest
 # process (seen once in CI, in busybox's nc/grep pipeline, not repeated in
-# 40 tries here) gets one second boot, said in the log; a wrong answer, or
+# 40 tries here) gets one more run, said in the log; a wrong answer, or
 # a crash again, fails.
-if grep -q '^not ok' "$tmp/out"; then
-	faults=$(guest_faults)
-	if [ -n "$faults" ] || grep -q '^not ok.*Segmentation fault' "$tmp/out"; then
-		[ -z "$faults" ] || printf '%s\n' "$faults" | sed 's/^/# guest kernel: /'
-		grep '^not ok' "$tmp/out" | sed 's/^/# first boot: /'
-		echo "# a guest process crashed on boot 1: booting it once more"
-		boot1
-		guest_faults | sed 's/^/# guest kernel: /'
+checks() {
+	checks_boot "$1"
+	if grep -q '^not ok' "$tmp/out"; then
+		faults=$(guest_faults)
+		if [ -n "$faults" ] || grep -q '^not ok.*Segmentation fault' "$tmp/out"; then
+			[ -z "$faults" ] || printf '%s\n' "$faults" | sed 's/^/# guest kernel: /'
+			grep '^not ok' "$tmp/out" | sed 's/^/# first try: /'
+			echo "# a guest process crashed on boot $1: running it once more"
+			checks_boot "$1"
+			guest_faults | sed 's/^/# guest kernel: /'
+		fi
 	fi
-fi
-host_check "exec: the command's exit code comes back" [ "$rc" -eq 3 ]
-host_check "exec: stdout and stderr stay apart" sh -c "grep -qx stdout-line '$tmp/out' && grep -qx stderr-line '$tmp/err' && ! grep -q stderr-line '$tmp/out'"
-e2e_guest_results "" "$tmp/out"
-host_check "fs: the host sees the guest's file" [ "$(cat "$tmp/share/out.txt" 2>/dev/null)" = from-guest ]
-host_check "secrets: the real value never reached the guest's output" sh -c "! grep -qF '$real' '$tmp/out' '$tmp/err'"
-[ "$rc" -eq 3 ] || not_ok "boot 1" "$(tail -5 "$tmp/err")"
+	host_check "$2exec: the command's exit code comes back" [ "$rc" -eq 3 ]
+	host_check "$2exec: stdout and stderr stay apart" sh -c "grep -qx stdout-line '$tmp/out' && grep -qx stderr-line '$tmp/err' && ! grep -q stderr-line '$tmp/out'"
+	e2e_guest_results "$2" "$tmp/out"
+	host_check "$2fs: the host sees the guest's file" [ "$(cat "$tmp/share/out.txt" 2>/dev/null)" = from-guest ]
+	host_check "$2secrets: the real value never reached the guest's output" sh -c "! grep -qF '$real' '$tmp/out' '$tmp/err'"
+	[ "$rc" -eq 3 ] || not_ok "boot $1" "$(grep -v '^\[' "$tmp/err" | tail -5)"
+}
+checks 1 ""
+ntpl() { find "$KBOX_TEMPLATE_DIR" -name 't-*.snap' 2>/dev/null | wc -l; }
+host_check "template: boot 1 made one" sh -c "[ $(ntpl) -eq 1 ] && grep -q 'kbox: template saved' '$tmp/err'"
 
 # ---- boot 2: an image -----------------------------------------------------
 img="$tmp/image"
@@ -102,5 +115,9 @@ else
 $(tail -5 "$tmp/err")"
 fi
 host_check "image: the image folder is unchanged" [ ! -e "$img/etc/new" ]
+
+# ---- boot 3: boot 1's checks again, restored from its template ------------
+checks 3 "restored: "
+host_check "restored: boot 3 started from boot 1's template" grep -q '^kbox: restored t-.*\.snap' "$tmp/err"
 
 e2e_finish

@@ -17,9 +17,6 @@ set -u
 e2e_tmp
 
 e2e_need_kvm "the boots"
-if [ -e /sys/module/kvm_pvm ] && [ "${KBOX_TEMPLATES:-}" != on ]; then
-	e2e_skip "templates are off on PVM hosts (KBOX_TEMPLATES=on runs this anyway)"
-fi
 unset KBOX_TEMPLATES
 tpl="$tmp/templates"
 export KBOX_TEMPLATE_DIR="$tpl"

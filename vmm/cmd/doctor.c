@@ -39,16 +39,11 @@ static void line(int ok, const char *fmt, ...)
 
 /* Whether runs start from templates here (docs/snapshots.md), and
  * whether their folder is usable. */
-static void check_templates(int pvm)
+static void check_templates(void)
 {
 	const char *env = getenv("KBOX_TEMPLATES");
 	if (env && strcmp(env, "off") == 0) {
 		line(1, "templates: off (KBOX_TEMPLATES=off): every run boots cold");
-		return;
-	}
-	if (pvm && !(env && strcmp(env, "on") == 0)) {
-		line(1, "templates: off on PVM (a restored guest's clock would jump by the "
-			"template's age; KBOX_TEMPLATES=on tries anyway): every run boots cold");
 		return;
 	}
 	char dir[PATH_MAX], err[256];
@@ -170,7 +165,7 @@ int doctor_main(int argc, char **argv)
 		line(1, "no Landlock in this kernel (%s): kbox runs with seccomp only; a 5.13+ "
 			"kernel with lsm=landlock adds file confinement", strerror(errno));
 	check_ca();
-	check_templates(pvm);
+	check_templates();
 	if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0)
 		line(1, "seccomp filters available");
 	else

@@ -174,9 +174,8 @@ void run_usage(FILE *f)
 		"      --cold            boot the kernel instead of starting from a template\n"
 		"                        (a snapshot of a booted guest, made by the first\n"
 		"                        run of each layout, in ~/.cache/kbox/templates;\n"
-		"                        hardware KVM only: PVM boots cold unless\n"
-		"                        KBOX_TEMPLATES=on; KBOX_TEMPLATES=off: never;\n"
-		"                        'kbox snapshot ls' lists them)\n"
+		"                        KBOX_TEMPLATES=off: never; 'kbox snapshot ls'\n"
+		"                        lists them)\n"
 		"      --verbose         kernel log and kbox's decisions on stderr\n"
 		"      --no-lockdown     no seccomp/Landlock confinement of kbox (debugging)\n"
 		"  -h, --help            this help\n"
@@ -1187,24 +1186,17 @@ static void compute_layout(struct run *r)
 
 /* Whether this run starts from a template, makes one, or neither: the
  * key of its boot layout, and the file if there is one.  Off with
- * --cold or KBOX_TEMPLATES=off, and on PVM unless KBOX_TEMPLATES=on
- * (a restored PVM guest's TSC has moved on by the template's age:
- * docs/snapshots.md). */
+ * --cold or KBOX_TEMPLATES=off.  On PVM too: a restored guest's TSC has
+ * moved on by the template's age there, which the PVM kernel's
+ * timekeeping takes in its stride (docs/snapshots.md). */
 static void choose_template(struct run *r)
 {
 	struct run_opts *o = &r->o;
 	const char *env = getenv("KBOX_TEMPLATES");
-	bool off = env && strcmp(env, "off") == 0, forced = env && strcmp(env, "on") == 0;
+	bool off = env && strcmp(env, "off") == 0;
 	r->tpl = TPL_OFF;
 	if (o->cold || off)
 		return;
-	if (r->pvm && !forced) {
-		if (o->verbose)
-			fprintf(stderr, "kbox: PVM host: booting cold (templates are off on PVM: a "
-					"restored guest's clock would jump by the template's age; "
-					"KBOX_TEMPLATES=on tries anyway)\n");
-		return;
-	}
 	char err[512] = "the layout has no key";
 	if (!r->have_layout ||
 	    template_dir(r->tpl_dir, sizeof r->tpl_dir, true, err, sizeof err) < 0) {

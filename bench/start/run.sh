@@ -303,8 +303,7 @@ echo "# RSS counts the template's pages in every sandbox that maps them; PSS sha
 echo "# private: pages mapped by one process only (Private_Clean + Private_Dirty). MemAvailable is"
 echo "# the whole machine's: other work moves it (a negative drop: memory was freed meanwhile)."
 if [ $pvm = 1 ]; then
-	echo "# PVM host: guest ring 0 is emulated; times measure the emulator more than kbox,"
-	echo "# and templates are off by default there (docs/snapshots.md: the restored TSC)."
+	echo "# PVM host: guest ring 0 is emulated; times measure the emulator more than kbox."
 fi
 if [ -n "$EMULATED" ]; then
 	echo "# EMULATED ($EMULATED): this machine is itself a guest in software emulation; absolute"

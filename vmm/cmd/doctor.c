@@ -83,9 +83,10 @@ static void check_kvm(int pvm)
 		line(0, "/dev/kvm speaks API %d, kbox needs %d", api, KVM_API_VERSION);
 		return;
 	}
-	line(1, "/dev/kvm is usable: %s", pvm ? "PVM (no hardware virtualization: guests "
-						"boot in tens of seconds; docs/pvm.md)"
-					      : "hardware KVM");
+	line(1, "/dev/kvm is usable: %s",
+	     pvm ? "PVM (no hardware virtualization: a cold boot takes tens of seconds, a "
+		   "start from a template a few; docs/pvm.md)"
+		 : "hardware KVM");
 }
 
 static void check_file(const char *what, const char *name, const char *fix)

@@ -4,8 +4,8 @@
 # images, and the first boot's checks once more from the template it made
 # (docs/snapshots.md), so that the kernel this host boots (vmlinux-pvm on
 # PVM) and its restore stay proven while the full e2e suites run on the
-# emulated hardware-KVM lane (tests/hwkvm).  Network traffic goes only to a server on the host's
-# loopback, reached as host.kbox.internal.
+# emulated hardware-KVM lane (tests/hwkvm).  Network traffic goes only to
+# a server on the host's loopback, reached as host.kbox.internal.
 #   tests/e2e/smoke.sh BUILD_DIR
 set -u
 # shellcheck source=tests/e2e/lib.sh

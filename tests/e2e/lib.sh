@@ -110,6 +110,9 @@ e2e_wait_file() {
 	while [ ! -s "$1" ] && [ $_e2e_i -lt 50 ]; do sleep 0.1; _e2e_i=$((_e2e_i + 1)); done
 }
 
+# e2e_templates DIR: how many template files (t-*.snap) DIR holds.
+e2e_templates() { find "$1" -maxdepth 1 -name 't-*.snap' 2>/dev/null | wc -l; }
+
 # e2e_free_port: print a TCP port on 127.0.0.1 that was free a moment ago.
 e2e_free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'

@@ -88,8 +88,7 @@ checks() {
 	[ "$rc" -eq 3 ] || not_ok "boot $1" "$(grep -v '^\[' "$tmp/err" | tail -5)"
 }
 checks 1 ""
-ntpl() { find "$KBOX_TEMPLATE_DIR" -name 't-*.snap' 2>/dev/null | wc -l; }
-host_check "template: boot 1 made one" sh -c "[ $(ntpl) -eq 1 ] && grep -q 'kbox: template saved' '$tmp/err'"
+host_check "template: boot 1 made one" sh -c "[ $(e2e_templates "$KBOX_TEMPLATE_DIR") -eq 1 ] && grep -q 'kbox: template saved' '$tmp/err'"
 
 # ---- boot 2: an image -----------------------------------------------------
 img="$tmp/image"

@@ -29,7 +29,7 @@ run() {
 	timeout "$boot_timeout" "$kbox" "$@" > "$tmp/$_n.out" 2> "$tmp/$_n.err" < /dev/null
 	rc=$?
 }
-ntemplates() { find "$tpl" -maxdepth 1 -name 't-*.snap' 2>/dev/null | wc -l; }
+ntemplates() { e2e_templates "$tpl"; }
 # What every run below prints: 32 bytes of the CRNG, a fresh UUID, the
 # guest's wall clock, its uptime around a one-second sleep, the host name,
 # an environment variable, the vCPUs online and a shared file.

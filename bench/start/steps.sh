@@ -7,8 +7,11 @@
 #   make hw-bench-start-steps                   (in L1, as the ordinary user)
 #
 # Prints each step's median time, from the step before it, for the cold
-# and the template runs; kbox's own total (to "cleaned up"); and the time
-# from the process's start to its exit (benchtool out).  The run that makes
+# and the template runs; kbox's own total (to "cleaned up"); the time
+# from the process's start to its exit (benchtool out); the span a
+# template replaces (devices attached to guest-init's connection: the
+# kernel's load and boot, or the restore and resume); and the ratios
+# cold / template of those three.  The run that makes
 # the template is outside the medians.  Templates go to a fresh folder of
 # the script's own (KBOX_TEMPLATE_DIR): the user's cache is neither used
 # nor touched.  A run passes when it exits 0, a template run only when its
@@ -81,6 +84,11 @@ while [ "$i" -le "$rounds" ]; do
 done
 # Each run's steps as "KIND<TAB>STEP<TAB>ms from the step before", then
 # the medians over the runs that have the step, in the order first seen.
+# One more line per run: the span a template replaces, from the devices
+# attached to guest-init's connection for its run configuration (a cold
+# run loads the kernel and boots in it, a template run restores and
+# resumes), and the ratios of the medians of that span and of the totals.
+span="boot / restore to guest-init connected (span)"
 for kind in cold template; do
 	for f in "$tmp/$kind".*; do
 		[ -f "$f" ] || continue
@@ -88,8 +96,13 @@ for kind in cold template; do
 			awk -F'\t' -v k="$kind" '
 				$2 ~ /\(total\)$/ { print k "\t" $2 "\t" $1; next }
 				$2 == "kernel loaded" || $2 == "restored" { $2 = "kernel loaded / template restored" }
+				$2 == "devices attached" { dev = $1 }
+				$2 == "run configuration: connected" && dev != "" { conn = $1 - dev }
 				{ print k "\t" $2 "\t" $1 - prev; prev = $1; total = $1 }
-				END { print k "\tin kbox, to \"cleaned up\" (total)\t" total }'
+				END {
+					print k "\tin kbox, to \"cleaned up\" (total)\t" total
+					if (conn != "") print k "\t" span "\t" conn
+				}' span="$span"
 	done
 done | awk -F'\t' -v rounds="$rounds" '
 	function median(list,    a, n, i, j, t) {
@@ -108,7 +121,11 @@ done | awk -F'\t' -v rounds="$rounds" '
 			c = (("cold", s) in v) ? sprintf("%.1f", median(v["cold", s])) : "-"
 			t = (("template", s) in v) ? sprintf("%.1f", median(v["template", s])) : "-"
 			printf "%-50s %10s %10s\n", s, c, t
+			if (s ~ /\((total|span)\)$/ && c != "-" && t != "-" && t + 0 > 0)
+				ratio[++nr] = sprintf("%s %.2fx", s, c / t)
 		}
+		for (i = 1; i <= nr; i++)
+			printf "# cold / template: %s\n", ratio[i]
 	}'
 echo "bench-start-steps: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

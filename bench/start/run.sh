@@ -48,7 +48,7 @@
 #         started from the template (kbox run -d).
 # No network is used beyond kbox's own default.
 set -eu
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 B=${2:-${BUILD:-build}}
 CC=${CC:-cc}
 SETTLE=${SETTLE:-2}

@@ -20,7 +20,7 @@
 # (BUILD_DIR wins), CC (for benchtool), TIMEOUT (seconds per run: 600 on
 # PVM, else 30 times KBOX_TIMEOUT_MULT).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 B=${2:-${BUILD:-build}}
 CC=${CC:-cc}
 pvm=0

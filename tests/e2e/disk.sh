@@ -2,12 +2,13 @@
 # End-to-end test of disk volumes through real `kbox run --disk`
 # (docs/disks.md): bad specs refused before any boot; a new volume made
 # sparse and private in the data folder; a pattern (KBOX_E2E_DISK_MB,
-# default 256 MiB, 1 MiB on PVM hosts) written in the guest and found whole in the volume file
-# on the host (debugfs reads the ext4 the guest wrote) and in a second
-# run; a file put in by the host read back in the guest; a second sandbox
-# on a volume in use refused, and `kbox disk rm` of it refused, while
-# `kbox disk ls` says it is in use; a read-only disk refuses writes; a
-# larger size= grows the filesystem; `kbox disk rm` removes it.
+# default 256 MiB, 1 MiB on PVM hosts) written in the guest and found
+# whole in the volume file on the host (debugfs reads the ext4 the guest
+# wrote) and in a second run; a file put in by the host read back in
+# the guest; a second sandbox on a volume in use refused, and `kbox disk
+# rm` of it refused, while `kbox disk ls` says it is in use; a read-only
+# disk refuses writes; a larger size= grows the filesystem; `kbox disk
+# rm` removes it.
 #   tests/e2e/disk.sh BUILD_DIR
 # Talks to nothing: no network (--network none), files in a scratch folder
 # and in the user's own kbox data folder (the volumes this script names,

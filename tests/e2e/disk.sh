@@ -28,8 +28,7 @@ trap cleanup EXIT
 # On PVM the guest's kernel runs emulated (docs/pvm.md): /dev/urandom
 # gives ~20 KiB/s there and a 4 MiB write through ext4 takes ~35 s, so
 # the pattern is 1 MiB unless KBOX_E2E_DISK_MB says otherwise.
-if [ -n "${KBOX_E2E_DISK_MB:-}" ]; then mb=$KBOX_E2E_DISK_MB
-elif [ -e /sys/module/kvm_pvm ]; then mb=1; else mb=256; fi
+mb=$(e2e_mb KBOX_E2E_DISK_MB 1 256)
 data=${XDG_DATA_HOME:-$HOME/.local/share}/kbox/disks
 unset KBOX_DISK_DIR
 # check NAME 'SHELL EXPRESSION': ok if it is true.

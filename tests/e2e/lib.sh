@@ -110,6 +110,15 @@ e2e_wait_file() {
 	while [ ! -s "$1" ] && [ $_e2e_i -lt 50 ]; do sleep 0.1; _e2e_i=$((_e2e_i + 1)); done
 }
 
+# e2e_mb VAR PVM_MB MB: the size in MiB of a suite's heavy transfer: $VAR
+# when it is set, PVM_MB on PVM hosts (their guest kernel runs emulated,
+# docs/pvm.md), else MB.
+e2e_mb() {
+	eval "_e2e_mb=\${$1:-}"
+	if [ -n "$_e2e_mb" ]; then echo "$_e2e_mb"
+	elif [ -e /sys/module/kvm_pvm ]; then echo "$2"; else echo "$3"; fi
+}
+
 # e2e_templates DIR: how many template files (t-*.snap) DIR holds.
 e2e_templates() { find "$1" -maxdepth 1 -name 't-*.snap' 2>/dev/null | wc -l; }
 

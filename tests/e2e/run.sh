@@ -130,8 +130,7 @@ rm -f "$tmp/back"
 # Bytes in through stdin and back, compared.  Smaller on PVM hosts, where
 # each way costs seconds per MiB.
 # KBOX_E2E_STDIN_MB sets the size in MiB (default 100, 4 on PVM).
-if [ -n "${KBOX_E2E_STDIN_MB:-}" ]; then size=$((KBOX_E2E_STDIN_MB * 1024 * 1024))
-elif [ -e /sys/module/kvm_pvm ]; then size=$((4 * 1024 * 1024)); else size=$((100 * 1024 * 1024)); fi
+size=$(($(e2e_mb KBOX_E2E_STDIN_MB 4 100) * 1024 * 1024))
 head -c "$size" /dev/urandom > "$tmp/blob"
 STDIN_FILE="$tmp/blob" check "exec: $size bytes in through stdin" 0 "" "" -- exec "$sbx" -- /bin/sh -c 'cat > /tmp/blob'
 timeout "$boot_timeout" "$kbox" exec "$sbx" -- cat /tmp/blob > "$tmp/back" 2> "$tmp/err"

@@ -121,6 +121,15 @@ e2e_mb() {
 
 # e2e_templates DIR: how many template files (t-*.snap) DIR holds.
 e2e_templates() { find "$1" -maxdepth 1 -name 't-*.snap' 2>/dev/null | wc -l; }
+# e2e_pids_of TEXT: the pids of this user's processes whose command line,
+# its words joined by spaces, contains TEXT.
+e2e_pids_of() {
+	for _c in /proc/[0-9]*/cmdline; do
+		tr '\0' ' ' < "$_c" 2>/dev/null | grep -qF -- "$1" || continue
+		_p=${_c#/proc/}
+		echo "${_p%/cmdline}"
+	done
+}
 
 # e2e_free_port: print a TCP port on 127.0.0.1 that was free a moment ago.
 e2e_free_port() {

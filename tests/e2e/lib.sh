@@ -110,26 +110,21 @@ e2e_wait_file() {
 	while [ ! -s "$1" ] && [ $_e2e_i -lt 50 ]; do sleep 0.1; _e2e_i=$((_e2e_i + 1)); done
 }
 
+# e2e_pvm: true on a PVM host, where the guest kernel runs emulated
+# (docs/pvm.md).
+e2e_pvm() { [ -e /sys/module/kvm_pvm ]; }
+
 # e2e_mb VAR PVM_MB MB: the size in MiB of a suite's heavy transfer: $VAR
 # when it is set, PVM_MB on PVM hosts (their guest kernel runs emulated,
 # docs/pvm.md), else MB.
 e2e_mb() {
 	eval "_e2e_mb=\${$1:-}"
 	if [ -n "$_e2e_mb" ]; then echo "$_e2e_mb"
-	elif [ -e /sys/module/kvm_pvm ]; then echo "$2"; else echo "$3"; fi
+	elif e2e_pvm; then echo "$2"; else echo "$3"; fi
 }
 
 # e2e_templates DIR: how many template files (t-*.snap) DIR holds.
 e2e_templates() { find "$1" -maxdepth 1 -name 't-*.snap' 2>/dev/null | wc -l; }
-# e2e_pids_of TEXT: the pids of this user's processes whose command line,
-# its words joined by spaces, contains TEXT.
-e2e_pids_of() {
-	for _c in /proc/[0-9]*/cmdline; do
-		tr '\0' ' ' < "$_c" 2>/dev/null | grep -qF -- "$1" || continue
-		_p=${_c#/proc/}
-		echo "${_p%/cmdline}"
-	done
-}
 
 # e2e_free_port: print a TCP port on 127.0.0.1 that was free a moment ago.
 e2e_free_port() {

@@ -205,28 +205,32 @@ probe_ok "--cpus 2 restored: two vCPUs" c2b tpl-c2 4 two 2 "$t0" "$t1"
 # vCPU sends it an NMI.  On PVM that NMI used to end the run (an emulation
 # failure on `lsl`, docs/pvm.md); kbox's PVM switches keep stall reports off
 # there.  The stall timeout is cut to its floor, 3 s, so a 6 s stop passes it.
+# The sandbox lives under a runtime folder of its own, so its info file
+# (the pid kbox stop uses) is at a known path.
 sbx="tpl-leap-$$"
-if out=$(timeout "$boot_timeout" "$kbox" run -d --name "$sbx" --cpus 2 --kernel-log "$tmp/leap.klog" \
-	--append rcupdate.rcu_cpu_stall_timeout=3 -- sh -c 'while :; do : < /proc/version; done' 2>"$tmp/leap.err") &&
-	[ "$out" = "$sbx" ]; then
-	pids=$(e2e_pids_of "--name $sbx ")
+rt="$tmp/rt"
+mkdir -m 700 "$rt"
+if out=$(XDG_RUNTIME_DIR=$rt timeout "$boot_timeout" "$kbox" run -d --name "$sbx" --cpus 2 \
+	--kernel-log "$tmp/leap.klog" --append rcupdate.rcu_cpu_stall_timeout=3 \
+	-- sh -c 'while :; do : < /proc/version; done' 2>"$tmp/leap.err") && [ "$out" = "$sbx" ]; then
+	pid=$(sed -n 's/^pid=//p' "$rt/kbox/$sbx/info")
 	sleep 2
-	# shellcheck disable=SC2086 # one or more pids
-	kill -STOP $pids && sleep 6 && kill -CONT $pids
-	timeout 120 "$kbox" exec "$sbx" -- grep -c ^processor /proc/cpuinfo > "$tmp/leap.out" 2>> "$tmp/leap.err"
+	kill -STOP "$pid" && sleep 6 && kill -CONT "$pid"
+	XDG_RUNTIME_DIR=$rt timeout 120 "$kbox" exec "$sbx" -- grep -c ^processor /proc/cpuinfo \
+		> "$tmp/leap.out" 2>> "$tmp/leap.err"
 	erc=$?
-	"$kbox" ps > "$tmp/ps"
-	"$kbox" stop -t 2 "$sbx" > /dev/null 2>&1
+	XDG_RUNTIME_DIR=$rt "$kbox" ps > "$tmp/ps"
+	XDG_RUNTIME_DIR=$rt "$kbox" stop -t 2 "$sbx" > /dev/null 2>&1
 	stalls=$(grep -c "detected stall" "$tmp/leap.klog")
-	if [ -z "$pids" ]; then
-		not_ok "kbox stopped for 6 s: the sandbox goes on" "no process for '--name $sbx'"
+	if [ -z "$pid" ]; then
+		not_ok "kbox stopped for 6 s: the sandbox goes on" "no pid in $rt/kbox/$sbx/info"
 	elif [ "$erc" -eq 0 ] && [ "$(cat "$tmp/leap.out")" = 2 ] && grep -q "^$sbx  *running " "$tmp/ps"; then
 		ok "kbox stopped for 6 s, a grace period in flight, 2 vCPUs: the sandbox goes on ($stalls stall reports)"
 	else
 		not_ok "kbox stopped for 6 s: the sandbox goes on (exec exit $erc)" \
 			"$(cat "$tmp/leap.out"; tail -3 "$tmp/leap.err"; tail -5 "$tmp/leap.klog")"
 	fi
-	if [ -e /sys/module/kvm_pvm ]; then
+	if e2e_pvm; then
 		if [ "$stalls" -eq 0 ]; then ok "PVM: no RCU stall reports after the leap"
 		else not_ok "PVM: no RCU stall reports after the leap ($stalls)" "$(grep rcu "$tmp/leap.klog" | head -5)"; fi
 	fi
